@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The one list of Debian packages Drover needs to build, test and run.
+# Idempotent: installs only what is missing; uses sudo only when not root.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config ccache git
+  # wire API
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # libraries
+  libboost-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libcli11-dev libsqlite3-dev sqlite3 libconcurrentqueue-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # devices: OpenCL loader, headers, and PoCL's real CPU device
+  ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  # integration tests
+  curl procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,121 @@
+// The simulated backend: a node with N identical GPUs of a known model, for
+// the simulator, tests and demos on machines without GPUs.
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/agent/devices/device_backend.h"
+#include "drover/common/quantity.h"
+
+namespace drover::agent {
+
+namespace {
+
+constexpr int kMaxSimulatedDevices = 64;
+
+// FNV-1a, 64 bit: stable across runs, compilers and machines, which
+// std::hash is not. The uuid must not change when the agent restarts.
+uint64_t Fnv1a64(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
+  }
+  return true;
+}
+
+// Not thread-safe: owned by the agent (or simulator) that created it. Holds
+// no state beyond its spec, so Discover() always returns the same devices.
+class SimulatedBackend final : public DeviceBackend {
+ public:
+  SimulatedBackend(const SimulatedModel& model, int count, std::string node_name)
+      : model_(model), count_(count), node_name_(std::move(node_name)) {}
+
+  std::string_view Name() const override { return "simulated"; }
+  bool IsAvailable() override { return true; }
+  Status Initialize() override { return Status::Ok(); }
+
+  Result<std::vector<GpuDevice>> Discover() override {
+    // The uuid depends only on the node name and the index, so two agents
+    // (or one agent restarted) on the same node see the same identities.
+    char node_hash[17];
+    std::snprintf(node_hash, sizeof(node_hash), "%016llx",
+                  static_cast<unsigned long long>(Fnv1a64(node_name_)));
+    std::vector<GpuDevice> devices;
+    devices.reserve(static_cast<size_t>(count_));
+    for (int i = 0; i < count_; ++i) {
+      GpuDevice device;
+      device.index = i;
+      device.uuid = "sim-" + std::string(node_hash) + "-" + std::to_string(i);
+      device.vendor = std::string(model_.vendor);
+      device.model = std::string(model_.model);
+      device.memory_bytes = model_.memory_bytes;
+      device.healthy = true;
+      device.backend = "simulated";
+      devices.push_back(std::move(device));
+    }
+    return devices;
+  }
+
+ private:
+  SimulatedModel model_;
+  int count_;
+  std::string node_name_;
+};
+
+}  // namespace
+
+const std::vector<SimulatedModel>& SimulatedModels() {
+  // Memory as the simulator accounts for it: the marketing size in GiB.
+  static const std::vector<SimulatedModel> kModels = {
+      {"H100 80GB", "nvidia", 80 * kGiB},
+      {"H100 94GB", "nvidia", 94 * kGiB},
+      {"H200 141GB", "nvidia", 141 * kGiB},
+      {"A100 80GB", "nvidia", 80 * kGiB},
+      {"A100 40GB", "nvidia", 40 * kGiB},
+      {"L40S", "nvidia", 48 * kGiB},
+      {"L4", "nvidia", 24 * kGiB},
+      {"MI300X", "amd", 192 * kGiB},
+      {"MI250X", "amd", 128 * kGiB},
+      {"Max 1550", "intel", 128 * kGiB},
+  };
+  return kModels;
+}
+
+Result<std::unique_ptr<DeviceBackend>> MakeSimulatedBackend(const SimulatedSpec& spec) {
+  if (spec.count < 0 || spec.count > kMaxSimulatedDevices) {
+    return InvalidArgument("simulated device count " + std::to_string(spec.count) +
+                           " is outside 0.." + std::to_string(kMaxSimulatedDevices));
+  }
+  for (const SimulatedModel& model : SimulatedModels()) {
+    // Case-insensitive so that "h100 80gb" from a command line works; the
+    // devices still report the catalog's spelling.
+    if (EqualsIgnoringCase(model.model, spec.model)) {
+      return std::unique_ptr<DeviceBackend>(
+          std::make_unique<SimulatedBackend>(model, spec.count, spec.node_name));
+    }
+  }
+  std::string known;
+  for (const SimulatedModel& model : SimulatedModels()) {
+    if (!known.empty()) known += ", ";
+    known += "'" + std::string(model.model) + "'";
+  }
+  return InvalidArgument("unknown simulated gpu model '" + spec.model + "' (known: " + known +
+                         ")");
+}
+
+}  // namespace drover::agent

@@ -1,0 +1,10 @@
+#include "drover/common/clock.h"
+
+namespace drover {
+
+SystemClock* SystemClock::Get() {
+  static SystemClock clock;
+  return &clock;
+}
+
+}  // namespace drover

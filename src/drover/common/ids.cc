@@ -1,0 +1,43 @@
+#include "drover/common/ids.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+
+namespace drover {
+
+std::string FormatJobId(uint64_t sequence) { return fmt::format("j-{:06d}", sequence); }
+
+Result<uint64_t> ParseJobId(std::string_view id) {
+  auto bad = [&] { return InvalidArgument(fmt::format("job id '{}' is malformed (expected j-000042)", id)); };
+  if (id.size() < 3 || id.size() > 24 || id.substr(0, 2) != "j-") return bad();
+  std::string_view digits = id.substr(2);
+  for (char c : digits) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return bad();
+  }
+  uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || ptr != digits.data() + digits.size() || n == 0) return bad();
+  return n;
+}
+
+Status ValidateName(std::string_view what, std::string_view name) {
+  if (name.empty()) return InvalidArgument(fmt::format("{} is empty", what));
+  if (name.size() > 63) return InvalidArgument(fmt::format("{} '{}...' is longer than 63 characters", what, name.substr(0, 20)));
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  for (char c : name) {
+    if (!alnum(c) && c != '-' && c != '.') {
+      return InvalidArgument(fmt::format(
+          "{} '{}' may hold only lower-case letters, digits, '-' and '.'", what, name));
+    }
+  }
+  if (!alnum(name.front()) || !alnum(name.back())) {
+    return InvalidArgument(fmt::format("{} '{}' must start and end with a letter or digit", what, name));
+  }
+  return Status::Ok();
+}
+
+Status ValidateNodeName(std::string_view name) { return ValidateName("node name", name); }
+
+}  // namespace drover

@@ -1,0 +1,615 @@
+// The Beast implementation of Server: an io_context thread that accepts (and
+// turns away connections over the limit with a 503, asynchronously), and one
+// thread per accepted connection that reads requests synchronously, calls the
+// handler and writes the responses, with keep-alive.
+//
+// Blocking reads and writes go through SocketStream, which waits with poll()
+// so that every wait has a deadline and Stop() can wake it with shutdown(2).
+
+#include "drover/http/server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cerrno>
+#include <chrono>
+#include <exception>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace drover::http {
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using boost::system::error_code;
+
+// A request (headers and body) must arrive within this long of the previous
+// response; this is also the keep-alive idle timeout.
+constexpr std::chrono::seconds kReadTimeout{60};
+// A single write that makes no progress for this long means the client is gone.
+constexpr std::chrono::seconds kWriteTimeout{30};
+// After an error response on a connection we will close, read and discard what
+// the client still sends (its oversized body), so that closing does not reset
+// the connection before the client has read our response.
+constexpr std::chrono::seconds kLingerTimeout{5};
+constexpr uint64_t kMaxLingerBytes = 64ULL << 20;
+constexpr uint32_t kMaxHeaderBytes = 64 << 10;
+// Connections over max_connections are answered 503 from the io thread; past
+// this many at once they are simply closed.
+constexpr size_t kMaxRejecting = 64;
+constexpr std::chrono::seconds kRejectTimeout{5};
+constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
+
+// The google.rpc.Code names, which clients match on (the HTTP code is lossy).
+const char* GrpcName(Code code) {
+  switch (code) {
+    case Code::kOk: return "OK";
+    case Code::kCancelled: return "CANCELLED";
+    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
+    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case Code::kNotFound: return "NOT_FOUND";
+    case Code::kAlreadyExists: return "ALREADY_EXISTS";
+    case Code::kPermissionDenied: return "PERMISSION_DENIED";
+    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case Code::kAborted: return "ABORTED";
+    case Code::kOutOfRange: return "OUT_OF_RANGE";
+    case Code::kUnimplemented: return "UNIMPLEMENTED";
+    case Code::kInternal: return "INTERNAL";
+    case Code::kUnavailable: return "UNAVAILABLE";
+    case Code::kUnauthenticated: return "UNAUTHENTICATED";
+  }
+  return "UNKNOWN";
+}
+
+Response ErrorWithHttpStatus(int http_status, Code code, std::string message) {
+  Response response = ErrorResponse(Status(code, std::move(message)));
+  response.status = http_status;
+  return response;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Form-style decoding: "%41" -> "A" and "+" -> " ". A truncated or non-hex
+// escape is an error rather than passed through, so handlers never see it.
+Result<std::string> PercentDecode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out += ' ';
+    } else if (text[i] == '%') {
+      int hi = i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
+      int lo = i + 2 < text.size() ? HexValue(text[i + 2]) : -1;
+      if (hi < 0 || lo < 0) {
+        return InvalidArgument("bad percent escape in query '" + std::string(text) + "'");
+      }
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+// "a=1&b=x%20y&flag" -> {a: "1", b: "x y", flag: ""}; a repeated key keeps the last value.
+Result<std::map<std::string, std::string>> ParseQuery(std::string_view query) {
+  std::map<std::string, std::string> result;
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    size_t eq = pair.find('=');
+    DROVER_ASSIGN_OR_RETURN(std::string key, PercentDecode(pair.substr(0, eq)));
+    std::string value;
+    if (eq != std::string_view::npos) {
+      DROVER_ASSIGN_OR_RETURN(value, PercentDecode(pair.substr(eq + 1)));
+    }
+    result[std::move(key)] = std::move(value);
+  }
+  return result;
+}
+
+Result<tcp::endpoint> ParseListen(const std::string& listen) {
+  std::string host;
+  std::string port_text;
+  if (listen.starts_with("[")) {
+    size_t close = listen.find(']');
+    if (close == std::string::npos || close + 1 >= listen.size() || listen[close + 1] != ':') {
+      return InvalidArgument("listen address '" + listen + "' is not [host]:port");
+    }
+    host = listen.substr(1, close - 1);
+    port_text = listen.substr(close + 2);
+  } else {
+    size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) {
+      return InvalidArgument("listen address '" + listen + "' has no port (want host:port)");
+    }
+    host = listen.substr(0, colon);
+    port_text = listen.substr(colon + 1);
+    if (host.find(':') != std::string::npos) {
+      return InvalidArgument("listen address '" + listen + "': write IPv6 hosts as [addr]:port");
+    }
+  }
+  if (port_text.empty() || port_text.size() > 5 ||
+      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(port_text) > 65535) {
+    return InvalidArgument("listen address '" + listen + "' has a bad port '" + port_text + "'");
+  }
+  const auto port = static_cast<uint16_t>(std::stoi(port_text));
+  if (host.empty() || host == "*") return tcp::endpoint(net::ip::address_v4::any(), port);
+  if (host == "localhost") return tcp::endpoint(net::ip::address_v4::loopback(), port);
+  error_code ec;
+  net::ip::address address = net::ip::make_address(host, ec);
+  if (ec) {
+    return InvalidArgument("listen address '" + listen + "': host '" + host +
+                           "' is not an IP address or localhost");
+  }
+  return tcp::endpoint(address, port);
+}
+
+// A blocking socket stream for Beast's synchronous algorithms (it models
+// SyncReadStream and SyncWriteStream) whose waits are bounded: the socket is
+// non-blocking and each wait is a poll() with the remaining time. shutdown(2)
+// from Stop() wakes the poll, and the next read or write then fails.
+class SocketStream {
+ public:
+  explicit SocketStream(tcp::socket& socket) : socket_(socket) {}
+
+  void set_read_deadline(Clock::time_point deadline) { read_deadline_ = deadline; }
+
+  template <typename MutableBuffers>
+  size_t read_some(const MutableBuffers& buffers, error_code& ec) {
+    for (;;) {
+      size_t n = socket_.read_some(buffers, ec);
+      if (ec != net::error::would_block && ec != net::error::try_again) return n;
+      if (!Wait(POLLIN, read_deadline_, ec)) return 0;
+    }
+  }
+  template <typename MutableBuffers>
+  size_t read_some(const MutableBuffers& buffers) {
+    error_code ec;
+    size_t n = read_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+  template <typename ConstBuffers>
+  size_t write_some(const ConstBuffers& buffers, error_code& ec) {
+    for (;;) {
+      size_t n = socket_.write_some(buffers, ec);
+      if (ec != net::error::would_block && ec != net::error::try_again) return n;
+      if (!Wait(POLLOUT, Clock::now() + kWriteTimeout, ec)) return 0;
+    }
+  }
+  template <typename ConstBuffers>
+  size_t write_some(const ConstBuffers& buffers) {
+    error_code ec;
+    size_t n = write_some(buffers, ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+ private:
+  // True when the socket is ready (or in error: the next call reports it).
+  bool Wait(short events, Clock::time_point deadline, error_code& ec) {
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        ec = net::error::timed_out;
+        return false;
+      }
+      pollfd fd{socket_.native_handle(), events, 0};
+      int rc = ::poll(&fd, 1, static_cast<int>(left.count()));
+      if (rc > 0) return true;
+      if (rc < 0 && errno != EINTR) {
+        ec = error_code(errno, boost::system::system_category());
+        return false;
+      }
+    }
+  }
+
+  tcp::socket& socket_;
+  Clock::time_point read_deadline_ = Clock::now() + kReadTimeout;
+};
+
+// One connection over the limit, answered 503 and closed. Lives on the io
+// thread only; owned by BeastServer::rejecting_.
+struct Rejection {
+  explicit Rejection(tcp::socket socket) : stream(std::move(socket)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  bhttp::request_parser<bhttp::string_body> parser;
+  bhttp::response<bhttp::string_body> response;
+};
+
+// One accepted connection and the thread serving it. `socket` is used by that
+// thread only; Stop() reaches it through `fd` (shutdown only, never close)
+// while holding mu_, and the thread closes it while holding mu_ and setting
+// `done`, so Stop() never touches a closed or reused descriptor.
+struct Connection {
+  explicit Connection(tcp::socket s) : socket(std::move(s)), fd(socket.native_handle()) {}
+  tcp::socket socket;
+  int fd;
+  std::thread thread;
+  bool done = false;  // guarded by BeastServer::mu_
+};
+
+class BeastServer final : public Server {
+ public:
+  BeastServer(Handler handler, ServerOptions options)
+      : handler_(std::move(handler)), options_(options) {}
+  ~BeastServer() override { Stop(); }
+
+  Status Listen(const tcp::endpoint& endpoint, const std::string& listen) {
+    error_code ec;
+    const std::string what = "cannot listen on '" + listen + "': ";
+    if (acceptor_.open(endpoint.protocol(), ec); ec) return Unavailable(what + ec.message());
+    // Lets a restarted server take its port back while old connections sit
+    // in TIME_WAIT; it does not allow two live listeners on one port.
+    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec); ec) {
+      return Unavailable(what + ec.message());
+    }
+    if (acceptor_.bind(endpoint, ec); ec) return Unavailable(what + ec.message());
+    if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec) {
+      return Unavailable(what + ec.message());
+    }
+    port_ = acceptor_.local_endpoint(ec).port();
+    if (ec) return Unavailable(what + ec.message());
+    Accept();
+    io_thread_ = std::thread([this] { ioc_.run(); });
+    return Status::Ok();
+  }
+
+  uint16_t port() const override { return port_; }
+
+  void Stop() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    // The acceptor and the rejections belong to the io thread: close them
+    // there; run() returns once their cancelled handlers have run.
+    net::post(ioc_, [this] {
+      error_code ec;
+      acceptor_.close(ec);
+      retry_timer_.cancel();
+      for (auto& rejection : rejecting_) rejection->stream.socket().close(ec);
+    });
+    if (io_thread_.joinable()) io_thread_.join();
+
+    std::map<uint64_t, std::unique_ptr<Connection>> connections;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, connection] : connections_) {
+        if (!connection->done) ::shutdown(connection->fd, SHUT_RDWR);
+      }
+      connections.swap(connections_);
+    }
+    // A handler still running is waited for; a stream sees its writer fail.
+    for (auto& [id, connection] : connections) connection->thread.join();
+  }
+
+ private:
+  // Everything below up to Serve() runs on the io thread.
+  void Accept() {
+    acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+      if (ec) {
+        // Typically EMFILE: back off instead of spinning on the error.
+        retry_timer_.expires_after(kAcceptRetryDelay);
+        retry_timer_.async_wait([this](error_code wait_ec) {
+          if (!wait_ec && acceptor_.is_open()) Accept();
+        });
+        return;
+      }
+      OnAccept(std::move(socket));
+      Accept();
+    });
+  }
+
+  void OnAccept(tcp::socket socket) {
+    std::vector<std::unique_ptr<Connection>> finished;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (uint64_t id : finished_) {
+      auto it = connections_.find(id);
+      if (it == connections_.end()) continue;
+      finished.push_back(std::move(it->second));
+      connections_.erase(it);
+    }
+    finished_.clear();
+    if (stopping_) return;
+    if (active_ >= options_.max_connections) {
+      lock.unlock();
+      Reject(std::move(socket));
+    } else {
+      auto connection = std::make_unique<Connection>(std::move(socket));
+      Connection* raw = connection.get();
+      const uint64_t id = next_id_++;
+      try {
+        raw->thread = std::thread([this, raw, id] { Serve(raw, id); });
+      } catch (const std::system_error&) {
+        return;  // out of threads: the socket closes with `connection`
+      }
+      connections_.emplace(id, std::move(connection));
+      ++active_;
+      lock.unlock();
+    }
+    // Finished threads have returned or are about to: joining is quick.
+    for (auto& connection : finished) connection->thread.join();
+  }
+
+  void Reject(tcp::socket socket) {
+    if (rejecting_.size() >= kMaxRejecting) return;  // closes `socket`
+    rejecting_.push_front(std::make_unique<Rejection>(std::move(socket)));
+    auto it = rejecting_.begin();
+    Rejection& r = **it;
+    // Read the request before answering: closing a socket with unread data
+    // resets it, and the client would never see the 503.
+    r.parser.body_limit(options_.max_body_bytes);
+    r.stream.expires_after(kRejectTimeout);
+    bhttp::async_read(r.stream, r.buffer, r.parser, [this, it](error_code ec, size_t) {
+      if (ec == net::error::operation_aborted) return rejecting_.erase(it), void();
+      Rejection& rej = **it;
+      Response error = ErrorResponse(Unavailable(
+          "server is at its limit of " + std::to_string(options_.max_connections) +
+          " connections"));
+      rej.response.result(bhttp::status::service_unavailable);
+      rej.response.set(bhttp::field::content_type, error.content_type);
+      rej.response.keep_alive(false);
+      rej.response.body() = error.body;
+      rej.response.prepare_payload();
+      rej.stream.expires_after(kRejectTimeout);
+      bhttp::async_write(rej.stream, rej.response, [this, it](error_code, size_t) {
+        error_code ignored;
+        (*it)->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        (*it)->stream.socket().close(ignored);
+        rejecting_.erase(it);
+      });
+    });
+  }
+
+  // The connection thread.
+  void Serve(Connection* connection, uint64_t id) {
+    try {
+      ServeRequests(connection->socket);
+    } catch (...) {
+      // Only allocation failures get here; drop the connection, keep the process.
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    error_code ec;
+    connection->socket.close(ec);
+    connection->done = true;
+    finished_.push_back(id);
+    --active_;
+  }
+
+  void ServeRequests(tcp::socket& socket) {
+    error_code ec;
+    socket.non_blocking(true, ec);
+    if (ec) return;
+    SocketStream stream(socket);
+    beast::flat_buffer buffer;
+    for (;;) {
+      bhttp::request_parser<bhttp::string_body> parser;
+      parser.body_limit(options_.max_body_bytes);
+      parser.header_limit(kMaxHeaderBytes);
+      stream.set_read_deadline(Clock::now() + kReadTimeout);
+      bhttp::read_header(stream, buffer, parser, ec);
+      if (!ec && !parser.is_done()) {
+        const auto& header = parser.get();
+        if (header.version() >= 11 &&
+            beast::iequals(header[bhttp::field::expect], "100-continue")) {
+          bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, 11};
+          bhttp::write(stream, go_on, ec);
+        }
+        if (!ec) bhttp::read(stream, buffer, parser, ec);
+      }
+      if (ec) {
+        if (ec.category() != bhttp::error::body_limit.category() ||
+            ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
+          return;  // the client left or timed out: nobody to answer
+        }
+        Response error =
+            ec == bhttp::error::body_limit
+                ? ErrorWithHttpStatus(413, Code::kInvalidArgument,
+                                      "request body is larger than " +
+                                          std::to_string(options_.max_body_bytes) + " bytes")
+            : ec == bhttp::error::header_limit
+                ? ErrorWithHttpStatus(431, Code::kInvalidArgument,
+                                      "request headers are larger than " +
+                                          std::to_string(kMaxHeaderBytes) + " bytes")
+                : ErrorResponse(InvalidArgument("malformed http request: " + ec.message()));
+        WriteResponse(stream, error, 11, false);
+        Linger(socket, stream);
+        return;
+      }
+
+      bhttp::request<bhttp::string_body> request = parser.release();
+      const bool keep_alive = request.keep_alive();
+      const unsigned version = request.version();
+      Response response = Dispatch(std::move(request));
+      bool written = response.stream ? WriteStreamed(stream, response, version, keep_alive)
+                                     : WriteResponse(stream, response, version, keep_alive);
+      if (!written) return;
+      if (!keep_alive) {
+        socket.shutdown(tcp::socket::shutdown_send, ec);
+        return;
+      }
+    }
+  }
+
+  Response Dispatch(bhttp::request<bhttp::string_body> message) {
+    Request request;
+    request.method = std::string(message.method_string());
+    std::string_view target = message.target();
+    size_t question = target.find('?');
+    request.path = std::string(target.substr(0, question));
+    if (question != std::string_view::npos) {
+      auto query = ParseQuery(target.substr(question + 1));
+      if (!query.ok()) return ErrorResponse(query.status());
+      request.query = std::move(*query);
+    }
+    for (const auto& field : message) {
+      std::string name(field.name_string());
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; });
+      std::string value(field.value());
+      auto [it, inserted] = request.headers.emplace(std::move(name), value);
+      if (!inserted) it->second += ", " + value;  // RFC 9110: a repeated field is a list
+    }
+    request.body = std::move(message.body());
+    try {
+      return handler_(request);
+    } catch (const std::exception& e) {
+      return ErrorResponse(Internal("handler failed: " + std::string(e.what())));
+    } catch (...) {
+      return ErrorResponse(Internal("handler failed with a non-standard exception"));
+    }
+  }
+
+  template <typename Message>
+  static void SetHeaders(Message& message, const Response& response, bool keep_alive) {
+    const int code = response.status >= 100 && response.status <= 999 ? response.status : 500;
+    message.result(static_cast<unsigned>(code));
+    message.set(bhttp::field::server, "drover");
+    if (!response.content_type.empty()) {
+      message.set(bhttp::field::content_type, response.content_type);
+    }
+    for (const auto& [name, value] : response.headers) message.set(name, value);
+    message.keep_alive(keep_alive);
+  }
+
+  static bool WriteResponse(SocketStream& stream, const Response& response, unsigned version,
+                            bool keep_alive) {
+    bhttp::response<bhttp::string_body> message;
+    message.version(version);
+    SetHeaders(message, response, keep_alive);
+    message.body() = response.body;
+    message.prepare_payload();
+    error_code ec;
+    bhttp::write(stream, message, ec);
+    return !ec;
+  }
+
+  // Chunked for HTTP/1.1; HTTP/1.0 has no chunks, so the body there simply
+  // ends when the connection closes.
+  static bool WriteStreamed(SocketStream& stream, const Response& response, unsigned version,
+                            bool keep_alive) {
+    const bool chunked = version >= 11;
+    bhttp::response<bhttp::empty_body> message;
+    message.version(version);
+    SetHeaders(message, response, chunked && keep_alive);
+    if (chunked) message.chunked(true);
+    bhttp::response_serializer<bhttp::empty_body> serializer{message};
+    error_code ec;
+    bhttp::write_header(stream, serializer, ec);
+    if (ec) return false;
+    bool alive = true;
+    ChunkWriter writer = [&](std::string_view data) {
+      if (!alive) return false;
+      if (data.empty()) return true;  // an empty chunk would end the body
+      net::const_buffer bytes(data.data(), data.size());
+      error_code write_ec;
+      if (chunked) {
+        net::write(stream, bhttp::make_chunk(bytes), write_ec);
+      } else {
+        net::write(stream, bytes, write_ec);
+      }
+      alive = !write_ec;
+      return alive;
+    };
+    try {
+      response.stream(writer);
+    } catch (...) {
+      // Too late for a 500: end without the last chunk, so the client sees a
+      // truncated body rather than a complete one.
+      return false;
+    }
+    if (!alive || !chunked) return false;
+    net::write(stream, bhttp::make_chunk_last(), ec);
+    return !ec && keep_alive;
+  }
+
+  // Half-closes, then discards what the client still sends for a while.
+  static void Linger(tcp::socket& socket, SocketStream& stream) {
+    error_code ec;
+    socket.shutdown(tcp::socket::shutdown_send, ec);
+    stream.set_read_deadline(Clock::now() + kLingerTimeout);
+    char scratch[16 << 10];
+    uint64_t total = 0;
+    while (total < kMaxLingerBytes) {
+      size_t n = stream.read_some(net::buffer(scratch), ec);
+      if (ec) return;
+      total += n;
+    }
+  }
+
+  const Handler handler_;
+  const ServerOptions options_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_{ioc_};       // io thread (and Listen() before it starts)
+  net::steady_timer retry_timer_{ioc_};  // io thread
+  std::list<std::unique_ptr<Rejection>> rejecting_;  // io thread
+  std::thread io_thread_;
+  uint16_t port_ = 0;
+
+  std::mutex mu_;
+  bool stopping_ = false;                                    // guarded by mu_
+  int active_ = 0;                                           // guarded by mu_
+  uint64_t next_id_ = 0;                                     // guarded by mu_
+  std::map<uint64_t, std::unique_ptr<Connection>> connections_;  // guarded by mu_
+  std::vector<uint64_t> finished_;                           // guarded by mu_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler handler,
+                                            ServerOptions options) {
+  if (!handler) return InvalidArgument("http server on '" + listen + "' has no handler");
+  if (options.max_connections < 1) {
+    return InvalidArgument("http server max_connections must be at least 1, got " +
+                           std::to_string(options.max_connections));
+  }
+  DROVER_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(listen));
+  auto server = std::make_unique<BeastServer>(std::move(handler), options);
+  DROVER_RETURN_IF_ERROR(server->Listen(endpoint, listen));
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+Response ErrorResponse(const Status& status) {
+  nlohmann::json body = {
+      {"code", static_cast<int>(status.code())},
+      {"status", GrpcName(status.code())},
+      {"message", status.message()},
+  };
+  Response response;
+  response.status = HttpStatusFor(status.code());
+  response.content_type = "application/json";
+  // Messages may quote user input that is not UTF-8; replace rather than throw.
+  response.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return response;
+}
+
+}  // namespace drover::http

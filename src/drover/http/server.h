@@ -1,0 +1,64 @@
+#pragma once
+// A small HTTP/1.1 server (Boost.Beast) that hands each request to one
+// handler function. The REST API, health checks and (later) the dashboard
+// and metrics are handlers on it.
+//
+// Threading: one acceptor thread and one thread per connection (bounded by
+// Options::max_connections); the handler is called concurrently and must be
+// thread-safe. Stop() closes the listener and every connection and joins all
+// threads.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "drover/common/status.h"
+
+namespace drover::http {
+
+struct Request {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // "/api/v1/jobs" (no query)
+  std::map<std::string, std::string> query;  // decoded ?a=b&c=d
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+// Writes one chunk of a streamed body; returns false when the client is gone.
+using ChunkWriter = std::function<bool(std::string_view)>;
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::map<std::string, std::string> headers;
+  // When set, the body is streamed with chunked encoding: the server calls
+  // stream(writer) and ends the response when it returns.
+  std::function<void(const ChunkWriter&)> stream;
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+struct ServerOptions {
+  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+  int max_connections = 256;        // more get 503
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  virtual uint16_t port() const = 0;
+  virtual void Stop() = 0;
+};
+
+// `listen` is "host:port"; port 0 picks a free port (see port()).
+Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler handler,
+                                            ServerOptions options = {});
+
+// A JSON error body: {"code": 5, "status": "NOT_FOUND", "message": "..."}.
+Response ErrorResponse(const Status& status);
+
+}  // namespace drover::http

@@ -1,0 +1,834 @@
+#include "drover/store/sqlite/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+
+#include <fmt/format.h>
+
+namespace drover::store {
+namespace {
+
+constexpr size_t kMaxKeyBytes = 4 * 1024;
+constexpr size_t kMaxValueBytes = 4 * 1024 * 1024;
+constexpr int kBusyTimeoutMs = 5000;
+constexpr int64_t kSchemaVersion = 1;
+
+// kv holds the current state; history one row per event (what watches
+// replay); meta the counters that must survive a restart; leases the live
+// leases. Keys are BLOBs so that any bytes work and order is memcmp order,
+// the same as std::string's. The UNIQUE key index serves prefix ranges.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta(name, value) VALUES
+  ('schema_version', 1), ('revision', 0), ('compacted', 0), ('next_lease', 1);
+CREATE TABLE IF NOT EXISTS kv(
+  key BLOB NOT NULL PRIMARY KEY, value BLOB NOT NULL, create_rev INTEGER NOT NULL,
+  mod_rev INTEGER NOT NULL, version INTEGER NOT NULL, lease INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS kv_by_lease ON kv(lease) WHERE lease != 0;
+CREATE TABLE IF NOT EXISTS history(
+  revision INTEGER NOT NULL, seq INTEGER NOT NULL, type INTEGER NOT NULL, key BLOB NOT NULL,
+  value BLOB NOT NULL, create_rev INTEGER NOT NULL, version INTEGER NOT NULL,
+  lease INTEGER NOT NULL, PRIMARY KEY(revision, seq));
+CREATE TABLE IF NOT EXISTS leases(
+  id INTEGER PRIMARY KEY, ttl_ns INTEGER NOT NULL, deadline_ns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS leases_by_deadline ON leases(deadline_ns);
+)sql";
+
+constexpr const char* kKvColumns = "key, value, create_rev, mod_rev, version, lease";
+
+// Trouble with the file or its lock may pass (kUnavailable); anything else
+// is a bug or a damaged file (kInternal).
+Code SqliteCode(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+      return Code::kUnavailable;
+    default:
+      return Code::kInternal;
+  }
+}
+
+Status SqliteError(sqlite3* db, int rc, const std::string& what) {
+  return {SqliteCode(rc), fmt::format("{}: {}", what, db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc))};
+}
+
+// The smallest string greater than every string starting with `prefix`, or
+// nullopt when there is none ("" and all-0xff prefixes): "a/" -> "a0",
+// "a\xff" -> "b".
+std::optional<std::string> PrefixEnd(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (prefix.empty()) return std::nullopt;
+  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+  return prefix;
+}
+
+// "<head> WHERE <column> >= ?1 [AND <column> < ?2] <tail>": an index range,
+// never a LIKE scan. Parameter ?2 is bound only when the range has an end.
+std::string RangeSql(const std::string& head, const char* column, bool has_end, const char* tail) {
+  return fmt::format("{} {} >= ?1{} {}", head, column, has_end ? fmt::format(" AND {} < ?2", column) : "", tail);
+}
+
+int64_t SaturatingDeadline(Timestamp now, Duration ttl) {
+  int64_t start = ToUnixNanos(now);
+  if (start > std::numeric_limits<int64_t>::max() - ttl.count()) return std::numeric_limits<int64_t>::max();
+  return start + ttl.count();
+}
+
+Status ValidateKey(const std::string& key, const char* what) {
+  if (key.empty()) return InvalidArgument(fmt::format("empty key in {}", what));
+  if (key.size() > kMaxKeyBytes) {
+    return InvalidArgument(fmt::format("key of {} bytes in {} exceeds the {}-byte limit", key.size(), what, kMaxKeyBytes));
+  }
+  return Status::Ok();
+}
+
+Status ValidatePrefix(const std::string& prefix) {
+  if (prefix.size() > kMaxKeyBytes) {
+    return InvalidArgument(fmt::format("prefix of {} bytes exceeds the {}-byte limit", prefix.size(), kMaxKeyBytes));
+  }
+  return Status::Ok();
+}
+
+Status ValidateOp(const Op& op) {
+  switch (op.kind) {
+    case Op::Kind::kPut:
+      if (op.value.size() > kMaxValueBytes) {
+        return InvalidArgument(
+            fmt::format("value of {} bytes for a put exceeds the {}-byte limit", op.value.size(), kMaxValueBytes));
+      }
+      return ValidateKey(op.key, "put");
+    case Op::Kind::kDelete: return ValidateKey(op.key, "delete");
+    case Op::Kind::kGet: return ValidateKey(op.key, "get");
+    case Op::Kind::kDeletePrefix: return ValidatePrefix(op.key);  // "" deletes everything, like Range("")
+  }
+  return InvalidArgument("unknown op kind");
+}
+
+bool CompareHolds(const Compare& c, const std::optional<KeyValue>& kv) {
+  int cmp = 0;
+  if (c.target == Compare::Target::kValue) {
+    // As in etcd: a value compare on a missing key fails whatever the op.
+    if (!kv) return false;
+    cmp = kv->value.compare(c.value);
+  } else {
+    int64_t actual = 0;  // a missing key has version and revisions 0
+    if (kv) {
+      actual = c.target == Compare::Target::kVersion          ? kv->version
+               : c.target == Compare::Target::kCreateRevision ? kv->create_revision
+                                                              : kv->mod_revision;
+    }
+    cmp = actual < c.number ? -1 : actual > c.number ? 1 : 0;
+  }
+  switch (c.op) {
+    case Compare::Op::kEqual: return cmp == 0;
+    case Compare::Op::kNotEqual: return cmp != 0;
+    case Compare::Op::kLess: return cmp < 0;
+    case Compare::Op::kGreater: return cmp > 0;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// WatchHub: delivers committed revisions to watchers on one dispatcher thread.
+//
+// Ordering and exactly-once: the store calls Publish (each committed
+// revision) and Add (a new watcher with its history) while holding its own
+// mutex, so the hub's FIFO queue is in revision order. A watcher added when
+// the store was at revision R gets its history (revisions <= R, read in the
+// same critical section) from its Start item and live batches from R+1 on.
+// Batches <= R still queued at that point are skipped: a watcher becomes
+// active only when the dispatcher reaches its Start item, which is behind
+// them. Callbacks run with no lock held, so they may call into the store.
+//
+// Cancel waits until the watcher's callback is not running, unless it is
+// called on the dispatcher thread (a callback cancelling another watcher).
+//
+// Thread-safety: thread-safe; mu_ guards every member below it. Shared by the
+// store and its handles, so a handle may outlive the store.
+class WatchHub : public std::enable_shared_from_this<WatchHub> {
+ public:
+  struct Batch {
+    int64_t revision = 0;
+    std::vector<Event> events;
+  };
+
+  ~WatchHub() { Stop(); }
+
+  bool HasWatchers() {
+    std::lock_guard lock(mu_);
+    return !watchers_.empty();
+  }
+
+  void Publish(Batch batch) {
+    std::lock_guard lock(mu_);
+    if (watchers_.empty() || stopping_) return;
+    queue_.push_back(std::move(batch));
+    work_cv_.notify_one();
+  }
+
+  std::unique_ptr<WatchHandle> Add(std::string prefix, int64_t live_from, std::vector<Batch> history,
+                                   WatchCallback callback);
+  void Cancel(uint64_t id);
+
+  // Drops what is still queued and joins the dispatcher. Must not be called
+  // from a callback.
+  void Stop() {
+    std::thread thread;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      queue_.clear();
+      thread = std::move(thread_);
+    }
+    work_cv_.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+
+ private:
+  struct Watcher {
+    uint64_t id = 0;
+    std::string prefix;
+    int64_t live_from = 0;  // first revision delivered from live batches
+    WatchCallback callback;
+    bool active = false;  // its history has been delivered
+    bool cancelled = false;
+  };
+  struct Start {
+    std::shared_ptr<Watcher> watcher;
+    std::vector<Batch> history;
+  };
+
+  void Run();
+  void Deliver(std::unique_lock<std::mutex>& lock, Watcher& watcher, const std::vector<Event>& events);
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // the queue grew or stopping_ was set
+  std::condition_variable idle_cv_;  // a callback returned
+  std::deque<std::variant<Batch, Start>> queue_;
+  std::map<uint64_t, std::shared_ptr<Watcher>> watchers_;
+  uint64_t next_id_ = 1;
+  uint64_t running_ = 0;  // the watcher whose callback runs now, 0 if none
+  bool stopping_ = false;
+  std::thread thread_;  // started by the first Add
+  std::thread::id dispatcher_id_;
+};
+
+class HubWatchHandle final : public WatchHandle {
+ public:
+  HubWatchHandle(std::shared_ptr<WatchHub> hub, uint64_t id) : hub_(std::move(hub)), id_(id) {}
+  ~HubWatchHandle() override { hub_->Cancel(id_); }
+
+ private:
+  std::shared_ptr<WatchHub> hub_;
+  uint64_t id_;
+};
+
+std::unique_ptr<WatchHandle> WatchHub::Add(std::string prefix, int64_t live_from, std::vector<Batch> history,
+                                           WatchCallback callback) {
+  std::lock_guard lock(mu_);
+  auto watcher = std::make_shared<Watcher>();
+  watcher->id = next_id_++;
+  watcher->prefix = std::move(prefix);
+  watcher->live_from = live_from;
+  watcher->callback = std::move(callback);
+  watchers_[watcher->id] = watcher;
+  queue_.push_back(Start{watcher, std::move(history)});
+  if (!thread_.joinable() && !stopping_) {
+    thread_ = std::thread([this] { Run(); });
+    dispatcher_id_ = thread_.get_id();
+  }
+  work_cv_.notify_one();
+  return std::make_unique<HubWatchHandle>(shared_from_this(), watcher->id);
+}
+
+void WatchHub::Cancel(uint64_t id) {
+  std::unique_lock lock(mu_);
+  if (auto it = watchers_.find(id); it != watchers_.end()) {
+    it->second->cancelled = true;
+    watchers_.erase(it);
+  }
+  if (std::this_thread::get_id() == dispatcher_id_) return;  // running some other watcher's callback
+  idle_cv_.wait(lock, [&] { return running_ != id; });
+}
+
+void WatchHub::Run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    auto item = std::move(queue_.front());
+    queue_.pop_front();
+    if (auto* start = std::get_if<Start>(&item)) {
+      for (const Batch& batch : start->history) Deliver(lock, *start->watcher, batch.events);
+      start->watcher->active = true;
+      continue;
+    }
+    const Batch& batch = std::get<Batch>(item);
+    std::vector<std::shared_ptr<Watcher>> targets;
+    for (const auto& [id, watcher] : watchers_) {
+      if (watcher->active && batch.revision >= watcher->live_from) targets.push_back(watcher);
+    }
+    for (const auto& watcher : targets) {
+      if (watcher->prefix.empty()) {
+        Deliver(lock, *watcher, batch.events);
+        continue;
+      }
+      std::vector<Event> mine;
+      for (const Event& event : batch.events) {
+        if (event.kv.key.starts_with(watcher->prefix)) mine.push_back(event);
+      }
+      if (!mine.empty()) Deliver(lock, *watcher, mine);
+    }
+  }
+}
+
+void WatchHub::Deliver(std::unique_lock<std::mutex>& lock, Watcher& watcher, const std::vector<Event>& events) {
+  if (watcher.cancelled || stopping_ || events.empty()) return;
+  running_ = watcher.id;
+  lock.unlock();
+  watcher.callback(events);
+  lock.lock();
+  running_ = 0;
+  idle_cv_.notify_all();
+}
+
+// ---------------------------------------------------------------------------
+// Stmt: a cached prepared statement, borrowed for one use and reset when the
+// borrow ends. Bound strings are not copied (SQLITE_STATIC): they must
+// outlive the borrow.
+class Stmt {
+ public:
+  explicit Stmt(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  Stmt(Stmt&& other) noexcept : stmt_(std::exchange(other.stmt_, nullptr)), bind_rc_(other.bind_rc_) {}
+  Stmt& operator=(Stmt&&) = delete;
+  ~Stmt() {
+    if (stmt_ == nullptr) return;
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+
+  Stmt& Bind(int index, int64_t value) {
+    Check(sqlite3_bind_int64(stmt_, index, value));
+    return *this;
+  }
+  Stmt& BindBlob(int index, const std::string& value) {
+    // data() is never null, so an empty string binds a zero-length blob, not NULL.
+    Check(sqlite3_bind_blob64(stmt_, index, value.data(), value.size(), nullptr));
+    return *this;
+  }
+
+  // True while there is a row to read.
+  Result<bool> Step() {
+    int rc = bind_rc_ != SQLITE_OK ? bind_rc_ : sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(sqlite3_db_handle(stmt_), rc, fmt::format("sqlite statement '{}'", sqlite3_sql(stmt_)));
+  }
+  Status Run() {
+    Result<bool> row = Step();
+    return row.status();
+  }
+
+  int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+  std::string Blob(int column) const {
+    const void* data = sqlite3_column_blob(stmt_, column);
+    int size = sqlite3_column_bytes(stmt_, column);
+    return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), static_cast<size_t>(size));
+  }
+  std::string Text(int column) const {
+    const unsigned char* text = sqlite3_column_text(stmt_, column);
+    return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
+  }
+  // Reads kKvColumns starting at `first`.
+  KeyValue Kv(int first) const {
+    return {Blob(first), Blob(first + 1), Int(first + 2), Int(first + 3), Int(first + 4), Int(first + 5)};
+  }
+
+ private:
+  void Check(int rc) {
+    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  }
+
+  sqlite3_stmt* stmt_;
+  int bind_rc_ = SQLITE_OK;
+};
+
+// The events of one write transaction, all at `revision`.
+struct WriteSet {
+  int64_t revision = 0;
+  std::vector<Event> events;
+};
+
+// ---------------------------------------------------------------------------
+// SqliteStore: see sqlite_store.h.
+//
+// Thread-safety: every public method locks mu_, which guards db_ and the
+// statement cache; methods named *Locked require it held. Leases that have
+// ended are revoked first thing in every public method, each in its own
+// revision. Watch callbacks run on hub_'s thread, never under mu_.
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(sqlite3* db, Clock* clock) : db_(db), clock_(clock), hub_(std::make_shared<WatchHub>()) {}
+  ~SqliteStore() override;
+
+  Status Init();
+
+  Result<TxnResult> Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
+                        const std::vector<Op>& failure) override;
+  Result<RangeResult> Range(const std::string& prefix, int64_t limit) override;
+  Result<std::unique_ptr<WatchHandle>> Watch(const std::string& prefix, int64_t start_revision,
+                                             WatchCallback callback) override;
+  Status Compact(int64_t revision) override;
+  Result<LeaseId> GrantLease(Duration ttl) override;
+  Status KeepAlive(LeaseId lease) override;
+  Status RevokeLease(LeaseId lease) override;
+  Result<int64_t> CurrentRevision() override;
+
+  Result<std::string> Pragma(const std::string& name);
+
+ private:
+  Status ExecLocked(const std::string& sql);
+  Result<Stmt> PrepareLocked(const std::string& sql);
+  Result<int64_t> ReadMetaLocked(const char* name);
+  Status WriteMetaLocked(const char* name, int64_t value);
+
+  // Runs `body` in BEGIN IMMEDIATE..COMMIT. When body recorded events they
+  // form revision current+1, which is committed and then published to
+  // watchers; otherwise the revision stays. Returns the revision after.
+  template <typename Body>
+  Result<int64_t> WriteTxnLocked(Body&& body);
+
+  Result<std::optional<KeyValue>> LookupLocked(const std::string& key);
+  Status PutLocked(WriteSet& ws, const Op& op);
+  Status DeleteLocked(WriteSet& ws, const std::string& key);
+  Status DeletePrefixLocked(WriteSet& ws, const std::string& prefix);
+  Status AppendHistoryLocked(WriteSet& ws, Event event);
+  // Deletes the lease and its keys; false when there is no such lease.
+  Result<bool> RevokeInTxnLocked(WriteSet& ws, LeaseId lease);
+  Status ExpireLeasesLocked();
+
+  std::mutex mu_;
+  sqlite3* db_;                                                // GUARDED_BY(mu_)
+  std::unordered_map<std::string, sqlite3_stmt*> statements_;  // GUARDED_BY(mu_)
+  Clock* const clock_;
+  const std::shared_ptr<WatchHub> hub_;
+};
+
+SqliteStore::~SqliteStore() {
+  hub_->Stop();
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
+  sqlite3_close_v2(db_);
+}
+
+Status SqliteStore::ExecLocked(const std::string& sql) {
+  char* error = nullptr;
+  int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+  if (rc == SQLITE_OK) return Status::Ok();
+  std::string message = error != nullptr ? error : sqlite3_errstr(rc);
+  sqlite3_free(error);
+  return {SqliteCode(rc), fmt::format("sqlite '{}': {}", sql.substr(0, 40), message)};
+}
+
+Result<Stmt> SqliteStore::PrepareLocked(const std::string& sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end()) return Stmt(it->second);
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db_, rc, fmt::format("prepare '{}'", sql));
+  statements_.emplace(sql, stmt);
+  return Stmt(stmt);
+}
+
+Result<int64_t> SqliteStore::ReadMetaLocked(const char* name) {
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(fmt::format("SELECT value FROM meta WHERE name = '{}'", name)));
+  DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return Internal(fmt::format("store meta row '{}' is missing", name));
+  return stmt.Int(0);
+}
+
+Status SqliteStore::WriteMetaLocked(const char* name, int64_t value) {
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(fmt::format("UPDATE meta SET value = ?1 WHERE name = '{}'", name)));
+  return stmt.Bind(1, value).Run();
+}
+
+Status SqliteStore::Init() {
+  std::lock_guard lock(mu_);
+  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+  // journal_mode answers with the mode it got; WAL can be refused (e.g. on
+  // some network filesystems), and then "acknowledged = durable" needs a look.
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("PRAGMA journal_mode=WAL"));
+    DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row || stmt.Text(0) != "wal") return Unavailable("sqlite refused journal_mode=WAL");
+  }
+  DROVER_RETURN_IF_ERROR(ExecLocked("PRAGMA synchronous=FULL"));
+  DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
+  Status status = ExecLocked(kSchema);
+  Result<int64_t> version = status.ok() ? ReadMetaLocked("schema_version") : Result<int64_t>(status);
+  if (version.ok() && *version != kSchemaVersion) {
+    version = FailedPrecondition(fmt::format("store schema version {} is not the supported {}", *version, kSchemaVersion));
+  }
+  if (!version.ok()) {
+    (void)ExecLocked("ROLLBACK");
+    return version.status();
+  }
+  return ExecLocked("COMMIT");
+}
+
+Result<std::string> SqliteStore::Pragma(const std::string& name) {
+  std::lock_guard lock(mu_);
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("PRAGMA " + name));
+  DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return NotFound(fmt::format("pragma '{}' returned no row", name));
+  return stmt.Text(0);
+}
+
+template <typename Body>
+Result<int64_t> SqliteStore::WriteTxnLocked(Body&& body) {
+  DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
+  Result<int64_t> current = ReadMetaLocked("revision");
+  WriteSet ws;
+  Status status = current.status();
+  if (status.ok()) {
+    ws.revision = *current + 1;
+    status = body(ws);
+  }
+  if (status.ok() && !ws.events.empty()) status = WriteMetaLocked("revision", ws.revision);
+  if (status.ok()) status = ExecLocked("COMMIT");
+  if (!status.ok()) {
+    (void)ExecLocked("ROLLBACK");  // fails harmlessly when COMMIT already rolled back
+    return status;
+  }
+  if (ws.events.empty()) return *current;
+  hub_->Publish({ws.revision, std::move(ws.events)});
+  return ws.revision;
+}
+
+Result<std::optional<KeyValue>> SqliteStore::LookupLocked(const std::string& key) {
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(fmt::format("SELECT {} FROM kv WHERE key = ?1", kKvColumns)));
+  DROVER_ASSIGN_OR_RETURN(bool row, stmt.BindBlob(1, key).Step());
+  if (!row) return std::optional<KeyValue>();
+  return std::optional<KeyValue>(stmt.Kv(0));
+}
+
+Status SqliteStore::AppendHistoryLocked(WriteSet& ws, Event event) {
+  DROVER_ASSIGN_OR_RETURN(
+      Stmt stmt, PrepareLocked("INSERT INTO history(revision, seq, type, key, value, create_rev, version, lease) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+  const KeyValue& kv = event.kv;
+  DROVER_RETURN_IF_ERROR(stmt.Bind(1, ws.revision)
+                             .Bind(2, static_cast<int64_t>(ws.events.size()))
+                             .Bind(3, event.type == Event::Type::kPut ? 0 : 1)
+                             .BindBlob(4, kv.key)
+                             .BindBlob(5, kv.value)
+                             .Bind(6, kv.create_revision)
+                             .Bind(7, kv.version)
+                             .Bind(8, kv.lease)
+                             .Run());
+  ws.events.push_back(std::move(event));
+  return Status::Ok();
+}
+
+Status SqliteStore::PutLocked(WriteSet& ws, const Op& op) {
+  if (op.lease != 0) {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("SELECT 1 FROM leases WHERE id = ?1"));
+    DROVER_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, op.lease).Step());
+    if (!found) return NotFound(fmt::format("lease {} for key '{}' not found", op.lease, op.key));
+  }
+  DROVER_ASSIGN_OR_RETURN(std::optional<KeyValue> old, LookupLocked(op.key));
+  KeyValue kv{op.key, op.value, old ? old->create_revision : ws.revision, ws.revision, old ? old->version + 1 : 1,
+              op.lease};
+  DROVER_ASSIGN_OR_RETURN(
+      Stmt stmt, PrepareLocked(fmt::format("INSERT OR REPLACE INTO kv({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", kKvColumns)));
+  DROVER_RETURN_IF_ERROR(stmt.BindBlob(1, kv.key)
+                             .BindBlob(2, kv.value)
+                             .Bind(3, kv.create_revision)
+                             .Bind(4, kv.mod_revision)
+                             .Bind(5, kv.version)
+                             .Bind(6, kv.lease)
+                             .Run());
+  return AppendHistoryLocked(ws, Event{Event::Type::kPut, std::move(kv)});
+}
+
+Status SqliteStore::DeleteLocked(WriteSet& ws, const std::string& key) {
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("DELETE FROM kv WHERE key = ?1"));
+  DROVER_RETURN_IF_ERROR(stmt.BindBlob(1, key).Run());
+  if (sqlite3_changes(db_) == 0) return Status::Ok();  // deleting a missing key writes nothing
+  Event event;
+  event.type = Event::Type::kDelete;
+  event.kv.key = key;
+  event.kv.mod_revision = ws.revision;
+  return AppendHistoryLocked(ws, std::move(event));
+}
+
+Status SqliteStore::DeletePrefixLocked(WriteSet& ws, const std::string& prefix) {
+  std::optional<std::string> end = PrefixEnd(prefix);
+  std::vector<std::string> keys;
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(RangeSql("SELECT key FROM kv WHERE", "key", end.has_value(),
+                                                              "ORDER BY key")));
+    stmt.BindBlob(1, prefix);
+    if (end) stmt.BindBlob(2, *end);
+    while (true) {
+      DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      keys.push_back(stmt.Blob(0));
+    }
+  }
+  for (const std::string& key : keys) DROVER_RETURN_IF_ERROR(DeleteLocked(ws, key));
+  return Status::Ok();
+}
+
+Result<bool> SqliteStore::RevokeInTxnLocked(WriteSet& ws, LeaseId lease) {
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("DELETE FROM leases WHERE id = ?1"));
+    DROVER_RETURN_IF_ERROR(stmt.Bind(1, lease).Run());
+    if (sqlite3_changes(db_) == 0) return false;
+  }
+  std::vector<std::string> keys;
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("SELECT key FROM kv WHERE lease = ?1 AND lease != 0 ORDER BY key"));
+    stmt.Bind(1, lease);
+    while (true) {
+      DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      keys.push_back(stmt.Blob(0));
+    }
+  }
+  for (const std::string& key : keys) DROVER_RETURN_IF_ERROR(DeleteLocked(ws, key));
+  return true;
+}
+
+Status SqliteStore::ExpireLeasesLocked() {
+  std::vector<LeaseId> ended;
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("SELECT id FROM leases WHERE deadline_ns <= ?1 "
+                                                     "ORDER BY deadline_ns, id"));
+    stmt.Bind(1, ToUnixNanos(clock_->Now()));
+    while (true) {
+      DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      ended.push_back(stmt.Int(0));
+    }
+  }
+  for (LeaseId lease : ended) {
+    Result<int64_t> revision = WriteTxnLocked([&](WriteSet& ws) { return RevokeInTxnLocked(ws, lease).status(); });
+    DROVER_RETURN_IF_ERROR(revision.status());
+  }
+  return Status::Ok();
+}
+
+Result<TxnResult> SqliteStore::Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
+                                   const std::vector<Op>& failure) {
+  for (const Compare& compare : compares) DROVER_RETURN_IF_ERROR(ValidateKey(compare.key, "compare"));
+  for (const Op& op : success) DROVER_RETURN_IF_ERROR(ValidateOp(op));
+  for (const Op& op : failure) DROVER_RETURN_IF_ERROR(ValidateOp(op));
+
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  TxnResult result;
+  // Ops run in order, each seeing the ones before it; all writes share ws.revision.
+  auto body = [&](WriteSet& ws) -> Status {
+    result.succeeded = true;
+    for (const Compare& compare : compares) {
+      DROVER_ASSIGN_OR_RETURN(std::optional<KeyValue> kv, LookupLocked(compare.key));
+      if (!CompareHolds(compare, kv)) {
+        result.succeeded = false;
+        break;
+      }
+    }
+    for (const Op& op : result.succeeded ? success : failure) {
+      switch (op.kind) {
+        case Op::Kind::kPut: DROVER_RETURN_IF_ERROR(PutLocked(ws, op)); break;
+        case Op::Kind::kDelete: DROVER_RETURN_IF_ERROR(DeleteLocked(ws, op.key)); break;
+        case Op::Kind::kDeletePrefix: DROVER_RETURN_IF_ERROR(DeletePrefixLocked(ws, op.key)); break;
+        case Op::Kind::kGet: {
+          DROVER_ASSIGN_OR_RETURN(std::optional<KeyValue> kv, LookupLocked(op.key));
+          result.gets.push_back(std::move(kv));
+          break;
+        }
+      }
+    }
+    return Status::Ok();
+  };
+  DROVER_ASSIGN_OR_RETURN(result.revision, WriteTxnLocked(body));
+  return result;
+}
+
+Result<RangeResult> SqliteStore::Range(const std::string& prefix, int64_t limit) {
+  DROVER_RETURN_IF_ERROR(ValidatePrefix(prefix));
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  std::optional<std::string> end = PrefixEnd(prefix);
+  RangeResult result;
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(RangeSql(fmt::format("SELECT {} FROM kv WHERE", kKvColumns), "key",
+                                                              end.has_value(), "ORDER BY key LIMIT ?3")));
+    stmt.BindBlob(1, prefix).Bind(3, limit > 0 ? limit + 1 : -1);  // one extra row tells whether there is more
+    if (end) stmt.BindBlob(2, *end);
+    while (true) {
+      DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      result.kvs.push_back(stmt.Kv(0));
+    }
+  }
+  if (limit > 0 && std::cmp_greater(result.kvs.size(), limit)) {
+    result.kvs.pop_back();
+    result.more = true;
+  }
+  // mu_ keeps writers of this store out, so no BEGIN is needed for a consistent read.
+  DROVER_ASSIGN_OR_RETURN(result.revision, ReadMetaLocked("revision"));
+  return result;
+}
+
+Result<std::unique_ptr<WatchHandle>> SqliteStore::Watch(const std::string& prefix, int64_t start_revision,
+                                                        WatchCallback callback) {
+  DROVER_RETURN_IF_ERROR(ValidatePrefix(prefix));
+  if (start_revision < 0) return InvalidArgument(fmt::format("watch start revision {} is negative", start_revision));
+  if (!callback) return InvalidArgument("watch without a callback");
+
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  DROVER_ASSIGN_OR_RETURN(int64_t current, ReadMetaLocked("revision"));
+  DROVER_ASSIGN_OR_RETURN(int64_t compacted, ReadMetaLocked("compacted"));
+  if (start_revision != 0 && start_revision < compacted) {
+    return OutOfRange(fmt::format("watch from revision {}: history before revision {} is compacted", start_revision,
+                                  compacted));
+  }
+  // The whole history is loaded here, under mu_, so that it and the live
+  // batches published after it meet exactly at current (see WatchHub).
+  std::vector<WatchHub::Batch> history;
+  int64_t from = start_revision == 0 ? current + 1 : start_revision;
+  if (from <= current) {
+    std::optional<std::string> end = PrefixEnd(prefix);
+    DROVER_ASSIGN_OR_RETURN(
+        Stmt stmt, PrepareLocked(RangeSql("SELECT revision, type, key, value, create_rev, version, lease "
+                                          "FROM history WHERE revision >= ?3 AND",
+                                          "key", end.has_value(), "ORDER BY revision, seq")));
+    stmt.BindBlob(1, prefix).Bind(3, from);
+    if (end) stmt.BindBlob(2, *end);
+    while (true) {
+      DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      int64_t revision = stmt.Int(0);
+      if (history.empty() || history.back().revision != revision) history.push_back({revision, {}});
+      Event event;
+      event.type = stmt.Int(1) == 0 ? Event::Type::kPut : Event::Type::kDelete;
+      event.kv = {stmt.Blob(2), stmt.Blob(3), stmt.Int(4), revision, stmt.Int(5), stmt.Int(6)};
+      history.back().events.push_back(std::move(event));
+    }
+  }
+  return hub_->Add(prefix, std::max(from, current + 1), std::move(history), std::move(callback));
+}
+
+Status SqliteStore::Compact(int64_t revision) {
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  return WriteTxnLocked([&](WriteSet&) -> Status {
+           DROVER_ASSIGN_OR_RETURN(int64_t current, ReadMetaLocked("revision"));
+           if (revision > current) {
+             return OutOfRange(fmt::format("compact to revision {} beyond the current {}", revision, current));
+           }
+           DROVER_ASSIGN_OR_RETURN(int64_t compacted, ReadMetaLocked("compacted"));
+           if (revision <= compacted) return Status::Ok();
+           DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("DELETE FROM history WHERE revision < ?1"));
+           DROVER_RETURN_IF_ERROR(stmt.Bind(1, revision).Run());
+           return WriteMetaLocked("compacted", revision);
+         })
+      .status();
+}
+
+Result<LeaseId> SqliteStore::GrantLease(Duration ttl) {
+  if (ttl.count() <= 0) return InvalidArgument(fmt::format("lease ttl of {} ns is not positive", ttl.count()));
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  LeaseId id = 0;
+  // next_lease only grows, so ids are never reused, even after a restart.
+  Result<int64_t> written = WriteTxnLocked([&](WriteSet&) -> Status {
+    DROVER_ASSIGN_OR_RETURN(id, ReadMetaLocked("next_lease"));
+    DROVER_RETURN_IF_ERROR(WriteMetaLocked("next_lease", id + 1));
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("INSERT INTO leases(id, ttl_ns, deadline_ns) VALUES (?1, ?2, ?3)"));
+    return stmt.Bind(1, id).Bind(2, ttl.count()).Bind(3, SaturatingDeadline(clock_->Now(), ttl)).Run();
+  });
+  if (!written.ok()) return written.status();
+  return id;
+}
+
+Status SqliteStore::KeepAlive(LeaseId lease) {
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  return WriteTxnLocked([&](WriteSet&) -> Status {
+           int64_t ttl_ns = 0;
+           {
+             DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("SELECT ttl_ns FROM leases WHERE id = ?1"));
+             DROVER_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, lease).Step());
+             if (!found) return NotFound(fmt::format("lease {} not found", lease));
+             ttl_ns = stmt.Int(0);
+           }
+           DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("UPDATE leases SET deadline_ns = ?2 WHERE id = ?1"));
+           return stmt.Bind(1, lease).Bind(2, SaturatingDeadline(clock_->Now(), Duration(ttl_ns))).Run();
+         })
+      .status();
+}
+
+Status SqliteStore::RevokeLease(LeaseId lease) {
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  return WriteTxnLocked([&](WriteSet& ws) -> Status {
+           DROVER_ASSIGN_OR_RETURN(bool found, RevokeInTxnLocked(ws, lease));
+           return found ? Status::Ok() : NotFound(fmt::format("lease {} not found", lease));
+         })
+      .status();
+}
+
+Result<int64_t> SqliteStore::CurrentRevision() {
+  std::lock_guard lock(mu_);
+  DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
+  return ReadMetaLocked("revision");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock* clock) {
+  if (clock == nullptr) return InvalidArgument("sqlite store needs a clock");
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    Status error = SqliteError(db, rc, fmt::format("open store '{}'", path));
+    sqlite3_close_v2(db);
+    return error;
+  }
+  auto store = std::make_unique<SqliteStore>(db, clock);
+  if (Status status = store->Init(); !status.ok()) {
+    return Status(status.code(), fmt::format("open store '{}': {}", path, status.message()));
+  }
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::string> SqliteStorePragma(Store& store, const std::string& name) {
+  auto* sqlite = dynamic_cast<SqliteStore*>(&store);
+  if (sqlite == nullptr) return InvalidArgument("not a sqlite store");
+  bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (!plain) return InvalidArgument(fmt::format("pragma name '{}' is not an identifier", name));
+  return sqlite->Pragma(name);
+}
+
+}  // namespace drover::store
