@@ -1,3 +1,4 @@
+cmake_minimum_required(VERSION 3.25)
 # Fails when a source under src/drover/<module>/ includes "drover/<other>/..."
 # for a module <other> that design.md does not let <module> use.
 # Run by the check_layers target (part of every build) and the `layers` test.
@@ -22,7 +23,7 @@ foreach(f IN LISTS sources)
   endif()
   file(STRINGS "${f}" includes REGEX "^#include \"drover/")
   foreach(line IN LISTS includes)
-    string(REGEX MATCH "drover/([a-z_]+)/" _ "${line}")
+    string(REGEX MATCH "drover/([a-z0-9_]+)/" _ "${line}")
     set(target "${CMAKE_MATCH_1}")
     if(NOT target IN_LIST allowed_${module})
       string(APPEND errors "\n  ${rel}: ${module} may not include ${line}")

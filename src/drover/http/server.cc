@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <charconv>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -53,26 +54,12 @@ constexpr size_t kMaxRejecting = 64;
 constexpr std::chrono::seconds kRejectTimeout{5};
 constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
 
-// The google.rpc.Code names, which clients match on (the HTTP code is lossy).
-const char* GrpcName(Code code) {
-  switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kCancelled: return "CANCELLED";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kPermissionDenied: return "PERMISSION_DENIED";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kAborted: return "ABORTED";
-    case Code::kOutOfRange: return "OUT_OF_RANGE";
-    case Code::kUnimplemented: return "UNIMPLEMENTED";
-    case Code::kInternal: return "INTERNAL";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kUnauthenticated: return "UNAUTHENTICATED";
-  }
-  return "UNKNOWN";
+// The google.rpc.Code name, which clients match on (the HTTP code is lossy):
+// CodeName's "invalid argument" is INVALID_ARGUMENT.
+std::string GrpcName(Code code) {
+  std::string name = CodeName(code);
+  for (char& c : name) c = c == ' ' ? '_' : static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
+  return name;
 }
 
 Response ErrorWithHttpStatus(int http_status, Code code, std::string message) {
@@ -81,12 +68,8 @@ Response ErrorWithHttpStatus(int http_status, Code code, std::string message) {
   return response;
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
+// Beast 1.74 hands out boost::string_view, which has no implicit conversions.
+std::string ToString(beast::string_view text) { return std::string(text.data(), text.size()); }
 
 // Form-style decoding: "%41" -> "A" and "+" -> " ". A truncated or non-hex
 // escape is an error rather than passed through, so handlers never see it.
@@ -94,19 +77,17 @@ Result<std::string> PercentDecode(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '+') {
-      out += ' ';
-    } else if (text[i] == '%') {
-      int hi = i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
-      int lo = i + 2 < text.size() ? HexValue(text[i + 2]) : -1;
-      if (hi < 0 || lo < 0) {
-        return InvalidArgument("bad percent escape in query '" + std::string(text) + "'");
-      }
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else {
-      out += text[i];
+    if (text[i] != '%') {
+      out += text[i] == '+' ? ' ' : text[i];
+      continue;
     }
+    unsigned byte = 0;
+    const char* hex = text.data() + i + 1;
+    if (i + 2 >= text.size() || std::from_chars(hex, hex + 2, byte, 16).ptr != hex + 2) {
+      return InvalidArgument("bad percent escape in query '" + std::string(text) + "'");
+    }
+    out += static_cast<char>(byte);
+    i += 2;
   }
   return out;
 }
@@ -188,10 +169,7 @@ class SocketStream {
   }
   template <typename MutableBuffers>
   size_t read_some(const MutableBuffers& buffers) {
-    error_code ec;
-    size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
+    return OrThrow([&](error_code& ec) { return read_some(buffers, ec); });
   }
 
   template <typename ConstBuffers>
@@ -204,13 +182,18 @@ class SocketStream {
   }
   template <typename ConstBuffers>
   size_t write_some(const ConstBuffers& buffers) {
+    return OrThrow([&](error_code& ec) { return write_some(buffers, ec); });
+  }
+
+ private:
+  template <typename Op>
+  static size_t OrThrow(Op op) {
     error_code ec;
-    size_t n = write_some(buffers, ec);
+    size_t n = op(ec);
     if (ec) throw boost::system::system_error(ec);
     return n;
   }
 
- private:
   // True when the socket is ready (or in error: the next call reports it).
   bool Wait(short events, Clock::time_point deadline, error_code& ec) {
     for (;;) {
@@ -263,19 +246,14 @@ class BeastServer final : public Server {
 
   Status Listen(const tcp::endpoint& endpoint, const std::string& listen) {
     error_code ec;
-    const std::string what = "cannot listen on '" + listen + "': ";
-    if (acceptor_.open(endpoint.protocol(), ec); ec) return Unavailable(what + ec.message());
+    acceptor_.open(endpoint.protocol(), ec);
     // Lets a restarted server take its port back while old connections sit
     // in TIME_WAIT; it does not allow two live listeners on one port.
-    if (acceptor_.set_option(net::socket_base::reuse_address(true), ec); ec) {
-      return Unavailable(what + ec.message());
-    }
-    if (acceptor_.bind(endpoint, ec); ec) return Unavailable(what + ec.message());
-    if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec) {
-      return Unavailable(what + ec.message());
-    }
-    port_ = acceptor_.local_endpoint(ec).port();
-    if (ec) return Unavailable(what + ec.message());
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (!ec) port_ = acceptor_.local_endpoint(ec).port();
+    if (ec) return Unavailable("cannot listen on '" + listen + "': " + ec.message());
     Accept();
     io_thread_ = std::thread([this] { ioc_.run(); });
     return Status::Ok();
@@ -331,33 +309,37 @@ class BeastServer final : public Server {
 
   void OnAccept(tcp::socket socket) {
     std::vector<std::unique_ptr<Connection>> finished;
-    std::unique_lock<std::mutex> lock(mu_);
-    for (uint64_t id : finished_) {
-      auto it = connections_.find(id);
-      if (it == connections_.end()) continue;
-      finished.push_back(std::move(it->second));
-      connections_.erase(it);
-    }
-    finished_.clear();
-    if (stopping_) return;
-    if (active_ >= options_.max_connections) {
-      lock.unlock();
-      Reject(std::move(socket));
-    } else {
-      auto connection = std::make_unique<Connection>(std::move(socket));
-      Connection* raw = connection.get();
-      const uint64_t id = next_id_++;
-      try {
-        raw->thread = std::thread([this, raw, id] { Serve(raw, id); });
-      } catch (const std::system_error&) {
-        return;  // out of threads: the socket closes with `connection`
+    bool reject = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint64_t id : finished_) {
+        auto it = connections_.find(id);
+        if (it == connections_.end()) continue;
+        finished.push_back(std::move(it->second));
+        connections_.erase(it);
       }
-      connections_.emplace(id, std::move(connection));
-      ++active_;
-      lock.unlock();
+      finished_.clear();
+      if (stopping_) {
+        // `socket` closes on return.
+      } else if (active_ >= options_.max_connections) {
+        reject = true;
+      } else {
+        auto connection = std::make_unique<Connection>(std::move(socket));
+        Connection* raw = connection.get();
+        const uint64_t id = next_id_++;
+        try {
+          // Serve() ends by taking mu_, so it cannot finish before the emplace.
+          raw->thread = std::thread([this, raw, id] { Serve(raw, id); });
+          connections_.emplace(id, std::move(connection));
+          ++active_;
+        } catch (const std::system_error&) {
+          // Out of threads: the socket closes with `connection`.
+        }
+      }
     }
     // Finished threads have returned or are about to: joining is quick.
     for (auto& connection : finished) connection->thread.join();
+    if (reject) Reject(std::move(socket));
   }
 
   void Reject(tcp::socket socket) {
@@ -370,7 +352,7 @@ class BeastServer final : public Server {
     r.parser.body_limit(options_.max_body_bytes);
     r.stream.expires_after(kRejectTimeout);
     bhttp::async_read(r.stream, r.buffer, r.parser, [this, it](error_code ec, size_t) {
-      if (ec == net::error::operation_aborted) return rejecting_.erase(it), void();
+      if (ec == net::error::operation_aborted) return void(rejecting_.erase(it));
       Rejection& rej = **it;
       Response error = ErrorResponse(Unavailable(
           "server is at its limit of " + std::to_string(options_.max_connections) +
@@ -394,8 +376,7 @@ class BeastServer final : public Server {
   void Serve(Connection* connection, uint64_t id) {
     try {
       ServeRequests(connection->socket);
-    } catch (...) {
-      // Only allocation failures get here; drop the connection, keep the process.
+    } catch (...) {  // only allocation failures: drop the connection, keep the process
     }
     std::lock_guard<std::mutex> lock(mu_);
     error_code ec;
@@ -427,21 +408,11 @@ class BeastServer final : public Server {
         if (!ec) bhttp::read(stream, buffer, parser, ec);
       }
       if (ec) {
-        if (ec.category() != bhttp::error::body_limit.category() ||
+        if (ec.category() != bhttp::make_error_code(bhttp::error::body_limit).category() ||
             ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
           return;  // the client left or timed out: nobody to answer
         }
-        Response error =
-            ec == bhttp::error::body_limit
-                ? ErrorWithHttpStatus(413, Code::kInvalidArgument,
-                                      "request body is larger than " +
-                                          std::to_string(options_.max_body_bytes) + " bytes")
-            : ec == bhttp::error::header_limit
-                ? ErrorWithHttpStatus(431, Code::kInvalidArgument,
-                                      "request headers are larger than " +
-                                          std::to_string(kMaxHeaderBytes) + " bytes")
-                : ErrorResponse(InvalidArgument("malformed http request: " + ec.message()));
-        WriteResponse(stream, error, 11, false);
+        WriteResponse(stream, ParseErrorResponse(ec), 11, false);
         Linger(socket, stream);
         return;
       }
@@ -460,10 +431,24 @@ class BeastServer final : public Server {
     }
   }
 
+  Response ParseErrorResponse(error_code ec) const {
+    if (ec == bhttp::error::body_limit) {
+      return ErrorWithHttpStatus(413, Code::kResourceExhausted,
+                                 "request body is larger than " +
+                                     std::to_string(options_.max_body_bytes) + " bytes");
+    }
+    if (ec == bhttp::error::header_limit) {
+      return ErrorWithHttpStatus(431, Code::kInvalidArgument,
+                                 "request headers are larger than " +
+                                     std::to_string(kMaxHeaderBytes) + " bytes");
+    }
+    return ErrorResponse(InvalidArgument("malformed http request: " + ec.message()));
+  }
+
   Response Dispatch(bhttp::request<bhttp::string_body> message) {
     Request request;
-    request.method = std::string(message.method_string());
-    std::string_view target = message.target();
+    request.method = ToString(message.method_string());
+    const std::string_view target(message.target().data(), message.target().size());
     size_t question = target.find('?');
     request.path = std::string(target.substr(0, question));
     if (question != std::string_view::npos) {
@@ -472,10 +457,9 @@ class BeastServer final : public Server {
       request.query = std::move(*query);
     }
     for (const auto& field : message) {
-      std::string name(field.name_string());
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; });
-      std::string value(field.value());
+      std::string name = ToString(field.name_string());
+      for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+      std::string value = ToString(field.value());
       auto [it, inserted] = request.headers.emplace(std::move(name), value);
       if (!inserted) it->second += ", " + value;  // RFC 9110: a repeated field is a list
     }
@@ -547,9 +531,8 @@ class BeastServer final : public Server {
       // truncated body rather than a complete one.
       return false;
     }
-    if (!alive || !chunked) return false;
-    net::write(stream, bhttp::make_chunk_last(), ec);
-    return !ec && keep_alive;
+    if (alive && chunked) net::write(stream, bhttp::make_chunk_last(), ec);
+    return alive && chunked && !ec && keep_alive;
   }
 
   // Half-closes, then discards what the client still sends for a while.
@@ -599,11 +582,9 @@ Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler h
 }
 
 Response ErrorResponse(const Status& status) {
-  nlohmann::json body = {
-      {"code", static_cast<int>(status.code())},
-      {"status", GrpcName(status.code())},
-      {"message", status.message()},
-  };
+  nlohmann::json body = {{"code", static_cast<int>(status.code())},
+                         {"status", GrpcName(status.code())},
+                         {"message", status.message()}};
   Response response;
   response.status = HttpStatusFor(status.code());
   response.content_type = "application/json";

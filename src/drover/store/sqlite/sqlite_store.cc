@@ -3,17 +3,15 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <limits>
-#include <map>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <utility>
-#include <variant>
 
 #include <fmt/format.h>
+
+#include "drover/store/sqlite/statement.h"
+#include "drover/store/sqlite/watch_hub.h"
 
 namespace drover::store {
 namespace {
@@ -45,27 +43,6 @@ CREATE INDEX IF NOT EXISTS leases_by_deadline ON leases(deadline_ns);
 )sql";
 
 constexpr const char* kKvColumns = "key, value, create_rev, mod_rev, version, lease";
-
-// Trouble with the file or its lock may pass (kUnavailable); anything else
-// is a bug or a damaged file (kInternal).
-Code SqliteCode(int rc) {
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-      return Code::kUnavailable;
-    default:
-      return Code::kInternal;
-  }
-}
-
-Status SqliteError(sqlite3* db, int rc, const std::string& what) {
-  return {SqliteCode(rc), fmt::format("{}: {}", what, db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc))};
-}
 
 // The smallest string greater than every string starting with `prefix`, or
 // nullopt when there is none ("" and all-0xff prefixes): "a/" -> "a0",
@@ -142,231 +119,6 @@ bool CompareHolds(const Compare& c, const std::optional<KeyValue>& kv) {
   }
   return false;
 }
-
-// ---------------------------------------------------------------------------
-// WatchHub: delivers committed revisions to watchers on one dispatcher thread.
-//
-// Ordering and exactly-once: the store calls Publish (each committed
-// revision) and Add (a new watcher with its history) while holding its own
-// mutex, so the hub's FIFO queue is in revision order. A watcher added when
-// the store was at revision R gets its history (revisions <= R, read in the
-// same critical section) from its Start item and live batches from R+1 on.
-// Batches <= R still queued at that point are skipped: a watcher becomes
-// active only when the dispatcher reaches its Start item, which is behind
-// them. Callbacks run with no lock held, so they may call into the store.
-//
-// Cancel waits until the watcher's callback is not running, unless it is
-// called on the dispatcher thread (a callback cancelling another watcher).
-//
-// Thread-safety: thread-safe; mu_ guards every member below it. Shared by the
-// store and its handles, so a handle may outlive the store.
-class WatchHub : public std::enable_shared_from_this<WatchHub> {
- public:
-  struct Batch {
-    int64_t revision = 0;
-    std::vector<Event> events;
-  };
-
-  ~WatchHub() { Stop(); }
-
-  bool HasWatchers() {
-    std::lock_guard lock(mu_);
-    return !watchers_.empty();
-  }
-
-  void Publish(Batch batch) {
-    std::lock_guard lock(mu_);
-    if (watchers_.empty() || stopping_) return;
-    queue_.push_back(std::move(batch));
-    work_cv_.notify_one();
-  }
-
-  std::unique_ptr<WatchHandle> Add(std::string prefix, int64_t live_from, std::vector<Batch> history,
-                                   WatchCallback callback);
-  void Cancel(uint64_t id);
-
-  // Drops what is still queued and joins the dispatcher. Must not be called
-  // from a callback.
-  void Stop() {
-    std::thread thread;
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      queue_.clear();
-      thread = std::move(thread_);
-    }
-    work_cv_.notify_all();
-    if (thread.joinable()) thread.join();
-  }
-
- private:
-  struct Watcher {
-    uint64_t id = 0;
-    std::string prefix;
-    int64_t live_from = 0;  // first revision delivered from live batches
-    WatchCallback callback;
-    bool active = false;  // its history has been delivered
-    bool cancelled = false;
-  };
-  struct Start {
-    std::shared_ptr<Watcher> watcher;
-    std::vector<Batch> history;
-  };
-
-  void Run();
-  void Deliver(std::unique_lock<std::mutex>& lock, Watcher& watcher, const std::vector<Event>& events);
-
-  std::mutex mu_;
-  std::condition_variable work_cv_;  // the queue grew or stopping_ was set
-  std::condition_variable idle_cv_;  // a callback returned
-  std::deque<std::variant<Batch, Start>> queue_;
-  std::map<uint64_t, std::shared_ptr<Watcher>> watchers_;
-  uint64_t next_id_ = 1;
-  uint64_t running_ = 0;  // the watcher whose callback runs now, 0 if none
-  bool stopping_ = false;
-  std::thread thread_;  // started by the first Add
-  std::thread::id dispatcher_id_;
-};
-
-class HubWatchHandle final : public WatchHandle {
- public:
-  HubWatchHandle(std::shared_ptr<WatchHub> hub, uint64_t id) : hub_(std::move(hub)), id_(id) {}
-  ~HubWatchHandle() override { hub_->Cancel(id_); }
-
- private:
-  std::shared_ptr<WatchHub> hub_;
-  uint64_t id_;
-};
-
-std::unique_ptr<WatchHandle> WatchHub::Add(std::string prefix, int64_t live_from, std::vector<Batch> history,
-                                           WatchCallback callback) {
-  std::lock_guard lock(mu_);
-  auto watcher = std::make_shared<Watcher>();
-  watcher->id = next_id_++;
-  watcher->prefix = std::move(prefix);
-  watcher->live_from = live_from;
-  watcher->callback = std::move(callback);
-  watchers_[watcher->id] = watcher;
-  queue_.push_back(Start{watcher, std::move(history)});
-  if (!thread_.joinable() && !stopping_) {
-    thread_ = std::thread([this] { Run(); });
-    dispatcher_id_ = thread_.get_id();
-  }
-  work_cv_.notify_one();
-  return std::make_unique<HubWatchHandle>(shared_from_this(), watcher->id);
-}
-
-void WatchHub::Cancel(uint64_t id) {
-  std::unique_lock lock(mu_);
-  if (auto it = watchers_.find(id); it != watchers_.end()) {
-    it->second->cancelled = true;
-    watchers_.erase(it);
-  }
-  if (std::this_thread::get_id() == dispatcher_id_) return;  // running some other watcher's callback
-  idle_cv_.wait(lock, [&] { return running_ != id; });
-}
-
-void WatchHub::Run() {
-  std::unique_lock lock(mu_);
-  while (true) {
-    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (stopping_) return;
-    auto item = std::move(queue_.front());
-    queue_.pop_front();
-    if (auto* start = std::get_if<Start>(&item)) {
-      for (const Batch& batch : start->history) Deliver(lock, *start->watcher, batch.events);
-      start->watcher->active = true;
-      continue;
-    }
-    const Batch& batch = std::get<Batch>(item);
-    std::vector<std::shared_ptr<Watcher>> targets;
-    for (const auto& [id, watcher] : watchers_) {
-      if (watcher->active && batch.revision >= watcher->live_from) targets.push_back(watcher);
-    }
-    for (const auto& watcher : targets) {
-      if (watcher->prefix.empty()) {
-        Deliver(lock, *watcher, batch.events);
-        continue;
-      }
-      std::vector<Event> mine;
-      for (const Event& event : batch.events) {
-        if (event.kv.key.starts_with(watcher->prefix)) mine.push_back(event);
-      }
-      if (!mine.empty()) Deliver(lock, *watcher, mine);
-    }
-  }
-}
-
-void WatchHub::Deliver(std::unique_lock<std::mutex>& lock, Watcher& watcher, const std::vector<Event>& events) {
-  if (watcher.cancelled || stopping_ || events.empty()) return;
-  running_ = watcher.id;
-  lock.unlock();
-  watcher.callback(events);
-  lock.lock();
-  running_ = 0;
-  idle_cv_.notify_all();
-}
-
-// ---------------------------------------------------------------------------
-// Stmt: a cached prepared statement, borrowed for one use and reset when the
-// borrow ends. Bound strings are not copied (SQLITE_STATIC): they must
-// outlive the borrow.
-class Stmt {
- public:
-  explicit Stmt(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  Stmt(Stmt&& other) noexcept : stmt_(std::exchange(other.stmt_, nullptr)), bind_rc_(other.bind_rc_) {}
-  Stmt& operator=(Stmt&&) = delete;
-  ~Stmt() {
-    if (stmt_ == nullptr) return;
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-
-  Stmt& Bind(int index, int64_t value) {
-    Check(sqlite3_bind_int64(stmt_, index, value));
-    return *this;
-  }
-  Stmt& BindBlob(int index, const std::string& value) {
-    // data() is never null, so an empty string binds a zero-length blob, not NULL.
-    Check(sqlite3_bind_blob64(stmt_, index, value.data(), value.size(), nullptr));
-    return *this;
-  }
-
-  // True while there is a row to read.
-  Result<bool> Step() {
-    int rc = bind_rc_ != SQLITE_OK ? bind_rc_ : sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return SqliteError(sqlite3_db_handle(stmt_), rc, fmt::format("sqlite statement '{}'", sqlite3_sql(stmt_)));
-  }
-  Status Run() {
-    Result<bool> row = Step();
-    return row.status();
-  }
-
-  int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
-  std::string Blob(int column) const {
-    const void* data = sqlite3_column_blob(stmt_, column);
-    int size = sqlite3_column_bytes(stmt_, column);
-    return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), static_cast<size_t>(size));
-  }
-  std::string Text(int column) const {
-    const unsigned char* text = sqlite3_column_text(stmt_, column);
-    return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
-  }
-  // Reads kKvColumns starting at `first`.
-  KeyValue Kv(int first) const {
-    return {Blob(first), Blob(first + 1), Int(first + 2), Int(first + 3), Int(first + 4), Int(first + 5)};
-  }
-
- private:
-  void Check(int rc) {
-    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-  }
-
-  sqlite3_stmt* stmt_;
-  int bind_rc_ = SQLITE_OK;
-};
 
 // The events of one write transaction, all at `revision`.
 struct WriteSet {

@@ -9,9 +9,13 @@
 // transaction, but watches only see writes made through this object, so do
 // not write the same file from two processes.
 //
+// Every revision's events stay in a history table until Compact, so the
+// owner should compact regularly. A watch from an old revision loads the
+// history it replays into memory at once.
+//
 // Watch callbacks run on one dispatcher thread per store (started by the
-// first Watch). A callback may read and write the store; it must not destroy
-// its own WatchHandle, nor the store.
+// first Watch; see watch_hub.h for ordering). A callback may read and write
+// the store; it must not destroy its own WatchHandle, nor the store.
 
 #include <memory>
 #include <string>

@@ -106,8 +106,8 @@ std::string VendorFor(std::string_view cl_vendor, cl_device_type type) {
   return "opencl";
 }
 
-std::string ClError(const char* call, cl_int code) {
-  return std::string(call) + " failed with OpenCL error " + std::to_string(code);
+std::string ClError(const std::string& call, cl_int code) {
+  return call + " failed with OpenCL error " + std::to_string(code);
 }
 
 // Not thread-safe: owned by the agent that created it. Loads the library on
@@ -221,14 +221,14 @@ class OpenClBackend final : public DeviceBackend {
   Result<std::string> InfoString(const std::string& what, Query query) {
     size_t size = 0;
     cl_int rc = query(0, nullptr, &size);
-    if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc)));
+    if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc));
     if (size == 0 || size > kMaxInfoStringBytes) {
       return Internal("opencl " + what + " has an invalid length of " + std::to_string(size) +
                       " bytes");
     }
     std::string value(size, '\0');
     rc = query(size, value.data(), nullptr);
-    if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc)));
+    if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc));
     value = Trim(std::move(value));
     if (value.empty()) return Internal("opencl " + what + " is empty");
     return value;
@@ -240,7 +240,7 @@ class OpenClBackend final : public DeviceBackend {
     T value{};
     size_t size_ret = 0;
     cl_int rc = get_device_info_(id, param, sizeof(T), &value, &size_ret);
-    if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc)));
+    if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc));
     if (size_ret != sizeof(T)) {
       return Internal("opencl " + what + " has " + std::to_string(size_ret) +
                       " bytes, expected " + std::to_string(sizeof(T)));

@@ -1,0 +1,213 @@
+// drover: one binary, four roles (up, server, agent, gateway later) and the CLI.
+// Thin: parses the verb and hands off.
+
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <climits>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "drover/agent/agent.h"
+#include "drover/agent/devices/device_backend.h"
+#include "drover/agent/supervisor.h"
+#include "drover/cli/commands.h"
+#include "drover/common/config.h"
+#include "drover/common/ids.h"
+#include "drover/common/version.h"
+#include "drover/runtime/logging.h"
+#include "drover/server/server.h"
+
+namespace {
+
+using drover::Result;
+using drover::Status;
+
+struct RoleFlags {
+  std::string data_dir = ".drover";
+  std::string grpc_listen = "127.0.0.1:7070";
+  std::string http_listen = "127.0.0.1:8080";
+  std::string server_addr = "127.0.0.1:7070";
+  std::string node_name;
+  std::vector<std::string> devices = {"opencl"};
+  std::string sim_model = "H100 80GB";
+  int sim_gpus = 8;
+  int simulate = 0;
+  std::string log_level = "info";
+  std::string supervise_dir;
+};
+
+std::string SelfExe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "drover";
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  std::string name;
+  for (char c : std::string(buf)) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (drover::ValidateNodeName(name).ok()) return name;
+  return "local";
+}
+
+// Blocks until SIGINT or SIGTERM.
+int WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received signal {}, shutting down (jobs keep running under their supervisors)", sig);
+  return 0;
+}
+
+Result<std::vector<std::unique_ptr<drover::agent::DeviceBackend>>> Backends(const RoleFlags& f) {
+  std::vector<std::unique_ptr<drover::agent::DeviceBackend>> out;
+  for (const std::string& name : f.devices) {
+    if (name == "opencl") {
+      out.push_back(drover::agent::MakeOpenClBackend());
+    } else if (name == "simulated") {
+      DROVER_ASSIGN_OR_RETURN(auto b, drover::agent::MakeSimulatedBackend({f.sim_gpus, f.sim_model, f.node_name}));
+      out.push_back(std::move(b));
+    } else if (name != "none") {
+      return drover::InvalidArgument("device backend '" + name + "' is unknown (use opencl, simulated or none)");
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<drover::agent::Agent>> StartAgent(const RoleFlags& f, const std::string& node,
+                                                         const std::string& server, const std::string& dir,
+                                                         std::vector<std::unique_ptr<drover::agent::DeviceBackend>> b) {
+  drover::agent::AgentOptions o;
+  o.node_name = node;
+  o.server_address = server;
+  o.data_dir = dir;
+  o.supervisor_exe = SelfExe();
+  o.backends = std::move(b);
+  (void)f;
+  return drover::agent::StartAgent(std::move(o));
+}
+
+int Fatal(const Status& s) {
+  spdlog::critical("{}", s.ToString());
+  return 1;
+}
+
+int RunServer(const RoleFlags& f, bool all_in_one) {
+  if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
+  drover::server::ServerOptions so{f.data_dir, f.grpc_listen, f.http_listen};
+  auto server = drover::server::StartServer(so);
+  if (!server.ok()) return Fatal(server.status());
+  std::vector<std::unique_ptr<drover::agent::Agent>> agents;
+  if (all_in_one) {
+    std::string addr = (*server)->grpc_address();
+    RoleFlags local = f;
+    local.node_name = f.node_name.empty() ? Hostname() : f.node_name;
+    auto backends = Backends(local);
+    if (!backends.ok()) return Fatal(backends.status());
+    auto a = StartAgent(f, local.node_name, addr, f.data_dir + "/agents/" + local.node_name, std::move(*backends));
+    if (!a.ok()) return Fatal(a.status());
+    agents.push_back(std::move(*a));
+    for (int i = 1; i <= f.simulate; ++i) {
+      std::string name = "sim-" + std::to_string(i);
+      auto b = drover::agent::MakeSimulatedBackend({f.sim_gpus, f.sim_model, name});
+      if (!b.ok()) return Fatal(b.status());
+      std::vector<std::unique_ptr<drover::agent::DeviceBackend>> bs;
+      bs.push_back(std::move(*b));
+      auto sim = StartAgent(f, name, addr, f.data_dir + "/agents/" + name, std::move(bs));
+      if (!sim.ok()) return Fatal(sim.status());
+      agents.push_back(std::move(*sim));
+    }
+    spdlog::info("drover up: 1 local node and {} simulated nodes; try: DROVER_ADDR={} drover nodes", f.simulate, addr);
+  }
+  WaitForSignal();
+  for (auto& a : agents) a->Stop();
+  (*server)->Stop();
+  return 0;
+}
+
+int RunAgentRole(const RoleFlags& f) {
+  if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
+  RoleFlags a = f;
+  if (a.node_name.empty()) a.node_name = Hostname();
+  auto backends = Backends(a);
+  if (!backends.ok()) return Fatal(backends.status());
+  auto agent = StartAgent(a, a.node_name, a.server_addr, a.data_dir, std::move(*backends));
+  if (!agent.ok()) return Fatal(agent.status());
+  WaitForSignal();
+  (*agent)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The supervisor must stay single-threaded and quiet: handle it first.
+  if (argc == 4 && std::string(argv[1]) == "supervise" && std::string(argv[2]) == "--dir") {
+    return drover::agent::RunSupervisor(argv[3]);
+  }
+  CLI::App app("drover: a GPU cluster manager", "drover");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(drover::kVersion));
+  drover::AddYamlConfig(app);
+  int exit_code = 0;
+  RoleFlags f;
+
+  auto add_server_flags = [&f](CLI::App* cmd) {
+    cmd->add_option("--data-dir", f.data_dir, "where state, logs and job directories live")->capture_default_str();
+    cmd->add_option("--grpc-listen", f.grpc_listen, "gRPC listen address (port 0 picks one)")->capture_default_str();
+    cmd->add_option("--listen", f.http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
+    cmd->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  };
+  CLI::App* up = app.add_subcommand("up", "all-in-one: server and an agent for this machine, plus simulated nodes");
+  add_server_flags(up);
+  up->add_option("--node-name", f.node_name, "name of this machine's node (default: hostname)");
+  up->add_option("--devices", f.devices, "device backends for this machine: opencl, simulated, none")->capture_default_str();
+  up->add_option("--simulate", f.simulate, "number of simulated nodes to add")->check(CLI::Range(0, 256));
+  up->add_option("--simulate-gpus", f.sim_gpus, "GPUs per simulated node")->check(CLI::Range(0, 64))->capture_default_str();
+  up->add_option("--simulate-model", f.sim_model, "GPU model of simulated nodes")->capture_default_str();
+  up->callback([&] { exit_code = RunServer(f, true); });
+
+  CLI::App* server = app.add_subcommand("server", "control plane: state, scheduler, APIs");
+  add_server_flags(server);
+  server->callback([&] { exit_code = RunServer(f, false); });
+
+  CLI::App* agent = app.add_subcommand("agent", "node agent: discovers devices and runs the node's jobs");
+  agent->add_option("--server", f.server_addr, "server gRPC address")->capture_default_str();
+  agent->add_option("--data-dir", f.data_dir, "where job directories live")->capture_default_str();
+  agent->add_option("--node-name", f.node_name, "node name (default: hostname)");
+  agent->add_option("--devices", f.devices, "device backends: opencl, simulated, none")->capture_default_str();
+  agent->add_option("--simulate-gpus", f.sim_gpus, "GPUs of the simulated backend")->check(CLI::Range(0, 64));
+  agent->add_option("--simulate-model", f.sim_model, "GPU model of the simulated backend");
+  agent->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  agent->callback([&] { exit_code = RunAgentRole(f); });
+
+  for (CLI::App* role : {up, server, agent}) drover::BindEnvironment(*role);
+  drover::cli::AddClientCommands(app, &exit_code);
+
+  // Roles wait for signals with sigwait: block them before any thread starts.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  bool is_role = argc > 1 && (std::string(argv[1]) == "up" || std::string(argv[1]) == "server" ||
+                              std::string(argv[1]) == "agent");
+  if (is_role) {
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : drover::cli::kExitUsage;
+  }
+  return exit_code;
+}

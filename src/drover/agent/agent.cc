@@ -1,0 +1,433 @@
+#include "drover/agent/agent.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "drover/agent/job_dir.h"
+#include "drover/agent/supervisor.h"
+#include "drover/common/ids.h"
+#include "drover/common/version.h"
+#include "drover/rpc/convert.h"
+#include "drover/runtime/event_loop.h"
+#include "drover/v1/agent.grpc.pb.h"
+
+namespace drover::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTick = std::chrono::milliseconds(100);
+constexpr auto kHeartbeatEvery = std::chrono::seconds(2);
+constexpr int64_t kLogChunk = 256 * 1024;
+constexpr int64_t kLogPerTick = 4 * kLogChunk;
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// What the agent knows of one job on this node.
+struct LocalJob {
+  explicit LocalJob(JobDir d) : dir(std::move(d)) {}
+  JobDir dir;
+  pid_t supervisor = 0;  // 0 when adopted (not our child) or unknown
+  std::optional<StartedFile> started;
+  std::optional<ExitFile> exited;
+  std::optional<int64_t> sigterm_ns;
+  int grace_seconds = 10;
+  int64_t log_sent = 0;
+  v1::WorkloadState reported = v1::WORKLOAD_STATE_UNSPECIFIED;
+  int64_t launch_ns = 0;
+};
+
+class AgentImpl final : public Agent {
+ public:
+  explicit AgentImpl(AgentOptions o) : opts_(std::move(o)), loop_("agent") {}
+  ~AgentImpl() override { Stop(); }
+
+  Status Init() {
+    int index = 0;
+    for (auto& backend : opts_.backends) {
+      if (!backend->IsAvailable()) {
+        spdlog::info("device backend '{}' is not available on this machine", backend->Name());
+        continue;
+      }
+      DROVER_RETURN_IF_ERROR(backend->Initialize());
+      DROVER_ASSIGN_OR_RETURN(std::vector<GpuDevice> found, backend->Discover());
+      for (GpuDevice& d : found) {
+        vendor_index_.push_back(d.index);
+        d.index = index++;
+        gpus_.push_back(std::move(d));
+      }
+    }
+    std::error_code ec;
+    jobs_dir_ = opts_.data_dir + "/jobs";
+    fs::create_directories(jobs_dir_, ec);
+    if (ec) return Unavailable(fmt::format("cannot create '{}': {}", jobs_dir_, ec.message()));
+    for (const auto& entry : fs::directory_iterator(jobs_dir_, ec)) {
+      if (!entry.is_directory()) continue;
+      JobDir dir(entry.path().string());
+      auto spec = dir.ReadSpec();
+      if (!spec.ok()) {
+        spdlog::warn("ignoring job directory '{}': {}", dir.path(), spec.status().message());
+        continue;
+      }
+      LocalJob job(dir);
+      job.grace_seconds = spec->grace_seconds;
+      job.sigterm_ns = dir.ReadStop();
+      jobs_.emplace(spec->job_id, std::move(job));
+    }
+    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    loop_.Start();
+    loop_.Post([this] { Tick(); });
+    connector_ = std::thread([this] { ConnectLoop(); });
+    return Status::Ok();
+  }
+
+  void Stop() override {
+    if (stopping_.exchange(true)) return;
+    {
+      std::lock_guard lock(ctx_mu_);
+      if (ctx_) ctx_->TryCancel();
+    }
+    if (connector_.joinable()) connector_.join();
+    loop_.Stop();
+  }
+
+  const std::vector<GpuDevice>& gpus() const override { return gpus_; }
+
+ private:
+  // ---- connection thread ----
+
+  void ConnectLoop() {
+    auto channel = grpc::CreateChannel(opts_.server_address, grpc::InsecureChannelCredentials());
+    auto stub = v1::AgentService::NewStub(channel);
+    auto backoff = std::chrono::milliseconds(100);
+    while (!stopping_) {
+      if (RunSession(stub.get())) backoff = std::chrono::milliseconds(100);
+      if (stopping_) break;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  }
+
+  // Returns true when a session was established (and then ended).
+  bool RunSession(v1::AgentService::Stub* stub) {
+    v1::RegisterRequest reg;
+    reg.set_node_name(opts_.node_name);
+    for (const GpuDevice& d : gpus_) {
+      v1::Gpu* g = reg.add_gpus();
+      g->set_index(d.index);
+      g->set_uuid(d.uuid);
+      g->set_vendor(d.vendor);
+      g->set_model(d.model);
+      g->set_memory_bytes(d.memory_bytes);
+      g->set_health(d.healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
+      g->set_backend(d.backend);
+    }
+    reg.set_cpu_millis(sysconf(_SC_NPROCESSORS_ONLN) * 1000);
+    reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
+    reg.set_agent_version(kVersion);
+    {
+      grpc::ClientContext rctx;
+      rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      v1::RegisterResponse rresp;
+      grpc::Status s = stub->Register(&rctx, reg, &rresp);
+      if (!s.ok()) {
+        spdlog::debug("node '{}' cannot register: {}", opts_.node_name, s.error_message());
+        if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+          spdlog::error("node '{}' was refused: {}", opts_.node_name, s.error_message());
+        }
+        return false;
+      }
+    }
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    {
+      std::lock_guard lock(ctx_mu_);
+      if (stopping_) return false;
+      ctx_ = ctx;
+    }
+    auto stream = stub->Session(ctx.get());
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_node_name(opts_.node_name);
+    bool ok = stream->Write(hello);
+    if (ok) {
+      Sync([this, s = stream.get()] { OnConnected(s); });
+      v1::ServerMessage msg;
+      while (stream->Read(&msg)) {
+        if (msg.has_desired()) loop_.Post([this, d = msg.desired()] { OnDesired(d); });
+      }
+      Sync([this] { OnDisconnected(); });
+    }
+    grpc::Status st = stream->Finish();
+    {
+      std::lock_guard lock(ctx_mu_);
+      ctx_.reset();
+    }
+    if (!stopping_) spdlog::warn("node '{}' session ended: {}", opts_.node_name, st.error_message());
+    return ok;
+  }
+
+  // Runs `fn` on the owner loop and waits for it.
+  void Sync(std::function<void()> fn) {
+    std::promise<void> done;
+    loop_.Post([&] {
+      fn();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+  // ---- owner loop ----
+
+  void OnConnected(grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream) {
+    stream_ = stream;
+    have_desired_ = false;
+    last_heartbeat_ = Clock::now();
+    spdlog::info("node '{}' connected to {}", opts_.node_name, opts_.server_address);
+    // Everything is news to a new session: resend every log from the start
+    // (the server writes by offset, so repeats are harmless) and report all.
+    for (auto& [id, job] : jobs_) {
+      job.log_sent = 0;
+      job.reported = v1::WORKLOAD_STATE_UNSPECIFIED;
+      Refresh(&job);
+      ShipLog(id, &job, /*all=*/true);
+    }
+    v1::AgentMessage m;
+    m.mutable_status()->set_full(true);
+    for (auto& [id, job] : jobs_) {
+      *m.mutable_status()->add_workloads() = StatusOf(id, job);
+      job.reported = m.status().workloads().rbegin()->state();
+    }
+    Send(m);
+  }
+
+  void OnDisconnected() { stream_ = nullptr; }
+
+  void Send(const v1::AgentMessage& m) {
+    if (stream_ != nullptr && !stream_->Write(m)) stream_ = nullptr;  // the reader will notice too
+  }
+
+  void OnDesired(const v1::DesiredWorkloads& d) {
+    desired_.clear();
+    for (const v1::Workload& w : d.workloads()) desired_[w.job_id()] = w;
+    have_desired_ = true;
+    for (const auto& [id, w] : desired_) {
+      if (!jobs_.contains(id)) Launch(w);
+    }
+    Reconcile();
+  }
+
+  std::map<std::string, std::string> EnvFor(const v1::Workload& w) const {
+    std::map<std::string, std::string> env(w.env().begin(), w.env().end());
+    env["DROVER_JOB_ID"] = w.job_id();
+    env["DROVER_NODE"] = opts_.node_name;
+    std::string ids;
+    std::map<std::string, std::string> by_vendor;
+    for (int i : w.gpu_indices()) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(i);
+      if (i < 0 || static_cast<size_t>(i) >= gpus_.size()) continue;
+      std::string& list = by_vendor[gpus_[static_cast<size_t>(i)].vendor];
+      list += (list.empty() ? "" : ",") + std::to_string(vendor_index_[static_cast<size_t>(i)]);
+    }
+    env["DROVER_GPU_IDS"] = ids;
+    for (const auto& [vendor, list] : by_vendor) {
+      std::string_view var = VisibilityVariable(vendor);
+      if (!var.empty()) env[std::string(var)] = list;
+    }
+    return env;
+  }
+
+  void Launch(const v1::Workload& w) {
+    if (!ParseJobId(w.job_id()).ok()) {
+      spdlog::error("server sent a workload with a malformed job id '{}'", w.job_id());
+      return;
+    }
+    JobDir dir(jobs_dir_ + "/" + w.job_id());
+    LocalJob job(dir);
+    job.grace_seconds = w.termination_grace_seconds() > 0 ? w.termination_grace_seconds() : 10;
+    job.launch_ns = NowNanos();
+    std::error_code ec;
+    fs::create_directories(dir.path(), ec);
+    JobSpecFile spec{w.job_id(), {w.command().begin(), w.command().end()}, EnvFor(w), w.working_dir(),
+                     job.grace_seconds};
+    Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
+    if (s.ok()) {
+      auto pid = SpawnSupervisor(opts_.supervisor_exe, dir.path());
+      if (pid.ok()) {
+        job.supervisor = *pid;
+        s = dir.WriteSupervisorPid(*pid);
+      } else {
+        s = pid.status();
+      }
+    }
+    if (!s.ok()) {
+      spdlog::error("node '{}' cannot start job '{}': {}", opts_.node_name, w.job_id(), s.message());
+      job.exited = ExitFile{127, 0, NowNanos(), s.message(), true};
+      (void)dir.WriteExit(*job.exited);
+    } else {
+      spdlog::info("node '{}' started job '{}' on GPUs [{}]", opts_.node_name, w.job_id(),
+                   fmt::join(w.gpu_indices(), ","));
+    }
+    jobs_.emplace(w.job_id(), std::move(job));
+  }
+
+  // Reads what the supervisor recorded since the last look.
+  void Refresh(LocalJob* job) {
+    if (job->exited) return;
+    if (!job->started) job->started = job->dir.ReadStarted();
+    job->exited = job->dir.ReadExit();
+    if (job->exited) {
+      if (job->supervisor > 0) ::waitpid(job->supervisor, nullptr, WNOHANG);
+      return;
+    }
+    if (job->supervisor > 0) {
+      int status = 0;
+      if (::waitpid(job->supervisor, &status, WNOHANG) == job->supervisor) job->supervisor = -1;
+    }
+    pid_t sup = job->supervisor > 0 ? job->supervisor : job->dir.ReadSupervisorPid().value_or(0);
+    if (job->supervisor != -1 && sup > 0 && SupervisorAlive(sup, job->dir.path())) return;
+    // Re-read: the supervisor may have written exit.json just before it ended.
+    job->exited = job->dir.ReadExit();
+    if (!job->exited) {
+      job->exited = ExitFile{-1, 0, NowNanos(), "the job's supervisor died without recording an exit", false};
+      (void)job->dir.WriteExit(*job->exited);
+    }
+  }
+
+  v1::WorkloadStatus StatusOf(const std::string& id, const LocalJob& job) const {
+    v1::WorkloadStatus ws;
+    ws.set_job_id(id);
+    ws.set_start_time_unix_nanos(job.started ? job.started->start_unix_nanos : job.launch_ns);
+    if (job.exited) {
+      ws.set_state(job.exited->failed_to_start ? v1::WORKLOAD_STATE_FAILED_TO_START : v1::WORKLOAD_STATE_EXITED);
+      ws.set_exit_code(job.exited->exit_code);
+      ws.set_signal(job.exited->signal);
+      ws.set_end_time_unix_nanos(job.exited->end_unix_nanos);
+      ws.set_message(job.exited->message);
+    } else {
+      ws.set_state(v1::WORKLOAD_STATE_RUNNING);
+    }
+    return ws;
+  }
+
+  // Sends output not yet sent: a bounded amount, or all of it.
+  void ShipLog(const std::string& id, LocalJob* job, bool all) {
+    if (stream_ == nullptr) return;
+    std::ifstream in(job->dir.File("output.log"), std::ios::binary);
+    if (!in) return;
+    in.seekg(job->log_sent);
+    int64_t budget = all ? INT64_MAX : kLogPerTick;
+    std::string buf(static_cast<size_t>(kLogChunk), '\0');
+    while (budget > 0 && stream_ != nullptr) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      std::streamsize n = in.gcount();
+      if (n <= 0) break;
+      v1::AgentMessage m;
+      m.mutable_log()->set_job_id(id);
+      m.mutable_log()->set_offset(job->log_sent);
+      m.mutable_log()->set_data(buf.data(), static_cast<size_t>(n));
+      Send(m);
+      job->log_sent += n;
+      budget -= n;
+    }
+  }
+
+  // Stops jobs that are no longer desired; forgets ended ones the server has.
+  void Reconcile() {
+    if (!have_desired_) return;
+    int64_t now = NowNanos();
+    std::vector<std::string> forget;
+    for (auto& [id, job] : jobs_) {
+      if (desired_.contains(id)) continue;
+      if (job.exited) {
+        // The server no longer wants it and has heard how it ended.
+        if (job.reported == v1::WORKLOAD_STATE_EXITED || job.reported == v1::WORKLOAD_STATE_FAILED_TO_START) {
+          forget.push_back(id);
+        }
+        continue;
+      }
+      if (!job.started) continue;  // the supervisor has not started it yet; next tick
+      pid_t pgid = job.started->pid;
+      if (!job.sigterm_ns) {
+        spdlog::info("node '{}' stopping job '{}' (SIGTERM, {}s grace)", opts_.node_name, id, job.grace_seconds);
+        ::kill(-pgid, SIGTERM);
+        job.sigterm_ns = now;
+        (void)job.dir.WriteStop(now);
+      } else if (now - *job.sigterm_ns > int64_t{job.grace_seconds} * 1'000'000'000) {
+        ::kill(-pgid, SIGKILL);
+      }
+    }
+    for (const std::string& id : forget) {
+      std::error_code ec;
+      fs::remove_all(jobs_.at(id).dir.path(), ec);
+      jobs_.erase(id);
+    }
+  }
+
+  void Tick() {
+    if (stopping_) return;
+    v1::AgentMessage m;
+    for (auto& [id, job] : jobs_) {
+      Refresh(&job);
+      ShipLog(id, &job, job.exited.has_value());  // all of an ended job's output precedes its end
+      v1::WorkloadStatus ws = StatusOf(id, job);
+      if (ws.state() != job.reported) *m.mutable_status()->add_workloads() = ws;
+    }
+    if (stream_ != nullptr && m.status().workloads_size() > 0) {
+      Send(m);
+      if (stream_ != nullptr) {
+        for (const auto& ws : m.status().workloads()) jobs_.at(ws.job_id()).reported = ws.state();
+      }
+    }
+    if (stream_ != nullptr && Clock::now() - last_heartbeat_ >= kHeartbeatEvery) {
+      v1::AgentMessage hb;
+      hb.mutable_heartbeat()->set_time_unix_nanos(NowNanos());
+      Send(hb);
+      last_heartbeat_ = Clock::now();
+    }
+    Reconcile();
+    loop_.PostAfter(kTick, [this] { Tick(); });
+  }
+
+  AgentOptions opts_;
+  std::vector<GpuDevice> gpus_;
+  std::vector<int> vendor_index_;  // node index -> index within its backend
+  std::string jobs_dir_;
+  std::atomic<bool> stopping_{false};
+  std::mutex ctx_mu_;
+  std::shared_ptr<grpc::ClientContext> ctx_;  // GUARDED_BY(ctx_mu_)
+  std::thread connector_;
+  runtime::EventLoop loop_;
+
+  // Owned by the loop thread.
+  grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream_ = nullptr;
+  std::map<std::string, LocalJob> jobs_;
+  std::map<std::string, v1::Workload> desired_;
+  bool have_desired_ = false;
+  Clock::time_point last_heartbeat_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options) {
+  DROVER_RETURN_IF_ERROR(ValidateNodeName(options.node_name));
+  auto agent = std::make_unique<AgentImpl>(std::move(options));
+  DROVER_RETURN_IF_ERROR(agent->Init());
+  return std::unique_ptr<Agent>(std::move(agent));
+}
+
+}  // namespace drover::agent

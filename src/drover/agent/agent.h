@@ -1,0 +1,45 @@
+#pragma once
+// Agent: one per machine (or per simulated node). Discovers its devices,
+// registers with the server, keeps one Session stream to it, and reconciles
+// the desired workloads the server sends with the jobs it runs.
+//
+// Level-triggered: on every (re)connect the agent reports the full set of
+// workloads it knows; the server answers with the full desired set. Jobs run
+// under per-job supervisors (see supervisor.h) and keep running while the
+// agent or the server is down; a restarted agent adopts them from its data
+// directory, so a job is never started twice and its exit is never lost.
+//
+// Threading: one owner loop holds all workload state and is the only writer
+// to the stream; a connection thread registers, reads the stream and posts
+// what it reads to the owner loop.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drover/agent/devices/device_backend.h"
+#include "drover/common/status.h"
+
+namespace drover::agent {
+
+struct AgentOptions {
+  std::string node_name;
+  std::string server_address = "127.0.0.1:7070";
+  std::string data_dir;        // jobs live under <data_dir>/jobs/
+  std::string supervisor_exe;  // the drover binary (it has the `supervise` verb)
+  std::vector<std::unique_ptr<DeviceBackend>> backends;
+};
+
+class Agent {
+ public:
+  virtual ~Agent() = default;
+  // Stops talking to the server. Jobs keep running under their supervisors.
+  virtual void Stop() = 0;
+  virtual const std::vector<GpuDevice>& gpus() const = 0;
+};
+
+// Discovers devices (a backend that is not available is skipped; one that
+// fails is an error), adopts the jobs in the data directory, and starts.
+Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options);
+
+}  // namespace drover::agent

@@ -1,0 +1,128 @@
+#include "drover/agent/job_dir.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace drover::agent {
+namespace {
+
+using nlohmann::json;
+
+std::optional<json> ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+template <typename T>
+T Get(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    return fallback;
+  }
+}
+
+}  // namespace
+
+Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return Unavailable(fmt::format("cannot sync '{}': {}", tmp, std::strerror(errno)));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Unavailable(fmt::format("cannot rename '{}': {}", tmp, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+Status JobDir::WriteSpec(const JobSpecFile& s) const {
+  json j{{"job_id", s.job_id}, {"command", s.command}, {"env", s.env},
+         {"working_dir", s.working_dir}, {"grace_seconds", s.grace_seconds}};
+  return WriteFileAtomic(File("spec.json"), j.dump());
+}
+
+Result<JobSpecFile> JobDir::ReadSpec() const {
+  auto j = ReadJson(File("spec.json"));
+  if (!j) return NotFound(fmt::format("job directory '{}' has no readable spec.json", path_));
+  JobSpecFile s;
+  s.job_id = Get<std::string>(*j, "job_id", "");
+  s.command = Get<std::vector<std::string>>(*j, "command", {});
+  s.env = Get<std::map<std::string, std::string>>(*j, "env", {});
+  s.working_dir = Get<std::string>(*j, "working_dir", "");
+  s.grace_seconds = Get<int>(*j, "grace_seconds", 10);
+  if (s.job_id.empty() || s.command.empty()) return InvalidArgument(fmt::format("'{}/spec.json' is incomplete", path_));
+  return s;
+}
+
+Status JobDir::WriteStarted(const StartedFile& s) const {
+  return WriteFileAtomic(File("started.json"), json{{"pid", s.pid}, {"start_unix_nanos", s.start_unix_nanos}}.dump());
+}
+
+std::optional<StartedFile> JobDir::ReadStarted() const {
+  auto j = ReadJson(File("started.json"));
+  if (!j) return std::nullopt;
+  StartedFile s{Get<pid_t>(*j, "pid", 0), Get<int64_t>(*j, "start_unix_nanos", 0)};
+  if (s.pid <= 1) return std::nullopt;
+  return s;
+}
+
+Status JobDir::WriteExit(const ExitFile& e) const {
+  json j{{"exit_code", e.exit_code}, {"signal", e.signal}, {"end_unix_nanos", e.end_unix_nanos},
+         {"message", e.message}, {"failed_to_start", e.failed_to_start}};
+  return WriteFileAtomic(File("exit.json"), j.dump());
+}
+
+std::optional<ExitFile> JobDir::ReadExit() const {
+  auto j = ReadJson(File("exit.json"));
+  if (!j) return std::nullopt;
+  return ExitFile{Get<int>(*j, "exit_code", -1), Get<int>(*j, "signal", 0), Get<int64_t>(*j, "end_unix_nanos", 0),
+                  Get<std::string>(*j, "message", ""), Get<bool>(*j, "failed_to_start", false)};
+}
+
+Status JobDir::WriteStop(int64_t ns) const {
+  return WriteFileAtomic(File("stop.json"), json{{"sigterm_unix_nanos", ns}}.dump());
+}
+
+std::optional<int64_t> JobDir::ReadStop() const {
+  auto j = ReadJson(File("stop.json"));
+  if (!j) return std::nullopt;
+  return Get<int64_t>(*j, "sigterm_unix_nanos", 0);
+}
+
+Status JobDir::WriteSupervisorPid(pid_t pid) const {
+  return WriteFileAtomic(File("supervisor.pid"), std::to_string(pid));
+}
+
+std::optional<pid_t> JobDir::ReadSupervisorPid() const {
+  std::ifstream in(File("supervisor.pid"));
+  pid_t pid = 0;
+  if (!(in >> pid) || pid <= 1) return std::nullopt;
+  return pid;
+}
+
+}  // namespace drover::agent

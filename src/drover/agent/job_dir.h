@@ -1,0 +1,75 @@
+#pragma once
+// JobDir: the on-disk record of one workload on a node,
+// <agent-data>/jobs/<job-id>/. It is what lets a job outlive its agent: the
+// per-job supervisor writes how the job started and ended there, and a
+// restarted agent reads it back instead of starting the job again.
+//
+//   spec.json        what to run (written by the agent before the spawn)
+//   supervisor.pid   the supervisor's pid (agent)
+//   started.json     {"pid", "start_unix_nanos"} (supervisor, after the spawn)
+//   stop.json        {"sigterm_unix_nanos"} (agent, when it asked the job to stop)
+//   exit.json        {"exit_code", "signal", "end_unix_nanos", "message",
+//                     "failed_to_start"} (supervisor, when the job ended)
+//   output.log       stdout and stderr of the job
+//   work/            the default working directory
+//
+// Every JSON file is written to a temporary name, fsync'd and renamed, so a
+// reader sees it whole or not at all.
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/common/status.h"
+
+namespace drover::agent {
+
+struct JobSpecFile {
+  std::string job_id;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;  // added to the supervisor's environment
+  std::string working_dir;
+  int grace_seconds = 10;
+};
+
+struct StartedFile {
+  pid_t pid = 0;  // the job's process and process group
+  int64_t start_unix_nanos = 0;
+};
+
+struct ExitFile {
+  int exit_code = 0;   // -1 when killed by a signal
+  int signal = 0;
+  int64_t end_unix_nanos = 0;
+  std::string message;
+  bool failed_to_start = false;
+};
+
+class JobDir {
+ public:
+  explicit JobDir(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+  std::string File(const char* name) const { return path_ + "/" + name; }
+
+  Status WriteSpec(const JobSpecFile& spec) const;
+  Result<JobSpecFile> ReadSpec() const;
+  Status WriteStarted(const StartedFile& s) const;
+  std::optional<StartedFile> ReadStarted() const;
+  Status WriteExit(const ExitFile& e) const;
+  std::optional<ExitFile> ReadExit() const;
+  Status WriteStop(int64_t sigterm_unix_nanos) const;
+  std::optional<int64_t> ReadStop() const;
+  Status WriteSupervisorPid(pid_t pid) const;
+  std::optional<pid_t> ReadSupervisorPid() const;
+
+ private:
+  std::string path_;
+};
+
+// Writes `data` to `path` atomically (temporary file, fsync, rename).
+Status WriteFileAtomic(const std::string& path, const std::string& data);
+
+}  // namespace drover::agent

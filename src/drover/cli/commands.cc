@@ -1,0 +1,443 @@
+#include "drover/cli/commands.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "drover/cli/table.h"
+#include "drover/common/quantity.h"
+#include "drover/common/version.h"
+#include "drover/rpc/convert.h"
+#include "drover/v1/api.grpc.pb.h"
+
+namespace drover::cli {
+namespace {
+
+struct Common {
+  std::string addr = "127.0.0.1:7070";
+  std::string output = "table";
+  int timeout_s = 30;
+};
+
+int ExitCodeFor(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK: return 0;
+    case grpc::StatusCode::NOT_FOUND: return kExitNotFound;
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return kExitUnavailable;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return kExitUsage;
+    default: return kExitFailure;
+  }
+}
+
+int Fail(const grpc::Status& s, const Common& c) {
+  std::string msg = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    msg = fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR)", c.addr, msg);
+  }
+  std::cerr << "error: " << msg << "\n";
+  return ExitCodeFor(s);
+}
+
+std::shared_ptr<grpc::Channel> Channel(const Common& c) {
+  return grpc::CreateChannel(c.addr, grpc::InsecureChannelCredentials());
+}
+
+std::unique_ptr<grpc::ClientContext> Context(const Common& c) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(c.timeout_s));
+  return ctx;
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Or(const std::string& s, const char* fallback = "<none>") { return s.empty() ? fallback : s; }
+
+std::string Join(const google::protobuf::RepeatedField<int32_t>& v) {
+  return v.empty() ? "<none>" : fmt::format("{}", fmt::join(v, ","));
+}
+
+int CheckOutput(const Common& c) {
+  if (c.output == "table" || c.output == "wide" || c.output == "json") return 0;
+  std::cerr << "error: output format '" << c.output << "' is unknown (use table, wide or json)\n";
+  return kExitUsage;
+}
+
+void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
+  std::vector<std::string> headers = {"ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE"};
+  if (wide) headers.insert(headers.end(), {"GPU-IDS", "EXIT", "COMMAND", "MESSAGE"});
+  Table t(headers);
+  int64_t now = NowNanos();
+  for (const v1::Job* j : jobs) {
+    const auto& st = j->status();
+    std::vector<std::string> row = {j->id(), Or(j->spec().name()), j->spec().tenant(),
+                                     rpc::JobStateDisplay(st.state()), std::to_string(j->spec().gpus()),
+                                     Or(st.allocation().node()), Age(st.submit_time_unix_nanos(), now)};
+    if (wide) {
+      std::string exit = !rpc::IsTerminal(st.state()) ? "<none>"
+                         : st.signal() != 0           ? fmt::format("signal {}", st.signal())
+                                                      : std::to_string(st.exit_code());
+      std::string cmd = fmt::format("{}", fmt::join(j->spec().command(), " "));
+      if (cmd.size() > 40) cmd = cmd.substr(0, 37) + "...";
+      row.insert(row.end(), {Join(st.allocation().gpu_indices()), exit, cmd, Or(st.message(), "")});
+    }
+    t.AddRow(row);
+  }
+  t.Print(std::cout);
+}
+
+// ---- verbs ----
+
+struct SubmitArgs {
+  std::string name, tenant, gpu_memory = "0", gpu_model, gpu_vendor, workdir;
+  int gpus = 1;
+  int priority = 0;
+  bool wait = false;
+  std::vector<std::string> env;
+  std::vector<std::string> command;
+};
+
+int WaitFor(const std::string& id, const Common& c) {
+  auto stub = v1::JobService::NewStub(Channel(c));
+  auto delay = std::chrono::milliseconds(50);
+  for (;;) {
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::Job job;
+    auto ctx = Context(c);
+    grpc::Status s = stub->Get(ctx.get(), req, &job);
+    if (!s.ok()) return Fail(s, c);
+    const auto& st = job.status();
+    if (rpc::IsTerminal(st.state())) {
+      if (st.state() != v1::JOB_STATE_SUCCEEDED) {
+        std::cerr << fmt::format("job {} {}: {}\n", id, rpc::JobStateDisplay(st.state()), st.message());
+      }
+      if (st.signal() != 0) return 128 + st.signal();
+      if (st.state() == v1::JOB_STATE_SUCCEEDED) return 0;
+      return st.exit_code() > 0 && st.exit_code() < 256 ? st.exit_code() : kExitFailure;
+    }
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
+}
+
+int Submit(const SubmitArgs& a, const Common& c) {
+  v1::SubmitJobRequest req;
+  v1::JobSpec* s = req.mutable_spec();
+  s->set_name(a.name);
+  s->set_tenant(a.tenant);
+  s->set_priority(a.priority);
+  s->set_gpus(a.gpus);
+  auto mem = ParseBytes(a.gpu_memory);
+  if (!mem.ok()) {
+    std::cerr << "error: --gpu-memory: " << mem.status().message() << "\n";
+    return kExitUsage;
+  }
+  s->set_gpu_memory_bytes(*mem);
+  s->set_gpu_model(a.gpu_model);
+  s->set_gpu_vendor(a.gpu_vendor);
+  s->set_working_dir(a.workdir);
+  for (const std::string& kv : a.env) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "error: --env '" << kv << "' is not NAME=VALUE\n";
+      return kExitUsage;
+    }
+    (*s->mutable_env())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const std::string& arg : a.command) s->add_command(arg);
+  auto stub = v1::JobService::NewStub(Channel(c));
+  v1::SubmitJobResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->Submit(ctx.get(), req, &resp);
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    std::cout << Json(resp.job()) << "\n";
+  } else {
+    std::cout << resp.job().id() << "\n";
+  }
+  std::cout.flush();
+  return a.wait ? WaitFor(resp.job().id(), c) : 0;
+}
+
+int Jobs(const std::string& state, const std::string& tenant, const Common& c) {
+  v1::ListJobsRequest req;
+  if (!state.empty()) {
+    auto s = rpc::ParseJobState(state);
+    if (!s.ok()) {
+      std::cerr << "error: " << s.status().message() << "\n";
+      return kExitUsage;
+    }
+    req.set_state(*s);
+  }
+  req.set_tenant(tenant);
+  auto stub = v1::JobService::NewStub(Channel(c));
+  v1::ListJobsResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->List(ctx.get(), req, &resp);
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    std::cout << Json(resp) << "\n";
+    return 0;
+  }
+  if (resp.jobs().empty()) {
+    std::cerr << "No jobs found.\n";
+    return 0;
+  }
+  std::vector<const v1::Job*> jobs;
+  for (const auto& j : resp.jobs()) jobs.push_back(&j);
+  PrintJobs(jobs, c.output == "wide");
+  return 0;
+}
+
+int JobShow(const std::string& id, const Common& c) {
+  auto stub = v1::JobService::NewStub(Channel(c));
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  auto ctx = Context(c);
+  grpc::Status st = stub->Get(ctx.get(), req, &job);
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    std::cout << Json(job) << "\n";
+    return 0;
+  }
+  PrintJobs({&job}, c.output == "wide");
+  return 0;
+}
+
+int Cancel(const std::string& id, const Common& c) {
+  auto stub = v1::JobService::NewStub(Channel(c));
+  v1::CancelJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  auto ctx = Context(c);
+  grpc::Status st = stub->Cancel(ctx.get(), req, &job);
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    std::cout << Json(job) << "\n";
+  } else {
+    std::cout << fmt::format("{} {}\n", id, rpc::JobStateDisplay(job.status().state()).c_str());
+  }
+  return 0;
+}
+
+int Logs(const std::string& id, bool follow, const Common& c) {
+  auto stub = v1::JobService::NewStub(Channel(c));
+  v1::LogsRequest req;
+  req.set_id(id);
+  req.set_follow(follow);
+  grpc::ClientContext ctx;  // no deadline: a follow runs as long as the job
+  auto reader = stub->Logs(&ctx, req);
+  v1::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    std::cout.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    std::cout.flush();
+  }
+  grpc::Status st = reader->Finish();
+  return st.ok() ? 0 : Fail(st, c);
+}
+
+int Nodes(const Common& c, bool gpus_view) {
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::ListNodesResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->List(ctx.get(), v1::ListNodesRequest(), &resp);
+  if (!st.ok()) return Fail(st, c);
+  bool wide = c.output == "wide";
+  if (c.output == "json") {
+    if (!gpus_view) {
+      std::cout << Json(resp) << "\n";
+      return 0;
+    }
+    std::cout << "[";
+    bool first = true;
+    for (const auto& n : resp.nodes()) {
+      for (const auto& g : n.gpus()) {
+        std::string one = Json(g);
+        one.insert(1, fmt::format("\n  \"node\": \"{}\",", n.name()));
+        std::cout << (first ? "\n" : ",\n") << one;
+        first = false;
+      }
+    }
+    std::cout << "]\n";
+    return 0;
+  }
+  int64_t now = NowNanos();
+  if (gpus_view) {
+    std::vector<std::string> headers = {"NODE", "INDEX", "VENDOR", "MODEL", "MEMORY", "HEALTH", "JOB"};
+    if (wide) headers.insert(headers.end(), {"UUID", "BACKEND"});
+    Table t(headers);
+    for (const auto& n : resp.nodes()) {
+      for (const auto& g : n.gpus()) {
+        std::vector<std::string> row = {n.name(), std::to_string(g.index()), g.vendor(), g.model(),
+                                        FormatBytes(g.memory_bytes()),
+                                        g.health() == v1::GPU_HEALTH_UNHEALTHY ? "Unhealthy" : "Healthy",
+                                        Or(g.job_id())};
+        if (wide) row.insert(row.end(), {g.uuid(), g.backend()});
+        t.AddRow(row);
+      }
+    }
+    t.Print(std::cout);
+    return 0;
+  }
+  std::vector<std::string> headers = {"NAME", "STATUS", "GPUS", "MODEL", "AGE"};
+  if (wide) headers.insert(headers.end(), {"CPU", "MEMORY", "VERSION", "LAST-HEARTBEAT"});
+  Table t(headers);
+  for (const auto& n : resp.nodes()) {
+    int used = 0;
+    std::set<std::string> models;
+    for (const auto& g : n.gpus()) {
+      used += g.job_id().empty() ? 0 : 1;
+      models.insert(g.model());
+    }
+    std::string status = n.state() == v1::NODE_STATE_READY ? "Ready" : "NotReady";
+    if (n.drained()) status += ",Drained";
+    std::vector<std::string> row = {n.name(), status, fmt::format("{}/{}", used, n.gpus_size()),
+                                    models.empty() ? "<none>" : fmt::format("{}", fmt::join(models, ",")),
+                                    Age(n.registered_unix_nanos(), now)};
+    if (wide) {
+      row.insert(row.end(), {std::to_string(n.cpu_millis() / 1000), FormatBytes(n.memory_bytes()),
+                             Or(n.agent_version()), Age(n.last_heartbeat_unix_nanos(), now) + " ago"});
+    }
+    t.AddRow(row);
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int NodeAction(const std::string& name, bool drain, const Common& c) {
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::DrainNodeRequest req;
+  req.set_name(name);
+  v1::Node node;
+  auto ctx = Context(c);
+  grpc::Status st = drain ? stub->Drain(ctx.get(), req, &node) : stub->Undrain(ctx.get(), req, &node);
+  if (!st.ok()) return Fail(st, c);
+  std::cout << fmt::format("node/{} {}\n", name, drain ? "drained" : "undrained");
+  return 0;
+}
+
+int Version(const Common& c) {
+  std::cout << fmt::format("client: {} ({})\n", kVersion, kGitCommit);
+  auto stub = v1::InfoService::NewStub(Channel(c));
+  v1::VersionResponse resp;
+  auto ctx = Context(c);
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  grpc::Status st = stub->Version(ctx.get(), v1::VersionRequest(), &resp);
+  if (!st.ok()) {
+    std::cout << "server: unreachable at " << c.addr << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("server: {} ({})\n", resp.version(), resp.git_commit());
+  return 0;
+}
+
+// Adds the flags every client verb shares.
+void AddCommon(CLI::App* cmd, Common* c, bool output) {
+  cmd->add_option("--addr", c->addr, "server gRPC address")->envname("DROVER_ADDR")->capture_default_str();
+  cmd->add_option("--timeout", c->timeout_s, "seconds to wait for an answer")->check(CLI::Range(1, 3600));
+  if (output) cmd->add_option("-o,--output", c->output, "table, wide or json")->capture_default_str();
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int* exit_code) {
+  auto common = std::make_shared<Common>();
+  auto run = [exit_code, common](std::function<int()> fn) {
+    return [exit_code, common, fn = std::move(fn)] {
+      if (int rc = CheckOutput(*common); rc != 0) {
+        *exit_code = rc;
+        return;
+      }
+      *exit_code = fn();
+    };
+  };
+
+  auto sa = std::make_shared<SubmitArgs>();
+  CLI::App* submit = app.add_subcommand("submit", "submit a job: drover submit [flags] -- CMD ARGS...");
+  AddCommon(submit, common.get(), true);
+  submit->add_option("--name", sa->name, "job name");
+  submit->add_option("--tenant", sa->tenant, "tenant to charge (default: default)");
+  submit->add_option("--priority", sa->priority, "0..1000");
+  submit->add_option("--gpus", sa->gpus, "whole GPUs on one node")->capture_default_str();
+  submit->add_option("--gpu-memory", sa->gpu_memory, "minimum memory per GPU, e.g. 40GiB");
+  submit->add_option("--gpu-model", sa->gpu_model, "exact GPU model, e.g. 'H100 80GB'");
+  submit->add_option("--gpu-vendor", sa->gpu_vendor, "nvidia, amd, intel or opencl");
+  submit->add_option("--workdir", sa->workdir, "absolute working directory on the node");
+  submit->add_option("-e,--env", sa->env, "NAME=VALUE, repeatable");
+  submit->add_flag("--wait", sa->wait, "wait for the job and exit with its exit code");
+  submit->add_option("command", sa->command, "the command and its arguments")->required();
+  submit->positionals_at_end();
+  submit->callback(run([sa, common] { return Submit(*sa, *common); }));
+
+  auto state = std::make_shared<std::string>();
+  auto tenant = std::make_shared<std::string>();
+  CLI::App* jobs = app.add_subcommand("jobs", "list jobs");
+  AddCommon(jobs, common.get(), true);
+  jobs->add_option("--state", *state, "only jobs in this state (pending, running, succeeded, ...)");
+  jobs->add_option("--tenant", *tenant, "only jobs of this tenant");
+  jobs->callback(run([state, tenant, common] { return Jobs(*state, *tenant, *common); }));
+
+  auto id = std::make_shared<std::string>();
+  CLI::App* job = app.add_subcommand("job", "show one job");
+  AddCommon(job, common.get(), true);
+  job->add_option("id", *id, "job id")->required();
+  job->callback(run([id, common] { return JobShow(*id, *common); }));
+
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a job (SIGTERM, then SIGKILL after its grace period)");
+  AddCommon(cancel, common.get(), true);
+  cancel->add_option("id", *id, "job id")->required();
+  cancel->callback(run([id, common] { return Cancel(*id, *common); }));
+
+  auto follow = std::make_shared<bool>(false);
+  CLI::App* logs = app.add_subcommand("logs", "print a job's output");
+  AddCommon(logs, common.get(), false);
+  logs->add_flag("-f,--follow", *follow, "keep printing until the job ends");
+  logs->add_option("id", *id, "job id")->required();
+  logs->callback(run([id, follow, common] { return Logs(*id, *follow, *common); }));
+
+  CLI::App* nodes = app.add_subcommand("nodes", "list nodes");
+  AddCommon(nodes, common.get(), true);
+  nodes->callback(run([common] { return Nodes(*common, false); }));
+
+  CLI::App* gpus = app.add_subcommand("gpus", "list every GPU of every node");
+  AddCommon(gpus, common.get(), true);
+  gpus->callback(run([common] { return Nodes(*common, true); }));
+
+  auto node = std::make_shared<std::string>();
+  for (bool drain : {true, false}) {
+    CLI::App* cmd = app.add_subcommand(drain ? "drain" : "undrain",
+                                       drain ? "stop placing new jobs on a node" : "let a node take new jobs again");
+    AddCommon(cmd, common.get(), false);
+    cmd->add_option("node", *node, "node name")->required();
+    cmd->callback(run([node, drain, common] { return NodeAction(*node, drain, *common); }));
+  }
+
+  CLI::App* version = app.add_subcommand("version", "print client and server versions");
+  AddCommon(version, common.get(), false);
+  version->callback(run([common] { return Version(*common); }));
+}
+
+}  // namespace drover::cli

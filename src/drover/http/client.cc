@@ -1,0 +1,127 @@
+#include "drover/http/client.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <utility>
+
+namespace drover::http {
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+
+// Bounds the whole exchange, so that a test against a broken server fails
+// instead of hanging.
+constexpr std::chrono::seconds kTimeout{30};
+constexpr uint64_t kMaxResponseBytes = 256ULL << 20;
+
+std::string ToString(beast::string_view text) { return std::string(text.data(), text.size()); }
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+Result<HostPort> SplitHostPort(const std::string& host_port) {
+  HostPort result;
+  size_t colon;
+  if (host_port.starts_with("[")) {
+    size_t close = host_port.find(']');
+    if (close == std::string::npos || close + 1 >= host_port.size() ||
+        host_port[close + 1] != ':') {
+      return InvalidArgument("address '" + host_port + "' is not [host]:port");
+    }
+    result.host = host_port.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = host_port.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      return InvalidArgument("address '" + host_port + "' is not host:port");
+    }
+    result.host = host_port.substr(0, colon);
+  }
+  result.port = host_port.substr(colon + 1);
+  if (result.port.empty()) return InvalidArgument("address '" + host_port + "' has no port");
+  return result;
+}
+
+}  // namespace
+
+Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
+                                   const std::string& target, const std::string& body,
+                                   const std::string& content_type) {
+  DROVER_ASSIGN_OR_RETURN(HostPort address, SplitHostPort(host_port));
+  const bhttp::verb verb = bhttp::string_to_verb(method);
+  if (verb == bhttp::verb::unknown) {
+    return InvalidArgument("unknown http method '" + method + "'");
+  }
+
+  // Asynchronous operations on a private io_context, run to completion here:
+  // the only way to put a deadline on Beast's reads and writes.
+  net::io_context ioc;
+  tcp::resolver resolver(ioc);
+  beast::tcp_stream stream(ioc);
+  beast::flat_buffer buffer;
+  bhttp::request<bhttp::string_body> request{verb, target, 11};
+  request.set(bhttp::field::host, host_port);
+  request.set(bhttp::field::user_agent, "drover-http-client");
+  request.keep_alive(false);
+  if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put ||
+      verb == bhttp::verb::patch) {
+    request.set(bhttp::field::content_type, content_type);
+    request.body() = body;
+    request.prepare_payload();
+  }
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(kMaxResponseBytes);
+
+  error_code failure;
+  const char* stage = "resolving";
+  stream.expires_after(kTimeout);
+  resolver.async_resolve(
+      address.host, address.port, [&](error_code ec, tcp::resolver::results_type results) {
+        if (ec) return void(failure = ec);
+        stage = "connecting to";
+        stream.async_connect(results, [&](error_code connect_ec, const tcp::endpoint&) {
+          if (connect_ec) return void(failure = connect_ec);
+          stage = "sending to";
+          bhttp::async_write(stream, request, [&](error_code write_ec, size_t) {
+            if (write_ec) return void(failure = write_ec);
+            stage = "reading from";
+            bhttp::async_read(stream, buffer, parser, [&](error_code read_ec, size_t) {
+              failure = read_ec;
+            });
+          });
+        });
+      });
+  ioc.run();
+  if (failure) {
+    return Unavailable(std::string("http ") + method + " " + target + ": " + stage + " '" +
+                       host_port + "' failed: " + failure.message());
+  }
+
+  const auto& message = parser.get();
+  ClientResponse response;
+  response.status = static_cast<int>(message.result_int());
+  for (const auto& field : message) {
+    std::string name = ToString(field.name_string());
+    for (char& c : name) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    std::string value = ToString(field.value());
+    auto [it, inserted] = response.headers.emplace(std::move(name), value);
+    if (!inserted) it->second += ", " + value;
+  }
+  response.body = message.body();
+  error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  return response;
+}
+
+}  // namespace drover::http

@@ -1,0 +1,29 @@
+#pragma once
+// A tiny synchronous HTTP/1.1 client, for tests and command-line tools that
+// talk to a Drover server: one request per connection, the whole response
+// (chunked or not) read into memory.
+//
+// Thread-safe: each call has its own connection and state.
+
+#include <map>
+#include <string>
+
+#include "drover/common/status.h"
+
+namespace drover::http {
+
+struct ClientResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;                            // de-chunked
+};
+
+// Sends `method target` to `host_port` ("127.0.0.1:8080", "[::1]:8080",
+// "localhost:8080") and waits for the response, at most 30 s. A response
+// with any HTTP status is a success; kUnavailable means no response came
+// (refused, reset, timed out, malformed), kInvalidArgument a bad host_port.
+Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
+                                   const std::string& target, const std::string& body = "",
+                                   const std::string& content_type = "application/json");
+
+}  // namespace drover::http

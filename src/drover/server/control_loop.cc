@@ -1,0 +1,450 @@
+#include "drover/server/control_loop.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "drover/common/ids.h"
+#include "drover/rpc/convert.h"
+
+namespace drover::server {
+namespace {
+
+constexpr std::string_view kJobsPrefix = "/jobs/";
+constexpr std::string_view kNodesPrefix = "/nodes/";
+
+}  // namespace
+
+ControlLoop::ControlLoop(store::Store* store, Clock* clock) : store_(store), clock_(clock), loop_("control-loop") {
+  loop_.SetBatchHook([this] { AfterBatch(); });
+}
+
+ControlLoop::~ControlLoop() { Stop(); }
+
+Status ControlLoop::Start() {
+  DROVER_RETURN_IF_ERROR(Recover());
+  loop_.Start();
+  return Status::Ok();
+}
+
+void ControlLoop::Stop() { loop_.Stop(); }
+
+template <typename T>
+std::future<Result<T>> ControlLoop::Call(std::function<Result<T>()> fn) {
+  auto promise = std::make_shared<std::promise<Result<T>>>();
+  auto future = promise->get_future();
+  loop_.Post([this, promise, fn = std::move(fn)] {
+    Result<T> r = fn();
+    if (ops_.empty() && acks_.empty()) {
+      promise->set_value(std::move(r));
+      return;
+    }
+    acks_.push_back([promise, r](const Status& committed) {
+      if (committed.ok()) {
+        promise->set_value(r);
+      } else {
+        promise->set_value(committed);
+      }
+    });
+  });
+  return future;
+}
+
+Status ControlLoop::Recover() {
+  sched_ = sched::Scheduler();
+  jobs_.clear();
+  active_on_node_.clear();
+  next_seq_ = 1;
+  std::map<std::string, NodeEntry> old = std::move(nodes_);
+  nodes_.clear();
+
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult node_range, store_->Range(std::string(kNodesPrefix)));
+  for (const store::KeyValue& kv : node_range.kvs) {
+    NodeEntry entry;
+    if (!entry.node.ParseFromString(kv.value)) {
+      spdlog::error("skipping unreadable node record '{}'", kv.key);
+      continue;
+    }
+    if (auto it = old.find(entry.node.name()); it != old.end()) {
+      entry.sink = it->second.sink;
+      entry.last_heartbeat_ns = it->second.last_heartbeat_ns;
+    }
+    bool schedulable = entry.sink != nullptr && !entry.node.drained();
+    DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
+    nodes_[entry.node.name()] = std::move(entry);
+  }
+
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult job_range, store_->Range(std::string(kJobsPrefix)));
+  for (const store::KeyValue& kv : job_range.kvs) {
+    v1::Job job;
+    auto seq = ParseJobId(kv.key.substr(kJobsPrefix.size()));
+    if (!seq.ok() || !job.ParseFromString(kv.value) || job.id() != kv.key.substr(kJobsPrefix.size())) {
+      spdlog::error("skipping unreadable job record '{}'", kv.key);
+      continue;
+    }
+    jobs_[*seq] = std::move(job);
+    next_seq_ = std::max(next_seq_, *seq + 1);
+  }
+  size_t queued = 0;
+  size_t bound = 0;
+  for (auto& [seq, job] : jobs_) {  // submission order, so the queue keeps its order
+    v1::JobState state = job.status().state();
+    if (state == v1::JOB_STATE_PENDING) {
+      DROVER_RETURN_IF_ERROR(sched_.Enqueue(rpc::ToJobRequest(job)));
+      ++queued;
+    } else if (!rpc::IsTerminal(state)) {
+      const v1::Allocation& a = job.status().allocation();
+      sched::Binding b{job.id(), a.node(), {a.gpu_indices().begin(), a.gpu_indices().end()}};
+      if (Status s = sched_.Restore(rpc::ToJobRequest(job), b); !s.ok()) {
+        spdlog::error("job '{}' could not be restored on node '{}': {}", job.id(), a.node(), s.message());
+        continue;
+      }
+      active_on_node_[a.node()].insert(seq);
+      ++bound;
+    }
+  }
+  for (const auto& [name, entry] : nodes_) {
+    if (entry.sink) dirty_nodes_.insert(name);
+  }
+  spdlog::info("recovered {} nodes and {} jobs ({} queued, {} bound or running) at store revision {}",
+               nodes_.size(), jobs_.size(), queued, bound, job_range.revision);
+  return Status::Ok();
+}
+
+void ControlLoop::Persist(const v1::Job& job) {
+  ops_.push_back(store::Op::Put(std::string(kJobsPrefix) + job.id(), job.SerializeAsString()));
+}
+
+void ControlLoop::Persist(const v1::Node& node) {
+  ops_.push_back(store::Op::Put(std::string(kNodesPrefix) + node.name(), node.SerializeAsString()));
+}
+
+void ControlLoop::AfterBatch() {
+  int64_t now = ToUnixNanos(clock_->Now());
+  for (sched::Binding& b : sched_.Schedule()) {
+    auto seq = ParseJobId(b.job_id);
+    v1::Job& job = jobs_.at(*seq);
+    v1::JobStatus* st = job.mutable_status();
+    st->set_state(v1::JOB_STATE_BOUND);
+    st->set_bind_time_unix_nanos(now);
+    st->clear_message();
+    st->mutable_allocation()->set_node(b.node);
+    for (int i : b.gpu_indices) st->mutable_allocation()->add_gpu_indices(i);
+    active_on_node_[b.node].insert(*seq);
+    dirty_nodes_.insert(b.node);
+    Persist(job);
+  }
+  Commit();
+}
+
+void ControlLoop::Commit() {
+  Status committed;
+  if (!ops_.empty()) {
+    auto r = store_->Txn({}, ops_, {});
+    committed = !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
+  }
+  ops_.clear();
+  std::vector<Ack> acks = std::move(acks_);
+  acks_.clear();
+  if (!committed.ok()) {
+    spdlog::error("commit failed, rebuilding state from the store: {}", committed.ToString());
+    Status answer = Unavailable("the change was not persisted: " + committed.message());
+    for (Ack& ack : acks) ack(answer);
+    dirty_nodes_.clear();
+    if (Status s = Recover(); !s.ok()) spdlog::critical("cannot rebuild state from the store: {}", s.ToString());
+  } else {
+    for (Ack& ack : acks) ack(Status::Ok());
+  }
+  for (const std::string& name : dirty_nodes_) {
+    auto it = nodes_.find(name);
+    if (it != nodes_.end() && it->second.sink) it->second.sink->SendDesired(DesiredFor(name));
+  }
+  dirty_nodes_.clear();
+}
+
+v1::Job* ControlLoop::FindJob(const std::string& id) {
+  auto seq = ParseJobId(id);
+  if (!seq.ok()) return nullptr;
+  auto it = jobs_.find(*seq);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+v1::Job ControlLoop::View(const v1::Job& job) const {
+  v1::Job out = job;
+  if (job.status().state() == v1::JOB_STATE_PENDING) out.mutable_status()->set_message(sched_.PendingReason(job.id()));
+  return out;
+}
+
+v1::Node ControlLoop::View(const NodeEntry& entry) const {
+  v1::Node out = entry.node;
+  out.set_state(entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY);
+  out.set_last_heartbeat_unix_nanos(entry.last_heartbeat_ns);
+  if (auto it = active_on_node_.find(entry.node.name()); it != active_on_node_.end()) {
+    for (uint64_t seq : it->second) {
+      const v1::Job& job = jobs_.at(seq);
+      for (int i : job.status().allocation().gpu_indices()) {
+        if (i >= 0 && i < out.gpus_size()) out.mutable_gpus(i)->set_job_id(job.id());
+      }
+    }
+  }
+  return out;
+}
+
+v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
+  v1::DesiredWorkloads out;
+  auto it = active_on_node_.find(node);
+  if (it == active_on_node_.end()) return out;
+  for (uint64_t seq : it->second) {
+    const v1::Job& job = jobs_.at(seq);
+    v1::JobState state = job.status().state();
+    if (state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) continue;  // cancelling: stop it
+    v1::Workload* w = out.add_workloads();
+    w->set_job_id(job.id());
+    *w->mutable_command() = job.spec().command();
+    *w->mutable_env() = job.spec().env();
+    w->set_working_dir(job.spec().working_dir());
+    *w->mutable_gpu_indices() = job.status().allocation().gpu_indices();
+    int grace = job.spec().termination_grace_seconds();
+    w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
+  }
+  return out;
+}
+
+void ControlLoop::UpdateSchedulable(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  sched_.SetSchedulable(name, it->second.sink != nullptr && !it->second.node.drained());
+}
+
+void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns,
+                         std::string message) {
+  v1::JobStatus* st = job->mutable_status();
+  st->set_state(state);
+  st->set_exit_code(exit_code);
+  st->set_signal(signal);
+  st->set_end_time_unix_nanos(end_ns);
+  st->set_message(std::move(message));
+  sched_.Remove(job->id());
+  const std::string& node = st->allocation().node();
+  if (!node.empty()) {
+    active_on_node_[node].erase(*ParseJobId(job->id()));
+    dirty_nodes_.insert(node);
+  }
+  Persist(*job);
+}
+
+// ---- jobs ----
+
+std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
+  return Call<v1::Job>([this, spec = std::move(spec)]() -> Result<v1::Job> {
+    sched::JobRequest req = rpc::ToJobRequest([&] {
+      v1::Job j;
+      *j.mutable_spec() = spec;
+      return j;
+    }());
+    if (auto why = sched_.NeverFits(req)) return FailedPrecondition("job can never fit on this cluster: " + *why);
+    uint64_t seq = next_seq_++;
+    v1::Job& job = jobs_[seq];
+    job.set_id(FormatJobId(seq));
+    *job.mutable_spec() = spec;
+    job.mutable_status()->set_state(v1::JOB_STATE_PENDING);
+    job.mutable_status()->set_submit_time_unix_nanos(ToUnixNanos(clock_->Now()));
+    req.id = job.id();
+    if (Status s = sched_.Enqueue(req); !s.ok()) return s;
+    Persist(job);
+    return job;
+  });
+}
+
+std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
+  return Call<v1::Job>([this, id = std::move(id)]() -> Result<v1::Job> {
+    v1::Job* job = FindJob(id);
+    if (job == nullptr) return NotFound(fmt::format("job '{}' not found", id));
+    v1::JobState state = job->status().state();
+    if (rpc::IsTerminal(state)) {
+      return FailedPrecondition(
+          fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
+    }
+    int64_t now = ToUnixNanos(clock_->Now());
+    if (state == v1::JOB_STATE_PENDING) {
+      Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, now, "cancelled before it started");
+    } else if (state != v1::JOB_STATE_CANCELLING) {
+      job->mutable_status()->set_state(v1::JOB_STATE_CANCELLING);
+      job->mutable_status()->set_message("cancel requested; stopping the process");
+      dirty_nodes_.insert(job->status().allocation().node());
+      Persist(*job);
+    }
+    return View(*job);
+  });
+}
+
+std::future<Result<v1::Job>> ControlLoop::GetJob(std::string id) {
+  return Call<v1::Job>([this, id = std::move(id)]() -> Result<v1::Job> {
+    if (auto seq = ParseJobId(id); !seq.ok()) return seq.status();
+    v1::Job* job = FindJob(id);
+    if (job == nullptr) return NotFound(fmt::format("job '{}' not found", id));
+    return View(*job);
+  });
+}
+
+std::future<Result<std::vector<v1::Job>>> ControlLoop::ListJobs(v1::ListJobsRequest filter) {
+  return Call<std::vector<v1::Job>>([this, filter = std::move(filter)]() -> Result<std::vector<v1::Job>> {
+    std::vector<v1::Job> out;
+    for (const auto& [seq, job] : jobs_) {
+      if (filter.state() != v1::JOB_STATE_UNSPECIFIED && job.status().state() != filter.state()) continue;
+      if (!filter.tenant().empty() && job.spec().tenant() != filter.tenant()) continue;
+      out.push_back(View(job));
+    }
+    return out;
+  });
+}
+
+// ---- nodes ----
+
+std::future<Result<v1::Node>> ControlLoop::GetNode(std::string name) {
+  return Call<v1::Node>([this, name = std::move(name)]() -> Result<v1::Node> {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
+    return View(it->second);
+  });
+}
+
+std::future<Result<std::vector<v1::Node>>> ControlLoop::ListNodes() {
+  return Call<std::vector<v1::Node>>([this]() -> Result<std::vector<v1::Node>> {
+    std::vector<v1::Node> out;
+    for (const auto& [name, entry] : nodes_) out.push_back(View(entry));
+    return out;
+  });
+}
+
+std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained) {
+  return Call<v1::Node>([this, name = std::move(name), drained]() -> Result<v1::Node> {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
+    if (it->second.node.drained() != drained) {
+      it->second.node.set_drained(drained);
+      UpdateSchedulable(name);
+      Persist(it->second.node);
+    }
+    return View(it->second);
+  });
+}
+
+// ---- agents ----
+
+std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
+  return Call<Done>([this, req = std::move(req)]() -> Result<Done> {
+    NodeEntry& entry = nodes_[req.node_name()];
+    v1::Node& node = entry.node;
+    bool is_new = node.name().empty();
+    node.set_name(req.node_name());
+    *node.mutable_gpus() = req.gpus();
+    node.set_cpu_millis(req.cpu_millis());
+    node.set_memory_bytes(req.memory_bytes());
+    node.set_agent_version(req.agent_version());
+    if (is_new) node.set_registered_unix_nanos(ToUnixNanos(clock_->Now()));
+    bool schedulable = entry.sink != nullptr && !node.drained();
+    DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(node, schedulable)));
+    Persist(node);
+    spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
+    return Done{};
+  });
+}
+
+std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sink) {
+  return Call<Done>([this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", node));
+    it->second.sink = sink;
+    it->second.last_heartbeat_ns = ToUnixNanos(clock_->Now());
+    UpdateSchedulable(node);
+    dirty_nodes_.insert(node);
+    spdlog::info("node '{}' is ready", node);
+    return Done{};
+  });
+}
+
+void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {
+  loop_.Post([this, node = std::move(node), sink] {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end() || it->second.sink.get() != sink) return;  // a newer session took over
+    it->second.sink.reset();
+    UpdateSchedulable(node);
+    spdlog::warn("node '{}' lost its session; not ready", node);
+  });
+}
+
+void ControlLoop::Heartbeat(std::string node) {
+  loop_.Post([this, node = std::move(node)] {
+    if (auto it = nodes_.find(node); it != nodes_.end()) it->second.last_heartbeat_ns = ToUnixNanos(clock_->Now());
+  });
+}
+
+void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws) {
+  v1::Job* job = FindJob(ws.job_id());
+  // A workload this node should not run is simply left out of its desired
+  // set; the agent stops it. Nothing to record.
+  if (job == nullptr || job->status().allocation().node() != node) return;
+  v1::JobState state = job->status().state();
+  if (rpc::IsTerminal(state) || state == v1::JOB_STATE_PENDING) return;
+  switch (ws.state()) {
+    case v1::WORKLOAD_STATE_RUNNING:
+      if (state == v1::JOB_STATE_BOUND) {
+        job->mutable_status()->set_state(v1::JOB_STATE_RUNNING);
+        job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+        Persist(*job);
+      }
+      break;
+    case v1::WORKLOAD_STATE_EXITED:
+    case v1::WORKLOAD_STATE_FAILED_TO_START: {
+      if (job->status().start_time_unix_nanos() == 0) {
+        job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+      }
+      v1::JobState end = state == v1::JOB_STATE_CANCELLING ? v1::JOB_STATE_CANCELLED
+                         : (ws.state() == v1::WORKLOAD_STATE_EXITED && ws.exit_code() == 0 && ws.signal() == 0)
+                             ? v1::JOB_STATE_SUCCEEDED
+                             : v1::JOB_STATE_FAILED;
+      std::string message = ws.message();
+      if (message.empty()) {
+        message = ws.signal() != 0 ? fmt::format("killed by signal {}", ws.signal())
+                                   : fmt::format("exited with code {}", ws.exit_code());
+      }
+      Finish(job, end, ws.exit_code(), ws.signal(), ws.end_time_unix_nanos(), std::move(message));
+      break;
+    }
+    default:
+      spdlog::warn("node '{}' sent job '{}' in unknown workload state {}", node, ws.job_id(), static_cast<int>(ws.state()));
+  }
+}
+
+void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
+  loop_.Post([this, node = std::move(node), report = std::move(report)] {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return;
+    std::set<std::string> reported;
+    for (const v1::WorkloadStatus& ws : report.workloads()) {
+      reported.insert(ws.job_id());
+      ApplyWorkloadStatus(node, ws);
+    }
+    if (!report.full()) return;
+    // A full report lists everything the agent knows: a job that was running
+    // there and is missing from it is gone (the agent lost its state).
+    std::vector<uint64_t> lost;
+    for (uint64_t seq : active_on_node_[node]) {
+      const v1::Job& job = jobs_.at(seq);
+      if (job.status().state() != v1::JOB_STATE_BOUND && !reported.contains(job.id())) lost.push_back(seq);
+    }
+    int64_t now = ToUnixNanos(clock_->Now());
+    for (uint64_t seq : lost) {
+      v1::Job& job = jobs_.at(seq);
+      bool cancelling = job.status().state() == v1::JOB_STATE_CANCELLING;
+      Finish(&job, cancelling ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED, -1, 0, now,
+             fmt::format("node '{}' no longer knows the job", node));
+    }
+  });
+}
+
+std::future<Result<Done>> ControlLoop::Barrier() {
+  return Call<Done>([] { return Result<Done>(Done{}); });
+}
+
+}  // namespace drover::server

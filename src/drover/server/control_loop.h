@@ -1,0 +1,121 @@
+#pragma once
+// ControlLoop: the one owner of the cluster state and the scheduler.
+//
+// API handlers and agent sessions call its methods from any thread; each
+// call posts a command to the loop thread and returns a future. Commands are
+// applied in memory and produce store records; after each batch of commands
+// the loop runs the scheduler, then commits every record of the batch in one
+// store transaction (group commit), and only then answers the callers and
+// tells agents their new desired workloads. Nothing an agent runs and no
+// answer a client gets was not committed first.
+//
+// On Start() the state is rebuilt from the store: jobs, their bindings and
+// the queue in submission order; nodes stay not-ready until their agent's
+// session returns. If a commit fails, the batch's callers get the error and
+// the state is rebuilt from the store again, so memory never runs ahead of
+// what is durable.
+//
+// Thread-safety: public methods are thread-safe; everything else runs on the
+// loop thread.
+
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "drover/common/clock.h"
+#include "drover/common/status.h"
+#include "drover/runtime/event_loop.h"
+#include "drover/sched/scheduler.h"
+#include "drover/store/store.h"
+#include "drover/v1/agent.pb.h"
+#include "drover/v1/api.pb.h"
+
+namespace drover::server {
+
+// Where the loop sends a node's desired workloads: the agent's session.
+class AgentSink {
+ public:
+  virtual ~AgentSink() = default;
+  // Replaces whatever was not yet sent (level-triggered: the latest wins).
+  virtual void SendDesired(const v1::DesiredWorkloads& desired) = 0;
+};
+
+// The value of a command that answers only "done".
+struct Done {};
+
+class ControlLoop {
+ public:
+  ControlLoop(store::Store* store, Clock* clock);
+  ~ControlLoop();
+
+  Status Start();
+  void Stop();
+
+  // Jobs. `spec` must already be normalized (rpc::NormalizeJobSpec).
+  std::future<Result<v1::Job>> Submit(v1::JobSpec spec);
+  std::future<Result<v1::Job>> Cancel(std::string id);
+  std::future<Result<v1::Job>> GetJob(std::string id);
+  std::future<Result<std::vector<v1::Job>>> ListJobs(v1::ListJobsRequest filter);
+
+  // Nodes.
+  std::future<Result<v1::Node>> GetNode(std::string name);
+  std::future<Result<std::vector<v1::Node>>> ListNodes();
+  std::future<Result<v1::Node>> SetDrained(std::string name, bool drained);
+
+  // Agents. `req` must already be validated (rpc::ValidateRegister).
+  std::future<Result<Done>> RegisterNode(v1::RegisterRequest req);
+  std::future<Result<Done>> SessionOpened(std::string node, std::shared_ptr<AgentSink> sink);
+  void SessionClosed(std::string node, const AgentSink* sink);
+  void Heartbeat(std::string node);
+  void HandleStatus(std::string node, v1::StatusReport report);
+
+  // Resolves once every command posted before it has been applied and committed.
+  std::future<Result<Done>> Barrier();
+
+ private:
+  struct NodeEntry {
+    v1::Node node;  // as persisted (state and heartbeat are filled on read)
+    std::shared_ptr<AgentSink> sink;  // null while no session
+    int64_t last_heartbeat_ns = 0;
+  };
+  using Ack = std::function<void(const Status&)>;
+
+  // Runs `fn` on the loop. Its answer is released at once when the batch has
+  // written nothing so far, else only after the batch commits.
+  template <typename T>
+  std::future<Result<T>> Call(std::function<Result<T>()> fn);
+
+  Status Recover();
+  void AfterBatch();
+  void Commit();
+  void Persist(const v1::Job& job);
+  void Persist(const v1::Node& node);
+
+  v1::Job* FindJob(const std::string& id);
+  void Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns, std::string message);
+  void ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws);
+  void UpdateSchedulable(const std::string& name);
+  v1::Job View(const v1::Job& job) const;
+  v1::Node View(const NodeEntry& entry) const;
+  v1::DesiredWorkloads DesiredFor(const std::string& node) const;
+
+  store::Store* store_;
+  Clock* clock_;
+  runtime::EventLoop loop_;
+
+  // Owned by the loop thread.
+  sched::Scheduler sched_;
+  std::map<uint64_t, v1::Job> jobs_;  // by sequence number: submission order
+  uint64_t next_seq_ = 1;
+  std::map<std::string, NodeEntry> nodes_;
+  std::map<std::string, std::set<uint64_t>> active_on_node_;  // bound, running or cancelling
+  // The open batch.
+  std::vector<store::Op> ops_;
+  std::vector<Ack> acks_;
+  std::set<std::string> dirty_nodes_;  // whose desired workloads may have changed
+};
+
+}  // namespace drover::server

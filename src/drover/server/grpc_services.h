@@ -1,0 +1,20 @@
+#pragma once
+// The gRPC face of the server: JobService, NodeService and InfoService over
+// ApiService, and AgentService (Register and the per-agent Session stream)
+// over the control loop.
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/service_type.h>
+
+#include <memory>
+#include <vector>
+
+#include "drover/server/api_service.h"
+#include "drover/server/control_loop.h"
+#include "drover/server/log_store.h"
+
+namespace drover::server {
+
+std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs);
+
+}  // namespace drover::server

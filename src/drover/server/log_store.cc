@@ -1,0 +1,71 @@
+#include "drover/server/log_store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "drover/common/ids.h"
+
+namespace drover::server {
+
+Result<LogStore> LogStore::Open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable(fmt::format("cannot create log directory '{}': {}", dir, ec.message()));
+  return LogStore(dir);
+}
+
+Result<std::string> LogStore::PathFor(const std::string& job_id) const {
+  auto seq = ParseJobId(job_id);
+  if (!seq.ok()) return seq.status();
+  return fmt::format("{}/{}.log", dir_, job_id);
+}
+
+Status LogStore::Write(const std::string& job_id, int64_t offset, const std::string& data) {
+  DROVER_ASSIGN_OR_RETURN(std::string path, PathFor(job_id));
+  if (offset < 0) return InvalidArgument(fmt::format("log offset {} is negative", offset));
+  if (offset >= kMaxJobLogBytes) return Status::Ok();
+  size_t len = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(data.size()), kMaxJobLogBytes - offset));
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Unavailable(fmt::format("cannot open log '{}': {}", path, std::strerror(errno)));
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pwrite(fd, data.data() + done, len - done, offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Unavailable(fmt::format("cannot write log '{}': {}", path, std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+Result<std::string> LogStore::Read(const std::string& job_id, int64_t offset, int64_t max_bytes) const {
+  DROVER_ASSIGN_OR_RETURN(std::string path, PathFor(job_id));
+  if (offset < 0) return InvalidArgument(fmt::format("log offset {} is negative", offset));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::string();
+    return Unavailable(fmt::format("cannot open log '{}': {}", path, std::strerror(errno)));
+  }
+  std::string out(static_cast<size_t>(max_bytes), '\0');
+  ssize_t n;
+  do {
+    n = ::pread(fd, out.data(), out.size(), offset);
+  } while (n < 0 && errno == EINTR);
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return Unavailable(fmt::format("cannot read log '{}': {}", path, std::strerror(err)));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace drover::server

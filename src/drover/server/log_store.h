@@ -1,0 +1,37 @@
+#pragma once
+// LogStore: the output of every job, as one file per job under
+// <data-dir>/logs/. Agents ship byte ranges (offset, data) up their session;
+// a write at an offset is idempotent, so an agent that reconnects may send a
+// range again. Readers read ranges.
+//
+// Thread-safety: all methods may be called from any thread; writes for one
+// job come from the one session of its node.
+
+#include <cstdint>
+#include <string>
+
+#include "drover/common/status.h"
+
+namespace drover::server {
+
+class LogStore {
+ public:
+  // Creates `dir` if missing.
+  static Result<LogStore> Open(const std::string& dir);
+
+  Status Write(const std::string& job_id, int64_t offset, const std::string& data);
+  // Up to `max_bytes` from `offset`; empty at end of file or when the job
+  // has written nothing yet.
+  Result<std::string> Read(const std::string& job_id, int64_t offset, int64_t max_bytes) const;
+
+ private:
+  explicit LogStore(std::string dir) : dir_(std::move(dir)) {}
+  Result<std::string> PathFor(const std::string& job_id) const;
+
+  std::string dir_;
+};
+
+// The most one job may log; later bytes are dropped.
+inline constexpr int64_t kMaxJobLogBytes = int64_t{1} << 30;
+
+}  // namespace drover::server

@@ -1,0 +1,184 @@
+#include "drover/server/rest.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <charconv>
+#include <string_view>
+#include <vector>
+
+#include "drover/rpc/convert.h"
+
+namespace drover::server {
+namespace {
+
+namespace pbutil = google::protobuf::util;
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  pbutil::JsonPrintOptions opts;
+  opts.always_print_primitive_fields = true;
+  (void)pbutil::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
+template <typename T>
+http::Response JsonReply(const Result<T>& r) {
+  if (!r.ok()) return http::ErrorResponse(r.status());
+  return http::Response{200, "application/json", ToJson(*r), {}, {}};
+}
+
+Status FromJson(const std::string& body, google::protobuf::Message* m) {
+  if (body.empty()) return InvalidArgument("request body is empty; expected a JSON object");
+  pbutil::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;
+  auto st = pbutil::JsonStringToMessage(body, m, opts);
+  if (!st.ok()) return InvalidArgument(fmt::format("request body is not a valid {}: {}", m->GetTypeName(), st.message().as_string()));
+  return Status::Ok();
+}
+
+std::vector<std::string_view> Split(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+http::Response MethodNotAllowed(const http::Request& req) {
+  http::Response r = http::ErrorResponse(
+      Status(Code::kUnimplemented, fmt::format("method {} is not allowed on {}", req.method, req.path)));
+  r.status = 405;
+  return r;
+}
+
+Result<bool> BoolParam(const http::Request& req, const std::string& name) {
+  auto it = req.query.find(name);
+  if (it == req.query.end() || it->second.empty() || it->second == "false" || it->second == "0") return false;
+  if (it->second == "true" || it->second == "1") return true;
+  return InvalidArgument(fmt::format("query parameter {}='{}' is not true or false", name, it->second));
+}
+
+http::Response LogsResponse(ApiService* api, const http::Request& req, std::string id) {
+  v1::LogsRequest lr;
+  lr.set_id(std::move(id));
+  auto follow = BoolParam(req, "follow");
+  if (!follow.ok()) return http::ErrorResponse(follow.status());
+  lr.set_follow(*follow);
+  if (auto it = req.query.find("offset"); it != req.query.end()) {
+    int64_t off = 0;
+    auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), off);
+    if (ec != std::errc() || p != it->second.data() + it->second.size() || off < 0) {
+      return http::ErrorResponse(InvalidArgument(fmt::format("offset '{}' is not a non-negative integer", it->second)));
+    }
+    lr.set_offset(off);
+  }
+  if (!lr.follow()) {
+    std::string body;
+    Status s = api->Logs(lr, [&](const v1::LogChunk& c) { body += c.data(); return true; }, [] { return false; });
+    if (!s.ok()) return http::ErrorResponse(s);
+    return http::Response{200, "text/plain; charset=utf-8", std::move(body), {}, {}};
+  }
+  // Validate before committing to a 200 stream.
+  v1::GetJobRequest gr;
+  gr.set_id(lr.id());
+  if (auto j = api->GetJob(gr); !j.ok()) return http::ErrorResponse(j.status());
+  http::Response r{200, "text/plain; charset=utf-8", {}, {}, {}};
+  r.stream = [api, lr](const http::ChunkWriter& write) {
+    bool gone = false;
+    (void)api->Logs(
+        lr, [&](const v1::LogChunk& c) { return !(gone = !write(c.data())); }, [&] { return gone; });
+  };
+  return r;
+}
+
+http::Response HandleJobs(ApiService* api, const http::Request& req, const std::vector<std::string_view>& p) {
+  // p[0..2] = api, v1, jobs
+  if (p.size() == 3) {
+    if (req.method == "POST") {
+      v1::SubmitJobRequest sr;
+      if (Status s = FromJson(req.body, &sr); !s.ok()) return http::ErrorResponse(s);
+      auto r = api->Submit(std::move(sr));
+      http::Response resp = JsonReply(r);
+      if (r.ok()) resp.status = 201;
+      return resp;
+    }
+    if (req.method != "GET") return MethodNotAllowed(req);
+    v1::ListJobsRequest lr;
+    if (auto it = req.query.find("state"); it != req.query.end() && !it->second.empty()) {
+      auto st = rpc::ParseJobState(it->second);
+      if (!st.ok()) return http::ErrorResponse(st.status());
+      lr.set_state(*st);
+    }
+    if (auto it = req.query.find("tenant"); it != req.query.end()) lr.set_tenant(it->second);
+    return JsonReply(api->ListJobs(lr));
+  }
+  std::string id(p[3]);
+  if (p.size() == 4) {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    v1::GetJobRequest gr;
+    gr.set_id(id);
+    return JsonReply(api->GetJob(gr));
+  }
+  if (p.size() == 5 && p[4] == "cancel") {
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::CancelJobRequest cr;
+    cr.set_id(id);
+    return JsonReply(api->CancelJob(cr));
+  }
+  if (p.size() == 5 && p[4] == "logs") {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    return LogsResponse(api, req, id);
+  }
+  return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+}
+
+http::Response HandleNodes(ApiService* api, const http::Request& req, const std::vector<std::string_view>& p) {
+  if (p.size() == 3) {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    return JsonReply(api->ListNodes(v1::ListNodesRequest()));
+  }
+  std::string name(p[3]);
+  if (p.size() == 4) {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    v1::GetNodeRequest gr;
+    gr.set_name(name);
+    return JsonReply(api->GetNode(gr));
+  }
+  if (p.size() == 5 && (p[4] == "drain" || p[4] == "undrain")) {
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::DrainNodeRequest dr;
+    dr.set_name(name);
+    return JsonReply(api->Drain(dr, p[4] == "drain"));
+  }
+  return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+}
+
+}  // namespace
+
+http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready) {
+  return [api, ready = std::move(ready)](const http::Request& req) -> http::Response {
+    if (req.path == "/healthz") return http::Response{200, "text/plain", "ok\n", {}, {}};
+    if (req.path == "/readyz") {
+      Status s = ready();
+      if (!s.ok()) return http::Response{503, "text/plain", "not ready: " + s.message() + "\n", {}, {}};
+      return http::Response{200, "text/plain", "ok\n", {}, {}};
+    }
+    std::vector<std::string_view> p = Split(req.path);
+    if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
+      if (p[2] == "jobs") return HandleJobs(api, req, p);
+      if (p[2] == "nodes") return HandleNodes(api, req, p);
+      if (p[2] == "version" && p.size() == 3) {
+        if (req.method != "GET") return MethodNotAllowed(req);
+        return http::Response{200, "application/json", ToJson(api->Version()), {}, {}};
+      }
+    }
+    return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+  };
+}
+
+}  // namespace drover::server

@@ -1,0 +1,102 @@
+#include "drover/server/server.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "drover/http/server.h"
+#include "drover/server/api_service.h"
+#include "drover/server/control_loop.h"
+#include "drover/server/grpc_services.h"
+#include "drover/server/log_store.h"
+#include "drover/server/rest.h"
+#include "drover/store/sqlite/sqlite_store.h"
+
+namespace drover::server {
+namespace {
+
+// Largest request a client may send over gRPC; bigger ones get RESOURCE_EXHAUSTED.
+constexpr int kMaxGrpcMessageBytes = 4 << 20;
+
+std::string HostOf(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  return colon == std::string::npos ? listen : listen.substr(0, colon);
+}
+
+class ServerImpl final : public Server {
+ public:
+  ~ServerImpl() override { Stop(); }
+
+  Status Init(const ServerOptions& o) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.data_dir, ec);
+    if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", o.data_dir, ec.message()));
+    DROVER_ASSIGN_OR_RETURN(store_, store::OpenSqliteStore(o.data_dir + "/drover.db", SystemClock::Get()));
+    DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
+    logs_ = std::make_unique<LogStore>(std::move(logs));
+    loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get());
+    DROVER_RETURN_IF_ERROR(loop_->Start());
+    api_ = std::make_unique<ApiService>(loop_.get(), logs_.get());
+
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(o.grpc_listen, grpc::InsecureServerCredentials(), &port);
+    builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+    services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get());
+    for (auto& s : services_) builder.RegisterService(s.get());
+    grpc_ = builder.BuildAndStart();
+    if (!grpc_ || port == 0) return Unavailable(fmt::format("cannot listen for gRPC on '{}'", o.grpc_listen));
+    grpc_address_ = fmt::format("{}:{}", HostOf(o.grpc_listen), port);
+
+    ControlLoop* loop = loop_.get();
+    auto ready = [loop]() -> Status {
+      auto f = loop->Barrier();
+      if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return Unavailable("control loop is busy");
+      return f.get().status();
+    };
+    DROVER_ASSIGN_OR_RETURN(http_, http::StartServer(o.http_listen, MakeRestHandler(api_.get(), ready)));
+    http_address_ = fmt::format("{}:{}", HostOf(o.http_listen), http_->port());
+
+    // Written last and atomically: its presence means "serving".
+    std::string tmp = o.data_dir + "/endpoints.json.tmp";
+    std::ofstream(tmp) << fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", grpc_address_, http_address_);
+    std::filesystem::rename(tmp, o.data_dir + "/endpoints.json", ec);
+    if (ec) return Unavailable(fmt::format("cannot write endpoints file: {}", ec.message()));
+    spdlog::info("serving gRPC on {} and HTTP on {}", grpc_address_, http_address_);
+    return Status::Ok();
+  }
+
+  std::string grpc_address() const override { return grpc_address_; }
+  std::string http_address() const override { return http_address_; }
+
+  void Stop() override {
+    if (http_) http_->Stop();
+    // Long streams (agent sessions, followed logs) are cancelled after the deadline.
+    if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (loop_) loop_->Stop();
+  }
+
+ private:
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<ControlLoop> loop_;
+  std::unique_ptr<ApiService> api_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<http::Server> http_;
+  std::string grpc_address_;
+  std::string http_address_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Server>> StartServer(const ServerOptions& options) {
+  auto server = std::make_unique<ServerImpl>();
+  DROVER_RETURN_IF_ERROR(server->Init(options));
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace drover::server
