@@ -139,7 +139,7 @@ TEST(OpenClBackendTest, DiscoversTheMachinesDevices) {
     const GpuDevice& device = (*devices)[i];
     EXPECT_EQ(device.index, static_cast<int>(i));
     EXPECT_FALSE(device.model.empty());
-    EXPECT_EQ(device.model.front() != ' ' && device.model.back() != ' ', true) << device.model;
+    EXPECT_NE(device.model.back(), ' ') << "model names are trimmed: '" << device.model << "'";
     EXPECT_GT(device.memory_bytes, 0);
     EXPECT_EQ(device.backend, "opencl");
     EXPECT_TRUE(device.uuid.starts_with("ocl-")) << device.uuid;

@@ -431,7 +431,9 @@ Result<RangeResult> SqliteStore::Range(const std::string& prefix, int64_t limit)
   {
     DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(RangeSql(fmt::format("SELECT {} FROM kv WHERE", kKvColumns), "key",
                                                               end.has_value(), "ORDER BY key LIMIT ?3")));
-    stmt.BindBlob(1, prefix).Bind(3, limit > 0 ? limit + 1 : -1);  // one extra row tells whether there is more
+    // One extra row tells whether there is more; -1 is no limit to SQLite.
+    bool limited = limit > 0 && limit < std::numeric_limits<int64_t>::max();
+    stmt.BindBlob(1, prefix).Bind(3, limited ? limit + 1 : -1);
     if (end) stmt.BindBlob(2, *end);
     while (true) {
       DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());

@@ -58,11 +58,18 @@ constexpr cl_uint kMaxDevicesPerPlatform = 256;
 constexpr size_t kMaxInfoStringBytes = 4096;
 constexpr int64_t kMaxDeviceMemoryBytes = 1024 * kTiB;
 
-const std::vector<std::string>& LibraryNames() {
+// The ICD loader, opened on first use and never closed: it and the drivers it
+// loads keep threads and global state (PoCL's worker threads, the loader's
+// platform list) that do not survive dlclose, so one process-wide handle is
+// the only safe lifetime. A failure to load is remembered too: installing
+// OpenCL under a running agent needs a restart.
+Result<runtime::DynamicLibrary*> OpenClLibrary() {
   // The versioned name is what the runtime package installs; the bare one
   // only exists with -dev packages but is worth a try.
-  static const std::vector<std::string> kNames = {"libOpenCL.so.1", "libOpenCL.so"};
-  return kNames;
+  static auto* const kLibrary = new Result<std::unique_ptr<runtime::DynamicLibrary>>(
+      runtime::DynamicLibrary::Open({"libOpenCL.so.1", "libOpenCL.so"}));
+  if (!kLibrary->ok()) return kLibrary->status();
+  return kLibrary->value().get();
 }
 
 // FNV-1a, 64 bit: stable across runs and builds, unlike std::hash.
@@ -110,26 +117,26 @@ std::string ClError(const std::string& call, cl_int code) {
   return call + " failed with OpenCL error " + std::to_string(code);
 }
 
-// Not thread-safe: owned by the agent that created it. Loads the library on
-// the first IsAvailable()/Initialize() and keeps it until destroyed; does not
+// Not thread-safe: owned by the agent that created it. Resolves its symbols
+// in Initialize() (Discover() calls it when the caller did not); does not
 // create contexts or touch the devices beyond reading their info.
 class OpenClBackend final : public DeviceBackend {
  public:
   std::string_view Name() const override { return "opencl"; }
 
-  bool IsAvailable() override { return Load().ok(); }
+  bool IsAvailable() override { return OpenClLibrary().ok(); }
 
   Status Initialize() override {
     if (get_device_info_ != nullptr) return Status::Ok();
-    DROVER_RETURN_IF_ERROR(Load());
+    DROVER_ASSIGN_OR_RETURN(runtime::DynamicLibrary * library, OpenClLibrary());
     DROVER_ASSIGN_OR_RETURN(auto* get_platform_ids,
-                            library_->Symbol<ClGetPlatformIdsFn>("clGetPlatformIDs"));
+                            library->Symbol<ClGetPlatformIdsFn>("clGetPlatformIDs"));
     DROVER_ASSIGN_OR_RETURN(auto* get_platform_info,
-                            library_->Symbol<ClGetPlatformInfoFn>("clGetPlatformInfo"));
+                            library->Symbol<ClGetPlatformInfoFn>("clGetPlatformInfo"));
     DROVER_ASSIGN_OR_RETURN(auto* get_device_ids,
-                            library_->Symbol<ClGetDeviceIdsFn>("clGetDeviceIDs"));
+                            library->Symbol<ClGetDeviceIdsFn>("clGetDeviceIDs"));
     DROVER_ASSIGN_OR_RETURN(auto* get_device_info,
-                            library_->Symbol<ClGetDeviceInfoFn>("clGetDeviceInfo"));
+                            library->Symbol<ClGetDeviceInfoFn>("clGetDeviceInfo"));
     // Set all four only once all resolved: get_device_info_ marks success.
     get_platform_ids_ = get_platform_ids;
     get_platform_info_ = get_platform_info;
@@ -160,12 +167,6 @@ class OpenClBackend final : public DeviceBackend {
   }
 
  private:
-  Status Load() {
-    if (library_ != nullptr) return Status::Ok();
-    DROVER_ASSIGN_OR_RETURN(library_, runtime::DynamicLibrary::Open(LibraryNames()));
-    return Status::Ok();
-  }
-
   Result<std::vector<cl_platform_id>> Platforms() {
     cl_uint count = 0;
     cl_int rc = get_platform_ids_(0, nullptr, &count);
@@ -292,7 +293,6 @@ class OpenClBackend final : public DeviceBackend {
     return device;
   }
 
-  std::unique_ptr<runtime::DynamicLibrary> library_;
   ClGetPlatformIdsFn* get_platform_ids_ = nullptr;
   ClGetPlatformInfoFn* get_platform_info_ = nullptr;
   ClGetDeviceIdsFn* get_device_ids_ = nullptr;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `make run`: a one-machine cluster. This machine's devices (OpenCL, which
+# PoCL provides on any machine) plus 4 simulated nodes of 8 H100s, state in
+# .drover/. Ctrl-C stops the server and agents; running jobs keep running
+# under their supervisors and are adopted on the next start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=./build/apps/drover/drover
+DATA=${DROVER_DATA_DIR:-.drover}
+GRPC=${DROVER_GRPC_LISTEN:-127.0.0.1:7070}
+HTTP=${DROVER_LISTEN:-127.0.0.1:8080}
+
+rm -f "$DATA/endpoints.json"
+"$BIN" up --data-dir "$DATA" --grpc-listen "$GRPC" --listen "$HTTP" --simulate 4 &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM
+
+for _ in $(seq 1 100); do
+  if [ -f "$DATA/endpoints.json" ]; then break; fi
+  if ! kill -0 $pid 2>/dev/null; then wait $pid; exit $?; fi
+  sleep 0.1
+done
+
+cat <<MSG
+
+  Drover is up (data in $DATA/).
+    gRPC     $GRPC            (the CLI's --addr, or DROVER_ADDR)
+    REST     http://$HTTP/api/v1/nodes
+    health   http://$HTTP/healthz   http://$HTTP/readyz
+
+  Try:
+    $BIN nodes
+    $BIN submit --gpus 2 --wait -- sh -c 'echo \$DROVER_GPU_IDS'
+    $BIN jobs
+    $BIN logs j-000001
+
+  Ctrl-C stops it.
+
+MSG
+wait $pid

@@ -1,0 +1,193 @@
+// The management API over gRPC and REST: the same request gets the same
+// answer and status code on both, bad input is rejected with a clear error,
+// and nothing is stored by a rejected request.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "drover/http/client.h"
+#include "support/drover_process.h"
+
+namespace drover::testing {
+namespace {
+
+class ApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    up_ = new DroverUp(dir_->path() + "/data", {"--devices", "none", "--simulate", "1", "--simulate-gpus", "8"});
+    ASSERT_TRUE(up_->Start());
+    ASSERT_TRUE(up_->WaitForReadyNodes(1));
+  }
+  static void TearDownTestSuite() {
+    delete up_;
+    delete dir_;
+  }
+
+  static http::ClientResponse Http(const std::string& method, const std::string& target, const std::string& body = "") {
+    auto r = http::HttpRequest(up_->http_address(), method, target, body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : http::ClientResponse{};
+  }
+
+  static int JobCount() {
+    v1::ListJobsResponse resp;
+    auto ctx = Ctx();
+    EXPECT_TRUE(up_->jobs()->List(ctx.get(), v1::ListJobsRequest(), &resp).ok());
+    return resp.jobs_size();
+  }
+
+  static grpc::Status GrpcSubmit(const v1::JobSpec& spec, v1::SubmitJobResponse* resp = nullptr) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::SubmitJobResponse r;
+    auto ctx = Ctx();
+    return up_->jobs()->Submit(ctx.get(), req, resp ? resp : &r);
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline DroverUp* up_ = nullptr;
+};
+
+v1::JobSpec Good() {
+  v1::JobSpec s;
+  s.set_gpus(1);
+  s.add_command("true");
+  return s;
+}
+
+TEST_F(ApiTest, HealthAndReadiness) {
+  EXPECT_EQ(Http("GET", "/healthz").status, 200);
+  EXPECT_EQ(Http("GET", "/readyz").status, 200);
+  auto v = Http("GET", "/api/v1/version");
+  EXPECT_EQ(v.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(v.body)["version"], "0.1.0");
+}
+
+TEST_F(ApiTest, RestSubmitGetListCancelAndLogs) {
+  auto created = Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": 2, "command": ["sh", "-c", "echo hello; sleep 0.3; echo bye"]}})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  std::string id = nlohmann::json::parse(created.body)["job"]["id"];
+
+  auto follow = Http("GET", "/api/v1/jobs/" + id + "/logs?follow=true");
+  EXPECT_EQ(follow.status, 200);
+  EXPECT_EQ(follow.body, "hello\nbye\n");
+  auto got = Http("GET", "/api/v1/jobs/" + id);
+  ASSERT_EQ(got.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(got.body)["status"]["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(Http("GET", "/api/v1/jobs/" + id + "/logs?offset=6").body, "bye\n");
+
+  auto list = Http("GET", "/api/v1/jobs?state=succeeded");
+  ASSERT_EQ(list.status, 200);
+  bool found = false;
+  auto listed = nlohmann::json::parse(list.body);
+  for (const auto& j : listed["jobs"]) found |= j["id"] == id;
+  EXPECT_TRUE(found);
+
+  auto sleeper = Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": 1, "command": ["sleep", "300"]}})");
+  std::string sid = nlohmann::json::parse(sleeper.body)["job"]["id"];
+  auto cancelled = Http("POST", "/api/v1/jobs/" + sid + "/cancel");
+  EXPECT_EQ(cancelled.status, 200);
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up_->jobs(), sid).status().state() == v1::JOB_STATE_CANCELLED; }));
+
+  auto nodes = Http("GET", "/api/v1/nodes");
+  ASSERT_EQ(nodes.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(nodes.body)["nodes"][0]["name"], "sim-1");
+  EXPECT_EQ(Http("GET", "/api/v1/nodes/sim-1").status, 200);
+}
+
+TEST_F(ApiTest, BadJobSpecsAreRejectedOnBothTransportsAndNothingIsStored) {
+  struct Case {
+    const char* what;
+    std::function<void(v1::JobSpec*)> mutate;
+    grpc::StatusCode code;
+  };
+  const Case cases[] = {
+      {"zero gpus", [](v1::JobSpec* s) { s->set_gpus(0); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative gpus", [](v1::JobSpec* s) { s->set_gpus(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"absurd gpus", [](v1::JobSpec* s) { s->set_gpus(1 << 30); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"absurd memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{1} << 60); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"empty command", [](v1::JobSpec* s) { s->clear_command(); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"oversized command", [](v1::JobSpec* s) { s->add_command(std::string(100000, 'x')); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"bad tenant", [](v1::JobSpec* s) { s->set_tenant("Bad Tenant"); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"unknown vendor", [](v1::JobSpec* s) { s->set_gpu_vendor("voodoo"); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"never fits", [](v1::JobSpec* s) { s->set_gpus(9); }, grpc::StatusCode::FAILED_PRECONDITION},
+      {"no such model", [](v1::JobSpec* s) { s->set_gpu_model("B200"); }, grpc::StatusCode::FAILED_PRECONDITION},
+      {"too much memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{100} << 30); }, grpc::StatusCode::FAILED_PRECONDITION},
+  };
+  int before = JobCount();
+  for (const Case& c : cases) {
+    v1::JobSpec spec = Good();
+    c.mutate(&spec);
+    grpc::Status s = GrpcSubmit(spec);
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_FALSE(s.error_message().empty()) << c.what;
+
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    std::string body;
+    ASSERT_TRUE(google::protobuf::util::MessageToJsonString(req, &body).ok());
+    auto h = Http("POST", "/api/v1/jobs", body);
+    EXPECT_EQ(h.status, 400) << c.what << ": " << h.body;
+    auto err = nlohmann::json::parse(h.body);
+    EXPECT_EQ(err["message"], s.error_message()) << c.what;
+  }
+  v1::JobSpec never = Good();
+  never.set_gpus(9);
+  EXPECT_NE(GrpcSubmit(never).error_message().find("no node has 9 GPUs (the most any node has is 8)"), std::string::npos);
+  EXPECT_EQ(JobCount(), before);
+}
+
+TEST_F(ApiTest, MalformedRequestsGetClearErrors) {
+  int before = JobCount();
+  EXPECT_EQ(Http("POST", "/api/v1/jobs", "{not json").status, 400);
+  EXPECT_EQ(Http("POST", "/api/v1/jobs", "").status, 400);
+  auto unknown_field = Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": 1, "command": ["true"], "color": "red"}})");
+  EXPECT_EQ(unknown_field.status, 400);
+  EXPECT_NE(unknown_field.body.find("color"), std::string::npos) << unknown_field.body;
+  EXPECT_EQ(Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": "two", "command": ["true"]}})").status, 400);
+  EXPECT_EQ(Http("GET", "/api/v1/jobs?state=JOB_STATE_EXPLODED").status, 400);
+  EXPECT_EQ(Http("GET", "/api/v1/jobs?state=99").status, 400);
+  auto big = Http("POST", "/api/v1/jobs", std::string(2 << 20, ' '));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(JobCount(), before);
+
+  // An oversized gRPC request is refused before it is parsed.
+  v1::JobSpec huge = Good();
+  huge.add_command(std::string(5 << 20, 'x'));
+  EXPECT_EQ(GrpcSubmit(huge).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // An enum value the server does not know.
+  v1::ListJobsRequest lr;
+  lr.set_state(static_cast<v1::JobState>(42));
+  v1::ListJobsResponse resp;
+  auto ctx = Ctx();
+  EXPECT_EQ(up_->jobs()->List(ctx.get(), lr, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(JobCount(), before);
+}
+
+TEST_F(ApiTest, UnknownIdsAndRoutes) {
+  EXPECT_EQ(Http("GET", "/api/v1/jobs/j-424242").status, 404);
+  EXPECT_EQ(Http("GET", "/api/v1/jobs/nonsense").status, 400);
+  EXPECT_EQ(Http("POST", "/api/v1/jobs/j-424242/cancel").status, 404);
+  EXPECT_EQ(Http("GET", "/api/v1/jobs/j-424242/logs").status, 404);
+  EXPECT_EQ(Http("GET", "/api/v1/nodes/gpu-99").status, 404);
+  EXPECT_EQ(Http("POST", "/api/v1/nodes/gpu-99/drain").status, 404);
+  EXPECT_EQ(Http("GET", "/api/v1/nodes/Bad_Name").status, 400);
+  EXPECT_EQ(Http("GET", "/api/v1/nowhere").status, 404);
+  EXPECT_EQ(Http("DELETE", "/api/v1/jobs").status, 405);
+  EXPECT_EQ(Http("GET", "/api/v1/jobs/j-000001/cancel").status, 405);
+
+  v1::GetJobRequest gr;
+  gr.set_id("j-424242");
+  v1::Job job;
+  auto ctx = Ctx();
+  EXPECT_EQ(up_->jobs()->Get(ctx.get(), gr, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  gr.set_id("");
+  auto ctx2 = Ctx();
+  EXPECT_EQ(up_->jobs()->Get(ctx2.get(), gr, &job).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace drover::testing

@@ -1,0 +1,124 @@
+// Crash safety of `drover up`: SIGKILL the whole process (server and agents)
+// and start it again on the same data directory.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "support/drover_process.h"
+
+namespace drover::testing {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Submit(v1::JobService::Stub* stub, std::vector<std::string> command, int gpus = 1) {
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_gpus(gpus);
+  for (auto& c : command) req.mutable_spec()->add_command(c);
+  v1::SubmitJobResponse resp;
+  auto ctx = Ctx();
+  grpc::Status s = stub->Submit(ctx.get(), req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.job().id();
+}
+
+std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub) {
+  v1::ListJobsResponse resp;
+  auto ctx = Ctx();
+  grpc::Status s = stub->List(ctx.get(), v1::ListJobsRequest(), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return {resp.jobs().begin(), resp.jobs().end()};
+}
+
+TEST(RestartTest, RunningJobSurvivesSigkillAndCompletesOnce) {
+  TempDir dir;
+  std::string data = dir.path() + "/data";
+  std::string marker = dir.path() + "/starts";
+  std::vector<std::string> flags = {"--devices", "none", "--simulate", "1", "--simulate-gpus", "2"};
+  auto up = std::make_unique<DroverUp>(data, flags);
+  ASSERT_TRUE(up->Start());
+  ASSERT_TRUE(up->WaitForReadyNodes(2));
+
+  std::string quick = Submit(up->jobs(), {"true"});
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up->jobs(), quick).status().state() == v1::JOB_STATE_SUCCEEDED; }));
+  // Sleeps long enough to span the kill and the restart.
+  std::string sleeper =
+      Submit(up->jobs(), {"sh", "-c", "echo started >> " + marker + "; sleep 5; echo finished"});
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up->jobs(), sleeper).status().state() == v1::JOB_STATE_RUNNING; }));
+  std::string queued = Submit(up->jobs(), {"sh", "-c", "echo second"}, 2);  // waits for the sleeper's GPU
+
+  up->Kill(SIGKILL);
+  up = std::make_unique<DroverUp>(data, flags);
+  ASSERT_TRUE(up->Start());
+
+  // Everything acknowledged before the kill is still there.
+  std::set<std::string> ids;
+  for (const auto& j : ListJobs(up->jobs())) ids.insert(j.id());
+  EXPECT_EQ(ids, (std::set<std::string>{quick, sleeper, queued}));
+
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up->jobs(), sleeper).status().state() == v1::JOB_STATE_SUCCEEDED; },
+                        std::chrono::seconds(60)));
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up->jobs(), queued).status().state() == v1::JOB_STATE_SUCCEEDED; },
+                        std::chrono::seconds(60)));
+  EXPECT_EQ(ReadFile(marker), "started\n");  // started exactly once
+  CommandResult logs = RunCli(up->grpc_address(), {"logs", sleeper});
+  EXPECT_EQ(logs.out, "finished\n");
+  EXPECT_EQ(GetJob(up->jobs(), quick).status().state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST(RestartTest, ThousandAcknowledgedSubmitsSurviveSigkill) {
+  TempDir dir;
+  std::string data = dir.path() + "/data";
+  std::vector<std::string> flags = {"--devices", "none", "--simulate", "1", "--simulate-gpus", "8"};
+  auto up = std::make_unique<DroverUp>(data, flags);
+  ASSERT_TRUE(up->Start());
+  ASSERT_TRUE(up->WaitForReadyNodes(1));
+  // Keep the jobs pending so that 1,000 processes are not started.
+  ASSERT_EQ(RunCli(up->grpc_address(), {"drain", "sim-1"}).exit_code, 0);
+
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 125;
+  std::mutex mu;
+  std::set<std::string> acked;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::string id = Submit(up->jobs(), {"true"});
+        std::lock_guard lock(mu);
+        acked.insert(id);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(acked.size(), 1000u);
+
+  up->Kill(SIGKILL);
+  up = std::make_unique<DroverUp>(data, flags);
+  ASSERT_TRUE(up->Start());
+  std::set<std::string> listed;
+  for (const auto& j : ListJobs(up->jobs())) {
+    listed.insert(j.id());
+    EXPECT_EQ(j.status().state(), v1::JOB_STATE_PENDING) << j.id();
+  }
+  EXPECT_EQ(listed, acked);
+  // Ids are not reused after the restart.
+  std::string next = Submit(up->jobs(), {"true"});
+  EXPECT_FALSE(acked.contains(next));
+  EXPECT_EQ(next, "j-001001");
+}
+
+}  // namespace
+}  // namespace drover::testing

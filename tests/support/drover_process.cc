@@ -1,0 +1,160 @@
+#include "support/drover_process.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace drover::testing {
+
+std::string DroverBinary() { return DROVER_BINARY; }
+
+TempDir::TempDir() {
+  std::string tmpl = ::testing::TempDir() + "drover-XXXXXX";
+  char* p = ::mkdtemp(tmpl.data());
+  path_ = p != nullptr ? p : "";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const std::string& out,
+            const std::string& err) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& e : extra_env) env.push_back(e);
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+}  // namespace
+
+CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args) {
+  TempDir dir;
+  std::vector<std::string> argv = {DroverBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  pid_t pid = Spawn(argv, {"DROVER_ADDR=" + addr}, dir.path() + "/out", dir.path() + "/err");
+  CommandResult r;
+  if (pid < 0) return r;
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadAll(dir.path() + "/out");
+  r.err = ReadAll(dir.path() + "/err");
+  return r;
+}
+
+DroverUp::DroverUp(std::string data_dir, std::vector<std::string> extra_flags)
+    : data_dir_(std::move(data_dir)), extra_(std::move(extra_flags)) {}
+
+DroverUp::~DroverUp() { Kill(SIGKILL); }
+
+bool DroverUp::Start() {
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir_, ec);
+  std::filesystem::remove(data_dir_ + "/endpoints.json", ec);
+  std::vector<std::string> args = {DroverBinary(), "up", "--data-dir", data_dir_, "--grpc-listen", "127.0.0.1:0",
+                                   "--listen", "127.0.0.1:0", "--log-level", "warn"};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  pid_ = Spawn(args, {}, data_dir_ + "/up.out", data_dir_ + "/up.err");
+  if (pid_ <= 0) return false;
+  bool up = WaitUntil([&] {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = 0;
+      return true;  // exited: stop waiting
+    }
+    return std::filesystem::exists(data_dir_ + "/endpoints.json");
+  });
+  if (!up || pid_ == 0) {
+    ADD_FAILURE() << "drover up did not start: " << ReadAll(data_dir_ + "/up.err");
+    return false;
+  }
+  auto j = nlohmann::json::parse(ReadAll(data_dir_ + "/endpoints.json"));
+  grpc_ = j["grpc"];
+  http_ = j["http"];
+  channel_ = grpc::CreateChannel(grpc_, grpc::InsecureChannelCredentials());
+  jobs_ = v1::JobService::NewStub(channel_);
+  nodes_ = v1::NodeService::NewStub(channel_);
+  return true;
+}
+
+void DroverUp::Kill(int sig) {
+  if (pid_ <= 0) return;
+  ::kill(pid_, sig);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = 0;
+}
+
+bool DroverUp::WaitForReadyNodes(int nodes) {
+  return WaitUntil([&] {
+    v1::ListNodesResponse resp;
+    auto ctx = Ctx();
+    if (!nodes_->List(ctx.get(), v1::ListNodesRequest(), &resp).ok()) return false;
+    int ready = 0;
+    for (const auto& n : resp.nodes()) ready += n.state() == v1::NODE_STATE_READY ? 1 : 0;
+    return ready >= nodes;
+  });
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx(std::chrono::seconds deadline) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
+  return ctx;
+}
+
+v1::Job GetJob(v1::JobService::Stub* stub, const std::string& id) {
+  v1::GetJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  auto ctx = Ctx();
+  grpc::Status s = stub->Get(ctx.get(), req, &job);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return job;
+}
+
+}  // namespace drover::testing

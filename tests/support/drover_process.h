@@ -1,0 +1,79 @@
+#pragma once
+// Test support: runs the real `drover` binary on loopback with port 0 and
+// talks to it as users do (the CLI, gRPC, HTTP).
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drover/v1/api.grpc.pb.h"
+
+namespace drover::testing {
+
+// Path of the drover binary under test (set by CMake).
+std::string DroverBinary();
+
+// A fresh directory under the test temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Polls `pred` until it holds or `timeout` passes; returns whether it held.
+bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `drover args...` with DROVER_ADDR set to `addr`, capturing output.
+CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args);
+
+// `drover up` in a child process: --data-dir, gRPC and HTTP on port 0.
+class DroverUp {
+ public:
+  // Extra flags (e.g. {"--simulate", "2"}) follow the standard ones.
+  DroverUp(std::string data_dir, std::vector<std::string> extra_flags);
+  ~DroverUp();  // SIGKILLs the process if still running
+
+  // Starts it and waits until it serves (endpoints.json); false on failure.
+  bool Start();
+  void Kill(int sig);
+  // Waits until `nodes` nodes are Ready.
+  bool WaitForReadyNodes(int nodes);
+
+  const std::string& grpc_address() const { return grpc_; }
+  const std::string& http_address() const { return http_; }
+  v1::JobService::Stub* jobs() { return jobs_.get(); }
+  v1::NodeService::Stub* nodes() { return nodes_.get(); }
+
+ private:
+  std::string data_dir_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = 0;
+  std::string grpc_, http_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::NodeService::Stub> nodes_;
+};
+
+// One gRPC call with a deadline.
+std::unique_ptr<grpc::ClientContext> Ctx(std::chrono::seconds deadline = std::chrono::seconds(30));
+
+// Fetches a job; aborts the test on error.
+v1::Job GetJob(v1::JobService::Stub* stub, const std::string& id);
+
+}  // namespace drover::testing
