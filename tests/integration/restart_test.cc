@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <fstream>
@@ -118,6 +119,47 @@ TEST(RestartTest, ThousandAcknowledgedSubmitsSurviveSigkill) {
   std::string next = Submit(up->jobs(), {"true"});
   EXPECT_FALSE(acked.contains(next));
   EXPECT_EQ(next, "j-001001");
+}
+
+// Separate processes, as on a real cluster: the server restarts under a
+// running job, then the agent does; the job finishes exactly once.
+TEST(RestartTest, SeparateServerAndAgentSurviveEachOthersCrash) {
+  TempDir dir;
+  std::string data = dir.path() + "/server";
+  std::string marker = dir.path() + "/starts";
+  std::string grpc = "127.0.0.1:" + std::to_string(FreePort());
+  auto server = std::make_unique<DroverUp>(data, std::vector<std::string>{}, "server", grpc);
+  ASSERT_TRUE(server->Start());
+  std::vector<std::string> agent_args = {"agent",          "--server",  grpc,        "--data-dir",
+                                         dir.path() + "/agent", "--node-name", "gpu-01",    "--devices",
+                                         "simulated",      "--simulate-gpus", "2",  "--log-level", "warn"};
+  auto start_agent = [&] { return SpawnDrover(agent_args, dir.path() + "/agent.out", dir.path() + "/agent.err"); };
+  pid_t agent = start_agent();
+  ASSERT_GT(agent, 0);
+  ASSERT_TRUE(server->WaitForReadyNodes(1));
+
+  std::string cmd = "echo started >> " + marker + "; sleep 3; echo finished";
+  std::string first = Submit(server->jobs(), {"sh", "-c", cmd});
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(server->jobs(), first).status().state() == v1::JOB_STATE_RUNNING; }));
+
+  server->Kill(SIGKILL);
+  server = std::make_unique<DroverUp>(data, std::vector<std::string>{}, "server", grpc);
+  ASSERT_TRUE(server->Start());
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(server->jobs(), first).status().state() == v1::JOB_STATE_SUCCEEDED; },
+                        std::chrono::seconds(60)));
+  EXPECT_EQ(RunCli(server->grpc_address(), {"logs", first}).out, "finished\n");
+
+  std::string second = Submit(server->jobs(), {"sh", "-c", cmd});
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(server->jobs(), second).status().state() == v1::JOB_STATE_RUNNING; }));
+  ::kill(agent, SIGKILL);
+  ::waitpid(agent, nullptr, 0);
+  agent = start_agent();
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(server->jobs(), second).status().state() == v1::JOB_STATE_SUCCEEDED; },
+                        std::chrono::seconds(60)));
+  EXPECT_EQ(RunCli(server->grpc_address(), {"logs", second}).out, "finished\n");
+  EXPECT_EQ(ReadFile(marker), "started\nstarted\n");  // each job started once
+  ::kill(agent, SIGTERM);
+  ::waitpid(agent, nullptr, 0);
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "support/drover_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -87,8 +90,34 @@ CommandResult RunCli(const std::string& addr, const std::vector<std::string>& ar
   return r;
 }
 
-DroverUp::DroverUp(std::string data_dir, std::vector<std::string> extra_flags)
-    : data_dir_(std::move(data_dir)), extra_(std::move(extra_flags)) {}
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+pid_t SpawnDrover(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
+  std::vector<std::string> argv = {DroverBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Spawn(argv, {}, out, err);
+}
+
+DroverUp::DroverUp(std::string data_dir, std::vector<std::string> extra_flags, std::string role,
+                   std::string grpc_listen)
+    : data_dir_(std::move(data_dir)),
+      extra_(std::move(extra_flags)),
+      role_(std::move(role)),
+      grpc_listen_(std::move(grpc_listen)) {}
 
 DroverUp::~DroverUp() { Kill(SIGKILL); }
 
@@ -96,7 +125,7 @@ bool DroverUp::Start() {
   std::error_code ec;
   std::filesystem::create_directories(data_dir_, ec);
   std::filesystem::remove(data_dir_ + "/endpoints.json", ec);
-  std::vector<std::string> args = {DroverBinary(), "up", "--data-dir", data_dir_, "--grpc-listen", "127.0.0.1:0",
+  std::vector<std::string> args = {DroverBinary(), role_, "--data-dir", data_dir_, "--grpc-listen", grpc_listen_,
                                    "--listen", "127.0.0.1:0", "--log-level", "warn"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   pid_ = Spawn(args, {}, data_dir_ + "/up.out", data_dir_ + "/up.err");

@@ -42,11 +42,20 @@ struct CommandResult {
 // Runs `drover args...` with DROVER_ADDR set to `addr`, capturing output.
 CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args);
 
-// `drover up` in a child process: --data-dir, gRPC and HTTP on port 0.
+// A free TCP port on 127.0.0.1 (bound and released: for a server that must
+// come back on the same address after a restart).
+int FreePort();
+
+// Starts `drover args...` with output to `out` and `err`; returns its pid.
+pid_t SpawnDrover(const std::vector<std::string>& args, const std::string& out, const std::string& err);
+
+// `drover up` (or `drover server`) in a child process: --data-dir, gRPC on
+// `grpc_listen` and HTTP on port 0.
 class DroverUp {
  public:
   // Extra flags (e.g. {"--simulate", "2"}) follow the standard ones.
-  DroverUp(std::string data_dir, std::vector<std::string> extra_flags);
+  DroverUp(std::string data_dir, std::vector<std::string> extra_flags, std::string role = "up",
+           std::string grpc_listen = "127.0.0.1:0");
   ~DroverUp();  // SIGKILLs the process if still running
 
   // Starts it and waits until it serves (endpoints.json); false on failure.
@@ -63,6 +72,8 @@ class DroverUp {
  private:
   std::string data_dir_;
   std::vector<std::string> extra_;
+  std::string role_;
+  std::string grpc_listen_;
   pid_t pid_ = 0;
   std::string grpc_, http_;
   std::shared_ptr<grpc::Channel> channel_;
