@@ -338,7 +338,9 @@ TEST_F(SupervisorTest, JobGetsTheSpecEnvironment) {
   EXPECT_NE(out.find("greeting=hello world\n"), std::string::npos) << out;
   EXPECT_NE(out.find("home=/nowhere\n"), std::string::npos) << out;  // the spec wins over the inherited value
   const char* path = std::getenv("PATH");
-  if (path != nullptr) EXPECT_NE(out.find(std::string("path=") + path + "\n"), std::string::npos) << out;
+  if (path != nullptr) {
+    EXPECT_NE(out.find(std::string("path=") + path + "\n"), std::string::npos) << out;
+  }
   Reap(sup);
 }
 
@@ -381,6 +383,40 @@ TEST_F(SupervisorTest, MissingCommandFailsToStart) {
   auto status = Reap(sup);
   ASSERT_TRUE(status);
   EXPECT_TRUE(WIFEXITED(*status));
+}
+
+TEST_F(SupervisorTest, MissingWorkingDirectoryFailsToStart) {
+  std::string dir = MakeDir("j-000020");
+  pid_t sup = Start(dir, {"sh", "-c", "true"}, {}, root_ + "/no-such-dir");
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->failed_to_start);
+  EXPECT_EQ(e->exit_code, 127);
+  EXPECT_FALSE(JobDir(dir).ReadStarted());
+  EXPECT_FALSE(fs::exists(root_ + "/no-such-dir")) << "only the default directory is created";
+  Reap(sup);
+}
+
+TEST_F(SupervisorTest, MissingWorkingDirectoryIsNamedInTheMessage) {
+  std::string dir = MakeDir("j-000021");
+  pid_t sup = Start(dir, {"sh", "-c", "true"}, {}, root_ + "/no-such-dir");
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("no-such-dir"), std::string::npos) << e->message;
+  Reap(sup);
+}
+
+TEST_F(SupervisorTest, JobStdinIsEmpty) {
+  std::string dir = MakeDir("j-000022");
+  pid_t sup = Start(dir, {"cat"});  // would block forever on an inherited terminal or pipe
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->exit_code, 0);
+  EXPECT_EQ(Slurp(dir + "/output.log"), "");
+  Reap(sup);
 }
 
 TEST_F(SupervisorTest, MissingSpecIsRecordedAsFailedToStart) {
@@ -457,10 +493,6 @@ TEST_F(SupervisorTest, AliveOnlyWhileRunningAndOnlyForItsDirectory) {
 }
 
 TEST_F(SupervisorTest, AliveDoesNotMatchADirectoryThatIsOnlyAPrefix) {
-  if (std::getenv("DROVER_RUN_KNOWN_BUGS") == nullptr) {
-    GTEST_SKIP() << "bug: SupervisorAlive (supervisor.cc) matches the job dir as a substring of the whole "
-                    "cmdline, so the supervisor of .../j-10 passes for .../j-1 (set DROVER_RUN_KNOWN_BUGS=1 to run)";
-  }
   std::string dir = MakeDir("j-10");
   pid_t sup = Start(dir, {"sleep", "60"});
   ASSERT_GT(sup, 0);

@@ -66,6 +66,13 @@ int RunSupervisor(const std::string& dir) {
   std::string log = job.File("output.log");
   std::string work = spec->working_dir.empty() ? job.File("work") : spec->working_dir;
   if (spec->working_dir.empty()) ::mkdir(work.c_str(), 0755);
+  struct stat st{};
+  if (::stat(work.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::string why = fmt::format("cannot start '{}': working directory '{}' does not exist", spec->command[0], work);
+    std::ofstream(log, std::ios::app) << "drover: " << why << "\n";
+    (void)job.WriteExit(ExitFile{127, 0, NowNanos(), why, true});
+    return 0;
+  }
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -108,8 +115,8 @@ int RunSupervisor(const std::string& dir) {
     pid_t done = ::waitpid(child, &status, WNOHANG);
     if (done == child) break;
     if (done < 0 && errno != EINTR) {
-      status = 0;
-      break;
+      ExitFile lost{-1, 0, NowNanos(), fmt::format("lost track of the job: waitpid: {}", std::strerror(errno)), false};
+      return job.WriteExit(lost).ok() ? 0 : 1;
     }
     siginfo_t info;
     int sig = sigwaitinfo(&waitset, &info);
@@ -162,9 +169,13 @@ bool SupervisorAlive(pid_t pid, const std::string& job_dir) {
   if (!in) return false;
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string cmdline = ss.str();
-  // A zombie has an empty cmdline: it is dead, only not yet reaped.
-  return cmdline.find("supervise") != std::string::npos && cmdline.find(job_dir) != std::string::npos;
+  // argv exactly as SpawnSupervisor wrote it, so a reused pid or the
+  // supervisor of another job (j-10 for j-1) does not pass. A zombie has an
+  // empty cmdline: dead, only not yet reaped.
+  std::vector<std::string> argv;
+  std::string arg;
+  while (std::getline(ss, arg, '\0')) argv.push_back(arg);
+  return argv.size() == 4 && argv[1] == "supervise" && argv[2] == "--dir" && argv[3] == job_dir;
 }
 
 }  // namespace drover::agent

@@ -25,9 +25,10 @@ void EventLoop::Stop() {
   if (thread_.joinable() && !InLoopThread()) thread_.join();
 }
 
-void EventLoop::Post(Task task) {
-  if (stopping_.load(std::memory_order_relaxed)) return;
+bool EventLoop::Post(Task task) {
+  if (stopping_.load(std::memory_order_relaxed)) return false;
   queue_.enqueue(std::move(task));
+  return true;
 }
 
 void EventLoop::PostAfter(std::chrono::steady_clock::duration delay, Task task) {

@@ -39,7 +39,8 @@ class EventLoop {
   // Stop() are dropped.
   void Stop();
 
-  void Post(Task task);
+  // False (and the task is dropped) once Stop() was called.
+  bool Post(Task task);
   // Runs `task` on the loop thread no earlier than `delay` from now.
   void PostAfter(std::chrono::steady_clock::duration delay, Task task);
 

@@ -32,7 +32,11 @@ template <typename T>
 std::future<Result<T>> ControlLoop::Call(std::function<Result<T>()> fn) {
   auto promise = std::make_shared<std::promise<Result<T>>>();
   auto future = promise->get_future();
-  loop_.Post([this, promise, fn = std::move(fn)] {
+  bool posted = loop_.Post([this, promise, fn = std::move(fn)] {
+    if (Status s = EnsureRecovered(); !s.ok()) {
+      promise->set_value(s);
+      return;
+    }
     Result<T> r = fn();
     if (ops_.empty() && acks_.empty()) {
       promise->set_value(std::move(r));
@@ -46,34 +50,46 @@ std::future<Result<T>> ControlLoop::Call(std::function<Result<T>()> fn) {
       }
     });
   });
+  if (!posted) promise->set_value(Unavailable("the control loop is stopped"));
   return future;
 }
 
+Status ControlLoop::EnsureRecovered() {
+  if (!degraded_) return Status::Ok();
+  if (Status s = Recover(); !s.ok()) {
+    return Unavailable("the store is unavailable; state cannot be read: " + s.message());
+  }
+  degraded_ = false;
+  spdlog::info("the store is back; serving again");
+  return Status::Ok();
+}
+
+// Rebuilds into fresh containers and swaps them in only when every read
+// worked: a failed rebuild leaves the previous state (and its id counter)
+// alone rather than serving, and later overwriting records, from nothing.
 Status ControlLoop::Recover() {
-  sched_ = sched::Scheduler();
-  jobs_.clear();
-  active_on_node_.clear();
-  next_seq_ = 1;
-  std::map<std::string, NodeEntry> old = std::move(nodes_);
-  nodes_.clear();
+  sched::Scheduler sched;
+  std::map<uint64_t, v1::Job> jobs;
+  std::map<std::string, NodeEntry> nodes;
+  std::map<std::string, std::set<uint64_t>> active;
+  uint64_t next_seq = 1;
 
   DROVER_ASSIGN_OR_RETURN(store::RangeResult node_range, store_->Range(std::string(kNodesPrefix)));
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult job_range, store_->Range(std::string(kJobsPrefix)));
   for (const store::KeyValue& kv : node_range.kvs) {
     NodeEntry entry;
     if (!entry.node.ParseFromString(kv.value)) {
       spdlog::error("skipping unreadable node record '{}'", kv.key);
       continue;
     }
-    if (auto it = old.find(entry.node.name()); it != old.end()) {
+    if (auto it = nodes_.find(entry.node.name()); it != nodes_.end()) {
       entry.sink = it->second.sink;
       entry.last_heartbeat_ns = it->second.last_heartbeat_ns;
     }
     bool schedulable = entry.sink != nullptr && !entry.node.drained();
-    DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
-    nodes_[entry.node.name()] = std::move(entry);
+    DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
+    nodes[entry.node.name()] = std::move(entry);
   }
-
-  DROVER_ASSIGN_OR_RETURN(store::RangeResult job_range, store_->Range(std::string(kJobsPrefix)));
   for (const store::KeyValue& kv : job_range.kvs) {
     v1::Job job;
     auto seq = ParseJobId(kv.key.substr(kJobsPrefix.size()));
@@ -81,27 +97,32 @@ Status ControlLoop::Recover() {
       spdlog::error("skipping unreadable job record '{}'", kv.key);
       continue;
     }
-    jobs_[*seq] = std::move(job);
-    next_seq_ = std::max(next_seq_, *seq + 1);
+    jobs[*seq] = std::move(job);
+    next_seq = std::max(next_seq, *seq + 1);
   }
   size_t queued = 0;
   size_t bound = 0;
-  for (auto& [seq, job] : jobs_) {  // submission order, so the queue keeps its order
+  for (auto& [seq, job] : jobs) {  // submission order, so the queue keeps its order
     v1::JobState state = job.status().state();
     if (state == v1::JOB_STATE_PENDING) {
-      DROVER_RETURN_IF_ERROR(sched_.Enqueue(rpc::ToJobRequest(job)));
+      DROVER_RETURN_IF_ERROR(sched.Enqueue(rpc::ToJobRequest(job)));
       ++queued;
     } else if (!rpc::IsTerminal(state)) {
       const v1::Allocation& a = job.status().allocation();
       sched::Binding b{job.id(), a.node(), {a.gpu_indices().begin(), a.gpu_indices().end()}};
-      if (Status s = sched_.Restore(rpc::ToJobRequest(job), b); !s.ok()) {
-        spdlog::error("job '{}' could not be restored on node '{}': {}", job.id(), a.node(), s.message());
+      if (Status st = sched.Restore(rpc::ToJobRequest(job), b); !st.ok()) {
+        spdlog::error("job '{}' could not be restored on node '{}': {}", job.id(), a.node(), st.message());
         continue;
       }
-      active_on_node_[a.node()].insert(seq);
+      active[a.node()].insert(seq);
       ++bound;
     }
   }
+  sched_ = std::move(sched);
+  jobs_ = std::move(jobs);
+  nodes_ = std::move(nodes);
+  active_on_node_ = std::move(active);
+  next_seq_ = std::max(next_seq_, next_seq);
   for (const auto& [name, entry] : nodes_) {
     if (entry.sink) dirty_nodes_.insert(name);
   }
@@ -119,6 +140,7 @@ void ControlLoop::Persist(const v1::Node& node) {
 }
 
 void ControlLoop::AfterBatch() {
+  if (!EnsureRecovered().ok()) return;
   int64_t now = ToUnixNanos(clock_->Now());
   for (sched::Binding& b : sched_.Schedule()) {
     auto seq = ParseJobId(b.job_id);
@@ -150,7 +172,15 @@ void ControlLoop::Commit() {
     Status answer = Unavailable("the change was not persisted: " + committed.message());
     for (Ack& ack : acks) ack(answer);
     dirty_nodes_.clear();
-    if (Status s = Recover(); !s.ok()) spdlog::critical("cannot rebuild state from the store: {}", s.ToString());
+    // Agent reports of this batch were lost with it: restart every session so
+    // that each agent reports its full state again.
+    for (auto& [name, entry] : nodes_) {
+      if (entry.sink) entry.sink->Reset();
+    }
+    if (Status s = Recover(); !s.ok()) {
+      degraded_ = true;
+      spdlog::critical("cannot rebuild state from the store; refusing commands until it can: {}", s.ToString());
+    }
   } else {
     for (Ack& ack : acks) ack(Status::Ok());
   }
@@ -365,6 +395,7 @@ std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shar
 
 void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {
   loop_.Post([this, node = std::move(node), sink] {
+    if (degraded_) return;
     auto it = nodes_.find(node);
     if (it == nodes_.end() || it->second.sink.get() != sink) return;  // a newer session took over
     it->second.sink.reset();
@@ -418,6 +449,7 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
 
 void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
   loop_.Post([this, node = std::move(node), report = std::move(report)] {
+    if (!EnsureRecovered().ok()) return;  // the session is reset; the agent reports again
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return;
     std::set<std::string> reported;

@@ -13,7 +13,8 @@
 // the queue in submission order; nodes stay not-ready until their agent's
 // session returns. If a commit fails, the batch's callers get the error and
 // the state is rebuilt from the store again, so memory never runs ahead of
-// what is durable.
+// what is durable; while the store cannot even be read, every command gets
+// kUnavailable and nothing is written.
 //
 // Thread-safety: public methods are thread-safe; everything else runs on the
 // loop thread.
@@ -41,6 +42,8 @@ class AgentSink {
   virtual ~AgentSink() = default;
   // Replaces whatever was not yet sent (level-triggered: the latest wins).
   virtual void SendDesired(const v1::DesiredWorkloads& desired) = 0;
+  // Ends the session; the agent reconnects and reports its full state.
+  virtual void Reset() = 0;
 };
 
 // The value of a command that answers only "done".
@@ -89,6 +92,8 @@ class ControlLoop {
   std::future<Result<T>> Call(std::function<Result<T>()> fn);
 
   Status Recover();
+  // Retries Recover() while the last one failed; kUnavailable until it works.
+  Status EnsureRecovered();
   void AfterBatch();
   void Commit();
   void Persist(const v1::Job& job);
@@ -116,6 +121,7 @@ class ControlLoop {
   std::vector<store::Op> ops_;
   std::vector<Ack> acks_;
   std::set<std::string> dirty_nodes_;  // whose desired workloads may have changed
+  bool degraded_ = false;              // the last rebuild from the store failed
 };
 
 }  // namespace drover::server

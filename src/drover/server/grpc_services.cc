@@ -87,13 +87,19 @@ using SessionStream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessa
 // latest desired set. Only the newest unsent set matters (level-triggered).
 class SessionSink final : public AgentSink {
  public:
-  explicit SessionSink(SessionStream* stream) : stream_(stream), writer_([this] { WriteLoop(); }) {}
+  SessionSink(grpc::ServerContext* ctx, SessionStream* stream)
+      : ctx_(ctx), stream_(stream), writer_([this] { WriteLoop(); }) {}
   ~SessionSink() override { Close(); }
 
   void SendDesired(const v1::DesiredWorkloads& desired) override {
     std::lock_guard lock(mu_);
     pending_ = desired;
     cv_.notify_one();
+  }
+
+  void Reset() override {
+    std::lock_guard lock(mu_);
+    if (!closed_) ctx_->TryCancel();
   }
 
   // Stops the writer; after it returns the stream is never written again.
@@ -121,6 +127,7 @@ class SessionSink final : public AgentSink {
     }
   }
 
+  grpc::ServerContext* ctx_;
   SessionStream* stream_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -151,7 +158,7 @@ class AgentServiceImpl final : public v1::AgentService::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first session message must be a hello");
     }
     const std::string node = msg.hello().node_name();
-    auto sink = std::make_shared<SessionSink>(stream);
+    auto sink = std::make_shared<SessionSink>(ctx, stream);
     auto opened = loop_->SessionOpened(node, sink);
     if (opened.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
       sink->Close();

@@ -51,6 +51,9 @@ Status LogStore::Write(const std::string& job_id, int64_t offset, const std::str
 Result<std::string> LogStore::Read(const std::string& job_id, int64_t offset, int64_t max_bytes) const {
   DROVER_ASSIGN_OR_RETURN(std::string path, PathFor(job_id));
   if (offset < 0) return InvalidArgument(fmt::format("log offset {} is negative", offset));
+  if (max_bytes < 0 || max_bytes > kMaxLogReadBytes) {
+    return InvalidArgument(fmt::format("log read size {} is outside 0..{}", max_bytes, kMaxLogReadBytes));
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return std::string();

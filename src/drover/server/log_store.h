@@ -20,8 +20,8 @@ class LogStore {
   static Result<LogStore> Open(const std::string& dir);
 
   Status Write(const std::string& job_id, int64_t offset, const std::string& data);
-  // Up to `max_bytes` from `offset`; empty at end of file or when the job
-  // has written nothing yet.
+  // Up to `max_bytes` (at most kMaxLogReadBytes) from `offset`; empty at end
+  // of file or when the job has written nothing yet.
   Result<std::string> Read(const std::string& job_id, int64_t offset, int64_t max_bytes) const;
 
  private:
@@ -33,5 +33,7 @@ class LogStore {
 
 // The most one job may log; later bytes are dropped.
 inline constexpr int64_t kMaxJobLogBytes = int64_t{1} << 30;
+// The most one Read returns.
+inline constexpr int64_t kMaxLogReadBytes = int64_t{4} << 20;
 
 }  // namespace drover::server
