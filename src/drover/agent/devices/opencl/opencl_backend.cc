@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "drover/agent/devices/device_backend.h"
+#include "drover/common/hash.h"
 #include "drover/common/quantity.h"
 #include "drover/runtime/dynamic_library.h"
 
@@ -72,15 +73,6 @@ Result<runtime::DynamicLibrary*> OpenClLibrary() {
   return kLibrary->value().get();
 }
 
-// FNV-1a, 64 bit: stable across runs and builds, unlike std::hash.
-uint64_t Fnv1a64(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 

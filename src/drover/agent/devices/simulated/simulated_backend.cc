@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "drover/agent/devices/device_backend.h"
+#include "drover/common/hash.h"
 #include "drover/common/quantity.h"
 
 namespace drover::agent {
@@ -17,16 +18,6 @@ namespace {
 
 constexpr int kMaxSimulatedDevices = 64;
 
-// FNV-1a, 64 bit: stable across runs, compilers and machines, which
-// std::hash is not. The uuid must not change when the agent restarts.
-uint64_t Fnv1a64(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
 
 char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
