@@ -32,7 +32,7 @@ bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos;
 
 }  // namespace
 
-Result<sched::JobRequest> NormalizeJobSpec(v1::JobSpec* spec) {
+Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!spec->name().empty()) DROVER_RETURN_IF_ERROR(ValidateName("job name", spec->name()));
   if (spec->tenant().empty()) spec->set_tenant(std::string(kDefaultTenant));
   DROVER_RETURN_IF_ERROR(ValidateName("tenant", spec->tenant()));
@@ -81,22 +81,11 @@ Result<sched::JobRequest> NormalizeJobSpec(v1::JobSpec* spec) {
     return InvalidArgument(fmt::format("termination_grace_seconds {} is outside 0..{}",
                                        spec->termination_grace_seconds(), kMaxGraceSeconds));
   }
-  sched::JobRequest req;
-  req.gpus = spec->gpus();
-  req.gpu_memory_bytes = spec->gpu_memory_bytes();
-  req.gpu_model = spec->gpu_model();
-  req.gpu_vendor = spec->gpu_vendor();
-  return req;
+  return Status::Ok();
 }
 
-sched::JobRequest ToJobRequest(const v1::Job& job) {
-  sched::JobRequest req;
-  req.id = job.id();
-  req.gpus = job.spec().gpus();
-  req.gpu_memory_bytes = job.spec().gpu_memory_bytes();
-  req.gpu_model = job.spec().gpu_model();
-  req.gpu_vendor = job.spec().gpu_vendor();
-  return req;
+sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec) {
+  return sched::JobRequest{id, spec.gpus(), spec.gpu_memory_bytes(), spec.gpu_model(), spec.gpu_vendor()};
 }
 
 sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable) {

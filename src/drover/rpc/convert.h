@@ -27,10 +27,11 @@ inline constexpr int kDefaultGraceSeconds = 10;
 inline constexpr std::string_view kDefaultTenant = "default";
 
 // Fills defaults (tenant "default") and checks every field of `spec`.
-// Returns the scheduler's view of it (without an id).
-Result<sched::JobRequest> NormalizeJobSpec(v1::JobSpec* spec);
+Status NormalizeJobSpec(v1::JobSpec* spec);
 
-sched::JobRequest ToJobRequest(const v1::Job& job);
+// The scheduler's view of a job.
+sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec);
+inline sched::JobRequest ToJobRequest(const v1::Job& job) { return ToJobRequest(job.id(), job.spec()); }
 sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable);
 
 // Checks an agent's inventory: name, GPU count, indices 0..n-1, sizes.

@@ -18,12 +18,14 @@ TEST(NormalizeJobSpecTest, FillsDefaultTenantAndConverts) {
   v1::JobSpec s = GoodSpec();
   s.set_gpu_model("H100 80GB");
   s.set_gpu_memory_bytes(1 << 30);
-  auto r = NormalizeJobSpec(&s);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Status st = NormalizeJobSpec(&s);
+  ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(s.tenant(), "default");
-  EXPECT_EQ(r->gpus, 2);
-  EXPECT_EQ(r->gpu_model, "H100 80GB");
-  EXPECT_EQ(r->gpu_memory_bytes, 1 << 30);
+  sched::JobRequest r = ToJobRequest("j-000001", s);
+  EXPECT_EQ(r.id, "j-000001");
+  EXPECT_EQ(r.gpus, 2);
+  EXPECT_EQ(r.gpu_model, "H100 80GB");
+  EXPECT_EQ(r.gpu_memory_bytes, 1 << 30);
 }
 
 struct BadCase {
@@ -56,11 +58,10 @@ TEST(NormalizeJobSpecTest, RejectsEveryBadField) {
   for (const BadCase& c : cases) {
     v1::JobSpec s = GoodSpec();
     c.mutate(&s);
-    auto r = NormalizeJobSpec(&s);
+    Status r = NormalizeJobSpec(&s);
     ASSERT_FALSE(r.ok()) << c.what;
-    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << c.what;
-    EXPECT_NE(r.status().message().find(c.message_part), std::string::npos)
-        << c.what << ": " << r.status().message();
+    EXPECT_EQ(r.code(), Code::kInvalidArgument) << c.what;
+    EXPECT_NE(r.message().find(c.message_part), std::string::npos) << c.what << ": " << r.message();
   }
 }
 

@@ -27,8 +27,7 @@ Result<T> Await(std::future<Result<T>> f) {
 
 Result<v1::SubmitJobResponse> ApiService::Submit(v1::SubmitJobRequest req) {
   if (!req.has_spec()) return InvalidArgument("spec is missing");
-  auto checked = rpc::NormalizeJobSpec(req.mutable_spec());
-  if (!checked.ok()) return checked.status();
+  DROVER_RETURN_IF_ERROR(rpc::NormalizeJobSpec(req.mutable_spec()));
   DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*req.mutable_spec()))));
   v1::SubmitJobResponse resp;
   *resp.mutable_job() = std::move(job);

@@ -266,11 +266,7 @@ void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int si
 
 std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
   return Call<v1::Job>([this, spec = std::move(spec)]() -> Result<v1::Job> {
-    sched::JobRequest req = rpc::ToJobRequest([&] {
-      v1::Job j;
-      *j.mutable_spec() = spec;
-      return j;
-    }());
+    sched::JobRequest req = rpc::ToJobRequest("", spec);
     if (auto why = sched_.NeverFits(req)) return FailedPrecondition("job can never fit on this cluster: " + *why);
     uint64_t seq = next_seq_++;
     v1::Job& job = jobs_[seq];

@@ -228,8 +228,8 @@ class ControlLoopTest : public ::testing::Test {
     spec.add_command("-c");
     spec.add_command("echo hi");
     (*spec.mutable_env())["STEPS"] = "10";
-    auto normalized = rpc::NormalizeJobSpec(&spec);
-    EXPECT_TRUE(normalized.ok()) << normalized.status().ToString();
+    Status normalized = rpc::NormalizeJobSpec(&spec);
+    EXPECT_TRUE(normalized.ok()) << normalized.ToString();
     return spec;
   }
   v1::Job Submit(int gpus) { return Must(loop_->Submit(Spec(gpus))); }
