@@ -169,8 +169,6 @@ void ControlLoop::Commit() {
   acks_.clear();
   if (!committed.ok()) {
     spdlog::error("commit failed, rebuilding state from the store: {}", committed.ToString());
-    Status answer = Unavailable("the change was not persisted: " + committed.message());
-    for (Ack& ack : acks) ack(answer);
     dirty_nodes_.clear();
     // Agent reports of this batch were lost with it: restart every session so
     // that each agent reports its full state again.
@@ -181,6 +179,8 @@ void ControlLoop::Commit() {
       degraded_ = true;
       spdlog::critical("cannot rebuild state from the store; refusing commands until it can: {}", s.ToString());
     }
+    Status answer = Unavailable("the change was not persisted: " + committed.message());
+    for (Ack& ack : acks) ack(answer);
   } else {
     for (Ack& ack : acks) ack(Status::Ok());
   }
