@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -270,12 +271,17 @@ class SupervisorTest : public TempDirTest {
     return *pid;
   }
 
-  // Waits for the job's exit record.
+  // Waits for the job's exit record. The supervisor writes it before it
+  // exits, so reaping the supervisor is the event to wait on.
   std::optional<ExitFile> WaitExit(const std::string& dir) {
-    JobDir job(dir);
-    std::optional<ExitFile> e;
-    bool ok = PollUntil([&] { return (e = job.ReadExit()).has_value(); });
-    EXPECT_TRUE(ok) << "no exit.json in " << dir << "; supervisor.log: " << Slurp(dir + "/supervisor.log");
+    auto it = std::find_if(spawned_.begin(), spawned_.end(), [&](const auto& p) { return p.second == dir; });
+    if (it != spawned_.end()) {
+      int status = 0;
+      if (::waitpid(it->first, &status, 0) == it->first) reaped_[it->first] = status;
+      spawned_.erase(it);
+    }
+    std::optional<ExitFile> e = JobDir(dir).ReadExit();
+    EXPECT_TRUE(e) << "no exit.json in " << dir << "; supervisor.log: " << Slurp(dir + "/supervisor.log");
     return e;
   }
   std::optional<StartedFile> WaitStarted(const std::string& dir) {
@@ -287,17 +293,19 @@ class SupervisorTest : public TempDirTest {
   bool WaitOutput(const std::string& dir, const std::string& text) {
     return PollUntil([&] { return Slurp(dir + "/output.log").find(text) != std::string::npos; });
   }
-  // Reaps the supervisor; its wait status, or nullopt if it did not exit in time.
+  // Reaps the supervisor (if WaitExit has not); its wait status.
   std::optional<int> Reap(pid_t pid) {
+    if (auto it = reaped_.find(pid); it != reaped_.end()) return it->second;
     int status = 0;
-    bool done = PollUntil([&] { return ::waitpid(pid, &status, WNOHANG) == pid; });
-    EXPECT_TRUE(done) << "supervisor " << pid << " did not exit";
-    if (!done) return std::nullopt;
+    bool done = ::waitpid(pid, &status, 0) == pid;
+    EXPECT_TRUE(done) << "supervisor " << pid << " could not be reaped";
     std::erase_if(spawned_, [&](const auto& p) { return p.first == pid; });
+    if (!done) return std::nullopt;
     return status;
   }
 
-  std::vector<std::pair<pid_t, std::string>> spawned_;
+  std::vector<std::pair<pid_t, std::string>> spawned_;  // not yet reaped
+  std::map<pid_t, int> reaped_;                         // wait status by pid
 };
 
 TEST_F(SupervisorTest, RecordsStartExitCodeAndOutput) {
