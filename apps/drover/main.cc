@@ -82,8 +82,8 @@ Result<std::vector<std::unique_ptr<drover::agent::DeviceBackend>>> Backends(cons
   return out;
 }
 
-Result<std::unique_ptr<drover::agent::Agent>> StartAgent(const RoleFlags& f, const std::string& node,
-                                                         const std::string& server, const std::string& dir,
+Result<std::unique_ptr<drover::agent::Agent>> StartAgent(const std::string& node, const std::string& server,
+                                                         const std::string& dir,
                                                          std::vector<std::unique_ptr<drover::agent::DeviceBackend>> b) {
   drover::agent::AgentOptions o;
   o.node_name = node;
@@ -91,7 +91,6 @@ Result<std::unique_ptr<drover::agent::Agent>> StartAgent(const RoleFlags& f, con
   o.data_dir = dir;
   o.supervisor_exe = SelfExe();
   o.backends = std::move(b);
-  (void)f;
   return drover::agent::StartAgent(std::move(o));
 }
 
@@ -112,7 +111,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     local.node_name = f.node_name.empty() ? Hostname() : f.node_name;
     auto backends = Backends(local);
     if (!backends.ok()) return Fatal(backends.status());
-    auto a = StartAgent(f, local.node_name, addr, f.data_dir + "/agents/" + local.node_name, std::move(*backends));
+    auto a = StartAgent(local.node_name, addr, f.data_dir + "/agents/" + local.node_name, std::move(*backends));
     if (!a.ok()) return Fatal(a.status());
     agents.push_back(std::move(*a));
     for (int i = 1; i <= f.simulate; ++i) {
@@ -121,7 +120,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       if (!b.ok()) return Fatal(b.status());
       std::vector<std::unique_ptr<drover::agent::DeviceBackend>> bs;
       bs.push_back(std::move(*b));
-      auto sim = StartAgent(f, name, addr, f.data_dir + "/agents/" + name, std::move(bs));
+      auto sim = StartAgent(name, addr, f.data_dir + "/agents/" + name, std::move(bs));
       if (!sim.ok()) return Fatal(sim.status());
       agents.push_back(std::move(*sim));
     }
@@ -139,7 +138,7 @@ int RunAgentRole(const RoleFlags& f) {
   if (a.node_name.empty()) a.node_name = Hostname();
   auto backends = Backends(a);
   if (!backends.ok()) return Fatal(backends.status());
-  auto agent = StartAgent(a, a.node_name, a.server_addr, a.data_dir, std::move(*backends));
+  auto agent = StartAgent(a.node_name, a.server_addr, a.data_dir, std::move(*backends));
   if (!agent.ok()) return Fatal(agent.status());
   WaitForSignal();
   (*agent)->Stop();

@@ -58,11 +58,11 @@ void Scheduler::SetSchedulable(const std::string& node, bool schedulable) {
 }
 
 Status Scheduler::Enqueue(const JobRequest& job) {
-  if (bound_.contains(job.id) ||
-      std::any_of(queue_.begin(), queue_.end(), [&](const JobRequest& q) { return q.id == job.id; })) {
+  if (bound_.contains(job.id) || queued_ids_.contains(job.id)) {
     return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", job.id));
   }
   queue_.push_back(job);
+  queued_ids_.insert(job.id);
   return Status::Ok();
 }
 
@@ -91,6 +91,7 @@ void Scheduler::Remove(const std::string& job_id) {
     bound_.erase(it);
     return;
   }
+  if (queued_ids_.erase(job_id) == 0) return;
   auto q = std::find_if(queue_.begin(), queue_.end(), [&](const JobRequest& j) { return j.id == job_id; });
   if (q != queue_.end()) queue_.erase(q);
 }
@@ -131,6 +132,7 @@ std::vector<Binding> Scheduler::Schedule() {
     nodes_[b->node].held |= mask;
     bound_[head.id] = BoundJob{b->node, mask};
     out.push_back(std::move(*b));
+    queued_ids_.erase(head.id);
     queue_.pop_front();
   }
   return out;

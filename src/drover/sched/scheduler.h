@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "drover/common/status.h"
@@ -76,6 +77,7 @@ class Scheduler {
 
   std::map<std::string, NodeSlot> nodes_;  // ordered by name: first-fit order
   std::deque<JobRequest> queue_;
+  std::unordered_set<std::string> queued_ids_;  // the ids in queue_, for O(1) duplicate checks
   std::unordered_map<std::string, BoundJob> bound_;
 };
 

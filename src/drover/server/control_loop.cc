@@ -391,7 +391,6 @@ std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shar
 
 void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {
   loop_.Post([this, node = std::move(node), sink] {
-    if (degraded_) return;
     auto it = nodes_.find(node);
     if (it == nodes_.end() || it->second.sink.get() != sink) return;  // a newer session took over
     it->second.sink.reset();
