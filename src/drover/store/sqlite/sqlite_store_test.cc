@@ -13,6 +13,7 @@
 #include <string>
 
 #include "store_contract.h"
+#include "store_contract_watch.h"
 
 namespace drover::store {
 namespace {
