@@ -1,43 +1,163 @@
 #pragma once
-// The scheduler's view of the cluster: plain values, no wire types.
+// The scheduler's view of the cluster: plain values, no wire types, no clock.
+// Time is an integer count of milliseconds chosen by the caller (the server
+// passes Unix time, the simulator its virtual clock).
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "drover/common/status.h"
 
 namespace drover::sched {
 
 // The most GPUs one node may hold (free sets are 64-bit masks).
 inline constexpr int kMaxGpusPerNode = 64;
+// The compute share of one whole GPU, in milli-GPU.
+inline constexpr int kWholeGpu = 1000;
+// A time that never comes ("no estimate", "never frees").
+inline constexpr int64_t kNever = INT64_MAX;
+
+// How closely two GPUs of one node are linked; a larger value is closer.
+// NVLink, AMD xGMI and Intel Xe Link all count as kFabric.
+enum class Link : uint8_t {
+  kCrossSocket = 0,  // through the CPU interconnect (nvidia-smi "SYS")
+  kSameNuma = 1,     // same NUMA node / host bridge ("NODE", "PHB")
+  kPcieSwitch = 2,   // behind one PCIe switch ("PIX", "PXB")
+  kFabric = 3,       // direct GPU fabric ("NV#", xGMI)
+};
+std::string_view LinkName(Link link);
 
 struct GpuInfo {
-  int index = 0;  // node-local
+  int index = 0;  // node-local; gpus[i].index == i
   std::string vendor;
   std::string model;
   int64_t memory_bytes = 0;
   bool healthy = true;
+  int numa_node = 0;
 };
 
 struct NodeInfo {
   std::string name;
-  std::vector<GpuInfo> gpus;  // gpus[i].index == i
+  std::vector<GpuInfo> gpus;
+  // Row-major gpus.size() x gpus.size() link matrix (the diagonal is
+  // ignored). Empty: derived from numa_node (same NUMA node -> kSameNuma,
+  // else kCrossSocket). GPUs joined by kFabric links form NVLink islands.
+  std::vector<Link> links;
+  // Free-form labels; "switch" and "rack" are the topology domains of gangs.
+  std::map<std::string, std::string> labels;
   // A node takes new work only when connected and not drained.
   bool schedulable = false;
 };
 
+// What a job asks of the topology. The levels are requirements; without one
+// the scheduler still prefers the tightest placement it finds.
+enum class Topology : uint8_t {
+  kBestEffort = 0,  // prefer one island / NUMA node / switch / rack, accept any
+  kIsland,          // each replica's GPUs on one NVLink island
+  kNuma,            // each replica's GPUs on one NUMA node
+  kSwitch,          // every replica on nodes with one value of label "switch"
+  kRack,            // every replica on nodes with one value of label "rack"
+};
+std::string_view TopologyName(Topology t);
+Result<Topology> ParseTopology(std::string_view s);
+
 // What a job needs from the scheduler (validated before it gets here).
 struct JobRequest {
   std::string id;
-  int gpus = 1;                  // whole GPUs on one node
-  int64_t gpu_memory_bytes = 0;  // minimum per GPU, 0 = any
-  std::string gpu_model;         // exact, empty = any
-  std::string gpu_vendor;        // exact, empty = any
+  std::string tenant = "default";
+  int priority = 0;  // larger runs first; preempts smaller when allowed
+  // Gang shape: `replicas` x `gpus` GPUs, placed all or nothing.
+  int replicas = 1;
+  int gpus = 1;  // per replica, on one node
+  // kWholeGpu: whole GPUs. Less: a share of ONE GPU (gpus must be 1) that
+  // also reserves `gpu_memory_bytes` of its memory.
+  int gpu_milli = kWholeGpu;
+  // Whole GPUs: the minimum memory of each GPU (0 = any).
+  // A share: the memory reserved on the shared GPU.
+  int64_t gpu_memory_bytes = 0;
+  std::string gpu_model;   // exact, empty = any
+  std::string gpu_vendor;  // exact, empty = any
+  std::map<std::string, std::string> node_selector;  // every label must match
+  Topology topology = Topology::kBestEffort;
+  int64_t runtime_estimate_ms = 0;  // 0 = unknown
+  bool preemptible = false;
+
+  bool fractional() const { return gpu_milli < kWholeGpu; }
+  // Milli-GPUs of the whole job.
+  int64_t milli() const { return int64_t{replicas} * gpus * gpu_milli; }
+};
+
+// Where one replica runs.
+struct Placement {
+  std::string node;
+  std::vector<int> gpu_indices;  // ascending
+  int gpu_milli = kWholeGpu;     // per GPU; < kWholeGpu on a shared GPU
+  int64_t gpu_memory_bytes = 0;  // reserved per GPU when shared; 0 for whole GPUs
 };
 
 struct Binding {
   std::string job_id;
-  std::string node;
-  std::vector<int> gpu_indices;  // ascending
+  std::vector<Placement> replicas;  // replicas.size() == job.replicas
+};
+
+// A bound job the caller must stop (SIGTERM, then SIGKILL after grace_ms),
+// then give back with Scheduler::Requeue (or Remove, if it ended anyway).
+struct Preemption {
+  std::string job_id;  // the victim
+  std::string for_job;  // the job that needs its GPUs
+  std::string reason;   // "priority 900 > 100", "tenant 'b' reclaims its guarantee"
+  int64_t grace_ms = 0;
+};
+
+struct Decisions {
+  std::vector<Binding> bindings;
+  std::vector<Preemption> preemptions;
+};
+
+// A tenant's share of the cluster. Jobs of unknown tenants get weight 1, no
+// guarantee and no borrowing limit.
+struct TenantInfo {
+  std::string name;
+  double weight = 1.0;  // > 0; fair share is proportional to it
+  // GPUs guaranteed per GPU model ("H100 80GB" -> 16). The tenant may always
+  // use these; others may borrow them while idle and lose them on reclaim.
+  std::map<std::string, int> guaranteed_gpus;
+  // GPUs the tenant may use beyond its guarantees, all models together;
+  // -1 = no limit.
+  int borrow_limit = -1;
+};
+
+enum class QueuePolicy : uint8_t {
+  kFifo,       // submission order
+  kPriority,   // priority, aged by waiting time, then submission order
+  kFairShare,  // tenants by weighted dominant share (GPUs, GPU memory); priority within
+  kLas,        // least attained GPU service first (Tiresias), then submission order
+  kSjf,        // shortest runtime estimate first; jobs without one after, in order
+};
+enum class PlacementPolicy : uint8_t {
+  kBinpack,  // fewest free GPUs that fit, keeping whole GPUs and islands free
+  kSpread,   // most free GPUs first
+};
+std::string_view QueuePolicyName(QueuePolicy p);
+std::string_view PlacementPolicyName(PlacementPolicy p);
+Result<QueuePolicy> ParseQueuePolicy(std::string_view s);          // fifo|priority|fair-share|las|sjf
+Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s);  // binpack|spread
+
+struct Config {
+  QueuePolicy queue = QueuePolicy::kPriority;
+  PlacementPolicy placement = PlacementPolicy::kBinpack;
+  // EASY backfill: a job that cannot start gets a reservation; later jobs
+  // run only where they do not delay it. Off: strict order, the first job
+  // that does not fit blocks every job behind it.
+  bool backfill = true;
+  bool preemption = true;
+  // kPriority: a waiting job gains one priority level per aging_ms (0 = no aging).
+  int64_t aging_ms = 60'000;
+  // Time a preempted job gets between SIGTERM and SIGKILL.
+  int64_t preemption_grace_ms = 30'000;
 };
 
 }  // namespace drover::sched

@@ -4,162 +4,499 @@
 
 #include <algorithm>
 #include <bit>
+#include <queue>
+
+#include "drover/sched/scheduler_state.h"
 
 namespace drover::sched {
 namespace {
 
-std::vector<int> Indices(uint64_t mask) {
-  std::vector<int> out;
-  while (mask != 0) {
-    out.push_back(std::countr_zero(mask));
-    mask &= mask - 1;
-  }
-  return out;
-}
+// Preemption searches walk the cluster; a pass makes at most this many, for
+// the first jobs in queue order that cannot be placed.
+constexpr int kPreemptionSearchesPerPass = 4;
+// Gangs larger than this are refused as malformed.
+constexpr int kMaxReplicas = 4096;
 
-// The `n` lowest set bits of `mask`.
-uint64_t LowestBits(uint64_t mask, int n) {
-  uint64_t out = 0;
-  for (int i = 0; i < n && mask != 0; ++i) {
-    uint64_t bit = mask & (~mask + 1);
-    out |= bit;
-    mask &= mask - 1;
+Status ValidateRequest(const JobRequest& job) {
+  if (job.id.empty()) return InvalidArgument("job id is empty");
+  if (job.replicas < 1 || job.replicas > kMaxReplicas) {
+    return InvalidArgument(fmt::format("job '{}' asks for {} replicas, outside 1..{}", job.id, job.replicas, kMaxReplicas));
   }
-  return out;
-}
-
-std::string Describe(const JobRequest& job) {
-  std::string what = fmt::format("{} GPU{}", job.gpus, job.gpus == 1 ? "" : "s");
-  if (!job.gpu_vendor.empty()) what += fmt::format(" of vendor '{}'", job.gpu_vendor);
-  if (!job.gpu_model.empty()) what += fmt::format(" of model '{}'", job.gpu_model);
-  if (job.gpu_memory_bytes > 0) what += fmt::format(" with at least {} bytes of memory", job.gpu_memory_bytes);
-  return what;
+  if (job.gpus < 1 || job.gpus > kMaxGpusPerNode) {
+    return InvalidArgument(fmt::format("job '{}' asks for {} GPUs per replica, outside 1..{}", job.id, job.gpus, kMaxGpusPerNode));
+  }
+  if (job.gpu_milli < 1 || job.gpu_milli > kWholeGpu) {
+    return InvalidArgument(fmt::format("job '{}' asks for {} milli-GPU, outside 1..{}", job.id, job.gpu_milli, kWholeGpu));
+  }
+  if (job.fractional() && (job.gpus != 1 || job.replicas != 1)) {
+    return InvalidArgument(fmt::format("job '{}' asks for a share of a GPU, which needs gpus = 1 and replicas = 1", job.id));
+  }
+  if (job.gpu_memory_bytes < 0 || job.runtime_estimate_ms < 0) {
+    return InvalidArgument(fmt::format("job '{}' has a negative memory size or runtime estimate", job.id));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
 
-Status Scheduler::UpsertNode(const NodeInfo& node) {
-  if (node.gpus.size() > static_cast<size_t>(kMaxGpusPerNode)) {
-    return InvalidArgument(fmt::format("node '{}' has {} GPUs, more than {}", node.name, node.gpus.size(), kMaxGpusPerNode));
+Scheduler::Scheduler(Config config) : s_(std::make_unique<State>()) { s_->config = config; }
+Scheduler::~Scheduler() = default;
+Scheduler::Scheduler(Scheduler&&) noexcept = default;
+Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;
+const Config& Scheduler::config() const { return s_->config; }
+
+// ---- bookkeeping ----
+
+int State::FindJob(const std::string& id) const {
+  auto it = job_ids.find(id);
+  return it == job_ids.end() ? -1 : it->second;
+}
+
+int State::NewJob() {
+  if (!free_jobs.empty()) {
+    int j = free_jobs.back();
+    free_jobs.pop_back();
+    return j;
   }
-  for (size_t i = 0; i < node.gpus.size(); ++i) {
-    if (node.gpus[i].index != static_cast<int>(i)) {
-      return InvalidArgument(fmt::format("node '{}' GPU {} has index {}", node.name, i, node.gpus[i].index));
+  jobs.emplace_back();
+  return static_cast<int>(jobs.size()) - 1;
+}
+
+void State::AddPending(int job) {
+  JobState& j = jobs[job];
+  j.pending = true;
+  j.pending_pos = static_cast<int>(pending.size());
+  j.why = Why{};
+  pending.push_back(job);
+}
+
+void State::DropPending(int job) {
+  JobState& j = jobs[job];
+  if (!j.pending) return;
+  int moved = pending.back();
+  pending[j.pending_pos] = moved;
+  jobs[moved].pending_pos = j.pending_pos;
+  pending.pop_back();
+  j.pending = false;
+  j.pending_pos = -1;
+}
+
+void State::FreeJob(int job) {
+  job_ids.erase(jobs[job].req.id);
+  jobs[job] = JobState{};
+  free_jobs.push_back(job);
+}
+
+// ---- cluster ----
+
+Status Scheduler::UpsertNode(const NodeInfo& info) {
+  State& s = *s_;
+  size_t n = info.gpus.size();
+  if (info.name.empty()) return InvalidArgument("node name is empty");
+  if (n > static_cast<size_t>(kMaxGpusPerNode)) {
+    return InvalidArgument(fmt::format("node '{}' has {} GPUs, more than {}", info.name, n, kMaxGpusPerNode));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const GpuInfo& g = info.gpus[i];
+    if (g.index != static_cast<int>(i)) {
+      return InvalidArgument(fmt::format("node '{}' GPU {} has index {}", info.name, i, g.index));
+    }
+    if (g.memory_bytes < 0) return InvalidArgument(fmt::format("node '{}' GPU {} has negative memory", info.name, i));
+  }
+  if (!info.links.empty() && info.links.size() != n * n) {
+    return InvalidArgument(fmt::format("node '{}' has a link matrix of {} entries, expected {} x {}", info.name,
+                                       info.links.size(), n, n));
+  }
+  for (Link l : info.links) {
+    if (static_cast<int>(l) > static_cast<int>(Link::kFabric)) {
+      return InvalidArgument(fmt::format("node '{}' has an unknown link kind {}", info.name, static_cast<int>(l)));
     }
   }
-  NodeSlot& slot = nodes_[node.name];
-  slot.info = node;
-  return Status::Ok();
-}
-
-void Scheduler::SetSchedulable(const std::string& node, bool schedulable) {
-  auto it = nodes_.find(node);
-  if (it != nodes_.end()) it->second.info.schedulable = schedulable;
-}
-
-Status Scheduler::Enqueue(const JobRequest& job) {
-  if (bound_.contains(job.id) || queued_ids_.contains(job.id)) {
-    return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", job.id));
+  auto [it, inserted] = s.node_ids.emplace(info.name, static_cast<int>(s.nodes.size()));
+  int idx = it->second;
+  if (inserted) {
+    s.nodes.emplace_back();
+    s.nodes.back().shared_key.fill(-1);
   }
-  queue_.push_back(job);
-  queued_ids_.insert(job.id);
-  return Status::Ok();
-}
-
-Status Scheduler::Restore(const JobRequest& job, const Binding& binding) {
-  auto it = nodes_.find(binding.node);
-  if (it == nodes_.end()) {
-    return FailedPrecondition(fmt::format("job '{}' is bound to unknown node '{}'", job.id, binding.node));
+  NodeState& node = s.nodes[idx];
+  // Take the node out of every index, then rebuild it.
+  node.info.schedulable = false;
+  s.Recount(idx);
+  for (size_t i = 0; i < node.classes.size(); ++i) s.SetBucket(idx, node.classes[i], static_cast<int>(i), 0);
+  for (uint64_t m = node.present & node.healthy; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    s.capacity_milli -= kWholeGpu;
+    s.capacity_mem -= node.info.gpus[g].memory_bytes;
   }
-  uint64_t mask = 0;
-  for (int i : binding.gpu_indices) {
-    if (i < 0 || i >= kMaxGpusPerNode) return InvalidArgument(fmt::format("job '{}' holds GPU index {}", job.id, i));
-    mask |= uint64_t{1} << i;
+  for (int d : {node.switch_domain, node.rack_domain}) {
+    if (d >= 0) std::erase(s.domains[d].nodes, idx);
   }
-  if ((it->second.held & mask) != 0) {
-    return FailedPrecondition(fmt::format("job '{}' holds GPUs of node '{}' that another job holds", job.id, binding.node));
-  }
-  if (bound_.contains(job.id)) return AlreadyExists(fmt::format("job '{}' is already bound", job.id));
-  it->second.held |= mask;
-  bound_[job.id] = BoundJob{binding.node, mask};
-  return Status::Ok();
-}
-
-void Scheduler::Remove(const std::string& job_id) {
-  if (auto it = bound_.find(job_id); it != bound_.end()) {
-    if (auto n = nodes_.find(it->second.node); n != nodes_.end()) n->second.held &= ~it->second.mask;
-    bound_.erase(it);
-    return;
-  }
-  if (queued_ids_.erase(job_id) == 0) return;
-  auto q = std::find_if(queue_.begin(), queue_.end(), [&](const JobRequest& j) { return j.id == job_id; });
-  if (q != queue_.end()) queue_.erase(q);
-}
-
-uint64_t Scheduler::MatchingMask(const NodeInfo& node, const JobRequest& job) {
-  uint64_t mask = 0;
-  for (const GpuInfo& g : node.gpus) {
-    if (!job.gpu_model.empty() && g.model != job.gpu_model) continue;
-    if (!job.gpu_vendor.empty() && g.vendor != job.gpu_vendor) continue;
-    if (g.memory_bytes < job.gpu_memory_bytes) continue;
-    mask |= uint64_t{1} << g.index;
-  }
-  return mask;
-}
-
-std::optional<Binding> Scheduler::FirstFit(const JobRequest& job) const {
-  for (const auto& [name, slot] : nodes_) {
-    if (!slot.info.schedulable) continue;
-    uint64_t healthy = 0;
-    for (const GpuInfo& g : slot.info.gpus) {
-      if (g.healthy) healthy |= uint64_t{1} << g.index;
+  node.info = info;
+  node.topo = s.TopoFor(info);
+  node.present = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  node.healthy = 0;
+  node.gpu_class.assign(n, 0);
+  node.classes.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const GpuInfo& g = info.gpus[i];
+    if (g.healthy) node.healthy |= uint64_t{1} << i;
+    int cls = s.ClassFor(g);
+    node.gpu_class[i] = cls;
+    auto slot = std::find_if(node.classes.begin(), node.classes.end(), [&](const ClassSlot& c) { return c.cls == cls; });
+    if (slot == node.classes.end()) {
+      node.classes.push_back(ClassSlot{cls, 0, 0, -1});
+      slot = node.classes.end() - 1;
     }
-    uint64_t free = MatchingMask(slot.info, job) & healthy & ~slot.held;
-    if (std::popcount(free) < job.gpus) continue;
-    return Binding{job.id, name, Indices(LowestBits(free, job.gpus))};
+    slot->mask |= uint64_t{1} << i;
+    if (g.healthy) {
+      s.capacity_milli += kWholeGpu;
+      s.capacity_mem += g.memory_bytes;
+    }
   }
-  return std::nullopt;
+  node.switch_domain = node.rack_domain = -1;
+  if (auto l = info.labels.find("switch"); l != info.labels.end()) node.switch_domain = s.DomainFor("switch", l->second);
+  if (auto l = info.labels.find("rack"); l != info.labels.end()) node.rack_domain = s.DomainFor("rack", l->second);
+  for (int d : {node.switch_domain, node.rack_domain}) {
+    if (d >= 0) s.domains[d].nodes.push_back(idx);
+  }
+  // Free capacity from scratch, then the holds of the jobs bound here.
+  for (int g = 0; g < kMaxGpusPerNode; ++g) {
+    node.free_milli[g] = kWholeGpu;
+    node.free_mem[g] = g < static_cast<int>(n) ? info.gpus[g].memory_bytes : 0;
+  }
+  for (int j : node.jobs) {
+    for (const Held& h : s.jobs[j].held) {
+      if (h.node != idx) continue;
+      for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+        int g = std::countr_zero(m);
+        node.free_milli[g] = static_cast<int16_t>(node.free_milli[g] - h.milli);
+        node.free_mem[g] -= h.milli == kWholeGpu ? (g < static_cast<int>(n) ? info.gpus[g].memory_bytes : 0) : h.mem;
+      }
+    }
+  }
+  node.whole_free = 0;
+  for (uint64_t m = node.present; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    if (node.free_milli[g] == kWholeGpu) node.whole_free |= uint64_t{1} << g;
+  }
+  s.Recount(idx);
+  return Status::Ok();
 }
 
-std::vector<Binding> Scheduler::Schedule() {
-  std::vector<Binding> out;
-  while (!queue_.empty()) {
-    const JobRequest& head = queue_.front();
-    std::optional<Binding> b = FirstFit(head);
-    if (!b) break;  // strict FIFO: the head waits, and so does everyone behind it
+void Scheduler::SetSchedulable(const std::string& name, bool schedulable) {
+  auto it = s_->node_ids.find(name);
+  if (it == s_->node_ids.end()) return;
+  s_->nodes[it->second].info.schedulable = schedulable;
+  s_->Recount(it->second);
+}
+
+Status Scheduler::SetTenant(const TenantInfo& tenant) {
+  if (tenant.name.empty()) return InvalidArgument("tenant name is empty");
+  if (!(tenant.weight > 0) || tenant.weight > 1e6) {
+    return InvalidArgument(fmt::format("tenant '{}' has weight {}, outside (0, 1e6]", tenant.name, tenant.weight));
+  }
+  if (tenant.borrow_limit < -1) {
+    return InvalidArgument(fmt::format("tenant '{}' has borrowing limit {}; use -1 for none", tenant.name, tenant.borrow_limit));
+  }
+  for (const auto& [model, gpus] : tenant.guaranteed_gpus) {
+    if (gpus < 0) return InvalidArgument(fmt::format("tenant '{}' has a negative guarantee for '{}'", tenant.name, model));
+  }
+  s_->tenants[s_->TenantFor(tenant.name)].info = tenant;
+  return Status::Ok();
+}
+
+// ---- jobs ----
+
+Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
+  State& s = *s_;
+  DROVER_RETURN_IF_ERROR(ValidateRequest(req));
+  if (s.job_ids.contains(req.id)) return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
+  int idx = s.NewJob();
+  JobState& j = s.jobs[idx];
+  j.req = req;
+  if (j.req.tenant.empty()) j.req.tenant = "default";
+  j.tenant = s.TenantFor(j.req.tenant);
+  j.seq = s.next_seq++;
+  j.submit_ms = now_ms;
+  s.job_ids[req.id] = idx;
+  s.AddPending(idx);
+  return Status::Ok();
+}
+
+Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t started_ms) {
+  State& s = *s_;
+  DROVER_RETURN_IF_ERROR(ValidateRequest(req));
+  if (s.job_ids.contains(req.id)) return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
+  if (binding.replicas.size() != static_cast<size_t>(req.replicas)) {
+    return InvalidArgument(fmt::format("job '{}' has {} placements for {} replicas", req.id, binding.replicas.size(), req.replicas));
+  }
+  int idx = s.NewJob();
+  JobState& j = s.jobs[idx];
+  j.req = req;
+  if (j.req.tenant.empty()) j.req.tenant = "default";
+  j.tenant = s.TenantFor(j.req.tenant);
+  j.seq = s.next_seq++;
+  j.submit_ms = started_ms;
+  s.job_ids[req.id] = idx;
+  int64_t before = s.Beyond(s.tenants[j.tenant]);
+  std::vector<Held> held;
+  auto fail = [&](Status st) {
+    for (auto it = held.rbegin(); it != held.rend(); ++it) s.Release(idx, *it);
+    s.FreeJob(idx);
+    return st;
+  };
+  for (const Placement& p : binding.replicas) {
+    auto n = s.node_ids.find(p.node);
+    if (n == s.node_ids.end()) return fail(FailedPrecondition(fmt::format("job '{}' is bound to unknown node '{}'", req.id, p.node)));
+    NodeState& node = s.nodes[n->second];
+    if (p.gpu_indices.size() != static_cast<size_t>(req.gpus)) {
+      return fail(InvalidArgument(fmt::format("job '{}' holds {} GPUs on node '{}', expected {}", req.id, p.gpu_indices.size(), p.node, req.gpus)));
+    }
     uint64_t mask = 0;
-    for (int i : b->gpu_indices) mask |= uint64_t{1} << i;
-    nodes_[b->node].held |= mask;
-    bound_[head.id] = BoundJob{b->node, mask};
-    out.push_back(std::move(*b));
-    queued_ids_.erase(head.id);
-    queue_.pop_front();
+    for (int i : p.gpu_indices) {
+      if (i < 0 || i >= kMaxGpusPerNode || (node.present & (uint64_t{1} << i)) == 0) {
+        return fail(InvalidArgument(fmt::format("job '{}' holds GPU index {} that node '{}' does not have", req.id, i, p.node)));
+      }
+      mask |= uint64_t{1} << i;
+    }
+    Held h{n->second, node.gpu_class[std::countr_zero(mask)], mask, req.gpu_milli, req.fractional() ? req.gpu_memory_bytes : 0};
+    for (uint64_t m = mask; m != 0; m &= m - 1) {
+      int g = std::countr_zero(m);
+      bool taken = req.fractional() ? (node.free_milli[g] < h.milli || node.free_mem[g] < h.mem)
+                                    : (node.whole_free & (uint64_t{1} << g)) == 0;
+      if (taken) {
+        return fail(FailedPrecondition(fmt::format("job '{}' holds GPU {} of node '{}' that other jobs hold", req.id, g, p.node)));
+      }
+    }
+    s.Hold(idx, h);
+    held.push_back(h);
   }
+  j.borrowed = s.Beyond(s.tenants[j.tenant]) > before;
+  s.Bind(idx, std::move(held), started_ms, nullptr);
+  return Status::Ok();
+}
+
+Status Scheduler::MarkPreempting(const std::string& job_id) {
+  State& s = *s_;
+  int idx = s.FindJob(job_id);
+  if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
+  JobState& j = s.jobs[idx];
+  if (!j.req.preemptible) return FailedPrecondition(fmt::format("job '{}' is not preemptible", job_id));
+  if (!j.preempting) {
+    j.preempting = true;
+    s.preemptible_priorities.erase(s.preemptible_priorities.find(j.req.priority));
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Requeue(const std::string& job_id, int64_t now_ms) {
+  State& s = *s_;
+  int idx = s.FindJob(job_id);
+  if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
+  s.Unbind(idx, now_ms);
+  s.AddPending(idx);
+  return Status::Ok();
+}
+
+void Scheduler::Remove(const std::string& job_id, int64_t now_ms) {
+  State& s = *s_;
+  int idx = s.FindJob(job_id);
+  if (idx < 0) return;
+  if (s.reservation_job == idx) s.ClearReservation();
+  s.DropPending(idx);
+  s.ClearNomination(idx);
+  if (!s.jobs[idx].held.empty()) s.Unbind(idx, now_ms);
+  s.FreeJob(idx);
+}
+
+// ---- the pass ----
+
+std::vector<int> State::Order(int64_t now) const {
+  struct Key {
+    int64_t a, b;
+    uint64_t seq;
+    int job;
+  };
+  std::vector<Key> keys;
+  keys.reserve(pending.size());
+  for (int job : pending) {
+    const JobState& j = jobs[job];
+    Key k{0, 0, j.seq, job};
+    switch (config.queue) {
+      case QueuePolicy::kFifo:
+      case QueuePolicy::kFairShare:  // not used: fair share orders dynamically
+        break;
+      case QueuePolicy::kPriority: {
+        int64_t aged = config.aging_ms > 0 ? std::max<int64_t>(0, now - j.submit_ms) / config.aging_ms : 0;
+        k.a = -(j.req.priority + aged);
+        break;
+      }
+      case QueuePolicy::kLas:
+        k.a = j.attained;
+        break;
+      case QueuePolicy::kSjf:
+        k.a = j.req.runtime_estimate_ms > 0 ? 0 : 1;
+        k.b = j.req.runtime_estimate_ms;
+        break;
+    }
+    keys.push_back(k);
+  }
+  std::sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
+    if (x.a != y.a) return x.a < y.a;
+    if (x.b != y.b) return x.b < y.b;
+    return x.seq < y.seq;
+  });
+  std::vector<int> out;
+  out.reserve(keys.size());
+  for (const Key& k : keys) out.push_back(k.job);
   return out;
 }
 
-std::optional<std::string> Scheduler::NeverFits(const JobRequest& job) const {
-  int best = 0;
-  for (const auto& [name, slot] : nodes_) {
-    best = std::max(best, std::popcount(MatchingMask(slot.info, job)));
-    if (best >= job.gpus) return std::nullopt;
+void State::Consider(int job, int64_t now, bool* blocked, int* blocker, int* preempt_budget, Decisions* d) {
+  JobState& j = jobs[job];
+  if (*blocked) {
+    j.why = Why{WhyCode::kBehind, *blocker, jobs[*blocker].seq, 0, -1, now};
+    return;
   }
-  if (nodes_.empty()) return std::string("the cluster has no nodes");
-  return fmt::format("no node has {} (the most any node has is {})", Describe(job), best);
+  auto block = [&] {
+    if (!config.backfill) {
+      *blocked = true;
+      *blocker = job;
+    }
+  };
+  quota_hit = false;
+  int64_t before = Beyond(tenants[j.tenant]);
+  std::vector<Held> held;
+  if (PlaceJob(job, now, &held)) {
+    j.borrowed = Beyond(tenants[j.tenant]) > before;
+    Bind(job, std::move(held), now, d);
+    return;
+  }
+  bool quota = quota_hit;
+  if (!j.victims.empty()) {
+    bool stopping = std::any_of(j.victims.begin(), j.victims.end(), [&](const std::string& id) {
+      int v = FindJob(id);
+      return v >= 0 && jobs[v].preempting;
+    });
+    if (stopping) {
+      j.why.code = WhyCode::kAwaitingPreemption;
+      block();
+      return;
+    }
+    ClearNomination(job);  // the victims are gone and it still does not fit: look again
+  }
+  if (config.preemption && !quota && *preempt_budget > 0 && HasCandidates(job)) {
+    --*preempt_budget;
+    if (Preempt(job, now, d)) {
+      block();
+      return;
+    }
+  }
+  if (config.backfill && !quota && reservation_job < 0 && Reserve(job, now)) return;
+  j.why = Why{quota ? WhyCode::kQuota : WhyCode::kNoFit, -1, 0, 0, -1, now};
+  if (!quota && reservation_job >= 0) {
+    // Would it fit but for the reservation? Then say so.
+    int saved = reservation_job;
+    int64_t saved_ms = reservation_ms;
+    reservation_job = job;
+    std::vector<Held> probe;
+    if (PlaceJob(job, now, &probe)) {
+      for (auto it = probe.rbegin(); it != probe.rend(); ++it) Release(job, *it);
+      j.why = Why{WhyCode::kBehindReservation, saved, jobs[saved].seq, saved_ms, -1, now};
+    }
+    reservation_job = saved;
+    reservation_ms = saved_ms;
+  }
+  block();
 }
 
-std::string Scheduler::PendingReason(const std::string& job_id) const {
-  for (size_t i = 0; i < queue_.size(); ++i) {
-    if (queue_[i].id != job_id) continue;
-    if (i > 0) return fmt::format("queued behind {} earlier job{}", i, i == 1 ? "" : "s");
-    return fmt::format("waiting for {} free on a ready node", Describe(queue_[i]));
+Decisions Scheduler::Schedule(int64_t now_ms) {
+  State& s = *s_;
+  Decisions d;
+  s.ClearReservation();
+  if (s.pending.empty()) return d;
+  bool blocked = false;
+  int blocker = -1;
+  int budget = kPreemptionSearchesPerPass;
+  if (s.config.queue != QueuePolicy::kFairShare) {
+    for (int job : s.Order(now_ms)) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    return d;
   }
-  return {};
+  // Weighted DRF: repeatedly serve the tenant with the smallest dominant
+  // share (GPUs or GPU memory, whichever is larger, divided by weight);
+  // tenants below their guarantee come first. Within a tenant: priority,
+  // then submission order.
+  std::vector<std::vector<int>> per(s.tenants.size());
+  for (int job : s.pending) per[s.jobs[job].tenant].push_back(job);
+  auto key = [&](int t) {
+    const TenantState& ts = s.tenants[t];
+    int64_t guaranteed = 0;
+    for (const auto& [model, gpus] : ts.info.guaranteed_gpus) guaranteed += int64_t{gpus} * kWholeGpu;
+    double gpu = s.capacity_milli > 0 ? static_cast<double>(ts.milli) / static_cast<double>(s.capacity_milli) : 0;
+    double mem = s.capacity_mem > 0 ? static_cast<double>(ts.mem) / static_cast<double>(s.capacity_mem) : 0;
+    return std::make_tuple(ts.milli < guaranteed ? 0 : 1, std::max(gpu, mem) / ts.info.weight, t);
+  };
+  using Entry = std::tuple<int, double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  std::vector<size_t> cursor(per.size(), 0);
+  for (size_t t = 0; t < per.size(); ++t) {
+    if (per[t].empty()) continue;
+    std::sort(per[t].begin(), per[t].end(), [&](int a, int b) {
+      const JobState& x = s.jobs[a];
+      const JobState& y = s.jobs[b];
+      if (x.req.priority != y.req.priority) return x.req.priority > y.req.priority;
+      return x.seq < y.seq;
+    });
+    heap.push(key(static_cast<int>(t)));
+  }
+  while (!heap.empty()) {
+    int t = std::get<2>(heap.top());
+    heap.pop();
+    int job = per[t][cursor[t]++];
+    s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    if (cursor[t] < per[t].size()) heap.push(key(t));
+  }
+  return d;
+}
+
+// ---- questions ----
+
+size_t Scheduler::pending() const { return s_->pending.size(); }
+size_t Scheduler::bound() const { return s_->bound_count; }
+
+bool Scheduler::IsPending(const std::string& job_id) const {
+  int idx = s_->FindJob(job_id);
+  return idx >= 0 && s_->jobs[idx].pending;
+}
+
+bool Scheduler::IsBound(const std::string& job_id) const {
+  int idx = s_->FindJob(job_id);
+  return idx >= 0 && !s_->jobs[idx].held.empty();
+}
+
+bool Scheduler::IsPreempting(const std::string& job_id) const {
+  int idx = s_->FindJob(job_id);
+  return idx >= 0 && s_->jobs[idx].preempting;
 }
 
 uint64_t Scheduler::HeldMask(const std::string& node) const {
-  auto it = nodes_.find(node);
-  return it == nodes_.end() ? 0 : it->second.held;
+  auto it = s_->node_ids.find(node);
+  if (it == s_->node_ids.end()) return 0;
+  const NodeState& n = s_->nodes[it->second];
+  return n.present & ~n.whole_free;
+}
+
+Scheduler::TenantUsage Scheduler::Usage(const std::string& tenant) const {
+  auto it = s_->tenant_ids.find(tenant);
+  if (it == s_->tenant_ids.end()) return {};
+  const TenantState& t = s_->tenants[it->second];
+  return TenantUsage{t.milli, t.mem, s_->Beyond(t)};
+}
+
+std::string Scheduler::PendingReason(const std::string& job_id) const {
+  int idx = s_->FindJob(job_id);
+  if (idx < 0 || !s_->jobs[idx].pending) return {};
+  return s_->Reason(idx);
 }
 
 }  // namespace drover::sched

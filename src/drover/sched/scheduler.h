@@ -1,29 +1,49 @@
 #pragma once
-// Scheduler: decides which pending job runs on which GPUs.
+// Scheduler: decides which pending job runs on which GPUs, and which
+// running jobs must yield to it.
 //
-// Pure: no threads, no clocks, no I/O. The caller feeds it events (nodes
-// added or changed, jobs queued, jobs ended) and asks for decisions; it
-// persists the decisions and only then acts on them. The server and tests
-// drive the same object. Same inputs, same decisions.
+// Pure: no threads, no clocks, no I/O, no logging. The caller feeds it events
+// (nodes, tenants, jobs queued, jobs ended) with the time as an argument and
+// asks for decisions; it persists the decisions and only then acts on them.
+// The server, the simulator and the tests drive the same object: same
+// inputs, same decisions.
 //
-// This is the placeholder of the first slice: strict FIFO order (the head of
-// the queue blocks the rest, so a large job is never starved) and first-fit
-// whole-GPU placement (nodes in name order, lowest free indices).
+// One pass (Schedule) walks the queue in the order of the queue policy and
+// for each job either binds it (placement policy), preempts for it, gives it
+// the pass's reservation (EASY backfill), or records why it waits. See
+// docs/scheduler.md for the policies and a worked example.
 //
-// Invariants:
-//  - a GPU is held by at most one job; held_ of a node is the union of the
-//    masks of the jobs bound to it;
-//  - a job is either queued, bound, or unknown, never two at once.
+// Complexity (N nodes, C GPU classes, P pending, G GPUs per node, B bound
+// jobs on one node; a GPU class is one vendor/model/memory triple):
+//  - UpsertNode, SetSchedulable: O(G) plus O(G log) for fractional indexes.
+//  - Enqueue, Remove, Requeue: O(1) expected (hash and swap-remove).
+//  - One decision for a whole-GPU replica: O(C) to find the first non-empty
+//    free-count bucket (a 64-bit bitmap per class), then O(subsets of G)
+//    on the chosen node from the node topology's precomputed subset table;
+//    nodes are only walked when a selector, a reservation or a topology
+//    requirement rejects the first candidates.
+//  - A fractional job: O(log S) over the class's shared GPUs ordered by
+//    free share (S shared GPUs), else one whole-GPU decision.
+//  - A pass: O(P log P) to order the queue plus one decision per job;
+//    at most one reservation (O(N B)) and preemption searches (O(N B)) only
+//    for jobs that cannot be placed and have candidates.
 //
-// Not thread-safe: owned by the server's control loop.
+// Invariants (CheckInvariants verifies all of them; tests run it after every
+// step):
+//  - no GPU is over-committed: whole-GPU holders are exclusive; shares on
+//    one GPU sum to at most kWholeGpu and their memory to at most the GPU's;
+//  - a job is pending, bound (every replica placed) or unknown, never two;
+//  - the free-count buckets, shared-GPU indexes and per-tenant usage equal
+//    what the bound jobs imply;
+//  - tenant usage beyond guarantees stays within the borrowing limit;
+//  - only preemptible jobs are ever marked for preemption.
+//
+// Not thread-safe: owned by the server's control loop (or the simulator).
 
 #include <cstdint>
-#include <deque>
-#include <map>
+#include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "drover/common/status.h"
@@ -31,54 +51,70 @@
 
 namespace drover::sched {
 
+struct State;  // scheduler_state.h; private to the sched library
+
 class Scheduler {
  public:
+  explicit Scheduler(Config config = {});
+  ~Scheduler();
+  Scheduler(Scheduler&&) noexcept;
+  Scheduler& operator=(Scheduler&&) noexcept;
+
+  // ---- cluster ----
   // Adds a node or replaces its inventory. GPUs held by bound jobs stay held
   // (a bound job whose GPU disappeared keeps its claim until it ends).
+  // kInvalidArgument on a malformed inventory (too many GPUs, bad indices,
+  // a link matrix of the wrong size).
   Status UpsertNode(const NodeInfo& node);
   void SetSchedulable(const std::string& node, bool schedulable);
+  // Adds or replaces a tenant. kInvalidArgument on a bad weight or limit.
+  Status SetTenant(const TenantInfo& tenant);
 
-  // Queues a job at the tail. kAlreadyExists if known.
-  Status Enqueue(const JobRequest& job);
-  // Records a binding made earlier (recovery from the store). The GPUs must
-  // be free; kFailedPrecondition otherwise.
-  Status Restore(const JobRequest& job, const Binding& binding);
-  // Forgets a job, queued or bound, and frees its GPUs. No-op when unknown.
-  void Remove(const std::string& job_id);
+  // ---- jobs ----
+  // Queues a job. kAlreadyExists if known, kInvalidArgument if malformed.
+  Status Enqueue(const JobRequest& job, int64_t now_ms);
+  // Records a binding made earlier (recovery from the store); `started_ms`
+  // is when it was bound. The GPUs must be free; kFailedPrecondition otherwise.
+  Status Restore(const JobRequest& job, const Binding& binding, int64_t started_ms);
+  // Marks a restored job as already being preempted (recovery).
+  Status MarkPreempting(const std::string& job_id);
+  // A bound job stopped without finishing (preempted, or its node was lost):
+  // frees its GPUs and queues it again with its original submission order
+  // and the GPU service it attained. kNotFound unless bound.
+  Status Requeue(const std::string& job_id, int64_t now_ms);
+  // Forgets a job, queued or bound (finished, cancelled), and frees its
+  // GPUs. No-op when unknown.
+  void Remove(const std::string& job_id, int64_t now_ms);
 
-  // Places queued jobs, head first, until the head does not fit now.
-  std::vector<Binding> Schedule();
+  // One scheduling pass.
+  Decisions Schedule(int64_t now_ms);
 
-  // Empty when some node could hold `job` once idle (drained, disconnected or
-  // busy nodes count); otherwise why it never can, in words.
+  // ---- questions ----
+  // Empty when some node could hold `job` once idle (drained, disconnected
+  // or busy nodes count); otherwise why it never can, in words.
   std::optional<std::string> NeverFits(const JobRequest& job) const;
-
-  // Why a queued job waits, in words; empty when it is not queued.
+  // Why a pending job waits, in words; empty when it is not pending.
   std::string PendingReason(const std::string& job_id) const;
+  // Every invariant in the header comment; the first broken one as an error.
+  Status CheckInvariants() const;
 
-  size_t queued() const { return queue_.size(); }
-  size_t bound() const { return bound_.size(); }
-  // GPUs of `node` held by jobs, as a mask over node-local indices.
+  size_t pending() const;
+  size_t bound() const;
+  bool IsPending(const std::string& job_id) const;
+  bool IsBound(const std::string& job_id) const;
+  bool IsPreempting(const std::string& job_id) const;
+  // GPUs of `node` held wholly or in part, as a mask over node-local indices.
   uint64_t HeldMask(const std::string& node) const;
+  struct TenantUsage {
+    int64_t milli_gpus = 0;     // whole GPUs count kWholeGpu each
+    int64_t memory_bytes = 0;   // GPU memory held (a whole GPU holds all of its)
+    int64_t borrowed_milli = 0; // beyond the tenant's guarantees
+  };
+  TenantUsage Usage(const std::string& tenant) const;
+  const Config& config() const;
 
  private:
-  struct NodeSlot {
-    NodeInfo info;
-    uint64_t held = 0;
-  };
-  struct BoundJob {
-    std::string node;
-    uint64_t mask = 0;
-  };
-
-  // The GPUs of `node` that could serve `job` (ignoring whether they are held).
-  static uint64_t MatchingMask(const NodeInfo& node, const JobRequest& job);
-  std::optional<Binding> FirstFit(const JobRequest& job) const;
-
-  std::map<std::string, NodeSlot> nodes_;  // ordered by name: first-fit order
-  std::deque<JobRequest> queue_;
-  std::unordered_set<std::string> queued_ids_;  // the ids in queue_, for O(1) duplicate checks
-  std::unordered_map<std::string, BoundJob> bound_;
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace drover::sched

@@ -2,179 +2,398 @@
 
 #include <gtest/gtest.h>
 
-#include <bit>
+#include <algorithm>
 #include <set>
-
-#include "drover/common/rng.h"
 
 namespace drover::sched {
 namespace {
 
-NodeInfo MakeNode(const std::string& name, int gpus, const std::string& model = "H100 80GB",
-                  int64_t memory = int64_t{80} << 30, const std::string& vendor = "nvidia") {
-  NodeInfo n{name, {}, true};
-  for (int i = 0; i < gpus; ++i) n.gpus.push_back(GpuInfo{i, vendor, model, memory, true});
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr int64_t kMinute = 60'000;
+
+// An HGX-like node: `gpus` GPUs, NVLink islands of `island` GPUs, two NUMA halves.
+NodeInfo MakeNode(const std::string& name, int gpus, int island = 8, const std::string& model = "H100 80GB",
+                  int64_t memory = 80 * kGiB, const std::string& vendor = "nvidia") {
+  NodeInfo n;
+  n.name = name;
+  n.schedulable = true;
+  for (int i = 0; i < gpus; ++i) n.gpus.push_back(GpuInfo{i, vendor, model, memory, true, i < gpus / 2 ? 0 : 1});
+  n.links.assign(static_cast<size_t>(gpus) * gpus, Link::kCrossSocket);
+  for (int i = 0; i < gpus; ++i) {
+    for (int j = 0; j < gpus; ++j) {
+      if (i / island == j / island) n.links[static_cast<size_t>(i) * gpus + j] = Link::kFabric;
+    }
+  }
   return n;
 }
 
-JobRequest Job(const std::string& id, int gpus) {
+JobRequest Job(const std::string& id, int gpus, int priority = 0, bool preemptible = false) {
   JobRequest j;
   j.id = id;
   j.gpus = gpus;
+  j.priority = priority;
+  j.preemptible = preemptible;
   return j;
 }
 
-TEST(SchedulerTest, FirstFitTakesLowestFreeIndicesOnFirstNode) {
+class SchedulerTest : public ::testing::Test {
+ protected:
+  Decisions Pass(int64_t now = 0) {
+    Decisions d = s.Schedule(now);
+    Status st = s.CheckInvariants();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return d;
+  }
+  void Add(const NodeInfo& n) { ASSERT_TRUE(s.UpsertNode(n).ok()); }
+  void Submit(const JobRequest& j, int64_t now = 0) { ASSERT_TRUE(s.Enqueue(j, now).ok()); }
+  static std::string Where(const Decisions& d, const std::string& id) {
+    for (const Binding& b : d.bindings) {
+      if (b.job_id != id) continue;
+      std::string out;
+      for (const Placement& p : b.replicas) {
+        out += (out.empty() ? "" : " ") + p.node + "[";
+        for (size_t i = 0; i < p.gpu_indices.size(); ++i) out += (i ? "," : "") + std::to_string(p.gpu_indices[i]);
+        out += "]";
+      }
+      return out;
+    }
+    return "";
+  }
+
   Scheduler s;
-  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 4)).ok());
-  ASSERT_TRUE(s.UpsertNode(MakeNode("b", 4)).ok());
-  ASSERT_TRUE(s.Enqueue(Job("j1", 2)).ok());
-  ASSERT_TRUE(s.Enqueue(Job("j2", 2)).ok());
-  ASSERT_TRUE(s.Enqueue(Job("j3", 3)).ok());
-  auto b = s.Schedule();
-  ASSERT_EQ(b.size(), 3u);
-  EXPECT_EQ(b[0].node, "a");
-  EXPECT_EQ(b[0].gpu_indices, (std::vector<int>{0, 1}));
-  EXPECT_EQ(b[1].node, "a");
-  EXPECT_EQ(b[1].gpu_indices, (std::vector<int>{2, 3}));
-  EXPECT_EQ(b[2].node, "b");
-  EXPECT_EQ(b[2].gpu_indices, (std::vector<int>{0, 1, 2}));
+};
+
+TEST_F(SchedulerTest, BinpackFillsTheFullestNodeThatFits) {
+  Add(MakeNode("a", 8));
+  Add(MakeNode("b", 8));
+  Submit(Job("six", 6));
+  Decisions d = Pass();
+  std::string first = Where(d, "six");
+  ASSERT_FALSE(first.empty());
+  Submit(Job("two", 2));
+  d = Pass();
+  // The two GPUs go next to the six, keeping the other node whole.
+  EXPECT_EQ(Where(d, "two").substr(0, 1), first.substr(0, 1));
 }
 
-TEST(SchedulerTest, StrictFifoHeadBlocksLaterJobs) {
-  Scheduler s;
-  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 4)).ok());
-  ASSERT_TRUE(s.Enqueue(Job("big", 3)).ok());
-  ASSERT_EQ(s.Schedule().size(), 1u);
-  ASSERT_TRUE(s.Enqueue(Job("big2", 4)).ok());
-  ASSERT_TRUE(s.Enqueue(Job("small", 1)).ok());
-  EXPECT_TRUE(s.Schedule().empty());  // small would fit, but waits behind big2
-  EXPECT_EQ(s.PendingReason("small"), "queued behind 1 earlier job");
-  EXPECT_NE(s.PendingReason("big2").find("waiting for 4 GPUs"), std::string::npos);
-  s.Remove("big");
-  auto b = s.Schedule();
-  ASSERT_EQ(b.size(), 1u);
-  EXPECT_EQ(b[0].job_id, "big2");
+TEST(SchedulerSpreadTest, SpreadTakesTheEmptiestNode) {
+  Scheduler s(Config{.placement = PlacementPolicy::kSpread});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
+  ASSERT_TRUE(s.UpsertNode(MakeNode("b", 8)).ok());
+  ASSERT_TRUE(s.Enqueue(Job("one", 1), 0).ok());
+  ASSERT_TRUE(s.Enqueue(Job("two", 1), 0).ok());
+  Decisions d = s.Schedule(0);
+  ASSERT_EQ(d.bindings.size(), 2u);
+  EXPECT_NE(d.bindings[0].replicas[0].node, d.bindings[1].replicas[0].node);
 }
 
-TEST(SchedulerTest, ConstraintsOnModelVendorMemoryAndHealth) {
-  Scheduler s;
-  ASSERT_TRUE(s.UpsertNode(MakeNode("a100", 2, "A100 40GB", int64_t{40} << 30)).ok());
-  NodeInfo h = MakeNode("h100", 2);
+TEST_F(SchedulerTest, ConstraintsOnModelVendorMemoryAndHealth) {
+  Add(MakeNode("a100", 2, 2, "A100 40GB", 40 * kGiB));
+  NodeInfo h = MakeNode("h100", 2, 2);
   h.gpus[0].healthy = false;
-  ASSERT_TRUE(s.UpsertNode(h).ok());
+  Add(h);
   JobRequest j = Job("j", 1);
-  j.gpu_memory_bytes = int64_t{64} << 30;
-  ASSERT_TRUE(s.Enqueue(j).ok());
-  auto b = s.Schedule();
-  ASSERT_EQ(b.size(), 1u);
-  EXPECT_EQ(b[0].node, "h100");
-  EXPECT_EQ(b[0].gpu_indices, (std::vector<int>{1}));  // GPU 0 is unhealthy
+  j.gpu_memory_bytes = 64 * kGiB;
+  Submit(j);
+  EXPECT_EQ(Where(Pass(), "j"), "h100[1]");  // GPU 0 is unhealthy, the A100s too small
 
   JobRequest amd = Job("amd", 1);
   amd.gpu_vendor = "amd";
-  EXPECT_TRUE(s.NeverFits(amd).has_value());
+  EXPECT_EQ(s.NeverFits(amd).value_or(""), "no node has 1 GPU of vendor 'amd' (the most any node has is 0)");
   JobRequest model = Job("m", 2);
   model.gpu_model = "A100 40GB";
   EXPECT_FALSE(s.NeverFits(model).has_value());
 }
 
-TEST(SchedulerTest, UnschedulableNodesTakeNoWorkButCountForFeasibility) {
-  Scheduler s;
-  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
+TEST_F(SchedulerTest, UnschedulableNodesTakeNoWorkButCountForFeasibility) {
+  Add(MakeNode("a", 8));
   s.SetSchedulable("a", false);
-  ASSERT_TRUE(s.Enqueue(Job("j", 8)).ok());
+  Submit(Job("j", 8));
   EXPECT_FALSE(s.NeverFits(Job("j", 8)).has_value());
-  EXPECT_TRUE(s.Schedule().empty());
+  EXPECT_TRUE(Pass().bindings.empty());
+  EXPECT_EQ(s.PendingReason("j"), "waiting: no ready node has 8 GPUs");
   s.SetSchedulable("a", true);
-  EXPECT_EQ(s.Schedule().size(), 1u);
+  EXPECT_EQ(Pass().bindings.size(), 1u);
 }
 
-TEST(SchedulerTest, NeverFitsExplainsWhy) {
-  Scheduler s;
+TEST_F(SchedulerTest, NeverFitsExplainsWhy) {
   EXPECT_EQ(s.NeverFits(Job("j", 1)).value_or(""), "the cluster has no nodes");
-  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
-  auto why = s.NeverFits(Job("j", 9));
-  ASSERT_TRUE(why.has_value());
-  EXPECT_EQ(*why, "no node has 9 GPUs (the most any node has is 8)");
+  Add(MakeNode("a", 8, 4));
+  EXPECT_EQ(s.NeverFits(Job("j", 9)).value_or(""), "no node has 9 GPUs (the most any node has is 8)");
+  JobRequest island = Job("i", 8);
+  island.topology = Topology::kIsland;
+  EXPECT_EQ(s.NeverFits(island).value_or(""), "no node has 8 GPUs on one NVLink island");
+  JobRequest gang = Job("g", 4);
+  gang.replicas = 3;
+  EXPECT_EQ(s.NeverFits(gang).value_or(""), "the cluster holds at most 2 replicas of 4 GPUs, and the job needs 3");
 }
 
-TEST(SchedulerTest, RestoreRejectsDoubleBooking) {
-  Scheduler s;
-  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 4)).ok());
-  ASSERT_TRUE(s.Restore(Job("j1", 2), Binding{"j1", "a", {0, 1}}).ok());
-  EXPECT_EQ(s.Restore(Job("j2", 2), Binding{"j2", "a", {1, 2}}).code(), Code::kFailedPrecondition);
-  EXPECT_EQ(s.Restore(Job("j3", 1), Binding{"j3", "zz", {0}}).code(), Code::kFailedPrecondition);
+TEST_F(SchedulerTest, RestoreRejectsDoubleBooking) {
+  Add(MakeNode("a", 4));
+  ASSERT_TRUE(s.Restore(Job("j1", 2), Binding{"j1", {Placement{"a", {0, 1}}}}, 0).ok());
+  EXPECT_EQ(s.Restore(Job("j2", 2), Binding{"j2", {Placement{"a", {1, 2}}}}, 0).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(s.Restore(Job("j3", 1), Binding{"j3", {Placement{"zz", {0}}}}, 0).code(), Code::kFailedPrecondition);
   EXPECT_EQ(s.HeldMask("a"), 0b11u);
-  ASSERT_TRUE(s.Enqueue(Job("j4", 2)).ok());
-  auto b = s.Schedule();
-  ASSERT_EQ(b.size(), 1u);
-  EXPECT_EQ(b[0].gpu_indices, (std::vector<int>{2, 3}));
+  EXPECT_FALSE(s.IsBound("j2"));
+  Submit(Job("j4", 2));
+  EXPECT_EQ(Where(Pass(), "j4"), "a[2,3]");
 }
 
-TEST(SchedulerTest, DuplicateEnqueueIsRejected) {
-  Scheduler s;
-  ASSERT_TRUE(s.Enqueue(Job("j", 1)).ok());
-  EXPECT_EQ(s.Enqueue(Job("j", 1)).code(), Code::kAlreadyExists);
+TEST_F(SchedulerTest, MalformedInputIsRejected) {
+  EXPECT_EQ(s.Enqueue(Job("", 1), 0).code(), Code::kInvalidArgument);
+  JobRequest frac = Job("f", 2);
+  frac.gpu_milli = 500;
+  EXPECT_EQ(s.Enqueue(frac, 0).code(), Code::kInvalidArgument);
+  Submit(Job("j", 1));
+  EXPECT_EQ(s.Enqueue(Job("j", 1), 0).code(), Code::kAlreadyExists);
+  NodeInfo bad = MakeNode("x", 4);
+  bad.links.pop_back();
+  EXPECT_EQ(s.UpsertNode(bad).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.SetTenant(TenantInfo{"t", 0.0, {}, -1}).code(), Code::kInvalidArgument);
 }
 
-// Property: under random arrivals, departures and node changes, no GPU is
-// ever held twice, held masks equal the union of bindings, FIFO order holds,
-// and only healthy matching GPUs of schedulable nodes are handed out.
-TEST(SchedulerPropertyTest, RandomWorkloadKeepsInvariants) {
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
-    Rng rng(seed);
-    Scheduler s;
-    std::vector<std::string> names;
-    for (int n = 0; n < 6; ++n) {
-      names.push_back("n" + std::to_string(n));
-      NodeInfo node = MakeNode(names.back(), static_cast<int>(rng.Uniform(1, 8)));
-      for (auto& g : node.gpus) g.healthy = rng.Bernoulli(0.9);
-      ASSERT_TRUE(s.UpsertNode(node).ok());
-    }
-    std::map<std::string, Binding> running;
-    std::vector<std::string> arrival;  // submission order
-    int next = 0;
-    for (int step = 0; step < 400; ++step) {
-      int action = static_cast<int>(rng.Uniform(0, 9));
-      if (action < 5) {
-        std::string id = "j" + std::to_string(next++);
-        ASSERT_TRUE(s.Enqueue(Job(id, static_cast<int>(rng.Uniform(1, 4)))).ok());
-        arrival.push_back(id);
-      } else if (action < 8 && !running.empty()) {
-        auto it = running.begin();
-        std::advance(it, rng.Uniform(0, static_cast<int64_t>(running.size()) - 1));
-        s.Remove(it->first);
-        running.erase(it);
-      } else {
-        s.SetSchedulable(names[static_cast<size_t>(rng.Uniform(0, 5))], rng.Bernoulli(0.7));
-      }
-      size_t before = s.queued();
-      auto placed = s.Schedule();
-      ASSERT_EQ(s.queued() + placed.size(), before);
-      for (const Binding& b : placed) {
-        // FIFO: the placed job is the oldest one neither placed nor removed.
-        auto first_waiting = std::find_if(arrival.begin(), arrival.end(), [&](const std::string& id) {
-          return !running.contains(id);
-        });
-        ASSERT_NE(first_waiting, arrival.end());
-        EXPECT_EQ(*first_waiting, b.job_id) << "seed " << seed;
-        running[b.job_id] = b;
-        arrival.erase(first_waiting);
-      }
-      // Invariant check.
-      std::map<std::string, uint64_t> held;
-      for (const auto& [id, b] : running) {
-        for (int i : b.gpu_indices) {
-          uint64_t bit = uint64_t{1} << i;
-          ASSERT_EQ(held[b.node] & bit, 0u) << "GPU " << b.node << "/" << i << " held twice, seed " << seed;
-          held[b.node] |= bit;
-        }
-      }
-      for (const std::string& n : names) EXPECT_EQ(s.HeldMask(n), held[n]) << "seed " << seed;
-      EXPECT_EQ(s.bound(), running.size());
+TEST_F(SchedulerTest, FractionsShareOneGpuBeforeBreakingAnother) {
+  Add(MakeNode("a", 2));
+  JobRequest f = Job("f1", 1);
+  f.gpu_milli = 500;
+  f.gpu_memory_bytes = 30 * kGiB;
+  Submit(f);
+  f.id = "f2";
+  Submit(f);
+  f.id = "f3";
+  f.gpu_milli = 250;
+  f.gpu_memory_bytes = 30 * kGiB;  // share left on GPU 0 (0 milli) is gone
+  Submit(f);
+  Decisions d = Pass();
+  ASSERT_EQ(d.bindings.size(), 3u);
+  EXPECT_EQ(Where(d, "f1"), Where(d, "f2"));  // one GPU, two halves
+  EXPECT_NE(Where(d, "f3"), Where(d, "f1"));
+  EXPECT_EQ(d.bindings[0].replicas[0].gpu_milli, 500);
+  EXPECT_EQ(d.bindings[0].replicas[0].gpu_memory_bytes, 30 * kGiB);
+  // The GPU with f3 has 750 milli free but only 50 GiB: a 60 GiB share does not fit.
+  JobRequest big = Job("big", 1);
+  big.gpu_milli = 100;
+  big.gpu_memory_bytes = 60 * kGiB;
+  Submit(big);
+  EXPECT_TRUE(Pass().bindings.empty());
+  EXPECT_NE(s.PendingReason("big").find("the largest free share on a ready node is 0 milli-GPU"), std::string::npos)
+      << s.PendingReason("big");
+}
+
+TEST_F(SchedulerTest, IslandRequirementAndItsExplanation) {
+  Add(MakeNode("gpu-07", 8, 4));
+  Submit(Job("two", 2));
+  Pass();
+  JobRequest j = Job("isl", 4);
+  j.topology = Topology::kIsland;
+  Submit(j);
+  Decisions d = Pass();
+  EXPECT_EQ(Where(d, "isl"), "gpu-07[4,5,6,7]");  // the pair took half of island 0-3
+  JobRequest k = Job("isl2", 4);
+  k.topology = Topology::kIsland;
+  Submit(k);
+  EXPECT_TRUE(Pass().bindings.empty());
+  EXPECT_EQ(s.PendingReason("isl2").rfind(
+                "waiting: needs 4 GPUs on one NVLink island; the largest free island has 2 (node gpu-07); next in line", 0),
+            0u)
+      << s.PendingReason("isl2");
+}
+
+TEST_F(SchedulerTest, GangIsAllOrNothingAndPrefersOneSwitch) {
+  for (int i = 0; i < 4; ++i) {
+    NodeInfo n = MakeNode("n" + std::to_string(i), 8);
+    n.labels["switch"] = i < 2 ? "s0" : "s1";
+    Add(n);
+  }
+  Submit(Job("one", 1));
+  Pass();  // one GPU of some node is now taken
+  JobRequest g = Job("g", 8);
+  g.replicas = 2;
+  Submit(g);
+  Decisions d = Pass();
+  ASSERT_EQ(d.bindings.size(), 1u);
+  const auto& r = d.bindings[0].replicas;
+  ASSERT_EQ(r.size(), 2u);
+  // Both replicas under the switch that has two whole nodes.
+  auto sw = [](const std::string& node) { return node == "n0" || node == "n1" ? 0 : 1; };
+  EXPECT_EQ(sw(r[0].node), sw(r[1].node));
+  JobRequest g2 = Job("g2", 8);
+  g2.replicas = 2;
+  Submit(g2);
+  EXPECT_TRUE(Pass().bindings.empty());  // one whole node is left: nothing is placed
+  EXPECT_EQ(s.HeldMask(r[0].node), 0xFFu);
+  EXPECT_NE(s.PendingReason("g2").find("1 replica fit"), std::string::npos) << s.PendingReason("g2");
+}
+
+TEST_F(SchedulerTest, PriorityPreemptionTakesTheSmallestVictimSet) {
+  Add(MakeNode("a", 8));
+  Add(MakeNode("b", 8));
+  Submit(Job("a-low4", 4, 10, true));
+  Submit(Job("a-mid2", 2, 20, true));
+  Submit(Job("b-low8", 8, 10, true));
+  Submit(Job("guard", 2, 0, false));
+  Decisions d = Pass();
+  ASSERT_EQ(d.bindings.size(), 4u);
+  // The node with a-low4 + a-mid2 + guard, and the node with b-low8.
+  Submit(Job("urgent", 6, 100));
+  d = Pass(kMinute);
+  // Freeing 6 GPUs (a-low4 + a-mid2) beats freeing 8 (b-low8): fewest GPUs lost.
+  ASSERT_EQ(d.preemptions.size(), 2u);
+  std::set<std::string> victims;
+  for (const Preemption& p : d.preemptions) {
+    victims.insert(p.job_id);
+    EXPECT_EQ(p.for_job, "urgent");
+    EXPECT_EQ(p.grace_ms, s.config().preemption_grace_ms);
+    EXPECT_TRUE(s.IsPreempting(p.job_id));
+  }
+  EXPECT_EQ(victims, (std::set<std::string>{"a-low4", "a-mid2"}));
+  EXPECT_EQ(s.PendingReason("urgent").rfind("waiting for 2 preempted jobs to stop (", 0), 0u) << s.PendingReason("urgent");
+  // Nothing more is preempted while the victims stop.
+  EXPECT_TRUE(Pass(kMinute).preemptions.empty());
+  ASSERT_TRUE(s.Requeue("a-low4", 2 * kMinute).ok());
+  EXPECT_TRUE(Pass(2 * kMinute).bindings.empty());  // a-mid2 still stops
+  ASSERT_TRUE(s.Requeue("a-mid2", 2 * kMinute).ok());
+  d = Pass(2 * kMinute);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "urgent");
+  EXPECT_TRUE(s.IsPending("a-low4"));
+  s.Remove("urgent", 3 * kMinute);
+  d = Pass(3 * kMinute);
+  EXPECT_EQ(d.bindings.size(), 2u);  // the preempted jobs run again
+}
+
+TEST_F(SchedulerTest, NonPreemptibleWorkIsNeverPreempted) {
+  Add(MakeNode("a", 8));
+  Submit(Job("solid", 8, 0, false));
+  Pass();
+  Submit(Job("urgent", 8, 1000));
+  Decisions d = Pass();
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_TRUE(s.IsPending("urgent"));
+}
+
+TEST_F(SchedulerTest, QuotaReclaimTakesBorrowedGpusFirst) {
+  Add(MakeNode("a", 8));
+  Add(MakeNode("b", 8));
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"ta", 1.0, {{"H100 80GB", 8}}, -1}).ok());
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"tb", 1.0, {{"H100 80GB", 8}}, -1}).ok());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    JobRequest j = Job("ta-" + std::to_string(i), 4, 0, true);
+    j.tenant = "ta";
+    Submit(j, i);
+    ids.push_back(j.id);
+  }
+  Decisions d = Pass(10);
+  ASSERT_EQ(d.bindings.size(), 4u);
+  EXPECT_EQ(s.Usage("ta").borrowed_milli, 8000);
+  JobRequest b = Job("tb-0", 4, 0, false);
+  b.tenant = "tb";
+  Submit(b, 20);
+  d = Pass(20);
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  // Jobs 0 and 1 ran within ta's guarantee; 2 and 3 borrowed.
+  EXPECT_TRUE(d.preemptions[0].job_id == "ta-2" || d.preemptions[0].job_id == "ta-3") << d.preemptions[0].job_id;
+  EXPECT_NE(d.preemptions[0].reason.find("reclaims"), std::string::npos);
+}
+
+TEST_F(SchedulerTest, BorrowLimitHoldsATenantBack) {
+  Add(MakeNode("a", 8));
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"t", 1.0, {{"H100 80GB", 2}}, 1}).ok());
+  JobRequest j = Job("j1", 3);
+  j.tenant = "t";
+  Submit(j);
+  j.id = "j2";
+  j.gpus = 1;
+  Submit(j);
+  Decisions d = Pass();
+  EXPECT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(s.PendingReason("j2").rfind("waiting: tenant 't' would exceed its borrowing limit of 1 GPU", 0), 0u)
+      << s.PendingReason("j2");
+  JobRequest huge = Job("h", 4);
+  huge.tenant = "t";
+  EXPECT_TRUE(s.NeverFits(huge).has_value());
+}
+
+TEST_F(SchedulerTest, EasyBackfillNeverDelaysTheReservation) {
+  Add(MakeNode("a", 8));
+  JobRequest run = Job("running", 4);
+  run.runtime_estimate_ms = 60 * kMinute;
+  Submit(run);
+  Pass();
+  Submit(Job("big", 8), 1);           // waits for "running": reservation on a
+  JobRequest short_job = Job("short", 2);
+  short_job.runtime_estimate_ms = 30 * kMinute;  // ends before the reservation
+  Submit(short_job, 2);
+  JobRequest long_job = Job("long", 2);
+  long_job.runtime_estimate_ms = 120 * kMinute;  // would delay "big"
+  Submit(long_job, 3);
+  Decisions d = Pass(4);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "short");
+  EXPECT_NE(s.PendingReason("big").find("next in line: GPUs on node a are reserved for it, expected free in about 59m"),
+            std::string::npos)
+      << s.PendingReason("big");
+  EXPECT_NE(s.PendingReason("long").find("reserved for big"), std::string::npos) << s.PendingReason("long");
+}
+
+TEST(SchedulerFifoTest, WithoutBackfillTheHeadBlocksEveryone) {
+  Scheduler s(Config{.queue = QueuePolicy::kFifo, .backfill = false});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 4)).ok());
+  ASSERT_TRUE(s.Enqueue(Job("big", 3), 0).ok());
+  ASSERT_EQ(s.Schedule(0).bindings.size(), 1u);
+  ASSERT_TRUE(s.Enqueue(Job("big2", 4), 1).ok());
+  ASSERT_TRUE(s.Enqueue(Job("small", 1), 2).ok());
+  EXPECT_TRUE(s.Schedule(3).bindings.empty());
+  EXPECT_EQ(s.PendingReason("small").rfind("waiting: queued behind big2", 0), 0u) << s.PendingReason("small");
+  s.Remove("big", 4);
+  Decisions d = s.Schedule(4);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "big2");
+}
+
+TEST(SchedulerPriorityTest, AgingLetsAnOldJobOvertake) {
+  Scheduler s(Config{.queue = QueuePolicy::kPriority, .preemption = false, .aging_ms = kMinute});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 1)).ok());
+  ASSERT_TRUE(s.Enqueue(Job("block", 1), 0).ok());
+  (void)s.Schedule(0);
+  ASSERT_TRUE(s.Enqueue(Job("old-low", 1, 0), 0).ok());
+  ASSERT_TRUE(s.Enqueue(Job("new-high", 1, 5), 10 * kMinute).ok());
+  s.Remove("block", 10 * kMinute);
+  Decisions d = s.Schedule(10 * kMinute);  // old-low has aged 10 levels: 10 > 5
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "old-low");
+}
+
+TEST(SchedulerFairShareTest, WeightedTenantsShareByDominantResource) {
+  Scheduler s(Config{.queue = QueuePolicy::kFairShare, .backfill = true, .preemption = false});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"heavy", 3.0, {}, -1}).ok());
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"light", 1.0, {}, -1}).ok());
+  for (int i = 0; i < 8; ++i) {
+    for (const char* t : {"heavy", "light"}) {
+      JobRequest j = Job(std::string(t) + std::to_string(i), 1);
+      j.tenant = t;
+      ASSERT_TRUE(s.Enqueue(j, 0).ok());
     }
   }
+  Decisions d = s.Schedule(0);
+  ASSERT_EQ(d.bindings.size(), 8u);
+  EXPECT_EQ(s.Usage("heavy").milli_gpus, 6000);  // 3:1
+  EXPECT_EQ(s.Usage("light").milli_gpus, 2000);
+  EXPECT_TRUE(s.CheckInvariants().ok());
+}
+
+TEST(SchedulerLasTest, LeastAttainedServiceGoesFirst) {
+  Scheduler s(Config{.queue = QueuePolicy::kLas, .preemption = false});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 1)).ok());
+  ASSERT_TRUE(s.Enqueue(Job("veteran", 1), 0).ok());
+  (void)s.Schedule(0);
+  ASSERT_TRUE(s.Requeue("veteran", 30 * kMinute).ok());  // 30 GPU-minutes attained
+  ASSERT_TRUE(s.Enqueue(Job("fresh", 1), 31 * kMinute).ok());
+  Decisions d = s.Schedule(31 * kMinute);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "fresh");
 }
 
 }  // namespace

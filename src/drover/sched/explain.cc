@@ -1,0 +1,237 @@
+// Explanations: why a job waits, and why a job can never run, in words an
+// operator can act on. Computed on demand (drover job ID), not in the pass:
+// the pass only records a reason code.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <map>
+
+#include "drover/sched/scheduler_state.h"
+
+namespace drover::sched {
+namespace {
+
+std::string Duration(int64_t ms) {
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  int64_t s = ms / 1000;
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{}", s / 60, s % 60 ? fmt::format("{}s", s % 60) : "");
+  return fmt::format("{}h{}", s / 3600, (s % 3600) / 60 ? fmt::format("{}m", (s % 3600) / 60) : "");
+}
+
+std::string Bytes(int64_t b) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  if (b % kGiB == 0) return fmt::format("{}GiB", b / kGiB);
+  if (b % kMiB == 0) return fmt::format("{}MiB", b / kMiB);
+  return fmt::format("{} bytes", b);
+}
+
+std::string Gpus(int n) { return fmt::format("{} GPU{}", n, n == 1 ? "" : "s"); }
+
+// "8 GPUs of model 'H100 80GB'", "250 milli-GPU and 10GiB of one GPU".
+std::string Describe(const JobRequest& job) {
+  std::string what;
+  if (job.fractional()) {
+    what = fmt::format("{} milli-GPU and {} of one GPU", job.gpu_milli, Bytes(job.gpu_memory_bytes));
+  } else {
+    what = Gpus(job.gpus);
+  }
+  if (!job.gpu_vendor.empty()) what += fmt::format(" of vendor '{}'", job.gpu_vendor);
+  if (!job.gpu_model.empty()) what += fmt::format(" of model '{}'", job.gpu_model);
+  if (!job.fractional() && job.gpu_memory_bytes > 0) what += fmt::format(" with at least {} each", Bytes(job.gpu_memory_bytes));
+  if (!job.node_selector.empty()) {
+    std::string sel;
+    for (const auto& [k, v] : job.node_selector) sel += fmt::format("{}{}={}", sel.empty() ? "" : ",", k, v);
+    what += fmt::format(" on nodes labelled {}", sel);
+  }
+  return what;
+}
+
+std::string Within(Topology t) {
+  switch (t) {
+    case Topology::kIsland: return " on one NVLink island";
+    case Topology::kNuma: return " on one NUMA node";
+    case Topology::kSwitch: return ", all replicas under one switch";
+    case Topology::kRack: return ", all replicas in one rack";
+    case Topology::kBestEffort: break;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string State::Reason(int job) const {
+  const JobState& j = jobs[job];
+  const JobRequest& req = j.req;
+  const Why& why = j.why;
+  auto other_id = [&]() -> std::string {
+    if (why.other >= 0 && why.other < static_cast<int>(jobs.size()) && jobs[why.other].seq == why.other_seq) {
+      return jobs[why.other].req.id;
+    }
+    return "an earlier job";
+  };
+  auto node_name = [&](int n) { return n >= 0 ? nodes[n].info.name : std::string("?"); };
+  switch (why.code) {
+    case WhyCode::kNew:
+      return "waiting for the next scheduling pass";
+    case WhyCode::kBehind:
+      return fmt::format("waiting: queued behind {}, which cannot start yet (backfill is off, so the queue keeps its order)",
+                         other_id());
+    case WhyCode::kReserved:
+      break;  // the shortfall first, then the reservation
+    case WhyCode::kBehindReservation:
+      if (why.at_ms == kNever || req.runtime_estimate_ms == 0) {
+        return fmt::format("waiting: it fits only on GPUs reserved for {}; a runtime estimate short enough to end "
+                           "before that job starts would let it backfill", other_id());
+      }
+      return fmt::format("waiting: it fits only on GPUs reserved for {}, which starts in about {}; its estimate of {} "
+                         "would delay it", other_id(), Duration(std::max<int64_t>(0, why.at_ms - why.pass_ms)),
+                         Duration(req.runtime_estimate_ms));
+    case WhyCode::kAwaitingPreemption: {
+      std::string ids;
+      for (const std::string& v : j.victims) ids += (ids.empty() ? "" : ", ") + v;
+      return fmt::format("waiting for {} preempted job{} to stop ({}) on node {}", j.victims.size(),
+                         j.victims.size() == 1 ? "" : "s", ids, node_name(why.node));
+    }
+    case WhyCode::kQuota: {
+      const TenantState& t = tenants[j.tenant];
+      return fmt::format("waiting: tenant '{}' would exceed its borrowing limit of {} beyond its guarantees "
+                         "(it already uses {} milli-GPU beyond them)",
+                         t.info.name, Gpus(t.info.borrow_limit), Beyond(t));
+    }
+    case WhyCode::kNoFit:
+      break;
+  }
+  std::string shortfall = Shortfall(job);
+  if (why.code != WhyCode::kReserved) return shortfall;
+  if (why.at_ms == kNever) {
+    return fmt::format("{}; next in line: GPUs on node {} are reserved for it until running jobs without a runtime "
+                       "estimate end", shortfall, node_name(why.node));
+  }
+  return fmt::format("{}; next in line: GPUs on node {} are reserved for it, expected free in about {}", shortfall,
+                     node_name(why.node), Duration(std::max<int64_t>(0, why.at_ms - why.pass_ms)));
+}
+
+std::string State::Shortfall(int job) const {
+  const JobState& j = jobs[job];
+  const JobRequest& req = j.req;
+  const Why& why = j.why;
+  auto node_name = [&](int n) { return n >= 0 ? nodes[n].info.name : std::string("?"); };
+  // No place now: say what the best ready node offers.
+  int best = 0;
+  int best_node = -1;
+  bool any_node = false;
+  for (size_t ni = 0; ni < nodes.size(); ++ni) {
+    const NodeState& n = nodes[ni];
+    if (!NodeMatches(req, n)) continue;
+    const NodeTopology& topo = topos[n.topo];
+    for (const ClassSlot& slot : n.classes) {
+      if (!ClassMatches(req, slot.cls)) continue;
+      any_node = true;
+      uint64_t usable = UsableWhole(job, n, slot.mask, why.pass_ms);
+      int have = 0;
+      if (req.fractional()) {
+        for (uint64_t m = slot.mask & n.healthy; m != 0; m &= m - 1) {
+          int g = std::countr_zero(m);
+          if (n.free_mem[g] >= req.gpu_memory_bytes) have = std::max<int>(have, n.free_milli[g]);
+        }
+      } else if (req.topology == Topology::kIsland) {
+        have = topo.LargestIn(topo.islands, usable, nullptr);
+      } else if (req.topology == Topology::kNuma) {
+        have = topo.LargestIn(topo.numas, usable, nullptr);
+      } else {
+        have = std::popcount(usable);
+      }
+      if (req.replicas > 1) {
+        best += have / req.gpus;  // replicas that fit now, over every node
+        best_node = -1;
+      } else if (have > best) {
+        best = have;
+        best_node = static_cast<int>(ni);
+      }
+    }
+  }
+  if (!any_node) return fmt::format("waiting: no ready node has {}", Describe(req));
+  std::string at = best_node >= 0 ? fmt::format(" (node {})", node_name(best_node)) : "";
+  if (req.fractional()) {
+    return fmt::format("waiting: needs {}; the largest free share on a ready node is {} milli-GPU{}", Describe(req), best, at);
+  }
+  if (req.replicas > 1) {
+    return fmt::format("waiting: needs {} replicas x {}{}; {} replica{} fit on the ready nodes now", req.replicas,
+                       Describe(req), Within(req.topology), best, best == 1 ? "" : "s");
+  }
+  if (req.topology == Topology::kIsland) {
+    return fmt::format("waiting: needs {} on one NVLink island; the largest free island has {}{}", Describe(req), best, at);
+  }
+  if (req.topology == Topology::kNuma) {
+    return fmt::format("waiting: needs {} on one NUMA node; the most free on one NUMA node is {}{}", Describe(req), best, at);
+  }
+  return fmt::format("waiting: needs {} on one node; the most free on a ready node is {}{}", Describe(req), best, at);
+}
+
+std::optional<std::string> Scheduler::NeverFits(const JobRequest& req) const {
+  const State& s = *s_;
+  if (s.nodes.empty()) return std::string("the cluster has no nodes");
+  // Tenant limits.
+  auto t = s.tenant_ids.find(req.tenant.empty() ? "default" : req.tenant);
+  if (t != s.tenant_ids.end()) {
+    const TenantInfo& info = s.tenants[t->second].info;
+    if (info.borrow_limit >= 0) {
+      int64_t most = int64_t{info.borrow_limit} * kWholeGpu;
+      for (const auto& [model, gpus] : info.guaranteed_gpus) most += int64_t{gpus} * kWholeGpu;
+      if (req.milli() > most) {
+        return fmt::format("tenant '{}' may use at most {} milli-GPU (guarantees plus a borrowing limit of {}), "
+                           "and the job needs {}", info.name, most, Gpus(info.borrow_limit), req.milli());
+      }
+    }
+  }
+  // Capacity of every node as if idle, drained and disconnected ones included.
+  int replicas = 0;
+  int best = 0;
+  std::map<int, int> per_domain;
+  for (const NodeState& n : s.nodes) {
+    bool selected = std::all_of(req.node_selector.begin(), req.node_selector.end(), [&](const auto& kv) {
+      auto it = n.info.labels.find(kv.first);
+      return it != n.info.labels.end() && it->second == kv.second;
+    });
+    if (!selected) continue;
+    const NodeTopology& topo = s.topos[n.topo];
+    int here = 0;
+    for (const ClassSlot& slot : n.classes) {
+      if (!s.ClassMatches(req, slot.cls)) continue;
+      int count = std::popcount(slot.mask);
+      best = std::max(best, count);
+      Topology within = (req.topology == Topology::kIsland || req.topology == Topology::kNuma) ? req.topology
+                                                                                              : Topology::kBestEffort;
+      if (req.fractional()) {
+        here = std::max(here, kMaxGpusPerNode);  // a share fits any matching GPU
+      } else if (topo.Choose(slot.mask, req.gpus, within, nullptr) != 0) {
+        here = std::max(here, req.topology == Topology::kBestEffort || req.topology >= Topology::kSwitch
+                                  ? count / req.gpus
+                                  : 1);
+      }
+    }
+    replicas += here;
+    int dom = req.topology == Topology::kSwitch ? n.switch_domain : req.topology == Topology::kRack ? n.rack_domain : -1;
+    if (dom >= 0) per_domain[dom] += here;
+  }
+  if (req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack)) {
+    int most = 0;
+    for (const auto& [d, n] : per_domain) most = std::max(most, n);
+    if (most >= req.replicas) return std::nullopt;
+    return fmt::format("no {} holds {} replicas x {} (the most is {})", TopologyName(req.topology), req.replicas,
+                       Describe(req), most);
+  }
+  if (replicas >= req.replicas) return std::nullopt;
+  if (req.replicas > 1) {
+    return fmt::format("the cluster holds at most {} replicas of {}, and the job needs {}", replicas, Describe(req), req.replicas);
+  }
+  if (req.topology == Topology::kIsland || req.topology == Topology::kNuma) {
+    return fmt::format("no node has {}{}", Describe(req), Within(req.topology));
+  }
+  return fmt::format("no node has {} (the most any node has is {})", Describe(req), best);
+}
+
+}  // namespace drover::sched

@@ -1,0 +1,115 @@
+// CheckInvariants: recomputes every index from the bound jobs and compares.
+// O(nodes x GPUs + jobs); for tests and the simulator's paranoid mode.
+#include <fmt/format.h>
+
+#include <bit>
+#include <map>
+
+#include "drover/sched/scheduler_state.h"
+
+namespace drover::sched {
+
+Status Scheduler::CheckInvariants() const {
+  const State& s = *s_;
+  // Per-GPU usage implied by the bound jobs.
+  std::vector<std::array<int, kMaxGpusPerNode>> milli(s.nodes.size());
+  std::vector<std::array<int64_t, kMaxGpusPerNode>> mem(s.nodes.size());
+  std::vector<std::array<int, kMaxGpusPerNode>> whole_holders(s.nodes.size());
+  for (auto& a : milli) a.fill(0);
+  for (auto& a : mem) a.fill(0);
+  for (auto& a : whole_holders) a.fill(0);
+  std::vector<int64_t> tenant_milli(s.tenants.size(), 0);
+  std::vector<std::map<std::string, int64_t>> tenant_model(s.tenants.size());
+  size_t bound = 0;
+  size_t pending = 0;
+  std::multiset<int> priorities;
+  for (size_t ji = 0; ji < s.jobs.size(); ++ji) {
+    const JobState& j = s.jobs[ji];
+    if (j.seq == 0) continue;
+    const std::string& id = j.req.id;
+    if (j.pending) {
+      ++pending;
+      if (!j.held.empty()) return Internal(fmt::format("job '{}' is both pending and bound", id));
+      if (s.pending[j.pending_pos] != static_cast<int>(ji)) return Internal(fmt::format("job '{}' is lost from the queue", id));
+      continue;
+    }
+    if (j.held.empty()) return Internal(fmt::format("job '{}' is neither pending nor bound", id));
+    ++bound;
+    if (j.held.size() != static_cast<size_t>(j.req.replicas)) {
+      return Internal(fmt::format("gang '{}' holds {} of its {} replicas", id, j.held.size(), j.req.replicas));
+    }
+    if (j.preempting && !j.req.preemptible) return Internal(fmt::format("job '{}' is not preemptible but is being preempted", id));
+    if (j.req.preemptible && !j.preempting) priorities.insert(j.req.priority);
+    for (const Held& h : j.held) {
+      if (std::popcount(h.mask) != j.req.gpus) return Internal(fmt::format("job '{}' holds {} GPUs per replica, asked {}", id, std::popcount(h.mask), j.req.gpus));
+      for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+        int g = std::countr_zero(m);
+        milli[h.node][g] += h.milli;
+        mem[h.node][g] += h.milli == kWholeGpu ? 0 : h.mem;
+        if (h.milli == kWholeGpu) ++whole_holders[h.node][g];
+      }
+      tenant_milli[j.tenant] += int64_t{std::popcount(h.mask)} * h.milli;
+      tenant_model[j.tenant][s.classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+    }
+  }
+  if (bound != s.bound_count) return Internal(fmt::format("{} jobs are bound but the count says {}", bound, s.bound_count));
+  if (pending != s.pending.size()) return Internal(fmt::format("{} jobs are pending but the queue holds {}", pending, s.pending.size()));
+  if (priorities != s.preemptible_priorities) return Internal("the index of preemptible priorities is stale");
+  for (size_t ni = 0; ni < s.nodes.size(); ++ni) {
+    const NodeState& n = s.nodes[ni];
+    for (uint64_t m = n.present; m != 0; m &= m - 1) {
+      int g = std::countr_zero(m);
+      const std::string where = fmt::format("node '{}' GPU {}", n.info.name, g);
+      if (milli[ni][g] > kWholeGpu) return Internal(fmt::format("{} is over-committed: {} milli-GPU", where, milli[ni][g]));
+      if (whole_holders[ni][g] > 1 || (whole_holders[ni][g] == 1 && milli[ni][g] != kWholeGpu)) {
+        return Internal(fmt::format("{} is held whole by one job and shared with another", where));
+      }
+      if (mem[ni][g] > n.info.gpus[g].memory_bytes) return Internal(fmt::format("{} has more memory reserved than it has", where));
+      if (n.free_milli[g] != kWholeGpu - milli[ni][g]) return Internal(fmt::format("{} free share is stale", where));
+      bool whole = milli[ni][g] == 0;
+      if (whole != ((n.whole_free >> g) & 1)) return Internal(fmt::format("{} free mask is stale", where));
+      int64_t expect_mem = whole_holders[ni][g] ? 0 : n.info.gpus[g].memory_bytes - mem[ni][g];
+      if (n.free_mem[g] != expect_mem) return Internal(fmt::format("{} free memory is stale", where));
+      bool shared = n.info.schedulable && ((n.healthy >> g) & 1) && !whole && n.free_milli[g] > 0;
+      if (shared != (n.shared_key[g] >= 0) ||
+          (shared && !s.classes[n.gpu_class[g]].shared.contains({n.free_milli[g], static_cast<int>(ni) * kMaxGpusPerNode + g}))) {
+        return Internal(fmt::format("{} is missing from the shared-GPU index", where));
+      }
+    }
+    for (size_t si = 0; si < n.classes.size(); ++si) {
+      const ClassSlot& slot = n.classes[si];
+      int count = n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0;
+      if (slot.count != count) return Internal(fmt::format("node '{}' sits in bucket {} but has {} free", n.info.name, slot.count, count));
+      if (count > 0) {
+        const auto& b = s.classes[slot.cls].buckets[count];
+        if (slot.pos < 0 || slot.pos >= static_cast<int>(b.size()) || b[slot.pos] != std::make_pair(static_cast<int>(ni), static_cast<int>(si))) {
+          return Internal(fmt::format("node '{}' is misplaced in its bucket", n.info.name));
+        }
+      }
+    }
+  }
+  for (const GpuClass& c : s.classes) {
+    for (int k = 1; k <= kMaxGpusPerNode; ++k) {
+      if (c.buckets[k].empty() == (((c.nonempty >> (k - 1)) & 1) != 0)) return Internal(fmt::format("class '{}' bucket bitmap is stale at {}", c.model, k));
+    }
+  }
+  for (const Domain& d : s.domains) {
+    std::vector<int64_t> free(s.classes.size(), 0);
+    for (int ni : d.nodes) {
+      for (const ClassSlot& slot : s.nodes[ni].classes) free[slot.cls] += slot.count;
+    }
+    if (free != d.free_by_class) return Internal(fmt::format("domain '{}' free counts are stale", d.value));
+  }
+  for (size_t t = 0; t < s.tenants.size(); ++t) {
+    const TenantState& ts = s.tenants[t];
+    if (ts.milli != tenant_milli[t] || ts.by_model != tenant_model[t]) {
+      return Internal(fmt::format("tenant '{}' usage is stale", ts.info.name));
+    }
+    if (ts.info.borrow_limit >= 0 && s.Beyond(ts) > int64_t{ts.info.borrow_limit} * kWholeGpu) {
+      return Internal(fmt::format("tenant '{}' borrows {} milli-GPU, over its limit of {} GPUs", ts.info.name, s.Beyond(ts), ts.info.borrow_limit));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace drover::sched

@@ -1,0 +1,66 @@
+#include "drover/sched/model.h"
+
+#include <fmt/format.h>
+
+namespace drover::sched {
+
+std::string_view LinkName(Link link) {
+  switch (link) {
+    case Link::kCrossSocket: return "cross-socket";
+    case Link::kSameNuma: return "same-numa";
+    case Link::kPcieSwitch: return "pcie-switch";
+    case Link::kFabric: return "nvlink";
+  }
+  return "unknown";
+}
+
+std::string_view TopologyName(Topology t) {
+  switch (t) {
+    case Topology::kBestEffort: return "best-effort";
+    case Topology::kIsland: return "island";
+    case Topology::kNuma: return "numa";
+    case Topology::kSwitch: return "switch";
+    case Topology::kRack: return "rack";
+  }
+  return "unknown";
+}
+
+Result<Topology> ParseTopology(std::string_view s) {
+  if (s.empty() || s == "best-effort") return Topology::kBestEffort;
+  if (s == "island") return Topology::kIsland;
+  if (s == "numa") return Topology::kNuma;
+  if (s == "switch") return Topology::kSwitch;
+  if (s == "rack") return Topology::kRack;
+  return InvalidArgument(fmt::format("topology '{}' is unknown (use best-effort, island, numa, switch or rack)", s));
+}
+
+std::string_view QueuePolicyName(QueuePolicy p) {
+  switch (p) {
+    case QueuePolicy::kFifo: return "fifo";
+    case QueuePolicy::kPriority: return "priority";
+    case QueuePolicy::kFairShare: return "fair-share";
+    case QueuePolicy::kLas: return "las";
+    case QueuePolicy::kSjf: return "sjf";
+  }
+  return "unknown";
+}
+
+std::string_view PlacementPolicyName(PlacementPolicy p) {
+  return p == PlacementPolicy::kSpread ? "spread" : "binpack";
+}
+
+Result<QueuePolicy> ParseQueuePolicy(std::string_view s) {
+  for (QueuePolicy p : {QueuePolicy::kFifo, QueuePolicy::kPriority, QueuePolicy::kFairShare, QueuePolicy::kLas,
+                        QueuePolicy::kSjf}) {
+    if (s == QueuePolicyName(p)) return p;
+  }
+  return InvalidArgument(fmt::format("queue policy '{}' is unknown (use fifo, priority, fair-share, las or sjf)", s));
+}
+
+Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s) {
+  if (s == "binpack") return PlacementPolicy::kBinpack;
+  if (s == "spread") return PlacementPolicy::kSpread;
+  return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack or spread)", s));
+}
+
+}  // namespace drover::sched

@@ -1,0 +1,563 @@
+// Placement: the free-capacity indexes, holding and releasing GPUs, and the
+// search for where a job goes.
+#include <algorithm>
+#include <bit>
+
+#include "drover/sched/scheduler_state.h"
+
+namespace drover::sched {
+namespace {
+
+// Candidates examined past the first fit when the first is not topologically
+// ideal: bounds a best-effort search on a large cluster.
+constexpr int kMaxExamined = 16;
+// Gang domains tried per level (switch, rack) before moving to the next level.
+constexpr int kMaxDomains = 16;
+
+bool Better(const Pick& a, const Pick& b, bool spread) {
+  if (a.quality != b.quality) return a.quality > b.quality;
+  return spread ? a.fill > b.fill : a.fill < b.fill;
+}
+
+Topology WithinNode(Topology t) {
+  return (t == Topology::kIsland || t == Topology::kNuma) ? t : Topology::kBestEffort;
+}
+
+}  // namespace
+
+// ---- indexes ----
+
+int State::ClassFor(const GpuInfo& g) {
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const GpuClass& c = classes[i];
+    if (c.vendor == g.vendor && c.model == g.model && c.memory_bytes == g.memory_bytes) return static_cast<int>(i);
+  }
+  GpuClass c;
+  c.vendor = g.vendor;
+  c.model = g.model;
+  c.memory_bytes = g.memory_bytes;
+  classes.push_back(std::move(c));
+  for (Domain& d : domains) d.free_by_class.resize(classes.size(), 0);
+  return static_cast<int>(classes.size()) - 1;
+}
+
+int State::TopoFor(const NodeInfo& info) {
+  std::string key = std::to_string(info.gpus.size()) + ":";
+  for (const GpuInfo& g : info.gpus) key += std::to_string(g.numa_node) + ",";
+  key += ":";
+  for (Link l : info.links) key += static_cast<char>('0' + static_cast<int>(l));
+  auto [it, inserted] = topo_ids.emplace(key, static_cast<int>(topos.size()));
+  if (inserted) {
+    std::vector<int> numa;
+    for (const GpuInfo& g : info.gpus) numa.push_back(g.numa_node);
+    topos.push_back(NodeTopology::Build(static_cast<int>(info.gpus.size()), info.links, numa));
+  }
+  return it->second;
+}
+
+int State::DomainFor(const std::string& label, const std::string& value) {
+  auto [it, inserted] = domain_ids.emplace(std::make_pair(label, value), static_cast<int>(domains.size()));
+  if (inserted) {
+    Domain d;
+    d.value = value;
+    d.free_by_class.assign(classes.size(), 0);
+    domains.push_back(std::move(d));
+    level_domains[label == "switch" ? 0 : 1].push_back(it->second);
+  }
+  return it->second;
+}
+
+int State::TenantFor(const std::string& name) {
+  auto [it, inserted] = tenant_ids.emplace(name, static_cast<int>(tenants.size()));
+  if (inserted) {
+    TenantState t;
+    t.info.name = name;
+    tenants.push_back(std::move(t));
+  }
+  return it->second;
+}
+
+bool State::ClassMatches(const JobRequest& job, int cls) const {
+  const GpuClass& c = classes[cls];
+  if (!job.gpu_vendor.empty() && c.vendor != job.gpu_vendor) return false;
+  if (!job.gpu_model.empty() && c.model != job.gpu_model) return false;
+  return c.memory_bytes >= job.gpu_memory_bytes;
+}
+
+bool State::NodeMatches(const JobRequest& job, const NodeState& node) const {
+  if (!node.info.schedulable) return false;
+  for (const auto& [k, v] : job.node_selector) {
+    auto it = node.info.labels.find(k);
+    if (it == node.info.labels.end() || it->second != v) return false;
+  }
+  return true;
+}
+
+void State::SetBucket(int node, ClassSlot& slot, int slot_index, int count) {
+  if (slot.count == count) return;
+  GpuClass& c = classes[slot.cls];
+  NodeState& n = nodes[node];
+  if (slot.count > 0) {
+    auto& b = c.buckets[slot.count];
+    auto moved = b.back();
+    b[slot.pos] = moved;
+    nodes[moved.first].classes[moved.second].pos = slot.pos;
+    b.pop_back();
+    if (b.empty()) c.nonempty &= ~(uint64_t{1} << (slot.count - 1));
+  }
+  int delta = count - slot.count;
+  for (int d : {n.switch_domain, n.rack_domain}) {
+    if (d >= 0) domains[d].free_by_class[slot.cls] += delta;
+  }
+  slot.count = count;
+  slot.pos = -1;
+  if (count > 0) {
+    auto& b = c.buckets[count];
+    slot.pos = static_cast<int>(b.size());
+    b.emplace_back(node, slot_index);
+    c.nonempty |= uint64_t{1} << (count - 1);
+  }
+}
+
+void State::UpdateShared(int node, int gpu) {
+  NodeState& n = nodes[node];
+  uint64_t bit = uint64_t{1} << gpu;
+  int want = -1;
+  if (n.info.schedulable && (n.present & n.healthy & bit) != 0 && (n.whole_free & bit) == 0 && n.free_milli[gpu] > 0) {
+    want = n.free_milli[gpu];
+  }
+  if (want == n.shared_key[gpu]) return;
+  if ((n.present & bit) == 0) return;
+  auto& shared = classes[n.gpu_class[gpu]].shared;
+  if (n.shared_key[gpu] >= 0) shared.erase({n.shared_key[gpu], node * kMaxGpusPerNode + gpu});
+  if (want >= 0) shared.insert({want, node * kMaxGpusPerNode + gpu});
+  n.shared_key[gpu] = static_cast<int16_t>(want);
+}
+
+void State::Recount(int node) {
+  NodeState& n = nodes[node];
+  for (size_t i = 0; i < n.classes.size(); ++i) {
+    ClassSlot& slot = n.classes[i];
+    int count = n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0;
+    SetBucket(node, slot, static_cast<int>(i), count);
+  }
+  for (uint64_t m = n.present; m != 0; m &= m - 1) UpdateShared(node, std::countr_zero(m));
+}
+
+// ---- holding GPUs ----
+
+int64_t State::Beyond(const TenantState& t) const {
+  int64_t beyond = 0;
+  for (const auto& [model, milli] : t.by_model) {
+    auto q = t.info.guaranteed_gpus.find(model);
+    int64_t guaranteed = q == t.info.guaranteed_gpus.end() ? 0 : int64_t{q->second} * kWholeGpu;
+    beyond += std::max<int64_t>(0, milli - guaranteed);
+  }
+  return beyond;
+}
+
+bool State::CanCharge(int tenant, const std::string& model, int64_t milli) const {
+  const TenantState& t = tenants[tenant];
+  if (t.info.borrow_limit < 0) return true;
+  auto u = t.by_model.find(model);
+  int64_t cur = u == t.by_model.end() ? 0 : u->second;
+  auto q = t.info.guaranteed_gpus.find(model);
+  int64_t guaranteed = q == t.info.guaranteed_gpus.end() ? 0 : int64_t{q->second} * kWholeGpu;
+  int64_t delta = std::max<int64_t>(0, cur + milli - guaranteed) - std::max<int64_t>(0, cur - guaranteed);
+  return Beyond(t) + delta <= int64_t{t.info.borrow_limit} * kWholeGpu;
+}
+
+void State::Charge(int job, const Held& h, int sign) {
+  TenantState& t = tenants[jobs[job].tenant];
+  const NodeState& n = nodes[h.node];
+  int64_t milli = int64_t{std::popcount(h.mask)} * h.milli;
+  int64_t mem = 0;
+  for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    mem += h.milli == kWholeGpu ? (g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0) : h.mem;
+  }
+  t.milli += sign * milli;
+  t.mem += sign * mem;
+  int64_t& by = t.by_model[classes[h.cls].model];
+  by += sign * milli;
+  if (by == 0) t.by_model.erase(classes[h.cls].model);
+}
+
+void State::Hold(int job, const Held& h) {
+  NodeState& n = nodes[h.node];
+  for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    n.free_milli[g] = static_cast<int16_t>(n.free_milli[g] - h.milli);
+    int64_t cap = g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0;
+    n.free_mem[g] -= h.milli == kWholeGpu ? cap : h.mem;
+  }
+  n.whole_free &= ~h.mask;
+  if (std::find(n.jobs.begin(), n.jobs.end(), job) == n.jobs.end()) n.jobs.push_back(job);
+  for (size_t i = 0; i < n.classes.size(); ++i) {
+    ClassSlot& slot = n.classes[i];
+    if ((slot.mask & h.mask) == 0) continue;
+    SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
+  }
+  for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
+  Charge(job, h, +1);
+}
+
+void State::Release(int job, const Held& h) {
+  NodeState& n = nodes[h.node];
+  for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    n.free_milli[g] = static_cast<int16_t>(n.free_milli[g] + h.milli);
+    int64_t cap = g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0;
+    n.free_mem[g] += h.milli == kWholeGpu ? cap : h.mem;
+    if (n.free_milli[g] == kWholeGpu && (n.present & (uint64_t{1} << g)) != 0) n.whole_free |= uint64_t{1} << g;
+  }
+  bool other_replica_here = false;
+  for (const Held& o : jobs[job].held) {
+    if (&o != &h && o.node == h.node && !(o.mask == h.mask && o.milli == h.milli)) other_replica_here = true;
+  }
+  if (!other_replica_here) std::erase(n.jobs, job);
+  for (size_t i = 0; i < n.classes.size(); ++i) {
+    ClassSlot& slot = n.classes[i];
+    if ((slot.mask & h.mask) == 0) continue;
+    SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
+  }
+  for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
+  Charge(job, h, -1);
+}
+
+// ---- choosing ----
+
+bool State::MayUseReserved(int job, int64_t now) const {
+  if (reservation_job == job) return true;
+  int64_t est = jobs[job].req.runtime_estimate_ms;
+  return est > 0 && reservation_ms != kNever && now + est <= reservation_ms;
+}
+
+bool State::OnlyMine(int job, int node, uint64_t mask) const {
+  const NodeState& n = nodes[node];
+  uint64_t others = n.nominated;
+  if (others == 0) return true;
+  for (const auto& [nd, m] : jobs[job].nomination) {
+    if (nd == node) others &= ~m;
+  }
+  return (mask & others) == 0;
+}
+
+uint64_t State::UsableWhole(int job, const NodeState& node, uint64_t class_mask, int64_t now) const {
+  uint64_t m = node.whole_free & node.healthy & class_mask;
+  if (node.nominated != 0) {
+    uint64_t others = node.nominated;
+    int idx = static_cast<int>(&node - nodes.data());
+    for (const auto& [nd, mine] : jobs[job].nomination) {
+      if (nd == idx) others &= ~mine;
+    }
+    m &= ~others;
+  }
+  if (node.reserved != 0 && !MayUseReserved(job, now)) m &= ~node.reserved;
+  return m;
+}
+
+bool State::PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pick* out) const {
+  const NodeState& n = nodes[node];
+  const NodeTopology& topo = topos[n.topo];
+  bool spread = config.placement == PlacementPolicy::kSpread;
+  bool found = false;
+  for (const ClassSlot& slot : n.classes) {
+    if (!ClassMatches(req, slot.cls)) continue;
+    uint64_t usable = UsableWhole(job, n, slot.mask, now);
+    if (std::popcount(usable) < req.gpus) continue;
+    if (!CanCharge(jobs[job].tenant, classes[slot.cls].model, int64_t{req.gpus} * req.gpu_milli)) {
+      quota_hit = true;
+      continue;
+    }
+    Pick p;
+    p.mask = topo.Choose(usable, req.gpus, WithinNode(req.topology), &p.quality);
+    if (p.mask == 0) continue;
+    p.node = node;
+    p.cls = slot.cls;
+    p.fill = std::popcount(usable);
+    if (!found || Better(p, *out, spread)) {
+      *out = p;
+      found = true;
+    }
+  }
+  return found;
+}
+
+bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::vector<int>* within, Pick* out) const {
+  bool spread = config.placement == PlacementPolicy::kSpread;
+  bool found = false;
+  if (within != nullptr) {
+    for (int node : *within) {
+      Pick p;
+      if (!NodeMatches(req, nodes[node]) || !PickOnNode(job, req, node, now, &p)) continue;
+      if (!found || Better(p, *out, spread)) *out = p;
+      found = true;
+    }
+    return found;
+  }
+  // Walk the free-count buckets of every matching class, fullest-that-fits
+  // first (binpack) or emptiest first (spread). Stop at the first
+  // topologically ideal candidate, or kMaxExamined candidates after the first.
+  for (size_t c = 0; c < classes.size(); ++c) {
+    if (!ClassMatches(req, static_cast<int>(c))) continue;
+    const GpuClass& cls = classes[c];
+    uint64_t bits = req.gpus > kMaxGpusPerNode ? 0 : cls.nonempty & ~((uint64_t{1} << (req.gpus - 1)) - 1);
+    int examined = 0;
+    bool done = false;
+    while (bits != 0 && !done) {
+      int k = spread ? 64 - std::countl_zero(bits) : std::countr_zero(bits) + 1;
+      bits &= ~(uint64_t{1} << (k - 1));
+      const auto& bucket = cls.buckets[k];
+      for (size_t i = bucket.size(); i-- > 0;) {
+        int node = bucket[i].first;
+        Pick p;
+        if (!NodeMatches(req, nodes[node]) || !PickOnNode(job, req, node, now, &p)) continue;
+        if (!found || Better(p, *out, spread)) *out = p;
+        found = true;
+        const NodeTopology& topo = topos[nodes[node].topo];
+        if (p.quality >= topo.ideal[std::min(req.gpus, topo.n)] || ++examined >= kMaxExamined) {
+          done = true;
+          break;
+        }
+      }
+    }
+  }
+  return found;
+}
+
+bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const {
+  const JobRequest& req = jobs[job].req;
+  bool spread = config.placement == PlacementPolicy::kSpread;
+  bool may_reserved = MayUseReserved(job, now);
+  bool found = false;
+  int best_free = 0;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    if (!ClassMatches(req, static_cast<int>(c))) continue;
+    if (!CanCharge(jobs[job].tenant, classes[c].model, req.gpu_milli)) {
+      quota_hit = true;
+      continue;
+    }
+    const auto& shared = classes[c].shared;
+    auto ok = [&](int key) {
+      int node = key / kMaxGpusPerNode;
+      int gpu = key % kMaxGpusPerNode;
+      const NodeState& n = nodes[node];
+      uint64_t bit = uint64_t{1} << gpu;
+      if (n.free_mem[gpu] < req.gpu_memory_bytes || !NodeMatches(req, n) || !OnlyMine(job, node, bit)) return false;
+      if ((n.reserved & bit) != 0 && !may_reserved) return false;
+      return within == nullptr || std::find(within->begin(), within->end(), node) != within->end();
+    };
+    auto take = [&](int free, int key) {
+      if (found && (spread ? free <= best_free : free >= best_free)) return;
+      out->node = key / kMaxGpusPerNode;
+      out->cls = static_cast<int>(c);
+      out->mask = uint64_t{1} << (key % kMaxGpusPerNode);
+      out->milli = req.gpu_milli;
+      out->mem = req.gpu_memory_bytes;
+      out->quality = Link::kFabric;
+      best_free = free;
+      found = true;
+    };
+    if (!spread) {
+      // Best fit: the shared GPU with the least free share that still fits.
+      for (auto it = shared.lower_bound({req.gpu_milli, -1}); it != shared.end(); ++it) {
+        if (ok(it->second)) {
+          take(it->first, it->second);
+          break;
+        }
+      }
+    } else {
+      for (auto it = shared.rbegin(); it != shared.rend() && it->first >= req.gpu_milli; ++it) {
+        if (ok(it->second)) {
+          take(it->first, it->second);
+          break;
+        }
+      }
+    }
+  }
+  if (found && !spread) return true;
+  // No shared GPU fits (binpack), or spread wants an idle GPU: start sharing a
+  // whole one, chosen like a 1-GPU job.
+  Pick whole;
+  bool have_whole = PickWhole(job, req, now, within, &whole);
+  if (have_whole && (!found || spread)) {
+    *out = whole;
+    out->milli = req.gpu_milli;
+    out->mem = req.gpu_memory_bytes;
+    return true;
+  }
+  return found;
+}
+
+bool State::PlaceReplicas(int job, int64_t now, const std::vector<int>* within, std::vector<Held>* out) {
+  const JobRequest& req = jobs[job].req;
+  out->clear();
+  for (int r = 0; r < req.replicas; ++r) {
+    Pick p;
+    bool ok = req.fractional() ? PickFraction(job, now, within, &p) : PickWhole(job, req, now, within, &p);
+    if (!ok) {
+      for (auto it = out->rbegin(); it != out->rend(); ++it) Release(job, *it);
+      out->clear();
+      return false;
+    }
+    Held h{p.node, p.cls, p.mask, p.milli, p.milli == kWholeGpu ? 0 : p.mem};
+    Hold(job, h);
+    out->push_back(h);
+  }
+  return true;
+}
+
+bool State::PlaceJob(int job, int64_t now, std::vector<Held>* out) {
+  const JobRequest& req = jobs[job].req;
+  if (req.replicas == 1) return PlaceReplicas(job, now, nullptr, out);
+  bool spread = config.placement == PlacementPolicy::kSpread;
+  // Gangs: the tightest domain level first. Domains are ranked by their free
+  // GPUs of the classes the job accepts (binpack: fewest that suffice).
+  std::vector<int> levels;
+  if (req.topology == Topology::kSwitch) {
+    levels = {0};
+  } else if (req.topology == Topology::kRack) {
+    levels = {1};
+  } else {
+    levels = {0, 1, -1};
+  }
+  int64_t need = int64_t{req.replicas} * req.gpus;
+  for (int level : levels) {
+    if (level < 0) return PlaceReplicas(job, now, nullptr, out);
+    std::vector<std::pair<int64_t, int>> ranked;
+    for (int d : level_domains[level]) {
+      int64_t free = 0;
+      for (size_t c = 0; c < classes.size(); ++c) {
+        if (ClassMatches(req, static_cast<int>(c))) free += domains[d].free_by_class[c];
+      }
+      if (free >= need) ranked.emplace_back(spread ? -free : free, d);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    int tried = 0;
+    for (const auto& [free, d] : ranked) {
+      if (PlaceReplicas(job, now, &domains[d].nodes, out)) return true;
+      if (++tried >= kMaxDomains) break;
+    }
+  }
+  return false;
+}
+
+void State::Bind(int job, std::vector<Held> held, int64_t now, Decisions* d) {
+  JobState& j = jobs[job];
+  DropPending(job);
+  ClearNomination(job);
+  j.held = std::move(held);
+  j.bound_ms = now;
+  j.why = Why{};
+  ++bound_count;
+  if (j.req.preemptible) preemptible_priorities.insert(j.req.priority);
+  Binding b;
+  b.job_id = j.req.id;
+  for (const Held& h : j.held) {
+    Placement p;
+    p.node = nodes[h.node].info.name;
+    for (uint64_t m = h.mask; m != 0; m &= m - 1) p.gpu_indices.push_back(std::countr_zero(m));
+    p.gpu_milli = h.milli;
+    p.gpu_memory_bytes = h.milli == kWholeGpu ? 0 : h.mem;
+    b.replicas.push_back(std::move(p));
+  }
+  if (d != nullptr) d->bindings.push_back(std::move(b));
+}
+
+void State::Unbind(int job, int64_t now) {
+  JobState& j = jobs[job];
+  for (auto it = j.held.rbegin(); it != j.held.rend(); ++it) Release(job, *it);
+  j.attained += j.req.milli() * std::max<int64_t>(0, now - j.bound_ms) / kWholeGpu;
+  if (j.req.preemptible && !j.preempting) preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
+  j.held.clear();
+  j.preempting = false;
+  j.borrowed = false;
+  --bound_count;
+}
+
+// ---- EASY reservation ----
+
+bool State::Reserve(int job, int64_t now) {
+  const JobRequest& req = jobs[job].req;
+  if (req.fractional()) return false;
+  struct Candidate {
+    int64_t at;
+    int missing;  // GPUs still held by jobs without an estimate
+    int node;
+    uint64_t mask;
+  };
+  std::vector<Candidate> found;
+  for (size_t ni = 0; ni < nodes.size(); ++ni) {
+    const NodeState& n = nodes[ni];
+    if (!NodeMatches(req, n)) continue;
+    const NodeTopology& topo = topos[n.topo];
+    for (const ClassSlot& slot : n.classes) {
+      if (!ClassMatches(req, slot.cls) || std::popcount(slot.mask & n.healthy) < req.gpus) continue;
+      Topology within = WithinNode(req.topology);
+      if (topo.Choose(slot.mask & n.healthy, req.gpus, within, nullptr) == 0) continue;
+      // Free the node's jobs in the order they are expected to end until the
+      // job fits.
+      uint64_t others = n.nominated;
+      for (const auto& [nd, mine] : jobs[job].nomination) {
+        if (nd == static_cast<int>(ni)) others &= ~mine;
+      }
+      uint64_t usable = n.whole_free & n.healthy & slot.mask & ~others;
+      std::array<int, kMaxGpusPerNode> milli{};
+      for (int g = 0; g < kMaxGpusPerNode; ++g) milli[g] = n.free_milli[g];
+      std::vector<std::pair<int64_t, int>> ends;
+      for (int o : n.jobs) {
+        const JobState& oj = jobs[o];
+        int64_t end = oj.preempting ? now
+                      : oj.req.runtime_estimate_ms > 0 ? std::max(now, oj.bound_ms + oj.req.runtime_estimate_ms)
+                                                      : kNever;
+        ends.emplace_back(end, o);
+      }
+      std::sort(ends.begin(), ends.end());
+      int64_t at = now;
+      uint64_t mask = topo.Choose(usable, req.gpus, within, nullptr);
+      for (size_t k = 0; mask == 0 && k < ends.size(); ++k) {
+        for (const Held& h : jobs[ends[k].second].held) {
+          if (h.node != static_cast<int>(ni)) continue;
+          for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+            int g = std::countr_zero(m);
+            milli[g] += h.milli;
+            if (milli[g] >= kWholeGpu) usable |= (uint64_t{1} << g) & n.healthy & slot.mask & ~others;
+          }
+        }
+        at = ends[k].first;
+        mask = topo.Choose(usable, req.gpus, within, nullptr);
+      }
+      if (mask == 0) continue;
+      int missing = at == kNever ? req.gpus - std::popcount(n.whole_free & mask) : 0;
+      found.push_back(Candidate{at, missing, static_cast<int>(ni), mask});
+      break;
+    }
+  }
+  if (static_cast<int>(found.size()) < req.replicas) return false;
+  std::partial_sort(found.begin(), found.begin() + req.replicas, found.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.at != b.at) return a.at < b.at;
+    if (a.missing != b.missing) return a.missing < b.missing;
+    return a.node < b.node;
+  });
+  reservation_job = job;
+  reservation_ms = now;
+  for (int r = 0; r < req.replicas; ++r) {
+    const Candidate& c = found[r];
+    nodes[c.node].reserved |= c.mask;
+    reserved_nodes.push_back(c.node);
+    reservation_ms = std::max(reservation_ms, c.at);
+  }
+  JobState& j = jobs[job];
+  j.why = Why{WhyCode::kReserved, -1, 0, reservation_ms, found[0].node, now};
+  return true;
+}
+
+void State::ClearReservation() {
+  for (int n : reserved_nodes) nodes[n].reserved = 0;
+  reserved_nodes.clear();
+  reservation_job = -1;
+  reservation_ms = kNever;
+}
+
+}  // namespace drover::sched

@@ -1,0 +1,246 @@
+// Preemption: for a job that cannot be placed, the smallest set of running
+// jobs whose GPUs would let it run.
+//
+// Who may be preempted (MayPreempt): only preemptible jobs not already
+// stopping; of the same tenant, only lower priority; of another tenant, only
+// jobs that borrowed beyond that tenant's guarantee, and then either for a
+// higher priority or because the job's tenant reclaims its own guarantee.
+// A job running within its tenant's guarantee is never taken by another
+// tenant.
+//
+// Which set: per node, victims are added lowest priority first (then most
+// recently started, then fewest GPUs) until the job fits, then any victim
+// not needed is dropped again. The node whose set costs least wins, by
+// (milli-GPUs lost, highest victim priority, most recent start). A gang
+// repeats this replica by replica over a tentative view of the cluster.
+//
+// Worked example: node a runs p=10 x4 GPUs and p=20 x2 GPUs (preemptible),
+// node b runs p=10 x8 GPUs. A p=100 job needing 6 GPUs: on a (2 free) the
+// p=10 job alone frees 6 -> cost 4 GPUs; on b the p=10 job frees 8 -> cost
+// 8 GPUs. Node a wins; the p=20 job keeps running.
+#include <algorithm>
+#include <bit>
+#include <fmt/format.h>
+#include <unordered_map>
+
+#include "drover/sched/scheduler_state.h"
+
+namespace drover::sched {
+namespace {
+
+struct View {
+  uint64_t whole_free = 0;
+  std::array<int, kMaxGpusPerNode> milli{};
+  std::array<int64_t, kMaxGpusPerNode> mem{};
+};
+
+View ViewOf(const NodeState& n) {
+  View v;
+  v.whole_free = n.whole_free;
+  for (int g = 0; g < kMaxGpusPerNode; ++g) {
+    v.milli[g] = n.free_milli[g];
+    v.mem[g] = n.free_mem[g];
+  }
+  return v;
+}
+
+int64_t Capacity(const NodeState& n, int g) {
+  return g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0;
+}
+
+void Apply(View* v, const NodeState& n, const Held& h, int sign) {
+  for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    v->milli[g] += sign * h.milli;
+    v->mem[g] += sign * (h.milli == kWholeGpu ? Capacity(n, g) : h.mem);
+    uint64_t bit = uint64_t{1} << g;
+    if (v->milli[g] == kWholeGpu && (n.present & bit) != 0) {
+      v->whole_free |= bit;
+    } else {
+      v->whole_free &= ~bit;
+    }
+  }
+}
+
+}  // namespace
+
+bool State::MayPreempt(int job, int victim) const {
+  const JobState& j = jobs[job];
+  const JobState& v = jobs[victim];
+  if (victim == job || !v.req.preemptible || v.preempting || v.held.empty()) return false;
+  if (v.tenant == j.tenant) return v.req.priority < j.req.priority;
+  if (!v.borrowed) return false;
+  if (v.req.priority < j.req.priority) return true;
+  // Quota reclaim: the job fits within its tenant's guarantee of some model.
+  const TenantState& t = tenants[j.tenant];
+  for (const auto& [model, gpus] : t.info.guaranteed_gpus) {
+    if (!j.req.gpu_model.empty() && j.req.gpu_model != model) continue;
+    auto u = t.by_model.find(model);
+    int64_t used = u == t.by_model.end() ? 0 : u->second;
+    if (used + j.req.milli() <= int64_t{gpus} * kWholeGpu) return true;
+  }
+  return false;
+}
+
+bool State::HasCandidates(int job) const {
+  if (preemptible_priorities.empty()) return false;
+  const JobState& j = jobs[job];
+  if (*preemptible_priorities.begin() < j.req.priority) return true;
+  return !tenants[j.tenant].info.guaranteed_gpus.empty();
+}
+
+void State::ClearNomination(int job) {
+  JobState& j = jobs[job];
+  for (const auto& [node, mask] : j.nomination) nodes[node].nominated &= ~mask;
+  j.nomination.clear();
+  j.victims.clear();
+}
+
+bool State::Preempt(int job, int64_t now, Decisions* d) {
+  JobState& j = jobs[job];
+  const JobRequest& req = j.req;
+  std::unordered_map<int, View> views;
+  std::vector<int> chosen;
+  std::vector<Pick> picks;
+
+  auto view_of = [&](int ni) -> View { auto it = views.find(ni); return it == views.end() ? ViewOf(nodes[ni]) : it->second; };
+  auto release_everywhere = [&](int victim) {
+    for (const Held& h : jobs[victim].held) {
+      View v = view_of(h.node);
+      Apply(&v, nodes[h.node], h, +1);
+      views[h.node] = v;
+    }
+  };
+  // Where on node `ni` the job's replica fits within `v`, if anywhere.
+  auto fit = [&](int ni, const View& v, Pick* out) {
+    const NodeState& n = nodes[ni];
+    const NodeTopology& topo = topos[n.topo];
+    uint64_t others = n.nominated;
+    for (const auto& [nd, mine] : j.nomination) {
+      if (nd == ni) others &= ~mine;
+    }
+    if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
+    for (const ClassSlot& slot : n.classes) {
+      if (!ClassMatches(req, slot.cls)) continue;
+      if (req.fractional()) {
+        for (uint64_t m = slot.mask & n.healthy & ~others; m != 0; m &= m - 1) {
+          int g = std::countr_zero(m);
+          if (v.milli[g] >= req.gpu_milli && v.mem[g] >= req.gpu_memory_bytes) {
+            *out = Pick{ni, slot.cls, uint64_t{1} << g, req.gpu_milli, req.gpu_memory_bytes, Link::kFabric, 0};
+            return true;
+          }
+        }
+        continue;
+      }
+      uint64_t usable = v.whole_free & n.healthy & slot.mask & ~others;
+      Topology within = (req.topology == Topology::kIsland || req.topology == Topology::kNuma) ? req.topology
+                                                                                                : Topology::kBestEffort;
+      Link q = Link::kFabric;
+      uint64_t mask = topo.Choose(usable, req.gpus, within, &q);
+      if (mask != 0) {
+        *out = Pick{ni, slot.cls, mask, kWholeGpu, 0, q, 0};
+        return true;
+      }
+    }
+    return false;
+  };
+
+  for (int r = 0; r < req.replicas; ++r) {
+    struct Best {
+      int64_t lost = 0;
+      int top_priority = 0;
+      int64_t latest = 0;
+      std::vector<int> victims;
+      Pick pick;
+    };
+    std::optional<Best> best;
+    for (size_t ni = 0; ni < nodes.size(); ++ni) {
+      const NodeState& n = nodes[ni];
+      if (!NodeMatches(req, n)) continue;
+      View base = view_of(static_cast<int>(ni));
+      std::vector<int> cands;
+      for (int o : n.jobs) {
+        if (MayPreempt(job, o) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
+      }
+      Pick p;
+      std::vector<int> added;
+      bool ok = fit(static_cast<int>(ni), base, &p);
+      if (!ok && cands.empty()) continue;
+      std::sort(cands.begin(), cands.end(), [&](int a, int b) {
+        const JobState& x = jobs[a];
+        const JobState& y = jobs[b];
+        if (x.req.priority != y.req.priority) return x.req.priority < y.req.priority;
+        if (x.bound_ms != y.bound_ms) return x.bound_ms > y.bound_ms;
+        if (x.req.milli() != y.req.milli()) return x.req.milli() < y.req.milli();
+        return x.seq < y.seq;
+      });
+      View v = base;
+      for (size_t k = 0; !ok && k < cands.size(); ++k) {
+        for (const Held& h : jobs[cands[k]].held) {
+          if (h.node == static_cast<int>(ni)) Apply(&v, n, h, +1);
+        }
+        added.push_back(cands[k]);
+        ok = fit(static_cast<int>(ni), v, &p);
+      }
+      if (!ok) continue;
+      // Drop victims that turned out not to be needed, the most valuable first.
+      for (size_t k = added.size(); k-- > 0;) {
+        View without = base;
+        for (size_t o = 0; o < added.size(); ++o) {
+          if (o == k) continue;
+          for (const Held& h : jobs[added[o]].held) {
+            if (h.node == static_cast<int>(ni)) Apply(&without, n, h, +1);
+          }
+        }
+        Pick q;
+        if (fit(static_cast<int>(ni), without, &q)) {
+          added.erase(added.begin() + static_cast<std::ptrdiff_t>(k));
+          p = q;
+        }
+      }
+      Best b;
+      b.pick = p;
+      b.victims = added;
+      for (int o : added) {
+        b.lost += jobs[o].req.milli();
+        b.top_priority = std::max(b.top_priority, jobs[o].req.priority);
+        b.latest = std::max(b.latest, jobs[o].bound_ms);
+      }
+      auto key = [](const Best& x) { return std::make_tuple(x.lost, x.top_priority, -x.latest); };
+      if (!best || key(b) < key(*best)) best = std::move(b);
+      if (best->lost == 0) break;
+    }
+    if (!best) return false;
+    for (int o : best->victims) {
+      chosen.push_back(o);
+      release_everywhere(o);
+    }
+    View v = view_of(best->pick.node);
+    Apply(&v, nodes[best->pick.node], Held{best->pick.node, best->pick.cls, best->pick.mask, best->pick.milli, best->pick.mem}, -1);
+    views[best->pick.node] = v;
+    picks.push_back(best->pick);
+  }
+  if (chosen.empty()) return false;  // it fits without victims: a later pass places it
+
+  ClearNomination(job);
+  for (int o : chosen) {
+    JobState& v = jobs[o];
+    v.preempting = true;
+    preemptible_priorities.erase(preemptible_priorities.find(v.req.priority));
+    std::string reason = v.tenant == j.tenant || v.req.priority < j.req.priority
+                             ? fmt::format("priority {} > {}", j.req.priority, v.req.priority)
+                             : fmt::format("tenant '{}' reclaims its guaranteed GPUs from borrowing tenant '{}'",
+                                           tenants[j.tenant].info.name, tenants[v.tenant].info.name);
+    d->preemptions.push_back(Preemption{v.req.id, req.id, std::move(reason), config.preemption_grace_ms});
+    j.victims.push_back(v.req.id);
+  }
+  for (const Pick& p : picks) {
+    if (p.milli != kWholeGpu) continue;
+    nodes[p.node].nominated |= p.mask;
+    j.nomination.emplace_back(p.node, p.mask);
+  }
+  j.why = Why{WhyCode::kAwaitingPreemption, -1, 0, now, picks.front().node, now};
+  return true;
+}
+
+}  // namespace drover::sched

@@ -1,0 +1,213 @@
+#pragma once
+// Scheduler::State: the data structures behind the decisions. Private to the
+// sched library; see scheduler.h for what they promise.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "drover/sched/scheduler.h"
+#include "drover/sched/topology.h"
+
+namespace drover::sched {
+
+// One vendor/model/memory triple. Nodes are bucketed by how many whole free
+// GPUs of the class they have.
+//
+// Invariants: node i with k > 0 free healthy GPUs of this class on a
+// schedulable node sits in buckets[k] exactly once (at the position its
+// ClassSlot records); bit k-1 of `nonempty` is set iff buckets[k] is
+// non-empty; `shared` holds (free milli, node * 64 + gpu) for each healthy,
+// partly held GPU with free share left on a schedulable node.
+struct GpuClass {
+  std::string vendor;
+  std::string model;
+  int64_t memory_bytes = 0;
+  std::array<std::vector<std::pair<int, int>>, kMaxGpusPerNode + 1> buckets;  // (node, slot)
+  uint64_t nonempty = 0;
+  std::set<std::pair<int, int>> shared;
+};
+
+// A node's GPUs of one class, and where the node sits in that class's buckets.
+struct ClassSlot {
+  int cls = 0;
+  uint64_t mask = 0;
+  int count = 0;  // the bucket it sits in; 0 = none
+  int pos = -1;   // index in buckets[count]
+};
+
+struct NodeState {
+  NodeInfo info;
+  int topo = 0;
+  uint64_t present = 0;  // GPUs in the inventory
+  uint64_t healthy = 0;
+  uint64_t whole_free = 0;  // not held at all, in whole or in part
+  std::array<int16_t, kMaxGpusPerNode> free_milli{};
+  std::array<int64_t, kMaxGpusPerNode> free_mem{};
+  std::array<int16_t, kMaxGpusPerNode> shared_key{};  // the key in GpuClass::shared, -1 if none
+  std::vector<int> gpu_class;  // per GPU
+  std::vector<ClassSlot> classes;
+  uint64_t nominated = 0;  // promised to preemptors, waiting for victims to stop
+  uint64_t reserved = 0;   // the pass's EASY reservation
+  std::vector<int> jobs;   // bound jobs with a replica here
+  int switch_domain = -1;
+  int rack_domain = -1;
+};
+
+// A set of nodes sharing a label value ("switch" or "rack").
+struct Domain {
+  std::string value;
+  std::vector<int> nodes;
+  std::vector<int64_t> free_by_class;  // whole free healthy GPUs on schedulable nodes
+};
+
+// Where one replica sits, by index.
+struct Held {
+  int node = -1;
+  int cls = -1;
+  uint64_t mask = 0;
+  int milli = kWholeGpu;  // per GPU
+  int64_t mem = 0;        // per GPU when shared
+};
+
+enum class WhyCode : uint8_t {
+  kNew,                 // not yet considered by a pass
+  kNoFit,               // no place now
+  kQuota,               // the tenant's borrowing limit
+  kBehind,              // strict order: behind a job that cannot start
+  kReserved,            // holds the pass's reservation
+  kBehindReservation,   // would fit, but would delay the reserved job
+  kAwaitingPreemption,  // victims are stopping
+};
+
+struct Why {
+  WhyCode code = WhyCode::kNew;
+  int other = -1;  // the job it waits behind / for (index)
+  uint64_t other_seq = 0;
+  int64_t at_ms = 0;  // reservation: expected start
+  int node = -1;
+  int64_t pass_ms = 0;  // when the pass that wrote this ran
+};
+
+struct JobState {
+  JobRequest req;
+  uint64_t seq = 0;  // 0 = free slot
+  int tenant = 0;
+  int64_t submit_ms = 0;
+  bool pending = false;
+  bool preempting = false;
+  bool borrowed = false;
+  int pending_pos = -1;
+  int64_t bound_ms = 0;
+  int64_t attained = 0;  // milli-GPU x ms of service received before
+  std::vector<Held> held;
+  Why why;
+  std::vector<std::string> victims;  // stopping for this job
+  std::vector<std::pair<int, uint64_t>> nomination;  // GPUs promised to this job
+};
+
+struct TenantState {
+  TenantInfo info;
+  int64_t milli = 0;
+  int64_t mem = 0;
+  std::map<std::string, int64_t> by_model;  // milli held per GPU model
+};
+
+// One candidate for one replica.
+struct Pick {
+  int node = -1;
+  int cls = -1;
+  uint64_t mask = 0;
+  int milli = kWholeGpu;
+  int64_t mem = 0;
+  Link quality = Link::kFabric;
+  int fill = 0;  // usable GPUs of the class on the node before the pick
+};
+
+// What Release() undoes and Hold() redoes during tentative searches.
+struct State {
+  Config config;
+  std::vector<NodeTopology> topos;
+  std::map<std::string, int> topo_ids;  // key: serialized layout
+  std::vector<GpuClass> classes;
+  std::vector<NodeState> nodes;
+  std::unordered_map<std::string, int> node_ids;
+  std::vector<Domain> domains;
+  std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
+  std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
+  mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
+  std::vector<JobState> jobs;
+  std::vector<int> free_jobs;
+  std::unordered_map<std::string, int> job_ids;
+  std::vector<int> pending;  // job indices, unordered
+  size_t bound_count = 0;
+  uint64_t next_seq = 1;
+  std::vector<TenantState> tenants;
+  std::unordered_map<std::string, int> tenant_ids;
+  int64_t capacity_milli = 0;  // healthy GPUs of every node, for fair shares
+  int64_t capacity_mem = 0;
+  std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
+  std::vector<int> reserved_nodes;            // nodes with a pass reservation
+  int reservation_job = -1;
+  int64_t reservation_ms = kNever;
+
+  // ---- placement.cc ----
+  int ClassFor(const GpuInfo& g);
+  int TopoFor(const NodeInfo& info);
+  int DomainFor(const std::string& label, const std::string& value);
+  int TenantFor(const std::string& name);
+  bool ClassMatches(const JobRequest& job, int cls) const;
+  bool NodeMatches(const JobRequest& job, const NodeState& node) const;
+  void Recount(int node);  // buckets, domains and shared GPUs of one node
+  void SetBucket(int node, ClassSlot& slot, int slot_index, int count);
+  void UpdateShared(int node, int gpu);
+  void Hold(int job, const Held& h);
+  void Release(int job, const Held& h);
+  void Charge(int job, const Held& h, int sign);
+  int64_t Beyond(const TenantState& t) const;  // milli beyond guarantees
+  bool CanCharge(int tenant, const std::string& model, int64_t milli) const;
+  // GPUs of `node` that `job` may take whole now, honouring nominations
+  // and the pass reservation.
+  uint64_t UsableWhole(int job, const NodeState& node, uint64_t class_mask, int64_t now) const;
+  bool MayUseReserved(int job, int64_t now) const;
+  bool OnlyMine(int job, int node, uint64_t mask) const;  // nomination check
+  // Best whole-GPU replica on one node; quality and fill for ranking.
+  // `req` is the job's request or a variant of it (one GPU of a share).
+  bool PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pick* out) const;
+  bool PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
+  bool PickWhole(int job, const JobRequest& req, int64_t now, const std::vector<int>* within, Pick* out) const;
+  // Places every replica (held on success, nothing held on failure).
+  bool PlaceJob(int job, int64_t now, std::vector<Held>* out);
+  bool PlaceReplicas(int job, int64_t now, const std::vector<int>* within, std::vector<Held>* out);
+  void Bind(int job, std::vector<Held> held, int64_t now, Decisions* d);
+  void Unbind(int job, int64_t now);
+  // EASY: reserve GPUs for a job that cannot start; true when reserved.
+  bool Reserve(int job, int64_t now);
+  void ClearReservation();
+
+  // ---- preemption.cc ----
+  bool MayPreempt(int job, int victim) const;
+  bool HasCandidates(int job) const;
+  bool Preempt(int job, int64_t now, Decisions* d);
+  void ClearNomination(int job);
+
+  // ---- scheduler.cc ----
+  int FindJob(const std::string& id) const;
+  int NewJob();
+  void AddPending(int job);
+  void DropPending(int job);
+  void FreeJob(int job);
+  std::vector<int> Order(int64_t now) const;
+  void Consider(int job, int64_t now, bool* blocked, int* blocker, int* preempt_budget, Decisions* d);
+
+  // ---- explain.cc ----
+  std::string Reason(int job) const;
+  std::string Shortfall(int job) const;  // what the job needs against what the best ready node has
+};
+
+}  // namespace drover::sched
