@@ -1,55 +1,423 @@
-// Scheduling decision latency of the placeholder scheduler (FIFO, first fit):
-// one job queued and placed, then released, on clusters of growing size.
+// Scheduling decision latency and throughput on one core.
+//
 //   ./build/bench/sched_bench
+//   ./build/bench/sched_bench --benchmark_format=json      (every figure below)
+//   ./build/bench/sched_bench --benchmark_filter='BM_Place/gang64/.*'
+//
+// BM_Place/<shape>/<gpus>/<percent full>: one decision is Enqueue(job) +
+// Schedule() on a cluster of `gpus` H100s (8 per node, one NVLink island per
+// node) that running jobs already fill to `percent`; the job must bind. The
+// job is removed again outside the timed region, so every decision sees the
+// same cluster. Shapes:
+//   single    1 whole GPU
+//   fraction  250 milli-GPU and 10 GiB of one shared GPU
+//   island8   8 GPUs on one NVLink island (Topology::kIsland)
+//   gang64    8 replicas x 8 GPUs on 8 nodes, best effort (prefers one switch)
+// BM_FullPass/10000: one Schedule() over 10,000 pending jobs of mixed shapes
+// on 16,384 GPUs 95 % full; most of them cannot be placed. The jobs a pass
+// binds are removed and replaced by new pending ones outside the timed
+// region, so every pass sees 10,000 pending jobs on the same cluster.
+//
+// Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
+// p999_ns, max_ns (nearest rank over every iteration) and items_per_second
+// (decisions, or for BM_FullPass jobs passed over, per second of measured
+// time). Each decision is timed with steady_clock around Enqueue + Schedule
+// only; Google Benchmark's own Time column also counts the untimed Remove and
+// bookkeeping, so read the counters. fill_pct is how full the cluster really
+// is, idle_nodes how many of its nodes hold nothing. Iteration counts are
+// Google Benchmark's own (about 0.5 s of loop per case;
+// --benchmark_min_time=0.1 for a quicker run): a fixed ->Iterations() or
+// ->UseManualTime() would append "/iterations:N" and "/manual_time" to the
+// names.
+//
+// The fill: running jobs of a realistic mix (1, 2, 4 and 8 whole GPUs and
+// 250/500 milli-GPU shares, no gangs) placed by the scheduler itself up to
+// 10 points above the target (at most the whole cluster), three rounds of
+// churn (a third of the jobs end, new ones take their place), then random
+// jobs end until the target is reached. Ending on departures leaves the free
+// GPUs scattered over partly used nodes as on a live cluster, not only on
+// idle nodes (binpack would refill every hole first). A seeded Rng per
+// cluster makes every run place the same jobs.
+//
+// Room for the measured job: the fill keeps `reserved` whole nodes of one
+// switch unschedulable and opens them afterwards: 1 node for single,
+// fraction and island8 (a 95 % fill with churn may leave no free island, and
+// one free node changes nothing for the small shapes, which binpack onto
+// partly used GPUs first), 8 nodes for gang64. The fill percentage still
+// applies to the whole cluster, except where the reservation does not leave
+// that much room: gang64 on 1,024 GPUs at 95 % needs 64 free GPUs but 95 %
+// leaves only 51, so that case runs with the other 960 GPUs as full as the
+// fill gets them (fill_pct ~93.7) rather than being skipped.
+//
+// Clusters are built lazily and cached per (gpus, percent, reserved nodes);
+// the cache keeps only the current (gpus, percent), since the cases run in
+// that order and the 131,072-GPU clusters are large.
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "drover/common/rng.h"
 #include "drover/sched/scheduler.h"
 
 namespace drover::sched {
 namespace {
 
-Scheduler MakeCluster(int nodes, int gpus_per_node, double busy_fraction) {
-  Scheduler s;
-  for (int n = 0; n < nodes; ++n) {
-    NodeInfo node{"node-" + std::to_string(n), {}, true};
-    for (int g = 0; g < gpus_per_node; ++g) node.gpus.push_back(GpuInfo{g, "nvidia", "H100 80GB", int64_t{80} << 30, true});
-    (void)s.UpsertNode(node);
+constexpr int kGpusPerNode = 8;
+constexpr int kNodesPerSwitch = 16;
+constexpr int kNodesPerRack = 64;
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr int64_t kStartMs = 1'700'000'000'000;  // any epoch; only differences matter
+constexpr size_t kFillBatch = 1024;              // jobs per fill pass
+constexpr int kChurnRounds = 3;
+constexpr int kOverfillPercent = 10;  // of the cluster, before the last departures
+
+NodeInfo MakeNode(int n) {
+  NodeInfo node;
+  node.name = "node-" + std::to_string(n);
+  for (int g = 0; g < kGpusPerNode; ++g) {
+    node.gpus.push_back(GpuInfo{g, "nvidia", "H100 80GB", 80 * kGiB, true, g < kGpusPerNode / 2 ? 0 : 1});
   }
-  // Fill the first nodes completely so that first fit has to walk past them.
-  int busy_nodes = static_cast<int>(nodes * busy_fraction);
-  for (int n = 0; n < busy_nodes; ++n) {
-    JobRequest j{"fill-" + std::to_string(n), gpus_per_node, 0, "", ""};
-    (void)s.Enqueue(j);
-  }
-  (void)s.Schedule();
-  return s;
+  // One NVLink island: every pair of GPUs joined by the fabric.
+  node.links.assign(kGpusPerNode * kGpusPerNode, Link::kFabric);
+  node.labels["switch"] = "s-" + std::to_string(n / kNodesPerSwitch);
+  node.labels["rack"] = "r-" + std::to_string(n / kNodesPerRack);
+  node.schedulable = true;
+  return node;
 }
 
-void BM_PlaceAndRelease(benchmark::State& state) {
-  const int nodes = static_cast<int>(state.range(0));
-  const double busy = static_cast<double>(state.range(1)) / 100.0;
-  Scheduler s = MakeCluster(nodes, 8, busy);
-  JobRequest job{"j", 2, 0, "H100 80GB", "nvidia"};
-  for (auto _ : state) {
-    (void)s.Enqueue(job);
-    auto b = s.Schedule();
-    benchmark::DoNotOptimize(b);
-    s.Remove(job.id);
-  }
-  state.counters["gpus"] = nodes * 8;
+// Milli-GPUs a binding holds.
+int64_t BoundMilli(const Binding& b) {
+  int64_t milli = 0;
+  for (const Placement& p : b.replicas) milli += static_cast<int64_t>(p.gpu_indices.size()) * p.gpu_milli;
+  return milli;
 }
-BENCHMARK(BM_PlaceAndRelease)
-    ->Args({16, 0})
-    ->Args({128, 0})
-    ->Args({128, 90})
-    ->Args({1024, 0})
-    ->Args({1024, 90})
-    ->Unit(benchmark::kMicrosecond);
+
+// A cluster filled with running jobs, and the time it has reached.
+struct Cluster {
+  Scheduler sched;
+  int64_t now_ms = kStartMs;
+  int64_t total_milli = 0;
+  int64_t used_milli = 0;
+  struct Running {
+    std::string id;
+    int64_t milli;
+  };
+  std::vector<Running> running;
+  int64_t next_serial = 0;
+  int idle_nodes = 0;  // nodes with no GPU held: how fragmented the fill is
+  std::string error;   // non-empty when the fill itself failed
+
+  double fill_pct() const { return 100.0 * static_cast<double>(used_milli) / static_cast<double>(total_milli); }
+};
+
+// One running job of the fill mix, shrunk to at most `max_milli`; gpus == 0
+// when not even the smallest share fits. `small_only` restricts the mix to
+// 1 GPU and shares, to squeeze into the last free GPUs.
+JobRequest FillJob(Rng& rng, int64_t max_milli, bool small_only, int64_t serial) {
+  JobRequest j;
+  j.id = "fill-" + std::to_string(serial);
+  j.tenant = "t-" + std::to_string(rng.Uniform(0, 7));
+  j.runtime_estimate_ms = rng.Uniform(10, 24 * 60) * 60'000;
+  const double r = rng.UniformReal();
+  j.gpus = small_only ? 1 : r < 0.50 ? 1 : r < 0.65 ? 2 : r < 0.80 ? 4 : 8;
+  if (r < 0.15 || (small_only && r < 0.5)) {
+    j.gpu_milli = rng.Bernoulli(0.5) ? 250 : 500;
+  }
+  while (j.gpus > 1 && j.milli() > max_milli) j.gpus /= 2;
+  if (j.milli() > max_milli) j.gpu_milli = 250;
+  if (j.milli() > max_milli) j.gpus = 0;
+  if (j.fractional()) j.gpu_memory_bytes = j.gpu_milli / 25 * kGiB;  // 250 -> 10 GiB, 500 -> 20 GiB
+  return j;
+}
+
+// Places fill jobs through the scheduler until `target_milli` is held or
+// nothing more fits; jobs left pending by a pass are withdrawn.
+void GrowTo(Cluster& c, Rng& rng, int64_t target_milli) {
+  int stalls = 0;
+  while (c.error.empty() && stalls < 3 && target_milli - c.used_milli >= 250) {
+    const int64_t room = target_milli - c.used_milli;
+    std::vector<std::string> batch;
+    int64_t batch_milli = 0;
+    while (batch.size() < kFillBatch && room - batch_milli >= 250) {
+      JobRequest j = FillJob(rng, room - batch_milli, stalls > 0, c.next_serial++);
+      if (j.gpus == 0) break;
+      if (Status st = c.sched.Enqueue(j, c.now_ms); !st.ok()) {
+        c.error = "fill enqueue: " + st.ToString();
+        return;
+      }
+      batch_milli += j.milli();
+      batch.push_back(j.id);
+    }
+    const Decisions d = c.sched.Schedule(c.now_ms);
+    for (const Binding& b : d.bindings) {
+      c.running.push_back({b.job_id, BoundMilli(b)});
+      c.used_milli += c.running.back().milli;
+    }
+    if (!d.preemptions.empty()) c.error = "fill preempted a job; fill jobs are not preemptible";
+    for (const std::string& id : batch) {
+      if (c.sched.IsPending(id)) c.sched.Remove(id, c.now_ms);
+    }
+    stalls = d.bindings.empty() ? stalls + 1 : 0;
+    c.now_ms += 1000;
+  }
+}
+
+// Ends running job `i` (it finished).
+void EndJob(Cluster& c, size_t i) {
+  c.sched.Remove(c.running[i].id, c.now_ms);
+  c.used_milli -= c.running[i].milli;
+  c.running[i] = std::move(c.running.back());
+  c.running.pop_back();
+}
+
+std::unique_ptr<Cluster> BuildCluster(int gpus, int percent, int reserved_nodes) {
+  auto c = std::make_unique<Cluster>();
+  const int nodes = gpus / kGpusPerNode;
+  Rng rng(static_cast<uint64_t>(gpus) * 1'000'003 + static_cast<uint64_t>(percent) * 101 +
+          static_cast<uint64_t>(reserved_nodes));
+  for (int n = 0; n < nodes; ++n) {
+    if (Status st = c->sched.UpsertNode(MakeNode(n)); !st.ok()) {
+      c->error = "upsert node: " + st.ToString();
+      return c;
+    }
+  }
+  // The last nodes share the last switch (reserved_nodes <= kNodesPerSwitch).
+  for (int n = nodes - reserved_nodes; n < nodes; ++n) c->sched.SetSchedulable(MakeNode(n).name, false);
+
+  c->total_milli = int64_t{gpus} * kWholeGpu;
+  const int64_t open_milli = int64_t{nodes - reserved_nodes} * kGpusPerNode * kWholeGpu;
+  const int64_t target = std::min(c->total_milli * percent / 100, open_milli);
+  const int64_t high = std::min(target + c->total_milli * kOverfillPercent / 100, open_milli);
+  const auto random_job = [&] {
+    return static_cast<size_t>(rng.Uniform(0, static_cast<int64_t>(c->running.size()) - 1));
+  };
+  GrowTo(*c, rng, high);
+  for (int round = 0; round < kChurnRounds && c->error.empty(); ++round) {
+    const size_t ending = c->running.size() / 3;
+    for (size_t k = 0; k < ending; ++k) EndJob(*c, random_job());
+    c->now_ms += 60'000;
+    GrowTo(*c, rng, high);
+  }
+  // Departures last: binpack refills holes first, so a fill that ended on
+  // arrivals would leave all its free GPUs on idle nodes. Jobs too big for
+  // what is left above the target are passed over (64 times at most).
+  for (int skips = 0; c->error.empty() && c->used_milli > target && !c->running.empty();) {
+    const size_t i = random_job();
+    if (c->used_milli - c->running[i].milli < target && skips++ < 64) continue;
+    EndJob(*c, i);
+    skips = 0;
+  }
+  for (int n = nodes - reserved_nodes; n < nodes; ++n) c->sched.SetSchedulable(MakeNode(n).name, true);
+  for (int n = 0; n < nodes; ++n) c->idle_nodes += c->sched.HeldMask(MakeNode(n).name) == 0 ? 1 : 0;
+  if (c->error.empty() && c->sched.pending() != 0) c->error = "fill left jobs pending";
+  return c;
+}
+
+// Clusters of the current (gpus, percent), by reserved nodes.
+Cluster& GetCluster(int gpus, int percent, int reserved_nodes) {
+  static std::map<std::tuple<int, int, int>, std::unique_ptr<Cluster>> cache;
+  for (auto it = cache.begin(); it != cache.end();) {
+    const auto& [g, p, r] = it->first;
+    it = (g != gpus || p != percent) ? cache.erase(it) : std::next(it);
+  }
+  auto& slot = cache[{gpus, percent, reserved_nodes}];
+  if (!slot) slot = BuildCluster(gpus, percent, reserved_nodes);
+  return *slot;
+}
+
+// Sets p50_ns, p99_ns, p999_ns, max_ns and items_per_second from samples
+// of `items_per_sample` items each.
+void Report(benchmark::State& state, std::vector<int64_t>& samples_ns, double items_per_sample) {
+  if (samples_ns.empty()) return;
+  std::sort(samples_ns.begin(), samples_ns.end());
+  const auto rank = [&](double q) {
+    const auto n = static_cast<double>(samples_ns.size());
+    const auto i = static_cast<size_t>(std::max(1.0, std::ceil(q * n))) - 1;
+    return static_cast<double>(samples_ns[std::min(i, samples_ns.size() - 1)]);
+  };
+  double total_ns = 0;
+  for (int64_t s : samples_ns) total_ns += static_cast<double>(s);
+  state.counters["p50_ns"] = rank(0.50);
+  state.counters["p99_ns"] = rank(0.99);
+  state.counters["p999_ns"] = rank(0.999);
+  state.counters["max_ns"] = static_cast<double>(samples_ns.back());
+  state.counters["items_per_second"] =
+      benchmark::Counter(items_per_sample * static_cast<double>(samples_ns.size()) / (total_ns * 1e-9));
+}
+
+int64_t ElapsedNs(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+}
+
+struct Shape {
+  const char* name;
+  int reserved_nodes;
+  JobRequest job;  // id set per iteration
+};
+
+std::vector<Shape> Shapes() {
+  JobRequest single;
+  single.gpus = 1;
+  JobRequest fraction;
+  fraction.gpu_milli = 250;
+  fraction.gpu_memory_bytes = 10 * kGiB;
+  JobRequest island8;
+  island8.gpus = 8;
+  island8.topology = Topology::kIsland;
+  JobRequest gang64;
+  gang64.replicas = 8;
+  gang64.gpus = 8;
+  return {{"single", 1, single}, {"fraction", 1, fraction}, {"island8", 1, island8}, {"gang64", 8, gang64}};
+}
+
+void BM_Place(benchmark::State& state, const Shape& shape, int gpus, int percent) {
+  Cluster& c = GetCluster(gpus, percent, shape.reserved_nodes);
+  if (!c.error.empty()) {
+    state.SkipWithError(c.error.c_str());
+    return;
+  }
+  const auto n = static_cast<size_t>(state.max_iterations);
+  std::vector<std::string> ids;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i) ids.push_back("m-" + std::to_string(i));  // short: no heap in the copy
+  std::vector<int64_t> samples;
+  samples.reserve(n);
+  JobRequest job = shape.job;
+  std::string error;
+  size_t i = 0;
+  for (auto _ : state) {
+    job.id = ids[i++];
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = c.sched.Enqueue(job, c.now_ms);
+    const Decisions d = c.sched.Schedule(c.now_ms);
+    const auto t1 = std::chrono::steady_clock::now();
+    samples.push_back(ElapsedNs(t0, t1));
+    if (!st.ok()) {
+      error = "enqueue: " + st.ToString();
+    } else if (d.bindings.size() != 1 || d.bindings[0].job_id != job.id || !d.preemptions.empty()) {
+      error = "job '" + job.id + "' did not bind: " + c.sched.PendingReason(job.id);
+    }
+    c.sched.Remove(job.id, c.now_ms);
+    ++c.now_ms;
+    if (!error.empty()) {
+      state.SkipWithError(error.c_str());
+      break;
+    }
+  }
+  Report(state, samples, 1.0);
+  state.counters["fill_pct"] = c.fill_pct();
+  state.counters["idle_nodes"] = c.idle_nodes;
+}
+
+// The pending mix of the full pass: mostly shapes that a 95 % full cluster
+// cannot take (whole nodes, gangs), some that it can.
+JobRequest PendingJob(Rng& rng, int64_t serial) {
+  JobRequest j;
+  j.id = "p-" + std::to_string(serial);
+  j.tenant = "t-" + std::to_string(rng.Uniform(0, 7));
+  j.priority = static_cast<int>(rng.Uniform(0, 3));
+  j.runtime_estimate_ms = rng.Uniform(10, 24 * 60) * 60'000;
+  const double r = rng.UniformReal();
+  if (r < 0.10) {
+    j.gpu_milli = 250;
+    j.gpu_memory_bytes = 10 * kGiB;
+  } else if (r < 0.30) {
+    j.gpus = 1;
+  } else if (r < 0.40) {
+    j.gpus = 2;
+  } else if (r < 0.55) {
+    j.gpus = 4;
+  } else if (r < 0.80) {
+    j.gpus = 8;
+    j.topology = rng.Bernoulli(0.5) ? Topology::kIsland : Topology::kBestEffort;
+  } else {
+    j.gpus = 8;
+    j.replicas = static_cast<int>(rng.Uniform(2, 8));
+  }
+  return j;
+}
+
+void BM_FullPass(benchmark::State& state, int gpus, int percent, int pending) {
+  Cluster& c = GetCluster(gpus, percent, 0);
+  if (!c.error.empty()) {
+    state.SkipWithError(c.error.c_str());
+    return;
+  }
+  Rng rng(20'000 + static_cast<uint64_t>(pending));
+  std::unordered_map<std::string, JobRequest> queued;
+  int64_t serial = 0;
+  std::string error;
+  const auto enqueue_one = [&](JobRequest j) {
+    if (Status st = c.sched.Enqueue(j, c.now_ms); !st.ok()) error = "enqueue: " + st.ToString();
+    queued.emplace(j.id, std::move(j));
+  };
+  for (int k = 0; k < pending; ++k) enqueue_one(PendingJob(rng, serial++));
+
+  std::vector<int64_t> samples;
+  samples.reserve(static_cast<size_t>(state.max_iterations));
+  double bound = 0;
+  for (auto _ : state) {
+    if (!error.empty()) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Decisions d = c.sched.Schedule(c.now_ms);
+    const auto t1 = std::chrono::steady_clock::now();
+    samples.push_back(ElapsedNs(t0, t1));
+    if (!d.preemptions.empty()) error = "a pass preempted a job; fill jobs are not preemptible";
+    bound += static_cast<double>(d.bindings.size());
+    // Undo the pass: the bound jobs end, new pending jobs of their shapes come.
+    for (const Binding& b : d.bindings) {
+      c.sched.Remove(b.job_id, c.now_ms);
+      auto node = queued.extract(b.job_id);
+      if (node.empty()) {
+        error = "pass bound unknown job '" + b.job_id + "'";
+        break;
+      }
+      node.mapped().id = "p-" + std::to_string(serial++);
+      enqueue_one(std::move(node.mapped()));
+    }
+    c.now_ms += 1000;
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  for (const auto& [id, job] : queued) c.sched.Remove(id, c.now_ms);
+  Report(state, samples, static_cast<double>(pending));
+  state.counters["bound_per_pass"] = samples.empty() ? 0.0 : bound / static_cast<double>(samples.size());
+  state.counters["fill_pct"] = c.fill_pct();
+  state.counters["idle_nodes"] = c.idle_nodes;
+}
+
+void RegisterAll() {
+  static const std::vector<Shape> shapes = Shapes();
+  for (int gpus : {1'024, 16'384, 131'072}) {
+    for (int percent : {70, 95}) {
+      for (const Shape& shape : shapes) {
+        const std::string name =
+            std::string("BM_Place/") + shape.name + "/" + std::to_string(gpus) + "/" + std::to_string(percent);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Place, shape, gpus, percent)->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  benchmark::RegisterBenchmark("BM_FullPass/10000", BM_FullPass, 16'384, 95, 10'000)->Unit(benchmark::kMillisecond);
+}
 
 }  // namespace
 }  // namespace drover::sched
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  drover::sched::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

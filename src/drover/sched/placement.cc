@@ -293,6 +293,9 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
       if (!NodeMatches(req, nodes[node]) || !PickOnNode(job, req, node, now, &p)) continue;
       if (!found || Better(p, *out, spread)) *out = p;
       found = true;
+      // An exact, topologically ideal fit cannot be beaten under binpack.
+      const NodeTopology& topo = topos[nodes[node].topo];
+      if (!spread && p.fill == req.gpus && p.quality >= topo.ideal[std::min(req.gpus, topo.n)]) break;
     }
     return found;
   }
@@ -423,21 +426,23 @@ bool State::PlaceJob(int job, int64_t now, std::vector<Held>* out) {
     levels = {0, 1, -1};
   }
   int64_t need = int64_t{req.replicas} * req.gpus;
+  std::vector<int> matching;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    if (ClassMatches(req, static_cast<int>(c))) matching.push_back(static_cast<int>(c));
+  }
   for (int level : levels) {
     if (level < 0) return PlaceReplicas(job, now, nullptr, out);
     std::vector<std::pair<int64_t, int>> ranked;
     for (int d : level_domains[level]) {
       int64_t free = 0;
-      for (size_t c = 0; c < classes.size(); ++c) {
-        if (ClassMatches(req, static_cast<int>(c))) free += domains[d].free_by_class[c];
-      }
+      for (int c : matching) free += domains[d].free_by_class[c];
       if (free >= need) ranked.emplace_back(spread ? -free : free, d);
     }
-    std::sort(ranked.begin(), ranked.end());
-    int tried = 0;
-    for (const auto& [free, d] : ranked) {
-      if (PlaceReplicas(job, now, &domains[d].nodes, out)) return true;
-      if (++tried >= kMaxDomains) break;
+    // Only the first kMaxDomains are tried: order just those.
+    size_t head = std::min(ranked.size(), static_cast<size_t>(kMaxDomains));
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(head), ranked.end());
+    for (size_t i = 0; i < head; ++i) {
+      if (PlaceReplicas(job, now, &domains[ranked[i].second].nodes, out)) return true;
     }
   }
   return false;
