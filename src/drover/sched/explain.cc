@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <set>
 
 #include "drover/sched/scheduler_state.h"
 
@@ -29,6 +30,14 @@ std::string Bytes(int64_t b) {
 }
 
 std::string Gpus(int n) { return fmt::format("{} GPU{}", n, n == 1 ? "" : "s"); }
+
+// 2000 -> "2 GPUs", 2500 -> "2.5 GPUs".
+std::string MilliGpus(int64_t milli) {
+  if (milli % kWholeGpu == 0) return Gpus(static_cast<int>(milli / kWholeGpu));
+  std::string s = fmt::format("{:.3f}", static_cast<double>(milli) / kWholeGpu);
+  while (s.back() == '0') s.pop_back();
+  return s + " GPUs";
+}
 
 // "8 GPUs of model 'H100 80GB'", "250 milli-GPU and 10GiB of one GPU".
 std::string Describe(const JobRequest& job) {
@@ -91,15 +100,23 @@ std::string State::Reason(int job) const {
                          Duration(req.runtime_estimate_ms));
     case WhyCode::kAwaitingPreemption: {
       std::string ids;
-      for (const std::string& v : j.victims) ids += (ids.empty() ? "" : ", ") + v;
-      return fmt::format("waiting for {} preempted job{} to stop ({}) on node {}", j.victims.size(),
-                         j.victims.size() == 1 ? "" : "s", ids, node_name(why.node));
+      std::set<std::string> where;
+      for (const std::string& v : j.victims) {
+        ids += (ids.empty() ? "" : ", ") + v;
+        int vi = FindJob(v);
+        if (vi < 0) continue;
+        for (const Held& h : jobs[vi].held) where.insert(nodes[h.node].info.name);
+      }
+      std::string on;
+      for (const std::string& n : where) on += (on.empty() ? "" : ", ") + n;
+      return fmt::format("waiting for {} preempted job{} to stop ({}) on node{} {}", j.victims.size(),
+                         j.victims.size() == 1 ? "" : "s", ids, where.size() == 1 ? "" : "s", on);
     }
     case WhyCode::kQuota: {
       const TenantState& t = tenants[j.tenant];
       return fmt::format("waiting: tenant '{}' would exceed its borrowing limit of {} beyond its guarantees "
-                         "(it already uses {} milli-GPU beyond them)",
-                         t.info.name, Gpus(t.info.borrow_limit), Beyond(t));
+                         "(it already uses {} beyond them)",
+                         t.info.name, Gpus(t.info.borrow_limit), MilliGpus(Beyond(t)));
     }
     case WhyCode::kNoFit:
       break;
@@ -110,8 +127,12 @@ std::string State::Reason(int job) const {
     return fmt::format("{}; next in line: GPUs on node {} are reserved for it until running jobs without a runtime "
                        "estimate end", shortfall, node_name(why.node));
   }
+  if (why.at_ms <= why.pass_ms) {
+    return fmt::format("{}; next in line: GPUs on node {} are reserved for it, free once the jobs stopping there end",
+                       shortfall, node_name(why.node));
+  }
   return fmt::format("{}; next in line: GPUs on node {} are reserved for it, expected free in about {}", shortfall,
-                     node_name(why.node), Duration(std::max<int64_t>(0, why.at_ms - why.pass_ms)));
+                     node_name(why.node), Duration(why.at_ms - why.pass_ms));
 }
 
 std::string State::Shortfall(int job) const {
@@ -123,6 +144,7 @@ std::string State::Shortfall(int job) const {
   int best = 0;
   int best_node = -1;
   bool any_node = false;
+  int promised = 0;  // free, but promised to jobs that preempted for them
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     const NodeState& n = nodes[ni];
     if (!NodeMatches(req, n)) continue;
@@ -131,6 +153,7 @@ std::string State::Shortfall(int job) const {
       if (!ClassMatches(req, slot.cls)) continue;
       any_node = true;
       uint64_t usable = UsableWhole(job, n, slot.mask, why.pass_ms);
+      promised += std::popcount(n.whole_free & n.healthy & slot.mask & n.nominated & ~usable);
       int have = 0;
       if (req.fractional()) {
         for (uint64_t m = slot.mask & n.healthy; m != 0; m &= m - 1) {
@@ -153,8 +176,10 @@ std::string State::Shortfall(int job) const {
       }
     }
   }
+  if (auto never = NeverFits(req)) return "waiting: can never run on the cluster as it is now: " + *never;
   if (!any_node) return fmt::format("waiting: no ready node has {}", Describe(req));
   std::string at = best_node >= 0 ? fmt::format(" (node {})", node_name(best_node)) : "";
+  if (promised > 0) at += fmt::format("; {} more free are promised to jobs that preempted for them", Gpus(promised));
   if (req.fractional()) {
     return fmt::format("waiting: needs {}; the largest free share on a ready node is {} milli-GPU{}", Describe(req), best, at);
   }
@@ -171,8 +196,10 @@ std::string State::Shortfall(int job) const {
   return fmt::format("waiting: needs {} on one node; the most free on a ready node is {}{}", Describe(req), best, at);
 }
 
-std::optional<std::string> Scheduler::NeverFits(const JobRequest& req) const {
-  const State& s = *s_;
+std::optional<std::string> Scheduler::NeverFits(const JobRequest& req) const { return s_->NeverFits(req); }
+
+std::optional<std::string> State::NeverFits(const JobRequest& req) const {
+  const State& s = *this;
   if (s.nodes.empty()) return std::string("the cluster has no nodes");
   // Tenant limits.
   auto t = s.tenant_ids.find(req.tenant.empty() ? "default" : req.tenant);

@@ -454,6 +454,7 @@ void State::Bind(int job, std::vector<Held> held, int64_t now, Decisions* d) {
   ClearNomination(job);
   j.held = std::move(held);
   j.bound_ms = now;
+  j.bound_pass = pass;
   j.why = Why{};
   ++bound_count;
   if (j.req.preemptible) preemptible_priorities.insert(j.req.priority);
@@ -477,7 +478,6 @@ void State::Unbind(int job, int64_t now) {
   if (j.req.preemptible && !j.preempting) preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
   j.held.clear();
   j.preempting = false;
-  j.borrowed = false;
   --bound_count;
 }
 

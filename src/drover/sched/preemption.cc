@@ -2,11 +2,11 @@
 // jobs whose GPUs would let it run.
 //
 // Who may be preempted (MayPreempt): only preemptible jobs not already
-// stopping; of the same tenant, only lower priority; of another tenant, only
-// jobs that borrowed beyond that tenant's guarantee, and then either for a
-// higher priority or because the job's tenant reclaims its own guarantee.
-// A job running within its tenant's guarantee is never taken by another
-// tenant.
+// stopping and not bound in this very pass; of the same tenant, only lower
+// priority; of another tenant, only a job whose removal leaves that tenant
+// at or above its guarantee of each GPU model the job holds (it runs on
+// borrowed GPUs), and then either for a higher priority or because the
+// job's tenant is below its own guarantee of that model (quota reclaim).
 //
 // Which set: per node, victims are added lowest priority first (then most
 // recently started, then fewest GPUs) until the job fits, then any victim
@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <bit>
 #include <fmt/format.h>
+#include <map>
 #include <unordered_map>
 
 #include "drover/sched/scheduler_state.h"
@@ -64,22 +65,36 @@ void Apply(View* v, const NodeState& n, const Held& h, int sign) {
 
 }  // namespace
 
-bool State::MayPreempt(int job, int victim) const {
+bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::string>, int64_t>& released) const {
   const JobState& j = jobs[job];
   const JobState& v = jobs[victim];
-  if (victim == job || !v.req.preemptible || v.preempting || v.held.empty()) return false;
+  if (victim == job || !v.req.preemptible || v.preempting || v.held.empty() || v.bound_pass == pass) return false;
   if (v.tenant == j.tenant) return v.req.priority < j.req.priority;
-  if (!v.borrowed) return false;
-  if (v.req.priority < j.req.priority) return true;
-  // Quota reclaim: the job fits within its tenant's guarantee of some model.
-  const TenantState& t = tenants[j.tenant];
-  for (const auto& [model, gpus] : t.info.guaranteed_gpus) {
-    if (!j.req.gpu_model.empty() && j.req.gpu_model != model) continue;
-    auto u = t.by_model.find(model);
-    int64_t used = u == t.by_model.end() ? 0 : u->second;
-    if (used + j.req.milli() <= int64_t{gpus} * kWholeGpu) return true;
+  // Another tenant's job: only while that tenant stays at or above its
+  // guarantee of every model the job holds once this job (and the victims
+  // chosen before it) are gone, i.e. the job runs on borrowed GPUs.
+  const TenantState& vt = tenants[v.tenant];
+  std::map<std::string, int64_t> held;
+  for (const Held& h : v.held) held[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+  bool reclaim = false;
+  const TenantState& jt = tenants[j.tenant];
+  for (const auto& [model, milli] : held) {
+    auto u = vt.by_model.find(model);
+    int64_t used = u == vt.by_model.end() ? 0 : u->second;
+    auto r = released.find({v.tenant, model});
+    if (r != released.end()) used -= r->second;
+    auto q = vt.info.guaranteed_gpus.find(model);
+    int64_t guaranteed = q == vt.info.guaranteed_gpus.end() ? 0 : int64_t{q->second} * kWholeGpu;
+    if (used - milli < guaranteed) return false;
+    // Quota reclaim: the job's tenant is owed GPUs of this model.
+    auto jq = jt.info.guaranteed_gpus.find(model);
+    if (jq != jt.info.guaranteed_gpus.end() && (j.req.gpu_model.empty() || j.req.gpu_model == model)) {
+      auto ju = jt.by_model.find(model);
+      int64_t jused = ju == jt.by_model.end() ? 0 : ju->second;
+      if (jused + j.req.milli() <= int64_t{jq->second} * kWholeGpu) reclaim = true;
+    }
   }
-  return false;
+  return reclaim || v.req.priority < j.req.priority;
 }
 
 bool State::HasCandidates(int job) const {
@@ -102,6 +117,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   std::unordered_map<int, View> views;
   std::vector<int> chosen;
   std::vector<Pick> picks;
+  std::map<std::pair<int, std::string>, int64_t> released;  // by (tenant, model), for MayPreempt
+  auto release_tally = [&](std::map<std::pair<int, std::string>, int64_t>* tally, int victim, int sign) {
+    for (const Held& h : jobs[victim].held) {
+      (*tally)[{jobs[victim].tenant, classes[h.cls].model}] += sign * int64_t{std::popcount(h.mask)} * h.milli;
+    }
+  };
 
   auto view_of = [&](int ni) -> View { auto it = views.find(ni); return it == views.end() ? ViewOf(nodes[ni]) : it->second; };
   auto release_everywhere = [&](int victim) {
@@ -160,7 +181,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       View base = view_of(static_cast<int>(ni));
       std::vector<int> cands;
       for (int o : n.jobs) {
-        if (MayPreempt(job, o) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
+        if (MayPreempt(job, o, released) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
       }
       Pick p;
       std::vector<int> added;
@@ -172,10 +193,13 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
         if (x.req.priority != y.req.priority) return x.req.priority < y.req.priority;
         if (x.bound_ms != y.bound_ms) return x.bound_ms > y.bound_ms;
         if (x.req.milli() != y.req.milli()) return x.req.milli() < y.req.milli();
-        return x.seq < y.seq;
+        return x.seq > y.seq;  // the later submission first
       });
       View v = base;
+      auto tally = released;
       for (size_t k = 0; !ok && k < cands.size(); ++k) {
+        if (!MayPreempt(job, cands[k], tally)) continue;  // taking it too would break a guarantee
+        release_tally(&tally, cands[k], +1);
         for (const Held& h : jobs[cands[k]].held) {
           if (h.node == static_cast<int>(ni)) Apply(&v, n, h, +1);
         }
@@ -214,6 +238,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (int o : best->victims) {
       chosen.push_back(o);
       release_everywhere(o);
+      release_tally(&released, o, +1);
     }
     View v = view_of(best->pick.node);
     Apply(&v, nodes[best->pick.node], Held{best->pick.node, best->pick.cls, best->pick.mask, best->pick.milli, best->pick.mem}, -1);
@@ -227,7 +252,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     JobState& v = jobs[o];
     v.preempting = true;
     preemptible_priorities.erase(preemptible_priorities.find(v.req.priority));
-    std::string reason = v.tenant == j.tenant || v.req.priority < j.req.priority
+    std::string reason = v.req.priority < j.req.priority
                              ? fmt::format("priority {} > {}", j.req.priority, v.req.priority)
                              : fmt::format("tenant '{}' reclaims its guaranteed GPUs from borrowing tenant '{}'",
                                            tenants[j.tenant].info.name, tenants[v.tenant].info.name);
@@ -235,7 +260,6 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     j.victims.push_back(v.req.id);
   }
   for (const Pick& p : picks) {
-    if (p.milli != kWholeGpu) continue;
     nodes[p.node].nominated |= p.mask;
     j.nomination.emplace_back(p.node, p.mask);
   }

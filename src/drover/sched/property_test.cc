@@ -129,6 +129,7 @@ struct ShadowJob {
   std::vector<Placement> placements;
   int stop_at_step = -1;  // preempting: when the "agent" reports it stopped
   int64_t bound_ms = 0;
+  bool nominee = false;  // preempted for: starts ahead of the queue once its victims stop
 };
 
 struct ShadowTenant {
@@ -504,6 +505,7 @@ class World {
       DROVER_RETURN_IF_ERROR(ApplyPreemption(p, borrowing));
     }
     DROVER_RETURN_IF_ERROR(CheckStrictOrder(pending_before, d));
+    for (const Binding& b : d.bindings) jobs_[b.job_id].nominee = false;
     for (const std::string& id : JobsIn(Phase::kPending)) {
       std::string why = a_.PendingReason(id);
       CHECK_OR_FAIL(!why.empty(), "pending job '{}' has no reason after a pass", id);
@@ -646,6 +648,7 @@ class World {
                   config_.preemption_grace_ms);
     CHECK_OR_FAIL(!p.reason.empty(), "preemption of '{}' has no reason", p.job_id);
     v->second.stop_at_step = step_ + static_cast<int>(U(1, 6));
+    jobs_[p.for_job].nominee = true;
     return Status::Ok();
   }
 
@@ -665,6 +668,7 @@ class World {
       return jobs_[id].phase == Phase::kPending;
     });
     for (const Binding& b : d.bindings) {
+      if (jobs_[b.job_id].nominee) continue;  // its GPUs were promised to it when it preempted
       auto pos = std::find(before.begin(), before.end(), b.job_id);
       CHECK_OR_FAIL(pos < first_waiting, "strict {}: '{}' started although '{}', ahead of it, waits ({})",
                     QueuePolicyName(config_.queue), b.job_id, *first_waiting, a_.PendingReason(*first_waiting));

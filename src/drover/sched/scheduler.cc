@@ -238,7 +238,6 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
   j.seq = s.next_seq++;
   j.submit_ms = started_ms;
   s.job_ids[req.id] = idx;
-  int64_t before = s.Beyond(s.tenants[j.tenant]);
   std::vector<Held> held;
   auto fail = [&](Status st) {
     for (auto it = held.rbegin(); it != held.rend(); ++it) s.Release(idx, *it);
@@ -271,7 +270,6 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
     s.Hold(idx, h);
     held.push_back(h);
   }
-  j.borrowed = s.Beyond(s.tenants[j.tenant]) > before;
   s.Bind(idx, std::move(held), started_ms, nullptr);
   return Status::Ok();
 }
@@ -354,6 +352,7 @@ std::vector<int> State::Order(int64_t now) const {
 
 void State::Consider(int job, int64_t now, bool* blocked, int* blocker, int* preempt_budget, Decisions* d) {
   JobState& j = jobs[job];
+  j.considered_pass = pass;
   if (*blocked) {
     j.why = Why{WhyCode::kBehind, *blocker, jobs[*blocker].seq, 0, -1, now};
     return;
@@ -365,10 +364,8 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, int* pre
     }
   };
   quota_hit = false;
-  int64_t before = Beyond(tenants[j.tenant]);
   std::vector<Held> held;
   if (PlaceJob(job, now, &held)) {
-    j.borrowed = Beyond(tenants[j.tenant]) > before;
     Bind(job, std::move(held), now, d);
     return;
   }
@@ -414,12 +411,21 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
   State& s = *s_;
   Decisions d;
   s.ClearReservation();
+  ++s.pass;
   if (s.pending.empty()) return d;
   bool blocked = false;
   int blocker = -1;
   int budget = kPreemptionSearchesPerPass;
+  // Jobs that preempted for GPUs go first: their GPUs are promised to them,
+  // and nothing ahead of them in the queue may wait on those GPUs.
+  std::vector<int> order = s.Order(now_ms);
+  for (int job : order) {
+    if (!s.jobs[job].nomination.empty()) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+  }
   if (s.config.queue != QueuePolicy::kFairShare) {
-    for (int job : s.Order(now_ms)) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    for (int job : order) {
+      if (s.jobs[job].considered_pass != s.pass) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    }
     return d;
   }
   // Weighted DRF: repeatedly serve the tenant with the smallest dominant
@@ -453,7 +459,7 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
     int t = std::get<2>(heap.top());
     heap.pop();
     int job = per[t][cursor[t]++];
-    s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    if (s.jobs[job].considered_pass != s.pass) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
     if (cursor[t] < per[t].size()) heap.push(key(t));
   }
   return d;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -101,9 +102,10 @@ struct JobState {
   int64_t submit_ms = 0;
   bool pending = false;
   bool preempting = false;
-  bool borrowed = false;
   int pending_pos = -1;
   int64_t bound_ms = 0;
+  uint64_t bound_pass = 0;       // the pass that bound it: not preempted in that same pass
+  uint64_t considered_pass = 0;  // the last pass that looked at it
   int64_t attained = 0;  // milli-GPU x ms of service received before
   std::vector<Held> held;
   Why why;
@@ -153,6 +155,7 @@ struct State {
   int64_t capacity_mem = 0;
   std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
   std::vector<int> reserved_nodes;            // nodes with a pass reservation
+  uint64_t pass = 0;  // passes run so far
   int reservation_job = -1;
   int64_t reservation_ms = kNever;
 
@@ -191,7 +194,9 @@ struct State {
   void ClearReservation();
 
   // ---- preemption.cc ----
-  bool MayPreempt(int job, int victim) const;
+  // `released`: milli already taken from each (tenant, model) by this
+  // preemption, so that reclaim never takes a tenant below its guarantee.
+  bool MayPreempt(int job, int victim, const std::map<std::pair<int, std::string>, int64_t>& released) const;
   bool HasCandidates(int job) const;
   bool Preempt(int job, int64_t now, Decisions* d);
   void ClearNomination(int job);
@@ -207,7 +212,8 @@ struct State {
 
   // ---- explain.cc ----
   std::string Reason(int job) const;
-  std::string Shortfall(int job) const;  // what the job needs against what the best ready node has
+  std::string Shortfall(int job) const;
+  std::optional<std::string> NeverFits(const JobRequest& req) const;  // what the job needs against what the best ready node has
 };
 
 }  // namespace drover::sched
