@@ -145,6 +145,7 @@ std::string State::Shortfall(int job) const {
   int best_node = -1;
   bool any_node = false;
   int promised = 0;  // free, but promised to jobs that preempted for them
+  std::map<int, int> per_domain;  // replicas that fit now per switch or rack
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     const NodeState& n = nodes[ni];
     if (!NodeMatches(req, n)) continue;
@@ -170,6 +171,8 @@ std::string State::Shortfall(int job) const {
       if (req.replicas > 1) {
         best += have / req.gpus;  // replicas that fit now, over every node
         best_node = -1;
+        int dom = req.topology == Topology::kSwitch ? n.switch_domain : req.topology == Topology::kRack ? n.rack_domain : -1;
+        if (dom >= 0) per_domain[dom] += have / req.gpus;
       } else if (have > best) {
         best = have;
         best_node = static_cast<int>(ni);
@@ -182,6 +185,20 @@ std::string State::Shortfall(int job) const {
   if (promised > 0) at += fmt::format("; {} more free are promised to jobs that preempted for them", Gpus(promised));
   if (req.fractional()) {
     return fmt::format("waiting: needs {}; the largest free share on a ready node is {} milli-GPU{}", Describe(req), best, at);
+  }
+  if (req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack)) {
+    int most = 0;
+    int where = -1;
+    for (const auto& [d, count] : per_domain) {
+      if (count > most) {
+        most = count;
+        where = d;
+      }
+    }
+    return fmt::format("waiting: needs {} replicas x {}{}; the most that fit {} one {} now is {}{}", req.replicas,
+                       Describe(req), Within(req.topology), req.topology == Topology::kSwitch ? "under" : "in",
+                       TopologyName(req.topology), most,
+                       where >= 0 ? fmt::format(" ({} {})", TopologyName(req.topology), domains[where].value) : "");
   }
   if (req.replicas > 1) {
     return fmt::format("waiting: needs {} replicas x {}{}; {} replica{} fit on the ready nodes now", req.replicas,
