@@ -101,7 +101,24 @@ bool State::HasCandidates(int job) const {
   if (preemptible_priorities.empty()) return false;
   const JobState& j = jobs[job];
   if (*preemptible_priorities.begin() < j.req.priority) return true;
-  return !tenants[j.tenant].info.guaranteed_gpus.empty();
+  // Quota reclaim needs the job's tenant below a guarantee it fits in, and
+  // another tenant above its own guarantee of that model.
+  const TenantState& t = tenants[j.tenant];
+  for (const auto& [model, gpus] : t.info.guaranteed_gpus) {
+    if (!j.req.gpu_model.empty() && j.req.gpu_model != model) continue;
+    auto u = t.by_model.find(model);
+    int64_t used = u == t.by_model.end() ? 0 : u->second;
+    if (used + j.req.milli() > int64_t{gpus} * kWholeGpu) continue;
+    for (const TenantState& o : tenants) {
+      if (&o == &t) continue;
+      auto ou = o.by_model.find(model);
+      auto oq = o.info.guaranteed_gpus.find(model);
+      int64_t oused = ou == o.by_model.end() ? 0 : ou->second;
+      int64_t oguaranteed = oq == o.info.guaranteed_gpus.end() ? 0 : int64_t{oq->second} * kWholeGpu;
+      if (oused > oguaranteed) return true;
+    }
+  }
+  return false;
 }
 
 void State::ClearNomination(int job) {
@@ -109,6 +126,17 @@ void State::ClearNomination(int job) {
   for (const auto& [node, mask] : j.nomination) nodes[node].nominated &= ~mask;
   j.nomination.clear();
   j.victims.clear();
+}
+
+void State::Nominate(int job, int victim) {
+  JobState& j = jobs[job];
+  j.victims.push_back(jobs[victim].req.id);
+  for (const Held& h : jobs[victim].held) {
+    if (h.milli != kWholeGpu) continue;
+    nodes[h.node].nominated |= h.mask;
+    j.nomination.emplace_back(h.node, h.mask);
+  }
+  j.why = Why{WhyCode::kAwaitingPreemption, -1, 0, 0, jobs[victim].held.front().node, 0};
 }
 
 bool State::Preempt(int job, int64_t now, Decisions* d) {

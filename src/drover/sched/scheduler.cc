@@ -220,6 +220,13 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
   j.submit_ms = now_ms;
   s.job_ids[req.id] = idx;
   s.AddPending(idx);
+  if (auto r = s.restored_victims.find(req.id); r != s.restored_victims.end()) {
+    for (const std::string& victim : r->second) {
+      int v = s.FindJob(victim);
+      if (v >= 0 && s.jobs[v].preempting) s.Nominate(idx, v);
+    }
+    s.restored_victims.erase(r);
+  }
   return Status::Ok();
 }
 
@@ -274,15 +281,21 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
   return Status::Ok();
 }
 
-Status Scheduler::MarkPreempting(const std::string& job_id) {
+Status Scheduler::MarkPreempting(const std::string& job_id, const std::string& for_job) {
   State& s = *s_;
   int idx = s.FindJob(job_id);
   if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
   JobState& j = s.jobs[idx];
   if (!j.req.preemptible) return FailedPrecondition(fmt::format("job '{}' is not preemptible", job_id));
-  if (!j.preempting) {
-    j.preempting = true;
-    s.preemptible_priorities.erase(s.preemptible_priorities.find(j.req.priority));
+  if (j.preempting) return Status::Ok();
+  j.preempting = true;
+  s.preemptible_priorities.erase(s.preemptible_priorities.find(j.req.priority));
+  if (for_job.empty()) return Status::Ok();
+  int p = s.FindJob(for_job);
+  if (p >= 0 && s.jobs[p].pending) {
+    s.Nominate(p, idx);
+  } else if (p < 0) {
+    s.restored_victims[for_job].push_back(job_id);
   }
   return Status::Ok();
 }
@@ -350,7 +363,7 @@ std::vector<int> State::Order(int64_t now) const {
   return out;
 }
 
-void State::Consider(int job, int64_t now, bool* blocked, int* blocker, int* preempt_budget, Decisions* d) {
+void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vector<int>* preempt_later, Decisions* d) {
   JobState& j = jobs[job];
   j.considered_pass = pass;
   if (*blocked) {
@@ -370,6 +383,18 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, int* pre
     return;
   }
   bool quota = quota_hit;
+  if (!quota && tenants[j.tenant].info.borrow_limit >= 0) {
+    // Over the limit on every class it could use, however full the cluster.
+    bool any = false;
+    bool all_refused = true;
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (!ClassMatches(j.req, static_cast<int>(c))) continue;
+      any = true;
+      int64_t need = j.req.fractional() ? j.req.gpu_milli : int64_t{j.req.gpus} * kWholeGpu;
+      if (CanCharge(j.tenant, classes[c].model, need)) all_refused = false;
+    }
+    quota = any && all_refused;
+  }
   if (!j.victims.empty()) {
     bool stopping = std::any_of(j.victims.begin(), j.victims.end(), [&](const std::string& id) {
       int v = FindJob(id);
@@ -382,13 +407,9 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, int* pre
     }
     ClearNomination(job);  // the victims are gone and it still does not fit: look again
   }
-  if (config.preemption && !quota && *preempt_budget > 0 && HasCandidates(job)) {
-    --*preempt_budget;
-    if (Preempt(job, now, d)) {
-      block();
-      return;
-    }
-  }
+  // Preemption is searched for after every placement of the pass, so that
+  // it judges tenants' usage as the pass leaves it.
+  if (config.preemption && !quota && HasCandidates(job)) preempt_later->push_back(job);
   if (config.backfill && !quota && reservation_job < 0 && Reserve(job, now)) return;
   j.why = Why{quota ? WhyCode::kQuota : WhyCode::kNoFit, -1, 0, 0, -1, now};
   if (!quota && reservation_job >= 0) {
@@ -415,19 +436,32 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
   if (s.pending.empty()) return d;
   bool blocked = false;
   int blocker = -1;
-  int budget = kPreemptionSearchesPerPass;
+  std::vector<int> later;
   // Jobs that preempted for GPUs go first: their GPUs are promised to them,
   // and nothing ahead of them in the queue may wait on those GPUs.
   std::vector<int> order = s.Order(now_ms);
   for (int job : order) {
-    if (!s.jobs[job].nomination.empty()) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    if (!s.jobs[job].nomination.empty()) s.Consider(job, now_ms, &blocked, &blocker, &later, &d);
   }
   if (s.config.queue != QueuePolicy::kFairShare) {
     for (int job : order) {
-      if (s.jobs[job].considered_pass != s.pass) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+      if (s.jobs[job].considered_pass != s.pass) s.Consider(job, now_ms, &blocked, &blocker, &later, &d);
     }
-    return d;
+  } else {
+    s.FairShare(now_ms, &blocked, &blocker, &later, &d);
   }
+  int budget = kPreemptionSearchesPerPass;
+  for (int job : later) {
+    if (budget == 0) break;
+    if (!s.jobs[job].pending || !s.jobs[job].victims.empty() || !s.HasCandidates(job)) continue;
+    --budget;
+    s.Preempt(job, now_ms, &d);
+  }
+  return d;
+}
+
+void State::FairShare(int64_t now_ms, bool* blocked, int* blocker, std::vector<int>* later, Decisions* d) {
+  State& s = *this;
   // Weighted DRF: repeatedly serve the tenant with the smallest dominant
   // share (GPUs or GPU memory, whichever is larger, divided by weight);
   // tenants below their guarantee come first. Within a tenant: priority,
@@ -459,10 +493,9 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
     int t = std::get<2>(heap.top());
     heap.pop();
     int job = per[t][cursor[t]++];
-    if (s.jobs[job].considered_pass != s.pass) s.Consider(job, now_ms, &blocked, &blocker, &budget, &d);
+    if (s.jobs[job].considered_pass != s.pass) s.Consider(job, now_ms, blocked, blocker, later, d);
     if (cursor[t] < per[t].size()) heap.push(key(t));
   }
-  return d;
 }
 
 // ---- questions ----

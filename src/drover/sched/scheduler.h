@@ -76,8 +76,11 @@ class Scheduler {
   // Records a binding made earlier (recovery from the store); `started_ms`
   // is when it was bound. The GPUs must be free; kFailedPrecondition otherwise.
   Status Restore(const JobRequest& job, const Binding& binding, int64_t started_ms);
-  // Marks a restored job as already being preempted (recovery).
-  Status MarkPreempting(const std::string& job_id);
+  // Marks a restored job as already being preempted (recovery) for
+  // `for_job`, whose GPUs they become again (promised to it, and no new
+  // victims chosen for it while these stop). `for_job` may be queued before
+  // or after this call, or be empty when unknown.
+  Status MarkPreempting(const std::string& job_id, const std::string& for_job = "");
   // A bound job stopped without finishing (preempted, or its node was lost):
   // frees its GPUs and queues it again with its original submission order
   // and the GPU service it attained. kNotFound unless bound.

@@ -156,6 +156,8 @@ struct State {
   std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
   std::vector<int> reserved_nodes;            // nodes with a pass reservation
   uint64_t pass = 0;  // passes run so far
+  // Restored victims by the id of the job they stop for, until it is queued.
+  std::unordered_map<std::string, std::vector<std::string>> restored_victims;
   int reservation_job = -1;
   int64_t reservation_ms = kNever;
 
@@ -200,6 +202,8 @@ struct State {
   bool HasCandidates(int job) const;
   bool Preempt(int job, int64_t now, Decisions* d);
   void ClearNomination(int job);
+  // Promises the GPUs of `victim` (being preempted) to `job`.
+  void Nominate(int job, int victim);
 
   // ---- scheduler.cc ----
   int FindJob(const std::string& id) const;
@@ -208,7 +212,10 @@ struct State {
   void DropPending(int job);
   void FreeJob(int job);
   std::vector<int> Order(int64_t now) const;
-  void Consider(int job, int64_t now, bool* blocked, int* blocker, int* preempt_budget, Decisions* d);
+  // One job of a pass: bind it, or record why not; jobs that may preempt go
+  // to `preempt_later`, searched once the pass has placed what it can.
+  void Consider(int job, int64_t now, bool* blocked, int* blocker, std::vector<int>* preempt_later, Decisions* d);
+  void FairShare(int64_t now, bool* blocked, int* blocker, std::vector<int>* preempt_later, Decisions* d);
 
   // ---- explain.cc ----
   std::string Reason(int job) const;
