@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "drover/agent/agent.h"
@@ -19,6 +22,7 @@
 #include "drover/common/ids.h"
 #include "drover/common/version.h"
 #include "drover/runtime/logging.h"
+#include "drover/server/scheduler_options.h"
 #include "drover/server/server.h"
 
 namespace {
@@ -38,7 +42,29 @@ struct RoleFlags {
   int simulate = 0;
   std::string log_level = "info";
   std::string supervise_dir;
+  drover::SchedulerFlags sched;
+  std::vector<std::string> labels;  // k=v
 };
+
+constexpr std::string_view kRoles[] = {"up", "server", "agent"};
+
+// "rack=r1" -> {rack: r1}; the agent checks names and values.
+Result<std::map<std::string, std::string>> ParseLabels(const std::vector<std::string>& labels) {
+  std::map<std::string, std::string> out;
+  for (const std::string& kv : labels) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) return drover::InvalidArgument("--label '" + kv + "' is not NAME=VALUE");
+    out[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return out;
+}
+
+// Simulated node i (1-based) of `drover up --simulate N`: two nodes per leaf
+// switch, four per rack, so gang placement by switch and rack has something
+// to choose between.
+std::map<std::string, std::string> SimulatedLabels(int i) {
+  return {{"rack", "rack-" + std::to_string((i - 1) / 4 + 1)}, {"switch", "switch-" + std::to_string((i - 1) / 2 + 1)}};
+}
 
 std::string SelfExe() {
   char buf[PATH_MAX];
@@ -84,8 +110,10 @@ Result<std::vector<std::unique_ptr<drover::agent::DeviceBackend>>> Backends(cons
 
 Result<std::unique_ptr<drover::agent::Agent>> StartAgent(const std::string& node, const std::string& server,
                                                          const std::string& dir,
-                                                         std::vector<std::unique_ptr<drover::agent::DeviceBackend>> b) {
+                                                         std::vector<std::unique_ptr<drover::agent::DeviceBackend>> b,
+                                                         std::map<std::string, std::string> labels = {}) {
   drover::agent::AgentOptions o;
+  o.labels = std::move(labels);
   o.node_name = node;
   o.server_address = server;
   o.data_dir = dir;
@@ -99,9 +127,19 @@ int Fatal(const Status& s) {
   return 1;
 }
 
+// A bad setting is a usage error (exit 2), reported before anything starts.
+int BadConfig(const Status& s) {
+  std::cerr << "error: " << s.message() << "\n";
+  return drover::cli::kExitUsage;
+}
+
 int RunServer(const RoleFlags& f, bool all_in_one) {
   if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
-  drover::server::ServerOptions so{f.data_dir, f.grpc_listen, f.http_listen};
+  auto control = drover::server::MakeControlLoopOptions(f.sched);
+  if (!control.ok()) return BadConfig(control.status());
+  auto local_labels = ParseLabels(f.labels);
+  if (!local_labels.ok()) return BadConfig(local_labels.status());
+  drover::server::ServerOptions so{f.data_dir, f.grpc_listen, f.http_listen, std::move(*control)};
   auto server = drover::server::StartServer(so);
   if (!server.ok()) return Fatal(server.status());
   std::vector<std::unique_ptr<drover::agent::Agent>> agents;
@@ -111,7 +149,8 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     local.node_name = f.node_name.empty() ? Hostname() : f.node_name;
     auto backends = Backends(local);
     if (!backends.ok()) return Fatal(backends.status());
-    auto a = StartAgent(local.node_name, addr, f.data_dir + "/agents/" + local.node_name, std::move(*backends));
+    auto a = StartAgent(local.node_name, addr, f.data_dir + "/agents/" + local.node_name, std::move(*backends),
+                        *local_labels);
     if (!a.ok()) return Fatal(a.status());
     agents.push_back(std::move(*a));
     for (int i = 1; i <= f.simulate; ++i) {
@@ -120,7 +159,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       if (!b.ok()) return Fatal(b.status());
       std::vector<std::unique_ptr<drover::agent::DeviceBackend>> bs;
       bs.push_back(std::move(*b));
-      auto sim = StartAgent(name, addr, f.data_dir + "/agents/" + name, std::move(bs));
+      auto sim = StartAgent(name, addr, f.data_dir + "/agents/" + name, std::move(bs), SimulatedLabels(i));
       if (!sim.ok()) return Fatal(sim.status());
       agents.push_back(std::move(*sim));
     }
@@ -136,9 +175,11 @@ int RunAgentRole(const RoleFlags& f) {
   if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
   RoleFlags a = f;
   if (a.node_name.empty()) a.node_name = Hostname();
+  auto labels = ParseLabels(f.labels);
+  if (!labels.ok()) return BadConfig(labels.status());
   auto backends = Backends(a);
   if (!backends.ok()) return Fatal(backends.status());
-  auto agent = StartAgent(a.node_name, a.server_addr, a.data_dir, std::move(*backends));
+  auto agent = StartAgent(a.node_name, a.server_addr, a.data_dir, std::move(*backends), std::move(*labels));
   if (!agent.ok()) return Fatal(agent.status());
   WaitForSignal();
   (*agent)->Stop();
@@ -152,10 +193,35 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "supervise" && std::string(argv[2]) == "--dir") {
     return drover::agent::RunSupervisor(argv[3]);
   }
+  // `drover up|server|agent --config F` reads F as that role's flags (and
+  // its scheduler: and tenants: sections): CLI11 reads a config file only
+  // for the top-level app, so the flag moves in front of the role, and the
+  // file is scoped to it. DROVER_CONFIG names the file when no flag does.
+  std::vector<std::string> args(argv, argv + argc);
+  std::string scope;
+  if (args.size() > 1 && std::find(std::begin(kRoles), std::end(kRoles), args[1]) != std::end(kRoles)) {
+    scope = args[1];
+    std::vector<std::string> config;
+    for (size_t i = 2; i < args.size();) {
+      if (args[i] == "--config" && i + 1 < args.size()) {
+        config = {"--config", args[i + 1]};
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i), args.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+      } else if (args[i].starts_with("--config=")) {
+        config = {"--config", args[i].substr(9)};
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+      } else if (args[i] == "--") {
+        break;
+      } else {
+        ++i;
+      }
+    }
+    if (config.empty() && std::getenv("DROVER_CONFIG") != nullptr) config = {"--config", std::getenv("DROVER_CONFIG")};
+    args.insert(args.begin() + 1, config.begin(), config.end());
+  }
   CLI::App app("drover: a GPU cluster manager", "drover");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(drover::kVersion));
-  drover::AddYamlConfig(app);
+  drover::AddYamlConfig(app, scope);
   int exit_code = 0;
   RoleFlags f;
 
@@ -164,6 +230,9 @@ int main(int argc, char** argv) {
     cmd->add_option("--grpc-listen", f.grpc_listen, "gRPC listen address (port 0 picks one)")->capture_default_str();
     cmd->add_option("--listen", f.http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
     cmd->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+    drover::AddSchedulerFlags(cmd, &f.sched);
+    // Only for the help text: main() moves it in front of the role.
+    cmd->add_option("--config", "YAML file of this role's flags, scheduler: and tenants: (docs/configuration.md)");
   };
   CLI::App* up = app.add_subcommand("up", "all-in-one: server and an agent for this machine, plus simulated nodes");
   add_server_flags(up);
@@ -172,6 +241,7 @@ int main(int argc, char** argv) {
   up->add_option("--simulate", f.simulate, "number of simulated nodes to add")->check(CLI::Range(0, 256));
   up->add_option("--simulate-gpus", f.sim_gpus, "GPUs per simulated node")->check(CLI::Range(0, 64))->capture_default_str();
   up->add_option("--simulate-model", f.sim_model, "GPU model of simulated nodes")->capture_default_str();
+  up->add_option("--label", f.labels, "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");
   up->callback([&] { exit_code = RunServer(f, true); });
 
   CLI::App* server = app.add_subcommand("server", "control plane: state, scheduler, APIs");
@@ -186,6 +256,8 @@ int main(int argc, char** argv) {
   agent->add_option("--simulate-gpus", f.sim_gpus, "GPUs of the simulated backend")->check(CLI::Range(0, 64));
   agent->add_option("--simulate-model", f.sim_model, "GPU model of the simulated backend");
   agent->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
+  agent->add_option("--label", f.labels, "node label, NAME=VALUE, repeatable (e.g. rack=r12)");
+  agent->add_option("--config", "YAML file of this role's flags");
   agent->callback([&] { exit_code = RunAgentRole(f); });
 
   for (CLI::App* role : {up, server, agent}) drover::BindEnvironment(*role);
@@ -203,7 +275,8 @@ int main(int argc, char** argv) {
     signal(SIGPIPE, SIG_IGN);
   }
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> reversed(args.rbegin(), std::prev(args.rend()));  // CLI11 takes them reversed, no argv[0]
+    app.parse(std::move(reversed));
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : drover::cli::kExitUsage;

@@ -116,6 +116,19 @@ TEST_F(ApiTest, BadJobSpecsAreRejectedOnBothTransportsAndNothingIsStored) {
       {"never fits", [](v1::JobSpec* s) { s->set_gpus(9); }, grpc::StatusCode::FAILED_PRECONDITION},
       {"no such model", [](v1::JobSpec* s) { s->set_gpu_model("B200"); }, grpc::StatusCode::FAILED_PRECONDITION},
       {"too much memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{100} << 30); }, grpc::StatusCode::FAILED_PRECONDITION},
+      {"share without memory", [](v1::JobSpec* s) { s->set_gpu_milli(250); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"share over one", [](v1::JobSpec* s) { s->set_gpu_milli(2000); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative replicas", [](v1::JobSpec* s) { s->set_replicas(-2); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"gang that never fits",
+       [](v1::JobSpec* s) {
+         s->set_replicas(2);
+         s->set_gpus(8);
+       },
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {"bad selector", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "a b"; }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"no such rack", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "rack-9"; }, grpc::StatusCode::FAILED_PRECONDITION},
+      {"bad topology", [](v1::JobSpec* s) { s->set_topology("mesh"); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative estimate", [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
   };
   int before = JobCount();
   for (const Case& c : cases) {

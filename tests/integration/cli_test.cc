@@ -108,11 +108,97 @@ TEST_F(CliTest, NodesGpusAndDrain) {
   std::string id = r.out.substr(0, r.out.find('\n'));
   v1::Job pending = GetJob(up_->jobs(), id);
   EXPECT_EQ(pending.status().state(), v1::JOB_STATE_PENDING);
-  EXPECT_NE(pending.status().message().find("waiting for 4 GPUs"), std::string::npos) << pending.status().message();
+  EXPECT_EQ(pending.status().message().rfind("waiting", 0), 0u) << pending.status().message();
+  EXPECT_NE(pending.status().message().find("4 GPUs"), std::string::npos) << pending.status().message();
   EXPECT_NE(Cli({"nodes"}).out.find("Ready,Drained"), std::string::npos);
   ASSERT_EQ(Cli({"undrain", "sim-2"}).exit_code, 0);
   ASSERT_TRUE(WaitUntil([&] { return GetJob(up_->jobs(), id).status().state() == v1::JOB_STATE_SUCCEEDED; }));
   EXPECT_EQ(GetJob(up_->jobs(), id).status().allocation().node(), "sim-2");
+}
+
+TEST_F(CliTest, SharesSelectorsAndTheJobView) {
+  // Two quarters of one GPU: both run, on the same GPU.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    CommandResult r = Cli({"submit", "--gpus", "0.25", "--gpu-memory", "10GiB", "--gpu-model", "H100 80GB",
+                           "--selector", "rack=rack-1", "--", "sleep", "300"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ids.push_back(r.out.substr(0, r.out.find('\n')));
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    return GetJob(up_->jobs(), ids[0]).status().state() == v1::JOB_STATE_RUNNING &&
+           GetJob(up_->jobs(), ids[1]).status().state() == v1::JOB_STATE_RUNNING;
+  }));
+  v1::Job a = GetJob(up_->jobs(), ids[0]);
+  v1::Job b = GetJob(up_->jobs(), ids[1]);
+  EXPECT_EQ(a.spec().gpu_milli(), 250);
+  EXPECT_EQ(a.status().allocation().gpu_milli(), 250);
+  EXPECT_EQ(a.status().allocation().node(), b.status().allocation().node());
+  EXPECT_EQ(a.status().allocation().gpu_indices(0), b.status().allocation().gpu_indices(0)) << "binpack shares one GPU";
+
+  CommandResult shown = Cli({"job", ids[0]});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("Tenant:       default"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("GPUs:         0.25 of one GPU (250 milli-GPU), 10GiB of its memory"), std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("Selector:     rack=rack-1"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("a 250 milli-GPU share, 10GiB reserved"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("Preemptible:  no"), std::string::npos) << shown.out;
+  CommandResult jobs = Cli({"jobs", "--state", "running"});
+  EXPECT_TRUE(std::regex_search(jobs.out, std::regex(ids[0] + " +<none> +default +Running +0.25 +sim-"))) << jobs.out;
+  for (const std::string& id : ids) ASSERT_EQ(Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] {
+    return GetJob(up_->jobs(), ids[0]).status().state() == v1::JOB_STATE_CANCELLED &&
+           GetJob(up_->jobs(), ids[1]).status().state() == v1::JOB_STATE_CANCELLED;
+  }));
+
+  // Simulated nodes carry rack and switch labels and a link matrix.
+  CommandResult nodes = Cli({"nodes", "-o", "json"});
+  auto list = nlohmann::json::parse(nodes.out);
+  for (const auto& n : list["nodes"]) {
+    if (n["name"] != "sim-1") continue;
+    EXPECT_EQ(n["labels"]["rack"], "rack-1");
+    EXPECT_EQ(n["labels"]["switch"], "switch-1");
+    EXPECT_EQ(n["links"].size(), 16u);
+  }
+}
+
+TEST_F(CliTest, GangRunsOneProcessPerReplica) {
+  CommandResult r = Cli({"submit", "--replicas", "2", "--gpus", "4", "--gpu-model", "H100 80GB", "--wait", "--", "sh",
+                         "-c", "echo $DROVER_REPLICA/$DROVER_REPLICAS"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  EXPECT_EQ(Cli({"logs", id}).out, "0/2\n") << "the job's log is replica 0's output";
+  CommandResult shown = Cli({"job", id});
+  EXPECT_NE(shown.out.find("GPUs:         2 replicas x 4"), std::string::npos) << shown.out;
+  EXPECT_TRUE(std::regex_search(shown.out, std::regex("Replica 0: +sim-[12] GPUs 0,1,2,3"))) << shown.out;
+  EXPECT_TRUE(std::regex_search(shown.out, std::regex("Replica 1: +sim-[12] GPUs 0,1,2,3"))) << shown.out;
+  v1::Job job = GetJob(up_->jobs(), id);
+  EXPECT_EQ(job.status().state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_NE(job.status().replicas(0).node(), job.status().replicas(1).node());
+
+  // One replica fails: the other is stopped and the job fails with its code.
+  r = Cli({"submit", "--replicas", "2", "--gpus", "4", "--gpu-model", "H100 80GB", "--grace", "1", "--wait", "--",
+           "sh", "-c", "if [ \"$DROVER_REPLICA\" = 1 ]; then exit 3; fi; exec sleep 300"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("replica 1 failed: exited with code 3"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, BadSchedulingFlagsAreUsageErrors) {
+  auto usage = [&](std::vector<std::string> args, const std::string& part) {
+    CommandResult r = Cli(std::move(args));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+  };
+  usage({"submit", "--gpus", "1.5", "--", "true"}, "a share of one GPU (below 1)");
+  usage({"submit", "--gpus", "0.25", "--", "true"}, "also give --gpu-memory");
+  usage({"submit", "--gpus", "lots", "--", "true"}, "--gpus");
+  usage({"submit", "--selector", "rack", "--", "true"}, "--selector 'rack' is not NAME=VALUE");
+  usage({"submit", "--selector", "rack=a b", "--", "true"}, "node_selector label 'rack' has value 'a b'");
+  usage({"submit", "--topology", "mesh", "--", "true"}, "topology 'mesh' is unknown");
+  usage({"submit", "--estimate", "soon", "--", "true"}, "--estimate: duration 'soon' is malformed");
+  usage({"submit", "--replicas", "3", "--gpus", "4", "--gpu-model", "H100 80GB", "--", "true"}, "never fit");
+  usage({"submit", "--selector", "rack=rack-7", "--", "true"}, "never fit");
 }
 
 TEST_F(CliTest, ErrorsHaveMeaningfulExitCodes) {

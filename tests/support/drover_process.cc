@@ -186,4 +186,35 @@ v1::Job GetJob(v1::JobService::Stub* stub, const std::string& id) {
   return job;
 }
 
+std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub) {
+  v1::ListJobsResponse resp;
+  auto ctx = Ctx();
+  grpc::Status s = stub->List(ctx.get(), v1::ListJobsRequest(), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return {resp.jobs().begin(), resp.jobs().end()};
+}
+
+namespace {
+bool Ended(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+}  // namespace
+
+void CancelAllJobs(v1::JobService::Stub* stub) {
+  for (const v1::Job& job : ListJobs(stub)) {
+    if (Ended(job.status().state())) continue;
+    v1::CancelJobRequest req;
+    req.set_id(job.id());
+    v1::Job out;
+    auto ctx = Ctx();
+    (void)stub->Cancel(ctx.get(), req, &out);
+  }
+  EXPECT_TRUE(WaitUntil([&] {
+    for (const v1::Job& job : ListJobs(stub)) {
+      if (!Ended(job.status().state())) return false;
+    }
+    return true;
+  })) << "jobs were still running after cancel";
+}
+
 }  // namespace drover::testing

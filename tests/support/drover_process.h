@@ -87,4 +87,12 @@ std::unique_ptr<grpc::ClientContext> Ctx(std::chrono::seconds deadline = std::ch
 // Fetches a job; aborts the test on error.
 v1::Job GetJob(v1::JobService::Stub* stub, const std::string& id);
 
+// Every job the server knows.
+std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub);
+
+// Cancels every job that has not ended and waits until all have: jobs run
+// under supervisors that outlive `drover up`, so a test that leaves them
+// running leaks processes.
+void CancelAllJobs(v1::JobService::Stub* stub);
+
 }  // namespace drover::testing

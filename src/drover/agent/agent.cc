@@ -34,6 +34,19 @@ constexpr auto kHeartbeatEvery = std::chrono::seconds(2);
 constexpr int64_t kLogChunk = 256 * 1024;
 constexpr int64_t kLogPerTick = 4 * kLogChunk;
 
+// The agent's name for a workload: its job directory and report key (see
+// v1::Workload.workload_id).
+std::string WorkloadKey(const v1::Workload& w) { return w.workload_id().empty() ? w.job_id() : w.workload_id(); }
+std::string StopKey(const v1::Stop& s) { return s.workload_id().empty() ? s.job_id() : s.workload_id(); }
+
+// "j-000007.1" -> {"j-000007", 1}; an adopted directory of any other name
+// reports as itself.
+rpc::WorkloadRef RefOf(const std::string& key) {
+  auto ref = rpc::ParseWorkloadId(key);
+  if (ref.ok()) return *ref;
+  return rpc::WorkloadRef{key, 0, false};
+}
+
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -67,12 +80,17 @@ class AgentImpl final : public Agent {
       }
       DROVER_RETURN_IF_ERROR(backend->Initialize());
       DROVER_ASSIGN_OR_RETURN(std::vector<GpuDevice> found, backend->Discover());
+      std::vector<DeviceLink> links = backend->Links();
+      if (links.size() != found.size() * found.size()) links.clear();
+      size_t first = gpus_.size();
       for (GpuDevice& d : found) {
         vendor_index_.push_back(d.index);
         d.index = index++;
         gpus_.push_back(std::move(d));
       }
+      if (!links.empty()) backend_links_.push_back({first, found.size(), std::move(links)});
     }
+    links_ = LinkMatrix();
     std::error_code ec;
     jobs_dir_ = opts_.data_dir + "/jobs";
     fs::create_directories(jobs_dir_, ec);
@@ -110,6 +128,31 @@ class AgentImpl final : public Agent {
   const std::vector<GpuDevice>& gpus() const override { return gpus_; }
 
  private:
+  struct BackendLinks {
+    size_t first = 0;  // node index of the backend's first device
+    size_t count = 0;
+    std::vector<DeviceLink> links;  // count x count
+  };
+
+  // The node's link matrix: what each backend knows of its own devices;
+  // any other pair is linked through its NUMA node or across sockets.
+  std::vector<int32_t> LinkMatrix() const {
+    size_t n = gpus_.size();
+    std::vector<int32_t> out(n * n);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        DeviceLink l = gpus_[i].numa_node == gpus_[j].numa_node ? DeviceLink::kSameNuma : DeviceLink::kCrossSocket;
+        for (const BackendLinks& b : backend_links_) {
+          if (i >= b.first && i < b.first + b.count && j >= b.first && j < b.first + b.count) {
+            l = b.links[(i - b.first) * b.count + (j - b.first)];
+          }
+        }
+        out[i * n + j] = static_cast<int32_t>(l);
+      }
+    }
+    return out;
+  }
+
   // ---- connection thread ----
 
   void ConnectLoop() {
@@ -137,7 +180,10 @@ class AgentImpl final : public Agent {
       g->set_memory_bytes(d.memory_bytes);
       g->set_health(d.healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
       g->set_backend(d.backend);
+      g->set_numa_node(d.numa_node);
     }
+    for (int32_t l : links_) reg.add_links(l);
+    reg.mutable_labels()->insert(opts_.labels.begin(), opts_.labels.end());
     reg.set_cpu_millis(sysconf(_SC_NPROCESSORS_ONLN) * 1000);
     reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
     reg.set_agent_version(kVersion);
@@ -223,7 +269,9 @@ class AgentImpl final : public Agent {
 
   void OnDesired(const v1::DesiredWorkloads& d) {
     desired_.clear();
-    for (const v1::Workload& w : d.workloads()) desired_[w.job_id()] = w;
+    for (const v1::Workload& w : d.workloads()) desired_[WorkloadKey(w)] = w;
+    stops_.clear();
+    for (const v1::Stop& stop : d.stops()) stops_[StopKey(stop)] = stop;
     have_desired_ = true;
     for (const auto& [id, w] : desired_) {
       if (!jobs_.contains(id)) Launch(w);
@@ -234,6 +282,8 @@ class AgentImpl final : public Agent {
   std::map<std::string, std::string> EnvFor(const v1::Workload& w) const {
     std::map<std::string, std::string> env(w.env().begin(), w.env().end());
     env["DROVER_JOB_ID"] = w.job_id();
+    env["DROVER_REPLICA"] = std::to_string(w.replica());
+    env["DROVER_REPLICAS"] = std::to_string(std::max(w.replicas(), 1));
     env["DROVER_NODE"] = opts_.node_name;
     std::string ids;
     std::map<std::string, std::string> by_vendor;
@@ -252,17 +302,19 @@ class AgentImpl final : public Agent {
   }
 
   void Launch(const v1::Workload& w) {
-    if (!ParseJobId(w.job_id()).ok()) {
-      spdlog::error("server sent a workload with a malformed job id '{}'", w.job_id());
+    const std::string key = WorkloadKey(w);
+    auto ref = rpc::ParseWorkloadId(key);
+    if (!ref.ok() || ref->job_id != w.job_id() || (ref->gang && ref->replica != w.replica())) {
+      spdlog::error("server sent a workload with a malformed id '{}' (job '{}')", key, w.job_id());
       return;
     }
-    JobDir dir(jobs_dir_ + "/" + w.job_id());
+    JobDir dir(jobs_dir_ + "/" + key);
     LocalJob job(dir);
     job.grace_seconds = w.termination_grace_seconds() > 0 ? w.termination_grace_seconds() : 10;
     job.launch_ns = NowNanos();
     std::error_code ec;
     fs::create_directories(dir.path(), ec);
-    JobSpecFile spec{w.job_id(), {w.command().begin(), w.command().end()}, EnvFor(w), w.working_dir(),
+    JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w), w.working_dir(),
                      job.grace_seconds};
     Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
     if (s.ok()) {
@@ -275,14 +327,14 @@ class AgentImpl final : public Agent {
       }
     }
     if (!s.ok()) {
-      spdlog::error("node '{}' cannot start job '{}': {}", opts_.node_name, w.job_id(), s.message());
+      spdlog::error("node '{}' cannot start job '{}': {}", opts_.node_name, key, s.message());
       job.exited = ExitFile{127, 0, NowNanos(), s.message(), true};
       (void)dir.WriteExit(*job.exited);
     } else {
-      spdlog::info("node '{}' started job '{}' on GPUs [{}]", opts_.node_name, w.job_id(),
+      spdlog::info("node '{}' started job '{}' on GPUs [{}]", opts_.node_name, key,
                    fmt::join(w.gpu_indices(), ","));
     }
-    jobs_.emplace(w.job_id(), std::move(job));
+    jobs_.emplace(key, std::move(job));
   }
 
   // Reads what the supervisor recorded since the last look.
@@ -310,7 +362,8 @@ class AgentImpl final : public Agent {
 
   v1::WorkloadStatus StatusOf(const std::string& id, const LocalJob& job) const {
     v1::WorkloadStatus ws;
-    ws.set_job_id(id);
+    ws.set_job_id(RefOf(id).job_id);
+    ws.set_workload_id(id);
     ws.set_start_time_unix_nanos(job.started ? job.started->start_unix_nanos : job.launch_ns);
     if (job.exited) {
       ws.set_state(job.exited->failed_to_start ? v1::WORKLOAD_STATE_FAILED_TO_START : v1::WORKLOAD_STATE_EXITED);
@@ -325,8 +378,12 @@ class AgentImpl final : public Agent {
   }
 
   // Sends output not yet sent: a bounded amount, or all of it.
+  // Only the first replica of a gang ships its output (the job's log is one
+  // byte stream); the others keep theirs in their job directory.
   void ShipLog(const std::string& id, LocalJob* job, bool all) {
     if (stream_ == nullptr) return;
+    rpc::WorkloadRef ref = RefOf(id);
+    if (ref.replica != 0) return;
     std::ifstream in(job->dir.File("output.log"), std::ios::binary);
     if (!in) return;
     in.seekg(job->log_sent);
@@ -337,7 +394,7 @@ class AgentImpl final : public Agent {
       std::streamsize n = in.gcount();
       if (n <= 0) break;
       v1::AgentMessage m;
-      m.mutable_log()->set_job_id(id);
+      m.mutable_log()->set_job_id(ref.job_id);
       m.mutable_log()->set_offset(job->log_sent);
       m.mutable_log()->set_data(buf.data(), static_cast<size_t>(n));
       Send(m);
@@ -362,12 +419,17 @@ class AgentImpl final : public Agent {
       }
       if (!job.started) continue;  // the supervisor has not started it yet; next tick
       pid_t pgid = job.started->pid;
+      // A preemption sets its own grace (the server resends it with every
+      // desired set while the job stops); otherwise the job's own applies.
+      auto stop = stops_.find(id);
+      int grace = stop != stops_.end() ? std::max(stop->second.grace_seconds(), 0) : job.grace_seconds;
       if (!job.sigterm_ns) {
-        spdlog::info("node '{}' stopping job '{}' (SIGTERM, {}s grace)", opts_.node_name, id, job.grace_seconds);
+        spdlog::info("node '{}' stopping job '{}' (SIGTERM, {}s grace){}", opts_.node_name, id, grace,
+                     stop != stops_.end() ? ": " + stop->second.reason() : "");
         ::kill(-pgid, SIGTERM);
         job.sigterm_ns = now;
         (void)job.dir.WriteStop(now);
-      } else if (now - *job.sigterm_ns > int64_t{job.grace_seconds} * 1'000'000'000) {
+      } else if (now - *job.sigterm_ns > int64_t{grace} * 1'000'000'000) {
         ::kill(-pgid, SIGKILL);
       }
     }
@@ -390,7 +452,7 @@ class AgentImpl final : public Agent {
     if (stream_ != nullptr && m.status().workloads_size() > 0) {
       Send(m);
       if (stream_ != nullptr) {
-        for (const auto& ws : m.status().workloads()) jobs_.at(ws.job_id()).reported = ws.state();
+        for (const auto& ws : m.status().workloads()) jobs_.at(ws.workload_id()).reported = ws.state();
       }
     }
     if (stream_ != nullptr && Clock::now() - last_heartbeat_ >= kHeartbeatEvery) {
@@ -406,6 +468,8 @@ class AgentImpl final : public Agent {
   AgentOptions opts_;
   std::vector<GpuDevice> gpus_;
   std::vector<int> vendor_index_;  // node index -> index within its backend
+  std::vector<BackendLinks> backend_links_;
+  std::vector<int32_t> links_;  // the node's link matrix, as registered
   std::string jobs_dir_;
   std::atomic<bool> stopping_{false};
   std::mutex ctx_mu_;
@@ -417,6 +481,7 @@ class AgentImpl final : public Agent {
   grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream_ = nullptr;
   std::map<std::string, LocalJob> jobs_;
   std::map<std::string, v1::Workload> desired_;
+  std::map<std::string, v1::Stop> stops_;  // how to stop what is not desired
   bool have_desired_ = false;
   Clock::time_point last_heartbeat_;
 };
@@ -425,6 +490,7 @@ class AgentImpl final : public Agent {
 
 Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options) {
   DROVER_RETURN_IF_ERROR(ValidateNodeName(options.node_name));
+  for (const auto& [k, v] : options.labels) DROVER_RETURN_IF_ERROR(rpc::ValidateLabel("--label", k, v));
   auto agent = std::make_unique<AgentImpl>(std::move(options));
   DROVER_RETURN_IF_ERROR(agent->Init());
   return std::unique_ptr<Agent>(std::move(agent));

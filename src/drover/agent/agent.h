@@ -13,6 +13,7 @@
 // to the stream; a connection thread registers, reads the stream and posts
 // what it reads to the owner loop.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct AgentOptions {
   std::string data_dir;        // jobs live under <data_dir>/jobs/
   std::string supervisor_exe;  // the drover binary (it has the `supervise` verb)
   std::vector<std::unique_ptr<DeviceBackend>> backends;
+  // Node labels sent at registration (rack, switch, ...); validated by StartAgent.
+  std::map<std::string, std::string> labels;
 };
 
 class Agent {

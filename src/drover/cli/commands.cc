@@ -4,13 +4,17 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <thread>
 
 #include "drover/cli/table.h"
+#include "drover/common/config.h"
 #include "drover/common/quantity.h"
 #include "drover/common/version.h"
 #include "drover/rpc/convert.h"
@@ -78,6 +82,32 @@ std::string Join(const google::protobuf::RepeatedField<int32_t>& v) {
   return v.empty() ? "<none>" : fmt::format("{}", fmt::join(v, ","));
 }
 
+// What a job asks for, short: "2", "0.25", "4x8" (a gang).
+std::string GpusOf(const v1::JobSpec& spec) {
+  if (spec.gpu_milli() > 0 && spec.gpu_milli() < 1000) {
+    std::string digits = fmt::format("{:03d}", spec.gpu_milli());  // 250 -> "250" -> "0.25"
+    return "0." + digits.substr(0, digits.find_last_not_of('0') + 1);
+  }
+  if (spec.replicas() > 1) return fmt::format("{}x{}", spec.replicas(), spec.gpus());
+  return std::to_string(spec.gpus());
+}
+
+// Seconds in the largest unit that keeps it whole: 7200 -> "2h".
+std::string FormatSeconds(int64_t s) {
+  if (s % 86400 == 0 && s > 0) return fmt::format("{}d", s / 86400);
+  if (s % 3600 == 0 && s > 0) return fmt::format("{}h", s / 3600);
+  if (s % 60 == 0 && s > 0) return fmt::format("{}m", s / 60);
+  return fmt::format("{}s", s);
+}
+
+std::string DescribeAllocation(const v1::Allocation& a) {
+  std::string out = fmt::format("{} GPU{} {}", a.node(), a.gpu_indices_size() == 1 ? "" : "s", Join(a.gpu_indices()));
+  if (a.gpu_milli() > 0 && a.gpu_milli() < 1000) {
+    out += fmt::format(" (a {} milli-GPU share, {} reserved)", a.gpu_milli(), FormatBytes(a.gpu_memory_bytes()));
+  }
+  return out;
+}
+
 int CheckOutput(const Common& c) {
   if (c.output == "table" || c.output == "wide" || c.output == "json") return 0;
   std::cerr << "error: output format '" << c.output << "' is unknown (use table, wide or json)\n";
@@ -92,7 +122,7 @@ void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
   for (const v1::Job* j : jobs) {
     const auto& st = j->status();
     std::vector<std::string> row = {j->id(), Or(j->spec().name()), j->spec().tenant(),
-                                     rpc::JobStateDisplay(st.state()), std::to_string(j->spec().gpus()),
+                                     rpc::JobStateDisplay(st.state()), GpusOf(j->spec()),
                                      Or(st.allocation().node()), Age(st.submit_time_unix_nanos(), now)};
     if (wide) {
       std::string exit = !rpc::IsTerminal(st.state()) ? "<none>"
@@ -100,7 +130,9 @@ void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
                                                       : std::to_string(st.exit_code());
       std::string cmd = fmt::format("{}", fmt::join(j->spec().command(), " "));
       if (cmd.size() > 40) cmd = cmd.substr(0, 37) + "...";
-      row.insert(row.end(), {Join(st.allocation().gpu_indices()), exit, cmd, Or(st.message(), "")});
+      std::string message = st.message();
+      if (message.size() > 80) message = message.substr(0, 77) + "...";
+      row.insert(row.end(), {Join(st.allocation().gpu_indices()), exit, cmd, message});
     }
     t.AddRow(row);
   }
@@ -111,12 +143,23 @@ void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
 
 struct SubmitArgs {
   std::string name, tenant, gpu_memory = "0", gpu_model, gpu_vendor, workdir;
-  int gpus = 1;
+  std::string gpus = "1";
   int priority = 0;
+  int replicas = 1;
+  std::vector<std::string> selector;
+  std::string topology;
+  std::string estimate;
+  bool preemptible = false;
+  int grace = 0;
   bool wait = false;
   std::vector<std::string> env;
   std::vector<std::string> command;
 };
+
+int Usage(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return kExitUsage;
+}
 
 int WaitFor(const std::string& id, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
@@ -148,13 +191,38 @@ int Submit(const SubmitArgs& a, const Common& c) {
   s->set_name(a.name);
   s->set_tenant(a.tenant);
   s->set_priority(a.priority);
-  s->set_gpus(a.gpus);
+  // Whole GPUs stay whole ("2"); a fraction below one ("0.25", "250m") is a
+  // share of one GPU in thousandths.
+  auto milli = ParseMilliGpu(a.gpus);
+  if (!milli.ok()) return Usage("--gpus: " + milli.status().message());
+  if (*milli % kMilliGpuPerGpu == 0) {
+    s->set_gpus(static_cast<int32_t>(std::min<int64_t>(*milli / kMilliGpuPerGpu, INT32_MAX)));
+  } else if (*milli < kMilliGpuPerGpu) {
+    s->set_gpus(1);
+    s->set_gpu_milli(static_cast<int32_t>(*milli));
+  } else {
+    return Usage(fmt::format("--gpus {}: ask for whole GPUs or a share of one GPU (below 1)", a.gpus));
+  }
   auto mem = ParseBytes(a.gpu_memory);
-  if (!mem.ok()) {
-    std::cerr << "error: --gpu-memory: " << mem.status().message() << "\n";
-    return kExitUsage;
+  if (!mem.ok()) return Usage("--gpu-memory: " + mem.status().message());
+  if (s->gpu_milli() > 0 && *mem == 0) {
+    return Usage(fmt::format("--gpus {} shares a GPU: also give --gpu-memory, the memory to reserve on it", a.gpus));
   }
   s->set_gpu_memory_bytes(*mem);
+  s->set_replicas(a.replicas);
+  for (const std::string& kv : a.selector) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) return Usage("--selector '" + kv + "' is not NAME=VALUE");
+    (*s->mutable_node_selector())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  s->set_topology(a.topology);
+  if (!a.estimate.empty()) {
+    auto ms = ParseDurationMs(a.estimate);
+    if (!ms.ok()) return Usage("--estimate: " + ms.status().message());
+    s->set_runtime_estimate_seconds((*ms + 999) / 1000);
+  }
+  s->set_preemptible(a.preemptible);
+  s->set_termination_grace_seconds(a.grace);
   s->set_gpu_model(a.gpu_model);
   s->set_gpu_vendor(a.gpu_vendor);
   s->set_working_dir(a.workdir);
@@ -211,6 +279,58 @@ int Jobs(const std::string& state, const std::string& tenant, const Common& c) {
   return 0;
 }
 
+// `drover job ID`: every field a user asks about, one per line, and why the
+// job is in its state (for a pending job, the scheduler's reason).
+void DescribeJob(const v1::Job& job, std::ostream& out) {
+  const v1::JobSpec& spec = job.spec();
+  const v1::JobStatus& st = job.status();
+  int64_t now = NowNanos();
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("ID", job.id());
+  rows.emplace_back("Name", Or(spec.name()));
+  rows.emplace_back("Tenant", spec.tenant());
+  rows.emplace_back("State", rpc::JobStateDisplay(st.state()));
+  rows.emplace_back("Priority", std::to_string(spec.priority()));
+  rows.emplace_back("Preemptible", spec.preemptible() ? "yes" : "no");
+  std::string gpus;
+  if (spec.gpu_milli() > 0 && spec.gpu_milli() < 1000) {
+    gpus = fmt::format("{} of one GPU ({} milli-GPU), {} of its memory", GpusOf(spec), spec.gpu_milli(),
+                       FormatBytes(spec.gpu_memory_bytes()));
+  } else {
+    gpus = spec.replicas() > 1 ? fmt::format("{} replicas x {}", spec.replicas(), spec.gpus()) : std::to_string(spec.gpus());
+    if (spec.gpu_memory_bytes() > 0) gpus += fmt::format(", at least {} each", FormatBytes(spec.gpu_memory_bytes()));
+  }
+  if (!spec.gpu_model().empty()) gpus += fmt::format(", model '{}'", spec.gpu_model());
+  if (!spec.gpu_vendor().empty()) gpus += fmt::format(", vendor {}", spec.gpu_vendor());
+  rows.emplace_back("GPUs", gpus);
+  if (spec.node_selector_size() > 0) {
+    std::map<std::string, std::string> sorted(spec.node_selector().begin(), spec.node_selector().end());
+    std::vector<std::string> kvs;
+    for (const auto& [k, v] : sorted) kvs.push_back(k + "=" + v);
+    rows.emplace_back("Selector", fmt::format("{}", fmt::join(kvs, ",")));
+  }
+  if (!spec.topology().empty()) rows.emplace_back("Topology", spec.topology());
+  if (spec.runtime_estimate_seconds() > 0) rows.emplace_back("Estimate", FormatSeconds(spec.runtime_estimate_seconds()));
+  rows.emplace_back("Command", fmt::format("{}", fmt::join(spec.command(), " ")));
+  rows.emplace_back("Submitted", Age(st.submit_time_unix_nanos(), now) + " ago");
+  if (st.replicas_size() > 0) {
+    for (int i = 0; i < st.replicas_size(); ++i) {
+      rows.emplace_back(fmt::format("Replica {}", i), DescribeAllocation(st.replicas(i)));
+    }
+  } else if (st.has_allocation() && !st.allocation().node().empty()) {
+    rows.emplace_back("Allocation", DescribeAllocation(st.allocation()));
+  }
+  if (st.start_time_unix_nanos() > 0) rows.emplace_back("Started", Age(st.start_time_unix_nanos(), now) + " ago");
+  rows.emplace_back("Preemptions", std::to_string(st.preemptions()));
+  if (rpc::IsTerminal(st.state())) {
+    rows.emplace_back("Exit", st.signal() != 0 ? fmt::format("signal {}", st.signal()) : std::to_string(st.exit_code()));
+  }
+  rows.emplace_back("Message", Or(st.message(), ""));
+  size_t width = 0;
+  for (const auto& [k, v] : rows) width = std::max(width, k.size());
+  for (const auto& [k, v] : rows) out << fmt::format("{:<{}}  {}\n", k + ":", width + 1, v);
+}
+
 int JobShow(const std::string& id, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::GetJobRequest req;
@@ -223,7 +343,7 @@ int JobShow(const std::string& id, const Common& c) {
     std::cout << Json(job) << "\n";
     return 0;
   }
-  PrintJobs({&job}, c.output == "wide");
+  DescribeJob(job, std::cout);
   return 0;
 }
 
@@ -380,9 +500,17 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   AddCommon(submit, common.get(), true);
   submit->add_option("--name", sa->name, "job name");
   submit->add_option("--tenant", sa->tenant, "tenant to charge (default: default)");
-  submit->add_option("--priority", sa->priority, "0..1000");
-  submit->add_option("--gpus", sa->gpus, "whole GPUs on one node")->capture_default_str();
-  submit->add_option("--gpu-memory", sa->gpu_memory, "minimum memory per GPU, e.g. 40GiB");
+  submit->add_option("--priority", sa->priority, "0..1000: higher runs first and may preempt --preemptible jobs");
+  submit->add_option("--gpus", sa->gpus, "GPUs per replica on one node (2), or a share of one GPU (0.25 or 250m)")
+      ->capture_default_str();
+  submit->add_option("--gpu-memory", sa->gpu_memory,
+                     "minimum memory per GPU, e.g. 40GiB; with a share, the memory reserved on the GPU");
+  submit->add_option("--replicas", sa->replicas, "gang size: replicas x --gpus, placed all or nothing");
+  submit->add_option("--selector", sa->selector, "node label NAME=VALUE the node must have, repeatable");
+  submit->add_option("--topology", sa->topology, "best-effort, island (one NVLink island), numa, switch or rack");
+  submit->add_option("--estimate", sa->estimate, "expected runtime, e.g. 90m or 2h (sjf queue, backfill)");
+  submit->add_flag("--preemptible", sa->preemptible, "may be stopped and queued again for more important work");
+  submit->add_option("--grace", sa->grace, "seconds between SIGTERM and SIGKILL when stopped (default 10)");
   submit->add_option("--gpu-model", sa->gpu_model, "exact GPU model, e.g. 'H100 80GB'");
   submit->add_option("--gpu-vendor", sa->gpu_vendor, "nvidia, amd, intel or opencl");
   submit->add_option("--workdir", sa->workdir, "absolute working directory on the node");

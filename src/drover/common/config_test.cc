@@ -77,5 +77,109 @@ TEST_F(ConfigTest, UnknownKeyAndBadYamlAreErrors) {
   EXPECT_NE(Parse({"--config", path_}, &p), "");
 }
 
+// Parses argv into an app with the scheduler flags, like `drover server`.
+std::string ParseScheduler(std::vector<std::string> args, SchedulerFlags* out) {
+  CLI::App app("test");
+  AddYamlConfig(app);
+  AddSchedulerFlags(&app, out);
+  BindEnvironment(app);
+  std::vector<char*> argv;
+  std::string prog = "drover";
+  argv.push_back(prog.data());
+  for (auto& a : args) argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(ConfigTest, SchedulerSectionSetsTheSchedulerFlags) {
+  unsetenv("DROVER_QUEUE_POLICY");
+  Write("scheduler:\n  queue: fair-share\n  placement: spread\n  backfill: false\n  preemption: true\n"
+        "  aging: 2m\n  preemption-grace: 5s\n"
+        "tenants:\n  - name: a\n    weight: 2\n    guaranteed: {\"H100 80GB\": 8}\n    borrow-limit: 4\n  - name: b\n");
+  SchedulerFlags f;
+  ASSERT_EQ(ParseScheduler({"--config", path_}, &f), "");
+  EXPECT_EQ(f.queue_policy, "fair-share");
+  EXPECT_EQ(f.placement_policy, "spread");
+  EXPECT_EQ(f.backfill, "false");
+  EXPECT_EQ(f.preemption, "true");
+  EXPECT_EQ(f.aging, "2m");
+  EXPECT_EQ(f.preemption_grace, "5s");
+  auto tenants = ParseTenants(f.tenants);
+  ASSERT_TRUE(tenants.ok()) << tenants.status().ToString() << "\n" << f.tenants;
+  ASSERT_EQ(tenants->size(), 2u);
+  EXPECT_EQ((*tenants)[0].name, "a");
+  EXPECT_EQ((*tenants)[0].weight, 2.0);
+  EXPECT_EQ((*tenants)[0].guaranteed.at("H100 80GB"), 8);
+  EXPECT_EQ((*tenants)[0].borrow_limit, 4);
+  EXPECT_EQ((*tenants)[1].name, "b");
+  EXPECT_EQ((*tenants)[1].weight, 1.0);
+  EXPECT_EQ((*tenants)[1].borrow_limit, -1);
+
+  // The environment beats the file, a flag beats both.
+  setenv("DROVER_QUEUE_POLICY", "sjf", 1);
+  SchedulerFlags g;
+  ASSERT_EQ(ParseScheduler({"--config", path_}, &g), "");
+  EXPECT_EQ(g.queue_policy, "sjf");
+  SchedulerFlags h;
+  ASSERT_EQ(ParseScheduler({"--config", path_, "--queue-policy", "las"}, &h), "");
+  EXPECT_EQ(h.queue_policy, "las");
+  unsetenv("DROVER_QUEUE_POLICY");
+}
+
+TEST_F(ConfigTest, UnknownSchedulerKeyIsAnErrorNamingIt) {
+  Write("scheduler:\n  queue: fifo\n  quue: fifo\n");
+  SchedulerFlags f;
+  std::string err = ParseScheduler({"--config", path_}, &f);
+  EXPECT_NE(err.find("scheduler.quue"), std::string::npos) << err;
+  Write("scheduler: fifo\n");
+  EXPECT_NE(ParseScheduler({"--config", path_}, &f).find("'scheduler' must be a mapping"), std::string::npos);
+}
+
+TEST_F(ConfigTest, BadTenantsNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {"{name: a}", "tenants: must be a list"},
+      {"[{weight: 2}]", "tenants[0].name: is missing"},
+      {"[{name: A}]", "tenants[0].name"},
+      {"[{name: a}, {name: a}]", "tenants[1].name: tenant 'a' is listed twice"},
+      {"[{name: a, weight: heavy}]", "tenants[0].weight: 'heavy' is not a number"},
+      {"[{name: a, weight: 0}]", "tenants[0].weight: 0 is outside"},
+      {"[{name: a, guaranteed: 8}]", "tenants[0].guaranteed: must map GPU models"},
+      {"[{name: a, guaranteed: {H100: -1}}]", "tenants[0].guaranteed[\"H100\"]: -1 is outside"},
+      {"[{name: a, guaranteed: {H100: lots}}]", "is not a whole number"},
+      {"[{name: a, borrow-limit: -2}]", "tenants[0].borrow-limit: -2 is outside"},
+      {"[{name: a, colour: red}]", "tenants[0]: key 'colour' is unknown"},
+      {"[unclosed", "tenants: not valid YAML"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseTenants(c.yaml);
+    ASSERT_FALSE(r.ok()) << c.yaml;
+    EXPECT_NE(r.status().message().find(c.message_part), std::string::npos) << c.yaml << ": " << r.status().message();
+  }
+  EXPECT_TRUE(ParseTenants("").ok());
+}
+
+TEST_F(ConfigTest, Durations) {
+  EXPECT_EQ(ParseDurationMs("0").value(), 0);
+  EXPECT_EQ(ParseDurationMs("500ms").value(), 500);
+  EXPECT_EQ(ParseDurationMs("60s").value(), 60'000);
+  EXPECT_EQ(ParseDurationMs("1h30m").value(), 5'400'000);
+  EXPECT_EQ(ParseDurationMs("1.5h").value(), 5'400'000);
+  EXPECT_EQ(ParseDurationMs("2d").value(), 172'800'000);
+  for (const char* bad : {"", "5", "-5s", "5x", "s", "1h-2m", "99999d"}) {
+    EXPECT_FALSE(ParseDurationMs(bad).ok()) << bad;
+  }
+  EXPECT_TRUE(ParseBool("yes").value());
+  EXPECT_FALSE(ParseBool("off").value());
+  EXPECT_FALSE(ParseBool("maybe").ok());
+}
+
 }  // namespace
 }  // namespace drover

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <set>
 
 #include "drover/common/ids.h"
@@ -30,7 +31,101 @@ bool IsReservedEnv(std::string_view s) {
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
+bool IsAsciiAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+// 1-63 of [A-Za-z0-9_.-], starting and ending with a letter or digit.
+bool IsLabelToken(std::string_view s) {
+  if (s.empty() || s.size() > 63 || !IsAsciiAlnum(s.front()) || !IsAsciiAlnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return IsAsciiAlnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// What a printable excerpt of untrusted text looks like in an error.
+std::string Excerpt(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return s.size() > 64 ? out + "..." : out;
+}
+
+Status ValidateSchedulingFields(v1::JobSpec* spec) {
+  if (spec->gpu_milli() < 0 || spec->gpu_milli() > sched::kWholeGpu) {
+    return InvalidArgument(fmt::format("gpu_milli {} is outside 0..{} (0 or {} means whole GPUs)", spec->gpu_milli(),
+                                       sched::kWholeGpu, sched::kWholeGpu));
+  }
+  if (spec->gpu_milli() == sched::kWholeGpu) spec->set_gpu_milli(0);
+  if (spec->replicas() < 0 || spec->replicas() > kMaxReplicas) {
+    return InvalidArgument(fmt::format("replicas {} is outside 1..{}", spec->replicas(), kMaxReplicas));
+  }
+  if (spec->replicas() == 0) spec->set_replicas(1);
+  if (int64_t total = int64_t{spec->replicas()} * spec->gpus(); total > kMaxGpusPerGang) {
+    return InvalidArgument(fmt::format("replicas x gpus is {} GPUs, more than {}", total, kMaxGpusPerGang));
+  }
+  if (spec->gpu_milli() > 0) {
+    if (spec->gpus() != 1) {
+      return InvalidArgument(fmt::format("gpu_milli {} is a share of one GPU, but gpus is {} (must be 1)",
+                                         spec->gpu_milli(), spec->gpus()));
+    }
+    if (spec->replicas() != 1) {
+      return InvalidArgument(fmt::format("gpu_milli {} is a share of one GPU, but replicas is {} (must be 1)",
+                                         spec->gpu_milli(), spec->replicas()));
+    }
+    if (spec->gpu_memory_bytes() <= 0) {
+      return InvalidArgument(fmt::format(
+          "gpu_milli {} shares a GPU and needs gpu_memory_bytes > 0: the memory reserved on it", spec->gpu_milli()));
+    }
+  }
+  if (spec->node_selector_size() > kMaxSelectorLabels) {
+    return InvalidArgument(
+        fmt::format("node_selector has {} labels, more than {}", spec->node_selector_size(), kMaxSelectorLabels));
+  }
+  for (const auto& [k, v] : spec->node_selector()) DROVER_RETURN_IF_ERROR(ValidateLabel("node_selector", k, v));
+  if (!spec->topology().empty()) {
+    auto topology = sched::ParseTopology(spec->topology());
+    if (!topology.ok()) {
+      return InvalidArgument(fmt::format(
+          "topology '{}' is unknown (use best-effort, island, numa, switch or rack)", Excerpt(spec->topology())));
+    }
+    spec->set_topology(std::string(sched::TopologyName(*topology)));
+  }
+  if (spec->runtime_estimate_seconds() < 0 || spec->runtime_estimate_seconds() > kMaxEstimateSeconds) {
+    return InvalidArgument(fmt::format("runtime_estimate_seconds {} is outside 0..{} (0 means unknown)",
+                                       spec->runtime_estimate_seconds(), kMaxEstimateSeconds));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+Status ValidateLabel(std::string_view what, std::string_view name, std::string_view value) {
+  std::string_view local = name;
+  if (size_t slash = name.find('/'); slash != std::string_view::npos) {
+    std::string_view prefix = name.substr(0, slash);
+    local = name.substr(slash + 1);
+    bool ok = !prefix.empty() && prefix.size() <= 253;
+    for (size_t i = 0; ok && i < prefix.size();) {
+      size_t dot = prefix.find('.', i);
+      if (dot == std::string_view::npos) dot = prefix.size();
+      std::string_view part = prefix.substr(i, dot - i);
+      ok = ValidateName("label prefix", part).ok();
+      i = dot + 1;
+      if (dot == prefix.size() - 1) ok = false;  // a trailing dot
+    }
+    if (!ok) {
+      return InvalidArgument(fmt::format("{} label '{}' has a bad prefix (expected a DNS name like example.com/)",
+                                         what, Excerpt(name)));
+    }
+  }
+  if (!IsLabelToken(local)) {
+    return InvalidArgument(fmt::format(
+        "{} label name '{}' is not 1-63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit",
+        what, Excerpt(name)));
+  }
+  if (!value.empty() && !IsLabelToken(value)) {
+    return InvalidArgument(fmt::format(
+        "{} label '{}' has value '{}': not 0-63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit",
+        what, Excerpt(name), Excerpt(value)));
+  }
+  return Status::Ok();
+}
 
 Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (!spec->name().empty()) DROVER_RETURN_IF_ERROR(ValidateName("job name", spec->name()));
@@ -81,11 +176,63 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return InvalidArgument(fmt::format("termination_grace_seconds {} is outside 0..{}",
                                        spec->termination_grace_seconds(), kMaxGraceSeconds));
   }
-  return Status::Ok();
+  return ValidateSchedulingFields(spec);
 }
 
 sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec) {
-  return sched::JobRequest{id, spec.gpus(), spec.gpu_memory_bytes(), spec.gpu_model(), spec.gpu_vendor()};
+  sched::JobRequest r;
+  r.id = id;
+  r.tenant = spec.tenant().empty() ? std::string(kDefaultTenant) : spec.tenant();
+  r.priority = spec.priority();
+  r.replicas = spec.replicas() > 0 ? spec.replicas() : 1;
+  r.gpus = spec.gpus();
+  r.gpu_milli = spec.gpu_milli() > 0 && spec.gpu_milli() < sched::kWholeGpu ? spec.gpu_milli() : sched::kWholeGpu;
+  r.gpu_memory_bytes = spec.gpu_memory_bytes();
+  r.gpu_model = spec.gpu_model();
+  r.gpu_vendor = spec.gpu_vendor();
+  r.node_selector = {spec.node_selector().begin(), spec.node_selector().end()};
+  // Normalized specs hold a valid name; an unreadable one (an old record)
+  // asks for nothing rather than failing the job.
+  auto topology = sched::ParseTopology(spec.topology());
+  r.topology = spec.topology().empty() || !topology.ok() ? sched::Topology::kBestEffort : *topology;
+  r.runtime_estimate_ms = spec.runtime_estimate_seconds() * 1000;
+  r.preemptible = spec.preemptible();
+  return r;
+}
+
+sched::Binding ToBinding(const v1::Job& job) {
+  sched::Binding b;
+  b.job_id = job.id();
+  auto one = [](const v1::Allocation& a) {
+    sched::Placement p;
+    p.node = a.node();
+    p.gpu_indices.assign(a.gpu_indices().begin(), a.gpu_indices().end());
+    p.gpu_milli = a.gpu_milli() > 0 ? a.gpu_milli() : sched::kWholeGpu;
+    p.gpu_memory_bytes = a.gpu_memory_bytes();
+    return p;
+  };
+  if (job.status().replicas_size() > 0) {
+    for (const v1::Allocation& a : job.status().replicas()) b.replicas.push_back(one(a));
+  } else {
+    b.replicas.push_back(one(job.status().allocation()));
+  }
+  return b;
+}
+
+void SetAllocation(const sched::Binding& binding, v1::JobStatus* status) {
+  status->clear_allocation();
+  status->clear_replicas();
+  auto fill = [](const sched::Placement& p, v1::Allocation* a) {
+    a->set_node(p.node);
+    for (int i : p.gpu_indices) a->add_gpu_indices(i);
+    a->set_gpu_milli(p.gpu_milli);
+    a->set_gpu_memory_bytes(p.gpu_milli < sched::kWholeGpu ? p.gpu_memory_bytes : 0);
+  };
+  if (binding.replicas.empty()) return;
+  fill(binding.replicas.front(), status->mutable_allocation());
+  if (binding.replicas.size() > 1) {
+    for (const sched::Placement& p : binding.replicas) fill(p, status->add_replicas());
+  }
 }
 
 sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable) {
@@ -94,8 +241,16 @@ sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable) {
   out.schedulable = schedulable;
   for (const v1::Gpu& g : node.gpus()) {
     out.gpus.push_back(sched::GpuInfo{g.index(), g.vendor(), g.model(), g.memory_bytes(),
-                                      g.health() != v1::GPU_HEALTH_UNHEALTHY});
+                                      g.health() != v1::GPU_HEALTH_UNHEALTHY, g.numa_node()});
   }
+  // A matrix of the wrong shape (an old record) is dropped: the scheduler
+  // then derives links from the NUMA nodes.
+  if (node.links_size() == node.gpus_size() * node.gpus_size()) {
+    for (int32_t l : node.links()) {
+      out.links.push_back(static_cast<sched::Link>(std::clamp<int32_t>(l, 0, static_cast<int32_t>(sched::Link::kFabric))));
+    }
+  }
+  out.labels = {node.labels().begin(), node.labels().end()};
   return out;
 }
 
@@ -116,6 +271,33 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
     if (g.model().empty() || g.model().size() > 256 || g.vendor().empty() || g.vendor().size() > 32) {
       return InvalidArgument(fmt::format("node '{}' GPU {} has an empty or oversized model or vendor", req.node_name(), i));
     }
+    if (g.numa_node() < 0 || g.numa_node() > 1023) {
+      return InvalidArgument(
+          fmt::format("node '{}' GPU {} reported NUMA node {}, outside 0..1023", req.node_name(), i, g.numa_node()));
+    }
+  }
+  int64_t n = req.gpus_size();
+  if (req.links_size() != 0 && req.links_size() != n * n) {
+    return InvalidArgument(fmt::format("node '{}' reported a link matrix of {} values, expected {} ({} GPUs squared)",
+                                       req.node_name(), req.links_size(), n * n, n));
+  }
+  for (int i = 0; i < req.links_size(); ++i) {
+    int32_t l = req.links(i);
+    if (l < 0 || l > static_cast<int32_t>(sched::Link::kFabric)) {
+      return InvalidArgument(fmt::format("node '{}' link between GPU {} and GPU {} is {}, outside 0..{}",
+                                         req.node_name(), i / n, i % n, l, static_cast<int>(sched::Link::kFabric)));
+    }
+    if (l != req.links(static_cast<int>((i % n) * n + i / n))) {
+      return InvalidArgument(fmt::format("node '{}' link matrix is not symmetric at GPUs {} and {}", req.node_name(),
+                                         i / n, i % n));
+    }
+  }
+  if (req.labels_size() > kMaxNodeLabels) {
+    return InvalidArgument(
+        fmt::format("node '{}' reported {} labels, more than {}", req.node_name(), req.labels_size(), kMaxNodeLabels));
+  }
+  for (const auto& [k, v] : req.labels()) {
+    DROVER_RETURN_IF_ERROR(ValidateLabel(fmt::format("node '{}'", req.node_name()), k, v));
   }
   if (req.cpu_millis() < 0 || req.memory_bytes() < 0) {
     return InvalidArgument(fmt::format("node '{}' reported negative capacity", req.node_name()));
@@ -123,8 +305,36 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
   return Status::Ok();
 }
 
+std::string WorkloadId(const std::string& job_id, int replica, int replicas) {
+  return replicas > 1 ? fmt::format("{}.{}", job_id, replica) : job_id;
+}
+
+Result<WorkloadRef> ParseWorkloadId(std::string_view id) {
+  WorkloadRef ref;
+  size_t dot = id.find('.');
+  std::string_view job = id.substr(0, dot);
+  DROVER_RETURN_IF_ERROR(ParseJobId(job).status());
+  ref.job_id = std::string(job);
+  if (dot == std::string_view::npos) return ref;
+  std::string_view digits = id.substr(dot + 1);
+  int replica = -1;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), replica);
+  if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || replica < 0 ||
+      replica >= kMaxReplicas || (digits.size() > 1 && digits[0] == '0')) {
+    return InvalidArgument(fmt::format("workload id '{}' is malformed (expected j-000042 or j-000042.3)", Excerpt(id)));
+  }
+  ref.replica = replica;
+  ref.gang = true;
+  return ref;
+}
+
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED || state == v1::JOB_STATE_CANCELLED;
+}
+
+bool HoldsGpus(v1::JobState state) {
+  return state == v1::JOB_STATE_BOUND || state == v1::JOB_STATE_RUNNING || state == v1::JOB_STATE_CANCELLING ||
+         state == v1::JOB_STATE_PREEMPTING;
 }
 
 std::string JobStateDisplay(v1::JobState state) {
@@ -146,7 +356,9 @@ Result<v1::JobState> ParseJobState(std::string_view text) {
   v1::JobState state;
   if (upper == "JOB_STATE_UNSPECIFIED" || !v1::JobState_Parse(upper, &state)) {
     return InvalidArgument(fmt::format(
-        "job state '{}' is unknown (use pending, bound, running, succeeded, failed, cancelling, cancelled)", text));
+        "job state '{}' is unknown (use pending, bound, running, succeeded, failed, cancelling, cancelled, "
+        "preempting)",
+        text));
   }
   return state;
 }

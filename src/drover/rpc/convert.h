@@ -25,19 +25,53 @@ inline constexpr int kMaxEnvVars = 256;
 inline constexpr int kMaxGraceSeconds = 3600;
 inline constexpr int kDefaultGraceSeconds = 10;
 inline constexpr std::string_view kDefaultTenant = "default";
+// Replicas of one gang job, and GPUs of one job in all.
+inline constexpr int kMaxReplicas = 1024;
+inline constexpr int64_t kMaxGpusPerGang = 16384;
+inline constexpr int kMaxSelectorLabels = 32;
+inline constexpr int kMaxNodeLabels = 64;
+// A runtime estimate beyond a year is a typo.
+inline constexpr int64_t kMaxEstimateSeconds = int64_t{366} * 24 * 3600;
 
-// Fills defaults (tenant "default") and checks every field of `spec`.
+// Fills defaults (tenant "default", replicas 1, gpu_milli 1000 -> 0, the
+// topology's canonical name) and checks every field of `spec`.
 Status NormalizeJobSpec(v1::JobSpec* spec);
 
-// The scheduler's view of a job.
+// A label as Kubernetes has them: the name an optional DNS-subdomain prefix
+// and '/', then 1-63 letters, digits, '-', '_' or '.', starting and ending
+// with a letter or digit; the value empty or the same rules. `what` names
+// the map in errors ("node_selector").
+Status ValidateLabel(std::string_view what, std::string_view name, std::string_view value);
+
+// The scheduler's view of a job. `spec` must be normalized.
 sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec);
 inline sched::JobRequest ToJobRequest(const v1::Job& job) { return ToJobRequest(job.id(), job.spec()); }
 sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable);
 
-// Checks an agent's inventory: name, GPU count, indices 0..n-1, sizes.
+// The binding a bound job holds, from its status (recovery).
+sched::Binding ToBinding(const v1::Job& job);
+// Records where each replica runs: `allocation` is the first replica,
+// `replicas` every one.
+void SetAllocation(const sched::Binding& binding, v1::JobStatus* status);
+
+// What agents call one workload: the job id for a job of one replica,
+// "<job id>.<replica>" for a replica of a gang ("j-000007.1").
+std::string WorkloadId(const std::string& job_id, int replica, int replicas);
+struct WorkloadRef {
+  std::string job_id;
+  int replica = 0;
+  bool gang = false;  // the id named a replica
+};
+// Splits a workload id; kInvalidArgument when malformed.
+Result<WorkloadRef> ParseWorkloadId(std::string_view id);
+
+// Checks an agent's inventory: name, GPU count, indices 0..n-1, sizes,
+// NUMA nodes, the link matrix (n*n values of sched::Link) and labels.
 Status ValidateRegister(const v1::RegisterRequest& req);
 
 bool IsTerminal(v1::JobState state);
+// Bound, running, cancelling or preempting: the job holds GPUs.
+bool HoldsGpus(v1::JobState state);
 // "JOB_STATE_RUNNING" -> "Running".
 std::string JobStateDisplay(v1::JobState state);
 // Accepts "running", "Running", "JOB_STATE_RUNNING".

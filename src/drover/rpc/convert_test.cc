@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 namespace drover::rpc {
 namespace {
 
@@ -54,6 +57,48 @@ TEST(NormalizeJobSpecTest, RejectsEveryBadField) {
       {"drover env", [](v1::JobSpec* s) { (*s->mutable_env())["DROVER_GPU_IDS"] = "0"; }, "set by drover"},
       {"relative dir", [](v1::JobSpec* s) { s->set_working_dir("tmp"); }, "not an absolute path"},
       {"grace", [](v1::JobSpec* s) { s->set_termination_grace_seconds(-1); }, "termination_grace_seconds -1"},
+      {"negative share", [](v1::JobSpec* s) { s->set_gpu_milli(-1); }, "gpu_milli -1 is outside 0..1000"},
+      {"share over one", [](v1::JobSpec* s) { s->set_gpu_milli(1500); }, "gpu_milli 1500"},
+      {"share of two gpus",
+       [](v1::JobSpec* s) {
+         s->set_gpu_milli(250);
+         s->set_gpu_memory_bytes(int64_t{10} << 30);
+       },
+       "gpus is 2 (must be 1)"},
+      {"share without memory",
+       [](v1::JobSpec* s) {
+         s->set_gpus(1);
+         s->set_gpu_milli(250);
+       },
+       "needs gpu_memory_bytes > 0"},
+      {"share of a gang",
+       [](v1::JobSpec* s) {
+         s->set_gpus(1);
+         s->set_gpu_milli(250);
+         s->set_gpu_memory_bytes(1 << 30);
+         s->set_replicas(2);
+       },
+       "replicas is 2 (must be 1)"},
+      {"negative replicas", [](v1::JobSpec* s) { s->set_replicas(-1); }, "replicas -1 is outside 1..1024"},
+      {"absurd replicas", [](v1::JobSpec* s) { s->set_replicas(5000); }, "replicas 5000"},
+      {"huge gang",
+       [](v1::JobSpec* s) {
+         s->set_gpus(64);
+         s->set_replicas(1000);
+       },
+       "replicas x gpus is 64000 GPUs"},
+      {"selector name", [](v1::JobSpec* s) { (*s->mutable_node_selector())["-rack"] = "r1"; }, "node_selector label name '-rack'"},
+      {"selector empty name", [](v1::JobSpec* s) { (*s->mutable_node_selector())[""] = "r1"; }, "node_selector label name ''"},
+      {"selector value", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "r 1"; }, "has value 'r 1'"},
+      {"selector prefix", [](v1::JobSpec* s) { (*s->mutable_node_selector())["Bad_Prefix/rack"] = "r1"; }, "bad prefix"},
+      {"long selector value",
+       [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = std::string(64, 'r'); },
+       "has value"},
+      {"topology", [](v1::JobSpec* s) { s->set_topology("galaxy"); }, "topology 'galaxy' is unknown"},
+      {"negative estimate", [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(-5); }, "runtime_estimate_seconds -5"},
+      {"absurd estimate",
+       [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(int64_t{1} << 50); },
+       "runtime_estimate_seconds"},
   };
   for (const BadCase& c : cases) {
     v1::JobSpec s = GoodSpec();
@@ -63,6 +108,154 @@ TEST(NormalizeJobSpecTest, RejectsEveryBadField) {
     EXPECT_EQ(r.code(), Code::kInvalidArgument) << c.what;
     EXPECT_NE(r.message().find(c.message_part), std::string::npos) << c.what << ": " << r.message();
   }
+}
+
+TEST(NormalizeJobSpecTest, MapsEverySchedulingField) {
+  v1::JobSpec s = GoodSpec();
+  s.set_tenant("research");
+  s.set_priority(900);
+  s.set_replicas(0);
+  s.set_gpu_vendor("nvidia");
+  (*s.mutable_node_selector())["rack"] = "r1";
+  (*s.mutable_node_selector())["example.com/pool"] = "";
+  s.set_topology("island");
+  s.set_runtime_estimate_seconds(7200);
+  s.set_preemptible(true);
+  ASSERT_TRUE(NormalizeJobSpec(&s).ok());
+  EXPECT_EQ(s.replicas(), 1);
+  EXPECT_EQ(s.topology(), "island");
+  sched::JobRequest r = ToJobRequest("j-000007", s);
+  EXPECT_EQ(r.tenant, "research");
+  EXPECT_EQ(r.priority, 900);
+  EXPECT_EQ(r.replicas, 1);
+  EXPECT_EQ(r.gpus, 2);
+  EXPECT_EQ(r.gpu_milli, sched::kWholeGpu);
+  EXPECT_FALSE(r.fractional());
+  EXPECT_EQ(r.gpu_vendor, "nvidia");
+  EXPECT_EQ(r.node_selector, (std::map<std::string, std::string>{{"rack", "r1"}, {"example.com/pool", ""}}));
+  EXPECT_EQ(r.topology, sched::Topology::kIsland);
+  EXPECT_EQ(r.runtime_estimate_ms, 7'200'000);
+  EXPECT_TRUE(r.preemptible);
+
+  // A share of one GPU.
+  v1::JobSpec f = GoodSpec();
+  f.set_gpus(1);
+  f.set_gpu_milli(250);
+  f.set_gpu_memory_bytes(int64_t{20} << 30);
+  ASSERT_TRUE(NormalizeJobSpec(&f).ok());
+  sched::JobRequest fr = ToJobRequest("j-000008", f);
+  EXPECT_TRUE(fr.fractional());
+  EXPECT_EQ(fr.gpu_milli, 250);
+  EXPECT_EQ(fr.gpu_memory_bytes, int64_t{20} << 30);
+  EXPECT_EQ(fr.tenant, "default");
+  EXPECT_EQ(fr.topology, sched::Topology::kBestEffort);
+  EXPECT_EQ(fr.runtime_estimate_ms, 0);
+  EXPECT_FALSE(fr.preemptible);
+
+  // 1000 thousandths is a whole GPU; a gang keeps its shape.
+  v1::JobSpec g = GoodSpec();
+  g.set_gpu_milli(1000);
+  g.set_replicas(4);
+  g.set_topology("best-effort");
+  ASSERT_TRUE(NormalizeJobSpec(&g).ok());
+  EXPECT_EQ(g.gpu_milli(), 0);
+  sched::JobRequest gr = ToJobRequest("j-000009", g);
+  EXPECT_EQ(gr.replicas, 4);
+  EXPECT_EQ(gr.milli(), 4 * 2 * sched::kWholeGpu);
+}
+
+TEST(AllocationTest, BindingRoundTripsThroughTheJobStatus) {
+  sched::Binding b{"j-000001", {sched::Placement{"gpu-01", {3}, 250, int64_t{10} << 30}}};
+  v1::Job job;
+  job.set_id("j-000001");
+  SetAllocation(b, job.mutable_status());
+  EXPECT_EQ(job.status().allocation().node(), "gpu-01");
+  EXPECT_EQ(job.status().allocation().gpu_milli(), 250);
+  EXPECT_EQ(job.status().replicas_size(), 0);
+  sched::Binding back = ToBinding(job);
+  ASSERT_EQ(back.replicas.size(), 1u);
+  EXPECT_EQ(back.replicas[0].gpu_indices, std::vector<int>{3});
+  EXPECT_EQ(back.replicas[0].gpu_milli, 250);
+  EXPECT_EQ(back.replicas[0].gpu_memory_bytes, int64_t{10} << 30);
+
+  sched::Binding gang{"j-000002", {sched::Placement{"a", {0, 1}, 1000, 0}, sched::Placement{"b", {4, 5}, 1000, 0}}};
+  SetAllocation(gang, job.mutable_status());
+  EXPECT_EQ(job.status().allocation().node(), "a");
+  ASSERT_EQ(job.status().replicas_size(), 2);
+  back = ToBinding(job);
+  ASSERT_EQ(back.replicas.size(), 2u);
+  EXPECT_EQ(back.replicas[1].node, "b");
+  EXPECT_EQ(back.replicas[1].gpu_indices, (std::vector<int>{4, 5}));
+
+  // Records from before shares existed hold gpu_milli 0: whole GPUs.
+  v1::Job old;
+  old.mutable_status()->mutable_allocation()->set_node("n");
+  old.mutable_status()->mutable_allocation()->add_gpu_indices(0);
+  EXPECT_EQ(ToBinding(old).replicas[0].gpu_milli, sched::kWholeGpu);
+}
+
+TEST(WorkloadIdTest, NamesReplicasOfGangsOnly) {
+  EXPECT_EQ(WorkloadId("j-000007", 0, 1), "j-000007");
+  EXPECT_EQ(WorkloadId("j-000007", 1, 2), "j-000007.1");
+  auto one = ParseWorkloadId("j-000007");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->job_id, "j-000007");
+  EXPECT_FALSE(one->gang);
+  auto rep = ParseWorkloadId("j-000007.12");
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->job_id, "j-000007");
+  EXPECT_EQ(rep->replica, 12);
+  EXPECT_TRUE(rep->gang);
+  for (const char* bad : {"", "j-000007.", "j-000007.x", "j-000007.-1", "j-000007.01", "j-000007.5000", "x.1",
+                          "j-000007.1.2"}) {
+    EXPECT_FALSE(ParseWorkloadId(bad).ok()) << bad;
+  }
+}
+
+TEST(ValidateRegisterTest, ChecksTopologyAndLabels) {
+  v1::RegisterRequest req;
+  req.set_node_name("gpu-01");
+  for (int i = 0; i < 2; ++i) {
+    v1::Gpu* g = req.add_gpus();
+    g->set_index(i);
+    g->set_vendor("nvidia");
+    g->set_model("H100 80GB");
+    g->set_memory_bytes(int64_t{80} << 30);
+    g->set_numa_node(i);
+  }
+  for (int l : {3, 0, 0, 3}) req.add_links(l);
+  (*req.mutable_labels())["rack"] = "r1";
+  ASSERT_TRUE(ValidateRegister(req).ok()) << ValidateRegister(req).ToString();
+  v1::Node node;
+  node.set_name("gpu-01");
+  *node.mutable_gpus() = req.gpus();
+  *node.mutable_links() = req.links();
+  *node.mutable_labels() = req.labels();
+  sched::NodeInfo info = ToNodeInfo(node, true);
+  EXPECT_EQ(info.gpus[1].numa_node, 1);
+  EXPECT_EQ(info.links, (std::vector<sched::Link>{sched::Link::kFabric, sched::Link::kCrossSocket,
+                                                  sched::Link::kCrossSocket, sched::Link::kFabric}));
+  EXPECT_EQ(info.labels.at("rack"), "r1");
+  EXPECT_TRUE(info.schedulable);
+
+  auto bad = req;
+  bad.add_links(1);
+  EXPECT_NE(ValidateRegister(bad).message().find("link matrix of 5 values, expected 4"), std::string::npos);
+  bad = req;
+  bad.set_links(1, 7);
+  EXPECT_NE(ValidateRegister(bad).message().find("outside 0..3"), std::string::npos);
+  bad = req;
+  bad.set_links(1, 2);
+  EXPECT_NE(ValidateRegister(bad).message().find("not symmetric"), std::string::npos);
+  bad = req;
+  bad.mutable_gpus(0)->set_numa_node(-1);
+  EXPECT_NE(ValidateRegister(bad).message().find("NUMA node -1"), std::string::npos);
+  bad = req;
+  (*bad.mutable_labels())["rack"] = "not ok";
+  EXPECT_EQ(ValidateRegister(bad).code(), Code::kInvalidArgument);
+  bad = req;
+  bad.clear_links();
+  EXPECT_TRUE(ValidateRegister(bad).ok()) << "no matrix: derived from NUMA nodes";
 }
 
 TEST(ValidateRegisterTest, ChecksInventory) {
@@ -97,6 +290,11 @@ TEST(ValidateRegisterTest, ChecksInventory) {
 TEST(JobStateTest, DisplayAndParse) {
   EXPECT_EQ(JobStateDisplay(v1::JOB_STATE_RUNNING), "Running");
   EXPECT_EQ(JobStateDisplay(v1::JOB_STATE_CANCELLING), "Cancelling");
+  EXPECT_EQ(JobStateDisplay(v1::JOB_STATE_PREEMPTING), "Preempting");
+  EXPECT_EQ(ParseJobState("preempting").value(), v1::JOB_STATE_PREEMPTING);
+  EXPECT_TRUE(HoldsGpus(v1::JOB_STATE_PREEMPTING));
+  EXPECT_FALSE(HoldsGpus(v1::JOB_STATE_PENDING));
+  EXPECT_FALSE(IsTerminal(v1::JOB_STATE_PREEMPTING));
   EXPECT_EQ(ParseJobState("running").value(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(ParseJobState("JOB_STATE_FAILED").value(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(ParseJobState("exploded").status().code(), Code::kInvalidArgument);

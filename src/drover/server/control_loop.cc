@@ -14,7 +14,8 @@ constexpr std::string_view kNodesPrefix = "/nodes/";
 
 }  // namespace
 
-ControlLoop::ControlLoop(store::Store* store, Clock* clock) : store_(store), clock_(clock), loop_("control-loop") {
+ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions options)
+    : store_(store), clock_(clock), options_(std::move(options)), loop_("control-loop"), sched_(options_.scheduler) {
   loop_.SetBatchHook([this] { AfterBatch(); });
 }
 
@@ -68,7 +69,12 @@ Status ControlLoop::EnsureRecovered() {
 // worked: a failed rebuild leaves the previous state (and its id counter)
 // alone rather than serving, and later overwriting records, from nothing.
 Status ControlLoop::Recover() {
-  sched::Scheduler sched;
+  sched::Scheduler sched(options_.scheduler);
+  for (const sched::TenantInfo& t : options_.tenants) {
+    if (Status s = sched.SetTenant(t); !s.ok()) {
+      return Status(s.code(), fmt::format("tenant '{}': {}", t.name, s.message()));
+    }
+  }
   std::map<uint64_t, v1::Job> jobs;
   std::map<std::string, NodeEntry> nodes;
   std::map<std::string, std::set<uint64_t>> active;
@@ -102,19 +108,26 @@ Status ControlLoop::Recover() {
   }
   size_t queued = 0;
   size_t bound = 0;
+  constexpr int64_t kNsPerMs = 1'000'000;
   for (auto& [seq, job] : jobs) {  // submission order, so the queue keeps its order
     v1::JobState state = job.status().state();
     if (state == v1::JOB_STATE_PENDING) {
-      DROVER_RETURN_IF_ERROR(sched.Enqueue(rpc::ToJobRequest(job)));
+      DROVER_RETURN_IF_ERROR(sched.Enqueue(rpc::ToJobRequest(job), job.status().submit_time_unix_nanos() / kNsPerMs));
       ++queued;
-    } else if (!rpc::IsTerminal(state)) {
-      const v1::Allocation& a = job.status().allocation();
-      sched::Binding b{job.id(), a.node(), {a.gpu_indices().begin(), a.gpu_indices().end()}};
-      if (Status st = sched.Restore(rpc::ToJobRequest(job), b); !st.ok()) {
-        spdlog::error("job '{}' could not be restored on node '{}': {}", job.id(), a.node(), st.message());
+    } else if (rpc::HoldsGpus(state)) {
+      sched::Binding b = rpc::ToBinding(job);
+      if (Status st = sched.Restore(rpc::ToJobRequest(job), b, job.status().bind_time_unix_nanos() / kNsPerMs);
+          !st.ok()) {
+        spdlog::error("job '{}' could not be restored on node '{}': {}", job.id(), job.status().allocation().node(),
+                      st.message());
         continue;
       }
-      active[a.node()].insert(seq);
+      if (state == v1::JOB_STATE_PREEMPTING) {
+        if (Status st = sched.MarkPreempting(job.id(), job.status().preempted_for()); !st.ok()) {
+          spdlog::error("job '{}' could not be marked as being preempted: {}", job.id(), st.message());
+        }
+      }
+      for (const sched::Placement& p : b.replicas) active[p.node].insert(seq);
       ++bound;
     }
   }
@@ -139,22 +152,16 @@ void ControlLoop::Persist(const v1::Node& node) {
   ops_.push_back(store::Op::Put(std::string(kNodesPrefix) + node.name(), node.SerializeAsString()));
 }
 
+int64_t ControlLoop::NowNs() const { return ToUnixNanos(clock_->Now()); }
+int64_t ControlLoop::NowMs() const { return NowNs() / 1'000'000; }
+
 void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
-  int64_t now = ToUnixNanos(clock_->Now());
-  for (sched::Binding& b : sched_.Schedule()) {
-    auto seq = ParseJobId(b.job_id);
-    v1::Job& job = jobs_.at(*seq);
-    v1::JobStatus* st = job.mutable_status();
-    st->set_state(v1::JOB_STATE_BOUND);
-    st->set_bind_time_unix_nanos(now);
-    st->clear_message();
-    st->mutable_allocation()->set_node(b.node);
-    for (int i : b.gpu_indices) st->mutable_allocation()->add_gpu_indices(i);
-    active_on_node_[b.node].insert(*seq);
-    dirty_nodes_.insert(b.node);
-    Persist(job);
-  }
+  sched::Decisions decisions = sched_.Schedule(NowMs());
+  // Victims first: a binding never waits on them (their GPUs are free only
+  // once they are requeued), but the records of one pass go out together.
+  for (const sched::Preemption& p : decisions.preemptions) ApplyPreemption(p);
+  for (const sched::Binding& b : decisions.bindings) ApplyBinding(b);
   Commit();
 }
 
@@ -200,7 +207,12 @@ v1::Job* ControlLoop::FindJob(const std::string& id) {
 
 v1::Job ControlLoop::View(const v1::Job& job) const {
   v1::Job out = job;
-  if (job.status().state() == v1::JOB_STATE_PENDING) out.mutable_status()->set_message(sched_.PendingReason(job.id()));
+  if (job.status().state() == v1::JOB_STATE_PENDING) {
+    // Why it waits now, and, for a job queued again, why it stopped.
+    std::string reason = sched_.PendingReason(job.id());
+    if (!job.status().message().empty()) reason += " (" + job.status().message() + ")";
+    out.mutable_status()->set_message(std::move(reason));
+  }
   return out;
 }
 
@@ -211,8 +223,14 @@ v1::Node ControlLoop::View(const NodeEntry& entry) const {
   if (auto it = active_on_node_.find(entry.node.name()); it != active_on_node_.end()) {
     for (uint64_t seq : it->second) {
       const v1::Job& job = jobs_.at(seq);
-      for (int i : job.status().allocation().gpu_indices()) {
-        if (i >= 0 && i < out.gpus_size()) out.mutable_gpus(i)->set_job_id(job.id());
+      for (const sched::Placement& p : rpc::ToBinding(job).replicas) {
+        if (p.node != entry.node.name()) continue;
+        for (int i : p.gpu_indices) {
+          if (i < 0 || i >= out.gpus_size()) continue;
+          v1::Gpu* g = out.mutable_gpus(i);
+          // A shared GPU lists every job on it.
+          g->set_job_id(g->job_id().empty() ? job.id() : g->job_id() + "," + job.id());
+        }
       }
     }
   }
@@ -225,7 +243,22 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
   if (it == active_on_node_.end()) return out;
   for (uint64_t seq : it->second) {
     const v1::Job& job = jobs_.at(seq);
+    if (job.spec().replicas() > 1) {
+      AddGangWorkloads(job, node, &out);
+      continue;
+    }
     v1::JobState state = job.status().state();
+    bool cancelled_while_preempted = state == v1::JOB_STATE_CANCELLING && job.status().stop_grace_seconds() > 0;
+    if (state == v1::JOB_STATE_PREEMPTING || cancelled_while_preempted) {
+      // Not desired, so the agent stops it, with the grace of the preemption
+      // (kept when a user cancels it meanwhile: the agent may already have
+      // sent SIGTERM, and the shorter grace was promised).
+      v1::Stop* stop = out.add_stops();
+      stop->set_job_id(job.id());
+      stop->set_grace_seconds(job.status().stop_grace_seconds());
+      stop->set_reason(job.status().message());
+      continue;
+    }
     if (state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) continue;  // cancelling: stop it
     v1::Workload* w = out.add_workloads();
     w->set_job_id(job.id());
@@ -245,37 +278,23 @@ void ControlLoop::UpdateSchedulable(const std::string& name) {
   sched_.SetSchedulable(name, it->second.sink != nullptr && !it->second.node.drained());
 }
 
-void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns,
-                         std::string message) {
-  v1::JobStatus* st = job->mutable_status();
-  st->set_state(state);
-  st->set_exit_code(exit_code);
-  st->set_signal(signal);
-  st->set_end_time_unix_nanos(end_ns);
-  st->set_message(std::move(message));
-  sched_.Remove(job->id());
-  const std::string& node = st->allocation().node();
-  if (!node.empty()) {
-    active_on_node_[node].erase(*ParseJobId(job->id()));
-    dirty_nodes_.insert(node);
-  }
-  Persist(*job);
-}
-
 // ---- jobs ----
 
 std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
   return Call<v1::Job>([this, spec = std::move(spec)]() -> Result<v1::Job> {
     sched::JobRequest req = rpc::ToJobRequest("", spec);
     if (auto why = sched_.NeverFits(req)) return FailedPrecondition("job can never fit on this cluster: " + *why);
-    uint64_t seq = next_seq_++;
+    uint64_t seq = next_seq_;
+    req.id = FormatJobId(seq);
+    int64_t now = NowNs();
+    // Enqueue first: a job the scheduler refuses is neither stored nor given an id.
+    if (Status s = sched_.Enqueue(req, now / 1'000'000); !s.ok()) return s;
+    ++next_seq_;
     v1::Job& job = jobs_[seq];
-    job.set_id(FormatJobId(seq));
+    job.set_id(req.id);
     *job.mutable_spec() = spec;
     job.mutable_status()->set_state(v1::JOB_STATE_PENDING);
-    job.mutable_status()->set_submit_time_unix_nanos(ToUnixNanos(clock_->Now()));
-    req.id = job.id();
-    if (Status s = sched_.Enqueue(req); !s.ok()) return s;
+    job.mutable_status()->set_submit_time_unix_nanos(now);
     Persist(job);
     return job;
   });
@@ -290,13 +309,14 @@ std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
       return FailedPrecondition(
           fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
     }
-    int64_t now = ToUnixNanos(clock_->Now());
     if (state == v1::JOB_STATE_PENDING) {
-      Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, now, "cancelled before it started");
+      Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, NowNs(), "cancelled before it started");
     } else if (state != v1::JOB_STATE_CANCELLING) {
+      // Bound, running or being preempted: stop it; it ends CANCELLED once
+      // its process is gone (a preempted one is then not queued again).
       job->mutable_status()->set_state(v1::JOB_STATE_CANCELLING);
       job->mutable_status()->set_message("cancel requested; stopping the process");
-      dirty_nodes_.insert(job->status().allocation().node());
+      for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
       Persist(*job);
     }
     return View(*job);
@@ -359,17 +379,21 @@ std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool dra
 
 std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
   return Call<Done>([this, req = std::move(req)]() -> Result<Done> {
-    NodeEntry& entry = nodes_[req.node_name()];
-    v1::Node& node = entry.node;
-    bool is_new = node.name().empty();
+    auto it = nodes_.find(req.node_name());
+    bool is_new = it == nodes_.end();
+    // Changed on a copy: an inventory the scheduler refuses changes nothing.
+    v1::Node node = is_new ? v1::Node() : it->second.node;
     node.set_name(req.node_name());
     *node.mutable_gpus() = req.gpus();
     node.set_cpu_millis(req.cpu_millis());
     node.set_memory_bytes(req.memory_bytes());
     node.set_agent_version(req.agent_version());
-    if (is_new) node.set_registered_unix_nanos(ToUnixNanos(clock_->Now()));
-    bool schedulable = entry.sink != nullptr && !node.drained();
+    *node.mutable_labels() = req.labels();
+    *node.mutable_links() = req.links();
+    if (is_new) node.set_registered_unix_nanos(NowNs());
+    bool schedulable = !is_new && it->second.sink != nullptr && !node.drained();
     DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(node, schedulable)));
+    nodes_[req.node_name()].node = node;
     Persist(node);
     spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
     return Done{};
@@ -405,43 +429,6 @@ void ControlLoop::Heartbeat(std::string node) {
   });
 }
 
-void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws) {
-  v1::Job* job = FindJob(ws.job_id());
-  // A workload this node should not run is simply left out of its desired
-  // set; the agent stops it. Nothing to record.
-  if (job == nullptr || job->status().allocation().node() != node) return;
-  v1::JobState state = job->status().state();
-  if (rpc::IsTerminal(state) || state == v1::JOB_STATE_PENDING) return;
-  switch (ws.state()) {
-    case v1::WORKLOAD_STATE_RUNNING:
-      if (state == v1::JOB_STATE_BOUND) {
-        job->mutable_status()->set_state(v1::JOB_STATE_RUNNING);
-        job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
-        Persist(*job);
-      }
-      break;
-    case v1::WORKLOAD_STATE_EXITED:
-    case v1::WORKLOAD_STATE_FAILED_TO_START: {
-      if (job->status().start_time_unix_nanos() == 0) {
-        job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
-      }
-      v1::JobState end = state == v1::JOB_STATE_CANCELLING ? v1::JOB_STATE_CANCELLED
-                         : (ws.state() == v1::WORKLOAD_STATE_EXITED && ws.exit_code() == 0 && ws.signal() == 0)
-                             ? v1::JOB_STATE_SUCCEEDED
-                             : v1::JOB_STATE_FAILED;
-      std::string message = ws.message();
-      if (message.empty()) {
-        message = ws.signal() != 0 ? fmt::format("killed by signal {}", ws.signal())
-                                   : fmt::format("exited with code {}", ws.exit_code());
-      }
-      Finish(job, end, ws.exit_code(), ws.signal(), ws.end_time_unix_nanos(), std::move(message));
-      break;
-    }
-    default:
-      spdlog::warn("node '{}' sent job '{}' in unknown workload state {}", node, ws.job_id(), static_cast<int>(ws.state()));
-  }
-}
-
 void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
   loop_.Post([this, node = std::move(node), report = std::move(report)] {
     if (!EnsureRecovered().ok()) return;  // the session is reset; the agent reports again
@@ -449,24 +436,10 @@ void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
     if (it == nodes_.end()) return;
     std::set<std::string> reported;
     for (const v1::WorkloadStatus& ws : report.workloads()) {
-      reported.insert(ws.job_id());
+      reported.insert(ws.workload_id().empty() ? ws.job_id() : ws.workload_id());
       ApplyWorkloadStatus(node, ws);
     }
-    if (!report.full()) return;
-    // A full report lists everything the agent knows: a job that was running
-    // there and is missing from it is gone (the agent lost its state).
-    std::vector<uint64_t> lost;
-    for (uint64_t seq : active_on_node_[node]) {
-      const v1::Job& job = jobs_.at(seq);
-      if (job.status().state() != v1::JOB_STATE_BOUND && !reported.contains(job.id())) lost.push_back(seq);
-    }
-    int64_t now = ToUnixNanos(clock_->Now());
-    for (uint64_t seq : lost) {
-      v1::Job& job = jobs_.at(seq);
-      bool cancelling = job.status().state() == v1::JOB_STATE_CANCELLING;
-      Finish(&job, cancelling ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED, -1, 0, now,
-             fmt::format("node '{}' no longer knows the job", node));
-    }
+    if (report.full()) ApplyLost(node, reported);
   });
 }
 

@@ -11,7 +11,15 @@
 //
 // On Start() the state is rebuilt from the store: jobs, their bindings and
 // the queue in submission order; nodes stay not-ready until their agent's
-// session returns. If a commit fails, the batch's callers get the error and
+// session returns. The scheduler's policies and tenants come from
+// ControlLoopOptions (the server's configuration), not from the store.
+//
+// Preemption: a decision to preempt a job marks it PREEMPTING and drops it
+// from its node's desired set, with a Stop entry that carries the grace
+// period; once the agent reports the process gone, the job is queued again
+// (PENDING, same submission order) or, if it happened to finish with code
+// 0, it SUCCEEDED. See control_loop_jobs.cc; gangs (one workload per
+// replica) are in control_loop_gangs.cc. If a commit fails, the batch's callers get the error and
 // the state is rebuilt from the store again, so memory never runs ahead of
 // what is durable; while the store cannot even be read, every command gets
 // kUnavailable and nothing is written.
@@ -49,9 +57,16 @@ class AgentSink {
 // The value of a command that answers only "done".
 struct Done {};
 
+struct ControlLoopOptions {
+  sched::Config scheduler;
+  // Tenants with weights, guarantees and borrowing limits; a job of any
+  // other tenant gets weight 1, no guarantee and no limit.
+  std::vector<sched::TenantInfo> tenants;
+};
+
 class ControlLoop {
  public:
-  ControlLoop(store::Store* store, Clock* clock);
+  ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions options = {});
   ~ControlLoop();
 
   Status Start();
@@ -98,10 +113,29 @@ class ControlLoop {
   void Commit();
   void Persist(const v1::Job& job);
   void Persist(const v1::Node& node);
+  int64_t NowNs() const;
+  int64_t NowMs() const;
 
   v1::Job* FindJob(const std::string& id);
+  // ---- job lifecycle (control_loop_jobs.cc) ----
+  void ApplyBinding(const sched::Binding& binding);
+  void ApplyPreemption(const sched::Preemption& preemption);
+  // Ends a job for good and frees its GPUs.
   void Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns, std::string message);
+  // A preempted job's process is gone: it waits in the queue again.
+  void Requeue(v1::Job* job);
+  // Leaves the nodes the job ran on (they are told their new desired set).
+  void Release(v1::Job* job);
   void ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws);
+  // A full report from `node` lacked these jobs that should run there.
+  void ApplyLost(const std::string& node, const std::set<std::string>& reported);
+  // ---- gangs: one workload per replica (control_loop_gangs.cc) ----
+  void AddGangWorkloads(const v1::Job& job, const std::string& node, v1::DesiredWorkloads* out) const;
+  void ApplyGangStatus(v1::Job* job, int replica, const v1::WorkloadStatus& ws);
+  void ApplyGangLost(v1::Job* job, const std::string& node, const std::set<std::string>& reported);
+  // Marks one replica ended; ends, requeues or keeps stopping the gang.
+  void EndReplica(v1::Job* job, int replica, bool failed_to_start, int exit_code, int signal, int64_t end_ns,
+                  std::string message);
   void UpdateSchedulable(const std::string& name);
   v1::Job View(const v1::Job& job) const;
   v1::Node View(const NodeEntry& entry) const;
@@ -109,6 +143,7 @@ class ControlLoop {
 
   store::Store* store_;
   Clock* clock_;
+  const ControlLoopOptions options_;
   runtime::EventLoop loop_;
 
   // Owned by the loop thread.
@@ -116,7 +151,7 @@ class ControlLoop {
   std::map<uint64_t, v1::Job> jobs_;  // by sequence number: submission order
   uint64_t next_seq_ = 1;
   std::map<std::string, NodeEntry> nodes_;
-  std::map<std::string, std::set<uint64_t>> active_on_node_;  // bound, running or cancelling
+  std::map<std::string, std::set<uint64_t>> active_on_node_;  // jobs holding GPUs there (rpc::HoldsGpus)
   // The open batch.
   std::vector<store::Op> ops_;
   std::vector<Ack> acks_;

@@ -37,7 +37,7 @@ class ServerImpl final : public Server {
     DROVER_ASSIGN_OR_RETURN(store_, store::OpenSqliteStore(o.data_dir + "/drover.db", SystemClock::Get()));
     DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
     logs_ = std::make_unique<LogStore>(std::move(logs));
-    loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get());
+    loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), o.control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
     api_ = std::make_unique<ApiService>(loop_.get(), logs_.get());
 

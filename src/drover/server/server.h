@@ -11,6 +11,7 @@
 #include <string>
 
 #include "drover/common/status.h"
+#include "drover/server/control_loop.h"
 
 namespace drover::server {
 
@@ -18,6 +19,8 @@ struct ServerOptions {
   std::string data_dir = ".drover";
   std::string grpc_listen = "127.0.0.1:7070";
   std::string http_listen = "127.0.0.1:8080";
+  // Scheduler policies and tenants (MakeControlLoopOptions).
+  ControlLoopOptions control = {};
 };
 
 class Server {

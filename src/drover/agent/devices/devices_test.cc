@@ -157,5 +157,34 @@ TEST(OpenClBackendTest, DiscoversTheMachinesDevices) {
   }
 }
 
+TEST(SimulatedBackendTest, ReportsARealisticTopologyPerModel) {
+  // HGX H100: one NVSwitch island, GPUs 0-3 on NUMA node 0 and 4-7 on 1.
+  auto hgx = MakeSimulatedBackend({.count = 8, .model = "H100 80GB", .node_name = "n"});
+  ASSERT_TRUE(hgx.ok());
+  auto devices = (*hgx)->Discover();
+  ASSERT_TRUE(devices.ok());
+  for (const GpuDevice& d : *devices) EXPECT_EQ(d.numa_node, d.index < 4 ? 0 : 1) << d.index;
+  std::vector<DeviceLink> links = (*hgx)->Links();
+  ASSERT_EQ(links.size(), 64u);
+  for (DeviceLink l : links) EXPECT_EQ(l, DeviceLink::kFabric);
+
+  // PCIe L4 cards: pairs behind one switch, no fabric.
+  auto pcie = MakeSimulatedBackend({.count = 4, .model = "L4", .node_name = "n"});
+  ASSERT_TRUE(pcie.ok());
+  ASSERT_TRUE((*pcie)->Discover().ok());
+  links = (*pcie)->Links();
+  ASSERT_EQ(links.size(), 16u);
+  EXPECT_EQ(links[0 * 4 + 1], DeviceLink::kPcieSwitch);
+  EXPECT_EQ(links[2 * 4 + 3], DeviceLink::kPcieSwitch);
+  EXPECT_EQ(links[0 * 4 + 2], DeviceLink::kCrossSocket);
+  EXPECT_EQ(links[1 * 4 + 3], DeviceLink::kCrossSocket);
+
+  // MI300X: every GPU on xGMI.
+  auto amd = MakeSimulatedBackend({.count = 8, .model = "MI300X", .node_name = "n"});
+  ASSERT_TRUE(amd.ok());
+  ASSERT_TRUE((*amd)->Discover().ok());
+  for (DeviceLink l : (*amd)->Links()) EXPECT_EQ(l, DeviceLink::kFabric);
+}
+
 }  // namespace
 }  // namespace drover::agent

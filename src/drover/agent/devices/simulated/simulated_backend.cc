@@ -57,12 +57,33 @@ class SimulatedBackend final : public DeviceBackend {
       device.memory_bytes = model_.memory_bytes;
       device.healthy = true;
       device.backend = "simulated";
+      device.numa_node = NumaOf(i);
       devices.push_back(std::move(device));
     }
     return devices;
   }
 
+  std::vector<DeviceLink> Links() const override {
+    std::vector<DeviceLink> links;
+    links.reserve(static_cast<size_t>(count_) * static_cast<size_t>(count_));
+    for (int i = 0; i < count_; ++i) {
+      for (int j = 0; j < count_; ++j) {
+        if (model_.fabric && i / 8 == j / 8) {
+          links.push_back(DeviceLink::kFabric);
+        } else if (!model_.fabric && i / 2 == j / 2) {
+          links.push_back(DeviceLink::kPcieSwitch);
+        } else {
+          links.push_back(NumaOf(i) == NumaOf(j) ? DeviceLink::kSameNuma : DeviceLink::kCrossSocket);
+        }
+      }
+    }
+    return links;
+  }
+
  private:
+  // Two sockets, the first half of the GPUs on the first.
+  int NumaOf(int i) const { return count_ >= 2 && i >= (count_ + 1) / 2 ? 1 : 0; }
+
   SimulatedModel model_;
   int count_;
   std::string node_name_;
@@ -73,16 +94,16 @@ class SimulatedBackend final : public DeviceBackend {
 const std::vector<SimulatedModel>& SimulatedModels() {
   // Memory as the simulator accounts for it: the marketing size in GiB.
   static const std::vector<SimulatedModel> kModels = {
-      {"H100 80GB", "nvidia", 80 * kGiB},
-      {"H100 94GB", "nvidia", 94 * kGiB},
-      {"H200 141GB", "nvidia", 141 * kGiB},
-      {"A100 80GB", "nvidia", 80 * kGiB},
-      {"A100 40GB", "nvidia", 40 * kGiB},
-      {"L40S", "nvidia", 48 * kGiB},
-      {"L4", "nvidia", 24 * kGiB},
-      {"MI300X", "amd", 192 * kGiB},
-      {"MI250X", "amd", 128 * kGiB},
-      {"Max 1550", "intel", 128 * kGiB},
+      {"H100 80GB", "nvidia", 80 * kGiB, true},   // HGX: NVSwitch
+      {"H100 94GB", "nvidia", 94 * kGiB, true},
+      {"H200 141GB", "nvidia", 141 * kGiB, true},
+      {"A100 80GB", "nvidia", 80 * kGiB, true},
+      {"A100 40GB", "nvidia", 40 * kGiB, true},
+      {"L40S", "nvidia", 48 * kGiB, false},       // PCIe cards
+      {"L4", "nvidia", 24 * kGiB, false},
+      {"MI300X", "amd", 192 * kGiB, true},        // OAM: xGMI
+      {"MI250X", "amd", 128 * kGiB, true},
+      {"Max 1550", "intel", 128 * kGiB, true},    // Xe Link
   };
   return kModels;
 }
