@@ -42,7 +42,9 @@ std::string MilliGpus(int64_t milli) {
 // "8 GPUs of model 'H100 80GB'", "250 milli-GPU and 10GiB of one GPU".
 std::string Describe(const JobRequest& job) {
   std::string what;
-  if (job.fractional()) {
+  if (job.gpus == 0) {
+    what = "no GPU";
+  } else if (job.fractional()) {
     what = fmt::format("{} milli-GPU and {} of one GPU", job.gpu_milli, Bytes(job.gpu_memory_bytes));
   } else {
     what = Gpus(job.gpus);
@@ -50,12 +52,23 @@ std::string Describe(const JobRequest& job) {
   if (!job.gpu_vendor.empty()) what += fmt::format(" of vendor '{}'", job.gpu_vendor);
   if (!job.gpu_model.empty()) what += fmt::format(" of model '{}'", job.gpu_model);
   if (!job.fractional() && job.gpu_memory_bytes > 0) what += fmt::format(" with at least {} each", Bytes(job.gpu_memory_bytes));
+  if (job.cpu_milli > 0) what += fmt::format(", {} milli-CPU", job.cpu_milli);
+  if (job.memory_bytes > 0) what += fmt::format(", {} of host memory", Bytes(job.memory_bytes));
   if (!job.node_selector.empty()) {
     std::string sel;
     for (const auto& [k, v] : job.node_selector) sel += fmt::format("{}{}={}", sel.empty() ? "" : ",", k, v);
     what += fmt::format(" on nodes labelled {}", sel);
   }
   return what;
+}
+
+// How many replicas of `job` the host resources `cpu` / `mem` of a node
+// hold (capacity 0 = untracked = unlimited).
+int64_t HostReplicas(const JobRequest& job, int64_t cpu_cap, int64_t cpu, int64_t mem_cap, int64_t mem) {
+  int64_t n = INT64_MAX;
+  if (cpu_cap > 0 && job.cpu_milli > 0) n = std::min(n, std::max<int64_t>(0, cpu) / job.cpu_milli);
+  if (mem_cap > 0 && job.memory_bytes > 0) n = std::min(n, std::max<int64_t>(0, mem) / job.memory_bytes);
+  return n;
 }
 
 std::string Within(Topology t) {
@@ -140,6 +153,10 @@ std::string State::Shortfall(int job) const {
   const JobRequest& req = j.req;
   const Why& why = j.why;
   auto node_name = [&](int n) { return n >= 0 ? nodes[n].info.name : std::string("?"); };
+  if (req.gpus == 0) {
+    if (auto never = NeverFits(req)) return "waiting: can never run on the cluster as it is now: " + *never;
+    return fmt::format("waiting: needs {}; no ready node has that much CPU and host memory free", Describe(req));
+  }
   // No place now: say what the best ready node offers.
   int best = 0;
   int best_node = -1;
@@ -169,10 +186,12 @@ std::string State::Shortfall(int job) const {
         have = std::popcount(usable);
       }
       if (req.replicas > 1) {
-        best += have / req.gpus;  // replicas that fit now, over every node
+        int fit = static_cast<int>(std::min<int64_t>(
+            have / req.gpus, HostReplicas(req, n.info.cpu_milli, n.free_cpu, n.info.memory_bytes, n.free_host_mem)));
+        best += fit;  // replicas that fit now, over every node
         best_node = -1;
         int dom = req.topology == Topology::kSwitch ? n.switch_domain : req.topology == Topology::kRack ? n.rack_domain : -1;
-        if (dom >= 0) per_domain[dom] += have / req.gpus;
+        if (dom >= 0) per_domain[dom] += fit;
       } else if (have > best) {
         best = have;
         best_node = static_cast<int>(ni);
@@ -242,7 +261,12 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
     });
     if (!selected) continue;
     const NodeTopology& topo = s.topos[n.topo];
+    if ((n.info.cpu_milli > 0 && n.info.cpu_milli < req.cpu_milli) ||
+        (n.info.memory_bytes > 0 && n.info.memory_bytes < req.memory_bytes)) {
+      continue;
+    }
     int here = 0;
+    if (req.gpus == 0) here = kMaxGpusPerNode;  // host resources only
     for (const ClassSlot& slot : n.classes) {
       if (!s.ClassMatches(req, slot.cls)) continue;
       int count = std::popcount(slot.mask);
@@ -257,6 +281,8 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
                                   : 1);
       }
     }
+    here = static_cast<int>(std::min<int64_t>(
+        here, HostReplicas(req, n.info.cpu_milli, n.info.cpu_milli, n.info.memory_bytes, n.info.memory_bytes)));
     replicas += here;
     int dom = req.topology == Topology::kSwitch ? n.switch_domain : req.topology == Topology::kRack ? n.rack_domain : -1;
     if (dom >= 0) per_domain[dom] += here;
@@ -269,6 +295,7 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
                        Describe(req), most);
   }
   if (replicas >= req.replicas) return std::nullopt;
+  if (req.gpus == 0) return fmt::format("no node has {} milli-CPU and {} of host memory", req.cpu_milli, Bytes(req.memory_bytes));
   if (req.replicas > 1) {
     return fmt::format("the cluster holds at most {} replicas of {}, and the job needs {}", replicas, Describe(req), req.replicas);
   }

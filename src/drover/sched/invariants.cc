@@ -19,6 +19,8 @@ Status Scheduler::CheckInvariants() const {
   for (auto& a : mem) a.fill(0);
   for (auto& a : whole_holders) a.fill(0);
   std::vector<int64_t> tenant_milli(s.tenants.size(), 0);
+  std::vector<int64_t> host_cpu(s.nodes.size(), 0);
+  std::vector<int64_t> host_mem(s.nodes.size(), 0);
   std::vector<std::map<std::string, int64_t>> tenant_model(s.tenants.size());
   size_t bound = 0;
   size_t pending = 0;
@@ -48,6 +50,9 @@ Status Scheduler::CheckInvariants() const {
         mem[h.node][g] += h.milli == kWholeGpu ? 0 : h.mem;
         if (h.milli == kWholeGpu) ++whole_holders[h.node][g];
       }
+      host_cpu[h.node] += j.req.cpu_milli;
+      host_mem[h.node] += j.req.memory_bytes;
+      if (h.cls < 0) continue;  // CPU-only
       tenant_milli[j.tenant] += int64_t{std::popcount(h.mask)} * h.milli;
       tenant_model[j.tenant][s.classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
     }
@@ -57,6 +62,12 @@ Status Scheduler::CheckInvariants() const {
   if (priorities != s.preemptible_priorities) return Internal("the index of preemptible priorities is stale");
   for (size_t ni = 0; ni < s.nodes.size(); ++ni) {
     const NodeState& n = s.nodes[ni];
+    if (n.free_cpu != n.info.cpu_milli - host_cpu[ni] || n.free_host_mem != n.info.memory_bytes - host_mem[ni]) {
+      return Internal(fmt::format("node '{}' free CPU or host memory is stale", n.info.name));
+    }
+    if ((n.info.cpu_milli > 0 && n.free_cpu < 0) || (n.info.memory_bytes > 0 && n.free_host_mem < 0)) {
+      return Internal(fmt::format("node '{}' has more CPU or host memory taken than it has", n.info.name));
+    }
     for (uint64_t m = n.present; m != 0; m &= m - 1) {
       int g = std::countr_zero(m);
       const std::string where = fmt::format("node '{}' GPU {}", n.info.name, g);

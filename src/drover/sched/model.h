@@ -48,6 +48,9 @@ struct NodeInfo {
   std::vector<Link> links;
   // Free-form labels; "switch" and "rack" are the topology domains of gangs.
   std::map<std::string, std::string> labels;
+  // Host capacity for jobs; 0 = not tracked (no limit).
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
   // A node takes new work only when connected and not drained.
   bool schedulable = false;
 };
@@ -71,7 +74,7 @@ struct JobRequest {
   int priority = 0;  // larger runs first; preempts smaller when allowed
   // Gang shape: `replicas` x `gpus` GPUs, placed all or nothing.
   int replicas = 1;
-  int gpus = 1;  // per replica, on one node
+  int gpus = 1;  // per replica, on one node; 0 = a CPU-only job (host resources only)
   // kWholeGpu: whole GPUs. Less: a share of ONE GPU (gpus must be 1) that
   // also reserves `gpu_memory_bytes` of its memory.
   int gpu_milli = kWholeGpu;
@@ -79,8 +82,12 @@ struct JobRequest {
   // A share: the memory reserved on the shared GPU.
   int64_t gpu_memory_bytes = 0;
   std::string gpu_model;   // exact, empty = any
+  std::vector<std::string> gpu_models;  // any of these (and gpu_model if set); empty = any
   std::string gpu_vendor;  // exact, empty = any
   std::map<std::string, std::string> node_selector;  // every label must match
+  // Host resources per replica, against the node's cpu_milli / memory_bytes.
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
   Topology topology = Topology::kBestEffort;
   int64_t runtime_estimate_ms = 0;  // 0 = unknown
   bool preemptible = false;

@@ -81,6 +81,9 @@ bool State::ClassMatches(const JobRequest& job, int cls) const {
   const GpuClass& c = classes[cls];
   if (!job.gpu_vendor.empty() && c.vendor != job.gpu_vendor) return false;
   if (!job.gpu_model.empty() && c.model != job.gpu_model) return false;
+  if (!job.gpu_models.empty() && std::find(job.gpu_models.begin(), job.gpu_models.end(), c.model) == job.gpu_models.end()) {
+    return false;
+  }
   return c.memory_bytes >= job.gpu_memory_bytes;
 }
 
@@ -91,6 +94,41 @@ bool State::NodeMatches(const JobRequest& job, const NodeState& node) const {
     if (it == node.info.labels.end() || it->second != v) return false;
   }
   return true;
+}
+
+bool State::HostFits(const JobRequest& job, const NodeState& node) const {
+  if (node.info.cpu_milli > 0 && node.free_cpu < job.cpu_milli) return false;
+  return node.info.memory_bytes <= 0 || node.free_host_mem >= job.memory_bytes;
+}
+
+bool State::PickHostOnly(int job, const std::vector<int>* within, Pick* out) const {
+  // CPU-only work goes where it strands the fewest GPUs: nodes with the
+  // fewest free GPUs first (none is best), then the least free CPU
+  // (binpack) or the most (spread). A scan over the nodes: CPU-only jobs
+  // are rare next to GPU jobs on a GPU cluster.
+  const JobRequest& req = jobs[job].req;
+  bool spread = config.placement == PlacementPolicy::kSpread;
+  bool found = false;
+  std::pair<int64_t, int64_t> best{};
+  auto consider = [&](int ni) {
+    const NodeState& n = nodes[ni];
+    if (!NodeMatches(req, n) || !HostFits(req, n)) return;
+    int64_t free_gpu = 0;
+    for (uint64_t m = n.present & n.healthy; m != 0; m &= m - 1) free_gpu += n.free_milli[std::countr_zero(m)];
+    int64_t cpu = n.info.cpu_milli > 0 ? n.free_cpu : INT64_MAX / 2;
+    std::pair<int64_t, int64_t> key = spread ? std::make_pair(-free_gpu, -cpu) : std::make_pair(free_gpu, cpu);
+    if (!found || key < best) {
+      best = key;
+      *out = Pick{ni, -1, 0, kWholeGpu, 0, Link::kFabric, 0};
+      found = true;
+    }
+  };
+  if (within != nullptr) {
+    for (int ni : *within) consider(ni);
+  } else {
+    for (size_t ni = 0; ni < nodes.size(); ++ni) consider(static_cast<int>(ni));
+  }
+  return found;
 }
 
 void State::SetBucket(int node, ClassSlot& slot, int slot_index, int count) {
@@ -176,6 +214,7 @@ void State::Charge(int job, const Held& h, int sign) {
     int g = std::countr_zero(m);
     mem += h.milli == kWholeGpu ? (g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0) : h.mem;
   }
+  if (h.cls < 0) return;  // a CPU-only replica holds no GPU
   t.milli += sign * milli;
   t.mem += sign * mem;
   int64_t& by = t.by_model[classes[h.cls].model];
@@ -192,6 +231,8 @@ void State::Hold(int job, const Held& h) {
     n.free_mem[g] -= h.milli == kWholeGpu ? cap : h.mem;
   }
   n.whole_free &= ~h.mask;
+  n.free_cpu -= jobs[job].req.cpu_milli;
+  n.free_host_mem -= jobs[job].req.memory_bytes;
   if (std::find(n.jobs.begin(), n.jobs.end(), job) == n.jobs.end()) n.jobs.push_back(job);
   for (size_t i = 0; i < n.classes.size(); ++i) {
     ClassSlot& slot = n.classes[i];
@@ -211,6 +252,8 @@ void State::Release(int job, const Held& h) {
     n.free_mem[g] += h.milli == kWholeGpu ? cap : h.mem;
     if (n.free_milli[g] == kWholeGpu && (n.present & (uint64_t{1} << g)) != 0) n.whole_free |= uint64_t{1} << g;
   }
+  n.free_cpu += jobs[job].req.cpu_milli;
+  n.free_host_mem += jobs[job].req.memory_bytes;
   bool other_replica_here = false;
   for (const Held& o : jobs[job].held) {
     if (&o != &h && o.node == h.node && !(o.mask == h.mask && o.milli == h.milli)) other_replica_here = true;
@@ -259,6 +302,7 @@ uint64_t State::UsableWhole(int job, const NodeState& node, uint64_t class_mask,
 
 bool State::PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pick* out) const {
   const NodeState& n = nodes[node];
+  if (!HostFits(req, n)) return false;
   const NodeTopology& topo = topos[n.topo];
   bool spread = config.placement == PlacementPolicy::kSpread;
   bool found = false;
@@ -347,7 +391,9 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
       int gpu = key % kMaxGpusPerNode;
       const NodeState& n = nodes[node];
       uint64_t bit = uint64_t{1} << gpu;
-      if (n.free_mem[gpu] < req.gpu_memory_bytes || !NodeMatches(req, n) || !OnlyMine(job, node, bit)) return false;
+      if (n.free_mem[gpu] < req.gpu_memory_bytes || !NodeMatches(req, n) || !HostFits(req, n) || !OnlyMine(job, node, bit)) {
+        return false;
+      }
       if ((n.reserved & bit) != 0 && !may_reserved) return false;
       return within == nullptr || std::find(within->begin(), within->end(), node) != within->end();
     };
@@ -398,7 +444,9 @@ bool State::PlaceReplicas(int job, int64_t now, const std::vector<int>* within, 
   out->clear();
   for (int r = 0; r < req.replicas; ++r) {
     Pick p;
-    bool ok = req.fractional() ? PickFraction(job, now, within, &p) : PickWhole(job, req, now, within, &p);
+    bool ok = req.gpus == 0      ? PickHostOnly(job, within, &p)
+              : req.fractional() ? PickFraction(job, now, within, &p)
+                                 : PickWhole(job, req, now, within, &p);
     if (!ok) {
       for (auto it = out->rbegin(); it != out->rend(); ++it) Release(job, *it);
       out->clear();
@@ -485,7 +533,7 @@ void State::Unbind(int job, int64_t now) {
 
 bool State::Reserve(int job, int64_t now) {
   const JobRequest& req = jobs[job].req;
-  if (req.fractional()) return false;
+  if (req.fractional() || req.gpus == 0) return false;
   struct Candidate {
     int64_t at;
     int missing;  // GPUs still held by jobs without an estimate

@@ -31,6 +31,8 @@ namespace {
 
 struct View {
   uint64_t whole_free = 0;
+  int64_t cpu = 0;       // host resources left
+  int64_t host_mem = 0;
   std::array<int, kMaxGpusPerNode> milli{};
   std::array<int64_t, kMaxGpusPerNode> mem{};
 };
@@ -38,6 +40,8 @@ struct View {
 View ViewOf(const NodeState& n) {
   View v;
   v.whole_free = n.whole_free;
+  v.cpu = n.free_cpu;
+  v.host_mem = n.free_host_mem;
   for (int g = 0; g < kMaxGpusPerNode; ++g) {
     v.milli[g] = n.free_milli[g];
     v.mem[g] = n.free_mem[g];
@@ -49,7 +53,9 @@ int64_t Capacity(const NodeState& n, int g) {
   return g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0;
 }
 
-void Apply(View* v, const NodeState& n, const Held& h, int sign) {
+void Apply(View* v, const NodeState& n, const JobRequest& owner, const Held& h, int sign) {
+  v->cpu += sign * owner.cpu_milli;
+  v->host_mem += sign * owner.memory_bytes;
   for (uint64_t m = h.mask; m != 0; m &= m - 1) {
     int g = std::countr_zero(m);
     v->milli[g] += sign * h.milli;
@@ -75,7 +81,9 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
   // chosen before it) are gone, i.e. the job runs on borrowed GPUs.
   const TenantState& vt = tenants[v.tenant];
   std::map<std::string, int64_t> held;
-  for (const Held& h : v.held) held[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+  for (const Held& h : v.held) {
+    if (h.cls >= 0) held[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+  }
   bool reclaim = false;
   const TenantState& jt = tenants[j.tenant];
   for (const auto& [model, milli] : held) {
@@ -100,6 +108,7 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
 bool State::HasCandidates(int job) const {
   if (preemptible_priorities.empty()) return false;
   const JobState& j = jobs[job];
+  if (j.req.gpus == 0) return false;  // CPU-only work does not preempt
   if (*preemptible_priorities.begin() < j.req.priority) return true;
   // Quota reclaim needs the job's tenant below a guarantee it fits in, and
   // another tenant above its own guarantee of that model.
@@ -148,6 +157,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   std::map<std::pair<int, std::string>, int64_t> released;  // by (tenant, model), for MayPreempt
   auto release_tally = [&](std::map<std::pair<int, std::string>, int64_t>* tally, int victim, int sign) {
     for (const Held& h : jobs[victim].held) {
+      if (h.cls < 0) continue;  // CPU-only
       (*tally)[{jobs[victim].tenant, classes[h.cls].model}] += sign * int64_t{std::popcount(h.mask)} * h.milli;
     }
   };
@@ -156,7 +166,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   auto release_everywhere = [&](int victim) {
     for (const Held& h : jobs[victim].held) {
       View v = view_of(h.node);
-      Apply(&v, nodes[h.node], h, +1);
+      Apply(&v, nodes[h.node], jobs[victim].req, h, +1);
       views[h.node] = v;
     }
   };
@@ -164,6 +174,9 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   auto fit = [&](int ni, const View& v, Pick* out) {
     const NodeState& n = nodes[ni];
     const NodeTopology& topo = topos[n.topo];
+    if ((n.info.cpu_milli > 0 && v.cpu < req.cpu_milli) || (n.info.memory_bytes > 0 && v.host_mem < req.memory_bytes)) {
+      return false;
+    }
     uint64_t others = n.nominated;
     for (const auto& [nd, mine] : j.nomination) {
       if (nd == ni) others &= ~mine;
@@ -229,7 +242,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
         if (!MayPreempt(job, cands[k], tally)) continue;  // taking it too would break a guarantee
         release_tally(&tally, cands[k], +1);
         for (const Held& h : jobs[cands[k]].held) {
-          if (h.node == static_cast<int>(ni)) Apply(&v, n, h, +1);
+          if (h.node == static_cast<int>(ni)) Apply(&v, n, jobs[cands[k]].req, h, +1);
         }
         added.push_back(cands[k]);
         ok = fit(static_cast<int>(ni), v, &p);
@@ -241,7 +254,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
         for (size_t o = 0; o < added.size(); ++o) {
           if (o == k) continue;
           for (const Held& h : jobs[added[o]].held) {
-            if (h.node == static_cast<int>(ni)) Apply(&without, n, h, +1);
+            if (h.node == static_cast<int>(ni)) Apply(&without, n, jobs[added[o]].req, h, +1);
           }
         }
         Pick q;
@@ -269,7 +282,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       release_tally(&released, o, +1);
     }
     View v = view_of(best->pick.node);
-    Apply(&v, nodes[best->pick.node], Held{best->pick.node, best->pick.cls, best->pick.mask, best->pick.milli, best->pick.mem}, -1);
+    Apply(&v, nodes[best->pick.node], req, Held{best->pick.node, best->pick.cls, best->pick.mask, best->pick.milli, best->pick.mem}, -1);
     views[best->pick.node] = v;
     picks.push_back(best->pick);
   }

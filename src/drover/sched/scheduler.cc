@@ -22,8 +22,11 @@ Status ValidateRequest(const JobRequest& job) {
   if (job.replicas < 1 || job.replicas > kMaxReplicas) {
     return InvalidArgument(fmt::format("job '{}' asks for {} replicas, outside 1..{}", job.id, job.replicas, kMaxReplicas));
   }
-  if (job.gpus < 1 || job.gpus > kMaxGpusPerNode) {
-    return InvalidArgument(fmt::format("job '{}' asks for {} GPUs per replica, outside 1..{}", job.id, job.gpus, kMaxGpusPerNode));
+  if (job.gpus < 0 || job.gpus > kMaxGpusPerNode) {
+    return InvalidArgument(fmt::format("job '{}' asks for {} GPUs per replica, outside 0..{}", job.id, job.gpus, kMaxGpusPerNode));
+  }
+  if (job.cpu_milli < 0 || job.memory_bytes < 0) {
+    return InvalidArgument(fmt::format("job '{}' asks for negative CPU or host memory", job.id));
   }
   if (job.gpu_milli < 1 || job.gpu_milli > kWholeGpu) {
     return InvalidArgument(fmt::format("job '{}' asks for {} milli-GPU, outside 1..{}", job.id, job.gpu_milli, kWholeGpu));
@@ -103,6 +106,9 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     }
     if (g.memory_bytes < 0) return InvalidArgument(fmt::format("node '{}' GPU {} has negative memory", info.name, i));
   }
+  if (info.cpu_milli < 0 || info.memory_bytes < 0) {
+    return InvalidArgument(fmt::format("node '{}' has negative CPU or memory capacity", info.name));
+  }
   if (!info.links.empty() && info.links.size() != n * n) {
     return InvalidArgument(fmt::format("node '{}' has a link matrix of {} entries, expected {} x {}", info.name,
                                        info.links.size(), n, n));
@@ -164,9 +170,13 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     node.free_milli[g] = kWholeGpu;
     node.free_mem[g] = g < static_cast<int>(n) ? info.gpus[g].memory_bytes : 0;
   }
+  node.free_cpu = info.cpu_milli;
+  node.free_host_mem = info.memory_bytes;
   for (int j : node.jobs) {
     for (const Held& h : s.jobs[j].held) {
       if (h.node != idx) continue;
+      node.free_cpu -= s.jobs[j].req.cpu_milli;
+      node.free_host_mem -= s.jobs[j].req.memory_bytes;
       for (uint64_t m = h.mask; m != 0; m &= m - 1) {
         int g = std::countr_zero(m);
         node.free_milli[g] = static_cast<int16_t>(node.free_milli[g] - h.milli);
@@ -265,7 +275,8 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
       }
       mask |= uint64_t{1} << i;
     }
-    Held h{n->second, node.gpu_class[std::countr_zero(mask)], mask, req.gpu_milli, req.fractional() ? req.gpu_memory_bytes : 0};
+    Held h{n->second, mask == 0 ? -1 : node.gpu_class[std::countr_zero(mask)], mask, req.gpu_milli,
+           req.fractional() ? req.gpu_memory_bytes : 0};
     for (uint64_t m = mask; m != 0; m &= m - 1) {
       int g = std::countr_zero(m);
       bool taken = req.fractional() ? (node.free_milli[g] < h.milli || node.free_mem[g] < h.mem)

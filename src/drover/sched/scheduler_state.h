@@ -56,6 +56,8 @@ struct NodeState {
   uint64_t nominated = 0;  // promised to preemptors, waiting for victims to stop
   uint64_t reserved = 0;   // the pass's EASY reservation
   std::vector<int> jobs;   // bound jobs with a replica here
+  int64_t free_cpu = 0;    // host resources left (meaningful when info.cpu_milli > 0)
+  int64_t free_host_mem = 0;  // (when info.memory_bytes > 0)
   int switch_domain = -1;
   int rack_domain = -1;
 };
@@ -168,6 +170,10 @@ struct State {
   int TenantFor(const std::string& name);
   bool ClassMatches(const JobRequest& job, int cls) const;
   bool NodeMatches(const JobRequest& job, const NodeState& node) const;
+  // The node's CPU and host memory can take one more replica of `job`.
+  bool HostFits(const JobRequest& job, const NodeState& node) const;
+  // A replica of a CPU-only job (gpus == 0).
+  bool PickHostOnly(int job, const std::vector<int>* within, Pick* out) const;
   void Recount(int node);  // buckets, domains and shared GPUs of one node
   void SetBucket(int node, ClassSlot& slot, int slot_index, int count);
   void UpdateShared(int node, int gpu);

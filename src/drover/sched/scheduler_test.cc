@@ -76,6 +76,49 @@ TEST_F(SchedulerTest, BinpackFillsTheFullestNodeThatFits) {
   EXPECT_EQ(Where(d, "two").substr(0, 1), first.substr(0, 1));
 }
 
+TEST_F(SchedulerTest, HostCpuAndMemoryMustFitToo) {
+  NodeInfo small = MakeNode("small", 8);
+  small.cpu_milli = 8000;
+  small.memory_bytes = 64 * kGiB;
+  Add(small);
+  JobRequest j = Job("cpu-hungry", 1);
+  j.cpu_milli = 6000;
+  Submit(j);
+  EXPECT_EQ(Where(Pass(), "cpu-hungry"), "small[0]");
+  JobRequest k = Job("second", 1);
+  k.cpu_milli = 4000;  // 2000 milli-CPU left: the free GPUs cannot be used
+  Submit(k);
+  EXPECT_TRUE(Pass().bindings.empty());
+  JobRequest never = Job("never", 1);
+  never.memory_bytes = 128 * kGiB;
+  EXPECT_TRUE(s.NeverFits(never).has_value());
+  s.Remove("cpu-hungry", 1);
+  EXPECT_EQ(Pass(1).bindings.size(), 1u);
+}
+
+TEST_F(SchedulerTest, CpuOnlyJobsAvoidNodesWithFreeGpus) {
+  NodeInfo a = MakeNode("a", 2);
+  a.cpu_milli = 16000;
+  NodeInfo b = MakeNode("b", 2);
+  b.cpu_milli = 16000;
+  Add(a);
+  Add(b);
+  Submit(Job("two", 2));
+  std::string full = Where(Pass(), "two").substr(0, 1);
+  JobRequest cpu = Job("cpu", 0);
+  cpu.cpu_milli = 8000;
+  Submit(cpu);
+  // The CPU-only job goes where no GPU is left to strand.
+  EXPECT_EQ(Where(Pass(), "cpu"), full + "[]");
+  JobRequest models = Job("either", 1);
+  models.gpu_models = {"A100 40GB", "H100 80GB"};
+  Submit(models);
+  EXPECT_EQ(Pass().bindings.size(), 1u);
+  JobRequest none = Job("none", 1);
+  none.gpu_models = {"A100 40GB"};
+  EXPECT_TRUE(s.NeverFits(none).has_value());
+}
+
 TEST(SchedulerSpreadTest, SpreadTakesTheEmptiestNode) {
   Scheduler s(Config{.placement = PlacementPolicy::kSpread});
   ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());

@@ -171,6 +171,10 @@ NodeInfo World::RandomNode(int i) {
     n.labels["switch"] = fmt::format("r{}-s{}", rack, U(0, 1));
   }
   n.labels["zone"] = fmt::format("z{}", U(0, 1));
+  if (rng_.Bernoulli(0.5)) {  // host resources tracked
+    n.cpu_milli = U(4, 64) * 1000;
+    n.memory_bytes = U(16, 512) * kGiB;
+  }
   n.schedulable = !rng_.Bernoulli(0.1);
   return n;
 }
@@ -208,7 +212,10 @@ JobRequest World::RandomJob() {
   j.tenant = Pick(tenant_names_);
   j.priority = static_cast<int>(Pick<int64_t>({0, 0, 10, 10, 100, 1000, U(0, 5)}));
   int64_t shape = U(0, 99);
-  if (shape < 15) {
+  if (shape < 5) {
+    j.gpus = 0;  // CPU-only
+    j.cpu_milli = U(1, 32) * 1000;
+  } else if (shape < 15) {
     j.gpu_milli = static_cast<int>(Pick<int64_t>({100, 250, 500, 750}));
     j.gpu_memory_bytes = U(1, 48) * kGiB;
   } else if (shape < 30) {
@@ -217,8 +224,14 @@ JobRequest World::RandomJob() {
   } else {
     j.gpus = static_cast<int>(Pick<int64_t>({1, 1, 1, 2, 2, 4, 8, U(1, 16)}));
   }
+  if (rng_.Bernoulli(0.4)) {
+    j.cpu_milli = U(1, 16) * 1000;
+    j.memory_bytes = U(1, 128) * kGiB;
+  }
   if (rng_.Bernoulli(0.15)) {
     j.gpu_model = kClasses[U(0, kClassCount - 1)].model;
+  } else if (rng_.Bernoulli(0.05)) {
+    j.gpu_models = {kClasses[U(0, kClassCount - 1)].model, kClasses[U(0, kClassCount - 1)].model};
   } else if (rng_.Bernoulli(0.1)) {
     j.gpu_vendor = kClasses[U(0, kClassCount - 1)].vendor;
   }
