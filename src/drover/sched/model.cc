@@ -46,7 +46,13 @@ std::string_view QueuePolicyName(QueuePolicy p) {
 }
 
 std::string_view PlacementPolicyName(PlacementPolicy p) {
-  return p == PlacementPolicy::kSpread ? "spread" : "binpack";
+  switch (p) {
+    case PlacementPolicy::kBinpack: return "binpack";
+    case PlacementPolicy::kSpread: return "spread";
+    case PlacementPolicy::kBestFit: return "best-fit";
+    case PlacementPolicy::kRandom: return "random";
+  }
+  return "unknown";
 }
 
 Result<QueuePolicy> ParseQueuePolicy(std::string_view s) {
@@ -58,9 +64,11 @@ Result<QueuePolicy> ParseQueuePolicy(std::string_view s) {
 }
 
 Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s) {
-  if (s == "binpack") return PlacementPolicy::kBinpack;
-  if (s == "spread") return PlacementPolicy::kSpread;
-  return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack or spread)", s));
+  for (PlacementPolicy p : {PlacementPolicy::kBinpack, PlacementPolicy::kSpread, PlacementPolicy::kBestFit,
+                            PlacementPolicy::kRandom}) {
+    if (s == PlacementPolicyName(p)) return p;
+  }
+  return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack, spread, best-fit or random)", s));
 }
 
 }  // namespace drover::sched

@@ -147,11 +147,15 @@ enum class QueuePolicy : uint8_t {
 enum class PlacementPolicy : uint8_t {
   kBinpack,  // fewest free GPUs that fit, keeping whole GPUs and islands free
   kSpread,   // most free GPUs first
+  // Reference baselines from the FGD paper (Weng et al., ATC '23), for the
+  // simulator's comparisons; both scan every node per decision.
+  kBestFit,  // the node left with the least resources (CPU, memory, GPU shares, normalised sum)
+  kRandom,   // a uniformly random node that fits (seeded by Config::seed)
 };
 std::string_view QueuePolicyName(QueuePolicy p);
 std::string_view PlacementPolicyName(PlacementPolicy p);
 Result<QueuePolicy> ParseQueuePolicy(std::string_view s);          // fifo|priority|fair-share|las|sjf
-Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s);  // binpack|spread
+Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s);  // binpack|spread|best-fit|random
 
 struct Config {
   QueuePolicy queue = QueuePolicy::kPriority;
@@ -165,6 +169,8 @@ struct Config {
   int64_t aging_ms = 60'000;
   // Time a preempted job gets between SIGTERM and SIGKILL.
   int64_t preemption_grace_ms = 30'000;
+  // Seed of PlacementPolicy::kRandom (the only randomness in the scheduler).
+  uint64_t seed = 1;
 };
 
 }  // namespace drover::sched

@@ -444,7 +444,9 @@ bool State::PlaceReplicas(int job, int64_t now, const std::vector<int>* within, 
   out->clear();
   for (int r = 0; r < req.replicas; ++r) {
     Pick p;
-    bool ok = req.gpus == 0      ? PickHostOnly(job, within, &p)
+    bool baseline = config.placement == PlacementPolicy::kBestFit || config.placement == PlacementPolicy::kRandom;
+    bool ok = baseline           ? PickBaseline(job, now, within, &p)
+              : req.gpus == 0    ? PickHostOnly(job, within, &p)
               : req.fractional() ? PickFraction(job, now, within, &p)
                                  : PickWhole(job, req, now, within, &p);
     if (!ok) {

@@ -42,7 +42,10 @@ Status ValidateRequest(const JobRequest& job) {
 
 }  // namespace
 
-Scheduler::Scheduler(Config config) : s_(std::make_unique<State>()) { s_->config = config; }
+Scheduler::Scheduler(Config config) : s_(std::make_unique<State>()) {
+  s_->config = config;
+  s_->rng = Rng(config.seed);
+}
 Scheduler::~Scheduler() = default;
 Scheduler::Scheduler(Scheduler&&) noexcept = default;
 Scheduler& Scheduler::operator=(Scheduler&&) noexcept = default;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "drover/common/rng.h"
 #include "drover/sched/scheduler.h"
 #include "drover/sched/topology.h"
 
@@ -145,6 +146,7 @@ struct State {
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
   std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
   mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
+  mutable Rng rng{1};              // PlacementPolicy::kRandom only
   std::vector<JobState> jobs;
   std::vector<int> free_jobs;
   std::unordered_map<std::string, int> job_ids;
@@ -172,6 +174,9 @@ struct State {
   bool NodeMatches(const JobRequest& job, const NodeState& node) const;
   // The node's CPU and host memory can take one more replica of `job`.
   bool HostFits(const JobRequest& job, const NodeState& node) const;
+  // The FGD paper's reference baselines (best-fit, random): a scan of every
+  // node; baselines.cc.
+  bool PickBaseline(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
   // A replica of a CPU-only job (gpus == 0).
   bool PickHostOnly(int job, const std::vector<int>* within, Pick* out) const;
   void Recount(int node);  // buckets, domains and shared GPUs of one node

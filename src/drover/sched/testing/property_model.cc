@@ -22,7 +22,9 @@ namespace drover::sched::testing {
 std::string PolicyName(const Policy& p) {
   std::string q(QueuePolicyName(p.queue));
   std::replace(q.begin(), q.end(), '-', '_');
-  return fmt::format("{}_{}_{}_{}", q, PlacementPolicyName(p.placement), p.backfill ? "backfill" : "strict",
+  std::string placement(PlacementPolicyName(p.placement));
+  std::replace(placement.begin(), placement.end(), '-', '_');
+  return fmt::format("{}_{}_{}_{}", q, placement, p.backfill ? "backfill" : "strict",
                      p.preemption ? "preempt" : "nopreempt");
 }
 
@@ -35,6 +37,10 @@ std::vector<Policy> AllPolicies() {
         for (bool preemption : {true, false}) out.push_back({q, p, backfill, preemption});
       }
     }
+  }
+  // The reference baselines under one queue policy, with everything on.
+  for (PlacementPolicy p : {PlacementPolicy::kBestFit, PlacementPolicy::kRandom}) {
+    out.push_back({QueuePolicy::kPriority, p, true, true});
   }
   return out;
 }
