@@ -17,6 +17,8 @@ PACKAGES=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   # integration tests
   curl procps
+  # charts of `drover sim --out` (optional at run time: the report says when it is missing)
+  gnuplot-nox
 )
 
 missing=()

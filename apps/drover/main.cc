@@ -24,6 +24,9 @@
 #include "drover/runtime/logging.h"
 #include "drover/server/scheduler_options.h"
 #include "drover/server/server.h"
+#include "drover/sim/engine.h"
+#include "drover/sim/loaders.h"
+#include "drover/sim/report.h"
 
 namespace {
 
@@ -186,6 +189,71 @@ int RunAgentRole(const RoleFlags& f) {
   return 0;
 }
 
+struct SimFlags {
+  std::string cluster;
+  std::string workload;
+  std::string mode = "time";
+  std::string policy;
+  uint64_t seed = 1;
+  bool seed_given = false;
+  double inflate = 0;
+  std::string stop_delay = "0";
+  std::string tick = "0";
+  std::string out;
+  std::string gnuplot = "gnuplot";
+  bool check = false;
+};
+
+// `drover sim`: loads the inputs, runs the engine, prints a summary and
+// (with --out) writes the report. Single-threaded; starts no server.
+int RunSim(const SimFlags& f, const std::vector<std::string>& args) {
+  namespace sim = drover::sim;
+  sim::EngineOptions o;
+  o.seed = f.seed;
+  o.inflate = f.inflate;
+  o.check = f.check;
+  auto mode = sim::ParseMode(f.mode);
+  if (!mode.ok()) return BadConfig(mode.status());
+  o.mode = *mode;
+  auto policy = sim::ParsePolicy(f.policy);
+  if (!policy.ok()) return BadConfig(policy.status());
+  o.config = *policy;
+  auto stop = drover::ParseDurationMs(f.stop_delay);
+  if (!stop.ok()) return BadConfig(drover::InvalidArgument("--stop-delay: " + stop.status().message()));
+  o.stop_delay_ms = *stop;
+  auto tick = drover::ParseDurationMs(f.tick);
+  if (!tick.ok()) return BadConfig(drover::InvalidArgument("--tick: " + tick.status().message()));
+  o.tick_ms = *tick;
+  auto cluster = sim::LoadCluster(f.cluster);
+  if (!cluster.ok()) return BadConfig(cluster.status());
+  // --seed also replaces a synthetic workload's own seed, but only when given.
+  auto workload = f.seed_given ? sim::LoadWorkload(f.workload, f.seed) : sim::LoadWorkload(f.workload);
+  if (!workload.ok()) return BadConfig(workload.status());
+  auto run = sim::Simulate(*cluster, *workload, o);
+  if (!run.ok()) {
+    std::cerr << "error: " << run.status().message() << "\n";
+    return drover::cli::kExitFailure;
+  }
+  sim::RunInfo info;
+  for (size_t i = 0; i < args.size(); ++i) info.command += (i ? " " : "") + args[i];
+  info.cluster = cluster->name;
+  info.workload = workload->name;
+  info.cluster_spec = f.cluster;
+  info.workload_spec = f.workload;
+  info.nodes = static_cast<int64_t>(cluster->nodes.size());
+  info.gpus = cluster->gpus();
+  info.options = o;
+  std::cout << sim::HumanSummary(info, *run);
+  if (!f.out.empty()) {
+    if (Status s = sim::WriteReport(f.out, info, *run, {f.gnuplot}); !s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      return drover::cli::kExitFailure;
+    }
+    std::cout << "report: " << f.out << "/report.html\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -259,6 +327,30 @@ int main(int argc, char** argv) {
   agent->add_option("--label", f.labels, "node label, NAME=VALUE, repeatable (e.g. rack=r12)");
   agent->add_option("--config", "YAML file of this role's flags");
   agent->callback([&] { exit_code = RunAgentRole(f); });
+
+  SimFlags sf;
+  CLI::App* sim = app.add_subcommand("sim", "replay a cluster trace through the scheduler on a virtual clock");
+  sim->add_option("--cluster", sf.cluster, "cluster: FORMAT:PATH (itp, pai2023, pai2020, philly-vc) or a YAML file")
+      ->required();
+  sim->add_option("--workload", sf.workload, "workload: FORMAT:PATH or a YAML file (kind: synthetic)")->required();
+  sim->add_option("--mode", sf.mode, "time (jobs run and finish) or packing (FGD: jobs never finish)")
+      ->capture_default_str();
+  sim->add_option("--policy", sf.policy,
+                  "scheduler policies, e.g. fair-share,spread or queue=las,backfill=off (default: the server's)");
+  sim->add_option("--seed", sf.seed, "seed of every random choice (synthetic workloads, --inflate)")
+      ->capture_default_str();
+  sim->add_option("--inflate", sf.inflate, "extend the jobs to X x cluster GPU capacity, then shuffle (FGD: 1.3)")
+      ->check(CLI::Range(0.0, 100.0));
+  sim->add_option("--stop-delay", sf.stop_delay, "how long a preempted job takes to stop")->capture_default_str();
+  sim->add_option("--tick", sf.tick, "an extra scheduling pass this often while jobs wait (0: only after events)")
+      ->capture_default_str();
+  sim->add_option("--out", sf.out, "write summary.json, timeseries.csv, jobs.csv and report.html here");
+  sim->add_option("--gnuplot", sf.gnuplot, "gnuplot to draw the report's charts (empty: none)")->capture_default_str();
+  sim->add_flag("--check", sf.check, "check the scheduler's invariants after every pass (slow)");
+  sim->callback([&] {
+    sf.seed_given = sim->count("--seed") > 0;
+    exit_code = RunSim(sf, args);
+  });
 
   for (CLI::App* role : {up, server, agent}) drover::BindEnvironment(*role);
   drover::cli::AddClientCommands(app, &exit_code);
