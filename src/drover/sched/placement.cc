@@ -11,11 +11,15 @@ namespace {
 // Candidates examined past the first fit when the first is not topologically
 // ideal: bounds a best-effort search on a large cluster.
 constexpr int kMaxExamined = 16;
+// Shared GPUs weighed for one share (in best-fit order) when the best fit
+// strands GPUs.
+constexpr int kMaxFractionCandidates = 16;
 // Gang domains tried per level (switch, rack) before moving to the next level.
 constexpr int kMaxDomains = 16;
 
 bool Better(const Pick& a, const Pick& b, bool spread) {
   if (a.quality != b.quality) return a.quality > b.quality;
+  if (a.stranded != b.stranded) return a.stranded < b.stranded;
   return spread ? a.fill > b.fill : a.fill < b.fill;
 }
 
@@ -101,6 +105,17 @@ bool State::HostFits(const JobRequest& job, const NodeState& node) const {
   return node.info.memory_bytes <= 0 || node.free_host_mem >= job.memory_bytes;
 }
 
+int64_t State::Stranded(const NodeState& n, int64_t gpu_milli, int64_t cpu) const {
+  if (n.info.cpu_milli <= 0 || seen_cpu <= 0 || seen_gpu_milli <= 0) return 0;
+  int64_t free_gpu = -gpu_milli;
+  for (uint64_t m = n.present & n.healthy; m != 0; m &= m - 1) free_gpu += n.free_milli[std::countr_zero(m)];
+  if (free_gpu <= 0) return 0;
+  // GPU milli the CPU left can still serve, at the workload's CPU per GPU.
+  int64_t cpu_left = std::max<int64_t>(0, n.free_cpu - cpu);
+  double servable = static_cast<double>(cpu_left) * static_cast<double>(seen_gpu_milli) / static_cast<double>(seen_cpu);
+  return std::max<int64_t>(0, free_gpu - static_cast<int64_t>(servable));
+}
+
 bool State::PickHostOnly(int job, const std::vector<int>* within, Pick* out) const {
   // CPU-only work goes where it strands the fewest GPUs: nodes with the
   // fewest free GPUs first (none is best), then the least free CPU
@@ -109,14 +124,18 @@ bool State::PickHostOnly(int job, const std::vector<int>* within, Pick* out) con
   const JobRequest& req = jobs[job].req;
   bool spread = config.placement == PlacementPolicy::kSpread;
   bool found = false;
-  std::pair<int64_t, int64_t> best{};
+  std::tuple<int64_t, int64_t, int64_t> best{};
   auto consider = [&](int ni) {
     const NodeState& n = nodes[ni];
     if (!NodeMatches(req, n) || !HostFits(req, n)) return;
     int64_t free_gpu = 0;
     for (uint64_t m = n.present & n.healthy; m != 0; m &= m - 1) free_gpu += n.free_milli[std::countr_zero(m)];
-    int64_t cpu = n.info.cpu_milli > 0 ? n.free_cpu : INT64_MAX / 2;
-    std::pair<int64_t, int64_t> key = spread ? std::make_pair(-free_gpu, -cpu) : std::make_pair(free_gpu, cpu);
+    int64_t cpu = n.info.cpu_milli > 0 ? n.free_cpu : INT64_MAX / 4;
+    // Binpack: strand the fewest GPUs (their CPU taken), then take from
+    // the node with the most CPU to spare beyond what its free GPUs need.
+    int64_t stranded = Stranded(n, 0, req.cpu_milli) - Stranded(n, 0, 0);
+    std::tuple<int64_t, int64_t, int64_t> key =
+        spread ? std::make_tuple(int64_t{0}, -free_gpu, -cpu) : std::make_tuple(stranded, free_gpu, cpu);
     if (!found || key < best) {
       best = key;
       *out = Pick{ni, -1, 0, kWholeGpu, 0, Link::kFabric, 0};
@@ -320,6 +339,7 @@ bool State::PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pi
     p.node = node;
     p.cls = slot.cls;
     p.fill = std::popcount(usable);
+    p.stranded = Stranded(n, int64_t{req.gpus} * req.gpu_milli, req.cpu_milli);
     if (!found || Better(p, *out, spread)) {
       *out = p;
       found = true;
@@ -339,7 +359,7 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
       found = true;
       // An exact, topologically ideal fit cannot be beaten under binpack.
       const NodeTopology& topo = topos[nodes[node].topo];
-      if (!spread && p.fill == req.gpus && p.quality >= topo.ideal[std::min(req.gpus, topo.n)]) break;
+      if (!spread && p.fill == req.gpus && p.quality >= topo.ideal[std::min(req.gpus, topo.n)] && p.stranded == 0) break;
     }
     return found;
   }
@@ -363,7 +383,7 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
         if (!found || Better(p, *out, spread)) *out = p;
         found = true;
         const NodeTopology& topo = topos[nodes[node].topo];
-        if (p.quality >= topo.ideal[std::min(req.gpus, topo.n)] || ++examined >= kMaxExamined) {
+        if ((p.quality >= topo.ideal[std::min(req.gpus, topo.n)] && p.stranded == 0) || ++examined >= kMaxExamined) {
           done = true;
           break;
         }
@@ -397,40 +417,47 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
       if ((n.reserved & bit) != 0 && !may_reserved) return false;
       return within == nullptr || std::find(within->begin(), within->end(), node) != within->end();
     };
-    auto take = [&](int free, int key) {
-      if (found && (spread ? free <= best_free : free >= best_free)) return;
+    auto take = [&](int free, int key, int64_t stranded) {
+      if (found && (spread ? free <= best_free
+                           : std::make_pair(stranded, free) >= std::make_pair(out->stranded, best_free))) {
+        return;
+      }
       out->node = key / kMaxGpusPerNode;
       out->cls = static_cast<int>(c);
       out->mask = uint64_t{1} << (key % kMaxGpusPerNode);
       out->milli = req.gpu_milli;
       out->mem = req.gpu_memory_bytes;
       out->quality = Link::kFabric;
+      out->stranded = stranded;
       best_free = free;
       found = true;
     };
     if (!spread) {
-      // Best fit: the shared GPU with the least free share that still fits.
+      // Best fit: the shared GPU with the least free share that still fits,
+      // unless that strands GPUs of its node for lack of CPU; then the next
+      // candidates in best-fit order are weighed too.
+      int examined = 0;
       for (auto it = shared.lower_bound({req.gpu_milli, -1}); it != shared.end(); ++it) {
-        if (ok(it->second)) {
-          take(it->first, it->second);
-          break;
-        }
+        if (!ok(it->second)) continue;
+        int64_t stranded = Stranded(nodes[it->second / kMaxGpusPerNode], req.gpu_milli, req.cpu_milli);
+        take(it->first, it->second, stranded);
+        if (stranded == 0 || ++examined >= kMaxFractionCandidates) break;
       }
     } else {
       for (auto it = shared.rbegin(); it != shared.rend() && it->first >= req.gpu_milli; ++it) {
         if (ok(it->second)) {
-          take(it->first, it->second);
+          take(it->first, it->second, 0);
           break;
         }
       }
     }
   }
-  if (found && !spread) return true;
+  if (found && !spread && out->stranded == 0) return true;
   // No shared GPU fits (binpack), or spread wants an idle GPU: start sharing a
   // whole one, chosen like a 1-GPU job.
   Pick whole;
   bool have_whole = PickWhole(job, req, now, within, &whole);
-  if (have_whole && (!found || spread)) {
+  if (have_whole && (!found || spread || whole.stranded < out->stranded)) {
     *out = whole;
     out->milli = req.gpu_milli;
     out->mem = req.gpu_memory_bytes;

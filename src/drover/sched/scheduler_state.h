@@ -132,6 +132,7 @@ struct Pick {
   int64_t mem = 0;
   Link quality = Link::kFabric;
   int fill = 0;  // usable GPUs of the class on the node before the pick
+  int64_t stranded = 0;  // milli-GPU the pick leaves on the node without CPU to use them
 };
 
 // What Release() undoes and Hold() redoes during tentative searches.
@@ -147,6 +148,12 @@ struct State {
   std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
   mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
   mutable Rng rng{1};              // PlacementPolicy::kRandom only
+  // CPU asked per milli-GPU by the GPU jobs seen so far: what a free GPU
+  // needs beside it to be usable (learned from the workload, never shrinks
+  // to zero once jobs ask for CPU).
+  int64_t seen_cpu = 0;
+  int64_t seen_gpu_milli = 0;
+
   std::vector<JobState> jobs;
   std::vector<int> free_jobs;
   std::unordered_map<std::string, int> job_ids;
@@ -174,6 +181,9 @@ struct State {
   bool NodeMatches(const JobRequest& job, const NodeState& node) const;
   // The node's CPU and host memory can take one more replica of `job`.
   bool HostFits(const JobRequest& job, const NodeState& node) const;
+  // Milli-GPU of `node` left unusable for lack of CPU once `gpu_milli` and
+  // `cpu` more are taken (0 when the node or the workload tracks no CPU).
+  int64_t Stranded(const NodeState& node, int64_t gpu_milli, int64_t cpu) const;
   // The FGD paper's reference baselines (best-fit, random): a scan of every
   // node; baselines.cc.
   bool PickBaseline(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
