@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# The simulator evaluation of docs/evaluation.md: every number there (and in
+# the "Simulator" section of docs/performance.md) comes from one run of this
+# script.
+#
+#   scripts/evaluate.sh [DROVER] [OUT] [EXPERIMENT...]
+#
+#   DROVER      the drover binary (default build/apps/drover/drover)
+#   OUT         where the runs' reports go (default /tmp/drover-eval); the
+#               tables are printed and also written to OUT/tables.md
+#   EXPERIMENT  any of: fgd queues fairshare scale (default: all four)
+#
+#   DROVER_TRACES  the public traces (default ../shared/traces, from the
+#                  repository root; see its README.md)
+#
+# fgd:       FGD packing experiment on Alibaba PAI 2023, 4 placements x 10 seeds
+# queues:    time mode, FIFO / priority / fair share / LAS on the Philly VCs,
+#            busy ITP clusters and a busy multi-tenant synthetic mix
+# fairshare: a saturated synthetic mix on 1,024 GPUs, fair share vs FIFO
+# scale:     each ITP trace replayed as is, and 1,000,000 jobs on 131,072 GPUs
+#            (about 30 minutes on the 2-core development machine)
+#
+# Needs bash, python3 (reads the reports) and GNU time (/usr/bin/time, Debian
+# package `time`, for peak memory). Runs are single-threaded and
+# deterministic: the same binary and inputs give the same tables, except
+# the wall-clock and memory columns.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DROVER=${1:-build/apps/drover/drover}
+OUT=${2:-/tmp/drover-eval}
+if (($# > 2)); then
+  EXPERIMENTS=("${@:3}")
+else
+  EXPERIMENTS=(fgd queues fairshare scale)
+fi
+
+# Resolve the binary and OUT before moving to the repository root, so that
+# relative paths mean what they meant to the caller.
+if [[ $DROVER != /* && -x $DROVER ]]; then DROVER=$PWD/$DROVER; elif [[ $DROVER != /* ]]; then DROVER=$ROOT/$DROVER; fi
+[[ -x $DROVER ]] || { echo "evaluate.sh: no drover binary at $DROVER (build: cmake --build build --target drover)" >&2; exit 2; }
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$ROOT"
+TRACES=${DROVER_TRACES:-../shared/traces}
+[[ -d $TRACES ]] || { echo "evaluate.sh: no trace folder at $TRACES (set DROVER_TRACES)" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "evaluate.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "evaluate.sh: needs python3" >&2; exit 2; }
+for e in "${EXPERIMENTS[@]}"; do
+  case $e in fgd | queues | fairshare | scale) ;; *) echo "evaluate.sh: unknown experiment '$e' (fgd queues fairshare scale)" >&2; exit 2 ;; esac
+done
+
+PAI=$TRACES/alibaba-pai-2023
+ITP=$TRACES/microsoft-itp-elasticflow/raw
+PHILLY=$TRACES/philly-derived/pcs-vc-traces
+TABLES=$OUT/tables.md
+: >"$TABLES"
+
+# Prints its input and appends it to OUT/tables.md.
+emit() { tee -a "$TABLES"; }
+
+# sim DIR ARGS...: one `drover sim` run, report in DIR (no charts), its
+# console summary in DIR/console.txt, GNU time's figures in DIR/time.txt.
+# A failing run stops the script (set -e).
+sim() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  if ! /usr/bin/time -v -o "$dir/time.txt" "$DROVER" sim "$@" --out "$dir" --gnuplot "" >"$dir/console.txt" 2>&1; then
+    echo "evaluate.sh: failed: drover sim $* --out $dir" >&2
+    cat "$dir/console.txt" >&2
+    exit 1
+  fi
+}
+
+T0=$(date +%s)
+{
+  echo "# Drover simulator evaluation"
+  echo
+  echo "- binary: \`$DROVER\` (sha256 $(sha256sum "$DROVER" | cut -c1-16), built $(date -u -r "$DROVER" '+%Y-%m-%d %H:%M:%S UTC'))"
+  echo "- sources: sha256 of src/drover/{sched,sim}/*.{h,cc} $(cat src/drover/sched/*.h src/drover/sched/*.cc src/drover/sim/*.h src/drover/sim/*.cc | sha256sum | cut -c1-16)"
+  newer=$(find src apps -newer "$DROVER" -type f \( -name '*.cc' -o -name '*.h' \) | awk 'NR <= 3' | tr '\n' ' ')
+  [[ -z $newer ]] || echo "- **warning: sources newer than the binary** (rebuild first): $newer"
+  echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/^Mem:/{print $2}') GiB memory"
+  echo "- traces: \`$TRACES\`; experiments: ${EXPERIMENTS[*]}"
+  echo
+} | emit
+
+has() { [[ " ${EXPERIMENTS[*]} " == *" $1 "* ]]; }
+
+# ------------------------------------------------------------------ fgd --
+if has fgd; then
+  t=$(date +%s)
+  for p in binpack spread best-fit random; do
+    for s in $(seq 42 51); do
+      sim "$OUT/fgd/$p-$s" --cluster "pai2023:$PAI/openb_node_list_gpu_node.csv" \
+        --workload "pai2023:$PAI/openb_pod_list_default.csv" --mode packing --inflate 1.3 --seed "$s" --policy "$p"
+    done
+  done
+  python3 - "$OUT/fgd" "$(($(date +%s) - t))" <<'EOF' | emit
+import json, sys, statistics as st
+root, secs = sys.argv[1], sys.argv[2]
+pols = ["binpack", "spread", "best-fit", "random"]
+paper = {"binpack": "FGD 95.23 % (Drover's binpack is not FGD)", "spread": "-",
+         "best-fit": "BestFit 92.86 %", "random": "Random 86.30 %"}
+runs = {p: [json.load(open(f"{root}/{p}-{s}/summary.json")) for s in range(42, 52)] for p in pols}
+print("## 1. FGD packing experiment: Alibaba PAI 2023, 1.3 x capacity, seeds 42-51\n")
+print("GPU allocation (% of 6,212 GPUs) when the arrived demand reaches 100 %:\n")
+print("| placement | mean | min | max | failed pods at the end (mean) | wall per run (mean) | published (FGD paper, Fig. 9a) |")
+print("|---|---|---|---|---|---|---|")
+for p in pols:
+    v = [r["allocation_by_demand"]["100"] for r in runs[p]]
+    f = [r["jobs"]["failed"] for r in runs[p]]
+    w = [r["scheduler"]["wall_s"] for r in runs[p]]
+    print(f"| `{p}` | {st.mean(v):.2f} % | {min(v):.2f} % | {max(v):.2f} % | {st.mean(f):,.0f} | {st.mean(w):.2f} s | {paper[p]} |")
+print("\nMean GPU allocation over the 10 seeds at each arrived demand:\n")
+levels = ["90", "100", "110", "120", "130"]
+print("| placement | " + " | ".join(f"{l} %" for l in levels) + " |")
+print("|---|" + "---|" * len(levels))
+for p in pols:
+    print(f"| `{p}` | " + " | ".join(f"{st.mean(r['allocation_by_demand'][l] for r in runs[p]):.2f} %" for l in levels) + " |")
+print(f"\n40 runs in {secs} s.\n")
+EOF
+fi
+
+# --------------------------------------------------------------- queues --
+if has queues; then
+  t=$(date +%s)
+  QPOL=(fifo priority fair-share las)
+  settings=()
+  for f in "$PHILLY"/trace_*.csv; do
+    vc=$(basename "$f" .csv)
+    vc=${vc#trace_}
+    for p in "${QPOL[@]}"; do sim "$OUT/queues/philly-$vc/$p" --cluster "philly-vc:$f" --workload "philly-vc:$f" --policy "$p"; done
+    settings+=("philly-$vc")
+  done
+  # ITP at ElasticFlow's sizes is nearly idle; the three 512-GPU clusters
+  # with 64-GPU gangs, resampled to 100 x their GPUs (--inflate's maximum).
+  for c in 02 03 06; do
+    f=$ITP/cluster$c.csv
+    for p in "${QPOL[@]}"; do sim "$OUT/queues/itp-cluster$c-x100/$p" --cluster "itp:$f" --workload "itp:$f" --inflate 100 --seed 42 --policy "$p"; done
+    settings+=("itp-cluster$c-x100")
+  done
+  for p in "${QPOL[@]}"; do
+    sim "$OUT/queues/mixed-load/$p" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/mixed-load.yaml --seed 5 --policy "$p"
+  done
+  python3 - "$OUT/queues" "$(($(date +%s) - t))" "${settings[@]}" <<'EOF' | emit
+import json, sys, hashlib
+root, secs, settings = sys.argv[1], sys.argv[2], sys.argv[3:]
+pols = ["fifo", "priority", "fair-share", "las"]
+def load(s, p):
+    return json.load(open(f"{root}/{s}/{p}/summary.json"))
+def digest(s, p):
+    return hashlib.sha256(open(f"{root}/{s}/{p}/jobs.csv", "rb").read()).hexdigest()
+def cells(r):
+    j, q = r["jct_s"], r["queue_delay_s"]
+    return (f"{j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
+            f"{r['allocation']['mean_pct']:.1f} %")
+print("## 2. Queue policies in time mode (placement binpack, backfill and preemption on)\n")
+print("### 2a. Public traces\n")
+print("Philly VCs at the Helios sizes (`philly-vc:` cluster), as recorded; ITP clusters at")
+print("ElasticFlow's sizes with `--inflate 100 --seed 42`. JCT in hours, queueing delay in")
+print("minutes, allocation = time-weighted mean. \"identical\": the four policies produced")
+print("byte-identical jobs.csv (every start and end the same).\n")
+print("| trace | GPUs | jobs | policy | JCT mean | JCT p50 | JCT p95 | queueing mean (min) | allocation |")
+print("|---|---|---|---|---|---|---|---|---|")
+for s in settings:
+    r0 = load(s, "fifo")
+    head = f"| {s} | {r0['cluster']['gpus']:,} | {r0['jobs']['arrived']:,}"
+    if len({digest(s, p) for p in pols}) == 1:
+        print(f"{head} | all 4 identical | {cells(r0)} |")
+    else:
+        for p in pols:
+            print(f"{head} | {p} | {cells(load(s, p))} |")
+print("\n### 2b. Multi-tenant synthetic mix (docs/eval/mixed-load.yaml on docs/eval/cluster-1024.yaml)\n")
+print("| policy | JCT mean (h) | JCT p50 (h) | JCT p95 (h) | queueing mean (min) | queueing p95 (min) | preemptions | allocation |")
+print("|---|---|---|---|---|---|---|---|")
+for p in pols:
+    r = load("mixed-load", p)
+    j, q = r["jct_s"], r["queue_delay_s"]
+    print(f"| `{p}` | {j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
+          f"{q['p95']/60:.1f} | {r['jobs']['preemptions']:,} | {r['allocation']['mean_pct']:.1f} % |")
+n = len(settings) * 4 + 4
+print(f"\n{n} runs in {secs} s.\n")
+EOF
+fi
+
+# ------------------------------------------------------------ fairshare --
+if has fairshare; then
+  t=$(date +%s)
+  for p in fair-share fifo; do
+    sim "$OUT/fairshare/$p" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/saturated.yaml --seed 7 --policy "$p"
+  done
+  python3 - "$OUT/fairshare" "$(($(date +%s) - t))" <<'EOF' | emit
+import csv, json, sys
+root, secs = sys.argv[1], sys.argv[2]
+pols = ["fair-share", "fifo"]
+def window(p):
+    """Allocation and per-tenant shares over the saturated interval
+    [1 day, last arrival], from jobs.csv. The workload has no preemptible
+    jobs, so every job holds its GPUs from first_start_s to end_s."""
+    rows = list(csv.DictReader(open(f"{root}/{p}/jobs.csv")))
+    assert all(r["preemptions"] == "0" for r in rows)
+    t0, t1 = 86400.0, max(float(r["submit_s"]) for r in rows)
+    busy, pend = {}, {}
+    for r in rows:
+        busy.setdefault(r["tenant"], 0.0)
+        pend.setdefault(r["tenant"], [])
+        if not r["first_start_s"]:
+            continue
+        s, e = float(r["first_start_s"]), float(r["end_s"]) if r["end_s"] else t1
+        busy[r["tenant"]] += float(r["gpus"]) * max(0.0, min(e, t1) - max(s, t0))
+        pend[r["tenant"]] += [(float(r["submit_s"]), 1), (s, -1)]
+    least = {}  # fewest jobs of the tenant waiting at any event in the window
+    for t, ev in pend.items():
+        n, m = 0, None
+        for x, d in sorted(ev):
+            n += d
+            if t0 <= x <= t1:
+                m = n if m is None else min(m, n)
+        least[t] = m
+    return t0, t1, busy, least
+S = {p: json.load(open(f"{root}/{p}/summary.json")) for p in pols}
+W = {p: window(p) for p in pols}
+gpus = S["fair-share"]["cluster"]["gpus"]
+t0, t1 = W["fair-share"][0], W["fair-share"][1]
+print("## 3. Saturated mixed workload, fair share (docs/eval/saturated.yaml on docs/eval/cluster-1024.yaml)\n")
+r = S["fair-share"]
+print(f"{r['jobs']['arrived']:,} jobs, {gpus:,} GPUs, makespan {r['makespan_s']/3600:.1f} h; saturated interval "
+      f"[{t0/3600:.0f} h, {t1/3600:.1f} h] = from 1 day to the last arrival.\n")
+print("| policy | allocation, whole run (summary.json) | allocation, saturated interval | JCT mean (h) | queueing mean (h) |")
+print("|---|---|---|---|---|")
+for p in pols:
+    r = S[p]
+    a = sum(W[p][2].values()) / (gpus * (t1 - t0)) * 100
+    print(f"| `{p}` | {r['allocation']['mean_pct']:.2f} % | {a:.2f} % | {r['jct_s']['mean']/3600:.2f} | {r['queue_delay_s']['mean']/3600:.2f} |")
+print("\nPer tenant: share of the cluster's GPUs (time-weighted) against the entitlement (weight / sum of weights);")
+print("ratio = share / entitlement (goal: at least 0.90 for every tenant).\n")
+print("| tenant | weight | entitlement | fair-share: whole run | ratio | fair-share: saturated | ratio | fifo: whole run | ratio | fifo: saturated | ratio | fewest waiting (fair-share) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for t in S["fair-share"]["tenants"]:
+    name, ent = t["name"], t["entitlement_pct"]
+    row = f"| {name} | {t['weight']:g} | {ent:.1f} %"
+    for p in pols:
+        whole = next(x for x in S[p]["tenants"] if x["name"] == name)["share_pct"]
+        sat = W[p][2].get(name, 0.0) / (gpus * (t1 - t0)) * 100
+        row += f" | {whole:.2f} % | {whole/ent:.2f} | {sat:.2f} % | {sat/ent:.2f}"
+    print(row + f" | {W['fair-share'][3][name]} |")
+print(f"\n2 runs in {secs} s.\n")
+EOF
+fi
+
+# ---------------------------------------------------------------- scale --
+if has scale; then
+  t=$(date +%s)
+  for c in 01 02 03 05 06 08 09 10; do
+    f=$ITP/cluster$c.csv
+    sim "$OUT/scale/itp-cluster$c" --cluster "itp:$f" --workload "itp:$f"
+  done
+  sim "$OUT/scale/synthetic-1m" --cluster docs/eval/cluster-131072.yaml --workload docs/eval/scale-1m.yaml --seed 3
+  python3 - "$OUT/scale" "$(($(date +%s) - t))" <<'EOF' | emit
+import json, re, sys
+root, secs = sys.argv[1], sys.argv[2]
+def gnu_time(d):
+    txt = open(f"{root}/{d}/time.txt").read()
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", txt).group(1))
+    el = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", txt).group(1)
+    secs = 0.0
+    for part in el.split(":"):
+        secs = secs * 60 + float(part)
+    return secs, rss
+print("## 4. Scale: replay times and the million-job run (default policies)\n")
+print("| run | nodes | GPUs | jobs | events | sim wall (s) | events/s | command wall (s) | peak RSS (MiB) | allocation | queueing mean (min) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for d in [f"itp-cluster{c}" for c in ["01", "02", "03", "05", "06", "08", "09", "10"]] + ["synthetic-1m"]:
+    r = json.load(open(f"{root}/{d}/summary.json"))
+    el, rss = gnu_time(d)
+    sc = r["scheduler"]
+    print(f"| {d} | {r['cluster']['nodes']:,} | {r['cluster']['gpus']:,} | {r['jobs']['arrived']:,} | {sc['events']:,} | "
+          f"{sc['wall_s']:.2f} | {sc['events_per_s']:,.0f} | {el:.2f} | {rss/1024:.0f} | {r['allocation']['mean_pct']:.1f} % | "
+          f"{r['queue_delay_s']['mean']/60:.1f} |")
+r = json.load(open(f"{root}/synthetic-1m/summary.json"))
+d = r["scheduler"]["decision_us"]
+print(f"\nMillion-job run: {r['scheduler']['passes']:,} passes, decision p50 {d['p50']:.1f} us, p99 {d['p99']:.1f} us, "
+      f"max {d['max']:.0f} us; {r['jobs']['completed']:,} completed, {r['jobs']['preemptions']:,} preemptions, "
+      f"makespan {r['makespan_s']/3600:.1f} h.")
+print(f"\n9 runs in {secs} s.\n")
+EOF
+fi
+
+echo "Total: $(($(date +%s) - T0)) s; reports under $OUT, tables in $TABLES." | emit
