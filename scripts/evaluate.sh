@@ -18,7 +18,8 @@
 #            busy ITP clusters and a busy multi-tenant synthetic mix
 # fairshare: a saturated synthetic mix on 1,024 GPUs, fair share vs FIFO
 # scale:     each ITP trace replayed as is, and 1,000,000 jobs on 131,072 GPUs
-#            (about 30 minutes on the 2-core development machine)
+#            (about 28 minutes on the 2-core development machine; the
+#            other three take about 3 minutes together)
 #
 # Needs bash, python3 (reads the reports) and GNU time (/usr/bin/time, Debian
 # package `time`, for peak memory). Runs are single-threaded and
@@ -144,6 +145,9 @@ if has queues; then
   for p in "${QPOL[@]}"; do
     sim "$OUT/queues/mixed-load/$p" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/mixed-load.yaml --seed 5 --policy "$p"
   done
+  # Only to measure the offered load: without preemption every job runs once.
+  sim "$OUT/queues/mixed-load-nopreempt" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/mixed-load.yaml --seed 5 \
+    --policy fifo,no-preemption
   python3 - "$OUT/queues" "$(($(date +%s) - t))" "${settings[@]}" <<'EOF' | emit
 import json, sys, hashlib
 root, secs, settings = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -152,6 +156,16 @@ def load(s, p):
     return json.load(open(f"{root}/{s}/{p}/summary.json"))
 def digest(s, p):
     return hashlib.sha256(open(f"{root}/{s}/{p}/jobs.csv", "rb").read()).hexdigest()
+def offered(s, run="fifo"):
+    """The jobs' GPU-time / (GPUs x arrival span), from a run's jobs.csv; only
+    when nothing was preempted (then end - first start is the run time)."""
+    import csv
+    rows = list(csv.DictReader(open(f"{root}/{s}/{run}/jobs.csv")))
+    if any(r["preemptions"] != "0" or not r["end_s"] for r in rows):
+        return "-"
+    t = [float(r["submit_s"]) for r in rows]
+    work = sum(float(r["gpus"]) * (float(r["end_s"]) - float(r["first_start_s"])) for r in rows)
+    return f"{work / (load(s, run)['cluster']['gpus'] * (max(t) - min(t))):.2f}"
 def cells(r):
     j, q = r["jct_s"], r["queue_delay_s"]
     return (f"{j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
@@ -161,18 +175,21 @@ print("### 2a. Public traces\n")
 print("Philly VCs at the Helios sizes (`philly-vc:` cluster), as recorded; ITP clusters at")
 print("ElasticFlow's sizes with `--inflate 100 --seed 42`. JCT in hours, queueing delay in")
 print("minutes, allocation = time-weighted mean. \"identical\": the four policies produced")
-print("byte-identical jobs.csv (every start and end the same).\n")
-print("| trace | GPUs | jobs | policy | JCT mean | JCT p50 | JCT p95 | queueing mean (min) | allocation |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("byte-identical jobs.csv (every start and end the same). Offered load = the jobs'")
+print("GPU-time / (GPUs x arrival span).\n")
+print("| trace | GPUs | jobs | offered load | policy | JCT mean | JCT p50 | JCT p95 | queueing mean (min) | allocation |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for s in settings:
     r0 = load(s, "fifo")
-    head = f"| {s} | {r0['cluster']['gpus']:,} | {r0['jobs']['arrived']:,}"
+    head = f"| {s} | {r0['cluster']['gpus']:,} | {r0['jobs']['arrived']:,} | {offered(s)}"
     if len({digest(s, p) for p in pols}) == 1:
         print(f"{head} | all 4 identical | {cells(r0)} |")
     else:
         for p in pols:
             print(f"{head} | {p} | {cells(load(s, p))} |")
 print("\n### 2b. Multi-tenant synthetic mix (docs/eval/mixed-load.yaml on docs/eval/cluster-1024.yaml)\n")
+print(f"{load('mixed-load', 'fifo')['jobs']['arrived']:,} jobs; offered load {offered('.', 'mixed-load-nopreempt')} "
+      "(from a run with `--policy fifo,no-preemption`, where every job runs once).\n")
 print("| policy | JCT mean (h) | JCT p50 (h) | JCT p95 (h) | queueing mean (min) | queueing p95 (min) | preemptions | allocation |")
 print("|---|---|---|---|---|---|---|---|")
 for p in pols:
@@ -180,7 +197,22 @@ for p in pols:
     j, q = r["jct_s"], r["queue_delay_s"]
     print(f"| `{p}` | {j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
           f"{q['p95']/60:.1f} | {r['jobs']['preemptions']:,} | {r['allocation']['mean_pct']:.1f} % |")
-n = len(settings) * 4 + 4
+print("\nMean queueing delay (min) per tenant (weights research 4, prod 3, vision 2, adhoc 1):\n")
+import csv
+per = {}
+for p in pols:
+    q = {}
+    for row in csv.DictReader(open(f"{root}/mixed-load/{p}/jobs.csv")):
+        if row["queue_delay_s"]:
+            q.setdefault(row["tenant"], []).append(float(row["queue_delay_s"]) / 60)
+    per[p] = q
+tenants = sorted(per["fifo"])
+total = sum(len(v) for v in per["fifo"].values())
+print("| policy | " + " | ".join(f"{t} ({len(per['fifo'][t]) / total * 100:.0f} % of jobs)" for t in tenants) + " |")
+print("|---|" + "---|" * len(tenants))
+for p in pols:
+    print(f"| `{p}` | " + " | ".join(f"{sum(per[p][t]) / len(per[p][t]):.1f}" for t in tenants) + " |")
+n = len(settings) * 4 + 5
 print(f"\n{n} runs in {secs} s.\n")
 EOF
 fi
@@ -220,13 +252,26 @@ def window(p):
                 m = n if m is None else min(m, n)
         least[t] = m
     return t0, t1, busy, least
+def offered():
+    """Each tenant's GPU-time / (GPUs x arrival span), and its share of the
+    arrivals, from FIFO's jobs.csv (no job is preempted: end - first start is
+    the run time)."""
+    rows = list(csv.DictReader(open(f"{root}/fifo/jobs.csv")))
+    span = max(float(r["submit_s"]) for r in rows) - min(float(r["submit_s"]) for r in rows)
+    work, count = {}, {}
+    for r in rows:
+        work[r["tenant"]] = work.get(r["tenant"], 0.0) + float(r["gpus"]) * (float(r["end_s"]) - float(r["first_start_s"]))
+        count[r["tenant"]] = count.get(r["tenant"], 0) + 1
+    return span, work, count, len(rows)
 S = {p: json.load(open(f"{root}/{p}/summary.json")) for p in pols}
+span, work, count, njobs = offered()
 W = {p: window(p) for p in pols}
 gpus = S["fair-share"]["cluster"]["gpus"]
 t0, t1 = W["fair-share"][0], W["fair-share"][1]
 print("## 3. Saturated mixed workload, fair share (docs/eval/saturated.yaml on docs/eval/cluster-1024.yaml)\n")
 r = S["fair-share"]
-print(f"{r['jobs']['arrived']:,} jobs, {gpus:,} GPUs, makespan {r['makespan_s']/3600:.1f} h; saturated interval "
+print(f"{r['jobs']['arrived']:,} jobs, {gpus:,} GPUs, offered load {sum(work.values()) / (gpus * span):.2f} x the cluster "
+      f"(the jobs' GPU-time / (GPUs x arrival span)), makespan {r['makespan_s']/3600:.1f} h; saturated interval "
       f"[{t0/3600:.0f} h, {t1/3600:.1f} h] = from 1 day to the last arrival.\n")
 print("| policy | allocation, whole run (summary.json) | allocation, saturated interval | JCT mean (h) | queueing mean (h) |")
 print("|---|---|---|---|---|")
@@ -235,12 +280,14 @@ for p in pols:
     a = sum(W[p][2].values()) / (gpus * (t1 - t0)) * 100
     print(f"| `{p}` | {r['allocation']['mean_pct']:.2f} % | {a:.2f} % | {r['jct_s']['mean']/3600:.2f} | {r['queue_delay_s']['mean']/3600:.2f} |")
 print("\nPer tenant: share of the cluster's GPUs (time-weighted) against the entitlement (weight / sum of weights);")
-print("ratio = share / entitlement (goal: at least 0.90 for every tenant).\n")
-print("| tenant | weight | entitlement | fair-share: whole run | ratio | fair-share: saturated | ratio | fifo: whole run | ratio | fifo: saturated | ratio | fewest waiting (fair-share) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("ratio = share / entitlement (goal: at least 0.90 for every tenant). arrivals = share of the jobs;")
+print("offered = the tenant's GPU-time / (GPUs x arrival span), in % of the cluster.\n")
+print("| tenant | weight | entitlement | arrivals | offered | fair-share: whole run | ratio | fair-share: saturated | ratio | fifo: whole run | ratio | fifo: saturated | ratio | fewest waiting (fair-share) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for t in S["fair-share"]["tenants"]:
     name, ent = t["name"], t["entitlement_pct"]
-    row = f"| {name} | {t['weight']:g} | {ent:.1f} %"
+    row = (f"| {name} | {t['weight']:g} | {ent:.1f} % | {count[name] / njobs * 100:.1f} % | "
+           f"{work[name] / (gpus * span) * 100:.1f} %")
     for p in pols:
         whole = next(x for x in S[p]["tenants"] if x["name"] == name)["share_pct"]
         sat = W[p][2].get(name, 0.0) / (gpus * (t1 - t0)) * 100
@@ -270,14 +317,14 @@ def gnu_time(d):
         secs = secs * 60 + float(part)
     return secs, rss
 print("## 4. Scale: replay times and the million-job run (default policies)\n")
-print("| run | nodes | GPUs | jobs | events | sim wall (s) | events/s | command wall (s) | peak RSS (MiB) | allocation | queueing mean (min) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| run | nodes | GPUs | jobs | events | sim wall (s) | events/s | command wall (s) | peak RSS (MiB) | allocation mean | peak | queueing mean (min) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for d in [f"itp-cluster{c}" for c in ["01", "02", "03", "05", "06", "08", "09", "10"]] + ["synthetic-1m"]:
     r = json.load(open(f"{root}/{d}/summary.json"))
     el, rss = gnu_time(d)
     sc = r["scheduler"]
     print(f"| {d} | {r['cluster']['nodes']:,} | {r['cluster']['gpus']:,} | {r['jobs']['arrived']:,} | {sc['events']:,} | "
-          f"{sc['wall_s']:.2f} | {sc['events_per_s']:,.0f} | {el:.2f} | {rss/1024:.0f} | {r['allocation']['mean_pct']:.1f} % | "
+          f"{sc['wall_s']:.2f} | {sc['events_per_s']:,.0f} | {el:.2f} | {rss/1024:.0f} | {r['allocation']['mean_pct']:.1f} % | {r['allocation']['peak_pct']:.1f} % | "
           f"{r['queue_delay_s']['mean']/60:.1f} |")
 r = json.load(open(f"{root}/synthetic-1m/summary.json"))
 d = r["scheduler"]["decision_us"]
