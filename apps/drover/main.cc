@@ -202,6 +202,8 @@ struct SimFlags {
   std::string out;
   std::string gnuplot = "gnuplot";
   bool check = false;
+  bool resume = false;
+  bool all_preemptible = false;
 };
 
 // `drover sim`: loads the inputs, runs the engine, prints a summary and
@@ -212,6 +214,8 @@ int RunSim(const SimFlags& f, const std::vector<std::string>& args) {
   o.seed = f.seed;
   o.inflate = f.inflate;
   o.check = f.check;
+  o.resume = f.resume;
+  o.all_preemptible = f.all_preemptible;
   auto mode = sim::ParseMode(f.mode);
   if (!mode.ok()) return BadConfig(mode.status());
   o.mode = *mode;
@@ -229,6 +233,9 @@ int RunSim(const SimFlags& f, const std::vector<std::string>& args) {
   // --seed also replaces a synthetic workload's own seed, but only when given.
   auto workload = f.seed_given ? sim::LoadWorkload(f.workload, f.seed) : sim::LoadWorkload(f.workload);
   if (!workload.ok()) return BadConfig(workload.status());
+  // Without --seed a synthetic workload keeps its file's seed: report that
+  // one, and let --inflate and the scheduler draw from it too.
+  if (!f.seed_given && workload->seed) o.seed = *workload->seed;
   auto run = sim::Simulate(*cluster, *workload, o);
   if (!run.ok()) {
     std::cerr << "error: " << run.status().message() << "\n";
@@ -340,7 +347,10 @@ int main(int argc, char** argv) {
   sim->add_option("--seed", sf.seed, "seed of every random choice (synthetic workloads, --inflate)")
       ->capture_default_str();
   sim->add_option("--inflate", sf.inflate, "extend the jobs to X x cluster GPU capacity, then shuffle (FGD: 1.3)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(CLI::Range(0.0, 1000.0));
+  sim->add_flag("--resume", sf.resume,
+                "a preempted job keeps its progress (checkpoints) and runs only the rest; default: from scratch");
+  sim->add_flag("--preemptible", sf.all_preemptible, "make every job preemptible (traces do not say)");
   sim->add_option("--stop-delay", sf.stop_delay, "how long a preempted job takes to stop")->capture_default_str();
   sim->add_option("--tick", sf.tick, "an extra scheduling pass this often while jobs wait (0: only after events)")
       ->capture_default_str();

@@ -151,6 +151,12 @@ Result<std::vector<SimJob>> Inflate(const std::vector<SimJob>& jobs, int64_t clu
 
 namespace {
 
+// The run's --seed also seeds the scheduler's own random choices.
+sched::Config SeededConfig(sched::Config c, uint64_t seed) {
+  c.seed = seed;
+  return c;
+}
+
 using Clock = std::chrono::steady_clock;
 
 class Engine {
@@ -159,7 +165,7 @@ class Engine {
       : o_(o),
         cluster_(cluster),
         jobs_(std::move(jobs)),
-        sched_(o.config),
+        sched_(SeededConfig(o.config, o.seed)),
         rec_(cluster, jobs_, o.mode),
         live_(jobs_.size()) {}
 
@@ -196,6 +202,8 @@ class Engine {
   struct Live {
     State state = State::kFuture;
     uint64_t epoch = 0;
+    int64_t started_ms = 0;  // of the current run
+    int64_t done_ms = 0;     // work kept from earlier runs (resume)
   };
 
   Status Setup() {
@@ -249,6 +257,9 @@ class Engine {
 
   void Release(size_t j, int64_t now, JobEnd end, bool requeue) {
     const sched::JobRequest& req = jobs_[j].req;
+    if (requeue && o_.resume && live_[j].state == State::kStopping) {
+      live_[j].done_ms = std::min(jobs_[j].duration_ms, live_[j].done_ms + (now - live_[j].started_ms));
+    }
     if (requeue) {
       Record(SchedCall::Kind::kRequeue, now, req);
       if (Status s = sched_.Requeue(req.id, now); !s.ok()) deferred_ = s;
@@ -275,10 +286,11 @@ class Engine {
       size_t j = it->second;
       Live& l = live_[j];
       l.state = State::kRunning;
+      l.started_ms = now;
       ++l.epoch;
       rec_.Started(j, b, now);
       if (o_.mode == Mode::kTime && jobs_[j].duration_ms > 0)
-        Push(now + jobs_[j].duration_ms, Kind::kFinish, j, l.epoch);
+        Push(now + jobs_[j].duration_ms - l.done_ms, Kind::kFinish, j, l.epoch);
     }
     for (const sched::Preemption& p : d.preemptions) {
       auto it = index_.find(p.job_id);
@@ -401,6 +413,9 @@ class Engine {
 
 Result<RunResult> Simulate(const Cluster& cluster, const Workload& workload, const EngineOptions& options) {
   std::vector<SimJob> jobs = workload.jobs;
+  if (options.all_preemptible) {
+    for (SimJob& j : jobs) j.req.preemptible = true;
+  }
   if (options.inflate > 0) {
     DROVER_ASSIGN_OR_RETURN(jobs, Inflate(jobs, cluster.gpus() * sched::kWholeGpu, options.inflate, options.seed,
                                           options.mode == Mode::kTime));

@@ -66,6 +66,13 @@ struct EngineOptions {
   // A preempted job stops this long after the decision (0: at once, in the
   // same virtual millisecond).
   int64_t stop_delay_ms = 0;
+  // A preempted job keeps the work it did until it stopped (it checkpoints
+  // when told to stop) and runs only the rest when it starts again. false:
+  // it starts again from scratch, as a job that does not checkpoint.
+  bool resume = false;
+  // Every job may be preempted (traces do not say; their jobs are not
+  // preemptible otherwise).
+  bool all_preemptible = false;
   // > 0: an extra Schedule pass every tick_ms while jobs wait and other
   // events remain (the server also runs a pass after heartbeats; this lets
   // aging take effect between arrivals). 0: passes only after events.

@@ -79,7 +79,7 @@ const JobRecord& Rec(const RunResult& r, const std::string& id) {
 
 RunResult Sim(const Cluster& c, std::vector<SimJob> jobs, EngineOptions o = {}) {
   o.check = true;  // every test step checks the scheduler's invariants
-  auto r = Simulate(c, Workload{"w", std::move(jobs)}, o);
+  auto r = Simulate(c, Workload{"w", std::move(jobs), std::nullopt}, o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(*r) : RunResult{};
 }
@@ -131,6 +131,31 @@ TEST(Engine, PreemptedJobIsRequeuedAndRestartsFromScratch) {
   EXPECT_EQ(Rec(r, "high").end_ms, 7'000);
   EXPECT_EQ(r.summary.preemptions, 1);
   EXPECT_EQ(r.summary.preempted_jobs, 1);
+}
+
+// With --resume a preempted job keeps the work done until it stopped.
+TEST(Engine, ResumeKeepsTheWorkDoneBeforeTheStop) {
+  EngineOptions o;
+  o.stop_delay_ms = 1'000;
+  o.resume = true;
+  RunResult r = Sim(MakeCluster(1, 1),
+                    {J("low", 1, 0, 10'000, {.preemptible = true}), J("high", 1, 4'000, 2'000, {.priority = 10})}, o);
+  // low ran 0-5 s (stopped 1 s after the decision), high 5-7 s, low the other 5 s: 7-12 s.
+  EXPECT_EQ(Rec(r, "low").preemptions, 1);
+  EXPECT_EQ(Rec(r, "low").end_ms, 12'000);
+  EXPECT_EQ(Rec(r, "high").end_ms, 7'000);
+}
+
+TEST(Engine, AllPreemptibleMakesTraceJobsPreemptible) {
+  EngineOptions o;
+  o.all_preemptible = true;
+  RunResult r = Sim(MakeCluster(1, 1), {J("low", 1, 0, 10'000), J("high", 1, 4'000, 2'000, {.priority = 10})}, o);
+  EXPECT_EQ(Rec(r, "low").preemptions, 1);
+  EXPECT_EQ(Rec(r, "high").first_start_ms, 4'000);
+  o.all_preemptible = false;
+  r = Sim(MakeCluster(1, 1), {J("low", 1, 0, 10'000), J("high", 1, 4'000, 2'000, {.priority = 10})}, o);
+  EXPECT_EQ(Rec(r, "low").preemptions, 0);
+  EXPECT_EQ(Rec(r, "high").first_start_ms, 10'000);
 }
 
 TEST(Engine, DefaultStopDelayIsImmediate) {
@@ -435,6 +460,25 @@ TEST(SameDecisionsAsServer, RandomWorkloads) {
       }
     }
   }
+}
+
+// --seed reaches the scheduler: the random placement differs between seeds
+// and repeats for one seed.
+TEST(Engine, SeedReachesTheSchedulersRandomChoices) {
+  auto run = [](uint64_t seed) {
+    EngineOptions o;
+    o.config = *ParsePolicy("placement=random");
+    o.seed = seed;
+    o.record_calls = true;
+    std::vector<SimJob> jobs;
+    for (int i = 0; i < 40; ++i) jobs.push_back(J("j" + std::to_string(i), 1, i * 1'000, 0));
+    RunResult r = Sim(MakeCluster(16, 4), jobs, o);
+    std::string placed;
+    for (const sched::Decisions& d : r.decisions) placed += Describe(d);
+    return placed;
+  };
+  EXPECT_EQ(run(1), run(1));
+  EXPECT_NE(run(1), run(2));
 }
 
 TEST(SameDecisionsAsServer, WorkloadExercisesPreemption) {

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <unordered_set>
@@ -25,6 +26,7 @@ namespace {
 
 // The strict CSV reader (csv_reader.h) and the node groups and YAML clusters
 // (cluster_yaml.h) live beside this file.
+using detail::AddGroup;
 using detail::BaseName;
 using detail::Csv;
 using detail::MakeNode;
@@ -295,13 +297,14 @@ Result<Workload> PhillyWorkload(const std::string& path) {
   return Finish(std::move(w), csv.file());
 }
 
-Result<Cluster> PhillyCluster(const std::string& path) {
-  // Helios' simulation of Philly (philly-derived/helios-artifact/philly_vc.csv).
+// The VC's nodes: its size in Helios' simulation of Philly
+// (philly-derived/helios-artifact/philly_vc.csv), or for a VC Helios does
+// not list, its peak concurrent GPU demand if no job ever waited; never
+// fewer than the widest gang needs.
+int64_t PhillyVcNodes(const std::string& vc, const Workload& w) {
   static const std::map<std::string, int> kHeliosNodes = {
       {"6214e9", 64}, {"7f04ca", 32}, {"11cb48", 16}, {"b436b2", 64}, {"ee9e8c", 64}, {"e13805", 16},
       {"6c71a0", 32}, {"2869ce", 16}, {"ed69ec", 8},  {"103959", 8},  {"0e4a51", 32}};
-  DROVER_ASSIGN_OR_RETURN(Workload w, PhillyWorkload(path));
-  const std::string vc = VcName(path);
   int64_t nodes = 0;
   int64_t widest = 1;  // nodes of the largest gang
   for (const auto& j : w.jobs) widest = std::max<int64_t>(widest, j.req.replicas);
@@ -319,9 +322,72 @@ Result<Cluster> PhillyCluster(const std::string& path) {
     for (const auto& e : events) peak = std::max(peak, now += e.second);
     nodes = (peak + 7) / 8;
   }
-  NodeGroup g{.name = vc, .count = std::max(nodes, widest), .gpus = 8, .model = "P100", .gpu_memory = 16 * kGiB,
-              .wiring = Wiring::kPcie, .per_rack = 16, .per_switch = 4, .labels = {}};
-  return UniformCluster("philly-" + vc, g);
+  return std::max(nodes, widest);
+}
+
+NodeGroup PhillyGroup(const std::string& vc, int64_t nodes) {
+  return NodeGroup{.name = vc, .count = nodes, .gpus = 8, .model = "P100", .gpu_memory = 16 * kGiB,
+                   .wiring = Wiring::kPcie, .per_rack = 16, .per_switch = 4, .labels = {}};
+}
+
+// philly-vc:DIR: every trace_<vc>.csv of the folder, in name order.
+Result<std::vector<std::string>> PhillyFiles(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.starts_with("trace_") && name.ends_with(".csv")) files.push_back(e.path().string());
+  }
+  if (ec) return InvalidArgument(fmt::format("{}: {}", dir, ec.message()));
+  if (files.empty()) return InvalidArgument(fmt::format("{}: no trace_<vc>.csv files in this folder", dir));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool IsDirectory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+// All VCs on one shared cluster, each VC a tenant: the jobs of every file
+// with their own submit times (each file's origin is its first job; the
+// PCS traces all cover the same weeks of 2017).
+Result<Workload> PhillyPooledWorkload(const std::string& dir) {
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::string> files, PhillyFiles(dir));
+  Workload all;
+  all.name = "philly-all";
+  for (const auto& f : files) {
+    DROVER_ASSIGN_OR_RETURN(Workload w, PhillyWorkload(f));
+    all.jobs.insert(all.jobs.end(), std::make_move_iterator(w.jobs.begin()), std::make_move_iterator(w.jobs.end()));
+  }
+  return Finish(std::move(all), BaseName(dir));
+}
+
+// The VCs' nodes in one cluster (nodes <vc>-<i>, one group per VC, racks
+// and switches counted across the cluster), and each VC a tenant whose
+// weight is its GPUs and who is guaranteed them: Philly's VC quotas, with
+// idle GPUs lent to the others.
+Result<Cluster> PhillyPooledCluster(const std::string& dir) {
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::string> files, PhillyFiles(dir));
+  Cluster c;
+  c.name = "philly-all";
+  int64_t racks = 0, switches = 0;
+  for (const auto& f : files) {
+    DROVER_ASSIGN_OR_RETURN(Workload w, PhillyWorkload(f));
+    const std::string vc = VcName(f);
+    const int64_t nodes = PhillyVcNodes(vc, w);
+    AddGroup(PhillyGroup(vc, nodes), &c, &racks, &switches);
+    const int gpus = static_cast<int>(nodes * 8);
+    c.tenants.push_back({vc, static_cast<double>(gpus), {{"P100", gpus}}, -1});
+  }
+  return c;
+}
+
+Result<Cluster> PhillyCluster(const std::string& path) {
+  if (IsDirectory(path)) return PhillyPooledCluster(path);
+  DROVER_ASSIGN_OR_RETURN(Workload w, PhillyWorkload(path));
+  const std::string vc = VcName(path);
+  return UniformCluster("philly-" + vc, PhillyGroup(vc, PhillyVcNodes(vc, w)));
 }
 
 // ---- specs ----
@@ -409,7 +475,9 @@ Result<Workload> LoadWorkload(std::string_view text, std::optional<uint64_t> see
   DROVER_ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
   if (spec.format == "itp") return ItpWorkload(spec.path);
   if (spec.format == "pai2023") return PaiPodWorkload(spec.path);
-  if (spec.format == "philly-vc") return PhillyWorkload(spec.path);
+  if (spec.format == "philly-vc") {
+    return IsDirectory(spec.path) ? PhillyPooledWorkload(spec.path) : PhillyWorkload(spec.path);
+  }
   if (spec.format == "pai2020") {
     return InvalidArgument(fmt::format("{}: the pai2020 trace here is only the machine spec (a cluster); its job tables "
                                        "were too large to include", BaseName(spec.path)));

@@ -391,6 +391,30 @@ TEST(LoaderTest, Pai2020AndPhillySmallFiles) {
               HasSubstr("trace_badsvc.csv:3: column 'service': '-1' is outside 0.."));
 }
 
+// philly-vc:DIR: every trace_<vc>.csv of the folder on one cluster, each
+// VC a tenant with its GPUs as weight and guarantee.
+TEST(LoaderTest, PhillyFolderPoolsTheVcs) {
+  const std::string dir = kData + "/philly-pool";
+  Workload w = MustLoad("philly-vc:" + dir);
+  EXPECT_EQ(w.name, "philly-all");
+  ASSERT_EQ(w.jobs.size(), 6u);  // 4 + 2; README.txt is not a trace_*.csv
+  ExpectSorted(w);
+  EXPECT_EQ(w.jobs[0].req.tenant, "abc123");  // both start at 0: file order (abc123 before ed69ec)
+  EXPECT_EQ(w.jobs[1].req.id, "ed69ec-0");
+  EXPECT_EQ(w.jobs[1].req.tenant, "ed69ec");
+  Cluster c = MustLoadCluster("philly-vc:" + dir);
+  EXPECT_EQ(c.name, "philly-all");
+  ASSERT_EQ(c.nodes.size(), 9u + 8u);  // abc123 at its peak (9 nodes), ed69ec at Helios' 8
+  EXPECT_EQ(c.nodes[9].name, "ed69ec-0");
+  EXPECT_EQ(c.nodes[9].labels.at("rack"), "rack-1");  // each VC starts a rack
+  ASSERT_EQ(c.tenants.size(), 2u);
+  EXPECT_EQ(c.tenants[1].name, "ed69ec");
+  EXPECT_EQ(c.tenants[1].weight, 64.0);
+  EXPECT_EQ(c.tenants[1].guaranteed_gpus.at("P100"), 64);
+  EXPECT_THAT(WorkloadError("philly-vc:" + kData + "/golden"), HasSubstr("no trace_<vc>.csv files"));
+  EXPECT_THAT(WorkloadError("philly-vc:" + kData + "/no-such-dir/trace_x.csv"), HasSubstr("trace_x.csv"));
+}
+
 TEST(LoaderTest, YamlCluster) {
   Cluster c = MustLoadCluster(kData + "/cluster.yaml");
   EXPECT_EQ(c.name, "demo");

@@ -96,6 +96,8 @@ std::string SummaryJson(const RunInfo& info, const RunResult& run) {
   j["policy"] = PolicyString(o.config);
   j["inflate"] = o.inflate;
   j["stop_delay_ms"] = o.stop_delay_ms;
+  j["resume"] = o.resume;
+  j["all_preemptible"] = o.all_preemptible;
   j["tick_ms"] = o.tick_ms;
   j["cluster"] = {{"name", info.cluster}, {"spec", info.cluster_spec}, {"nodes", info.nodes}, {"gpus", info.gpus}};
   j["workload"] = {{"name", info.workload}, {"spec", info.workload_spec}, {"jobs", s.jobs}};

@@ -380,6 +380,7 @@ Result<Workload> GenerateSynthetic(const SyntheticConfig& c, uint64_t seed) {
   const Picker shapes(c.shapes), tenants(c.tenants), priorities(c.priorities);
   Workload w;
   w.name = c.name;
+  w.seed = seed;
   w.jobs.resize(times.size());
   for (size_t i = 0; i < times.size(); ++i) {
     SimJob& j = w.jobs[i];

@@ -4,6 +4,7 @@
 // the engine (engine.h) drives sched::Scheduler with them.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct Cluster {
 struct Workload {
   std::string name;
   std::vector<SimJob> jobs;  // sorted by submit_ms, then input order
+  // The seed the jobs were drawn with (synthetic workloads); none for a trace.
+  std::optional<uint64_t> seed;
 };
 
 }  // namespace drover::sim
