@@ -3,6 +3,7 @@
 //   ./build/bench/sched_bench
 //   ./build/bench/sched_bench --benchmark_format=json      (every figure below)
 //   ./build/bench/sched_bench --benchmark_filter='BM_Place/gang64/.*'
+//   ./build/bench/sched_bench --benchmark_filter='BM_NeverFits/.*'
 //
 // BM_Place/<shape>/<gpus>/<percent full>: one decision is Enqueue(job) +
 // Schedule() on a cluster of `gpus` H100s (8 per node, one NVLink island per
@@ -17,6 +18,20 @@
 // on 16,384 GPUs 95 % full; most of them cannot be placed. The jobs a pass
 // binds are removed and replaced by new pending ones outside the timed
 // region, so every pass sees 10,000 pending jobs on the same cluster.
+//
+// BM_NeverFits/<shape>/<cache>: one Scheduler::NeverFits, the admission
+// check the simulator makes on every arrival and the server on every Submit,
+// on 16,384 nodes x 8 H100s (131,072 GPUs, as docs/eval/cluster-131072.yaml).
+// NeverFits judges the cluster as if idle, so the cluster is idle. Shapes:
+//   single    1 whole GPU (fits)
+//   island8   8 GPUs on one NVLink island (fits)
+//   never16   16 GPUs per replica (no node has them: never fits)
+//   gang17sw  17 replicas x 8 GPUs under one switch of 16 nodes (never fits)
+// warm asks the same request every iteration (repeated arrivals of one
+// shape); cold asks a shape not seen before every iteration (its cpu_milli
+// differs; the nodes track no CPU, so the verdict does not), so every call
+// is a miss: the scan of the nodes plus remembering its answer. Time is
+// Google Benchmark's own, per call.
 //
 // Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
 // p999_ns, max_ns (nearest rank over every iteration) and items_per_second
@@ -61,6 +76,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -396,6 +412,66 @@ void BM_FullPass(benchmark::State& state, int gpus, int percent, int pending) {
   state.counters["idle_nodes"] = c.idle_nodes;
 }
 
+constexpr int kNeverFitsNodes = 16'384;
+
+// The idle cluster of BM_NeverFits, built once.
+Scheduler& NeverFitsCluster(std::string* error) {
+  static std::string build_error;
+  static const std::unique_ptr<Scheduler> sched = [] {
+    auto s = std::make_unique<Scheduler>();
+    for (int n = 0; n < kNeverFitsNodes && build_error.empty(); ++n) {
+      if (Status st = s->UpsertNode(MakeNode(n)); !st.ok()) build_error = "upsert node: " + st.ToString();
+    }
+    return s;
+  }();
+  *error = build_error;
+  return *sched;
+}
+
+struct NeverFitsShape {
+  const char* name;
+  JobRequest job;
+  bool fits;  // the answer every call must give
+};
+
+std::vector<NeverFitsShape> NeverFitsShapes() {
+  JobRequest single;
+  single.id = "nf";
+  JobRequest island8 = single;
+  island8.gpus = 8;
+  island8.topology = Topology::kIsland;
+  JobRequest never16 = single;
+  never16.gpus = 16;
+  JobRequest gang17sw = single;
+  gang17sw.gpus = 8;
+  gang17sw.replicas = kNodesPerSwitch + 1;
+  gang17sw.topology = Topology::kSwitch;
+  return {{"single", single, true}, {"island8", island8, true}, {"never16", never16, false},
+          {"gang17sw", gang17sw, false}};
+}
+
+void BM_NeverFits(benchmark::State& state, const NeverFitsShape& shape, bool cold) {
+  std::string error;
+  Scheduler& sched = NeverFitsCluster(&error);
+  if (!error.empty()) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  JobRequest job = shape.job;
+  static int64_t serial = 0;  // across runs and repetitions: every cold shape is new
+  for (auto _ : state) {
+    if (cold) job.cpu_milli = ++serial;
+    std::optional<std::string> why = sched.NeverFits(job);
+    if (why.has_value() == shape.fits) {
+      error = "NeverFits(" + std::string(shape.name) + ") said " + why.value_or("it fits");
+      state.SkipWithError(error.c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(why);
+  }
+  state.counters["nodes"] = kNeverFitsNodes;
+}
+
 void RegisterAll() {
   static const std::vector<Shape> shapes = Shapes();
   for (int gpus : {1'024, 16'384, 131'072}) {
@@ -408,6 +484,13 @@ void RegisterAll() {
     }
   }
   benchmark::RegisterBenchmark("BM_FullPass/10000", BM_FullPass, 16'384, 95, 10'000)->Unit(benchmark::kMillisecond);
+  static const std::vector<NeverFitsShape> never_fits = NeverFitsShapes();
+  for (const NeverFitsShape& shape : never_fits) {
+    for (bool cold : {false, true}) {
+      const std::string name = std::string("BM_NeverFits/") + shape.name + (cold ? "/cold" : "/warm");
+      benchmark::RegisterBenchmark(name.c_str(), BM_NeverFits, shape, cold);
+    }
+  }
 }
 
 }  // namespace

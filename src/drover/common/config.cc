@@ -19,7 +19,8 @@ namespace {
 const std::map<std::string, std::string>& SchedulerKeys() {
   static const std::map<std::string, std::string> kKeys = {
       {"queue", "queue-policy"}, {"placement", "placement-policy"}, {"backfill", "backfill"},
-      {"preemption", "preemption"}, {"aging", "aging"}, {"preemption-grace", "preemption-grace"}};
+      {"preemption", "preemption"}, {"aging", "aging"}, {"preemption-grace", "preemption-grace"},
+      {"las-thresholds", "las-thresholds"}};
   return kKeys;
 }
 
@@ -71,7 +72,7 @@ class YamlConfig final : public CLI::Config {
       if (it == SchedulerKeys().end()) {
         throw CLI::ConversionError(fmt::format(
             "config key 'scheduler.{}' is unknown (use queue, placement, backfill, preemption, aging, "
-            "preemption-grace)",
+            "preemption-grace, las-thresholds)",
             key));
       }
       if (!kv.second.IsScalar()) {
@@ -147,6 +148,9 @@ void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* f) {
                   "priority policy: a waiting job gains one priority level per this duration, 0 = none (default 60s)");
   cmd->add_option("--preemption-grace", f->preemption_grace,
                   "time a preempted job gets between SIGTERM and SIGKILL (default 30s; at most the job's own grace)");
+  cmd->add_option("--las-thresholds", f->las_thresholds,
+                  "las policy: levels of attained GPU time, ascending, e.g. 1h,10h (the default: 1 and 10 GPU-hours); "
+                  "none = one level");
   cmd->add_option("--tenants", f->tenants, "tenants as a YAML list (usually the config file's tenants: section)");
 }
 

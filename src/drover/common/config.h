@@ -9,7 +9,8 @@
 // Two sections of the file are not flat flags:
 //   scheduler:          its keys are the scheduler flags (queue ->
 //     queue: priority   --queue-policy, placement -> --placement-policy,
-//     ...               backfill, preemption, aging, preemption-grace)
+//     ...               backfill, preemption, aging, preemption-grace,
+//                       las-thresholds)
 //   tenants:            a list of {name, weight, guaranteed, borrow-limit},
 //     - name: a         handed to --tenants as YAML text
 //
@@ -51,10 +52,11 @@ struct SchedulerFlags {
   std::string preemption;        // true | false
   std::string aging;             // a duration: 60s
   std::string preemption_grace;  // a duration: 30s
+  std::string las_thresholds;    // durations of GPU time: 1h,10h
   std::string tenants;           // a YAML list of tenants
 };
 // Adds --queue-policy, --placement-policy, --backfill, --preemption,
-// --aging, --preemption-grace and --tenants to `cmd`.
+// --aging, --preemption-grace, --las-thresholds and --tenants to `cmd`.
 void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* flags);
 
 // One entry of the tenants: list.

@@ -98,7 +98,7 @@ std::string ParseScheduler(std::vector<std::string> args, SchedulerFlags* out) {
 TEST_F(ConfigTest, SchedulerSectionSetsTheSchedulerFlags) {
   unsetenv("DROVER_QUEUE_POLICY");
   Write("scheduler:\n  queue: fair-share\n  placement: spread\n  backfill: false\n  preemption: true\n"
-        "  aging: 2m\n  preemption-grace: 5s\n"
+        "  aging: 2m\n  preemption-grace: 5s\n  las-thresholds: 30m,5h\n"
         "tenants:\n  - name: a\n    weight: 2\n    guaranteed: {\"H100 80GB\": 8}\n    borrow-limit: 4\n  - name: b\n");
   SchedulerFlags f;
   ASSERT_EQ(ParseScheduler({"--config", path_}, &f), "");
@@ -108,6 +108,7 @@ TEST_F(ConfigTest, SchedulerSectionSetsTheSchedulerFlags) {
   EXPECT_EQ(f.preemption, "true");
   EXPECT_EQ(f.aging, "2m");
   EXPECT_EQ(f.preemption_grace, "5s");
+  EXPECT_EQ(f.las_thresholds, "30m,5h");
   auto tenants = ParseTenants(f.tenants);
   ASSERT_TRUE(tenants.ok()) << tenants.status().ToString() << "\n" << f.tenants;
   ASSERT_EQ(tenants->size(), 2u);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <map>
 #include <set>
@@ -70,6 +71,56 @@ int64_t HostReplicas(const JobRequest& job, int64_t cpu_cap, int64_t cpu, int64_
   if (mem_cap > 0 && job.memory_bytes > 0) n = std::min(n, std::max<int64_t>(0, mem) / job.memory_bytes);
   return n;
 }
+
+// NeverFits remembers answers for this many request shapes at most.
+constexpr size_t kNeverFitsCacheMax = 1024;
+
+// The fields of `req` that ShapeHash and ShapeEq read, and nothing else: the
+// key NeverFits stores.
+JobRequest ShapeOf(const JobRequest& req) {
+  JobRequest shape;
+  shape.replicas = req.replicas;
+  shape.gpus = req.gpus;
+  shape.gpu_milli = req.gpu_milli;
+  shape.gpu_memory_bytes = req.gpu_memory_bytes;
+  shape.gpu_model = req.gpu_model;
+  shape.gpu_models = req.gpu_models;
+  shape.gpu_vendor = req.gpu_vendor;
+  shape.node_selector = req.node_selector;
+  shape.cpu_milli = req.cpu_milli;
+  shape.memory_bytes = req.memory_bytes;
+  shape.topology = req.topology;
+  return shape;
+}
+
+// Whether NodeTopology::Choose finds `g` GPUs of a mask meeting `within`,
+// asked once per distinct (topology, mask) in one NeverFits scan: nodes of
+// one kind share both, so a cluster of 16,384 HGX boxes asks once, not
+// 16,384 times. Remembers the last kSize pairs; the answer is Choose's.
+class ChooseMemo {
+ public:
+  bool Fits(const std::vector<NodeTopology>& topos, int topo, uint64_t mask, int g, Topology within) {
+    for (int i = 0; i < size_; ++i) {
+      if (entries_[i].topo == topo && entries_[i].mask == mask) return entries_[i].fits;
+    }
+    bool fits = topos[topo].Choose(mask, g, within, nullptr) != 0;
+    entries_[next_] = Entry{topo, mask, fits};
+    next_ = (next_ + 1) % kSize;
+    size_ = std::min(size_ + 1, kSize);
+    return fits;
+  }
+
+ private:
+  static constexpr int kSize = 16;
+  struct Entry {
+    int topo = -1;
+    uint64_t mask = 0;
+    bool fits = false;
+  };
+  std::array<Entry, kSize> entries_{};
+  int size_ = 0;
+  int next_ = 0;
+};
 
 std::string Within(Topology t) {
   switch (t) {
@@ -234,10 +285,41 @@ std::string State::Shortfall(int job) const {
 
 std::optional<std::string> Scheduler::NeverFits(const JobRequest& req) const { return s_->NeverFits(req); }
 
+size_t ShapeHash::operator()(const JobRequest& r) const {
+  size_t h = 0;
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  std::hash<int64_t> num;
+  std::hash<std::string> str;
+  mix(num(r.replicas));
+  mix(num(r.gpus));
+  mix(num(r.gpu_milli));
+  mix(num(r.gpu_memory_bytes));
+  mix(num(r.cpu_milli));
+  mix(num(r.memory_bytes));
+  mix(num(static_cast<int64_t>(r.topology)));
+  mix(str(r.gpu_vendor));
+  mix(str(r.gpu_model));
+  mix(num(static_cast<int64_t>(r.gpu_models.size())));
+  for (const std::string& m : r.gpu_models) mix(str(m));
+  mix(num(static_cast<int64_t>(r.node_selector.size())));
+  for (const auto& [k, v] : r.node_selector) {
+    mix(str(k));
+    mix(str(v));
+  }
+  return h;
+}
+
+bool ShapeEq::operator()(const JobRequest& a, const JobRequest& b) const {
+  return a.replicas == b.replicas && a.gpus == b.gpus && a.gpu_milli == b.gpu_milli &&
+         a.gpu_memory_bytes == b.gpu_memory_bytes && a.cpu_milli == b.cpu_milli && a.memory_bytes == b.memory_bytes &&
+         a.topology == b.topology && a.gpu_vendor == b.gpu_vendor && a.gpu_model == b.gpu_model &&
+         a.gpu_models == b.gpu_models && a.node_selector == b.node_selector;
+}
+
 std::optional<std::string> State::NeverFits(const JobRequest& req) const {
   const State& s = *this;
   if (s.nodes.empty()) return std::string("the cluster has no nodes");
-  // Tenant limits.
+  // Tenant limits: cheap, and they change with SetTenant, so never cached.
   auto t = s.tenant_ids.find(req.tenant.empty() ? "default" : req.tenant);
   if (t != s.tenant_ids.end()) {
     const TenantInfo& info = s.tenants[t->second].info;
@@ -250,17 +332,34 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
       }
     }
   }
+  if (auto hit = never_fits.find(req); hit != never_fits.end()) return hit->second;
+  std::optional<std::string> why = NeverFitsOnNodes(req);
+  if (never_fits.size() >= kNeverFitsCacheMax) never_fits.clear();
+  never_fits.emplace(ShapeOf(req), why);
+  return why;
+}
+
+std::optional<std::string> State::NeverFitsOnNodes(const JobRequest& req) const {
+  const State& s = *this;
   // Capacity of every node as if idle, drained and disconnected ones included.
+  // Gangs bound to one switch or rack count replicas per domain; the scan
+  // stops once the job fits (a reason needs the whole count, a fit does not).
+  const bool per_domain_gang = req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack);
+  if (!per_domain_gang && req.replicas <= 0) return std::nullopt;  // nothing to place (not validated here)
+  const Topology within =
+      (req.topology == Topology::kIsland || req.topology == Topology::kNuma) ? req.topology : Topology::kBestEffort;
+  std::vector<char> class_matches(s.classes.size());
+  for (size_t c = 0; c < s.classes.size(); ++c) class_matches[c] = s.ClassMatches(req, static_cast<int>(c)) ? 1 : 0;
+  ChooseMemo choose;
   int replicas = 0;
   int best = 0;
-  std::map<int, int> per_domain;
+  std::vector<int> per_domain(per_domain_gang ? s.domains.size() : 0, 0);
   for (const NodeState& n : s.nodes) {
     bool selected = std::all_of(req.node_selector.begin(), req.node_selector.end(), [&](const auto& kv) {
       auto it = n.info.labels.find(kv.first);
       return it != n.info.labels.end() && it->second == kv.second;
     });
     if (!selected) continue;
-    const NodeTopology& topo = s.topos[n.topo];
     if ((n.info.cpu_milli > 0 && n.info.cpu_milli < req.cpu_milli) ||
         (n.info.memory_bytes > 0 && n.info.memory_bytes < req.memory_bytes)) {
       continue;
@@ -268,14 +367,12 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
     int here = 0;
     if (req.gpus == 0) here = kMaxGpusPerNode;  // host resources only
     for (const ClassSlot& slot : n.classes) {
-      if (!s.ClassMatches(req, slot.cls)) continue;
+      if (!class_matches[slot.cls]) continue;
       int count = std::popcount(slot.mask);
       best = std::max(best, count);
-      Topology within = (req.topology == Topology::kIsland || req.topology == Topology::kNuma) ? req.topology
-                                                                                              : Topology::kBestEffort;
       if (req.fractional()) {
         here = std::max(here, kMaxGpusPerNode);  // a share fits any matching GPU
-      } else if (topo.Choose(slot.mask, req.gpus, within, nullptr) != 0) {
+      } else if (choose.Fits(s.topos, n.topo, slot.mask, req.gpus, within)) {
         here = std::max(here, req.topology == Topology::kBestEffort || req.topology >= Topology::kSwitch
                                   ? count / req.gpus
                                   : 1);
@@ -284,17 +381,21 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
     here = static_cast<int>(std::min<int64_t>(
         here, HostReplicas(req, n.info.cpu_milli, n.info.cpu_milli, n.info.memory_bytes, n.info.memory_bytes)));
     replicas += here;
-    int dom = req.topology == Topology::kSwitch ? n.switch_domain : req.topology == Topology::kRack ? n.rack_domain : -1;
-    if (dom >= 0) per_domain[dom] += here;
+    if (per_domain_gang) {
+      int dom = req.topology == Topology::kSwitch ? n.switch_domain : n.rack_domain;
+      if (dom < 0) continue;
+      per_domain[dom] += here;
+      if (per_domain[dom] >= req.replicas) return std::nullopt;
+    } else if (replicas >= req.replicas) {
+      return std::nullopt;
+    }
   }
-  if (req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack)) {
+  if (per_domain_gang) {
     int most = 0;
-    for (const auto& [d, n] : per_domain) most = std::max(most, n);
-    if (most >= req.replicas) return std::nullopt;
+    for (int count : per_domain) most = std::max(most, count);
     return fmt::format("no {} holds {} replicas x {} (the most is {})", TopologyName(req.topology), req.replicas,
                        Describe(req), most);
   }
-  if (replicas >= req.replicas) return std::nullopt;
   if (req.gpus == 0) return fmt::format("no node has {} milli-CPU and {} of host memory", req.cpu_milli, Bytes(req.memory_bytes));
   if (req.replicas > 1) {
     return fmt::format("the cluster holds at most {} replicas of {}, and the job needs {}", replicas, Describe(req), req.replicas);

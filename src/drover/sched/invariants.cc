@@ -22,6 +22,7 @@ Status Scheduler::CheckInvariants() const {
   std::vector<int64_t> host_cpu(s.nodes.size(), 0);
   std::vector<int64_t> host_mem(s.nodes.size(), 0);
   std::vector<std::map<std::string, int64_t>> tenant_model(s.tenants.size());
+  std::vector<std::map<std::string, int64_t>> tenant_stopping(s.tenants.size());
   size_t bound = 0;
   size_t pending = 0;
   std::multiset<int> priorities;
@@ -55,6 +56,7 @@ Status Scheduler::CheckInvariants() const {
       if (h.cls < 0) continue;  // CPU-only
       tenant_milli[j.tenant] += int64_t{std::popcount(h.mask)} * h.milli;
       tenant_model[j.tenant][s.classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+      if (j.preempting) tenant_stopping[j.tenant][s.classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
     }
   }
   if (bound != s.bound_count) return Internal(fmt::format("{} jobs are bound but the count says {}", bound, s.bound_count));
@@ -115,6 +117,9 @@ Status Scheduler::CheckInvariants() const {
     const TenantState& ts = s.tenants[t];
     if (ts.milli != tenant_milli[t] || ts.by_model != tenant_model[t]) {
       return Internal(fmt::format("tenant '{}' usage is stale", ts.info.name));
+    }
+    if (ts.stopping != tenant_stopping[t]) {
+      return Internal(fmt::format("tenant '{}' count of GPUs held by stopping jobs is stale", ts.info.name));
     }
     if (ts.info.borrow_limit >= 0 && s.Beyond(ts) > int64_t{ts.info.borrow_limit} * kWholeGpu) {
       return Internal(fmt::format("tenant '{}' borrows {} milli-GPU, over its limit of {} GPUs", ts.info.name, s.Beyond(ts), ts.info.borrow_limit));

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "drover/common/config.h"
+
 namespace drover::sched {
 
 std::string_view LinkName(Link link) {
@@ -69,6 +71,32 @@ Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s) {
     if (s == PlacementPolicyName(p)) return p;
   }
   return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack, spread, best-fit or random)", s));
+}
+
+Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s) {
+  std::vector<int64_t> out;
+  if (s == "0" || s == "none") return out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string_view item = s.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    auto d = ParseDurationMs(item);
+    if (!d.ok() || *d <= 0) {
+      return InvalidArgument(fmt::format(
+          "LAS thresholds '{}': '{}' is not a positive duration of GPU time (use e.g. 1h,10h for 1 and 10 GPU-hours, "
+          "or none)", s, item));
+    }
+    if (!out.empty() && *d <= out.back()) {
+      return InvalidArgument(fmt::format("LAS thresholds '{}': they must be ascending", s));
+    }
+    out.push_back(*d);
+    if (out.size() > 8) return InvalidArgument(fmt::format("LAS thresholds '{}': at most 8", s));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
 }
 
 }  // namespace drover::sched

@@ -171,6 +171,25 @@ struct Config {
   int64_t preemption_grace_ms = 30'000;
   // Seed of PlacementPolicy::kRandom (the only randomness in the scheduler).
   uint64_t seed = 1;
+  // kLas (Tiresias' discretised LAS): a job's level is the number of these
+  // thresholds of attained GPU service (GPU-ms: GPUs x ms, a share counts
+  // its fraction), ascending, that it has reached. Lower levels go first,
+  // submission order within a level; with preemption on, a waiting job may
+  // preempt a preemptible job of a higher level (never of a higher
+  // priority; another tenant's only on borrowed GPUs). Empty: one level,
+  // i.e. FIFO.
+  std::vector<int64_t> las_thresholds = {3'600'000, 36'000'000};  // 1 and 10 GPU-hours
 };
+
+// "1h,10h" -> {3'600'000, 36'000'000} (GPU-ms); "none" or "0" -> {}.
+// Durations as ParseDurationMs, positive and ascending, at most 8.
+Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s);
+
+// The LAS level of `attained` GPU-ms under `c` (0 = least served).
+inline int LasLevel(const Config& c, int64_t attained) {
+  int level = 0;
+  for (int64_t t : c.las_thresholds) level += attained >= t ? 1 : 0;
+  return level;
+}
 
 }  // namespace drover::sched

@@ -556,6 +556,15 @@ void State::Bind(int job, std::vector<Held> held, int64_t now, Decisions* d) {
 
 void State::Unbind(int job, int64_t now) {
   JobState& j = jobs[job];
+  if (j.preempting) {
+    TenantState& t = tenants[j.tenant];
+    for (const Held& h : j.held) {
+      if (h.cls < 0) continue;
+      auto it = t.stopping.find(classes[h.cls].model);
+      it->second -= int64_t{std::popcount(h.mask)} * h.milli;
+      if (it->second == 0) t.stopping.erase(it);
+    }
+  }
   for (auto it = j.held.rbegin(); it != j.held.rend(); ++it) Release(job, *it);
   j.attained += j.req.milli() * std::max<int64_t>(0, now - j.bound_ms) / kWholeGpu;
   if (j.req.preemptible && !j.preempting) preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));

@@ -7,6 +7,9 @@
 // at or above its guarantee of each GPU model the job holds (it runs on
 // borrowed GPUs), and then either for a higher priority or because the
 // job's tenant is below its own guarantee of that model (quota reclaim).
+// Under the LAS queue policy a job may also preempt one at a higher LAS
+// level (more attained GPU service, Config::las_thresholds) and of no
+// higher priority, within the same limits (Tiresias' preemptive 2D-LAS).
 //
 // Which set: per node, victims are added lowest priority first (then most
 // recently started, then fewest GPUs) until the job fits, then any victim
@@ -71,11 +74,33 @@ void Apply(View* v, const NodeState& n, const JobRequest& owner, const Held& h, 
 
 }  // namespace
 
-bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::string>, int64_t>& released) const {
+int64_t State::AttainedNow(int job, int64_t now) const {
+  const JobState& j = jobs[job];
+  if (j.held.empty()) return j.attained;
+  return j.attained + j.req.milli() * std::max<int64_t>(0, now - j.bound_ms) / kWholeGpu;
+}
+
+void State::MarkStopping(int job) {
+  JobState& j = jobs[job];
+  j.preempting = true;
+  preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
+  TenantState& t = tenants[j.tenant];
+  for (const Held& h : j.held) {
+    if (h.cls >= 0) t.stopping[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+  }
+}
+
+bool State::LasAhead(int job, int victim, int64_t now) const {
+  if (config.queue != QueuePolicy::kLas || jobs[victim].req.priority > jobs[job].req.priority) return false;
+  return LasLevel(config, AttainedNow(victim, now)) > LasLevel(config, jobs[job].attained);
+}
+
+bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::string>, int64_t>& released,
+                       int64_t now) const {
   const JobState& j = jobs[job];
   const JobState& v = jobs[victim];
   if (victim == job || !v.req.preemptible || v.preempting || v.held.empty() || v.bound_pass == pass) return false;
-  if (v.tenant == j.tenant) return v.req.priority < j.req.priority;
+  if (v.tenant == j.tenant) return v.req.priority < j.req.priority || LasAhead(job, victim, now);
   // Another tenant's job: only while that tenant stays at or above its
   // guarantee of every model the job holds once this job (and the victims
   // chosen before it) are gone, i.e. the job runs on borrowed GPUs.
@@ -89,6 +114,8 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
   for (const auto& [model, milli] : held) {
     auto u = vt.by_model.find(model);
     int64_t used = u == vt.by_model.end() ? 0 : u->second;
+    auto st = vt.stopping.find(model);
+    if (st != vt.stopping.end()) used -= st->second;  // preempted in an earlier decision, still stopping
     auto r = released.find({v.tenant, model});
     if (r != released.end()) used -= r->second;
     auto q = vt.info.guaranteed_gpus.find(model);
@@ -102,7 +129,7 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
       if (jused + j.req.milli() <= int64_t{jq->second} * kWholeGpu) reclaim = true;
     }
   }
-  return reclaim || v.req.priority < j.req.priority;
+  return reclaim || v.req.priority < j.req.priority || LasAhead(job, victim, now);
 }
 
 bool State::HasCandidates(int job) const {
@@ -110,6 +137,12 @@ bool State::HasCandidates(int job) const {
   const JobState& j = jobs[job];
   if (j.req.gpus == 0) return false;  // CPU-only work does not preempt
   if (*preemptible_priorities.begin() < j.req.priority) return true;
+  // LAS: a preemptible job at or below its priority may have reached a
+  // higher level (Preempt checks each; levels change only with time).
+  if (config.queue == QueuePolicy::kLas && LasLevel(config, j.attained) < static_cast<int>(config.las_thresholds.size()) &&
+      *preemptible_priorities.begin() <= j.req.priority) {
+    return true;
+  }
   // Quota reclaim needs the job's tenant below a guarantee it fits in, and
   // another tenant above its own guarantee of that model.
   const TenantState& t = tenants[j.tenant];
@@ -222,7 +255,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       View base = view_of(static_cast<int>(ni));
       std::vector<int> cands;
       for (int o : n.jobs) {
-        if (MayPreempt(job, o, released) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
+        if (MayPreempt(job, o, released, now) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
       }
       Pick p;
       std::vector<int> added;
@@ -239,7 +272,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       View v = base;
       auto tally = released;
       for (size_t k = 0; !ok && k < cands.size(); ++k) {
-        if (!MayPreempt(job, cands[k], tally)) continue;  // taking it too would break a guarantee
+        if (!MayPreempt(job, cands[k], tally, now)) continue;  // taking it too would break a guarantee
         release_tally(&tally, cands[k], +1);
         for (const Held& h : jobs[cands[k]].held) {
           if (h.node == static_cast<int>(ni)) Apply(&v, n, jobs[cands[k]].req, h, +1);
@@ -291,12 +324,19 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   ClearNomination(job);
   for (int o : chosen) {
     JobState& v = jobs[o];
-    v.preempting = true;
-    preemptible_priorities.erase(preemptible_priorities.find(v.req.priority));
-    std::string reason = v.req.priority < j.req.priority
-                             ? fmt::format("priority {} > {}", j.req.priority, v.req.priority)
-                             : fmt::format("tenant '{}' reclaims its guaranteed GPUs from borrowing tenant '{}'",
-                                           tenants[j.tenant].info.name, tenants[v.tenant].info.name);
+    MarkStopping(o);
+    std::string reason;
+    if (v.req.priority < j.req.priority) {
+      reason = fmt::format("priority {} > {}", j.req.priority, v.req.priority);
+    } else if (LasAhead(job, o, now)) {
+      // Before the victim's attained service is settled by its release.
+      reason = fmt::format("least attained service: level {} < {} ({:.2f} < {:.2f} GPU-hours)",
+                           LasLevel(config, j.attained), LasLevel(config, AttainedNow(o, now)),
+                           static_cast<double>(j.attained) / 3.6e6, static_cast<double>(AttainedNow(o, now)) / 3.6e6);
+    } else {
+      reason = fmt::format("tenant '{}' reclaims its guaranteed GPUs from borrowing tenant '{}'",
+                           tenants[j.tenant].info.name, tenants[v.tenant].info.name);
+    }
     d->preemptions.push_back(Preemption{v.req.id, req.id, std::move(reason), config.preemption_grace_ms});
     j.victims.push_back(v.req.id);
   }

@@ -40,6 +40,24 @@ Status ValidateRequest(const JobRequest& job) {
   return Status::Ok();
 }
 
+// Whether node `a` and `b` look alike to NeverFits, which judges every GPU
+// of every node as if idle: all but GPU health and schedulability count.
+bool SameForNeverFits(const NodeInfo& a, const NodeInfo& b) {
+  if (a.cpu_milli != b.cpu_milli || a.memory_bytes != b.memory_bytes || a.labels != b.labels || a.links != b.links ||
+      a.gpus.size() != b.gpus.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.gpus.size(); ++i) {
+    const GpuInfo& x = a.gpus[i];
+    const GpuInfo& y = b.gpus[i];
+    if (x.index != y.index || x.vendor != y.vendor || x.model != y.model || x.memory_bytes != y.memory_bytes ||
+        x.numa_node != y.numa_node) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(Config config) : s_(std::make_unique<State>()) {
@@ -140,6 +158,7 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
   for (int d : {node.switch_domain, node.rack_domain}) {
     if (d >= 0) std::erase(s.domains[d].nodes, idx);
   }
+  if (inserted || !SameForNeverFits(node.info, info)) s.never_fits.clear();
   node.info = info;
   node.topo = s.TopoFor(info);
   node.present = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
@@ -306,8 +325,7 @@ Status Scheduler::MarkPreempting(const std::string& job_id, const std::string& f
   JobState& j = s.jobs[idx];
   if (!j.req.preemptible) return FailedPrecondition(fmt::format("job '{}' is not preemptible", job_id));
   if (j.preempting) return Status::Ok();
-  j.preempting = true;
-  s.preemptible_priorities.erase(s.preemptible_priorities.find(j.req.priority));
+  s.MarkStopping(idx);
   if (for_job.empty()) return Status::Ok();
   int p = s.FindJob(for_job);
   if (p >= 0 && s.jobs[p].pending) {
@@ -361,7 +379,7 @@ std::vector<int> State::Order(int64_t now) const {
         break;
       }
       case QueuePolicy::kLas:
-        k.a = j.attained;
+        k.a = LasLevel(config, j.attained);
         break;
       case QueuePolicy::kSjf:
         k.a = j.req.runtime_estimate_ms > 0 ? 0 : 1;

@@ -38,7 +38,8 @@
 //  - tenant usage beyond guarantees stays within the borrowing limit;
 //  - only preemptible jobs are ever marked for preemption.
 //
-// Not thread-safe: owned by the server's control loop (or the simulator).
+// Not thread-safe, const methods included (NeverFits remembers its answers):
+// owned by the server's control loop (or the simulator).
 
 #include <cstdint>
 #include <memory>
@@ -94,7 +95,10 @@ class Scheduler {
 
   // ---- questions ----
   // Empty when some node could hold `job` once idle (drained, disconnected
-  // or busy nodes count); otherwise why it never can, in words.
+  // or busy nodes count); otherwise why it never can, in words. Answers are
+  // remembered per request shape until a node is added or its inventory,
+  // links, labels or host capacity change: O(1) expected for a shape asked
+  // before, else a scan of the nodes that stops once enough replicas fit.
   std::optional<std::string> NeverFits(const JobRequest& job) const;
   // Why a pending job waits, in words; empty when it is not pending.
   std::string PendingReason(const std::string& job_id) const;

@@ -121,6 +121,9 @@ struct TenantState {
   int64_t milli = 0;
   int64_t mem = 0;
   std::map<std::string, int64_t> by_model;  // milli held per GPU model
+  // Of by_model, what its preempted jobs still hold while they stop: those
+  // GPUs are already on their way out, so a guarantee is judged without them.
+  std::map<std::string, int64_t> stopping;
 };
 
 // One candidate for one replica.
@@ -133,6 +136,17 @@ struct Pick {
   Link quality = Link::kFabric;
   int fill = 0;  // usable GPUs of the class on the node before the pick
   int64_t stranded = 0;  // milli-GPU the pick leaves on the node without CPU to use them
+};
+
+// Hash and equality of a request's shape: the fields NeverFits' scan of the
+// nodes reads (GPUs, share, memory, model, vendor, selector, host resources,
+// replicas, topology), and none it does not (id, tenant, priority, estimate,
+// preemptible), so that jobs of one shape share one answer. explain.cc.
+struct ShapeHash {
+  size_t operator()(const JobRequest& r) const;
+};
+struct ShapeEq {
+  bool operator()(const JobRequest& a, const JobRequest& b) const;
 };
 
 // What Release() undoes and Hold() redoes during tentative searches.
@@ -171,6 +185,15 @@ struct State {
   std::unordered_map<std::string, std::vector<std::string>> restored_victims;
   int reservation_job = -1;
   int64_t reservation_ms = kNever;
+  // NeverFits' verdict on the node set by request shape (explain.cc), before
+  // tenant limits, which are checked on every call. It depends only on each
+  // node's static description (GPUs, links, labels, host capacity), never on
+  // what runs, health or schedulability: UpsertNode clears it when a node is
+  // added or that description changes. Emptied when it would exceed
+  // kNeverFitsCacheMax shapes.
+  //
+  // Invariant: every entry equals what NeverFitsOnNodes would answer now.
+  mutable std::unordered_map<JobRequest, std::optional<std::string>, ShapeHash, ShapeEq> never_fits;
 
   // ---- placement.cc ----
   int ClassFor(const GpuInfo& g);
@@ -219,7 +242,15 @@ struct State {
   // ---- preemption.cc ----
   // `released`: milli already taken from each (tenant, model) by this
   // preemption, so that reclaim never takes a tenant below its guarantee.
-  bool MayPreempt(int job, int victim, const std::map<std::pair<int, std::string>, int64_t>& released) const;
+  bool MayPreempt(int job, int victim, const std::map<std::pair<int, std::string>, int64_t>& released,
+                  int64_t now) const;
+  // GPU-ms of service: earlier runs plus the current one until `now`.
+  int64_t AttainedNow(int job, int64_t now) const;
+  // A bound job was preempted: it stops holding its place among the
+  // preemptible and its GPUs count as stopping for its tenant until Unbind.
+  void MarkStopping(int job);
+  // kLas: `victim` is at a higher level than `job` and not of a higher priority.
+  bool LasAhead(int job, int victim, int64_t now) const;
   bool HasCandidates(int job) const;
   bool Preempt(int job, int64_t now, Decisions* d);
   void ClearNomination(int job);
@@ -241,7 +272,13 @@ struct State {
   // ---- explain.cc ----
   std::string Reason(int job) const;
   std::string Shortfall(int job) const;
-  std::optional<std::string> NeverFits(const JobRequest& req) const;  // what the job needs against what the best ready node has
+  // Why `req` could never run (tenant limits, then the node set as if idle),
+  // or nothing when it could. O(1) expected for a shape already asked since
+  // the node set last changed.
+  std::optional<std::string> NeverFits(const JobRequest& req) const;
+  // The node-set part of NeverFits, uncached: a scan of the nodes that stops
+  // as soon as enough replicas fit (in one domain for switch / rack gangs).
+  std::optional<std::string> NeverFitsOnNodes(const JobRequest& req) const;
 };
 
 }  // namespace drover::sched

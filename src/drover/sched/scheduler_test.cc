@@ -427,16 +427,115 @@ TEST(SchedulerFairShareTest, WeightedTenantsShareByDominantResource) {
   EXPECT_TRUE(s.CheckInvariants().ok());
 }
 
+// GPUs of jobs already preempted and still stopping are not counted when a
+// later decision judges whether their tenant keeps its guarantee: reclaim
+// takes exactly what is borrowed, in one pass or over several.
+TEST(SchedulerPreemptionTest, StoppingJobsDoNotProtectAGuaranteeTwice) {
+  Scheduler s(Config{.queue = QueuePolicy::kFifo, .preemption = true});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"owner", 1.0, {{"H100 80GB", 4}}, -1}).ok());
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"borrower", 1.0, {{"H100 80GB", 4}}, -1}).ok());
+  for (int i = 0; i < 6; ++i) {
+    JobRequest j = Job("b" + std::to_string(i), 1, 0, true);
+    j.tenant = "borrower";
+    ASSERT_TRUE(s.Enqueue(j, 0).ok());
+  }
+  ASSERT_EQ(s.Schedule(0).bindings.size(), 6u);  // 2 beyond the guarantee of 4
+  auto submit = [&](const std::string& id, int64_t now) {
+    JobRequest j = Job(id, 2);
+    j.tenant = "owner";
+    ASSERT_TRUE(s.Enqueue(j, now).ok());
+  };
+  submit("o1", 1'000);  // 2 free GPUs: runs without preempting
+  ASSERT_EQ(s.Schedule(1'000).bindings.size(), 1u);
+  submit("o2", 2'000);  // reclaims the 2 borrowed GPUs
+  Decisions d = s.Schedule(2'000);
+  EXPECT_EQ(d.preemptions.size(), 2u);
+  // Before those two stop, another pass: the borrower is at its guarantee
+  // once they are gone, so nothing more is taken.
+  submit("o3", 3'000);
+  d = s.Schedule(3'000);
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_TRUE(s.CheckInvariants().ok());
+}
+
 TEST(SchedulerLasTest, LeastAttainedServiceGoesFirst) {
   Scheduler s(Config{.queue = QueuePolicy::kLas, .preemption = false});
   ASSERT_TRUE(s.UpsertNode(MakeNode("a", 1)).ok());
   ASSERT_TRUE(s.Enqueue(Job("veteran", 1), 0).ok());
   (void)s.Schedule(0);
-  ASSERT_TRUE(s.Requeue("veteran", 30 * kMinute).ok());  // 30 GPU-minutes attained
-  ASSERT_TRUE(s.Enqueue(Job("fresh", 1), 31 * kMinute).ok());
-  Decisions d = s.Schedule(31 * kMinute);
+  ASSERT_TRUE(s.Requeue("veteran", 60 * kMinute).ok());  // 1 GPU-hour attained: level 1
+  ASSERT_TRUE(s.Enqueue(Job("fresh", 1), 61 * kMinute).ok());
+  Decisions d = s.Schedule(61 * kMinute);
   ASSERT_EQ(d.bindings.size(), 1u);
   EXPECT_EQ(d.bindings[0].job_id, "fresh");
+}
+
+// Levels are discrete (Tiresias): within one, submission order, whatever
+// the service attained.
+TEST(SchedulerLasTest, WithinALevelSubmissionOrder) {
+  Scheduler s(Config{.queue = QueuePolicy::kLas, .preemption = false});
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 1)).ok());
+  ASSERT_TRUE(s.Enqueue(Job("first", 1), 0).ok());
+  (void)s.Schedule(0);
+  ASSERT_TRUE(s.Requeue("first", 59 * kMinute).ok());  // 59 GPU-minutes: still level 0
+  ASSERT_TRUE(s.Enqueue(Job("second", 1), 59 * kMinute).ok());
+  Decisions d = s.Schedule(59 * kMinute);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "first");
+}
+
+// With preemption a fresh job preempts a preemptible job that has passed
+// a level; not one below the threshold, not one of higher priority.
+TEST(SchedulerLasTest, PreemptsAJobOfAHigherLevel) {
+  Config c{.queue = QueuePolicy::kLas, .preemption = true};
+  c.las_thresholds = {60 * kMinute};
+  {
+    Scheduler s(c);
+    ASSERT_TRUE(s.UpsertNode(MakeNode("a", 2)).ok());
+    ASSERT_TRUE(s.Enqueue(Job("long", 2, 0, /*preemptible=*/true), 0).ok());
+    ASSERT_EQ(s.Schedule(0).bindings.size(), 1u);
+    ASSERT_TRUE(s.Enqueue(Job("short", 1), 20 * kMinute).ok());
+    // 2 GPUs x 20 min = 40 GPU-minutes: level 0, like short's.
+    EXPECT_TRUE(s.Schedule(20 * kMinute).preemptions.empty());
+    Decisions d = s.Schedule(31 * kMinute);  // 62 GPU-minutes: level 1
+    ASSERT_EQ(d.preemptions.size(), 1u);
+    EXPECT_EQ(d.preemptions[0].job_id, "long");
+    EXPECT_EQ(d.preemptions[0].for_job, "short");
+    EXPECT_NE(d.preemptions[0].reason.find("least attained service: level 0 < 1"), std::string::npos)
+        << d.preemptions[0].reason;
+    ASSERT_TRUE(s.Requeue("long", 31 * kMinute).ok());
+    d = s.Schedule(31 * kMinute);
+    ASSERT_EQ(d.bindings.size(), 1u);
+    EXPECT_EQ(d.bindings[0].job_id, "short");
+    EXPECT_TRUE(s.CheckInvariants().ok());
+  }
+  {
+    Scheduler s(c);  // the long job has a higher priority: kept
+    ASSERT_TRUE(s.UpsertNode(MakeNode("a", 2)).ok());
+    ASSERT_TRUE(s.Enqueue(Job("long", 2, 5, /*preemptible=*/true), 0).ok());
+    (void)s.Schedule(0);
+    ASSERT_TRUE(s.Enqueue(Job("short", 1), 40 * kMinute).ok());
+    EXPECT_TRUE(s.Schedule(40 * kMinute).preemptions.empty());
+  }
+  {
+    Scheduler s(c);  // not preemptible: kept
+    ASSERT_TRUE(s.UpsertNode(MakeNode("a", 2)).ok());
+    ASSERT_TRUE(s.Enqueue(Job("long", 2), 0).ok());
+    (void)s.Schedule(0);
+    ASSERT_TRUE(s.Enqueue(Job("short", 1), 40 * kMinute).ok());
+    EXPECT_TRUE(s.Schedule(40 * kMinute).preemptions.empty());
+  }
+  {
+    Config fifo = c;  // the rule is LAS's only
+    fifo.queue = QueuePolicy::kFifo;
+    Scheduler s(fifo);
+    ASSERT_TRUE(s.UpsertNode(MakeNode("a", 2)).ok());
+    ASSERT_TRUE(s.Enqueue(Job("long", 2, 0, true), 0).ok());
+    (void)s.Schedule(0);
+    ASSERT_TRUE(s.Enqueue(Job("short", 1), 40 * kMinute).ok());
+    EXPECT_TRUE(s.Schedule(40 * kMinute).preemptions.empty());
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 // The fixture of the control-loop tests: a real SQLite store, a manual
 // clock, fake agent sessions and a store whose writes can be made to fail.
-// Test-only; included by control_loop_test.cc and control_loop_scheduling_test.cc.
+// Test-only; included by control_loop_test.cc, control_loop_scheduling_test.cc
+// and tests/sim_server/sim_server_test.cc.
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -50,6 +50,11 @@ Result<ControlLoopOptions> MakeControlLoopOptions(const SchedulerFlags& f) {
     }
     c.preemption_grace_ms = *d;
   }
+  if (!f.las_thresholds.empty()) {
+    auto t = sched::ParseLasThresholds(f.las_thresholds);
+    if (!t.ok()) return Named("las-thresholds", "las-thresholds", t.status());
+    c.las_thresholds = *t;
+  }
   DROVER_ASSIGN_OR_RETURN(std::vector<TenantConfig> tenants, ParseTenants(f.tenants));
   for (TenantConfig& t : tenants) {
     sched::TenantInfo info;

@@ -59,9 +59,17 @@ Status SetKey(sched::Config& c, std::string_view key, std::string_view value) {
     auto d = ParseDurationMs(value);
     if (!d.ok()) return named(d.status());
     (key == "aging" ? c.aging_ms : c.preemption_grace_ms) = *d;
+  } else if (key == "las-thresholds") {
+    // Commas separate the settings: thresholds are joined with ':' here (las-thresholds=1h:10h).
+    std::string list(value);
+    std::replace(list.begin(), list.end(), ':', ',');
+    auto t = sched::ParseLasThresholds(list);
+    if (!t.ok()) return named(t.status());
+    c.las_thresholds = *t;
   } else {
     return InvalidArgument(fmt::format(
-        "policy key '{}' is unknown (use queue, placement, backfill, preemption, aging, preemption-grace)", key));
+        "policy key '{}' is unknown (use queue, placement, backfill, preemption, aging, preemption-grace, "
+        "las-thresholds)", key));
   }
   return Status::Ok();
 }
@@ -96,10 +104,16 @@ Result<sched::Config> ParsePolicy(std::string_view spec) {
 }
 
 std::string PolicyString(const sched::Config& c) {
-  return fmt::format("queue={},placement={},backfill={},preemption={},aging={},preemption-grace={}",
-                     sched::QueuePolicyName(c.queue), sched::PlacementPolicyName(c.placement),
-                     c.backfill ? "on" : "off", c.preemption ? "on" : "off", Duration(c.aging_ms),
-                     Duration(c.preemption_grace_ms));
+  std::string s = fmt::format("queue={},placement={},backfill={},preemption={},aging={},preemption-grace={}",
+                              sched::QueuePolicyName(c.queue), sched::PlacementPolicyName(c.placement),
+                              c.backfill ? "on" : "off", c.preemption ? "on" : "off", Duration(c.aging_ms),
+                              Duration(c.preemption_grace_ms));
+  if (c.queue == sched::QueuePolicy::kLas) {
+    std::vector<std::string> t;
+    for (int64_t ms : c.las_thresholds) t.push_back(Duration(ms));
+    s += ",las-thresholds=" + (t.empty() ? std::string("none") : fmt::format("{}", fmt::join(t, ":")));
+  }
+  return s;
 }
 
 // ------------------------------------------------------------------ inflate --

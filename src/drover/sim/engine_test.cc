@@ -259,7 +259,15 @@ TEST(Policy, ParsesWordsAndKeys) {
   EXPECT_FALSE(b->preemption);
   EXPECT_EQ(b->aging_ms, 300'000);
   EXPECT_EQ(b->preemption_grace_ms, 10'000);
-  EXPECT_EQ(PolicyString(*b), "queue=las,placement=binpack,backfill=off,preemption=off,aging=5m,preemption-grace=10s");
+  EXPECT_EQ(PolicyString(*b),
+            "queue=las,placement=binpack,backfill=off,preemption=off,aging=5m,preemption-grace=10s,"
+            "las-thresholds=1h:10h");
+  auto l = ParsePolicy("las,las-thresholds=30m:2h:1d");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->las_thresholds, (std::vector<int64_t>{1'800'000, 7'200'000, 86'400'000}));
+  EXPECT_EQ(ParsePolicy("las,las-thresholds=none")->las_thresholds, std::vector<int64_t>{});
+  EXPECT_FALSE(ParsePolicy("las,las-thresholds=2h:1h").ok());  // not ascending
+  EXPECT_FALSE(ParsePolicy("las,las-thresholds=soon").ok());
   auto d = ParsePolicy("");  // the server's defaults
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(PolicyString(*d), PolicyString(sched::Config{}));

@@ -161,12 +161,34 @@ Status World::ApplyPreemption(const Preemption& p, const std::map<std::string, i
   CHECK_OR_FAIL(f->second.phase == Phase::kPending, "preemption for '{}', which is not pending", p.for_job);
   bool by_priority = victim.priority < for_job.priority;
   bool reclaim = victim.tenant != for_job.tenant && borrowing.at(victim.tenant) > 0;
-  CHECK_OR_FAIL(by_priority || reclaim,
-                "'{}' (priority {}, tenant {}) preempted for '{}' (priority {}, tenant {}) which is neither higher "
-                "priority nor reclaiming from a borrower: {}",
-                p.job_id, victim.priority, victim.tenant, p.for_job, for_job.priority, for_job.tenant, p.reason);
+  // LAS: the victim (its earlier runs and this one) has reached a higher
+  // level than the job waiting, at no higher priority.
+  const int64_t victim_attained =
+      v->second.attained + victim.milli() * std::max<int64_t>(0, now_ - v->second.bound_ms) / kWholeGpu;
+  bool by_las = config_.queue == QueuePolicy::kLas && victim.priority <= for_job.priority &&
+                LasLevel(config_, victim_attained) > LasLevel(config_, f->second.attained);
+  CHECK_OR_FAIL(by_priority || reclaim || by_las,
+                "'{}' (priority {}, tenant {}, {} GPU-ms) preempted for '{}' (priority {}, tenant {}, {} GPU-ms) which "
+                "is neither higher priority, nor reclaiming from a borrower, nor at a lower LAS level: {}",
+                p.job_id, victim.priority, victim.tenant, victim_attained, p.for_job, for_job.priority, for_job.tenant,
+                f->second.attained, p.reason);
+  // Across tenants, LAS too takes only borrowed GPUs.
+  CHECK_OR_FAIL(by_priority || reclaim || victim.tenant == for_job.tenant,
+                "'{}' of tenant '{}' preempted for '{}' of tenant '{}' by LAS, but '{}' does not borrow: {}", p.job_id,
+                victim.tenant, p.for_job, for_job.tenant, victim.tenant, p.reason);
   v->second.phase = Phase::kPreempting;
-  if (!by_priority) {
+  if (by_las && !by_priority && victim.tenant != for_job.tenant) {
+    // Across tenants LAS takes borrowed GPUs only: the victim's tenant keeps
+    // its guarantee without this victim and every other one still stopping.
+    for (const auto& [model, milli] : MilliByModel(v->second)) {
+      int64_t after = usage_[victim.tenant].by_model[model] - PreemptingMilli(victim.tenant, model);
+      int64_t guaranteed = int64_t{Guarantees(victim.tenant)[model]} * kWholeGpu;
+      CHECK_OR_FAIL(after >= guaranteed,
+                    "LAS preempts '{}' of tenant '{}' for '{}', leaving {}m of '{}' below its guarantee of {} GPUs: {}",
+                    p.job_id, victim.tenant, p.for_job, after, model, guaranteed / kWholeGpu, p.reason);
+    }
+  }
+  if (!by_priority && !by_las) {
     // Reclaim: the claimant is below its guarantee of a model the victim
     // frees, and the victim's tenant borrows that model.
     const ShadowTenant& claimant = usage_[for_job.tenant];

@@ -327,6 +327,7 @@ Status World::RequeueJob(const std::string& id, std::string_view why) {
   CHECK_OR_FAIL(s.ok(), "requeue of bound job '{}' failed: {}", id, s.ToString());
   Release(id);
   ShadowJob& j = jobs_[id];
+  j.attained += j.req.milli() * std::max<int64_t>(0, now_ - j.bound_ms) / kWholeGpu;
   j.phase = Phase::kPending;
   j.stop_at_step = -1;
   return Status::Ok();

@@ -80,6 +80,7 @@ struct ShadowJob {
   std::vector<Placement> placements;
   int stop_at_step = -1;  // preempting: when the "agent" reports it stopped
   int64_t bound_ms = 0;
+  int64_t attained = 0;  // GPU-ms of service in runs that ended (LAS)
   bool nominee = false;  // preempted for: starts ahead of the queue once its victims stop
 };
 
