@@ -129,22 +129,36 @@ if has queues; then
   t=$(date +%s)
   QPOL=(fifo priority fair-share las)
   settings=()
+  # One setting: the four policies with every job preemptible and resuming
+  # from where it stopped (checkpointing, as Tiresias assumes), and one FIFO
+  # run without preemption that measures the offered load.
+  qset() {
+    local name=$1
+    shift
+    for p in "${QPOL[@]}"; do sim "$OUT/queues/$name/$p" "$@" --policy "$p" --preemptible --resume; done
+    sim "$OUT/queues/$name/offered" "$@" --policy fifo,no-preemption
+    settings+=("$name")
+  }
   for f in "$PHILLY"/trace_*.csv; do
     vc=$(basename "$f" .csv)
     vc=${vc#trace_}
-    for p in "${QPOL[@]}"; do sim "$OUT/queues/philly-$vc/$p" --cluster "philly-vc:$f" --workload "philly-vc:$f" --policy "$p"; done
-    settings+=("philly-$vc")
+    qset "philly-$vc" --cluster "philly-vc:$f" --workload "philly-vc:$f"
   done
+  # All ten VCs on one shared cluster, each VC a tenant guaranteed its GPUs,
+  # with 4 x the jobs (--inflate 180: resampled, same span).
+  qset philly-pooled-x4 --cluster "philly-vc:$PHILLY" --workload "philly-vc:$PHILLY" --inflate 180 --seed 42
   # ITP at ElasticFlow's sizes is nearly idle; the three 512-GPU clusters
-  # with 64-GPU gangs, resampled to 100 x their GPUs (--inflate's maximum).
+  # with 64-GPU gangs, resampled to 100 x their GPUs.
   for c in 02 03 06; do
     f=$ITP/cluster$c.csv
-    for p in "${QPOL[@]}"; do sim "$OUT/queues/itp-cluster$c-x100/$p" --cluster "itp:$f" --workload "itp:$f" --inflate 100 --seed 42 --policy "$p"; done
-    settings+=("itp-cluster$c-x100")
+    qset "itp-cluster$c-x100" --cluster "itp:$f" --workload "itp:$f" --inflate 100 --seed 42
   done
   for p in "${QPOL[@]}"; do
     sim "$OUT/queues/mixed-load/$p" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/mixed-load.yaml --seed 5 --policy "$p"
   done
+  # LAS preempts far more; the same run with checkpointing jobs.
+  sim "$OUT/queues/mixed-load/las-resume" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/mixed-load.yaml --seed 5 \
+    --policy las --resume
   # Only to measure the offered load: without preemption every job runs once.
   sim "$OUT/queues/mixed-load-nopreempt" --cluster docs/eval/cluster-1024.yaml --workload docs/eval/mixed-load.yaml --seed 5 \
     --policy fifo,no-preemption
@@ -156,7 +170,7 @@ def load(s, p):
     return json.load(open(f"{root}/{s}/{p}/summary.json"))
 def digest(s, p):
     return hashlib.sha256(open(f"{root}/{s}/{p}/jobs.csv", "rb").read()).hexdigest()
-def offered(s, run="fifo"):
+def offered(s, run="offered"):
     """The jobs' GPU-time / (GPUs x arrival span), from a run's jobs.csv; only
     when nothing was preempted (then end - first start is the run time)."""
     import csv
@@ -169,33 +183,36 @@ def offered(s, run="fifo"):
 def cells(r):
     j, q = r["jct_s"], r["queue_delay_s"]
     return (f"{j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
-            f"{r['allocation']['mean_pct']:.1f} %")
+            f"{r['jobs']['preemptions']:,} | {r['allocation']['mean_pct']:.1f} %")
 print("## 2. Queue policies in time mode (placement binpack, backfill and preemption on)\n")
 print("### 2a. Public traces\n")
-print("Philly VCs at the Helios sizes (`philly-vc:` cluster), as recorded; ITP clusters at")
-print("ElasticFlow's sizes with `--inflate 100 --seed 42`. JCT in hours, queueing delay in")
-print("minutes, allocation = time-weighted mean. \"identical\": the four policies produced")
-print("byte-identical jobs.csv (every start and end the same). Offered load = the jobs'")
-print("GPU-time / (GPUs x arrival span).\n")
-print("| trace | GPUs | jobs | offered load | policy | JCT mean | JCT p50 | JCT p95 | queueing mean (min) | allocation |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("Every job preemptible and resuming where it stopped (`--preemptible --resume`). Philly VCs at")
+print("the Helios sizes (`philly-vc:` cluster), as recorded; all ten VCs pooled on one cluster with")
+print("each VC a tenant guaranteed its GPUs, `--inflate 180 --seed 42`; ITP clusters at ElasticFlow's")
+print("sizes with `--inflate 100 --seed 42`. JCT in hours, queueing delay in minutes, allocation =")
+print("time-weighted mean. Policies that produced byte-identical jobs.csv files (every start and end")
+print("the same) share a row. Offered load = the jobs' GPU-time / (GPUs x arrival span), from a run")
+print("without preemption.\n")
+print("| trace | GPUs | jobs | offered load | policy | JCT mean | JCT p50 | JCT p95 | queueing mean (min) | preemptions | allocation |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for s in settings:
     r0 = load(s, "fifo")
     head = f"| {s} | {r0['cluster']['gpus']:,} | {r0['jobs']['arrived']:,} | {offered(s)}"
-    if len({digest(s, p) for p in pols}) == 1:
-        print(f"{head} | all 4 identical | {cells(r0)} |")
-    else:
-        for p in pols:
-            print(f"{head} | {p} | {cells(load(s, p))} |")
+    groups = {}
+    for p in pols:
+        groups.setdefault(digest(s, p), []).append(p)
+    for names in groups.values():
+        r = load(s, names[0])
+        print(f"{head} | {' = '.join(names)} | {cells(r)} |")
 print("\n### 2b. Multi-tenant synthetic mix (docs/eval/mixed-load.yaml on docs/eval/cluster-1024.yaml)\n")
 print(f"{load('mixed-load', 'fifo')['jobs']['arrived']:,} jobs; offered load {offered('.', 'mixed-load-nopreempt')} "
       "(from a run with `--policy fifo,no-preemption`, where every job runs once).\n")
 print("| policy | JCT mean (h) | JCT p50 (h) | JCT p95 (h) | queueing mean (min) | queueing p95 (min) | preemptions | allocation |")
 print("|---|---|---|---|---|---|---|---|")
-for p in pols:
+for p in pols + ["las-resume"]:
     r = load("mixed-load", p)
     j, q = r["jct_s"], r["queue_delay_s"]
-    print(f"| `{p}` | {j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
+    print(f"| `{p if p != 'las-resume' else 'las`, `--resume'}` | {j['mean']/3600:.2f} | {j['p50']/3600:.2f} | {j['p95']/3600:.2f} | {q['mean']/60:.1f} | "
           f"{q['p95']/60:.1f} | {r['jobs']['preemptions']:,} | {r['allocation']['mean_pct']:.1f} % |")
 print("\nMean queueing delay (min) per tenant (weights research 4, prod 3, vision 2, adhoc 1):\n")
 import csv
@@ -212,7 +229,7 @@ print("| policy | " + " | ".join(f"{t} ({len(per['fifo'][t]) / total * 100:.0f} 
 print("|---|" + "---|" * len(tenants))
 for p in pols:
     print(f"| `{p}` | " + " | ".join(f"{sum(per[p][t]) / len(per[p][t]):.1f}" for t in tenants) + " |")
-n = len(settings) * 4 + 5
+n = len(settings) * 5 + 6
 print(f"\n{n} runs in {secs} s.\n")
 EOF
 fi
