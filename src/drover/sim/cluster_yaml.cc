@@ -66,11 +66,6 @@ Cluster UniformCluster(std::string name, const NodeGroup& g) {
 // ---- YAML clusters ----
 
 std::string Scalar(const YAML::Node& n) { return n.IsScalar() ? n.as<std::string>() : ""; }
-
-namespace {
-
-constexpr int64_t kMaxNodes = 200'000;
-
 std::string Show(const YAML::Node& n) {
   return n.IsScalar() ? "'" + n.as<std::string>() + "'" : n.IsMap() ? "a mapping" : n.IsSequence() ? "a list" : "empty";
 }
@@ -84,6 +79,21 @@ Result<int64_t> YInt(const YAML::Node& n, const std::string& where, int64_t lo, 
   if (v < lo || v > hi) return InvalidArgument(fmt::format("{}: {} is outside {}..{}", where, v, lo, hi));
   return v;
 }
+Result<double> YReal(const YAML::Node& n, const std::string& where, double lo, double hi) {
+  std::string s = Scalar(n);
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) {
+    return InvalidArgument(fmt::format("{}: {} is not a number", where, Show(n)));
+  }
+  if (v < lo || v > hi) return InvalidArgument(fmt::format("{}: {} is outside {}..{}", where, s, lo, hi));
+  return v;
+}
+
+namespace {
+
+constexpr int64_t kMaxNodes = 200'000;
+
 Result<int64_t> YBytes(const YAML::Node& n, const std::string& where) {
   auto b = ParseBytes(Scalar(n));
   if (!b.ok()) return InvalidArgument(fmt::format("{}: {} is not a size (e.g. 80GiB)", where, Show(n)));

@@ -55,6 +55,12 @@ Cluster UniformCluster(std::string name, const NodeGroup& g);
 
 // A scalar's text; "" for a mapping, a list or nothing.
 std::string Scalar(const YAML::Node& n);
+// A node for an error message: "'abc'", "a mapping", "a list", "empty".
+std::string Show(const YAML::Node& n);
+// A scalar as an integer / a finite number in [lo, hi]; errors start with
+// `where` ("duration.sigma: 'x' is not a number").
+Result<int64_t> YInt(const YAML::Node& n, const std::string& where, int64_t lo, int64_t hi);
+Result<double> YReal(const YAML::Node& n, const std::string& where, double lo, double hi);
 
 // `text` parsed as a YAML mapping; `file` names it in errors.
 Result<YAML::Node> ParseYaml(const std::string& text, const std::string& file);

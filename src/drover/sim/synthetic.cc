@@ -13,6 +13,7 @@
 #include "drover/common/ids.h"
 #include "drover/common/quantity.h"
 #include "drover/common/rng.h"
+#include "drover/sim/cluster_yaml.h"
 
 namespace drover::sim {
 namespace {
@@ -22,36 +23,17 @@ constexpr double kMsPerHour = 3'600'000.0;
 
 // ---- YAML scalars (errors name the key path: "duration.sigma: ...") ----
 
-std::string Scalar(const YAML::Node& n) { return n.IsScalar() ? n.as<std::string>() : ""; }
-std::string Show(const YAML::Node& n) {
-  return n.IsScalar() ? "'" + n.as<std::string>() + "'" : n.IsMap() ? "a mapping" : n.IsSequence() ? "a list" : "empty";
-}
-Result<double> Real(const YAML::Node& n, const std::string& where, double lo, double hi) {
-  std::string s = Scalar(n);
-  double v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) {
-    return InvalidArgument(fmt::format("{}: {} is not a number", where, Show(n)));
-  }
-  if (v < lo || v > hi) return InvalidArgument(fmt::format("{}: {} is outside {}..{}", where, s, lo, hi));
-  return v;
-}
-Result<int64_t> Int(const YAML::Node& n, const std::string& where, int64_t lo, int64_t hi) {
-  std::string s = Scalar(n);
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) {
-    return InvalidArgument(fmt::format("{}: {} is not an integer", where, Show(n)));
-  }
-  if (v < lo || v > hi) return InvalidArgument(fmt::format("{}: {} is outside {}..{}", where, v, lo, hi));
-  return v;
-}
+using detail::Scalar;
+using detail::Show;
+using detail::YInt;
+using detail::YReal;
+
 Result<int64_t> Duration(const YAML::Node& n, const std::string& where) {
   auto d = ParseDurationMs(Scalar(n));
   if (!d.ok()) return InvalidArgument(fmt::format("{}: {} is not a duration (e.g. 90s, 30m, 2h, 1d)", where, Show(n)));
   return *d;
 }
-Result<double> Weight(const YAML::Node& n, const std::string& where) { return Real(n, where, 0, 1e12); }
+Result<double> Weight(const YAML::Node& n, const std::string& where) { return YReal(n, where, 0, 1e12); }
 
 // Calls f(key, value, "section.key") for each entry; an error names the key.
 template <typename F>
@@ -76,9 +58,9 @@ Status ParseArrivals(const YAML::Node& y, SyntheticConfig* c) {
       }
       c->arrivals = p == "poisson" ? ArrivalProcess::kPoisson : ArrivalProcess::kUniform;
     } else if (key == "rate_per_hour") {
-      DROVER_ASSIGN_OR_RETURN(c->rate_per_hour, Real(v, where, 0, 1e9));
+      DROVER_ASSIGN_OR_RETURN(c->rate_per_hour, YReal(v, where, 0, 1e9));
     } else if (key == "count") {
-      DROVER_ASSIGN_OR_RETURN(c->count, Int(v, where, 0, kMaxSyntheticJobs));
+      DROVER_ASSIGN_OR_RETURN(c->count, YInt(v, where, 0, kMaxSyntheticJobs));
     } else if (key == "window") {
       DROVER_ASSIGN_OR_RETURN(c->window_ms, Duration(v, where));
     } else if (key == "start") {
@@ -106,7 +88,7 @@ Status ParseDuration(const YAML::Node& y, SyntheticConfig* c) {
     } else if (key == "median") {
       DROVER_ASSIGN_OR_RETURN(c->median_ms, Duration(v, where));
     } else if (key == "sigma") {
-      DROVER_ASSIGN_OR_RETURN(c->sigma, Real(v, where, 0, 10));
+      DROVER_ASSIGN_OR_RETURN(c->sigma, YReal(v, where, 0, 10));
     } else if (key == "mean" || key == "value") {
       DROVER_ASSIGN_OR_RETURN(c->mean_ms, Duration(v, where));
     } else if (key == "min") {
@@ -138,7 +120,7 @@ Status ParseEstimates(const YAML::Node& y, SyntheticConfig* c) {
   return ForEach(y, "estimates", [&](const std::string& key, const YAML::Node& v, const std::string& where) -> Status {
     if (key == "mode") return mode(v, where);
     if (key != "sigma") return Unknown(where, "mode, sigma");
-    DROVER_ASSIGN_OR_RETURN(c->estimate_sigma, Real(v, where, 0, 10));
+    DROVER_ASSIGN_OR_RETURN(c->estimate_sigma, YReal(v, where, 0, 10));
     return Status::Ok();
   });
 }
@@ -193,9 +175,9 @@ Status ParseRoot(const YAML::Node& root, SyntheticConfig* c) {
         return Status::Ok();
       });
     } else if (key == "preemptible") {
-      DROVER_ASSIGN_OR_RETURN(c->preemptible, Real(v, where, 0, 1));
+      DROVER_ASSIGN_OR_RETURN(c->preemptible, YReal(v, where, 0, 1));
     } else if (key == "cpu_per_gpu") {
-      DROVER_ASSIGN_OR_RETURN(double cores, Real(v, where, 0, 1e6));
+      DROVER_ASSIGN_OR_RETURN(double cores, YReal(v, where, 0, 1e6));
       c->cpu_milli_per_gpu = std::llround(cores * 1000);
     } else if (key == "memory_per_gpu") {
       auto b = ParseBytes(Scalar(v));
