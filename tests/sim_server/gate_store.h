@@ -26,18 +26,19 @@
 #include <vector>
 
 #include "drover/store/store.h"
+#include "support/forwarding_store.h"
 #include "drover/v1/common.pb.h"
 
 namespace drover::server::testing {
 
-class GateStore final : public store::Store {
+class GateStore final : public store::ForwardingStore {
  public:
   // `deadline`: how long AwaitHeld waits; reached only when broken.
-  GateStore(store::Store* inner, std::chrono::seconds deadline) : inner_(inner), deadline_(deadline) {}
+  GateStore(store::Store* inner, std::chrono::seconds deadline) : ForwardingStore(inner), deadline_(deadline) {}
 
   Result<store::TxnResult> Txn(const std::vector<store::Compare>& c, const std::vector<store::Op>& s,
                                const std::vector<store::Op>& f) override {
-    Result<store::TxnResult> r = inner_->Txn(c, s, f);
+    Result<store::TxnResult> r = ForwardingStore::Txn(c, s, f);
     std::unique_lock lock(mu_);
     if (r.ok() && r->succeeded) {
       for (const store::Op& op : s) {
@@ -54,18 +55,6 @@ class GateStore final : public store::Store {
     }
     return r;
   }
-  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit) override {
-    return inner_->Range(prefix, limit);
-  }
-  Result<std::unique_ptr<store::WatchHandle>> Watch(const std::string& prefix, int64_t rev,
-                                                    store::WatchCallback cb) override {
-    return inner_->Watch(prefix, rev, std::move(cb));
-  }
-  Status Compact(int64_t revision) override { return inner_->Compact(revision); }
-  Result<store::LeaseId> GrantLease(Duration ttl) override { return inner_->GrantLease(ttl); }
-  Status KeepAlive(store::LeaseId lease) override { return inner_->KeepAlive(lease); }
-  Status RevokeLease(store::LeaseId lease) override { return inner_->RevokeLease(lease); }
-  Result<int64_t> CurrentRevision() override { return inner_->CurrentRevision(); }
 
   // From now on every commit holds the loop.
   void Arm() {
@@ -95,7 +84,6 @@ class GateStore final : public store::Store {
   }
 
  private:
-  store::Store* inner_;
   const std::chrono::seconds deadline_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -25,6 +25,7 @@
 #include "drover/rpc/convert.h"
 #include "drover/server/control_loop.h"
 #include "drover/store/sqlite/sqlite_store.h"
+#include "support/forwarding_store.h"
 
 namespace drover::server::testing {
 
@@ -123,9 +124,9 @@ class FakeSink : public AgentSink {
 };
 
 // A Store whose writes (and, separately, reads) can be made to fail.
-class FlakyStore : public store::Store {
+class FlakyStore : public store::ForwardingStore {
  public:
-  explicit FlakyStore(store::Store* inner) : inner_(inner) {}
+  explicit FlakyStore(store::Store* inner) : ForwardingStore(inner) {}
 
   std::atomic<bool> fail_txn{false};
   std::atomic<bool> fail_range{false};
@@ -133,24 +134,12 @@ class FlakyStore : public store::Store {
   Result<store::TxnResult> Txn(const std::vector<store::Compare>& c, const std::vector<store::Op>& s,
                                const std::vector<store::Op>& f) override {
     if (fail_txn) return Unavailable("injected: the disk is gone");
-    return inner_->Txn(c, s, f);
+    return ForwardingStore::Txn(c, s, f);
   }
   Result<store::RangeResult> Range(const std::string& prefix, int64_t limit) override {
     if (fail_range) return Unavailable("injected: the disk is gone");
-    return inner_->Range(prefix, limit);
+    return ForwardingStore::Range(prefix, limit);
   }
-  Result<std::unique_ptr<store::WatchHandle>> Watch(const std::string& prefix, int64_t rev,
-                                                    store::WatchCallback cb) override {
-    return inner_->Watch(prefix, rev, std::move(cb));
-  }
-  Status Compact(int64_t revision) override { return inner_->Compact(revision); }
-  Result<store::LeaseId> GrantLease(Duration ttl) override { return inner_->GrantLease(ttl); }
-  Status KeepAlive(store::LeaseId lease) override { return inner_->KeepAlive(lease); }
-  Status RevokeLease(store::LeaseId lease) override { return inner_->RevokeLease(lease); }
-  Result<int64_t> CurrentRevision() override { return inner_->CurrentRevision(); }
-
- private:
-  store::Store* inner_;
 };
 
 class ControlLoopTest : public ::testing::Test {
