@@ -242,9 +242,21 @@ void State::Charge(int job, const Held& h, int sign) {
   if (h.cls < 0) return;  // a CPU-only replica holds no GPU
   t.milli += sign * milli;
   t.mem += sign * mem;
-  int64_t& by = t.by_model[classes[h.cls].model];
-  by += sign * milli;
-  if (by == 0) t.by_model.erase(classes[h.cls].model);
+  auto add = [&](std::map<std::string, int64_t>& to) {
+    int64_t& by = to[classes[h.cls].model];
+    by += sign * milli;
+    if (by == 0) to.erase(classes[h.cls].model);
+  };
+  add(t.by_model);
+  if (jobs[job].preempting) add(t.stopping);
+}
+
+std::map<std::string, int64_t> State::MilliByModel(int job) const {
+  std::map<std::string, int64_t> out;
+  for (const Held& h : jobs[job].held) {
+    if (h.cls >= 0) out[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+  }
+  return out;
 }
 
 void State::Hold(int job, const Held& h) {
@@ -556,17 +568,8 @@ void State::Bind(int job, std::vector<Held> held, int64_t now, Decisions* d) {
 
 void State::Unbind(int job, int64_t now) {
   JobState& j = jobs[job];
-  if (j.preempting) {
-    TenantState& t = tenants[j.tenant];
-    for (const Held& h : j.held) {
-      if (h.cls < 0) continue;
-      auto it = t.stopping.find(classes[h.cls].model);
-      it->second -= int64_t{std::popcount(h.mask)} * h.milli;
-      if (it->second == 0) t.stopping.erase(it);
-    }
-  }
+  j.attained = AttainedNow(job, now);
   for (auto it = j.held.rbegin(); it != j.held.rend(); ++it) Release(job, *it);
-  j.attained += j.req.milli() * std::max<int64_t>(0, now - j.bound_ms) / kWholeGpu;
   if (j.req.preemptible && !j.preempting) preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
   j.held.clear();
   j.preempting = false;

@@ -84,10 +84,7 @@ void State::MarkStopping(int job) {
   JobState& j = jobs[job];
   j.preempting = true;
   preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
-  TenantState& t = tenants[j.tenant];
-  for (const Held& h : j.held) {
-    if (h.cls >= 0) t.stopping[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
-  }
+  for (const auto& [model, milli] : MilliByModel(job)) tenants[j.tenant].stopping[model] += milli;
 }
 
 bool State::LasAhead(int job, int victim, int64_t now) const {
@@ -105,13 +102,9 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
   // guarantee of every model the job holds once this job (and the victims
   // chosen before it) are gone, i.e. the job runs on borrowed GPUs.
   const TenantState& vt = tenants[v.tenant];
-  std::map<std::string, int64_t> held;
-  for (const Held& h : v.held) {
-    if (h.cls >= 0) held[classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
-  }
   bool reclaim = false;
   const TenantState& jt = tenants[j.tenant];
-  for (const auto& [model, milli] : held) {
+  for (const auto& [model, milli] : MilliByModel(victim)) {
     auto u = vt.by_model.find(model);
     int64_t used = u == vt.by_model.end() ? 0 : u->second;
     auto st = vt.stopping.find(model);
@@ -189,10 +182,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   std::vector<Pick> picks;
   std::map<std::pair<int, std::string>, int64_t> released;  // by (tenant, model), for MayPreempt
   auto release_tally = [&](std::map<std::pair<int, std::string>, int64_t>* tally, int victim, int sign) {
-    for (const Held& h : jobs[victim].held) {
-      if (h.cls < 0) continue;  // CPU-only
-      (*tally)[{jobs[victim].tenant, classes[h.cls].model}] += sign * int64_t{std::popcount(h.mask)} * h.milli;
-    }
+    for (const auto& [model, milli] : MilliByModel(victim)) (*tally)[{jobs[victim].tenant, model}] += sign * milli;
   };
 
   auto view_of = [&](int ni) -> View { auto it = views.find(ni); return it == views.end() ? ViewOf(nodes[ni]) : it->second; };

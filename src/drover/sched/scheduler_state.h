@@ -217,7 +217,11 @@ struct State {
   void UpdateShared(int node, int gpu);
   void Hold(int job, const Held& h);
   void Release(int job, const Held& h);
+  // Adds (sign +1) or removes a replica's GPUs to its tenant's usage, and to
+  // its stopping usage while the job is preempting.
   void Charge(int job, const Held& h, int sign);
+  // The milli-GPUs a bound job holds per GPU model (CPU-only replicas hold none).
+  std::map<std::string, int64_t> MilliByModel(int job) const;
   int64_t Beyond(const TenantState& t) const;  // milli beyond guarantees
   bool CanCharge(int tenant, const std::string& model, int64_t milli) const;
   // GPUs of `node` that `job` may take whole now, honouring nominations
@@ -247,7 +251,8 @@ struct State {
   // GPU-ms of service: earlier runs plus the current one until `now`.
   int64_t AttainedNow(int job, int64_t now) const;
   // A bound job was preempted: it stops holding its place among the
-  // preemptible and its GPUs count as stopping for its tenant until Unbind.
+  // preemptible and its GPUs count as stopping for its tenant until they are
+  // released (Charge).
   void MarkStopping(int job);
   // kLas: `victim` is at a higher level than `job` and not of a higher priority.
   bool LasAhead(int job, int victim, int64_t now) const;
