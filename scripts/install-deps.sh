@@ -15,8 +15,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # devices: OpenCL loader, headers, and PoCL's real CPU device
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+  # devices: vendor headers (the libraries are dlopen'd at run time) and topology
+  librocm-smi-dev libze-dev libhwloc-dev
   # integration tests
   curl procps
+  # metrics: a real Prometheus scrapes /metrics; promtool checks the format
+  prometheus
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)
   gnuplot-nox
 )

@@ -141,6 +141,7 @@ class OpenClBackend final : public DeviceBackend {
     DROVER_RETURN_IF_ERROR(Initialize());
     DROVER_ASSIGN_OR_RETURN(std::vector<cl_platform_id> platforms, Platforms());
     std::vector<GpuDevice> devices;
+    ids_.clear();
     for (size_t p = 0; p < platforms.size(); ++p) {
       DROVER_ASSIGN_OR_RETURN(
           std::string platform_name,
@@ -152,13 +153,35 @@ class OpenClBackend final : public DeviceBackend {
       for (cl_device_id id : ids) {
         DROVER_ASSIGN_OR_RETURN(GpuDevice device,
                                 Describe(id, platform_name, static_cast<int>(devices.size())));
+        ids_.push_back({id, device.memory_bytes});
         devices.push_back(std::move(device));
       }
     }
     return devices;
   }
 
+  // OpenCL reports no utilization, temperature or power: a sample is the
+  // device's memory size and whether the driver still calls it available.
+  Result<GpuSample> Sample(int device) override {
+    if (device < 0 || static_cast<size_t>(device) >= ids_.size()) {
+      return NotFound("opencl device " + std::to_string(device) + " was not discovered");
+    }
+    const std::string where = "device " + std::to_string(device);
+    DROVER_ASSIGN_OR_RETURN(cl_bool available,
+                            DeviceInfo<cl_bool>(ids_[static_cast<size_t>(device)].id, kClDeviceAvailable,
+                                                where + " availability"));
+    if (available == 0) return Unavailable("opencl " + where + " is no longer available");
+    GpuSample sample;
+    sample.memory_total_bytes = ids_[static_cast<size_t>(device)].memory_bytes;
+    return sample;
+  }
+
  private:
+  struct Found {
+    cl_device_id id;
+    int64_t memory_bytes;
+  };
+
   Result<std::vector<cl_platform_id>> Platforms() {
     cl_uint count = 0;
     cl_int rc = get_platform_ids_(0, nullptr, &count);
@@ -289,6 +312,7 @@ class OpenClBackend final : public DeviceBackend {
   ClGetPlatformInfoFn* get_platform_info_ = nullptr;
   ClGetDeviceIdsFn* get_device_ids_ = nullptr;
   ClGetDeviceInfoFn* get_device_info_ = nullptr;
+  std::vector<Found> ids_;  // of the last Discover(), by device index
 };
 
 }  // namespace

@@ -63,6 +63,13 @@ class SimulatedBackend final : public DeviceBackend {
     return devices;
   }
 
+  Result<GpuSample> Sample(int device) override {
+    if (device < 0 || device >= count_) return NotFound("simulated device " + std::to_string(device) + " does not exist");
+    GpuSample sample;
+    sample.memory_total_bytes = model_.memory_bytes;
+    return sample;
+  }
+
   std::vector<DeviceLink> Links() const override {
     std::vector<DeviceLink> links;
     links.reserve(static_cast<size_t>(count_) * static_cast<size_t>(count_));
