@@ -10,7 +10,7 @@ set(allowed_store   "common;runtime;store")
 set(allowed_rpc     "common;sched;rpc;v1")
 set(allowed_http    "common;runtime;http")
 set(allowed_server  "common;runtime;sched;store;rpc;http;server;v1")
-set(allowed_agent   "common;runtime;rpc;agent;v1")
+set(allowed_agent   "common;runtime;rpc;http;agent;v1")
 set(allowed_cli     "common;runtime;rpc;cli;v1")
 
 file(GLOB_RECURSE sources "${SRC_DIR}/src/drover/*.h" "${SRC_DIR}/src/drover/*.cc")

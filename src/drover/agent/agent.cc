@@ -18,7 +18,10 @@
 #include "drover/agent/job_dir.h"
 #include "drover/agent/supervisor.h"
 #include "drover/common/ids.h"
+#include "drover/common/metrics.h"
 #include "drover/common/version.h"
+#include "drover/http/server.h"
+#include "drover/rpc/gpu_metrics.h"
 #include "drover/rpc/convert.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/v1/agent.grpc.pb.h"
@@ -78,19 +81,48 @@ class AgentImpl final : public Agent {
         spdlog::info("device backend '{}' is not available on this machine", backend->Name());
         continue;
       }
-      DROVER_RETURN_IF_ERROR(backend->Initialize());
-      DROVER_ASSIGN_OR_RETURN(std::vector<GpuDevice> found, backend->Discover());
+      // A library without its driver (librocm_smi64 on a machine with no
+      // amdgpu, libnvidia-ml after a driver upgrade without a reboot) must not
+      // keep the node from joining: it is reported and its devices left out.
+      if (Status s = backend->Initialize(); !s.ok()) {
+        spdlog::error("device backend '{}' cannot start: {}; its devices are left out", backend->Name(), s.message());
+        continue;
+      }
+      auto discovered = backend->Discover();
+      if (!discovered.ok()) {
+        spdlog::error("device backend '{}' cannot list its devices: {}; they are left out", backend->Name(),
+                      discovered.status().message());
+        continue;
+      }
+      std::vector<GpuDevice> found = std::move(*discovered);
       std::vector<DeviceLink> links = backend->Links();
       if (links.size() != found.size() * found.size()) links.clear();
       size_t first = gpus_.size();
       for (GpuDevice& d : found) {
         vendor_index_.push_back(d.index);
+        slot_backend_.push_back(backend.get());
         d.index = index++;
         gpus_.push_back(std::move(d));
       }
       if (!links.empty()) backend_links_.push_back({first, found.size(), std::move(links)});
     }
+    host_ = opts_.host_topology;
+    if (opts_.discover_host_topology) {
+      auto host = DiscoverHostTopology();
+      if (host.ok()) {
+        host_ = std::move(*host);
+      } else {
+        spdlog::warn("node '{}': no host topology from hwloc ({}); linking GPUs by NUMA node", opts_.node_name,
+                     host.status().message());
+      }
+    }
+    AssignNumaNodes(host_, &gpus_);
     links_ = LinkMatrix();
+    DROVER_RETURN_IF_ERROR(ValidateTelemetryOptions(opts_.telemetry));
+    std::vector<DeviceSlot> slots;
+    for (size_t i = 0; i < gpus_.size(); ++i) slots.push_back({slot_backend_[i], vendor_index_[i]});
+    telemetry_ = std::make_unique<Telemetry>(std::move(opts_.backends), std::move(slots), opts_.telemetry,
+                                             [this] { loop_.Post([this] { SendHeartbeat(); }); });
     std::error_code ec;
     jobs_dir_ = opts_.data_dir + "/jobs";
     fs::create_directories(jobs_dir_, ec);
@@ -110,6 +142,8 @@ class AgentImpl final : public Agent {
     }
     if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
     loop_.Start();
+    telemetry_->Start();
+    DROVER_RETURN_IF_ERROR(StartMetrics());
     loop_.Post([this] { Tick(); });
     connector_ = std::thread([this] { ConnectLoop(); });
     return Status::Ok();
@@ -122,10 +156,68 @@ class AgentImpl final : public Agent {
       if (ctx_) ctx_->TryCancel();
     }
     if (connector_.joinable()) connector_.join();
+    if (metrics_http_) metrics_http_->Stop();
     loop_.Stop();
+    if (telemetry_) telemetry_->Stop();
   }
 
   const std::vector<GpuDevice>& gpus() const override { return gpus_; }
+
+  std::string metrics_address() const override { return metrics_address_; }
+
+  // The GPUs as v1::Gpu with their latest telemetry and the jobs holding
+  // them, under dcgm-exporter's names (rpc::WriteGpuMetrics).
+  std::string RenderMetrics() override { return metrics_.Render(); }
+
+  Status StartMetrics() {
+    metrics_.AddCollector([this](metrics::Exposition& out) {
+      std::vector<std::pair<std::string, std::string>> holders(gpus_.size());  // job ids, tenants
+      std::promise<void> done;
+      if (!loop_.Post([&] {
+            for (const auto& [id, w] : desired_) {
+              for (int i : w.gpu_indices()) {
+                if (i < 0 || static_cast<size_t>(i) >= holders.size()) continue;
+                auto& [jobs, tenants] = holders[static_cast<size_t>(i)];
+                jobs += (jobs.empty() ? "" : ",") + w.job_id();
+                tenants += (tenants.empty() ? "" : ",") + w.tenant();
+              }
+            }
+            done.set_value();
+          })) {
+        return;
+      }
+      done.get_future().wait();
+      std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/false);
+      std::map<int64_t, std::string> no_jobs;
+      for (size_t i = 0; i < gpus_.size(); ++i) {
+        const GpuDevice& d = gpus_[i];
+        v1::Gpu g;
+        g.set_index(static_cast<int32_t>(i));
+        g.set_uuid(d.uuid);
+        g.set_vendor(d.vendor);
+        g.set_model(d.model);
+        g.set_pci_bus_id(d.pci_bus_id);
+        g.set_driver_version(d.driver_version);
+        g.set_health(readings[i].healthy && d.healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
+        g.set_job_id(holders[i].first);
+        g.set_tenant(holders[i].second);
+        FillTelemetry(readings[i], no_jobs, g.mutable_telemetry());
+        rpc::WriteGpuMetrics(opts_.node_name, g, out);
+      }
+    });
+    if (opts_.metrics_listen.empty()) return Status::Ok();
+    DROVER_ASSIGN_OR_RETURN(metrics_http_, http::StartServer(opts_.metrics_listen, [this](const http::Request& req) {
+                              if (req.path != "/metrics") {
+                                return http::ErrorResponse(NotFound("no such resource: " + req.path));
+                              }
+                              return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(),
+                                                    {}, {}};
+                            }));
+    std::string host = opts_.metrics_listen.substr(0, opts_.metrics_listen.rfind(':'));
+    metrics_address_ = fmt::format("{}:{}", host, metrics_http_->port());
+    spdlog::info("node '{}' serves GPU metrics on http://{}/metrics", opts_.node_name, metrics_address_);
+    return Status::Ok();
+  }
 
  private:
   struct BackendLinks {
@@ -134,19 +226,26 @@ class AgentImpl final : public Agent {
     std::vector<DeviceLink> links;  // count x count
   };
 
-  // The node's link matrix: what each backend knows of its own devices;
-  // any other pair is linked through its NUMA node or across sockets.
+  // The node's link matrix: what each backend knows of its own devices
+  // (NVLink, xGMI), merged with hwloc's PCIe tree and NUMA nodes.
   std::vector<int32_t> LinkMatrix() const {
     size_t n = gpus_.size();
+    std::vector<DeviceLink> vendor;
+    if (!backend_links_.empty()) {
+      vendor.assign(n * n, DeviceLink::kCrossSocket);
+      for (const BackendLinks& b : backend_links_) {
+        for (size_t i = 0; i < b.count; ++i) {
+          for (size_t j = 0; j < b.count; ++j) vendor[(b.first + i) * n + b.first + j] = b.links[i * b.count + j];
+        }
+      }
+    }
+    std::vector<DeviceLink> merged = MergeLinks(host_, gpus_, vendor);
     std::vector<int32_t> out(n * n);
     for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < n; ++j) {
-        DeviceLink l = gpus_[i].numa_node == gpus_[j].numa_node ? DeviceLink::kSameNuma : DeviceLink::kCrossSocket;
-        for (const BackendLinks& b : backend_links_) {
-          if (i >= b.first && i < b.first + b.count && j >= b.first && j < b.first + b.count) {
-            l = b.links[(i - b.first) * b.count + (j - b.first)];
-          }
-        }
+        DeviceLink l = merged.size() == n * n ? merged[i * n + j]
+                       : gpus_[i].numa_node == gpus_[j].numa_node ? DeviceLink::kSameNuma
+                                                                  : DeviceLink::kCrossSocket;
         out[i * n + j] = static_cast<int32_t>(l);
       }
     }
@@ -171,18 +270,44 @@ class AgentImpl final : public Agent {
   bool RunSession(v1::AgentService::Stub* stub) {
     v1::RegisterRequest reg;
     reg.set_node_name(opts_.node_name);
-    for (const GpuDevice& d : gpus_) {
+    std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/false);
+    for (size_t i = 0; i < gpus_.size(); ++i) {
+      const GpuDevice& d = gpus_[i];
       v1::Gpu* g = reg.add_gpus();
       g->set_index(d.index);
       g->set_uuid(d.uuid);
       g->set_vendor(d.vendor);
       g->set_model(d.model);
       g->set_memory_bytes(d.memory_bytes);
-      g->set_health(d.healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
+      bool healthy = d.healthy && readings[i].healthy;
+      g->set_health(healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
+      if (!d.healthy) g->set_health_reason("the driver reports the device unavailable");
+      if (!readings[i].healthy) g->set_health_reason(readings[i].reason);
       g->set_backend(d.backend);
       g->set_numa_node(d.numa_node);
+      g->set_pci_bus_id(d.pci_bus_id);
+      g->set_architecture(d.architecture);
+      g->set_driver_version(d.driver_version);
+      g->set_mig_enabled(d.mig_enabled);
+      for (const MigInstance& m : d.mig_instances) {
+        v1::MigInstance* mi = g->add_mig_instances();
+        mi->set_uuid(m.uuid);
+        mi->set_gpu_instance_id(m.gpu_instance_id);
+        mi->set_compute_instance_id(m.compute_instance_id);
+        mi->set_memory_bytes(m.memory_bytes);
+      }
     }
     for (int32_t l : links_) reg.add_links(l);
+    v1::HostTopology* topo = reg.mutable_topology();
+    topo->set_sockets(host_.sockets);
+    topo->set_numa_nodes(host_.numa_nodes);
+    topo->set_cores(host_.cores);
+    for (const NicInfo& nic : host_.nics) {
+      v1::Nic* out = topo->add_nics();
+      out->set_name(nic.name);
+      out->set_pci_bus_id(nic.pci_bus_id);
+      out->set_numa_node(nic.numa_node);
+    }
     reg.mutable_labels()->insert(opts_.labels.begin(), opts_.labels.end());
     reg.set_cpu_millis(sysconf(_SC_NPROCESSORS_ONLN) * 1000);
     reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
@@ -215,6 +340,7 @@ class AgentImpl final : public Agent {
       v1::ServerMessage msg;
       while (stream->Read(&msg)) {
         if (msg.has_desired()) loop_.Post([this, d = msg.desired()] { OnDesired(d); });
+        if (msg.has_inject_fault()) InjectFault(msg.inject_fault());
       }
       Sync([this] { OnDisconnected(); });
     }
@@ -455,19 +581,128 @@ class AgentImpl final : public Agent {
         for (const auto& ws : m.status().workloads()) jobs_.at(ws.workload_id()).reported = ws.state();
       }
     }
-    if (stream_ != nullptr && Clock::now() - last_heartbeat_ >= kHeartbeatEvery) {
-      v1::AgentMessage hb;
-      hb.mutable_heartbeat()->set_time_unix_nanos(NowNanos());
-      Send(hb);
-      last_heartbeat_ = Clock::now();
-    }
+    if (stream_ != nullptr && Clock::now() - last_heartbeat_ >= kHeartbeatEvery) SendHeartbeat();
     Reconcile();
+    UpdateLoads();
     loop_.PostAfter(kTick, [this] { Tick(); });
+  }
+
+  // ---- telemetry ----
+
+  // Runs on the connection thread: the server relays an administrator's
+  // fault injection. The answer only goes to the log: the server checked
+  // that the GPU is simulated before it relayed the call.
+  void InjectFault(const v1::InjectFault& f) {
+    auto fault = ParseFault(f.fault());
+    Status s = fault.ok() ? telemetry_->InjectFault(f.gpu_index(), *fault) : fault.status();
+    if (s.ok()) {
+      spdlog::warn("node '{}': fault '{}' injected into gpu {}", opts_.node_name, f.fault(), f.gpu_index());
+    } else {
+      spdlog::error("node '{}': cannot inject fault '{}' into gpu {}: {}", opts_.node_name, f.fault(),
+                    f.gpu_index(), s.message());
+    }
+  }
+
+  // Which job each process on a GPU belongs to: jobs run in their own
+  // process group, led by the process the supervisor started.
+  std::map<int64_t, std::string> JobsByProcessGroup() const {
+    std::map<int64_t, std::string> out;
+    for (const auto& [id, job] : jobs_) {
+      if (job.started && !job.exited) out[job.started->pid] = RefOf(id).job_id;
+    }
+    return out;
+  }
+
+  void SendHeartbeat() {
+    if (stream_ == nullptr) return;
+    v1::AgentMessage hb;
+    v1::Heartbeat* h = hb.mutable_heartbeat();
+    h->set_time_unix_nanos(NowNanos());
+    std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/true);
+    std::map<int64_t, std::string> jobs = JobsByProcessGroup();
+    for (size_t i = 0; i < readings.size(); ++i) {
+      v1::GpuReport* r = h->add_gpus();
+      r->set_index(static_cast<int32_t>(i));
+      r->set_health(readings[i].healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
+      r->set_health_reason(readings[i].reason);
+      FillTelemetry(readings[i], jobs, r->mutable_telemetry());
+    }
+    Send(hb);
+    last_heartbeat_ = Clock::now();
+  }
+
+  static void FillTelemetry(const GpuReading& r, const std::map<int64_t, std::string>& jobs, v1::GpuTelemetry* t) {
+    t->set_xid_errors(r.xid_errors);
+    t->set_last_xid(r.last_xid);
+    t->set_samples(r.samples);
+    if (Known(r.utilization_avg)) t->set_utilization_avg_pct(r.utilization_avg);
+    if (Known(r.utilization_max)) t->set_utilization_max_pct(r.utilization_max);
+    if (Known(r.temperature_max)) t->set_temperature_max_c(r.temperature_max);
+    if (Known(r.power_avg)) t->set_power_avg_w(r.power_avg);
+    if (!r.have_sample) return;
+    const GpuSample& s = r.latest;
+    t->set_time_unix_nanos(r.latest_wall_ns);
+    if (Known(s.utilization_pct)) t->set_utilization_pct(s.utilization_pct);
+    if (Known(s.memory_utilization_pct)) t->set_memory_utilization_pct(s.memory_utilization_pct);
+    if (s.memory_used_bytes >= 0) t->set_memory_used_bytes(s.memory_used_bytes);
+    if (s.memory_total_bytes >= 0) t->set_memory_total_bytes(s.memory_total_bytes);
+    if (Known(s.temperature_c)) t->set_temperature_c(s.temperature_c);
+    if (Known(s.power_w)) t->set_power_w(s.power_w);
+    if (Known(s.power_limit_w)) t->set_power_limit_w(s.power_limit_w);
+    if (s.sm_clock_mhz >= 0) t->set_sm_clock_mhz(s.sm_clock_mhz);
+    if (s.memory_clock_mhz >= 0) t->set_memory_clock_mhz(s.memory_clock_mhz);
+    if (s.throttle & kThrottleThermal) t->add_throttle_reasons("thermal");
+    if (s.throttle & kThrottlePower) t->add_throttle_reasons("power");
+    if (s.throttle & kThrottleOther) t->add_throttle_reasons("other");
+    if (s.ecc_corrected >= 0) t->set_ecc_corrected(s.ecc_corrected);
+    if (s.ecc_uncorrected >= 0) t->set_ecc_uncorrected(s.ecc_uncorrected);
+    t->set_processes_known(s.processes_known);
+    for (const ProcessUsage& p : s.processes) {
+      v1::GpuProcess* out = t->add_processes();
+      out->set_pid(p.pid);
+      out->set_memory_bytes(p.memory_bytes);
+      pid_t pgid = ::getpgid(static_cast<pid_t>(p.pid));
+      if (auto it = jobs.find(pgid); pgid > 0 && it != jobs.end()) out->set_job_id(it->second);
+    }
+  }
+
+  // Tells backends that model their devices (simulated) how busy each GPU
+  // is: a running job keeps its GPUs busy (DROVER_SIM_LOAD in its
+  // environment, 0..1, says how much; 1 by default).
+  void UpdateLoads() {
+    std::vector<double> load(gpus_.size(), 0.0);
+    for (const auto& [id, job] : jobs_) {
+      if (!job.started || job.exited) continue;
+      auto w = desired_.find(id);
+      if (w == desired_.end()) continue;
+      double l = 1.0;
+      if (auto e = w->second.env().find("DROVER_SIM_LOAD"); e != w->second.env().end()) {
+        char* end = nullptr;
+        double v = std::strtod(e->second.c_str(), &end);
+        if (end != e->second.c_str() && *end == '\0' && v >= 0 && v <= 1) l = v;
+      }
+      for (int i : w->second.gpu_indices()) {
+        if (i >= 0 && static_cast<size_t>(i) < load.size()) load[static_cast<size_t>(i)] += l;
+      }
+    }
+    for (size_t i = 0; i < load.size(); ++i) {
+      double l = std::min(load[i], 1.0);
+      if (i < loads_.size() && loads_[i] == l) continue;
+      loads_.resize(gpus_.size(), -1);
+      loads_[i] = l;
+      telemetry_->SetLoad(static_cast<int>(i), l);
+    }
   }
 
   AgentOptions opts_;
   std::vector<GpuDevice> gpus_;
   std::vector<int> vendor_index_;  // node index -> index within its backend
+  std::vector<DeviceBackend*> slot_backend_;  // node index -> its backend
+  HostTopology host_;
+  std::unique_ptr<Telemetry> telemetry_;
+  metrics::Registry metrics_;
+  std::unique_ptr<http::Server> metrics_http_;
+  std::string metrics_address_;
   std::vector<BackendLinks> backend_links_;
   std::vector<int32_t> links_;  // the node's link matrix, as registered
   std::string jobs_dir_;
@@ -482,11 +717,21 @@ class AgentImpl final : public Agent {
   std::map<std::string, LocalJob> jobs_;
   std::map<std::string, v1::Workload> desired_;
   std::map<std::string, v1::Stop> stops_;  // how to stop what is not desired
+  std::vector<double> loads_;  // what SetLoad was last told, per GPU
   bool have_desired_ = false;
   Clock::time_point last_heartbeat_;
 };
 
 }  // namespace
+
+HostTopology SimulatedHostTopology() {
+  HostTopology t;
+  t.sockets = 2;
+  t.numa_nodes = 2;
+  t.cores = 64;
+  t.nics = {{"eth0", "", 0}, {"eth1", "", 1}};
+  return t;
+}
 
 Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options) {
   DROVER_RETURN_IF_ERROR(ValidateNodeName(options.node_name));

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "drover/agent/devices/device_backend.h"
+#include "drover/agent/devices/topology/host_topology.h"
+#include "drover/agent/telemetry.h"
 #include "drover/common/status.h"
 
 namespace drover::agent {
@@ -31,7 +33,20 @@ struct AgentOptions {
   std::vector<std::unique_ptr<DeviceBackend>> backends;
   // Node labels sent at registration (rack, switch, ...); validated by StartAgent.
   std::map<std::string, std::string> labels;
+  // Sampling period, health checks.
+  TelemetryOptions telemetry;
+  // The machine's topology from hwloc; a simulated node passes its own
+  // (SimulatedHostTopology) instead of the machine's.
+  bool discover_host_topology = true;
+  HostTopology host_topology;
+  // Serves this node's GPU metrics (dcgm-exporter names) on
+  // http://<metrics_listen>/metrics when not empty; port 0 picks one.
+  std::string metrics_listen;
 };
+
+// The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC
+// per NUMA node.
+HostTopology SimulatedHostTopology();
 
 class Agent {
  public:
@@ -39,6 +54,10 @@ class Agent {
   // Stops talking to the server. Jobs keep running under their supervisors.
   virtual void Stop() = 0;
   virtual const std::vector<GpuDevice>& gpus() const = 0;
+  // The node's GPU metrics in the Prometheus text format.
+  virtual std::string RenderMetrics() = 0;
+  // Where /metrics is served ("127.0.0.1:9400"); empty when not.
+  virtual std::string metrics_address() const = 0;
 };
 
 // Discovers devices (a backend that is not available is skipped; one that

@@ -86,6 +86,19 @@ Status ValidateSchedulingFields(v1::JobSpec* spec) {
     }
     spec->set_topology(std::string(sched::TopologyName(*topology)));
   }
+  if (spec->restart_policy().empty()) spec->set_restart_policy("never");
+  if (spec->restart_policy() != "never" && spec->restart_policy() != "on-failure") {
+    return InvalidArgument(fmt::format("restart_policy '{}' is unknown (use never or on-failure)",
+                                       Excerpt(spec->restart_policy())));
+  }
+  if (spec->max_restarts() < 0 || spec->max_restarts() > kMaxRestarts) {
+    return InvalidArgument(fmt::format("max_restarts {} is outside 0..{} (0 means {})", spec->max_restarts(),
+                                       kMaxRestarts, kDefaultMaxRestarts));
+  }
+  if (spec->restart_policy() == "never" && spec->max_restarts() != 0) {
+    return InvalidArgument("max_restarts needs restart_policy on-failure");
+  }
+  if (spec->restart_policy() == "on-failure" && spec->max_restarts() == 0) spec->set_max_restarts(kDefaultMaxRestarts);
   if (spec->runtime_estimate_seconds() < 0 || spec->runtime_estimate_seconds() > kMaxEstimateSeconds) {
     return InvalidArgument(fmt::format("runtime_estimate_seconds {} is outside 0..{} (0 means unknown)",
                                        spec->runtime_estimate_seconds(), kMaxEstimateSeconds));
@@ -275,6 +288,27 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
       return InvalidArgument(
           fmt::format("node '{}' GPU {} reported NUMA node {}, outside 0..1023", req.node_name(), i, g.numa_node()));
     }
+    if (g.uuid().size() > 128 || g.pci_bus_id().size() > 32 || g.architecture().size() > 64 ||
+        g.driver_version().size() > 64 || g.backend().size() > 32 || g.health_reason().size() > kMaxReasonBytes) {
+      return InvalidArgument(fmt::format("node '{}' GPU {} has an oversized uuid, pci bus id, architecture, driver "
+                                         "version, backend or health reason", req.node_name(), i));
+    }
+    if (g.mig_instances_size() > 64) {
+      return InvalidArgument(fmt::format("node '{}' GPU {} reported {} MIG instances, more than 64", req.node_name(),
+                                         i, g.mig_instances_size()));
+    }
+  }
+  const v1::HostTopology& t = req.topology();
+  if (t.sockets() < 0 || t.sockets() > 1024 || t.numa_nodes() < 0 || t.numa_nodes() > 1024 || t.cores() < 0 ||
+      t.cores() > 1 << 20 || t.nics_size() > 256) {
+    return InvalidArgument(fmt::format("node '{}' reported an implausible topology ({} sockets, {} NUMA nodes, {} "
+                                       "cores, {} NICs)", req.node_name(), t.sockets(), t.numa_nodes(), t.cores(),
+                                       t.nics_size()));
+  }
+  for (const v1::Nic& nic : t.nics()) {
+    if (nic.name().empty() || nic.name().size() > 64 || nic.pci_bus_id().size() > 32) {
+      return InvalidArgument(fmt::format("node '{}' reported a NIC with an empty or oversized name", req.node_name()));
+    }
   }
   int64_t n = req.gpus_size();
   if (req.links_size() != 0 && req.links_size() != n * n) {
@@ -301,6 +335,27 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
   }
   if (req.cpu_millis() < 0 || req.memory_bytes() < 0) {
     return InvalidArgument(fmt::format("node '{}' reported negative capacity", req.node_name()));
+  }
+  return Status::Ok();
+}
+
+Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat& hb) {
+  if (hb.gpus_size() > gpus) {
+    return InvalidArgument(fmt::format("node '{}' reported {} GPUs in a heartbeat, registered {}", node,
+                                       hb.gpus_size(), gpus));
+  }
+  for (int i = 0; i < hb.gpus_size(); ++i) {
+    const v1::GpuReport& r = hb.gpus(i);
+    if (r.index() != i) {
+      return InvalidArgument(fmt::format("node '{}' heartbeat reported GPU {} at position {}", node, r.index(), i));
+    }
+    if (r.health() != v1::GPU_HEALTH_HEALTHY && r.health() != v1::GPU_HEALTH_UNHEALTHY) {
+      return InvalidArgument(fmt::format("node '{}' heartbeat reported GPU {} without a health", node, i));
+    }
+    if (r.health_reason().size() > kMaxReasonBytes || r.telemetry().processes_size() > 4096 ||
+        r.telemetry().throttle_reasons_size() > 8) {
+      return InvalidArgument(fmt::format("node '{}' heartbeat for GPU {} is oversized", node, i));
+    }
   }
   return Status::Ok();
 }

@@ -32,10 +32,16 @@ inline constexpr int kMaxSelectorLabels = 32;
 inline constexpr int kMaxNodeLabels = 64;
 // A runtime estimate beyond a year is a typo.
 inline constexpr int64_t kMaxEstimateSeconds = int64_t{366} * 24 * 3600;
+inline constexpr int kMaxRestarts = 100;
+inline constexpr int kDefaultMaxRestarts = 3;
+inline constexpr size_t kMaxReasonBytes = 1024;
 
 // Fills defaults (tenant "default", replicas 1, gpu_milli 1000 -> 0, the
 // topology's canonical name) and checks every field of `spec`.
 Status NormalizeJobSpec(v1::JobSpec* spec);
+// A heartbeat of node `node`, which registered `gpus` GPUs: GPU reports in
+// index order, each with a health, within size limits.
+Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat& hb);
 
 // A label as Kubernetes has them: the name an optional DNS-subdomain prefix
 // and '/', then 1-63 letters, digits, '-', '_' or '.', starting and ending

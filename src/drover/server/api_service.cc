@@ -72,6 +72,12 @@ Result<v1::Node> ApiService::Drain(const v1::DrainNodeRequest& req, bool drained
   return Await(loop_->SetDrained(req.name(), drained));
 }
 
+Result<v1::InjectFaultResponse> ApiService::InjectFault(const v1::InjectFaultRequest& req) {
+  DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node()));
+  DROVER_RETURN_IF_ERROR(Await(loop_->InjectFault(req.node(), req.gpu_index(), req.fault())).status());
+  return v1::InjectFaultResponse();
+}
+
 v1::VersionResponse ApiService::Version() const {
   v1::VersionResponse v;
   v.set_version(kVersion);

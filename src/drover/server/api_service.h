@@ -27,6 +27,8 @@ class ApiService {
   Result<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req);
   Result<v1::Node> GetNode(const v1::GetNodeRequest& req);
   Result<v1::Node> Drain(const v1::DrainNodeRequest& req, bool drained);
+  // Admin: a fault for a simulated GPU (kFailedPrecondition for real ones).
+  Result<v1::InjectFaultResponse> InjectFault(const v1::InjectFaultRequest& req);
 
   v1::VersionResponse Version() const;
 

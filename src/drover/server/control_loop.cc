@@ -17,6 +17,29 @@ constexpr std::string_view kNodesPrefix = "/nodes/";
 ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions options)
     : store_(store), clock_(clock), options_(std::move(options)), loop_("control-loop"), sched_(options_.scheduler) {
   loop_.SetBatchHook([this] { AfterBatch(); });
+  if (options_.metrics != nullptr) {
+    // 1 us .. ~2 s: a decision takes microseconds, a pass over a long queue
+    // up to milliseconds; the top buckets catch the pathological.
+    auto bounds = metrics::ExponentialBuckets(1e-6, 2, 22);
+    auto pass = options_.metrics->AddHistogram(
+        "drover_scheduler_pass_duration_seconds",
+        "Wall-clock time of one scheduling pass (queue order, placements, preemptions).", *bounds);
+    auto decision = options_.metrics->AddHistogram(
+        "drover_scheduler_decision_duration_seconds",
+        "Wall-clock time per decision: a pass that made decisions, divided by their number, once per decision.",
+        *bounds);
+    auto total = options_.metrics->AddCounter("drover_scheduler_decisions_total",
+                                              "Scheduling decisions made, by kind (bind, preempt).");
+    if (pass.ok() && decision.ok() && total.ok()) {
+      pass_seconds_ = *pass;
+      decision_seconds_ = *decision;
+      decisions_total_ = *total;
+      (void)pass_seconds_->With({});
+      (void)decision_seconds_->With({});
+      (void)decisions_total_->With({{"kind", "bind"}});
+      (void)decisions_total_->With({{"kind", "preempt"}});
+    }
+  }
 }
 
 ControlLoop::~ControlLoop() { Stop(); }
@@ -157,7 +180,19 @@ int64_t ControlLoop::NowMs() const { return NowNs() / 1'000'000; }
 
 void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
+  auto started = std::chrono::steady_clock::now();
   sched::Decisions decisions = sched_.Schedule(NowMs());
+  if (pass_seconds_ != nullptr) {
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    pass_seconds_->With({})->Observe(seconds);
+    size_t n = decisions.bindings.size() + decisions.preemptions.size();
+    if (n > 0) {
+      metrics::Histogram* h = decision_seconds_->With({});
+      for (size_t i = 0; i < n; ++i) h->Observe(seconds / static_cast<double>(n));
+      decisions_total_->With({{"kind", "bind"}})->Inc(static_cast<double>(decisions.bindings.size()));
+      decisions_total_->With({{"kind", "preempt"}})->Inc(static_cast<double>(decisions.preemptions.size()));
+    }
+  }
   // Victims first: a binding never waits on them (their GPUs are free only
   // once they are requeued), but the records of one pass go out together.
   for (const sched::Preemption& p : decisions.preemptions) ApplyPreemption(p);
@@ -220,6 +255,7 @@ v1::Node ControlLoop::View(const NodeEntry& entry) const {
   v1::Node out = entry.node;
   out.set_state(entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY);
   out.set_last_heartbeat_unix_nanos(entry.last_heartbeat_ns);
+  AddLiveState(entry, &out);
   if (auto it = active_on_node_.find(entry.node.name()); it != active_on_node_.end()) {
     for (uint64_t seq : it->second) {
       const v1::Job& job = jobs_.at(seq);
@@ -230,11 +266,34 @@ v1::Node ControlLoop::View(const NodeEntry& entry) const {
           v1::Gpu* g = out.mutable_gpus(i);
           // A shared GPU lists every job on it.
           g->set_job_id(g->job_id().empty() ? job.id() : g->job_id() + "," + job.id());
+          g->set_tenant(g->tenant().empty() ? job.spec().tenant() : g->tenant() + "," + job.spec().tenant());
         }
       }
     }
   }
   return out;
+}
+
+void ControlLoop::AddLiveState(const NodeEntry& entry, v1::Node* out) const {
+  for (int i = 0; i < out->gpus_size() && static_cast<size_t>(i) < entry.telemetry.size(); ++i) {
+    // Telemetry of a node whose session is down is stale: left out.
+    if (entry.sink) *out->mutable_gpus(i)->mutable_telemetry() = entry.telemetry[static_cast<size_t>(i)];
+  }
+  v1::NodeCondition* ready = out->add_conditions();
+  ready->set_type("Ready");
+  ready->set_status(entry.sink != nullptr);
+  ready->set_reason(entry.sink ? "SessionUp" : "SessionDown");
+  ready->set_message(entry.sink ? "the agent's session is connected" : "no session with the agent");
+  v1::NodeCondition* gpus = out->add_conditions();
+  gpus->set_type("GpusHealthy");
+  std::string sick;
+  for (const v1::Gpu& g : out->gpus()) {
+    if (g.health() != v1::GPU_HEALTH_UNHEALTHY) continue;
+    sick += fmt::format("{}gpu {}: {}", sick.empty() ? "" : "; ", g.index(), g.health_reason());
+  }
+  gpus->set_status(sick.empty());
+  gpus->set_reason(sick.empty() ? "AllHealthy" : "UnhealthyGpus");
+  gpus->set_message(sick.empty() ? fmt::format("{} GPUs in service", out->gpus_size()) : sick);
 }
 
 v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
@@ -262,6 +321,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
     if (state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) continue;  // cancelling: stop it
     v1::Workload* w = out.add_workloads();
     w->set_job_id(job.id());
+    w->set_tenant(job.spec().tenant());
     *w->mutable_command() = job.spec().command();
     *w->mutable_env() = job.spec().env();
     w->set_working_dir(job.spec().working_dir());
@@ -390,12 +450,19 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
     node.set_agent_version(req.agent_version());
     *node.mutable_labels() = req.labels();
     *node.mutable_links() = req.links();
+    *node.mutable_topology() = req.topology();
     if (is_new) node.set_registered_unix_nanos(NowNs());
+    for (v1::Gpu& g : *node.mutable_gpus()) g.set_health_changed_unix_nanos(NowNs());
     bool schedulable = !is_new && it->second.sink != nullptr && !node.drained();
     DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(node, schedulable)));
-    nodes_[req.node_name()].node = node;
+    NodeEntry& entry = nodes_[req.node_name()];
+    entry.node = node;
+    entry.telemetry.clear();
     Persist(node);
     spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
+    for (const v1::Gpu& g : node.gpus()) {
+      if (g.health() == v1::GPU_HEALTH_UNHEALTHY) StopJobsOnGpu(node.name(), g.index(), g.health_reason());
+    }
     return Done{};
   });
 }
@@ -423,12 +490,6 @@ void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {
   });
 }
 
-void ControlLoop::Heartbeat(std::string node) {
-  loop_.Post([this, node = std::move(node)] {
-    if (auto it = nodes_.find(node); it != nodes_.end()) it->second.last_heartbeat_ns = ToUnixNanos(clock_->Now());
-  });
-}
-
 void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
   loop_.Post([this, node = std::move(node), report = std::move(report)] {
     if (!EnsureRecovered().ok()) return;  // the session is reset; the agent reports again
@@ -447,4 +508,10 @@ std::future<Result<Done>> ControlLoop::Barrier() {
   return Call<Done>([] { return Result<Done>(Done{}); });
 }
 
+}  // namespace drover::server
+
+namespace drover::server {
+// Call<T> is defined in this file; control_loop_nodes.cc uses these.
+template std::future<Result<Done>> ControlLoop::Call<Done>(std::function<Result<Done>()>);
+template std::future<Result<LoopStats>> ControlLoop::Call<LoopStats>(std::function<Result<LoopStats>()>);
 }  // namespace drover::server

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "drover/common/clock.h"
+#include "drover/common/metrics.h"
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
@@ -52,6 +53,16 @@ class AgentSink {
   virtual void SendDesired(const v1::DesiredWorkloads& desired) = 0;
   // Ends the session; the agent reconnects and reports its full state.
   virtual void Reset() = 0;
+  // Relays an administrator's fault injection (simulated GPUs only).
+  virtual void SendInjectFault(const v1::InjectFault& fault) { (void)fault; }
+};
+
+// What /metrics reports of the loop, read on the loop thread.
+struct LoopStats {
+  std::map<v1::JobState, int64_t> jobs;  // every state, zero included
+  int64_t queue_depth = 0;               // pending jobs
+  int64_t nodes_ready = 0, nodes_not_ready = 0;
+  int64_t gpus_healthy = 0, gpus_unhealthy = 0;
 };
 
 // The value of a command that answers only "done".
@@ -62,6 +73,9 @@ struct ControlLoopOptions {
   // Tenants with weights, guarantees and borrowing limits; a job of any
   // other tenant gets weight 1, no guarantee and no limit.
   std::vector<sched::TenantInfo> tenants;
+  // Where the loop records its scheduling pass and decision latencies; null
+  // records nothing.
+  metrics::Registry* metrics = nullptr;
 };
 
 class ControlLoop {
@@ -87,7 +101,14 @@ class ControlLoop {
   std::future<Result<Done>> RegisterNode(v1::RegisterRequest req);
   std::future<Result<Done>> SessionOpened(std::string node, std::shared_ptr<AgentSink> sink);
   void SessionClosed(std::string node, const AgentSink* sink);
-  void Heartbeat(std::string node);
+  // Applies the GPU health and telemetry of a heartbeat; `hb` must already
+  // be validated (rpc::ValidateHeartbeat). A GPU that turned unhealthy stops
+  // taking work and the jobs on it are stopped, then queued again or failed
+  // by their restart policy.
+  void Heartbeat(std::string node, v1::Heartbeat hb = {});
+  // Relays a fault to the agent of `node` for its simulated GPU `gpu`.
+  std::future<Result<Done>> InjectFault(std::string node, int gpu, std::string fault);
+  std::future<Result<LoopStats>> Stats();
   void HandleStatus(std::string node, v1::StatusReport report);
 
   // Resolves once every command posted before it has been applied and committed.
@@ -98,6 +119,7 @@ class ControlLoop {
     v1::Node node;  // as persisted (state and heartbeat are filled on read)
     std::shared_ptr<AgentSink> sink;  // null while no session
     int64_t last_heartbeat_ns = 0;
+    std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
   };
   using Ack = std::function<void(const Status&)>;
 
@@ -137,8 +159,13 @@ class ControlLoop {
   void EndReplica(v1::Job* job, int replica, bool failed_to_start, int exit_code, int signal, int64_t end_ns,
                   std::string message);
   void UpdateSchedulable(const std::string& name);
+  // GPU `gpu` of `node` turned unhealthy: stop the jobs on it (Requeue then
+  // queues them again or fails them, by their restart policy).
+  void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);
   v1::Job View(const v1::Job& job) const;
   v1::Node View(const NodeEntry& entry) const;
+  // Telemetry and conditions: what is live, not persisted.
+  void AddLiveState(const NodeEntry& entry, v1::Node* out) const;
   v1::DesiredWorkloads DesiredFor(const std::string& node) const;
 
   store::Store* store_;
@@ -157,6 +184,9 @@ class ControlLoop {
   std::vector<Ack> acks_;
   std::set<std::string> dirty_nodes_;  // whose desired workloads may have changed
   bool degraded_ = false;              // the last rebuild from the store failed
+  metrics::HistogramFamily* pass_seconds_ = nullptr;
+  metrics::HistogramFamily* decision_seconds_ = nullptr;
+  metrics::CounterFamily* decisions_total_ = nullptr;
 };
 
 }  // namespace drover::server

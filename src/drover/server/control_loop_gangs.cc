@@ -62,6 +62,7 @@ void ControlLoop::AddGangWorkloads(const v1::Job& job, const std::string& node, 
     if ((state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) || st.gang_failed()) continue;
     v1::Workload* w = out->add_workloads();
     w->set_job_id(job.id());
+    w->set_tenant(job.spec().tenant());
     w->set_workload_id(id);
     w->set_replica(r);
     w->set_replicas(n);

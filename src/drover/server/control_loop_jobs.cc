@@ -111,11 +111,25 @@ void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int si
   st->set_message(std::move(message));
   st->clear_stop_grace_seconds();
   st->clear_preempted_for();
+  st->clear_failure();
   sched_.Remove(job->id(), NowMs());
   Persist(*job);
 }
 
 void ControlLoop::Requeue(v1::Job* job) {
+  v1::JobStatus* st = job->mutable_status();
+  // Stopped because its GPU failed: queued again while its restart policy
+  // allows, else it ends here.
+  bool failed = !st->failure().empty();
+  if (failed && (job->spec().restart_policy() != "on-failure" || st->restarts() >= job->spec().max_restarts())) {
+    std::string why = st->failure();
+    if (job->spec().restart_policy() == "on-failure") {
+      why += fmt::format(" (restarted {} times, the most its restart policy allows)", st->restarts());
+    }
+    st->clear_failure();
+    Finish(job, v1::JOB_STATE_FAILED, -1, 0, NowNs(), std::move(why));
+    return;
+  }
   Release(job);
   int64_t now_ms = NowMs();
   if (Status s = sched_.Requeue(job->id(), now_ms); !s.ok()) {
@@ -128,7 +142,6 @@ void ControlLoop::Requeue(v1::Job* job) {
       spdlog::error("job '{}' cannot be queued again: {}", job->id(), e.message());
     }
   }
-  v1::JobStatus* st = job->mutable_status();
   st->set_state(v1::JOB_STATE_PENDING);
   st->clear_allocation();
   st->clear_replicas();
@@ -141,10 +154,16 @@ void ControlLoop::Requeue(v1::Job* job) {
   st->clear_replica_states();
   st->clear_gang_failed();
   st->clear_preempted_for();
-  st->set_preemptions(st->preemptions() + 1);
+  if (failed) {
+    st->set_restarts(st->restarts() + 1);
+    st->set_message(fmt::format("restart {} of {}: {}", st->restarts(), job->spec().max_restarts(), st->failure()));
+    st->clear_failure();
+  } else {
+    st->set_preemptions(st->preemptions() + 1);
+  }
   // Kept ("preempted for j-000007: priority 900 > 10"): a reader sees the
   // scheduler's reason for the wait, then this.
-  spdlog::info("job '{}' stopped after its preemption and is queued again", job->id());
+  spdlog::info("job '{}' stopped after its {} and is queued again", job->id(), failed ? "GPU failed" : "preemption");
   Persist(*job);
 }
 

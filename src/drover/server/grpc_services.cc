@@ -1,5 +1,6 @@
 #include "drover/server/grpc_services.h"
 
+#include <deque>
 #include <spdlog/spdlog.h>
 
 #include <condition_variable>
@@ -64,6 +65,9 @@ class NodeServiceImpl final : public v1::NodeService::Service {
   grpc::Status Undrain(ServerContext*, const v1::DrainNodeRequest* req, v1::Node* resp) override {
     return Reply(api_->Drain(*req, false), resp);
   }
+  grpc::Status InjectFault(ServerContext*, const v1::InjectFaultRequest* req, v1::InjectFaultResponse* resp) override {
+    return Reply(api_->InjectFault(*req), resp);
+  }
 
  private:
   ApiService* api_;
@@ -97,6 +101,12 @@ class SessionSink final : public AgentSink {
     cv_.notify_one();
   }
 
+  void SendInjectFault(const v1::InjectFault& fault) override {
+    std::lock_guard lock(mu_);
+    faults_.push_back(fault);
+    cv_.notify_one();
+  }
+
   void Reset() override {
     std::lock_guard lock(mu_);
     if (!closed_) ctx_->TryCancel();
@@ -118,10 +128,15 @@ class SessionSink final : public AgentSink {
       v1::ServerMessage msg;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return closed_ || pending_.has_value(); });
+        cv_.wait(lock, [this] { return closed_ || pending_.has_value() || !faults_.empty(); });
         if (closed_) return;
-        *msg.mutable_desired() = std::move(*pending_);
-        pending_.reset();
+        if (pending_.has_value()) {
+          *msg.mutable_desired() = std::move(*pending_);
+          pending_.reset();
+        } else {
+          *msg.mutable_inject_fault() = std::move(faults_.front());
+          faults_.pop_front();
+        }
       }
       if (!stream_->Write(msg)) return;
     }
@@ -132,6 +147,7 @@ class SessionSink final : public AgentSink {
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<v1::DesiredWorkloads> pending_;  // GUARDED_BY(mu_)
+  std::deque<v1::InjectFault> faults_;            // GUARDED_BY(mu_)
   bool closed_ = false;                           // GUARDED_BY(mu_)
   std::thread writer_;
 };
@@ -171,7 +187,11 @@ class AgentServiceImpl final : public v1::AgentService::Service {
     grpc::Status result = grpc::Status::OK;
     while (stream->Read(&msg)) {
       if (msg.has_heartbeat()) {
-        loop_->Heartbeat(node);
+        if (Status s = rpc::ValidateHeartbeat(node, sched::kMaxGpusPerNode, msg.heartbeat()); !s.ok()) {
+          spdlog::warn("{}; ignoring its GPU reports", s.message());
+          msg.mutable_heartbeat()->clear_gpus();
+        }
+        loop_->Heartbeat(node, std::move(*msg.mutable_heartbeat()));
       } else if (msg.has_status()) {
         loop_->HandleStatus(node, msg.status());
       } else if (msg.has_log()) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 #include <vector>
@@ -149,6 +150,20 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
     gr.set_name(name);
     return JsonReply(api->GetNode(gr));
   }
+  if (p.size() == 7 && p[4] == "gpus" && p[6] == "fault") {
+    // POST /api/v1/nodes/{name}/gpus/{index}/fault  {"fault": "xid:79"}
+    if (req.method != "POST") return MethodNotAllowed(req);
+    int index = -1;
+    auto [end, ec] = std::from_chars(p[5].data(), p[5].data() + p[5].size(), index);
+    if (ec != std::errc() || end != p[5].data() + p[5].size()) {
+      return http::ErrorResponse(InvalidArgument(fmt::format("gpu index '{}' is not a number", p[5])));
+    }
+    v1::InjectFaultRequest fr;
+    if (Status s = FromJson(req.body, &fr); !s.ok()) return http::ErrorResponse(s);
+    fr.set_node(name);
+    fr.set_gpu_index(index);
+    return JsonReply(api->InjectFault(fr));
+  }
   if (p.size() == 5 && (p[4] == "drain" || p[4] == "undrain")) {
     if (req.method != "POST") return MethodNotAllowed(req);
     v1::DrainNodeRequest dr;
@@ -158,10 +173,14 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
-}  // namespace
-
-http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready) {
-  return [api, ready = std::move(ready)](const http::Request& req) -> http::Response {
+http::Response Route(ApiService* api, const std::function<Status()>& ready, metrics::Registry* metrics,
+                     const http::Request& req) {
+  {
+    if (req.path == "/metrics") {
+      if (req.method != "GET") return MethodNotAllowed(req);
+      // The content type Prometheus's text format 0.0.4 asks for.
+      return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", metrics->Render(), {}, {}};
+    }
     if (req.path == "/healthz") return http::Response{200, "text/plain", "ok\n", {}, {}};
     if (req.path == "/readyz") {
       Status s = ready();
@@ -178,6 +197,22 @@ http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready) {
       }
     }
     return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+  }
+}
+
+}  // namespace
+
+http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready, metrics::Registry* metrics) {
+  auto requests = metrics->AddCounter("drover_http_requests_total", "HTTP requests served, by method and status code.");
+  metrics::CounterFamily* counter = requests.ok() ? *requests : nullptr;
+  return [api, ready = std::move(ready), metrics, counter](const http::Request& req) -> http::Response {
+    http::Response r = Route(api, ready, metrics, req);
+    // Methods outside the known set are counted as "other": a client cannot
+    // create series at will.
+    static constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
+    bool known = std::find(std::begin(kMethods), std::end(kMethods), req.method) != std::end(kMethods);
+    if (counter != nullptr) counter->Inc({{"method", known ? req.method : "other"}, {"code", std::to_string(r.status)}});
+    return r;
   };
 }
 

@@ -15,12 +15,15 @@
 
 #include <functional>
 
+#include "drover/common/metrics.h"
 #include "drover/http/server.h"
 #include "drover/server/api_service.h"
 
 namespace drover::server {
 
 // `ready` answers /readyz: true once the server serves requests.
-http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready);
+// Also serves GET /metrics (the Prometheus text format) from `metrics`,
+// and counts every request in drover_http_requests_total.
+http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready, metrics::Registry* metrics);
 
 }  // namespace drover::server

@@ -7,7 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <grpcpp/support/server_interceptor.h>
+
+#include "drover/common/metrics.h"
 #include "drover/http/server.h"
+#include "drover/rpc/convert.h"
+#include "drover/rpc/gpu_metrics.h"
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/grpc_services.h"
@@ -26,6 +31,72 @@ std::string HostOf(const std::string& listen) {
   return colon == std::string::npos ? listen : listen.substr(0, colon);
 }
 
+const char* CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                           "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
+}
+
+// Counts every gRPC call by method and status code as it completes.
+class CountingInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  CountingInterceptor(grpc::experimental::ServerRpcInfo* info, metrics::CounterFamily* calls)
+      : method_(info->method()), calls_(calls) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      grpc::Status st = methods->GetSendStatus();
+      calls_->Inc({{"method", method_}, {"code", CodeName(st.error_code())}});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string method_;
+  metrics::CounterFamily* calls_;
+};
+
+class CountingInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CountingInterceptorFactory(metrics::CounterFamily* calls) : calls_(calls) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    return new CountingInterceptor(info, calls_);
+  }
+
+ private:
+  metrics::CounterFamily* calls_;
+};
+
+// What /metrics reads from the control loop at scrape time: job, queue,
+// node and GPU counts, and every ready node's GPUs under DCGM names.
+void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
+  auto stats = loop->Stats();
+  auto nodes = loop->ListNodes();
+  if (stats.wait_for(std::chrono::seconds(5)) != std::future_status::ready ||
+      nodes.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    return;  // the loop is busy; this scrape goes without
+  }
+  if (auto s = stats.get(); s.ok()) {
+    auto jobs = out.Gauge("drover_jobs", "Jobs by state.");
+    for (const auto& [state, n] : s->jobs) jobs.Add({{"state", rpc::JobStateDisplay(state)}}, static_cast<double>(n));
+    out.Gauge("drover_scheduler_queue_depth", "Jobs waiting to be placed.").Add({}, static_cast<double>(s->queue_depth));
+    out.Gauge("drover_nodes", "Registered nodes by state.")
+        .Add({{"state", "Ready"}}, static_cast<double>(s->nodes_ready))
+        .Add({{"state", "NotReady"}}, static_cast<double>(s->nodes_not_ready));
+    out.Gauge("drover_gpus", "GPUs of registered nodes by health.")
+        .Add({{"health", "Healthy"}}, static_cast<double>(s->gpus_healthy))
+        .Add({{"health", "Unhealthy"}}, static_cast<double>(s->gpus_unhealthy));
+  }
+  if (auto ns = nodes.get(); ns.ok()) {
+    for (const v1::Node& n : *ns) {
+      if (n.state() != v1::NODE_STATE_READY) continue;
+      for (const v1::Gpu& g : n.gpus()) rpc::WriteGpuMetrics(n.name(), g, out);
+    }
+  }
+}
+
 class ServerImpl final : public Server {
  public:
   ~ServerImpl() override { Stop(); }
@@ -37,7 +108,9 @@ class ServerImpl final : public Server {
     DROVER_ASSIGN_OR_RETURN(store_, store::OpenSqliteStore(o.data_dir + "/drover.db", SystemClock::Get()));
     DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
     logs_ = std::make_unique<LogStore>(std::move(logs));
-    loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), o.control);
+    ControlLoopOptions control = o.control;
+    control.metrics = &metrics_;
+    loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
     api_ = std::make_unique<ApiService>(loop_.get(), logs_.get());
 
@@ -45,6 +118,13 @@ class ServerImpl final : public Server {
     int port = 0;
     builder.AddListeningPort(o.grpc_listen, grpc::InsecureServerCredentials(), &port);
     builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+    DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * grpc_calls,
+                            metrics_.AddCounter("drover_grpc_requests_total",
+                                                "gRPC calls served, by method and status code."));
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(std::make_unique<CountingInterceptorFactory>(grpc_calls));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+    metrics_.AddCollector([loop = loop_.get()](metrics::Exposition& out) { CollectLoop(loop, out); });
     services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get());
     for (auto& s : services_) builder.RegisterService(s.get());
     grpc_ = builder.BuildAndStart();
@@ -57,7 +137,7 @@ class ServerImpl final : public Server {
       if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return Unavailable("control loop is busy");
       return f.get().status();
     };
-    DROVER_ASSIGN_OR_RETURN(http_, http::StartServer(o.http_listen, MakeRestHandler(api_.get(), ready)));
+    DROVER_ASSIGN_OR_RETURN(http_, http::StartServer(o.http_listen, MakeRestHandler(api_.get(), ready, &metrics_)));
     http_address_ = fmt::format("{}:{}", HostOf(o.http_listen), http_->port());
 
     // Written last and atomically: its presence means "serving".
@@ -80,6 +160,7 @@ class ServerImpl final : public Server {
   }
 
  private:
+  metrics::Registry metrics_;  // outlives everything that records into it
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ControlLoop> loop_;

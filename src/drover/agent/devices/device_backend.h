@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "drover/common/fault.h"
 #include "drover/common/status.h"
 
 namespace drover::agent {
@@ -100,22 +101,6 @@ struct HealthEvent {
   int64_t code = 0;
   std::string message;
 };
-
-// A fault to inject into a backend that models its devices (simulated).
-struct Fault {
-  enum class Kind {
-    kXid,         // raises one XID event (code)
-    kEccUncorrected,  // raises one double-bit ECC error
-    kLost,        // the device stops answering until cleared
-    kOverheat,    // the cooling fails: temperature climbs and throttles
-    kClear,       // ends kLost and kOverheat
-  };
-  Kind kind = Kind::kXid;
-  int64_t code = 0;
-};
-// "xid:79", "xid" (79), "ecc", "lost", "overheat", "clear".
-Result<Fault> ParseFault(std::string_view text);
-std::string_view FaultKindName(Fault::Kind kind);
 
 // How closely two devices are linked, as the server's scheduler counts it
 // (v1 Node.links): a larger value is closer.

@@ -188,3 +188,130 @@ TEST(SimulatedBackendTest, ReportsARealisticTopologyPerModel) {
 
 }  // namespace
 }  // namespace drover::agent
+
+namespace drover::agent {
+namespace {
+
+std::unique_ptr<DeviceBackend> SteppedSimulated(int count, double step = 1.0) {
+  auto backend = MakeSimulatedBackend({.count = count, .model = "H100 80GB", .node_name = "gpu-01", .step_seconds = step});
+  EXPECT_TRUE(backend.ok());
+  EXPECT_TRUE((*backend)->Discover().ok());
+  return std::move(*backend);
+}
+
+GpuSample SampleAfter(DeviceBackend* b, int device, int seconds) {
+  GpuSample last;
+  for (int i = 0; i < seconds; ++i) {
+    auto s = b->Sample(device);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) last = *s;
+  }
+  return last;
+}
+
+TEST(SimulatedModelTest, IdleGpuStaysCoolAndReportsEveryField) {
+  auto b = SteppedSimulated(2);
+  GpuSample s = SampleAfter(b.get(), 0, 120);
+  EXPECT_NEAR(s.utilization_pct, 0, 0.01);
+  EXPECT_LT(s.temperature_c, 40);
+  EXPECT_NEAR(s.power_w, 70, 0.5);
+  EXPECT_EQ(s.power_limit_w, 700);
+  EXPECT_EQ(s.memory_used_bytes, 0);
+  EXPECT_EQ(s.memory_total_bytes, 80 * kGiB);
+  EXPECT_EQ(s.throttle, 0u);
+  EXPECT_EQ(s.ecc_uncorrected, 0);
+}
+
+TEST(SimulatedModelTest, LoadWarmsTheGpuWithThermalInertia) {
+  auto b = SteppedSimulated(2);
+  b->SetLoad(1, 1.0);
+  GpuSample early = SampleAfter(b.get(), 1, 5);
+  EXPECT_GT(early.utilization_pct, 90);  // utilization follows within a second or two
+  EXPECT_GT(early.power_w, 600);
+  EXPECT_LT(early.temperature_c, 60);  // the heat sink takes its time
+  GpuSample later = SampleAfter(b.get(), 1, 200);
+  EXPECT_GT(later.temperature_c, 80);
+  EXPECT_LT(later.temperature_c, 87);  // below slowdown with working cooling
+  EXPECT_EQ(later.throttle, 0u);
+  EXPECT_GT(later.memory_used_bytes, 0);
+  // The other GPU carries no work.
+  EXPECT_NEAR(SampleAfter(b.get(), 0, 1).utilization_pct, 0, 0.01);
+  // Load removed: it cools down again.
+  b->SetLoad(1, 0);
+  GpuSample cooled = SampleAfter(b.get(), 1, 200);
+  EXPECT_LT(cooled.utilization_pct, 1);
+  EXPECT_LT(cooled.temperature_c, 40);
+}
+
+TEST(SimulatedModelTest, BrokenCoolingThrottlesTheClock) {
+  auto b = SteppedSimulated(1);
+  b->SetLoad(0, 1.0);
+  GpuSample before = SampleAfter(b.get(), 0, 30);
+  ASSERT_TRUE(b->InjectFault(0, {Fault::Kind::kOverheat, 0}).ok());
+  GpuSample hot = SampleAfter(b.get(), 0, 120);
+  EXPECT_GE(hot.temperature_c, 87);
+  EXPECT_EQ(hot.throttle, static_cast<uint32_t>(kThrottleThermal));
+  EXPECT_LT(hot.sm_clock_mhz, before.sm_clock_mhz);
+  EXPECT_LT(hot.power_w, before.power_w);
+  ASSERT_TRUE(b->InjectFault(0, {Fault::Kind::kClear, 0}).ok());
+  EXPECT_EQ(SampleAfter(b.get(), 0, 200).throttle, 0u);
+}
+
+TEST(SimulatedModelTest, InjectedFaultsRaiseHealthEvents) {
+  auto b = SteppedSimulated(4);
+  EXPECT_TRUE(b->TakeEvents().empty());
+  ASSERT_TRUE(b->InjectFault(1, {Fault::Kind::kXid, 48}).ok());
+  ASSERT_TRUE(b->InjectFault(2, {Fault::Kind::kEccUncorrected, 0}).ok());
+  std::vector<HealthEvent> events = b->TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].device, 1);
+  EXPECT_EQ(events[0].kind, HealthEvent::Kind::kXid);
+  EXPECT_EQ(events[0].code, 48);
+  EXPECT_EQ(events[1].device, 2);
+  EXPECT_EQ(events[1].kind, HealthEvent::Kind::kEccUncorrected);
+  EXPECT_TRUE(b->TakeEvents().empty());  // drained
+  EXPECT_EQ(SampleAfter(b.get(), 2, 1).ecc_uncorrected, 1);
+}
+
+TEST(SimulatedModelTest, LostDeviceCannotBeSampledUntilCleared) {
+  auto b = SteppedSimulated(2);
+  ASSERT_TRUE(b->InjectFault(0, {Fault::Kind::kLost, 0}).ok());
+  auto s = b->Sample(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kUnavailable);
+  std::vector<HealthEvent> events = b->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, HealthEvent::Kind::kDeviceLost);
+  EXPECT_TRUE(b->Sample(1).ok());  // only that one
+  ASSERT_TRUE(b->InjectFault(0, {Fault::Kind::kClear, 0}).ok());
+  EXPECT_TRUE(b->Sample(0).ok());
+  EXPECT_EQ(b->InjectFault(9, {Fault::Kind::kLost, 0}).code(), Code::kNotFound);
+  EXPECT_EQ(b->Sample(-1).status().code(), Code::kNotFound);
+}
+
+TEST(SimulatedModelTest, OnlyModelledBackendsInjectFaults) {
+  auto ocl = MakeOpenClBackend();
+  Status s = ocl->InjectFault(0, {Fault::Kind::kXid, 79});
+  EXPECT_EQ(s.code(), Code::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("opencl"));
+}
+
+TEST(FaultTest, ParsesEveryKindAndRejectsTheRest) {
+  auto xid = ParseFault("xid:48");
+  ASSERT_TRUE(xid.ok());
+  EXPECT_EQ(xid->kind, Fault::Kind::kXid);
+  EXPECT_EQ(xid->code, 48);
+  EXPECT_EQ(ParseFault("xid")->code, 79);
+  EXPECT_EQ(ParseFault("ecc")->kind, Fault::Kind::kEccUncorrected);
+  EXPECT_EQ(ParseFault("lost")->kind, Fault::Kind::kLost);
+  EXPECT_EQ(ParseFault("overheat")->kind, Fault::Kind::kOverheat);
+  EXPECT_EQ(ParseFault("clear")->kind, Fault::Kind::kClear);
+  for (const char* bad : {"", "xid:", "xid:0", "xid:1000", "xid:4x", "ecc:2", "melt", "XID"}) {
+    auto f = ParseFault(bad);
+    EXPECT_EQ(f.status().code(), Code::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(ParseFault("melt").status().message(), HasSubstr("'melt' is unknown"));
+}
+
+}  // namespace
+}  // namespace drover::agent

@@ -6,8 +6,10 @@
 //
 // Pure data once discovered; DiscoverHostTopology() is the only part that
 // calls hwloc (linked, not dlopen'd: libhwloc is a plain Debian library).
+// Not thread-safe to mutate; a const HostTopology may be shared freely.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "drover/agent/devices/device_backend.h"
@@ -18,10 +20,11 @@ namespace drover::agent {
 // A PCI device as hwloc sees it.
 struct PciLocation {
   std::string bus_id;  // "0000:3b:00.0", lower case
-  int numa_node = -1;  // -1 when the machine does not say
+  int numa_node = -1;  // -1 when the machine does not say (or names several nodes)
   // PCI bridges from the host bridge down to the device (bus ids of the
   // bridges, outermost first); two devices behind one PCIe switch share a
-  // bridge that is not a host bridge.
+  // bridge that is not a host bridge. Host bridges have no bus id and are
+  // never listed.
   std::vector<std::string> bridges;
 };
 
@@ -36,27 +39,42 @@ struct HostTopology {
   int sockets = 1;
   int numa_nodes = 1;
   int cores = 0;
-  std::vector<PciLocation> pci;  // every PCI device hwloc reports
-  std::vector<NicInfo> nics;
-  // The PciLocation of `bus_id` (any case, with or without a domain);
-  // null when hwloc did not see it.
+  std::vector<PciLocation> pci;  // every PCI device hwloc reports (bridges excluded)
+  std::vector<NicInfo> nics;     // network and OpenFabrics OS devices
+  // The PciLocation of `bus_id` (any case, with or without a domain, NVML's
+  // 8-digit domain too: "0000:3b:00.0", "3B:00.0", "00000000:3B:00.0");
+  // null when hwloc did not see it or `bus_id` is not a PCI address.
   const PciLocation* Find(const std::string& bus_id) const;
-  // "2 sockets, 2 NUMA nodes, 64 cores, 2 NICs".
+  // "2 sockets, 2 NUMA nodes, 64 cores, 2 NICs" ("1 socket, 1 NUMA node,
+  // 1 core, 1 NIC" in the singular).
   std::string Summary() const;
 };
 
-// Reads this machine's topology through hwloc. `xml_path`, when not empty,
-// loads an exported topology instead (hwloc's XML; tests use it).
+// The canonical form "dddd:bb:dd.f" (lower case, domain at least 4 hex
+// digits) of a PCI address written as "bb:dd.f" or "d...d:bb:dd.f" in any
+// case; empty when `bus_id` is not a PCI address. "00000000:3B:00.0" ->
+// "0000:3b:00.0".
+std::string NormalizePciBusId(std::string_view bus_id);
+
+// Reads this machine's topology through hwloc, with its PCI devices,
+// bridges and network OS devices. `xml_path`, when not empty, loads an
+// exported topology instead (hwloc's XML; tests use it). Fails with
+// kUnavailable when hwloc cannot load the topology.
 Result<HostTopology> DiscoverHostTopology(const std::string& xml_path = "");
 
 // Fills each device's numa_node from hwloc where its pci_bus_id is known
 // (a vendor's own NUMA answer wins when hwloc has none).
 void AssignNumaNodes(const HostTopology& host, std::vector<GpuDevice>* devices);
 
-// The n x n link matrix of `devices`: a vendor link (`vendor_links`, n x n
-// or empty) of kFabric wins; otherwise two devices behind one PCIe switch
-// (a shared non-host bridge) are kPcieSwitch, on one NUMA node kSameNuma,
-// else kCrossSocket. The diagonal is kFabric.
+// The n x n (row-major, n = devices.size(), always that size) link matrix of
+// `devices`: a vendor link (`vendor_links`, n x n or empty; another size is
+// ignored) of kFabric or kPcieSwitch wins; otherwise two devices behind one
+// PCIe switch (a shared non-host bridge) are kPcieSwitch, on one NUMA node
+// kSameNuma, else kCrossSocket. For a device hwloc does not know (no
+// pci_bus_id, or not found) the vendor link is taken as is, or without one
+// the NUMA nodes are compared. The NUMA node of a device is hwloc's where it
+// has one, else the device's numa_node. The diagonal is kFabric; the result
+// is symmetric (the closer of a vendor's two directions counts).
 std::vector<DeviceLink> MergeLinks(const HostTopology& host, const std::vector<GpuDevice>& devices,
                                    const std::vector<DeviceLink>& vendor_links);
 

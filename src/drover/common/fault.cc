@@ -2,9 +2,9 @@
 
 #include <charconv>
 
-#include "drover/agent/devices/device_backend.h"
+#include "drover/common/fault.h"
 
-namespace drover::agent {
+namespace drover {
 
 namespace {
 constexpr int64_t kDefaultXid = 79;  // "GPU has fallen off the bus"
@@ -23,12 +23,13 @@ std::string_view FaultKindName(Fault::Kind kind) {
 
 Result<Fault> ParseFault(std::string_view text) {
   std::string_view kind = text.substr(0, text.find(':'));
-  std::string_view arg = kind.size() < text.size() ? text.substr(kind.size() + 1) : std::string_view();
+  bool has_arg = kind.size() < text.size();
+  std::string_view arg = has_arg ? text.substr(kind.size() + 1) : std::string_view();
   Fault f;
   if (kind == "xid") {
     f.kind = Fault::Kind::kXid;
     f.code = kDefaultXid;
-    if (!arg.empty()) {
+    if (has_arg) {
       auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), f.code);
       if (ec != std::errc() || end != arg.data() + arg.size() || f.code < 1 || f.code > 999) {
         return InvalidArgument("fault '" + std::string(text) + "': the xid must be a number in 1..999");
@@ -36,7 +37,7 @@ Result<Fault> ParseFault(std::string_view text) {
     }
     return f;
   }
-  if (!arg.empty()) return InvalidArgument("fault '" + std::string(text) + "': only xid takes an argument");
+  if (has_arg) return InvalidArgument("fault '" + std::string(text) + "': only xid takes an argument");
   if (kind == "ecc") f.kind = Fault::Kind::kEccUncorrected;
   else if (kind == "lost") f.kind = Fault::Kind::kLost;
   else if (kind == "overheat") f.kind = Fault::Kind::kOverheat;
@@ -45,4 +46,4 @@ Result<Fault> ParseFault(std::string_view text) {
   return f;
 }
 
-}  // namespace drover::agent
+}  // namespace drover

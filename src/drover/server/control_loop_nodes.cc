@@ -1,0 +1,126 @@
+// Node health and telemetry in the control loop: GPU reports from agents'
+// heartbeats, taking sick GPUs out of service (and the jobs on them), fault
+// injection relayed to agents, and the statistics /metrics reads. Runs on
+// the loop thread only (public methods post to it).
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "drover/common/fault.h"
+#include "drover/common/ids.h"
+#include "drover/rpc/convert.h"
+#include "drover/server/control_loop.h"
+
+namespace drover::server {
+
+void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb) {
+  loop_.Post([this, node = std::move(node), hb = std::move(hb)] {
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return;
+    NodeEntry& entry = it->second;
+    entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
+    if (hb.gpus_size() == 0) return;
+    entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
+    bool changed = false;
+    std::vector<std::pair<int, std::string>> newly_sick;
+    for (const v1::GpuReport& r : hb.gpus()) {
+      if (r.index() < 0 || r.index() >= entry.node.gpus_size()) continue;
+      entry.telemetry[static_cast<size_t>(r.index())] = r.telemetry();
+      v1::Gpu* g = entry.node.mutable_gpus(r.index());
+      if (g->health() == r.health() && g->health_reason() == r.health_reason()) continue;
+      if (g->health() != r.health()) {
+        g->set_health_changed_unix_nanos(NowNs());
+        if (r.health() == v1::GPU_HEALTH_UNHEALTHY) {
+          newly_sick.emplace_back(r.index(), r.health_reason());
+          spdlog::warn("node '{}' gpu {} is unhealthy: {}", node, r.index(), r.health_reason());
+        } else {
+          spdlog::info("node '{}' gpu {} is healthy again", node, r.index());
+        }
+      }
+      g->set_health(r.health());
+      g->set_health_reason(r.health_reason());
+      changed = true;
+    }
+    if (!changed) return;
+    bool schedulable = entry.sink != nullptr && !entry.node.drained();
+    if (Status s = sched_.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)); !s.ok()) {
+      spdlog::error("node '{}': the scheduler refused its new GPU health: {}", node, s.message());
+    }
+    Persist(entry.node);
+    for (const auto& [gpu, reason] : newly_sick) StopJobsOnGpu(node, gpu, reason);
+  });
+}
+
+void ControlLoop::StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason) {
+  auto active = active_on_node_.find(node);
+  if (active == active_on_node_.end()) return;
+  std::vector<uint64_t> hit;
+  for (uint64_t seq : active->second) {
+    for (const sched::Placement& p : rpc::ToBinding(jobs_.at(seq)).replicas) {
+      if (p.node == node && std::find(p.gpu_indices.begin(), p.gpu_indices.end(), gpu) != p.gpu_indices.end()) {
+        hit.push_back(seq);
+        break;
+      }
+    }
+  }
+  for (uint64_t seq : hit) {
+    v1::Job& job = jobs_.at(seq);
+    v1::JobState state = job.status().state();
+    // Already on its way out: it ends (or is requeued) as it was going to.
+    if (state == v1::JOB_STATE_CANCELLING || state == v1::JOB_STATE_PREEMPTING || job.status().gang_failed()) continue;
+    v1::JobStatus* st = job.mutable_status();
+    st->set_state(v1::JOB_STATE_PREEMPTING);
+    st->set_failure(fmt::format("gpu {} of node '{}' became unhealthy: {}", gpu, node, reason));
+    st->set_message("stopping: " + st->failure());
+    st->clear_preempted_for();
+    st->set_stop_grace_seconds(job.spec().termination_grace_seconds() > 0 ? job.spec().termination_grace_seconds()
+                                                                          : rpc::kDefaultGraceSeconds);
+    for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
+    spdlog::warn("job '{}' is stopped: {}", job.id(), st->failure());
+    Persist(job);
+  }
+}
+
+std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, std::string fault) {
+  return Call<Done>([this, node = std::move(node), gpu, fault = std::move(fault)]() -> Result<Done> {
+    DROVER_RETURN_IF_ERROR(ParseFault(fault).status());
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", node));
+    const v1::Node& n = it->second.node;
+    if (gpu < 0 || gpu >= n.gpus_size()) {
+      return InvalidArgument(fmt::format("node '{}' has no gpu {} (it has {})", node, gpu, n.gpus_size()));
+    }
+    if (n.gpus(gpu).backend() != "simulated") {
+      return FailedPrecondition(fmt::format("gpu {} of node '{}' is a {} device; faults can only be injected into "
+                                            "simulated GPUs",
+                                            gpu, node, n.gpus(gpu).backend()));
+    }
+    if (!it->second.sink) return Unavailable(fmt::format("node '{}' has no session; try again when it is ready", node));
+    v1::InjectFault msg;
+    msg.set_gpu_index(gpu);
+    msg.set_fault(fault);
+    it->second.sink->SendInjectFault(msg);
+    spdlog::warn("fault '{}' injected into gpu {} of node '{}'", fault, gpu, node);
+    return Done{};
+  });
+}
+
+std::future<Result<LoopStats>> ControlLoop::Stats() {
+  return Call<LoopStats>([this]() -> Result<LoopStats> {
+    LoopStats s;
+    for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
+      if (st != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(st)) s.jobs[static_cast<v1::JobState>(st)] = 0;
+    }
+    for (const auto& [seq, job] : jobs_) {
+      ++s.jobs[job.status().state()];
+      if (job.status().state() == v1::JOB_STATE_PENDING) ++s.queue_depth;
+    }
+    for (const auto& [name, entry] : nodes_) {
+      ++(entry.sink ? s.nodes_ready : s.nodes_not_ready);
+      for (const v1::Gpu& g : entry.node.gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
+    }
+    return s;
+  });
+}
+
+}  // namespace drover::server
