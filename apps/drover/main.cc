@@ -19,6 +19,7 @@
 #include "drover/agent/supervisor.h"
 #include "drover/cli/commands.h"
 #include "drover/common/config.h"
+#include "drover/common/fault.h"
 #include "drover/common/ids.h"
 #include "drover/common/version.h"
 #include "drover/runtime/logging.h"
@@ -39,7 +40,14 @@ struct RoleFlags {
   std::string http_listen = "127.0.0.1:8080";
   std::string server_addr = "127.0.0.1:7070";
   std::string node_name;
-  std::vector<std::string> devices = {"opencl"};
+  std::vector<std::string> devices = {"auto"};
+  // Telemetry and health (docs/devices.md).
+  std::string telemetry_period = "1s";
+  std::string health_interval = "1s";
+  int health_clean_checks = 3;
+  std::string thermal_throttle = "30s";
+  std::string agent_metrics_listen;
+  std::vector<std::string> faults;  // NODE:GPU:FAULT[@DELAY]
   std::string sim_model = "H100 80GB";
   int sim_gpus = 8;
   int simulate = 0;
@@ -96,26 +104,96 @@ int WaitForSignal() {
   return 0;
 }
 
+Result<drover::agent::TelemetryOptions> TelemetryFrom(const RoleFlags& f) {
+  drover::agent::TelemetryOptions t;
+  DROVER_ASSIGN_OR_RETURN(int64_t period, drover::ParseDurationMs(f.telemetry_period));
+  DROVER_ASSIGN_OR_RETURN(int64_t interval, drover::ParseDurationMs(f.health_interval));
+  DROVER_ASSIGN_OR_RETURN(int64_t thermal, drover::ParseDurationMs(f.thermal_throttle));
+  t.period = std::chrono::milliseconds(period);
+  t.health_interval = std::chrono::milliseconds(interval);
+  t.health.clean_checks = f.health_clean_checks;
+  t.health.thermal_throttle_ns = thermal * 1'000'000;
+  DROVER_RETURN_IF_ERROR(drover::agent::ValidateTelemetryOptions(t));
+  return t;
+}
+
+// "sim-2:3:xid:79@30s" -> node sim-2, gpu 3, fault xid:79, 30 s after start.
+struct FaultFlag {
+  std::string node;
+  drover::agent::ScheduledFault fault;
+};
+Result<std::vector<FaultFlag>> ParseFaultFlags(const std::vector<std::string>& flags) {
+  std::vector<FaultFlag> out;
+  for (const std::string& text : flags) {
+    auto bad = [&](const std::string& why) {
+      return drover::InvalidArgument("--fault '" + text + "': " + why + " (expected NODE:GPU:FAULT[@DELAY], e.g. sim-1:0:xid:79@30s)");
+    };
+    size_t c1 = text.find(':');
+    size_t c2 = c1 == std::string::npos ? c1 : text.find(':', c1 + 1);
+    if (c2 == std::string::npos) return bad("missing a part");
+    FaultFlag f;
+    f.node = text.substr(0, c1);
+    std::string gpu = text.substr(c1 + 1, c2 - c1 - 1);
+    std::string rest = text.substr(c2 + 1);
+    std::string delay = "0s";
+    if (size_t at = rest.find('@'); at != std::string::npos) {
+      delay = rest.substr(at + 1);
+      rest = rest.substr(0, at);
+    }
+    char* end = nullptr;
+    long g = std::strtol(gpu.c_str(), &end, 10);
+    if (gpu.empty() || *end != '\0' || g < 0 || g > 63) return bad("gpu '" + gpu + "' is not 0..63");
+    auto fault = drover::ParseFault(rest);
+    if (!fault.ok()) return bad(fault.status().message());
+    auto ms = drover::ParseDurationMs(delay);
+    if (!ms.ok()) return bad(ms.status().message());
+    f.fault = {static_cast<int>(g), *fault, std::chrono::milliseconds(*ms)};
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<drover::agent::ScheduledFault> FaultsFor(const std::vector<FaultFlag>& all, const std::string& node) {
+  std::vector<drover::agent::ScheduledFault> out;
+  for (const FaultFlag& f : all) {
+    if (f.node == node) out.push_back(f.fault);
+  }
+  return out;
+}
+
 Result<std::vector<std::unique_ptr<drover::agent::DeviceBackend>>> Backends(const RoleFlags& f) {
   std::vector<std::unique_ptr<drover::agent::DeviceBackend>> out;
   for (const std::string& name : f.devices) {
-    if (name == "opencl") {
+    if (name == "auto") {
+      // Every vendor library that loads on this machine, then OpenCL.
+      out.push_back(drover::agent::MakeNvmlBackend());
+      out.push_back(drover::agent::MakeRocmSmiBackend());
+      out.push_back(drover::agent::MakeLevelZeroBackend());
+      out.push_back(drover::agent::MakeOpenClBackend());
+    } else if (name == "nvml") {
+      out.push_back(drover::agent::MakeNvmlBackend());
+    } else if (name == "rocm-smi") {
+      out.push_back(drover::agent::MakeRocmSmiBackend());
+    } else if (name == "level-zero") {
+      out.push_back(drover::agent::MakeLevelZeroBackend());
+    } else if (name == "opencl") {
       out.push_back(drover::agent::MakeOpenClBackend());
     } else if (name == "simulated") {
       DROVER_ASSIGN_OR_RETURN(auto b, drover::agent::MakeSimulatedBackend({f.sim_gpus, f.sim_model, f.node_name}));
       out.push_back(std::move(b));
     } else if (name != "none") {
-      return drover::InvalidArgument("device backend '" + name + "' is unknown (use opencl, simulated or none)");
+      return drover::InvalidArgument("device backend '" + name +
+                                     "' is unknown (use auto, nvml, rocm-smi, level-zero, opencl, simulated or none)");
     }
   }
   return out;
 }
 
-Result<std::unique_ptr<drover::agent::Agent>> StartAgent(const std::string& node, const std::string& server,
-                                                         const std::string& dir,
+// `o` carries the telemetry, metrics and topology settings.
+Result<std::unique_ptr<drover::agent::Agent>> StartAgent(drover::agent::AgentOptions o, const std::string& node,
+                                                         const std::string& server, const std::string& dir,
                                                          std::vector<std::unique_ptr<drover::agent::DeviceBackend>> b,
                                                          std::map<std::string, std::string> labels = {}) {
-  drover::agent::AgentOptions o;
   o.labels = std::move(labels);
   o.node_name = node;
   o.server_address = server;
@@ -146,14 +224,22 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   auto server = drover::server::StartServer(so);
   if (!server.ok()) return Fatal(server.status());
   std::vector<std::unique_ptr<drover::agent::Agent>> agents;
+  auto telemetry = TelemetryFrom(f);
+  if (!telemetry.ok()) return BadConfig(telemetry.status());
+  auto faults = ParseFaultFlags(f.faults);
+  if (!faults.ok()) return BadConfig(faults.status());
   if (all_in_one) {
     std::string addr = (*server)->grpc_address();
     RoleFlags local = f;
     local.node_name = f.node_name.empty() ? Hostname() : f.node_name;
     auto backends = Backends(local);
     if (!backends.ok()) return Fatal(backends.status());
-    auto a = StartAgent(local.node_name, addr, f.data_dir + "/agents/" + local.node_name, std::move(*backends),
-                        *local_labels);
+    drover::agent::AgentOptions lo;
+    lo.telemetry = *telemetry;
+    lo.metrics_listen = f.agent_metrics_listen;
+    lo.faults = FaultsFor(*faults, local.node_name);
+    auto a = StartAgent(std::move(lo), local.node_name, addr, f.data_dir + "/agents/" + local.node_name,
+                        std::move(*backends), *local_labels);
     if (!a.ok()) return Fatal(a.status());
     agents.push_back(std::move(*a));
     for (int i = 1; i <= f.simulate; ++i) {
@@ -162,7 +248,13 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       if (!b.ok()) return Fatal(b.status());
       std::vector<std::unique_ptr<drover::agent::DeviceBackend>> bs;
       bs.push_back(std::move(*b));
-      auto sim = StartAgent(name, addr, f.data_dir + "/agents/" + name, std::move(bs), SimulatedLabels(i));
+      drover::agent::AgentOptions sim_opts;
+      sim_opts.telemetry = *telemetry;
+      sim_opts.discover_host_topology = false;
+      sim_opts.host_topology = drover::agent::SimulatedHostTopology();
+      sim_opts.faults = FaultsFor(*faults, name);
+      auto sim = StartAgent(std::move(sim_opts), name, addr, f.data_dir + "/agents/" + name, std::move(bs),
+                            SimulatedLabels(i));
       if (!sim.ok()) return Fatal(sim.status());
       agents.push_back(std::move(*sim));
     }
@@ -182,7 +274,16 @@ int RunAgentRole(const RoleFlags& f) {
   if (!labels.ok()) return BadConfig(labels.status());
   auto backends = Backends(a);
   if (!backends.ok()) return Fatal(backends.status());
-  auto agent = StartAgent(a.node_name, a.server_addr, a.data_dir, std::move(*backends), std::move(*labels));
+  auto telemetry = TelemetryFrom(f);
+  if (!telemetry.ok()) return BadConfig(telemetry.status());
+  auto faults = ParseFaultFlags(f.faults);
+  if (!faults.ok()) return BadConfig(faults.status());
+  drover::agent::AgentOptions o;
+  o.telemetry = *telemetry;
+  o.metrics_listen = f.agent_metrics_listen.empty() ? "0.0.0.0:9400" : f.agent_metrics_listen;
+  o.faults = FaultsFor(*faults, a.node_name);
+  auto agent = StartAgent(std::move(o), a.node_name, a.server_addr, a.data_dir, std::move(*backends),
+                          std::move(*labels));
   if (!agent.ok()) return Fatal(agent.status());
   WaitForSignal();
   (*agent)->Stop();
@@ -312,11 +413,28 @@ int main(int argc, char** argv) {
   CLI::App* up = app.add_subcommand("up", "all-in-one: server and an agent for this machine, plus simulated nodes");
   add_server_flags(up);
   up->add_option("--node-name", f.node_name, "name of this machine's node (default: hostname)");
-  up->add_option("--devices", f.devices, "device backends for this machine: opencl, simulated, none")->capture_default_str();
+  up->add_option("--devices", f.devices,
+                 "device backends for this machine: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")
+      ->capture_default_str();
+  up->add_option("--agent-metrics-listen", f.agent_metrics_listen,
+                 "serve this machine's GPU metrics (DCGM names) on http://ADDR/metrics (port 0 picks one)");
+  up->add_option("--fault", f.faults,
+                 "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY], e.g. sim-1:0:xid:79@30s (repeatable)");
   up->add_option("--simulate", f.simulate, "number of simulated nodes to add")->check(CLI::Range(0, 256));
   up->add_option("--simulate-gpus", f.sim_gpus, "GPUs per simulated node")->check(CLI::Range(0, 64))->capture_default_str();
   up->add_option("--simulate-model", f.sim_model, "GPU model of simulated nodes")->capture_default_str();
   up->add_option("--label", f.labels, "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");
+  auto add_telemetry_flags = [&f](CLI::App* cmd) {
+    cmd->add_option("--telemetry-period", f.telemetry_period, "GPU sampling period, 10ms..1s")->capture_default_str();
+    cmd->add_option("--health-interval", f.health_interval, "time between GPU health checks")->capture_default_str();
+    cmd->add_option("--health-clean-checks", f.health_clean_checks,
+                    "consecutive clean health checks before an unhealthy GPU returns to service")
+        ->capture_default_str();
+    cmd->add_option("--thermal-throttle", f.thermal_throttle,
+                    "thermal throttling that lasts this long takes a GPU out of service")
+        ->capture_default_str();
+  };
+  add_telemetry_flags(up);
   up->callback([&] { exit_code = RunServer(f, true); });
 
   CLI::App* server = app.add_subcommand("server", "control plane: state, scheduler, APIs");
@@ -327,12 +445,17 @@ int main(int argc, char** argv) {
   agent->add_option("--server", f.server_addr, "server gRPC address")->capture_default_str();
   agent->add_option("--data-dir", f.data_dir, "where job directories live")->capture_default_str();
   agent->add_option("--node-name", f.node_name, "node name (default: hostname)");
-  agent->add_option("--devices", f.devices, "device backends: opencl, simulated, none")->capture_default_str();
+  agent->add_option("--devices", f.devices, "device backends: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")
+      ->capture_default_str();
+  agent->add_option("--metrics-listen", f.agent_metrics_listen,
+                    "serve the node's GPU metrics (DCGM names) on http://ADDR/metrics (default 0.0.0.0:9400)");
   agent->add_option("--simulate-gpus", f.sim_gpus, "GPUs of the simulated backend")->check(CLI::Range(0, 64));
   agent->add_option("--simulate-model", f.sim_model, "GPU model of the simulated backend");
   agent->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
   agent->add_option("--label", f.labels, "node label, NAME=VALUE, repeatable (e.g. rack=r12)");
   agent->add_option("--config", "YAML file of this role's flags");
+  add_telemetry_flags(agent);
+  agent->add_option("--fault", f.faults, "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY] (repeatable)");
   agent->callback([&] { exit_code = RunAgentRole(f); });
 
   SimFlags sf;

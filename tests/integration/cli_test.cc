@@ -1,10 +1,12 @@
 // End to end through the CLI, as a user runs it: `drover up` with simulated
-// nodes, then submit, jobs, job, logs, cancel, nodes, gpus, drain.
+// nodes, then submit, jobs, job, logs, cancel, nodes, gpus, drain, and the
+// telemetry views (gpus -o wide, nodes, top --once) and fault.
 
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "support/drover_process.h"
 
@@ -220,6 +222,133 @@ TEST_F(CliTest, ErrorsHaveMeaningfulExitCodes) {
   EXPECT_EQ(Cli({"jobs", "-o", "json"}).exit_code, 0);
   CommandResult version = Cli({"version"});
   EXPECT_NE(version.out.find("server: 0.1.0"), std::string::npos) << version.out;
+}
+
+// One simulated node with two GPUs: telemetry, conditions, top and fault.
+class CliTelemetryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    up_ = std::make_unique<DroverUp>(dir_.path() + "/data",
+                                     std::vector<std::string>{"--simulate", "1", "--simulate-gpus", "2"});
+    ASSERT_TRUE(up_->Start());
+    ASSERT_TRUE(up_->WaitForReadyNodes(2));  // this machine + sim-1
+  }
+  CommandResult Cli(std::vector<std::string> args) { return RunCli(up_->grpc_address(), std::move(args)); }
+
+  TempDir dir_;
+  std::unique_ptr<DroverUp> up_;
+};
+
+// The cell of `column` in each line of a CLI table that starts with
+// `prefix` (cells are padded to their column's header, so a cell begins at
+// its header's offset and ends at the next run of spaces).
+std::vector<std::string> Column(const std::string& table, const std::string& column, const std::string& prefix) {
+  std::istringstream in(table);
+  std::string header;
+  std::getline(in, header);
+  size_t at = header.find("   " + column);
+  if (at == std::string::npos) return {};
+  at += 3;
+  std::vector<std::string> cells;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0 || line.size() <= at) continue;
+    std::string cell = line.substr(at);
+    cells.push_back(cell.substr(0, cell.find("  ")));
+  }
+  return cells;
+}
+
+TEST_F(CliTelemetryTest, GpusWideShowsLiveTelemetry) {
+  // Telemetry arrives with heartbeats: poll until both GPUs have readings.
+  CommandResult wide;
+  ASSERT_TRUE(WaitUntil([&] {
+    wide = Cli({"gpus", "-o", "wide"});
+    std::vector<std::string> temp = Column(wide.out, "TEMP-C", "sim-1 ");
+    std::vector<std::string> power = Column(wide.out, "POWER-W", "sim-1 ");
+    if (temp.size() != 2 || power.size() != 2) return false;
+    for (int i = 0; i < 2; ++i) {
+      bool numbers = std::regex_match(temp[i], std::regex("[0-9]+")) &&
+                     std::regex_match(power[i], std::regex("[0-9]+/[0-9]+"));
+      if (!numbers) return false;
+    }
+    return true;
+  })) << wide.out << wide.err;
+  EXPECT_EQ(wide.exit_code, 0);
+  EXPECT_EQ(Column(wide.out, "ECC", "sim-1 "), (std::vector<std::string>{"0/0", "0/0"})) << wide.out;
+  EXPECT_EQ(Column(wide.out, "ARCH", "sim-1 "), (std::vector<std::string>{"sm_90", "sm_90"})) << wide.out;
+  EXPECT_TRUE(std::regex_search(wide.out, std::regex("sim-1 +0 +nvidia +H100 80GB +80GiB +Healthy +<none> +[0-9]+% +"
+                                                     "[0-9.]+[KMG]?i?B/80GiB")))
+      << wide.out;
+
+  // The plain view stays without telemetry columns; json still parses.
+  CommandResult plain = Cli({"gpus"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("TEMP-C"), std::string::npos) << plain.out;
+  EXPECT_EQ(Column(plain.out, "HEALTH", "sim-1 "), (std::vector<std::string>{"Healthy", "Healthy"})) << plain.out;
+  CommandResult json = Cli({"gpus", "--output", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_GE(nlohmann::json::parse(json.out).size(), 2u);
+}
+
+TEST_F(CliTelemetryTest, NodesShowHealthConditionsAndTopology) {
+  CommandResult nodes = Cli({"nodes"});
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_TRUE(std::regex_search(nodes.out, std::regex("sim-1 +Ready +0/2 +H100 80GB +2/2 healthy +2 sockets, "
+                                                      "2 NUMA, 64 cores, 2 NICs +[0-9]+s +Ready, GpusHealthy\n")))
+      << nodes.out;
+  CommandResult wide = Cli({"nodes", "-o", "wide"});
+  ASSERT_EQ(wide.exit_code, 0) << wide.err;
+  EXPECT_TRUE(std::regex_search(wide.out, std::regex("sim-1 .* 1 pair: 1 fabric +rack=rack-1,switch=switch-1\n")))
+      << wide.out;
+}
+
+TEST_F(CliTelemetryTest, TopOncePrintsEveryNodeAndGpu) {
+  auto ctx = Ctx();
+  v1::ListNodesResponse nodes;
+  ASSERT_TRUE(up_->nodes()->List(ctx.get(), v1::ListNodesRequest(), &nodes).ok());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"top", "--once"}, std::vector<std::string>{"top", "--interval", "500ms"}}) {
+    // Without a terminal, `top` prints one frame too.
+    CommandResult top = Cli(args);
+    ASSERT_EQ(top.exit_code, 0) << top.err;
+    EXPECT_EQ(top.out.find('\x1b'), std::string::npos) << "no escapes without a terminal";
+    EXPECT_TRUE(std::regex_search(top.out, std::regex("nodes 2/2 ready   gpus [0-9]+/[0-9]+ healthy"))) << top.out;
+    int gpu_lines = 0;
+    std::istringstream in(top.out);
+    for (std::string line; std::getline(in, line);) {
+      gpu_lines += std::regex_match(line, std::regex("[ !] +[0-9]+  .*(Healthy|Unhealthy.*|Unknown)")) ? 1 : 0;
+    }
+    int gpus = 0;
+    for (const v1::Node& n : nodes.nodes()) {
+      gpus += n.gpus_size();
+      EXPECT_TRUE(std::regex_search(top.out, std::regex("\n" + n.name() + "  Ready  "))) << n.name() << "\n" << top.out;
+    }
+    EXPECT_EQ(gpu_lines, gpus) << top.out;
+  }
+  EXPECT_EQ(Cli({"top", "--interval", "soon"}).exit_code, 2);
+  EXPECT_EQ(Cli({"top", "--interval", "1ms"}).exit_code, 2);
+}
+
+TEST_F(CliTelemetryTest, FaultAndRestartFlagsMapErrorsToExitCodes) {
+  CommandResult unknown_node = Cli({"fault", "sim-9", "0", "xid:79"});
+  EXPECT_EQ(unknown_node.exit_code, 3) << unknown_node.err;
+  EXPECT_NE(unknown_node.err.find("node 'sim-9' is not registered"), std::string::npos) << unknown_node.err;
+  CommandResult bad_fault = Cli({"fault", "sim-1", "0", "melt"});
+  EXPECT_EQ(bad_fault.exit_code, 2) << bad_fault.err;
+  EXPECT_NE(bad_fault.err.find("'melt' is unknown"), std::string::npos) << bad_fault.err;
+  CommandResult bad_gpu = Cli({"fault", "sim-1", "7", "xid"});
+  EXPECT_EQ(bad_gpu.exit_code, 2) << bad_gpu.err;
+  EXPECT_EQ(Cli({"fault", "sim-1", "zero", "xid"}).exit_code, 2);
+
+  CommandResult r = Cli({"submit", "--restart-policy", "on-failure", "--max-restarts", "2", "--wait", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  CommandResult shown = Cli({"job", id});
+  EXPECT_NE(shown.out.find("Restarts:     0 of at most 2 (restart policy on-failure)"), std::string::npos) << shown.out;
+  EXPECT_EQ(GetJob(up_->jobs(), id).spec().restart_policy(), "on-failure");
+  CommandResult bad_policy = Cli({"submit", "--restart-policy", "always", "--", "true"});
+  EXPECT_EQ(bad_policy.exit_code, 2);
+  EXPECT_NE(bad_policy.err.find("restart_policy 'always' is unknown"), std::string::npos) << bad_policy.err;
 }
 
 }  // namespace

@@ -121,7 +121,9 @@ class AgentImpl final : public Agent {
     DROVER_RETURN_IF_ERROR(ValidateTelemetryOptions(opts_.telemetry));
     std::vector<DeviceSlot> slots;
     for (size_t i = 0; i < gpus_.size(); ++i) slots.push_back({slot_backend_[i], vendor_index_[i]});
-    telemetry_ = std::make_unique<Telemetry>(std::move(opts_.backends), std::move(slots), opts_.telemetry,
+    TelemetryOptions telemetry = opts_.telemetry;
+    telemetry.node_name = opts_.node_name;
+    telemetry_ = std::make_unique<Telemetry>(std::move(opts_.backends), std::move(slots), telemetry,
                                              [this] { loop_.Post([this] { SendHeartbeat(); }); });
     std::error_code ec;
     jobs_dir_ = opts_.data_dir + "/jobs";
@@ -144,6 +146,17 @@ class AgentImpl final : public Agent {
     loop_.Start();
     telemetry_->Start();
     DROVER_RETURN_IF_ERROR(StartMetrics());
+    for (const ScheduledFault& f : opts_.faults) {
+      loop_.PostAfter(f.after, [this, f] {
+        Status s = telemetry_->InjectFault(f.gpu, f.fault);
+        if (s.ok()) {
+          spdlog::warn("node '{}': scheduled fault '{}' injected into gpu {}", opts_.node_name,
+                       FaultKindName(f.fault.kind), f.gpu);
+        } else {
+          spdlog::error("node '{}': scheduled fault for gpu {} failed: {}", opts_.node_name, f.gpu, s.message());
+        }
+      });
+    }
     loop_.Post([this] { Tick(); });
     connector_ = std::thread([this] { ConnectLoop(); });
     return Status::Ok();

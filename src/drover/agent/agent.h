@@ -13,6 +13,7 @@
 // to the stream; a connection thread registers, reads the stream and posts
 // what it reads to the owner loop.
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +25,14 @@
 #include "drover/common/status.h"
 
 namespace drover::agent {
+
+// A fault the agent injects into one of its GPUs `after` it started (from
+// the configuration; tests and demos of the health cycle).
+struct ScheduledFault {
+  int gpu = 0;
+  Fault fault;
+  std::chrono::milliseconds after{0};
+};
 
 struct AgentOptions {
   std::string node_name;
@@ -42,6 +51,7 @@ struct AgentOptions {
   // Serves this node's GPU metrics (dcgm-exporter names) on
   // http://<metrics_listen>/metrics when not empty; port 0 picks one.
   std::string metrics_listen;
+  std::vector<ScheduledFault> faults;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC
@@ -60,8 +70,10 @@ class Agent {
   virtual std::string metrics_address() const = 0;
 };
 
-// Discovers devices (a backend that is not available is skipped; one that
-// fails is an error), adopts the jobs in the data directory, and starts.
+// Discovers devices (a backend that is not available, or whose library
+// cannot start or list its devices, is skipped with an error in the log, so
+// the node still joins), adopts the jobs in the data directory, and starts
+// telemetry, health checks and (with metrics_listen) /metrics.
 Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options);
 
 }  // namespace drover::agent

@@ -152,9 +152,9 @@ void Telemetry::CheckHealth(int64_t now_ns) {
         changed = true;
         if (was_healthy != health_.healthy(gpu)) {
           if (health_.healthy(gpu)) {
-            spdlog::info("gpu {} is healthy again", gpu);
+            spdlog::info("node '{}': gpu {} is healthy again", options_.node_name, gpu);
           } else {
-            spdlog::warn("gpu {} is unhealthy: {}", gpu, health_.reason(gpu));
+            spdlog::warn("node '{}': gpu {} is unhealthy: {}", options_.node_name, gpu, health_.reason(gpu));
           }
         }
       }

@@ -26,6 +26,7 @@
 namespace drover::agent {
 
 struct TelemetryOptions {
+  std::string node_name;  // for the log
   std::chrono::nanoseconds period = std::chrono::seconds(1);
   std::chrono::nanoseconds health_interval = std::chrono::seconds(1);
   HealthOptions health;

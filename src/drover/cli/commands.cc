@@ -1,7 +1,6 @@
 #include "drover/cli/commands.h"
 
 #include <fmt/format.h>
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include "drover/cli/client.h"
 #include "drover/cli/table.h"
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
@@ -22,61 +22,6 @@
 
 namespace drover::cli {
 namespace {
-
-struct Common {
-  std::string addr = "127.0.0.1:7070";
-  std::string output = "table";
-  int timeout_s = 30;
-};
-
-int ExitCodeFor(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::OK: return 0;
-    case grpc::StatusCode::NOT_FOUND: return kExitNotFound;
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return kExitUnavailable;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::OUT_OF_RANGE:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return kExitUsage;
-    default: return kExitFailure;
-  }
-}
-
-int Fail(const grpc::Status& s, const Common& c) {
-  std::string msg = s.error_message();
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    msg = fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR)", c.addr, msg);
-  }
-  std::cerr << "error: " << msg << "\n";
-  return ExitCodeFor(s);
-}
-
-std::shared_ptr<grpc::Channel> Channel(const Common& c) {
-  return grpc::CreateChannel(c.addr, grpc::InsecureChannelCredentials());
-}
-
-std::unique_ptr<grpc::ClientContext> Context(const Common& c) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(c.timeout_s));
-  return ctx;
-}
-
-std::string Json(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
-
-int64_t NowNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string Or(const std::string& s, const char* fallback = "<none>") { return s.empty() ? fallback : s; }
 
 std::string Join(const google::protobuf::RepeatedField<int32_t>& v) {
   return v.empty() ? "<none>" : fmt::format("{}", fmt::join(v, ","));
@@ -106,12 +51,6 @@ std::string DescribeAllocation(const v1::Allocation& a) {
     out += fmt::format(" (a {} milli-GPU share, {} reserved)", a.gpu_milli(), FormatBytes(a.gpu_memory_bytes()));
   }
   return out;
-}
-
-int CheckOutput(const Common& c) {
-  if (c.output == "table" || c.output == "wide" || c.output == "json") return 0;
-  std::cerr << "error: output format '" << c.output << "' is unknown (use table, wide or json)\n";
-  return kExitUsage;
 }
 
 void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
@@ -151,15 +90,12 @@ struct SubmitArgs {
   std::string estimate;
   bool preemptible = false;
   int grace = 0;
+  std::string restart_policy;
+  int max_restarts = 0;
   bool wait = false;
   std::vector<std::string> env;
   std::vector<std::string> command;
 };
-
-int Usage(const std::string& message) {
-  std::cerr << "error: " << message << "\n";
-  return kExitUsage;
-}
 
 int WaitFor(const std::string& id, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
@@ -223,6 +159,9 @@ int Submit(const SubmitArgs& a, const Common& c) {
   }
   s->set_preemptible(a.preemptible);
   s->set_termination_grace_seconds(a.grace);
+  // The server checks the policy's name and the bound on restarts.
+  s->set_restart_policy(a.restart_policy);
+  s->set_max_restarts(a.max_restarts);
   s->set_gpu_model(a.gpu_model);
   s->set_gpu_vendor(a.gpu_vendor);
   s->set_working_dir(a.workdir);
@@ -322,6 +261,15 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
   }
   if (st.start_time_unix_nanos() > 0) rows.emplace_back("Started", Age(st.start_time_unix_nanos(), now) + " ago");
   rows.emplace_back("Preemptions", std::to_string(st.preemptions()));
+  // The server fills in the default policy and bound; "never" with no
+  // restarts is the common case and not worth a line.
+  if (spec.restart_policy() == "on-failure") {
+    rows.emplace_back("Restarts", fmt::format("{} of at most {} (restart policy on-failure)", st.restarts(),
+                                              spec.max_restarts()));
+  } else if (st.restarts() > 0) {
+    rows.emplace_back("Restarts", std::to_string(st.restarts()));
+  }
+  if (!st.failure().empty()) rows.emplace_back("Failure", st.failure());
   if (rpc::IsTerminal(st.state())) {
     rows.emplace_back("Exit", st.signal() != 0 ? fmt::format("signal {}", st.signal()) : std::to_string(st.exit_code()));
   }
@@ -379,86 +327,6 @@ int Logs(const std::string& id, bool follow, const Common& c) {
   return st.ok() ? 0 : Fail(st, c);
 }
 
-int Nodes(const Common& c, bool gpus_view) {
-  auto stub = v1::NodeService::NewStub(Channel(c));
-  v1::ListNodesResponse resp;
-  auto ctx = Context(c);
-  grpc::Status st = stub->List(ctx.get(), v1::ListNodesRequest(), &resp);
-  if (!st.ok()) return Fail(st, c);
-  bool wide = c.output == "wide";
-  if (c.output == "json") {
-    if (!gpus_view) {
-      std::cout << Json(resp) << "\n";
-      return 0;
-    }
-    std::cout << "[";
-    bool first = true;
-    for (const auto& n : resp.nodes()) {
-      for (const auto& g : n.gpus()) {
-        std::string one = Json(g);
-        one.insert(1, fmt::format("\n  \"node\": \"{}\",", n.name()));
-        std::cout << (first ? "\n" : ",\n") << one;
-        first = false;
-      }
-    }
-    std::cout << "]\n";
-    return 0;
-  }
-  int64_t now = NowNanos();
-  if (gpus_view) {
-    std::vector<std::string> headers = {"NODE", "INDEX", "VENDOR", "MODEL", "MEMORY", "HEALTH", "JOB"};
-    if (wide) headers.insert(headers.end(), {"UUID", "BACKEND"});
-    Table t(headers);
-    for (const auto& n : resp.nodes()) {
-      for (const auto& g : n.gpus()) {
-        std::vector<std::string> row = {n.name(), std::to_string(g.index()), g.vendor(), g.model(),
-                                        FormatBytes(g.memory_bytes()),
-                                        g.health() == v1::GPU_HEALTH_UNHEALTHY ? "Unhealthy" : "Healthy",
-                                        Or(g.job_id())};
-        if (wide) row.insert(row.end(), {g.uuid(), g.backend()});
-        t.AddRow(row);
-      }
-    }
-    t.Print(std::cout);
-    return 0;
-  }
-  std::vector<std::string> headers = {"NAME", "STATUS", "GPUS", "MODEL", "AGE"};
-  if (wide) headers.insert(headers.end(), {"CPU", "MEMORY", "VERSION", "LAST-HEARTBEAT"});
-  Table t(headers);
-  for (const auto& n : resp.nodes()) {
-    int used = 0;
-    std::set<std::string> models;
-    for (const auto& g : n.gpus()) {
-      used += g.job_id().empty() ? 0 : 1;
-      models.insert(g.model());
-    }
-    std::string status = n.state() == v1::NODE_STATE_READY ? "Ready" : "NotReady";
-    if (n.drained()) status += ",Drained";
-    std::vector<std::string> row = {n.name(), status, fmt::format("{}/{}", used, n.gpus_size()),
-                                    models.empty() ? "<none>" : fmt::format("{}", fmt::join(models, ",")),
-                                    Age(n.registered_unix_nanos(), now)};
-    if (wide) {
-      row.insert(row.end(), {std::to_string(n.cpu_millis() / 1000), FormatBytes(n.memory_bytes()),
-                             Or(n.agent_version()), Age(n.last_heartbeat_unix_nanos(), now) + " ago"});
-    }
-    t.AddRow(row);
-  }
-  t.Print(std::cout);
-  return 0;
-}
-
-int NodeAction(const std::string& name, bool drain, const Common& c) {
-  auto stub = v1::NodeService::NewStub(Channel(c));
-  v1::DrainNodeRequest req;
-  req.set_name(name);
-  v1::Node node;
-  auto ctx = Context(c);
-  grpc::Status st = drain ? stub->Drain(ctx.get(), req, &node) : stub->Undrain(ctx.get(), req, &node);
-  if (!st.ok()) return Fail(st, c);
-  std::cout << fmt::format("node/{} {}\n", name, drain ? "drained" : "undrained");
-  return 0;
-}
-
 int Version(const Common& c) {
   std::cout << fmt::format("client: {} ({})\n", kVersion, kGitCommit);
   auto stub = v1::InfoService::NewStub(Channel(c));
@@ -474,26 +342,11 @@ int Version(const Common& c) {
   return 0;
 }
 
-// Adds the flags every client verb shares.
-void AddCommon(CLI::App* cmd, Common* c, bool output) {
-  cmd->add_option("--addr", c->addr, "server gRPC address")->envname("DROVER_ADDR")->capture_default_str();
-  cmd->add_option("--timeout", c->timeout_s, "seconds to wait for an answer")->check(CLI::Range(1, 3600));
-  if (output) cmd->add_option("-o,--output", c->output, "table, wide or json")->capture_default_str();
-}
-
 }  // namespace
 
 void AddClientCommands(CLI::App& app, int* exit_code) {
   auto common = std::make_shared<Common>();
-  auto run = [exit_code, common](std::function<int()> fn) {
-    return [exit_code, common, fn = std::move(fn)] {
-      if (int rc = CheckOutput(*common); rc != 0) {
-        *exit_code = rc;
-        return;
-      }
-      *exit_code = fn();
-    };
-  };
+  Runner run = MakeRunner(exit_code, common);
 
   auto sa = std::make_shared<SubmitArgs>();
   CLI::App* submit = app.add_subcommand("submit", "submit a job: drover submit [flags] -- CMD ARGS...");
@@ -511,6 +364,9 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->add_option("--estimate", sa->estimate, "expected runtime, e.g. 90m or 2h (sjf queue, backfill)");
   submit->add_flag("--preemptible", sa->preemptible, "may be stopped and queued again for more important work");
   submit->add_option("--grace", sa->grace, "seconds between SIGTERM and SIGKILL when stopped (default 10)");
+  submit->add_option("--restart-policy", sa->restart_policy,
+                     "when its GPU or node fails: never (end FAILED, the default) or on-failure (queue it again)");
+  submit->add_option("--max-restarts", sa->max_restarts, "with --restart-policy on-failure: at most N restarts (3)");
   submit->add_option("--gpu-model", sa->gpu_model, "exact GPU model, e.g. 'H100 80GB'");
   submit->add_option("--gpu-vendor", sa->gpu_vendor, "nvidia, amd, intel or opencl");
   submit->add_option("--workdir", sa->workdir, "absolute working directory on the node");
@@ -546,26 +402,12 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   logs->add_option("id", *id, "job id")->required();
   logs->callback(run([id, follow, common] { return Logs(*id, *follow, *common); }));
 
-  CLI::App* nodes = app.add_subcommand("nodes", "list nodes");
-  AddCommon(nodes, common.get(), true);
-  nodes->callback(run([common] { return Nodes(*common, false); }));
-
-  CLI::App* gpus = app.add_subcommand("gpus", "list every GPU of every node");
-  AddCommon(gpus, common.get(), true);
-  gpus->callback(run([common] { return Nodes(*common, true); }));
-
-  auto node = std::make_shared<std::string>();
-  for (bool drain : {true, false}) {
-    CLI::App* cmd = app.add_subcommand(drain ? "drain" : "undrain",
-                                       drain ? "stop placing new jobs on a node" : "let a node take new jobs again");
-    AddCommon(cmd, common.get(), false);
-    cmd->add_option("node", *node, "node name")->required();
-    cmd->callback(run([node, drain, common] { return NodeAction(*node, drain, *common); }));
-  }
-
   CLI::App* version = app.add_subcommand("version", "print client and server versions");
   AddCommon(version, common.get(), false);
   version->callback(run([common] { return Version(*common); }));
+
+  AddNodeCommands(app, run, common);
+  AddTopCommand(app, run, common);
 }
 
 }  // namespace drover::cli

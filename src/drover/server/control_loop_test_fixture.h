@@ -86,6 +86,14 @@ class FakeSink : public AgentSink {
     cv_.notify_all();
   }
   void Reset() override { resets_.fetch_add(1); }
+  void SendInjectFault(const v1::InjectFault& fault) override {
+    std::lock_guard lock(mu_);
+    faults_.push_back(fault);
+  }
+  std::vector<v1::InjectFault> faults() const {
+    std::lock_guard lock(mu_);
+    return faults_;
+  }
   int resets() const { return resets_.load(); }
 
   size_t count() const {
@@ -121,6 +129,7 @@ class FakeSink : public AgentSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<v1::DesiredWorkloads> sets_;  // GUARDED_BY(mu_)
+  std::vector<v1::InjectFault> faults_;     // GUARDED_BY(mu_)
 };
 
 // A Store whose writes (and, separately, reads) can be made to fail.

@@ -1,0 +1,117 @@
+#include "drover/agent/telemetry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace drover::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Waits for `pred` (the sampler runs on its own thread); false after 20 s.
+bool Eventually(const std::function<bool()>& pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+struct Rig {
+  explicit Rig(TelemetryOptions options, int gpus = 2) {
+    auto b = MakeSimulatedBackend({.count = gpus, .model = "H100 80GB", .node_name = "n", .step_seconds = 1});
+    EXPECT_TRUE(b.ok());
+    EXPECT_TRUE((*b)->Discover().ok());
+    std::vector<DeviceSlot> slots;
+    for (int i = 0; i < gpus; ++i) slots.push_back({b->get(), i});
+    std::vector<std::unique_ptr<DeviceBackend>> backends;
+    backends.push_back(std::move(*b));
+    telemetry = std::make_unique<Telemetry>(std::move(backends), std::move(slots), options,
+                                            [this] { changes.fetch_add(1); });
+    telemetry->Start();
+  }
+  std::atomic<int> changes{0};
+  std::unique_ptr<Telemetry> telemetry;
+};
+
+TelemetryOptions Fast() {
+  TelemetryOptions o;
+  o.period = std::chrono::milliseconds(10);
+  o.health_interval = std::chrono::milliseconds(10);
+  o.health.clean_checks = 3;
+  o.history = 16;
+  return o;
+}
+
+TEST(TelemetryTest, OptionsAreValidated) {
+  TelemetryOptions o;
+  EXPECT_TRUE(ValidateTelemetryOptions(o).ok());
+  o.period = std::chrono::milliseconds(5);
+  EXPECT_THAT(ValidateTelemetryOptions(o).message(), HasSubstr("outside 10ms..1s"));
+  o.period = std::chrono::seconds(2);
+  EXPECT_EQ(ValidateTelemetryOptions(o).code(), Code::kInvalidArgument);
+  o = TelemetryOptions();
+  o.health_interval = std::chrono::milliseconds(500);  // faster than sampling
+  EXPECT_EQ(ValidateTelemetryOptions(o).code(), Code::kInvalidArgument);
+  o = TelemetryOptions();
+  o.health.clean_checks = 0;
+  EXPECT_EQ(ValidateTelemetryOptions(o).code(), Code::kInvalidArgument);
+}
+
+TEST(TelemetryTest, RingBufferKeepsTheLatestSamplesInOrder) {
+  Rig rig(Fast());
+  ASSERT_TRUE(Eventually([&] { return rig.telemetry->History(0, 100).size() == 16; }));
+  std::vector<GpuSample> h = rig.telemetry->History(0, 100);
+  for (size_t i = 1; i < h.size(); ++i) EXPECT_LT(h[i - 1].time_ns, h[i].time_ns);
+  EXPECT_EQ(rig.telemetry->History(0, 4).size(), 4u);
+  EXPECT_EQ(rig.telemetry->History(0, 4).back().time_ns, rig.telemetry->History(0, 100).back().time_ns);
+  EXPECT_TRUE(rig.telemetry->History(5, 10).empty());
+}
+
+TEST(TelemetryTest, LoadShowsInReadingsAndSummariesRestart) {
+  Rig rig(Fast());
+  rig.telemetry->SetLoad(1, 1.0);
+  // Each sample advances the model one simulated second.
+  ASSERT_TRUE(Eventually([&] {
+    auto r = rig.telemetry->TakeReadings(false);
+    return r[1].have_sample && r[1].latest.utilization_pct > 90;
+  }));
+  auto readings = rig.telemetry->TakeReadings(/*summarise=*/true);
+  EXPECT_GT(readings[1].samples, 0);
+  EXPECT_GT(readings[1].utilization_max, 90);
+  EXPECT_LT(readings[0].latest.utilization_pct, 1);
+  EXPECT_GT(readings[1].latest_wall_ns, 0);
+  auto after = rig.telemetry->TakeReadings(false);
+  EXPECT_LT(after[1].samples, readings[1].samples + 1000);  // restarted, not accumulated forever
+}
+
+TEST(TelemetryTest, FaultTakesTheGpuOutAndCleanChecksBringItBack) {
+  Rig rig(Fast());
+  ASSERT_TRUE(rig.telemetry->InjectFault(0, {Fault::Kind::kLost, 0}).ok());
+  ASSERT_TRUE(Eventually([&] { return !rig.telemetry->TakeReadings(false)[0].healthy; }));
+  EXPECT_GT(rig.changes.load(), 0);
+  EXPECT_THAT(rig.telemetry->TakeReadings(false)[0].reason, HasSubstr("device lost"));
+  EXPECT_TRUE(rig.telemetry->TakeReadings(false)[1].healthy);
+  ASSERT_TRUE(rig.telemetry->InjectFault(0, {Fault::Kind::kClear, 0}).ok());
+  ASSERT_TRUE(Eventually([&] { return rig.telemetry->TakeReadings(false)[0].healthy; }));
+  EXPECT_EQ(rig.telemetry->TakeReadings(false)[0].reason, "");
+  EXPECT_EQ(rig.telemetry->InjectFault(9, {Fault::Kind::kXid, 79}).code(), Code::kInvalidArgument);
+}
+
+TEST(TelemetryTest, XidsAreCountedPerGpu) {
+  Rig rig(Fast());
+  ASSERT_TRUE(rig.telemetry->InjectFault(1, {Fault::Kind::kXid, 13}).ok());
+  ASSERT_TRUE(Eventually([&] { return rig.telemetry->TakeReadings(false)[1].xid_errors == 1; }));
+  auto r = rig.telemetry->TakeReadings(false);
+  EXPECT_EQ(r[1].last_xid, 13);
+  EXPECT_TRUE(r[1].healthy);  // an application error
+  EXPECT_EQ(r[0].xid_errors, 0);
+}
+
+}  // namespace
+}  // namespace drover::agent

@@ -1,0 +1,118 @@
+// The node verbs: nodes, gpus, drain, undrain and (admin) fault.
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "drover/cli/client.h"
+#include "drover/cli/commands.h"
+#include "drover/cli/node_view.h"
+#include "drover/v1/api.grpc.pb.h"
+
+namespace drover::cli {
+namespace {
+
+// `drover gpus -o json`: one flat list, each GPU with its node's name.
+void PrintGpusJson(const v1::ListNodesResponse& resp) {
+  std::cout << "[";
+  bool first = true;
+  for (const auto& n : resp.nodes()) {
+    for (const auto& g : n.gpus()) {
+      std::string one = Json(g);
+      one.insert(1, fmt::format("\n  \"node\": \"{}\",", n.name()));
+      std::cout << (first ? "\n" : ",\n") << one;
+      first = false;
+    }
+  }
+  std::cout << "]\n";
+}
+
+int Nodes(const Common& c, bool gpus_view) {
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::ListNodesResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->List(ctx.get(), v1::ListNodesRequest(), &resp);
+  if (!st.ok()) return Fail(st, c);
+  bool wide = c.output == "wide";
+  if (c.output == "json") {
+    if (gpus_view) {
+      PrintGpusJson(resp);
+    } else {
+      std::cout << Json(resp) << "\n";
+    }
+    return 0;
+  }
+  if (gpus_view) {
+    PrintGpuTable(resp, wide, std::cout);
+  } else {
+    PrintNodeTable(resp, wide, NowNanos(), std::cout);
+  }
+  return 0;
+}
+
+int NodeAction(const std::string& name, bool drain, const Common& c) {
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::DrainNodeRequest req;
+  req.set_name(name);
+  v1::Node node;
+  auto ctx = Context(c);
+  grpc::Status st = drain ? stub->Drain(ctx.get(), req, &node) : stub->Undrain(ctx.get(), req, &node);
+  if (!st.ok()) return Fail(st, c);
+  std::cout << fmt::format("node/{} {}\n", name, drain ? "drained" : "undrained");
+  return 0;
+}
+
+struct FaultArgs {
+  std::string node;
+  int gpu = 0;
+  std::string fault;
+};
+
+// The server checks the fault text (it knows which faults the simulated
+// backend can play) and that the GPU is simulated: an unknown fault or a
+// real GPU is a usage error (2), an unknown node not found (3).
+int Fault(const FaultArgs& a, const Common& c) {
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::InjectFaultRequest req;
+  req.set_node(a.node);
+  req.set_gpu_index(a.gpu);
+  req.set_fault(a.fault);
+  v1::InjectFaultResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->InjectFault(ctx.get(), req, &resp);
+  if (!st.ok()) return Fail(st, c);
+  std::cout << fmt::format("fault '{}' sent to gpu {} of node/{}\n", a.fault, a.gpu, a.node);
+  return 0;
+}
+
+}  // namespace
+
+void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common) {
+  CLI::App* nodes = app.add_subcommand("nodes", "list nodes: GPU health, conditions and host topology");
+  AddCommon(nodes, common.get(), true);
+  nodes->callback(run([common] { return Nodes(*common, false); }));
+
+  CLI::App* gpus = app.add_subcommand("gpus", "list every GPU of every node (-o wide: live telemetry)");
+  AddCommon(gpus, common.get(), true);
+  gpus->callback(run([common] { return Nodes(*common, true); }));
+
+  auto node = std::make_shared<std::string>();
+  for (bool drain : {true, false}) {
+    CLI::App* cmd = app.add_subcommand(drain ? "drain" : "undrain",
+                                       drain ? "stop placing new jobs on a node" : "let a node take new jobs again");
+    AddCommon(cmd, common.get(), false);
+    cmd->add_option("node", *node, "node name")->required();
+    cmd->callback(run([node, drain, common] { return NodeAction(*node, drain, *common); }));
+  }
+
+  auto fa = std::make_shared<FaultArgs>();
+  CLI::App* fault = app.add_subcommand(
+      "fault", "admin: inject a fault into a simulated GPU: drover fault NODE GPU xid:79|xid|ecc|lost|overheat|clear");
+  AddCommon(fault, common.get(), false);
+  fault->add_option("node", fa->node, "node name")->required();
+  fault->add_option("gpu", fa->gpu, "GPU index on the node")->required();  // the server names the GPUs it has
+  fault->add_option("fault", fa->fault, "xid:CODE, xid (79), ecc, lost, overheat or clear")->required();
+  fault->callback(run([fa, common] { return Fault(*fa, *common); }));
+}
+
+}  // namespace drover::cli
