@@ -62,7 +62,8 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
   TempDir dir;
   std::string agent_metrics = "127.0.0.1:" + std::to_string(FreePort());
   DroverUp up(dir.path() + "/data", {"--devices", "simulated", "--simulate-gpus", "2", "--simulate", "1",
-                                     "--agent-metrics-listen", agent_metrics, "--node-name", "local-1"});
+                                     "--agent-metrics-listen", agent_metrics, "--node-name", "local-1",
+                                     "--telemetry-period", "100ms"});
   ASSERT_TRUE(up.Start());
   ASSERT_TRUE(up.WaitForReadyNodes(2));
   // Telemetry reaches the server with the first heartbeats.
@@ -76,6 +77,19 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
                              "DCGM_FI_DEV_FB_USED{", "DCGM_FI_DEV_FB_FREE{", "DCGM_FI_DEV_XID_ERRORS{"}) {
     EXPECT_NE(server_text.find(family), std::string::npos) << family;
   }
+  // The agent's ring buffer of recent samples, oldest first.
+  auto samples = nlohmann::json::parse(Get(agent_metrics, "/api/v1/gpus/1/samples?max=3"), nullptr, false);
+  ASSERT_TRUE(samples.is_array());
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_LT(samples[0]["time_ns"].get<int64_t>(), samples[2]["time_ns"].get<int64_t>());
+  EXPECT_TRUE(samples[2]["temperature_c"].is_number());
+  auto missing = http::HttpRequest(agent_metrics, "GET", "/api/v1/gpus/9/samples");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->status, 404);
+  auto bad_max = http::HttpRequest(agent_metrics, "GET", "/api/v1/gpus/0/samples?max=x");
+  ASSERT_TRUE(bad_max.ok());
+  EXPECT_EQ(bad_max->status, 400);
+
   ExpectOnlyDcgmNamingLints(Promtool(server_text, dir.path()));
   ExpectOnlyDcgmNamingLints(Promtool(agent_text, dir.path()));
   // Drover's own families pass promtool with no finding at all.

@@ -132,7 +132,8 @@ TEST(RestartTest, SeparateServerAndAgentSurviveEachOthersCrash) {
   ASSERT_TRUE(server->Start());
   std::vector<std::string> agent_args = {"agent",          "--server",  grpc,        "--data-dir",
                                          dir.path() + "/agent", "--node-name", "gpu-01",    "--devices",
-                                         "simulated",      "--simulate-gpus", "2",  "--log-level", "warn"};
+                                         "simulated",      "--simulate-gpus", "2",  "--log-level", "warn",
+                                         "--metrics-listen", "127.0.0.1:0"};
   auto start_agent = [&] { return SpawnDrover(agent_args, dir.path() + "/agent.out", dir.path() + "/agent.err"); };
   pid_t agent = start_agent();
   ASSERT_GT(agent, 0);

@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -219,13 +221,20 @@ class AgentImpl final : public Agent {
       }
     });
     if (opts_.metrics_listen.empty()) return Status::Ok();
-    DROVER_ASSIGN_OR_RETURN(metrics_http_, http::StartServer(opts_.metrics_listen, [this](const http::Request& req) {
-                              if (req.path != "/metrics") {
-                                return http::ErrorResponse(NotFound("no such resource: " + req.path));
-                              }
-                              return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(),
-                                                    {}, {}};
-                            }));
+    auto server = http::StartServer(opts_.metrics_listen, [this](const http::Request& req) {
+      if (req.path == "/metrics") {
+        return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(), {}, {}};
+      }
+      return SamplesResponse(req);
+    });
+    if (!server.ok()) {
+      // Metrics are not worth keeping a node out of service for (another
+      // exporter may hold the port): said loudly, and the node runs on.
+      spdlog::error("node '{}' cannot serve metrics on '{}': {}", opts_.node_name, opts_.metrics_listen,
+                    server.status().message());
+      return Status::Ok();
+    }
+    metrics_http_ = std::move(*server);
     std::string host = opts_.metrics_listen.substr(0, opts_.metrics_listen.rfind(':'));
     metrics_address_ = fmt::format("{}:{}", host, metrics_http_->port());
     spdlog::info("node '{}' serves GPU metrics on http://{}/metrics", opts_.node_name, metrics_address_);
@@ -263,6 +272,45 @@ class AgentImpl final : public Agent {
       }
     }
     return out;
+  }
+
+  // GET /api/v1/gpus/{index}/samples?max=N: the GPU's ring buffer, oldest
+  // first (at most one minute of samples at the sampling period).
+  http::Response SamplesResponse(const http::Request& req) {
+    std::string_view path = req.path;
+    constexpr std::string_view kPrefix = "/api/v1/gpus/";
+    constexpr std::string_view kSuffix = "/samples";
+    if (!path.starts_with(kPrefix) || !path.ends_with(kSuffix) || path.size() <= kPrefix.size() + kSuffix.size()) {
+      return http::ErrorResponse(NotFound("no such resource: " + req.path));
+    }
+    if (req.method != "GET") return http::ErrorResponse(InvalidArgument("only GET is allowed on " + req.path));
+    std::string_view digits = path.substr(kPrefix.size(), path.size() - kPrefix.size() - kSuffix.size());
+    int gpu = -1;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), gpu);
+    if (ec != std::errc() || end != digits.data() + digits.size() || gpu < 0 ||
+        static_cast<size_t>(gpu) >= gpus_.size()) {
+      return http::ErrorResponse(NotFound(fmt::format("gpu '{}' does not exist (the node has {})", digits, gpus_.size())));
+    }
+    size_t max = 6000;
+    if (auto it = req.query.find("max"); it != req.query.end()) {
+      auto [e, c] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), max);
+      if (c != std::errc() || e != it->second.data() + it->second.size() || max == 0) {
+        return http::ErrorResponse(InvalidArgument(fmt::format("max '{}' is not a positive integer", it->second)));
+      }
+    }
+    nlohmann::json out = nlohmann::json::array();
+    auto known = [](double v) { return Known(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    auto count = [](int64_t v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    for (const GpuSample& s : telemetry_->History(gpu, max)) {
+      out.push_back({{"time_ns", s.time_ns},
+                     {"utilization_pct", known(s.utilization_pct)},
+                     {"memory_used_bytes", count(s.memory_used_bytes)},
+                     {"temperature_c", known(s.temperature_c)},
+                     {"power_w", known(s.power_w)},
+                     {"sm_clock_mhz", count(s.sm_clock_mhz)},
+                     {"throttle", s.throttle}});
+    }
+    return http::Response{200, "application/json", out.dump(), {}, {}};
   }
 
   // ---- connection thread ----
