@@ -87,7 +87,7 @@ class AgentImpl final : public Agent {
       // amdgpu, libnvidia-ml after a driver upgrade without a reboot) must not
       // keep the node from joining: it is reported and its devices left out.
       if (Status s = backend->Initialize(); !s.ok()) {
-        spdlog::error("device backend '{}' cannot start: {}; its devices are left out", backend->Name(), s.message());
+        spdlog::warn("device backend '{}' cannot start: {}; its devices are left out", backend->Name(), s.message());
         continue;
       }
       auto discovered = backend->Discover();

@@ -106,7 +106,9 @@ void Telemetry::SampleAll(int64_t now_ns) {
     for (HealthEvent& e : events) g.pending_events.push_back(std::move(e));
     g.answered = sample.ok();
     if (!sample.ok()) {
+      // Its last reading is stale now: reported as unknown, not as current.
       g.sample_error = sample.status().message();
+      g.reading.have_sample = false;
       continue;
     }
     sample->time_ns = now_ns;

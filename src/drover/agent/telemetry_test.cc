@@ -96,6 +96,7 @@ TEST(TelemetryTest, FaultTakesTheGpuOutAndCleanChecksBringItBack) {
   ASSERT_TRUE(Eventually([&] { return !rig.telemetry->TakeReadings(false)[0].healthy; }));
   EXPECT_GT(rig.changes.load(), 0);
   EXPECT_THAT(rig.telemetry->TakeReadings(false)[0].reason, HasSubstr("device lost"));
+  EXPECT_FALSE(rig.telemetry->TakeReadings(false)[0].have_sample);  // no stale reading passed off as current
   EXPECT_TRUE(rig.telemetry->TakeReadings(false)[1].healthy);
   ASSERT_TRUE(rig.telemetry->InjectFault(0, {Fault::Kind::kClear, 0}).ok());
   ASSERT_TRUE(Eventually([&] { return rig.telemetry->TakeReadings(false)[0].healthy; }));

@@ -81,7 +81,7 @@ int Fault(const FaultArgs& a, const Common& c) {
   auto ctx = Context(c);
   grpc::Status st = stub->InjectFault(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(st, c);
-  std::cout << fmt::format("fault '{}' sent to gpu {} of node/{}\n", a.fault, a.gpu, a.node);
+  std::cout << fmt::format("fault '{}' sent to gpu {} of node '{}'\n", a.fault, a.gpu, a.node);
   return 0;
 }
 
