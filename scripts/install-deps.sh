@@ -23,7 +23,14 @@ PACKAGES=(
   prometheus
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)
   gnuplot-nox
+  # dashboard build (web/) and browser tests (tests/browser): node >= 18, headless chromium
+  nodejs chromium
 )
+# npm: Debian's package on a clean Debian 12. Skipped where npm already exists
+# (NodeSource's nodejs bundles npm and conflicts with Debian's npm package).
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

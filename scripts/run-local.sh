@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make run`: a one-machine cluster. This machine's devices (OpenCL, which
-# PoCL provides on any machine) plus 4 simulated nodes of 8 H100s, state in
-# .drover/. Ctrl-C stops the server and agents; running jobs keep running
+# `make run`: a one-machine cluster. This machine's devices (every vendor
+# library that loads, and OpenCL, which PoCL provides on any machine) plus 4
+# simulated nodes of 8 H100s kept busy by a live mixed workload
+# (DROVER_WORKLOAD=none for an idle fleet), state in .drover/. Ctrl-C stops the server and agents; running jobs keep running
 # under their supervisors and are adopted on the next start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,9 @@ GRPC=${DROVER_GRPC_LISTEN:-127.0.0.1:7070}
 HTTP=${DROVER_LISTEN:-127.0.0.1:8080}
 
 rm -f "$DATA/endpoints.json"
-"$BIN" up --data-dir "$DATA" --grpc-listen "$GRPC" --listen "$HTTP" --simulate 4 &
+WORKLOAD=${DROVER_WORKLOAD:-mixed}
+
+"$BIN" up --data-dir "$DATA" --grpc-listen "$GRPC" --listen "$HTTP" --simulate 4 --workload "$WORKLOAD" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM
 
@@ -25,11 +28,14 @@ done
 cat <<MSG
 
   Drover is up (data in $DATA/).
+    dashboard http://$HTTP/ui/
     gRPC     $GRPC            (the CLI's --addr, or DROVER_ADDR)
     REST     http://$HTTP/api/v1/nodes
+    metrics  http://$HTTP/metrics
     health   http://$HTTP/healthz   http://$HTTP/readyz
 
   Try:
+    $BIN top
     $BIN nodes
     $BIN submit --gpus 2 --wait -- sh -c 'echo \$DROVER_GPU_IDS'
     $BIN jobs

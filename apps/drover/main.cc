@@ -17,6 +17,7 @@
 #include "drover/agent/agent.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/supervisor.h"
+#include "live_workload.h"
 #include "drover/cli/commands.h"
 #include "drover/common/config.h"
 #include "drover/common/fault.h"
@@ -48,6 +49,11 @@ struct RoleFlags {
   std::string thermal_throttle = "30s";
   std::string agent_metrics_listen;
   std::vector<std::string> faults;  // NODE:GPU:FAULT[@DELAY]
+  // `up --workload mixed`: a live synthetic workload on the simulated nodes.
+  std::string workload = "none";
+  double workload_time_scale = 60;
+  uint64_t workload_seed = 1;
+  double workload_load = 1.3;
   std::string sim_model = "H100 80GB";
   int sim_gpus = 8;
   int simulate = 0;
@@ -216,7 +222,20 @@ int BadConfig(const Status& s) {
 
 int RunServer(const RoleFlags& f, bool all_in_one) {
   if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
-  auto control = drover::server::MakeControlLoopOptions(f.sched);
+  drover::app::LiveWorkloadOptions live;
+  live.kind = f.workload;
+  live.nodes = f.simulate;
+  live.gpus_per_node = f.sim_gpus;
+  live.gpu_model = f.sim_model;
+  live.time_scale = f.workload_time_scale;
+  live.seed = f.workload_seed;
+  live.target_load = f.workload_load;
+  drover::SchedulerFlags sched = f.sched;
+  if (all_in_one && f.workload != "none") {
+    if (Status s = drover::app::ValidateLiveWorkload(live); !s.ok()) return BadConfig(s);
+    drover::app::ApplyLiveSchedulerDefaults(live, &sched);
+  }
+  auto control = drover::server::MakeControlLoopOptions(sched);
   if (!control.ok()) return BadConfig(control.status());
   auto local_labels = ParseLabels(f.labels);
   if (!local_labels.ok()) return BadConfig(local_labels.status());
@@ -260,7 +279,15 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     }
     spdlog::info("drover up: 1 local node and {} simulated nodes; try: DROVER_ADDR={} drover nodes", f.simulate, addr);
   }
+  std::unique_ptr<drover::app::LiveWorkload> workload;
+  if (all_in_one && f.workload != "none") {
+    live.grpc_address = (*server)->grpc_address();
+    auto w = drover::app::LiveWorkload::Start(live);
+    if (!w.ok()) return Fatal(w.status());
+    workload = std::move(*w);
+  }
   WaitForSignal();
+  if (workload) workload->Stop();
   for (auto& a : agents) a->Stop();
   (*server)->Stop();
   return 0;
@@ -435,6 +462,15 @@ int main(int argc, char** argv) {
         ->capture_default_str();
   };
   add_telemetry_flags(up);
+  up->add_option("--workload", f.workload,
+                 "keep submitting a synthetic workload to the simulated nodes: mixed or none")
+      ->capture_default_str();
+  up->add_option("--workload-time-scale", f.workload_time_scale,
+                 "simulated seconds per wall second of the live workload (60: a 2 h job runs 2 min)")
+      ->capture_default_str();
+  up->add_option("--workload-seed", f.workload_seed, "seed of the live workload")->capture_default_str();
+  up->add_option("--workload-load", f.workload_load, "offered GPU demand relative to capacity (1.3: queues form)")
+      ->capture_default_str();
   up->callback([&] { exit_code = RunServer(f, true); });
 
   CLI::App* server = app.add_subcommand("server", "control plane: state, scheduler, APIs");

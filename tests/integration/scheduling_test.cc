@@ -77,7 +77,9 @@ class SchedulingTest : public ::testing::Test {
 TEST_F(SchedulingTest, HighPriorityJobPreemptsLowOnesWhichRunAgainAfterIt) {
   std::vector<std::string> low;
   for (int i = 0; i < kGpus; ++i) low.push_back(Submit("default", 10, 1, true));
-  ASSERT_TRUE(WaitUntil([&] { return AllIn(low, v1::JOB_STATE_RUNNING); })) << "the low jobs did not all start";
+  // 32 processes to start: generous on a loaded 2-core machine (reached only when broken).
+  ASSERT_TRUE(WaitUntil([&] { return AllIn(low, v1::JOB_STATE_RUNNING); }, std::chrono::seconds(90)))
+      << "the low jobs did not all start";
 
   CommandResult r = Cli({"submit", "--priority", "900", "--gpus", "8", "--grace", "1", "--", "sleep", "1000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

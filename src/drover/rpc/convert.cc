@@ -26,7 +26,9 @@ bool IsReservedEnv(std::string_view s) {
   static const std::set<std::string_view> kReserved = {
       "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
       "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK"};
-  return s.starts_with("DROVER_") || kReserved.contains(s);
+  // DROVER_SIM_LOAD is the job's own word to a simulated GPU (how busy it
+  // keeps it); every other DROVER_ name is the agent's to set.
+  return (s.starts_with("DROVER_") && s != "DROVER_SIM_LOAD") || kReserved.contains(s);
 }
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }

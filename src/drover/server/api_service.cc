@@ -78,6 +78,14 @@ Result<v1::InjectFaultResponse> ApiService::InjectFault(const v1::InjectFaultReq
   return v1::InjectFaultResponse();
 }
 
+Result<v1::Fleet> ApiService::Fleet() { return Await(loop_->Fleet()); }
+Result<v1::SchedulerStats> ApiService::SchedulerStats() { return Await(loop_->SchedulerStats()); }
+Result<v1::ListTenantsResponse> ApiService::ListTenants() { return Await(loop_->ListTenants()); }
+Result<v1::GpuHistory> ApiService::GpuHistory(const v1::GpuHistoryRequest& req) {
+  DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node()));
+  return Await(loop_->GpuHistory(req.node(), req.gpu_index()));
+}
+
 v1::VersionResponse ApiService::Version() const {
   v1::VersionResponse v;
   v.set_version(kVersion);

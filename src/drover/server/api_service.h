@@ -30,6 +30,12 @@ class ApiService {
   // Admin: a fault for a simulated GPU (kFailedPrecondition for real ones).
   Result<v1::InjectFaultResponse> InjectFault(const v1::InjectFaultRequest& req);
 
+  // Dashboards.
+  Result<v1::Fleet> Fleet();
+  Result<v1::SchedulerStats> SchedulerStats();
+  Result<v1::ListTenantsResponse> ListTenants();
+  Result<v1::GpuHistory> GpuHistory(const v1::GpuHistoryRequest& req);
+
   v1::VersionResponse Version() const;
 
   // Sends the job's output in chunks to `write` (which returns false when the

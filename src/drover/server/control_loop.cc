@@ -182,6 +182,9 @@ void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
   auto started = std::chrono::steady_clock::now();
   sched::Decisions decisions = sched_.Schedule(NowMs());
+  decisions_ += static_cast<int64_t>(decisions.bindings.size() + decisions.preemptions.size());
+  preemptions_ += static_cast<int64_t>(decisions.preemptions.size());
+  RecordSchedulerStats();
   if (pass_seconds_ != nullptr) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     pass_seconds_->With({})->Observe(seconds);
@@ -458,6 +461,7 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
     NodeEntry& entry = nodes_[req.node_name()];
     entry.node = node;
     entry.telemetry.clear();
+    entry.history.clear();
     Persist(node);
     spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
     for (const v1::Gpu& g : node.gpus()) {
@@ -514,4 +518,10 @@ namespace drover::server {
 // Call<T> is defined in this file; control_loop_nodes.cc uses these.
 template std::future<Result<Done>> ControlLoop::Call<Done>(std::function<Result<Done>()>);
 template std::future<Result<LoopStats>> ControlLoop::Call<LoopStats>(std::function<Result<LoopStats>()>);
+template std::future<Result<v1::Fleet>> ControlLoop::Call<v1::Fleet>(std::function<Result<v1::Fleet>()>);
+template std::future<Result<v1::SchedulerStats>> ControlLoop::Call<v1::SchedulerStats>(
+    std::function<Result<v1::SchedulerStats>()>);
+template std::future<Result<v1::ListTenantsResponse>> ControlLoop::Call<v1::ListTenantsResponse>(
+    std::function<Result<v1::ListTenantsResponse>()>);
+template std::future<Result<v1::GpuHistory>> ControlLoop::Call<v1::GpuHistory>(std::function<Result<v1::GpuHistory>()>);
 }  // namespace drover::server

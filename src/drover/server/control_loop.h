@@ -27,6 +27,7 @@
 // Thread-safety: public methods are thread-safe; everything else runs on the
 // loop thread.
 
+#include <deque>
 #include <future>
 #include <map>
 #include <memory>
@@ -109,6 +110,12 @@ class ControlLoop {
   // Relays a fault to the agent of `node` for its simulated GPU `gpu`.
   std::future<Result<Done>> InjectFault(std::string node, int gpu, std::string fault);
   std::future<Result<LoopStats>> Stats();
+
+  // Dashboards (control_loop_views.cc).
+  std::future<Result<v1::Fleet>> Fleet();
+  std::future<Result<v1::SchedulerStats>> SchedulerStats();
+  std::future<Result<v1::ListTenantsResponse>> ListTenants();
+  std::future<Result<v1::GpuHistory>> GpuHistory(std::string node, int gpu);
   void HandleStatus(std::string node, v1::StatusReport report);
 
   // Resolves once every command posted before it has been applied and committed.
@@ -120,6 +127,7 @@ class ControlLoop {
     std::shared_ptr<AgentSink> sink;  // null while no session
     int64_t last_heartbeat_ns = 0;
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
+    std::vector<std::deque<v1::GpuPoint>> history;  // by GPU index, oldest first, kGpuHistoryPoints at most
   };
   using Ack = std::function<void(const Status&)>;
 
@@ -187,6 +195,12 @@ class ControlLoop {
   metrics::HistogramFamily* pass_seconds_ = nullptr;
   metrics::HistogramFamily* decision_seconds_ = nullptr;
   metrics::CounterFamily* decisions_total_ = nullptr;
+  // Scheduler statistics for dashboards (control_loop_views.cc).
+  void RecordSchedulerStats();
+  int64_t decisions_ = 0;
+  int64_t preemptions_ = 0;
+  std::deque<std::pair<int64_t, int64_t>> decision_samples_;  // (ns, decisions_), one a second, 11 at most
+  std::deque<v1::QueuePoint> queue_history_;                  // one every 5 s, the last hour
 };
 
 }  // namespace drover::server

@@ -12,6 +12,24 @@
 #include "drover/server/control_loop.h"
 
 namespace drover::server {
+namespace {
+
+// Ten minutes of heartbeats (one every 2 s) per GPU.
+constexpr size_t kGpuHistoryPoints = 300;
+
+void AppendHistory(const v1::GpuTelemetry& t, std::deque<v1::GpuPoint>* history) {
+  if (t.time_unix_nanos() == 0) return;  // no reading in this heartbeat
+  v1::GpuPoint p;
+  p.set_time_unix_nanos(t.time_unix_nanos());
+  p.set_utilization_pct(t.has_utilization_pct() ? static_cast<float>(t.utilization_pct()) : -1);
+  p.set_memory_used_bytes(t.has_memory_used_bytes() ? t.memory_used_bytes() : -1);
+  p.set_temperature_c(t.has_temperature_c() ? static_cast<float>(t.temperature_c()) : -1);
+  p.set_power_w(t.has_power_w() ? static_cast<float>(t.power_w()) : -1);
+  history->push_back(std::move(p));
+  while (history->size() > kGpuHistoryPoints) history->pop_front();
+}
+
+}  // namespace
 
 void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb) {
   loop_.Post([this, node = std::move(node), hb = std::move(hb)] {
@@ -21,11 +39,13 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb) {
     entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
+    entry.history.resize(static_cast<size_t>(entry.node.gpus_size()));
     bool changed = false;
     std::vector<std::pair<int, std::string>> newly_sick;
     for (const v1::GpuReport& r : hb.gpus()) {
       if (r.index() < 0 || r.index() >= entry.node.gpus_size()) continue;
       entry.telemetry[static_cast<size_t>(r.index())] = r.telemetry();
+      AppendHistory(r.telemetry(), &entry.history[static_cast<size_t>(r.index())]);
       v1::Gpu* g = entry.node.mutable_gpus(r.index());
       if (g->health() == r.health() && g->health_reason() == r.health_reason()) continue;
       if (g->health() != r.health()) {

@@ -73,6 +73,26 @@ class NodeServiceImpl final : public v1::NodeService::Service {
   ApiService* api_;
 };
 
+class ClusterServiceImpl final : public v1::ClusterService::Service {
+ public:
+  explicit ClusterServiceImpl(ApiService* api) : api_(api) {}
+  grpc::Status GetFleet(ServerContext*, const v1::FleetRequest*, v1::Fleet* resp) override {
+    return Reply(api_->Fleet(), resp);
+  }
+  grpc::Status GetSchedulerStats(ServerContext*, const v1::SchedulerStatsRequest*, v1::SchedulerStats* resp) override {
+    return Reply(api_->SchedulerStats(), resp);
+  }
+  grpc::Status ListTenants(ServerContext*, const v1::ListTenantsRequest*, v1::ListTenantsResponse* resp) override {
+    return Reply(api_->ListTenants(), resp);
+  }
+  grpc::Status GetGpuHistory(ServerContext*, const v1::GpuHistoryRequest* req, v1::GpuHistory* resp) override {
+    return Reply(api_->GpuHistory(*req), resp);
+  }
+
+ private:
+  ApiService* api_;
+};
+
 class InfoServiceImpl final : public v1::InfoService::Service {
  public:
   explicit InfoServiceImpl(ApiService* api) : api_(api) {}
@@ -220,6 +240,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, Co
   out.push_back(std::make_unique<JobServiceImpl>(api));
   out.push_back(std::make_unique<NodeServiceImpl>(api));
   out.push_back(std::make_unique<InfoServiceImpl>(api));
+  out.push_back(std::make_unique<ClusterServiceImpl>(api));
   out.push_back(std::make_unique<AgentServiceImpl>(loop, logs));
   return out;
 }

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <thread>
 #include <string_view>
 #include <vector>
 
 #include "drover/rpc/convert.h"
+#include "drover/web/ui.h"
 
 namespace drover::server {
 namespace {
@@ -97,6 +100,36 @@ http::Response LogsResponse(ApiService* api, const http::Request& req, std::stri
   return r;
 }
 
+// GET /api/v1/events: server-sent events. At once and then every 2 s (the
+// agents' heartbeat period, so every update carries news): "fleet" with the
+// Fleet, "scheduler" with the SchedulerStats, one JSON object per data line.
+// Ends when the client goes away or the server stops.
+http::Response EventsResponse(ApiService* api) {
+  http::Response r{200, "text/event-stream", {}, {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, {}};
+  r.stream = [api](const http::ChunkWriter& write) {
+    pbutil::JsonPrintOptions opts;
+    opts.always_print_primitive_fields = true;
+    for (;;) {
+      std::string chunk;
+      auto fleet = api->Fleet();
+      auto stats = api->SchedulerStats();
+      if (!fleet.ok() || !stats.ok()) {
+        chunk = "event: error\ndata: " + (fleet.ok() ? stats.status() : fleet.status()).message() + "\n\n";
+      } else {
+        std::string json;
+        (void)pbutil::MessageToJsonString(*fleet, &json, opts);
+        chunk = "event: fleet\ndata: " + json + "\n\n";
+        json.clear();
+        (void)pbutil::MessageToJsonString(*stats, &json, opts);
+        chunk += "event: scheduler\ndata: " + json + "\n\n";
+      }
+      if (!write(chunk)) return;
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+  };
+  return r;
+}
+
 http::Response HandleJobs(ApiService* api, const http::Request& req, const std::vector<std::string_view>& p) {
   // p[0..2] = api, v1, jobs
   if (p.size() == 3) {
@@ -150,6 +183,18 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
     gr.set_name(name);
     return JsonReply(api->GetNode(gr));
   }
+  if (p.size() == 7 && p[4] == "gpus" && p[6] == "history") {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    v1::GpuHistoryRequest hr;
+    hr.set_node(name);
+    int index = -1;
+    auto [end, ec] = std::from_chars(p[5].data(), p[5].data() + p[5].size(), index);
+    if (ec != std::errc() || end != p[5].data() + p[5].size()) {
+      return http::ErrorResponse(InvalidArgument(fmt::format("gpu index '{}' is not a number", p[5])));
+    }
+    hr.set_gpu_index(index);
+    return JsonReply(api->GpuHistory(hr));
+  }
   if (p.size() == 7 && p[4] == "gpus" && p[6] == "fault") {
     // POST /api/v1/nodes/{name}/gpus/{index}/fault  {"fault": "xid:79"}
     if (req.method != "POST") return MethodNotAllowed(req);
@@ -176,6 +221,7 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
 http::Response Route(ApiService* api, const std::function<Status()>& ready, metrics::Registry* metrics,
                      const http::Request& req) {
   {
+    if (auto ui = web::ServeUi(req)) return *std::move(ui);
     if (req.path == "/metrics") {
       if (req.method != "GET") return MethodNotAllowed(req);
       // The content type Prometheus's text format 0.0.4 asks for.
@@ -191,6 +237,13 @@ http::Response Route(ApiService* api, const std::function<Status()>& ready, metr
     if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
       if (p[2] == "jobs") return HandleJobs(api, req, p);
       if (p[2] == "nodes") return HandleNodes(api, req, p);
+      if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events")) {
+        if (req.method != "GET") return MethodNotAllowed(req);
+        if (p[2] == "fleet") return JsonReply(api->Fleet());
+        if (p[2] == "scheduler") return JsonReply(api->SchedulerStats());
+        if (p[2] == "tenants") return JsonReply(api->ListTenants());
+        return EventsResponse(api);
+      }
       if (p[2] == "version" && p.size() == 3) {
         if (req.method != "GET") return MethodNotAllowed(req);
         return http::Response{200, "application/json", ToJson(api->Version()), {}, {}};

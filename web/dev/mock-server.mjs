@@ -1,0 +1,257 @@
+// A stand-in for the drover server, for working on the dashboard without
+// building it: serves a bundle at /ui/ and made-up, slowly changing data on
+// the API paths the dashboard uses (the contract of issue 6). Not used by
+// the build or by any test.
+//
+//   node web/build.mjs /tmp/web-dist
+//   node web/dev/mock-server.mjs --dist /tmp/web-dist --port 8080 --nodes 512 --gpus 8
+//
+// With --proxy HOST:PORT it serves the bundle but forwards /api/ to a real
+// drover server instead (try a new bundle without rebuilding the binary).
+import { createServer, request as httpRequest } from 'node:http';
+import { readFileSync, existsSync } from 'node:fs';
+import { extname, join } from 'node:path';
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
+const dist = args.dist || 'dist';
+const port = Number(args.port || 8080);
+const nodeCount = Number(args.nodes || 6);
+const gpusPerNode = Number(args.gpus || 8);
+const periodMs = Number(args.period || 2000);
+
+let seed = 42;
+const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const nanos = (ms) => String(BigInt(Math.round(ms)) * 1000000n);
+
+const nodes = Array.from({ length: nodeCount }, (_, n) => ({
+  name: `gpu-${String(n).padStart(3, '0')}`,
+  state: n === 3 ? 'NODE_STATE_NOT_READY' : 'NODE_STATE_READY',
+  drained: n === 4,
+  gpus: Array.from({ length: gpusPerNode }, (_, i) => ({
+    utilizationPct: rand() * 100,
+    memoryUsedBytes: '0',
+    memoryTotalBytes: String(80 * 2 ** 30),
+    temperatureC: 30 + rand() * 40,
+    powerW: 100,
+    powerLimitW: 700,
+    healthy: !(n === 1 && i === 2),
+    healthReason: n === 1 && i === 2 ? 'xid 79: GPU has fallen off the bus' : '',
+    jobId: '',
+    model: 'H100 80GB',
+    history: [],
+  })),
+}));
+if (nodes[2]) nodes[2].gpus[5].temperatureC = -1;
+
+const jobs = [];
+let nextJob = 1;
+function submit(spec) {
+  const id = `j-${String(nextJob++).padStart(6, '0')}`;
+  const job = {
+    id,
+    spec: { name: '', tenant: spec.tenant || 'default', priority: spec.priority || 0, gpus: spec.gpus || 1, gpuMilli: 0, replicas: 0, command: spec.command || [] },
+    status: { state: 'JOB_STATE_PENDING', message: `waiting for ${spec.gpus || 1} free GPUs`, submitTimeUnixNanos: nanos(Date.now()), startTimeUnixNanos: '0', endTimeUnixNanos: '0', exitCode: 0, signal: 0, preemptions: 0 },
+  };
+  jobs.push(job);
+  return job;
+}
+for (let i = 0; i < 12; i++) submit({ command: ['sh', '-c', 'sleep 60'], gpus: 1 + (i % 4), tenant: ['research', 'prod', 'default'][i % 3], priority: (i % 3) * 10 });
+
+function freeGpus(count) {
+  for (const node of nodes) {
+    if (node.state !== 'NODE_STATE_READY' || node.drained) continue;
+    const idx = node.gpus.map((g, i) => (g.healthy && !g.jobId ? i : -1)).filter((i) => i >= 0);
+    if (idx.length >= count) return { node, idx: idx.slice(0, count) };
+  }
+  return null;
+}
+
+const queueHistory = [];
+const latency = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025].map((le) => ({ leSeconds: le, inf: false, count: 0 }));
+latency.push({ leSeconds: 0, inf: true, count: 0 });
+let decisions = 0;
+
+function tick() {
+  const now = Date.now();
+  for (const job of jobs) {
+    const s = job.status;
+    if (s.state === 'JOB_STATE_PENDING') {
+      const spot = freeGpus(job.spec.gpus);
+      decisions++;
+      latency[Math.min(latency.length - 1, Math.floor(rand() * rand() * latency.length))].count++;
+      if (spot) {
+        s.state = 'JOB_STATE_RUNNING';
+        s.message = '';
+        s.allocation = { node: spot.node.name, gpuIndices: spot.idx, gpuMilli: 1000 };
+        s.startTimeUnixNanos = nanos(now);
+        for (const i of spot.idx) spot.node.gpus[i].jobId = job.id;
+      }
+    } else if (s.state === 'JOB_STATE_RUNNING' && rand() < 0.03) {
+      finish(job, rand() < 0.8 ? 'JOB_STATE_SUCCEEDED' : 'JOB_STATE_FAILED');
+    } else if (s.state === 'JOB_STATE_CANCELLING') {
+      finish(job, 'JOB_STATE_CANCELLED');
+    }
+  }
+  if (rand() < 0.3) submit({ command: ['sh', '-c', 'train'], gpus: 1 + Math.floor(rand() * 8), tenant: ['research', 'prod'][Math.floor(rand() * 2)] });
+  for (const node of nodes) {
+    for (const g of node.gpus) {
+      const target = g.jobId ? 85 : 3;
+      g.utilizationPct = Math.max(0, Math.min(100, g.utilizationPct + (target - g.utilizationPct) * 0.3 + (rand() - 0.5) * 10));
+      g.memoryUsedBytes = String(Math.round((g.jobId ? 0.7 : 0.01) * 80 * 2 ** 30 * (0.9 + rand() * 0.1)));
+      if (g.temperatureC >= 0) g.temperatureC = 30 + g.utilizationPct * 0.5 + rand() * 3;
+      g.powerW = 60 + g.utilizationPct * 6;
+      g.history.push({ timeUnixNanos: nanos(now), utilizationPct: g.utilizationPct, memoryUsedBytes: g.memoryUsedBytes, temperatureC: g.temperatureC, powerW: g.powerW });
+      if (g.history.length > 300) g.history.shift();
+    }
+  }
+  queueHistory.push({ timeUnixNanos: nanos(now), depth: String(count('JOB_STATE_PENDING')), running: String(count('JOB_STATE_RUNNING')) });
+  if (queueHistory.length > 720) queueHistory.shift();
+}
+
+function finish(job, state) {
+  const s = job.status;
+  s.state = state;
+  s.endTimeUnixNanos = nanos(Date.now());
+  s.exitCode = state === 'JOB_STATE_FAILED' ? 1 : 0;
+  for (const node of nodes) for (const g of node.gpus) if (g.jobId === job.id) g.jobId = '';
+}
+
+const count = (state) => jobs.filter((j) => j.status.state === state).length;
+
+function fleet() {
+  const byState = {};
+  for (const j of jobs) {
+    const k = j.status.state.replace('JOB_STATE_', '');
+    const name = k.charAt(0) + k.slice(1).toLowerCase();
+    byState[name] = String(Number(byState[name] || 0) + 1);
+  }
+  return {
+    timeUnixNanos: nanos(Date.now()),
+    nodes: nodes.map((n) => ({ name: n.name, state: n.state, drained: n.drained, gpus: n.gpus.map(({ history, ...g }) => g) })),
+    jobs: byState,
+    queueDepth: String(count('JOB_STATE_PENDING')),
+  };
+}
+
+function schedulerStats() {
+  return {
+    decisionsTotal: String(decisions),
+    decisionsPerSecond: (count('JOB_STATE_PENDING') * 1000) / periodMs,
+    queueDepth: String(count('JOB_STATE_PENDING')),
+    queueHistory: queueHistory.filter((_, i) => i % 3 === 0),
+    decisionLatency: latency.map((b) => ({ ...b, count: String(b.count) })),
+    preemptionsTotal: '0',
+  };
+}
+
+function tenants() {
+  const names = ['default', 'prod', 'research'];
+  return {
+    tenants: names.map((name, i) => {
+      const mine = jobs.filter((j) => j.spec.tenant === name);
+      const usage = mine.filter((j) => j.status.state === 'JOB_STATE_RUNNING').reduce((s, j) => s + j.spec.gpus * 1000, 0);
+      const guaranteed = [0, 16, 8][i];
+      return {
+        name, weight: [1, 2, 1][i], guaranteedGpus: guaranteed ? { 'H100 80GB': guaranteed } : {}, borrowLimit: [-1, 8, 4][i],
+        usageMilli: String(usage), borrowedMilli: String(Math.max(0, usage - guaranteed * 1000)),
+        fairShareMilli: String([4000, 14000, 7000][i]),
+        runningJobs: String(mine.filter((j) => j.status.state === 'JOB_STATE_RUNNING').length),
+        pendingJobs: String(mine.filter((j) => j.status.state === 'JOB_STATE_PENDING').length),
+      };
+    }),
+  };
+}
+
+const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8' };
+const send = (res, status, body) => {
+  res.writeHead(status, { 'Content-Type': 'application/json' });
+  res.end(JSON.stringify(body));
+};
+const notFound = (res, what) => send(res, 404, { code: 5, status: 'NOT_FOUND', message: `${what} not found` });
+const streams = new Set();
+
+createServer((req, res) => {
+  const url = new URL(req.url, 'http://x');
+  const p = url.pathname;
+  if (p === '/ui') {
+    res.writeHead(301, { Location: '/ui/' });
+    return res.end();
+  }
+  if (p.startsWith('/ui/')) {
+    const file = join(dist, p === '/ui/' ? 'index.html' : p.slice(4));
+    if (!existsSync(file) || p.includes('..')) return notFound(res, `asset '${p}'`);
+    res.writeHead(200, { 'Content-Type': TYPES[extname(file)] || 'application/octet-stream' });
+    return res.end(readFileSync(file));
+  }
+  if (args.proxy && p.startsWith('/api/')) {
+    const [host, targetPort] = args.proxy.split(':');
+    const upstream = httpRequest({ host, port: Number(targetPort), method: req.method, path: req.url, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode, up.headers);
+      up.pipe(res);
+    });
+    upstream.on('error', (err) => send(res, 502, { code: 14, status: 'UNAVAILABLE', message: `proxy: ${err.message}` }));
+    req.pipe(upstream);
+    res.on('close', () => upstream.destroy());
+    return undefined;
+  }
+  if (p === '/api/v1/fleet') return send(res, 200, fleet());
+  if (p === '/api/v1/scheduler') return send(res, 200, schedulerStats());
+  if (p === '/api/v1/tenants') return send(res, 200, tenants());
+  if (p === '/api/v1/jobs' && req.method === 'GET') return send(res, 200, { jobs });
+  if (p === '/api/v1/jobs' && req.method === 'POST') {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      let spec;
+      try {
+        spec = JSON.parse(body).spec;
+      } catch {
+        return send(res, 400, { code: 3, status: 'INVALID_ARGUMENT', message: 'request body is not valid JSON' });
+      }
+      if (!spec || !(spec.gpus >= 1 && spec.gpus <= 64)) {
+        return send(res, 400, { code: 3, status: 'INVALID_ARGUMENT', message: `spec.gpus must be 1..64, got ${spec && spec.gpus}` });
+      }
+      send(res, 201, { job: submit(spec) });
+    });
+    return undefined;
+  }
+  let m = p.match(/^\/api\/v1\/jobs\/([^/]+)\/cancel$/);
+  if (m && req.method === 'POST') {
+    const job = jobs.find((j) => j.id === m[1]);
+    if (!job) return notFound(res, `job '${m[1]}'`);
+    if (['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'].includes(job.status.state)) {
+      return send(res, 400, { code: 9, status: 'FAILED_PRECONDITION', message: `job '${job.id}' already ended` });
+    }
+    if (job.status.state === 'JOB_STATE_PENDING') finish(job, 'JOB_STATE_CANCELLED');
+    else job.status.state = 'JOB_STATE_CANCELLING';
+    return send(res, 200, job);
+  }
+  m = p.match(/^\/api\/v1\/nodes\/([^/]+)\/gpus\/(\d+)\/history$/);
+  if (m) {
+    const node = nodes.find((n) => n.name === decodeURIComponent(m[1]));
+    const gpu = node && node.gpus[Number(m[2])];
+    if (!gpu) return notFound(res, `gpu ${m[2]} of node '${m[1]}'`);
+    return send(res, 200, { points: gpu.history });
+  }
+  if (p === '/api/v1/events') {
+    res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+    const push = () => {
+      res.write(`event: fleet\ndata: ${JSON.stringify(fleet())}\n\n`);
+      res.write(`event: scheduler\ndata: ${JSON.stringify(schedulerStats())}\n\n`);
+    };
+    push();
+    streams.add(push);
+    req.on('close', () => streams.delete(push));
+    return undefined;
+  }
+  return notFound(res, `path '${p}'`);
+}).listen(port, '127.0.0.1', () => console.log(args.proxy
+  ? `dashboard on http://127.0.0.1:${port}/ui/, API from ${args.proxy}`
+  : `mock drover on http://127.0.0.1:${port}/ui/ (${nodeCount} nodes x ${gpusPerNode} GPUs)`));
+
+setInterval(() => {
+  tick();
+  for (const push of streams) push();
+}, periodMs);
+tick();

@@ -1,0 +1,248 @@
+// The Jobs tab: the job table (filtered by state and tenant), cancel
+// buttons and the submit form.
+//
+// Rows are keyed by job id and updated in place, so a refresh every 2 s
+// does not rebuild the table or lose a hovered button.
+
+import { api } from './api.js';
+import { dateFromNanos, duration, el, enumLabel, msFromNanos, num, setAttr, setText, when } from './format.js';
+
+const $ = (id) => document.getElementById(id);
+
+const ENDED = new Set(['JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED']);
+// "running" in the filter: every state in which the job holds GPUs.
+const ACTIVE = new Set(['JOB_STATE_BOUND', 'JOB_STATE_RUNNING', 'JOB_STATE_CANCELLING', 'JOB_STATE_PREEMPTING']);
+const MAX_ROWS = 500;
+
+export function stateGroup(state) {
+  if (ENDED.has(state)) return 'finished';
+  if (ACTIVE.has(state)) return 'running';
+  return 'pending';
+}
+
+function gpusText(spec) {
+  const milli = num(spec.gpuMilli);
+  if (milli > 0 && milli < 1000) return `${milli / 1000}`;
+  const replicas = Math.max(1, num(spec.replicas));
+  const gpus = num(spec.gpus);
+  return replicas > 1 ? `${replicas}×${gpus}` : String(gpus);
+}
+
+function allocationText(a) {
+  if (!a || !a.node) return '';
+  const idx = (a.gpuIndices || []).join(',');
+  const milli = num(a.gpuMilli);
+  const share = milli > 0 && milli < 1000 ? ` (${milli / 1000} share)` : '';
+  return `${a.node} GPU ${idx || '–'}${share}`;
+}
+
+export function whereText(job, nowMs) {
+  const s = job.status || {};
+  const group = stateGroup(s.state);
+  if (group === 'pending') {
+    const submitted = dateFromNanos(s.submitTimeUnixNanos);
+    const parts = [submitted ? `queued ${when(submitted)} (${duration(nowMs - submitted.getTime())} ago)` : 'queued'];
+    if (num(s.preemptions) > 0) parts.push(`preempted ${num(s.preemptions)}×`);
+    return parts.join(' · ');
+  }
+  if (group === 'running') {
+    const where = allocationText(s.allocation);
+    const extra = (s.replicas || []).length > 1 ? ` +${s.replicas.length - 1} replicas` : '';
+    const since = dateFromNanos(s.startTimeUnixNanos) || dateFromNanos(s.bindTimeUnixNanos);
+    const sinceText = since ? ` since ${when(since)} (${duration(nowMs - since.getTime())})` : '';
+    return `${where || 'placed'}${extra}${sinceText}`;
+  }
+  const end = dateFromNanos(s.endTimeUnixNanos);
+  const parts = [end ? `ended ${when(end)}` : 'ended'];
+  if (s.state !== 'JOB_STATE_CANCELLED' || num(s.exitCode) !== 0) {
+    parts.push(num(s.signal) > 0 ? `signal ${num(s.signal)}` : `exit ${num(s.exitCode)}`);
+  }
+  const start = msFromNanos(s.startTimeUnixNanos);
+  if (end && start > 0) parts.push(`ran ${duration(end.getTime() - start)}`);
+  const where = allocationText(s.allocation);
+  if (where) parts.push(`on ${where}`);
+  return parts.join(' · ');
+}
+
+export class Jobs {
+  constructor() {
+    this.jobs = [];
+    this.rows = new Map();  // id -> {tr, cells..., button}
+    this.inFlight = false;
+    this.again = false;
+    this.filterState = $('filter-state');
+    this.filterTenant = $('filter-tenant');
+    this.filterState.addEventListener('change', () => this.render());
+    this.filterTenant.addEventListener('input', () => this.render());
+    $('jobs-body').addEventListener('click', (ev) => {
+      const button = ev.target.closest('[data-testid="job-cancel"]');
+      if (button) this.cancel(button.closest('tr').dataset.job, button);
+    });
+    $('submit-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      this.submit();
+    });
+  }
+
+  // Fetches the job list; one request at a time, at most one more queued.
+  async refresh() {
+    if (this.inFlight) {
+      this.again = true;
+      return;
+    }
+    this.inFlight = true;
+    try {
+      const r = await api('/api/v1/jobs');
+      this.jobs = (r && r.jobs) || [];
+      $('jobs-error').hidden = true;
+      this.render();
+    } catch (err) {
+      setText($('jobs-error'), `cannot list jobs: ${err.message}`);
+      $('jobs-error').hidden = false;
+    } finally {
+      this.inFlight = false;
+      if (this.again) {
+        this.again = false;
+        this.refresh();
+      }
+    }
+  }
+
+  render() {
+    const group = this.filterState.value;
+    const tenant = this.filterTenant.value.trim().toLowerCase();
+    const matching = this.jobs.filter((j) => {
+      const s = j.status || {};
+      if (group !== 'all' && stateGroup(s.state) !== group) return false;
+      if (tenant && !String((j.spec || {}).tenant || 'default').toLowerCase().includes(tenant)) return false;
+      return true;
+    });
+    // Newest first: by submit time, then by id.
+    matching.sort((a, b) => {
+      const d = num((b.status || {}).submitTimeUnixNanos) - num((a.status || {}).submitTimeUnixNanos);
+      return d !== 0 ? d : String(b.id).localeCompare(String(a.id), undefined, { numeric: true });
+    });
+    const shown = matching.slice(0, MAX_ROWS);
+    const body = $('jobs-body');
+    const now = Date.now();
+    const keep = new Set();
+    let prev = null;
+    for (const job of shown) {
+      keep.add(job.id);
+      let row = this.rows.get(job.id);
+      if (!row) {
+        row = this.makeRow(job.id);
+        this.rows.set(job.id, row);
+      }
+      this.fillRow(row, job, now);
+      // Keep DOM order equal to `shown` with as few moves as possible.
+      const want = prev ? prev.tr.nextSibling : body.firstChild;
+      if (want !== row.tr) body.insertBefore(row.tr, want);
+      prev = row;
+    }
+    for (const [id, row] of this.rows) {
+      if (!keep.has(id)) {
+        row.tr.remove();
+        this.rows.delete(id);
+      }
+    }
+    $('jobs-empty').hidden = shown.length > 0;
+    setText($('jobs-count'), matching.length > shown.length
+      ? `showing the newest ${shown.length} of ${matching.length}`
+      : `${matching.length} of ${this.jobs.length}`);
+  }
+
+  makeRow(id) {
+    const row = {
+      id: el('td', { class: 'mono', 'data-testid': 'job-id' }, id),
+      name: el('td'),
+      tenant: el('td'),
+      gpus: el('td', { class: 'num' }),
+      priority: el('td', { class: 'num' }),
+      state: el('span', { class: 'state', 'data-testid': 'job-state' }),
+      reason: el('td', { class: 'reason', 'data-testid': 'job-reason' }),
+      where: el('td', { class: 'where', 'data-testid': 'job-where' }),
+      actions: el('td', { class: 'actions' }),
+      button: null,
+    };
+    row.tr = el('tr', { 'data-testid': 'job-row', 'data-job': id },
+      row.id, row.name, row.tenant, row.gpus, row.priority, el('td', {}, row.state), row.reason, row.where, row.actions);
+    return row;
+  }
+
+  fillRow(row, job, now) {
+    const spec = job.spec || {};
+    const s = job.status || {};
+    setText(row.name, spec.name || '');
+    setText(row.tenant, spec.tenant || 'default');
+    setText(row.gpus, gpusText(spec));
+    setText(row.priority, String(num(spec.priority)));
+    setText(row.state, enumLabel(s.state, 'JOB_STATE_'));
+    setAttr(row.state, 'data-state', stateGroup(s.state) === 'running' ? 'running' : String(s.state || '').replace('JOB_STATE_', '').toLowerCase());
+    setText(row.reason, s.message || '');
+    setAttr(row.reason, 'title', s.message || '');
+    setText(row.where, whereText(job, now));
+    const ended = ENDED.has(s.state);
+    if (!ended && !row.button) {
+      row.button = el('button', { type: 'button', class: 'btn-small danger', 'data-testid': 'job-cancel' }, 'Cancel');
+      row.actions.append(row.button);
+    } else if (ended && row.button) {
+      row.button.remove();
+      row.button = null;
+    }
+    if (row.button && !row.button.dataset.busy) {
+      const cancelling = s.state === 'JOB_STATE_CANCELLING';
+      row.button.disabled = cancelling;
+      setText(row.button, cancelling ? 'Cancelling…' : 'Cancel');
+    }
+  }
+
+  async cancel(id, button) {
+    button.disabled = true;
+    button.dataset.busy = '1';
+    try {
+      await api(`/api/v1/jobs/${encodeURIComponent(id)}/cancel`, { method: 'POST' });
+    } catch (err) {
+      setText($('jobs-error'), `cannot cancel ${id}: ${err.message}`);
+      $('jobs-error').hidden = false;
+    } finally {
+      delete button.dataset.busy;
+      button.disabled = false;
+    }
+    await this.refresh();
+  }
+
+  async submit() {
+    const form = $('submit-form');
+    const result = $('submit-result');
+    const command = form.elements.command.value.trim();
+    const gpus = Number(form.elements.gpus.value);
+    const tenant = form.elements.tenant.value.trim();
+    const priority = Number(form.elements.priority.value || 0);
+    const fail = (message) => {
+      result.className = 'submit-result error';
+      setText(result, message);
+    };
+    if (!command) return fail('the command is empty');
+    if (!Number.isInteger(gpus)) return fail('GPUs must be a whole number');
+    if (!Number.isInteger(priority)) return fail('priority must be a whole number');
+    const spec = { command: ['sh', '-c', command], gpus, priority };
+    if (tenant) spec.tenant = tenant;
+    const button = form.querySelector('[data-testid="submit-button"]');
+    button.disabled = true;
+    result.className = 'submit-result';
+    setText(result, 'submitting…');
+    try {
+      const r = await api('/api/v1/jobs', { method: 'POST', body: { spec } });
+      const id = r && (r.job ? r.job.id : r.id);
+      result.className = 'submit-result ok';
+      setText(result, `submitted ${id}`);
+      result.dataset.jobId = id || '';
+      this.refresh();
+    } catch (err) {
+      fail(err.message);
+    } finally {
+      button.disabled = false;
+    }
+  }
+}
