@@ -447,7 +447,7 @@ int main(int argc, char** argv) {
                  "serve this machine's GPU metrics (DCGM names) on http://ADDR/metrics (port 0 picks one)");
   up->add_option("--fault", f.faults,
                  "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY], e.g. sim-1:0:xid:79@30s (repeatable)");
-  up->add_option("--simulate", f.simulate, "number of simulated nodes to add")->check(CLI::Range(0, 256));
+  up->add_option("--simulate", f.simulate, "number of simulated nodes to add")->check(CLI::Range(0, 1024));
   up->add_option("--simulate-gpus", f.sim_gpus, "GPUs per simulated node")->check(CLI::Range(0, 64))->capture_default_str();
   up->add_option("--simulate-model", f.sim_model, "GPU model of simulated nodes")->capture_default_str();
   up->add_option("--label", f.labels, "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");

@@ -2,15 +2,15 @@
 // records (stdout and <ARTIFACTS>/perf.json); it asserts only that every GPU
 // has a cell and that live updates happened, never a timing.
 //
-// DROVER_PERF_NODES x DROVER_PERF_GPUS simulated GPUs (default 256 x 16 =
-// 4096: `drover up --simulate` takes at most 256 nodes).
+// DROVER_PERF_NODES x DROVER_PERF_GPUS simulated GPUs (default 512 x 8 =
+// 4096, the size issue 6 names).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { test } from 'node:test';
 import { artifactPath, fleetUpdates, waitForFleetUpdates, withDashboard } from './harness.mjs';
 
-const NODES = Number(process.env.DROVER_PERF_NODES || 256);
-const GPUS = Number(process.env.DROVER_PERF_GPUS || 16);
+const NODES = Number(process.env.DROVER_PERF_NODES || 512);
+const GPUS = Number(process.env.DROVER_PERF_GPUS || 8);
 const READY_TIMEOUT_MS = 1000 * Number(process.env.DROVER_PERF_READY_TIMEOUT_S || 180);
 const UPDATES = 5;
 
