@@ -13,7 +13,7 @@ const AXIS = {
 };
 
 export class TimeChart {
-  // series: [{label, stroke, scale, unit, fill?}]; axes: [{scale, side, label}]
+  // series: [{label, stroke, scale, unit, fill?, spanGaps?}]; axes: [{scale, side, label}]
   constructor(container, { series, axes, scales = {}, height = 220 }) {
     this.container = container;
     this.height = height;
@@ -26,7 +26,7 @@ export class TimeChart {
           fill: s.fill,
           width: 1.5,
           scale: s.scale,
-          spanGaps: false,
+          spanGaps: s.spanGaps ?? false,
           points: { show: false },
           value: (u, v) => (v === null || v === undefined ? '–' : `${Number(v).toFixed(s.digits ?? 0)}${s.unit || ''}`),
         })),

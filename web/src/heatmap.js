@@ -9,7 +9,8 @@
 //
 // Invariants: cells[k], prevColor[k], prevFlags[k], prevTitle[k] describe the
 // k-th GPU in node order; rowOf[k] is its row; signature names the node set
-// the DOM was built for.
+// the DOM was built for. Rows are in natural order of node names (sim-2
+// before sim-10), whatever order the server sends.
 
 import { bytes, el, enumLabel, fixed, num } from './format.js';
 
@@ -65,6 +66,9 @@ export function metricFraction(gpu, metric) {
   }
 }
 
+// Natural order: digit runs compare as numbers. Shared with the browser test.
+export const NODE_COLLATOR = new Intl.Collator('en', { numeric: true });
+
 function colorIndex(fraction) {
   if (fraction < 0 || !Number.isFinite(fraction)) return NO_DATA_INDEX;
   return Math.round(Math.min(1, fraction) * 100);
@@ -88,7 +92,9 @@ export function gpuTooltip(nodeName, index, gpu) {
 }
 
 export class Heatmap {
-  constructor(container, { onSelect }) {
+  // onSelect(node, gpuIndex): a GPU cell was clicked; onSelectNode(node): a
+  // node's name was.
+  constructor(container, { onSelect, onSelectNode }) {
     this.container = container;
     this.signature = null;
     this.cells = [];
@@ -100,14 +106,33 @@ export class Heatmap {
     this.prevRowFlags = [];
     this.selected = null;
     this.lastMetric = null;
+    this.order = null;  // names in natural order, for the cached sort below
     container.addEventListener('click', (ev) => {
+      const name = ev.target.closest('[data-testid="node-name"]');
+      if (name) {
+        if (onSelectNode) onSelectNode(name.dataset.node);
+        return;
+      }
       const cell = ev.target.closest('[data-testid="gpu-cell"]');
       if (cell) onSelect(cell.dataset.node, Number(cell.dataset.gpu));
     });
   }
 
+  // `nodes` sorted by name in natural order. The order of the previous call
+  // is reused while the server sends the same names in the same order, so a
+  // steady fleet costs one pass over the names, not a sort.
+  sorted(nodes) {
+    const key = nodes.map((n) => n.name).join('\n');
+    if (!this.order || this.order.key !== key) {
+      const perm = nodes.map((_, i) => i).sort((a, b) => NODE_COLLATOR.compare(nodes[a].name, nodes[b].name));
+      this.order = { key, perm };
+    }
+    return this.order.perm.map((i) => nodes[i]);
+  }
+
   // Draws `nodes` (Fleet.nodes) coloured by `metric`.
-  update(nodes, metric) {
+  update(unsorted, metric) {
+    const nodes = this.sorted(unsorted);
     const signature = nodes.map((n) => `${n.name}:${(n.gpus || []).length}`).join('|');
     if (signature !== this.signature) this.rebuild(nodes, signature);
     const force = metric !== this.lastMetric;
@@ -177,7 +202,10 @@ export class Heatmap {
         cells.append(cell);
       }
       const row = el('div', { class: 'node-row', 'data-testid': 'node-row', 'data-node': node.name },
-        el('div', { class: 'node-name', text: node.name }), cells);
+        el('button', {
+          type: 'button', class: 'node-name', 'data-testid': 'node-name', 'data-node': node.name,
+          title: `${node.name}: show the node`, text: node.name,
+        }), cells);
       this.rows.push(row);
       fragment.append(row);
     }

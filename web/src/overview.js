@@ -1,9 +1,11 @@
-// The Overview tab: fleet totals, the GPU heatmap and the detail of one GPU.
+// The Overview tab: fleet totals, the GPU heatmap and the detail of one GPU
+// or of one node (nodedetail.js); one detail panel at a time.
 
 import { api } from './api.js';
 import { TimeChart } from './charts.js';
 import { bytes, el, enumLabel, fixed, num, setText } from './format.js';
 import { Heatmap, METRICS, NO_DATA, PALETTE } from './heatmap.js';
+import { NodeDetail } from './nodedetail.js';
 
 const $ = (id) => document.getElementById(id);
 const q = (testid) => document.querySelector(`[data-testid="${testid}"]`);
@@ -12,7 +14,11 @@ export class Overview {
   constructor() {
     this.fleet = null;
     this.metric = 'utilization';
-    this.heatmap = new Heatmap($('heatmap'), { onSelect: (n, i) => this.openDetail(n, i) });
+    this.heatmap = new Heatmap($('heatmap'), {
+      onSelect: (n, i) => this.openDetail(n, i),
+      onSelectNode: (n) => this.openNode(n),
+    });
+    this.nodeDetail = new NodeDetail();
     this.detail = null;  // {node, index}
     this.chart = null;
     this.historyInFlight = false;
@@ -29,6 +35,7 @@ export class Overview {
     $('gpu-detail-close').addEventListener('click', () => this.closeDetail());
     document.addEventListener('keydown', (ev) => {
       if (ev.key === 'Escape' && this.detail) this.closeDetail();
+      if (ev.key === 'Escape') this.nodeDetail.close();
     });
     this.drawLegend();
   }
@@ -98,6 +105,7 @@ export class Overview {
       this.renderFacts();
       this.refreshHistory();
     }
+    if (!this.heatmapStale) this.nodeDetail.refresh();
   }
 
   // The tab became visible: catch up with the latest fleet.
@@ -109,7 +117,13 @@ export class Overview {
         this.renderFacts();
         this.refreshHistory();
       }
+      this.nodeDetail.refresh();
     }
+  }
+
+  openNode(name) {
+    if (this.detail) this.closeDetail();
+    this.nodeDetail.open(name);
   }
 
   findGpu() {
@@ -121,6 +135,7 @@ export class Overview {
   }
 
   openDetail(nodeName, index) {
+    this.nodeDetail.close();
     this.detail = { node: nodeName, index };
     this.heatmap.select(nodeName, index);
     const panel = $('gpu-detail');
