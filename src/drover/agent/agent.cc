@@ -120,6 +120,7 @@ class AgentImpl final : public Agent {
     AssignNumaNodes(host_, &gpus_);
     links_ = LinkMatrix();
     DROVER_RETURN_IF_ERROR(ValidateTelemetryOptions(opts_.telemetry));
+    loads_.assign(gpus_.size(), -1);
     std::vector<DeviceSlot> slots;
     for (size_t i = 0; i < gpus_.size(); ++i) slots.push_back({slot_backend_[i], vendor_index_[i]});
     TelemetryOptions telemetry = opts_.telemetry;
@@ -642,8 +643,7 @@ class AgentImpl final : public Agent {
     }
     for (size_t i = 0; i < load.size(); ++i) {
       double l = std::min(load[i], 1.0);
-      if (i < loads_.size() && loads_[i] == l) continue;
-      loads_.resize(gpus_.size(), -1);
+      if (loads_[i] == l) continue;
       loads_[i] = l;
       telemetry_->SetLoad(static_cast<int>(i), l);
     }
@@ -672,7 +672,7 @@ class AgentImpl final : public Agent {
   std::map<std::string, LocalJob> jobs_;
   std::map<std::string, v1::Workload> desired_;
   std::map<std::string, v1::Stop> stops_;  // how to stop what is not desired
-  std::vector<double> loads_;  // what SetLoad was last told, per GPU
+  std::vector<double> loads_;  // what SetLoad was last told, per GPU (-1: nothing yet)
   bool have_desired_ = false;
   Clock::time_point last_heartbeat_;
 };

@@ -5,36 +5,71 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 
 namespace drover::agent {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Waits for `pred` (the sampler runs on its own thread); false after 20 s.
-bool Eventually(const std::function<bool()>& pred) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+// Tells the test each time the sampler finishes a round of samples: the
+// simulated backend, with TakeEvents (called once per tick, after every
+// Sample) announcing the tick.
+class TickingBackend final : public DeviceBackend {
+ public:
+  TickingBackend(std::unique_ptr<DeviceBackend> inner, std::function<void()> on_tick)
+      : inner_(std::move(inner)), on_tick_(std::move(on_tick)) {}
+  std::string_view Name() const override { return inner_->Name(); }
+  bool IsAvailable() override { return inner_->IsAvailable(); }
+  Status Initialize() override { return inner_->Initialize(); }
+  Result<std::vector<GpuDevice>> Discover() override { return inner_->Discover(); }
+  Result<GpuSample> Sample(int device) override { return inner_->Sample(device); }
+  std::vector<HealthEvent> TakeEvents() override {
+    std::vector<HealthEvent> events = inner_->TakeEvents();
+    on_tick_();
+    return events;
   }
-  return pred();
-}
+  void SetLoad(int device, double load) override { inner_->SetLoad(device, load); }
+  Status InjectFault(int device, const Fault& fault) override { return inner_->InjectFault(device, fault); }
+
+ private:
+  std::unique_ptr<DeviceBackend> inner_;
+  std::function<void()> on_tick_;
+};
 
 struct Rig {
   explicit Rig(TelemetryOptions options, int gpus = 2) {
     auto b = MakeSimulatedBackend({.count = gpus, .model = "H100 80GB", .node_name = "n", .step_seconds = 1});
     EXPECT_TRUE(b.ok());
     EXPECT_TRUE((*b)->Discover().ok());
+    auto ticking = std::make_unique<TickingBackend>(std::move(*b), [this] { Notify(); });
     std::vector<DeviceSlot> slots;
-    for (int i = 0; i < gpus; ++i) slots.push_back({b->get(), i});
+    for (int i = 0; i < gpus; ++i) slots.push_back({ticking.get(), i});
     std::vector<std::unique_ptr<DeviceBackend>> backends;
-    backends.push_back(std::move(*b));
-    telemetry = std::make_unique<Telemetry>(std::move(backends), std::move(slots), options,
-                                            [this] { changes.fetch_add(1); });
+    backends.push_back(std::move(ticking));
+    telemetry = std::make_unique<Telemetry>(std::move(backends), std::move(slots), options, [this] {
+      changes.fetch_add(1);
+      Notify();
+    });
     telemetry->Start();
   }
+  ~Rig() { telemetry->Stop(); }
+
+  // Waits for `pred`, checking it after every sampling tick and health
+  // change (the sampler runs on its own thread); false after 20 s.
+  bool Eventually(const std::function<bool()>& pred) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(20), pred);
+  }
+  void Notify() {
+    std::lock_guard lock(mu);
+    cv.notify_all();
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
   std::atomic<int> changes{0};
   std::unique_ptr<Telemetry> telemetry;
 };
@@ -65,7 +100,7 @@ TEST(TelemetryTest, OptionsAreValidated) {
 
 TEST(TelemetryTest, RingBufferKeepsTheLatestSamplesInOrder) {
   Rig rig(Fast());
-  ASSERT_TRUE(Eventually([&] { return rig.telemetry->History(0, 100).size() == 16; }));
+  ASSERT_TRUE(rig.Eventually([&] { return rig.telemetry->History(0, 100).size() == 16; }));
   std::vector<GpuSample> h = rig.telemetry->History(0, 100);
   for (size_t i = 1; i < h.size(); ++i) EXPECT_LT(h[i - 1].time_ns, h[i].time_ns);
   EXPECT_EQ(rig.telemetry->History(0, 4).size(), 4u);
@@ -77,7 +112,7 @@ TEST(TelemetryTest, LoadShowsInReadingsAndSummariesRestart) {
   Rig rig(Fast());
   rig.telemetry->SetLoad(1, 1.0);
   // Each sample advances the model one simulated second.
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(rig.Eventually([&] {
     auto r = rig.telemetry->TakeReadings(false);
     return r[1].have_sample && r[1].latest.utilization_pct > 90;
   }));
@@ -93,14 +128,14 @@ TEST(TelemetryTest, LoadShowsInReadingsAndSummariesRestart) {
 TEST(TelemetryTest, FaultTakesTheGpuOutAndCleanChecksBringItBack) {
   Rig rig(Fast());
   ASSERT_TRUE(rig.telemetry->InjectFault(0, {Fault::Kind::kLost, 0}).ok());
-  ASSERT_TRUE(Eventually([&] { return !rig.telemetry->TakeReadings(false)[0].healthy; }));
+  ASSERT_TRUE(rig.Eventually([&] { return !rig.telemetry->TakeReadings(false)[0].healthy; }));
   // The callback runs after the reading is published: wait for it too.
-  EXPECT_TRUE(Eventually([&] { return rig.changes.load() > 0; }));
+  EXPECT_TRUE(rig.Eventually([&] { return rig.changes.load() > 0; }));
   EXPECT_THAT(rig.telemetry->TakeReadings(false)[0].reason, HasSubstr("device lost"));
   EXPECT_FALSE(rig.telemetry->TakeReadings(false)[0].have_sample);  // no stale reading passed off as current
   EXPECT_TRUE(rig.telemetry->TakeReadings(false)[1].healthy);
   ASSERT_TRUE(rig.telemetry->InjectFault(0, {Fault::Kind::kClear, 0}).ok());
-  ASSERT_TRUE(Eventually([&] { return rig.telemetry->TakeReadings(false)[0].healthy; }));
+  ASSERT_TRUE(rig.Eventually([&] { return rig.telemetry->TakeReadings(false)[0].healthy; }));
   EXPECT_EQ(rig.telemetry->TakeReadings(false)[0].reason, "");
   EXPECT_EQ(rig.telemetry->InjectFault(9, {Fault::Kind::kXid, 79}).code(), Code::kInvalidArgument);
 }
@@ -108,7 +143,7 @@ TEST(TelemetryTest, FaultTakesTheGpuOutAndCleanChecksBringItBack) {
 TEST(TelemetryTest, XidsAreCountedPerGpu) {
   Rig rig(Fast());
   ASSERT_TRUE(rig.telemetry->InjectFault(1, {Fault::Kind::kXid, 13}).ok());
-  ASSERT_TRUE(Eventually([&] { return rig.telemetry->TakeReadings(false)[1].xid_errors == 1; }));
+  ASSERT_TRUE(rig.Eventually([&] { return rig.telemetry->TakeReadings(false)[1].xid_errors == 1; }));
   auto r = rig.telemetry->TakeReadings(false);
   EXPECT_EQ(r[1].last_xid, 13);
   EXPECT_TRUE(r[1].healthy);  // an application error

@@ -31,13 +31,12 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
     auto total = options_.metrics->AddCounter("drover_scheduler_decisions_total",
                                               "Scheduling decisions made, by kind (bind, preempt).");
     if (pass.ok() && decision.ok() && total.ok()) {
-      pass_seconds_ = *pass;
-      decision_seconds_ = *decision;
-      decisions_total_ = *total;
-      (void)pass_seconds_->With({});
-      (void)decision_seconds_->With({});
-      (void)decisions_total_->With({{"kind", "bind"}});
-      (void)decisions_total_->With({{"kind", "preempt"}});
+      // The series, looked up once: the pass records into them lock-free.
+      pass_seconds_ = (*pass)->With({});
+      decision_seconds_ = (*decision)->With({});
+      latency_bounds_ = (*decision)->bounds();
+      binds_total_ = (*total)->With({{"kind", "bind"}});
+      preempts_total_ = (*total)->With({{"kind", "preempt"}});
     }
   }
 }
@@ -187,14 +186,11 @@ void ControlLoop::AfterBatch() {
   RecordSchedulerStats();
   if (pass_seconds_ != nullptr) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    pass_seconds_->With({})->Observe(seconds);
+    pass_seconds_->Observe(seconds);
     size_t n = decisions.bindings.size() + decisions.preemptions.size();
-    if (n > 0) {
-      metrics::Histogram* h = decision_seconds_->With({});
-      for (size_t i = 0; i < n; ++i) h->Observe(seconds / static_cast<double>(n));
-      decisions_total_->With({{"kind", "bind"}})->Inc(static_cast<double>(decisions.bindings.size()));
-      decisions_total_->With({{"kind", "preempt"}})->Inc(static_cast<double>(decisions.preemptions.size()));
-    }
+    for (size_t i = 0; i < n; ++i) decision_seconds_->Observe(seconds / static_cast<double>(n));
+    binds_total_->Inc(static_cast<double>(decisions.bindings.size()));
+    preempts_total_->Inc(static_cast<double>(decisions.preemptions.size()));
   }
   // Victims first: a binding never waits on them (their GPUs are free only
   // once they are requeued), but the records of one pass go out together.

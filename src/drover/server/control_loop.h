@@ -170,6 +170,8 @@ class ControlLoop {
   // GPU `gpu` of `node` turned unhealthy: stop the jobs on it (Requeue then
   // queues them again or fails them, by their restart policy).
   void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);
+  // Jobs by state, every state present (zero included).
+  std::map<v1::JobState, int64_t> JobCounts() const;
   v1::Job View(const v1::Job& job) const;
   v1::Node View(const NodeEntry& entry) const;
   // Telemetry and conditions: what is live, not persisted.
@@ -192,9 +194,12 @@ class ControlLoop {
   std::vector<Ack> acks_;
   std::set<std::string> dirty_nodes_;  // whose desired workloads may have changed
   bool degraded_ = false;              // the last rebuild from the store failed
-  metrics::HistogramFamily* pass_seconds_ = nullptr;
-  metrics::HistogramFamily* decision_seconds_ = nullptr;
-  metrics::CounterFamily* decisions_total_ = nullptr;
+  // Series of options_.metrics; null when it is.
+  metrics::Histogram* pass_seconds_ = nullptr;
+  metrics::Histogram* decision_seconds_ = nullptr;
+  std::vector<double> latency_bounds_;  // decision_seconds_'s
+  metrics::Counter* binds_total_ = nullptr;
+  metrics::Counter* preempts_total_ = nullptr;
   // Scheduler statistics for dashboards (control_loop_views.cc).
   void RecordSchedulerStats();
   int64_t decisions_ = 0;

@@ -125,16 +125,20 @@ std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, st
   });
 }
 
+std::map<v1::JobState, int64_t> ControlLoop::JobCounts() const {
+  std::map<v1::JobState, int64_t> out;
+  for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
+    if (st != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(st)) out[static_cast<v1::JobState>(st)] = 0;
+  }
+  for (const auto& [seq, job] : jobs_) ++out[job.status().state()];
+  return out;
+}
+
 std::future<Result<LoopStats>> ControlLoop::Stats() {
   return Call<LoopStats>([this]() -> Result<LoopStats> {
     LoopStats s;
-    for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
-      if (st != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(st)) s.jobs[static_cast<v1::JobState>(st)] = 0;
-    }
-    for (const auto& [seq, job] : jobs_) {
-      ++s.jobs[job.status().state()];
-      if (job.status().state() == v1::JOB_STATE_PENDING) ++s.queue_depth;
-    }
+    s.jobs = JobCounts();
+    s.queue_depth = s.jobs[v1::JOB_STATE_PENDING];
     for (const auto& [name, entry] : nodes_) {
       ++(entry.sink ? s.nodes_ready : s.nodes_not_ready);
       for (const v1::Gpu& g : entry.node.gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);

@@ -65,12 +65,7 @@ std::future<Result<v1::Fleet>> ControlLoop::Fleet() {
         f->set_model(g.model());
       }
     }
-    for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
-      if (st != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(st)) {
-        (*out.mutable_jobs())[rpc::JobStateDisplay(static_cast<v1::JobState>(st))] = 0;
-      }
-    }
-    for (const auto& [seq, job] : jobs_) ++(*out.mutable_jobs())[rpc::JobStateDisplay(job.status().state())];
+    for (const auto& [state, n] : JobCounts()) (*out.mutable_jobs())[rpc::JobStateDisplay(state)] = n;
     out.set_queue_depth(static_cast<int64_t>(sched_.pending()));
     return out;
   });
@@ -90,8 +85,8 @@ std::future<Result<v1::SchedulerStats>> ControlLoop::SchedulerStats() {
     }
     for (const v1::QueuePoint& p : queue_history_) *out.add_queue_history() = p;
     if (decision_seconds_ != nullptr) {
-      metrics::Histogram::Snapshot snap = decision_seconds_->With({})->Read();
-      const std::vector<double>& bounds = decision_seconds_->bounds();
+      metrics::Histogram::Snapshot snap = decision_seconds_->Read();
+      const std::vector<double>& bounds = latency_bounds_;
       uint64_t below = 0;
       for (size_t i = 0; i < snap.cumulative.size(); ++i) {
         v1::LatencyBucket* b = out.add_decision_latency();

@@ -26,6 +26,17 @@ std::string ToJson(const google::protobuf::Message& m) {
   return out;
 }
 
+// The {index} of /api/v1/nodes/{name}/gpus/{index}/...; its range is the
+// node's to check.
+Result<int> GpuIndex(std::string_view text) {
+  int index = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgument(fmt::format("gpu index '{}' is not a number", text));
+  }
+  return index;
+}
+
 template <typename T>
 http::Response JsonReply(const Result<T>& r) {
   if (!r.ok()) return http::ErrorResponse(r.status());
@@ -107,8 +118,6 @@ http::Response LogsResponse(ApiService* api, const http::Request& req, std::stri
 http::Response EventsResponse(ApiService* api) {
   http::Response r{200, "text/event-stream", {}, {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, {}};
   r.stream = [api](const http::ChunkWriter& write) {
-    pbutil::JsonPrintOptions opts;
-    opts.always_print_primitive_fields = true;
     for (;;) {
       std::string chunk;
       auto fleet = api->Fleet();
@@ -116,12 +125,7 @@ http::Response EventsResponse(ApiService* api) {
       if (!fleet.ok() || !stats.ok()) {
         chunk = "event: error\ndata: " + (fleet.ok() ? stats.status() : fleet.status()).message() + "\n\n";
       } else {
-        std::string json;
-        (void)pbutil::MessageToJsonString(*fleet, &json, opts);
-        chunk = "event: fleet\ndata: " + json + "\n\n";
-        json.clear();
-        (void)pbutil::MessageToJsonString(*stats, &json, opts);
-        chunk += "event: scheduler\ndata: " + json + "\n\n";
+        chunk = "event: fleet\ndata: " + ToJson(*fleet) + "\n\nevent: scheduler\ndata: " + ToJson(*stats) + "\n\n";
       }
       if (!write(chunk)) return;
       std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -187,26 +191,20 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
     if (req.method != "GET") return MethodNotAllowed(req);
     v1::GpuHistoryRequest hr;
     hr.set_node(name);
-    int index = -1;
-    auto [end, ec] = std::from_chars(p[5].data(), p[5].data() + p[5].size(), index);
-    if (ec != std::errc() || end != p[5].data() + p[5].size()) {
-      return http::ErrorResponse(InvalidArgument(fmt::format("gpu index '{}' is not a number", p[5])));
-    }
-    hr.set_gpu_index(index);
+    auto index = GpuIndex(p[5]);
+    if (!index.ok()) return http::ErrorResponse(index.status());
+    hr.set_gpu_index(*index);
     return JsonReply(api->GpuHistory(hr));
   }
   if (p.size() == 7 && p[4] == "gpus" && p[6] == "fault") {
     // POST /api/v1/nodes/{name}/gpus/{index}/fault  {"fault": "xid:79"}
     if (req.method != "POST") return MethodNotAllowed(req);
-    int index = -1;
-    auto [end, ec] = std::from_chars(p[5].data(), p[5].data() + p[5].size(), index);
-    if (ec != std::errc() || end != p[5].data() + p[5].size()) {
-      return http::ErrorResponse(InvalidArgument(fmt::format("gpu index '{}' is not a number", p[5])));
-    }
+    auto index = GpuIndex(p[5]);
+    if (!index.ok()) return http::ErrorResponse(index.status());
     v1::InjectFaultRequest fr;
     if (Status s = FromJson(req.body, &fr); !s.ok()) return http::ErrorResponse(s);
     fr.set_node(name);
-    fr.set_gpu_index(index);
+    fr.set_gpu_index(*index);
     return JsonReply(api->InjectFault(fr));
   }
   if (p.size() == 5 && (p[4] == "drain" || p[4] == "undrain")) {
