@@ -11,8 +11,14 @@ PACKAGES=(
   # libraries
   libboost-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libcli11-dev libsqlite3-dev sqlite3 libconcurrentqueue-dev
+  # tokens, audit hashes, certificates
+  libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # fuzzing (scripts/fuzz.sh): clang 14; libFuzzer and the sanitizer runtimes
+  # are in libclang-rt-14-dev, which clang only recommends (skipped below);
+  # llvm-symbolizer (in llvm) makes the stack traces readable
+  clang libclang-rt-14-dev llvm
   # devices: OpenCL loader, headers, and PoCL's real CPU device
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
   # devices: vendor headers (the libraries are dlopen'd at run time) and topology

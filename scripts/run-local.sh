@@ -25,10 +25,13 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
+LOGIN_URL=$(cat "$DATA/dashboard-url" 2>/dev/null || echo "http://$HTTP/ui/")
+
 cat <<MSG
 
-  Drover is up (data in $DATA/).
-    dashboard http://$HTTP/ui/
+  Drover is up (data in $DATA/; the admin token is $DATA/admin.token).
+    dashboard $LOGIN_URL
+              (a one-time login link; \`drover ui\` prints a new one)
     gRPC     $GRPC            (the CLI's --addr, or DROVER_ADDR)
     REST     http://$HTTP/api/v1/nodes
     metrics  http://$HTTP/metrics

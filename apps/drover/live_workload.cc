@@ -1,5 +1,7 @@
 #include "live_workload.h"
 
+#include "drover/rpc/channel.h"
+
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -321,7 +323,7 @@ Result<std::unique_ptr<LiveWorkload>> LiveWorkload::Start(LiveWorkloadOptions op
   DROVER_ASSIGN_OR_RETURN(sim::LivePlan plan, sim::LivePlan::Make(state->checked.cluster, state->checked.mix));
   state->plan.emplace(std::move(plan));
   state->max_pending = options.max_pending > 0 ? options.max_pending : 2 * options.nodes;
-  auto channel = grpc::CreateChannel(options.grpc_address, grpc::InsecureChannelCredentials());
+  auto channel = drover::rpc::MakeChannel(options.grpc_address, options.token);
   state->jobs = v1::JobService::NewStub(channel);
   state->nodes = v1::NodeService::NewStub(channel);
   state->options = std::move(options);

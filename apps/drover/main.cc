@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "drover/agent/agent.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/supervisor.h"
+#include "drover/auth/token.h"
 #include "live_workload.h"
 #include "drover/cli/commands.h"
 #include "drover/common/config.h"
@@ -61,6 +63,12 @@ struct RoleFlags {
   std::string supervise_dir;
   drover::SchedulerFlags sched;
   std::vector<std::string> labels;  // k=v
+  // Security (docs/security.md).
+  bool insecure = false;
+  bool metrics_public = false;
+  std::vector<std::string> http_host_names;
+  std::string join_token;
+  std::string token_file;
 };
 
 constexpr std::string_view kRoles[] = {"up", "server", "agent"};
@@ -240,8 +248,16 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   auto local_labels = ParseLabels(f.labels);
   if (!local_labels.ok()) return BadConfig(local_labels.status());
   drover::server::ServerOptions so{f.data_dir, f.grpc_listen, f.http_listen, std::move(*control)};
+  so.insecure = f.insecure;
+  so.security.metrics_public = f.metrics_public;
+  so.security.http_host_names = f.http_host_names;
   auto server = drover::server::StartServer(so);
   if (!server.ok()) return Fatal(server.status());
+  // In-process agents and the live workload get credentials of their own:
+  // a node token per node (bound to its name) and an admin token.
+  auto internal_token = [&](const std::string& name, drover::auth::Role role, const std::string& node) {
+    return (*server)->authority()->MintInternal({name, "default", role, node, drover::Duration(0)});
+  };
   std::vector<std::unique_ptr<drover::agent::Agent>> agents;
   auto telemetry = TelemetryFrom(f);
   if (!telemetry.ok()) return BadConfig(telemetry.status());
@@ -257,6 +273,9 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     lo.telemetry = *telemetry;
     lo.metrics_listen = f.agent_metrics_listen;
     lo.faults = FaultsFor(*faults, local.node_name);
+    auto local_token = internal_token(local.node_name, drover::auth::Role::kNode, local.node_name);
+    if (!local_token.ok()) return Fatal(local_token.status());
+    lo.token = *local_token;
     auto a = StartAgent(std::move(lo), local.node_name, addr, f.data_dir + "/agents/" + local.node_name,
                         std::move(*backends), *local_labels);
     if (!a.ok()) return Fatal(a.status());
@@ -272,6 +291,9 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       sim_opts.discover_host_topology = false;
       sim_opts.host_topology = drover::agent::SimulatedHostTopology();
       sim_opts.faults = FaultsFor(*faults, name);
+      auto sim_token = internal_token(name, drover::auth::Role::kNode, name);
+      if (!sim_token.ok()) return Fatal(sim_token.status());
+      sim_opts.token = *sim_token;
       auto sim = StartAgent(std::move(sim_opts), name, addr, f.data_dir + "/agents/" + name, std::move(bs),
                             SimulatedLabels(i));
       if (!sim.ok()) return Fatal(sim.status());
@@ -282,6 +304,9 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   std::unique_ptr<drover::app::LiveWorkload> workload;
   if (all_in_one && f.workload != "none") {
     live.grpc_address = (*server)->grpc_address();
+    auto live_token = internal_token("live-workload", drover::auth::Role::kAdmin, "");
+    if (!live_token.ok()) return Fatal(live_token.status());
+    live.token = *live_token;
     auto w = drover::app::LiveWorkload::Start(live);
     if (!w.ok()) return Fatal(w.status());
     workload = std::move(*w);
@@ -309,6 +334,13 @@ int RunAgentRole(const RoleFlags& f) {
   o.telemetry = *telemetry;
   o.metrics_listen = f.agent_metrics_listen.empty() ? "0.0.0.0:9400" : f.agent_metrics_listen;
   o.faults = FaultsFor(*faults, a.node_name);
+  o.join_token = f.join_token;
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
+    if (!in || !std::getline(in, o.token) || o.token.empty()) {
+      return BadConfig(drover::InvalidArgument("--token-file '" + f.token_file + "' holds no token"));
+    }
+  }
   auto agent = StartAgent(std::move(o), a.node_name, a.server_addr, a.data_dir, std::move(*backends),
                           std::move(*labels));
   if (!agent.ok()) return Fatal(agent.status());
@@ -434,6 +466,11 @@ int main(int argc, char** argv) {
     cmd->add_option("--listen", f.http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
     cmd->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
     drover::AddSchedulerFlags(cmd, &f.sched);
+    cmd->add_flag("--insecure", f.insecure,
+                  "allow listening beyond loopback without TLS (tokens cross the network in the clear)");
+    cmd->add_flag("--metrics-public", f.metrics_public, "serve /metrics without a token");
+    cmd->add_option("--http-host-name", f.http_host_names,
+                    "a DNS name the HTTP listener answers to besides IP addresses, localhost and the hostname (repeatable)");
     // Only for the help text: main() moves it in front of the role.
     cmd->add_option("--config", "YAML file of this role's flags, scheduler: and tenants: (docs/configuration.md)");
   };
@@ -490,6 +527,9 @@ int main(int argc, char** argv) {
   agent->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
   agent->add_option("--label", f.labels, "node label, NAME=VALUE, repeatable (e.g. rack=r12)");
   agent->add_option("--config", "YAML file of this role's flags");
+  agent->add_option("--join-token", f.join_token,
+                    "one-time join token (`drover join-token`); the node credential it buys is kept in <data-dir>/node.token");
+  agent->add_option("--token-file", f.token_file, "file holding this node's token (instead of a join)");
   add_telemetry_flags(agent);
   agent->add_option("--fault", f.faults, "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY] (repeatable)");
   agent->callback([&] { exit_code = RunAgentRole(f); });

@@ -1,6 +1,12 @@
 // Browser-test harness: starts the real `drover up` on loopback (port 0), a
 // headless Debian chromium driven by playwright-core, and cleans both up.
 //
+// Authentication (issue 13): `drover up --data-dir D` writes D/admin.token
+// (an admin API token) and D/dashboard-url (a one-time login link). The
+// harness's own API calls send "Authorization: Bearer <admin token>", its CLI
+// calls carry DROVER_TOKEN, and withDashboard logs the page in through the
+// login link, as a person would.
+//
 // Environment (set by tests/browser/CMakeLists.txt through run.sh):
 //   DROVER_BINARY  the drover binary under test (required)
 //   ARTIFACTS      where screenshots and perf.json go (default: a temp dir)
@@ -29,6 +35,9 @@ export function droverBinary() {
   if (!bin) throw new Error('DROVER_BINARY is not set (the drover binary under test; CMake sets it)');
   return bin;
 }
+
+// An admin token as `drover up` writes it: drv_<16 hex>_<43 base64url>.
+export const TOKEN_RE = /^drv_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$/;
 
 export function chromiumPath() {
   return process.env.CHROMIUM || '/usr/bin/chromium';
@@ -99,6 +108,7 @@ export class Drover {
     this.exited = null; // {code, signal} once it exits
     this.grpc = '';
     this.http = '';
+    this.token = '';  // the admin token of <data-dir>/admin.token
   }
 
   // Starts it and waits until it serves (<data-dir>/endpoints.json).
@@ -136,7 +146,34 @@ export class Drover {
     }, { timeout, what: `${endpoints} of drover up ${this.flags.join(' ')}` }).catch((e) => {
       throw new Error(`${e.message}\n--- up.err ---\n${tail(path.join(this.dataDir, 'up.err'))}`);
     });
+    // The admin token and the login link (written before or with endpoints.json).
+    const tokenFile = path.join(this.dataDir, 'admin.token');
+    await waitFor(() => {
+      if (this.exited) throw new Error(`drover up exited (${JSON.stringify(this.exited)})`);
+      if (!fs.existsSync(tokenFile) || !fs.existsSync(this.dashboardUrlFile())) return false;
+      this.token = fs.readFileSync(tokenFile, 'utf8').trim();
+      return this.token !== '' && this.dashboardUrl() !== '';
+    }, { timeout: 10000, what: `${tokenFile} and ${this.dashboardUrlFile()}` }).catch((e) => {
+      throw new Error(`${e.message}\n--- up.err ---\n${tail(path.join(this.dataDir, 'up.err'))}`);
+    });
+    if (!TOKEN_RE.test(this.token)) {
+      throw new Error(`${tokenFile} does not hold a token drv_<16 hex>_<43 base64url> (${this.token.length} characters)`);
+    }
     return this;
+  }
+
+  dashboardUrlFile() {
+    return path.join(this.dataDir, 'dashboard-url');
+  }
+
+  // The login link of <data-dir>/dashboard-url ('' until written): its
+  // one-time code works once.
+  dashboardUrl() {
+    try {
+      return fs.readFileSync(this.dashboardUrlFile(), 'utf8').trim();
+    } catch {
+      return '';
+    }
   }
 
   url(p) {
@@ -147,11 +184,15 @@ export class Drover {
     return this.url('/ui/');
   }
 
-  // GET or POST an /api/v1 path; returns the parsed JSON; throws on an HTTP error.
+  // GET or POST an /api/v1 path as the admin (bearer token); a POST always
+  // sends Content-Type: application/json, as the server requires. Returns the
+  // parsed JSON; throws on an HTTP error.
   async api(p, { method = 'GET', body } = {}) {
+    const headers = { authorization: `Bearer ${this.token}` };
+    if (method !== 'GET' && method !== 'HEAD') headers['content-type'] = 'application/json';
     const res = await fetch(this.url(p), {
       method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      headers,
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: AbortSignal.timeout(30000),
     });
@@ -172,10 +213,12 @@ export class Drover {
     return this.api(`/api/v1/jobs/${encodeURIComponent(id)}`);
   }
 
-  // Runs `drover args...` with DROVER_ADDR = this server's gRPC address.
+  // Runs `drover args...` with DROVER_ADDR = this server's gRPC address and
+  // DROVER_TOKEN = the admin token.
   cli(args, { timeout = 60000 } = {}) {
+    const env = { ...process.env, DROVER_ADDR: this.grpc, DROVER_TOKEN: this.token };
     return new Promise((resolve) => {
-      execFile(droverBinary(), args, { env: { ...process.env, DROVER_ADDR: this.grpc }, timeout },
+      execFile(droverBinary(), args, { env, timeout },
         (error, stdout, stderr) => {
           const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
           resolve({ code, out: stdout, err: stderr });
@@ -197,12 +240,14 @@ export class Drover {
   async waitJobState(id, states, { timeout = 60000 } = {}) {
     const want = new Set(Array.isArray(states) ? states : [states]);
     let last = '';
+    let message = '';
     return waitFor(async () => {
       const job = await this.job(id);
       last = job.status?.state ?? '';
+      message = [job.status?.message, job.status?.failure].filter(Boolean).join('; ');
       return want.has(last) ? job : false;
     }, { timeout, what: `job ${id} to be ${[...want].join(' or ')}` }).catch((e) => {
-      throw new Error(`${e.message} (last state: ${last || 'unknown'})`);
+      throw new Error(`${e.message} (last state: ${last || 'unknown'}${message ? `: ${message}` : ''})`);
     });
   }
 
@@ -257,15 +302,16 @@ export class Drover {
   }
 }
 
-// Launches headless chromium; the page records uncaught page errors in
-// `page.errors` so that a test can assert the dashboard threw none.
-export async function openBrowser({ width = 1400, height = 900 } = {}) {
+// Launches headless chromium (with `args` added to CHROMIUM_ARGS); the page
+// records uncaught page errors in `page.errors` so that a test can assert
+// the dashboard threw none.
+export async function openBrowser({ width = 1400, height = 900, args = [] } = {}) {
   const exe = chromiumPath();
   if (!fs.existsSync(exe)) {
     throw new Error(`chromium not found at ${exe}: install the Debian package chromium (scripts/install-deps.sh) ` +
       'or set CHROMIUM; DROVER_SKIP_BROWSER=1 skips the browser tests');
   }
-  const browser = await chromium.launch({ executablePath: exe, headless: true, args: CHROMIUM_ARGS });
+  const browser = await chromium.launch({ executablePath: exe, headless: true, args: [...CHROMIUM_ARGS, ...args] });
   const context = await browser.newContext({ viewport: { width, height } });
   const page = await context.newPage();
   page.errors = [];
@@ -274,12 +320,42 @@ export async function openBrowser({ width = 1400, height = 900 } = {}) {
   return { browser, page };
 }
 
+// Waits until the dashboard shows a logged-in principal; returns its
+// {name, tenant, role} as the top bar shows them.
+export async function waitForLogin(page, timeout = 30000) {
+  await page.waitForSelector('[data-testid=session-user]', { state: 'visible', timeout }).catch(async (e) => {
+    const panel = await page.textContent('[data-testid=login-error]').catch(() => '');
+    throw new Error(`the dashboard did not log in (login panel says '${(panel || '').trim()}'): ${e.message}`);
+  });
+  const text = async (id) => (await page.textContent(`[data-testid=${id}]`)).trim();
+  return { name: await text('session-name'), tenant: await text('session-tenant'), role: await text('session-role') };
+}
+
+// Opens the login link of <data-dir>/dashboard-url (its one-time code is
+// spent) and waits until the page has logged in and dropped the code from
+// the address. Returns the navigation's response.
+export async function loginWithLink(page, drover, { timeout = 30000 } = {}) {
+  const link = drover.dashboardUrl();
+  const u = new URL(link);
+  if (u.host !== drover.http || u.pathname !== '/ui/' || !new URLSearchParams(u.hash.slice(1)).get('code')) {
+    throw new Error(`dashboard-url '${u.origin}${u.pathname}#...' is not http://${drover.http}/ui/#code=...`);
+  }
+  const res = await page.goto(link, { waitUntil: 'load', timeout });
+  if (!res || !res.ok()) throw new Error(`GET ${u.origin}${u.pathname}: HTTP ${res ? res.status() : 'no response'}`);
+  await waitForLogin(page, timeout);
+  if (page.url().includes('code=')) throw new Error('the login code is still in the address after login');
+  return res;
+}
+
 // Runs `body({drover, page, browser})` against a fresh `drover up FLAGS`
-// with the dashboard open; always saves <ARTIFACTS>/<name>.png, then closes
-// the browser, cancels leftover jobs and stops drover.
+// with the dashboard open and logged in (through the login link); always
+// saves <ARTIFACTS>/<name>.png, then closes the browser, cancels leftover
+// jobs and stops drover.
 // Waits for `readyNodes` Ready nodes with `readyGpus` GPUs before opening the
-// page; `timings`, if given, gets upMs, readyMs and pageLoadMs.
-export async function withDashboard(name, flags, body, { readyNodes, readyGpus, upTimeout = 60000, timings } = {}) {
+// page; `timings`, if given, gets upMs, readyMs and pageLoadMs (the login
+// included); `browserArgs` go to chromium.
+export async function withDashboard(name, flags, body,
+  { readyNodes, readyGpus, upTimeout = 60000, timings, browserArgs = [] } = {}) {
   const drover = new Drover(flags);
   const t = timings ?? {};
   let browser;
@@ -291,10 +367,9 @@ export async function withDashboard(name, flags, body, { readyNodes, readyGpus, 
     t0 = Date.now();
     if (readyNodes !== undefined) await drover.waitReadyNodes(readyNodes, readyGpus, { timeout: upTimeout });
     t.readyMs = Date.now() - t0;
-    ({ browser, page } = await openBrowser());
+    ({ browser, page } = await openBrowser({ args: browserArgs }));
     t0 = Date.now();
-    const res = await page.goto(drover.uiUrl(), { waitUntil: 'load', timeout: 30000 });
-    if (!res || !res.ok()) throw new Error(`GET ${drover.uiUrl()}: HTTP ${res ? res.status() : 'no response'}`);
+    await loginWithLink(page, drover);
     t.pageLoadMs = Date.now() - t0;
     await body({ drover, page, browser });
     if (page.errors.length > 0) throw new Error(`the dashboard threw:\n${page.errors.join('\n')}`);

@@ -26,7 +26,8 @@ class ApiTest : public ::testing::Test {
   }
 
   static http::ClientResponse Http(const std::string& method, const std::string& target, const std::string& body = "") {
-    auto r = http::HttpRequest(up_->http_address(), method, target, body);
+    auto r = http::HttpRequest(up_->http_address(), method, target, body, "application/json",
+                               {{"Authorization", "Bearer " + up_->token()}});
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : http::ClientResponse{};
   }

@@ -21,8 +21,10 @@
 namespace drover::testing {
 namespace {
 
-std::string Get(const std::string& host_port, const std::string& target) {
-  auto r = http::HttpRequest(host_port, "GET", target);
+std::string Get(const std::string& host_port, const std::string& target, const std::string& token = "") {
+  std::map<std::string, std::string> headers;
+  if (!token.empty()) headers["Authorization"] = "Bearer " + token;
+  auto r = http::HttpRequest(host_port, "GET", target, "", "application/json", headers);
   if (!r.ok() || r->status != 200) return "";
   return r->body;
 }
@@ -67,9 +69,13 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
   ASSERT_TRUE(up.Start());
   ASSERT_TRUE(up.WaitForReadyNodes(2));
   // Telemetry reaches the server with the first heartbeats.
-  ASSERT_TRUE(WaitUntil([&] { return Get(up.http_address(), "/metrics").find("DCGM_FI_DEV_GPU_TEMP{") != std::string::npos; }));
+  // The server's /metrics needs a token (unless --metrics-public).
+  EXPECT_EQ(Get(up.http_address(), "/metrics"), "");
+  ASSERT_TRUE(WaitUntil([&] {
+    return Get(up.http_address(), "/metrics", up.token()).find("DCGM_FI_DEV_GPU_TEMP{") != std::string::npos;
+  }));
 
-  std::string server_text = Get(up.http_address(), "/metrics");
+  std::string server_text = Get(up.http_address(), "/metrics", up.token());
   std::string agent_text = Get(agent_metrics, "/metrics");
   ASSERT_NE(agent_text.find("DCGM_FI_DEV_GPU_TEMP{"), std::string::npos) << agent_text;
   for (const char* family : {"drover_scheduler_decision_duration_seconds_bucket", "drover_scheduler_queue_depth",
@@ -106,7 +112,10 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
   std::string config = dir.path() + "/prometheus.yml";
   std::ofstream(config) << "global:\n  scrape_interval: 1s\n"
                            "scrape_configs:\n"
-                           "  - job_name: drover-server\n    static_configs:\n      - targets: ['"
+                           "  - job_name: drover-server\n"
+                           "    authorization:\n      type: Bearer\n      credentials_file: "
+                        << up.data_dir() << "/admin.token\n"
+                           "    static_configs:\n      - targets: ['"
                         << up.http_address()
                         << "']\n"
                            "  - job_name: drover-agent\n    static_configs:\n      - targets: ['"

@@ -130,10 +130,15 @@ TEST(RestartTest, SeparateServerAndAgentSurviveEachOthersCrash) {
   std::string grpc = "127.0.0.1:" + std::to_string(FreePort());
   auto server = std::make_unique<DroverUp>(data, std::vector<std::string>{}, "server", grpc);
   ASSERT_TRUE(server->Start());
+  // The agent joins once with a one-time join token; its restarts use the
+  // node credential it keeps in its data directory.
+  CommandResult join = RunCli(grpc, {"join-token", "--node", "gpu-01"});
+  ASSERT_EQ(join.exit_code, 0) << join.err;
+  std::string join_token = join.out.substr(0, join.out.find('\n'));
   std::vector<std::string> agent_args = {"agent",          "--server",  grpc,        "--data-dir",
                                          dir.path() + "/agent", "--node-name", "gpu-01",    "--devices",
                                          "simulated",      "--simulate-gpus", "2",  "--log-level", "warn",
-                                         "--metrics-listen", "127.0.0.1:0"};
+                                         "--metrics-listen", "127.0.0.1:0", "--join-token", join_token};
   auto start_agent = [&] { return SpawnDrover(agent_args, dir.path() + "/agent.out", dir.path() + "/agent.err"); };
   pid_t agent = start_agent();
   ASSERT_GT(agent, 0);

@@ -1,5 +1,7 @@
 #include "support/drover_process.h"
 
+#include "drover/rpc/channel.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -75,11 +77,26 @@ pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>
 
 }  // namespace
 
-CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args) {
+namespace {
+std::string& CliToken() {
+  static std::string token;
+  return token;
+}
+}  // namespace
+
+void SetCliToken(const std::string& token) { CliToken() = token; }
+
+CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args,
+                     const std::vector<std::string>& env) {
   TempDir dir;
   std::vector<std::string> argv = {DroverBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  pid_t pid = Spawn(argv, {"DROVER_ADDR=" + addr}, dir.path() + "/out", dir.path() + "/err");
+  std::vector<std::string> full_env = {"DROVER_ADDR=" + addr};
+  bool has_token = false;
+  for (const std::string& e : env) has_token = has_token || e.starts_with("DROVER_TOKEN=");
+  if (!has_token && !CliToken().empty()) full_env.push_back("DROVER_TOKEN=" + CliToken());
+  full_env.insert(full_env.end(), env.begin(), env.end());
+  pid_t pid = Spawn(argv, full_env, dir.path() + "/out", dir.path() + "/err");
   CommandResult r;
   if (pid < 0) return r;
   int status = 0;
@@ -145,7 +162,10 @@ bool DroverUp::Start() {
   auto j = nlohmann::json::parse(ReadAll(data_dir_ + "/endpoints.json"));
   grpc_ = j["grpc"];
   http_ = j["http"];
-  channel_ = grpc::CreateChannel(grpc_, grpc::InsecureChannelCredentials());
+  std::ifstream token_in(data_dir_ + "/admin.token");
+  std::getline(token_in, token_);
+  SetCliToken(token_);
+  channel_ = rpc::MakeChannel(grpc_, token_);
   jobs_ = v1::JobService::NewStub(channel_);
   nodes_ = v1::NodeService::NewStub(channel_);
   return true;

@@ -39,8 +39,13 @@ struct CommandResult {
   std::string err;
 };
 
-// Runs `drover args...` with DROVER_ADDR set to `addr`, capturing output.
-CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args);
+// Runs `drover args...` with DROVER_ADDR set to `addr` and DROVER_TOKEN to
+// the admin token of the last DroverUp started (unless `env` sets it),
+// plus `env` ("NAME=VALUE"), capturing output.
+CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args,
+                     const std::vector<std::string>& env = {});
+// The token RunCli passes by default ("" for none).
+void SetCliToken(const std::string& token);
 
 // A free TCP port on 127.0.0.1 (bound and released: for a server that must
 // come back on the same address after a restart).
@@ -68,6 +73,9 @@ class DroverUp {
   const std::string& http_address() const { return http_; }
   v1::JobService::Stub* jobs() { return jobs_.get(); }
   v1::NodeService::Stub* nodes() { return nodes_.get(); }
+  // The bootstrap admin token (<data-dir>/admin.token); the stubs carry it.
+  const std::string& token() const { return token_; }
+  const std::string& data_dir() const { return data_dir_; }
 
  private:
   std::string data_dir_;
@@ -76,6 +84,7 @@ class DroverUp {
   std::string grpc_listen_;
   pid_t pid_ = 0;
   std::string grpc_, http_;
+  std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::NodeService::Stub> nodes_;

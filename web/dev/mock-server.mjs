@@ -1,15 +1,26 @@
 // A stand-in for the drover server, for working on the dashboard without
 // building it: serves a bundle at /ui/ and made-up, slowly changing data on
-// the API paths the dashboard uses (the contract of issue 6). Not used by
-// the build or by any test.
+// the API paths the dashboard uses (the contracts of issues 6 and 13). Not
+// used by the build or by any test.
 //
 //   node web/build.mjs /tmp/web-dist
 //   node web/dev/mock-server.mjs --dist /tmp/web-dist --port 8080 --nodes 512 --gpus 8
 //
+// It mimics the server's browser-safe HTTP (issue 13): /api/v1 needs a
+// session cookie (drover_session) or "Authorization: Bearer <token>";
+// POST /api/v1/session takes {"token"} or a one-time {"code"} (it prints an
+// admin token and a login link at start; --token TOKEN fixes the token);
+// state-changing calls need Content-Type: application/json (415) and, with
+// the cookie, X-CSRF-Token (403); a foreign Origin, Sec-Fetch-Site
+// cross-site or same-site, or a Host that is not an IP literal or localhost
+// is 403.
+//
 // With --proxy HOST:PORT it serves the bundle but forwards /api/ to a real
 // drover server instead (try a new bundle without rebuilding the binary).
 import { createServer, request as httpRequest } from 'node:http';
+import { randomBytes } from 'node:crypto';
 import { readFileSync, existsSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { extname, join } from 'node:path';
 
 const args = Object.fromEntries(
@@ -19,6 +30,7 @@ const port = Number(args.port || 8080);
 const nodeCount = Number(args.nodes || 6);
 const gpusPerNode = Number(args.gpus || 8);
 const periodMs = Number(args.period || 2000);
+const arrivals = Number(args.arrivals ?? 0.3);  // chance of a new job per tick
 
 let seed = 42;
 const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
@@ -42,7 +54,7 @@ const nodes = Array.from({ length: nodeCount }, (_, n) => ({
     history: [],
   })),
 }));
-if (nodes[2]) nodes[2].gpus[5].temperatureC = -1;
+if (nodes[2] && nodes[2].gpus[5]) nodes[2].gpus[5].temperatureC = -1;
 
 const jobs = [];
 let nextJob = 1;
@@ -50,7 +62,7 @@ function submit(spec) {
   const id = `j-${String(nextJob++).padStart(6, '0')}`;
   const job = {
     id,
-    spec: { name: '', tenant: spec.tenant || 'default', priority: spec.priority || 0, gpus: spec.gpus || 1, gpuMilli: 0, replicas: 0, command: spec.command || [] },
+    spec: { name: spec.name || '', tenant: spec.tenant || 'default', priority: spec.priority || 0, gpus: spec.gpus || 1, gpuMilli: 0, replicas: 0, command: spec.command || [] },
     status: { state: 'JOB_STATE_PENDING', message: `waiting for ${spec.gpus || 1} free GPUs`, submitTimeUnixNanos: nanos(Date.now()), startTimeUnixNanos: '0', endTimeUnixNanos: '0', exitCode: 0, signal: 0, preemptions: 0 },
   };
   jobs.push(job);
@@ -93,7 +105,7 @@ function tick() {
       finish(job, 'JOB_STATE_CANCELLED');
     }
   }
-  if (rand() < 0.3) submit({ command: ['sh', '-c', 'train'], gpus: 1 + Math.floor(rand() * 8), tenant: ['research', 'prod'][Math.floor(rand() * 2)] });
+  if (rand() < arrivals) submit({ command: ['sh', '-c', 'train'], gpus: 1 + Math.floor(rand() * 8), tenant: ['research', 'prod'][Math.floor(rand() * 2)] });
   for (const node of nodes) {
     for (const g of node.gpus) {
       const target = g.jobId ? 85 : 3;
@@ -171,9 +183,121 @@ const send = (res, status, body) => {
 const notFound = (res, what) => send(res, 404, { code: 5, status: 'NOT_FOUND', message: `${what} not found` });
 const streams = new Set();
 
+// ---- authentication (the server's contract, simplified) ----
+const adminToken = args.token || `drv_${randomBytes(8).toString('hex')}_${randomBytes(32).toString('base64url')}`;
+const tokens = new Map([[adminToken, { name: 'admin', tenant: 'default', role: 'admin' }]]);
+const codes = new Set();
+const sessions = new Map();  // session id -> {principal, csrfToken}
+const newCode = () => {
+  const code = randomBytes(24).toString('base64url');
+  codes.add(code);
+  return code;
+};
+const refuse = (res, status, name, code, message) => send(res, status, { code, status: name, message });
+
+function cookieSession(req) {
+  const m = /(?:^|;\s*)drover_session=([^;]+)/.exec(req.headers.cookie || '');
+  return m ? sessions.get(m[1]) : undefined;
+}
+
+// Host, Origin and Sec-Fetch-Site: true when the request may go on.
+function browserSafe(req, res) {
+  const host = String(req.headers.host || '');
+  const name = host.startsWith('[') ? host.slice(1, host.indexOf(']')) : host.replace(/:\d+$/, '');
+  if (!(isIP(name) || name === 'localhost')) {
+    refuse(res, 403, 'PERMISSION_DENIED', 7, `host '${host}' is not served: use an IP address or localhost`);
+    return false;
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined && origin !== `http://${host}`) {
+    refuse(res, 403, 'PERMISSION_DENIED', 7, `cross-origin request from '${origin}' refused`);
+    return false;
+  }
+  const site = req.headers['sec-fetch-site'];
+  if (site === 'cross-site' || site === 'same-site') {
+    refuse(res, 403, 'PERMISSION_DENIED', 7, `${site} request refused`);
+    return false;
+  }
+  return true;
+}
+
+// The caller of an /api/v1 request, or undefined after answering 401/403/415.
+function authenticate(req, res) {
+  const changing = !['GET', 'HEAD', 'OPTIONS'].includes(req.method);
+  if (changing && !/^application\/json\s*(;|$)/i.test(req.headers['content-type'] || '')) {
+    refuse(res, 415, 'INVALID_ARGUMENT', 3, 'state-changing requests must be Content-Type: application/json');
+    return undefined;
+  }
+  const bearer = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization || '');
+  if (bearer) {
+    const principal = tokens.get(bearer[1]);
+    if (!principal) refuse(res, 401, 'UNAUTHENTICATED', 16, 'the bearer token is not valid');
+    return principal;
+  }
+  const session = cookieSession(req);
+  if (!session) {
+    refuse(res, 401, 'UNAUTHENTICATED', 16, 'log in: no valid session cookie or bearer token');
+    return undefined;
+  }
+  if (changing && req.headers['x-csrf-token'] !== session.csrfToken) {
+    refuse(res, 403, 'PERMISSION_DENIED', 7, 'missing or wrong X-CSRF-Token');
+    return undefined;
+  }
+  return session.principal;
+}
+
+function readJson(req, done) {
+  let body = '';
+  req.on('data', (c) => (body += c));
+  req.on('end', () => {
+    try {
+      done(body ? JSON.parse(body) : {});
+    } catch {
+      done(undefined);
+    }
+  });
+}
+
+// /api/v1/session: GET (who am I), POST {token} or {code} (log in), DELETE.
+function handleSession(req, res) {
+  const sessionBody = (s) => ({ principal: s.principal, csrfToken: s.csrfToken });
+  if (req.method === 'GET') {
+    const s = cookieSession(req);
+    return s ? send(res, 200, sessionBody(s)) : refuse(res, 401, 'UNAUTHENTICATED', 16, 'no valid session');
+  }
+  if (req.method === 'DELETE') {
+    const s = cookieSession(req);
+    if (!s) return refuse(res, 401, 'UNAUTHENTICATED', 16, 'no valid session');
+    if (!/^application\/json/i.test(req.headers['content-type'] || '')) return refuse(res, 415, 'INVALID_ARGUMENT', 3, 'needs application/json');
+    if (req.headers['x-csrf-token'] !== s.csrfToken) return refuse(res, 403, 'PERMISSION_DENIED', 7, 'missing or wrong X-CSRF-Token');
+    for (const [id, v] of sessions) if (v === s) sessions.delete(id);
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Set-Cookie': 'drover_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0' });
+    return res.end('{}');
+  }
+  if (req.method !== 'POST') return refuse(res, 405, 'UNIMPLEMENTED', 12, `method ${req.method} is not allowed`);
+  if (!/^application\/json/i.test(req.headers['content-type'] || '')) return refuse(res, 415, 'INVALID_ARGUMENT', 3, 'needs application/json');
+  readJson(req, (body) => {
+    let principal;
+    if (body && typeof body.code === 'string' && codes.delete(body.code)) principal = tokens.get(adminToken);
+    else if (body && typeof body.token === 'string') principal = tokens.get(body.token);
+    if (!principal) return refuse(res, 401, 'UNAUTHENTICATED', 16, 'the token or login code is not valid');
+    const id = randomBytes(32).toString('base64url');
+    const s = { principal, csrfToken: randomBytes(32).toString('base64url') };
+    sessions.set(id, s);
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Set-Cookie': `drover_session=${id}; Path=/; HttpOnly; SameSite=Strict` });
+    return res.end(JSON.stringify(sessionBody(s)));
+  });
+  return undefined;
+}
+
 createServer((req, res) => {
   const url = new URL(req.url, 'http://x');
   const p = url.pathname;
+  if (!args.proxy && !browserSafe(req, res)) return undefined;
+  if (p === '/healthz' || p === '/readyz') {
+    res.writeHead(200, { 'Content-Type': 'text/plain' });
+    return res.end('ok\n');
+  }
   if (p === '/ui') {
     res.writeHead(301, { Location: '/ui/' });
     return res.end();
@@ -185,6 +309,7 @@ createServer((req, res) => {
     return res.end(readFileSync(file));
   }
   if (args.proxy && p.startsWith('/api/')) {
+    // The real server does its own checks (Host, Origin, cookie, CSRF).
     const [host, targetPort] = args.proxy.split(':');
     const upstream = httpRequest({ host, port: Number(targetPort), method: req.method, path: req.url, headers: req.headers }, (up) => {
       res.writeHead(up.statusCode, up.headers);
@@ -195,20 +320,18 @@ createServer((req, res) => {
     res.on('close', () => upstream.destroy());
     return undefined;
   }
+  if (p === '/api/v1/session') return handleSession(req, res);
+  if (p.startsWith('/api/') && !authenticate(req, res)) return undefined;
   if (p === '/api/v1/fleet') return send(res, 200, fleet());
   if (p === '/api/v1/scheduler') return send(res, 200, schedulerStats());
   if (p === '/api/v1/tenants') return send(res, 200, tenants());
   if (p === '/api/v1/jobs' && req.method === 'GET') return send(res, 200, { jobs });
   if (p === '/api/v1/jobs' && req.method === 'POST') {
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', () => {
-      let spec;
-      try {
-        spec = JSON.parse(body).spec;
-      } catch {
+    readJson(req, (body) => {
+      if (body === undefined) {
         return send(res, 400, { code: 3, status: 'INVALID_ARGUMENT', message: 'request body is not valid JSON' });
       }
+      const spec = body.spec;
       if (!spec || !(spec.gpus >= 1 && spec.gpus <= 64)) {
         return send(res, 400, { code: 3, status: 'INVALID_ARGUMENT', message: `spec.gpus must be 1..64, got ${spec && spec.gpus}` });
       }
@@ -216,7 +339,12 @@ createServer((req, res) => {
     });
     return undefined;
   }
-  let m = p.match(/^\/api\/v1\/jobs\/([^/]+)\/cancel$/);
+  let m = p.match(/^\/api\/v1\/jobs\/([^/]+)$/);
+  if (m && req.method === 'GET') {
+    const job = jobs.find((j) => j.id === m[1]);
+    return job ? send(res, 200, job) : notFound(res, `job '${m[1]}'`);
+  }
+  m = p.match(/^\/api\/v1\/jobs\/([^/]+)\/cancel$/);
   if (m && req.method === 'POST') {
     const job = jobs.find((j) => j.id === m[1]);
     if (!job) return notFound(res, `job '${m[1]}'`);
@@ -226,6 +354,16 @@ createServer((req, res) => {
     if (job.status.state === 'JOB_STATE_PENDING') finish(job, 'JOB_STATE_CANCELLED');
     else job.status.state = 'JOB_STATE_CANCELLING';
     return send(res, 200, job);
+  }
+  m = p.match(/^\/api\/v1\/nodes\/([^/]+)\/(drain|undrain)$/);
+  if (m && req.method === 'POST') {
+    const node = nodes.find((n) => n.name === decodeURIComponent(m[1]));
+    if (!node) return notFound(res, `node '${m[1]}'`);
+    node.drained = m[2] === 'drain';
+    return send(res, 200, { name: node.name, state: node.state, drained: node.drained });
+  }
+  if (p === '/api/v1/nodes') {
+    return send(res, 200, { nodes: nodes.map((n) => ({ name: n.name, state: n.state, drained: n.drained, gpus: n.gpus.map(({ history, ...g }) => g) })) });
   }
   m = p.match(/^\/api\/v1\/nodes\/([^/]+)\/gpus\/(\d+)\/history$/);
   if (m) {
@@ -248,7 +386,8 @@ createServer((req, res) => {
   return notFound(res, `path '${p}'`);
 }).listen(port, '127.0.0.1', () => console.log(args.proxy
   ? `dashboard on http://127.0.0.1:${port}/ui/, API from ${args.proxy}`
-  : `mock drover on http://127.0.0.1:${port}/ui/ (${nodeCount} nodes x ${gpusPerNode} GPUs)`));
+  : `mock drover on http://127.0.0.1:${port}/ui/ (${nodeCount} nodes x ${gpusPerNode} GPUs)\n` +
+    `admin token: ${adminToken}\nlogin link (once): http://127.0.0.1:${port}/ui/#code=${newCode()}`));
 
 setInterval(() => {
   tick();

@@ -1,4 +1,13 @@
-// Talking to the server: JSON requests and the live event stream.
+// Talking to the server: JSON requests, the login session and the live
+// event stream.
+//
+// Every /api/v1 call is authenticated by the session cookie (drover_session:
+// HttpOnly, SameSite=Strict), which the browser sends by itself on these
+// same-origin requests. A state-changing call (anything but GET and HEAD)
+// also sends Content-Type: application/json, even without a body, and the
+// session's CSRF token in X-CSRF-Token: the server refuses it otherwise (415,
+// 403). The CSRF token is kept in memory only, never in storage: a reload
+// gets it again from GET /api/v1/session.
 
 // The server's error body is {code, status, message}; callers show message.
 export class ApiError extends Error {
@@ -8,11 +17,30 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(path, { method = 'GET', body } = {}) {
-  const init = { method, headers: { Accept: 'application/json' } };
-  if (body !== undefined) {
+const SAFE_METHODS = new Set(['GET', 'HEAD']);
+
+let csrfToken = '';
+let onUnauthenticated = () => {};
+
+// The CSRF token of the current session ('' when logged out).
+export function setCsrfToken(token) {
+  csrfToken = token || '';
+}
+
+// Called with the ApiError whenever a call is answered 401 (no session, or
+// the session ended): session.js shows the login panel.
+export function setUnauthenticatedHandler(fn) {
+  onUnauthenticated = fn;
+}
+
+// `quiet401`: a 401 is the caller's to handle (the session probe and the
+// login itself), not a reason to show the login panel.
+export async function api(path, { method = 'GET', body, quiet401 = false } = {}) {
+  const init = { method, headers: { Accept: 'application/json' }, credentials: 'same-origin', cache: 'no-store' };
+  if (!SAFE_METHODS.has(method)) {
     init.headers['Content-Type'] = 'application/json';
-    init.body = JSON.stringify(body);
+    if (csrfToken) init.headers['X-CSRF-Token'] = csrfToken;
+    if (body !== undefined) init.body = JSON.stringify(body);
   }
   let response;
   try {
@@ -29,7 +57,9 @@ export async function api(path, { method = 'GET', body } = {}) {
   }
   if (!response.ok) {
     const message = (json && json.message) || text.slice(0, 200) || response.statusText;
-    throw new ApiError(message, response.status);
+    const err = new ApiError(message, response.status);
+    if (response.status === 401 && !quiet401) onUnauthenticated(err);
+    throw err;
   }
   return json;
 }
@@ -41,13 +71,20 @@ export async function api(path, { method = 'GET', body } = {}) {
 // without an error (a proxy holding it). So: a new EventSource after a
 // growing back-off when the old one closed, and when nothing arrived for
 // `staleMs` (the server sends every ~2 s).
+//
+// The stream is authenticated by the session cookie like any same-origin
+// request. An EventSource cannot tell a 401 from a network error, so before
+// reopening it asks `canReopen` (main.js: is the session still valid?);
+// false leaves it stopped until start() after the next login.
 export class LiveStream {
-  constructor(url, { onEvent, onState, staleMs = 10000 }) {
+  constructor(url, { onEvent, onState, staleMs = 10000, canReopen = async () => true }) {
     this.url = url;
     this.onEvent = onEvent;
     this.onState = onState;
     this.staleMs = staleMs;
+    this.canReopen = canReopen;
     this.source = null;
+    this.stopped = true;
     this.retryMs = 1000;
     this.lastEventAt = 0;
     this.retryTimer = 0;
@@ -55,7 +92,18 @@ export class LiveStream {
   }
 
   start() {
+    this.stopped = false;
+    this.retryMs = 1000;
     this.open();
+  }
+
+  // Closes the stream and does not reopen it (logged out).
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    if (this.source) this.source.close();
+    this.source = null;
+    this.onState('signed-out');
   }
 
   open() {
@@ -106,11 +154,20 @@ export class LiveStream {
     if (this.source) this.source.close();
     this.source = null;
     clearTimeout(this.retryTimer);
-    this.retryTimer = setTimeout(() => this.open(), this.retryMs);
+    this.retryTimer = setTimeout(async () => {
+      if (this.stopped) return;
+      let again = true;
+      try {
+        again = await this.canReopen();
+      } catch {
+        again = true;  // cannot tell (server down): keep trying
+      }
+      if (again && !this.stopped) this.open();
+    }, this.retryMs);
     this.retryMs = Math.min(this.retryMs * 2, 15000);
   }
 
   checkStale() {
-    if (this.source && performance.now() - this.lastEventAt > this.staleMs) this.scheduleReopen();
+    if (!this.stopped && this.source && performance.now() - this.lastEventAt > this.staleMs) this.scheduleReopen();
   }
 }

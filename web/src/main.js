@@ -1,6 +1,7 @@
 // The Drover dashboard: one page, four tabs, fed by the server's event
 // stream (GET /api/v1/events: "fleet" and "scheduler" every ~2 s) and by
-// plain REST calls for jobs, tenants and GPU history.
+// plain REST calls for jobs, tenants and GPU history. Nothing is fetched
+// before a session exists (session.js: login link, cookie or login panel).
 
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
@@ -10,6 +11,7 @@ import { clock, dateFromNanos, setAttr, setText } from './format.js';
 import { Jobs } from './jobs.js';
 import { Overview } from './overview.js';
 import { Scheduler } from './scheduler.js';
+import { Session, loginCodeFrom } from './session.js';
 import { Tenants } from './tenants.js';
 
 const VIEWS = ['overview', 'jobs', 'tenants', 'scheduler'];
@@ -72,7 +74,10 @@ function onFleetEvent(fleet) {
 function onConnection(state, detail) {
   const conn = $('conn');
   setAttr(conn, 'data-state', state);
-  const text = { live: 'live', connecting: 'connecting', reconnecting: 'reconnecting', offline: 'offline', error: 'server error' }[state] || state;
+  const text = {
+    live: 'live', connecting: 'connecting', reconnecting: 'reconnecting', offline: 'offline', error: 'server error',
+    'signed-out': 'logged out',
+  }[state] || state;
   setText(conn.querySelector('.conn-text'), text);
   setAttr(conn, 'title', `live updates: ${text}${detail ? `: ${detail}` : ''}`);
   if (state !== 'live') document.querySelector('[data-testid="last-update"]').classList.add('stale');
@@ -86,24 +91,35 @@ for (const v of VIEWS) {
     }
   });
 }
-window.addEventListener('hashchange', () => show(currentView()));
-show(currentView());
+window.addEventListener('hashchange', () => {
+  if (loginCodeFrom(location.hash)) session.start();  // a login link pasted into this tab
+  else if (session.signedIn) show(currentView());
+});
 
-// The first picture without waiting for the stream; the stream repeats it.
-api('/api/v1/fleet').then((f) => { if (!fleetEvents) renderFleet(f); }).catch(() => {});
-api('/api/v1/scheduler').then((s) => scheduler.render(s)).catch(() => {});
-
-new LiveStream('/api/v1/events', {
+const stream = new LiveStream('/api/v1/events', {
   onEvent: (name, data) => {
     if (name === 'fleet') onFleetEvent(data);
     else if (name === 'scheduler') scheduler.render(data);
   },
   onState: onConnection,
-}).start();
+  canReopen: () => session.check(),
+});
+
+const session = new Session({
+  onLogin: () => {
+    show(currentView());
+    // The first picture without waiting for the stream; the stream repeats it.
+    api('/api/v1/fleet').then((f) => { if (!fleetEvents) renderFleet(f); }).catch(() => {});
+    api('/api/v1/scheduler').then((s) => scheduler.render(s)).catch(() => {});
+    stream.start();
+  },
+  onLogout: () => stream.stop(),
+});
+session.start();
 
 // Without live events (stream down), the job and tenant tables still poll.
 setInterval(() => {
-  if (performance.now() - lastFleetAt < 2500) return;
+  if (!session.signedIn || performance.now() - lastFleetAt < 2500) return;
   if (active === 'jobs') jobs.refresh();
   if (active === 'tenants') tenants.refresh();
 }, 2000);

@@ -4,10 +4,13 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -23,6 +26,7 @@
 #include "drover/common/version.h"
 #include "drover/http/server.h"
 #include "drover/rpc/gpu_metrics.h"
+#include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/v1/agent.grpc.pb.h"
@@ -268,10 +272,55 @@ class AgentImpl final : public Agent {
 
   // ---- connection thread ----
 
+  // The node's credential: the configured token, else the one a join
+  // stored in <data_dir>/node.token, else a join with the join token now.
+  // Empty when there is none yet (the caller retries).
+  std::string Credential() {
+    if (!opts_.token.empty()) return opts_.token;
+    const std::string path = opts_.data_dir + "/node.token";
+    std::string token;
+    if (std::ifstream in(path); in) std::getline(in, token);
+    if (!token.empty() || opts_.join_token.empty()) {
+      if (token.empty()) spdlog::error("node '{}' has no credential: start the agent with --join-token", opts_.node_name);
+      return token;
+    }
+    auto stub = v1::AgentService::NewStub(grpc::CreateChannel(opts_.server_address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::JoinRequest req;
+    req.set_join_token(opts_.join_token);
+    req.set_node_name(opts_.node_name);
+    v1::JoinResponse resp;
+    grpc::Status s = stub->Join(&ctx, req, &resp);
+    if (!s.ok()) {
+      spdlog::error("node '{}' could not join: {}", opts_.node_name, s.error_message());
+      return "";
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.data_dir, ec);
+    std::string tmp = path + ".tmp";
+    ::unlink(tmp.c_str());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    std::string line = resp.node_token() + "\n";
+    if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()) || ::fsync(fd) != 0 ||
+        ::rename(tmp.c_str(), path.c_str()) != 0) {
+      spdlog::error("node '{}' joined but cannot keep its credential in {}: {}", opts_.node_name, path, std::strerror(errno));
+    } else {
+      spdlog::info("node '{}' joined; its credential is in {}", opts_.node_name, path);
+    }
+    if (fd >= 0) ::close(fd);
+    return resp.node_token();
+  }
+
   void ConnectLoop() {
-    auto channel = grpc::CreateChannel(opts_.server_address, grpc::InsecureChannelCredentials());
-    auto stub = v1::AgentService::NewStub(channel);
     auto backoff = std::chrono::milliseconds(100);
+    std::string token;
+    while (!stopping_ && (token = Credential()).empty()) {
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+    auto stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, token));
+    backoff = std::chrono::milliseconds(100);
     while (!stopping_) {
       if (RunSession(stub.get())) backoff = std::chrono::milliseconds(100);
       if (stopping_) break;
@@ -310,7 +359,8 @@ class AgentImpl final : public Agent {
       grpc::Status s = stub->Register(&rctx, reg, &rresp);
       if (!s.ok()) {
         spdlog::debug("node '{}' cannot register: {}", opts_.node_name, s.error_message());
-        if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT || s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+            s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
           spdlog::error("node '{}' was refused: {}", opts_.node_name, s.error_message());
         }
         return false;

@@ -52,6 +52,12 @@ struct AgentOptions {
   // http://<metrics_listen>/metrics when not empty; port 0 picks one.
   std::string metrics_listen;
   std::vector<ScheduledFault> faults;
+  // The node's credential (a node token, "drv_..."). When empty: the one
+  // stored in <data_dir>/node.token by an earlier join, else a join with
+  // `join_token` (one-time, from `drover join-token`), whose result is
+  // stored there (mode 0600).
+  std::string token;
+  std::string join_token;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC

@@ -4,9 +4,12 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "drover/cli/commands.h"
+#include "drover/rpc/channel.h"
 
 namespace drover::cli {
 
@@ -28,6 +31,9 @@ int Fail(const grpc::Status& s, const Common& c) {
   std::string msg = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     msg = fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR)", c.addr, msg);
+  } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    msg = fmt::format("{} (the CLI looks in DROVER_TOKEN, --token-file, {}, then {}/admin.token)", msg, LoginTokenPath(),
+                      std::getenv("DROVER_DATA_DIR") != nullptr ? std::getenv("DROVER_DATA_DIR") : ".drover");
   }
   std::cerr << "error: " << msg << "\n";
   return ExitCodeFor(s);
@@ -38,9 +44,34 @@ int Usage(const std::string& message) {
   return kExitUsage;
 }
 
-std::shared_ptr<grpc::Channel> Channel(const Common& c) {
-  return grpc::CreateChannel(c.addr, grpc::InsecureChannelCredentials());
+namespace {
+
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
 }
+
+}  // namespace
+
+std::string LoginTokenPath() {
+  const char* xdg = std::getenv("XDG_CONFIG_HOME");
+  const char* home = std::getenv("HOME");
+  std::string base = xdg != nullptr && *xdg != '\0' ? xdg : std::string(home != nullptr ? home : ".") + "/.config";
+  return base + "/drover/token";
+}
+
+std::string ResolveToken(const Common& c) {
+  if (const char* env = std::getenv("DROVER_TOKEN"); env != nullptr && *env != '\0') return env;
+  if (!c.token_file.empty()) return FirstLine(c.token_file);
+  if (std::string t = FirstLine(LoginTokenPath()); !t.empty()) return t;
+  const char* dir = std::getenv("DROVER_DATA_DIR");
+  return FirstLine(std::string(dir != nullptr && *dir != '\0' ? dir : ".drover") + "/admin.token");
+}
+
+std::shared_ptr<grpc::Channel> Channel(const Common& c) { return rpc::MakeChannel(c.addr, ResolveToken(c)); }
 
 std::unique_ptr<grpc::ClientContext> Context(const Common& c, std::chrono::milliseconds cap) {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -68,6 +99,7 @@ std::string Or(const std::string& s, const char* fallback) { return s.empty() ? 
 void AddCommon(CLI::App* cmd, Common* c, bool output) {
   cmd->add_option("--addr", c->addr, "server gRPC address")->envname("DROVER_ADDR")->capture_default_str();
   cmd->add_option("--timeout", c->timeout_s, "seconds to wait for an answer")->check(CLI::Range(1, 3600));
+  cmd->add_option("--token-file", c->token_file, "file holding the API token (default: DROVER_TOKEN, drover login's)");
   if (output) cmd->add_option("-o,--output", c->output, "table, wide or json")->capture_default_str();
 }
 

@@ -20,7 +20,16 @@ struct Common {
   std::string addr = "127.0.0.1:7070";
   std::string output = "table";
   int timeout_s = 30;
+  std::string token_file;  // --token-file
 };
+
+// The token the CLI sends, from the first of: DROVER_TOKEN, --token-file,
+// the file `drover login` wrote ($XDG_CONFIG_HOME or ~/.config,
+// drover/token), <data-dir>/admin.token with the data dir DROVER_DATA_DIR or
+// ./.drover (where `drover up` writes it). "" when none is found.
+std::string ResolveToken(const Common& c);
+// Where `drover login` keeps the token.
+std::string LoginTokenPath();
 
 // NOT_FOUND 3, UNAVAILABLE and DEADLINE_EXCEEDED 4, INVALID_ARGUMENT,
 // FAILED_PRECONDITION, OUT_OF_RANGE and RESOURCE_EXHAUSTED 2, else 1.
@@ -53,6 +62,9 @@ void AddCommon(CLI::App* cmd, Common* c, bool output);
 // Wraps a verb: checks -o, runs `fn` and stores its exit code.
 using Runner = std::function<std::function<void()>(std::function<int()>)>;
 Runner MakeRunner(int* exit_code, std::shared_ptr<Common> common);
+
+// login, whoami, tokens, audit, ui, join-token (auth_commands.cc).
+void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);
 
 // The node verbs (nodes, gpus, drain, undrain, fault) and `top`.
 void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);

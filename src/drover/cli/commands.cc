@@ -352,7 +352,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   CLI::App* submit = app.add_subcommand("submit", "submit a job: drover submit [flags] -- CMD ARGS...");
   AddCommon(submit, common.get(), true);
   submit->add_option("--name", sa->name, "job name");
-  submit->add_option("--tenant", sa->tenant, "tenant to charge (default: default)");
+  submit->add_option("--tenant", sa->tenant, "tenant to charge (default: the token's; only an admin may name another)");
   submit->add_option("--priority", sa->priority, "0..1000: higher runs first and may preempt --preemptible jobs");
   submit->add_option("--gpus", sa->gpus, "GPUs per replica on one node (2), or a share of one GPU (0.25 or 250m)")
       ->capture_default_str();
@@ -408,6 +408,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
 
   AddNodeCommands(app, run, common);
   AddTopCommand(app, run, common);
+  AddAuthCommands(app, run, common);
 }
 
 }  // namespace drover::cli

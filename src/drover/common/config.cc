@@ -24,6 +24,18 @@ const std::map<std::string, std::string>& SchedulerKeys() {
   return kKeys;
 }
 
+// A mapping key's text. A key that is itself a mapping or a list ("[a]: 1")
+// names no flag; yaml-cpp would throw its own exception for it, which CLI11
+// does not turn into a usage error.
+std::string KeyName(const YAML::Node& key) {
+  if (key.IsMap() || key.IsSequence()) {
+    throw CLI::ConversionError(fmt::format("config file: the key at line {}, column {} is a {}, not a name",
+                                           key.Mark().line + 1, key.Mark().column + 1,
+                                           key.IsMap() ? "mapping" : "list"));
+  }
+  return key.as<std::string>();
+}
+
 // Reads a YAML mapping of flag names to scalars or lists; nested mappings
 // address subcommands (CLI11's "parents"), except the scheduler: section
 // (flat scheduler flags) and the tenants: list (one YAML value for --tenants).
@@ -67,7 +79,7 @@ class YamlConfig final : public CLI::Config {
     if (map.IsNull()) return;
     if (!map.IsMap()) throw CLI::ConversionError("config key 'scheduler' must be a mapping (queue: priority, ...)");
     for (const auto& kv : map) {
-      std::string key = kv.first.as<std::string>();
+      std::string key = KeyName(kv.first);
       auto it = SchedulerKeys().find(key);
       if (it == SchedulerKeys().end()) {
         throw CLI::ConversionError(fmt::format(
@@ -84,7 +96,7 @@ class YamlConfig final : public CLI::Config {
 
   static void Walk(const YAML::Node& map, std::vector<std::string> parents, std::vector<CLI::ConfigItem>* out) {
     for (const auto& kv : map) {
-      std::string key = kv.first.as<std::string>();
+      std::string key = KeyName(kv.first);
       const YAML::Node& value = kv.second;
       if (key == "scheduler") {
         WalkScheduler(value, parents, out);
@@ -161,6 +173,15 @@ std::string Quoted(const YAML::Node& n) {
   return n.IsMap() ? "a mapping" : n.IsSequence() ? "a list" : "empty";
 }
 
+// A mapping key's text; a key that is a mapping or a list is an error
+// (yaml-cpp would throw).
+Result<std::string> KeyText(const YAML::Node& key, const std::string& where) {
+  if (key.IsMap() || key.IsSequence()) {
+    return InvalidArgument(fmt::format("{}: a key is {}, not a name", where, Quoted(key)));
+  }
+  return key.as<std::string>();
+}
+
 Result<int64_t> IntIn(const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi) {
   int64_t v = 0;
   std::string text = n.IsScalar() ? n.as<std::string>() : "";
@@ -192,7 +213,7 @@ Result<std::vector<TenantConfig>> ParseTenants(std::string_view yaml) {
     TenantConfig tc;
     bool named = false;
     for (const auto& kv : t) {
-      std::string key = kv.first.as<std::string>();
+      DROVER_ASSIGN_OR_RETURN(std::string key, KeyText(kv.first, at));
       const YAML::Node& v = kv.second;
       std::string where = fmt::format("{}.{}", at, key);
       if (key == "name") {
@@ -215,7 +236,7 @@ Result<std::vector<TenantConfig>> ParseTenants(std::string_view yaml) {
           return InvalidArgument(fmt::format("{}: must map GPU models to GPU counts, e.g. {{\"H100 80GB\": 8}}", where));
         }
         for (const auto& g : v) {
-          std::string model = g.first.as<std::string>();
+          DROVER_ASSIGN_OR_RETURN(std::string model, KeyText(g.first, where));
           if (model.empty() || model.size() > 256) {
             return InvalidArgument(fmt::format("{}: GPU model '{}' is empty or too long", where, model.substr(0, 64)));
           }

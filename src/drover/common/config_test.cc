@@ -75,6 +75,12 @@ TEST_F(ConfigTest, UnknownKeyAndBadYamlAreErrors) {
   EXPECT_NE(Parse({"--config", path_}, &p), "");
   Write("simulate: many\n");
   EXPECT_NE(Parse({"--config", path_}, &p), "");
+  // A key that is a list or a mapping is a usage error, not an exception
+  // CLI11 lets through (found by tests/fuzz/config_yaml_fuzz).
+  Write("[listen]: 127.0.0.1:1\n");
+  EXPECT_NE(Parse({"--config", path_}, &p).find("line 1, column 1 is a list, not a name"), std::string::npos);
+  Write("scheduler: {{queue: x}: fifo}\n");
+  EXPECT_NE(Parse({"--config", path_}, &p).find("is a mapping, not a name"), std::string::npos);
 }
 
 // Parses argv into an app with the scheduler flags, like `drover server`.
@@ -158,6 +164,8 @@ TEST_F(ConfigTest, BadTenantsNameTheKey) {
       {"[{name: a, borrow-limit: -2}]", "tenants[0].borrow-limit: -2 is outside"},
       {"[{name: a, colour: red}]", "tenants[0]: key 'colour' is unknown"},
       {"[unclosed", "tenants: not valid YAML"},
+      {"[{[name]: a}]", "tenants[0]: a key is a list, not a name"},
+      {"[{name: a, guaranteed: {{H100: 1}: 8}}]", "tenants[0].guaranteed: a key is a mapping"},
   };
   for (const Case& c : cases) {
     auto r = ParseTenants(c.yaml);

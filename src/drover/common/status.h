@@ -61,6 +61,8 @@ inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {Code::kOutOfRange, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {Code::kUnimplemented, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {Code::kUnauthenticated, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 
 // Result<T>: a T or a non-OK Status. GCC 12 has no std::expected.
 template <typename T>

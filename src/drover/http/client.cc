@@ -55,7 +55,8 @@ Result<HostPort> SplitHostPort(const std::string& host_port) {
 
 Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
                                    const std::string& target, const std::string& body,
-                                   const std::string& content_type) {
+                                   const std::string& content_type,
+                                   const std::map<std::string, std::string>& headers) {
   DROVER_ASSIGN_OR_RETURN(HostPort address, SplitHostPort(host_port));
   const bhttp::verb verb = bhttp::string_to_verb(method);
   if (verb == bhttp::verb::unknown) {
@@ -72,9 +73,10 @@ Result<ClientResponse> HttpRequest(const std::string& host_port, const std::stri
   request.set(bhttp::field::host, host_port);
   request.set(bhttp::field::user_agent, "drover-http-client");
   request.keep_alive(false);
+  for (const auto& [name, value] : headers) request.set(name, value);
   if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put ||
       verb == bhttp::verb::patch) {
-    request.set(bhttp::field::content_type, content_type);
+    if (!content_type.empty()) request.set(bhttp::field::content_type, content_type);
     request.body() = body;
     request.prepare_payload();
   }

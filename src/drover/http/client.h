@@ -22,8 +22,11 @@ struct ClientResponse {
 // "localhost:8080") and waits for the response, at most 30 s. A response
 // with any HTTP status is a success; kUnavailable means no response came
 // (refused, reset, timed out, malformed), kInvalidArgument a bad host_port.
+// `headers` are sent as given (e.g. Authorization, Origin, Host); an empty
+// content_type sends none.
 Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
                                    const std::string& target, const std::string& body = "",
-                                   const std::string& content_type = "application/json");
+                                   const std::string& content_type = "application/json",
+                                   const std::map<std::string, std::string>& headers = {});
 
 }  // namespace drover::http

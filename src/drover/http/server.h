@@ -25,6 +25,8 @@ struct Request {
   std::map<std::string, std::string> query;  // decoded ?a=b&c=d
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
+  std::string remote;  // the peer, "ip:port"
+  bool tls = false;    // arrived over TLS
 };
 
 // Writes one chunk of a streamed body; returns false when the client is gone.

@@ -1,10 +1,14 @@
 #include "drover/server/api_service.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <set>
 
 #include <chrono>
 #include <thread>
 
+#include "drover/common/config.h"
 #include "drover/common/ids.h"
 #include "drover/common/version.h"
 #include "drover/rpc/convert.h"
@@ -25,63 +29,199 @@ Result<T> Await(std::future<Result<T>> f) {
   return f.get();
 }
 
-Result<v1::SubmitJobResponse> ApiService::Submit(v1::SubmitJobRequest req) {
-  if (!req.has_spec()) return InvalidArgument("spec is missing");
-  DROVER_RETURN_IF_ERROR(rpc::NormalizeJobSpec(req.mutable_spec()));
-  DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*req.mutable_spec()))));
-  v1::SubmitJobResponse resp;
-  *resp.mutable_job() = std::move(job);
-  return resp;
+namespace {
+
+// "j-1,j-2" with the jobs `own` does not hold replaced by "other": a GPU
+// shows as busy without naming another tenant's job.
+std::string RedactJobList(const std::string& list, const std::set<std::string>& own) {
+  if (list.empty()) return list;
+  std::string out;
+  bool other = false;
+  size_t i = 0;
+  while (i <= list.size()) {
+    size_t j = list.find(',', i);
+    if (j == std::string::npos) j = list.size();
+    std::string id = list.substr(i, j - i);
+    if (own.count(id) != 0) {
+      out += (out.empty() ? "" : ",") + id;
+    } else if (!other) {
+      other = true;
+    }
+    i = j + 1;
+  }
+  if (other) out += (out.empty() ? "" : ",") + std::string("other");
+  return out;
 }
 
-Result<v1::Job> ApiService::GetJob(const v1::GetJobRequest& req) {
-  if (auto id = ParseJobId(req.id()); !id.ok()) return id.status();
-  return Await(loop_->GetJob(req.id()));
+}  // namespace
+
+Status RequireRole(const auth::Principal& who, auth::Role needed, std::string_view what) {
+  if (auth::AtLeast(who.role, needed)) return Status::Ok();
+  return PermissionDenied(fmt::format("role {} may not {} (needs {})", auth::RoleName(who.role), what,
+                                      auth::RoleName(needed)));
 }
 
-Result<v1::ListJobsResponse> ApiService::ListJobs(const v1::ListJobsRequest& req) {
+void ApiService::Audit(const auth::Principal& who, std::string action, std::string target, const Status& result) {
+  if (audit_ == nullptr) return;
+  if (Status s = audit_->Append(who, std::move(action), std::move(target), result); !s.ok()) {
+    spdlog::error("audit entry not written: {}", s.ToString());
+  }
+}
+
+Result<v1::Job> ApiService::VisibleJob(const auth::Principal& who, const std::string& id) {
+  if (auto seq = ParseJobId(id); !seq.ok()) return seq.status();
+  auto job = Await(loop_->GetJob(id));
+  if (job.ok() && !who.CanSee(job->spec().tenant())) return NotFound(fmt::format("job '{}' not found", id));
+  return job;
+}
+
+Result<v1::SubmitJobResponse> ApiService::Submit(const auth::Principal& who, v1::SubmitJobRequest req) {
+  auto run = [&]() -> Result<v1::SubmitJobResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "submit jobs"));
+    if (!req.has_spec()) return InvalidArgument("spec is missing");
+    v1::JobSpec* spec = req.mutable_spec();
+    if (spec->tenant().empty()) {
+      spec->set_tenant(who.tenant);
+    } else if (spec->tenant() != who.tenant && !who.IsAdmin()) {
+      return PermissionDenied(fmt::format("a token of tenant '{}' may not submit jobs for tenant '{}'", who.tenant,
+                                          spec->tenant().substr(0, 63)));
+    }
+    DROVER_RETURN_IF_ERROR(rpc::NormalizeJobSpec(spec));
+    DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*spec))));
+    v1::SubmitJobResponse resp;
+    *resp.mutable_job() = std::move(job);
+    return resp;
+  };
+  auto r = run();
+  Audit(who, "jobs.submit", r.ok() ? r->job().id() : "", r.status());
+  return r;
+}
+
+Result<v1::Job> ApiService::GetJob(const auth::Principal& who, const v1::GetJobRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read jobs"));
+  return VisibleJob(who, req.id());
+}
+
+Result<v1::ListJobsResponse> ApiService::ListJobs(const auth::Principal& who, const v1::ListJobsRequest& in) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "list jobs"));
+  v1::ListJobsRequest req = in;
   if (!v1::JobState_IsValid(req.state())) {
     return InvalidArgument(fmt::format("job state {} is unknown", static_cast<int>(req.state())));
   }
   if (!req.tenant().empty()) DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.tenant()));
+  if (!who.IsAdmin()) {
+    if (req.tenant().empty()) req.set_tenant(who.tenant);
+    if (req.tenant() != who.tenant) {
+      return PermissionDenied(fmt::format("a token of tenant '{}' may list only its own tenant's jobs", who.tenant));
+    }
+  }
   DROVER_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, Await(loop_->ListJobs(req)));
   v1::ListJobsResponse resp;
   for (v1::Job& j : jobs) *resp.add_jobs() = std::move(j);
   return resp;
 }
 
-Result<v1::Job> ApiService::CancelJob(const v1::CancelJobRequest& req) {
-  if (auto id = ParseJobId(req.id()); !id.ok()) return id.status();
-  return Await(loop_->Cancel(req.id()));
+Result<v1::Job> ApiService::CancelJob(const auth::Principal& who, const v1::CancelJobRequest& req) {
+  auto run = [&]() -> Result<v1::Job> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "cancel jobs"));
+    DROVER_RETURN_IF_ERROR(VisibleJob(who, req.id()).status());
+    return Await(loop_->Cancel(req.id()));
+  };
+  return Audited(who, "jobs.cancel", req.id().substr(0, 64), run());
 }
 
-Result<v1::ListNodesResponse> ApiService::ListNodes(const v1::ListNodesRequest&) {
+std::set<std::string> ApiService::OwnJobIds(const auth::Principal& who) {
+  std::set<std::string> own;
+  v1::ListJobsRequest lr;
+  lr.set_tenant(who.tenant);
+  if (auto jobs = Await(loop_->ListJobs(lr)); jobs.ok()) {
+    for (const v1::Job& j : *jobs) {
+      if (!rpc::IsTerminal(j.status().state())) own.insert(j.id());
+    }
+  }
+  return own;
+}
+
+void ApiService::Redact(const auth::Principal& who, v1::Node* node, const std::set<std::string>& own) {
+  if (who.IsAdmin()) return;
+  for (v1::Gpu& g : *node->mutable_gpus()) {
+    g.set_job_id(RedactJobList(g.job_id(), own));
+    g.set_tenant(RedactJobList(g.tenant(), {who.tenant}));
+    for (v1::GpuProcess& p : *g.mutable_telemetry()->mutable_processes()) {
+      if (!p.job_id().empty() && own.count(p.job_id()) == 0) p.set_job_id("other");
+    }
+  }
+}
+
+Result<v1::ListNodesResponse> ApiService::ListNodes(const auth::Principal& who, const v1::ListNodesRequest&) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "list nodes"));
   DROVER_ASSIGN_OR_RETURN(std::vector<v1::Node> nodes, Await(loop_->ListNodes()));
+  std::set<std::string> own = who.IsAdmin() ? std::set<std::string>() : OwnJobIds(who);
   v1::ListNodesResponse resp;
-  for (v1::Node& n : nodes) *resp.add_nodes() = std::move(n);
+  for (v1::Node& n : nodes) {
+    Redact(who, &n, own);
+    *resp.add_nodes() = std::move(n);
+  }
   return resp;
 }
 
-Result<v1::Node> ApiService::GetNode(const v1::GetNodeRequest& req) {
+Result<v1::Node> ApiService::GetNode(const auth::Principal& who, const v1::GetNodeRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read nodes"));
   DROVER_RETURN_IF_ERROR(ValidateNodeName(req.name()));
-  return Await(loop_->GetNode(req.name()));
+  DROVER_ASSIGN_OR_RETURN(v1::Node node, Await(loop_->GetNode(req.name())));
+  if (!who.IsAdmin()) Redact(who, &node, OwnJobIds(who));
+  return node;
 }
 
-Result<v1::Node> ApiService::Drain(const v1::DrainNodeRequest& req, bool drained) {
-  DROVER_RETURN_IF_ERROR(ValidateNodeName(req.name()));
-  return Await(loop_->SetDrained(req.name(), drained));
+Result<v1::Node> ApiService::Drain(const auth::Principal& who, const v1::DrainNodeRequest& req, bool drained) {
+  auto run = [&]() -> Result<v1::Node> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, drained ? "drain nodes" : "undrain nodes"));
+    DROVER_RETURN_IF_ERROR(ValidateNodeName(req.name()));
+    return Await(loop_->SetDrained(req.name(), drained));
+  };
+  return Audited(who, drained ? "nodes.drain" : "nodes.undrain", req.name().substr(0, 64), run());
 }
 
-Result<v1::InjectFaultResponse> ApiService::InjectFault(const v1::InjectFaultRequest& req) {
-  DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node()));
-  DROVER_RETURN_IF_ERROR(Await(loop_->InjectFault(req.node(), req.gpu_index(), req.fault())).status());
-  return v1::InjectFaultResponse();
+Result<v1::InjectFaultResponse> ApiService::InjectFault(const auth::Principal& who, const v1::InjectFaultRequest& req) {
+  auto run = [&]() -> Result<v1::InjectFaultResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "inject faults"));
+    DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node()));
+    DROVER_RETURN_IF_ERROR(Await(loop_->InjectFault(req.node(), req.gpu_index(), req.fault())).status());
+    return v1::InjectFaultResponse();
+  };
+  return Audited(who, "nodes.fault", fmt::format("{}/{}", req.node().substr(0, 64), req.gpu_index()), run());
 }
 
-Result<v1::Fleet> ApiService::Fleet() { return Await(loop_->Fleet()); }
-Result<v1::SchedulerStats> ApiService::SchedulerStats() { return Await(loop_->SchedulerStats()); }
-Result<v1::ListTenantsResponse> ApiService::ListTenants() { return Await(loop_->ListTenants()); }
-Result<v1::GpuHistory> ApiService::GpuHistory(const v1::GpuHistoryRequest& req) {
+Result<v1::Fleet> ApiService::Fleet(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read the fleet"));
+  DROVER_ASSIGN_OR_RETURN(v1::Fleet fleet, Await(loop_->Fleet()));
+  if (!who.IsAdmin()) {
+    std::set<std::string> own = OwnJobIds(who);
+    for (v1::FleetNode& n : *fleet.mutable_nodes()) {
+      for (v1::FleetGpu& g : *n.mutable_gpus()) g.set_job_id(RedactJobList(g.job_id(), own));
+    }
+  }
+  return fleet;
+}
+
+Result<v1::SchedulerStats> ApiService::SchedulerStats(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read scheduler statistics"));
+  return Await(loop_->SchedulerStats());
+}
+
+Result<v1::ListTenantsResponse> ApiService::ListTenants(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "list tenants"));
+  DROVER_ASSIGN_OR_RETURN(v1::ListTenantsResponse all, Await(loop_->ListTenants()));
+  if (who.IsAdmin()) return all;
+  v1::ListTenantsResponse mine;
+  for (v1::TenantStatus& t : *all.mutable_tenants()) {
+    if (t.name() == who.tenant) *mine.add_tenants() = std::move(t);
+  }
+  return mine;
+}
+
+Result<v1::GpuHistory> ApiService::GpuHistory(const auth::Principal& who, const v1::GpuHistoryRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read GPU history"));
   DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node()));
   return Await(loop_->GpuHistory(req.node(), req.gpu_index()));
 }
@@ -93,11 +233,11 @@ v1::VersionResponse ApiService::Version() const {
   return v;
 }
 
-Status ApiService::Logs(const v1::LogsRequest& req, const std::function<bool(const v1::LogChunk&)>& write,
-                        const std::function<bool()>& cancelled) {
-  if (auto id = ParseJobId(req.id()); !id.ok()) return id.status();
+Status ApiService::Logs(const auth::Principal& who, const v1::LogsRequest& req,
+                        const std::function<bool(const v1::LogChunk&)>& write, const std::function<bool()>& cancelled) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
+  DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
-  DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->GetJob(req.id())));
   int64_t offset = req.offset();
   for (;;) {
     // Read the state before the bytes: output that the job wrote before it
@@ -117,6 +257,142 @@ Status ApiService::Logs(const v1::LogsRequest& req, const std::function<bool(con
     std::this_thread::sleep_for(kLogPollInterval);
     DROVER_ASSIGN_OR_RETURN(job, Await(loop_->GetJob(req.id())));
   }
+}
+
+}  // namespace drover::server
+
+namespace drover::server {
+namespace {
+
+v1::TokenInfo ToProto(const auth::TokenInfo& t) {
+  v1::TokenInfo out;
+  out.set_id(t.id);
+  out.set_name(t.name);
+  out.set_tenant(t.tenant);
+  out.set_role(std::string(auth::RoleName(t.role)));
+  out.set_node(t.node);
+  out.set_created_by(t.created_by);
+  out.set_created_unix_nanos(t.created_ns);
+  out.set_expires_unix_nanos(t.expires_ns);
+  out.set_revoked(t.revoked);
+  return out;
+}
+
+Result<Duration> ParseTtl(const std::string& text, Duration fallback) {
+  if (text.empty()) return fallback;
+  DROVER_ASSIGN_OR_RETURN(int64_t ms, ParseDurationMs(text));
+  if (ms <= 0) return InvalidArgument(fmt::format("ttl '{}' must be positive", text.substr(0, 32)));
+  return Duration(std::chrono::milliseconds(ms));
+}
+
+}  // namespace
+
+v1::Principal ApiService::WhoAmI(const auth::Principal& who) const {
+  v1::Principal p;
+  p.set_token_id(who.token_id);
+  p.set_name(who.name);
+  p.set_tenant(who.tenant);
+  p.set_role(std::string(auth::RoleName(who.role)));
+  p.set_node(who.node);
+  return p;
+}
+
+Result<v1::CreateTokenResponse> ApiService::CreateToken(const auth::Principal& who, const v1::CreateTokenRequest& req) {
+  auto run = [&]() -> Result<v1::CreateTokenResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kTenantAdmin, "create tokens"));
+    auth::CreateTokenRequest cr;
+    cr.name = req.name();
+    cr.tenant = req.tenant().empty() ? who.tenant : req.tenant();
+    DROVER_ASSIGN_OR_RETURN(cr.role, auth::ParseRole(req.role().empty() ? "user" : req.role()));
+    if (cr.role == auth::Role::kNode) return InvalidArgument("node tokens come from join tokens (drover join-token)");
+    DROVER_ASSIGN_OR_RETURN(cr.ttl, ParseTtl(req.ttl(), Duration(0)));
+    DROVER_ASSIGN_OR_RETURN(auto created, authority_->CreateToken(who, cr));
+    v1::CreateTokenResponse resp;
+    *resp.mutable_info() = ToProto(created.first);
+    resp.set_token(std::move(created.second));
+    return resp;
+  };
+  auto r = run();
+  Audit(who, "tokens.create", r.ok() ? r->info().id() + " " + r->info().role() + "@" + r->info().tenant() : req.name().substr(0, 64),
+        r.status());
+  return r;
+}
+
+Result<v1::ListTokensResponse> ApiService::ListTokens(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "list tokens"));
+  DROVER_ASSIGN_OR_RETURN(std::vector<auth::TokenInfo> tokens, authority_->ListTokens(who));
+  v1::ListTokensResponse resp;
+  for (const auth::TokenInfo& t : tokens) *resp.add_tokens() = ToProto(t);
+  return resp;
+}
+
+Result<v1::TokenInfo> ApiService::RevokeToken(const auth::Principal& who, const v1::RevokeTokenRequest& req) {
+  auto run = [&]() -> Result<v1::TokenInfo> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "revoke tokens"));
+    DROVER_ASSIGN_OR_RETURN(auth::TokenInfo t, authority_->RevokeToken(who, req.id()));
+    return ToProto(t);
+  };
+  return Audited(who, "tokens.revoke", req.id().substr(0, 64), run());
+}
+
+Result<v1::CreateLoginCodeResponse> ApiService::CreateLoginCode(const auth::Principal& who) {
+  auto run = [&]() -> Result<v1::CreateLoginCodeResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "open dashboard sessions"));
+    DROVER_ASSIGN_OR_RETURN(std::string code, authority_->CreateLoginCode(who));
+    v1::CreateLoginCodeResponse resp;
+    resp.set_url(http_base_ + "/ui/#code=" + code);
+    resp.set_code(std::move(code));
+    return resp;
+  };
+  return Audited(who, "session.code", "", run());
+}
+
+Result<v1::CreateJoinTokenResponse> ApiService::CreateJoinToken(const auth::Principal& who,
+                                                                const v1::CreateJoinTokenRequest& req) {
+  auto run = [&]() -> Result<v1::CreateJoinTokenResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "create join tokens"));
+    DROVER_ASSIGN_OR_RETURN(Duration ttl, ParseTtl(req.ttl(), std::chrono::hours(1)));
+    DROVER_ASSIGN_OR_RETURN(std::string code, authority_->CreateJoinToken(who, req.node(), ttl));
+    v1::CreateJoinTokenResponse resp;
+    resp.set_join_token(std::move(code));
+    return resp;
+  };
+  return Audited(who, "nodes.join-token", req.node().substr(0, 64), run());
+}
+
+Result<v1::ListAuditResponse> ApiService::ListAudit(const auth::Principal& who, const v1::ListAuditRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "read the audit log"));
+  if (req.limit() < 0) return InvalidArgument("limit is negative");
+  DROVER_ASSIGN_OR_RETURN(std::vector<auth::AuditEntry> entries, audit_->List(req.since_unix_nanos(), req.limit()));
+  v1::ListAuditResponse resp;
+  for (const auth::AuditEntry& e : entries) {
+    v1::AuditEntry* out = resp.add_entries();
+    out->set_seq(e.seq);
+    out->set_time_unix_nanos(e.time_ns);
+    out->set_who(e.who);
+    out->set_token_id(e.token_id);
+    out->set_tenant(e.tenant);
+    out->set_role(e.role);
+    out->set_action(e.action);
+    out->set_target(e.target);
+    out->set_result(e.result);
+    out->set_source(e.source);
+    out->set_prev_hash(e.prev);
+    out->set_hash(e.hash);
+  }
+  return resp;
+}
+
+Result<v1::VerifyAuditResponse> ApiService::VerifyAudit(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "verify the audit log"));
+  DROVER_ASSIGN_OR_RETURN(auth::AuditVerdict v, audit_->Verify());
+  v1::VerifyAuditResponse resp;
+  resp.set_ok(v.ok);
+  resp.set_entries(v.entries);
+  resp.set_head_hash(v.head);
+  resp.set_bad_seq(v.bad_seq);
+  resp.set_reason(v.reason);
+  return resp;
 }
 
 }  // namespace drover::server

@@ -3,11 +3,21 @@
 // services and the REST/JSON mapping both call it, so the same request gets
 // the same validation, the same answer and the same status code.
 //
+// Every call takes the Principal the edge authenticated (gRPC metadata,
+// HTTP bearer token or dashboard cookie); nothing here trusts a tenant or a
+// node name from a message body. Tenant walls: a non-admin sees and changes
+// only its own tenant's jobs, and another tenant's job is "not found" exactly
+// like a missing one. Every state-changing call is appended to the audit
+// log with its result, refused ones included.
+//
 // Thread-safety: thread-safe; it forwards to the control loop and waits.
 
 #include <functional>
+#include <set>
 #include <string>
 
+#include "drover/auth/audit.h"
+#include "drover/auth/authority.h"
 #include "drover/common/status.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/log_store.h"
@@ -17,36 +27,71 @@ namespace drover::server {
 
 class ApiService {
  public:
-  ApiService(ControlLoop* loop, LogStore* logs) : loop_(loop), logs_(logs) {}
+  ApiService(ControlLoop* loop, LogStore* logs, auth::Authority* authority, auth::AuditLog* audit)
+      : loop_(loop), logs_(logs), authority_(authority), audit_(audit) {}
 
-  Result<v1::SubmitJobResponse> Submit(v1::SubmitJobRequest req);
-  Result<v1::Job> GetJob(const v1::GetJobRequest& req);
-  Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& req);
-  Result<v1::Job> CancelJob(const v1::CancelJobRequest& req);
+  // The dashboard URL prefix for login links ("http://127.0.0.1:8080").
+  void set_http_base(std::string base) { http_base_ = std::move(base); }
 
-  Result<v1::ListNodesResponse> ListNodes(const v1::ListNodesRequest& req);
-  Result<v1::Node> GetNode(const v1::GetNodeRequest& req);
-  Result<v1::Node> Drain(const v1::DrainNodeRequest& req, bool drained);
+  Result<v1::SubmitJobResponse> Submit(const auth::Principal& who, v1::SubmitJobRequest req);
+  Result<v1::Job> GetJob(const auth::Principal& who, const v1::GetJobRequest& req);
+  Result<v1::ListJobsResponse> ListJobs(const auth::Principal& who, const v1::ListJobsRequest& req);
+  Result<v1::Job> CancelJob(const auth::Principal& who, const v1::CancelJobRequest& req);
+
+  Result<v1::ListNodesResponse> ListNodes(const auth::Principal& who, const v1::ListNodesRequest& req);
+  Result<v1::Node> GetNode(const auth::Principal& who, const v1::GetNodeRequest& req);
+  Result<v1::Node> Drain(const auth::Principal& who, const v1::DrainNodeRequest& req, bool drained);
   // Admin: a fault for a simulated GPU (kFailedPrecondition for real ones).
-  Result<v1::InjectFaultResponse> InjectFault(const v1::InjectFaultRequest& req);
+  Result<v1::InjectFaultResponse> InjectFault(const auth::Principal& who, const v1::InjectFaultRequest& req);
 
   // Dashboards.
-  Result<v1::Fleet> Fleet();
-  Result<v1::SchedulerStats> SchedulerStats();
-  Result<v1::ListTenantsResponse> ListTenants();
-  Result<v1::GpuHistory> GpuHistory(const v1::GpuHistoryRequest& req);
+  Result<v1::Fleet> Fleet(const auth::Principal& who);
+  Result<v1::SchedulerStats> SchedulerStats(const auth::Principal& who);
+  Result<v1::ListTenantsResponse> ListTenants(const auth::Principal& who);
+  Result<v1::GpuHistory> GpuHistory(const auth::Principal& who, const v1::GpuHistoryRequest& req);
 
   v1::VersionResponse Version() const;
 
   // Sends the job's output in chunks to `write` (which returns false when the
   // reader is gone). With follow, keeps going until the job ended and all its
   // output was sent, or `cancelled()` turns true.
-  Status Logs(const v1::LogsRequest& req, const std::function<bool(const v1::LogChunk&)>& write,
-              const std::function<bool()>& cancelled);
+  Status Logs(const auth::Principal& who, const v1::LogsRequest& req,
+              const std::function<bool(const v1::LogChunk&)>& write, const std::function<bool()>& cancelled);
+
+  // Identities and audit.
+  v1::Principal WhoAmI(const auth::Principal& who) const;
+  Result<v1::CreateTokenResponse> CreateToken(const auth::Principal& who, const v1::CreateTokenRequest& req);
+  Result<v1::ListTokensResponse> ListTokens(const auth::Principal& who);
+  Result<v1::TokenInfo> RevokeToken(const auth::Principal& who, const v1::RevokeTokenRequest& req);
+  Result<v1::CreateLoginCodeResponse> CreateLoginCode(const auth::Principal& who);
+  Result<v1::CreateJoinTokenResponse> CreateJoinToken(const auth::Principal& who, const v1::CreateJoinTokenRequest& req);
+  Result<v1::ListAuditResponse> ListAudit(const auth::Principal& who, const v1::ListAuditRequest& req);
+  Result<v1::VerifyAuditResponse> VerifyAudit(const auth::Principal& who);
+
+  // Appends an entry (for the edges: refused logins, forged node identities).
+  void Audit(const auth::Principal& who, std::string action, std::string target, const Status& result);
 
  private:
+  // Ids of the unfinished jobs of `who`'s tenant; Redact hides the others'.
+  std::set<std::string> OwnJobIds(const auth::Principal& who);
+  static void Redact(const auth::Principal& who, v1::Node* node, const std::set<std::string>& own);
+  // The job when `who` may see it; "not found" when it is missing or hidden.
+  Result<v1::Job> VisibleJob(const auth::Principal& who, const std::string& id);
+  template <typename T>
+  Result<T> Audited(const auth::Principal& who, std::string action, std::string target, Result<T> r) {
+    Audit(who, std::move(action), std::move(target), r.status());
+    return r;
+  }
+
   ControlLoop* loop_;
   LogStore* logs_;
+  auth::Authority* authority_;
+  auth::AuditLog* audit_;
+  std::string http_base_;
 };
+
+// What a role may call, checked before anything else. kPermissionDenied
+// names the role and what it lacks.
+Status RequireRole(const auth::Principal& who, auth::Role needed, std::string_view what);
 
 }  // namespace drover::server

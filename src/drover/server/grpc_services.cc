@@ -1,7 +1,10 @@
 #include "drover/server/grpc_services.h"
 
-#include <deque>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <deque>
+#include <set>
 
 #include <condition_variable>
 #include <mutex>
@@ -24,85 +27,187 @@ grpc::Status Reply(Result<T> r, Out* out) {
   return grpc::Status::OK;
 }
 
+// Resolves the caller of a gRPC call once: the bearer token in its
+// metadata, then the rate limits. Refusals carry a retry hint in the
+// "retry-after-ms" trailing metadata when rate-limited.
+class Gate {
+ public:
+  Gate(Edge* edge, ApiService* api) : edge_(edge), api_(api) {}
+
+  Result<auth::Principal> Who(ServerContext* ctx, bool state_changing, std::string_view method) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+    Result<auth::Principal> who = value.empty()
+                                      ? Result<auth::Principal>(Unauthenticated(
+                                            "this call needs a token: set DROVER_TOKEN, run `drover login`, or pass "
+                                            "the admin token in <data-dir>/admin.token"))
+                                      : edge_->AuthenticateBearer(value, ctx->peer());
+    Duration retry{0};
+    if (!who.ok()) {
+      if (!edge_->NoteFailure(ctx->peer(), &retry)) return Limited(ctx, ResourceExhausted("too many failed authentications"), retry);
+      if (state_changing) {
+        auth::Principal anonymous;
+        anonymous.source = ctx->peer();
+        api_->Audit(anonymous, "grpc " + std::string(method), "", who.status());
+      }
+      return who;
+    }
+    if (Status s = edge_->Admit(*who, &retry); !s.ok()) return Limited(ctx, s, retry);
+    return who;
+  }
+
+ private:
+  static Status Limited(ServerContext* ctx, Status s, Duration retry) {
+    ctx->AddTrailingMetadata("retry-after-ms",
+                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(retry).count() + 1));
+    return s;
+  }
+  Edge* edge_;
+  ApiService* api_;
+};
+
+// Runs `fn(who)` for an authenticated caller.
+template <typename Fn>
+grpc::Status Authed(Gate& gate, ServerContext* ctx, bool state_changing, std::string_view method, Fn&& fn) {
+  auto who = gate.Who(ctx, state_changing, method);
+  if (!who.ok()) return rpc::ToGrpc(who.status());
+  return fn(*who);
+}
+
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  explicit JobServiceImpl(ApiService* api) : api_(api) {}
+  JobServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
 
-  grpc::Status Submit(ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
-    return Reply(api_->Submit(*req), resp);
+  grpc::Status Submit(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+    return Authed(gate_, ctx, true, "Submit", [&](const auth::Principal& who) { return Reply(api_->Submit(who, *req), resp); });
   }
-  grpc::Status Get(ServerContext*, const v1::GetJobRequest* req, v1::Job* resp) override {
-    return Reply(api_->GetJob(*req), resp);
+  grpc::Status Get(ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* resp) override {
+    return Authed(gate_, ctx, false, "Get", [&](const auth::Principal& who) { return Reply(api_->GetJob(who, *req), resp); });
   }
-  grpc::Status List(ServerContext*, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
-    return Reply(api_->ListJobs(*req), resp);
+  grpc::Status List(ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
+    return Authed(gate_, ctx, false, "List", [&](const auth::Principal& who) { return Reply(api_->ListJobs(who, *req), resp); });
   }
-  grpc::Status Cancel(ServerContext*, const v1::CancelJobRequest* req, v1::Job* resp) override {
-    return Reply(api_->CancelJob(*req), resp);
+  grpc::Status Cancel(ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* resp) override {
+    return Authed(gate_, ctx, true, "Cancel", [&](const auth::Principal& who) { return Reply(api_->CancelJob(who, *req), resp); });
   }
   grpc::Status Logs(ServerContext* ctx, const v1::LogsRequest* req, grpc::ServerWriter<v1::LogChunk>* w) override {
-    return rpc::ToGrpc(api_->Logs(
-        *req, [w](const v1::LogChunk& c) { return w->Write(c); }, [ctx] { return ctx->IsCancelled(); }));
+    return Authed(gate_, ctx, false, "Logs", [&](const auth::Principal& who) {
+      return rpc::ToGrpc(api_->Logs(
+          who, *req, [w](const v1::LogChunk& c) { return w->Write(c); }, [ctx] { return ctx->IsCancelled(); }));
+    });
   }
 
  private:
   ApiService* api_;
+  Gate gate_;
 };
 
 class NodeServiceImpl final : public v1::NodeService::Service {
  public:
-  explicit NodeServiceImpl(ApiService* api) : api_(api) {}
+  NodeServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
 
-  grpc::Status List(ServerContext*, const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) override {
-    return Reply(api_->ListNodes(*req), resp);
+  grpc::Status List(ServerContext* ctx, const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) override {
+    return Authed(gate_, ctx, false, "Nodes.List", [&](const auth::Principal& who) { return Reply(api_->ListNodes(who, *req), resp); });
   }
-  grpc::Status Get(ServerContext*, const v1::GetNodeRequest* req, v1::Node* resp) override {
-    return Reply(api_->GetNode(*req), resp);
+  grpc::Status Get(ServerContext* ctx, const v1::GetNodeRequest* req, v1::Node* resp) override {
+    return Authed(gate_, ctx, false, "Nodes.Get", [&](const auth::Principal& who) { return Reply(api_->GetNode(who, *req), resp); });
   }
-  grpc::Status Drain(ServerContext*, const v1::DrainNodeRequest* req, v1::Node* resp) override {
-    return Reply(api_->Drain(*req, true), resp);
+  grpc::Status Drain(ServerContext* ctx, const v1::DrainNodeRequest* req, v1::Node* resp) override {
+    return Authed(gate_, ctx, true, "Drain", [&](const auth::Principal& who) { return Reply(api_->Drain(who, *req, true), resp); });
   }
-  grpc::Status Undrain(ServerContext*, const v1::DrainNodeRequest* req, v1::Node* resp) override {
-    return Reply(api_->Drain(*req, false), resp);
+  grpc::Status Undrain(ServerContext* ctx, const v1::DrainNodeRequest* req, v1::Node* resp) override {
+    return Authed(gate_, ctx, true, "Undrain", [&](const auth::Principal& who) { return Reply(api_->Drain(who, *req, false), resp); });
   }
-  grpc::Status InjectFault(ServerContext*, const v1::InjectFaultRequest* req, v1::InjectFaultResponse* resp) override {
-    return Reply(api_->InjectFault(*req), resp);
+  grpc::Status InjectFault(ServerContext* ctx, const v1::InjectFaultRequest* req, v1::InjectFaultResponse* resp) override {
+    return Authed(gate_, ctx, true, "InjectFault", [&](const auth::Principal& who) { return Reply(api_->InjectFault(who, *req), resp); });
   }
 
  private:
   ApiService* api_;
+  Gate gate_;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::Service {
  public:
-  explicit ClusterServiceImpl(ApiService* api) : api_(api) {}
-  grpc::Status GetFleet(ServerContext*, const v1::FleetRequest*, v1::Fleet* resp) override {
-    return Reply(api_->Fleet(), resp);
+  ClusterServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+  grpc::Status GetFleet(ServerContext* ctx, const v1::FleetRequest*, v1::Fleet* resp) override {
+    return Authed(gate_, ctx, false, "GetFleet", [&](const auth::Principal& who) { return Reply(api_->Fleet(who), resp); });
   }
-  grpc::Status GetSchedulerStats(ServerContext*, const v1::SchedulerStatsRequest*, v1::SchedulerStats* resp) override {
-    return Reply(api_->SchedulerStats(), resp);
+  grpc::Status GetSchedulerStats(ServerContext* ctx, const v1::SchedulerStatsRequest*, v1::SchedulerStats* resp) override {
+    return Authed(gate_, ctx, false, "GetSchedulerStats", [&](const auth::Principal& who) { return Reply(api_->SchedulerStats(who), resp); });
   }
-  grpc::Status ListTenants(ServerContext*, const v1::ListTenantsRequest*, v1::ListTenantsResponse* resp) override {
-    return Reply(api_->ListTenants(), resp);
+  grpc::Status ListTenants(ServerContext* ctx, const v1::ListTenantsRequest*, v1::ListTenantsResponse* resp) override {
+    return Authed(gate_, ctx, false, "ListTenants", [&](const auth::Principal& who) { return Reply(api_->ListTenants(who), resp); });
   }
-  grpc::Status GetGpuHistory(ServerContext*, const v1::GpuHistoryRequest* req, v1::GpuHistory* resp) override {
-    return Reply(api_->GpuHistory(*req), resp);
+  grpc::Status GetGpuHistory(ServerContext* ctx, const v1::GpuHistoryRequest* req, v1::GpuHistory* resp) override {
+    return Authed(gate_, ctx, false, "GetGpuHistory", [&](const auth::Principal& who) { return Reply(api_->GpuHistory(who, *req), resp); });
   }
 
  private:
   ApiService* api_;
+  Gate gate_;
 };
 
 class InfoServiceImpl final : public v1::InfoService::Service {
  public:
-  explicit InfoServiceImpl(ApiService* api) : api_(api) {}
-  grpc::Status Version(ServerContext*, const v1::VersionRequest*, v1::VersionResponse* resp) override {
-    *resp = api_->Version();
-    return grpc::Status::OK;
+  InfoServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+  grpc::Status Version(ServerContext* ctx, const v1::VersionRequest*, v1::VersionResponse* resp) override {
+    return Authed(gate_, ctx, false, "Version", [&](const auth::Principal&) {
+      *resp = api_->Version();
+      return grpc::Status::OK;
+    });
   }
 
  private:
   ApiService* api_;
+  Gate gate_;
+};
+
+class AuthServiceImpl final : public v1::AuthService::Service {
+ public:
+  AuthServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+  grpc::Status WhoAmI(ServerContext* ctx, const v1::WhoAmIRequest*, v1::Principal* resp) override {
+    return Authed(gate_, ctx, false, "WhoAmI", [&](const auth::Principal& who) {
+      *resp = api_->WhoAmI(who);
+      return grpc::Status::OK;
+    });
+  }
+  grpc::Status CreateToken(ServerContext* ctx, const v1::CreateTokenRequest* req, v1::CreateTokenResponse* resp) override {
+    return Authed(gate_, ctx, true, "CreateToken", [&](const auth::Principal& who) { return Reply(api_->CreateToken(who, *req), resp); });
+  }
+  grpc::Status ListTokens(ServerContext* ctx, const v1::ListTokensRequest*, v1::ListTokensResponse* resp) override {
+    return Authed(gate_, ctx, false, "ListTokens", [&](const auth::Principal& who) { return Reply(api_->ListTokens(who), resp); });
+  }
+  grpc::Status RevokeToken(ServerContext* ctx, const v1::RevokeTokenRequest* req, v1::TokenInfo* resp) override {
+    return Authed(gate_, ctx, true, "RevokeToken", [&](const auth::Principal& who) { return Reply(api_->RevokeToken(who, *req), resp); });
+  }
+  grpc::Status CreateLoginCode(ServerContext* ctx, const v1::CreateLoginCodeRequest*, v1::CreateLoginCodeResponse* resp) override {
+    return Authed(gate_, ctx, true, "CreateLoginCode", [&](const auth::Principal& who) { return Reply(api_->CreateLoginCode(who), resp); });
+  }
+  grpc::Status CreateJoinToken(ServerContext* ctx, const v1::CreateJoinTokenRequest* req,
+                               v1::CreateJoinTokenResponse* resp) override {
+    return Authed(gate_, ctx, true, "CreateJoinToken", [&](const auth::Principal& who) { return Reply(api_->CreateJoinToken(who, *req), resp); });
+  }
+
+ private:
+  ApiService* api_;
+  Gate gate_;
+};
+
+class AuditServiceImpl final : public v1::AuditService::Service {
+ public:
+  AuditServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+  grpc::Status List(ServerContext* ctx, const v1::ListAuditRequest* req, v1::ListAuditResponse* resp) override {
+    return Authed(gate_, ctx, false, "Audit.List", [&](const auth::Principal& who) { return Reply(api_->ListAudit(who, *req), resp); });
+  }
+  grpc::Status Verify(ServerContext* ctx, const v1::VerifyAuditRequest*, v1::VerifyAuditResponse* resp) override {
+    return Authed(gate_, ctx, false, "Audit.Verify", [&](const auth::Principal& who) { return Reply(api_->VerifyAudit(who), resp); });
+  }
+
+ private:
+  ApiService* api_;
+  Gate gate_;
 };
 
 using SessionStream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
@@ -117,6 +222,9 @@ class SessionSink final : public AgentSink {
 
   void SendDesired(const v1::DesiredWorkloads& desired) override {
     std::lock_guard lock(mu_);
+    for (const v1::Workload& w : desired.workloads()) {
+      if (sent_jobs_.size() < kMaxRememberedJobs) sent_jobs_.insert(w.job_id());
+    }
     pending_ = desired;
     cv_.notify_one();
   }
@@ -130,6 +238,13 @@ class SessionSink final : public AgentSink {
   void Reset() override {
     std::lock_guard lock(mu_);
     if (!closed_) ctx_->TryCancel();
+  }
+
+  // Whether this session was ever told to run `job_id`: the only jobs whose
+  // output it may write.
+  bool WasSent(const std::string& job_id) {
+    std::lock_guard lock(mu_);
+    return sent_jobs_.count(job_id) != 0;
   }
 
   // Stops the writer; after it returns the stream is never written again.
@@ -169,14 +284,38 @@ class SessionSink final : public AgentSink {
   std::optional<v1::DesiredWorkloads> pending_;  // GUARDED_BY(mu_)
   std::deque<v1::InjectFault> faults_;            // GUARDED_BY(mu_)
   bool closed_ = false;                           // GUARDED_BY(mu_)
+  static constexpr size_t kMaxRememberedJobs = 1 << 20;
+  std::set<std::string> sent_jobs_;               // GUARDED_BY(mu_)
   std::thread writer_;
 };
 
+// The agent protocol. Join needs only a join token; Register and Session
+// need a node token, and the node they act as is the token's: a name in a
+// message that differs is refused (and audited), never believed.
 class AgentServiceImpl final : public v1::AgentService::Service {
  public:
-  AgentServiceImpl(ControlLoop* loop, LogStore* logs) : loop_(loop), logs_(logs) {}
+  AgentServiceImpl(ControlLoop* loop, LogStore* logs, ApiService* api, Edge* edge, auth::Authority* authority)
+      : loop_(loop), logs_(logs), api_(api), edge_(edge), authority_(authority) {}
 
-  grpc::Status Register(ServerContext*, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
+  grpc::Status Join(ServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {
+    auth::Principal who;
+    who.name = req->node_name().substr(0, 63);
+    who.source = ctx->peer();
+    Duration retry{0};
+    auto token = authority_->Join(req->join_token(), req->node_name());
+    if (!token.ok()) {
+      if (!edge_->NoteFailure(ctx->peer(), &retry)) return rpc::ToGrpc(ResourceExhausted("too many failed joins"));
+      spdlog::warn("refused a join as node '{}' from {}: {}", who.name, who.source, token.status().message());
+    }
+    api_->Audit(who, "agent.join", who.name, token.status());
+    if (!token.ok()) return rpc::ToGrpc(token.status());
+    resp->set_node_token(std::move(*token));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Register(ServerContext* ctx, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
+    auto node = NodeOf(ctx, req->node_name(), "agent.register");
+    if (!node.ok()) return rpc::ToGrpc(node.status());
     if (Status s = rpc::ValidateRegister(*req); !s.ok()) return rpc::ToGrpc(s);
     auto f = loop_->RegisterNode(*req);
     if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
@@ -193,7 +332,9 @@ class AgentServiceImpl final : public v1::AgentService::Service {
     if (!msg.has_hello()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first session message must be a hello");
     }
-    const std::string node = msg.hello().node_name();
+    auto authed = NodeOf(ctx, msg.hello().node_name(), "agent.session");
+    if (!authed.ok()) return rpc::ToGrpc(authed.status());
+    const std::string node = *authed;
     auto sink = std::make_shared<SessionSink>(ctx, stream);
     auto opened = loop_->SessionOpened(node, sink);
     if (opened.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
@@ -205,6 +346,7 @@ class AgentServiceImpl final : public v1::AgentService::Service {
       return rpc::ToGrpc(r.status());
     }
     grpc::Status result = grpc::Status::OK;
+    int64_t refused_logs = 0;
     while (stream->Read(&msg)) {
       if (msg.has_heartbeat()) {
         if (Status s = rpc::ValidateHeartbeat(node, sched::kMaxGpusPerNode, msg.heartbeat()); !s.ok()) {
@@ -213,8 +355,19 @@ class AgentServiceImpl final : public v1::AgentService::Service {
         }
         loop_->Heartbeat(node, std::move(*msg.mutable_heartbeat()));
       } else if (msg.has_status()) {
+        // The loop applies a status only to jobs bound to `node`.
         loop_->HandleStatus(node, msg.status());
       } else if (msg.has_log()) {
+        if (!sink->WasSent(msg.log().job_id())) {
+          if (refused_logs++ == 0) {
+            auth::Principal who = NodePrincipal(ctx, node);
+            Status refused = PermissionDenied(fmt::format("node '{}' is not running job '{}'", node,
+                                                          msg.log().job_id().substr(0, 64)));
+            spdlog::warn("{}; its log chunks are dropped", refused.message());
+            api_->Audit(who, "agent.log", msg.log().job_id().substr(0, 64), refused);
+          }
+          continue;
+        }
         // Written here, before any later status of the same job reaches the
         // loop: a job's output is complete once the job is seen to end.
         if (Status s = logs_->Write(msg.log().job_id(), msg.log().offset(), msg.log().data()); !s.ok()) {
@@ -229,19 +382,63 @@ class AgentServiceImpl final : public v1::AgentService::Service {
   }
 
  private:
+  static auth::Principal NodePrincipal(ServerContext* ctx, const std::string& node) {
+    auth::Principal p;
+    p.name = node;
+    p.node = node;
+    p.role = auth::Role::kNode;
+    p.source = ctx->peer();
+    return p;
+  }
+
+  // The node the caller's credential names, when `claimed` is that node.
+  Result<std::string> NodeOf(ServerContext* ctx, const std::string& claimed, const char* action) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+    Result<auth::Principal> who = value.empty() ? Result<auth::Principal>(Unauthenticated(
+                                                      "an agent needs a node credential: join with --join-token"))
+                                                : edge_->AuthenticateBearer(value, ctx->peer());
+    Status refused;
+    if (!who.ok()) {
+      refused = who.status();
+    } else if (who->role != auth::Role::kNode) {
+      refused = PermissionDenied(fmt::format("token '{}' is not a node credential", who->name));
+    } else if (who->node != claimed) {
+      refused = PermissionDenied(fmt::format("the credential of node '{}' cannot act as node '{}'", who->node,
+                                             claimed.substr(0, 63)));
+    }
+    if (refused.ok()) return who->node;
+    Duration retry{0};
+    if (edge_->NoteFailure(ctx->peer(), &retry)) {
+      auth::Principal p = who.ok() ? *who : auth::Principal{};
+      p.source = ctx->peer();
+      spdlog::warn("refused {} as node '{}' from {}: {}", action, claimed.substr(0, 63), p.source, refused.message());
+      api_->Audit(p, action, claimed.substr(0, 63), refused);
+    }
+    return refused;
+  }
+
   ControlLoop* loop_;
   LogStore* logs_;
+  ApiService* api_;
+  Edge* edge_;
+  auth::Authority* authority_;
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs) {
+std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs,
+                                                             Edge* edge, auth::Authority* authority) {
   std::vector<std::unique_ptr<grpc::Service>> out;
-  out.push_back(std::make_unique<JobServiceImpl>(api));
-  out.push_back(std::make_unique<NodeServiceImpl>(api));
-  out.push_back(std::make_unique<InfoServiceImpl>(api));
-  out.push_back(std::make_unique<ClusterServiceImpl>(api));
-  out.push_back(std::make_unique<AgentServiceImpl>(loop, logs));
+  Gate gate(edge, api);
+  out.push_back(std::make_unique<JobServiceImpl>(api, gate));
+  out.push_back(std::make_unique<NodeServiceImpl>(api, gate));
+  out.push_back(std::make_unique<InfoServiceImpl>(api, gate));
+  out.push_back(std::make_unique<ClusterServiceImpl>(api, gate));
+  out.push_back(std::make_unique<AuthServiceImpl>(api, gate));
+  out.push_back(std::make_unique<AuditServiceImpl>(api, gate));
+  out.push_back(std::make_unique<AgentServiceImpl>(loop, logs, api, edge, authority));
   return out;
 }
 

@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "drover/server/api_service.h"
+#include "drover/auth/authority.h"
 #include "drover/server/control_loop.h"
+#include "drover/server/edge.h"
 #include "drover/server/log_store.h"
 
 namespace drover::server {
 
-std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs);
+// Every service authenticates its caller through `edge` (see edge.h).
+std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs,
+                                                             Edge* edge, auth::Authority* authority);
 
 }  // namespace drover::server

@@ -10,6 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+#include <optional>
+
 #include "drover/rpc/convert.h"
 #include "drover/web/ui.h"
 
@@ -78,7 +81,7 @@ Result<bool> BoolParam(const http::Request& req, const std::string& name) {
   return InvalidArgument(fmt::format("query parameter {}='{}' is not true or false", name, it->second));
 }
 
-http::Response LogsResponse(ApiService* api, const http::Request& req, std::string id) {
+http::Response LogsResponse(ApiService* api, const auth::Principal& who, const http::Request& req, std::string id) {
   v1::LogsRequest lr;
   lr.set_id(std::move(id));
   auto follow = BoolParam(req, "follow");
@@ -94,19 +97,19 @@ http::Response LogsResponse(ApiService* api, const http::Request& req, std::stri
   }
   if (!lr.follow()) {
     std::string body;
-    Status s = api->Logs(lr, [&](const v1::LogChunk& c) { body += c.data(); return true; }, [] { return false; });
+    Status s = api->Logs(who, lr, [&](const v1::LogChunk& c) { body += c.data(); return true; }, [] { return false; });
     if (!s.ok()) return http::ErrorResponse(s);
     return http::Response{200, "text/plain; charset=utf-8", std::move(body), {}, {}};
   }
   // Validate before committing to a 200 stream.
   v1::GetJobRequest gr;
   gr.set_id(lr.id());
-  if (auto j = api->GetJob(gr); !j.ok()) return http::ErrorResponse(j.status());
+  if (auto j = api->GetJob(who, gr); !j.ok()) return http::ErrorResponse(j.status());
   http::Response r{200, "text/plain; charset=utf-8", {}, {}, {}};
-  r.stream = [api, lr](const http::ChunkWriter& write) {
+  r.stream = [api, who, lr](const http::ChunkWriter& write) {
     bool gone = false;
     (void)api->Logs(
-        lr, [&](const v1::LogChunk& c) { return !(gone = !write(c.data())); }, [&] { return gone; });
+        who, lr, [&](const v1::LogChunk& c) { return !(gone = !write(c.data())); }, [&] { return gone; });
   };
   return r;
 }
@@ -115,13 +118,13 @@ http::Response LogsResponse(ApiService* api, const http::Request& req, std::stri
 // agents' heartbeat period, so every update carries news): "fleet" with the
 // Fleet, "scheduler" with the SchedulerStats, one JSON object per data line.
 // Ends when the client goes away or the server stops.
-http::Response EventsResponse(ApiService* api) {
+http::Response EventsResponse(ApiService* api, const auth::Principal& who) {
   http::Response r{200, "text/event-stream", {}, {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, {}};
-  r.stream = [api](const http::ChunkWriter& write) {
+  r.stream = [api, who](const http::ChunkWriter& write) {
     for (;;) {
       std::string chunk;
-      auto fleet = api->Fleet();
-      auto stats = api->SchedulerStats();
+      auto fleet = api->Fleet(who);
+      auto stats = api->SchedulerStats(who);
       if (!fleet.ok() || !stats.ok()) {
         chunk = "event: error\ndata: " + (fleet.ok() ? stats.status() : fleet.status()).message() + "\n\n";
       } else {
@@ -134,13 +137,14 @@ http::Response EventsResponse(ApiService* api) {
   return r;
 }
 
-http::Response HandleJobs(ApiService* api, const http::Request& req, const std::vector<std::string_view>& p) {
+http::Response HandleJobs(ApiService* api, const auth::Principal& who, const http::Request& req,
+                          const std::vector<std::string_view>& p) {
   // p[0..2] = api, v1, jobs
   if (p.size() == 3) {
     if (req.method == "POST") {
       v1::SubmitJobRequest sr;
       if (Status s = FromJson(req.body, &sr); !s.ok()) return http::ErrorResponse(s);
-      auto r = api->Submit(std::move(sr));
+      auto r = api->Submit(who, std::move(sr));
       http::Response resp = JsonReply(r);
       if (r.ok()) resp.status = 201;
       return resp;
@@ -153,39 +157,40 @@ http::Response HandleJobs(ApiService* api, const http::Request& req, const std::
       lr.set_state(*st);
     }
     if (auto it = req.query.find("tenant"); it != req.query.end()) lr.set_tenant(it->second);
-    return JsonReply(api->ListJobs(lr));
+    return JsonReply(api->ListJobs(who, lr));
   }
   std::string id(p[3]);
   if (p.size() == 4) {
     if (req.method != "GET") return MethodNotAllowed(req);
     v1::GetJobRequest gr;
     gr.set_id(id);
-    return JsonReply(api->GetJob(gr));
+    return JsonReply(api->GetJob(who, gr));
   }
   if (p.size() == 5 && p[4] == "cancel") {
     if (req.method != "POST") return MethodNotAllowed(req);
     v1::CancelJobRequest cr;
     cr.set_id(id);
-    return JsonReply(api->CancelJob(cr));
+    return JsonReply(api->CancelJob(who, cr));
   }
   if (p.size() == 5 && p[4] == "logs") {
     if (req.method != "GET") return MethodNotAllowed(req);
-    return LogsResponse(api, req, id);
+    return LogsResponse(api, who, req, id);
   }
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
-http::Response HandleNodes(ApiService* api, const http::Request& req, const std::vector<std::string_view>& p) {
+http::Response HandleNodes(ApiService* api, const auth::Principal& who, const http::Request& req,
+                           const std::vector<std::string_view>& p) {
   if (p.size() == 3) {
     if (req.method != "GET") return MethodNotAllowed(req);
-    return JsonReply(api->ListNodes(v1::ListNodesRequest()));
+    return JsonReply(api->ListNodes(who, v1::ListNodesRequest()));
   }
   std::string name(p[3]);
   if (p.size() == 4) {
     if (req.method != "GET") return MethodNotAllowed(req);
     v1::GetNodeRequest gr;
     gr.set_name(name);
-    return JsonReply(api->GetNode(gr));
+    return JsonReply(api->GetNode(who, gr));
   }
   if (p.size() == 7 && p[4] == "gpus" && p[6] == "history") {
     if (req.method != "GET") return MethodNotAllowed(req);
@@ -194,7 +199,7 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
     auto index = GpuIndex(p[5]);
     if (!index.ok()) return http::ErrorResponse(index.status());
     hr.set_gpu_index(*index);
-    return JsonReply(api->GpuHistory(hr));
+    return JsonReply(api->GpuHistory(who, hr));
   }
   if (p.size() == 7 && p[4] == "gpus" && p[6] == "fault") {
     // POST /api/v1/nodes/{name}/gpus/{index}/fault  {"fault": "xid:79"}
@@ -205,59 +210,195 @@ http::Response HandleNodes(ApiService* api, const http::Request& req, const std:
     if (Status s = FromJson(req.body, &fr); !s.ok()) return http::ErrorResponse(s);
     fr.set_node(name);
     fr.set_gpu_index(*index);
-    return JsonReply(api->InjectFault(fr));
+    return JsonReply(api->InjectFault(who, fr));
   }
   if (p.size() == 5 && (p[4] == "drain" || p[4] == "undrain")) {
     if (req.method != "POST") return MethodNotAllowed(req);
     v1::DrainNodeRequest dr;
     dr.set_name(name);
-    return JsonReply(api->Drain(dr, p[4] == "drain"));
+    return JsonReply(api->Drain(who, dr, p[4] == "drain"));
   }
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
-http::Response Route(ApiService* api, const std::function<Status()>& ready, metrics::Registry* metrics,
-                     const http::Request& req) {
-  {
-    if (auto ui = web::ServeUi(req)) return *std::move(ui);
-    if (req.path == "/metrics") {
-      if (req.method != "GET") return MethodNotAllowed(req);
-      // The content type Prometheus's text format 0.0.4 asks for.
-      return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", metrics->Render(), {}, {}};
-    }
-    if (req.path == "/healthz") return http::Response{200, "text/plain", "ok\n", {}, {}};
-    if (req.path == "/readyz") {
-      Status s = ready();
-      if (!s.ok()) return http::Response{503, "text/plain", "not ready: " + s.message() + "\n", {}, {}};
-      return http::Response{200, "text/plain", "ok\n", {}, {}};
-    }
-    std::vector<std::string_view> p = Split(req.path);
-    if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
-      if (p[2] == "jobs") return HandleJobs(api, req, p);
-      if (p[2] == "nodes") return HandleNodes(api, req, p);
-      if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events")) {
-        if (req.method != "GET") return MethodNotAllowed(req);
-        if (p[2] == "fleet") return JsonReply(api->Fleet());
-        if (p[2] == "scheduler") return JsonReply(api->SchedulerStats());
-        if (p[2] == "tenants") return JsonReply(api->ListTenants());
-        return EventsResponse(api);
-      }
-      if (p[2] == "version" && p.size() == 3) {
-        if (req.method != "GET") return MethodNotAllowed(req);
-        return http::Response{200, "application/json", ToJson(api->Version()), {}, {}};
-      }
-    }
-    return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+// /api/v1/tokens[/{id}/revoke], /api/v1/whoami, /api/v1/login-codes,
+// /api/v1/join-tokens, /api/v1/audit[/verify].
+std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Principal& who, const http::Request& req,
+                                             const std::vector<std::string_view>& p) {
+  if (p.size() == 3 && p[2] == "whoami") {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    return http::Response{200, "application/json", ToJson(api->WhoAmI(who)), {}, {}};
   }
+  if (p[2] == "tokens") {
+    if (p.size() == 3 && req.method == "GET") return JsonReply(api->ListTokens(who));
+    if (p.size() == 3 && req.method == "POST") {
+      v1::CreateTokenRequest cr;
+      if (Status s = FromJson(req.body, &cr); !s.ok()) return http::ErrorResponse(s);
+      auto r = api->CreateToken(who, cr);
+      http::Response resp = JsonReply(r);
+      if (r.ok()) resp.status = 201;
+      return resp;
+    }
+    if (p.size() == 5 && p[4] == "revoke" && req.method == "POST") {
+      v1::RevokeTokenRequest rr;
+      rr.set_id(std::string(p[3]));
+      return JsonReply(api->RevokeToken(who, rr));
+    }
+    return MethodNotAllowed(req);
+  }
+  if (p.size() == 3 && p[2] == "login-codes") {
+    if (req.method != "POST") return MethodNotAllowed(req);
+    return JsonReply(api->CreateLoginCode(who));
+  }
+  if (p.size() == 3 && p[2] == "join-tokens") {
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::CreateJoinTokenRequest jr;
+    if (!req.body.empty()) {
+      if (Status s = FromJson(req.body, &jr); !s.ok()) return http::ErrorResponse(s);
+    }
+    return JsonReply(api->CreateJoinToken(who, jr));
+  }
+  if (p[2] == "audit") {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    if (p.size() == 4 && p[3] == "verify") return JsonReply(api->VerifyAudit(who));
+    if (p.size() != 3) return std::nullopt;
+    v1::ListAuditRequest lr;
+    for (const char* name : {"since", "limit"}) {
+      auto it = req.query.find(name);
+      if (it == req.query.end()) continue;
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+      if (ec != std::errc() || end != it->second.data() + it->second.size() || v < 0) {
+        return http::ErrorResponse(InvalidArgument(fmt::format("{} '{}' is not a non-negative integer", name, it->second)));
+      }
+      if (std::string_view(name) == "since") lr.set_since_unix_nanos(v); else lr.set_limit(v);
+    }
+    return JsonReply(api->ListAudit(who, lr));
+  }
+  return std::nullopt;
+}
+
+// /api/v1/session: the dashboard's login (POST {"token"} or {"code"}),
+// who it is (GET) and logout (DELETE). The cookie is HttpOnly and
+// SameSite=Strict; the body carries the CSRF token the dashboard echoes.
+http::Response HandleSession(const RestContext& c, const http::Request& req) {
+  auto session_body = [](const auth::DashboardSession& s) {
+    nlohmann::json j{{"principal", {{"name", s.principal.name}, {"tenant", s.principal.tenant},
+                                    {"role", std::string(auth::RoleName(s.principal.role))}}},
+                     {"csrfToken", s.csrf_token}};
+    return j.dump();
+  };
+  std::string cookie = Edge::CookieValue(req.headers.count("cookie") ? req.headers.at("cookie") : "", kSessionCookie);
+  if (req.method == "GET") {
+    auto s = c.authority->FindSession(cookie);
+    if (!s.ok()) return Refusal(s.status());
+    return http::Response{200, "application/json", session_body(*s), {{"Cache-Control", "no-store"}}, {}};
+  }
+  if (req.method == "DELETE") {
+    auto who = c.edge->Authenticate(req);  // the CSRF check for cookie sessions
+    if (!who.ok()) return Refusal(who.status());
+    c.authority->CloseSession(cookie);
+    c.api->Audit(*who, "session.close", "", Status::Ok());
+    http::Response r{200, "application/json", "{}", {}, {}};
+    r.headers["Set-Cookie"] = std::string(kSessionCookie) + "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0";
+    return r;
+  }
+  if (req.method != "POST") return MethodNotAllowed(req);
+  nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return http::ErrorResponse(InvalidArgument("session body must be a JSON object {\"token\": ...} or {\"code\": ...}"));
+  }
+  Result<auth::DashboardSession> s = Unauthenticated("session body needs a \"token\" or a \"code\"");
+  auth::Principal anonymous;
+  anonymous.source = req.remote;
+  if (body.contains("token") && body["token"].is_string()) {
+    auto p = c.authority->Authenticate(body["token"].get<std::string>());
+    s = p.ok() ? c.authority->OpenSession(*p) : Result<auth::DashboardSession>(p.status());
+  } else if (body.contains("code") && body["code"].is_string()) {
+    s = c.authority->OpenSessionWithCode(body["code"].get<std::string>());
+  }
+  if (!s.ok()) {
+    Duration retry{0};
+    if (!c.edge->NoteFailure(req.remote, &retry)) return Refusal(ResourceExhausted("too many failed logins"), retry);
+    c.api->Audit(anonymous, "session.open", "", s.status());
+    return Refusal(s.status());
+  }
+  auth::Principal who = s->principal;
+  who.source = req.remote;
+  c.api->Audit(who, "session.open", "", Status::Ok());
+  http::Response r{200, "application/json", session_body(*s), {{"Cache-Control", "no-store"}}, {}};
+  r.headers["Set-Cookie"] = Edge::SessionCookie(s->cookie, req.tls);
+  return r;
+}
+
+http::Response Route(const RestContext& c, const http::Request& req) {
+  ApiService* api = c.api;
+  if (req.path == "/healthz") return http::Response{200, "text/plain", "ok\n", {}, {}};
+  if (req.path == "/readyz") {
+    Status s = c.ready();
+    if (!s.ok()) return http::Response{503, "text/plain", "not ready: " + s.message() + "\n", {}, {}};
+    return http::Response{200, "text/plain", "ok\n", {}, {}};
+  }
+  if (auto refused = c.edge->BrowserRules(req)) return *std::move(refused);
+  // The dashboard's files hold no data: served to anyone who passed the rules.
+  if (auto ui = web::ServeUi(req)) return *std::move(ui);
+  std::vector<std::string_view> p = Split(req.path);
+  if (p.size() == 3 && p[0] == "api" && p[1] == "v1" && p[2] == "session") return HandleSession(c, req);
+
+  const bool is_metrics = req.path == "/metrics";
+  auth::Principal who;
+  if (!(is_metrics && c.edge->options().metrics_public)) {
+    auto authn = c.edge->Authenticate(req);
+    if (!authn.ok()) {
+      Duration retry{0};
+      if (!c.edge->NoteFailure(req.remote, &retry)) return Refusal(ResourceExhausted("too many failed authentications"), retry);
+      if (Edge::StateChanging(req.method)) {
+        auth::Principal anonymous;
+        anonymous.source = req.remote;
+        api->Audit(anonymous, "http " + req.method, req.path.substr(0, 128), authn.status());
+      }
+      return Refusal(authn.status());
+    }
+    who = std::move(*authn);
+    Duration retry{0};
+    if (Status s = c.edge->Admit(who, &retry); !s.ok()) return Refusal(s, retry);
+  }
+  if (is_metrics) {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    if (!c.edge->options().metrics_public) {
+      if (Status s = RequireRole(who, auth::Role::kViewer, "read metrics"); !s.ok()) return http::ErrorResponse(s);
+    }
+    // The content type Prometheus's text format 0.0.4 asks for.
+    return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", c.metrics->Render(), {}, {}};
+  }
+  if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
+    if (p[2] == "jobs") return HandleJobs(api, who, req, p);
+    if (p[2] == "nodes") return HandleNodes(api, who, req, p);
+    if (auto r = HandleIdentity(api, who, req, p)) return *std::move(r);
+    if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events")) {
+      if (req.method != "GET") return MethodNotAllowed(req);
+      if (p[2] == "fleet") return JsonReply(api->Fleet(who));
+      if (p[2] == "scheduler") return JsonReply(api->SchedulerStats(who));
+      if (p[2] == "tenants") return JsonReply(api->ListTenants(who));
+      if (Status s = RequireRole(who, auth::Role::kViewer, "watch events"); !s.ok()) return http::ErrorResponse(s);
+      return EventsResponse(api, who);
+    }
+    if (p[2] == "version" && p.size() == 3) {
+      if (req.method != "GET") return MethodNotAllowed(req);
+      return http::Response{200, "application/json", ToJson(api->Version()), {}, {}};
+    }
+  }
+  return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
 }  // namespace
 
-http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready, metrics::Registry* metrics) {
-  auto requests = metrics->AddCounter("drover_http_requests_total", "HTTP requests served, by method and status code.");
+http::Handler MakeRestHandler(RestContext context) {
+  auto requests =
+      context.metrics->AddCounter("drover_http_requests_total", "HTTP requests served, by method and status code.");
   metrics::CounterFamily* counter = requests.ok() ? *requests : nullptr;
-  return [api, ready = std::move(ready), metrics, counter](const http::Request& req) -> http::Response {
-    http::Response r = Route(api, ready, metrics, req);
+  return [c = std::move(context), counter](const http::Request& req) -> http::Response {
+    http::Response r = Route(c, req);
     // Methods outside the known set are counted as "other": a client cannot
     // create series at will.
     static constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};

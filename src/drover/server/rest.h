@@ -12,18 +12,37 @@
 //   GET  /api/v1/nodes/{name}          Node
 //   POST /api/v1/nodes/{name}/drain    Node      (and /undrain)
 //   GET  /api/v1/version               VersionResponse
+//   GET  /api/v1/whoami                Principal
+//   GET|POST /api/v1/tokens            ListTokensResponse | CreateTokenRequest -> CreateTokenResponse
+//   POST /api/v1/tokens/{id}/revoke    TokenInfo
+//   POST /api/v1/login-codes           CreateLoginCodeResponse (a dashboard login link)
+//   POST /api/v1/join-tokens           CreateJoinTokenRequest -> CreateJoinTokenResponse (admin)
+//   GET  /api/v1/audit[?since=&limit=] ListAuditResponse (admin); /api/v1/audit/verify
+//   GET|POST|DELETE /api/v1/session    the dashboard's cookie session (see edge.h)
 
 #include <functional>
 
 #include "drover/common/metrics.h"
 #include "drover/http/server.h"
 #include "drover/server/api_service.h"
+#include "drover/server/edge.h"
 
 namespace drover::server {
 
-// `ready` answers /readyz: true once the server serves requests.
-// Also serves GET /metrics (the Prometheus text format) from `metrics`,
-// and counts every request in drover_http_requests_total.
-http::Handler MakeRestHandler(ApiService* api, std::function<Status()> ready, metrics::Registry* metrics);
+struct RestContext {
+  ApiService* api = nullptr;
+  Edge* edge = nullptr;                 // browser rules, authentication, limits
+  auth::Authority* authority = nullptr; // dashboard sessions
+  // Answers /readyz: OK once the server serves requests.
+  std::function<Status()> ready;
+  // GET /metrics (the Prometheus text format); every request is counted in
+  // drover_http_requests_total.
+  metrics::Registry* metrics = nullptr;
+};
+
+// Every route but /healthz and /readyz passes the Edge's browser rules;
+// everything under /api/v1 (and /metrics unless --metrics-public) needs a
+// token or a dashboard session (see edge.h and docs/security.md).
+http::Handler MakeRestHandler(RestContext context);
 
 }  // namespace drover::server

@@ -4,6 +4,11 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -13,6 +18,7 @@
 #include "drover/http/server.h"
 #include "drover/rpc/convert.h"
 #include "drover/rpc/gpu_metrics.h"
+#include "drover/auth/audit.h"
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/grpc_services.h"
@@ -97,6 +103,38 @@ void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
   }
 }
 
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host.starts_with("127.");
+}
+
+// Without TLS, a token crosses the network in the clear: listening beyond
+// loopback needs --insecure, said in so many words.
+Status CheckExposure(const ServerOptions& o) {
+  for (const std::string& listen : {o.grpc_listen, o.http_listen}) {
+    if (!IsLoopback(HostOf(listen)) && !o.insecure) {
+      return FailedPrecondition(fmt::format(
+          "refusing to listen on '{}' without TLS: tokens would cross the network in the clear; listen on "
+          "127.0.0.1, or pass --insecure to accept that (docs/security.md)",
+          listen));
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes `text` to `path` with mode 0600, atomically.
+Status WritePrivate(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
 class ServerImpl final : public Server {
  public:
   ~ServerImpl() override { Stop(); }
@@ -110,9 +148,16 @@ class ServerImpl final : public Server {
     logs_ = std::make_unique<LogStore>(std::move(logs));
     ControlLoopOptions control = o.control;
     control.metrics = &metrics_;
+    DROVER_RETURN_IF_ERROR(CheckExposure(o));
     loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
-    api_ = std::make_unique<ApiService>(loop_.get(), logs_.get());
+    authority_ = std::make_unique<auth::Authority>(store_.get(), SystemClock::Get());
+    audit_ = std::make_unique<auth::AuditLog>(store_.get(), SystemClock::Get());
+    edge_ = std::make_unique<Edge>(authority_.get(), SystemClock::Get(), o.security);
+    admin_token_path_ = o.data_dir + "/admin.token";
+    DROVER_ASSIGN_OR_RETURN(bool created, authority_->EnsureBootstrapAdmin(admin_token_path_));
+    if (created) spdlog::info("created the admin token in {} (mode 0600); the CLI finds it there", admin_token_path_);
+    api_ = std::make_unique<ApiService>(loop_.get(), logs_.get(), authority_.get(), audit_.get());
 
     grpc::ServerBuilder builder;
     int port = 0;
@@ -125,7 +170,7 @@ class ServerImpl final : public Server {
     interceptors.push_back(std::make_unique<CountingInterceptorFactory>(grpc_calls));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
     metrics_.AddCollector([loop = loop_.get()](metrics::Exposition& out) { CollectLoop(loop, out); });
-    services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get());
+    services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get());
     for (auto& s : services_) builder.RegisterService(s.get());
     grpc_ = builder.BuildAndStart();
     if (!grpc_ || port == 0) return Unavailable(fmt::format("cannot listen for gRPC on '{}'", o.grpc_listen));
@@ -137,8 +182,14 @@ class ServerImpl final : public Server {
       if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return Unavailable("control loop is busy");
       return f.get().status();
     };
-    DROVER_ASSIGN_OR_RETURN(http_, http::StartServer(o.http_listen, MakeRestHandler(api_.get(), ready, &metrics_)));
+    DROVER_ASSIGN_OR_RETURN(
+        http_, http::StartServer(o.http_listen, MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_})));
     http_address_ = fmt::format("{}:{}", HostOf(o.http_listen), http_->port());
+    std::string browse_host = HostOf(o.http_listen);
+    if (browse_host == "0.0.0.0" || browse_host == "[::]" || browse_host.empty()) browse_host = "127.0.0.1";
+    api_->set_http_base(fmt::format("http://{}:{}", browse_host, http_->port()));
+    DROVER_ASSIGN_OR_RETURN(std::string login_url, DashboardLoginUrl());
+    DROVER_RETURN_IF_ERROR(WritePrivate(o.data_dir + "/dashboard-url", login_url + "\n"));
 
     // Written last and atomically: its presence means "serving".
     std::string tmp = o.data_dir + "/endpoints.json.tmp";
@@ -147,6 +198,17 @@ class ServerImpl final : public Server {
     if (ec) return Unavailable(fmt::format("cannot write endpoints file: {}", ec.message()));
     spdlog::info("serving gRPC on {} and HTTP on {}", grpc_address_, http_address_);
     return Status::Ok();
+  }
+
+  auth::Authority* authority() override { return authority_.get(); }
+
+  Result<std::string> DashboardLoginUrl() override {
+    std::ifstream in(admin_token_path_);
+    std::string token;
+    std::getline(in, token);
+    DROVER_ASSIGN_OR_RETURN(auth::Principal admin, authority_->Authenticate(token));
+    DROVER_ASSIGN_OR_RETURN(v1::CreateLoginCodeResponse r, api_->CreateLoginCode(admin));
+    return r.url();
   }
 
   std::string grpc_address() const override { return grpc_address_; }
@@ -164,6 +226,10 @@ class ServerImpl final : public Server {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ControlLoop> loop_;
+  std::unique_ptr<auth::Authority> authority_;
+  std::unique_ptr<auth::AuditLog> audit_;
+  std::unique_ptr<Edge> edge_;
+  std::string admin_token_path_;
   std::unique_ptr<ApiService> api_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_;

@@ -6,12 +6,19 @@
 // Once listening it writes <data-dir>/endpoints.json with the bound
 // addresses ({"grpc": "127.0.0.1:7070", "http": "127.0.0.1:8080"}), so that
 // tools and tests that asked for port 0 can find it.
+//
+// Security (docs/security.md): on first start it creates an admin token in
+// <data-dir>/admin.token (mode 0600), which the CLI finds there; on every
+// start it writes a one-time dashboard login link to <data-dir>/dashboard-url
+// (mode 0600).
 
 #include <memory>
 #include <string>
 
 #include "drover/common/status.h"
+#include "drover/auth/authority.h"
 #include "drover/server/control_loop.h"
+#include "drover/server/edge.h"
 
 namespace drover::server {
 
@@ -21,6 +28,11 @@ struct ServerOptions {
   std::string http_listen = "127.0.0.1:8080";
   // Scheduler policies and tenants (MakeControlLoopOptions).
   ControlLoopOptions control = {};
+  // Host names, public metrics, rate limits (edge.h).
+  SecurityOptions security = {};
+  // Listening on a non-loopback address without TLS is refused unless this
+  // is set (`--insecure`): tokens would cross the network in the clear.
+  bool insecure = false;
 };
 
 class Server {
@@ -28,6 +40,10 @@ class Server {
   virtual ~Server() = default;
   virtual std::string grpc_address() const = 0;
   virtual std::string http_address() const = 0;
+  // Tokens for in-process agents and the live workload (`drover up`).
+  virtual auth::Authority* authority() = 0;
+  // A one-time dashboard login URL for the bootstrap admin.
+  virtual Result<std::string> DashboardLoginUrl() = 0;
   // Stops serving; idempotent.
   virtual void Stop() = 0;
 };

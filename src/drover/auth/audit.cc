@@ -1,0 +1,153 @@
+#include "drover/auth/audit.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace drover::auth {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kPrefix = "/audit/";
+constexpr std::string_view kHeadKey = "/audit-head";
+const std::string kGenesis(64, '0');
+constexpr int kAppendAttempts = 5;
+
+json Body(const AuditEntry& e) {
+  return json{{"seq", e.seq},       {"time_ns", e.time_ns}, {"who", e.who},       {"token_id", e.token_id},
+              {"tenant", e.tenant}, {"role", e.role},       {"action", e.action}, {"target", e.target},
+              {"result", e.result}, {"source", e.source},   {"prev", e.prev}};
+}
+
+}  // namespace
+
+std::string AuditLog::Key(int64_t seq) { return fmt::format("{}{:020}", kPrefix, seq); }
+
+std::string AuditLog::HashOf(const AuditEntry& e) {
+  // nlohmann's object keeps keys sorted: the dump is canonical.
+  return Sha256Hex(e.prev + "\n" + Body(e).dump());
+}
+
+std::string AuditLog::ToJson(const AuditEntry& e) {
+  json j = Body(e);
+  j["hash"] = e.hash;
+  return j.dump();
+}
+
+Result<AuditEntry> AuditLog::FromJson(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("audit entry is not a JSON object");
+  try {
+    AuditEntry e;
+    e.seq = j.at("seq").get<int64_t>();
+    e.time_ns = j.at("time_ns").get<int64_t>();
+    e.who = j.at("who").get<std::string>();
+    e.token_id = j.at("token_id").get<std::string>();
+    e.tenant = j.at("tenant").get<std::string>();
+    e.role = j.at("role").get<std::string>();
+    e.action = j.at("action").get<std::string>();
+    e.target = j.at("target").get<std::string>();
+    e.result = j.at("result").get<std::string>();
+    e.source = j.at("source").get<std::string>();
+    e.prev = j.at("prev").get<std::string>();
+    e.hash = j.at("hash").get<std::string>();
+    return e;
+  } catch (const std::exception& ex) {
+    return InvalidArgument(fmt::format("audit entry is malformed: {}", ex.what()));
+  }
+}
+
+Status AuditLog::Append(const Principal& who, std::string action, std::string target, const Status& result) {
+  AuditEntry e;
+  e.who = who.name.empty() ? "anonymous" : who.name;
+  e.token_id = who.token_id;
+  e.tenant = who.tenant;
+  e.role = who.name.empty() && who.token_id.empty() ? "" : std::string(RoleName(who.role));
+  e.action = std::move(action);
+  e.target = std::move(target);
+  e.result = result.ok() ? "ok" : result.ToString();
+  e.source = who.source;
+  std::lock_guard lock(mu_);
+  for (int attempt = 0; attempt < kAppendAttempts; ++attempt) {
+    DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
+    int64_t last = 0;
+    std::string prev = kGenesis;
+    if (head.has_value()) {
+      json h = json::parse(head->value, nullptr, false);
+      if (h.is_discarded() || !h.contains("seq") || !h.contains("hash")) return Internal("audit head is corrupt");
+      last = h["seq"].get<int64_t>();
+      prev = h["hash"].get<std::string>();
+    }
+    e.seq = last + 1;
+    e.time_ns = ToUnixNanos(clock_->Now());
+    e.prev = prev;
+    e.hash = HashOf(e);
+    store::Compare guard = head.has_value() ? store::Compare::ModRevisionIs(std::string(kHeadKey), head->mod_revision)
+                                            : store::Compare::Missing(std::string(kHeadKey));
+    json new_head{{"seq", e.seq}, {"hash", e.hash}};
+    DROVER_ASSIGN_OR_RETURN(store::TxnResult r,
+                            store_->Txn({guard, store::Compare::Missing(Key(e.seq))},
+                                        {store::Op::Put(Key(e.seq), ToJson(e)),
+                                         store::Op::Put(std::string(kHeadKey), new_head.dump())},
+                                        {}));
+    if (r.succeeded) return Status::Ok();
+  }
+  return Aborted("audit log head kept moving; entry not appended");
+}
+
+Result<std::vector<AuditEntry>> AuditLog::List(int64_t since_ns, int64_t limit) {
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult range, store_->Range(std::string(kPrefix)));
+  std::vector<AuditEntry> out;
+  for (const store::KeyValue& kv : range.kvs) {
+    auto e = FromJson(kv.value);
+    if (!e.ok() || e->time_ns < since_ns) continue;
+    out.push_back(std::move(*e));
+  }
+  if (limit > 0 && static_cast<int64_t>(out.size()) > limit) {
+    out.erase(out.begin(), out.end() - limit);  // the newest `limit`
+  }
+  return out;
+}
+
+Result<AuditVerdict> AuditLog::Verify() {
+  AuditVerdict v;
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult range, store_->Range(std::string(kPrefix)));
+  std::string prev = kGenesis;
+  int64_t expect = 1;
+  auto fail = [&](int64_t seq, std::string why) {
+    v.ok = false;
+    v.bad_seq = seq;
+    v.reason = std::move(why);
+    return v;
+  };
+  for (const store::KeyValue& kv : range.kvs) {
+    auto e = FromJson(kv.value);
+    if (!e.ok()) return fail(expect, fmt::format("entry at key {} is unreadable: {}", kv.key, e.status().message()));
+    if (e->seq != expect || kv.key != Key(e->seq)) {
+      return fail(expect, fmt::format("expected entry {} but found entry {} at {} (dropped or reordered)", expect,
+                                      e->seq, kv.key));
+    }
+    if (e->prev != prev) return fail(e->seq, fmt::format("entry {} does not follow entry {} (prev hash differs)", e->seq, e->seq - 1));
+    if (HashOf(*e) != e->hash) return fail(e->seq, fmt::format("entry {} was edited (its hash does not match)", e->seq));
+    prev = e->hash;
+    ++expect;
+    ++v.entries;
+  }
+  DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
+  if (head.has_value()) {
+    json h = json::parse(head->value, nullptr, false);
+    if (h.is_discarded() || !h.contains("seq") || !h.contains("hash")) return fail(expect, "audit head is unreadable");
+    int64_t hseq = h["seq"].get<int64_t>();
+    if (hseq != v.entries || h["hash"].get<std::string>() != prev) {
+      return fail(v.entries + 1, fmt::format("the head names entry {} but the chain ends at entry {} (entries dropped)",
+                                             hseq, v.entries));
+    }
+  } else if (v.entries > 0) {
+    return fail(v.entries, "entries exist but the audit head is missing");
+  }
+  v.head = prev == kGenesis ? "" : prev;
+  return v;
+}
+
+}  // namespace drover::auth

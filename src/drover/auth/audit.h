@@ -1,0 +1,77 @@
+#pragma once
+// AuditLog: a hash-chained, append-only record of every state-changing call,
+// kept in the store.
+//
+//   /audit/<seq, 20 digits>  one entry (JSON): seq, time, who, token, tenant,
+//                            role, action, target, result, source, prev, hash
+//   /audit-head              {seq, hash} of the newest entry
+//
+// hash = SHA-256(prev hash + "\n" + the entry's canonical JSON without its
+// hash); the first entry's prev is 64 zeros. Verify() recomputes the chain:
+// an edited entry breaks its own hash, a dropped or reordered one breaks the
+// sequence or the next entry's prev, a dropped tail disagrees with the head.
+// Someone who can rewrite the whole store can rewrite the whole chain: pin
+// the head hash elsewhere (`drover audit verify --expect-head`) to catch that.
+//
+// Thread-safety: thread-safe; appends are serialized by a mutex and, across
+// servers, by a compare-and-swap on the head.
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/auth/token.h"
+#include "drover/common/clock.h"
+#include "drover/common/status.h"
+#include "drover/store/store.h"
+
+namespace drover::auth {
+
+struct AuditEntry {
+  int64_t seq = 0;
+  int64_t time_ns = 0;
+  std::string who;       // token name, or "anonymous"
+  std::string token_id;
+  std::string tenant;
+  std::string role;
+  std::string action;    // "jobs.submit", "nodes.drain", "tokens.create", "agent.session" ...
+  std::string target;    // "j-000042", "sim-1", a token id ...
+  std::string result;    // "ok" or the status ("permission denied: ...")
+  std::string source;    // the caller's address
+  std::string prev;
+  std::string hash;
+};
+
+struct AuditVerdict {
+  bool ok = true;
+  int64_t entries = 0;
+  std::string head;     // hash of the newest entry
+  int64_t bad_seq = 0;  // the first entry that does not verify
+  std::string reason;
+};
+
+class AuditLog {
+ public:
+  AuditLog(store::Store* store, const Clock* clock) : store_(store), clock_(clock) {}
+
+  // Appends one entry for a call by `who`. `result` is the call's status.
+  Status Append(const Principal& who, std::string action, std::string target, const Status& result);
+  // Entries with time >= since_ns, oldest first, at most `limit` (0: all).
+  Result<std::vector<AuditEntry>> List(int64_t since_ns, int64_t limit = 0);
+  Result<AuditVerdict> Verify();
+
+  // The canonical hash of an entry given its prev (exposed for tests).
+  static std::string HashOf(const AuditEntry& e);
+  static std::string Key(int64_t seq);
+  static std::string ToJson(const AuditEntry& e);
+  static Result<AuditEntry> FromJson(const std::string& text);
+
+ private:
+  store::Store* store_;
+  const Clock* clock_;
+  std::mutex mu_;
+};
+
+}  // namespace drover::auth

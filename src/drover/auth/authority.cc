@@ -1,0 +1,348 @@
+#include "drover/auth/authority.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "drover/common/ids.h"
+
+namespace drover::auth {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kTokensPrefix = "/auth/tokens/";
+constexpr std::string_view kJoinPrefix = "/auth/join/";
+constexpr std::string_view kLoginPrefix = "/auth/login/";
+// One-time codes: 32 random bytes, base64url.
+constexpr size_t kCodeBytes = 32;
+constexpr size_t kMaxCodeChars = 64;
+
+int64_t Nanos(const Clock* c) { return ToUnixNanos(c->Now()); }
+
+Result<TokenInfo> ParseRecord(const std::string& text, std::string* hash) {
+  try {
+    json j = json::parse(text);
+    TokenInfo t;
+    t.id = j.at("id").get<std::string>();
+    t.name = j.at("name").get<std::string>();
+    t.tenant = j.at("tenant").get<std::string>();
+    DROVER_ASSIGN_OR_RETURN(t.role, ParseRole(j.at("role").get<std::string>()));
+    t.node = j.value("node", "");
+    t.created_by = j.value("created_by", "");
+    t.created_ns = j.value("created_ns", int64_t{0});
+    t.expires_ns = j.value("expires_ns", int64_t{0});
+    t.revoked = j.value("revoked", false);
+    t.revoked_ns = j.value("revoked_ns", int64_t{0});
+    if (hash != nullptr) *hash = j.at("hash").get<std::string>();
+    return t;
+  } catch (const std::exception& e) {
+    return Internal(fmt::format("token record is corrupt: {}", e.what()));
+  }
+}
+
+Principal ToPrincipal(const TokenInfo& t) {
+  Principal p;
+  p.token_id = t.id;
+  p.name = t.name;
+  p.tenant = t.tenant;
+  p.role = t.role;
+  p.node = t.node;
+  return p;
+}
+
+json PrincipalJson(const Principal& p) {
+  return json{{"token_id", p.token_id}, {"name", p.name}, {"tenant", p.tenant},
+              {"role", std::string(RoleName(p.role))}, {"node", p.node}};
+}
+
+Result<Principal> PrincipalFromJson(const json& j) {
+  Principal p;
+  p.token_id = j.at("token_id").get<std::string>();
+  p.name = j.at("name").get<std::string>();
+  p.tenant = j.at("tenant").get<std::string>();
+  DROVER_ASSIGN_OR_RETURN(p.role, ParseRole(j.at("role").get<std::string>()));
+  p.node = j.value("node", "");
+  return p;
+}
+
+// A one-time code is base64url; anything else is not worth a store read.
+Status CheckCode(std::string_view code, std::string_view what) {
+  if (code.empty() || code.size() > kMaxCodeChars) return Unauthenticated(fmt::format("malformed {}", what));
+  for (char c : code) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    if (!ok) return Unauthenticated(fmt::format("malformed {}", what));
+  }
+  return Status::Ok();
+}
+
+// Reads `key` and deletes it in one transaction guarded by its mod revision:
+// of two concurrent consumers exactly one gets the value.
+Result<std::optional<std::string>> Consume(store::Store* store, const std::string& key) {
+  DROVER_ASSIGN_OR_RETURN(auto kv, store->Get(key));
+  if (!kv.has_value()) return std::optional<std::string>();
+  DROVER_ASSIGN_OR_RETURN(store::TxnResult r,
+                          store->Txn({store::Compare::ModRevisionIs(key, kv->mod_revision)},
+                                     {store::Op::Delete(key)}, {}));
+  if (!r.succeeded) return std::optional<std::string>();
+  return std::optional<std::string>(kv->value);
+}
+
+}  // namespace
+
+std::string TokenRecordJson(const TokenInfo& t, const std::string& secret_hash) {
+  json j{{"id", t.id},
+         {"name", t.name},
+         {"tenant", t.tenant},
+         {"role", std::string(RoleName(t.role))},
+         {"node", t.node},
+         {"created_by", t.created_by},
+         {"created_ns", t.created_ns},
+         {"expires_ns", t.expires_ns},
+         {"revoked", t.revoked},
+         {"revoked_ns", t.revoked_ns},
+         {"hash", secret_hash}};
+  return j.dump();
+}
+
+Status Authority::CheckCanCreate(const Principal& by, const CreateTokenRequest& req) const {
+  DROVER_RETURN_IF_ERROR(ValidateName("token name", req.name));
+  DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.tenant));
+  if (req.ttl.count() < 0) return InvalidArgument("token ttl is negative");
+  if (req.role == Role::kNode) {
+    DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node));
+    if (!by.IsAdmin()) return PermissionDenied("only an admin may create node tokens");
+    return Status::Ok();
+  }
+  if (!req.node.empty()) return InvalidArgument("only node tokens name a node");
+  if (by.IsAdmin()) return Status::Ok();
+  if (by.role != Role::kTenantAdmin) {
+    return PermissionDenied(fmt::format("role {} may not create tokens", RoleName(by.role)));
+  }
+  if (req.tenant != by.tenant) {
+    return PermissionDenied(fmt::format("a tenant-admin of '{}' may create tokens only for its own tenant", by.tenant));
+  }
+  if (req.role == Role::kAdmin) return PermissionDenied("a tenant-admin may not create admin tokens");
+  return Status::Ok();
+}
+
+Result<std::pair<TokenInfo, std::string>> Authority::Create(const std::string& created_by,
+                                                           const CreateTokenRequest& req) {
+  DROVER_ASSIGN_OR_RETURN(NewToken nt, GenerateToken());
+  TokenInfo t;
+  t.id = nt.id;
+  t.name = req.name;
+  t.tenant = req.tenant;
+  t.role = req.role;
+  t.node = req.node;
+  t.created_by = created_by;
+  t.created_ns = Nanos(clock_);
+  t.expires_ns = req.ttl.count() > 0 ? t.created_ns + req.ttl.count() : 0;
+  std::string key = std::string(kTokensPrefix) + t.id;
+  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store_->Txn({store::Compare::Missing(key)},
+                                                          {store::Op::Put(key, TokenRecordJson(t, nt.secret_hash))}, {}));
+  if (!r.succeeded) return Internal("token id collision; try again");
+  return std::make_pair(std::move(t), std::move(nt.text));
+}
+
+Result<std::pair<TokenInfo, std::string>> Authority::CreateToken(const Principal& by, const CreateTokenRequest& req) {
+  DROVER_RETURN_IF_ERROR(CheckCanCreate(by, req));
+  return Create(by.name.empty() ? "drover" : by.name, req);
+}
+
+Result<std::string> Authority::MintInternal(const CreateTokenRequest& req) {
+  Principal system;
+  system.role = Role::kAdmin;
+  system.name = "drover";
+  DROVER_RETURN_IF_ERROR(CheckCanCreate(system, req));
+  DROVER_ASSIGN_OR_RETURN(auto created, Create("drover", req));
+  return std::move(created.second);
+}
+
+Result<std::optional<TokenInfo>> Authority::ReadToken(const std::string& id) const {
+  DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(std::string(kTokensPrefix) + id));
+  if (!kv.has_value()) return std::optional<TokenInfo>();
+  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, nullptr));
+  return std::optional<TokenInfo>(std::move(t));
+}
+
+Result<std::vector<TokenInfo>> Authority::ListTokens(const Principal& by) {
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult range, store_->Range(std::string(kTokensPrefix)));
+  std::vector<TokenInfo> out;
+  for (const store::KeyValue& kv : range.kvs) {
+    auto t = ParseRecord(kv.value, nullptr);
+    if (!t.ok()) continue;
+    bool visible = by.IsAdmin() || (by.role == Role::kTenantAdmin && t->tenant == by.tenant) || t->id == by.token_id;
+    if (visible) out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+Result<TokenInfo> Authority::RevokeToken(const Principal& by, const std::string& id) {
+  auto not_found = NotFound(fmt::format("token '{}' not found", id.substr(0, 32)));
+  if (id.size() != kTokenIdChars) return not_found;
+  std::string key = std::string(kTokensPrefix) + id;
+  DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(key));
+  if (!kv.has_value()) return not_found;
+  std::string hash;
+  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, &hash));
+  bool may = by.IsAdmin() || t.id == by.token_id ||
+             (by.role == Role::kTenantAdmin && t.tenant == by.tenant && t.role != Role::kAdmin && t.role != Role::kNode);
+  if (!may) return not_found;
+  if (t.revoked) return t;
+  t.revoked = true;
+  t.revoked_ns = Nanos(clock_);
+  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store_->Txn({store::Compare::ModRevisionIs(key, kv->mod_revision)},
+                                                          {store::Op::Put(key, TokenRecordJson(t, hash))}, {}));
+  if (!r.succeeded) return Aborted(fmt::format("token '{}' changed while it was revoked; try again", id));
+  return t;
+}
+
+Result<Principal> Authority::Authenticate(std::string_view token_text) const {
+  DROVER_ASSIGN_OR_RETURN(ParsedToken pt, ParseToken(token_text));
+  DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(std::string(kTokensPrefix) + pt.id));
+  if (!kv.has_value()) return Unauthenticated("unknown token");
+  std::string hash;
+  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, &hash));
+  if (!ConstantTimeEqual(Sha256Hex(pt.secret), hash)) return Unauthenticated("unknown token");
+  if (t.revoked) return Unauthenticated(fmt::format("token '{}' ({}) was revoked", t.name, t.id));
+  if (t.expires_ns != 0 && Nanos(clock_) >= t.expires_ns) {
+    return Unauthenticated(fmt::format("token '{}' ({}) has expired", t.name, t.id));
+  }
+  return ToPrincipal(t);
+}
+
+Result<bool> Authority::EnsureBootstrapAdmin(const std::string& path) {
+  {
+    std::ifstream in(path);
+    std::string text;
+    if (in && std::getline(in, text)) {
+      if (auto p = Authenticate(text); p.ok()) return false;
+    }
+  }
+  DROVER_ASSIGN_OR_RETURN(std::string text, MintInternal({"admin", "default", Role::kAdmin, "", Duration(0)}));
+  std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  std::string line = text + "\n";
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  return true;
+}
+
+Result<std::string> Authority::CreateLoginCode(const Principal& as) {
+  DROVER_ASSIGN_OR_RETURN(std::string code, RandomBase64Url(kCodeBytes));
+  json j{{"principal", PrincipalJson(as)}, {"expires_ns", Nanos(clock_) + kLoginCodeLifetime.count()}};
+  DROVER_RETURN_IF_ERROR(store_->Put(std::string(kLoginPrefix) + Sha256Hex(code), j.dump()).status());
+  return code;
+}
+
+Result<std::string> Authority::CreateJoinToken(const Principal& by, const std::string& node, Duration ttl) {
+  if (!by.IsAdmin()) return PermissionDenied("only an admin may create join tokens");
+  if (!node.empty()) DROVER_RETURN_IF_ERROR(ValidateNodeName(node));
+  if (ttl.count() <= 0) return InvalidArgument("a join token needs a positive ttl");
+  DROVER_ASSIGN_OR_RETURN(std::string code, RandomBase64Url(kCodeBytes));
+  json j{{"node", node}, {"created_by", by.name}, {"expires_ns", Nanos(clock_) + ttl.count()}};
+  DROVER_RETURN_IF_ERROR(store_->Put(std::string(kJoinPrefix) + Sha256Hex(code), j.dump()).status());
+  return code;
+}
+
+Result<std::string> Authority::Join(std::string_view join_token, const std::string& node_name) {
+  DROVER_RETURN_IF_ERROR(CheckCode(join_token, "join token"));
+  DROVER_RETURN_IF_ERROR(ValidateNodeName(node_name));
+  DROVER_ASSIGN_OR_RETURN(auto value, Consume(store_, std::string(kJoinPrefix) + Sha256Hex(join_token)));
+  if (!value.has_value()) return Unauthenticated("join token is unknown or was already used");
+  json j = json::parse(*value, nullptr, false);
+  if (j.is_discarded()) return Internal("join token record is corrupt");
+  if (Nanos(clock_) >= j.value("expires_ns", int64_t{0})) return Unauthenticated("join token has expired");
+  std::string bound = j.value("node", "");
+  if (!bound.empty() && bound != node_name) {
+    return PermissionDenied(fmt::format("join token is for node '{}', not '{}'", bound, node_name));
+  }
+  return MintInternal({node_name, "default", Role::kNode, node_name, Duration(0)});
+}
+
+Result<DashboardSession> Authority::OpenSession(const Principal& p) {
+  if (p.role == Role::kNode) return PermissionDenied("node tokens cannot open dashboard sessions");
+  DashboardSession s;
+  DROVER_ASSIGN_OR_RETURN(s.cookie, RandomBase64Url(32));
+  DROVER_ASSIGN_OR_RETURN(s.csrf_token, RandomBase64Url(32));
+  s.principal = p;
+  int64_t now = Nanos(clock_);
+  s.expires_ns = now + kSessionLifetime.count();
+  std::lock_guard lock(mu_);
+  if (sessions_.size() >= kMaxSessions) {
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      it = it->second.expires_ns <= now ? sessions_.erase(it) : std::next(it);
+    }
+    if (sessions_.size() >= kMaxSessions) {
+      auto oldest = sessions_.begin();
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        if (it->second.expires_ns < oldest->second.expires_ns) oldest = it;
+      }
+      sessions_.erase(oldest);
+    }
+  }
+  sessions_[Sha256Hex(s.cookie)] = s;
+  return s;
+}
+
+Result<DashboardSession> Authority::OpenSessionWithCode(std::string_view code) {
+  DROVER_RETURN_IF_ERROR(CheckCode(code, "login code"));
+  DROVER_ASSIGN_OR_RETURN(auto value, Consume(store_, std::string(kLoginPrefix) + Sha256Hex(code)));
+  if (!value.has_value()) return Unauthenticated("login code is unknown or was already used; run `drover ui` for a new one");
+  json j = json::parse(*value, nullptr, false);
+  if (j.is_discarded() || !j.contains("principal")) return Internal("login code record is corrupt");
+  if (Nanos(clock_) >= j.value("expires_ns", int64_t{0})) return Unauthenticated("login code has expired");
+  Result<Principal> p = Internal("login code record is corrupt");
+  try {
+    p = PrincipalFromJson(j.at("principal"));
+  } catch (const std::exception&) {
+  }
+  if (!p.ok()) return p.status();
+  // The token it was made with must still be valid.
+  if (!p->token_id.empty()) {
+    DROVER_ASSIGN_OR_RETURN(auto t, ReadToken(p->token_id));
+    if (!t.has_value() || t->revoked || (t->expires_ns != 0 && Nanos(clock_) >= t->expires_ns)) {
+      return Unauthenticated("the token this login code was made with is no longer valid");
+    }
+  }
+  return OpenSession(*p);
+}
+
+Result<DashboardSession> Authority::FindSession(std::string_view cookie) const {
+  if (cookie.empty() || cookie.size() > kMaxCodeChars) return Unauthenticated("no valid session");
+  std::string key = Sha256Hex(cookie);
+  DashboardSession s;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(key);
+    if (it == sessions_.end()) return Unauthenticated("no valid session; log in again");
+    s = it->second;
+  }
+  if (Nanos(clock_) >= s.expires_ns) return Unauthenticated("session expired; log in again");
+  if (!s.principal.token_id.empty()) {
+    DROVER_ASSIGN_OR_RETURN(auto t, ReadToken(s.principal.token_id));
+    if (!t.has_value() || t->revoked || (t->expires_ns != 0 && Nanos(clock_) >= t->expires_ns)) {
+      return Unauthenticated("the token behind this session is no longer valid; log in again");
+    }
+  }
+  return s;
+}
+
+void Authority::CloseSession(std::string_view cookie) {
+  std::lock_guard lock(mu_);
+  sessions_.erase(Sha256Hex(cookie));
+}
+
+}  // namespace drover::auth

@@ -1,0 +1,46 @@
+#include "drover/rpc/channel.h"
+
+#include <grpcpp/support/client_interceptor.h>
+
+#include <vector>
+
+namespace drover::rpc {
+namespace {
+
+class BearerInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(const std::string* header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* header_;
+};
+
+class BearerFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerFactory(std::string token) : header_("Bearer " + std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new BearerInterceptor(&header_);
+  }
+
+ private:
+  std::string header_;  // lives as long as the channel, which owns the factory
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
+                                           std::shared_ptr<grpc::ChannelCredentials> creds,
+                                           const grpc::ChannelArguments& args) {
+  if (!creds) creds = grpc::InsecureChannelCredentials();
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  if (!token.empty()) factories.push_back(std::make_unique<BearerFactory>(token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args, std::move(factories));
+}
+
+}  // namespace drover::rpc

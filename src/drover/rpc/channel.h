@@ -1,0 +1,19 @@
+#pragma once
+// Client channels to a Drover server that carry a credential: every call on
+// the channel sends "authorization: Bearer <token>" (added by a client
+// interceptor, so it works on plaintext loopback channels too, where gRPC
+// refuses call credentials).
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+namespace drover::rpc {
+
+// `token` may be empty (no authorization metadata is sent).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
+                                           std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
+                                           const grpc::ChannelArguments& args = {});
+
+}  // namespace drover::rpc
