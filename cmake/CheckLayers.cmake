@@ -12,7 +12,7 @@ set(allowed_rpc     "common;sched;rpc;v1")
 set(allowed_http    "common;runtime;http")
 set(allowed_server  "common;runtime;sched;store;auth;rpc;http;server;web;v1")
 set(allowed_web     "common;http;web")
-set(allowed_agent   "common;runtime;rpc;http;agent;v1")
+set(allowed_agent   "common;runtime;rpc;http;auth;agent;v1")  # auth: certs.h (node key, CSR, certificate checks)
 set(allowed_cli     "common;runtime;rpc;cli;v1")
 
 file(GLOB_RECURSE sources "${SRC_DIR}/src/drover/*.h" "${SRC_DIR}/src/drover/*.cc")

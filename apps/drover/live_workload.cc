@@ -323,7 +323,13 @@ Result<std::unique_ptr<LiveWorkload>> LiveWorkload::Start(LiveWorkloadOptions op
   DROVER_ASSIGN_OR_RETURN(sim::LivePlan plan, sim::LivePlan::Make(state->checked.cluster, state->checked.mix));
   state->plan.emplace(std::move(plan));
   state->max_pending = options.max_pending > 0 ? options.max_pending : 2 * options.nodes;
-  auto channel = drover::rpc::MakeChannel(options.grpc_address, options.token);
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (!options.ca_pem.empty()) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = options.ca_pem;
+    creds = grpc::SslCredentials(tls);
+  }
+  auto channel = drover::rpc::MakeChannel(options.grpc_address, options.token, creds);
   state->jobs = v1::JobService::NewStub(channel);
   state->nodes = v1::NodeService::NewStub(channel);
   state->options = std::move(options);

@@ -31,6 +31,7 @@ struct LiveWorkloadOptions {
   std::string kind = "mixed";  // "mixed" or "none" (Start then does nothing)
   std::string grpc_address;    // the server's, e.g. server->grpc_address()
   std::string token;           // an admin token: it submits for several tenants
+  std::string ca_pem;          // the cluster CA when the server serves TLS ("" for plaintext)
   int nodes = 0;               // --simulate
   int gpus_per_node = 8;       // --simulate-gpus
   std::string gpu_model = "H100 80GB";  // --simulate-model (any case)

@@ -6,7 +6,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include "drover/agent/agent.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/supervisor.h"
+#include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
 #include "live_workload.h"
 #include "drover/cli/commands.h"
@@ -69,6 +72,14 @@ struct RoleFlags {
   std::vector<std::string> http_host_names;
   std::string join_token;
   std::string token_file;
+  // TLS (docs/security.md, "Across machines").
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  std::string tls_ca_key;
+  std::string ca_file;             // agent: the cluster CA to verify the server with
+  std::string metrics_token_file;  // agent: scrape token for /metrics
+  bool insecure_metrics = false;
 };
 
 constexpr std::string_view kRoles[] = {"up", "server", "agent"};
@@ -249,10 +260,29 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   if (!local_labels.ok()) return BadConfig(local_labels.status());
   drover::server::ServerOptions so{f.data_dir, f.grpc_listen, f.http_listen, std::move(*control)};
   so.insecure = f.insecure;
+  so.tls_cert = f.tls_cert;
+  so.tls_key = f.tls_key;
+  so.tls_ca = f.tls_ca;
+  so.tls_ca_key = f.tls_ca_key;
   so.security.metrics_public = f.metrics_public;
   so.security.http_host_names = f.http_host_names;
+  // The local agent's metrics beyond loopback: --insecure covers them too.
+  if (all_in_one) {
+    drover::agent::AgentOptions check;
+    check.metrics_listen = f.agent_metrics_listen;
+    check.metrics_insecure = f.insecure;
+    if (Status s = drover::agent::CheckMetricsExposure(check); !s.ok()) return BadConfig(s);
+  }
   auto server = drover::server::StartServer(so);
   if (!server.ok()) return Fatal(server.status());
+  // In-process agents and the live workload verify a TLS server like any client.
+  const std::string ca_file = (*server)->ca_file();
+  std::string ca_pem;
+  if (!ca_file.empty()) {
+    auto pem = drover::auth::ReadTextFile(ca_file);
+    if (!pem.ok()) return Fatal(pem.status());
+    ca_pem = *pem;
+  }
   // In-process agents and the live workload get credentials of their own:
   // a node token per node (bound to its name) and an admin token.
   auto internal_token = [&](const std::string& name, drover::auth::Role role, const std::string& node) {
@@ -272,6 +302,8 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     drover::agent::AgentOptions lo;
     lo.telemetry = *telemetry;
     lo.metrics_listen = f.agent_metrics_listen;
+    lo.metrics_insecure = f.insecure;
+    lo.ca_file = ca_file;
     lo.faults = FaultsFor(*faults, local.node_name);
     auto local_token = internal_token(local.node_name, drover::auth::Role::kNode, local.node_name);
     if (!local_token.ok()) return Fatal(local_token.status());
@@ -291,6 +323,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       sim_opts.discover_host_topology = false;
       sim_opts.host_topology = drover::agent::SimulatedHostTopology();
       sim_opts.faults = FaultsFor(*faults, name);
+      sim_opts.ca_file = ca_file;
       auto sim_token = internal_token(name, drover::auth::Role::kNode, name);
       if (!sim_token.ok()) return Fatal(sim_token.status());
       sim_opts.token = *sim_token;
@@ -307,6 +340,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     auto live_token = internal_token("live-workload", drover::auth::Role::kAdmin, "");
     if (!live_token.ok()) return Fatal(live_token.status());
     live.token = *live_token;
+    live.ca_pem = ca_pem;
     auto w = drover::app::LiveWorkload::Start(live);
     if (!w.ok()) return Fatal(w.status());
     workload = std::move(*w);
@@ -332,7 +366,17 @@ int RunAgentRole(const RoleFlags& f) {
   if (!faults.ok()) return BadConfig(faults.status());
   drover::agent::AgentOptions o;
   o.telemetry = *telemetry;
-  o.metrics_listen = f.agent_metrics_listen.empty() ? "0.0.0.0:9400" : f.agent_metrics_listen;
+  o.metrics_listen = f.agent_metrics_listen.empty() ? "127.0.0.1:9400" : f.agent_metrics_listen;
+  o.metrics_insecure = f.insecure_metrics;
+  if (!f.metrics_token_file.empty()) {
+    std::ifstream in(f.metrics_token_file);
+    if (!in || !std::getline(in, o.metrics_token) || o.metrics_token.size() < 16) {
+      return BadConfig(drover::InvalidArgument("--metrics-token-file '" + f.metrics_token_file +
+                                               "' holds no token of at least 16 characters on its first line"));
+    }
+  }
+  if (Status s = drover::agent::CheckMetricsExposure(o); !s.ok()) return BadConfig(s);
+  o.ca_file = f.ca_file;
   o.faults = FaultsFor(*faults, a.node_name);
   o.join_token = f.join_token;
   if (!f.token_file.empty()) {
@@ -346,6 +390,42 @@ int RunAgentRole(const RoleFlags& f) {
   if (!agent.ok()) return Fatal(agent.status());
   WaitForSignal();
   (*agent)->Stop();
+  return 0;
+}
+
+std::string Date(int64_t unix_seconds) {
+  char buf[32] = {};
+  time_t t = static_cast<time_t>(unix_seconds);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", &tm);
+  return buf;
+}
+
+// `drover certs init`: the cluster CA and the server certificate, then what to do next.
+int RunCertsInit(const std::string& data_dir, const std::vector<std::string>& sans) {
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto r = drover::auth::InitClusterTls(data_dir + "/tls", sans, now);
+  if (!r.ok()) {
+    std::cerr << "error: " << r.status().message() << "\n";
+    return r.status().code() == drover::Code::kInvalidArgument || r.status().code() == drover::Code::kFailedPrecondition
+               ? drover::cli::kExitUsage
+               : drover::cli::kExitFailure;
+  }
+  std::vector<std::string> names = r->server.dns_names;
+  names.insert(names.end(), r->server.ip_addresses.begin(), r->server.ip_addresses.end());
+  std::string joined;
+  for (const std::string& n : names) joined += (joined.empty() ? "" : ", ") + n;
+  std::cout << (r->created_ca ? "created" : "kept") << " the cluster CA   " << r->paths.ca_cert << " ("
+            << r->ca.fingerprint << ", until " << Date(r->ca.not_after_unix) << ")\n"
+            << "                          " << r->paths.ca_key << " (private: keep it on the server)\n"
+            << (r->issued_server ? "issued" : "kept") << " the server certificate " << r->paths.server_cert
+            << " (until " << Date(r->server.not_after_unix) << ") for " << joined << "\n\n"
+            << "A server started with --data-dir " << data_dir << " now serves TLS on gRPC and HTTP and issues node\n"
+            << "certificates at join. Copy " << r->paths.ca_cert << " to each machine, then:\n"
+            << "  drover join-token --node gpu-07\n"
+            << "  drover agent --server <host>:7070 --ca-file ca.crt --node-name gpu-07 --join-token <token>\n"
+            << "The CLI finds the CA in <data-dir>/tls/ca.crt, or takes --ca-file / DROVER_CA_FILE.\n";
   return 0;
 }
 
@@ -468,6 +548,11 @@ int main(int argc, char** argv) {
     drover::AddSchedulerFlags(cmd, &f.sched);
     cmd->add_flag("--insecure", f.insecure,
                   "allow listening beyond loopback without TLS (tokens cross the network in the clear)");
+    cmd->add_option("--tls-cert", f.tls_cert,
+                    "serve TLS with this certificate (PEM; default: <data-dir>/tls/server.crt when `drover certs init` made one)");
+    cmd->add_option("--tls-key", f.tls_key, "the private key of --tls-cert (PEM)");
+    cmd->add_option("--tls-ca", f.tls_ca, "the cluster CA certificate: client certificates must chain to it (PEM)");
+    cmd->add_option("--tls-ca-key", f.tls_ca_key, "the CA's private key: issue node certificates at join (optional)");
     cmd->add_flag("--metrics-public", f.metrics_public, "serve /metrics without a token");
     cmd->add_option("--http-host-name", f.http_host_names,
                     "a DNS name the HTTP listener answers to besides IP addresses, localhost and the hostname (repeatable)");
@@ -521,7 +606,16 @@ int main(int argc, char** argv) {
   agent->add_option("--devices", f.devices, "device backends: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")
       ->capture_default_str();
   agent->add_option("--metrics-listen", f.agent_metrics_listen,
-                    "serve the node's GPU metrics (DCGM names) on http://ADDR/metrics (default 0.0.0.0:9400)");
+                    "serve the node's GPU metrics (DCGM names) on http://ADDR/metrics (default 127.0.0.1:9400; beyond "
+                    "loopback it needs --metrics-token-file or --insecure-metrics)");
+  agent->add_option("--metrics-token-file", f.metrics_token_file,
+                    "file holding a scrape token: /metrics then needs \"Authorization: Bearer <token>\"");
+  agent->add_flag("--insecure-metrics", f.insecure_metrics,
+                  "serve metrics beyond loopback without a scrape token (anyone who reaches the port reads them)");
+  agent->add_option("--ca-file", f.ca_file,
+                    "the cluster CA (ca.crt from `drover certs init`): talk TLS, verify the server with it, and get a "
+                    "node certificate at join (kept in <data-dir>)")
+      ->envname("DROVER_CA_FILE");
   agent->add_option("--simulate-gpus", f.sim_gpus, "GPUs of the simulated backend")->check(CLI::Range(0, 64));
   agent->add_option("--simulate-model", f.sim_model, "GPU model of the simulated backend");
   agent->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
@@ -560,6 +654,18 @@ int main(int argc, char** argv) {
     sf.seed_given = sim->count("--seed") > 0;
     exit_code = RunSim(sf, args);
   });
+
+  std::string certs_dir = ".drover";
+  std::vector<std::string> certs_sans;
+  CLI::App* certs = app.add_subcommand("certs", "the cluster CA and the server's certificate (TLS)");
+  certs->require_subcommand(1);
+  CLI::App* certs_init = certs->add_subcommand(
+      "init", "make the cluster CA (once) and a server certificate in <data-dir>/tls; idempotent");
+  certs_init->add_option("--data-dir", certs_dir, "the server's data directory")->capture_default_str();
+  certs_init->add_option("--san", certs_sans,
+                         "a DNS name or IP address agents and clients dial the server by (repeatable; 127.0.0.1, ::1, "
+                         "localhost and the host name are always in)");
+  certs_init->callback([&] { exit_code = RunCertsInit(certs_dir, certs_sans); });
 
   for (CLI::App* role : {up, server, agent}) drover::BindEnvironment(*role);
   drover::cli::AddClientCommands(app, &exit_code);

@@ -464,6 +464,54 @@ TEST_F(SecurityTest, BrowserRulesOnTheWire) {
   EXPECT_EQ(Http(up_->token(), "GET", "/metrics").status, 200);
 }
 
+// Tenants as data, end to end through the CLI: a runtime limit stops a real
+// job, which ends FAILED with the reason; a pending-jobs quota refuses a
+// submission; only an admin changes tenants; every change is audited.
+TEST_F(SecurityTest, TenantQuotasFromTheCli) {
+  CommandResult created = RunCli(up_->grpc_address(), {"tenants", "create", "team-q", "--weight", "2", "--max-runtime",
+                                                       "2s", "--max-pending", "1", "--max-gpus", "*=1"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  CommandResult again = RunCli(up_->grpc_address(), {"tenants", "create", "team-q"});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
+  std::string user = CreateToken("quinn", "team-q", "user");
+  CommandResult denied = RunCli(up_->grpc_address(), {"tenants", "set", "team-q", "--max-runtime", "0"},
+                                {"DROVER_TOKEN=" + user});
+  EXPECT_NE(denied.exit_code, 0);
+  EXPECT_NE(denied.err.find("may not change tenants"), std::string::npos) << denied.err;
+
+  CommandResult first = RunCli(up_->grpc_address(), {"submit", "--", "sleep", "600"}, {"DROVER_TOKEN=" + user});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::string id = first.out.substr(0, first.out.find('\n'));
+  // At most one GPU at once: the second job waits; a third is one pending job too many.
+  CommandResult second = RunCli(up_->grpc_address(), {"submit", "--", "true"}, {"DROVER_TOKEN=" + user});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  CommandResult third = RunCli(up_->grpc_address(), {"submit", "--", "true"}, {"DROVER_TOKEN=" + user});
+  EXPECT_EQ(third.exit_code, 2) << third.err;
+  EXPECT_NE(third.err.find("pending jobs"), std::string::npos) << third.err;
+  // The runtime limit stops the sleeping job within its 2 s (plus the check's second and the grace).
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(admin_->jobs.get(), id).status().state() == v1::JOB_STATE_FAILED; },
+                        std::chrono::seconds(60)));
+  EXPECT_NE(GetJob(admin_->jobs.get(), id).status().message().find("runtime limit of 2s"), std::string::npos)
+      << GetJob(admin_->jobs.get(), id).status().message();
+  std::string second_id = second.out.substr(0, second.out.find('\n'));
+  EXPECT_TRUE(WaitUntil([&] { return GetJob(admin_->jobs.get(), second_id).status().state() == v1::JOB_STATE_SUCCEEDED; }));
+
+  CommandResult listed = RunCli(up_->grpc_address(), {"tenants", "list", "-o", "json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  auto tenants = nlohmann::json::parse(listed.out)["tenants"];
+  bool found = false;
+  for (const auto& t : tenants) {
+    if (t["name"] != "team-q") continue;
+    found = true;
+    EXPECT_TRUE(t["stored"].get<bool>());
+    EXPECT_EQ(t["quota"]["maxRuntimeSeconds"], "2");
+  }
+  EXPECT_TRUE(found) << listed.out;
+  auto audit = Http(up_->token(), "GET", "/api/v1/audit");
+  EXPECT_NE(audit.body.find("tenants.create"), std::string::npos);
+}
+
 TEST_F(SecurityTest, AuditVerifyFailsAfterAnEntryIsEdited) {
   v1::DrainNodeRequest drain;
   drain.set_name("sim-1");

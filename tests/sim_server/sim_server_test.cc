@@ -200,6 +200,8 @@ sched::NodeInfo SimNode(int n) {
   sched::NodeInfo node;
   node.name = NodeName(n);
   node.schedulable = true;
+  node.cpu_milli = 64000;  // the fixture's Inventory(): the server places by host capacity too
+  node.memory_bytes = int64_t{512} << 30;
   for (int i = 0; i < kGpusPerNode; ++i) node.gpus.push_back({i, "nvidia", kModel, int64_t{80} << 30, true, i / 4});
   return node;
 }

@@ -145,7 +145,7 @@ bool DroverUp::Start() {
   std::vector<std::string> args = {DroverBinary(), role_, "--data-dir", data_dir_, "--grpc-listen", grpc_listen_,
                                    "--listen", "127.0.0.1:0", "--log-level", "warn"};
   args.insert(args.end(), extra_.begin(), extra_.end());
-  pid_ = Spawn(args, {}, data_dir_ + "/up.out", data_dir_ + "/up.err");
+  pid_ = Spawn(args, env_, data_dir_ + "/up.out", data_dir_ + "/up.err");
   if (pid_ <= 0) return false;
   bool up = WaitUntil([&] {
     int status = 0;
@@ -165,7 +165,14 @@ bool DroverUp::Start() {
   std::ifstream token_in(data_dir_ + "/admin.token");
   std::getline(token_in, token_);
   SetCliToken(token_);
-  channel_ = rpc::MakeChannel(grpc_, token_);
+  // A server with the cluster CA of `drover certs init` serves TLS.
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (std::string ca = ReadAll(data_dir_ + "/tls/ca.crt"); !ca.empty()) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = ca;
+    creds = grpc::SslCredentials(tls);
+  }
+  channel_ = rpc::MakeChannel(grpc_, token_, creds);
   jobs_ = v1::JobService::NewStub(channel_);
   nodes_ = v1::NodeService::NewStub(channel_);
   return true;

@@ -55,7 +55,9 @@ int FreePort();
 pid_t SpawnDrover(const std::vector<std::string>& args, const std::string& out, const std::string& err);
 
 // `drover up` (or `drover server`) in a child process: --data-dir, gRPC on
-// `grpc_listen` and HTTP on port 0.
+// `grpc_listen` and HTTP on port 0. When <data-dir>/tls/ca.crt exists
+// (`drover certs init`), the server serves TLS and the stubs verify it with
+// that CA.
 class DroverUp {
  public:
   // Extra flags (e.g. {"--simulate", "2"}) follow the standard ones.
@@ -63,6 +65,9 @@ class DroverUp {
            std::string grpc_listen = "127.0.0.1:0");
   ~DroverUp();  // SIGKILLs the process if still running
 
+  // Variables ("NAME=VALUE") added to the environment it starts with (the
+  // test's own) from the next Start() on.
+  void SetEnv(std::vector<std::string> env) { env_ = std::move(env); }
   // Starts it and waits until it serves (endpoints.json); false on failure.
   bool Start();
   void Kill(int sig);
@@ -80,6 +85,7 @@ class DroverUp {
  private:
   std::string data_dir_;
   std::vector<std::string> extra_;
+  std::vector<std::string> env_;
   std::string role_;
   std::string grpc_listen_;
   pid_t pid_ = 0;

@@ -18,9 +18,17 @@
 #include <set>
 #include <thread>
 
+#include "drover/agent/cgroup.h"
+#include "drover/agent/device_filter.h"
 #include "drover/agent/gpu_report.h"
+#include "drover/agent/isolation.h"
 #include "drover/agent/job_dir.h"
+#include "drover/agent/job_env.h"
 #include "drover/agent/supervisor.h"
+#include "drover/auth/certs.h"
+#include "drover/auth/cluster_ca.h"
+#include "drover/auth/token.h"
+#include "drover/common/hash.h"
 #include "drover/common/ids.h"
 #include "drover/common/metrics.h"
 #include "drover/common/version.h"
@@ -30,6 +38,8 @@
 #include "drover/rpc/convert.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/v1/agent.grpc.pb.h"
+
+extern char** environ;
 
 namespace drover::agent {
 namespace {
@@ -72,6 +82,7 @@ struct LocalJob {
   int64_t log_sent = 0;
   v1::WorkloadState reported = v1::WORKLOAD_STATE_UNSPECIFIED;
   int64_t launch_ns = 0;
+  std::optional<JobCgroup> cgroup;  // its group, removed (with what is left in it) when forgotten
 };
 
 class AgentImpl final : public Agent {
@@ -123,6 +134,7 @@ class AgentImpl final : public Agent {
     }
     AssignNumaNodes(host_, &gpus_);
     links_ = LinkMatrix();
+    SetUpIsolation();
     DROVER_RETURN_IF_ERROR(ValidateTelemetryOptions(opts_.telemetry));
     loads_.assign(gpus_.size(), -1);
     std::vector<DeviceSlot> slots;
@@ -146,9 +158,11 @@ class AgentImpl final : public Agent {
       LocalJob job(dir);
       job.grace_seconds = spec->grace_seconds;
       job.sigterm_ns = dir.ReadStop();
+      if (auto iso = dir.ReadIsolation(); iso.ok()) job.cgroup = iso->cgroup;
       jobs_.emplace(spec->job_id, std::move(job));
     }
     if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    DROVER_RETURN_IF_ERROR(LoadCa());
     loop_.Start();
     telemetry_->Start();
     DROVER_RETURN_IF_ERROR(StartMetrics());
@@ -218,6 +232,17 @@ class AgentImpl final : public Agent {
     });
     if (opts_.metrics_listen.empty()) return Status::Ok();
     auto server = http::StartServer(opts_.metrics_listen, [this](const http::Request& req) {
+      if (!opts_.metrics_token.empty()) {
+        auto it = req.headers.find("authorization");
+        std::string_view given = it == req.headers.end() ? "" : std::string_view(it->second);
+        if (!given.starts_with("Bearer ") ||
+            !auth::ConstantTimeEqual(given.substr(7), opts_.metrics_token)) {
+          http::Response refused = http::ErrorResponse(Unauthenticated(
+              "this endpoint needs the node's scrape token: \"Authorization: Bearer <token>\" (--metrics-token-file)"));
+          refused.headers["WWW-Authenticate"] = "Bearer";
+          return refused;
+        }
+      }
       if (req.path == "/metrics") {
         return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics(), {}, {}};
       }
@@ -270,46 +295,228 @@ class AgentImpl final : public Agent {
     return out;
   }
 
+  // ---- workload isolation (docs/security.md) ----
+
+  // Finds what this machine allows, once, and says it.
+  void SetUpIsolation() {
+    allowed_cpus_ = AllowedCpus();
+    for (auto& [k, v] : EnvMap(environ)) {
+      if (EnvAllowed(k, opts_.job_env_allow)) agent_env_[k] = v;
+    }
+    std::string pinning_problem;
+    if (allowed_cpus_.empty()) {
+      pinning_problem = "the agent cannot read its own CPU affinity";
+    } else if (host_.numa_cpus.empty()) {
+      pinning_problem = "the host topology lists no CPUs for its NUMA nodes";
+    }
+    // The agent's group is named for its node and its data directory: two
+    // agents of one node name (tests, `drover up` twice) never share one.
+    std::error_code ec;
+    std::string data = fs::absolute(opts_.data_dir, ec).lexically_normal().string();
+    std::string group = fmt::format("drover-{}-{:08x}", opts_.node_name, Fnv1a64(data) & 0xffffffffu);
+    isolation_ = ProbeNodeIsolation(group, pinning_problem);
+    for (const GpuDevice& g : gpus_) {
+      std::vector<DeviceRule> rules;
+      for (const std::string& file : GpuDeviceFiles(g.pci_bus_id)) {
+        if (auto rule = DeviceRuleOf(file)) rules.push_back(*rule);
+      }
+      gpu_devices_.push_back(std::move(rules));
+    }
+    spdlog::info("node '{}': workload isolation: {}", opts_.node_name, isolation_.message);
+  }
+
+  // The CPUs of the NUMA nodes of the workload's GPUs that the agent may
+  // use; empty (not pinned) when there are none.
+  std::vector<int> CpusFor(const v1::Workload& w) const {
+    if (!isolation_.cpu_pinning) return {};
+    std::set<int> numa;
+    for (int i : w.gpu_indices()) {
+      if (i >= 0 && static_cast<size_t>(i) < gpus_.size()) numa.insert(gpus_[static_cast<size_t>(i)].numa_node);
+    }
+    std::set<int> cpus;
+    for (int n : numa) {
+      auto it = host_.numa_cpus.find(n);
+      if (it == host_.numa_cpus.end()) continue;
+      for (int c : it->second) {
+        if (std::binary_search(allowed_cpus_.begin(), allowed_cpus_.end(), c)) cpus.insert(c);
+      }
+    }
+    return {cpus.begin(), cpus.end()};
+  }
+
+  // The device files of the node's other GPUs (those of the workload's own
+  // GPUs stay open to it even when shared with another GPU).
+  std::vector<DeviceRule> DenyFor(const v1::Workload& w) const {
+    std::set<size_t> own;
+    for (int i : w.gpu_indices()) {
+      if (i >= 0 && static_cast<size_t>(i) < gpus_.size()) own.insert(static_cast<size_t>(i));
+    }
+    std::set<DeviceRule> deny;
+    std::set<DeviceRule> keep;
+    for (size_t i = 0; i < gpu_devices_.size(); ++i) {
+      (own.contains(i) ? keep : deny).insert(gpu_devices_[i].begin(), gpu_devices_[i].end());
+    }
+    std::vector<DeviceRule> out;
+    std::set_difference(deny.begin(), deny.end(), keep.begin(), keep.end(), std::back_inserter(out));
+    return out;
+  }
+
+  JobIsolation IsolationFor(const std::string& key, const v1::Workload& w) const {
+    JobIsolation iso;
+    iso.cpus = CpusFor(w);
+    if (!isolation_.cgroup_parent.empty()) {
+      JobCgroup g;
+      g.parent = isolation_.cgroup_parent;
+      g.dir = isolation_.cgroup_parent + "/" + key;
+      g.controllers = isolation_.controllers;
+      g.cpu_millis = w.cpu_millis();
+      g.memory_bytes = w.memory_bytes();
+      if (isolation_.device_limits) g.deny_devices = DenyFor(w);
+      iso.cgroup = std::move(g);
+    }
+    return iso;
+  }
+
+  void FillIsolation(v1::WorkloadIsolation* out) const {
+    out->set_cpu_limits(isolation_.cpu_limits());
+    out->set_memory_limits(isolation_.memory_limits());
+    out->set_device_limits(isolation_.device_limits);
+    out->set_cpu_pinning(isolation_.cpu_pinning);
+    out->set_clean_environment(isolation_.clean_environment);
+    out->set_cgroup_parent(isolation_.cgroup_parent_path);
+    out->set_message(isolation_.message);
+  }
+
   // ---- connection thread ----
 
   // The node's credential: the configured token, else the one a join
   // stored in <data_dir>/node.token, else a join with the join token now.
   // Empty when there is none yet (the caller retries).
+  //
+  // Over TLS (the agent knows the cluster CA) the join also asks for a
+  // certificate: a key made here and kept in <data_dir>/node.key (0600),
+  // a CSR for it, and the certificate the server returns in node.crt.
   std::string Credential() {
     if (!opts_.token.empty()) return opts_.token;
-    const std::string path = opts_.data_dir + "/node.token";
+    const std::string path = DataFile("node.token");
     std::string token;
     if (std::ifstream in(path); in) std::getline(in, token);
     if (!token.empty() || opts_.join_token.empty()) {
       if (token.empty()) spdlog::error("node '{}' has no credential: start the agent with --join-token", opts_.node_name);
       return token;
     }
-    auto stub = v1::AgentService::NewStub(grpc::CreateChannel(opts_.server_address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.data_dir, ec);
     v1::JoinRequest req;
     req.set_join_token(opts_.join_token);
     req.set_node_name(opts_.node_name);
+    std::string key;
+    if (!ca_pem_.empty()) {
+      auto k = NodeKey();
+      auto csr = k.ok() ? auth::MakeCsrPem(*k, opts_.node_name) : Result<std::string>(k.status());
+      if (!csr.ok()) {
+        spdlog::error("node '{}' cannot make a certificate request: {}", opts_.node_name, csr.status().message());
+        return "";
+      }
+      key = *k;
+      req.set_csr_pem(*csr);
+    }
+    auto stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, "", ChannelCredentials(false)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::JoinResponse resp;
     grpc::Status s = stub->Join(&ctx, req, &resp);
     if (!s.ok()) {
       spdlog::error("node '{}' could not join: {}", opts_.node_name, s.error_message());
       return "";
     }
-    std::error_code ec;
-    std::filesystem::create_directories(opts_.data_dir, ec);
-    std::string tmp = path + ".tmp";
-    ::unlink(tmp.c_str());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    std::string line = resp.node_token() + "\n";
-    if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()) || ::fsync(fd) != 0 ||
-        ::rename(tmp.c_str(), path.c_str()) != 0) {
-      spdlog::error("node '{}' joined but cannot keep its credential in {}: {}", opts_.node_name, path, std::strerror(errno));
+    if (!resp.certificate_pem().empty()) {
+      // Checked before it is kept: the server answered over a connection
+      // verified with the CA, but a certificate for another key or CA would
+      // only fail later, at every handshake.
+      Status ok = auth::CheckKeyMatchesCert(key, resp.certificate_pem());
+      if (ok.ok()) ok = auth::VerifyCertPem(resp.certificate_pem(), ca_pem_, NowUnix(), auth::Purpose::kClient);
+      if (ok.ok()) ok = auth::WriteFileAtomic(DataFile("node.crt"), resp.certificate_pem(), 0644);
+      if (ok.ok() && !opts_.ca_file.empty()) ok = auth::WriteFileAtomic(DataFile("ca.crt"), ca_pem_, 0644);
+      if (!ok.ok()) {
+        spdlog::error("node '{}' joined but cannot use the certificate it was issued: {}", opts_.node_name, ok.message());
+      } else {
+        spdlog::info("node '{}' was issued a certificate, kept in {}", opts_.node_name, DataFile("node.crt"));
+      }
+    }
+    if (Status w = auth::WriteFileAtomic(path, resp.node_token() + "\n", 0600); !w.ok()) {
+      spdlog::error("node '{}' joined but cannot keep its credential: {}", opts_.node_name, w.message());
     } else {
       spdlog::info("node '{}' joined; its credential is in {}", opts_.node_name, path);
     }
-    if (fd >= 0) ::close(fd);
     return resp.node_token();
+  }
+
+  std::string DataFile(const char* name) const { return opts_.data_dir + "/" + name; }
+
+  static int64_t NowUnix() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  // The cluster CA the server is verified with: --ca-file, else the one a
+  // join over TLS kept in <data_dir>/ca.crt; "" (plaintext) when neither.
+  Status LoadCa() {
+    std::string path = opts_.ca_file.empty() ? DataFile("ca.crt") : opts_.ca_file;
+    std::error_code ec;
+    if (opts_.ca_file.empty() && !std::filesystem::exists(path, ec)) return Status::Ok();
+    auto pem = auth::ReadTextFile(path);
+    if (!pem.ok()) return InvalidArgument(fmt::format("the cluster CA: {}", pem.status().message()));
+    auto info = auth::ParseCertPem(*pem);
+    if (!info.ok() || !info->is_ca) {
+      return InvalidArgument(fmt::format("'{}' is not a CA certificate{}", path,
+                                         info.ok() ? "" : ": " + info.status().message()));
+    }
+    ca_pem_ = std::move(*pem);
+    spdlog::info("node '{}' verifies the server with the cluster CA {} ({})", opts_.node_name, path, info->fingerprint);
+    return Status::Ok();
+  }
+
+  // This node's private key: the one in <data_dir>/node.key, else a new one
+  // written there (0600) first, so that a certificate issued for it is never
+  // without its key.
+  Result<std::string> NodeKey() {
+    const std::string path = DataFile("node.key");
+    if (auto existing = auth::ReadTextFile(path); existing.ok()) return existing;
+    DROVER_ASSIGN_OR_RETURN(std::string key, auth::GenerateKeyPem());
+    DROVER_RETURN_IF_ERROR(auth::WriteFileAtomic(path, key, 0600));
+    return key;
+  }
+
+  // TLS credentials for the channel (plaintext without a CA). With
+  // `client_cert`, the node's certificate when it has one that is valid
+  // now: an expired or foreign one is left out (the node token still
+  // authenticates), said loudly.
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(bool client_cert) {
+    if (ca_pem_.empty()) return grpc::InsecureChannelCredentials();
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = ca_pem_;
+    if (client_cert) {
+      auto cert = auth::ReadTextFile(DataFile("node.crt"));
+      auto key = auth::ReadTextFile(DataFile("node.key"));
+      if (cert.ok() && key.ok()) {
+        Status usable = auth::CheckKeyMatchesCert(*key, *cert);
+        if (usable.ok()) usable = auth::VerifyCertPem(*cert, ca_pem_, NowUnix(), auth::Purpose::kClient);
+        if (usable.ok()) {
+          auto info = auth::ParseCertPem(*cert);
+          if (info.ok() && info->not_after_unix - NowUnix() < 30 * 24 * 3600) {
+            spdlog::warn("node '{}': its certificate expires in less than 30 days (renewal: docs/security.md)",
+                         opts_.node_name);
+          }
+          spdlog::info("node '{}' presents its certificate {}", opts_.node_name, DataFile("node.crt"));
+          o.pem_private_key = std::move(*key);
+          o.pem_cert_chain = std::move(*cert);
+        } else {
+          spdlog::error("node '{}' leaves its certificate {} out: {}; it authenticates with its node token only",
+                        opts_.node_name, DataFile("node.crt"), usable.message());
+        }
+      }
+    }
+    return grpc::SslCredentials(o);
   }
 
   void ConnectLoop() {
@@ -319,10 +526,15 @@ class AgentImpl final : public Agent {
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
-    auto stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, token));
     backoff = std::chrono::milliseconds(100);
+    std::unique_ptr<v1::AgentService::Stub> stub;
     while (!stopping_) {
-      if (RunSession(stub.get())) backoff = std::chrono::milliseconds(100);
+      if (!stub) stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, token, ChannelCredentials(true)));
+      if (RunSession(stub.get())) {
+        backoff = std::chrono::milliseconds(100);
+      } else {
+        stub.reset();  // a fresh channel after a failure: the certificate is looked at again
+      }
       if (stopping_) break;
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
@@ -348,6 +560,8 @@ class AgentImpl final : public Agent {
       out->set_pci_bus_id(nic.pci_bus_id);
       out->set_numa_node(nic.numa_node);
     }
+    for (const auto& [node, cpus] : host_.numa_cpus) (*topo->mutable_numa_cpus())[node] = FormatCpuList(cpus);
+    FillIsolation(reg.mutable_isolation());
     reg.mutable_labels()->insert(opts_.labels.begin(), opts_.labels.end());
     reg.set_cpu_millis(sysconf(_SC_NPROCESSORS_ONLN) * 1000);
     reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
@@ -446,8 +660,11 @@ class AgentImpl final : public Agent {
     Reconcile();
   }
 
-  std::map<std::string, std::string> EnvFor(const v1::Workload& w) const {
-    std::map<std::string, std::string> env(w.env().begin(), w.env().end());
+  // The job's whole environment: allow-listed variables of the agent's,
+  // the job's own, then Drover's (job_env.h).
+  std::map<std::string, std::string> EnvFor(const v1::Workload& w, const std::vector<int>& cpus) const {
+    std::map<std::string, std::string> env;
+    if (!cpus.empty()) env["DROVER_CPUS"] = FormatCpuList(cpus);
     env["DROVER_JOB_ID"] = w.job_id();
     env["DROVER_REPLICA"] = std::to_string(w.replica());
     env["DROVER_REPLICAS"] = std::to_string(std::max(w.replicas(), 1));
@@ -465,7 +682,7 @@ class AgentImpl final : public Agent {
       std::string_view var = VisibilityVariable(vendor);
       if (!var.empty()) env[std::string(var)] = list;
     }
-    return env;
+    return BuildJobEnv(agent_env_, opts_.job_env_allow, {w.env().begin(), w.env().end()}, env);
   }
 
   void Launch(const v1::Workload& w) {
@@ -481,9 +698,12 @@ class AgentImpl final : public Agent {
     job.launch_ns = NowNanos();
     std::error_code ec;
     fs::create_directories(dir.path(), ec);
-    JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w), w.working_dir(),
+    JobIsolation iso = IsolationFor(key, w);
+    job.cgroup = iso.cgroup;
+    JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w, iso.cpus), w.working_dir(),
                      job.grace_seconds};
     Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
+    if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
       auto pid = SpawnSupervisor(opts_.supervisor_exe, dir.path());
       if (pid.ok()) {
@@ -601,6 +821,9 @@ class AgentImpl final : public Agent {
       }
     }
     for (const std::string& id : forget) {
+      // The supervisor removes the group when the job ends; one that died
+      // first leaves it (and perhaps the job's processes) behind.
+      if (const auto& g = jobs_.at(id).cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
       std::error_code ec;
       fs::remove_all(jobs_.at(id).dir.path(), ec);
       jobs_.erase(id);
@@ -708,8 +931,13 @@ class AgentImpl final : public Agent {
   metrics::Registry metrics_;
   std::unique_ptr<http::Server> metrics_http_;
   std::string metrics_address_;
+  std::string ca_pem_;  // the cluster CA; "" for plaintext. Set by Init, then read-only.
   std::vector<BackendLinks> backend_links_;
   std::vector<int32_t> links_;  // the node's link matrix, as registered
+  NodeIsolation isolation_;
+  std::vector<int> allowed_cpus_;  // the agent's own affinity, ascending
+  std::map<std::string, std::string> agent_env_;  // the allow-listed part of the agent's environment
+  std::vector<std::vector<DeviceRule>> gpu_devices_;  // per GPU: its device files
   std::string jobs_dir_;
   std::atomic<bool> stopping_{false};
   std::mutex ctx_mu_;
@@ -735,11 +963,28 @@ HostTopology SimulatedHostTopology() {
   t.numa_nodes = 2;
   t.cores = 64;
   t.nics = {{"eth0", "", 0}, {"eth1", "", 1}};
+  std::vector<std::vector<int>> halves = SplitCpus(AllowedCpus(), t.numa_nodes);
+  for (int n = 0; n < t.numa_nodes; ++n) {
+    if (!halves[static_cast<size_t>(n)].empty()) t.numa_cpus[n] = halves[static_cast<size_t>(n)];
+  }
   return t;
+}
+
+Status CheckMetricsExposure(const AgentOptions& o) {
+  if (o.metrics_listen.empty() || !o.metrics_token.empty() || o.metrics_insecure) return Status::Ok();
+  std::string host = o.metrics_listen.substr(0, o.metrics_listen.rfind(':'));
+  bool loopback = host == "localhost" || host == "[::1]" || host.starts_with("127.");
+  if (loopback) return Status::Ok();
+  return FailedPrecondition(fmt::format(
+      "refusing to serve metrics on '{}' to anyone who asks: the node's GPUs, jobs and tenants would be readable "
+      "from the network; give a scrape token with --metrics-token-file, listen on 127.0.0.1, or pass "
+      "--insecure-metrics to accept that (docs/security.md)",
+      o.metrics_listen));
 }
 
 Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options) {
   DROVER_RETURN_IF_ERROR(ValidateNodeName(options.node_name));
+  DROVER_RETURN_IF_ERROR(CheckMetricsExposure(options));
   for (const auto& [k, v] : options.labels) DROVER_RETURN_IF_ERROR(rpc::ValidateLabel("--label", k, v));
   auto agent = std::make_unique<AgentImpl>(std::move(options));
   DROVER_RETURN_IF_ERROR(agent->Init());

@@ -21,6 +21,7 @@
 
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/devices/topology/host_topology.h"
+#include "drover/agent/job_env.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/status.h"
 
@@ -50,7 +51,12 @@ struct AgentOptions {
   HostTopology host_topology;
   // Serves this node's GPU metrics (dcgm-exporter names) on
   // http://<metrics_listen>/metrics when not empty; port 0 picks one.
+  // Beyond loopback it needs `metrics_token` (every request must carry
+  // "Authorization: Bearer <token>") or `metrics_insecure`
+  // (CheckMetricsExposure; docs/security.md).
   std::string metrics_listen;
+  std::string metrics_token;
+  bool metrics_insecure = false;
   std::vector<ScheduledFault> faults;
   // The node's credential (a node token, "drv_..."). When empty: the one
   // stored in <data_dir>/node.token by an earlier join, else a join with
@@ -58,10 +64,22 @@ struct AgentOptions {
   // stored there (mode 0600).
   std::string token;
   std::string join_token;
+  // The cluster CA (PEM file) to verify the server with: the agent then
+  // talks TLS, a join also asks for a node certificate (key in
+  // <data_dir>/node.key, 0600; certificate in node.crt; the CA is kept in
+  // ca.crt), and later connections present it. Empty: <data_dir>/ca.crt
+  // when an earlier join kept one, else plaintext.
+  std::string ca_file;
+  // The variables of the agent's environment its jobs get (exact names, or
+  // prefixes written "NCCL_*"); nothing else of it reaches a job
+  // (docs/security.md, "Workload isolation").
+  std::vector<std::string> job_env_allow = kDefaultEnvAllowList;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC
-// per NUMA node.
+// per NUMA node. Its jobs are real processes on this machine: each simulated
+// NUMA node gets half of the CPUs this process may use (SplitCpus), so a
+// job is pinned to the half of its GPUs' node.
 HostTopology SimulatedHostTopology();
 
 class Agent {
@@ -75,6 +93,9 @@ class Agent {
   // Where /metrics is served ("127.0.0.1:9400"); empty when not.
   virtual std::string metrics_address() const = 0;
 };
+
+// OK unless the options would serve metrics beyond loopback to anyone.
+Status CheckMetricsExposure(const AgentOptions& o);
 
 // Discovers devices (a backend that is not available, or whose library
 // cannot start or list its devices, is skipped with an error in the log, so

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 namespace drover::agent {
 namespace {
@@ -77,6 +78,46 @@ Result<JobSpecFile> JobDir::ReadSpec() const {
   s.grace_seconds = Get<int>(*j, "grace_seconds", 10);
   if (s.job_id.empty() || s.command.empty()) return InvalidArgument(fmt::format("'{}/spec.json' is incomplete", path_));
   return s;
+}
+
+Status JobDir::WriteIsolation(const JobIsolation& iso) const {
+  json j{{"cpus", iso.cpus}};
+  if (iso.cgroup) {
+    const JobCgroup& g = *iso.cgroup;
+    json deny = json::array();
+    for (const DeviceRule& r : g.deny_devices) deny.push_back(json{std::string(1, r.type), r.major, r.minor});
+    j["cgroup"] = json{{"parent", g.parent},         {"dir", g.dir},
+                       {"controllers", g.controllers}, {"cpu_millis", g.cpu_millis},
+                       {"memory_bytes", g.memory_bytes}, {"deny_devices", deny}};
+  }
+  return WriteFileAtomic(File("isolation.json"), j.dump());
+}
+
+Result<JobIsolation> JobDir::ReadIsolation() const {
+  JobIsolation iso;
+  if (::access(File("isolation.json").c_str(), F_OK) != 0) return iso;
+  auto j = ReadJson(File("isolation.json"));
+  if (!j) return InvalidArgument(fmt::format("'{}/isolation.json' is not readable", path_));
+  try {
+    iso.cpus = j->value("cpus", std::vector<int>{});
+    if (auto it = j->find("cgroup"); it != j->end() && it->is_object()) {
+      JobCgroup g;
+      g.parent = it->at("parent").get<std::string>();
+      g.dir = it->at("dir").get<std::string>();
+      g.controllers = it->value("controllers", std::vector<std::string>{});
+      g.cpu_millis = it->value("cpu_millis", int64_t{0});
+      g.memory_bytes = it->value("memory_bytes", int64_t{0});
+      for (const json& r : it->value("deny_devices", json::array())) {
+        std::string type = r.at(0).get<std::string>();
+        g.deny_devices.push_back(DeviceRule{type == "b" ? 'b' : 'c', r.at(1).get<uint32_t>(), r.at(2).get<uint32_t>()});
+      }
+      if (g.dir.empty() || g.parent.empty()) throw std::invalid_argument("no cgroup dir");
+      iso.cgroup = std::move(g);
+    }
+  } catch (const std::exception&) {
+    return InvalidArgument(fmt::format("'{}/isolation.json' is malformed", path_));
+  }
+  return iso;
 }
 
 Status JobDir::WriteStarted(const StartedFile& s) const {

@@ -5,6 +5,8 @@
 // restarted agent reads it back instead of starting the job again.
 //
 //   spec.json        what to run (written by the agent before the spawn)
+//   isolation.json   how to confine it: CPUs, cgroup (agent, before the
+//                    spawn; absent: not confined)
 //   supervisor.pid   the supervisor's pid (agent)
 //   started.json     {"pid", "start_unix_nanos"} (supervisor, after the spawn)
 //   stop.json        {"sigterm_unix_nanos"} (agent, when it asked the job to stop)
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/agent/cgroup.h"
 #include "drover/common/status.h"
 
 namespace drover::agent {
@@ -30,9 +33,16 @@ namespace drover::agent {
 struct JobSpecFile {
   std::string job_id;
   std::vector<std::string> command;
-  std::map<std::string, std::string> env;  // added to the supervisor's environment
+  std::map<std::string, std::string> env;  // the job's whole environment (see job_env.h)
   std::string working_dir;
   int grace_seconds = 10;
+};
+
+// How the supervisor confines the job before it runs it (docs/security.md,
+// "Workload isolation").
+struct JobIsolation {
+  std::vector<int> cpus;            // its CPU affinity; empty: not pinned
+  std::optional<JobCgroup> cgroup;  // its cgroup v2 group; none: no group
 };
 
 struct StartedFile {
@@ -56,6 +66,10 @@ class JobDir {
 
   Status WriteSpec(const JobSpecFile& spec) const;
   Result<JobSpecFile> ReadSpec() const;
+  Status WriteIsolation(const JobIsolation& isolation) const;
+  // Nothing when the file is absent; an error when it is unreadable (the
+  // supervisor then does not start the job unconfined).
+  Result<JobIsolation> ReadIsolation() const;
   Status WriteStarted(const StartedFile& s) const;
   std::optional<StartedFile> ReadStarted() const;
   Status WriteExit(const ExitFile& e) const;

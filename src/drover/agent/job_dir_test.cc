@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "drover/agent/cgroup.h"
+#include "drover/agent/devices/topology/host_topology.h"
 #include "drover/agent/supervisor.h"
 
 #ifndef DROVER_BINARY
@@ -129,6 +131,37 @@ TEST_F(JobDirTest, MissingCorruptOrIncompleteSpecIsAnError) {
   EXPECT_EQ(minimal->grace_seconds, 10);
   EXPECT_TRUE(minimal->env.empty());
   EXPECT_EQ(minimal->working_dir, "");
+}
+
+TEST_F(JobDirTest, IsolationRoundTripsAndIsOptional) {
+  JobDir dir(MakeDir("j-000008"));
+  auto absent = dir.ReadIsolation();
+  ASSERT_TRUE(absent.ok());
+  EXPECT_TRUE(absent->cpus.empty());
+  EXPECT_FALSE(absent->cgroup);
+
+  JobIsolation iso;
+  iso.cpus = {0, 2, 3};
+  iso.cgroup = JobCgroup{"/sys/fs/cgroup/drover-n-1", "/sys/fs/cgroup/drover-n-1/j-000008.1", {"cpu", "memory"},
+                         1500, int64_t{3} << 30, {{'c', 195, 1}, {'b', 8, 0}}};
+  ASSERT_TRUE(dir.WriteIsolation(iso).ok());
+  auto back = dir.ReadIsolation();
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cpus, iso.cpus);
+  ASSERT_TRUE(back->cgroup);
+  EXPECT_EQ(back->cgroup->parent, iso.cgroup->parent);
+  EXPECT_EQ(back->cgroup->dir, iso.cgroup->dir);
+  EXPECT_EQ(back->cgroup->controllers, iso.cgroup->controllers);
+  EXPECT_EQ(back->cgroup->cpu_millis, 1500);
+  EXPECT_EQ(back->cgroup->memory_bytes, int64_t{3} << 30);
+  EXPECT_EQ(back->cgroup->deny_devices, iso.cgroup->deny_devices);
+
+  for (const char* bad : {"{", "[]", R"({"cpus": "all"})", R"({"cgroup": {"dir": "/x"}})",
+                          R"({"cgroup": {"parent": "/p", "dir": "/p/j", "deny_devices": [["c", -1]]}})"}) {
+    SCOPED_TRACE(bad);
+    Spit(dir.File("isolation.json"), bad);
+    EXPECT_EQ(dir.ReadIsolation().status().code(), Code::kInvalidArgument);
+  }
 }
 
 TEST_F(JobDirTest, StartedRoundTripsAndRejectsBadPids) {
@@ -334,21 +367,95 @@ TEST_F(SupervisorTest, RecordsStartExitCodeAndOutput) {
   EXPECT_FALSE(fs::exists(dir + "/exit.json.tmp"));
 }
 
-TEST_F(SupervisorTest, JobGetsTheSpecEnvironment) {
+TEST_F(SupervisorTest, JobGetsExactlyTheSpecEnvironment) {
+  // The supervisor inherits this (as it inherits the agent's environment);
+  // the job must not see it.
+  ::setenv("DROVER_SUPERVISOR_TEST_SECRET", "leaked", 1);
   std::string dir = MakeDir("j-000011");
-  pid_t sup = Start(dir, {"sh", "-c", "echo \"greeting=$GREETING\"; echo \"home=$HOME\"; echo \"path=$PATH\""},
-                    {{"GREETING", "hello world"}, {"HOME", "/nowhere"}});
+  pid_t sup = Start(dir, {"env"}, {{"GREETING", "hello world"}, {"HOME", "/nowhere"}});
+  ::unsetenv("DROVER_SUPERVISOR_TEST_SECRET");
   ASSERT_GT(sup, 0);
   auto e = WaitExit(dir);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->exit_code, 0);
-  std::string out = Slurp(dir + "/output.log");
-  EXPECT_NE(out.find("greeting=hello world\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("home=/nowhere\n"), std::string::npos) << out;  // the spec wins over the inherited value
-  const char* path = std::getenv("PATH");
-  if (path != nullptr) {
-    EXPECT_NE(out.find(std::string("path=") + path + "\n"), std::string::npos) << out;
+  EXPECT_EQ(Slurp(dir + "/output.log"), "GREETING=hello world\nHOME=/nowhere\n");
+  Reap(sup);
+}
+
+TEST_F(SupervisorTest, JobIsPinnedToItsCpus) {
+  std::vector<int> allowed = AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  std::string dir = MakeDir("j-000030");
+  JobIsolation iso;
+  iso.cpus = {allowed.back()};
+  ASSERT_TRUE(JobDir(dir).WriteIsolation(iso).ok());
+  pid_t sup = Start(dir, {"grep", "Cpus_allowed_list", "/proc/self/status"});
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->exit_code, 0) << e->message;
+  EXPECT_EQ(Slurp(dir + "/output.log"), "Cpus_allowed_list:\t" + std::to_string(allowed.back()) + "\n");
+  Reap(sup);
+}
+
+TEST_F(SupervisorTest, JobRunsInItsCgroupWhichGoesWithIt) {
+  const CgroupHome& home = ProcessCgroupHome();
+  if (home.dir.empty()) GTEST_SKIP() << "jobs get no cgroup on this machine: " << home.problem;
+  std::string dir = MakeDir("j-000031");
+  std::string parent = home.dir + "/drover-supervisor-test-" + std::to_string(::getpid());
+  JobIsolation iso;
+  iso.cgroup = JobCgroup{parent, parent + "/j-000031", {}, 0, 0, {}};
+  if (home.cpu && home.memory) {
+    iso.cgroup->controllers = {"cpu", "memory"};
+    iso.cgroup->cpu_millis = 250;
+    iso.cgroup->memory_bytes = 256 << 20;
   }
+  ASSERT_TRUE(JobDir(dir).WriteIsolation(iso).ok());
+  // A background process the job leaves behind is killed with the group.
+  std::map<std::string, std::string> env;
+  if (home.cpu && home.memory) env["LIMITS"] = iso.cgroup->dir + "/cpu.max " + iso.cgroup->dir + "/memory.max";
+  pid_t sup = Start(dir, {"sh", "-c", "sleep 600 & cat /proc/self/cgroup $LIMITS"}, env);
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->exit_code, 0) << e->message;
+  std::string out = Slurp(dir + "/output.log");
+  EXPECT_NE(out.find("0::" + CgroupPath(home.mount, iso.cgroup->dir) + "\n"), std::string::npos) << out;
+  if (home.cpu && home.memory) {
+    EXPECT_NE(out.find("\n25000 100000\n268435456\n"), std::string::npos) << out;
+  }
+  EXPECT_FALSE(fs::exists(iso.cgroup->dir)) << "the job's group outlived it";
+  EXPECT_FALSE(fs::exists(parent)) << "the agent's group stays only while it has jobs";
+  Reap(sup);
+}
+
+TEST_F(SupervisorTest, JobThatCannotJoinItsCgroupFailsToStart) {
+  // A plain directory is no cgroup: there is no cgroup.procs to join.
+  std::string dir = MakeDir("j-000032");
+  JobIsolation iso;
+  iso.cgroup = JobCgroup{root_ + "/not-a-cgroup", root_ + "/not-a-cgroup/j-000032", {}, 0, 0, {}};
+  ASSERT_TRUE(JobDir(dir).WriteIsolation(iso).ok());
+  pid_t sup = Start(dir, {"true"});
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->failed_to_start);
+  EXPECT_EQ(e->exit_code, 127);
+  EXPECT_NE(e->message.find("cannot join its cgroup"), std::string::npos) << e->message;
+  EXPECT_FALSE(JobDir(dir).ReadStarted());
+  EXPECT_FALSE(fs::exists(root_ + "/not-a-cgroup")) << "removed after the failure";
+  Reap(sup);
+}
+
+TEST_F(SupervisorTest, UnreadableIsolationFailsToStart) {
+  std::string dir = MakeDir("j-000033");
+  Spit(dir + "/isolation.json", "{");
+  pid_t sup = Start(dir, {"true"});
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->failed_to_start);
+  EXPECT_NE(e->message.find("isolation.json"), std::string::npos) << e->message;
   Reap(sup);
 }
 

@@ -1,6 +1,7 @@
 #include "drover/agent/supervisor.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
@@ -12,10 +13,14 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "drover/agent/cgroup.h"
+#include "drover/agent/devices/topology/host_topology.h"
 #include "drover/agent/job_dir.h"
+#include "drover/common/quantity.h"
 
 extern char** environ;
 
@@ -27,16 +32,11 @@ int64_t NowNanos() {
       .count();
 }
 
+// The job's environment is the spec's, whole: the agent built it (clean,
+// see job_env.h); nothing of the supervisor's own environment is added.
 std::vector<std::string> BuildEnv(const JobSpecFile& spec) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : spec.env) env[k] = v;
   std::vector<std::string> out;
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  for (const auto& [k, v] : spec.env) out.push_back(k + "=" + v);
   return out;
 }
 
@@ -45,6 +45,102 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
   for (auto& s : strings) out.push_back(s.data());
   out.push_back(nullptr);
   return out;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What the child of StartJob could not do before exec, and the errno.
+struct ChildError {
+  enum Step : int { kJoinCgroup = 1, kPin, kProcessGroup, kStdio, kChdir, kExec } step;
+  int error;
+};
+
+// Starts the job: fork, confine, exec. The supervisor is single-threaded (a
+// fresh exec of the binary that starts no threads), so unlike the agent it
+// may fork and do more than posix_spawn offers before the exec: join the
+// job's cgroup (so that nothing the job runs escapes its limits) and take
+// its CPUs. The child makes only async-signal-safe calls. How the exec went
+// comes back on a close-on-exec pipe: end of file means the job runs.
+Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const std::string& work,
+                       std::vector<char*>& argv, std::vector<char*>& envp) {
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int pipe_fds[2] = {-1, -1};
+  if (null_fd < 0 || log_fd < 0 || ::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    int err = errno;
+    for (int fd : {null_fd, log_fd}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return Unavailable(fmt::format("cannot open its output '{}': {}", log, std::strerror(err)));
+  }
+  const std::string procs = iso.cgroup ? iso.cgroup->dir + "/cgroup.procs" : "";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : iso.cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+  }
+  const bool pin = !iso.cpus.empty();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    const int report = pipe_fds[1];
+    auto fail = [report](ChildError::Step step) {
+      ChildError e{step, errno};
+      ssize_t n = ::write(report, &e, sizeof e);
+      (void)n;
+      ::_exit(127);
+    };
+    if (!procs.empty()) {
+      // "0": the writing process. From here on all the job runs is in the group.
+      int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) fail(ChildError::kJoinCgroup);
+      ::close(fd);
+    }
+    if (pin && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) fail(ChildError::kPin);
+    if (::setpgid(0, 0) != 0) fail(ChildError::kProcessGroup);  // the job leads its own process group
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    if (::dup2(null_fd, 0) < 0 || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) fail(ChildError::kStdio);
+    if (::chdir(work.c_str()) != 0) fail(ChildError::kChdir);
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
+    ::execvpe(argv[0], argv.data(), envp.data());
+    fail(ChildError::kExec);
+  }
+  int fork_error = errno;
+  ::close(pipe_fds[1]);
+  ::close(null_fd);
+  ::close(log_fd);
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    return Unavailable(fmt::format("fork: {}", std::strerror(fork_error)));
+  }
+  ChildError e{};
+  ssize_t n = 0;
+  do {
+    n = ::read(pipe_fds[0], &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  ::close(pipe_fds[0]);
+  if (n <= 0) return pid;
+  ::waitpid(pid, nullptr, 0);
+  const char* why = std::strerror(e.error);
+  switch (e.step) {
+    case ChildError::kJoinCgroup:
+      return Unavailable(fmt::format("cannot join its cgroup '{}': {}", iso.cgroup->dir, why));
+    case ChildError::kPin:
+      return Unavailable(fmt::format("cannot pin it to CPUs {}: {}", FormatCpuList(iso.cpus), why));
+    case ChildError::kChdir:
+      return Unavailable(fmt::format("cannot enter its working directory '{}': {}", work, why));
+    case ChildError::kExec:
+      return Unavailable(why);
+    default:
+      return Unavailable(fmt::format("cannot set up its process: {}", why));
+  }
 }
 
 }  // namespace
@@ -66,61 +162,51 @@ int RunSupervisor(const std::string& dir) {
   std::string log = job.File("output.log");
   std::string work = spec->working_dir.empty() ? job.File("work") : spec->working_dir;
   if (spec->working_dir.empty()) ::mkdir(work.c_str(), 0755);
+  // The job could not start: said in its output and in exit.json.
+  auto not_started = [&](std::string_view why) {
+    std::string message = fmt::format("cannot start '{}': {}", spec->command[0], why);
+    std::ofstream(log, std::ios::app) << "drover: " << message << "\n";
+    (void)job.WriteExit(ExitFile{127, 0, NowNanos(), message, true});
+    return 0;
+  };
   struct stat st{};
   if (::stat(work.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::string why = fmt::format("cannot start '{}': working directory '{}' does not exist", spec->command[0], work);
-    std::ofstream(log, std::ios::app) << "drover: " << why << "\n";
-    (void)job.WriteExit(ExitFile{127, 0, NowNanos(), why, true});
-    return 0;
+    return not_started(fmt::format("working directory '{}' does not exist", work));
   }
 
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addchdir_np(&fa, work.c_str());
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty;
-  sigemptyset(&empty);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);  // the job leads its own process group
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  auto isolation = job.ReadIsolation();
+  if (!isolation.ok()) return not_started(isolation.status().message());
+  const std::optional<JobCgroup>& group = isolation->cgroup;
+  if (group) {
+    if (Status s = CreateJobCgroup(*group); !s.ok()) {
+      RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
+      return not_started(s.message());
+    }
+  }
 
   std::vector<std::string> argv_s = spec->command;
   std::vector<std::string> env_s = BuildEnv(*spec);
   std::vector<char*> argv = Pointers(argv_s);
   std::vector<char*> envp = Pointers(env_s);
-  pid_t child = 0;
   int64_t start = NowNanos();
-  int rc = posix_spawnp(&child, argv[0], &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    std::string why = fmt::format("cannot start '{}': {}", spec->command[0], std::strerror(rc));
-    std::ofstream(log, std::ios::app) << "drover: " << why << "\n";
-    (void)job.WriteExit(ExitFile{127, 0, NowNanos(), why, true});
-    return 0;
+  auto child = StartJob(*isolation, log, work, argv, envp);
+  if (!child.ok()) {
+    if (group) RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
+    return not_started(child.status().message());
   }
-  (void)job.WriteStarted(StartedFile{child, start});
+  (void)job.WriteStarted(StartedFile{*child, start});
 
   int status = 0;
   for (;;) {
-    pid_t done = ::waitpid(child, &status, WNOHANG);
-    if (done == child) break;
+    pid_t done = ::waitpid(*child, &status, WNOHANG);
+    if (done == *child) break;
     if (done < 0 && errno != EINTR) {
       ExitFile lost{-1, 0, NowNanos(), fmt::format("lost track of the job: waitpid: {}", std::strerror(errno)), false};
       return job.WriteExit(lost).ok() ? 0 : 1;
     }
     siginfo_t info;
     int sig = sigwaitinfo(&waitset, &info);
-    if (sig > 0 && sig != SIGCHLD) ::kill(-child, sig);
+    if (sig > 0 && sig != SIGCHLD) ::kill(-*child, sig);
   }
   ExitFile e;
   e.end_unix_nanos = NowNanos();
@@ -129,6 +215,15 @@ int RunSupervisor(const std::string& dir) {
   } else if (WIFSIGNALED(status)) {
     e.exit_code = -1;
     e.signal = WTERMSIG(status);
+  }
+  if (group) {
+    // Killed for memory: say so (the kernel's SIGKILL alone says nothing).
+    if (e.signal == SIGKILL && OomKills(Slurp(group->dir + "/memory.events")) > 0) {
+      e.message = fmt::format("out of memory: the kernel killed the job at its memory limit ({})",
+                              FormatBytes(group->memory_bytes));
+    }
+    // What the job left running goes with it.
+    RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(5));
   }
   if (Status s = job.WriteExit(e); !s.ok()) return 1;
   return 0;

@@ -6,6 +6,12 @@
 // start and the exit in the job directory. It outlives the agent, so a job
 // survives an agent or server crash and its exit status is never lost.
 //
+// It confines the job as isolation.json says (docs/security.md, "Workload
+// isolation"): it makes the job's cgroup v2 group (limits, device program)
+// and, between fork and exec, moves the job into it and pins it to its
+// CPUs; the job gets exactly the environment in spec.json. When the job
+// ends it kills what the job left in its group and removes the group.
+//
 // Single-threaded by construction: it runs in a fresh exec of the binary and
 // starts no library threads.
 

@@ -218,6 +218,20 @@ Result<Principal> Authority::Authenticate(std::string_view token_text) const {
   return ToPrincipal(t);
 }
 
+Result<Principal> Authority::AuthenticateNode(const std::string& token_id, const std::string& node) const {
+  if (token_id.size() != kTokenIdChars) return Unauthenticated("certificate names no node token");
+  DROVER_ASSIGN_OR_RETURN(auto t, ReadToken(token_id));
+  if (!t.has_value()) return Unauthenticated(fmt::format("the node token '{}' of this certificate is unknown", token_id));
+  if (t->role != Role::kNode || t->node != node) {
+    return Unauthenticated(fmt::format("the node token '{}' of this certificate is not node '{}''s", token_id, node));
+  }
+  if (t->revoked) return Unauthenticated(fmt::format("node '{}''s credential ({}) was revoked", node, token_id));
+  if (t->expires_ns != 0 && Nanos(clock_) >= t->expires_ns) {
+    return Unauthenticated(fmt::format("node '{}''s credential ({}) has expired", node, token_id));
+  }
+  return ToPrincipal(*t);
+}
+
 Result<bool> Authority::EnsureBootstrapAdmin(const std::string& path) {
   {
     std::ifstream in(path);

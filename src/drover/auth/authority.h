@@ -78,6 +78,12 @@ class Authority {
   // malformed, unknown, wrong, expired or revoked token.
   Result<Principal> Authenticate(std::string_view token_text) const;
 
+  // The principal of a node certificate: the node token `token_id` it was
+  // issued with must exist, be a node token for `node`, and be neither
+  // revoked nor expired (so revoking the token revokes the certificate).
+  // kUnauthenticated otherwise.
+  Result<Principal> AuthenticateNode(const std::string& token_id, const std::string& node) const;
+
   // On first start: an admin token written to `path` (mode 0600). When the
   // file holds a token that still authenticates, nothing changes. Returns
   // true when it created one.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "drover/cli/commands.h"
 #include "drover/rpc/channel.h"
@@ -30,7 +31,10 @@ int ExitCodeFor(const grpc::Status& s) {
 int Fail(const grpc::Status& s, const Common& c) {
   std::string msg = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    msg = fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR)", c.addr, msg);
+    std::string ca = ResolveCaFile(c);
+    msg = fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR){}", c.addr, msg,
+                      ca.empty() ? "; a server with TLS needs --ca-file or DROVER_CA_FILE"
+                                 : fmt::format("; talking TLS, verifying the server with {}", ca));
   } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
     msg = fmt::format("{} (the CLI looks in DROVER_TOKEN, --token-file, {}, then {}/admin.token)", msg, LoginTokenPath(),
                       std::getenv("DROVER_DATA_DIR") != nullptr ? std::getenv("DROVER_DATA_DIR") : ".drover");
@@ -71,7 +75,27 @@ std::string ResolveToken(const Common& c) {
   return FirstLine(std::string(dir != nullptr && *dir != '\0' ? dir : ".drover") + "/admin.token");
 }
 
-std::shared_ptr<grpc::Channel> Channel(const Common& c) { return rpc::MakeChannel(c.addr, ResolveToken(c)); }
+std::string ResolveCaFile(const Common& c) {
+  if (!c.ca_file.empty()) return c.ca_file;
+  if (const char* env = std::getenv("DROVER_CA_FILE"); env != nullptr && *env != '\0') return env;
+  const char* dir = std::getenv("DROVER_DATA_DIR");
+  std::string found = std::string(dir != nullptr && *dir != '\0' ? dir : ".drover") + "/tls/ca.crt";
+  return std::ifstream(found) ? found : "";
+}
+
+std::shared_ptr<grpc::Channel> Channel(const Common& c) {
+  std::string ca = ResolveCaFile(c);
+  if (ca.empty()) return rpc::MakeChannel(c.addr, ResolveToken(c));
+  grpc::SslCredentialsOptions o;
+  std::ifstream in(ca);
+  o.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  // Unreadable: no root at all rather than the system's, so the handshake fails closed.
+  if (!in || o.pem_root_certs.empty()) {
+    std::cerr << "warning: cannot read the CA file '" << ca << "'\n";
+    o.pem_root_certs = "-";
+  }
+  return rpc::MakeChannel(c.addr, ResolveToken(c), grpc::SslCredentials(o));
+}
 
 std::unique_ptr<grpc::ClientContext> Context(const Common& c, std::chrono::milliseconds cap) {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -100,6 +124,8 @@ void AddCommon(CLI::App* cmd, Common* c, bool output) {
   cmd->add_option("--addr", c->addr, "server gRPC address")->envname("DROVER_ADDR")->capture_default_str();
   cmd->add_option("--timeout", c->timeout_s, "seconds to wait for an answer")->check(CLI::Range(1, 3600));
   cmd->add_option("--token-file", c->token_file, "file holding the API token (default: DROVER_TOKEN, drover login's)");
+  cmd->add_option("--ca-file", c->ca_file,
+                  "cluster CA to verify a TLS server with (default: DROVER_CA_FILE, <data-dir>/tls/ca.crt)");
   if (output) cmd->add_option("-o,--output", c->output, "table, wide or json")->capture_default_str();
 }
 

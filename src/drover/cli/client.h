@@ -21,6 +21,7 @@ struct Common {
   std::string output = "table";
   int timeout_s = 30;
   std::string token_file;  // --token-file
+  std::string ca_file;     // --ca-file
 };
 
 // The token the CLI sends, from the first of: DROVER_TOKEN, --token-file,
@@ -30,6 +31,10 @@ struct Common {
 std::string ResolveToken(const Common& c);
 // Where `drover login` keeps the token.
 std::string LoginTokenPath();
+// The cluster CA the CLI verifies the server with (then it talks TLS): the
+// first of --ca-file, DROVER_CA_FILE, and <data-dir>/tls/ca.crt when that
+// exists (written by `drover certs init`). "" for plaintext.
+std::string ResolveCaFile(const Common& c);
 
 // NOT_FOUND 3, UNAVAILABLE and DEADLINE_EXCEEDED 4, INVALID_ARGUMENT,
 // FAILED_PRECONDITION, OUT_OF_RANGE and RESOURCE_EXHAUSTED 2, else 1.
@@ -62,6 +67,9 @@ void AddCommon(CLI::App* cmd, Common* c, bool output);
 // Wraps a verb: checks -o, runs `fn` and stores its exit code.
 using Runner = std::function<std::function<void()>(std::function<int()>)>;
 Runner MakeRunner(int* exit_code, std::shared_ptr<Common> common);
+
+// tenants list|create|set|delete (tenant_commands.cc).
+void AddTenantCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);
 
 // login, whoami, tokens, audit, ui, join-token (auth_commands.cc).
 void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);

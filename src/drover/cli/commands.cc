@@ -83,6 +83,7 @@ void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
 struct SubmitArgs {
   std::string name, tenant, gpu_memory = "0", gpu_model, gpu_vendor, workdir;
   std::string gpus = "1";
+  std::string cpus = "0", memory = "0";  // host resources per replica
   int priority = 0;
   int replicas = 1;
   std::vector<std::string> selector;
@@ -145,6 +146,13 @@ int Submit(const SubmitArgs& a, const Common& c) {
     return Usage(fmt::format("--gpus {} shares a GPU: also give --gpu-memory, the memory to reserve on it", a.gpus));
   }
   s->set_gpu_memory_bytes(*mem);
+  // CPUs like GPUs: "2", "0.5" or "500m" (thousandths).
+  auto cpus = ParseMilliGpu(a.cpus);
+  if (!cpus.ok()) return Usage(fmt::format("--cpus '{}' is not a number of CPUs (2, 0.5 or 500m)", a.cpus));
+  s->set_cpu_millis(*cpus);
+  auto host_mem = ParseBytes(a.memory);
+  if (!host_mem.ok()) return Usage("--memory: " + host_mem.status().message());
+  s->set_memory_bytes(*host_mem);
   s->set_replicas(a.replicas);
   for (const std::string& kv : a.selector) {
     size_t eq = kv.find('=');
@@ -242,6 +250,12 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
   if (!spec.gpu_model().empty()) gpus += fmt::format(", model '{}'", spec.gpu_model());
   if (!spec.gpu_vendor().empty()) gpus += fmt::format(", vendor {}", spec.gpu_vendor());
   rows.emplace_back("GPUs", gpus);
+  if (spec.cpu_millis() > 0 || spec.memory_bytes() > 0) {
+    std::vector<std::string> host;
+    if (spec.cpu_millis() > 0) host.push_back(FormatMilliGpu(spec.cpu_millis()) + " CPU");
+    if (spec.memory_bytes() > 0) host.push_back(FormatBytes(spec.memory_bytes()) + " of memory");
+    rows.emplace_back("Host", fmt::format("{} per replica", fmt::join(host, ", ")));
+  }
   if (spec.node_selector_size() > 0) {
     std::map<std::string, std::string> sorted(spec.node_selector().begin(), spec.node_selector().end());
     std::vector<std::string> kvs;
@@ -358,6 +372,8 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   submit->add_option("--gpu-memory", sa->gpu_memory,
                      "minimum memory per GPU, e.g. 40GiB; with a share, the memory reserved on the GPU");
+  submit->add_option("--cpus", sa->cpus, "CPUs per replica (2, 0.5 or 500m): placed by, and its cgroup's cpu.max");
+  submit->add_option("--memory", sa->memory, "host memory per replica (16GiB): placed by, and its cgroup's memory.max");
   submit->add_option("--replicas", sa->replicas, "gang size: replicas x --gpus, placed all or nothing");
   submit->add_option("--selector", sa->selector, "node label NAME=VALUE the node must have, repeatable");
   submit->add_option("--topology", sa->topology, "best-effort, island (one NVLink island), numa, switch or rack");
@@ -409,6 +425,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   AddNodeCommands(app, run, common);
   AddTopCommand(app, run, common);
   AddAuthCommands(app, run, common);
+  AddTenantCommands(app, run, common);
 }
 
 }  // namespace drover::cli

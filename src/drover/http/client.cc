@@ -3,7 +3,10 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
+#include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 namespace drover::http {
@@ -51,13 +54,46 @@ Result<HostPort> SplitHostPort(const std::string& host_port) {
   return result;
 }
 
+bool IsIpLiteral(const std::string& host) {
+  error_code ec;
+  net::ip::make_address(host, ec);
+  return !ec;
+}
+
+// A client TLS context that trusts only `tls.ca_pem` and checks that the
+// server's certificate names the host dialled (or tls.server_name).
+Result<std::unique_ptr<net::ssl::context>> ClientContext(const ClientTls& tls) {
+  auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+  error_code ec;
+  ctx->set_options(net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                       net::ssl::context::no_tlsv1_1,
+                   ec);
+  if (!ec) ctx->add_certificate_authority(net::buffer(tls.ca_pem), ec);
+  if (!ec && !tls.cert_pem.empty()) ctx->use_certificate_chain(net::buffer(tls.cert_pem), ec);
+  if (!ec && !tls.key_pem.empty()) ctx->use_private_key(net::buffer(tls.key_pem), net::ssl::context::pem, ec);
+  if (ec) return InvalidArgument("tls client: " + ec.message());
+  ctx->set_verify_mode(net::ssl::verify_peer);
+  return ctx;
+}
+
 }  // namespace
 
 Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
                                    const std::string& target, const std::string& body,
                                    const std::string& content_type,
                                    const std::map<std::string, std::string>& headers) {
+  return HttpsRequest(nullptr, host_port, method, target, body, content_type, headers);
+}
+
+Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                    const std::string& target, const std::string& body,
+                                    const std::string& content_type,
+                                    const std::map<std::string, std::string>& headers) {
   DROVER_ASSIGN_OR_RETURN(HostPort address, SplitHostPort(host_port));
+  std::unique_ptr<net::ssl::context> ssl_ctx;
+  if (tls != nullptr) {
+    DROVER_ASSIGN_OR_RETURN(ssl_ctx, ClientContext(*tls));
+  }
   const bhttp::verb verb = bhttp::string_to_verb(method);
   if (verb == bhttp::verb::unknown) {
     return InvalidArgument("unknown http method '" + method + "'");
@@ -67,7 +103,18 @@ Result<ClientResponse> HttpRequest(const std::string& host_port, const std::stri
   // the only way to put a deadline on Beast's reads and writes.
   net::io_context ioc;
   tcp::resolver resolver(ioc);
-  beast::tcp_stream stream(ioc);
+  beast::tcp_stream plain(ioc);
+  std::optional<beast::ssl_stream<beast::tcp_stream&>> secure;
+  if (tls != nullptr) {
+    secure.emplace(plain, *ssl_ctx);
+    const std::string& name = tls->server_name.empty() ? address.host : tls->server_name;
+    secure->set_verify_callback(net::ssl::host_name_verification(name));
+    // SNI for names only (RFC 6066 forbids IP literals).
+    if (!IsIpLiteral(name)) {
+      SSL_ctrl(secure->native_handle(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+               const_cast<char*>(name.c_str()));
+    }
+  }
   beast::flat_buffer buffer;
   bhttp::request<bhttp::string_body> request{verb, target, 11};
   request.set(bhttp::field::host, host_port);
@@ -85,20 +132,26 @@ Result<ClientResponse> HttpRequest(const std::string& host_port, const std::stri
 
   error_code failure;
   const char* stage = "resolving";
-  stream.expires_after(kTimeout);
+  auto exchange = [&](auto& stream) {
+    stage = "sending to";
+    bhttp::async_write(stream, request, [&](error_code write_ec, size_t) {
+      if (write_ec) return void(failure = write_ec);
+      stage = "reading from";
+      bhttp::async_read(stream, buffer, parser, [&](error_code read_ec, size_t) { failure = read_ec; });
+    });
+  };
+  plain.expires_after(kTimeout);
   resolver.async_resolve(
       address.host, address.port, [&](error_code ec, tcp::resolver::results_type results) {
         if (ec) return void(failure = ec);
         stage = "connecting to";
-        stream.async_connect(results, [&](error_code connect_ec, const tcp::endpoint&) {
+        plain.async_connect(results, [&](error_code connect_ec, const tcp::endpoint&) {
           if (connect_ec) return void(failure = connect_ec);
-          stage = "sending to";
-          bhttp::async_write(stream, request, [&](error_code write_ec, size_t) {
-            if (write_ec) return void(failure = write_ec);
-            stage = "reading from";
-            bhttp::async_read(stream, buffer, parser, [&](error_code read_ec, size_t) {
-              failure = read_ec;
-            });
+          if (!secure) return exchange(plain);
+          stage = "tls handshake with";
+          secure->async_handshake(net::ssl::stream_base::client, [&](error_code hs_ec) {
+            if (hs_ec) return void(failure = hs_ec);
+            exchange(*secure);
           });
         });
       });
@@ -122,7 +175,7 @@ Result<ClientResponse> HttpRequest(const std::string& host_port, const std::stri
   }
   response.body = message.body();
   error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  plain.socket().shutdown(tcp::socket::shutdown_both, ignored);
   return response;
 }
 

@@ -29,4 +29,20 @@ Result<ClientResponse> HttpRequest(const std::string& host_port, const std::stri
                                    const std::string& content_type = "application/json",
                                    const std::map<std::string, std::string>& headers = {});
 
+// TLS for HttpsRequest: the server must present a certificate that chains to
+// `ca_pem` and names the host dialled (or `server_name`); `cert_pem` and
+// `key_pem` are an optional client certificate.
+struct ClientTls {
+  std::string ca_pem;
+  std::string server_name;
+  std::string cert_pem;
+  std::string key_pem;
+};
+// HttpRequest over TLS (plaintext when `tls` is null). A failed handshake
+// is kUnavailable, like a refused connection.
+Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                    const std::string& target, const std::string& body = "",
+                                    const std::string& content_type = "application/json",
+                                    const std::map<std::string, std::string>& headers = {});
+
 }  // namespace drover::http

@@ -8,6 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
 #include "drover/http/client.h"
 #include "drover/http/server.h"
 
@@ -308,5 +313,140 @@ TEST(HttpClientTest, UnreachableServerIsUnavailable) {
   EXPECT_EQ(HttpRequest("no-port", "GET", "/").status().code(), Code::kInvalidArgument);
 }
 
+// ---- TLS ----
+
+namespace tls_test {
+
+// A self-signed certificate for 127.0.0.1 and localhost, valid from an hour
+// ago (made here, so that no checked-in certificate expires or starts in
+// the future of a machine's clock).
+struct SelfSigned {
+  std::string cert_pem;
+  std::string key_pem;
+};
+
+SelfSigned MakeSelfSigned() {
+  SelfSigned out;
+  EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
+  X509* cert = X509_new();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+  X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600);
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
+  X509_set_issuer_name(cert, name);
+  X509V3_CTX ctx;
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* san = X509V3_EXT_conf_nid(nullptr, &ctx, NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1");
+  X509_add_ext(cert, san, -1);
+  X509_EXTENSION_free(san);
+  X509_sign(cert, key, EVP_sha256());
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(bio, cert);
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio, &data);
+  out.cert_pem.assign(data, static_cast<size_t>(n));
+  BIO_free(bio);
+  bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  n = BIO_get_mem_data(bio, &data);
+  out.key_pem.assign(data, static_cast<size_t>(n));
+  BIO_free(bio);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return out;
+}
+
+const SelfSigned& Cert() {
+  static const SelfSigned cert = MakeSelfSigned();
+  return cert;
+}
+
+ServerOptions TlsOptions() {
+  ServerOptions o;
+  o.tls_cert_pem = Cert().cert_pem;
+  o.tls_key_pem = Cert().key_pem;
+  return o;
+}
+
+TEST(HttpsServerTest, ServesOverTlsAndSaysSo) {
+  auto server = StartOrDie([](const Request& req) { return Response{200, "text/plain", req.tls ? "tls" : "plain", {}, {}}; },
+                           TlsOptions());
+  ASSERT_NE(server, nullptr);
+  ClientTls tls{Cert().cert_pem, "", "", ""};
+  for (int i = 0; i < 3; ++i) {
+    auto r = HttpsRequest(&tls, Address(*server), "GET", "/");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "tls");
+  }
+  // By name too (the certificate names localhost).
+  ClientTls by_name{Cert().cert_pem, "localhost", "", ""};
+  EXPECT_TRUE(HttpsRequest(&by_name, Address(*server), "GET", "/").ok());
+  // A name the certificate does not carry is refused by the client.
+  ClientTls wrong{Cert().cert_pem, "other.example", "", ""};
+  EXPECT_EQ(HttpsRequest(&wrong, Address(*server), "GET", "/").status().code(), Code::kUnavailable);
+}
+
+TEST(HttpsServerTest, StreamsOverTls) {
+  auto server = StartOrDie(
+      [](const Request&) {
+        Response response;
+        response.content_type = "text/event-stream";
+        response.stream = [](const ChunkWriter& write) {
+          std::string big(100000, 'x');
+          for (const std::string& part : {std::string("data: one\n\n"), big, std::string("data: two\n\n")}) {
+            if (!write(part)) return;
+          }
+        };
+        return response;
+      },
+      TlsOptions());
+  ASSERT_NE(server, nullptr);
+  ClientTls tls{Cert().cert_pem, "", "", ""};
+  auto r = HttpsRequest(&tls, Address(*server), "GET", "/events");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->headers["transfer-encoding"], "chunked");
+  EXPECT_EQ(r->body, "data: one\n\n" + std::string(100000, 'x') + "data: two\n\n");
+}
+
+TEST(HttpsServerTest, PlaintextClientGetsNoAnswer) {
+  auto server = StartOrDie(Echo, TlsOptions());
+  ASSERT_NE(server, nullptr);
+  auto r = HttpRequest(Address(*server), "GET", "/");
+  EXPECT_FALSE(r.ok() && r->status == 200);
+  // And the server lives on.
+  ClientTls tls{Cert().cert_pem, "", "", ""};
+  EXPECT_TRUE(HttpsRequest(&tls, Address(*server), "GET", "/").ok());
+}
+
+TEST(HttpsServerTest, ClientThatNeverHandshakesDoesNotHoldUpStop) {
+  auto server = StartOrDie(Echo, TlsOptions());
+  ASSERT_NE(server, nullptr);
+  RawConnection silent(server->port());  // connected, says nothing
+  server->Stop();
+  boost::system::error_code ec;
+  char byte;
+  silent.socket().read_some(net::buffer(&byte, 1), ec);
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset) << ec.message();
+}
+
+TEST(HttpsServerTest, UnusableCertificateOrKeyIsRefused) {
+  ServerOptions o = TlsOptions();
+  o.tls_key_pem = "not a key";
+  EXPECT_EQ(StartServer("127.0.0.1:0", Echo, o).status().code(), Code::kInvalidArgument);
+  o = TlsOptions();
+  o.tls_cert_pem = "";
+  EXPECT_EQ(StartServer("127.0.0.1:0", Echo, o).status().code(), Code::kInvalidArgument);
+  o = TlsOptions();
+  o.tls_key_pem = MakeSelfSigned().key_pem;  // another key
+  auto mismatched = StartServer("127.0.0.1:0", Echo, o);
+  EXPECT_EQ(mismatched.status().code(), Code::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(), HasSubstr("private key"));
+}
+
+}  // namespace tls_test
 }  // namespace
 }  // namespace drover::http

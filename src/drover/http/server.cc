@@ -5,10 +5,18 @@
 //
 // Blocking reads and writes go through SocketStream, which waits with poll()
 // so that every wait has a deadline and Stop() can wake it with shutdown(2).
+// With TLS, SocketStream drives an OpenSSL SSL object over the same
+// non-blocking socket: SSL_ERROR_WANT_READ / WANT_WRITE become the same
+// bounded poll() waits, so deadlines and Stop() work alike.
 
 #include "drover/http/server.h"
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -55,6 +63,8 @@ constexpr uint32_t kMaxHeaderBytes = 64 << 10;
 constexpr size_t kMaxRejecting = 64;
 constexpr std::chrono::seconds kRejectTimeout{5};
 constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
+// A TLS handshake must complete within this long of the connection.
+constexpr std::chrono::seconds kHandshakeTimeout{10};
 
 // The google.rpc.Code name, which clients match on (the HTTP code is lossy):
 // CodeName's "invalid argument" is INVALID_ARGUMENT.
@@ -79,12 +89,38 @@ std::string ToString(beast::string_view text) { return std::string(text.data(), 
 // from Stop() wakes the poll, and the next read or write then fails.
 class SocketStream {
  public:
-  explicit SocketStream(tcp::socket& socket) : socket_(socket) {}
+  // `ssl` (may be null: plaintext) is owned by the caller and already bound
+  // to the socket's descriptor.
+  explicit SocketStream(tcp::socket& socket, SSL* ssl = nullptr) : socket_(socket), ssl_(ssl) {}
 
   void set_read_deadline(Clock::time_point deadline) { read_deadline_ = deadline; }
 
+  // The server side of the TLS handshake, bounded by `deadline`.
+  bool Handshake(Clock::time_point deadline, error_code& ec) {
+    for (;;) {
+      ERR_clear_error();
+      int rc = SSL_accept(ssl_);
+      if (rc == 1) return true;
+      if (!WaitFor(SSL_get_error(ssl_, rc), deadline, ec)) return false;
+    }
+  }
+
+  // Sends close_notify if the socket takes it at once; never waits. Call
+  // before shutting the socket's sending side.
+  void ShutdownTls() {
+    if (ssl_ == nullptr || tls_closed_) return;
+    tls_closed_ = true;
+    ERR_clear_error();
+    (void)SSL_shutdown(ssl_);
+    ERR_clear_error();
+  }
+
   template <typename MutableBuffers>
   size_t read_some(const MutableBuffers& buffers, error_code& ec) {
+    if (ssl_ != nullptr) {
+      net::mutable_buffer b = First<net::mutable_buffer>(buffers);
+      return TlsIo(b.data(), b.size(), /*write=*/false, ec);
+    }
     for (;;) {
       size_t n = socket_.read_some(buffers, ec);
       if (ec != net::error::would_block && ec != net::error::try_again) return n;
@@ -98,6 +134,10 @@ class SocketStream {
 
   template <typename ConstBuffers>
   size_t write_some(const ConstBuffers& buffers, error_code& ec) {
+    if (ssl_ != nullptr) {
+      net::const_buffer b = First<net::const_buffer>(buffers);
+      return TlsIo(const_cast<void*>(b.data()), b.size(), /*write=*/true, ec);
+    }
     for (;;) {
       size_t n = socket_.write_some(buffers, ec);
       if (ec != net::error::would_block && ec != net::error::try_again) return n;
@@ -110,6 +150,48 @@ class SocketStream {
   }
 
  private:
+  // The first non-empty buffer of a sequence (TLS reads and writes one
+  // buffer at a time; the callers loop).
+  template <typename Buffer, typename Buffers>
+  static Buffer First(const Buffers& buffers) {
+    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers); ++it) {
+      Buffer b(*it);
+      if (b.size() > 0) return b;
+    }
+    return Buffer();
+  }
+
+  size_t TlsIo(void* data, size_t size, bool write, error_code& ec) {
+    if (size == 0) return 0;
+    const Clock::time_point deadline = write ? Clock::now() + kWriteTimeout : read_deadline_;
+    for (;;) {
+      size_t n = 0;
+      ERR_clear_error();
+      int rc = write ? SSL_write_ex(ssl_, data, size, &n) : SSL_read_ex(ssl_, data, size, &n);
+      if (rc == 1) return n;
+      if (!WaitFor(SSL_get_error(ssl_, rc), deadline, ec)) return 0;
+    }
+  }
+
+  // After an SSL call that did not complete: waits when it wants the socket
+  // (true: try again), else sets `ec` (false).
+  bool WaitFor(int ssl_error, Clock::time_point deadline, error_code& ec) {
+    switch (ssl_error) {
+      case SSL_ERROR_WANT_READ:
+        return Wait(POLLIN, deadline, ec);
+      case SSL_ERROR_WANT_WRITE:
+        return Wait(POLLOUT, deadline, ec);
+      case SSL_ERROR_ZERO_RETURN:
+        ec = net::error::eof;
+        return false;
+      default:
+        // A peer that is not speaking TLS, a failed handshake, a reset.
+        ERR_clear_error();
+        ec = net::error::connection_reset;
+        return false;
+    }
+  }
+
   template <typename Op>
   static size_t OrThrow(Op op) {
     error_code ec;
@@ -137,8 +219,60 @@ class SocketStream {
   }
 
   tcp::socket& socket_;
+  SSL* ssl_;
+  bool tls_closed_ = false;
   Clock::time_point read_deadline_ = Clock::now() + kReadTimeout;
 };
+
+using SslCtxPtr = std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)>;
+using SslPtr = std::unique_ptr<SSL, decltype(&SSL_free)>;
+
+std::string SslErrorText() {
+  unsigned long code = ERR_peek_last_error();
+  const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
+  std::string out = reason != nullptr ? reason : "unknown error";
+  ERR_clear_error();
+  return out;
+}
+
+// A server context for `cert_pem` (leaf, then intermediates) and `key_pem`:
+// TLS 1.2 or newer, no renegotiation, a peer that closes without
+// close_notify reads as end of stream.
+Result<SslCtxPtr> MakeServerContext(const std::string& cert_pem, const std::string& key_pem) {
+  SslCtxPtr ctx(SSL_CTX_new(TLS_server_method()), &SSL_CTX_free);
+  if (!ctx) return Internal("tls: cannot create a context: " + SslErrorText());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  std::unique_ptr<BIO, decltype(&BIO_free)> certs(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
+                                                  &BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> key(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
+                                                &BIO_free);
+  if (!certs || !key) return Internal("tls: out of memory");
+  X509* leaf = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr);
+  if (leaf == nullptr || SSL_CTX_use_certificate(ctx.get(), leaf) != 1) {
+    X509_free(leaf);
+    return InvalidArgument("tls: the certificate is not usable: " + SslErrorText());
+  }
+  X509_free(leaf);
+  while (X509* extra = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr)) {
+    if (SSL_CTX_add0_chain_cert(ctx.get(), extra) != 1) {
+      X509_free(extra);
+      return InvalidArgument("tls: an intermediate certificate is not usable: " + SslErrorText());
+    }
+  }
+  ERR_clear_error();  // the loop ends on "no start line"
+  EVP_PKEY* pkey = PEM_read_bio_PrivateKey(key.get(), nullptr, nullptr, nullptr);
+  if (pkey == nullptr || SSL_CTX_use_PrivateKey(ctx.get(), pkey) != 1) {
+    EVP_PKEY_free(pkey);
+    return InvalidArgument("tls: the private key is not usable: " + SslErrorText());
+  }
+  EVP_PKEY_free(pkey);
+  if (SSL_CTX_check_private_key(ctx.get()) != 1) {
+    return InvalidArgument("tls: the private key does not belong to the certificate: " + SslErrorText());
+  }
+  return ctx;
+}
 
 // One connection over the limit, answered 503 and closed. Lives on the io
 // thread only; owned by BeastServer::rejecting_.
@@ -164,8 +298,8 @@ struct Connection {
 
 class BeastServer final : public Server {
  public:
-  BeastServer(Handler handler, ServerOptions options)
-      : handler_(std::move(handler)), options_(options) {}
+  BeastServer(Handler handler, ServerOptions options, SslCtxPtr ssl_ctx)
+      : handler_(std::move(handler)), options_(std::move(options)), ssl_ctx_(std::move(ssl_ctx)) {}
   ~BeastServer() override { Stop(); }
 
   Status Listen(const tcp::endpoint& endpoint, const std::string& listen) {
@@ -246,7 +380,7 @@ class BeastServer final : public Server {
       if (stopping_) {
         // `socket` closes on return.
       } else if (active_ >= options_.max_connections) {
-        reject = true;
+        reject = ssl_ctx_ == nullptr;  // a TLS client cannot read a plaintext 503: just close
       } else {
         auto connection = std::make_unique<Connection>(std::move(socket));
         Connection* raw = connection.get();
@@ -298,6 +432,12 @@ class BeastServer final : public Server {
 
   // The connection thread.
   void Serve(Connection* connection, uint64_t id) {
+    // OpenSSL writes with write(2), which raises SIGPIPE when the peer is
+    // gone: blocked on this thread, the write fails with EPIPE instead.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     try {
       ServeRequests(connection->socket);
     } catch (...) {  // only allocation failures: drop the connection, keep the process
@@ -314,7 +454,20 @@ class BeastServer final : public Server {
     error_code ec;
     socket.non_blocking(true, ec);
     if (ec) return;
-    SocketStream stream(socket);
+    SslPtr ssl(nullptr, &SSL_free);
+    if (ssl_ctx_ != nullptr) {
+      ssl.reset(SSL_new(ssl_ctx_.get()));
+      if (!ssl || SSL_set_fd(ssl.get(), socket.native_handle()) != 1) {
+        ERR_clear_error();
+        return;
+      }
+    }
+    SocketStream stream(socket, ssl.get());
+    if (ssl && !stream.Handshake(Clock::now() + kHandshakeTimeout, ec)) return;
+    struct TlsCloser {
+      SocketStream& stream;
+      ~TlsCloser() { stream.ShutdownTls(); }
+    } closer{stream};
     beast::flat_buffer buffer;
     std::string remote;
     if (auto ep = socket.remote_endpoint(ec); !ec) {
@@ -350,11 +503,12 @@ class BeastServer final : public Server {
       bhttp::request<bhttp::string_body> request = parser.release();
       const bool keep_alive = request.keep_alive();
       const unsigned version = request.version();
-      Response response = Dispatch(std::move(request), remote);
+      Response response = Dispatch(std::move(request), remote, ssl != nullptr);
       bool written = response.stream ? WriteStreamed(stream, response, version, keep_alive)
                                      : WriteResponse(stream, response, version, keep_alive);
       if (!written) return;
       if (!keep_alive) {
+        stream.ShutdownTls();
         socket.shutdown(tcp::socket::shutdown_send, ec);
         return;
       }
@@ -375,9 +529,10 @@ class BeastServer final : public Server {
     return ErrorResponse(InvalidArgument("malformed http request: " + ec.message()));
   }
 
-  Response Dispatch(bhttp::request<bhttp::string_body> message, const std::string& remote) {
+  Response Dispatch(bhttp::request<bhttp::string_body> message, const std::string& remote, bool tls) {
     Request request;
     request.remote = remote;
+    request.tls = tls;
     request.method = ToString(message.method_string());
     const std::string_view target(message.target().data(), message.target().size());
     size_t question = target.find('?');
@@ -469,6 +624,7 @@ class BeastServer final : public Server {
   // Half-closes, then discards what the client still sends for a while.
   static void Linger(tcp::socket& socket, SocketStream& stream) {
     error_code ec;
+    stream.ShutdownTls();
     socket.shutdown(tcp::socket::shutdown_send, ec);
     stream.set_read_deadline(Clock::now() + kLingerTimeout);
     char scratch[16 << 10];
@@ -482,6 +638,7 @@ class BeastServer final : public Server {
 
   const Handler handler_;
   const ServerOptions options_;
+  const SslCtxPtr ssl_ctx_;  // null: plaintext; SSL_CTX is thread-safe once set up
   net::io_context ioc_;
   tcp::acceptor acceptor_{ioc_};       // io thread (and Listen() before it starts)
   net::steady_timer retry_timer_{ioc_};  // io thread
@@ -507,7 +664,11 @@ Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler h
                            std::to_string(options.max_connections));
   }
   DROVER_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(listen));
-  auto server = std::make_unique<BeastServer>(std::move(handler), options);
+  SslCtxPtr ssl_ctx(nullptr, &SSL_CTX_free);
+  if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
+    DROVER_ASSIGN_OR_RETURN(ssl_ctx, MakeServerContext(options.tls_cert_pem, options.tls_key_pem));
+  }
+  auto server = std::make_unique<BeastServer>(std::move(handler), std::move(options), std::move(ssl_ctx));
   DROVER_RETURN_IF_ERROR(server->Listen(endpoint, listen));
   return std::unique_ptr<Server>(std::move(server));
 }

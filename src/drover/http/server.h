@@ -5,7 +5,8 @@
 //
 // Threading: one acceptor thread and one thread per connection (bounded by
 // Options::max_connections); the handler is called concurrently and must be
-// thread-safe. Stop() closes the listener and every connection and joins all
+// thread-safe. With a certificate (ServerOptions::tls_cert_pem) it serves
+// HTTPS: the TLS handshake runs on the connection's thread. Stop() closes the listener and every connection and joins all
 // threads.
 
 #include <cstdint>
@@ -47,6 +48,11 @@ using Handler = std::function<Response(const Request&)>;
 struct ServerOptions {
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int max_connections = 256;        // more get 503
+  // When set (PEM text: the certificate, then any intermediates; its key),
+  // every connection is TLS (1.2 or newer) and Request::tls is true.
+  // Connections over max_connections are then closed without an answer.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
 };
 
 class Server {

@@ -187,6 +187,13 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
       (spec->working_dir()[0] != '/' || spec->working_dir().size() > 4096 || HasNul(spec->working_dir()))) {
     return InvalidArgument(fmt::format("working_dir '{}' is not an absolute path", spec->working_dir().substr(0, 128)));
   }
+  if (spec->cpu_millis() < 0 || spec->cpu_millis() > kMaxCpuMillis) {
+    return InvalidArgument(fmt::format("cpu_millis {} is outside 0..{} (0 means not asked)", spec->cpu_millis(),
+                                       kMaxCpuMillis));
+  }
+  if (spec->memory_bytes() < 0 || spec->memory_bytes() > kMaxBytes) {
+    return InvalidArgument(fmt::format("memory_bytes {} is outside 0..1PiB (0 means not asked)", spec->memory_bytes()));
+  }
   if (spec->termination_grace_seconds() < 0 || spec->termination_grace_seconds() > kMaxGraceSeconds) {
     return InvalidArgument(fmt::format("termination_grace_seconds {} is outside 0..{}",
                                        spec->termination_grace_seconds(), kMaxGraceSeconds));
@@ -205,6 +212,8 @@ sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec) {
   r.gpu_memory_bytes = spec.gpu_memory_bytes();
   r.gpu_model = spec.gpu_model();
   r.gpu_vendor = spec.gpu_vendor();
+  r.cpu_milli = spec.cpu_millis();
+  r.memory_bytes = spec.memory_bytes();
   r.node_selector = {spec.node_selector().begin(), spec.node_selector().end()};
   // Normalized specs hold a valid name; an unreadable one (an old record)
   // asks for nothing rather than failing the job.
@@ -266,6 +275,9 @@ sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable) {
     }
   }
   out.labels = {node.labels().begin(), node.labels().end()};
+  // Host capacity: jobs that ask for CPU or memory are placed by it.
+  out.cpu_milli = node.cpu_millis();
+  out.memory_bytes = node.memory_bytes();
   return out;
 }
 

@@ -23,6 +23,8 @@ inline constexpr int kMaxCommandArgs = 1024;
 inline constexpr size_t kMaxCommandBytes = 64 * 1024;
 inline constexpr int kMaxEnvVars = 256;
 inline constexpr int kMaxGraceSeconds = 3600;
+// Host resources a job may ask for per replica: 100,000 CPUs, 1 PiB.
+inline constexpr int64_t kMaxCpuMillis = int64_t{100000} * 1000;
 inline constexpr int kDefaultGraceSeconds = 10;
 inline constexpr std::string_view kDefaultTenant = "default";
 // Replicas of one gang job, and GPUs of one job in all.

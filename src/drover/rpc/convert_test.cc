@@ -57,6 +57,10 @@ TEST(NormalizeJobSpecTest, RejectsEveryBadField) {
       {"drover env", [](v1::JobSpec* s) { (*s->mutable_env())["DROVER_GPU_IDS"] = "0"; }, "set by drover"},
       {"relative dir", [](v1::JobSpec* s) { s->set_working_dir("tmp"); }, "not an absolute path"},
       {"grace", [](v1::JobSpec* s) { s->set_termination_grace_seconds(-1); }, "termination_grace_seconds -1"},
+      {"negative cpus", [](v1::JobSpec* s) { s->set_cpu_millis(-1); }, "cpu_millis -1 is outside"},
+      {"absurd cpus", [](v1::JobSpec* s) { s->set_cpu_millis(int64_t{1} << 40); }, "cpu_millis"},
+      {"negative host memory", [](v1::JobSpec* s) { s->set_memory_bytes(-5); }, "memory_bytes -5 is outside"},
+      {"absurd host memory", [](v1::JobSpec* s) { s->set_memory_bytes(int64_t{1} << 62); }, "memory_bytes"},
       {"negative share", [](v1::JobSpec* s) { s->set_gpu_milli(-1); }, "gpu_milli -1 is outside 0..1000"},
       {"share over one", [](v1::JobSpec* s) { s->set_gpu_milli(1500); }, "gpu_milli 1500"},
       {"share of two gpus",
@@ -121,6 +125,8 @@ TEST(NormalizeJobSpecTest, MapsEverySchedulingField) {
   s.set_topology("island");
   s.set_runtime_estimate_seconds(7200);
   s.set_preemptible(true);
+  s.set_cpu_millis(1500);
+  s.set_memory_bytes(int64_t{16} << 30);
   ASSERT_TRUE(NormalizeJobSpec(&s).ok());
   EXPECT_EQ(s.replicas(), 1);
   EXPECT_EQ(s.topology(), "island");
@@ -136,6 +142,8 @@ TEST(NormalizeJobSpecTest, MapsEverySchedulingField) {
   EXPECT_EQ(r.topology, sched::Topology::kIsland);
   EXPECT_EQ(r.runtime_estimate_ms, 7'200'000);
   EXPECT_TRUE(r.preemptible);
+  EXPECT_EQ(r.cpu_milli, 1500);
+  EXPECT_EQ(r.memory_bytes, int64_t{16} << 30);
 
   // A share of one GPU.
   v1::JobSpec f = GoodSpec();

@@ -178,6 +178,21 @@ std::string State::Reason(int job) const {
     }
     case WhyCode::kQuota: {
       const TenantState& t = tenants[j.tenant];
+      if (!t.info.max_gpus.empty() || t.info.max_gpu_memory_bytes >= 0) {
+        std::string caps;
+        for (const auto& [model, n] : t.info.max_gpus) {
+          auto u = t.by_model.find(model);
+          int64_t used = model == "*" ? t.milli : (u == t.by_model.end() ? 0 : u->second);
+          caps += fmt::format("{}{} GPUs of {} (holds {})", caps.empty() ? "" : ", ", n,
+                              model == "*" ? "any model" : "'" + model + "'", MilliGpus(used));
+        }
+        if (t.info.max_gpu_memory_bytes >= 0) {
+          caps += fmt::format("{}{} bytes of GPU memory (holds {})", caps.empty() ? "" : ", ", t.info.max_gpu_memory_bytes,
+                              t.mem);
+        }
+        if (t.info.borrow_limit >= 0) caps += fmt::format(", borrowing {} beyond guarantees", Gpus(t.info.borrow_limit));
+        return fmt::format("waiting: tenant '{}' is at its quota: {}", t.info.name, caps);
+      }
       return fmt::format("waiting: tenant '{}' would exceed its borrowing limit of {} beyond its guarantees "
                          "(it already uses {} beyond them)",
                          t.info.name, Gpus(t.info.borrow_limit), MilliGpus(Beyond(t)));

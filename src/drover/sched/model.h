@@ -135,6 +135,11 @@ struct TenantInfo {
   // GPUs the tenant may use beyond its guarantees, all models together;
   // -1 = no limit.
   int borrow_limit = -1;
+  // Hard caps (quotas): GPUs held at once per model ("*": all models
+  // together), and GPU memory held at once (-1: none). A job that would
+  // cross one waits, as with the borrowing limit.
+  std::map<std::string, int> max_gpus = {};
+  int64_t max_gpu_memory_bytes = -1;
 };
 
 enum class QueuePolicy : uint8_t {

@@ -219,11 +219,20 @@ int64_t State::Beyond(const TenantState& t) const {
   return beyond;
 }
 
-bool State::CanCharge(int tenant, const std::string& model, int64_t milli) const {
+bool State::CanCharge(int tenant, const std::string& model, int64_t milli, int64_t mem) const {
   const TenantState& t = tenants[tenant];
-  if (t.info.borrow_limit < 0) return true;
   auto u = t.by_model.find(model);
   int64_t cur = u == t.by_model.end() ? 0 : u->second;
+  if (!t.info.max_gpus.empty()) {
+    if (auto cap = t.info.max_gpus.find(model); cap != t.info.max_gpus.end() && cur + milli > int64_t{cap->second} * kWholeGpu) {
+      return false;
+    }
+    if (auto all = t.info.max_gpus.find("*"); all != t.info.max_gpus.end() && t.milli + milli > int64_t{all->second} * kWholeGpu) {
+      return false;
+    }
+  }
+  if (t.info.max_gpu_memory_bytes >= 0 && t.mem + mem > t.info.max_gpu_memory_bytes) return false;
+  if (t.info.borrow_limit < 0) return true;
   auto q = t.info.guaranteed_gpus.find(model);
   int64_t guaranteed = q == t.info.guaranteed_gpus.end() ? 0 : int64_t{q->second} * kWholeGpu;
   int64_t delta = std::max<int64_t>(0, cur + milli - guaranteed) - std::max<int64_t>(0, cur - guaranteed);
@@ -347,7 +356,8 @@ bool State::PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pi
     if (!ClassMatches(req, slot.cls)) continue;
     uint64_t usable = UsableWhole(job, n, slot.mask, now);
     if (std::popcount(usable) < req.gpus) continue;
-    if (!CanCharge(jobs[job].tenant, classes[slot.cls].model, int64_t{req.gpus} * req.gpu_milli)) {
+    if (!CanCharge(jobs[job].tenant, classes[slot.cls].model, int64_t{req.gpus} * req.gpu_milli,
+                   int64_t{req.gpus} * classes[slot.cls].memory_bytes)) {
       quota_hit = true;
       continue;
     }
@@ -419,7 +429,7 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
   int best_free = 0;
   for (size_t c = 0; c < classes.size(); ++c) {
     if (!ClassMatches(req, static_cast<int>(c))) continue;
-    if (!CanCharge(jobs[job].tenant, classes[c].model, req.gpu_milli)) {
+    if (!CanCharge(jobs[job].tenant, classes[c].model, req.gpu_milli, req.gpu_memory_bytes)) {
       quota_hit = true;
       continue;
     }

@@ -233,6 +233,13 @@ Status Scheduler::SetTenant(const TenantInfo& tenant) {
   for (const auto& [model, gpus] : tenant.guaranteed_gpus) {
     if (gpus < 0) return InvalidArgument(fmt::format("tenant '{}' has a negative guarantee for '{}'", tenant.name, model));
   }
+  for (const auto& [model, gpus] : tenant.max_gpus) {
+    if (gpus < 0) return InvalidArgument(fmt::format("tenant '{}' has a negative GPU quota for '{}'", tenant.name, model));
+  }
+  if (tenant.max_gpu_memory_bytes < -1) {
+    return InvalidArgument(fmt::format("tenant '{}' has GPU memory quota {}; use -1 for none", tenant.name,
+                                       tenant.max_gpu_memory_bytes));
+  }
   s_->tenants[s_->TenantFor(tenant.name)].info = tenant;
   return Status::Ok();
 }
@@ -419,7 +426,8 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
     return;
   }
   bool quota = quota_hit;
-  if (!quota && tenants[j.tenant].info.borrow_limit >= 0) {
+  const TenantInfo& ti = tenants[j.tenant].info;
+  if (!quota && (ti.borrow_limit >= 0 || !ti.max_gpus.empty() || ti.max_gpu_memory_bytes >= 0)) {
     // Over the limit on every class it could use, however full the cluster.
     bool any = false;
     bool all_refused = true;
@@ -427,7 +435,8 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
       if (!ClassMatches(j.req, static_cast<int>(c))) continue;
       any = true;
       int64_t need = j.req.fractional() ? j.req.gpu_milli : int64_t{j.req.gpus} * kWholeGpu;
-      if (CanCharge(j.tenant, classes[c].model, need)) all_refused = false;
+      int64_t mem = j.req.fractional() ? j.req.gpu_memory_bytes : int64_t{j.req.gpus} * classes[c].memory_bytes;
+      if (CanCharge(j.tenant, classes[c].model, need, mem)) all_refused = false;
     }
     quota = any && all_refused;
   }
@@ -461,7 +470,9 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
     reservation_job = saved;
     reservation_ms = saved_ms;
   }
-  block();
+  // A job held by its own tenant's limit does not hold up other tenants'
+  // jobs behind it (as Slurm's QOS limits): nothing it waits for is theirs.
+  if (!quota) block();
 }
 
 Decisions Scheduler::Schedule(int64_t now_ms) {
@@ -566,6 +577,11 @@ Scheduler::TenantUsage Scheduler::Usage(const std::string& tenant) const {
   if (it == s_->tenant_ids.end()) return {};
   const TenantState& t = s_->tenants[it->second];
   return TenantUsage{t.milli, t.mem, s_->Beyond(t)};
+}
+
+bool Scheduler::HeldByTenantLimit(const std::string& job_id) const {
+  int idx = s_->FindJob(job_id);
+  return idx >= 0 && s_->jobs[idx].pending && s_->jobs[idx].why.code == WhyCode::kQuota;
 }
 
 std::string Scheduler::PendingReason(const std::string& job_id) const {

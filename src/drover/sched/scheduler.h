@@ -102,6 +102,10 @@ class Scheduler {
   std::optional<std::string> NeverFits(const JobRequest& job) const;
   // Why a pending job waits, in words; empty when it is not pending.
   std::string PendingReason(const std::string& job_id) const;
+  // True when a pending job waits, at the last pass, only for its own
+  // tenant's limit (borrowing limit or quota); such a job does not hold up
+  // the jobs behind it, even in strict order.
+  bool HeldByTenantLimit(const std::string& job_id) const;
   // Every invariant in the header comment; the first broken one as an error.
   Status CheckInvariants() const;
 

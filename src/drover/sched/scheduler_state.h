@@ -223,7 +223,9 @@ struct State {
   // The milli-GPUs a bound job holds per GPU model (CPU-only replicas hold none).
   std::map<std::string, int64_t> MilliByModel(int job) const;
   int64_t Beyond(const TenantState& t) const;  // milli beyond guarantees
-  bool CanCharge(int tenant, const std::string& model, int64_t milli) const;
+  // Whether `tenant` may hold `milli` more of `model` (and `mem` more GPU
+  // memory bytes) within its borrowing limit and quotas.
+  bool CanCharge(int tenant, const std::string& model, int64_t milli, int64_t mem = 0) const;
   // GPUs of `node` that `job` may take whole now, honouring nominations
   // and the pass reservation.
   uint64_t UsableWhole(int job, const NodeState& node, uint64_t class_mask, int64_t now) const;

@@ -86,6 +86,7 @@ Result<v1::SubmitJobResponse> ApiService::Submit(const auth::Principal& who, v1:
       return PermissionDenied(fmt::format("a token of tenant '{}' may not submit jobs for tenant '{}'", who.tenant,
                                           spec->tenant().substr(0, 63)));
     }
+    spec->set_owner(who.name);
     DROVER_RETURN_IF_ERROR(rpc::NormalizeJobSpec(spec));
     DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*spec))));
     v1::SubmitJobResponse resp;
@@ -218,6 +219,24 @@ Result<v1::ListTenantsResponse> ApiService::ListTenants(const auth::Principal& w
     if (t.name() == who.tenant) *mine.add_tenants() = std::move(t);
   }
   return mine;
+}
+
+Result<v1::TenantStatus> ApiService::SetTenant(const auth::Principal& who, const v1::SetTenantRequest& req) {
+  auto run = [&]() -> Result<v1::TenantStatus> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "change tenants"));
+    return Await(loop_->SetTenant(req.tenant(), req.create()));
+  };
+  return Audited(who, req.create() ? "tenants.create" : "tenants.set", req.tenant().name().substr(0, 64), run());
+}
+
+Result<v1::DeleteTenantResponse> ApiService::DeleteTenant(const auth::Principal& who, const v1::DeleteTenantRequest& req) {
+  auto run = [&]() -> Result<v1::DeleteTenantResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "delete tenants"));
+    DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.name()));
+    DROVER_RETURN_IF_ERROR(Await(loop_->DeleteTenant(req.name())).status());
+    return v1::DeleteTenantResponse();
+  };
+  return Audited(who, "tenants.delete", req.name().substr(0, 64), run());
 }
 
 Result<v1::GpuHistory> ApiService::GpuHistory(const auth::Principal& who, const v1::GpuHistoryRequest& req) {

@@ -49,6 +49,9 @@ class ApiService {
   Result<v1::SchedulerStats> SchedulerStats(const auth::Principal& who);
   Result<v1::ListTenantsResponse> ListTenants(const auth::Principal& who);
   Result<v1::GpuHistory> GpuHistory(const auth::Principal& who, const v1::GpuHistoryRequest& req);
+  // Admin: tenants as data.
+  Result<v1::TenantStatus> SetTenant(const auth::Principal& who, const v1::SetTenantRequest& req);
+  Result<v1::DeleteTenantResponse> DeleteTenant(const auth::Principal& who, const v1::DeleteTenantRequest& req);
 
   v1::VersionResponse Version() const;
 

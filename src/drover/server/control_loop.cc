@@ -46,6 +46,7 @@ ControlLoop::~ControlLoop() { Stop(); }
 Status ControlLoop::Start() {
   DROVER_RETURN_IF_ERROR(Recover());
   loop_.Start();
+  ScheduleLimitChecks();
   return Status::Ok();
 }
 
@@ -97,6 +98,8 @@ Status ControlLoop::Recover() {
       return Status(s.code(), fmt::format("tenant '{}': {}", t.name, s.message()));
     }
   }
+  std::map<std::string, v1::Tenant> tenants;
+  DROVER_RETURN_IF_ERROR(LoadTenants(&sched, &tenants));
   std::map<uint64_t, v1::Job> jobs;
   std::map<std::string, NodeEntry> nodes;
   std::map<std::string, std::set<uint64_t>> active;
@@ -156,6 +159,7 @@ Status ControlLoop::Recover() {
   sched_ = std::move(sched);
   jobs_ = std::move(jobs);
   nodes_ = std::move(nodes);
+  tenants_ = std::move(tenants);
   active_on_node_ = std::move(active);
   next_seq_ = std::max(next_seq_, next_seq);
   for (const auto& [name, entry] : nodes_) {
@@ -293,6 +297,17 @@ void ControlLoop::AddLiveState(const NodeEntry& entry, v1::Node* out) const {
   gpus->set_status(sick.empty());
   gpus->set_reason(sick.empty() ? "AllHealthy" : "UnhealthyGpus");
   gpus->set_message(sick.empty() ? fmt::format("{} GPUs in service", out->gpus_size()) : sick);
+  // Agents that predate isolation reports say nothing: no condition.
+  if (out->has_isolation()) {
+    const v1::WorkloadIsolation& iso = out->isolation();
+    bool full = iso.cpu_limits() && iso.memory_limits() && iso.device_limits() && iso.cpu_pinning() &&
+                iso.clean_environment();
+    v1::NodeCondition* c = out->add_conditions();
+    c->set_type("WorkloadIsolation");
+    c->set_status(full);
+    c->set_reason(full ? "Isolated" : "PartlyIsolated");
+    c->set_message(iso.message());
+  }
 }
 
 v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
@@ -325,6 +340,8 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
     *w->mutable_env() = job.spec().env();
     w->set_working_dir(job.spec().working_dir());
     *w->mutable_gpu_indices() = job.status().allocation().gpu_indices();
+    w->set_cpu_millis(job.spec().cpu_millis());
+    w->set_memory_bytes(job.spec().memory_bytes());
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
   }
@@ -343,6 +360,7 @@ std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
   return Call<v1::Job>([this, spec = std::move(spec)]() -> Result<v1::Job> {
     sched::JobRequest req = rpc::ToJobRequest("", spec);
     if (auto why = sched_.NeverFits(req)) return FailedPrecondition("job can never fit on this cluster: " + *why);
+    DROVER_RETURN_IF_ERROR(Admit(spec));
     uint64_t seq = next_seq_;
     req.id = FormatJobId(seq);
     int64_t now = NowNs();
@@ -450,6 +468,11 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
     *node.mutable_labels() = req.labels();
     *node.mutable_links() = req.links();
     *node.mutable_topology() = req.topology();
+    if (req.has_isolation()) {
+      *node.mutable_isolation() = req.isolation();
+    } else {
+      node.clear_isolation();  // an agent that does not report it
+    }
     if (is_new) node.set_registered_unix_nanos(NowNs());
     for (v1::Gpu& g : *node.mutable_gpus()) g.set_health_changed_unix_nanos(NowNs());
     bool schedulable = !is_new && it->second.sink != nullptr && !node.drained();
@@ -520,4 +543,6 @@ template std::future<Result<v1::SchedulerStats>> ControlLoop::Call<v1::Scheduler
 template std::future<Result<v1::ListTenantsResponse>> ControlLoop::Call<v1::ListTenantsResponse>(
     std::function<Result<v1::ListTenantsResponse>()>);
 template std::future<Result<v1::GpuHistory>> ControlLoop::Call<v1::GpuHistory>(std::function<Result<v1::GpuHistory>()>);
+template std::future<Result<v1::TenantStatus>> ControlLoop::Call<v1::TenantStatus>(
+    std::function<Result<v1::TenantStatus>()>);
 }  // namespace drover::server

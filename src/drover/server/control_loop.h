@@ -118,6 +118,13 @@ class ControlLoop {
   std::future<Result<v1::GpuHistory>> GpuHistory(std::string node, int gpu);
   void HandleStatus(std::string node, v1::StatusReport report);
 
+  // Tenants as data (control_loop_tenants.cc): stored, overriding the
+  // configured ones of the same name.
+  std::future<Result<v1::TenantStatus>> SetTenant(v1::Tenant tenant, bool create);
+  std::future<Result<Done>> DeleteTenant(std::string name);
+  // Stops jobs past their tenant's runtime limit now (it also runs every second).
+  std::future<Result<Done>> CheckLimits();
+
   // Resolves once every command posted before it has been applied and committed.
   std::future<Result<Done>> Barrier();
 
@@ -177,6 +184,15 @@ class ControlLoop {
   // Telemetry and conditions: what is live, not persisted.
   void AddLiveState(const NodeEntry& entry, v1::Node* out) const;
   v1::DesiredWorkloads DesiredFor(const std::string& node) const;
+  // ---- tenants and quotas (control_loop_tenants.cc) ----
+  static Result<sched::TenantInfo> ToTenantInfo(const v1::Tenant& t);
+  Status LoadTenants(sched::Scheduler* sched, std::map<std::string, v1::Tenant>* out);
+  // kResourceExhausted when `spec` would pass an admission quota of its tenant.
+  Status Admit(const v1::JobSpec& spec) const;
+  double GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const;
+  void EnforceRuntimeLimits();
+  void ScheduleLimitChecks();
+  v1::TenantStatus TenantStatusOf(const std::string& name) const;
 
   store::Store* store_;
   Clock* clock_;
@@ -188,6 +204,7 @@ class ControlLoop {
   std::map<uint64_t, v1::Job> jobs_;  // by sequence number: submission order
   uint64_t next_seq_ = 1;
   std::map<std::string, NodeEntry> nodes_;
+  std::map<std::string, v1::Tenant> tenants_;  // stored tenants, by name
   std::map<std::string, std::set<uint64_t>> active_on_node_;  // jobs holding GPUs there (rpc::HoldsGpus)
   // The open batch.
   std::vector<store::Op> ops_;

@@ -70,6 +70,8 @@ void ControlLoop::AddGangWorkloads(const v1::Job& job, const std::string& node, 
     *w->mutable_env() = job.spec().env();
     w->set_working_dir(job.spec().working_dir());
     *w->mutable_gpu_indices() = st.replicas(r).gpu_indices();
+    w->set_cpu_millis(job.spec().cpu_millis());
+    w->set_memory_bytes(job.spec().memory_bytes());
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
   }

@@ -112,6 +112,7 @@ void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int si
   st->clear_stop_grace_seconds();
   st->clear_preempted_for();
   st->clear_failure();
+  st->clear_no_restart();
   sched_.Remove(job->id(), NowMs());
   Persist(*job);
 }
@@ -121,9 +122,10 @@ void ControlLoop::Requeue(v1::Job* job) {
   // Stopped because its GPU failed: queued again while its restart policy
   // allows, else it ends here.
   bool failed = !st->failure().empty();
-  if (failed && (job->spec().restart_policy() != "on-failure" || st->restarts() >= job->spec().max_restarts())) {
+  if (failed && (st->no_restart() || job->spec().restart_policy() != "on-failure" ||
+                 st->restarts() >= job->spec().max_restarts())) {
     std::string why = st->failure();
-    if (job->spec().restart_policy() == "on-failure") {
+    if (job->spec().restart_policy() == "on-failure" && !st->no_restart()) {
       why += fmt::format(" (restarted {} times, the most its restart policy allows)", st->restarts());
     }
     st->clear_failure();

@@ -460,3 +460,67 @@ TEST_F(ControlLoopTest, FailedRecoveryAfterAFailedCommitDoesNotReuseJobIds) {
 
 }  // namespace
 }  // namespace drover::server::testing
+
+namespace drover::server::testing {
+namespace {
+
+const v1::NodeCondition* ConditionOf(const v1::Node& node, const std::string& type) {
+  for (const v1::NodeCondition& c : node.conditions()) {
+    if (c.type() == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST_F(ControlLoopTest, WorkloadIsolationIsANodeCondition) {
+  v1::RegisterRequest req = Inventory("gpu-01", 2);
+  v1::WorkloadIsolation* iso = req.mutable_isolation();
+  iso->set_device_limits(true);
+  iso->set_cpu_pinning(true);
+  iso->set_clean_environment(true);
+  iso->set_message("cpu and memory limits off: no cgroup v2 delegation; device limits on");
+  Must(loop_->RegisterNode(req));
+  v1::Node node = Node("gpu-01");
+  const v1::NodeCondition* c = ConditionOf(node, "WorkloadIsolation");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->status());
+  EXPECT_EQ(c->reason(), "PartlyIsolated");
+  EXPECT_EQ(c->message(), iso->message());
+  EXPECT_EQ(Node("gpu-01").isolation().message(), iso->message());
+
+  iso->set_cpu_limits(true);
+  iso->set_memory_limits(true);
+  iso->set_message("cpu and memory limits on (cgroup v2)");
+  Must(loop_->RegisterNode(req));
+  node = Node("gpu-01");
+  c = ConditionOf(node, "WorkloadIsolation");
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->status());
+  EXPECT_EQ(c->reason(), "Isolated");
+
+  // An agent that does not report it: no condition, not a stale one.
+  Register("gpu-01", 2);
+  EXPECT_EQ(ConditionOf(Node("gpu-01"), "WorkloadIsolation"), nullptr);
+}
+
+TEST_F(ControlLoopTest, HostResourcesArePlacedByAndReachTheAgent) {
+  auto sink = Connect("gpu-01", 4);  // 64 CPUs, 512 GiB
+  v1::JobSpec spec = Spec(1);
+  spec.set_cpu_millis(1500);
+  spec.set_memory_bytes(int64_t{2} << 30);
+  v1::Job job = Must(loop_->Submit(spec));
+  auto desired = sink->WaitForJob(0, job.id());
+  ASSERT_TRUE(desired);
+  for (const v1::Workload& w : desired->workloads()) {
+    if (w.job_id() != job.id()) continue;
+    EXPECT_EQ(w.cpu_millis(), 1500);
+    EXPECT_EQ(w.memory_bytes(), int64_t{2} << 30);
+  }
+  v1::JobSpec huge = Spec(1);
+  huge.set_cpu_millis(65000);
+  Status s = Fails(loop_->Submit(huge));
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
+  EXPECT_NE(s.message().find("never fit"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace drover::server::testing

@@ -111,6 +111,9 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
     };
     std::map<std::string, Row> rows;
     for (const sched::TenantInfo& t : options_.tenants) rows[t.name].info = t;
+    for (const auto& [name, t] : tenants_) {
+      if (auto info = ToTenantInfo(t); info.ok()) rows[name].info = *info;
+    }
     for (const auto& [seq, job] : jobs_) {
       v1::JobState st = job.status().state();
       if (rpc::IsTerminal(st)) continue;
@@ -146,9 +149,32 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
                                   : 0);
       t->set_running_jobs(r.running);
       t->set_pending_jobs(r.pending);
+      if (auto stored = tenants_.find(name); stored != tenants_.end()) {
+        t->set_stored(true);
+        *t->mutable_quota() = stored->second.quota();
+        t->set_gpu_hours_used(GpuHoursUsed(name, stored->second.quota(), NowNs()));
+      }
     }
     return out;
   });
+}
+
+v1::TenantStatus ControlLoop::TenantStatusOf(const std::string& name) const {
+  v1::TenantStatus t;
+  t.set_name(name);
+  auto stored = tenants_.find(name);
+  if (stored == tenants_.end()) return t;
+  const v1::Tenant& rec = stored->second;
+  t.set_weight(rec.weight() > 0 ? rec.weight() : 1.0);
+  *t.mutable_guaranteed_gpus() = rec.guaranteed_gpus();
+  t.set_borrow_limit(rec.borrow_limit());
+  *t.mutable_quota() = rec.quota();
+  t.set_stored(true);
+  sched::Scheduler::TenantUsage u = sched_.Usage(name);
+  t.set_usage_milli(u.milli_gpus);
+  t.set_borrowed_milli(u.borrowed_milli);
+  t.set_gpu_hours_used(GpuHoursUsed(name, rec.quota(), NowNs()));
+  return t;
 }
 
 std::future<Result<v1::GpuHistory>> ControlLoop::GpuHistory(std::string node, int gpu) {

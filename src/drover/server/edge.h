@@ -34,8 +34,8 @@ struct SecurityOptions {
   bool metrics_public = false;
   // Requests per second and burst, per token and per tenant (429 /
   // RESOURCE_EXHAUSTED beyond); failed authentications per source address.
-  auth::RateLimit per_token{200, 400};
-  auth::RateLimit per_tenant{1000, 2000};
+  auth::RateLimit per_token{500, 2000};
+  auth::RateLimit per_tenant{2000, 5000};
   auth::RateLimit failures_per_source{20, 100};
 };
 

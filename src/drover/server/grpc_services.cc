@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "drover/auth/certs.h"
 #include "drover/rpc/convert.h"
 #include "drover/v1/agent.grpc.pb.h"
 #include "drover/v1/api.grpc.pb.h"
@@ -195,6 +196,21 @@ class AuthServiceImpl final : public v1::AuthService::Service {
   Gate gate_;
 };
 
+class TenantServiceImpl final : public v1::TenantService::Service {
+ public:
+  TenantServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+  grpc::Status Set(ServerContext* ctx, const v1::SetTenantRequest* req, v1::TenantStatus* resp) override {
+    return Authed(gate_, ctx, true, "Tenants.Set", [&](const auth::Principal& who) { return Reply(api_->SetTenant(who, *req), resp); });
+  }
+  grpc::Status Delete(ServerContext* ctx, const v1::DeleteTenantRequest* req, v1::DeleteTenantResponse* resp) override {
+    return Authed(gate_, ctx, true, "Tenants.Delete", [&](const auth::Principal& who) { return Reply(api_->DeleteTenant(who, *req), resp); });
+  }
+
+ private:
+  ApiService* api_;
+  Gate gate_;
+};
+
 class AuditServiceImpl final : public v1::AuditService::Service {
  public:
   AuditServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
@@ -290,26 +306,54 @@ class SessionSink final : public AgentSink {
 };
 
 // The agent protocol. Join needs only a join token; Register and Session
-// need a node token, and the node they act as is the token's: a name in a
-// message that differs is refused (and audited), never believed.
+// need a node credential, and the node they act as is the credential's: a
+// name in a message that differs is refused (and audited), never believed.
+// The credential is the verified client certificate of a TLS peer when it
+// presented one (it wins over any token), else the node token.
 class AgentServiceImpl final : public v1::AgentService::Service {
  public:
-  AgentServiceImpl(ControlLoop* loop, LogStore* logs, ApiService* api, Edge* edge, auth::Authority* authority)
-      : loop_(loop), logs_(logs), api_(api), edge_(edge), authority_(authority) {}
+  AgentServiceImpl(ControlLoop* loop, LogStore* logs, ApiService* api, Edge* edge, auth::Authority* authority,
+                   const auth::ServerTls* tls)
+      : loop_(loop), logs_(logs), api_(api), edge_(edge), authority_(authority), tls_(tls) {}
 
   grpc::Status Join(ServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {
     auth::Principal who;
     who.name = req->node_name().substr(0, 63);
     who.source = ctx->peer();
     Duration retry{0};
-    auto token = authority_->Join(req->join_token(), req->node_name());
+    // A certificate is issued only over TLS, by a server holding the CA
+    // key. The request is checked before the join token is spent, so that
+    // a malformed one does not burn it.
+    const bool issue = !req->csr_pem().empty() && tls_ != nullptr && tls_->can_issue();
+    Status csr = issue ? auth::ParseCsrPem(req->csr_pem()).status() : Status::Ok();
+    Result<std::string> token = csr.ok() ? authority_->Join(req->join_token(), req->node_name())
+                                         : Result<std::string>(csr);
+    std::string certificate;
+    if (token.ok() && issue) {
+      auto id = auth::ParseToken(*token);
+      auto cert = id.ok() ? auth::IssueNodeCertificate(*tls_, req->csr_pem(), req->node_name(), id->id,
+                                                       ToUnixNanos(SystemClock::Get()->Now()) / 1'000'000'000)
+                          : Result<std::string>(id.status());
+      if (cert.ok()) {
+        certificate = std::move(*cert);
+      } else {
+        spdlog::error("node '{}' joined but its certificate could not be issued: {}", who.name, cert.status().message());
+        token = Internal("the node certificate could not be issued: " + cert.status().message());
+      }
+    }
     if (!token.ok()) {
       if (!edge_->NoteFailure(ctx->peer(), &retry)) return rpc::ToGrpc(ResourceExhausted("too many failed joins"));
       spdlog::warn("refused a join as node '{}' from {}: {}", who.name, who.source, token.status().message());
+    } else if (!certificate.empty()) {
+      spdlog::info("node '{}' joined from {} and was issued a certificate", who.name, who.source);
     }
-    api_->Audit(who, "agent.join", who.name, token.status());
+    api_->Audit(who, certificate.empty() ? "agent.join" : "agent.join+certificate", who.name, token.status());
     if (!token.ok()) return rpc::ToGrpc(token.status());
     resp->set_node_token(std::move(*token));
+    if (!certificate.empty()) {
+      resp->set_certificate_pem(std::move(certificate));
+      resp->set_ca_pem(tls_->ca_pem);
+    }
     return grpc::Status::OK;
   }
 
@@ -391,22 +435,56 @@ class AgentServiceImpl final : public v1::AgentService::Service {
     return p;
   }
 
+  // The node of the peer's client certificate; nullopt when it presented
+  // none (or the listener is plaintext). The handshake verified the chain
+  // already; it is checked again here, where the name is used, and the node
+  // token the certificate is bound to must still be valid (revocation).
+  std::optional<Result<auth::Principal>> CertificateNode(ServerContext* ctx) const {
+    if (tls_ == nullptr) return std::nullopt;
+    std::shared_ptr<const grpc::AuthContext> auth_ctx = ctx->auth_context();
+    if (!auth_ctx) return std::nullopt;
+    std::vector<grpc::string_ref> pems = auth_ctx->FindPropertyValues("x509_pem_cert");
+    if (pems.empty() || pems[0].empty()) return std::nullopt;
+    std::string pem(pems[0].data(), pems[0].size());
+    int64_t now = ToUnixNanos(SystemClock::Get()->Now()) / 1'000'000'000;
+    if (Status s = auth::VerifyCertPem(pem, tls_->ca_pem, now, auth::Purpose::kClient); !s.ok()) {
+      return Result<auth::Principal>(s);
+    }
+    auto info = auth::ParseCertPem(pem);
+    if (!info.ok()) return Result<auth::Principal>(Unauthenticated(info.status().message()));
+    auto id = auth::NodeIdentityOf(*info);
+    if (!id.ok()) return Result<auth::Principal>(id.status());
+    auto who = authority_->AuthenticateNode(id->token_id, id->node);
+    if (who.ok()) who->source = ctx->peer();
+    return who;
+  }
+
   // The node the caller's credential names, when `claimed` is that node.
   Result<std::string> NodeOf(ServerContext* ctx, const std::string& claimed, const char* action) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
-    Result<auth::Principal> who = value.empty() ? Result<auth::Principal>(Unauthenticated(
-                                                      "an agent needs a node credential: join with --join-token"))
-                                                : edge_->AuthenticateBearer(value, ctx->peer());
+    std::optional<Result<auth::Principal>> by_cert = CertificateNode(ctx);
+    Result<auth::Principal> who = by_cert.has_value() ? *by_cert
+                                  : value.empty()     ? Result<auth::Principal>(Unauthenticated(
+                                                        "an agent needs a node credential: join with --join-token"))
+                                                      : edge_->AuthenticateBearer(value, ctx->peer());
+    const char* credential = by_cert.has_value() ? "certificate" : "credential";
     Status refused;
     if (!who.ok()) {
       refused = who.status();
     } else if (who->role != auth::Role::kNode) {
       refused = PermissionDenied(fmt::format("token '{}' is not a node credential", who->name));
     } else if (who->node != claimed) {
-      refused = PermissionDenied(fmt::format("the credential of node '{}' cannot act as node '{}'", who->node,
+      refused = PermissionDenied(fmt::format("the {} of node '{}' cannot act as node '{}'", credential, who->node,
                                              claimed.substr(0, 63)));
+    } else if (by_cert.has_value() && !value.empty()) {
+      // A token sent beside a certificate must be the same node's.
+      auto token = edge_->AuthenticateBearer(value, ctx->peer());
+      if (!token.ok() || token->role != auth::Role::kNode || token->node != who->node) {
+        refused = PermissionDenied(fmt::format("the token sent with node '{}''s certificate is not that node's",
+                                               who->node));
+      }
     }
     if (refused.ok()) return who->node;
     Duration retry{0};
@@ -424,12 +502,14 @@ class AgentServiceImpl final : public v1::AgentService::Service {
   ApiService* api_;
   Edge* edge_;
   auth::Authority* authority_;
+  const auth::ServerTls* tls_;  // null: plaintext
 };
 
 }  // namespace
 
 std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs,
-                                                             Edge* edge, auth::Authority* authority) {
+                                                             Edge* edge, auth::Authority* authority,
+                                                             const auth::ServerTls* tls) {
   std::vector<std::unique_ptr<grpc::Service>> out;
   Gate gate(edge, api);
   out.push_back(std::make_unique<JobServiceImpl>(api, gate));
@@ -438,7 +518,8 @@ std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, Co
   out.push_back(std::make_unique<ClusterServiceImpl>(api, gate));
   out.push_back(std::make_unique<AuthServiceImpl>(api, gate));
   out.push_back(std::make_unique<AuditServiceImpl>(api, gate));
-  out.push_back(std::make_unique<AgentServiceImpl>(loop, logs, api, edge, authority));
+  out.push_back(std::make_unique<TenantServiceImpl>(api, gate));
+  out.push_back(std::make_unique<AgentServiceImpl>(loop, logs, api, edge, authority, tls));
   return out;
 }
 

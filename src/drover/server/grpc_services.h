@@ -11,6 +11,7 @@
 
 #include "drover/server/api_service.h"
 #include "drover/auth/authority.h"
+#include "drover/auth/cluster_ca.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/edge.h"
 #include "drover/server/log_store.h"
@@ -18,7 +19,11 @@
 namespace drover::server {
 
 // Every service authenticates its caller through `edge` (see edge.h).
+// `tls` (null: plaintext) is what the listener serves: with it, an agent's
+// verified client certificate names its node, and Join issues node
+// certificates when the server holds the CA key. It must outlive the services.
 std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, ControlLoop* loop, LogStore* logs,
-                                                             Edge* edge, auth::Authority* authority);
+                                                             Edge* edge, auth::Authority* authority,
+                                                             const auth::ServerTls* tls = nullptr);
 
 }  // namespace drover::server

@@ -246,6 +246,28 @@ std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Princi
     }
     return MethodNotAllowed(req);
   }
+  if (p[2] == "tenants" && (p.size() == 4 || (p.size() == 3 && req.method == "POST"))) {
+    // POST /api/v1/tenants (create), PUT|DELETE /api/v1/tenants/{name}
+    if (p.size() == 4 && req.method == "DELETE") {
+      v1::DeleteTenantRequest dr;
+      dr.set_name(std::string(p[3]));
+      return JsonReply(api->DeleteTenant(who, dr));
+    }
+    if (req.method != "POST" && req.method != "PUT") return MethodNotAllowed(req);
+    v1::SetTenantRequest sr;
+    if (Status s = FromJson(req.body, sr.mutable_tenant()); !s.ok()) return http::ErrorResponse(s);
+    if (p.size() == 4) {
+      if (!sr.tenant().name().empty() && sr.tenant().name() != p[3]) {
+        return http::ErrorResponse(InvalidArgument("the body names another tenant than the path"));
+      }
+      sr.mutable_tenant()->set_name(std::string(p[3]));
+    }
+    sr.set_create(req.method == "POST");
+    auto r = api->SetTenant(who, sr);
+    http::Response resp = JsonReply(r);
+    if (r.ok() && sr.create()) resp.status = 201;
+    return resp;
+  }
   if (p.size() == 3 && p[2] == "login-codes") {
     if (req.method != "POST") return MethodNotAllowed(req);
     return JsonReply(api->CreateLoginCode(who));

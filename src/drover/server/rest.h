@@ -17,6 +17,7 @@
 //   POST /api/v1/tokens/{id}/revoke    TokenInfo
 //   POST /api/v1/login-codes           CreateLoginCodeResponse (a dashboard login link)
 //   POST /api/v1/join-tokens           CreateJoinTokenRequest -> CreateJoinTokenResponse (admin)
+//   POST /api/v1/tenants, PUT|DELETE /api/v1/tenants/{name}   Tenant -> TenantStatus (admin)
 //   GET  /api/v1/audit[?since=&limit=] ListAuditResponse (admin); /api/v1/audit/verify
 //   GET|POST|DELETE /api/v1/session    the dashboard's cookie session (see edge.h)
 

@@ -11,7 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/server_interceptor.h>
 
 #include "drover/common/metrics.h"
@@ -19,6 +23,8 @@
 #include "drover/rpc/convert.h"
 #include "drover/rpc/gpu_metrics.h"
 #include "drover/auth/audit.h"
+#include "drover/auth/certs.h"
+#include "drover/auth/cluster_ca.h"
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/grpc_services.h"
@@ -108,17 +114,104 @@ bool IsLoopback(const std::string& host) {
 }
 
 // Without TLS, a token crosses the network in the clear: listening beyond
-// loopback needs --insecure, said in so many words.
-Status CheckExposure(const ServerOptions& o) {
+// loopback needs TLS, or --insecure said in so many words. (Tokens are
+// required on every listener either way.)
+Status CheckExposure(const ServerOptions& o, bool tls) {
   for (const std::string& listen : {o.grpc_listen, o.http_listen}) {
-    if (!IsLoopback(HostOf(listen)) && !o.insecure) {
+    if (!IsLoopback(HostOf(listen)) && !tls && !o.insecure) {
       return FailedPrecondition(fmt::format(
-          "refusing to listen on '{}' without TLS: tokens would cross the network in the clear; listen on "
-          "127.0.0.1, or pass --insecure to accept that (docs/security.md)",
-          listen));
+          "refusing to listen on '{}' without TLS: tokens would cross the network in the clear; run `drover "
+          "certs init --data-dir {}` (or pass --tls-cert, --tls-key and --tls-ca), listen on 127.0.0.1, or pass "
+          "--insecure to accept that (docs/security.md)",
+          listen, o.data_dir));
     }
   }
   return Status::Ok();
+}
+
+int64_t NowUnix() { return ToUnixNanos(SystemClock::Get()->Now()) / 1'000'000'000; }
+
+// The TLS files to serve with: the flags, else <data_dir>/tls when `drover
+// certs init` wrote a server certificate there. nullopt: plaintext.
+Result<std::optional<auth::ServerTls>> LoadTls(const ServerOptions& o, std::string* ca_file) {
+  bool any_flag = !o.tls_cert.empty() || !o.tls_key.empty() || !o.tls_ca.empty() || !o.tls_ca_key.empty();
+  if (any_flag) {
+    if (o.tls_cert.empty() || o.tls_key.empty() || o.tls_ca.empty()) {
+      return InvalidArgument("TLS needs --tls-cert, --tls-key and --tls-ca together (--tls-ca-key is optional)");
+    }
+    *ca_file = o.tls_ca;
+    DROVER_ASSIGN_OR_RETURN(auth::ServerTls tls, auth::LoadServerTls(o.tls_cert, o.tls_key, o.tls_ca, o.tls_ca_key, NowUnix()));
+    return std::optional<auth::ServerTls>(std::move(tls));
+  }
+  auth::TlsPaths paths = auth::TlsPathsIn(o.data_dir + "/tls");
+  std::error_code ec;
+  if (!std::filesystem::exists(paths.server_cert, ec)) return std::optional<auth::ServerTls>();
+  *ca_file = paths.ca_cert;
+  std::string ca_key = std::filesystem::exists(paths.ca_key, ec) ? paths.ca_key : "";
+  auto tls = auth::LoadServerTls(paths.server_cert, paths.server_key, paths.ca_cert, ca_key, NowUnix());
+  if (!tls.ok()) {
+    return FailedPrecondition(fmt::format("{} (run `drover certs init --data-dir {}` to renew)", tls.status().message(),
+                                          o.data_dir));
+  }
+  return std::optional<auth::ServerTls>(std::move(*tls));
+}
+
+// Verifies a client certificate during the TLS handshake: optional (Join
+// and token callers present none), but one that is presented must chain to
+// the cluster CA, be valid now and be meant for clients. A refusal ends the
+// handshake; it is logged and audited (rate-limited: a flood of bad
+// handshakes must not fill the audit log). The peer's address is not known
+// here; gRPC logs the failed handshake with it.
+class ClientCertificateVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  ClientCertificateVerifier(std::string ca_pem, ApiService* api, Edge* edge)
+      : ca_pem_(std::move(ca_pem)), api_(api), edge_(edge) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request, std::function<void(grpc::Status)>,
+              grpc::Status* sync_status) override {
+    grpc::string_ref peer = request->peer_cert();
+    if (peer.empty()) {
+      *sync_status = grpc::Status::OK;
+      return true;
+    }
+    std::string pem(peer.data(), peer.size());
+    Status s = auth::VerifyCertPem(pem, ca_pem_, NowUnix(), auth::Purpose::kClient);
+    if (s.ok()) {
+      *sync_status = grpc::Status::OK;
+      return true;
+    }
+    auth::Principal who;
+    auto info = auth::ParseCertPem(pem);
+    who.name = info.ok() ? info->common_name.substr(0, 63) : "";
+    who.source = "tls handshake";
+    Duration retry{0};
+    if (edge_->NoteFailure(who.source, &retry)) {
+      spdlog::warn("refused a TLS client certificate '{}' (issuer '{}'): {}", who.name,
+                   info.ok() ? info->issuer_common_name.substr(0, 63) : "", s.message());
+      api_->Audit(who, "tls.handshake", who.name, s);
+    }
+    *sync_status = grpc::Status(grpc::StatusCode::UNAUTHENTICATED, s.message());
+    return true;
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  const std::string ca_pem_;
+  ApiService* api_;
+  Edge* edge_;
+};
+
+std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTls& tls, ApiService* api, Edge* edge) {
+  namespace gx = grpc::experimental;
+  auto provider = std::make_shared<gx::StaticDataCertificateProvider>(
+      tls.ca_pem, std::vector<gx::IdentityKeyCertPair>{{tls.key_pem, tls.cert_pem}});
+  gx::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  // Requested, verified by ClientCertificateVerifier (which can log and
+  // audit a refusal; OpenSSL's own check could not).
+  options.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+  options.set_certificate_verifier(gx::ExternalCertificateVerifier::Create<ClientCertificateVerifier>(tls.ca_pem, api, edge));
+  return grpc::experimental::TlsServerCredentials(options);
 }
 
 // Writes `text` to `path` with mode 0600, atomically.
@@ -148,7 +241,9 @@ class ServerImpl final : public Server {
     logs_ = std::make_unique<LogStore>(std::move(logs));
     ControlLoopOptions control = o.control;
     control.metrics = &metrics_;
-    DROVER_RETURN_IF_ERROR(CheckExposure(o));
+    DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
+    DROVER_RETURN_IF_ERROR(CheckExposure(o, tls_.has_value()));
+    if (!tls_.has_value()) ca_file_.clear();
     loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
     authority_ = std::make_unique<auth::Authority>(store_.get(), SystemClock::Get());
@@ -161,7 +256,9 @@ class ServerImpl final : public Server {
 
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(o.grpc_listen, grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(o.grpc_listen,
+                             tls_ ? GrpcTlsCredentials(*tls_, api_.get(), edge_.get()) : grpc::InsecureServerCredentials(),
+                             &port);
     builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
     DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * grpc_calls,
                             metrics_.AddCounter("drover_grpc_requests_total",
@@ -170,7 +267,8 @@ class ServerImpl final : public Server {
     interceptors.push_back(std::make_unique<CountingInterceptorFactory>(grpc_calls));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
     metrics_.AddCollector([loop = loop_.get()](metrics::Exposition& out) { CollectLoop(loop, out); });
-    services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get());
+    services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get(),
+                                 tls_ ? &*tls_ : nullptr);
     for (auto& s : services_) builder.RegisterService(s.get());
     grpc_ = builder.BuildAndStart();
     if (!grpc_ || port == 0) return Unavailable(fmt::format("cannot listen for gRPC on '{}'", o.grpc_listen));
@@ -182,12 +280,18 @@ class ServerImpl final : public Server {
       if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return Unavailable("control loop is busy");
       return f.get().status();
     };
+    http::ServerOptions http_options;
+    if (tls_) {
+      http_options.tls_cert_pem = tls_->cert_pem;
+      http_options.tls_key_pem = tls_->key_pem;
+    }
     DROVER_ASSIGN_OR_RETURN(
-        http_, http::StartServer(o.http_listen, MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_})));
+        http_, http::StartServer(o.http_listen, MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_}),
+                                 http_options));
     http_address_ = fmt::format("{}:{}", HostOf(o.http_listen), http_->port());
     std::string browse_host = HostOf(o.http_listen);
     if (browse_host == "0.0.0.0" || browse_host == "[::]" || browse_host.empty()) browse_host = "127.0.0.1";
-    api_->set_http_base(fmt::format("http://{}:{}", browse_host, http_->port()));
+    api_->set_http_base(fmt::format("{}://{}:{}", tls_ ? "https" : "http", browse_host, http_->port()));
     DROVER_ASSIGN_OR_RETURN(std::string login_url, DashboardLoginUrl());
     DROVER_RETURN_IF_ERROR(WritePrivate(o.data_dir + "/dashboard-url", login_url + "\n"));
 
@@ -196,7 +300,12 @@ class ServerImpl final : public Server {
     std::ofstream(tmp) << fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", grpc_address_, http_address_);
     std::filesystem::rename(tmp, o.data_dir + "/endpoints.json", ec);
     if (ec) return Unavailable(fmt::format("cannot write endpoints file: {}", ec.message()));
-    spdlog::info("serving gRPC on {} and HTTP on {}", grpc_address_, http_address_);
+    if (tls_) {
+      spdlog::info("serving gRPC (TLS) on {} and HTTPS on {}; cluster CA {} ({}){}", grpc_address_, http_address_,
+                   ca_file_, tls_->ca_fingerprint, tls_->can_issue() ? "; issuing node certificates at join" : "");
+    } else {
+      spdlog::info("serving gRPC on {} and HTTP on {}", grpc_address_, http_address_);
+    }
     return Status::Ok();
   }
 
@@ -213,6 +322,7 @@ class ServerImpl final : public Server {
 
   std::string grpc_address() const override { return grpc_address_; }
   std::string http_address() const override { return http_address_; }
+  std::string ca_file() const override { return ca_file_; }
 
   void Stop() override {
     if (http_) http_->Stop();
@@ -229,6 +339,8 @@ class ServerImpl final : public Server {
   std::unique_ptr<auth::Authority> authority_;
   std::unique_ptr<auth::AuditLog> audit_;
   std::unique_ptr<Edge> edge_;
+  std::optional<auth::ServerTls> tls_;  // immutable once loaded; the services keep a pointer
+  std::string ca_file_;
   std::string admin_token_path_;
   std::unique_ptr<ApiService> api_;
   std::vector<std::unique_ptr<grpc::Service>> services_;

@@ -10,7 +10,9 @@
 // Security (docs/security.md): on first start it creates an admin token in
 // <data-dir>/admin.token (mode 0600), which the CLI finds there; on every
 // start it writes a one-time dashboard login link to <data-dir>/dashboard-url
-// (mode 0600).
+// (mode 0600). With a certificate (<data-dir>/tls/server.crt from `drover
+// certs init`, or the --tls-* files) both listeners serve TLS; gRPC asks for
+// an optional client certificate, which must chain to the cluster CA.
 
 #include <memory>
 #include <string>
@@ -33,6 +35,15 @@ struct ServerOptions {
   // Listening on a non-loopback address without TLS is refused unless this
   // is set (`--insecure`): tokens would cross the network in the clear.
   bool insecure = false;
+  // TLS files (--tls-cert, --tls-key, --tls-ca, --tls-ca-key). When none is
+  // given and <data_dir>/tls/server.crt exists, the files of `drover certs
+  // init` there are used (with ca.key when present: node certificates are
+  // issued at join). The CA key is optional: without it agents join with a
+  // node token only.
+  std::string tls_cert = {};
+  std::string tls_key = {};
+  std::string tls_ca = {};
+  std::string tls_ca_key = {};
 };
 
 class Server {
@@ -40,6 +51,8 @@ class Server {
   virtual ~Server() = default;
   virtual std::string grpc_address() const = 0;
   virtual std::string http_address() const = 0;
+  // The CA file clients verify this server with; "" when it serves plaintext.
+  virtual std::string ca_file() const = 0;
   // Tokens for in-process agents and the live workload (`drover up`).
   virtual auth::Authority* authority() = 0;
   // A one-time dashboard login URL for the bootstrap admin.

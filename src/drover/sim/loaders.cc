@@ -43,6 +43,15 @@ using detail::YamlCluster;
 constexpr int64_t kMaxSeconds = 100LL * 365 * 86'400;
 // kMaxReplicas of the scheduler: larger gangs could never be enqueued.
 constexpr int64_t kMaxGangGpus = 8LL * 4096;
+// The most nodes a cluster may have, as for YAML clusters (cluster_yaml.cc):
+// a Philly VC sized by its jobs' peak demand can otherwise ask for millions
+// from a few hundred rows of 32,768-GPU jobs (found by trace_csv_fuzz).
+constexpr int64_t kMaxClusterNodes = 200'000;
+
+Status TooManyNodes(const std::string& file, int64_t nodes) {
+  return InvalidArgument(fmt::format("{}: the jobs' peak demand needs {} nodes, more than {}", file, nodes,
+                                     kMaxClusterNodes));
+}
 
 // Files of the trace folder that hold no jobs, recognised by their header so
 // the error says what they are instead of listing unknown columns.
@@ -376,6 +385,9 @@ Result<Cluster> PhillyPooledCluster(const std::string& dir) {
     DROVER_ASSIGN_OR_RETURN(Workload w, PhillyWorkload(f));
     const std::string vc = VcName(f);
     const int64_t nodes = PhillyVcNodes(vc, w);
+    if (static_cast<int64_t>(c.nodes.size()) + nodes > kMaxClusterNodes) {
+      return TooManyNodes(BaseName(dir), static_cast<int64_t>(c.nodes.size()) + nodes);
+    }
     AddGroup(PhillyGroup(vc, nodes), &c, &racks, &switches);
     const int gpus = static_cast<int>(nodes * 8);
     c.tenants.push_back({vc, static_cast<double>(gpus), {{"P100", gpus}}, -1});
@@ -387,7 +399,9 @@ Result<Cluster> PhillyCluster(const std::string& path) {
   if (IsDirectory(path)) return PhillyPooledCluster(path);
   DROVER_ASSIGN_OR_RETURN(Workload w, PhillyWorkload(path));
   const std::string vc = VcName(path);
-  return UniformCluster("philly-" + vc, PhillyGroup(vc, PhillyVcNodes(vc, w)));
+  const int64_t nodes = PhillyVcNodes(vc, w);
+  if (nodes > kMaxClusterNodes) return TooManyNodes(BaseName(path), nodes);
+  return UniformCluster("philly-" + vc, PhillyGroup(vc, nodes));
 }
 
 // ---- specs ----

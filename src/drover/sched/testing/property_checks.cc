@@ -233,8 +233,9 @@ Status World::CheckStrictOrder(std::vector<std::string> before, const Decisions&
     return std::pair{config_.queue == QueuePolicy::kSjf ? est : 0, j.seq};
   };
   std::sort(before.begin(), before.end(), [&](const std::string& x, const std::string& y) { return key(x) < key(y); });
+  // A job held by its own tenant's limit holds up nobody.
   auto first_waiting = std::find_if(before.begin(), before.end(), [&](const std::string& id) {
-    return jobs_[id].phase == Phase::kPending;
+    return jobs_[id].phase == Phase::kPending && !a_.HeldByTenantLimit(id);
   });
   for (const Binding& b : d.bindings) {
     if (jobs_[b.job_id].nominee) continue;  // its GPUs were promised to it when it preempted

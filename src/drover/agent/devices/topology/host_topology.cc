@@ -5,11 +5,18 @@
 #include "drover/agent/devices/topology/host_topology.h"
 
 #include <hwloc.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -167,6 +174,91 @@ std::string HostTopology::Summary() const {
          Counted(static_cast<int>(nics.size()), "NIC");
 }
 
+Result<std::vector<int>> ParseCpuList(std::string_view text) {
+  constexpr int kMaxCpu = 1 << 20;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  std::set<int> cpus;
+  auto number = [&](std::string_view part, int* out) {
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), *out);
+    return ec == std::errc() && end == part.data() + part.size() && !part.empty() && *out >= 0 && *out <= kMaxCpu;
+  };
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view range = text.substr(start, comma - start);
+    size_t dash = range.find('-');
+    int first = 0;
+    int last = 0;
+    bool ok = dash == std::string_view::npos ? number(range, &first) && number(range, &last)
+                                             : number(range.substr(0, dash), &first) &&
+                                                   number(range.substr(dash + 1), &last) && first <= last;
+    if (!ok) return InvalidArgument("'" + std::string(text.substr(0, 64)) + "' is not a CPU list (like 0-3,8)");
+    for (int c = first; c <= last; ++c) cpus.insert(c);
+    start = comma + 1;
+    if (comma + 1 == text.size()) return InvalidArgument("'" + std::string(text.substr(0, 64)) + "' ends with a comma");
+  }
+  return std::vector<int>(cpus.begin(), cpus.end());
+}
+
+std::string FormatCpuList(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int parts) {
+  std::vector<std::vector<int>> out(static_cast<size_t>(std::max(parts, 0)));
+  const size_t n = cpus.size();
+  if (n == 0) return out;
+  for (size_t k = 0; k < out.size(); ++k) {
+    if (n < out.size()) {
+      out[k] = {cpus[k % n]};
+      continue;
+    }
+    out[k].assign(cpus.begin() + static_cast<std::ptrdiff_t>(k * n / out.size()),
+                  cpus.begin() + static_cast<std::ptrdiff_t>((k + 1) * n / out.size()));
+  }
+  return out;
+}
+
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+std::map<int, std::vector<int>> ReadSysfsNumaCpus(const std::string& root) {
+  std::map<int, std::vector<int>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("node")) continue;
+    int node = -1;
+    std::string_view digits = std::string_view(name).substr(4);
+    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), node);
+    if (err != std::errc() || end != digits.data() + digits.size() || digits.empty()) continue;
+    std::ifstream in(entry.path() / "cpulist");
+    std::stringstream text;
+    text << in.rdbuf();
+    auto cpus = ParseCpuList(text.str());
+    if (in && cpus.ok() && !cpus->empty()) out[node] = std::move(*cpus);
+  }
+  return out;
+}
+
 Result<HostTopology> DiscoverHostTopology(const std::string& xml_path) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) return Unavailable("hwloc_topology_init: " + ErrnoText(errno));
@@ -196,6 +288,16 @@ Result<HostTopology> DiscoverHostTopology(const std::string& xml_path) {
   host.sockets = packages > 0 ? packages : 1;
   host.numa_nodes = numa_nodes > 0 ? numa_nodes : 1;
   host.cores = cores > 0 ? cores : CountOf(raw, HWLOC_OBJ_PU);
+  for (int i = 0; i < numa_nodes; ++i) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(raw, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+    if (node == nullptr || node->cpuset == nullptr) continue;
+    std::vector<int> cpus;
+    for (int cpu = hwloc_bitmap_first(node->cpuset); cpu >= 0; cpu = hwloc_bitmap_next(node->cpuset, cpu)) {
+      cpus.push_back(cpu);
+    }
+    if (!cpus.empty()) host.numa_cpus[static_cast<int>(node->os_index)] = std::move(cpus);
+  }
+  if (host.numa_cpus.empty() && xml_path.empty()) host.numa_cpus = ReadSysfsNumaCpus();
 
   for (hwloc_obj_t device = hwloc_get_next_pcidev(raw, nullptr); device != nullptr;
        device = hwloc_get_next_pcidev(raw, device)) {

@@ -8,6 +8,7 @@
 // calls hwloc (linked, not dlopen'd: libhwloc is a plain Debian library).
 // Not thread-safe to mutate; a const HostTopology may be shared freely.
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,9 @@ struct HostTopology {
   int cores = 0;
   std::vector<PciLocation> pci;  // every PCI device hwloc reports (bridges excluded)
   std::vector<NicInfo> nics;     // network and OpenFabrics OS devices
+  // The CPUs (OS numbers, ascending) of each NUMA node, by its OS number:
+  // where a job on that node's GPUs is pinned. Empty when unknown.
+  std::map<int, std::vector<int>> numa_cpus;
   // The PciLocation of `bus_id` (any case, with or without a domain, NVML's
   // 8-digit domain too: "0000:3b:00.0", "3B:00.0", "00000000:3B:00.0");
   // null when hwloc did not see it or `bus_id` is not a PCI address.
@@ -56,8 +60,27 @@ struct HostTopology {
 // "0000:3b:00.0".
 std::string NormalizePciBusId(std::string_view bus_id);
 
+// A Linux CPU list ("0-3,8,10-11", as in /sys/devices/system/node/node0/
+// cpulist and /proc/self/status Cpus_allowed_list): the CPUs, ascending and
+// without repeats. Empty text is an empty list; anything malformed (or a CPU
+// number over 1 << 20) is an error.
+Result<std::vector<int>> ParseCpuList(std::string_view text);
+// {0,1,2,3,8,10,11} -> "0-3,8,10-11"; {} -> "".
+std::string FormatCpuList(const std::vector<int>& cpus);
+// Splits `cpus` into `parts` contiguous runs of (nearly) equal size; with
+// fewer CPUs than parts, part k gets CPU k % size. {0..7} in 2 -> {0-3},
+// {4-7}; {0,1} in 3 -> {0},{1},{0}. Empty `cpus`: empty parts.
+std::vector<std::vector<int>> SplitCpus(const std::vector<int>& cpus, int parts);
+// The CPUs this process may run on (sched_getaffinity), ascending; empty
+// when it cannot be read.
+std::vector<int> AllowedCpus();
+// The CPUs of each NUMA node from sysfs (`root` is normally
+// /sys/devices/system/node: node<N>/cpulist); empty when there is none.
+std::map<int, std::vector<int>> ReadSysfsNumaCpus(const std::string& root = "/sys/devices/system/node");
+
 // Reads this machine's topology through hwloc, with its PCI devices,
-// bridges and network OS devices. `xml_path`, when not empty, loads an
+// bridges and network OS devices, and the CPUs of each NUMA node (sysfs when
+// hwloc has none for a live machine). `xml_path`, when not empty, loads an
 // exported topology instead (hwloc's XML; tests use it). Fails with
 // kUnavailable when hwloc cannot load the topology.
 Result<HostTopology> DiscoverHostTopology(const std::string& xml_path = "");

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -204,6 +209,51 @@ TEST(HostTopologyTest, MergeLinksFallsBackForDevicesHwlocDoesNotKnow) {
   EXPECT_EQ(MergeLinks(host, unknown, {}), (std::vector<L>{F, C, C, F}));
 }
 
+TEST(HostTopologyTest, NumaCpusFromHwloc) {
+  HostTopology host = LoadTwoSocket();
+  EXPECT_EQ(host.numa_cpus, (std::map<int, std::vector<int>>{{0, {0, 1, 2, 3}}, {1, {4, 5, 6, 7}}}));
+  auto one = DiscoverHostTopology(kTestData + "/one_socket_no_pci.xml");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->numa_cpus, (std::map<int, std::vector<int>>{{0, {0, 1, 2, 3, 4, 5, 6, 7}}}));
+}
+
+TEST(HostTopologyTest, CpuLists) {
+  EXPECT_EQ(*ParseCpuList("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(*ParseCpuList("5"), std::vector<int>{5});
+  EXPECT_EQ(*ParseCpuList("3,1,1-2"), (std::vector<int>{1, 2, 3}));  // sorted, no repeats
+  EXPECT_TRUE(ParseCpuList("")->empty());
+  for (const char* bad : {"a", "1-", "-1", "3-1", "1,,2", "1,", "0-99999999", "1 2"}) {
+    EXPECT_FALSE(ParseCpuList(bad).ok()) << bad;
+  }
+  EXPECT_EQ(FormatCpuList({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(FormatCpuList({7}), "7");
+  EXPECT_EQ(FormatCpuList({}), "");
+  EXPECT_EQ(FormatCpuList(*ParseCpuList("0-63")), "0-63");
+}
+
+TEST(HostTopologyTest, SplitCpus) {
+  using V = std::vector<std::vector<int>>;
+  EXPECT_EQ(SplitCpus({0, 1, 2, 3, 4, 5, 6, 7}, 2), (V{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(SplitCpus({0, 1, 2}, 2), (V{{0}, {1, 2}}));
+  EXPECT_EQ(SplitCpus({0, 1}, 2), (V{{0}, {1}}));
+  EXPECT_EQ(SplitCpus({0, 1}, 3), (V{{0}, {1}, {0}}));
+  EXPECT_EQ(SplitCpus({4}, 2), (V{{4}, {4}}));
+  EXPECT_EQ(SplitCpus({}, 2), (V{{}, {}}));
+}
+
+TEST(HostTopologyTest, SysfsNumaCpus) {
+  const std::string root = ::testing::TempDir() + "/sysfs-node-" + std::to_string(::getpid());
+  std::filesystem::create_directories(root + "/node0");
+  std::filesystem::create_directories(root + "/node2");
+  std::filesystem::create_directories(root + "/power");
+  std::ofstream(root + "/node0/cpulist") << "0-3\n";
+  std::ofstream(root + "/node2/cpulist") << "4-5,8\n";
+  std::ofstream(root + "/possible") << "0,2\n";
+  EXPECT_EQ(ReadSysfsNumaCpus(root), (std::map<int, std::vector<int>>{{0, {0, 1, 2, 3}}, {2, {4, 5, 8}}}));
+  EXPECT_TRUE(ReadSysfsNumaCpus(root + "/missing").empty());
+  std::filesystem::remove_all(root);
+}
+
 TEST(HostTopologyTest, OneSocketWithoutPci) {
   auto host = DiscoverHostTopology(kTestData + "/one_socket_no_pci.xml");
   ASSERT_TRUE(host.ok()) << host.status().ToString();
@@ -254,6 +304,9 @@ TEST(HostTopologyTest, ThisMachine) {
     EXPECT_GE(location.numa_node, -1);
     EXPECT_LT(location.numa_node, 1024);
   }
+  // Every NUMA node of a live machine has CPUs (hwloc's, or sysfs's).
+  EXPECT_FALSE(host->numa_cpus.empty());
+  for (const auto& [node, cpus] : host->numa_cpus) EXPECT_FALSE(cpus.empty()) << "NUMA node " << node;
   for (const NicInfo& nic : host->nics) {
     EXPECT_FALSE(nic.name.empty());
     if (!nic.pci_bus_id.empty()) {
