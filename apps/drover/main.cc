@@ -70,6 +70,8 @@ struct RoleFlags {
   bool insecure = false;
   bool metrics_public = false;
   std::vector<std::string> http_host_names;
+  std::string rate_limit_writes = "500:2000";  // per token, per second:burst
+  std::string rate_limit_reads = "5000:20000";
   std::string join_token;
   std::string token_file;
   // TLS (docs/security.md, "Across machines").
@@ -266,6 +268,25 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   so.tls_ca_key = f.tls_ca_key;
   so.security.metrics_public = f.metrics_public;
   so.security.http_host_names = f.http_host_names;
+  // "RATE:BURST" per token; a tenant's buckets are four times a token's.
+  auto parse_limit = [](const std::string& text, const char* flag) -> Result<drover::auth::RateLimit> {
+    size_t colon = text.find(':');
+    char* end = nullptr;
+    double rate = std::strtod(text.c_str(), &end);
+    double burst = colon == std::string::npos ? rate : std::strtod(text.c_str() + colon + 1, nullptr);
+    if (text.empty() || end == text.c_str() || !(rate > 0) || !(burst >= 1) || rate > 1e9 || burst > 1e9) {
+      return drover::InvalidArgument(std::string(flag) + " '" + text + "' is not RATE:BURST (requests per second, > 0)");
+    }
+    return drover::auth::RateLimit{rate, burst};
+  };
+  auto writes = parse_limit(f.rate_limit_writes, "--rate-limit-writes");
+  if (!writes.ok()) return BadConfig(writes.status());
+  auto reads = parse_limit(f.rate_limit_reads, "--rate-limit-reads");
+  if (!reads.ok()) return BadConfig(reads.status());
+  so.security.per_token = *writes;
+  so.security.per_tenant = {writes->per_second * 4, writes->burst * 4};
+  so.security.reads_per_token = *reads;
+  so.security.reads_per_tenant = {reads->per_second * 4, reads->burst * 4};
   // The local agent's metrics beyond loopback: --insecure covers them too.
   if (all_in_one) {
     drover::agent::AgentOptions check;
@@ -554,6 +575,11 @@ int main(int argc, char** argv) {
     cmd->add_option("--tls-ca", f.tls_ca, "the cluster CA certificate: client certificates must chain to it (PEM)");
     cmd->add_option("--tls-ca-key", f.tls_ca_key, "the CA's private key: issue node certificates at join (optional)");
     cmd->add_flag("--metrics-public", f.metrics_public, "serve /metrics without a token");
+    cmd->add_option("--rate-limit-writes", f.rate_limit_writes,
+                    "state-changing calls per token, RATE:BURST per second (a tenant: 4x)")
+        ->capture_default_str();
+    cmd->add_option("--rate-limit-reads", f.rate_limit_reads, "reads per token, RATE:BURST per second (a tenant: 4x)")
+        ->capture_default_str();
     cmd->add_option("--http-host-name", f.http_host_names,
                     "a DNS name the HTTP listener answers to besides IP addresses, localhost and the hostname (repeatable)");
     // Only for the help text: main() moves it in front of the role.

@@ -538,5 +538,38 @@ TEST_F(SecurityTest, AuditVerifyFailsAfterAnEntryIsEdited) {
   EXPECT_NE(broken.out.find("edited"), std::string::npos) << broken.out;
 }
 
+// Rate limits answer 429 with Retry-After (REST) and RESOURCE_EXHAUSTED with
+// a retry-after-ms trailer (gRPC); reads have their own, larger bucket.
+TEST(RateLimitTest, WritesBeyondTheBucketAreRefusedWithARetryHint) {
+  TempDir dir;
+  DroverUp up(dir.path() + "/data", {"--devices", "none", "--rate-limit-writes", "0.001:2"});
+  ASSERT_TRUE(up.Start());
+  const std::string body = R"({"spec":{"gpus":1,"command":["true"]}})";
+  auto post = [&] {
+    auto r = http::HttpRequest(up.http_address(), "POST", "/api/v1/jobs", body, "application/json",
+                               {{"Authorization", "Bearer " + up.token()}});
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : http::ClientResponse{};
+  };
+  // No node: the jobs are refused as never fitting (400), but each one is a
+  // state-changing call that takes a token from the bucket.
+  EXPECT_NE(post().status, 429);
+  EXPECT_NE(post().status, 429);
+  http::ClientResponse limited = post();
+  EXPECT_EQ(limited.status, 429) << limited.body;
+  EXPECT_FALSE(limited.headers["retry-after"].empty());
+  EXPECT_EQ(nlohmann::json::parse(limited.body)["status"], "RESOURCE_EXHAUSTED");
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_gpus(1);
+  req.mutable_spec()->add_command("true");
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = up.jobs()->Submit(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_EQ(ctx.GetServerTrailingMetadata().count("retry-after-ms"), 1u);
+  // Reads are not held up by the spent write bucket.
+  EXPECT_EQ(ListJobs(up.jobs()).size(), 0u);
+}
+
 }  // namespace
 }  // namespace drover::testing

@@ -249,6 +249,24 @@ TEST(HttpServerTest, ConnectionsOverTheLimitGet503) {
   EXPECT_EQ(holder.Get("/again").result_int(), 200u);
 }
 
+// Slow clients from one address hold at most their share of connections:
+// past it, that address gets 503 while the server keeps serving.
+TEST(HttpServerTest, ConnectionsPerSourceAreCapped) {
+  ServerOptions options;
+  options.max_connections = 100;
+  options.max_connections_per_source = 2;
+  auto server = StartOrDie(Echo, options);
+  ASSERT_NE(server, nullptr);
+  RawConnection a(server->port());
+  RawConnection b(server->port());
+  ASSERT_EQ(a.Get("/a").result_int(), 200u);
+  ASSERT_EQ(b.Get("/b").result_int(), 200u);
+  auto third = HttpRequest(Address(*server), "GET", "/c");
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->status, 503);
+  EXPECT_EQ(a.Get("/again").result_int(), 200u);
+}
+
 TEST(HttpServerTest, StopClosesOpenConnectionsAndIsIdempotent) {
   auto server = StartOrDie(Echo);
   ASSERT_NE(server, nullptr);

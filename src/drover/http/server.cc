@@ -28,6 +28,7 @@
 #include <chrono>
 #include <exception>
 #include <list>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -292,6 +293,7 @@ struct Connection {
   explicit Connection(tcp::socket s) : socket(std::move(s)), fd(socket.native_handle()) {}
   tcp::socket socket;
   int fd;
+  std::string source;  // the peer's address, without its port
   std::thread thread;
   bool done = false;  // guarded by BeastServer::mu_
 };
@@ -377,12 +379,20 @@ class BeastServer final : public Server {
         connections_.erase(it);
       }
       finished_.clear();
+      error_code ep_ec;
+      auto ep = socket.remote_endpoint(ep_ec);
+      std::string source = ep_ec ? std::string() : ep.address().to_string();
       if (stopping_) {
         // `socket` closes on return.
-      } else if (active_ >= options_.max_connections) {
+      } else if (active_ >= options_.max_connections ||
+                 (options_.max_connections_per_source > 0 && per_source_[source] >= options_.max_connections_per_source)) {
+        // Past the limit, or one address holding its share: slow clients
+        // from one place cannot take every connection.
         reject = ssl_ctx_ == nullptr;  // a TLS client cannot read a plaintext 503: just close
       } else {
         auto connection = std::make_unique<Connection>(std::move(socket));
+        connection->source = source;
+        ++per_source_[source];
         Connection* raw = connection.get();
         const uint64_t id = next_id_++;
         try {
@@ -448,6 +458,9 @@ class BeastServer final : public Server {
     connection->done = true;
     finished_.push_back(id);
     --active_;
+    if (auto it = per_source_.find(connection->source); it != per_source_.end() && --it->second <= 0) {
+      per_source_.erase(it);
+    }
   }
 
   void ServeRequests(tcp::socket& socket) {
@@ -649,6 +662,7 @@ class BeastServer final : public Server {
   std::mutex mu_;
   bool stopping_ = false;                                    // guarded by mu_
   int active_ = 0;                                           // guarded by mu_
+  std::map<std::string, int> per_source_;                    // guarded by mu_: open connections by peer address
   uint64_t next_id_ = 0;                                     // guarded by mu_
   std::map<uint64_t, std::unique_ptr<Connection>> connections_;  // guarded by mu_
   std::vector<uint64_t> finished_;                           // guarded by mu_

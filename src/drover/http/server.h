@@ -48,6 +48,8 @@ using Handler = std::function<Response(const Request&)>;
 struct ServerOptions {
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int max_connections = 256;        // more get 503
+  // Open connections from one peer address; more get 503 (0: no limit).
+  int max_connections_per_source = 64;
   // When set (PEM text: the certificate, then any intermediates; its key),
   // every connection is TLS (1.2 or newer) and Request::tls is true.
   // Connections over max_connections are then closed without an answer.

@@ -46,6 +46,8 @@ Edge::Edge(auth::Authority* authority, const Clock* clock, SecurityOptions optio
       options_(std::move(options)),
       per_token_(options_.per_token, clock),
       per_tenant_(options_.per_tenant, clock),
+      reads_per_token_(options_.reads_per_token, clock),
+      reads_per_tenant_(options_.reads_per_tenant, clock),
       failures_(options_.failures_per_source, clock) {
   names_.push_back("localhost");
   char buf[256] = {};
@@ -125,9 +127,11 @@ Result<auth::Principal> Edge::Authenticate(const http::Request& req) const {
   return s.principal;
 }
 
-Status Edge::Admit(const auth::Principal& who, Duration* retry_after) {
-  Duration wait = per_token_.Take("t:" + who.token_id + "/" + who.name);
-  if (wait.count() == 0) wait = per_tenant_.Take(who.tenant);
+Status Edge::Admit(const auth::Principal& who, bool state_changing, Duration* retry_after) {
+  auth::RateLimiter& token = state_changing ? per_token_ : reads_per_token_;
+  auth::RateLimiter& tenant = state_changing ? per_tenant_ : reads_per_tenant_;
+  Duration wait = token.Take("t:" + who.token_id + "/" + who.name);
+  if (wait.count() == 0) wait = tenant.Take(who.tenant);
   *retry_after = wait;
   if (wait.count() == 0) return Status::Ok();
   return ResourceExhausted(fmt::format("rate limit of token '{}' or tenant '{}' exceeded; retry after {:.3f}s", who.name,

@@ -33,9 +33,12 @@ struct SecurityOptions {
   // Serve /metrics without a token (for a Prometheus with no credentials).
   bool metrics_public = false;
   // Requests per second and burst, per token and per tenant (429 /
-  // RESOURCE_EXHAUSTED beyond); failed authentications per source address.
+  // RESOURCE_EXHAUSTED beyond): state-changing calls, and reads (cheaper,
+  // so their buckets are larger); failed authentications per source address.
   auth::RateLimit per_token{500, 2000};
   auth::RateLimit per_tenant{2000, 5000};
+  auth::RateLimit reads_per_token{5000, 20000};
+  auth::RateLimit reads_per_tenant{20000, 50000};
   auth::RateLimit failures_per_source{20, 100};
 };
 
@@ -52,7 +55,7 @@ class Edge {
   // A bearer header value ("Bearer drv_..."), for gRPC metadata.
   Result<auth::Principal> AuthenticateBearer(std::string_view authorization, const std::string& source) const;
   // Rate limits: OK, or kResourceExhausted; *retry_after is the hint.
-  Status Admit(const auth::Principal& who, Duration* retry_after);
+  Status Admit(const auth::Principal& who, bool state_changing, Duration* retry_after);
   // Counts a failed authentication from `source`; false when that source
   // is over its limit (answer 429, do not audit: a flood must not fill the log).
   bool NoteFailure(const std::string& source, Duration* retry_after);
@@ -72,6 +75,8 @@ class Edge {
   std::vector<std::string> names_;  // lower-case: localhost, hostname, configured
   auth::RateLimiter per_token_;
   auth::RateLimiter per_tenant_;
+  auth::RateLimiter reads_per_token_;
+  auth::RateLimiter reads_per_tenant_;
   auth::RateLimiter failures_;
 };
 

@@ -54,7 +54,7 @@ class Gate {
       }
       return who;
     }
-    if (Status s = edge_->Admit(*who, &retry); !s.ok()) return Limited(ctx, s, retry);
+    if (Status s = edge_->Admit(*who, state_changing, &retry); !s.ok()) return Limited(ctx, s, retry);
     return who;
   }
 

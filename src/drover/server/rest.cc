@@ -383,7 +383,7 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     }
     who = std::move(*authn);
     Duration retry{0};
-    if (Status s = c.edge->Admit(who, &retry); !s.ok()) return Refusal(s, retry);
+    if (Status s = c.edge->Admit(who, Edge::StateChanging(req.method), &retry); !s.ok()) return Refusal(s, retry);
   }
   if (is_metrics) {
     if (req.method != "GET") return MethodNotAllowed(req);
