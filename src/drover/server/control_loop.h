@@ -177,6 +177,10 @@ class ControlLoop {
   // GPU `gpu` of `node` turned unhealthy: stop the jobs on it (Requeue then
   // queues them again or fails them, by their restart policy).
   void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);
+  // Stops a job for `failure` (SIGTERM, its grace, SIGKILL); once its
+  // process is gone, Requeue queues it again by its restart policy, or ends
+  // it FAILED with the failure (always, with no_restart).
+  void StopForFailure(v1::Job* job, std::string failure, bool no_restart);
   // Jobs by state, every state present (zero included).
   std::map<v1::JobState, int64_t> JobCounts() const;
   v1::Job View(const v1::Job& job) const;

@@ -88,17 +88,22 @@ void ControlLoop::StopJobsOnGpu(const std::string& node, int gpu, const std::str
     v1::JobState state = job.status().state();
     // Already on its way out: it ends (or is requeued) as it was going to.
     if (state == v1::JOB_STATE_CANCELLING || state == v1::JOB_STATE_PREEMPTING || job.status().gang_failed()) continue;
-    v1::JobStatus* st = job.mutable_status();
-    st->set_state(v1::JOB_STATE_PREEMPTING);
-    st->set_failure(fmt::format("gpu {} of node '{}' became unhealthy: {}", gpu, node, reason));
-    st->set_message("stopping: " + st->failure());
-    st->clear_preempted_for();
-    st->set_stop_grace_seconds(job.spec().termination_grace_seconds() > 0 ? job.spec().termination_grace_seconds()
-                                                                          : rpc::kDefaultGraceSeconds);
-    for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
-    spdlog::warn("job '{}' is stopped: {}", job.id(), st->failure());
-    Persist(job);
+    StopForFailure(&job, fmt::format("gpu {} of node '{}' became unhealthy: {}", gpu, node, reason), false);
   }
+}
+
+void ControlLoop::StopForFailure(v1::Job* job, std::string failure, bool no_restart) {
+  v1::JobStatus* st = job->mutable_status();
+  st->set_state(v1::JOB_STATE_PREEMPTING);
+  st->set_failure(std::move(failure));
+  st->set_no_restart(no_restart);
+  st->set_message("stopping: " + st->failure());
+  st->clear_preempted_for();
+  st->set_stop_grace_seconds(job->spec().termination_grace_seconds() > 0 ? job->spec().termination_grace_seconds()
+                                                                         : rpc::kDefaultGraceSeconds);
+  for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
+  spdlog::warn("job '{}' is stopped: {}", job->id(), st->failure());
+  Persist(*job);
 }
 
 std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, std::string fault) {

@@ -138,8 +138,16 @@ Status ControlLoop::Admit(const v1::JobSpec& spec) const {
 }
 
 void ControlLoop::EnforceRuntimeLimits() {
+  if (std::none_of(tenants_.begin(), tenants_.end(),
+                   [](const auto& t) { return t.second.quota().max_runtime_seconds() > 0; })) {
+    return;
+  }
   int64_t now = NowNs();
-  for (auto& [seq, job] : jobs_) {
+  // Only jobs holding GPUs can run too long (a gang is on several nodes: once).
+  std::set<uint64_t> active;
+  for (const auto& [node, seqs] : active_on_node_) active.insert(seqs.begin(), seqs.end());
+  for (uint64_t seq : active) {
+    v1::Job& job = jobs_.at(seq);
     v1::JobStatus* st = job.mutable_status();
     if (st->state() != v1::JOB_STATE_RUNNING && st->state() != v1::JOB_STATE_BOUND) continue;
     auto t = tenants_.find(job.spec().tenant());
@@ -147,16 +155,8 @@ void ControlLoop::EnforceRuntimeLimits() {
     int64_t limit = t->second.quota().max_runtime_seconds();
     int64_t began = st->start_time_unix_nanos() > 0 ? st->start_time_unix_nanos() : st->bind_time_unix_nanos();
     if (began <= 0 || now - began < limit * kNsPerSecond) continue;
-    st->set_state(v1::JOB_STATE_PREEMPTING);
-    st->set_failure(fmt::format("ran longer than tenant '{}''s runtime limit of {}s", job.spec().tenant(), limit));
-    st->set_no_restart(true);
-    st->set_message("stopping: " + st->failure());
-    st->clear_preempted_for();
-    st->set_stop_grace_seconds(job.spec().termination_grace_seconds() > 0 ? job.spec().termination_grace_seconds()
-                                                                          : rpc::kDefaultGraceSeconds);
-    for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
-    spdlog::warn("job '{}' is stopped: {}", job.id(), st->failure());
-    Persist(job);
+    StopForFailure(&job, fmt::format("ran longer than tenant '{}''s runtime limit of {}s", job.spec().tenant(), limit),
+                   /*no_restart=*/true);
   }
 }
 
