@@ -76,7 +76,7 @@ TEST_F(ConfigTest, UnknownKeyAndBadYamlAreErrors) {
   Write("simulate: many\n");
   EXPECT_NE(Parse({"--config", path_}, &p), "");
   // A key that is a list or a mapping is a usage error, not an exception
-  // CLI11 lets through (found by tests/fuzz/config_yaml_fuzz).
+  // CLI11 lets through (tests/fuzz/regressions/config_yaml_fuzz).
   Write("[listen]: 127.0.0.1:1\n");
   EXPECT_NE(Parse({"--config", path_}, &p).find("line 1, column 1 is a list, not a name"), std::string::npos);
   Write("scheduler: {{queue: x}: fifo}\n");

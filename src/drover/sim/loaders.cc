@@ -45,7 +45,8 @@ constexpr int64_t kMaxSeconds = 100LL * 365 * 86'400;
 constexpr int64_t kMaxGangGpus = 8LL * 4096;
 // The most nodes a cluster may have, as for YAML clusters (cluster_yaml.cc):
 // a Philly VC sized by its jobs' peak demand can otherwise ask for millions
-// from a few hundred rows of 32,768-GPU jobs (found by trace_csv_fuzz).
+// from a few hundred rows of 32,768-GPU jobs (tests/fuzz/regressions/
+// trace_csv_fuzz).
 constexpr int64_t kMaxClusterNodes = 200'000;
 
 Status TooManyNodes(const std::string& file, int64_t nodes) {
