@@ -388,8 +388,9 @@ Result<WorkloadRef> ParseWorkloadId(std::string_view id) {
   std::string_view digits = id.substr(dot + 1);
   int replica = -1;
   auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), replica);
+  // Digits only, no leading zero: one spelling per replica ("-0" parses as 0).
   if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || replica < 0 ||
-      replica >= kMaxReplicas || (digits.size() > 1 && digits[0] == '0')) {
+      replica >= kMaxReplicas || digits[0] < '0' || digits[0] > '9' || (digits.size() > 1 && digits[0] == '0')) {
     return InvalidArgument(fmt::format("workload id '{}' is malformed (expected j-000042 or j-000042.3)", Excerpt(id)));
   }
   ref.replica = replica;

@@ -214,8 +214,8 @@ TEST(WorkloadIdTest, NamesReplicasOfGangsOnly) {
   EXPECT_EQ(rep->job_id, "j-000007");
   EXPECT_EQ(rep->replica, 12);
   EXPECT_TRUE(rep->gang);
-  for (const char* bad : {"", "j-000007.", "j-000007.x", "j-000007.-1", "j-000007.01", "j-000007.5000", "x.1",
-                          "j-000007.1.2"}) {
+  for (const char* bad : {"", "j-000007.", "j-000007.x", "j-000007.-1", "j-000007.-0", "j-000007.01", "j-000007.5000",
+                          "x.1", "j-000007.1.2"}) {
     EXPECT_FALSE(ParseWorkloadId(bad).ok()) << bad;
   }
 }
