@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --build) mode=build; shift ;;
     --jobs) jobs="$2"; shift 2 ;;
     --build-jobs) build_jobs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) only+=("$1"); shift ;;
   esac
