@@ -261,18 +261,21 @@ TEST_F(LiveCgroupTest, LimitsAreWrittenWhereDelegated) {
 TEST_F(LiveCgroupTest, RemovingTheGroupKillsWhatIsLeftInIt) {
   JobCgroup g{parent_, dir_, {}, 0, 0, {}};
   ASSERT_TRUE(CreateJobCgroup(g).ok());
+  int joined[2];
+  ASSERT_EQ(::pipe(joined), 0);
   pid_t pid = ::fork();
   if (pid == 0) {
     int fd = ::open((dir_ + "/cgroup.procs").c_str(), O_WRONLY);
     if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(100);
+    if (::write(joined[1], "j", 1) != 1) ::_exit(101);  // now in the group
     ::pause();
     ::_exit(0);
   }
-  // Wait until the child is in the group, then remove it.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (Slurp(dir_ + "/cgroup.procs").empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ::close(joined[1]);
+  // Wait until the child is in the group (it says so), then remove it.
+  char byte = 0;
+  ASSERT_EQ(::read(joined[0], &byte, 1), 1) << "the child could not join the group";
+  ::close(joined[0]);
   RemoveJobCgroup(dir_, parent_, std::chrono::seconds(5));
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
