@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "drover/auth/cluster_ca.h"
 #include "drover/common/ids.h"
 
 namespace drover::auth {
@@ -241,16 +242,7 @@ Result<bool> Authority::EnsureBootstrapAdmin(const std::string& path) {
     }
   }
   DROVER_ASSIGN_OR_RETURN(std::string text, MintInternal({"admin", "default", Role::kAdmin, "", Duration(0)}));
-  std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  std::string line = text + "\n";
-  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
+  DROVER_RETURN_IF_ERROR(WriteFileAtomic(path, text + "\n", 0600));
   return true;
 }
 

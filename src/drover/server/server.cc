@@ -214,20 +214,6 @@ std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTl
   return grpc::experimental::TlsServerCredentials(options);
 }
 
-// Writes `text` to `path` with mode 0600, atomically.
-Status WritePrivate(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
-  return Status::Ok();
-}
-
 class ServerImpl final : public Server {
  public:
   ~ServerImpl() override { Stop(); }
@@ -293,7 +279,7 @@ class ServerImpl final : public Server {
     if (browse_host == "0.0.0.0" || browse_host == "[::]" || browse_host.empty()) browse_host = "127.0.0.1";
     api_->set_http_base(fmt::format("{}://{}:{}", tls_ ? "https" : "http", browse_host, http_->port()));
     DROVER_ASSIGN_OR_RETURN(std::string login_url, DashboardLoginUrl());
-    DROVER_RETURN_IF_ERROR(WritePrivate(o.data_dir + "/dashboard-url", login_url + "\n"));
+    DROVER_RETURN_IF_ERROR(auth::WriteFileAtomic(o.data_dir + "/dashboard-url", login_url + "\n", 0600));
 
     // Written last and atomically: its presence means "serving".
     std::string tmp = o.data_dir + "/endpoints.json.tmp";
