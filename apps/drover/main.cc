@@ -26,6 +26,7 @@
 #include "drover/cli/commands.h"
 #include "drover/common/config.h"
 #include "drover/common/fault.h"
+#include "drover/common/files.h"
 #include "drover/common/ids.h"
 #include "drover/common/version.h"
 #include "drover/runtime/logging.h"
@@ -300,7 +301,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   const std::string ca_file = (*server)->ca_file();
   std::string ca_pem;
   if (!ca_file.empty()) {
-    auto pem = drover::auth::ReadTextFile(ca_file);
+    auto pem = drover::ReadTextFile(ca_file);
     if (!pem.ok()) return Fatal(pem.status());
     ca_pem = *pem;
   }

@@ -28,6 +28,7 @@
 #include "drover/auth/certs.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
+#include "drover/common/files.h"
 #include "drover/common/hash.h"
 #include "drover/common/ids.h"
 #include "drover/common/metrics.h"
@@ -436,15 +437,15 @@ class AgentImpl final : public Agent {
       // only fail later, at every handshake.
       Status ok = auth::CheckKeyMatchesCert(key, resp.certificate_pem());
       if (ok.ok()) ok = auth::VerifyCertPem(resp.certificate_pem(), ca_pem_, NowUnix(), auth::Purpose::kClient);
-      if (ok.ok()) ok = auth::WriteFileAtomic(DataFile("node.crt"), resp.certificate_pem(), 0644);
-      if (ok.ok() && !opts_.ca_file.empty()) ok = auth::WriteFileAtomic(DataFile("ca.crt"), ca_pem_, 0644);
+      if (ok.ok()) ok = WriteFileAtomic(DataFile("node.crt"), resp.certificate_pem(), 0644);
+      if (ok.ok() && !opts_.ca_file.empty()) ok = WriteFileAtomic(DataFile("ca.crt"), ca_pem_, 0644);
       if (!ok.ok()) {
         spdlog::error("node '{}' joined but cannot use the certificate it was issued: {}", opts_.node_name, ok.message());
       } else {
         spdlog::info("node '{}' was issued a certificate, kept in {}", opts_.node_name, DataFile("node.crt"));
       }
     }
-    if (Status w = auth::WriteFileAtomic(path, resp.node_token() + "\n", 0600); !w.ok()) {
+    if (Status w = WriteFileAtomic(path, resp.node_token() + "\n", 0600); !w.ok()) {
       spdlog::error("node '{}' joined but cannot keep its credential: {}", opts_.node_name, w.message());
     } else {
       spdlog::info("node '{}' joined; its credential is in {}", opts_.node_name, path);
@@ -464,7 +465,7 @@ class AgentImpl final : public Agent {
     std::string path = opts_.ca_file.empty() ? DataFile("ca.crt") : opts_.ca_file;
     std::error_code ec;
     if (opts_.ca_file.empty() && !std::filesystem::exists(path, ec)) return Status::Ok();
-    auto pem = auth::ReadTextFile(path);
+    auto pem = ReadTextFile(path);
     if (!pem.ok()) return InvalidArgument(fmt::format("the cluster CA: {}", pem.status().message()));
     auto info = auth::ParseCertPem(*pem);
     if (!info.ok() || !info->is_ca) {
@@ -481,9 +482,9 @@ class AgentImpl final : public Agent {
   // without its key.
   Result<std::string> NodeKey() {
     const std::string path = DataFile("node.key");
-    if (auto existing = auth::ReadTextFile(path); existing.ok()) return existing;
+    if (auto existing = ReadTextFile(path); existing.ok()) return existing;
     DROVER_ASSIGN_OR_RETURN(std::string key, auth::GenerateKeyPem());
-    DROVER_RETURN_IF_ERROR(auth::WriteFileAtomic(path, key, 0600));
+    DROVER_RETURN_IF_ERROR(WriteFileAtomic(path, key, 0600));
     return key;
   }
 
@@ -496,8 +497,8 @@ class AgentImpl final : public Agent {
     grpc::SslCredentialsOptions o;
     o.pem_root_certs = ca_pem_;
     if (client_cert) {
-      auto cert = auth::ReadTextFile(DataFile("node.crt"));
-      auto key = auth::ReadTextFile(DataFile("node.key"));
+      auto cert = ReadTextFile(DataFile("node.crt"));
+      auto key = ReadTextFile(DataFile("node.key"));
       if (cert.ok() && key.ok()) {
         Status usable = auth::CheckKeyMatchesCert(*key, *cert);
         if (usable.ok()) usable = auth::VerifyCertPem(*cert, ca_pem_, NowUnix(), auth::Purpose::kClient);

@@ -39,28 +39,6 @@ T Get(const json& j, const char* key, T fallback) {
 
 }  // namespace
 
-Status WriteFileAtomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return Unavailable(fmt::format("cannot sync '{}': {}", tmp, std::strerror(errno)));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Unavailable(fmt::format("cannot rename '{}': {}", tmp, std::strerror(errno)));
-  }
-  return Status::Ok();
-}
-
 Status JobDir::WriteSpec(const JobSpecFile& s) const {
   json j{{"job_id", s.job_id}, {"command", s.command}, {"env", s.env},
          {"working_dir", s.working_dir}, {"grace_seconds", s.grace_seconds}};

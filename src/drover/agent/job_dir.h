@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "drover/agent/cgroup.h"
+#include "drover/common/files.h"
 #include "drover/common/status.h"
 
 namespace drover::agent {
@@ -82,8 +83,5 @@ class JobDir {
  private:
   std::string path_;
 };
-
-// Writes `data` to `path` atomically (temporary file, fsync, rename).
-Status WriteFileAtomic(const std::string& path, const std::string& data);
 
 }  // namespace drover::agent

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "drover/auth/cluster_ca.h"
+#include "drover/common/files.h"
 #include "drover/common/ids.h"
 
 namespace drover::auth {

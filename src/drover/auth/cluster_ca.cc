@@ -1,5 +1,7 @@
 #include "drover/auth/cluster_ca.h"
 
+#include "drover/common/files.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -82,32 +84,6 @@ std::vector<std::string> DefaultServerNames(const std::string& hostname) {
   for (char c : hostname) host += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (!host.empty() && host != "localhost" && ValidateDnsName(host).ok()) names.push_back(host);
   return names;
-}
-
-Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  std::string text;
-  text.resize(max_bytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > max_bytes) return InvalidArgument(fmt::format("'{}' is larger than {} bytes", path, max_bytes));
-  return text;
-}
-
-Status WriteFileAtomic(const std::string& path, const std::string& text, unsigned mode) {
-  std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
-  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
-  }
-  return Status::Ok();
 }
 
 Result<InitReport> InitClusterTls(const std::string& dir, const std::vector<std::string>& sans, int64_t now_unix) {

@@ -74,9 +74,4 @@ Result<ServerTls> LoadServerTls(const std::string& cert, const std::string& key,
 Result<std::string> IssueNodeCertificate(const ServerTls& tls, std::string_view csr_pem, const std::string& node,
                                          const std::string& token_id, int64_t now_unix);
 
-// File helpers (also used by the agent for its key and certificate).
-Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes = kMaxPemBytes);
-// Writes atomically (temporary file, fsync, rename) with `mode`.
-Status WriteFileAtomic(const std::string& path, const std::string& text, unsigned mode);
-
 }  // namespace drover::auth

@@ -1,11 +1,8 @@
 // login, whoami, tokens create|list|revoke, audit [verify], ui, join-token.
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -14,6 +11,7 @@
 #include "drover/cli/commands.h"
 #include "drover/cli/table.h"
 #include "drover/common/config.h"
+#include "drover/common/files.h"
 #include "drover/v1/api.grpc.pb.h"
 
 namespace drover::cli {
@@ -58,14 +56,8 @@ int Login(const Common& c) {
   std::string path = LoginTokenPath();
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  std::string line = token + "\n";
-  bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  if (fd >= 0) ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::cerr << fmt::format("error: cannot write {}: {}\n", path, std::strerror(errno));
+  if (Status w = WriteFileAtomic(path, token + "\n", 0600); !w.ok()) {
+    std::cerr << "error: " << w.message() << "\n";
     return kExitFailure;
   }
   std::cout << fmt::format("logged in as {} ({} of tenant {}); token kept in {}\n", p.name(), p.role(), p.tenant(), path);

@@ -18,6 +18,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include "drover/common/files.h"
 #include "drover/common/metrics.h"
 #include "drover/http/server.h"
 #include "drover/rpc/convert.h"
@@ -279,7 +280,7 @@ class ServerImpl final : public Server {
     if (browse_host == "0.0.0.0" || browse_host == "[::]" || browse_host.empty()) browse_host = "127.0.0.1";
     api_->set_http_base(fmt::format("{}://{}:{}", tls_ ? "https" : "http", browse_host, http_->port()));
     DROVER_ASSIGN_OR_RETURN(std::string login_url, DashboardLoginUrl());
-    DROVER_RETURN_IF_ERROR(auth::WriteFileAtomic(o.data_dir + "/dashboard-url", login_url + "\n", 0600));
+    DROVER_RETURN_IF_ERROR(WriteFileAtomic(o.data_dir + "/dashboard-url", login_url + "\n", 0600));
 
     // Written last and atomically: its presence means "serving".
     std::string tmp = o.data_dir + "/endpoints.json.tmp";

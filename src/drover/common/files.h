@@ -1,0 +1,20 @@
+// Small file helpers shared by every layer that keeps state in files: the
+// server's admin token, the agent's job directories and certificates, the
+// CLI's saved login.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "drover/common/status.h"
+
+namespace drover {
+
+// Reads all of `path`, refusing a file larger than `max_bytes`.
+Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes = 64 << 10);
+
+// Writes `data` to `path` atomically: a fresh temporary file created with
+// `mode` (never one left by someone else), fsync, rename over `path`.
+Status WriteFileAtomic(const std::string& path, const std::string& data, unsigned mode = 0644);
+
+}  // namespace drover
