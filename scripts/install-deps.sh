@@ -25,6 +25,9 @@ PACKAGES=(
   librocm-smi-dev libze-dev libhwloc-dev
   # integration tests
   curl procps
+  # multi-host tests (tests/netns): network namespaces and veth pairs, nftables
+  # drops, the harness (python3 stdlib); nsenter is in util-linux (essential)
+  iproute2 nftables python3
   # metrics: a real Prometheus scrapes /metrics; promtool checks the format
   prometheus
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)
