@@ -21,6 +21,7 @@ import time
 import unittest
 from pathlib import Path
 
+sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netns  # noqa: E402
 
