@@ -8,11 +8,12 @@ set(allowed_sched   "common;sched")
 set(allowed_sim     "common;sched;sim")
 set(allowed_store   "common;runtime;store")
 set(allowed_auth    "common;store;auth")
+set(allowed_membership "common;membership")
 set(allowed_rpc     "common;sched;rpc;v1")
 set(allowed_http    "common;runtime;http")
 set(allowed_server  "common;runtime;sched;store;auth;rpc;http;server;web;v1")
 set(allowed_web     "common;http;web")
-set(allowed_agent   "common;runtime;rpc;http;auth;agent;v1")  # auth: certs.h (node key, CSR, certificate checks)
+set(allowed_agent   "common;runtime;rpc;http;auth;membership;agent;v1")  # auth: certs.h (node key, CSR, certificate checks); membership: gossip
 set(allowed_cli     "common;runtime;rpc;cli;v1")
 
 file(GLOB_RECURSE sources "${SRC_DIR}/src/drover/*.h" "${SRC_DIR}/src/drover/*.cc")

@@ -1,0 +1,296 @@
+// The protocol on a fake network with a manual clock: failure detection,
+// indirect probes, refutation, suspicion timeouts, partitions, and the
+// beats and lease acks that relay liveness to the control plane.
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/membership/fake_network.h"
+#include "drover/membership/protocol.h"
+
+namespace drover::membership {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kS = 1'000 * kMs;
+
+Config TestConfig(uint64_t seed) {
+  Config c;
+  c.cluster_id = 42;
+  c.key = "test cluster key";
+  c.seed = seed;
+  return c;
+}
+
+std::string Name(int i) { return "node-" + std::to_string(i); }
+
+// n nodes node-0 .. node-(n-1), each with its own seed.
+void AddNodes(FakeNetwork& net, int n) {
+  for (int i = 0; i < n; ++i) net.Add(Name(i), TestConfig(static_cast<uint64_t>(i) + 1));
+}
+
+std::optional<MemberView> ViewOf(const Group& observer, const std::string& member) {
+  for (MemberView& v : observer.Members()) {
+    if (v.name == member) return v;
+  }
+  return std::nullopt;
+}
+
+MemberState StateOf(const Group& observer, const std::string& member) { return ViewOf(observer, member)->state; }
+
+bool AllSee(FakeNetwork& net, const std::vector<std::string>& observers, const std::string& member,
+            MemberState state) {
+  for (const std::string& o : observers) {
+    if (StateOf(net[o], member) != state) return false;
+  }
+  return true;
+}
+
+TEST(SuspicionTimeout, FollowsLifeguard) {
+  const Config c = TestConfig(1);
+  // N <= 10: min = 4 periods = 0.8 s; k = min(3, N - 2) = 1 for N = 3.
+  EXPECT_EQ(SuspicionTimeoutNs(c, 3, 1), 800 * kMs);
+  EXPECT_EQ(SuspicionTimeoutNs(c, 3, 0), 6 * 800 * kMs);
+  // N = 100: log10 = 2; N = 1000: 3.
+  EXPECT_EQ(SuspicionTimeoutNs(c, 100, 3), 1600 * kMs);
+  EXPECT_EQ(SuspicionTimeoutNs(c, 1000, 3), 2400 * kMs);
+  EXPECT_EQ(SuspicionTimeoutNs(c, 1000, 0), 6 * 2400 * kMs);
+  // Two members: nobody else can confirm, so the minimum applies at once.
+  EXPECT_EQ(SuspicionTimeoutNs(c, 2, 0), 800 * kMs);
+  // Confirmations beyond k change nothing.
+  EXPECT_EQ(SuspicionTimeoutNs(c, 100, 7), SuspicionTimeoutNs(c, 100, 3));
+  EXPECT_EQ(RetransmitLimit(c, 3), 4);
+  EXPECT_EQ(RetransmitLimit(c, 100), 12);
+}
+
+TEST(SuspicionTimeout, GrowsWithGroupSize) {
+  const Config c = TestConfig(1);
+  for (size_t confirmations = 0; confirmations <= 3; ++confirmations) {
+    EXPECT_GT(SuspicionTimeoutNs(c, 64, confirmations), SuspicionTimeoutNs(c, 4, confirmations)) << confirmations;
+  }
+  // The same seen from the outside: how long a dead member stays Suspect
+  // at one observer, in a group of 4 and one of 64.
+  auto suspect_to_dead = [](int n) {
+    FakeNetwork net;
+    AddNodes(net, n);
+    net.RunFor(2 * kS);
+    const std::string victim = Name(n - 1);
+    net.Down(victim);
+    std::optional<int64_t> suspected;
+    const bool dead = net.RunUntil(
+        [&] {
+          const MemberState s = StateOf(net[Name(0)], victim);
+          if (s == MemberState::kSuspect && !suspected) suspected = net.now();
+          return s == MemberState::kDead;
+        },
+        60 * kS);
+    EXPECT_TRUE(dead && suspected) << n;
+    return dead && suspected ? net.now() - *suspected : 0;
+  };
+  const int64_t small = suspect_to_dead(4);
+  const int64_t large = suspect_to_dead(64);
+  EXPECT_GE(small + 5 * kMs, SuspicionTimeoutNs(TestConfig(1), 4, 3));
+  EXPECT_GE(large + 5 * kMs, SuspicionTimeoutNs(TestConfig(1), 64, 3));
+  EXPECT_GT(large, small);
+}
+
+TEST(Group, DetectsDeadMemberAsSuspectThenDead) {
+  constexpr int kN = 5;
+  FakeNetwork net;
+  AddNodes(net, kN);
+  net.RunFor(2 * kS);
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(net[Name(i)].stats().suspicions, 0u) << i;
+
+  const std::string victim = Name(kN - 1);
+  const std::vector<std::string> live = {Name(0), Name(1), Name(2), Name(3)};
+  net.Down(victim);
+  const int64_t down_at = net.now();
+  std::optional<int64_t> suspected;
+  const bool all_dead = net.RunUntil(
+      [&] {
+        if (!suspected && StateOf(net[Name(0)], victim) == MemberState::kSuspect) suspected = net.now();
+        return AllSee(net, live, victim, MemberState::kDead);
+      },
+      30 * kS);
+  ASSERT_TRUE(all_dead);
+  ASSERT_TRUE(suspected.has_value());
+  EXPECT_LT(*suspected, net.now());
+  // Round-robin: every prober reaches the victim within two rounds (N - 1
+  // periods each); then at most the longest suspicion; then one period of
+  // gossip.
+  const Config c = TestConfig(1);
+  const int64_t bound = 2 * (kN - 1) * c.protocol_period_ns + c.protocol_period_ns +
+                        SuspicionTimeoutNs(c, kN, 0) + c.protocol_period_ns;
+  EXPECT_LE(net.now() - down_at, bound);
+  for (const std::string& o : live) {
+    EXPECT_EQ(StateOf(net[o], victim), MemberState::kDead);
+    for (const std::string& other : live) {
+      if (other == o) continue;
+      EXPECT_EQ(StateOf(net[o], other), MemberState::kAlive) << o << " sees " << other;
+    }
+  }
+}
+
+TEST(Group, IndirectProbeKeepsMemberWithOneCutLinkAlive) {
+  FakeNetwork net;
+  AddNodes(net, 4);
+  net.Cut(Name(0), Name(1));
+  net[Name(0)].TakeHeardDirectly();
+  net.RunFor(60 * kS);  // 300 periods: node-0 probes node-1 about 100 times
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(net[Name(i)].stats().suspicions, 0u) << i;
+    for (const MemberView& v : net[Name(i)].Members()) {
+      EXPECT_EQ(v.state, MemberState::kAlive) << Name(i) << " sees " << v.name;
+      EXPECT_EQ(v.counters.failed_probes, 0u) << Name(i) << " probing " << v.name;
+    }
+  }
+  const MemberView one = *ViewOf(net[Name(0)], Name(1));
+  EXPECT_GT(one.counters.probes, 50u);
+  EXPECT_EQ(one.counters.acks, 0u);
+  EXPECT_EQ(one.counters.indirect_acks, one.counters.probes);
+  EXPECT_GT(net[Name(0)].stats().ping_reqs_sent, 0u);
+  // node-0 never heard node-1 itself: this is what its lease relay is for.
+  const auto heard = net[Name(0)].TakeHeardDirectly();
+  EXPECT_FALSE(heard.contains(Name(1)));
+  EXPECT_TRUE(heard.contains(Name(2)));
+  EXPECT_TRUE(heard.contains(Name(3)));
+}
+
+TEST(Group, FalselySuspectedMemberRefutesWithHigherIncarnation) {
+  FakeNetwork net;
+  AddNodes(net, 4);
+  net.RunFor(1 * kS);
+  const std::string victim = Name(1);
+  const uint64_t before = net[victim].incarnation();
+  for (int i = 0; i < 4; ++i) {
+    if (Name(i) != victim) net.Cut(Name(i), victim);
+  }
+  ASSERT_TRUE(net.RunUntil([&] { return StateOf(net[Name(0)], victim) == MemberState::kSuspect; }, 10 * kS));
+  net.Heal();
+  const std::vector<std::string> others = {Name(0), Name(2), Name(3)};
+  ASSERT_TRUE(net.RunUntil([&] { return AllSee(net, others, victim, MemberState::kAlive); }, 10 * kS));
+  EXPECT_GT(net[victim].incarnation(), before);
+  EXPECT_GE(net[victim].stats().refutations, 1u);
+  for (const std::string& o : others) EXPECT_EQ(ViewOf(net[o], victim)->incarnation, net[victim].incarnation()) << o;
+}
+
+TEST(Group, HealedPartitionConvergesToAllAlive) {
+  FakeNetwork net;
+  AddNodes(net, 6);
+  net.RunFor(1 * kS);
+  const std::vector<std::string> left = {Name(0), Name(1), Name(2)};
+  const std::vector<std::string> right = {Name(3), Name(4), Name(5)};
+  std::vector<std::string> all = left;
+  all.insert(all.end(), right.begin(), right.end());
+  for (const std::string& l : left) {
+    for (const std::string& r : right) net.Cut(l, r);
+  }
+  auto sides_see = [&](MemberState state) {
+    for (const std::string& l : left) {
+      for (const std::string& r : right) {
+        if (!AllSee(net, {l}, r, state) || !AllSee(net, {r}, l, state)) return false;
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(net.RunUntil([&] { return sides_see(MemberState::kDead); }, 30 * kS));
+  for (const std::string& l : left) {
+    for (const std::string& m : left) {
+      if (l == m) continue;
+      EXPECT_EQ(StateOf(net[l], m), MemberState::kAlive);
+    }
+  }
+
+  net.Heal();
+  // Dead members stay in the probe order: within a round each side probes
+  // the other, tells it it is thought dead, and takes its refutation; the
+  // new incarnations then spread to everyone.
+  auto converged = [&] {
+    for (const std::string& m : all) {
+      for (const std::string& o : all) {
+        if (o == m) continue;
+        const MemberView v = *ViewOf(net[o], m);
+        if (v.state != MemberState::kAlive || v.incarnation != net[m].incarnation()) return false;
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(net.RunUntil(converged, 10 * kS));
+  net.RunFor(10 * kS);
+  EXPECT_TRUE(converged());
+}
+
+TEST(Group, BeatsHeardDirectlyAndLeaseAck) {
+  FakeNetwork net;
+  AddNodes(net, 3);
+  const std::string a = Name(0), b = Name(1), c = Name(2);
+  // When each of a's beats began, as the test saw it (ticks happen in Step).
+  std::map<int64_t, int64_t> a_beat_at;
+  std::vector<std::pair<int64_t, int64_t>> acks;
+  net[a].set_on_lease_ack([&](int64_t beat, int64_t started_ns) { acks.emplace_back(beat, started_ns); });
+  auto run = [&](int64_t ns) {
+    const int64_t until = net.now() + ns;
+    while (net.now() < until) {
+      net.Step();
+      a_beat_at.try_emplace(net[a].beat(), net.now());
+    }
+  };
+  run(1 * kS);
+  auto heard = net[b].TakeHeardDirectly();
+  ASSERT_TRUE(heard.contains(a));
+  ASSERT_TRUE(heard.contains(c));
+  EXPECT_GT(heard[a], 0);
+  EXPECT_LE(heard[a], net[a].beat());
+  EXPECT_GE(heard[a], net[a].beat() - 3);  // a ping or ack of a's from the last few periods
+  EXPECT_TRUE(net[b].TakeHeardDirectly().empty());  // only news since the previous call
+
+  // b loses its link to a; c still hears a and relays for it.
+  net.Cut(a, b);
+  run(1 * kS);
+  EXPECT_FALSE(net[b].TakeHeardDirectly().contains(a));
+  const auto heard_by_c = net[c].TakeHeardDirectly();
+  ASSERT_TRUE(heard_by_c.contains(a));
+  const int64_t h = heard_by_c.at(a);
+
+  // The control plane counted a at beat h (reported by c); c tells a.
+  ASSERT_TRUE(net[c].SendLeaseAck(a, h).ok());
+  run(20 * kMs);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].first, h);
+  EXPECT_EQ(acks[0].second, a_beat_at.at(h));
+  EXPECT_EQ(net[a].stats().lease_acks, 1u);
+
+  // A beat a has not reached, or one before its first, is refused.
+  const uint64_t refused = net[a].stats().dropped[static_cast<size_t>(DropReason::kBadLeaseAck)];
+  ASSERT_TRUE(net[c].SendLeaseAck(a, net[a].beat() + 5).ok());
+  run(20 * kMs);
+  EXPECT_EQ(acks.size(), 1u);
+  EXPECT_EQ(net[a].stats().dropped[static_cast<size_t>(DropReason::kBadLeaseAck)], refused + 1);
+  EXPECT_FALSE(net[c].SendLeaseAck("nobody", 1).ok());
+  EXPECT_FALSE(net[c].SendLeaseAck(a, -1).ok());
+}
+
+TEST(Group, SetPeersAddsAndRemoves) {
+  FakeNetwork net;
+  AddNodes(net, 3);
+  net.RunFor(1 * kS);
+  Group& g = net[Name(0)];
+  // Removing node-2 forgets it; an invalid list changes nothing.
+  ASSERT_TRUE(g.SetPeers({{Name(0), FakeNetwork::AddressOf(Name(0))}, {Name(1), FakeNetwork::AddressOf(Name(1))}}).ok());
+  ASSERT_EQ(g.Members().size(), 1u);
+  EXPECT_EQ(g.Members()[0].name, Name(1));
+  EXPECT_FALSE(g.SetPeers({{"Bad_Name", "x:1"}}).ok());
+  EXPECT_FALSE(g.SetPeers({{Name(2), ""}}).ok());
+  EXPECT_FALSE(g.SetPeers({{Name(2), "a b:1"}}).ok());
+  ASSERT_EQ(g.Members().size(), 1u);
+  net.RunFor(1 * kS);  // probing goes on without the removed member
+  EXPECT_EQ(StateOf(g, Name(1)), MemberState::kAlive);
+  // node-2 still knows node-0, but node-0 drops what it sends.
+  EXPECT_GT(g.stats().dropped[static_cast<size_t>(DropReason::kUnknownSender)], 0u);
+}
+
+}  // namespace
+}  // namespace drover::membership

@@ -1,0 +1,101 @@
+#pragma once
+// UdpNode: a membership Group (protocol.h) on a UDP socket, as the agent
+// runs it. It owns the socket and one thread that waits for datagrams
+// (poll with a timeout of tick_interval) and ticks the Group with the
+// steady clock; all access to the Group is under one mutex.
+//
+//   membership::UdpNodeOptions options;
+//   options.name = "gpu-07";
+//   options.bind_address = "10.0.0.7:7946";
+//   options.config.cluster_id = id;
+//   options.config.key = cluster_key;
+//   options.on_lease_ack = [&](int64_t beat, int64_t started_ns) { ... };
+//   DROVER_ASSIGN_OR_RETURN(auto node, membership::UdpNode::Start(std::move(options)));
+//   node->SetPeers({{"gpu-08", "10.0.0.8:7946"}});   // from the control plane
+//   auto heard = node->TakeHeardDirectly();          // report to the server
+//
+// Thread-safety: every public method is thread-safe. on_lease_ack runs on
+// the node's thread, after the lock is released (so it may call back into
+// the node); it should return quickly, since datagrams wait meanwhile.
+//
+// Not done here: addresses are numeric IPv4 ("10.0.0.7:7946") or IPv6 in
+// brackets ("[fd00::7]:7946"), no host names; one socket family per node.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drover/common/status.h"
+#include "drover/membership/protocol.h"
+
+namespace drover::membership {
+
+struct UdpNodeOptions {
+  std::string name;                        // our node name
+  std::string bind_address = "0.0.0.0:0";  // port 0 picks a free one
+  // initial_incarnation and initial_beat are set from the wall clock (ms
+  // since the epoch), so that a restarted agent outranks its earlier life.
+  Config config;
+  int64_t tick_interval_ns = 5'000'000;    // how late a timeout may fire
+  Group::LeaseAckFn on_lease_ack;          // beat_started_ns is on NowNs()'s clock
+};
+
+struct UdpNodeStats {
+  GroupStats group;
+  uint64_t send_errors = 0;  // datagrams the kernel refused (full buffer, no route)
+};
+
+class UdpNode {
+ public:
+  // Binds the socket and starts the thread.
+  static Result<std::unique_ptr<UdpNode>> Start(UdpNodeOptions options);
+  ~UdpNode();  // Stop()
+  UdpNode(const UdpNode&) = delete;
+  UdpNode& operator=(const UdpNode&) = delete;
+
+  // The bound address, port 0 resolved: "127.0.0.1:41234". A node bound to
+  // 0.0.0.0 reports that; the agent advertises its own IP with this port.
+  const std::string& address() const { return address_; }
+
+  // As Group::SetPeers; also rejects addresses this node cannot send to.
+  Status SetPeers(const std::map<std::string, std::string>& peers);
+  std::vector<MemberView> Members() const;
+  std::map<std::string, int64_t> TakeHeardDirectly();
+  Status SendLeaseAck(const std::string& member, int64_t beat);
+  UdpNodeStats Stats() const;
+  int64_t Beat() const;
+  uint64_t Incarnation() const;
+
+  // Joins the thread and closes the socket; idempotent. Afterwards the
+  // accessors still answer, nothing is sent or received.
+  void Stop();
+
+  // The monotonic clock the Group is ticked with, in ns.
+  static int64_t NowNs();
+
+ private:
+  class SocketTransport;
+  UdpNode(int fd, std::string address, int64_t tick_interval_ns, Group::LeaseAckFn on_lease_ack);
+  void Run();
+
+  const std::string address_;
+  const int64_t tick_interval_ns_;
+  const Group::LeaseAckFn on_lease_ack_;
+  std::unique_ptr<SocketTransport> transport_;
+  mutable std::mutex mu_;
+  std::unique_ptr<Group> group_;  // GUARDED_BY(mu_)
+  struct LeaseAck {
+    int64_t beat;
+    int64_t started_ns;
+  };
+  std::vector<LeaseAck> lease_acks_;  // GUARDED_BY(mu_): for on_lease_ack_, outside the lock
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace drover::membership
