@@ -10,6 +10,9 @@ Every process is started with `nsenter --net=/run/netns/<ns>`: only the
 network is private, so all hosts share the file system (a job writes its
 own timestamps to a file the test reads) and the machine's cgroups.
 
+Agents get --gossip-listen <their address>:7946 when the binary has that
+flag (SWIM among agents), so the harness runs on drovers before and after it.
+
 Faults: cut_link (the node's eth0 down: a full partition), drop_between
 (nftables drops in the node's namespace, both directions, to one peer),
 power_off (link down and SIGKILL of every process in the namespace: agent,
@@ -45,12 +48,13 @@ from pathlib import Path
 
 GRPC_PORT = 7070
 HTTP_PORT = 8080
+GOSSIP_PORT = 7946  # UDP, each agent on its own address (when the agent has --gossip-listen)
 NS_PREFIX = "drvt"
 NFT_TABLE = "drover_netns"
 
 # ---------------------------------------------------------------------------
 # The JSON the helpers read. Everything the tests know about the API's field
-# names is in these two functions: adapt here when the API changes.
+# names is in the functions below: adapt them when the API changes.
 # ---------------------------------------------------------------------------
 
 
@@ -308,6 +312,7 @@ class Cluster:
         self._made = []  # namespaces made, for close()
         self._nft_ready = set()
         self.token = None
+        self._agent_help = None
         _live.add(self)
         if not getattr(Cluster, "_handlers", False):
             for s in (signal.SIGINT, signal.SIGTERM):
@@ -470,8 +475,17 @@ class Cluster:
                 "--simulate-gpus", str(self.gpus_per_node)]
         if not (h.dir / "node.token").exists():
             args += ["--join-token", self.join_token(node)]
+        if self._agent_has("--gossip-listen"):
+            args += ["--gossip-listen", f"{h.ip}:{GOSSIP_PORT}"]  # the address its peers reach it on
         args += [*self._env_flags("DROVER_NETNS_AGENT_FLAGS", h), *extra_flags]
         h.proc = self._spawn(h, args, "agent")
+
+    def _agent_has(self, flag):
+        """Whether this drover's agent takes `flag` (so that the harness
+        runs both before and after a feature's flags exist)."""
+        if self._agent_help is None:
+            self._agent_help = _sh([self.binary, "agent", "--help"]).stdout
+        return re.search(rf"(^|[\s,]){re.escape(flag)}(?=[\s=,]|$)", self._agent_help, re.M) is not None
 
     def start(self, server_flags=(), agent_flags=(), timeout=30):
         """The server, every agent, and a wait until all nodes are Ready."""
