@@ -14,7 +14,6 @@ namespace {
 
 constexpr unsigned char kMagic[4] = {'D', 'R', 'M', 'B'};
 constexpr uint8_t kVersion = 1;
-constexpr size_t kMaxNameBytes = 63;  // node names (common/ids.h)
 
 bool HasTarget(MessageType type) { return type != MessageType::kLeaseAck; }
 
