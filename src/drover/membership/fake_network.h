@@ -7,6 +7,7 @@
 //
 // Not thread-safe: one test thread.
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -14,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "drover/membership/protocol.h"
