@@ -50,6 +50,9 @@ struct RoleFlags {
   std::vector<std::string> devices = {"auto"};
   // Telemetry and health (docs/devices.md).
   std::string telemetry_period = "1s";
+  std::string heartbeat_interval = "250ms";
+  std::string gossip_listen;
+  std::string lease_ttl = "1500ms";
   std::string health_interval = "1s";
   int health_clean_checks = 3;
   std::string thermal_throttle = "30s";
@@ -262,6 +265,14 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   auto local_labels = ParseLabels(f.labels);
   if (!local_labels.ok()) return BadConfig(local_labels.status());
   drover::server::ServerOptions so{f.data_dir, f.grpc_listen, f.http_listen, std::move(*control)};
+  auto heartbeat = drover::ParseDurationMs(f.heartbeat_interval);
+  auto ttl = drover::ParseDurationMs(f.lease_ttl);
+  if (!heartbeat.ok()) return BadConfig(heartbeat.status());
+  if (!ttl.ok()) return BadConfig(ttl.status());
+  so.control.lease.heartbeat_interval = std::chrono::milliseconds(*heartbeat);
+  so.control.lease.ttl = std::chrono::milliseconds(*ttl);
+  so.control.lease = so.control.lease.Derive();
+  if (Status s = so.control.lease.Validate(); !s.ok()) return BadConfig(s);
   so.insecure = f.insecure;
   so.tls_cert = f.tls_cert;
   so.tls_key = f.tls_key;
@@ -322,6 +333,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     auto backends = Backends(local);
     if (!backends.ok()) return Fatal(backends.status());
     drover::agent::AgentOptions lo;
+    lo.fencing = false;  // in the server's process: it cannot lose the server and live
     lo.telemetry = *telemetry;
     lo.metrics_listen = f.agent_metrics_listen;
     lo.metrics_insecure = f.insecure;
@@ -341,6 +353,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       std::vector<std::unique_ptr<drover::agent::DeviceBackend>> bs;
       bs.push_back(std::move(*b));
       drover::agent::AgentOptions sim_opts;
+      sim_opts.fencing = false;
       sim_opts.telemetry = *telemetry;
       sim_opts.discover_host_topology = false;
       sim_opts.host_topology = drover::agent::SimulatedHostTopology();
@@ -401,6 +414,7 @@ int RunAgentRole(const RoleFlags& f) {
   o.ca_file = f.ca_file;
   o.faults = FaultsFor(*faults, a.node_name);
   o.join_token = f.join_token;
+  o.gossip_listen = f.gossip_listen;
   if (!f.token_file.empty()) {
     std::ifstream in(f.token_file);
     if (!in || !std::getline(in, o.token) || o.token.empty()) {
@@ -576,6 +590,12 @@ int main(int argc, char** argv) {
     cmd->add_option("--tls-ca", f.tls_ca, "the cluster CA certificate: client certificates must chain to it (PEM)");
     cmd->add_option("--tls-ca-key", f.tls_ca_key, "the CA's private key: issue node certificates at join (optional)");
     cmd->add_flag("--metrics-public", f.metrics_public, "serve /metrics without a token");
+    cmd->add_option("--heartbeat-interval", f.heartbeat_interval, "how often agents send a heartbeat (docs/failures.md)")
+        ->capture_default_str();
+    cmd->add_option("--lease-ttl", f.lease_ttl,
+                    "a node unheard for this long, directly or through its peers, is lost and its jobs run elsewhere; "
+                    "its agent fences them at 2/3 of it (docs/failures.md)")
+        ->capture_default_str();
     cmd->add_option("--rate-limit-writes", f.rate_limit_writes,
                     "state-changing calls per token, RATE:BURST per second (a tenant: 4x)")
         ->capture_default_str();
@@ -652,6 +672,9 @@ int main(int argc, char** argv) {
                     "one-time join token (`drover join-token`); the node credential it buys is kept in <data-dir>/node.token");
   agent->add_option("--token-file", f.token_file, "file holding this node's token (instead of a join)");
   add_telemetry_flags(agent);
+  agent->add_option("--gossip-listen", f.gossip_listen,
+                    "join the nodes' gossip group on this UDP address, one its peers can reach (10.0.0.7:7946; "
+                    "docs/failures.md)");
   agent->add_option("--fault", f.faults, "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY] (repeatable)");
   agent->callback([&] { exit_code = RunAgentRole(f); });
 

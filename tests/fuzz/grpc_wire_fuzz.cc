@@ -57,7 +57,7 @@ void WorkloadIdRoundTrip(const std::string& id) {
   auto ref = rpc::ParseWorkloadId(id);
   if (!ref.ok()) return;
   FUZZ_CHECK(ref->replica >= 0 && ref->replica < rpc::kMaxReplicas);
-  FUZZ_CHECK(rpc::WorkloadId(ref->job_id, ref->replica, ref->gang ? rpc::kMaxReplicas : 1) == id);
+  FUZZ_CHECK(rpc::WorkloadId(ref->job_id, ref->replica, ref->gang ? rpc::kMaxReplicas : 1, ref->attempt) == id);
 }
 
 void Session(const uint8_t* data, size_t size) {

@@ -287,7 +287,8 @@ TEST_F(IsolationTest, JobCgroupWhereTheMachineAllowsAndTheReasonWhereNot) {
   const std::string parent = iso.value("cgroupParent", "");
   if (!parent.empty()) {
     std::string id = Submit({"--gpu-model", "H100 80GB", "--wait", "--", "cat", "/proc/self/cgroup"});
-    EXPECT_NE(Logs(id).find("0::" + parent + "/" + id + "\n"), std::string::npos)
+    // The group is named for the workload: the job's first attempt.
+    EXPECT_NE(Logs(id).find("0::" + parent + "/" + id + "@1\n"), std::string::npos)
         << "the job runs in its own group under " << parent << ":\n"
         << Logs(id);
   }

@@ -84,9 +84,12 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
     EXPECT_NE(server_text.find(family), std::string::npos) << family;
   }
   // The agent's ring buffer of recent samples, oldest first.
-  auto samples = nlohmann::json::parse(Get(agent_metrics, "/api/v1/gpus/1/samples?max=3"), nullptr, false);
-  ASSERT_TRUE(samples.is_array());
-  ASSERT_EQ(samples.size(), 3u);
+  // (Sampled once a second: the server may show a reading before three exist.)
+  nlohmann::json samples;
+  ASSERT_TRUE(WaitUntil([&] {
+    samples = nlohmann::json::parse(Get(agent_metrics, "/api/v1/gpus/1/samples?max=3"), nullptr, false);
+    return samples.is_array() && samples.size() == 3u;
+  })) << samples.dump();
   EXPECT_LT(samples[0]["time_ns"].get<int64_t>(), samples[2]["time_ns"].get<int64_t>());
   EXPECT_TRUE(samples[2]["temperature_c"].is_number());
   auto missing = http::HttpRequest(agent_metrics, "GET", "/api/v1/gpus/9/samples");

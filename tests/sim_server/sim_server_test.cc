@@ -399,7 +399,7 @@ class SimServerTest : public ControlLoopTest {
     for (int n = 0; n < kNodes; ++n) {
       Must(loop_->RegisterNode(NodeInventory(n)));
       sinks_.push_back(std::make_shared<FakeSink>());
-      Must(loop_->SessionOpened(NodeName(n), sinks_.back()));
+      Open(NodeName(n), sinks_.back());
     }
     gate_->Arm();
 
@@ -431,9 +431,9 @@ class SimServerTest : public ControlLoopTest {
         v1::StatusReport rep;
         v1::WorkloadStatus* ws = rep.add_workloads();
         ws->set_job_id(b.job_id);
-        if (b.replicas.size() > 1) {
-          ws->set_workload_id(rpc::WorkloadId(b.job_id, static_cast<int>(r), static_cast<int>(b.replicas.size())));
-        }
+        // The attempt is the job's run count: the server numbers each binding.
+        ws->set_workload_id(
+            rpc::WorkloadId(b.job_id, static_cast<int>(r), static_cast<int>(b.replicas.size()), run[j]));
         ws->set_state(v1::WORKLOAD_STATE_EXITED);
         ws->set_exit_code(exit_code);
         ws->set_signal(signal);

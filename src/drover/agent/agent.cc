@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -34,6 +35,7 @@
 #include "drover/common/metrics.h"
 #include "drover/common/version.h"
 #include "drover/http/server.h"
+#include "drover/membership/udp_node.h"
 #include "drover/rpc/gpu_metrics.h"
 #include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
@@ -46,10 +48,19 @@ namespace drover::agent {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 constexpr auto kTick = std::chrono::milliseconds(100);
-constexpr auto kHeartbeatEvery = std::chrono::seconds(2);
+// Until the server says otherwise (RegisterResponse).
+constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
+// How often the heartbeat timer looks whether one is due.
+constexpr auto kHeartbeatTimer = std::chrono::milliseconds(20);
+// Heartbeats kept waiting for their acknowledgement.
+constexpr size_t kMaxUnackedHeartbeats = 256;
+
+int64_t MonoNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 constexpr int64_t kLogChunk = 256 * 1024;
 constexpr int64_t kLogPerTick = 4 * kLogChunk;
 
@@ -179,6 +190,7 @@ class AgentImpl final : public Agent {
       });
     }
     loop_.Post([this] { Tick(); });
+    loop_.Post([this] { HeartbeatTimer(); });
     connector_ = std::thread([this] { ConnectLoop(); });
     return Status::Ok();
   }
@@ -192,6 +204,7 @@ class AgentImpl final : public Agent {
     if (connector_.joinable()) connector_.join();
     if (metrics_http_) metrics_http_->Stop();
     loop_.Stop();
+    if (gossip_) gossip_->Stop();
     if (telemetry_) telemetry_->Stop();
   }
 
@@ -567,10 +580,14 @@ class AgentImpl final : public Agent {
     reg.set_cpu_millis(sysconf(_SC_NPROCESSORS_ONLN) * 1000);
     reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
     reg.set_agent_version(kVersion);
+    reg.set_gossip_address(opts_.gossip_listen);
+    // The lease counts from the registration at the earliest: the server
+    // renews it when the session opens, after this.
+    int64_t contact = MonoNanos();
+    v1::RegisterResponse rresp;
     {
       grpc::ClientContext rctx;
       rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      v1::RegisterResponse rresp;
       grpc::Status s = stub->Register(&rctx, reg, &rresp);
       if (!s.ok()) {
         spdlog::debug("node '{}' cannot register: {}", opts_.node_name, s.error_message());
@@ -592,11 +609,12 @@ class AgentImpl final : public Agent {
     hello.mutable_hello()->set_node_name(opts_.node_name);
     bool ok = stream->Write(hello);
     if (ok) {
-      Sync([this, s = stream.get()] { OnConnected(s); });
+      Sync([this, s = stream.get(), &rresp, contact] { OnConnected(s, rresp, contact); });
       v1::ServerMessage msg;
       while (stream->Read(&msg)) {
         if (msg.has_desired()) loop_.Post([this, d = msg.desired()] { OnDesired(d); });
         if (msg.has_inject_fault()) InjectFault(msg.inject_fault());
+        if (msg.has_heartbeat_ack()) loop_.Post([this, a = msg.heartbeat_ack()] { OnHeartbeatAck(a); });
       }
       Sync([this] { OnDisconnected(); });
     }
@@ -621,10 +639,18 @@ class AgentImpl final : public Agent {
 
   // ---- owner loop ----
 
-  void OnConnected(grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream) {
+  void OnConnected(grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream,
+                   const v1::RegisterResponse& lease, int64_t contact) {
     stream_ = stream;
     have_desired_ = false;
-    last_heartbeat_ = Clock::now();
+    if (lease.heartbeat_interval_ms() > 0) heartbeat_every_ = std::chrono::milliseconds(lease.heartbeat_interval_ms());
+    fence_after_ns_ = int64_t{lease.fence_after_ms()} * 1'000'000;
+    fence_grace_ms_ = lease.fence_grace_ms();
+    unacked_.clear();
+    NoteContact(contact);
+    StartGossip(lease);
+    SetPeers(lease.peers());
+    SendHeartbeat();
     spdlog::info("node '{}' connected to {}", opts_.node_name, opts_.server_address);
     // Everything is news to a new session: resend every log from the start
     // (the server writes by offset, so repeats are harmless) and report all.
@@ -644,6 +670,78 @@ class AgentImpl final : public Agent {
   }
 
   void OnDisconnected() { stream_ = nullptr; }
+
+  // The server acknowledged a heartbeat: it renewed the lease no earlier
+  // than when that heartbeat was sent.
+  void OnHeartbeatAck(const v1::HeartbeatAck& ack) {
+    if (gossip_) {
+      if (ack.peers_changed()) {
+        SetPeers(ack.peers());
+        peers_version_ = ack.peers_version();
+      }
+      // Tell each peer whose beat this heartbeat carried that its lease holds.
+      for (const v1::PeerBeat& p : ack.renewed()) (void)gossip_->SendLeaseAck(p.node_name(), p.beat());
+    }
+    while (!unacked_.empty() && unacked_.front().first < ack.seq()) unacked_.pop_front();
+    if (unacked_.empty() || unacked_.front().first != ack.seq()) return;  // not one of this session's
+    NoteContact(unacked_.front().second);
+    unacked_.pop_front();
+  }
+
+  // Moves the fence out to `contact` + the fence interval and tells the
+  // supervisors (the lease file). Only forward: contact is monotonic.
+  void NoteContact(int64_t contact) {
+    if (contact <= contact_ns_) return;
+    contact_ns_ = contact;
+    if (!opts_.fencing || fence_after_ns_ <= 0) return;
+    NodeLease lease{contact_ns_ + fence_after_ns_, fence_grace_ms_};
+    if (Status s = WriteNodeLease(LeaseFile(), lease); !s.ok()) {
+      spdlog::error("node '{}' cannot renew its lease file: {}; its jobs fence themselves", opts_.node_name,
+                    s.message());
+    }
+  }
+
+  std::string LeaseFile() const { return opts_.data_dir + "/lease"; }
+
+  // ---- gossip (docs/failures.md) ----
+
+  // Joins the group once the server has said its key (the first session).
+  void StartGossip(const v1::RegisterResponse& r) {
+    if (opts_.gossip_listen.empty() || gossip_ || r.gossip_key().empty()) return;
+    membership::UdpNodeOptions o;
+    o.name = opts_.node_name;
+    o.bind_address = opts_.gossip_listen;
+    o.config.cluster_id = r.gossip_cluster();
+    o.config.key = r.gossip_key();
+    // A peer relayed our beat to the server and it renewed our lease: that
+    // is contact as of when the beat began.
+    o.on_lease_ack = [this](int64_t, int64_t started_ns) { loop_.Post([this, started_ns] { NoteContact(started_ns); }); };
+    auto node = membership::UdpNode::Start(std::move(o));
+    if (!node.ok()) {
+      spdlog::error("node '{}' cannot join the gossip group on {}: {}", opts_.node_name, opts_.gossip_listen,
+                    node.status().message());
+      return;
+    }
+    gossip_ = std::move(*node);
+    spdlog::info("node '{}' gossips on {}", opts_.node_name, gossip_->address());
+  }
+
+  void SetPeers(const google::protobuf::RepeatedPtrField<v1::Peer>& peers) {
+    if (!gossip_) return;
+    std::map<std::string, std::string> m;
+    for (const v1::Peer& p : peers) m[p.node_name()] = p.gossip_address();
+    if (Status s = gossip_->SetPeers(m); !s.ok()) {
+      spdlog::warn("node '{}': gossip peers refused: {}", opts_.node_name, s.message());
+    }
+  }
+
+  // Heartbeats go out on their own timer, at the server's interval (which
+  // the first session may change), whatever else the loop is doing.
+  void HeartbeatTimer() {
+    if (stopping_) return;
+    if (std::chrono::steady_clock::now() - last_heartbeat_ >= heartbeat_every_) SendHeartbeat();
+    loop_.PostAfter(kHeartbeatTimer, [this] { HeartbeatTimer(); });
+  }
 
   void Send(const v1::AgentMessage& m) {
     if (stream_ != nullptr && !stream_->Write(m)) stream_ = nullptr;  // the reader will notice too
@@ -702,7 +800,7 @@ class AgentImpl final : public Agent {
     JobIsolation iso = IsolationFor(key, w);
     job.cgroup = iso.cgroup;
     JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w, iso.cpus), w.working_dir(),
-                     job.grace_seconds};
+                     job.grace_seconds, opts_.fencing ? LeaseFile() : ""};
     Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
@@ -743,6 +841,10 @@ class AgentImpl final : public Agent {
     // Re-read: the supervisor may have written exit.json just before it ended.
     job->exited = job->dir.ReadExit();
     if (!job->exited) {
+      // Nobody watches the job any more: it is killed before it is reported
+      // ended, so its GPUs are never given to another job while it runs.
+      if (job->started) ::kill(-job->started->pid, SIGKILL);
+      if (job->cgroup) RemoveJobCgroup(job->cgroup->dir, job->cgroup->parent, std::chrono::seconds(2));
       job->exited = ExitFile{-1, 0, NowNanos(), "the job's supervisor died without recording an exit", false};
       (void)job->dir.WriteExit(*job->exited);
     }
@@ -759,6 +861,7 @@ class AgentImpl final : public Agent {
       ws.set_signal(job.exited->signal);
       ws.set_end_time_unix_nanos(job.exited->end_unix_nanos);
       ws.set_message(job.exited->message);
+      ws.set_fenced(job.exited->fenced);
     } else {
       ws.set_state(v1::WORKLOAD_STATE_RUNNING);
     }
@@ -783,6 +886,7 @@ class AgentImpl final : public Agent {
       if (n <= 0) break;
       v1::AgentMessage m;
       m.mutable_log()->set_job_id(ref.job_id);
+      m.mutable_log()->set_workload_id(id);
       m.mutable_log()->set_offset(job->log_sent);
       m.mutable_log()->set_data(buf.data(), static_cast<size_t>(n));
       Send(m);
@@ -846,7 +950,6 @@ class AgentImpl final : public Agent {
         for (const auto& ws : m.status().workloads()) jobs_.at(ws.workload_id()).reported = ws.state();
       }
     }
-    if (stream_ != nullptr && Clock::now() - last_heartbeat_ >= kHeartbeatEvery) SendHeartbeat();
     Reconcile();
     UpdateLoads();
     loop_.PostAfter(kTick, [this] { Tick(); });
@@ -883,6 +986,17 @@ class AgentImpl final : public Agent {
     v1::AgentMessage hb;
     v1::Heartbeat* h = hb.mutable_heartbeat();
     h->set_time_unix_nanos(NowNanos());
+    h->set_seq(++heartbeat_seq_);
+    if (gossip_) {
+      h->set_peers_version(peers_version_);
+      for (const auto& [name, beat] : gossip_->TakeHeardDirectly()) {
+        v1::PeerBeat* p = h->add_peers();
+        p->set_node_name(name);
+        p->set_beat(beat);
+      }
+    }
+    unacked_.emplace_back(h->seq(), MonoNanos());
+    if (unacked_.size() > kMaxUnackedHeartbeats) unacked_.pop_front();
     std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/true);
     std::map<int64_t, std::string> jobs = JobsByProcessGroup();
     for (size_t i = 0; i < readings.size(); ++i) {
@@ -893,7 +1007,7 @@ class AgentImpl final : public Agent {
       FillTelemetry(readings[i], jobs, r->mutable_telemetry());
     }
     Send(hb);
-    last_heartbeat_ = Clock::now();
+    last_heartbeat_ = std::chrono::steady_clock::now();
   }
 
   // Tells backends that model their devices (simulated) how busy each GPU
@@ -953,7 +1067,15 @@ class AgentImpl final : public Agent {
   std::map<std::string, v1::Stop> stops_;  // how to stop what is not desired
   std::vector<double> loads_;  // what SetLoad was last told, per GPU (-1: nothing yet)
   bool have_desired_ = false;
-  Clock::time_point last_heartbeat_;
+  std::chrono::milliseconds heartbeat_every_ = kDefaultHeartbeat;
+  std::chrono::steady_clock::time_point last_heartbeat_;
+  int64_t heartbeat_seq_ = 0;
+  std::deque<std::pair<int64_t, int64_t>> unacked_;  // (seq, monotonic send time), oldest first
+  int64_t contact_ns_ = 0;      // monotonic: the last acknowledged contact
+  int64_t fence_after_ns_ = 0;  // from the server; 0: not yet told
+  int64_t fence_grace_ms_ = 0;
+  std::unique_ptr<membership::UdpNode> gossip_;  // started by the first session; then read-only pointer
+  int64_t peers_version_ = 0;
 };
 
 }  // namespace

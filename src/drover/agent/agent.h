@@ -74,6 +74,16 @@ struct AgentOptions {
   // prefixes written "NCCL_*"); nothing else of it reaches a job
   // (docs/security.md, "Workload isolation").
   std::vector<std::string> job_env_allow = kDefaultEnvAllowList;
+  // Self-fencing (docs/failures.md): the agent keeps <data_dir>/lease up to
+  // date with the server's acknowledgements and every job's supervisor stops
+  // its job once it runs out. Off only for agents in the server's own
+  // process (`drover up`), which cannot lose the server without dying too.
+  bool fencing = true;
+  // The node's gossip endpoint (UDP, "10.0.0.7:7946", an address its peers
+  // can reach; docs/failures.md): the agent joins the membership group, so
+  // that a node whose own link to the server is down is kept alive by its
+  // peers. Empty: no gossip.
+  std::string gossip_listen;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC

@@ -40,8 +40,9 @@ T Get(const json& j, const char* key, T fallback) {
 }  // namespace
 
 Status JobDir::WriteSpec(const JobSpecFile& s) const {
-  json j{{"job_id", s.job_id}, {"command", s.command}, {"env", s.env},
-         {"working_dir", s.working_dir}, {"grace_seconds", s.grace_seconds}};
+  json j{{"job_id", s.job_id},           {"command", s.command},
+         {"env", s.env},                 {"working_dir", s.working_dir},
+         {"grace_seconds", s.grace_seconds}, {"lease_file", s.lease_file}};
   return WriteFileAtomic(File("spec.json"), j.dump());
 }
 
@@ -54,6 +55,7 @@ Result<JobSpecFile> JobDir::ReadSpec() const {
   s.env = Get<std::map<std::string, std::string>>(*j, "env", {});
   s.working_dir = Get<std::string>(*j, "working_dir", "");
   s.grace_seconds = Get<int>(*j, "grace_seconds", 10);
+  s.lease_file = Get<std::string>(*j, "lease_file", "");
   if (s.job_id.empty() || s.command.empty()) return InvalidArgument(fmt::format("'{}/spec.json' is incomplete", path_));
   return s;
 }
@@ -112,15 +114,39 @@ std::optional<StartedFile> JobDir::ReadStarted() const {
 
 Status JobDir::WriteExit(const ExitFile& e) const {
   json j{{"exit_code", e.exit_code}, {"signal", e.signal}, {"end_unix_nanos", e.end_unix_nanos},
-         {"message", e.message}, {"failed_to_start", e.failed_to_start}};
+         {"message", e.message}, {"failed_to_start", e.failed_to_start}, {"fenced", e.fenced}};
   return WriteFileAtomic(File("exit.json"), j.dump());
 }
 
 std::optional<ExitFile> JobDir::ReadExit() const {
   auto j = ReadJson(File("exit.json"));
   if (!j) return std::nullopt;
-  return ExitFile{Get<int>(*j, "exit_code", -1), Get<int>(*j, "signal", 0), Get<int64_t>(*j, "end_unix_nanos", 0),
-                  Get<std::string>(*j, "message", ""), Get<bool>(*j, "failed_to_start", false)};
+  return ExitFile{Get<int>(*j, "exit_code", -1),       Get<int>(*j, "signal", 0),
+                  Get<int64_t>(*j, "end_unix_nanos", 0),  Get<std::string>(*j, "message", ""),
+                  Get<bool>(*j, "failed_to_start", false), Get<bool>(*j, "fenced", false)};
+}
+
+Status WriteNodeLease(const std::string& path, const NodeLease& lease) {
+  std::string tmp = path + ".tmp";
+  std::string text = fmt::format("{} {}\n", lease.fence_at_mono_ns, lease.grace_ms);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+Result<NodeLease> ReadNodeLease(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(fmt::format("no lease file '{}'", path));
+  NodeLease lease;
+  if (!(in >> lease.fence_at_mono_ns >> lease.grace_ms) || lease.grace_ms < 0) {
+    return InvalidArgument(fmt::format("lease file '{}' is malformed", path));
+  }
+  return lease;
 }
 
 Status JobDir::WriteStop(int64_t ns) const {

@@ -37,7 +37,24 @@ struct JobSpecFile {
   std::map<std::string, std::string> env;  // the job's whole environment (see job_env.h)
   std::string working_dir;
   int grace_seconds = 10;
+  // The node's lease file (NodeLease below); empty: the job is never fenced
+  // (agents that share the server's process, `drover up`).
+  std::string lease_file;
 };
+
+// The node's lease as its agent last had it acknowledged, for the job
+// supervisors: once `fence_at` (CLOCK_MONOTONIC ns, the same clock in every
+// process of one boot) has passed, a supervisor stops its job (SIGTERM,
+// then SIGKILL after `grace_ms`) even when the agent itself is hung or gone.
+struct NodeLease {
+  int64_t fence_at_mono_ns = 0;
+  int64_t grace_ms = 0;
+};
+// Written atomically (rename) but not fsynced: a monotonic deadline means
+// nothing after a reboot.
+Status WriteNodeLease(const std::string& path, const NodeLease& lease);
+// kNotFound when missing; kInvalidArgument when unreadable.
+Result<NodeLease> ReadNodeLease(const std::string& path);
 
 // How the supervisor confines the job before it runs it (docs/security.md,
 // "Workload isolation").
@@ -57,6 +74,7 @@ struct ExitFile {
   int64_t end_unix_nanos = 0;
   std::string message;
   bool failed_to_start = false;
+  bool fenced = false;  // the supervisor stopped it: the node's lease ran out
 };
 
 class JobDir {

@@ -253,7 +253,7 @@ TEST_F(JobDirTest, WriteFileAtomicReplacesWholeAndLeavesNoTemporary) {
   EXPECT_EQ(names, std::vector<std::string>{"file.json"});
 
   JobDir dir(MakeDir("j-000007"));
-  ASSERT_TRUE(dir.WriteSpec(JobSpecFile{"j-000007", {"true"}, {}, "", 10}).ok());
+  ASSERT_TRUE(dir.WriteSpec(JobSpecFile{"j-000007", {"true"}, {}, "", 10, ""}).ok());
   ASSERT_TRUE(dir.WriteStarted(StartedFile{99, 1}).ok());
   ASSERT_TRUE(dir.WriteStop(2).ok());
   ASSERT_TRUE(dir.WriteExit(ExitFile{}).ok());
@@ -291,8 +291,9 @@ class SupervisorTest : public TempDirTest {
 
   // Writes the spec of `command` and spawns its supervisor.
   pid_t Start(const std::string& dir, std::vector<std::string> command, std::map<std::string, std::string> env = {},
-              std::string working_dir = "") {
-    JobSpecFile spec{fs::path(dir).filename().string(), std::move(command), std::move(env), std::move(working_dir), 10};
+              std::string working_dir = "", std::string lease_file = "") {
+    JobSpecFile spec{fs::path(dir).filename().string(), std::move(command), std::move(env), std::move(working_dir), 10,
+                     std::move(lease_file)};
     EXPECT_TRUE(JobDir(dir).WriteSpec(spec).ok());
     return Spawn(dir);
   }
@@ -365,6 +366,54 @@ TEST_F(SupervisorTest, RecordsStartExitCodeAndOutput) {
   EXPECT_TRUE(WIFEXITED(*status));
   EXPECT_EQ(WEXITSTATUS(*status), 0);
   EXPECT_FALSE(fs::exists(dir + "/exit.json.tmp"));
+}
+
+int64_t MonoNow() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST_F(SupervisorTest, LeaseThatRunsOutFencesTheJobEvenIfItIgnoresSigterm) {
+  std::string lease = MakeDir("lease") + "/lease";
+  ASSERT_TRUE(WriteNodeLease(lease, NodeLease{MonoNow() + 60'000'000'000, 300}).ok());
+  std::string dir = MakeDir("j-000011@2");
+  // It ignores SIGTERM: only the fence's SIGKILL ends it.
+  pid_t sup = Start(dir, {"sh", "-c", "trap '' TERM; echo up; while true; do sleep 0.05; done"}, {}, "", lease);
+  ASSERT_GT(sup, 0);
+  ASSERT_TRUE(WaitOutput(dir, "up"));
+  // The agent renews its lease; then it stops hearing from the server.
+  ASSERT_TRUE(WriteNodeLease(lease, NodeLease{MonoNow() + 200'000'000, 300}).ok());
+  int64_t fence_at = MonoNow() + 200'000'000;
+  auto e = WaitExit(dir);
+  int64_t ended = MonoNow();
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->fenced);
+  EXPECT_EQ(e->signal, SIGKILL);
+  EXPECT_NE(e->message.find("fenced"), std::string::npos) << e->message;
+  // Not before the lease ran out, and SIGKILL only after the grace.
+  EXPECT_GE(ended, fence_at + 300'000'000);
+}
+
+TEST_F(SupervisorTest, JobWithARenewedLeaseRunsToItsEnd) {
+  std::string lease = MakeDir("lease") + "/lease";
+  ASSERT_TRUE(WriteNodeLease(lease, NodeLease{MonoNow() + 60'000'000'000, 300}).ok());
+  std::string dir = MakeDir("j-000012@1");
+  pid_t sup = Start(dir, {"sh", "-c", "sleep 0.3; exit 4"}, {}, "", lease);
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->fenced);
+  EXPECT_EQ(e->exit_code, 4);
+}
+
+TEST_F(SupervisorTest, MissingLeaseFileFencesTheJob) {
+  std::string dir = MakeDir("j-000013@1");
+  pid_t sup = Start(dir, {"sleep", "30"}, {}, "", dir + "/no-such-lease");
+  ASSERT_GT(sup, 0);
+  auto e = WaitExit(dir);
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->fenced);
+  EXPECT_EQ(e->signal, SIGTERM);
 }
 
 TEST_F(SupervisorTest, JobGetsExactlyTheSpecEnvironment) {

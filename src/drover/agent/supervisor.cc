@@ -143,6 +143,14 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   }
 }
 
+// How often a supervisor with a lease file looks at it.
+constexpr long kLeaseCheckNs = 50'000'000;
+
+int64_t MonotonicNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 int RunSupervisor(const std::string& dir) {
@@ -194,9 +202,20 @@ int RunSupervisor(const std::string& dir) {
     if (group) RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
     return not_started(child.status().message());
   }
-  (void)job.WriteStarted(StartedFile{*child, start});
+  if (Status w = job.WriteStarted(StartedFile{*child, start}); !w.ok()) {
+    // Nobody could stop a job whose process group is not on record: it
+    // does not run at all.
+    ::kill(-*child, SIGKILL);
+    ::waitpid(*child, nullptr, 0);
+    if (group) RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
+    return not_started(fmt::format("could not record its start: {}", w.message()));
+  }
 
   int status = 0;
+  // Fencing (docs/failures.md): with a lease file, the job is stopped once
+  // the node's lease has run out, whatever the agent is doing.
+  std::optional<int64_t> fenced_at;  // monotonic ns of the fence's SIGTERM
+  std::string fence_reason;
   for (;;) {
     pid_t done = ::waitpid(*child, &status, WNOHANG);
     if (done == *child) break;
@@ -205,11 +224,32 @@ int RunSupervisor(const std::string& dir) {
       return job.WriteExit(lost).ok() ? 0 : 1;
     }
     siginfo_t info;
-    int sig = sigwaitinfo(&waitset, &info);
+    int sig = 0;
+    if (spec->lease_file.empty()) {
+      sig = sigwaitinfo(&waitset, &info);
+    } else {
+      struct timespec wait {0, kLeaseCheckNs};
+      sig = sigtimedwait(&waitset, &info, &wait);
+      int64_t now = MonotonicNanos();
+      auto lease = ReadNodeLease(spec->lease_file);
+      if (!fenced_at && (!lease.ok() || now >= lease->fence_at_mono_ns)) {
+        fence_reason = lease.ok() ? "fenced: the node had no acknowledged contact with the control plane"
+                                  : "fenced: " + lease.status().message();
+        (void)::write(2, (fence_reason + "\n").data(), fence_reason.size() + 1);
+        ::kill(-*child, SIGTERM);
+        fenced_at = now;
+      } else if (fenced_at && now - *fenced_at >= (lease.ok() ? lease->grace_ms : 0) * 1'000'000) {
+        ::kill(-*child, SIGKILL);
+      }
+    }
     if (sig > 0 && sig != SIGCHLD) ::kill(-*child, sig);
   }
   ExitFile e;
   e.end_unix_nanos = NowNanos();
+  if (fenced_at) {
+    e.fenced = true;
+    e.message = fence_reason;
+  }
   if (WIFEXITED(status)) {
     e.exit_code = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {

@@ -284,6 +284,14 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
     rows.emplace_back("Restarts", std::to_string(st.restarts()));
   }
   if (!st.failure().empty()) rows.emplace_back("Failure", st.failure());
+  // Every binding, with where it ran and how it ended (the first and the
+  // latest when there were many).
+  for (const v1::Attempt& a : st.attempts()) {
+    std::string when = a.start_time_unix_nanos() > 0 ? "started " + Age(a.start_time_unix_nanos(), now) + " ago"
+                                                     : "bound " + Age(a.bind_time_unix_nanos(), now) + " ago";
+    rows.emplace_back(fmt::format("Attempt {}", a.number()),
+                      fmt::format("{} on {}; {}", when, fmt::join(a.nodes(), ","), Or(a.outcome(), "running")));
+  }
   if (rpc::IsTerminal(st.state())) {
     rows.emplace_back("Exit", st.signal() != 0 ? fmt::format("signal {}", st.signal()) : std::to_string(st.exit_code()));
   }

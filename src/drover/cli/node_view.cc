@@ -202,7 +202,11 @@ void PrintNodeTable(const v1::ListNodesResponse& resp, bool wide, int64_t now_na
       used += g.job_id().empty() ? 0 : 1;
       models.insert(g.model());
     }
-    std::string status = n->state() == v1::NODE_STATE_READY ? "Ready" : "NotReady";
+    std::string status = n->state() == v1::NODE_STATE_READY     ? "Ready"
+                         : n->state() == v1::NODE_STATE_SUSPECT ? "Suspect"
+                         : n->state() == v1::NODE_STATE_LOST    ? "Lost"
+                                                                : "NotReady";
+    if (n->lease_via_peers() && n->state() != v1::NODE_STATE_LOST) status += ",ViaPeers";
     if (n->drained()) status += ",Drained";
     std::vector<std::string> row = {n->name(),
                                     status,

@@ -7,4 +7,9 @@ SystemClock* SystemClock::Get() {
   return &clock;
 }
 
+SteadyClock* SteadyClock::Get() {
+  static SteadyClock clock;
+  return &clock;
+}
+
 }  // namespace drover

@@ -26,6 +26,17 @@ class SystemClock final : public Clock {
   static SystemClock* Get();
 };
 
+// The monotonic clock (steady_clock) dressed as a Clock, for measuring
+// intervals (leases, timeouts): its Now() is not a wall-clock time and is
+// never persisted. The same for every process of one boot (CLOCK_MONOTONIC).
+class SteadyClock final : public Clock {
+ public:
+  Timestamp Now() const override {
+    return Timestamp(std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now().time_since_epoch()));
+  }
+  static SteadyClock* Get();
+};
+
 // A clock that moves only when told. Thread-safe.
 class ManualClock final : public Clock {
  public:

@@ -350,6 +350,17 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
   if (req.cpu_millis() < 0 || req.memory_bytes() < 0) {
     return InvalidArgument(fmt::format("node '{}' reported negative capacity", req.node_name()));
   }
+  if (const std::string& g = req.gossip_address(); !g.empty()) {
+    // host:port, the port a number; the host is the agent's to choose.
+    size_t colon = g.rfind(':');
+    int port = -1;
+    if (colon != std::string::npos) std::from_chars(g.data() + colon + 1, g.data() + g.size(), port);
+    bool printable = std::all_of(g.begin(), g.end(), [](char c) { return c > ' ' && c < 127; });
+    if (g.size() > 262 || colon == std::string::npos || colon == 0 || port <= 0 || port > 65535 || !printable) {
+      return InvalidArgument(fmt::format("node '{}' reported a malformed gossip address '{}' (expected host:port)",
+                                         req.node_name(), Excerpt(g)));
+    }
+  }
   return Status::Ok();
 }
 
@@ -371,29 +382,53 @@ Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat&
       return InvalidArgument(fmt::format("node '{}' heartbeat for GPU {} is oversized", node, i));
     }
   }
+  if (hb.peers_size() > kMaxPeersPerHeartbeat) {
+    return InvalidArgument(fmt::format("node '{}' heartbeat names {} peers, more than {}", node, hb.peers_size(),
+                                       kMaxPeersPerHeartbeat));
+  }
+  for (const v1::PeerBeat& p : hb.peers()) {
+    if (!ValidateNodeName(p.node_name()).ok() || p.beat() < 0) {
+      return InvalidArgument(fmt::format("node '{}' heartbeat names a malformed peer", node));
+    }
+  }
   return Status::Ok();
 }
 
-std::string WorkloadId(const std::string& job_id, int replica, int replicas) {
-  return replicas > 1 ? fmt::format("{}.{}", job_id, replica) : job_id;
+std::string WorkloadId(const std::string& job_id, int replica, int replicas, int attempt) {
+  std::string id = replicas > 1 ? fmt::format("{}.{}", job_id, replica) : job_id;
+  return attempt > 0 ? fmt::format("{}@{}", id, attempt) : id;
 }
 
+namespace {
+
+// Digits only, no sign, no leading zero (one spelling per number), < limit.
+bool ParseSmallNumber(std::string_view digits, int limit, int* out) {
+  if (digits.empty() || digits[0] < '0' || digits[0] > '9' || (digits.size() > 1 && digits[0] == '0')) return false;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), *out);
+  return ec == std::errc() && p == digits.data() + digits.size() && *out >= 0 && *out < limit;
+}
+
+}  // namespace
+
 Result<WorkloadRef> ParseWorkloadId(std::string_view id) {
+  const std::string_view whole = id;
+  auto malformed = [whole] {
+    return InvalidArgument(fmt::format(
+        "workload id '{}' is malformed (expected j-000042, j-000042.3, j-000042@2 or j-000042.3@2)", Excerpt(whole)));
+  };
   WorkloadRef ref;
+  size_t at = id.find('@');
+  if (at != std::string_view::npos) {
+    // "@0" is not an attempt: the first binding is 1 and ids without one are 0.
+    if (!ParseSmallNumber(id.substr(at + 1), kMaxAttempts, &ref.attempt) || ref.attempt == 0) return malformed();
+    id = id.substr(0, at);
+  }
   size_t dot = id.find('.');
   std::string_view job = id.substr(0, dot);
   DROVER_RETURN_IF_ERROR(ParseJobId(job).status());
   ref.job_id = std::string(job);
   if (dot == std::string_view::npos) return ref;
-  std::string_view digits = id.substr(dot + 1);
-  int replica = -1;
-  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), replica);
-  // Digits only, no leading zero: one spelling per replica ("-0" parses as 0).
-  if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || replica < 0 ||
-      replica >= kMaxReplicas || digits[0] < '0' || digits[0] > '9' || (digits.size() > 1 && digits[0] == '0')) {
-    return InvalidArgument(fmt::format("workload id '{}' is malformed (expected j-000042 or j-000042.3)", Excerpt(id)));
-  }
-  ref.replica = replica;
+  if (!ParseSmallNumber(id.substr(dot + 1), kMaxReplicas, &ref.replica)) return malformed();
   ref.gang = true;
   return ref;
 }

@@ -29,6 +29,10 @@ inline constexpr int kDefaultGraceSeconds = 10;
 inline constexpr std::string_view kDefaultTenant = "default";
 // Replicas of one gang job, and GPUs of one job in all.
 inline constexpr int kMaxReplicas = 1024;
+// Attempts of one job (bindings); max_restarts and preemptions stay far below.
+inline constexpr int kMaxAttempts = 1 << 30;
+// Peers one heartbeat may vouch for (a node hears a few directly per period).
+inline constexpr int kMaxPeersPerHeartbeat = 1024;
 inline constexpr int64_t kMaxGpusPerGang = 16384;
 inline constexpr int kMaxSelectorLabels = 32;
 inline constexpr int kMaxNodeLabels = 64;
@@ -63,12 +67,16 @@ sched::Binding ToBinding(const v1::Job& job);
 void SetAllocation(const sched::Binding& binding, v1::JobStatus* status);
 
 // What agents call one workload: the job id for a job of one replica,
-// "<job id>.<replica>" for a replica of a gang ("j-000007.1").
-std::string WorkloadId(const std::string& job_id, int replica, int replicas);
+// "<job id>.<replica>" for a replica of a gang ("j-000007.1"), then
+// "@<attempt>" (JobStatus.attempt, from 1): "j-000007@2", "j-000007.1@3".
+// Every binding is its own workload: a job bound again to the same node is
+// started again, and nothing of an older attempt changes a newer one.
+std::string WorkloadId(const std::string& job_id, int replica, int replicas, int attempt);
 struct WorkloadRef {
   std::string job_id;
   int replica = 0;
   bool gang = false;  // the id named a replica
+  int attempt = 0;    // 0: an id of an agent from before attempts ("j-000007")
 };
 // Splits a workload id; kInvalidArgument when malformed.
 Result<WorkloadRef> ParseWorkloadId(std::string_view id);

@@ -203,8 +203,16 @@ TEST(AllocationTest, BindingRoundTripsThroughTheJobStatus) {
 }
 
 TEST(WorkloadIdTest, NamesReplicasOfGangsOnly) {
-  EXPECT_EQ(WorkloadId("j-000007", 0, 1), "j-000007");
-  EXPECT_EQ(WorkloadId("j-000007", 1, 2), "j-000007.1");
+  EXPECT_EQ(WorkloadId("j-000007", 0, 1, 0), "j-000007");
+  EXPECT_EQ(WorkloadId("j-000007", 1, 2, 0), "j-000007.1");
+  EXPECT_EQ(WorkloadId("j-000007", 0, 1, 2), "j-000007@2");
+  EXPECT_EQ(WorkloadId("j-000007", 1, 2, 3), "j-000007.1@3");
+  auto attempt = ParseWorkloadId("j-000007.1@3");
+  ASSERT_TRUE(attempt.ok());
+  EXPECT_EQ(attempt->job_id, "j-000007");
+  EXPECT_EQ(attempt->replica, 1);
+  EXPECT_EQ(attempt->attempt, 3);
+  EXPECT_EQ(ParseWorkloadId("j-000007@12")->attempt, 12);
   auto one = ParseWorkloadId("j-000007");
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->job_id, "j-000007");
@@ -215,7 +223,8 @@ TEST(WorkloadIdTest, NamesReplicasOfGangsOnly) {
   EXPECT_EQ(rep->replica, 12);
   EXPECT_TRUE(rep->gang);
   for (const char* bad : {"", "j-000007.", "j-000007.x", "j-000007.-1", "j-000007.-0", "j-000007.01", "j-000007.5000",
-                          "x.1", "j-000007.1.2"}) {
+                          "x.1", "j-000007.1.2", "j-000007@", "j-000007@0", "j-000007@01", "j-000007@-1",
+                          "j-000007@x", "j-000007@1@2", "j-000007@1.2", "j-000007.1@"}) {
     EXPECT_FALSE(ParseWorkloadId(bad).ok()) << bad;
   }
 }

@@ -258,12 +258,19 @@ Status ApiService::Logs(const auth::Principal& who, const v1::LogsRequest& req,
   DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
   int64_t offset = req.offset();
+  int attempt = job.status().attempt();
   for (;;) {
     // Read the state before the bytes: output that the job wrote before it
     // ended reached the log store before its end did.
     bool ended = rpc::IsTerminal(job.status().state());
+    if (job.status().attempt() != attempt) {
+      // Followed into a new attempt: its output, from its start.
+      attempt = job.status().attempt();
+      offset = 0;
+    }
     for (;;) {
-      DROVER_ASSIGN_OR_RETURN(std::string data, logs_->Read(req.id(), offset, kLogChunkBytes));
+      DROVER_ASSIGN_OR_RETURN(std::string data,
+                              logs_->Read(LogStore::LogId(req.id(), attempt), offset, kLogChunkBytes));
       if (data.empty()) break;
       v1::LogChunk chunk;
       chunk.set_offset(offset);

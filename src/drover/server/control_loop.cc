@@ -12,10 +12,15 @@ namespace {
 constexpr std::string_view kJobsPrefix = "/jobs/";
 constexpr std::string_view kNodesPrefix = "/nodes/";
 
+ControlLoopOptions WithDerivedLease(ControlLoopOptions o) {
+  o.lease = o.lease.Derive();
+  return o;
+}
+
 }  // namespace
 
 ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions options)
-    : store_(store), clock_(clock), options_(std::move(options)), loop_("control-loop"), sched_(options_.scheduler) {
+    : store_(store), clock_(clock), options_(WithDerivedLease(std::move(options))), loop_("control-loop"), sched_(options_.scheduler) {
   loop_.SetBatchHook([this] { AfterBatch(); });
   if (options_.metrics != nullptr) {
     // 1 us .. ~2 s: a decision takes microseconds, a pass over a long queue
@@ -44,9 +49,12 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
 ControlLoop::~ControlLoop() { Stop(); }
 
 Status ControlLoop::Start() {
+  DROVER_RETURN_IF_ERROR(options_.lease.Validate());
+  DROVER_RETURN_IF_ERROR(LoadGossipSecret());
   DROVER_RETURN_IF_ERROR(Recover());
   loop_.Start();
   ScheduleLimitChecks();
+  ScheduleLeaseChecks();
   return Status::Ok();
 }
 
@@ -114,10 +122,15 @@ Status ControlLoop::Recover() {
       continue;
     }
     if (auto it = nodes_.find(entry.node.name()); it != nodes_.end()) {
-      entry.sink = it->second.sink;
-      entry.last_heartbeat_ns = it->second.last_heartbeat_ns;
+      // Rebuilt after a failed commit: what was live stays.
+      v1::Node stored = std::move(entry.node);
+      entry = std::move(it->second);
+      entry.node = std::move(stored);
+    } else {
+      // A fresh start: every node gets a full lease to reconnect in.
+      entry.heard_direct_ns = LeaseNowNs();
     }
-    bool schedulable = entry.sink != nullptr && !entry.node.drained();
+    bool schedulable = Schedulable(entry);
     DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
     nodes[entry.node.name()] = std::move(entry);
   }
@@ -256,7 +269,27 @@ v1::Job ControlLoop::View(const v1::Job& job) const {
 
 v1::Node ControlLoop::View(const NodeEntry& entry) const {
   v1::Node out = entry.node;
-  out.set_state(entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY);
+  switch (entry.liveness) {
+    case Liveness::kLost:
+      out.set_state(v1::NODE_STATE_LOST);
+      break;
+    case Liveness::kSuspect:
+      out.set_state(v1::NODE_STATE_SUSPECT);
+      break;
+    case Liveness::kAlive:
+      out.set_state(entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY);
+  }
+  if (!entry.liveness_reason.empty()) {
+    out.set_state_reason(entry.liveness_reason);
+  } else if (entry.sink && entry.awaiting_clean_report) {
+    out.set_state_reason(entry.undesired_running.empty()
+                             ? "waiting for the agent's first report"
+                             : fmt::format("stopping {} workloads it should not run", entry.undesired_running.size()));
+  }
+  // On the wall clock: the lease clock's time means nothing outside.
+  int64_t renewed = std::max(entry.heard_direct_ns, entry.heard_via_peer_ns);
+  out.set_lease_renewed_unix_nanos(NowNs() - (LeaseNowNs() - renewed));
+  out.set_lease_via_peers(entry.heard_via_peer_ns > entry.heard_direct_ns);
   out.set_last_heartbeat_unix_nanos(entry.last_heartbeat_ns);
   AddLiveState(entry, &out);
   if (auto it = active_on_node_.find(entry.node.name()); it != active_on_node_.end()) {
@@ -328,6 +361,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
       // sent SIGTERM, and the shorter grace was promised).
       v1::Stop* stop = out.add_stops();
       stop->set_job_id(job.id());
+      stop->set_workload_id(rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()));
       stop->set_grace_seconds(job.status().stop_grace_seconds());
       stop->set_reason(job.status().message());
       continue;
@@ -335,6 +369,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
     if (state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) continue;  // cancelling: stop it
     v1::Workload* w = out.add_workloads();
     w->set_job_id(job.id());
+    w->set_workload_id(rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()));
     w->set_tenant(job.spec().tenant());
     *w->mutable_command() = job.spec().command();
     *w->mutable_env() = job.spec().env();
@@ -351,7 +386,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
 void ControlLoop::UpdateSchedulable(const std::string& name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
-  sched_.SetSchedulable(name, it->second.sink != nullptr && !it->second.node.drained());
+  sched_.SetSchedulable(name, Schedulable(it->second));
 }
 
 // ---- jobs ----
@@ -474,11 +509,23 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
       node.clear_isolation();  // an agent that does not report it
     }
     if (is_new) node.set_registered_unix_nanos(NowNs());
+    if (node.gossip_address() != req.gossip_address()) ++peers_version_;
+    node.set_gossip_address(req.gossip_address());
     for (v1::Gpu& g : *node.mutable_gpus()) g.set_health_changed_unix_nanos(NowNs());
-    bool schedulable = !is_new && it->second.sink != nullptr && !node.drained();
+    bool schedulable = !is_new && Schedulable(it->second);
     DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(node, schedulable)));
     NodeEntry& entry = nodes_[req.node_name()];
     entry.node = node;
+    if (is_new || entry.liveness == Liveness::kLost) {
+      // It (re)joins with a fresh lease; back from Lost, it takes work only
+      // once its first full report shows it runs nothing it should not.
+      entry.awaiting_clean_report = !is_new;
+      if (!is_new) spdlog::warn("node '{}', declared lost, registers again", node.name());
+      entry.liveness = Liveness::kAlive;
+      entry.liveness_reason.clear();
+      entry.heard_direct_ns = LeaseNowNs();
+      ++peers_version_;
+    }
     entry.telemetry.clear();
     entry.history.clear();
     Persist(node);
@@ -494,11 +541,20 @@ std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shar
   return Call<Done>([this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", node));
-    it->second.sink = sink;
-    it->second.last_heartbeat_ns = ToUnixNanos(clock_->Now());
+    NodeEntry& entry = it->second;
+    if (entry.liveness == Liveness::kLost) {
+      return FailedPrecondition(fmt::format("node '{}' was declared lost ({}); it must register again",
+                                            node, entry.liveness_reason));
+    }
+    if (entry.sink && entry.sink != sink) entry.sink->Reset();  // the older session is stale
+    entry.sink = sink;
+    entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
+    entry.heard_direct_ns = LeaseNowNs();
+    entry.full_report_seen = false;
     UpdateSchedulable(node);
     dirty_nodes_.insert(node);
-    spdlog::info("node '{}' is ready", node);
+    spdlog::info("node '{}' is ready{}", node,
+                 entry.awaiting_clean_report ? "; it takes work once its report shows it runs nothing it should not" : "");
     return Done{};
   });
 }
@@ -517,13 +573,15 @@ void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
   loop_.Post([this, node = std::move(node), report = std::move(report)] {
     if (!EnsureRecovered().ok()) return;  // the session is reset; the agent reports again
     auto it = nodes_.find(node);
-    if (it == nodes_.end()) return;
+    // A lost node's reports are not trusted until it registers again.
+    if (it == nodes_.end() || it->second.liveness == Liveness::kLost) return;
     std::set<std::string> reported;
     for (const v1::WorkloadStatus& ws : report.workloads()) {
       reported.insert(ws.workload_id().empty() ? ws.job_id() : ws.workload_id());
       ApplyWorkloadStatus(node, ws);
     }
     if (report.full()) ApplyLost(node, reported);
+    NoteUndesired(&it->second, report);
   });
 }
 
@@ -536,6 +594,9 @@ std::future<Result<Done>> ControlLoop::Barrier() {
 namespace drover::server {
 // Call<T> is defined in this file; control_loop_nodes.cc uses these.
 template std::future<Result<Done>> ControlLoop::Call<Done>(std::function<Result<Done>()>);
+template std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>>
+ControlLoop::Call<std::pair<int64_t, std::vector<v1::Peer>>>(
+    std::function<Result<std::pair<int64_t, std::vector<v1::Peer>>>()>);
 template std::future<Result<LoopStats>> ControlLoop::Call<LoopStats>(std::function<Result<LoopStats>()>);
 template std::future<Result<v1::Fleet>> ControlLoop::Call<v1::Fleet>(std::function<Result<v1::Fleet>()>);
 template std::future<Result<v1::SchedulerStats>> ControlLoop::Call<v1::SchedulerStats>(

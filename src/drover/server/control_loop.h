@@ -56,13 +56,40 @@ class AgentSink {
   virtual void Reset() = 0;
   // Relays an administrator's fault injection (simulated GPUs only).
   virtual void SendInjectFault(const v1::InjectFault& fault) { (void)fault; }
+  // Tells the agent that its heartbeat renewed its lease (and its peers').
+  virtual void SendHeartbeatAck(const v1::HeartbeatAck& ack) { (void)ack; }
+};
+
+// Node leases (docs/failures.md). A node's lease is renewed by each
+// heartbeat of its session, or by a peer that heard it directly through the
+// gossip group. Unrenewed for suspect_after the node is Suspect (no new
+// work); for ttl it is Lost: its jobs are queued again at once. The agent
+// fences itself (stops its jobs) after fence_after without acknowledged
+// contact and kills them fence_grace later; LeaseOptions::Validate keeps
+// fence_after + fence_grace + a margin below ttl, so that a job is gone
+// before the server may start it elsewhere.
+struct LeaseOptions {
+  std::chrono::milliseconds heartbeat_interval{250};
+  std::chrono::milliseconds ttl{1500};
+  // Derived from ttl by Derive() unless set: 2/5, 2/3 and 2/15 of it.
+  std::chrono::milliseconds suspect_after{0};
+  std::chrono::milliseconds fence_after{0};
+  std::chrono::milliseconds fence_grace{0};
+
+  // Fills the derived intervals.
+  LeaseOptions Derive() const;
+  // kInvalidArgument unless heartbeat < suspect_after < ttl and the fence
+  // (with its grace, the agent's 100 ms check and 1% clock-rate drift)
+  // ends before ttl.
+  Status Validate() const;
 };
 
 // What /metrics reports of the loop, read on the loop thread.
 struct LoopStats {
   std::map<v1::JobState, int64_t> jobs;  // every state, zero included
   int64_t queue_depth = 0;               // pending jobs
-  int64_t nodes_ready = 0, nodes_not_ready = 0;
+  int64_t nodes_ready = 0, nodes_not_ready = 0;  // not ready includes suspect and lost
+  int64_t nodes_lost = 0;
   int64_t gpus_healthy = 0, gpus_unhealthy = 0;
 };
 
@@ -77,6 +104,9 @@ struct ControlLoopOptions {
   // Where the loop records its scheduling pass and decision latencies; null
   // records nothing.
   metrics::Registry* metrics = nullptr;
+  LeaseOptions lease;
+  // Measures leases; null: the machine's monotonic clock.
+  Clock* lease_clock = nullptr;
 };
 
 class ControlLoop {
@@ -102,11 +132,18 @@ class ControlLoop {
   std::future<Result<Done>> RegisterNode(v1::RegisterRequest req);
   std::future<Result<Done>> SessionOpened(std::string node, std::shared_ptr<AgentSink> sink);
   void SessionClosed(std::string node, const AgentSink* sink);
-  // Applies the GPU health and telemetry of a heartbeat; `hb` must already
-  // be validated (rpc::ValidateHeartbeat). A GPU that turned unhealthy stops
-  // taking work and the jobs on it are stopped, then queued again or failed
-  // by their restart policy.
-  void Heartbeat(std::string node, v1::Heartbeat hb = {});
+  // Renews the node's lease (and those of the peers it heard) and answers
+  // with a HeartbeatAck on `sink`; applies the GPU health and telemetry of
+  // the heartbeat, which must already be validated (rpc::ValidateHeartbeat).
+  // A GPU that turned unhealthy stops taking work and the jobs on it are
+  // stopped, then queued again or failed by their restart policy. A
+  // heartbeat of a session that is not the node's current one, or of a node
+  // declared lost, is refused: the session is reset and the agent registers
+  // again. A null `sink` (tests) skips the session check.
+  void Heartbeat(std::string node, v1::Heartbeat hb = {}, std::shared_ptr<AgentSink> sink = nullptr);
+  // Turns unrenewed leases into Suspect and Lost now (it also runs every
+  // half heartbeat interval).
+  std::future<Result<Done>> CheckLeases();
   // Relays a fault to the agent of `node` for its simulated GPU `gpu`.
   std::future<Result<Done>> InjectFault(std::string node, int gpu, std::string fault);
   std::future<Result<LoopStats>> Stats();
@@ -125,14 +162,36 @@ class ControlLoop {
   // Stops jobs past their tenant's runtime limit now (it also runs every second).
   std::future<Result<Done>> CheckLimits();
 
+  const LeaseOptions& lease() const { return options_.lease; }
+  // The gossip group's cluster id and key (made once, kept in the store);
+  // set by Start().
+  uint64_t gossip_cluster() const { return gossip_cluster_; }
+  const std::string& gossip_key() const { return gossip_key_; }
+  // The gossip endpoints of every node but `node` that is not lost, and the
+  // list's version.
+  std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>> Peers(std::string node);
+
   // Resolves once every command posted before it has been applied and committed.
   std::future<Result<Done>> Barrier();
 
  private:
+  enum class Liveness { kAlive, kSuspect, kLost };
   struct NodeEntry {
     v1::Node node;  // as persisted (state and heartbeat are filled on read)
     std::shared_ptr<AgentSink> sink;  // null while no session
     int64_t last_heartbeat_ns = 0;
+    // Lease (on the lease clock): last renewed by the node's own heartbeat,
+    // by a peer's report; the newest beat a peer reported.
+    int64_t heard_direct_ns = 0;
+    int64_t heard_via_peer_ns = 0;
+    int64_t peer_beat = -1;
+    Liveness liveness = Liveness::kAlive;
+    std::string liveness_reason;
+    // Back from Lost: no new work until a full report shows nothing
+    // running there that should not (its fence may not have fired).
+    bool awaiting_clean_report = false;
+    bool full_report_seen = false;
+    std::set<std::string> undesired_running;  // workload ids it reported running that it should not run
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
     std::vector<std::deque<v1::GpuPoint>> history;  // by GPU index, oldest first, kGpuHistoryPoints at most
   };
@@ -174,6 +233,20 @@ class ControlLoop {
   void EndReplica(v1::Job* job, int replica, bool failed_to_start, int exit_code, int signal, int64_t end_ns,
                   std::string message);
   void UpdateSchedulable(const std::string& name);
+  bool Schedulable(const NodeEntry& entry) const;
+  // ---- leases (control_loop_leases.cc) ----
+  int64_t LeaseNowNs() const;
+  void ScheduleLeaseChecks();
+  void EnforceLeases();
+  // The node's lease expired: its jobs are queued again (or fail, by their
+  // restart policy), its session is reset and it must rejoin clean.
+  void DeclareLost(const std::string& name, std::string reason);
+  void RenewViaPeers(const std::string& reporter, const v1::Heartbeat& hb, v1::HeartbeatAck* ack);
+  // Tracks what a node runs that it should not; it takes work once none.
+  void NoteUndesired(NodeEntry* entry, const v1::StatusReport& report);
+  // The current attempt of `job` (its last Attempt record), when bound.
+  static v1::Attempt* CurrentAttempt(v1::Job* job);
+  static void EndAttempt(v1::Job* job, int64_t end_ns, std::string outcome);
   // GPU `gpu` of `node` turned unhealthy: stop the jobs on it (Requeue then
   // queues them again or fails them, by their restart policy).
   void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);
@@ -198,8 +271,15 @@ class ControlLoop {
   void ScheduleLimitChecks();
   v1::TenantStatus TenantStatusOf(const std::string& name) const;
 
+  Status LoadGossipSecret();
+  void FillPeers(const std::string& node, v1::HeartbeatAck* ack) const;
+
   store::Store* store_;
   Clock* clock_;
+  uint64_t gossip_cluster_ = 0;
+  std::string gossip_key_;
+  int64_t peers_version_ = 1;
+  int64_t last_lease_check_ns_ = 0;  // SteadyClock: when the loop last looked at leases  // bumped when a node's gossip endpoint or liveness changes
   const ControlLoopOptions options_;
   runtime::EventLoop loop_;
 

@@ -49,7 +49,7 @@ void ControlLoop::AddGangWorkloads(const v1::Job& job, const std::string& node, 
   for (int r = 0; r < st.replicas_size(); ++r) {
     if (st.replicas(r).node() != node) continue;
     if (r < st.replica_states_size() && st.replica_states(r).ended()) continue;  // nothing left to run or stop
-    std::string id = rpc::WorkloadId(job.id(), r, n);
+    std::string id = rpc::WorkloadId(job.id(), r, n, st.attempt());
     if (stop_with_grace) {
       v1::Stop* stop = out->add_stops();
       stop->set_job_id(job.id());
@@ -87,6 +87,9 @@ void ControlLoop::ApplyGangStatus(v1::Job* job, int replica, const v1::WorkloadS
       if (rs->running()) return;
       rs->set_running(true);
       rs->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+      if (v1::Attempt* a = CurrentAttempt(job); a != nullptr && a->start_time_unix_nanos() == 0) {
+        a->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+      }
       bool all = std::all_of(st->replica_states().begin(), st->replica_states().end(),
                              [](const v1::ReplicaState& r) { return r.running(); });
       if (all && st->state() == v1::JOB_STATE_BOUND && !st->gang_failed()) {
@@ -162,7 +165,7 @@ void ControlLoop::ApplyGangLost(v1::Job* job, const std::string& node, const std
     const v1::JobStatus& st = job->status();
     if (!rpc::HoldsGpus(st.state()) || st.replica_states_size() != st.replicas_size()) return;  // ended or requeued
     if (st.replicas(r).node() != node || st.replica_states(r).ended()) continue;
-    if (reported.contains(rpc::WorkloadId(job->id(), r, job->spec().replicas()))) continue;
+    if (reported.contains(rpc::WorkloadId(job->id(), r, job->spec().replicas(), st.attempt()))) continue;
     // A replica that never ran may not have reached its agent yet, unless
     // the gang is stopping anyway (it is no longer sent).
     bool stopping = st.state() == v1::JOB_STATE_PREEMPTING || st.state() == v1::JOB_STATE_CANCELLING ||

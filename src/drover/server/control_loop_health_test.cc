@@ -149,7 +149,7 @@ TEST_F(ControlLoopHealthTest, FaultsAreCheckedAndRelayedToTheSession) {
   v1::RegisterRequest real = Inventory("gpu-03", 1);
   real.mutable_gpus(0)->set_backend("nvml");
   Must(loop_->RegisterNode(real));
-  Must(loop_->SessionOpened("gpu-03", std::make_shared<FakeSink>()));
+  Open("gpu-03", std::make_shared<FakeSink>());
   Status refused = Fails(loop_->InjectFault("gpu-03", 0, "xid"));
   EXPECT_EQ(refused.code(), Code::kFailedPrecondition);
   EXPECT_THAT(refused.message(), HasSubstr("nvml"));

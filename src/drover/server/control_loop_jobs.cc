@@ -62,6 +62,16 @@ void ControlLoop::ApplyBinding(const sched::Binding& binding) {
   if (binding.replicas.size() > 1) {
     for (size_t i = 0; i < binding.replicas.size(); ++i) st->add_replica_states();
   }
+  // A new generation: the agent starts it as a workload of its own, even on
+  // the node that ran the last one.
+  st->set_attempt(st->attempt() + 1);
+  v1::Attempt* a = st->add_attempts();
+  a->set_number(st->attempt());
+  a->set_bind_time_unix_nanos(st->bind_time_unix_nanos());
+  for (const sched::Placement& p : binding.replicas) a->add_nodes(p.node);
+  // The history is bounded: the first attempts and the latest are kept.
+  constexpr int kMaxAttemptRecords = 32;
+  if (st->attempts_size() > kMaxAttemptRecords) st->mutable_attempts()->DeleteSubrange(kMaxAttemptRecords / 2, 1);
   uint64_t seq = *ParseJobId(job->id());
   for (const sched::Placement& p : binding.replicas) {
     active_on_node_[p.node].insert(seq);
@@ -103,6 +113,10 @@ void ControlLoop::Release(v1::Job* job) {
 void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns,
                          std::string message) {
   if (rpc::HoldsGpus(job->status().state())) Release(job);
+  EndAttempt(job, end_ns,
+             state == v1::JOB_STATE_SUCCEEDED   ? "succeeded"
+             : state == v1::JOB_STATE_CANCELLED ? "cancelled"
+                                                : "failed: " + message);
   v1::JobStatus* st = job->mutable_status();
   st->set_state(state);
   st->set_exit_code(exit_code);
@@ -132,6 +146,7 @@ void ControlLoop::Requeue(v1::Job* job) {
     Finish(job, v1::JOB_STATE_FAILED, -1, 0, NowNs(), std::move(why));
     return;
   }
+  EndAttempt(job, NowNs(), failed ? st->failure() : "preempted: " + st->message());
   Release(job);
   int64_t now_ms = NowMs();
   if (Status s = sched_.Requeue(job->id(), now_ms); !s.ok()) {
@@ -165,7 +180,7 @@ void ControlLoop::Requeue(v1::Job* job) {
   }
   // Kept ("preempted for j-000007: priority 900 > 10"): a reader sees the
   // scheduler's reason for the wait, then this.
-  spdlog::info("job '{}' stopped after its {} and is queued again", job->id(), failed ? "GPU failed" : "preemption");
+  spdlog::info("job '{}' is queued again after {}", job->id(), failed ? st->message() : "its preemption");
   Persist(*job);
 }
 
@@ -173,8 +188,17 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
   auto ref = rpc::ParseWorkloadId(ws.workload_id().empty() ? ws.job_id() : ws.workload_id());
   v1::Job* job = ref.ok() && ref->job_id == ws.job_id() ? FindJob(ws.job_id()) : nullptr;
   // A workload this node should not run is simply left out of its desired
-  // set; the agent stops it. Nothing to record.
-  if (job == nullptr || !rpc::HoldsGpus(job->status().state())) return;
+  // set; the agent stops it. Nothing to record; nor for an older attempt.
+  if (job == nullptr || !rpc::HoldsGpus(job->status().state()) || ref->attempt != job->status().attempt()) return;
+  if (ws.fenced() && ws.state() != v1::WORKLOAD_STATE_RUNNING) {
+    // The node stopped it itself: it lost contact with the control plane.
+    // Not the job's doing: it runs again while its restart policy allows.
+    v1::JobState state = job->status().state();
+    if (state != v1::JOB_STATE_CANCELLING && state != v1::JOB_STATE_PREEMPTING && !job->status().gang_failed()) {
+      StopForFailure(job, fmt::format("fenced: node '{}' lost contact with the control plane", node), false);
+      job->mutable_status()->set_node_losses(job->status().node_losses() + 1);
+    }
+  }
   if (job->spec().replicas() > 1) {
     const auto& placements = job->status().replicas();
     if (ref->gang && ref->replica < placements.size() && placements[ref->replica].node() == node) {
@@ -189,6 +213,7 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
       if (state == v1::JOB_STATE_BOUND) {
         job->mutable_status()->set_state(v1::JOB_STATE_RUNNING);
         job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+        if (v1::Attempt* a = CurrentAttempt(job)) a->set_start_time_unix_nanos(ws.start_time_unix_nanos());
         Persist(*job);
       }
       break;
@@ -201,6 +226,9 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
       }
       if (job->status().start_time_unix_nanos() == 0) {
         job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+      }
+      if (v1::Attempt* a = CurrentAttempt(job); a != nullptr && a->start_time_unix_nanos() == 0) {
+        a->set_start_time_unix_nanos(ws.start_time_unix_nanos());
       }
       // A preempted job that finished on its own during its grace succeeded.
       v1::JobState end = state == v1::JOB_STATE_CANCELLING ? v1::JOB_STATE_CANCELLED
@@ -230,7 +258,8 @@ void ControlLoop::ApplyLost(const std::string& node, const std::set<std::string>
     const v1::Job& job = jobs_.at(seq);
     if (job.spec().replicas() > 1) {
       gangs.push_back(seq);
-    } else if (job.status().state() != v1::JOB_STATE_BOUND && !reported.contains(job.id())) {
+    } else if (job.status().state() != v1::JOB_STATE_BOUND &&
+               !reported.contains(rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()))) {
       lost.push_back(seq);
     }
   }

@@ -31,12 +31,33 @@ void AppendHistory(const v1::GpuTelemetry& t, std::deque<v1::GpuPoint>* history)
 
 }  // namespace
 
-void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb) {
-  loop_.Post([this, node = std::move(node), hb = std::move(hb)] {
+void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<AgentSink> sink) {
+  loop_.Post([this, node = std::move(node), hb = std::move(hb), sink = std::move(sink)] {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return;
     NodeEntry& entry = it->second;
+    if (sink != nullptr && entry.sink != sink) {
+      // A session that is not the node's current one (a newer one took
+      // over, or the node was declared lost since): it renews nothing. Its
+      // stream is ended, so the agent registers again and reconciles.
+      spdlog::warn("node '{}': refused a heartbeat of a {} session", node,
+                   entry.liveness == Liveness::kLost ? "lost node's" : "stale");
+      sink->Reset();
+      return;
+    }
     entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
+    entry.heard_direct_ns = LeaseNowNs();
+    if (entry.liveness == Liveness::kSuspect) {
+      entry.liveness = Liveness::kAlive;
+      entry.liveness_reason.clear();
+      spdlog::info("node '{}' is heard again", node);
+      UpdateSchedulable(node);
+    }
+    v1::HeartbeatAck ack;
+    ack.set_seq(hb.seq());
+    RenewViaPeers(node, hb, &ack);
+    if (hb.peers_version() != peers_version_) FillPeers(node, &ack);
+    if (entry.sink) entry.sink->SendHeartbeatAck(ack);
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
     entry.history.resize(static_cast<size_t>(entry.node.gpus_size()));
@@ -62,8 +83,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb) {
       changed = true;
     }
     if (!changed) return;
-    bool schedulable = entry.sink != nullptr && !entry.node.drained();
-    if (Status s = sched_.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)); !s.ok()) {
+    if (Status s = sched_.UpsertNode(rpc::ToNodeInfo(entry.node, Schedulable(entry))); !s.ok()) {
       spdlog::error("node '{}': the scheduler refused its new GPU health: {}", node, s.message());
     }
     Persist(entry.node);
@@ -145,7 +165,8 @@ std::future<Result<LoopStats>> ControlLoop::Stats() {
     s.jobs = JobCounts();
     s.queue_depth = s.jobs[v1::JOB_STATE_PENDING];
     for (const auto& [name, entry] : nodes_) {
-      ++(entry.sink ? s.nodes_ready : s.nodes_not_ready);
+      ++(entry.sink && entry.liveness == Liveness::kAlive ? s.nodes_ready : s.nodes_not_ready);
+      if (entry.liveness == Liveness::kLost) ++s.nodes_lost;
       for (const v1::Gpu& g : entry.node.gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
     }
     return s;

@@ -142,6 +142,7 @@ TEST_F(PreemptionTest, FullReportWithoutAPreemptedJobRequeuesIt) {
     if (std::find(victims.begin(), victims.end(), id) != victims.end()) continue;
     v1::WorkloadStatus* ws = full.add_workloads();
     ws->set_job_id(id);
+    ws->set_workload_id(WorkloadOf(id));
     ws->set_state(v1::WORKLOAD_STATE_RUNNING);
   }
   loop_->HandleStatus("gpu-01", full);
@@ -228,7 +229,7 @@ TEST_F(ControlLoopTest, NodeLabelsAndLinksAreKeptAndSelectorsApply) {
   for (int i = 0; i < 4; ++i) req.add_links(3);
   ASSERT_TRUE(rpc::ValidateRegister(req).ok());
   Must(loop_->RegisterNode(req));
-  Must(loop_->SessionOpened("gpu-01", std::make_shared<FakeSink>()));
+  Open("gpu-01", std::make_shared<FakeSink>());
   v1::Node node = Node("gpu-01");
   EXPECT_EQ(node.labels().at("rack"), "r1");
   EXPECT_EQ(node.links_size(), 4);
@@ -306,7 +307,7 @@ TEST_F(GangTest, EachReplicaRunsOnItsNodeAndTheJobEndsWhenAllHave) {
   EXPECT_NE(node_of_[0], node_of_[1]);
   EXPECT_EQ(Get(id).status().allocation().node(), node_of_[0]);
   for (int r = 0; r < 2; ++r) {
-    std::string wid = id + "." + std::to_string(r);
+    std::string wid = WorkloadOf(id, r);
     auto d = sinks_[node_of_[r]]->WaitFor(0, [&](const v1::DesiredWorkloads& s) { return Find(s, wid).has_value(); });
     ASSERT_TRUE(d);
     v1::Workload w = *Find(*d, wid);
@@ -349,7 +350,7 @@ TEST_F(GangTest, AFailedReplicaStopsTheOthersAndFailsTheJob) {
   EXPECT_NE(failing.status().message().find("replica 1 failed: exited with code 3"), std::string::npos)
       << failing.status().message();
   // Replica 0 leaves its node's desired set: its agent stops it.
-  ASSERT_TRUE(sinks_[node_of_[0]]->WaitFor(mark, [&](const v1::DesiredWorkloads& d) { return !Find(d, id + ".0"); }));
+  ASSERT_TRUE(sinks_[node_of_[0]]->WaitFor(mark, [&](const v1::DesiredWorkloads& d) { return !Find(d, WorkloadOf(id, 0)); }));
   // The GPUs stay held until it is gone.
   std::string waiting = Submit(4).id();
   EXPECT_EQ(StateOf(waiting), v1::JOB_STATE_PENDING);
@@ -372,7 +373,7 @@ TEST_F(GangTest, ABoundGangSurvivesARestartAndALostReplicaFailsIt) {
   ASSERT_EQ(back.status().replicas_size(), 2);
   EXPECT_EQ(back.status().replicas(1).node(), node_of_[1]);
   auto sink = Connect(node_of_[1], 4);
-  ASSERT_TRUE(sink->WaitFor(0, [&](const v1::DesiredWorkloads& d) { return Find(d, id + ".1").has_value(); }));
+  ASSERT_TRUE(sink->WaitFor(0, [&](const v1::DesiredWorkloads& d) { return Find(d, WorkloadOf(id, 1)).has_value(); }));
 
   // The agent of replica 1 comes back without it.
   v1::StatusReport full;

@@ -340,6 +340,7 @@ TEST_F(ControlLoopTest, FullReportWithoutARunningJobFailsIt) {
   full.set_full(true);
   v1::WorkloadStatus* ws = full.add_workloads();
   ws->set_job_id(kept);
+  ws->set_workload_id(WorkloadOf(kept));
   ws->set_state(v1::WORKLOAD_STATE_RUNNING);
   loop_->HandleStatus("gpu-01", full);
   Must(loop_->Barrier());

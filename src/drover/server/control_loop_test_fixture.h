@@ -86,6 +86,14 @@ class FakeSink : public AgentSink {
     cv_.notify_all();
   }
   void Reset() override { resets_.fetch_add(1); }
+  void SendHeartbeatAck(const v1::HeartbeatAck& ack) override {
+    std::lock_guard lock(mu_);
+    last_ack_ = ack;
+  }
+  v1::HeartbeatAck last_ack() const {
+    std::lock_guard lock(mu_);
+    return last_ack_;
+  }
   void SendInjectFault(const v1::InjectFault& fault) override {
     std::lock_guard lock(mu_);
     faults_.push_back(fault);
@@ -129,7 +137,8 @@ class FakeSink : public AgentSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<v1::DesiredWorkloads> sets_;  // GUARDED_BY(mu_)
-  std::vector<v1::InjectFault> faults_;     // GUARDED_BY(mu_)
+  std::vector<v1::InjectFault> faults_;
+  v1::HeartbeatAck last_ack_;     // GUARDED_BY(mu_)
 };
 
 // A Store whose writes (and, separately, reads) can be made to fail.
@@ -174,6 +183,8 @@ class ControlLoopTest : public ::testing::Test {
     store_ = std::move(s).value();
   }
   void StartLoop(store::Store* s) {
+    // Leases move only when a test advances lease_clock_.
+    if (options_.lease_clock == nullptr) options_.lease_clock = &lease_clock_;
     loop_ = std::make_unique<ControlLoop>(s, &clock_, options_);
     Status started = loop_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
@@ -219,8 +230,22 @@ class ControlLoopTest : public ::testing::Test {
   std::shared_ptr<FakeSink> Connect(const std::string& node, int gpus) {
     Register(node, gpus);
     auto sink = std::make_shared<FakeSink>();
-    Must(loop_->SessionOpened(node, sink));
+    Open(node, sink);
     return sink;
+  }
+  // Opens a session; with `full`, reports it as the agent's first (full)
+  // status report, as a node back from Lost must before it takes work.
+  void Open(const std::string& node, std::shared_ptr<FakeSink> sink, std::optional<v1::StatusReport> full = {}) {
+    Must(loop_->SessionOpened(node, sink));
+    if (!full) return;
+    full->set_full(true);
+    loop_->HandleStatus(node, *full);
+    Must(loop_->Barrier());
+  }
+  // The workload id of the job's current attempt (of `replica` for a gang).
+  std::string WorkloadOf(const std::string& job_id, int replica = -1) {
+    v1::Job job = Get(job_id);
+    return rpc::WorkloadId(job_id, std::max(replica, 0), replica < 0 ? 1 : job.spec().replicas(), job.status().attempt());
   }
 
   static v1::JobSpec Spec(int gpus) {
@@ -246,6 +271,7 @@ class ControlLoopTest : public ::testing::Test {
     v1::StatusReport report;
     v1::WorkloadStatus* ws = report.add_workloads();
     ws->set_job_id(job_id);
+    ws->set_workload_id(WorkloadOf(job_id));
     ws->set_state(state);
     ws->set_exit_code(exit_code);
     ws->set_signal(signal);
@@ -262,7 +288,7 @@ class ControlLoopTest : public ::testing::Test {
     v1::StatusReport report;
     v1::WorkloadStatus* ws = report.add_workloads();
     ws->set_job_id(job_id);
-    ws->set_workload_id(job_id + "." + std::to_string(replica));
+    ws->set_workload_id(WorkloadOf(job_id, replica));
     ws->set_state(state);
     ws->set_exit_code(exit_code);
     ws->set_signal(signal);
@@ -298,6 +324,7 @@ class ControlLoopTest : public ::testing::Test {
 
   ControlLoopOptions options_ = StrictFifo();
   ManualClock clock_;
+  ManualClock lease_clock_;
   std::string dir_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<FlakyStore> flaky_;

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <deque>
+#include <map>
 #include <set>
 
 #include <condition_variable>
@@ -239,7 +241,14 @@ class SessionSink final : public AgentSink {
   void SendDesired(const v1::DesiredWorkloads& desired) override {
     std::lock_guard lock(mu_);
     for (const v1::Workload& w : desired.workloads()) {
-      if (sent_jobs_.size() < kMaxRememberedJobs) sent_jobs_.insert(w.job_id());
+      auto ref = rpc::ParseWorkloadId(w.workload_id().empty() ? w.job_id() : w.workload_id());
+      if (!ref.ok()) continue;
+      auto it = sent_attempt_.find(w.job_id());
+      if (it != sent_attempt_.end()) {
+        it->second = std::max(it->second, ref->attempt);
+      } else if (sent_attempt_.size() < kMaxRememberedJobs) {
+        sent_attempt_.emplace(w.job_id(), ref->attempt);
+      }
     }
     pending_ = desired;
     cv_.notify_one();
@@ -251,16 +260,23 @@ class SessionSink final : public AgentSink {
     cv_.notify_one();
   }
 
+  void SendHeartbeatAck(const v1::HeartbeatAck& ack) override {
+    std::lock_guard lock(mu_);
+    ack_ = ack;  // only the newest matters: it acknowledges every earlier heartbeat
+    cv_.notify_one();
+  }
+
   void Reset() override {
     std::lock_guard lock(mu_);
     if (!closed_) ctx_->TryCancel();
   }
 
-  // Whether this session was ever told to run `job_id`: the only jobs whose
-  // output it may write.
-  bool WasSent(const std::string& job_id) {
+  // The newest attempt of `job_id` this session was told to run (-1: none).
+  // Only its output may be written: an older attempt's is dropped.
+  int LatestSent(const std::string& job_id) {
     std::lock_guard lock(mu_);
-    return sent_jobs_.count(job_id) != 0;
+    auto it = sent_attempt_.find(job_id);
+    return it == sent_attempt_.end() ? -1 : it->second;
   }
 
   // Stops the writer; after it returns the stream is never written again.
@@ -279,9 +295,13 @@ class SessionSink final : public AgentSink {
       v1::ServerMessage msg;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return closed_ || pending_.has_value() || !faults_.empty(); });
+        cv_.wait(lock, [this] { return closed_ || pending_.has_value() || !faults_.empty() || ack_.has_value(); });
         if (closed_) return;
-        if (pending_.has_value()) {
+        if (ack_.has_value()) {
+          // First: an agent that waits too long for it fences its jobs.
+          *msg.mutable_heartbeat_ack() = std::move(*ack_);
+          ack_.reset();
+        } else if (pending_.has_value()) {
           *msg.mutable_desired() = std::move(*pending_);
           pending_.reset();
         } else {
@@ -299,9 +319,10 @@ class SessionSink final : public AgentSink {
   std::condition_variable cv_;
   std::optional<v1::DesiredWorkloads> pending_;  // GUARDED_BY(mu_)
   std::deque<v1::InjectFault> faults_;            // GUARDED_BY(mu_)
+  std::optional<v1::HeartbeatAck> ack_;           // GUARDED_BY(mu_)
   bool closed_ = false;                           // GUARDED_BY(mu_)
   static constexpr size_t kMaxRememberedJobs = 1 << 20;
-  std::set<std::string> sent_jobs_;               // GUARDED_BY(mu_)
+  std::map<std::string, int> sent_attempt_;       // GUARDED_BY(mu_) job id -> newest attempt sent
   std::thread writer_;
 };
 
@@ -366,7 +387,19 @@ class AgentServiceImpl final : public v1::AgentService::Service {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the control loop did not answer in time");
     }
     if (auto r = f.get(); !r.ok()) return rpc::ToGrpc(r.status());
-    resp->set_heartbeat_interval_ms(2000);
+    const LeaseOptions& lease = loop_->lease();
+    resp->set_heartbeat_interval_ms(static_cast<int32_t>(lease.heartbeat_interval.count()));
+    resp->set_lease_ttl_ms(static_cast<int32_t>(lease.ttl.count()));
+    resp->set_fence_after_ms(static_cast<int32_t>(lease.fence_after.count()));
+    resp->set_fence_grace_ms(static_cast<int32_t>(lease.fence_grace.count()));
+    resp->set_gossip_cluster(loop_->gossip_cluster());
+    resp->set_gossip_key(loop_->gossip_key());
+    auto peers = loop_->Peers(*node);
+    if (peers.wait_for(std::chrono::seconds(30)) == std::future_status::ready) {
+      if (auto p = peers.get(); p.ok()) {
+        for (v1::Peer& peer : p->second) *resp->add_peers() = std::move(peer);
+      }
+    }
     return grpc::Status::OK;
   }
 
@@ -394,15 +427,20 @@ class AgentServiceImpl final : public v1::AgentService::Service {
     while (stream->Read(&msg)) {
       if (msg.has_heartbeat()) {
         if (Status s = rpc::ValidateHeartbeat(node, sched::kMaxGpusPerNode, msg.heartbeat()); !s.ok()) {
-          spdlog::warn("{}; ignoring its GPU reports", s.message());
+          spdlog::warn("{}; ignoring its GPU and peer reports", s.message());
           msg.mutable_heartbeat()->clear_gpus();
+          msg.mutable_heartbeat()->clear_peers();
         }
-        loop_->Heartbeat(node, std::move(*msg.mutable_heartbeat()));
+        loop_->Heartbeat(node, std::move(*msg.mutable_heartbeat()), sink);
       } else if (msg.has_status()) {
         // The loop applies a status only to jobs bound to `node`.
         loop_->HandleStatus(node, msg.status());
       } else if (msg.has_log()) {
-        if (!sink->WasSent(msg.log().job_id())) {
+        const v1::LogData& log = msg.log();
+        auto ref = rpc::ParseWorkloadId(log.workload_id().empty() ? log.job_id() : log.workload_id());
+        int latest = ref.ok() && ref->job_id == log.job_id() ? sink->LatestSent(log.job_id()) : -1;
+        if (latest >= 0 && ref->attempt < latest) continue;  // an older attempt's last words
+        if (latest < 0 || ref->attempt != latest) {
           if (refused_logs++ == 0) {
             auth::Principal who = NodePrincipal(ctx, node);
             Status refused = PermissionDenied(fmt::format("node '{}' is not running job '{}'", node,
@@ -414,7 +452,7 @@ class AgentServiceImpl final : public v1::AgentService::Service {
         }
         // Written here, before any later status of the same job reaches the
         // loop: a job's output is complete once the job is seen to end.
-        if (Status s = logs_->Write(msg.log().job_id(), msg.log().offset(), msg.log().data()); !s.ok()) {
+        if (Status s = logs_->Write(LogStore::LogId(log.job_id(), ref->attempt), log.offset(), log.data()); !s.ok()) {
           spdlog::warn("node '{}' sent a log chunk that was not stored: {}", node, s.ToString());
         }
       }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -20,10 +21,22 @@ Result<LogStore> LogStore::Open(const std::string& dir) {
   return LogStore(dir);
 }
 
-Result<std::string> LogStore::PathFor(const std::string& job_id) const {
-  auto seq = ParseJobId(job_id);
+std::string LogStore::LogId(const std::string& job_id, int attempt) {
+  return attempt > 1 ? fmt::format("{}@{}", job_id, attempt) : job_id;
+}
+
+Result<std::string> LogStore::PathFor(const std::string& log_id) const {
+  std::string_view id = log_id;
+  size_t at = id.find('@');
+  if (at != std::string_view::npos) {
+    std::string_view n = id.substr(at + 1);
+    if (n.empty() || n.size() > 9 || n[0] == '0' || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return InvalidArgument(fmt::format("log id '{}' has a malformed attempt", log_id.substr(0, 64)));
+    }
+  }
+  auto seq = ParseJobId(id.substr(0, at));
   if (!seq.ok()) return seq.status();
-  return fmt::format("{}/{}.log", dir_, job_id);
+  return fmt::format("{}/{}.log", dir_, log_id);
 }
 
 Status LogStore::Write(const std::string& job_id, int64_t offset, const std::string& data) {

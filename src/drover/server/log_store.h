@@ -19,14 +19,18 @@ class LogStore {
   // Creates `dir` if missing.
   static Result<LogStore> Open(const std::string& dir);
 
-  Status Write(const std::string& job_id, int64_t offset, const std::string& data);
+  // One log per attempt of a job: the first is named by the job id, later
+  // ones "j-000007@2" (LogId); a new attempt's output starts from 0.
+  static std::string LogId(const std::string& job_id, int attempt);
+
+  Status Write(const std::string& log_id, int64_t offset, const std::string& data);
   // Up to `max_bytes` (at most kMaxLogReadBytes) from `offset`; empty at end
   // of file or when the job has written nothing yet.
-  Result<std::string> Read(const std::string& job_id, int64_t offset, int64_t max_bytes) const;
+  Result<std::string> Read(const std::string& log_id, int64_t offset, int64_t max_bytes) const;
 
  private:
   explicit LogStore(std::string dir) : dir_(std::move(dir)) {}
-  Result<std::string> PathFor(const std::string& job_id) const;
+  Result<std::string> PathFor(const std::string& log_id) const;
 
   std::string dir_;
 };

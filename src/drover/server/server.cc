@@ -97,7 +97,8 @@ void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
     out.Gauge("drover_scheduler_queue_depth", "Jobs waiting to be placed.").Add({}, static_cast<double>(s->queue_depth));
     out.Gauge("drover_nodes", "Registered nodes by state.")
         .Add({{"state", "Ready"}}, static_cast<double>(s->nodes_ready))
-        .Add({{"state", "NotReady"}}, static_cast<double>(s->nodes_not_ready));
+        .Add({{"state", "NotReady"}}, static_cast<double>(s->nodes_not_ready - s->nodes_lost))
+        .Add({{"state", "Lost"}}, static_cast<double>(s->nodes_lost));
     out.Gauge("drover_gpus", "GPUs of registered nodes by health.")
         .Add({{"health", "Healthy"}}, static_cast<double>(s->gpus_healthy))
         .Add({{"health", "Unhealthy"}}, static_cast<double>(s->gpus_unhealthy));
