@@ -86,6 +86,7 @@ class InfrastructureTest(ClusterTest):
         self.assertEqual(view.nodes, [run.node])
         x = run.node
         peer = next(n for n in c.nodes if n != x)
+        self.assertGreaterEqual(len(c.pids(x)), 3, "agent, supervisor and job run in the node's namespace")
 
         # Every host reaches every other over the switch.
         self.assertTrue(c.can_reach(x, "server"))
@@ -115,7 +116,9 @@ class InfrastructureTest(ClusterTest):
         netns.wait_until(lambda: _proc_state(agent) != "T", 5, what="the agent to continue")
 
         # Power off: no process is left in the namespace, the job's beats stop.
-        self.assertGreaterEqual(len(c.pids(x)), 3, "agent, supervisor and job run in the node's namespace")
+        # (The faults above may have fenced the job: a second of silence is
+        # enough. The agent at least is there.)
+        self.assertGreaterEqual(len(c.pids(x)), 1, "the agent runs in the node's namespace")
         c.power_off(x)
         self.assertEqual(c.pids(x), [])
         self.assertFalse(c.can_reach("server", x))
