@@ -52,6 +52,8 @@ struct RoleFlags {
   std::string telemetry_period = "1s";
   std::string heartbeat_interval = "250ms";
   std::string gossip_listen;
+  std::string checkpoint_root;
+  std::string checkpoint_retention = "1h";
   std::string lease_ttl = "1500ms";
   std::string health_interval = "1s";
   int health_clean_checks = 3;
@@ -415,6 +417,10 @@ int RunAgentRole(const RoleFlags& f) {
   o.faults = FaultsFor(*faults, a.node_name);
   o.join_token = f.join_token;
   o.gossip_listen = f.gossip_listen;
+  o.checkpoint_root = f.checkpoint_root;
+  auto retention = drover::ParseDurationMs(f.checkpoint_retention);
+  if (!retention.ok()) return BadConfig(retention.status());
+  o.checkpoint_retention = std::chrono::seconds(*retention / 1000);
   if (!f.token_file.empty()) {
     std::ifstream in(f.token_file);
     if (!in || !std::getline(in, o.token) || o.token.empty()) {
@@ -672,6 +678,12 @@ int main(int argc, char** argv) {
                     "one-time join token (`drover join-token`); the node credential it buys is kept in <data-dir>/node.token");
   agent->add_option("--token-file", f.token_file, "file holding this node's token (instead of a join)");
   add_telemetry_flags(agent);
+  agent->add_option("--checkpoint-root", f.checkpoint_root,
+                    "where jobs' DROVER_CHECKPOINT_DIR live: a shared filesystem in a cluster (default "
+                    "<data-dir>/checkpoints)");
+  agent->add_option("--checkpoint-retention", f.checkpoint_retention,
+                    "how long a job's checkpoints stay after it ended for good")
+      ->capture_default_str();
   agent->add_option("--gossip-listen", f.gossip_listen,
                     "join the nodes' gossip group on this UDP address, one its peers can reach (10.0.0.7:7946; "
                     "docs/failures.md)");

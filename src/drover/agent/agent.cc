@@ -90,6 +90,7 @@ struct LocalJob {
   std::optional<StartedFile> started;
   std::optional<ExitFile> exited;
   std::optional<int64_t> sigterm_ns;
+  std::optional<int64_t> checkpoint_ns;  // when the checkpoint signal went
   int grace_seconds = 10;
   int64_t log_sent = 0;
   v1::WorkloadState reported = v1::WORKLOAD_STATE_UNSPECIFIED;
@@ -191,6 +192,7 @@ class AgentImpl final : public Agent {
     }
     loop_.Post([this] { Tick(); });
     loop_.Post([this] { HeartbeatTimer(); });
+    loop_.Post([this] { CheckpointSweepTimer(); });
     connector_ = std::thread([this] { ConnectLoop(); });
     return Status::Ok();
   }
@@ -243,6 +245,28 @@ class AgentImpl final : public Agent {
         FillTelemetry(readings[i], no_jobs, g.mutable_telemetry());
         rpc::WriteGpuMetrics(opts_.node_name, g, out);
       }
+    });
+    metrics_.AddCollector([this](metrics::Exposition& out) {
+      // Read under the node's own lock; the pointer is set once, on the loop.
+      std::promise<membership::UdpNode*> node;
+      if (!loop_.Post([&] { node.set_value(gossip_.get()); })) return;
+      membership::UdpNode* g = node.get_future().get();
+      if (g == nullptr) return;
+      membership::UdpNodeStats st = g->Stats();
+      auto dropped = out.Counter("drover_gossip_dropped_packets_total",
+                                 "Gossip packets dropped, by reason (forged, replayed, malformed, ...).");
+      for (size_t i = 0; i < membership::kDropReasonCount; ++i) {
+        dropped.Add({{"reason", membership::DropReasonName(static_cast<membership::DropReason>(i))}},
+                    static_cast<double>(st.group.dropped[i]));
+      }
+      out.Counter("drover_gossip_packets_total", "Valid gossip packets, by direction.")
+          .Add({{"direction", "received"}}, static_cast<double>(st.group.packets_received))
+          .Add({{"direction", "sent"}}, static_cast<double>(st.group.packets_sent));
+      out.Counter("drover_gossip_suspicions_total", "Peers this node suspected.")
+          .Add({}, static_cast<double>(st.group.suspicions));
+      size_t alive = 0;
+      for (const membership::MemberView& m : g->Members()) alive += m.state == membership::MemberState::kAlive;
+      out.Gauge("drover_gossip_members_alive", "Peers this node sees alive.").Add({}, static_cast<double>(alive));
     });
     if (opts_.metrics_listen.empty()) return Status::Ok();
     auto server = http::StartServer(opts_.metrics_listen, [this](const http::Request& req) {
@@ -747,7 +771,47 @@ class AgentImpl final : public Agent {
     if (stream_ != nullptr && !stream_->Write(m)) stream_ = nullptr;  // the reader will notice too
   }
 
+  std::string CheckpointRoot() const {
+    return opts_.checkpoint_root.empty() ? opts_.data_dir + "/checkpoints" : opts_.checkpoint_root;
+  }
+  // The job id was validated (rpc::ParseWorkloadId) before it names a path.
+  std::string CheckpointDir(const std::string& job_id) const { return CheckpointRoot() + "/" + job_id; }
+
+  // The server says these jobs ended for good: their checkpoint directories
+  // are marked, and go once the retention has passed (SweepCheckpoints).
+  void NoteEndedJobs(const google::protobuf::RepeatedPtrField<std::string>& ended) {
+    for (const std::string& id : ended) {
+      if (!ParseJobId(id).ok()) continue;
+      std::string dir = CheckpointDir(id);
+      std::error_code ec;
+      if (!fs::is_directory(dir, ec) || fs::exists(dir + "/.drover-ended", ec)) continue;
+      std::ofstream(dir + "/.drover-ended") << NowNanos() << "\n";
+    }
+    SweepCheckpoints();
+  }
+
+  void CheckpointSweepTimer() {
+    if (stopping_) return;
+    SweepCheckpoints();
+    loop_.PostAfter(std::chrono::minutes(1), [this] { CheckpointSweepTimer(); });
+  }
+
+  void SweepCheckpoints() {
+    std::error_code ec;
+    auto now = fs::file_time_type::clock::now();
+    for (const auto& entry : fs::directory_iterator(CheckpointRoot(), ec)) {
+      fs::path marker = entry.path() / ".drover-ended";
+      std::error_code mec;
+      auto when = fs::last_write_time(marker, mec);
+      if (mec || now - when < opts_.checkpoint_retention) continue;
+      fs::remove_all(entry.path(), mec);
+      if (!mec) spdlog::info("node '{}' removed the checkpoints of ended job '{}'", opts_.node_name,
+                             entry.path().filename().string());
+    }
+  }
+
   void OnDesired(const v1::DesiredWorkloads& d) {
+    NoteEndedJobs(d.ended_jobs());
     desired_.clear();
     for (const v1::Workload& w : d.workloads()) desired_[WorkloadKey(w)] = w;
     stops_.clear();
@@ -768,6 +832,7 @@ class AgentImpl final : public Agent {
     env["DROVER_REPLICA"] = std::to_string(w.replica());
     env["DROVER_REPLICAS"] = std::to_string(std::max(w.replicas(), 1));
     env["DROVER_NODE"] = opts_.node_name;
+    env["DROVER_CHECKPOINT_DIR"] = CheckpointDir(w.job_id());
     std::string ids;
     std::map<std::string, std::string> by_vendor;
     for (int i : w.gpu_indices()) {
@@ -798,6 +863,13 @@ class AgentImpl final : public Agent {
     std::error_code ec;
     fs::create_directories(dir.path(), ec);
     JobIsolation iso = IsolationFor(key, w);
+    // Kept across attempts: made once, left as it is by a new attempt.
+    std::error_code cec;
+    fs::create_directories(CheckpointDir(w.job_id()), cec);
+    if (cec) {
+      spdlog::warn("node '{}': cannot create the checkpoint directory of '{}': {}", opts_.node_name, w.job_id(),
+                   cec.message());
+    }
     job.cgroup = iso.cgroup;
     JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w, iso.cpus), w.working_dir(),
                      job.grace_seconds, opts_.fencing ? LeaseFile() : ""};
@@ -915,6 +987,17 @@ class AgentImpl final : public Agent {
       // desired set while the job stops); otherwise the job's own applies.
       auto stop = stops_.find(id);
       int grace = stop != stops_.end() ? std::max(stop->second.grace_seconds(), 0) : job.grace_seconds;
+      // A preemption or a drain first asks the job to checkpoint.
+      if (stop != stops_.end() && stop->second.checkpoint_signal() > 0 && !job.sigterm_ns) {
+        if (!job.checkpoint_ns) {
+          spdlog::info("node '{}' asks job '{}' to checkpoint (signal {}, {}s before SIGTERM)", opts_.node_name, id,
+                       stop->second.checkpoint_signal(), stop->second.checkpoint_grace_seconds());
+          ::kill(-pgid, stop->second.checkpoint_signal());
+          job.checkpoint_ns = now;
+          continue;
+        }
+        if (now - *job.checkpoint_ns < int64_t{stop->second.checkpoint_grace_seconds()} * 1'000'000'000) continue;
+      }
       if (!job.sigterm_ns) {
         spdlog::info("node '{}' stopping job '{}' (SIGTERM, {}s grace){}", opts_.node_name, id, grace,
                      stop != stops_.end() ? ": " + stop->second.reason() : "");

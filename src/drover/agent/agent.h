@@ -84,6 +84,13 @@ struct AgentOptions {
   // that a node whose own link to the server is down is kept alive by its
   // peers. Empty: no gossip.
   std::string gossip_listen;
+  // Where each job's DROVER_CHECKPOINT_DIR (<root>/<job id>) lives: a
+  // shared filesystem in a real cluster, so that a requeued job finds its
+  // checkpoints on any node. Empty: <data_dir>/checkpoints. A job's
+  // directory goes `checkpoint_retention` after the server says the job
+  // ended for good.
+  std::string checkpoint_root;
+  std::chrono::seconds checkpoint_retention{3600};
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC

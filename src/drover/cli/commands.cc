@@ -92,6 +92,8 @@ struct SubmitArgs {
   bool preemptible = false;
   int grace = 0;
   std::string restart_policy;
+  std::string checkpoint_signal;
+  int checkpoint_grace = 0;
   int max_restarts = 0;
   bool wait = false;
   std::vector<std::string> env;
@@ -169,6 +171,8 @@ int Submit(const SubmitArgs& a, const Common& c) {
   s->set_termination_grace_seconds(a.grace);
   // The server checks the policy's name and the bound on restarts.
   s->set_restart_policy(a.restart_policy);
+  s->set_checkpoint_signal(a.checkpoint_signal);
+  s->set_checkpoint_grace_seconds(a.checkpoint_grace);
   s->set_max_restarts(a.max_restarts);
   s->set_gpu_model(a.gpu_model);
   s->set_gpu_vendor(a.gpu_vendor);
@@ -391,6 +395,11 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->add_option("--restart-policy", sa->restart_policy,
                      "when its GPU or node fails: never (end FAILED, the default) or on-failure (queue it again)");
   submit->add_option("--max-restarts", sa->max_restarts, "with --restart-policy on-failure: at most N restarts (3)");
+  submit->add_option("--checkpoint-signal", sa->checkpoint_signal,
+                     "sent before a preemption or drain stops the job, so it can save to $DROVER_CHECKPOINT_DIR "
+                     "(default SIGUSR1; none)");
+  submit->add_option("--checkpoint-grace", sa->checkpoint_grace,
+                     "seconds from the checkpoint signal to SIGTERM (default 10)");
   submit->add_option("--gpu-model", sa->gpu_model, "exact GPU model, e.g. 'H100 80GB'");
   submit->add_option("--gpu-vendor", sa->gpu_vendor, "nvidia, amd, intel or opencl");
   submit->add_option("--workdir", sa->workdir, "absolute working directory on the node");

@@ -50,15 +50,17 @@ int Nodes(const Common& c, bool gpus_view) {
   return 0;
 }
 
-int NodeAction(const std::string& name, bool drain, const Common& c) {
+int NodeAction(const std::string& name, bool drain, bool requeue, const Common& c) {
   auto stub = v1::NodeService::NewStub(Channel(c));
   v1::DrainNodeRequest req;
   req.set_name(name);
+  req.set_requeue(requeue);
   v1::Node node;
   auto ctx = Context(c);
   grpc::Status st = drain ? stub->Drain(ctx.get(), req, &node) : stub->Undrain(ctx.get(), req, &node);
   if (!st.ok()) return Fail(st, c);
-  std::cout << fmt::format("node/{} {}\n", name, drain ? "drained" : "undrained");
+  std::cout << fmt::format("node/{} {}{}\n", name, drain ? "drained" : "undrained",
+                           requeue ? "; its jobs are checkpointed, stopped and queued again" : "");
   return 0;
 }
 
@@ -97,12 +99,17 @@ void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   gpus->callback(run([common] { return Nodes(*common, true); }));
 
   auto node = std::make_shared<std::string>();
+  auto requeue = std::make_shared<bool>(false);
   for (bool drain : {true, false}) {
     CLI::App* cmd = app.add_subcommand(drain ? "drain" : "undrain",
                                        drain ? "stop placing new jobs on a node" : "let a node take new jobs again");
     AddCommon(cmd, common.get(), false);
     cmd->add_option("node", *node, "node name")->required();
-    cmd->callback(run([node, drain, common] { return NodeAction(*node, drain, *common); }));
+    if (drain) {
+      cmd->add_flag("--requeue", *requeue,
+                    "also move its jobs away: checkpoint signal, stop, queue again (not counted as a restart)");
+    }
+    cmd->callback(run([node, drain, requeue, common] { return NodeAction(*node, drain, *requeue, *common); }));
   }
 
   auto fa = std::make_shared<FaultArgs>();

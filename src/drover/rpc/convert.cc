@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <csignal>
 #include <set>
 
 #include "drover/common/ids.h"
@@ -193,6 +194,13 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   }
   if (spec->memory_bytes() < 0 || spec->memory_bytes() > kMaxBytes) {
     return InvalidArgument(fmt::format("memory_bytes {} is outside 0..1PiB (0 means not asked)", spec->memory_bytes()));
+  }
+  if (spec->checkpoint_signal().empty()) spec->set_checkpoint_signal("SIGUSR1");
+  DROVER_RETURN_IF_ERROR(ParseSignal(spec->checkpoint_signal()).status());
+  if (spec->checkpoint_grace_seconds() == 0) spec->set_checkpoint_grace_seconds(kDefaultCheckpointGraceSeconds);
+  if (spec->checkpoint_grace_seconds() < 0 || spec->checkpoint_grace_seconds() > kMaxGraceSeconds) {
+    return InvalidArgument(fmt::format("checkpoint_grace_seconds {} is outside 1..{}", spec->checkpoint_grace_seconds(),
+                                       kMaxGraceSeconds));
   }
   if (spec->termination_grace_seconds() < 0 || spec->termination_grace_seconds() > kMaxGraceSeconds) {
     return InvalidArgument(fmt::format("termination_grace_seconds {} is outside 0..{}",
@@ -392,6 +400,19 @@ Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat&
     }
   }
   return Status::Ok();
+}
+
+Result<int> ParseSignal(std::string_view name) {
+  static constexpr std::pair<std::string_view, int> kSignals[] = {
+      {"none", 0},         {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGINT", SIGINT},
+      {"SIGHUP", SIGHUP},  {"SIGQUIT", SIGQUIT}, {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM},
+      {"SIGWINCH", SIGWINCH}, {"SIGCONT", SIGCONT}};
+  for (const auto& [n, sig] : kSignals) {
+    if (n == name || (n.starts_with("SIG") && n.substr(3) == name)) return sig;
+  }
+  return InvalidArgument(fmt::format("checkpoint signal '{}' is not one of none, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, "
+                                     "SIGQUIT, SIGALRM, SIGTERM, SIGWINCH, SIGCONT",
+                                     Excerpt(name)));
 }
 
 std::string WorkloadId(const std::string& job_id, int replica, int replicas, int attempt) {

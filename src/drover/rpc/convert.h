@@ -23,6 +23,7 @@ inline constexpr int kMaxCommandArgs = 1024;
 inline constexpr size_t kMaxCommandBytes = 64 * 1024;
 inline constexpr int kMaxEnvVars = 256;
 inline constexpr int kMaxGraceSeconds = 3600;
+inline constexpr int kDefaultCheckpointGraceSeconds = 10;
 // Host resources a job may ask for per replica: 100,000 CPUs, 1 PiB.
 inline constexpr int64_t kMaxCpuMillis = int64_t{100000} * 1000;
 inline constexpr int kDefaultGraceSeconds = 10;
@@ -72,6 +73,8 @@ void SetAllocation(const sched::Binding& binding, v1::JobStatus* status);
 // Every binding is its own workload: a job bound again to the same node is
 // started again, and nothing of an older attempt changes a newer one.
 std::string WorkloadId(const std::string& job_id, int replica, int replicas, int attempt);
+// "SIGUSR1" or "USR1" (a signal a job may catch to checkpoint), "none": 0.
+Result<int> ParseSignal(std::string_view name);
 struct WorkloadRef {
   std::string job_id;
   int replica = 0;

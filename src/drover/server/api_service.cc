@@ -178,7 +178,8 @@ Result<v1::Node> ApiService::Drain(const auth::Principal& who, const v1::DrainNo
   auto run = [&]() -> Result<v1::Node> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, drained ? "drain nodes" : "undrain nodes"));
     DROVER_RETURN_IF_ERROR(ValidateNodeName(req.name()));
-    return Await(loop_->SetDrained(req.name(), drained));
+    if (req.requeue() && !drained) return InvalidArgument("requeue goes with a drain, not an undrain");
+    return Await(loop_->SetDrained(req.name(), drained, req.requeue()));
   };
   return Audited(who, drained ? "nodes.drain" : "nodes.undrain", req.name().substr(0, 64), run());
 }

@@ -343,8 +343,25 @@ void ControlLoop::AddLiveState(const NodeEntry& entry, v1::Node* out) const {
   }
 }
 
+void ControlLoop::FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop) {
+  stop->set_job_id(job.id());
+  stop->set_workload_id(workload_id);
+  stop->set_grace_seconds(job.status().stop_grace_seconds());
+  stop->set_reason(job.status().message());
+  // A failure (a sick GPU, a lost node) leaves nothing worth saving.
+  if (job.status().state() != v1::JOB_STATE_PREEMPTING || !job.status().failure().empty()) return;
+  auto sig = rpc::ParseSignal(job.spec().checkpoint_signal().empty() ? "SIGUSR1" : job.spec().checkpoint_signal());
+  if (!sig.ok() || *sig == 0) return;
+  stop->set_checkpoint_signal(*sig);
+  int grace = job.spec().checkpoint_grace_seconds();
+  stop->set_checkpoint_grace_seconds(grace > 0 ? grace : rpc::kDefaultCheckpointGraceSeconds);
+}
+
 v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
   v1::DesiredWorkloads out;
+  if (auto n = nodes_.find(node); n != nodes_.end()) {
+    for (const std::string& id : n->second.ended_jobs) out.add_ended_jobs(id);
+  }
   auto it = active_on_node_.find(node);
   if (it == active_on_node_.end()) return out;
   for (uint64_t seq : it->second) {
@@ -359,11 +376,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
       // Not desired, so the agent stops it, with the grace of the preemption
       // (kept when a user cancels it meanwhile: the agent may already have
       // sent SIGTERM, and the shorter grace was promised).
-      v1::Stop* stop = out.add_stops();
-      stop->set_job_id(job.id());
-      stop->set_workload_id(rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()));
-      stop->set_grace_seconds(job.status().stop_grace_seconds());
-      stop->set_reason(job.status().message());
+      FillStop(job, rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()), out.add_stops());
       continue;
     }
     if (state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) continue;  // cancelling: stop it
@@ -474,14 +487,32 @@ std::future<Result<std::vector<v1::Node>>> ControlLoop::ListNodes() {
   });
 }
 
-std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained) {
-  return Call<v1::Node>([this, name = std::move(name), drained]() -> Result<v1::Node> {
+std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained, bool requeue) {
+  return Call<v1::Node>([this, name = std::move(name), drained, requeue]() -> Result<v1::Node> {
     auto it = nodes_.find(name);
     if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
     if (it->second.node.drained() != drained) {
       it->second.node.set_drained(drained);
       UpdateSchedulable(name);
       Persist(it->second.node);
+    }
+    if (requeue) {
+      // As a preemption for nobody: the checkpoint signal, the job's own
+      // grace, then queued again in its submission order.
+      for (uint64_t seq : std::vector<uint64_t>(active_on_node_[name].begin(), active_on_node_[name].end())) {
+        v1::Job& job = jobs_.at(seq);
+        v1::JobStatus* st = job.mutable_status();
+        if (st->state() != v1::JOB_STATE_BOUND && st->state() != v1::JOB_STATE_RUNNING) continue;
+        if (st->gang_failed()) continue;
+        (void)sched_.MarkPreempting(job.id());
+        st->set_state(v1::JOB_STATE_PREEMPTING);
+        st->set_message(fmt::format("drained off node '{}'", name));
+        st->clear_preempted_for();
+        int grace = job.spec().termination_grace_seconds();
+        st->set_stop_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
+        for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
+        Persist(job);
+      }
     }
     return View(it->second);
   });

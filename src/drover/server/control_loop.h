@@ -126,7 +126,9 @@ class ControlLoop {
   // Nodes.
   std::future<Result<v1::Node>> GetNode(std::string name);
   std::future<Result<std::vector<v1::Node>>> ListNodes();
-  std::future<Result<v1::Node>> SetDrained(std::string name, bool drained);
+  // With `requeue`, the node's jobs are also stopped (checkpoint signal
+  // first) and queued again, as for a preemption.
+  std::future<Result<v1::Node>> SetDrained(std::string name, bool drained, bool requeue = false);
 
   // Agents. `req` must already be validated (rpc::ValidateRegister).
   std::future<Result<Done>> RegisterNode(v1::RegisterRequest req);
@@ -192,6 +194,7 @@ class ControlLoop {
     bool awaiting_clean_report = false;
     bool full_report_seen = false;
     std::set<std::string> undesired_running;  // workload ids it reported running that it should not run
+    std::deque<std::string> ended_jobs;        // ran here, ended for good (newest last; checkpoint cleanup)
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
     std::vector<std::deque<v1::GpuPoint>> history;  // by GPU index, oldest first, kGpuHistoryPoints at most
   };
@@ -247,6 +250,8 @@ class ControlLoop {
   // The current attempt of `job` (its last Attempt record), when bound.
   static v1::Attempt* CurrentAttempt(v1::Job* job);
   static void EndAttempt(v1::Job* job, int64_t end_ns, std::string outcome);
+  // A stop with the job's checkpoint signal (preemptions and drains only).
+  static void FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop);
   // GPU `gpu` of `node` turned unhealthy: stop the jobs on it (Requeue then
   // queues them again or fails them, by their restart policy).
   void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);

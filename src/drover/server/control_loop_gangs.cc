@@ -51,11 +51,7 @@ void ControlLoop::AddGangWorkloads(const v1::Job& job, const std::string& node, 
     if (r < st.replica_states_size() && st.replica_states(r).ended()) continue;  // nothing left to run or stop
     std::string id = rpc::WorkloadId(job.id(), r, n, st.attempt());
     if (stop_with_grace) {
-      v1::Stop* stop = out->add_stops();
-      stop->set_job_id(job.id());
-      stop->set_workload_id(id);
-      stop->set_grace_seconds(st.stop_grace_seconds());
-      stop->set_reason(st.message());
+      FillStop(job, id, out->add_stops());
       continue;
     }
     // Cancelling or failed: not desired, so the agent stops it.

@@ -112,6 +112,17 @@ void ControlLoop::Release(v1::Job* job) {
 
 void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns,
                          std::string message) {
+  // The nodes it ran on may drop its checkpoints now.
+  constexpr size_t kEndedJobsPerNode = 256;
+  std::set<std::string> ran_on;
+  for (const v1::Attempt& a : job->status().attempts()) ran_on.insert(a.nodes().begin(), a.nodes().end());
+  for (const std::string& node : ran_on) {
+    auto n = nodes_.find(node);
+    if (n == nodes_.end()) continue;
+    n->second.ended_jobs.push_back(job->id());
+    if (n->second.ended_jobs.size() > kEndedJobsPerNode) n->second.ended_jobs.pop_front();
+    dirty_nodes_.insert(node);
+  }
   if (rpc::HoldsGpus(job->status().state())) Release(job);
   EndAttempt(job, end_ns,
              state == v1::JOB_STATE_SUCCEEDED   ? "succeeded"

@@ -215,6 +215,10 @@ http::Response HandleNodes(ApiService* api, const auth::Principal& who, const ht
   if (p.size() == 5 && (p[4] == "drain" || p[4] == "undrain")) {
     if (req.method != "POST") return MethodNotAllowed(req);
     v1::DrainNodeRequest dr;
+    // An optional body: {"requeue": true} moves the node's jobs away too.
+    if (!req.body.empty()) {
+      if (Status s = FromJson(req.body, &dr); !s.ok()) return http::ErrorResponse(s);
+    }
     dr.set_name(name);
     return JsonReply(api->Drain(who, dr, p[4] == "drain"));
   }
