@@ -52,8 +52,6 @@ namespace fs = std::filesystem;
 constexpr auto kTick = std::chrono::milliseconds(100);
 // Until the server says otherwise (RegisterResponse).
 constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
-// How often the heartbeat timer looks whether one is due.
-constexpr auto kHeartbeatTimer = std::chrono::milliseconds(20);
 // Heartbeats kept waiting for their acknowledgement.
 constexpr size_t kMaxUnackedHeartbeats = 256;
 
@@ -191,7 +189,6 @@ class AgentImpl final : public Agent {
       });
     }
     loop_.Post([this] { Tick(); });
-    loop_.Post([this] { HeartbeatTimer(); });
     loop_.Post([this] { CheckpointSweepTimer(); });
     connector_ = std::thread([this] { ConnectLoop(); });
     return Status::Ok();
@@ -675,6 +672,7 @@ class AgentImpl final : public Agent {
     StartGossip(lease);
     SetPeers(lease.peers());
     SendHeartbeat();
+    HeartbeatTimer(++heartbeat_generation_);
     spdlog::info("node '{}' connected to {}", opts_.node_name, opts_.server_address);
     // Everything is news to a new session: resend every log from the start
     // (the server writes by offset, so repeats are harmless) and report all.
@@ -761,10 +759,16 @@ class AgentImpl final : public Agent {
 
   // Heartbeats go out on their own timer, at the server's interval (which
   // the first session may change), whatever else the loop is doing.
-  void HeartbeatTimer() {
-    if (stopping_) return;
-    if (std::chrono::steady_clock::now() - last_heartbeat_ >= heartbeat_every_) SendHeartbeat();
-    loop_.PostAfter(kHeartbeatTimer, [this] { HeartbeatTimer(); });
+  // Each session starts a timer of its own (`generation`); an older one
+  // stops at its next turn.
+  void HeartbeatTimer(uint64_t generation) {
+    if (stopping_ || generation != heartbeat_generation_) return;
+    auto since = std::chrono::steady_clock::now() - last_heartbeat_;
+    if (since >= heartbeat_every_) {
+      SendHeartbeat();
+      since = std::chrono::steady_clock::duration::zero();
+    }
+    loop_.PostAfter(heartbeat_every_ - since, [this, generation] { HeartbeatTimer(generation); });
   }
 
   void Send(const v1::AgentMessage& m) {
@@ -1152,6 +1156,7 @@ class AgentImpl final : public Agent {
   bool have_desired_ = false;
   std::chrono::milliseconds heartbeat_every_ = kDefaultHeartbeat;
   std::chrono::steady_clock::time_point last_heartbeat_;
+  uint64_t heartbeat_generation_ = 0;
   int64_t heartbeat_seq_ = 0;
   std::deque<std::pair<int64_t, int64_t>> unacked_;  // (seq, monotonic send time), oldest first
   int64_t contact_ns_ = 0;      // monotonic: the last acknowledged contact
