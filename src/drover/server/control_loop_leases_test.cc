@@ -45,17 +45,25 @@ class ControlLoopLeasesTest : public ControlLoopTest {
     spec.set_max_restarts(3);
     return spec;
   }
+  // Two nodes of one GPU, a restartable job running on one of them.
+  struct OneOfTwo {
+    v1::Job job;
+    std::string node, other;
+    std::shared_ptr<FakeSink> other_sink;
+  };
+  OneOfTwo RunOnOneOfTwo() {
+    auto a = Connect("gpu-01", 1);
+    auto b = Connect("gpu-02", 1);
+    v1::Job job = SubmitSpec(Restartable(1));
+    std::string node = Get(job.id()).status().allocation().node();
+    Report(node, job.id(), v1::WORKLOAD_STATE_RUNNING);
+    return {job, node, node == "gpu-01" ? "gpu-02" : "gpu-01", node == "gpu-01" ? b : a};
+  }
   int64_t seq_ = 0;
 };
 
 TEST_F(ControlLoopLeasesTest, UnheardNodeTurnsSuspectThenLostAndItsJobRunsElsewhere) {
-  auto a = Connect("gpu-01", 1);
-  auto b = Connect("gpu-02", 1);
-  v1::Job job = SubmitSpec(Restartable(1));
-  std::string node = Get(job.id()).status().allocation().node();
-  std::string other = node == "gpu-01" ? "gpu-02" : "gpu-01";
-  auto other_sink = node == "gpu-01" ? b : a;
-  Report(node, job.id(), v1::WORKLOAD_STATE_RUNNING);
+  auto [job, node, other, other_sink] = RunOnOneOfTwo();
 
   // 0.75 s: past suspect_after (0.6 s): no new work, its job stays. The
   // other node beats every 250 ms.
@@ -116,13 +124,7 @@ TEST_F(ControlLoopLeasesTest, NeverRestartJobOnALostNodeFailsWithTheReason) {
 }
 
 TEST_F(ControlLoopLeasesTest, PeersKeepANodeWhoseOwnLinkIsDown) {
-  auto a = Connect("gpu-01", 1);
-  auto b = Connect("gpu-02", 1);
-  v1::Job job = SubmitSpec(Restartable(1));
-  std::string node = Get(job.id()).status().allocation().node();
-  std::string other = node == "gpu-01" ? "gpu-02" : "gpu-01";
-  auto other_sink = node == "gpu-01" ? b : a;
-  Report(node, job.id(), v1::WORKLOAD_STATE_RUNNING);
+  auto [job, node, other, other_sink] = RunOnOneOfTwo();
   // The node's own heartbeats stop; its peer hears it, with a rising beat.
   for (int i = 1; i <= 20; ++i) {
     Advance(milliseconds(250));
