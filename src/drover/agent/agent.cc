@@ -153,7 +153,7 @@ class AgentImpl final : public Agent {
     TelemetryOptions telemetry = opts_.telemetry;
     telemetry.node_name = opts_.node_name;
     telemetry_ = std::make_unique<Telemetry>(std::move(opts_.backends), std::move(slots), telemetry,
-                                             [this] { loop_.Post([this] { SendHeartbeat(); }); });
+                                             [this] { loop_.Post([this] { SendHeartbeat(/*with_gpus=*/true); }); });
     std::error_code ec;
     jobs_dir_ = opts_.data_dir + "/jobs";
     fs::create_directories(jobs_dir_, ec);
@@ -671,7 +671,7 @@ class AgentImpl final : public Agent {
     NoteContact(contact);
     StartGossip(lease);
     SetPeers(lease.peers());
-    SendHeartbeat();
+    SendHeartbeat(/*with_gpus=*/true);
     HeartbeatTimer(++heartbeat_generation_);
     spdlog::info("node '{}' connected to {}", opts_.node_name, opts_.server_address);
     // Everything is news to a new session: resend every log from the start
@@ -1068,8 +1068,13 @@ class AgentImpl final : public Agent {
     return out;
   }
 
-  void SendHeartbeat() {
+  // Every heartbeat renews the lease; GPU reports ride along once per
+  // telemetry period (there is nothing newer in between), on a new session,
+  // and at once when a GPU's health changes (`with_gpus`).
+  void SendHeartbeat(bool with_gpus = false) {
     if (stream_ == nullptr) return;
+    auto now = std::chrono::steady_clock::now();
+    with_gpus = with_gpus || now - last_gpu_report_ >= std::max<std::chrono::nanoseconds>(opts_.telemetry.period, heartbeat_every_);
     v1::AgentMessage hb;
     v1::Heartbeat* h = hb.mutable_heartbeat();
     h->set_time_unix_nanos(NowNanos());
@@ -1084,8 +1089,12 @@ class AgentImpl final : public Agent {
     }
     unacked_.emplace_back(h->seq(), MonoNanos());
     if (unacked_.size() > kMaxUnackedHeartbeats) unacked_.pop_front();
-    std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/true);
-    std::map<int64_t, std::string> jobs = JobsByProcessGroup();
+    std::vector<GpuReading> readings;
+    if (with_gpus) {
+      readings = telemetry_->TakeReadings(/*summarise=*/true);
+      last_gpu_report_ = now;
+    }
+    std::map<int64_t, std::string> jobs = with_gpus ? JobsByProcessGroup() : std::map<int64_t, std::string>();
     for (size_t i = 0; i < readings.size(); ++i) {
       v1::GpuReport* r = h->add_gpus();
       r->set_index(static_cast<int32_t>(i));
@@ -1157,6 +1166,7 @@ class AgentImpl final : public Agent {
   std::chrono::milliseconds heartbeat_every_ = kDefaultHeartbeat;
   std::chrono::steady_clock::time_point last_heartbeat_;
   uint64_t heartbeat_generation_ = 0;
+  std::chrono::steady_clock::time_point last_gpu_report_;
   int64_t heartbeat_seq_ = 0;
   std::deque<std::pair<int64_t, int64_t>> unacked_;  // (seq, monotonic send time), oldest first
   int64_t contact_ns_ = 0;      // monotonic: the last acknowledged contact

@@ -14,11 +14,15 @@
 namespace drover::server {
 namespace {
 
-// Ten minutes of heartbeats (one every 2 s) per GPU.
+// Ten minutes of readings (one every 2 s) per GPU.
 constexpr size_t kGpuHistoryPoints = 300;
+
+// One point per 2 s at most, however often agents report.
+constexpr int64_t kGpuHistoryStepNs = 2'000'000'000;
 
 void AppendHistory(const v1::GpuTelemetry& t, std::deque<v1::GpuPoint>* history) {
   if (t.time_unix_nanos() == 0) return;  // no reading in this heartbeat
+  if (!history->empty() && t.time_unix_nanos() - history->back().time_unix_nanos() < kGpuHistoryStepNs) return;
   v1::GpuPoint p;
   p.set_time_unix_nanos(t.time_unix_nanos());
   p.set_utilization_pct(t.has_utilization_pct() ? static_cast<float>(t.utilization_pct()) : -1);

@@ -102,19 +102,22 @@ TEST_F(ControlLoopViewsTest, TenantsShareTheHealthyGpusByWeight) {
 }
 
 TEST_F(ControlLoopViewsTest, GpuHistoryKeepsTheHeartbeatsInOrder) {
+  constexpr int64_t kStep = 2'000'000'000;  // one point per 2 s
   Connect("gpu-01", 2);
-  for (int i = 1; i <= 3; ++i) loop_->Heartbeat("gpu-01", Reading(2, 40 + i, i));
+  for (int i = 1; i <= 3; ++i) loop_->Heartbeat("gpu-01", Reading(2, 40 + i, i * kStep));
+  // A reading 1 s after the last point adds none.
+  loop_->Heartbeat("gpu-01", Reading(2, 99, 3 * kStep + kStep / 2));
   v1::GpuHistory h = Must(loop_->GpuHistory("gpu-01", 1));
   ASSERT_EQ(h.points_size(), 3);
-  EXPECT_EQ(h.points(0).time_unix_nanos(), 1);
+  EXPECT_EQ(h.points(0).time_unix_nanos(), kStep);
   EXPECT_FLOAT_EQ(h.points(2).temperature_c(), 44);
   EXPECT_EQ(h.points(2).memory_used_bytes(), -1);
   EXPECT_EQ(Fails(loop_->GpuHistory("gpu-01", 2)).code(), Code::kNotFound);
   EXPECT_THAT(Fails(loop_->GpuHistory("nope", 0)).message(), HasSubstr("not registered"));
-  for (int i = 4; i <= 400; ++i) loop_->Heartbeat("gpu-01", Reading(2, 40, i));
+  for (int i = 4; i <= 400; ++i) loop_->Heartbeat("gpu-01", Reading(2, 40, i * kStep));
   h = Must(loop_->GpuHistory("gpu-01", 0));
-  EXPECT_EQ(h.points_size(), 300);  // ten minutes of heartbeats
-  EXPECT_EQ(h.points(299).time_unix_nanos(), 400);
+  EXPECT_EQ(h.points_size(), 300);  // ten minutes
+  EXPECT_EQ(h.points(299).time_unix_nanos(), 400 * kStep);
 }
 
 }  // namespace
