@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "support/drover_process.h"
 
@@ -20,7 +19,7 @@ namespace {
 constexpr const char* kCounter =
     "d=$DROVER_CHECKPOINT_DIR; n=$(cat $d/step 2>/dev/null || echo 0); echo \"resumes at $n\"; "
     "trap 'echo $n > $d/step; echo \"saved $n\"' USR1; trap 'exit 143' TERM; "
-    "while [ $n -lt 30 ]; do n=$((n+1)); sleep 0.1; done; echo \"done at $n\"";
+    "while [ $n -lt 30 ]; do n=$((n+1)); echo \"step $n\"; sleep 0.1; done; echo \"done at $n\"";
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -67,8 +66,8 @@ TEST_F(CheckpointTest, PreemptedJobCheckpointsRunsAgainOnTheSameNodeAndResumes) 
   ASSERT_NO_FATAL_FAILURE(WaitCounting(low));
   std::string node = Get(low).status().allocation().node();
   ASSERT_TRUE(WaitUntil([&] { return Logs(low).find("resumes at 0") != std::string::npos; }));
-  // Wait until it is some way in, then take its GPU.
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // Once it is some way in, take its GPU.
+  ASSERT_TRUE(WaitUntil([&] { return Logs(low).find("step 8\n") != std::string::npos; }));
   std::string high = Submit({"--priority", "900", "--gpu-model", "H100 80GB", "--", "sleep", "1"});
   ASSERT_TRUE(WaitUntil([&] { return Get(high).status().state() == v1::JOB_STATE_SUCCEEDED; }));
 
@@ -100,7 +99,7 @@ TEST_F(CheckpointTest, DrainWithRequeueCheckpointsAndMovesTheJob) {
   std::string job = Submit({"--gpu-model", "H100 80GB", "--checkpoint-grace", "1", "--", "sh", "-c", kCounter});
   ASSERT_NO_FATAL_FAILURE(WaitCounting(job));
   std::string node = Get(job).status().allocation().node();
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(WaitUntil([&] { return Logs(job).find("step 8\n") != std::string::npos; }));
   CommandResult drained = RunCli(up_->grpc_address(), {"drain", node, "--requeue"});
   ASSERT_EQ(drained.exit_code, 0) << drained.err;
   // Stopped after its checkpoint and waiting: its only node is drained.

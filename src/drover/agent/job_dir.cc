@@ -127,16 +127,7 @@ std::optional<ExitFile> JobDir::ReadExit() const {
 }
 
 Status WriteNodeLease(const std::string& path, const NodeLease& lease) {
-  std::string tmp = path + ".tmp";
-  std::string text = fmt::format("{} {}\n", lease.fence_at_mono_ns, lease.grace_ms);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Unavailable(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Unavailable(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
-  return Status::Ok();
+  return WriteFileAtomic(path, fmt::format("{} {}\n", lease.fence_at_mono_ns, lease.grace_ms), 0644, /*durable=*/false);
 }
 
 Result<NodeLease> ReadNodeLease(const std::string& path) {

@@ -22,7 +22,7 @@ Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes) {
   return text;
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& data, unsigned mode) {
+Status WriteFileAtomic(const std::string& path, const std::string& data, unsigned mode, bool durable) {
   std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
@@ -39,7 +39,7 @@ Status WriteFileAtomic(const std::string& path, const std::string& data, unsigne
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
+  if (durable && ::fsync(fd) != 0) {
     int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());

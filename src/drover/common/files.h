@@ -14,7 +14,8 @@ namespace drover {
 Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes = 64 << 10);
 
 // Writes `data` to `path` atomically: a fresh temporary file created with
-// `mode` (never one left by someone else), fsync, rename over `path`.
-Status WriteFileAtomic(const std::string& path, const std::string& data, unsigned mode = 0644);
+// `mode` (never one left by someone else), fsync unless `durable` is false
+// (state that means nothing after a reboot), rename over `path`.
+Status WriteFileAtomic(const std::string& path, const std::string& data, unsigned mode = 0644, bool durable = true);
 
 }  // namespace drover

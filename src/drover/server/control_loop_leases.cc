@@ -200,6 +200,8 @@ void ControlLoop::RenewViaPeers(const std::string& reporter, const v1::Heartbeat
 }
 
 void ControlLoop::NoteUndesired(NodeEntry* entry, const v1::StatusReport& report) {
+  // Only a node back from Lost is watched; its session's first report is full.
+  if (!entry->awaiting_clean_report) return;
   std::set<std::string> wanted;
   const v1::DesiredWorkloads desired = DesiredFor(entry->node.name());
   for (const v1::Workload& w : desired.workloads()) wanted.insert(w.workload_id());
@@ -215,7 +217,7 @@ void ControlLoop::NoteUndesired(NodeEntry* entry, const v1::StatusReport& report
       entry->undesired_running.erase(id);
     }
   }
-  if (!entry->awaiting_clean_report || !entry->full_report_seen) return;
+  if (!entry->full_report_seen) return;
   if (!entry->undesired_running.empty()) {
     if (report.full()) {
       spdlog::warn("node '{}' still runs {} workloads it should not ('{}', ...); no new work until they are stopped",
