@@ -1,5 +1,7 @@
 #include "drover/runtime/event_loop.h"
 
+#include <future>
+
 #include <pthread.h>
 
 namespace drover::runtime {
@@ -21,13 +23,17 @@ void EventLoop::Stop() {
     if (thread_.joinable() && !InLoopThread()) thread_.join();
     return;
   }
-  queue_.enqueue(Task{});  // wakes the loop
+  {
+    std::lock_guard lock(post_mu_);
+    queue_.enqueue(producer_, Task{});  // wakes the loop
+  }
   if (thread_.joinable() && !InLoopThread()) thread_.join();
 }
 
 bool EventLoop::Post(Task task) {
   if (stopping_.load(std::memory_order_relaxed)) return false;
-  queue_.enqueue(std::move(task));
+  std::lock_guard lock(post_mu_);
+  queue_.enqueue(producer_, std::move(task));
   return true;
 }
 
@@ -68,6 +74,43 @@ void EventLoop::Run() {
     if (ran && batch_hook_) batch_hook_();
     if (stopping_.load() && queue_.size_approx() == 0) break;
   }
+}
+
+LoopClient::LoopClient(EventLoop* loop) : loop_(loop), open_(std::make_shared<std::atomic<bool>>(true)) {}
+
+LoopClient::~LoopClient() { Close(); }
+
+bool LoopClient::Post(EventLoop::Task task) {
+  if (!open_->load()) return false;
+  return loop_->Post([open = open_, t = std::move(task)] {
+    if (open->load()) t();
+  });
+}
+
+void LoopClient::PostAfter(std::chrono::steady_clock::duration delay, EventLoop::Task task) {
+  if (!open_->load()) return;
+  loop_->PostAfter(delay, [open = open_, t = std::move(task)] {
+    if (open->load()) t();
+  });
+}
+
+void LoopClient::Close() {
+  if (!open_->load()) return;
+  if (loop_->InLoopThread()) {
+    open_->store(false);  // no task of ours runs after this one
+    return;
+  }
+  // Flipped on the loop thread, between two tasks: none of ours is halfway.
+  auto flipped = std::make_shared<std::promise<void>>();
+  std::future<void> done = flipped->get_future();
+  if (!loop_->Post([open = open_, flipped] {
+        open->store(false);
+        flipped->set_value();
+      })) {
+    open_->store(false);  // the loop stopped: it runs nothing any more
+    return;
+  }
+  done.wait();
 }
 
 }  // namespace drover::runtime

@@ -7,6 +7,13 @@
 // (the server's control loop schedules and group-commits there, once per
 // batch rather than once per command). Timers run on the loop thread too.
 //
+// Order: tasks run in the order their Post() calls happened, across
+// threads too (a gRPC stream's reactions post from whichever of gRPC's
+// threads runs them, one after another, and their messages must not be
+// reordered). The queue alone orders tasks per producer thread only, so
+// producers take a short lock around the enqueue and all enqueue through
+// one producer token; the loop dequeues without a lock.
+//
 // Thread-safety: Post, PostAfter and Stop may be called from any thread.
 
 #include <concurrentqueue/blockingconcurrentqueue.h>
@@ -14,6 +21,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <queue>
 #include <string>
 #include <thread>
@@ -59,6 +68,8 @@ class EventLoop {
 
   std::string name_;
   moodycamel::BlockingConcurrentQueue<Task> queue_;
+  std::mutex post_mu_;
+  moodycamel::ProducerToken producer_{queue_};  // GUARDED_BY(post_mu_)
   std::atomic<bool> stopping_{false};
   std::atomic<std::thread::id> thread_id_{};
   std::thread thread_;
@@ -66,6 +77,38 @@ class EventLoop {
   // Owned by the loop thread.
   std::priority_queue<Timer, std::vector<Timer>, std::greater<>> timers_;
   uint64_t timer_seq_ = 0;
+};
+
+// One object's tasks on an EventLoop it may share with others (the
+// simulated nodes of `drover up` share a few loops): its tasks and timers
+// run only until Close(), so an object that goes away while the loop runs
+// on leaves nothing of it to run later.
+//
+//   runtime::LoopClient tasks(shared_loop);   // a member, beside what the tasks touch
+//   tasks.PostAfter(100ms, [this] { Tick(); });
+//   ...
+//   tasks.Close();                            // in the owner's Stop(), before members go
+//
+// Thread-safety: Post and PostAfter from any thread; Close from any thread
+// but the loop's own (where it would wait for itself).
+class LoopClient {
+ public:
+  explicit LoopClient(EventLoop* loop);
+  ~LoopClient();  // Close()s
+  LoopClient(const LoopClient&) = delete;
+  LoopClient& operator=(const LoopClient&) = delete;
+
+  // False (and the task is dropped) once closed or the loop stopped.
+  bool Post(EventLoop::Task task);
+  void PostAfter(std::chrono::steady_clock::duration delay, EventLoop::Task task);
+  bool InLoopThread() const { return loop_->InLoopThread(); }
+  // After it returns no task of this client runs, or is running, on the
+  // loop. Idempotent.
+  void Close();
+
+ private:
+  EventLoop* const loop_;
+  std::shared_ptr<std::atomic<bool>> open_;
 };
 
 }  // namespace drover::runtime

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <chrono>
 #include <future>
+#include <thread>
 #include <vector>
 
 namespace drover::runtime {
@@ -77,6 +82,88 @@ TEST(EventLoopTest, StopRunsAlreadyPostedTasks) {
   EXPECT_EQ(n, 100);
   loop.Post([&] { ++n; });  // dropped after Stop
   EXPECT_EQ(n, 100);
+}
+
+// Posts from different threads, one after another (as a gRPC stream's
+// reactions run on whichever thread is free), run in the order posted.
+TEST(EventLoopTest, PostsFromThreadsTakingTurnsRunInTheirOrder) {
+  EventLoop loop("order");
+  std::vector<int> seen;  // loop thread only
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = 0;  // GUARDED_BY(mu): the next number to post
+  constexpr int kPosts = 4000;
+  auto poster = [&](int parity) {
+    for (;;) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return turn >= kPosts || turn % 2 == parity; });
+      if (turn >= kPosts) return;
+      int n = turn++;
+      loop.Post([&seen, n] { seen.push_back(n); });
+      cv.notify_all();
+    }
+  };
+  std::thread even(poster, 0), odd(poster, 1);
+  even.join();
+  odd.join();
+  std::promise<void> done;
+  loop.Post([&] { done.set_value(); });
+  loop.Start();  // everything is queued: one batch, as a busy loop would take it
+  done.get_future().wait();
+  loop.Stop();
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kPosts));
+  for (int i = 0; i < kPosts; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], i) << "reordered at " << i;
+}
+
+// Two clients share one loop; one closes while its timer is pending and
+// tasks of it are queued: none of them runs afterwards, the other's do.
+TEST(LoopClientTest, ClosedClientRunsNothingWhileItsNeighbourRunsOn) {
+  EventLoop loop("shared");
+  loop.Start();
+  std::atomic<int> closed_runs{0};
+  std::promise<void> neighbour_ran;
+  {
+    LoopClient doomed(&loop);
+    LoopClient neighbour(&loop);
+    doomed.PostAfter(std::chrono::milliseconds(20), [&] { ++closed_runs; });
+    std::promise<void> gate;
+    std::shared_future<void> open = gate.get_future().share();
+    neighbour.Post([open] { open.wait(); });  // holds the loop while `doomed` queues up
+    for (int i = 0; i < 100; ++i) doomed.Post([&] { ++closed_runs; });
+    std::thread closer([&] { doomed.Close(); });  // waits for the loop: queued behind the gate
+    gate.set_value();
+    closer.join();
+    EXPECT_FALSE(doomed.Post([&] { ++closed_runs; }));
+    // Queued before Close: they ran, in order, before Close returned.
+    EXPECT_EQ(closed_runs.load(), 100);
+    neighbour.PostAfter(std::chrono::milliseconds(40), [&] { neighbour_ran.set_value(); });
+    neighbour_ran.get_future().wait();  // after the closed client's timer was due
+    EXPECT_EQ(closed_runs.load(), 100);
+    neighbour.Close();
+  }
+  loop.Stop();
+}
+
+TEST(LoopClientTest, CloseOnItsOwnLoopThreadDoesNotWait) {
+  EventLoop loop("self");
+  loop.Start();
+  LoopClient client(&loop);
+  std::promise<bool> answered;
+  client.Post([&] {
+    client.Close();
+    answered.set_value(client.Post([] {}));
+  });
+  EXPECT_FALSE(answered.get_future().get());
+  loop.Stop();
+}
+
+TEST(LoopClientTest, CloseAfterTheLoopStoppedReturns) {
+  EventLoop loop("stopped");
+  loop.Start();
+  LoopClient client(&loop);
+  loop.Stop();
+  client.Close();
+  EXPECT_FALSE(client.Post([] {}));
 }
 
 }  // namespace
