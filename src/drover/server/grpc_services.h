@@ -26,4 +26,10 @@ std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, Co
                                                              Edge* edge, auth::Authority* authority,
                                                              const auth::ServerTls* tls = nullptr);
 
+// AgentService: Join, Register and the per-agent Session stream
+// (agent_service.cc). Sessions run on gRPC's callback API: no thread per
+// agent.
+std::unique_ptr<grpc::Service> MakeAgentService(ControlLoop* loop, LogStore* logs, ApiService* api, Edge* edge,
+                                                auth::Authority* authority, const auth::ServerTls* tls);
+
 }  // namespace drover::server
