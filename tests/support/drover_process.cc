@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -136,7 +137,17 @@ DroverUp::DroverUp(std::string data_dir, std::vector<std::string> extra_flags, s
       role_(std::move(role)),
       grpc_listen_(std::move(grpc_listen)) {}
 
-DroverUp::~DroverUp() { Kill(SIGKILL); }
+DroverUp::~DroverUp() {
+  Kill(SIGKILL);
+  // A failed test's server log goes with its temporary directory: its end
+  // is kept in the test's output, where CI shows it.
+  if (::testing::Test::HasFailure()) {
+    std::string err = ReadAll(data_dir_ + "/up.err");
+    size_t from = err.size() > 16384 ? err.find('\n', err.size() - 16384) : 0;
+    std::fprintf(stderr, "---- the end of %s/up.err ----\n%s---- end ----\n", data_dir_.c_str(),
+                 err.substr(from == std::string::npos ? 0 : from).c_str());
+  }
+}
 
 bool DroverUp::Start() {
   std::error_code ec;
