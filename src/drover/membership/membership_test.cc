@@ -2,10 +2,14 @@
 // indirect probes, refutation, suspicion timeouts, partitions, and the
 // beats and lease acks that relay liveness to the control plane.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "drover/membership/fake_network.h"
@@ -290,6 +294,94 @@ TEST(Group, SetPeersAddsAndRemoves) {
   EXPECT_EQ(StateOf(g, Name(1)), MemberState::kAlive);
   // node-2 still knows node-0, but node-0 drops what it sends.
   EXPECT_GT(g.stats().dropped[static_cast<size_t>(DropReason::kUnknownSender)], 0u);
+}
+
+// Confirmations shorten a suspicion (Lifeguard); the member must die at the
+// shortened deadline, not at the one set when the suspicion began.
+TEST(Group, ConfirmedSuspicionExpiresEarly) {
+  constexpr int kN = 8;
+  FakeNetwork net;
+  AddNodes(net, kN);
+  net.RunFor(2 * kS);
+  const std::string victim = Name(kN - 1);
+  net.Down(victim);
+  std::optional<int64_t> suspected;
+  ASSERT_TRUE(net.RunUntil(
+      [&] {
+        const MemberState s = StateOf(net[Name(0)], victim);
+        if (!suspected && s == MemberState::kSuspect) suspected = net.now();
+        return s == MemberState::kDead;
+      },
+      30 * kS));
+  ASSERT_TRUE(suspected.has_value());
+  const Config c = TestConfig(1);
+  EXPECT_LT(net.now() - *suspected, SuspicionTimeoutNs(c, kN, 0) - c.protocol_period_ns);
+}
+
+// Captures what a Group sends.
+class RecordingTransport final : public Transport {
+ public:
+  void Send(const std::string&, std::string bytes) override { sent.push_back(std::move(bytes)); }
+  std::vector<std::string> sent;
+};
+
+// A backlog of updates (every member's incarnation, news to us) goes out
+// least-sent first, ties by name, as many per packet as fit, each
+// RetransmitLimit times, and then no more.
+TEST(Group, GossipBacklogGoesLeastSentFirstAndDrains) {
+  for (size_t max_bytes : {size_t{512}, size_t{1400}}) {
+    Config c = TestConfig(1);
+    c.max_packet_bytes = max_bytes;
+    const WireKey key{c.cluster_id, c.key};
+    RecordingTransport transport;
+    auto created = Group::Create("a", c, &transport);
+    ASSERT_TRUE(created.ok());
+    Group& a = **created;
+    constexpr int kMembers = 150;
+    std::vector<std::string> names;
+    std::map<std::string, std::string> peers;
+    for (int i = 0; i < kMembers; ++i) {
+      names.push_back(fmt::format("m-{:03}", i));
+      peers[names.back()] = FakeNetwork::AddressOf(names.back());
+    }
+    ASSERT_TRUE(a.SetPeers(peers).ok());
+    for (const std::string& n : names) {
+      Packet p;  // an ack to nothing of ours: only its incarnation matters
+      p.type = MessageType::kAck;
+      p.seq = 77;
+      p.sender = n;
+      p.incarnation = 5;
+      p.target = n;
+      a.OnPacket(FakeNetwork::AddressOf(n), Encode(p, key), 0);
+    }
+    ASSERT_TRUE(transport.sent.empty());
+
+    Packet bare;  // what SendLeaseAck sends, without updates
+    bare.type = MessageType::kLeaseAck;
+    bare.sender = "a";
+    const size_t per_packet = std::min(
+        kMaxUpdatesPerPacket,
+        (max_bytes - EncodedSize(bare)) / EncodedSize(Update{names[0], MemberState::kAlive, 5, ""}));
+    const int limit = RetransmitLimit(c, kMembers + 1);
+    const size_t total = static_cast<size_t>(kMembers * limit);
+    std::map<std::string, int> carried;
+    size_t next = 0;  // index into the endless sequence names[0], ..., names[149], names[0], ...
+    for (size_t sent = 0; sent <= total + per_packet; ++sent) {
+      ASSERT_TRUE(a.SendLeaseAck(names[0], 0).ok());
+      auto decoded = Decode(transport.sent.back(), key, max_bytes);
+      ASSERT_TRUE(std::holds_alternative<Packet>(decoded));
+      const std::vector<Update>& updates = std::get<Packet>(decoded).updates;
+      const size_t left = total - std::min(total, next);
+      ASSERT_EQ(updates.size(), std::min(per_packet, left)) << max_bytes << " packet " << sent;
+      for (const Update& u : updates) {
+        EXPECT_EQ(u.member, names[next % kMembers]) << max_bytes << " packet " << sent;
+        EXPECT_EQ(u.incarnation, 5u);
+        ++carried[u.member];
+        ++next;
+      }
+    }
+    for (const std::string& n : names) EXPECT_EQ(carried[n], limit) << n;
+  }
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ Status Group::SetPeers(const std::map<std::string, std::string>& peers) {
       ++it;
       continue;
     }
-    gossip_.erase(gone);
+    ForgetGossip(gone);
     heard_.erase(gone);
     if (probe_ && probe_->target == gone) probe_.reset();
     std::erase_if(relays_, [&](const auto& r) { return r.second.target == gone || r.second.requester == gone; });
@@ -110,6 +110,7 @@ Status Group::SetPeers(const std::map<std::string, std::string>& peers) {
     probe_order_.erase(pos);
     it = members_.erase(it);
   }
+  next_expiry_ns_ = 0;  // the group size, so every suspicion timeout, may have changed
   for (const auto& [n, address] : peers) {
     if (n == name_) continue;
     auto [it, inserted] = members_.try_emplace(n);
@@ -185,11 +186,23 @@ void Group::SendIndirectProbes() {
   }
 }
 
+int64_t Group::SuspicionDeadlineNs(const Member& m) const {
+  const size_t confirmations = m.suspecters.empty() ? 0 : m.suspecters.size() - 1;
+  return m.suspect_since_ns + SuspicionTimeoutNs(config_, GroupSize(), confirmations);
+}
+
 void Group::ExpireSuspicions(int64_t now_ns) {
+  // Every Tick, and a thousand simulated nodes of a thousand members each
+  // share one thread (udp_hub.h): walk the members only when one may expire.
+  if (now_ns < next_expiry_ns_) return;
+  next_expiry_ns_ = std::numeric_limits<int64_t>::max();
   for (auto& [n, m] : members_) {
     if (m.state != MemberState::kSuspect) continue;
-    const size_t confirmations = m.suspecters.empty() ? 0 : m.suspecters.size() - 1;
-    if (now_ns - m.suspect_since_ns < SuspicionTimeoutNs(config_, GroupSize(), confirmations)) continue;
+    const int64_t deadline = SuspicionDeadlineNs(m);
+    if (now_ns < deadline) {
+      next_expiry_ns_ = std::min(next_expiry_ns_, deadline);
+      continue;
+    }
     m.state = MemberState::kDead;
     m.suspecters.clear();
     ++stats_.deaths;
@@ -204,10 +217,12 @@ void Group::Suspect(const std::string& name, Member& m, const std::string& from,
     m.suspecters = {from};
     ++m.counters.suspected;
     if (from == name_) ++stats_.suspicions;
+    next_expiry_ns_ = std::min(next_expiry_ns_, SuspicionDeadlineNs(m));
     Gossip(Update{name, MemberState::kSuspect, m.incarnation, from});
   } else if (m.state == MemberState::kSuspect && m.suspecters.insert(from).second) {
     // An independent confirmation: it shortens the timeout here, and passed
     // on, everywhere else too.
+    next_expiry_ns_ = std::min(next_expiry_ns_, SuspicionDeadlineNs(m));
     Gossip(Update{name, MemberState::kSuspect, m.incarnation, from});
   }
 }
@@ -219,8 +234,17 @@ void Group::Refute(uint64_t claimed) {
 }
 
 void Group::Gossip(Update u) {
-  std::string key = u.member;
-  gossip_[std::move(key)] = Pending{std::move(u), 0};
+  auto [it, inserted] = gossip_.try_emplace(u.member);
+  if (!inserted) gossip_order_.erase(it);
+  it->second = Pending{std::move(u), 0};
+  gossip_order_.insert(it);
+}
+
+void Group::ForgetGossip(const std::string& member) {
+  auto it = gossip_.find(member);
+  if (it == gossip_.end()) return;
+  gossip_order_.erase(it);
+  gossip_.erase(it);
 }
 
 // SWIM's ordering: a higher incarnation wins; at the same incarnation Dead
@@ -410,18 +434,26 @@ void Group::Send(const std::string& to_address, const std::string& about, Packet
     p.updates.push_back(std::move(u));
   }
   // Least-sent first, so that news goes out before what most already know.
-  std::vector<std::map<std::string, Pending>::iterator> queue;
-  queue.reserve(gossip_.size());
-  for (auto it = gossip_.begin(); it != gossip_.end(); ++it) queue.push_back(it);
-  std::stable_sort(queue.begin(), queue.end(),
-                   [](const auto& a, const auto& b) { return a->second.transmits < b->second.transmits; });
+  // An update that does not fit is passed over for smaller ones after it,
+  // until not even the smallest possible one would fit.
+  const size_t smallest = EncodedSize(Update{});
+  std::vector<GossipMap::iterator> carried;
+  for (GossipMap::iterator it : gossip_order_) {
+    if (p.updates.size() >= kMaxUpdatesPerPacket || size + smallest > config_.max_packet_bytes) break;
+    const Update& u = it->second.update;
+    if (!fits(u) || (!p.updates.empty() && p.updates.front() == u)) continue;
+    size += EncodedSize(u);
+    p.updates.push_back(u);
+    carried.push_back(it);
+  }
   const int limit = RetransmitLimit(config_, GroupSize());
-  for (auto it : queue) {
-    Pending& pending = it->second;
-    if (!fits(pending.update) || (!p.updates.empty() && p.updates.front() == pending.update)) continue;
-    size += EncodedSize(pending.update);
-    p.updates.push_back(pending.update);
-    if (++pending.transmits >= limit) gossip_.erase(it);
+  for (GossipMap::iterator it : carried) {
+    gossip_order_.erase(it);
+    if (++it->second.transmits >= limit) {
+      gossip_.erase(it);
+    } else {
+      gossip_order_.insert(it);
+    }
   }
   ++stats_.packets_sent;
   transport_->Send(to_address, Encode(p, wire_key_));

@@ -180,26 +180,40 @@ class Group {
     Update update;
     int transmits = 0;
   };
+  using GossipMap = std::map<std::string, Pending>;
+  // Send's order: least-sent first, then by name.
+  struct LeastSent {
+    bool operator()(GossipMap::iterator a, GossipMap::iterator b) const {
+      return a->second.transmits != b->second.transmits ? a->second.transmits < b->second.transmits
+                                                        : a->first < b->first;
+    }
+  };
 
   Group(std::string name, Config config, Transport* transport);
 
   // Invariants:
   //   probe_order_ holds each key of members_ exactly once; probe_next_ <= its size.
   //   gossip_ holds updates about name_ or a key of members_ only.
+  //   gossip_order_ holds each entry of gossip_ exactly once (so an entry's
+  //   transmits change only while it is out of gossip_order_).
   //   After the first Tick, beat_started_ns_[b % kBeatHistory] is when beat b
   //   began, for initial_beat <= b <= beat_ and b > beat_ - kBeatHistory.
   //   probe_->target, and every relay's target, is a key of members_
   //   (SetPeers drops the probe or relay of a removed member).
+  //   next_expiry_ns_ <= SuspicionDeadlineNs(m) for every Suspect member m.
 
   void StartPeriod(int64_t now_ns);
   void SendIndirectProbes();
   void ExpireSuspicions(int64_t now_ns);
+  // When the suspicion of `m` (a Suspect) turns into Dead.
+  int64_t SuspicionDeadlineNs(const Member& m) const;
   // Why `p` from `sender` must be dropped, if it must; checks only.
   std::optional<DropReason> Screen(const Packet& p, const Member& sender) const;
   void Apply(const Update& u, int64_t now_ns);
   void Suspect(const std::string& name, Member& m, const std::string& from, int64_t now_ns);
   void Refute(uint64_t claimed);
   void Gossip(Update u);
+  void ForgetGossip(const std::string& member);
   void HandleAck(const Packet& p);
   // Builds the header and piggyback of `p` and sends it to `to_address`;
   // `about` is the receiving member, told first what we think of it when
@@ -221,6 +235,9 @@ class Group {
   static constexpr size_t kBeatHistory = 128;
   std::array<int64_t, kBeatHistory> beat_started_ns_{};
   int64_t next_period_ns_ = -1;  // -1: before the first Tick
+  // ExpireSuspicions has nothing to do before this (see Invariants);
+  // Suspect() lowers it, SetPeers resets it.
+  int64_t next_expiry_ns_ = 0;
   uint64_t next_seq_ = 1;
 
   std::map<std::string, Member> members_;
@@ -229,7 +246,11 @@ class Group {
   std::optional<Probe> probe_;
   static constexpr size_t kMaxRelays = 256;
   std::map<uint64_t, Relay> relays_;
-  std::map<std::string, Pending> gossip_;  // newest update about each member
+  GossipMap gossip_;  // newest update about each member
+  // gossip_ in Send's order, kept so that a packet costs the updates it
+  // carries, not the whole backlog (a thousand members each learning the
+  // others' incarnations at start-up is a backlog of a thousand).
+  std::set<GossipMap::iterator, LeastSent> gossip_order_;
   std::map<std::string, int64_t> heard_;   // since the last TakeHeardDirectly
   GroupStats stats_;
 };

@@ -102,7 +102,8 @@ int64_t UdpNode::NowNs() {
 }
 
 Result<std::unique_ptr<UdpNode>> UdpNode::Start(UdpNodeOptions options) {
-  if (options.tick_interval_ns <= 0 || options.tick_interval_ns >= options.config.probe_timeout_ns) {
+  const int64_t tick_interval_ns = options.hub ? options.hub->tick_interval_ns() : options.tick_interval_ns;
+  if (tick_interval_ns <= 0 || tick_interval_ns >= options.config.probe_timeout_ns) {
     return InvalidArgument("membership tick interval must be positive and shorter than the probe timeout");
   }
   DROVER_ASSIGN_OR_RETURN(SocketAddress bind_to, ParseAddress(options.bind_address));
@@ -129,7 +130,12 @@ Result<std::unique_ptr<UdpNode>> UdpNode::Start(UdpNodeOptions options) {
   node->group_->set_on_lease_ack([n = node.get()](int64_t beat, int64_t started_ns) {
     n->lease_acks_.push_back(LeaseAck{beat, started_ns});  // under mu_: called from OnPacket
   });
-  node->thread_ = std::thread([n = node.get()] { n->Run(); });
+  if (options.hub) {
+    DROVER_ASSIGN_OR_RETURN(node->attachment_,
+                            options.hub->Attach(fd, [n = node.get()](bool readable) { n->Serve(readable); }));
+  } else {
+    node->thread_ = std::thread([n = node.get()] { n->Run(); });
+  }
   return node;
 }
 
@@ -144,6 +150,7 @@ UdpNode::~UdpNode() { Stop(); }
 void UdpNode::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  if (attachment_) attachment_->Detach();  // before the close: the hub must not poll a reused descriptor
   std::lock_guard lock(mu_);
   transport_->Close();
 }
@@ -151,32 +158,39 @@ void UdpNode::Stop() {
 void UdpNode::Run() {
   const int fd = transport_->fd();  // closed only by Stop, after this thread ends
   const int timeout_ms = std::max<int>(1, static_cast<int>(tick_interval_ns_ / 1'000'000));
-  std::string buffer;
-  std::vector<LeaseAck> acks;
   while (!stop_.load()) {
     pollfd pfd{fd, POLLIN, 0};
     ::poll(&pfd, 1, timeout_ms);
-    {
-      std::lock_guard lock(mu_);
+    Serve(/*drain=*/true);
+  }
+}
+
+void UdpNode::Serve(bool drain) {
+  // One buffer per serving thread (the node's own, or a hub's for all of
+  // its nodes), not one per node.
+  thread_local std::string buffer;
+  std::vector<LeaseAck> acks;
+  {
+    std::lock_guard lock(mu_);
+    const int fd = transport_->fd();  // -1 once stopped (a hub round that began before Stop)
+    // A bounded batch, so that a flood cannot starve the ticks (or, on a
+    // hub, the other nodes).
+    for (int i = 0; drain && fd >= 0 && i < 64; ++i) {
       // One byte more than any valid packet, so an oversized datagram stays
       // oversized (bad_length) instead of being cut to a plausible size.
       buffer.resize(kMaxDatagramBytes + 1);
-      // A bounded batch, so that a flood cannot starve the ticks.
-      for (int i = 0; i < 64; ++i) {
-        sockaddr_storage from{};
-        socklen_t from_len = sizeof(from);
-        const ssize_t n = ::recvfrom(fd, buffer.data(), buffer.size(), MSG_DONTWAIT,
-                                     reinterpret_cast<sockaddr*>(&from), &from_len);
-        if (n < 0) break;  // EAGAIN: drained; anything else: retry next round
-        group_->OnPacket(FormatAddress(from), std::string_view(buffer.data(), static_cast<size_t>(n)), NowNs());
-      }
-      group_->Tick(NowNs());
-      acks.swap(lease_acks_);
+      sockaddr_storage from{};
+      socklen_t from_len = sizeof(from);
+      const ssize_t n = ::recvfrom(fd, buffer.data(), buffer.size(), MSG_DONTWAIT,
+                                   reinterpret_cast<sockaddr*>(&from), &from_len);
+      if (n < 0) break;  // EAGAIN: drained; anything else: retry next round
+      group_->OnPacket(FormatAddress(from), std::string_view(buffer.data(), static_cast<size_t>(n)), NowNs());
     }
-    if (on_lease_ack_) {
-      for (const LeaseAck& a : acks) on_lease_ack_(a.beat, a.started_ns);
-    }
-    acks.clear();
+    group_->Tick(NowNs());
+    acks.swap(lease_acks_);
+  }
+  if (on_lease_ack_) {
+    for (const LeaseAck& a : acks) on_lease_ack_(a.beat, a.started_ns);
   }
 }
 

@@ -2,7 +2,9 @@
 // UdpNode: a membership Group (protocol.h) on a UDP socket, as the agent
 // runs it. It owns the socket and one thread that waits for datagrams
 // (poll with a timeout of tick_interval) and ticks the Group with the
-// steady clock; all access to the Group is under one mutex.
+// steady clock; all access to the Group is under one mutex. With
+// UdpNodeOptions::hub set it has no thread: the UdpHub's (udp_hub.h) serves
+// it along with many others, with the same drain-and-tick step (Serve).
 //
 //   membership::UdpNodeOptions options;
 //   options.name = "gpu-07";
@@ -15,8 +17,9 @@
 //   auto heard = node->TakeHeardDirectly();          // report to the server
 //
 // Thread-safety: every public method is thread-safe. on_lease_ack runs on
-// the node's thread, after the lock is released (so it may call back into
-// the node); it should return quickly, since datagrams wait meanwhile.
+// the node's thread (or the hub's), after the lock is released (so it may
+// call back into the node, Stop() included, but not destroy it); it should
+// return quickly, since datagrams wait meanwhile (of every node of a hub).
 //
 // Not done here: addresses are numeric IPv4 ("10.0.0.7:7946") or IPv6 in
 // brackets ("[fd00::7]:7946"), no host names; one socket family per node.
@@ -32,6 +35,7 @@
 
 #include "drover/common/status.h"
 #include "drover/membership/protocol.h"
+#include "drover/membership/udp_hub.h"
 
 namespace drover::membership {
 
@@ -41,8 +45,11 @@ struct UdpNodeOptions {
   // initial_incarnation and initial_beat are set from the wall clock (ms
   // since the epoch), so that a restarted agent outranks its earlier life.
   Config config;
-  int64_t tick_interval_ns = 5'000'000;    // how late a timeout may fire
+  int64_t tick_interval_ns = 5'000'000;    // how late a timeout may fire; ignored with a hub
   Group::LeaseAckFn on_lease_ack;          // beat_started_ns is on NowNs()'s clock
+  // Not owned. Set: served by the hub's thread (and ticked at its
+  // interval) instead of a thread of the node's own.
+  UdpHub* hub = nullptr;
 };
 
 struct UdpNodeStats {
@@ -52,7 +59,7 @@ struct UdpNodeStats {
 
 class UdpNode {
  public:
-  // Binds the socket and starts the thread.
+  // Binds the socket and starts the thread, or attaches to options.hub.
   static Result<std::unique_ptr<UdpNode>> Start(UdpNodeOptions options);
   ~UdpNode();  // Stop()
   UdpNode(const UdpNode&) = delete;
@@ -71,8 +78,11 @@ class UdpNode {
   int64_t Beat() const;
   uint64_t Incarnation() const;
 
-  // Joins the thread and closes the socket; idempotent. Afterwards the
-  // accessors still answer, nothing is sent or received.
+  // Joins the thread, or detaches from the hub, and closes the socket;
+  // idempotent. Afterwards the accessors still answer, nothing is sent or
+  // received. With a hub it is synchronous from any thread but the hub's:
+  // when it returns the hub never calls into this node again. On the hub's
+  // thread (from an on_lease_ack) it does not wait, so does not deadlock.
   void Stop();
 
   // The monotonic clock the Group is ticked with, in ns.
@@ -81,7 +91,12 @@ class UdpNode {
  private:
   class SocketTransport;
   UdpNode(int fd, std::string address, int64_t tick_interval_ns, Group::LeaseAckFn on_lease_ack);
+  // The own thread: waits for datagrams or tick_interval, then Serve.
   void Run();
+  // One round, on the node's thread or the hub's: with `drain`, hands at
+  // most one batch of waiting datagrams to the Group; ticks it; then calls
+  // on_lease_ack for the acks that came, outside the lock.
+  void Serve(bool drain);
 
   const std::string address_;
   const int64_t tick_interval_ns_;
@@ -95,7 +110,8 @@ class UdpNode {
   };
   std::vector<LeaseAck> lease_acks_;  // GUARDED_BY(mu_): for on_lease_ack_, outside the lock
   std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::thread thread_;                             // own-thread mode
+  std::unique_ptr<UdpHub::Attachment> attachment_;  // hub mode
 };
 
 }  // namespace drover::membership

@@ -11,19 +11,10 @@
 #include <mutex>
 #include <thread>
 
+#include "drover/membership/eventually_test_util.h"
+
 namespace drover::membership {
 namespace {
-
-// Polls `done` until it holds or 10 s pass: the nodes run on their own
-// threads and real sockets, so there is no event to wait on here.
-bool Eventually(const std::function<bool()>& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
 
 UdpNodeOptions Options(const std::string& name) {
   UdpNodeOptions o;
