@@ -4,13 +4,17 @@
 #include <CLI/CLI.hpp>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <climits>
 #include <ctime>
+#include <algorithm>
+#include <thread>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -29,6 +33,8 @@
 #include "drover/common/files.h"
 #include "drover/common/ids.h"
 #include "drover/common/version.h"
+#include "drover/membership/udp_hub.h"
+#include "drover/runtime/event_loop.h"
 #include "drover/runtime/logging.h"
 #include "drover/server/scheduler_options.h"
 #include "drover/server/server.h"
@@ -236,6 +242,23 @@ Result<std::unique_ptr<drover::agent::Agent>> StartAgent(drover::agent::AgentOpt
   return drover::agent::StartAgent(std::move(o));
 }
 
+// A simulated node holds a gossip socket and job files: a thousand of them
+// need more descriptors than the usual soft limit (1,024). Raised to the
+// hard limit, which the operator sets; said when that is still too low.
+void RaiseOpenFileLimit(int nodes) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  rlim_t want = static_cast<rlim_t>(nodes) * 4 + 1024;
+  if (r.rlim_cur < want && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = std::min(r.rlim_max, std::max(want, r.rlim_cur));
+    (void)::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  if (r.rlim_cur < want) {
+    spdlog::warn("{} simulated nodes want about {} open files; the limit is {} (raise it with ulimit -n)", nodes,
+                 want, r.rlim_cur);
+  }
+}
+
 int Fatal(const Status& s) {
   spdlog::critical("{}", s.ToString());
   return 1;
@@ -323,7 +346,11 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   auto internal_token = [&](const std::string& name, drover::auth::Role role, const std::string& node) {
     return (*server)->authority()->MintInternal({name, "default", role, node, drover::Duration(0)});
   };
-  std::vector<std::unique_ptr<drover::agent::Agent>> agents;
+  // Simulated nodes share a few loops, one per core (at most 4): a node is
+  // a set of tasks and timers on one of them, not threads of its own.
+  std::vector<std::unique_ptr<drover::runtime::EventLoop>> sim_loops;
+  std::unique_ptr<drover::membership::UdpHub> sim_gossip;
+  std::vector<std::unique_ptr<drover::agent::Agent>> agents;  // stopped before the loops go
   auto telemetry = TelemetryFrom(f);
   if (!telemetry.ok()) return BadConfig(telemetry.status());
   auto faults = ParseFaultFlags(f.faults);
@@ -348,6 +375,18 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
                         std::move(*backends), *local_labels);
     if (!a.ok()) return Fatal(a.status());
     agents.push_back(std::move(*a));
+    const int loops = f.simulate == 0 ? 0 : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4);
+    for (int i = 0; i < loops; ++i) {
+      sim_loops.push_back(std::make_unique<drover::runtime::EventLoop>("sim-nodes-" + std::to_string(i)));
+      sim_loops.back()->Start();
+    }
+    // Their gossip (loopback UDP, a socket each) is served by one thread.
+    if (f.simulate > 0) {
+      RaiseOpenFileLimit(f.simulate);
+      auto hub = drover::membership::UdpHub::Start({});
+      if (!hub.ok()) return Fatal(hub.status());
+      sim_gossip = std::move(*hub);
+    }
     for (int i = 1; i <= f.simulate; ++i) {
       std::string name = "sim-" + std::to_string(i);
       auto b = drover::agent::MakeSimulatedBackend({f.sim_gpus, f.sim_model, name});
@@ -359,6 +398,14 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       sim_opts.telemetry = *telemetry;
       sim_opts.discover_host_topology = false;
       sim_opts.host_topology = drover::agent::SimulatedHostTopology();
+      sim_opts.loop = sim_loops[static_cast<size_t>(i - 1) % sim_loops.size()].get();
+      sim_opts.gossip_listen = "127.0.0.1:0";
+      sim_opts.gossip_hub = sim_gossip.get();
+      // One hub thread carries every simulated node's gossip: the period
+      // grows with their number (1 ms per node, at least the default
+      // 200 ms), which keeps it near 2 packets per millisecond in all
+      // (docs/performance.md).
+      sim_opts.gossip_period = std::max(std::chrono::milliseconds(200), std::chrono::milliseconds(f.simulate));
       sim_opts.faults = FaultsFor(*faults, name);
       sim_opts.ca_file = ca_file;
       auto sim_token = internal_token(name, drover::auth::Role::kNode, name);
@@ -368,6 +415,16 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
                             SimulatedLabels(i));
       if (!sim.ok()) return Fatal(sim.status());
       agents.push_back(std::move(*sim));
+      // Starting a node is quicker than its first minutes on a loop (it
+      // registers, reports, hears its peers): every 25 nodes, wait until the
+      // loops caught up, so that their heartbeats never queue behind a
+      // thousand start-ups (that cost nodes their leases at start).
+      if (i % 25 == 0) {
+        for (auto& loop : sim_loops) {
+          std::promise<void> caught_up;
+          if (loop->Post([&] { caught_up.set_value(); })) caught_up.get_future().wait();
+        }
+      }
     }
     spdlog::info("drover up: 1 local node and {} simulated nodes; try: DROVER_ADDR={} drover nodes", f.simulate, addr);
   }

@@ -1,10 +1,12 @@
 #include "drover/agent/agent.h"
 
 #include <fmt/format.h>
-#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,17 +19,15 @@
 #include <future>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "drover/agent/cgroup.h"
+#include "drover/agent/connection.h"
 #include "drover/agent/device_filter.h"
 #include "drover/agent/gpu_report.h"
 #include "drover/agent/isolation.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
 #include "drover/agent/supervisor.h"
-#include "drover/auth/certs.h"
-#include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
 #include "drover/common/files.h"
 #include "drover/common/hash.h"
@@ -37,10 +37,9 @@
 #include "drover/http/server.h"
 #include "drover/membership/udp_node.h"
 #include "drover/rpc/gpu_metrics.h"
-#include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
 #include "drover/runtime/event_loop.h"
-#include "drover/v1/agent.grpc.pb.h"
+#include "drover/v1/agent.pb.h"
 
 extern char** environ;
 
@@ -61,6 +60,8 @@ int64_t MonoNanos() {
 }
 constexpr int64_t kLogChunk = 256 * 1024;
 constexpr int64_t kLogPerTick = 4 * kLogChunk;
+// Log output waiting for the network beyond which no more is read for now.
+constexpr size_t kLogBacklog = 4 << 20;
 
 // The agent's name for a workload: its job directory and report key (see
 // v1::Workload.workload_id).
@@ -78,6 +79,36 @@ rpc::WorkloadRef RefOf(const std::string& key) {
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// "127.0.0.1:0" -> "127.0.0.1:41234", a port free now: the node registers
+// its gossip address before it may open the socket (the group's key comes
+// with the registration). Another process could take the port in between;
+// the node then runs without gossip, said in its log.
+Result<std::string> PickGossipPort(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || listen.substr(colon + 1) != "0") return listen;
+  std::string host = listen.substr(0, colon);
+  std::string numeric = host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(numeric.c_str(), "0", &hints, &found) != 0 || found == nullptr) {
+    return InvalidArgument(fmt::format("gossip address '{}' is not a numeric IP and port", listen));
+  }
+  int fd = ::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  bool ok = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0;
+  int err = errno;
+  ::freeaddrinfo(found);
+  if (fd >= 0) ::close(fd);
+  if (!ok) return Unavailable(fmt::format("cannot find a free gossip port on '{}': {}", listen, std::strerror(err)));
+  uint16_t port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fmt::format("{}:{}", host, port);
 }
 
 // What the agent knows of one job on this node.
@@ -98,7 +129,10 @@ struct LocalJob {
 
 class AgentImpl final : public Agent {
  public:
-  explicit AgentImpl(AgentOptions o) : opts_(std::move(o)), loop_("agent") {}
+  explicit AgentImpl(AgentOptions o)
+      : opts_(std::move(o)),
+        own_loop_(opts_.loop == nullptr ? std::make_unique<runtime::EventLoop>("agent") : nullptr),
+        loop_(opts_.loop == nullptr ? own_loop_.get() : opts_.loop) {}
   ~AgentImpl() override { Stop(); }
 
   Status Init() {
@@ -147,13 +181,17 @@ class AgentImpl final : public Agent {
     links_ = LinkMatrix();
     SetUpIsolation();
     DROVER_RETURN_IF_ERROR(ValidateTelemetryOptions(opts_.telemetry));
+    if (!opts_.gossip_listen.empty()) {
+      DROVER_ASSIGN_OR_RETURN(opts_.gossip_listen, PickGossipPort(opts_.gossip_listen));
+    }
     loads_.assign(gpus_.size(), -1);
     std::vector<DeviceSlot> slots;
     for (size_t i = 0; i < gpus_.size(); ++i) slots.push_back({slot_backend_[i], vendor_index_[i]});
     TelemetryOptions telemetry = opts_.telemetry;
     telemetry.node_name = opts_.node_name;
     telemetry_ = std::make_unique<Telemetry>(std::move(opts_.backends), std::move(slots), telemetry,
-                                             [this] { loop_.Post([this] { SendHeartbeat(/*with_gpus=*/true); }); });
+                                             [this] { loop_.Post([this] { SendHeartbeat(/*with_gpus=*/true); }); },
+                                             opts_.loop);
     std::error_code ec;
     jobs_dir_ = opts_.data_dir + "/jobs";
     fs::create_directories(jobs_dir_, ec);
@@ -173,8 +211,7 @@ class AgentImpl final : public Agent {
       jobs_.emplace(spec->job_id, std::move(job));
     }
     if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
-    DROVER_RETURN_IF_ERROR(LoadCa());
-    loop_.Start();
+    if (own_loop_) own_loop_->Start();
     telemetry_->Start();
     DROVER_RETURN_IF_ERROR(StartMetrics());
     for (const ScheduledFault& f : opts_.faults) {
@@ -190,19 +227,25 @@ class AgentImpl final : public Agent {
     }
     loop_.Post([this] { Tick(); });
     loop_.Post([this] { CheckpointSweepTimer(); });
-    connector_ = std::thread([this] { ConnectLoop(); });
+    ConnectionEvents events;
+    events.make_register = [this] { return MakeRegister(); };
+    events.connected = [this](const v1::RegisterResponse& lease, int64_t contact) { OnConnected(lease, contact); };
+    events.message = [this](v1::ServerMessage m) { OnMessage(std::move(m)); };
+    events.disconnected = [this] { OnDisconnected(); };
+    auto connection = ServerConnection::Start(
+        {opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token, opts_.join_token, opts_.ca_file},
+        opts_.loop == nullptr ? own_loop_.get() : opts_.loop, std::move(events));
+    if (!connection.ok()) return connection.status();
+    connection_ = std::move(*connection);
     return Status::Ok();
   }
 
   void Stop() override {
     if (stopping_.exchange(true)) return;
-    {
-      std::lock_guard lock(ctx_mu_);
-      if (ctx_) ctx_->TryCancel();
-    }
-    if (connector_.joinable()) connector_.join();
+    if (connection_) connection_->Stop();
     if (metrics_http_) metrics_http_->Stop();
-    loop_.Stop();
+    loop_.Close();
+    if (own_loop_) own_loop_->Stop();
     if (gossip_) gossip_->Stop();
     if (telemetry_) telemetry_->Stop();
   }
@@ -218,8 +261,7 @@ class AgentImpl final : public Agent {
   Status StartMetrics() {
     metrics_.AddCollector([this](metrics::Exposition& out) {
       std::vector<std::pair<std::string, std::string>> holders(gpus_.size());  // job ids, tenants
-      std::promise<void> done;
-      if (!loop_.Post([&] {
+      if (!RunOnLoop([&] {
             for (const auto& [id, w] : desired_) {
               for (int i : w.gpu_indices()) {
                 if (i < 0 || static_cast<size_t>(i) >= holders.size()) continue;
@@ -228,11 +270,9 @@ class AgentImpl final : public Agent {
                 tenants += (tenants.empty() ? "" : ",") + w.tenant();
               }
             }
-            done.set_value();
           })) {
         return;
       }
-      done.get_future().wait();
       std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/false);
       std::map<int64_t, std::string> no_jobs;
       for (size_t i = 0; i < gpus_.size(); ++i) {
@@ -245,10 +285,8 @@ class AgentImpl final : public Agent {
     });
     metrics_.AddCollector([this](metrics::Exposition& out) {
       // Read under the node's own lock; the pointer is set once, on the loop.
-      std::promise<membership::UdpNode*> node;
-      if (!loop_.Post([&] { node.set_value(gossip_.get()); })) return;
-      membership::UdpNode* g = node.get_future().get();
-      if (g == nullptr) return;
+      membership::UdpNode* g = nullptr;
+      if (!RunOnLoop([&] { g = gossip_.get(); }) || g == nullptr) return;
       membership::UdpNodeStats st = g->Stats();
       auto dropped = out.Counter("drover_gossip_dropped_packets_total",
                                  "Gossip packets dropped, by reason (forged, replayed, malformed, ...).");
@@ -422,162 +460,10 @@ class AgentImpl final : public Agent {
     out->set_message(isolation_.message);
   }
 
-  // ---- connection thread ----
+  // ---- the server (connection.h) ----
 
-  // The node's credential: the configured token, else the one a join
-  // stored in <data_dir>/node.token, else a join with the join token now.
-  // Empty when there is none yet (the caller retries).
-  //
-  // Over TLS (the agent knows the cluster CA) the join also asks for a
-  // certificate: a key made here and kept in <data_dir>/node.key (0600),
-  // a CSR for it, and the certificate the server returns in node.crt.
-  std::string Credential() {
-    if (!opts_.token.empty()) return opts_.token;
-    const std::string path = DataFile("node.token");
-    std::string token;
-    if (std::ifstream in(path); in) std::getline(in, token);
-    if (!token.empty() || opts_.join_token.empty()) {
-      if (token.empty()) spdlog::error("node '{}' has no credential: start the agent with --join-token", opts_.node_name);
-      return token;
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(opts_.data_dir, ec);
-    v1::JoinRequest req;
-    req.set_join_token(opts_.join_token);
-    req.set_node_name(opts_.node_name);
-    std::string key;
-    if (!ca_pem_.empty()) {
-      auto k = NodeKey();
-      auto csr = k.ok() ? auth::MakeCsrPem(*k, opts_.node_name) : Result<std::string>(k.status());
-      if (!csr.ok()) {
-        spdlog::error("node '{}' cannot make a certificate request: {}", opts_.node_name, csr.status().message());
-        return "";
-      }
-      key = *k;
-      req.set_csr_pem(*csr);
-    }
-    auto stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, "", ChannelCredentials(false)));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::JoinResponse resp;
-    grpc::Status s = stub->Join(&ctx, req, &resp);
-    if (!s.ok()) {
-      spdlog::error("node '{}' could not join: {}", opts_.node_name, s.error_message());
-      return "";
-    }
-    if (!resp.certificate_pem().empty()) {
-      // Checked before it is kept: the server answered over a connection
-      // verified with the CA, but a certificate for another key or CA would
-      // only fail later, at every handshake.
-      Status ok = auth::CheckKeyMatchesCert(key, resp.certificate_pem());
-      if (ok.ok()) ok = auth::VerifyCertPem(resp.certificate_pem(), ca_pem_, NowUnix(), auth::Purpose::kClient);
-      if (ok.ok()) ok = WriteFileAtomic(DataFile("node.crt"), resp.certificate_pem(), 0644);
-      if (ok.ok() && !opts_.ca_file.empty()) ok = WriteFileAtomic(DataFile("ca.crt"), ca_pem_, 0644);
-      if (!ok.ok()) {
-        spdlog::error("node '{}' joined but cannot use the certificate it was issued: {}", opts_.node_name, ok.message());
-      } else {
-        spdlog::info("node '{}' was issued a certificate, kept in {}", opts_.node_name, DataFile("node.crt"));
-      }
-    }
-    if (Status w = WriteFileAtomic(path, resp.node_token() + "\n", 0600); !w.ok()) {
-      spdlog::error("node '{}' joined but cannot keep its credential: {}", opts_.node_name, w.message());
-    } else {
-      spdlog::info("node '{}' joined; its credential is in {}", opts_.node_name, path);
-    }
-    return resp.node_token();
-  }
-
-  std::string DataFile(const char* name) const { return opts_.data_dir + "/" + name; }
-
-  static int64_t NowUnix() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  }
-
-  // The cluster CA the server is verified with: --ca-file, else the one a
-  // join over TLS kept in <data_dir>/ca.crt; "" (plaintext) when neither.
-  Status LoadCa() {
-    std::string path = opts_.ca_file.empty() ? DataFile("ca.crt") : opts_.ca_file;
-    std::error_code ec;
-    if (opts_.ca_file.empty() && !std::filesystem::exists(path, ec)) return Status::Ok();
-    auto pem = ReadTextFile(path);
-    if (!pem.ok()) return InvalidArgument(fmt::format("the cluster CA: {}", pem.status().message()));
-    auto info = auth::ParseCertPem(*pem);
-    if (!info.ok() || !info->is_ca) {
-      return InvalidArgument(fmt::format("'{}' is not a CA certificate{}", path,
-                                         info.ok() ? "" : ": " + info.status().message()));
-    }
-    ca_pem_ = std::move(*pem);
-    spdlog::info("node '{}' verifies the server with the cluster CA {} ({})", opts_.node_name, path, info->fingerprint);
-    return Status::Ok();
-  }
-
-  // This node's private key: the one in <data_dir>/node.key, else a new one
-  // written there (0600) first, so that a certificate issued for it is never
-  // without its key.
-  Result<std::string> NodeKey() {
-    const std::string path = DataFile("node.key");
-    if (auto existing = ReadTextFile(path); existing.ok()) return existing;
-    DROVER_ASSIGN_OR_RETURN(std::string key, auth::GenerateKeyPem());
-    DROVER_RETURN_IF_ERROR(WriteFileAtomic(path, key, 0600));
-    return key;
-  }
-
-  // TLS credentials for the channel (plaintext without a CA). With
-  // `client_cert`, the node's certificate when it has one that is valid
-  // now: an expired or foreign one is left out (the node token still
-  // authenticates), said loudly.
-  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(bool client_cert) {
-    if (ca_pem_.empty()) return grpc::InsecureChannelCredentials();
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = ca_pem_;
-    if (client_cert) {
-      auto cert = ReadTextFile(DataFile("node.crt"));
-      auto key = ReadTextFile(DataFile("node.key"));
-      if (cert.ok() && key.ok()) {
-        Status usable = auth::CheckKeyMatchesCert(*key, *cert);
-        if (usable.ok()) usable = auth::VerifyCertPem(*cert, ca_pem_, NowUnix(), auth::Purpose::kClient);
-        if (usable.ok()) {
-          auto info = auth::ParseCertPem(*cert);
-          if (info.ok() && info->not_after_unix - NowUnix() < 30 * 24 * 3600) {
-            spdlog::warn("node '{}': its certificate expires in less than 30 days (renewal: docs/security.md)",
-                         opts_.node_name);
-          }
-          spdlog::info("node '{}' presents its certificate {}", opts_.node_name, DataFile("node.crt"));
-          o.pem_private_key = std::move(*key);
-          o.pem_cert_chain = std::move(*cert);
-        } else {
-          spdlog::error("node '{}' leaves its certificate {} out: {}; it authenticates with its node token only",
-                        opts_.node_name, DataFile("node.crt"), usable.message());
-        }
-      }
-    }
-    return grpc::SslCredentials(o);
-  }
-
-  void ConnectLoop() {
-    auto backoff = std::chrono::milliseconds(100);
-    std::string token;
-    while (!stopping_ && (token = Credential()).empty()) {
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-    }
-    backoff = std::chrono::milliseconds(100);
-    std::unique_ptr<v1::AgentService::Stub> stub;
-    while (!stopping_) {
-      if (!stub) stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, token, ChannelCredentials(true)));
-      if (RunSession(stub.get())) {
-        backoff = std::chrono::milliseconds(100);
-      } else {
-        stub.reset();  // a fresh channel after a failure: the certificate is looked at again
-      }
-      if (stopping_) break;
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-    }
-  }
-
-  // Returns true when a session was established (and then ended).
-  bool RunSession(v1::AgentService::Stub* stub) {
+  // What the node registers with, on every (re)connect.
+  v1::RegisterRequest MakeRegister() {
     v1::RegisterRequest reg;
     reg.set_node_name(opts_.node_name);
     std::vector<GpuReading> readings = telemetry_->TakeReadings(/*summarise=*/false);
@@ -602,67 +488,37 @@ class AgentImpl final : public Agent {
     reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
     reg.set_agent_version(kVersion);
     reg.set_gossip_address(opts_.gossip_listen);
-    // The lease counts from the registration at the earliest: the server
-    // renews it when the session opens, after this.
-    int64_t contact = MonoNanos();
-    v1::RegisterResponse rresp;
-    {
-      grpc::ClientContext rctx;
-      rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      grpc::Status s = stub->Register(&rctx, reg, &rresp);
-      if (!s.ok()) {
-        spdlog::debug("node '{}' cannot register: {}", opts_.node_name, s.error_message());
-        if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT || s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-            s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-          spdlog::error("node '{}' was refused: {}", opts_.node_name, s.error_message());
-        }
-        return false;
-      }
-    }
-    auto ctx = std::make_shared<grpc::ClientContext>();
-    {
-      std::lock_guard lock(ctx_mu_);
-      if (stopping_) return false;
-      ctx_ = ctx;
-    }
-    auto stream = stub->Session(ctx.get());
-    v1::AgentMessage hello;
-    hello.mutable_hello()->set_node_name(opts_.node_name);
-    bool ok = stream->Write(hello);
-    if (ok) {
-      Sync([this, s = stream.get(), &rresp, contact] { OnConnected(s, rresp, contact); });
-      v1::ServerMessage msg;
-      while (stream->Read(&msg)) {
-        if (msg.has_desired()) loop_.Post([this, d = msg.desired()] { OnDesired(d); });
-        if (msg.has_inject_fault()) InjectFault(msg.inject_fault());
-        if (msg.has_heartbeat_ack()) loop_.Post([this, a = msg.heartbeat_ack()] { OnHeartbeatAck(a); });
-      }
-      Sync([this] { OnDisconnected(); });
-    }
-    grpc::Status st = stream->Finish();
-    {
-      std::lock_guard lock(ctx_mu_);
-      ctx_.reset();
-    }
-    if (!stopping_) spdlog::warn("node '{}' session ended: {}", opts_.node_name, st.error_message());
-    return ok;
+    return reg;
   }
 
-  // Runs `fn` on the owner loop and waits for it.
-  void Sync(std::function<void()> fn) {
-    std::promise<void> done;
-    loop_.Post([&] {
-      fn();
-      done.set_value();
-    });
-    done.get_future().wait();
+  void OnMessage(v1::ServerMessage m) {
+    if (m.has_desired()) OnDesired(m.desired());
+    if (m.has_inject_fault()) InjectFault(m.inject_fault());
+    if (m.has_heartbeat_ack()) OnHeartbeatAck(m.heartbeat_ack());
+  }
+
+  // Runs `fn` on the owner loop and waits for it; false when the agent
+  // stopped first.
+  bool RunOnLoop(std::function<void()> fn) {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> answer = done->get_future();
+    if (!loop_.Post([fn = std::move(fn), done] {
+          fn();
+          done->set_value();
+        })) {
+      return false;
+    }
+    try {
+      answer.get();
+      return true;
+    } catch (const std::future_error&) {
+      return false;  // dropped: the agent stopped
+    }
   }
 
   // ---- owner loop ----
 
-  void OnConnected(grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream,
-                   const v1::RegisterResponse& lease, int64_t contact) {
-    stream_ = stream;
+  void OnConnected(const v1::RegisterResponse& lease, int64_t contact) {
     have_desired_ = false;
     if (lease.heartbeat_interval_ms() > 0) heartbeat_every_ = std::chrono::milliseconds(lease.heartbeat_interval_ms());
     fence_after_ns_ = int64_t{lease.fence_after_ms()} * 1'000'000;
@@ -691,7 +547,7 @@ class AgentImpl final : public Agent {
     Send(m);
   }
 
-  void OnDisconnected() { stream_ = nullptr; }
+  void OnDisconnected() {}
 
   // The server acknowledged a heartbeat: it renewed the lease no earlier
   // than when that heartbeat was sent.
@@ -733,6 +589,11 @@ class AgentImpl final : public Agent {
     membership::UdpNodeOptions o;
     o.name = opts_.node_name;
     o.bind_address = opts_.gossip_listen;
+    o.hub = opts_.gossip_hub;
+    if (opts_.gossip_period.count() > 0) {
+      o.config.protocol_period_ns = std::chrono::nanoseconds(opts_.gossip_period).count();
+      o.config.probe_timeout_ns = o.config.protocol_period_ns / 2;
+    }
     o.config.cluster_id = r.gossip_cluster();
     o.config.key = r.gossip_key();
     // A peer relayed our beat to the server and it renewed our lease: that
@@ -771,9 +632,8 @@ class AgentImpl final : public Agent {
     loop_.PostAfter(heartbeat_every_ - since, [this, generation] { HeartbeatTimer(generation); });
   }
 
-  void Send(const v1::AgentMessage& m) {
-    if (stream_ != nullptr && !stream_->Write(m)) stream_ = nullptr;  // the reader will notice too
-  }
+  bool Connected() const { return connection_ != nullptr && connection_->connected(); }
+  bool Send(const v1::AgentMessage& m) { return connection_ != nullptr && connection_->Send(m); }
 
   std::string CheckpointRoot() const {
     return opts_.checkpoint_root.empty() ? opts_.data_dir + "/checkpoints" : opts_.checkpoint_root;
@@ -948,7 +808,7 @@ class AgentImpl final : public Agent {
   // Only the first replica of a gang ships its output (the job's log is one
   // byte stream); the others keep theirs in their job directory.
   void ShipLog(const std::string& id, LocalJob* job, bool all) {
-    if (stream_ == nullptr) return;
+    if (!Connected()) return;
     rpc::WorkloadRef ref = RefOf(id);
     if (ref.replica != 0) return;
     std::ifstream in(job->dir.File("output.log"), std::ios::binary);
@@ -956,7 +816,8 @@ class AgentImpl final : public Agent {
     in.seekg(job->log_sent);
     int64_t budget = all ? INT64_MAX : kLogPerTick;
     std::string buf(static_cast<size_t>(kLogChunk), '\0');
-    while (budget > 0 && stream_ != nullptr) {
+    // Bounded by what waits for the network too: a slow link paces the logs.
+    while (budget > 0 && Connected() && connection_->queued_bytes() < kLogBacklog) {
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
       std::streamsize n = in.gcount();
       if (n <= 0) break;
@@ -965,7 +826,7 @@ class AgentImpl final : public Agent {
       m.mutable_log()->set_workload_id(id);
       m.mutable_log()->set_offset(job->log_sent);
       m.mutable_log()->set_data(buf.data(), static_cast<size_t>(n));
-      Send(m);
+      if (!Send(m)) break;
       job->log_sent += n;
       budget -= n;
     }
@@ -1031,11 +892,8 @@ class AgentImpl final : public Agent {
       v1::WorkloadStatus ws = StatusOf(id, job);
       if (ws.state() != job.reported) *m.mutable_status()->add_workloads() = ws;
     }
-    if (stream_ != nullptr && m.status().workloads_size() > 0) {
-      Send(m);
-      if (stream_ != nullptr) {
-        for (const auto& ws : m.status().workloads()) jobs_.at(ws.workload_id()).reported = ws.state();
-      }
+    if (m.status().workloads_size() > 0 && Send(m)) {
+      for (const auto& ws : m.status().workloads()) jobs_.at(ws.workload_id()).reported = ws.state();
     }
     Reconcile();
     UpdateLoads();
@@ -1044,8 +902,7 @@ class AgentImpl final : public Agent {
 
   // ---- telemetry ----
 
-  // Runs on the connection thread: the server relays an administrator's
-  // fault injection. The answer only goes to the log: the server checked
+  // The server relays an administrator's fault injection. The answer only goes to the log: the server checked
   // that the GPU is simulated before it relayed the call.
   void InjectFault(const v1::InjectFault& f) {
     auto fault = ParseFault(f.fault());
@@ -1072,7 +929,7 @@ class AgentImpl final : public Agent {
   // telemetry period (there is nothing newer in between), on a new session,
   // and at once when a GPU's health changes (`with_gpus`).
   void SendHeartbeat(bool with_gpus = false) {
-    if (stream_ == nullptr) return;
+    if (!Connected()) return;
     auto now = std::chrono::steady_clock::now();
     with_gpus = with_gpus || now - last_gpu_report_ >= std::max<std::chrono::nanoseconds>(opts_.telemetry.period, heartbeat_every_);
     v1::AgentMessage hb;
@@ -1142,7 +999,6 @@ class AgentImpl final : public Agent {
   metrics::Registry metrics_;
   std::unique_ptr<http::Server> metrics_http_;
   std::string metrics_address_;
-  std::string ca_pem_;  // the cluster CA; "" for plaintext. Set by Init, then read-only.
   std::vector<BackendLinks> backend_links_;
   std::vector<int32_t> links_;  // the node's link matrix, as registered
   NodeIsolation isolation_;
@@ -1151,13 +1007,11 @@ class AgentImpl final : public Agent {
   std::vector<std::vector<DeviceRule>> gpu_devices_;  // per GPU: its device files
   std::string jobs_dir_;
   std::atomic<bool> stopping_{false};
-  std::mutex ctx_mu_;
-  std::shared_ptr<grpc::ClientContext> ctx_;  // GUARDED_BY(ctx_mu_)
-  std::thread connector_;
-  runtime::EventLoop loop_;
+  std::unique_ptr<runtime::EventLoop> own_loop_;  // unless the options name a shared one
+  runtime::LoopClient loop_;
+  std::unique_ptr<ServerConnection> connection_;  // set by Init, then read-only
 
   // Owned by the loop thread.
-  grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>* stream_ = nullptr;
   std::map<std::string, LocalJob> jobs_;
   std::map<std::string, v1::Workload> desired_;
   std::map<std::string, v1::Stop> stops_;  // how to stop what is not desired

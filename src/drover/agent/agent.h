@@ -9,9 +9,9 @@
 // agent or the server is down; a restarted agent adopts them from its data
 // directory, so a job is never started twice and its exit is never lost.
 //
-// Threading: one owner loop holds all workload state and is the only writer
-// to the stream; a connection thread registers, reads the stream and posts
-// what it reads to the owner loop.
+// Threading: one owner loop (its own thread, or one shared with other
+// agents) holds all workload state; the link to the server runs on gRPC's
+// callback API and posts what it reads to that loop (connection.h).
 
 #include <chrono>
 #include <map>
@@ -24,6 +24,13 @@
 #include "drover/agent/job_env.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/status.h"
+
+namespace drover::runtime {
+class EventLoop;
+}
+namespace drover::membership {
+class UdpHub;
+}
 
 namespace drover::agent {
 
@@ -82,8 +89,15 @@ struct AgentOptions {
   // The node's gossip endpoint (UDP, "10.0.0.7:7946", an address its peers
   // can reach; docs/failures.md): the agent joins the membership group, so
   // that a node whose own link to the server is down is kept alive by its
-  // peers. Empty: no gossip.
+  // peers. Empty: no gossip. Port 0 picks a free port when the agent
+  // starts (it registers the port it picked).
   std::string gossip_listen;
+  // Serves the node's gossip socket on a thread shared with other nodes
+  // (simulated nodes); null: a thread of its own.
+  membership::UdpHub* gossip_hub = nullptr;
+  // The gossip protocol period (one probe per period; the direct probe
+  // waits half of it). 0: the protocol's default, 200 ms.
+  std::chrono::milliseconds gossip_period{0};
   // Where each job's DROVER_CHECKPOINT_DIR (<root>/<job id>) lives: a
   // shared filesystem in a real cluster, so that a requeued job finds its
   // checkpoints on any node. Empty: <data_dir>/checkpoints. A job's
@@ -91,6 +105,11 @@ struct AgentOptions {
   // ended for good.
   std::string checkpoint_root;
   std::chrono::seconds checkpoint_retention{3600};
+  // The thread the agent works on (its own state, telemetry, its link to
+  // the server), shared with other agents: `drover up --simulate N` runs
+  // N simulated nodes on a few loops. Null: threads of its own. A shared
+  // loop must run until the agent's Stop() returns.
+  runtime::EventLoop* loop = nullptr;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC

@@ -45,14 +45,15 @@ Status ValidateTelemetryOptions(const TelemetryOptions& o) {
 }
 
 Telemetry::Telemetry(std::vector<std::unique_ptr<DeviceBackend>> backends, std::vector<DeviceSlot> slots,
-                     TelemetryOptions options, std::function<void()> on_health_change)
+                     TelemetryOptions options, std::function<void()> on_health_change, runtime::EventLoop* loop)
     : backends_(std::move(backends)),
       slots_(std::move(slots)),
       options_(options),
       history_(HistoryFor(options)),
       on_health_change_(std::move(on_health_change)),
       health_(static_cast<int>(slots_.size()), options.health),
-      loop_("telemetry"),
+      own_loop_(loop == nullptr ? std::make_unique<runtime::EventLoop>("telemetry") : nullptr),
+      tasks_(loop == nullptr ? own_loop_.get() : loop),
       gpus_(slots_.size()) {
   for (PerGpu& g : gpus_) g.ring.resize(history_);
 }
@@ -60,13 +61,17 @@ Telemetry::Telemetry(std::vector<std::unique_ptr<DeviceBackend>> backends, std::
 Telemetry::~Telemetry() { Stop(); }
 
 void Telemetry::Start() {
-  loop_.Start();
+  if (own_loop_) own_loop_->Start();
+  started_ = true;
   next_tick_ = steady_clock::now();
   next_check_ = next_tick_ + options_.health_interval;
-  loop_.Post([this] { Tick(); });
+  tasks_.Post([this] { Tick(); });
 }
 
-void Telemetry::Stop() { loop_.Stop(); }
+void Telemetry::Stop() {
+  if (started_) tasks_.Close();
+  if (own_loop_) own_loop_->Stop();
+}
 
 void Telemetry::Tick() {
   int64_t now = MonoNs();
@@ -80,7 +85,7 @@ void Telemetry::Tick() {
   next_tick_ += options_.period;
   auto now_tp = steady_clock::now();
   if (next_tick_ < now_tp) next_tick_ = now_tp + options_.period;
-  loop_.PostAfter(next_tick_ - now_tp, [this] { Tick(); });
+  tasks_.PostAfter(next_tick_ - now_tp, [this] { Tick(); });
 }
 
 void Telemetry::SampleAll(int64_t now_ns) {
@@ -203,7 +208,7 @@ std::vector<GpuSample> Telemetry::History(int gpu, size_t max) const {
 void Telemetry::SetLoad(int gpu, double load) {
   if (gpu < 0 || static_cast<size_t>(gpu) >= slots_.size()) return;
   DeviceSlot slot = slots_[static_cast<size_t>(gpu)];
-  loop_.Post([slot, load] { slot.backend->SetLoad(slot.index, load); });
+  tasks_.Post([slot, load] { slot.backend->SetLoad(slot.index, load); });
 }
 
 Status Telemetry::InjectFault(int gpu, const Fault& fault) {
@@ -211,12 +216,17 @@ Status Telemetry::InjectFault(int gpu, const Fault& fault) {
     return InvalidArgument(fmt::format("gpu {} does not exist (the node has {})", gpu, slots_.size()));
   }
   DeviceSlot slot = slots_[static_cast<size_t>(gpu)];
+  if (tasks_.InLoopThread()) return slot.backend->InjectFault(slot.index, fault);
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> answer = done->get_future();
-  if (!loop_.Post([slot, fault, done] { done->set_value(slot.backend->InjectFault(slot.index, fault)); })) {
+  if (!tasks_.Post([slot, fault, done] { done->set_value(slot.backend->InjectFault(slot.index, fault)); })) {
     return Unavailable("the agent is stopping");
   }
-  return answer.get();
+  try {
+    return answer.get();
+  } catch (const std::future_error&) {
+    return Unavailable("the agent is stopping");  // dropped by Stop
+  }
 }
 
 }  // namespace drover::agent

@@ -61,8 +61,10 @@ class Telemetry {
  public:
   // `backends` are owned; `slots[i]` names node GPU i. `on_health_change`
   // runs on the telemetry thread when any GPU's health or reason changes.
+  // `loop`: the thread to sample on, shared with others (simulated nodes);
+  // null: a thread of its own.
   Telemetry(std::vector<std::unique_ptr<DeviceBackend>> backends, std::vector<DeviceSlot> slots,
-            TelemetryOptions options, std::function<void()> on_health_change);
+            TelemetryOptions options, std::function<void()> on_health_change, runtime::EventLoop* loop = nullptr);
   ~Telemetry();
   Telemetry(const Telemetry&) = delete;
   Telemetry& operator=(const Telemetry&) = delete;
@@ -77,7 +79,8 @@ class Telemetry {
   std::vector<GpuSample> History(int gpu, size_t max) const;
   // How busy the work placed on `gpu` is (0..1), for backends that model it.
   void SetLoad(int gpu, double load);
-  // Runs the injection on the telemetry thread and waits for its answer.
+  // Runs the injection on the telemetry thread and waits for its answer
+  // (at once when called on that thread).
   Status InjectFault(int gpu, const Fault& fault);
 
  private:
@@ -105,7 +108,9 @@ class Telemetry {
   HealthTracker health_;  // telemetry thread only
   std::chrono::steady_clock::time_point next_tick_;
   std::chrono::steady_clock::time_point next_check_;
-  runtime::EventLoop loop_;
+  std::unique_ptr<runtime::EventLoop> own_loop_;  // when not given one
+  runtime::LoopClient tasks_;
+  bool started_ = false;
 
   mutable std::mutex mu_;
   std::vector<PerGpu> gpus_;  // GUARDED_BY(mu_)

@@ -1,0 +1,470 @@
+#include "drover/agent/connection.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "drover/auth/certs.h"
+#include "drover/common/files.h"
+#include "drover/rpc/channel.h"
+#include "drover/v1/agent.grpc.pb.h"
+
+namespace drover::agent {
+namespace {
+
+constexpr auto kFirstBackoff = std::chrono::milliseconds(100);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(5000);
+constexpr auto kCallDeadline = std::chrono::seconds(5);
+
+int64_t MonoNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t NowUnix() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class ConnectionImpl;
+
+// One Session stream. Writes start on the agent's loop, outside gRPC's
+// reactions, so the stream keeps a hold until it will write no more
+// (closed_); reads are handed to the connection as they complete.
+class SessionCall final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::ServerMessage> {
+ public:
+  explicit SessionCall(ConnectionImpl* owner) : owner_(owner) {}
+
+  void Begin(std::shared_ptr<SessionCall> self, v1::AgentService::Stub* stub, const v1::AgentMessage& hello) {
+    self_ = std::move(self);
+    stub->async()->Session(&ctx_, this);
+    AddHold();
+    StartRead(&in_);
+    Write(hello);
+    StartCall();
+  }
+
+  // Any thread. False once the stream is closing.
+  bool Write(const v1::AgentMessage& m) {
+    size_t n = m.ByteSizeLong();
+    bool overflow = false;
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return false;
+      if (queued_bytes_ + n > ServerConnection::kMaxQueuedBytes) {
+        overflow = true;
+      } else {
+        queue_.push_back(m);
+        queued_bytes_ += n;
+        if (!writing_) {
+          writing_ = true;
+          StartWrite(&queue_.front());
+        }
+      }
+    }
+    if (overflow) {
+      spdlog::warn("the server has not read {} MiB of this agent's messages; resetting the session",
+                   ServerConnection::kMaxQueuedBytes >> 20);
+      Cancel();
+      return false;
+    }
+    return true;
+  }
+
+  size_t queued_bytes() {
+    std::lock_guard lock(mu_);
+    return queued_bytes_;
+  }
+
+  bool closed() {
+    std::lock_guard lock(mu_);
+    return closed_;
+  }
+
+  // Whether the server said anything on this session.
+  bool heard() const { return heard_.load(); }
+
+  void Cancel() { ctx_.TryCancel(); }
+
+  void OnWriteDone(bool ok) override {
+    bool release = false;
+    {
+      std::lock_guard lock(mu_);
+      queued_bytes_ -= queue_.front().ByteSizeLong();
+      queue_.pop_front();
+      if (!ok) closed_ = true;
+      if (!closed_ && !queue_.empty()) {
+        StartWrite(&queue_.front());
+      } else {
+        writing_ = false;
+        release = ReleaseLocked();
+      }
+    }
+    if (release) RemoveHold();
+  }
+
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  // True once: the stream will start no more writes, so the hold can go.
+  bool ReleaseLocked() {
+    if (!closed_ || writing_ || released_) return false;
+    released_ = true;
+    return true;
+  }
+
+  ConnectionImpl* const owner_;
+  grpc::ClientContext ctx_;
+  v1::ServerMessage in_;  // the read in flight
+  std::atomic<bool> heard_{false};
+  std::shared_ptr<SessionCall> self_;  // until OnDone
+  std::mutex mu_;
+  std::deque<v1::AgentMessage> queue_;  // GUARDED_BY(mu_) front: the write in flight
+  size_t queued_bytes_ = 0;             // GUARDED_BY(mu_)
+  bool writing_ = false, closed_ = false, released_ = false;  // GUARDED_BY(mu_)
+};
+
+// A unary call in flight (Join, Register).
+template <typename Request, typename Response>
+struct UnaryCall {
+  std::unique_ptr<v1::AgentService::Stub> own_stub;  // a join's own channel
+  grpc::ClientContext ctx;
+  Request req;
+  Response resp;
+  int64_t sent_ns = 0;
+  std::string key;  // a join's node key, for its certificate
+};
+
+class ConnectionImpl final : public ServerConnection {
+ public:
+  ConnectionImpl(ConnectionOptions o, runtime::EventLoop* loop, ConnectionEvents e)
+      : opts_(std::move(o)), events_(std::move(e)), tasks_(loop) {}
+  ~ConnectionImpl() override { Stop(); }
+
+  // The cluster CA the server is verified with: --ca-file, else the one a
+  // join over TLS kept in <data_dir>/ca.crt; "" (plaintext) when neither.
+  Status LoadCa() {
+    std::string path = opts_.ca_file.empty() ? DataFile("ca.crt") : opts_.ca_file;
+    std::error_code ec;
+    if (opts_.ca_file.empty() && !std::filesystem::exists(path, ec)) return Status::Ok();
+    auto pem = ReadTextFile(path);
+    if (!pem.ok()) return InvalidArgument(fmt::format("the cluster CA: {}", pem.status().message()));
+    auto info = auth::ParseCertPem(*pem);
+    if (!info.ok() || !info->is_ca) {
+      return InvalidArgument(fmt::format("'{}' is not a CA certificate{}", path,
+                                         info.ok() ? "" : ": " + info.status().message()));
+    }
+    ca_pem_ = std::move(*pem);
+    spdlog::info("node '{}' verifies the server with the cluster CA {} ({})", opts_.node_name, path, info->fingerprint);
+    return Status::Ok();
+  }
+
+  void Begin() { tasks_.Post([this] { Connect(); }); }
+
+  bool Send(const v1::AgentMessage& m) override { return session_ != nullptr && session_->Write(m); }
+  bool connected() const override { return session_ != nullptr && !session_->closed(); }
+  size_t queued_bytes() const override { return session_ == nullptr ? 0 : session_->queued_bytes(); }
+
+  void Stop() override {
+    std::vector<std::function<void()>> cancels;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+      for (auto& [key, cancel] : cancels_) cancels.push_back(cancel);
+    }
+    for (auto& cancel : cancels) cancel();
+    {
+      std::unique_lock lock(mu_);
+      idle_.wait(lock, [this] { return in_flight_ == 0; });
+    }
+    tasks_.Close();
+    session_.reset();
+  }
+
+  // ---- from the calls (gRPC's threads) ----
+
+  void Deliver(SessionCall* call, v1::ServerMessage m) {
+    tasks_.Post([this, call, m = std::move(m)]() mutable {
+      if (call == session_.get()) events_.message(std::move(m));
+    });
+  }
+
+  void Ended(std::shared_ptr<SessionCall> call, grpc::Status status) {
+    SessionCall* key = call.get();
+    Forget(key);
+    tasks_.Post([this, call = std::move(call), status] { OnSessionEnded(call.get(), status); });
+    Done();
+  }
+
+ private:
+  // ---- calls in flight: Stop cancels them and waits for their end ----
+
+  // False when stopping: the call must not start.
+  bool Track(const void* key, std::function<void()> cancel) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    cancels_.emplace(key, std::move(cancel));
+    ++in_flight_;
+    return true;
+  }
+  void Forget(const void* key) {
+    std::lock_guard lock(mu_);
+    cancels_.erase(key);
+  }
+  // The last thing a call's completion does: `this` may go right after.
+  void Done() {
+    std::lock_guard lock(mu_);
+    if (--in_flight_ == 0) idle_.notify_all();
+  }
+  bool stopping() {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
+
+  // ---- on the agent's loop ----
+
+  void Connect() {
+    if (stopping()) return;
+    if (token_.empty()) token_ = opts_.token.empty() ? StoredToken() : opts_.token;
+    if (!token_.empty()) {
+      Register();
+    } else if (!opts_.join_token.empty()) {
+      Join();
+    } else {
+      spdlog::error("node '{}' has no credential: start the agent with --join-token", opts_.node_name);
+      Retry(/*reset=*/false);
+    }
+  }
+
+  void Retry(bool reset) {
+    backoff_ = reset ? kFirstBackoff : std::min(backoff_ * 2, std::chrono::milliseconds(kMaxBackoff));
+    tasks_.PostAfter(backoff_, [this] { Connect(); });
+  }
+
+  std::string DataFile(const char* name) const { return opts_.data_dir + "/" + name; }
+
+  // What an earlier join stored in <data_dir>/node.token.
+  std::string StoredToken() const {
+    std::string token;
+    if (std::ifstream in(DataFile("node.token")); in) std::getline(in, token);
+    return token;
+  }
+
+  // A join with the one-time join token. Over TLS (the agent knows the
+  // cluster CA) it also asks for a certificate: a key made here and kept in
+  // <data_dir>/node.key (0600), a CSR for it, and the certificate the
+  // server returns in node.crt.
+  void Join() {
+    using Call = UnaryCall<v1::JoinRequest, v1::JoinResponse>;
+    auto call = std::make_shared<Call>();
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.data_dir, ec);
+    call->req.set_join_token(opts_.join_token);
+    call->req.set_node_name(opts_.node_name);
+    if (!ca_pem_.empty()) {
+      auto k = NodeKey();
+      auto csr = k.ok() ? auth::MakeCsrPem(*k, opts_.node_name) : Result<std::string>(k.status());
+      if (!csr.ok()) {
+        spdlog::error("node '{}' cannot make a certificate request: {}", opts_.node_name, csr.status().message());
+        Retry(false);
+        return;
+      }
+      call->key = *k;
+      call->req.set_csr_pem(*csr);
+    }
+    call->own_stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, "", ChannelCredentials(false)));
+    call->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    if (!Track(call.get(), [call] { call->ctx.TryCancel(); })) return;
+    call->own_stub->async()->Join(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
+      Forget(call.get());
+      tasks_.Post([this, call, s] { OnJoined(*call, s); });
+      Done();
+    });
+  }
+
+  void OnJoined(UnaryCall<v1::JoinRequest, v1::JoinResponse>& call, const grpc::Status& s) {
+    if (!s.ok()) {
+      spdlog::error("node '{}' could not join: {}", opts_.node_name, s.error_message());
+      Retry(false);
+      return;
+    }
+    const v1::JoinResponse& resp = call.resp;
+    if (!resp.certificate_pem().empty()) {
+      // Checked before it is kept: the server answered over a connection
+      // verified with the CA, but a certificate for another key or CA would
+      // only fail later, at every handshake.
+      Status ok = auth::CheckKeyMatchesCert(call.key, resp.certificate_pem());
+      if (ok.ok()) ok = auth::VerifyCertPem(resp.certificate_pem(), ca_pem_, NowUnix(), auth::Purpose::kClient);
+      if (ok.ok()) ok = WriteFileAtomic(DataFile("node.crt"), resp.certificate_pem(), 0644);
+      if (ok.ok() && !opts_.ca_file.empty()) ok = WriteFileAtomic(DataFile("ca.crt"), ca_pem_, 0644);
+      if (!ok.ok()) {
+        spdlog::error("node '{}' joined but cannot use the certificate it was issued: {}", opts_.node_name, ok.message());
+      } else {
+        spdlog::info("node '{}' was issued a certificate, kept in {}", opts_.node_name, DataFile("node.crt"));
+      }
+    }
+    const std::string path = DataFile("node.token");
+    if (Status w = WriteFileAtomic(path, resp.node_token() + "\n", 0600); !w.ok()) {
+      spdlog::error("node '{}' joined but cannot keep its credential: {}", opts_.node_name, w.message());
+    } else {
+      spdlog::info("node '{}' joined; its credential is in {}", opts_.node_name, path);
+    }
+    token_ = resp.node_token();
+    Connect();
+  }
+
+  // This node's private key: the one in <data_dir>/node.key, else a new one
+  // written there (0600) first, so that a certificate issued for it is never
+  // without its key.
+  Result<std::string> NodeKey() {
+    const std::string path = DataFile("node.key");
+    if (auto existing = ReadTextFile(path); existing.ok()) return existing;
+    DROVER_ASSIGN_OR_RETURN(std::string key, auth::GenerateKeyPem());
+    DROVER_RETURN_IF_ERROR(WriteFileAtomic(path, key, 0600));
+    return key;
+  }
+
+  // TLS credentials for the channel (plaintext without a CA). With
+  // `client_cert`, the node's certificate when it has one that is valid
+  // now: an expired or foreign one is left out (the node token still
+  // authenticates), said loudly.
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(bool client_cert) {
+    if (ca_pem_.empty()) return grpc::InsecureChannelCredentials();
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = ca_pem_;
+    if (client_cert) {
+      auto cert = ReadTextFile(DataFile("node.crt"));
+      auto key = ReadTextFile(DataFile("node.key"));
+      if (cert.ok() && key.ok()) {
+        Status usable = auth::CheckKeyMatchesCert(*key, *cert);
+        if (usable.ok()) usable = auth::VerifyCertPem(*cert, ca_pem_, NowUnix(), auth::Purpose::kClient);
+        if (usable.ok()) {
+          auto info = auth::ParseCertPem(*cert);
+          if (info.ok() && info->not_after_unix - NowUnix() < 30 * 24 * 3600) {
+            spdlog::warn("node '{}': its certificate expires in less than 30 days (renewal: docs/security.md)",
+                         opts_.node_name);
+          }
+          spdlog::info("node '{}' presents its certificate {}", opts_.node_name, DataFile("node.crt"));
+          o.pem_private_key = std::move(*key);
+          o.pem_cert_chain = std::move(*cert);
+        } else {
+          spdlog::error("node '{}' leaves its certificate {} out: {}; it authenticates with its node token only",
+                        opts_.node_name, DataFile("node.crt"), usable.message());
+        }
+      }
+    }
+    return grpc::SslCredentials(o);
+  }
+
+  void Register() {
+    // A fresh channel after a failure: the certificate is looked at again.
+    if (!stub_) stub_ = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, token_, ChannelCredentials(true)));
+    using Call = UnaryCall<v1::RegisterRequest, v1::RegisterResponse>;
+    auto call = std::make_shared<Call>();
+    call->req = events_.make_register();
+    call->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    // The lease counts from the registration at the earliest: the server
+    // renews it when the session opens, after this.
+    call->sent_ns = MonoNanos();
+    if (!Track(call.get(), [call] { call->ctx.TryCancel(); })) return;
+    stub_->async()->Register(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
+      Forget(call.get());
+      tasks_.Post([this, call, s] { OnRegistered(*call, s); });
+      Done();
+    });
+  }
+
+  void OnRegistered(UnaryCall<v1::RegisterRequest, v1::RegisterResponse>& call, const grpc::Status& s) {
+    if (!s.ok()) {
+      spdlog::debug("node '{}' cannot register: {}", opts_.node_name, s.error_message());
+      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT || s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        spdlog::error("node '{}' was refused: {}", opts_.node_name, s.error_message());
+      }
+      stub_.reset();
+      Retry(false);
+      return;
+    }
+    auto session = std::make_shared<SessionCall>(this);
+    if (!Track(session.get(), [session] { session->Cancel(); })) return;
+    v1::AgentMessage hello;
+    hello.mutable_hello()->set_node_name(opts_.node_name);
+    session_ = session;
+    session->Begin(session, stub_.get(), hello);
+    events_.connected(call.resp, call.sent_ns);
+  }
+
+  void OnSessionEnded(SessionCall* call, const grpc::Status& status) {
+    if (call != session_.get()) return;
+    bool heard = call->heard();
+    session_.reset();
+    events_.disconnected();
+    if (stopping()) return;
+    spdlog::warn("node '{}' session ended: {}", opts_.node_name, status.error_message());
+    if (!heard) stub_.reset();
+    // A session the server never answered does not reset the back-off: a
+    // server that refuses every hello is not asked ten times a second.
+    Retry(/*reset=*/heard);
+  }
+
+  const ConnectionOptions opts_;
+  const ConnectionEvents events_;
+  std::string ca_pem_;  // the cluster CA; "" for plaintext. Set by LoadCa, then read-only.
+
+  std::mutex mu_;
+  std::condition_variable idle_;
+  bool stopping_ = false;                                 // GUARDED_BY(mu_)
+  std::map<const void*, std::function<void()>> cancels_;  // GUARDED_BY(mu_) calls in flight
+  int in_flight_ = 0;                                     // GUARDED_BY(mu_)
+
+  // Owned by the loop.
+  std::string token_;
+  std::unique_ptr<v1::AgentService::Stub> stub_;
+  std::shared_ptr<SessionCall> session_;
+  std::chrono::milliseconds backoff_ = kFirstBackoff;
+
+  runtime::LoopClient tasks_;  // last: closed (Stop) before the rest goes
+};
+
+void SessionCall::OnReadDone(bool ok) {
+  if (ok) {
+    heard_.store(true);
+    owner_->Deliver(this, std::move(in_));
+    in_.Clear();
+    StartRead(&in_);
+    return;
+  }
+  bool release = false;
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    release = ReleaseLocked();
+  }
+  if (release) RemoveHold();
+}
+
+void SessionCall::OnDone(const grpc::Status& status) {
+  // `self` may be the last reference: nothing of this is touched after.
+  owner_->Ended(std::move(self_), status);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ServerConnection>> ServerConnection::Start(ConnectionOptions options, runtime::EventLoop* loop,
+                                                                  ConnectionEvents events) {
+  auto c = std::make_unique<ConnectionImpl>(std::move(options), loop, std::move(events));
+  DROVER_RETURN_IF_ERROR(c->LoadCa());
+  c->Begin();
+  return std::unique_ptr<ServerConnection>(std::move(c));
+}
+
+}  // namespace drover::agent

@@ -1,0 +1,71 @@
+#pragma once
+// ServerConnection: an agent's link to the server, on gRPC's callback API
+// and with no thread of its own, so that the simulated nodes of `drover up
+// --simulate 1000` share a few threads instead of owning several each.
+//
+// It finds the node's credential (joining once with a join token when the
+// node has none, keeping what the join returns in the data directory),
+// registers, opens the Session stream and sends its hello, and starts over
+// with back-off when any of it fails. Everything it tells the agent
+// arrives as a task on the agent's loop, in order: connected, messages,
+// disconnected.
+//
+// Writes are queued and go out one at a time; a server that stops reading
+// (more than kMaxQueuedBytes waiting) gets its session reset, and the
+// agent's next session reports everything afresh (level-triggered).
+//
+// Thread-safety: Send, connected and queued_bytes on the agent's loop only;
+// Stop from any other thread.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "drover/common/status.h"
+#include "drover/runtime/event_loop.h"
+#include "drover/v1/agent.pb.h"
+
+namespace drover::agent {
+
+struct ConnectionOptions {
+  std::string node_name;
+  std::string server_address;
+  std::string data_dir;    // node.token, node.key, node.crt, ca.crt live here
+  std::string token;       // the node credential; empty: <data_dir>/node.token, else a join
+  std::string join_token;  // one-time, from `drover join-token`
+  std::string ca_file;     // the cluster CA; empty: <data_dir>/ca.crt when a join kept one, else plaintext
+};
+
+struct ConnectionEvents {
+  // What to register with (GPUs, topology, labels, ...); asked on every attempt.
+  std::function<v1::RegisterRequest()> make_register;
+  // A session opened. `contact_ns` (steady clock) is when the registration
+  // that opened it was sent: the server renewed the lease no earlier.
+  std::function<void(const v1::RegisterResponse& lease, int64_t contact_ns)> connected;
+  std::function<void(v1::ServerMessage message)> message;
+  std::function<void()> disconnected;
+};
+
+class ServerConnection {
+ public:
+  // Outgoing messages allowed to wait for the network before the session
+  // is reset.
+  static constexpr size_t kMaxQueuedBytes = 64 << 20;
+
+  // Fails only when the configured CA cannot be used. Connects at once, on
+  // `loop`, which must run until Stop() returns.
+  static Result<std::unique_ptr<ServerConnection>> Start(ConnectionOptions options, runtime::EventLoop* loop,
+                                                         ConnectionEvents events);
+  virtual ~ServerConnection() = default;
+
+  // Queues `m` on the open session; false when there is none.
+  virtual bool Send(const v1::AgentMessage& m) = 0;
+  virtual bool connected() const = 0;
+  virtual size_t queued_bytes() const = 0;
+  // Ends the session and every call in flight, and waits until gRPC is
+  // done with them; no event is delivered after it returns. Idempotent.
+  virtual void Stop() = 0;
+};
+
+}  // namespace drover::agent
