@@ -101,14 +101,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       return;
     }
     if (node_.empty()) {
-      grpc::Status opened = Open();
-      if (!opened.ok()) {
-        End(opened);
-        return;
-      }
-    } else {
-      Dispatch();
+      Open();  // reads go on once the control loop has opened the session
+      return;
     }
+    Dispatch();
     StartRead(&in_);
   }
 
@@ -132,27 +128,33 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
  private:
   SessionReactor(grpc::CallbackServerContext* ctx, SessionHost* host) : ctx_(ctx), host_(host) {}
 
-  // The first message: a hello from the node the credential names.
-  grpc::Status Open() {
+  // The first message: a hello from the node the credential names. The
+  // control loop answers on its own thread; this reaction does not wait for
+  // it (gRPC has a few threads for every session's reactions).
+  void Open() {
     if (!in_.has_hello()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first session message must be a hello");
+      End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first session message must be a hello"));
+      return;
     }
     auto authed = host_->NodeOf(ctx_, in_.hello().node_name(), "agent.session");
-    if (!authed.ok()) return rpc::ToGrpc(authed.status());
-    // The control loop answers in microseconds; this reaction waits for it
-    // (bounded) so that no message of the session is handled before it opens.
-    auto opened = host_->loop()->SessionOpened(*authed, Self());
-    if (opened.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the control loop did not answer in time");
+    if (!authed.ok()) {
+      End(rpc::ToGrpc(authed.status()));
+      return;
     }
-    if (auto r = opened.get(); !r.ok()) return rpc::ToGrpc(r.status());
-    node_ = *authed;
-    {
-      std::lock_guard lock(mu_);
-      open_ = true;
-      WriteNextLocked();  // what the loop sent while it opened the session
-    }
-    return grpc::Status::OK;
+    std::shared_ptr<SessionReactor> self = Self();
+    host_->loop()->SessionOpened(*authed, self, [self, node = *authed](Result<Done> r) {
+      if (!r.ok()) {
+        self->End(rpc::ToGrpc(r.status()));
+        return;
+      }
+      self->node_ = node;  // before the next read: StartRead below orders it
+      {
+        std::lock_guard lock(self->mu_);
+        self->open_ = true;
+        self->WriteNextLocked();  // what the loop sent while it opened the session
+      }
+      self->StartRead(&self->in_);
+    });
   }
 
   void Dispatch() {

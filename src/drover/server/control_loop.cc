@@ -64,26 +64,32 @@ template <typename T>
 std::future<Result<T>> ControlLoop::Call(std::function<Result<T>()> fn) {
   auto promise = std::make_shared<std::promise<Result<T>>>();
   auto future = promise->get_future();
-  bool posted = loop_.Post([this, promise, fn = std::move(fn)] {
+  CallThen<T>(std::move(fn), [promise](Result<T> r) { promise->set_value(std::move(r)); });
+  return future;
+}
+
+template <typename T>
+void ControlLoop::CallThen(std::function<Result<T>()> fn, std::function<void(Result<T>)> done) {
+  auto answer = std::make_shared<std::function<void(Result<T>)>>(std::move(done));
+  bool posted = loop_.Post([this, answer, fn = std::move(fn)] {
     if (Status s = EnsureRecovered(); !s.ok()) {
-      promise->set_value(s);
+      (*answer)(s);
       return;
     }
     Result<T> r = fn();
     if (ops_.empty() && acks_.empty()) {
-      promise->set_value(std::move(r));
+      (*answer)(std::move(r));
       return;
     }
-    acks_.push_back([promise, r](const Status& committed) {
+    acks_.push_back([answer, r](const Status& committed) {
       if (committed.ok()) {
-        promise->set_value(r);
+        (*answer)(r);
       } else {
-        promise->set_value(committed);
+        (*answer)(committed);
       }
     });
   });
-  if (!posted) promise->set_value(Unavailable("the control loop is stopped"));
-  return future;
+  if (!posted) (*answer)(Unavailable("the control loop is stopped"));
 }
 
 Status ControlLoop::EnsureRecovered() {
@@ -569,7 +575,15 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
 }
 
 std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sink) {
-  return Call<Done>([this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
+  auto promise = std::make_shared<std::promise<Result<Done>>>();
+  auto future = promise->get_future();
+  SessionOpened(std::move(node), std::move(sink), [promise](Result<Done> r) { promise->set_value(std::move(r)); });
+  return future;
+}
+
+void ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sink,
+                                std::function<void(Result<Done>)> done) {
+  CallThen<Done>([this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", node));
     NodeEntry& entry = it->second;
@@ -587,7 +601,7 @@ std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shar
     spdlog::info("node '{}' is ready{}", node,
                  entry.awaiting_clean_report ? "; it takes work once its report shows it runs nothing it should not" : "");
     return Done{};
-  });
+  }, std::move(done));
 }
 
 void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {

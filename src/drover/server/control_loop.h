@@ -29,6 +29,7 @@
 
 #include <deque>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -133,6 +134,9 @@ class ControlLoop {
   // Agents. `req` must already be validated (rpc::ValidateRegister).
   std::future<Result<Done>> RegisterNode(v1::RegisterRequest req);
   std::future<Result<Done>> SessionOpened(std::string node, std::shared_ptr<AgentSink> sink);
+  // The same, answered through `done` on the loop's thread (it must not
+  // block): for callers that may not wait, such as gRPC's reactors.
+  void SessionOpened(std::string node, std::shared_ptr<AgentSink> sink, std::function<void(Result<Done>)> done);
   void SessionClosed(std::string node, const AgentSink* sink);
   // Renews the node's lease (and those of the peers it heard) and answers
   // with a HeartbeatAck on `sink`; applies the GPU health and telemetry of
@@ -187,6 +191,10 @@ class ControlLoop {
     int64_t heard_direct_ns = 0;
     int64_t heard_via_peer_ns = 0;
     int64_t peer_beat = -1;
+    // When the node was last sent the peer list (lease clock): at most once
+    // per kPeersEvery, however often the list changes (a thousand nodes
+    // registering would otherwise send every node a thousand lists).
+    int64_t peers_sent_ns = std::numeric_limits<int64_t>::min() / 2;
     Liveness liveness = Liveness::kAlive;
     std::string liveness_reason;
     // Back from Lost: no new work until a full report shows nothing
@@ -204,6 +212,9 @@ class ControlLoop {
   // written nothing so far, else only after the batch commits.
   template <typename T>
   std::future<Result<T>> Call(std::function<Result<T>()> fn);
+  // As Call, the answer given to `done` on the loop's thread.
+  template <typename T>
+  void CallThen(std::function<Result<T>()> fn, std::function<void(Result<T>)> done);
 
   Status Recover();
   // Retries Recover() while the last one failed; kUnavailable until it works.

@@ -35,6 +35,11 @@ void AppendHistory(const v1::GpuTelemetry& t, std::deque<v1::GpuPoint>* history)
 
 }  // namespace
 
+namespace {
+// How often a node may be sent the peer list while it changes.
+constexpr int64_t kPeersEveryNs = 1'000'000'000;
+}  // namespace
+
 void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<AgentSink> sink) {
   loop_.Post([this, node = std::move(node), hb = std::move(hb), sink = std::move(sink)] {
     auto it = nodes_.find(node);
@@ -60,7 +65,10 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     v1::HeartbeatAck ack;
     ack.set_seq(hb.seq());
     RenewViaPeers(node, hb, &ack);
-    if (hb.peers_version() != peers_version_) FillPeers(node, &ack);
+    if (hb.peers_version() != peers_version_ && entry.heard_direct_ns - entry.peers_sent_ns >= kPeersEveryNs) {
+      FillPeers(node, &ack);
+      entry.peers_sent_ns = entry.heard_direct_ns;
+    }
     if (entry.sink) entry.sink->SendHeartbeatAck(ack);
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
