@@ -344,15 +344,19 @@ TEST(Group, GossipBacklogGoesLeastSentFirstAndDrains) {
       names.push_back(fmt::format("m-{:03}", i));
       peers[names.back()] = FakeNetwork::AddressOf(names.back());
     }
+    const std::string from = "zz-messenger";  // a member that only carries the news
+    peers[from] = FakeNetwork::AddressOf(from);
     ASSERT_TRUE(a.SetPeers(peers).ok());
-    for (const std::string& n : names) {
-      Packet p;  // an ack to nothing of ours: only its incarnation matters
+    for (size_t i = 0; i < names.size(); ++i) {
+      // An ack to nothing of ours carrying news of member i: only the
+      // update matters.
+      Packet p;
       p.type = MessageType::kAck;
       p.seq = 77;
-      p.sender = n;
-      p.incarnation = 5;
-      p.target = n;
-      a.OnPacket(FakeNetwork::AddressOf(n), Encode(p, key), 0);
+      p.sender = from;
+      p.target = from;
+      p.updates.push_back(Update{names[i], MemberState::kAlive, 5, ""});
+      a.OnPacket(FakeNetwork::AddressOf(from), Encode(p, key), 0);
     }
     ASSERT_TRUE(transport.sent.empty());
 
@@ -362,7 +366,7 @@ TEST(Group, GossipBacklogGoesLeastSentFirstAndDrains) {
     const size_t per_packet = std::min(
         kMaxUpdatesPerPacket,
         (max_bytes - EncodedSize(bare)) / EncodedSize(Update{names[0], MemberState::kAlive, 5, ""}));
-    const int limit = RetransmitLimit(c, kMembers + 1);
+    const int limit = RetransmitLimit(c, kMembers + 2);
     const size_t total = static_cast<size_t>(kMembers * limit);
     std::map<std::string, int> carried;
     size_t next = 0;  // index into the endless sequence names[0], ..., names[149], names[0], ...
@@ -384,5 +388,53 @@ TEST(Group, GossipBacklogGoesLeastSentFirstAndDrains) {
   }
 }
 
+// Members come from the control plane: a member's own first-heard
+// incarnation is not gossiped while we see it alive (a thousand nodes would
+// otherwise start with a million updates), but it is when it refutes what
+// we believed of it.
+TEST(Group, OwnIncarnationIsGossipedOnlyWhenItRefutes) {
+  Config c = TestConfig(1);
+  const WireKey key{c.cluster_id, c.key};
+  RecordingTransport transport;
+  auto created = Group::Create("a", c, &transport);
+  ASSERT_TRUE(created.ok());
+  Group& a = **created;
+  ASSERT_TRUE(a.SetPeers({{"b", FakeNetwork::AddressOf("b")}, {"c", FakeNetwork::AddressOf("c")}}).ok());
+  auto ack_from = [&](const std::string& who, uint64_t incarnation, std::vector<Update> updates) {
+    Packet p;
+    p.type = MessageType::kAck;
+    p.seq = 77;
+    p.sender = who;
+    p.target = who;
+    p.incarnation = incarnation;
+    p.updates = std::move(updates);
+    a.OnPacket(FakeNetwork::AddressOf(who), Encode(p, key), 0);
+  };
+  auto carried = [&] {
+    EXPECT_TRUE(a.SendLeaseAck("c", 0).ok());
+    auto decoded = Decode(transport.sent.back(), key, c.max_packet_bytes);
+    EXPECT_TRUE(std::holds_alternative<Packet>(decoded));
+    return std::get<Packet>(decoded).updates;
+  };
+  ack_from("b", 7, {});
+  EXPECT_TRUE(carried().empty()) << "b's first-heard incarnation went out as gossip";
+
+  // c says b is suspect at 7: that is gossip; b's own packet at 8 refutes it.
+  ack_from("c", 0, {Update{"b", MemberState::kSuspect, 7, "c"}});
+  std::vector<Update> suspicion = carried();
+  ASSERT_EQ(suspicion.size(), 1u);
+  EXPECT_EQ(suspicion[0].state, MemberState::kSuspect);
+  ack_from("b", 8, {});
+  bool refuted = false;
+  for (const Update& u : carried()) refuted |= u.member == "b" && u.state == MemberState::kAlive && u.incarnation == 8;
+  EXPECT_TRUE(refuted) << "b's refutation was not passed on";
+  for (const MemberView& m : a.Members()) {
+    if (m.name == "b") {
+      EXPECT_EQ(m.state, MemberState::kAlive);
+    }
+  }
+}
+
 }  // namespace
+
 }  // namespace drover::membership

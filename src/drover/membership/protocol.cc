@@ -343,9 +343,21 @@ void Group::OnPacket(const std::string& from_address, std::string_view bytes, in
   auto [heard, first] = heard_.try_emplace(p.sender, p.beat);
   if (!first) heard->second = std::max(heard->second, p.beat);
 
-  // A member speaks for itself: its own newer incarnation is news.
-  if (p.incarnation > sender.incarnation) Apply(Update{p.sender, MemberState::kAlive, p.incarnation, ""}, now_ns);
   for (const Update& u : p.updates) Apply(u, now_ns);
+  // A member speaks for itself. Its newer incarnation is news to gossip
+  // when it refutes what we believed (suspect, dead); to a view that has
+  // it alive it is not: members come from the control plane, so there is
+  // no join to spread, and gossiping every member's first-heard
+  // incarnation would be N^2 updates at start-up (a thousand simulated
+  // nodes drowned in them; docs/membership.md). Its own refutation, in
+  // `p.updates` above, was gossiped on already.
+  if (p.incarnation > sender.incarnation) {
+    if (sender.state == MemberState::kAlive) {
+      sender.incarnation = p.incarnation;
+    } else {
+      Apply(Update{p.sender, MemberState::kAlive, p.incarnation, ""}, now_ns);
+    }
+  }
 
   switch (p.type) {
     case MessageType::kPing: {
