@@ -255,6 +255,9 @@ class ControlLoop {
   // The node's lease expired: its jobs are queued again (or fail, by their
   // restart policy), its session is reset and it must rejoin clean.
   void DeclareLost(const std::string& name, std::string reason);
+  // How late a node's own heartbeat may be before its peers' renewals are
+  // relayed to it.
+  int64_t LagNs() const;
   void RenewViaPeers(const std::string& reporter, const v1::Heartbeat& hb, v1::HeartbeatAck* ack);
   // Tracks what a node runs that it should not; it takes work once none.
   void NoteUndesired(NodeEntry* entry, const v1::StatusReport& report);

@@ -184,6 +184,10 @@ void ControlLoop::DeclareLost(const std::string& name, std::string reason) {
   Persist(entry.node);
 }
 
+int64_t ControlLoop::LagNs() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(options_.lease.heartbeat_interval).count() * 3 / 2;
+}
+
 void ControlLoop::RenewViaPeers(const std::string& reporter, const v1::Heartbeat& hb, v1::HeartbeatAck* ack) {
   int64_t now = LeaseNowNs();
   for (const v1::PeerBeat& pb : hb.peers()) {
@@ -195,7 +199,12 @@ void ControlLoop::RenewViaPeers(const std::string& reporter, const v1::Heartbeat
     if (peer.liveness == Liveness::kLost || pb.beat() < peer.peer_beat) continue;
     peer.peer_beat = pb.beat();
     peer.heard_via_peer_ns = now;
-    *ack->add_renewed() = pb;
+    // The peer learns of it (a LeaseAck relayed by the reporter) only when
+    // its own heartbeats lag: a node whose session is fine has its own acks,
+    // and a thousand nodes relaying every renewal to each other cost more
+    // than their gossip. 1.5 heartbeat intervals leave the LeaseAck time to
+    // arrive well before the peer's fence (docs/failures.md).
+    if (now - peer.heard_direct_ns > LagNs()) *ack->add_renewed() = pb;
   }
 }
 
