@@ -92,6 +92,9 @@ struct LoopStats {
   int64_t nodes_ready = 0, nodes_not_ready = 0;  // not ready includes suspect and lost
   int64_t nodes_lost = 0;
   int64_t gpus_healthy = 0, gpus_unhealthy = 0;
+  // Since start: lease renewals by the node's own heartbeat and by a peer
+  // that heard it (gossip); nodes declared Lost.
+  uint64_t renewals_direct = 0, renewals_via_peers = 0, node_losses = 0;
 };
 
 // The value of a command that answers only "done".
@@ -297,6 +300,7 @@ class ControlLoop {
   Clock* clock_;
   uint64_t gossip_cluster_ = 0;
   std::string gossip_key_;
+  uint64_t renewals_direct_ = 0, renewals_via_peers_ = 0, node_losses_ = 0;  // LoopStats
   int64_t peers_version_ = 1;
   int64_t last_lease_check_ns_ = 0;  // SteadyClock: when the loop last looked at leases  // bumped when a node's gossip endpoint or liveness changes
   const ControlLoopOptions options_;

@@ -136,6 +136,7 @@ void ControlLoop::DeclareLost(const std::string& name, std::string reason) {
   entry.liveness_reason = reason;
   ++peers_version_;
   spdlog::error("node '{}' is lost: {}; queueing its jobs again", name, reason);
+  ++node_losses_;
   if (entry.sink) {
     entry.sink->Reset();  // whatever it still sends is refused until it registers again
     entry.sink.reset();
@@ -199,6 +200,7 @@ void ControlLoop::RenewViaPeers(const std::string& reporter, const v1::Heartbeat
     if (peer.liveness == Liveness::kLost || pb.beat() < peer.peer_beat) continue;
     peer.peer_beat = pb.beat();
     peer.heard_via_peer_ns = now;
+    ++renewals_via_peers_;
     // The peer learns of it (a LeaseAck relayed by the reporter) only when
     // its own heartbeats lag: a node whose session is fine has its own acks,
     // and a thousand nodes relaying every renewal to each other cost more

@@ -154,6 +154,11 @@ TEST_F(ControlLoopLeasesTest, PeersKeepANodeWhoseOwnLinkIsDown) {
   }
   EXPECT_EQ(Node(node).state(), v1::NODE_STATE_LOST);
   EXPECT_EQ(Get(job.id()).status().allocation().node(), other);
+  // What /metrics counts (drover_lease_renewals_total, drover_node_losses_total).
+  LoopStats stats = Must(loop_->Stats());
+  EXPECT_EQ(stats.renewals_via_peers, 20u);
+  EXPECT_GT(stats.renewals_direct, 0u);
+  EXPECT_EQ(stats.node_losses, 1u);
 }
 
 TEST_F(ControlLoopLeasesTest, LostNodeThatComesBackRunningOldWorkTakesNoneUntilItStops) {

@@ -56,6 +56,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     }
     entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
     entry.heard_direct_ns = LeaseNowNs();
+    ++renewals_direct_;
     if (entry.liveness == Liveness::kSuspect) {
       entry.liveness = Liveness::kAlive;
       entry.liveness_reason.clear();
@@ -181,6 +182,9 @@ std::future<Result<LoopStats>> ControlLoop::Stats() {
       if (entry.liveness == Liveness::kLost) ++s.nodes_lost;
       for (const v1::Gpu& g : entry.node.gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
     }
+    s.renewals_direct = renewals_direct_;
+    s.renewals_via_peers = renewals_via_peers_;
+    s.node_losses = node_losses_;
     return s;
   });
 }

@@ -99,6 +99,12 @@ void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
         .Add({{"state", "Ready"}}, static_cast<double>(s->nodes_ready))
         .Add({{"state", "NotReady"}}, static_cast<double>(s->nodes_not_ready - s->nodes_lost))
         .Add({{"state", "Lost"}}, static_cast<double>(s->nodes_lost));
+    out.Counter("drover_lease_renewals_total",
+                "Node lease renewals: by the node's own heartbeat (session) or by a peer that heard it (gossip).")
+        .Add({{"via", "session"}}, static_cast<double>(s->renewals_direct))
+        .Add({{"via", "peers"}}, static_cast<double>(s->renewals_via_peers));
+    out.Counter("drover_node_losses_total", "Nodes declared Lost (their jobs queued again).")
+        .Add({}, static_cast<double>(s->node_losses));
     out.Gauge("drover_gpus", "GPUs of registered nodes by health.")
         .Add({{"health", "Healthy"}}, static_cast<double>(s->gpus_healthy))
         .Add({{"health", "Unhealthy"}}, static_cast<double>(s->gpus_unhealthy));
