@@ -211,6 +211,17 @@ class AgentImpl final : public Agent {
       jobs_.emplace(spec->job_id, std::move(job));
     }
     if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    // Made before anything of the agent runs on the loop (which reads it),
+    // started last.
+    ConnectionEvents events;
+    events.make_register = [this] { return MakeRegister(); };
+    events.connected = [this](const v1::RegisterResponse& lease, int64_t contact) { OnConnected(lease, contact); };
+    events.message = [this](v1::ServerMessage m) { OnMessage(std::move(m)); };
+    auto connection = ServerConnection::Create(
+        {opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token, opts_.join_token, opts_.ca_file},
+        opts_.loop == nullptr ? own_loop_.get() : opts_.loop, std::move(events));
+    if (!connection.ok()) return connection.status();
+    connection_ = std::move(*connection);
     if (own_loop_) own_loop_->Start();
     telemetry_->Start();
     DROVER_RETURN_IF_ERROR(StartMetrics());
@@ -227,16 +238,7 @@ class AgentImpl final : public Agent {
     }
     loop_.Post([this] { Tick(); });
     loop_.Post([this] { CheckpointSweepTimer(); });
-    ConnectionEvents events;
-    events.make_register = [this] { return MakeRegister(); };
-    events.connected = [this](const v1::RegisterResponse& lease, int64_t contact) { OnConnected(lease, contact); };
-    events.message = [this](v1::ServerMessage m) { OnMessage(std::move(m)); };
-    events.disconnected = [this] { OnDisconnected(); };
-    auto connection = ServerConnection::Start(
-        {opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token, opts_.join_token, opts_.ca_file},
-        opts_.loop == nullptr ? own_loop_.get() : opts_.loop, std::move(events));
-    if (!connection.ok()) return connection.status();
-    connection_ = std::move(*connection);
+    connection_->Begin();
     return Status::Ok();
   }
 
@@ -547,7 +549,6 @@ class AgentImpl final : public Agent {
     Send(m);
   }
 
-  void OnDisconnected() {}
 
   // The server acknowledged a heartbeat: it renewed the lease no earlier
   // than when that heartbeat was sent.

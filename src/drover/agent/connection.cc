@@ -167,7 +167,7 @@ class ConnectionImpl final : public ServerConnection {
     return Status::Ok();
   }
 
-  void Begin() { tasks_.Post([this] { Connect(); }); }
+  void Begin() override { tasks_.Post([this] { Connect(); }); }
 
   bool Send(const v1::AgentMessage& m) override { return session_ != nullptr && session_->Write(m); }
   bool connected() const override { return session_ != nullptr && !session_->closed(); }
@@ -407,7 +407,7 @@ class ConnectionImpl final : public ServerConnection {
     if (call != session_.get()) return;
     bool heard = call->heard();
     session_.reset();
-    events_.disconnected();
+    if (events_.disconnected) events_.disconnected();
     if (stopping()) return;
     spdlog::warn("node '{}' session ended: {}", opts_.node_name, status.error_message());
     if (!heard) stub_.reset();
@@ -459,11 +459,10 @@ void SessionCall::OnDone(const grpc::Status& status) {
 
 }  // namespace
 
-Result<std::unique_ptr<ServerConnection>> ServerConnection::Start(ConnectionOptions options, runtime::EventLoop* loop,
-                                                                  ConnectionEvents events) {
+Result<std::unique_ptr<ServerConnection>> ServerConnection::Create(ConnectionOptions options, runtime::EventLoop* loop,
+                                                                   ConnectionEvents events) {
   auto c = std::make_unique<ConnectionImpl>(std::move(options), loop, std::move(events));
   DROVER_RETURN_IF_ERROR(c->LoadCa());
-  c->Begin();
   return std::unique_ptr<ServerConnection>(std::move(c));
 }
 

@@ -44,7 +44,7 @@ struct ConnectionEvents {
   // that opened it was sent: the server renewed the lease no earlier.
   std::function<void(const v1::RegisterResponse& lease, int64_t contact_ns)> connected;
   std::function<void(v1::ServerMessage message)> message;
-  std::function<void()> disconnected;
+  std::function<void()> disconnected;  // optional
 };
 
 class ServerConnection {
@@ -53,11 +53,14 @@ class ServerConnection {
   // is reset.
   static constexpr size_t kMaxQueuedBytes = 64 << 20;
 
-  // Fails only when the configured CA cannot be used. Connects at once, on
-  // `loop`, which must run until Stop() returns.
-  static Result<std::unique_ptr<ServerConnection>> Start(ConnectionOptions options, runtime::EventLoop* loop,
-                                                         ConnectionEvents events);
+  // Fails only when the configured CA cannot be used. Connects once
+  // Begin() is called, on `loop`, which must run until Stop() returns.
+  static Result<std::unique_ptr<ServerConnection>> Create(ConnectionOptions options, runtime::EventLoop* loop,
+                                                          ConnectionEvents events);
   virtual ~ServerConnection() = default;
+
+  // Starts connecting (any thread; once).
+  virtual void Begin() = 0;
 
   // Queues `m` on the open session; false when there is none.
   virtual bool Send(const v1::AgentMessage& m) = 0;

@@ -62,14 +62,13 @@ Telemetry::~Telemetry() { Stop(); }
 
 void Telemetry::Start() {
   if (own_loop_) own_loop_->Start();
-  started_ = true;
   next_tick_ = steady_clock::now();
   next_check_ = next_tick_ + options_.health_interval;
   tasks_.Post([this] { Tick(); });
 }
 
 void Telemetry::Stop() {
-  if (started_) tasks_.Close();
+  tasks_.Close();
   if (own_loop_) own_loop_->Stop();
 }
 

@@ -110,7 +110,6 @@ class Telemetry {
   std::chrono::steady_clock::time_point next_check_;
   std::unique_ptr<runtime::EventLoop> own_loop_;  // when not given one
   runtime::LoopClient tasks_;
-  bool started_ = false;
 
   mutable std::mutex mu_;
   std::vector<PerGpu> gpus_;  // GUARDED_BY(mu_)

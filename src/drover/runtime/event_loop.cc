@@ -11,6 +11,7 @@ EventLoop::EventLoop(std::string name) : name_(std::move(name)) {}
 EventLoop::~EventLoop() { Stop(); }
 
 void EventLoop::Start() {
+  started_.store(true);
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
     thread_id_.store(std::this_thread::get_id());
@@ -96,8 +97,8 @@ void LoopClient::PostAfter(std::chrono::steady_clock::duration delay, EventLoop:
 
 void LoopClient::Close() {
   if (!open_->load()) return;
-  if (loop_->InLoopThread()) {
-    open_->store(false);  // no task of ours runs after this one
+  if (loop_->InLoopThread() || !loop_->started()) {
+    open_->store(false);  // no task of ours runs after this one (or runs at all: not started)
     return;
   }
   // Flipped on the loop thread, between two tasks: none of ours is halfway.

@@ -54,6 +54,7 @@ class EventLoop {
   void PostAfter(std::chrono::steady_clock::duration delay, Task task);
 
   bool InLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  bool started() const { return started_.load(); }
 
  private:
   struct Timer {
@@ -71,6 +72,7 @@ class EventLoop {
   std::mutex post_mu_;
   moodycamel::ProducerToken producer_{queue_};  // GUARDED_BY(post_mu_)
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> started_{false};
   std::atomic<std::thread::id> thread_id_{};
   std::thread thread_;
   Task batch_hook_;

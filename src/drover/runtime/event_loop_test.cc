@@ -157,6 +157,15 @@ TEST(LoopClientTest, CloseOnItsOwnLoopThreadDoesNotWait) {
   loop.Stop();
 }
 
+// An owner whose start failed before its loop started closes without waiting.
+TEST(LoopClientTest, CloseOnALoopNeverStartedReturns) {
+  EventLoop loop("idle");
+  LoopClient client(&loop);
+  EXPECT_TRUE(client.Post([] {}));
+  client.Close();
+  EXPECT_FALSE(client.Post([] {}));
+}
+
 TEST(LoopClientTest, CloseAfterTheLoopStoppedReturns) {
   EventLoop loop("stopped");
   loop.Start();
