@@ -4,9 +4,6 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,36 +78,6 @@ int64_t NowNanos() {
       .count();
 }
 
-// "127.0.0.1:0" -> "127.0.0.1:41234", a port free now: the node registers
-// its gossip address before it may open the socket (the group's key comes
-// with the registration). Another process could take the port in between;
-// the node then runs without gossip, said in its log.
-Result<std::string> PickGossipPort(const std::string& listen) {
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || listen.substr(colon + 1) != "0") return listen;
-  std::string host = listen.substr(0, colon);
-  std::string numeric = host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(numeric.c_str(), "0", &hints, &found) != 0 || found == nullptr) {
-    return InvalidArgument(fmt::format("gossip address '{}' is not a numeric IP and port", listen));
-  }
-  int fd = ::socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  bool ok = fd >= 0 && ::bind(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0;
-  int err = errno;
-  ::freeaddrinfo(found);
-  if (fd >= 0) ::close(fd);
-  if (!ok) return Unavailable(fmt::format("cannot find a free gossip port on '{}': {}", listen, std::strerror(err)));
-  uint16_t port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  return fmt::format("{}:{}", host, port);
-}
-
 // What the agent knows of one job on this node.
 struct LocalJob {
   explicit LocalJob(JobDir d) : dir(std::move(d)) {}
@@ -182,7 +149,7 @@ class AgentImpl final : public Agent {
     SetUpIsolation();
     DROVER_RETURN_IF_ERROR(ValidateTelemetryOptions(opts_.telemetry));
     if (!opts_.gossip_listen.empty()) {
-      DROVER_ASSIGN_OR_RETURN(opts_.gossip_listen, PickGossipPort(opts_.gossip_listen));
+      DROVER_ASSIGN_OR_RETURN(opts_.gossip_listen, membership::UdpNode::PickPort(opts_.gossip_listen));
     }
     loads_.assign(gpus_.size(), -1);
     std::vector<DeviceSlot> slots;

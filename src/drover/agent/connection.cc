@@ -230,6 +230,19 @@ class ConnectionImpl final : public ServerConnection {
     return stopping_;
   }
 
+  // Starts a unary call, `start(ctx, request, response, done)`, with a
+  // deadline and tracked for Stop; `then` gets its answer on the loop.
+  template <typename Call, typename Start>
+  void StartUnary(std::shared_ptr<Call> call, Start start, void (ConnectionImpl::*then)(Call&, const grpc::Status&)) {
+    call->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    if (!Track(call.get(), [call] { call->ctx.TryCancel(); })) return;
+    start(&call->ctx, &call->req, &call->resp, [this, call, then](grpc::Status s) {
+      Forget(call.get());
+      tasks_.Post([this, call, then, s] { (this->*then)(*call, s); });
+      Done();
+    });
+  }
+
   // ---- on the agent's loop ----
 
   void Connect() {
@@ -282,13 +295,8 @@ class ConnectionImpl final : public ServerConnection {
       call->req.set_csr_pem(*csr);
     }
     call->own_stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, "", ChannelCredentials(false)));
-    call->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-    if (!Track(call.get(), [call] { call->ctx.TryCancel(); })) return;
-    call->own_stub->async()->Join(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
-      Forget(call.get());
-      tasks_.Post([this, call, s] { OnJoined(*call, s); });
-      Done();
-    });
+    auto* api = call->own_stub->async();
+    StartUnary(call, [api](auto... args) { api->Join(args...); }, &ConnectionImpl::OnJoined);
   }
 
   void OnJoined(UnaryCall<v1::JoinRequest, v1::JoinResponse>& call, const grpc::Status& s) {
@@ -371,16 +379,11 @@ class ConnectionImpl final : public ServerConnection {
     using Call = UnaryCall<v1::RegisterRequest, v1::RegisterResponse>;
     auto call = std::make_shared<Call>();
     call->req = events_.make_register();
-    call->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     // The lease counts from the registration at the earliest: the server
     // renews it when the session opens, after this.
     call->sent_ns = MonoNanos();
-    if (!Track(call.get(), [call] { call->ctx.TryCancel(); })) return;
-    stub_->async()->Register(&call->ctx, &call->req, &call->resp, [this, call](grpc::Status s) {
-      Forget(call.get());
-      tasks_.Post([this, call, s] { OnRegistered(*call, s); });
-      Done();
-    });
+    auto* api = stub_->async();
+    StartUnary(call, [api](auto... args) { api->Register(args...); }, &ConnectionImpl::OnRegistered);
   }
 
   void OnRegistered(UnaryCall<v1::RegisterRequest, v1::RegisterResponse>& call, const grpc::Status& s) {

@@ -131,16 +131,8 @@ TEST(UdpHub, LeaseAckCrossesBetweenHubNodes) {
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   auto b = UdpNode::Start(Options("b", hub.get()));
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  const std::map<std::string, std::string> peers = {{"a", (*a)->address()}, {"b", (*b)->address()}};
-  ASSERT_TRUE((*a)->SetPeers(peers).ok());
-  ASSERT_TRUE((*b)->SetPeers(peers).ok());
-
-  int64_t a_beat = -1;
-  ASSERT_TRUE(Eventually([&] {
-    auto heard = (*b)->TakeHeardDirectly();
-    if (heard.contains("a")) a_beat = heard["a"];
-    return a_beat >= 0;
-  }));
+  const int64_t a_beat = PairAndHearA(**a, **b);
+  ASSERT_GE(a_beat, 0) << "b never heard a";
   ASSERT_TRUE((*b)->SendLeaseAck("a", a_beat).ok());
   std::unique_lock lock(mu);
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return !acked_beats.empty(); }));
@@ -165,15 +157,8 @@ TEST(UdpHub, StopFromTheHubThreadDoesNotDeadlock) {
   self.store(a->get());
   auto b = UdpNode::Start(Options("b", hub.get()));
   ASSERT_TRUE(b.ok());
-  const std::map<std::string, std::string> peers = {{"a", (*a)->address()}, {"b", (*b)->address()}};
-  ASSERT_TRUE((*a)->SetPeers(peers).ok());
-  ASSERT_TRUE((*b)->SetPeers(peers).ok());
-  int64_t a_beat = -1;
-  ASSERT_TRUE(Eventually([&] {
-    auto heard = (*b)->TakeHeardDirectly();
-    if (heard.contains("a")) a_beat = heard["a"];
-    return a_beat >= 0;
-  }));
+  const int64_t a_beat = PairAndHearA(**a, **b);
+  ASSERT_GE(a_beat, 0) << "b never heard a";
   ASSERT_TRUE((*b)->SendLeaseAck("a", a_beat).ok());
   ASSERT_TRUE(Eventually([&] { return stopped.load(); }));
   EXPECT_EQ(hub->Stats().attached, 1u);

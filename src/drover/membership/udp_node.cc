@@ -96,6 +96,23 @@ class UdpNode::SocketTransport final : public Transport {
   uint64_t send_errors_ = 0;
 };
 
+Result<std::string> UdpNode::PickPort(const std::string& address) {
+  DROVER_ASSIGN_OR_RETURN(SocketAddress want, ParseAddress(address));
+  const uint16_t port = want.storage.ss_family == AF_INET6
+                            ? reinterpret_cast<const sockaddr_in6*>(&want.storage)->sin6_port
+                            : reinterpret_cast<const sockaddr_in*>(&want.storage)->sin_port;
+  if (port != 0) return address;
+  const int fd = ::socket(want.storage.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof(bound);
+  const bool ok = fd >= 0 && ::bind(fd, want.get(), want.length) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok) return Unavailable(fmt::format("cannot find a free port on '{}': {}", address, std::strerror(err)));
+  return FormatAddress(bound);
+}
+
 int64_t UdpNode::NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();

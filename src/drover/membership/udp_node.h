@@ -88,6 +88,12 @@ class UdpNode {
   // The monotonic clock the Group is ticked with, in ns.
   static int64_t NowNs();
 
+  // "127.0.0.1:0" -> "127.0.0.1:41234", a port free now (an address with a
+  // port is returned as it is): a node registers its gossip address before
+  // it may open the socket (the group's key comes with the registration).
+  // Another process could take the port in between; Start then fails.
+  static Result<std::string> PickPort(const std::string& address);
+
  private:
   class SocketTransport;
   UdpNode(int fd, std::string address, int64_t tick_interval_ns, Group::LeaseAckFn on_lease_ack);

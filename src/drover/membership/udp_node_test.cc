@@ -42,16 +42,8 @@ TEST(UdpNode, TwoNodesOnLoopbackHearEachOtherAndRelayLeaseAcks) {
   EXPECT_NE((*a)->address(), "127.0.0.1:0");
   EXPECT_EQ((*a)->address().rfind("127.0.0.1:", 0), 0u);
 
-  const std::map<std::string, std::string> peers = {{"a", (*a)->address()}, {"b", (*b)->address()}};
-  ASSERT_TRUE((*a)->SetPeers(peers).ok());
-  ASSERT_TRUE((*b)->SetPeers(peers).ok());
-
-  int64_t a_beat = -1;
-  ASSERT_TRUE(Eventually([&] {
-    auto heard = (*b)->TakeHeardDirectly();
-    if (heard.contains("a")) a_beat = heard["a"];
-    return a_beat >= 0;
-  }));
+  const int64_t a_beat = PairAndHearA(**a, **b);
+  ASSERT_GE(a_beat, 0) << "b never heard a";
   EXPECT_LE(a_beat, (*a)->Beat());
   ASSERT_TRUE(Eventually([&] {
     auto members = (*a)->Members();

@@ -51,11 +51,12 @@ class SessionHost {
 class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServerMessage>,
                              public AgentSink {
  public:
-  static void Start(grpc::CallbackServerContext* ctx, SessionHost* host, std::shared_ptr<SessionReactor>* out) {
+  // The reactor keeps itself alive until OnDone.
+  static SessionReactor* Start(grpc::CallbackServerContext* ctx, SessionHost* host) {
     auto r = std::shared_ptr<SessionReactor>(new SessionReactor(ctx, host));
     r->self_ = r;
-    *out = r;
     r->StartRead(&r->in_);
+    return r.get();
   }
 
   // ---- AgentSink (any thread) ----
@@ -212,13 +213,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
 
   void WriteNextLocked() {
     if (writing_ || finished_ || done_) return;
-    if (ending_ || broken_) {
-      if (!ending_) return;  // finished when the read side ends
+    if (ending_) {
       finished_ = true;
       Finish(status_);
       return;
     }
-    if (!open_) return;
+    if (broken_ || !open_) return;  // a broken stream finishes when its read side ends
     out_.Clear();
     if (ack_.has_value()) {
       // First: an agent that waits too long for it fences its jobs.
@@ -272,9 +272,7 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
 
   using v1::AgentService::WithCallbackMethod_Session<v1::AgentService::Service>::Session;  // the sync one: never called
   grpc::ServerBidiReactor<v1::AgentMessage, v1::ServerMessage>* Session(grpc::CallbackServerContext* ctx) override {
-    std::shared_ptr<SessionReactor> r;
-    SessionReactor::Start(ctx, this, &r);
-    return r.get();
+    return SessionReactor::Start(ctx, this);
   }
 
   ControlLoop* loop() override { return loop_; }
