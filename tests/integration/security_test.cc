@@ -307,6 +307,24 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
     }
     EXPECT_CODE(stream->Finish(), grpc::StatusCode::PERMISSION_DENIED);
   }
+  // A session with no credential, and one that does not start with a hello.
+  for (bool authenticated : {false, true}) {
+    auto sctx = Ctx();
+    auto stream = (authenticated ? rogue : nobody).agent->Session(sctx.get());
+    v1::AgentMessage first;
+    if (authenticated) {
+      first.mutable_heartbeat()->set_seq(1);
+    } else {
+      first.mutable_hello()->set_node_name("sim-1");
+    }
+    stream->Write(first);
+    stream->WritesDone();
+    v1::ServerMessage msg;
+    while (stream->Read(&msg)) {
+    }
+    EXPECT_CODE(stream->Finish(),
+                authenticated ? grpc::StatusCode::INVALID_ARGUMENT : grpc::StatusCode::UNAUTHENTICATED);
+  }
   // As itself, the rogue node may talk, but not for a job it does not run:
   // its forged output and exit for Bob's job are dropped.
   reg.set_node_name("rogue-1");
