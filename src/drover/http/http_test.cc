@@ -4,9 +4,24 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -329,6 +344,346 @@ TEST(HttpClientTest, UnreachableServerIsUnavailable) {
   EXPECT_EQ(response.status().code(), Code::kUnavailable);
   EXPECT_THAT(response.status().message(), HasSubstr("127.0.0.1:"));
   EXPECT_EQ(HttpRequest("no-port", "GET", "/").status().code(), Code::kInvalidArgument);
+}
+
+// ---- limits and the handler pool ----
+
+// Bounds a wait on an event, so that a broken server fails the test
+// instead of hanging it; not a timing assertion.
+constexpr std::chrono::seconds kEventWait{60};
+
+template <typename T>
+bool Ready(std::future<T>& f) {
+  return f.wait_for(kEventWait) == std::future_status::ready;
+}
+
+// Tests open hundreds of sockets; lift the soft descriptor limit to what
+// they need (within the hard limit).
+void RaiseFdLimit(rlim_t want) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= want) return;
+  limit.rlim_cur = std::min(want, limit.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+TEST(HttpServerTest, OversizedHeaderGets431) {
+  ServerOptions options;
+  options.max_header_bytes = 4096;
+  auto server = StartOrDie(Echo, options);
+  ASSERT_NE(server, nullptr);
+  RawConnection client(server->port());
+  net::write(client.socket(), net::buffer("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n"));
+  bhttp::response<bhttp::string_body> response;
+  bhttp::read(client.socket(), client.buffer(), response);
+  EXPECT_EQ(response.result_int(), 431u);
+  EXPECT_THAT(nlohmann::json::parse(response.body())["message"].get<std::string>(), HasSubstr("4096"));
+  // A header within the limit is served.
+  EXPECT_EQ(RawConnection(server->port()).Get("/fine").result_int(), 200u);
+}
+
+TEST(HttpServerTest, ExpectContinueGetsAnInterimAnswer) {
+  auto server = StartOrDie(Echo);
+  ASSERT_NE(server, nullptr);
+  RawConnection client(server->port());
+  net::write(client.socket(), net::buffer(std::string(
+                                  "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")));
+  bhttp::response<bhttp::empty_body> interim;
+  bhttp::read(client.socket(), client.buffer(), interim);
+  EXPECT_EQ(interim.result_int(), 100u);
+  net::write(client.socket(), net::buffer(std::string("hello")));
+  bhttp::response<bhttp::string_body> response;
+  bhttp::read(client.socket(), client.buffer(), response);
+  EXPECT_EQ(response.result_int(), 200u);
+  EXPECT_EQ(nlohmann::json::parse(response.body())["body"], "hello");
+}
+
+// With every handler thread busy and no queue, a request is answered 503 at
+// once instead of waiting; once a thread is free, requests are served again.
+TEST(HttpServerTest, FullHandlerPoolGets503) {
+  ServerOptions options;
+  options.handler_threads = 1;
+  options.max_queued_requests = 0;
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  bool let_go = false;
+  auto let_go_once = [&] {
+    if (!std::exchange(let_go, true)) release.set_value();
+  };
+  auto server = StartOrDie(
+      [&](const Request& request) {
+        if (request.path == "/block") {
+          entered.set_value();
+          released.wait();
+        }
+        return Response{200, "text/plain", "ok", {}, {}};
+      },
+      options);
+  ASSERT_NE(server, nullptr);
+  const std::string address = Address(*server);
+  auto blocked = std::async(std::launch::async, [&] { return HttpRequest(address, "GET", "/block"); });
+  struct Guard {
+    std::function<void()> fn;
+    ~Guard() { fn(); }
+  } guard{let_go_once};  // a failed assertion must not leave the handler waiting (declared last: it runs first)
+  auto in_handler = entered.get_future();
+  ASSERT_TRUE(Ready(in_handler));
+  auto busy = HttpRequest(address, "GET", "/other");
+  ASSERT_TRUE(busy.ok()) << busy.status().ToString();
+  EXPECT_EQ(busy->status, 503);
+  EXPECT_EQ(nlohmann::json::parse(busy->body)["status"], "UNAVAILABLE");
+  let_go_once();
+  auto first = blocked.get();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->status, 200);
+  // The thread counts as free a moment after its response went out: poll,
+  // within a bound, until it takes requests again.
+  const auto give_up = std::chrono::steady_clock::now() + kEventWait;
+  int status = 0;
+  while (status != 200 && std::chrono::steady_clock::now() < give_up) {
+    auto after = HttpRequest(address, "GET", "/other");
+    ASSERT_TRUE(after.ok()) << after.status().ToString();
+    status = after->status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(status, 200);
+}
+
+// A TCP connection from `source` (a 127.0.0.x address) to the server,
+// non-blocking; -1 on failure.
+int ConnectFrom(const char* source, uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &local.sin_addr);
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+// Hundreds of clients that send their header a byte a second (slowloris)
+// neither stop a normal request from being served nor stay open past the
+// header deadline.
+TEST(HttpServerTest, SlowHeaderClientsAreClosedAndOthersServed) {
+  constexpr int kAddresses = 8;
+  constexpr int kPerAddress = 50;  // within the default per-source limit of 64
+  RaiseFdLimit(4096);
+  ServerOptions options;
+  options.header_timeout_ms = 1500;
+  auto server = StartOrDie(
+      [](const Request& request) {
+        return request.path == "/readyz" ? Response{200, "text/plain", "ok\n", {}, {}}
+                                         : ErrorResponse(NotFound("no " + request.path));
+      },
+      options);
+  ASSERT_NE(server, nullptr);
+  const std::string header = "GET /slow HTTP/1.1\r\nHost: test\r\nX-Padding: " + std::string(200, 'p') + "\r\n\r\n";
+  std::vector<int> open;
+  for (int a = 0; a < kAddresses; ++a) {
+    const std::string source = "127.0.0." + std::to_string(2 + a);
+    for (int i = 0; i < kPerAddress; ++i) {
+      int fd = ConnectFrom(source.c_str(), server->port());
+      ASSERT_GE(fd, 0) << "cannot connect from " << source << ": " << std::strerror(errno);
+      open.push_back(fd);
+    }
+  }
+  size_t sent = 0;
+  auto send_next_byte = [&] {
+    for (int& fd : open) {
+      if (fd >= 0 && ::send(fd, header.data() + sent, 1, MSG_NOSIGNAL) < 0 && errno != EAGAIN) {
+        ::close(fd);
+        fd = -1;  // the server closed it
+      }
+    }
+    ++sent;
+  };
+  send_next_byte();
+
+  // While they trickle, a normal client is served.
+  auto ready = HttpRequest(Address(*server), "GET", "/readyz");
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  EXPECT_EQ(ready->status, 200);
+
+  // Then every slow connection ends at the server's hand (EOF or reset),
+  // although each keeps sending a byte a second, far from a whole header.
+  const auto give_up = std::chrono::steady_clock::now() + kEventWait;
+  auto next_byte = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  size_t still_open = open.size();
+  while (still_open > 0 && std::chrono::steady_clock::now() < give_up && sent < header.size() - 1) {
+    std::vector<pollfd> fds;
+    for (int fd : open) {
+      if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), 200);
+    for (const pollfd& p : fds) {
+      if (p.revents == 0) continue;
+      char scratch[256];
+      ssize_t n = ::recv(p.fd, scratch, sizeof scratch, 0);
+      if (n > 0 || (n < 0 && errno == EAGAIN)) continue;
+      for (int& fd : open) {
+        if (fd == p.fd) {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+    }
+    if (std::chrono::steady_clock::now() >= next_byte) {
+      send_next_byte();
+      next_byte += std::chrono::seconds(1);
+    }
+    still_open = static_cast<size_t>(std::count_if(open.begin(), open.end(), [](int fd) { return fd >= 0; }));
+  }
+  EXPECT_EQ(still_open, 0u) << "slow clients still open after " << sent << " bytes each";
+  for (int fd : open) {
+    if (fd >= 0) ::close(fd);
+  }
+  // And the server serves on.
+  auto after = HttpRequest(Address(*server), "GET", "/readyz");
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->status, 200);
+}
+
+// ---- async streams ----
+
+TEST(HttpServerTest, AsyncStreamDeliversChunksFromAnotherThreadInOrder) {
+  std::thread producer;
+  auto server = StartOrDie([&](const Request&) {
+    Response response;
+    response.content_type = "text/event-stream";
+    response.async_stream = [&](std::shared_ptr<StreamSink> sink) {
+      producer = std::thread([sink] {
+        for (int i = 0; i < 1000; ++i) {
+          if (!sink->Write("data: " + std::to_string(i) + "\n\n")) return;
+        }
+        sink->Close();
+      });
+    };
+    return response;
+  });
+  ASSERT_NE(server, nullptr);
+  auto response = HttpRequest(Address(*server), "GET", "/api/v1/events");
+  ASSERT_TRUE(response.ok()) << response.status().ToString();
+  std::string expected;
+  for (int i = 0; i < 1000; ++i) expected += "data: " + std::to_string(i) + "\n\n";
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->headers["transfer-encoding"], "chunked");
+  EXPECT_EQ(response->headers["content-type"], "text/event-stream");
+  EXPECT_EQ(response->body, expected);
+  if (producer.joinable()) producer.join();
+}
+
+// A stream handed to the test: the sink, and a future that is ready once
+// OnClosed ran.
+struct HeldStream {
+  std::promise<std::shared_ptr<StreamSink>> sink;
+  std::promise<void> closed;
+};
+
+Handler HoldingHandler(HeldStream* held) {
+  return [held](const Request&) {
+    Response response;
+    response.content_type = "text/event-stream";
+    response.async_stream = [held](std::shared_ptr<StreamSink> sink) {
+      sink->OnClosed([held] { held->closed.set_value(); });
+      held->sink.set_value(std::move(sink));
+    };
+    return response;
+  };
+}
+
+// Opens a stream and reads its header.
+void OpenStream(RawConnection& client, const std::string& target) {
+  bhttp::request<bhttp::empty_body> request{bhttp::verb::get, target, 11};
+  request.set(bhttp::field::host, "test");
+  bhttp::write(client.socket(), request);
+  bhttp::response_parser<bhttp::string_body> parser;
+  bhttp::read_header(client.socket(), client.buffer(), parser);
+  EXPECT_EQ(parser.get().result_int(), 200u);
+}
+
+TEST(HttpServerTest, AsyncStreamNoticesADepartedClient) {
+  HeldStream held;
+  auto server = StartOrDie(HoldingHandler(&held));
+  ASSERT_NE(server, nullptr);
+  auto sink_future = held.sink.get_future();
+  auto closed = held.closed.get_future();
+  {
+    RawConnection client(server->port());
+    OpenStream(client, "/watch");
+    ASSERT_TRUE(Ready(sink_future));
+  }  // the client leaves without the producer writing anything
+  ASSERT_TRUE(Ready(closed));
+  std::shared_ptr<StreamSink> sink = sink_future.get();
+  EXPECT_FALSE(sink->Write("data: late\n\n"));
+}
+
+// A client that never reads: the stream is closed at the buffer bound
+// instead of queueing without end, and other requests are served meanwhile.
+TEST(HttpServerTest, AsyncStreamToASlowReaderIsClosedAtTheBufferBound) {
+  ServerOptions options;
+  options.max_stream_buffer_bytes = 1 << 20;
+  std::thread producer;
+  std::promise<int> accepted_chunks;
+  std::promise<void> closed;
+  auto server = StartOrDie(
+      [&](const Request& request) {
+        if (request.path != "/flood") return Response{200, "text/plain", "ok\n", {}, {}};
+        Response response;
+        response.async_stream = [&](std::shared_ptr<StreamSink> sink) {
+          sink->OnClosed([&] { closed.set_value(); });
+          producer = std::thread([sink, &accepted_chunks] {
+            const std::string chunk(64 << 10, 'x');
+            int n = 0;
+            while (n < 1'000'000 && sink->Write(chunk)) ++n;  // ~64 GiB: never reached
+            accepted_chunks.set_value(n);
+          });
+        };
+        return response;
+      },
+      options);
+  ASSERT_NE(server, nullptr);
+  RawConnection reader(server->port());
+  bhttp::request<bhttp::empty_body> request{bhttp::verb::get, "/flood", 11};
+  request.set(bhttp::field::host, "test");
+  bhttp::write(reader.socket(), request);  // and never read
+  auto accepted = accepted_chunks.get_future();
+  ASSERT_TRUE(Ready(accepted));
+  EXPECT_LT(accepted.get(), 1'000'000);
+  auto closed_future = closed.get_future();
+  EXPECT_TRUE(Ready(closed_future));
+  auto other = HttpRequest(Address(*server), "GET", "/readyz");
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(other->status, 200);
+  producer.join();
+}
+
+TEST(HttpServerTest, StopEndsOpenAsyncStreams) {
+  HeldStream held;
+  auto server = StartOrDie(HoldingHandler(&held));
+  ASSERT_NE(server, nullptr);
+  auto sink_future = held.sink.get_future();
+  auto closed = held.closed.get_future();
+  RawConnection client(server->port());
+  OpenStream(client, "/watch");
+  ASSERT_TRUE(Ready(sink_future));
+  std::shared_ptr<StreamSink> sink = sink_future.get();
+  EXPECT_TRUE(sink->Write("data: before\n\n"));
+  server->Stop();  // returns although the stream never closed
+  EXPECT_EQ(closed.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_FALSE(sink->Write("data: after\n\n"));
+  server.reset();
+  // The sink outlives the server: still safe to use.
+  EXPECT_FALSE(sink->Write("data: later\n\n"));
+  sink->Close();
 }
 
 // ---- TLS ----

@@ -1,37 +1,53 @@
-// The Beast implementation of Server: an io_context thread that accepts (and
-// turns away connections over the limit with a 503, asynchronously), and one
-// thread per accepted connection that reads requests synchronously, calls the
-// handler and writes the responses, with keep-alive.
+// The Beast implementation of Server.
 //
-// Blocking reads and writes go through SocketStream, which waits with poll()
-// so that every wait has a deadline and Stop() can wake it with shutdown(2).
-// With TLS, SocketStream drives an OpenSSL SSL object over the same
-// non-blocking socket: SSL_ERROR_WANT_READ / WANT_WRITE become the same
-// bounded poll() waits, so deadlines and Stop() work alike.
+// I/O: ServerOptions::io_threads run one io_context. The acceptor and each
+// connection (a Session) have their own strand, so a session's steps never
+// run at once although any I/O thread may run them. A session reads one
+// request at a time; while its handler runs it has no operation pending.
+// Every read and write has a deadline (Beast's tcp_stream timeouts): a
+// keep-alive connection first waits idle_timeout for the first byte of its
+// next request (read into a one-byte member, so an idle connection holds no
+// buffer), then header_timeout for the rest of the header.
+//
+// Handlers: a WorkerPool of handler_threads threads with a bounded queue.
+// The worker calls the handler, then posts the response to the session's
+// strand. An async stream (Response::async_stream) is an AsyncSink that the
+// producer fills from any thread; the session drains it in batches, one
+// write at a time, and watches the socket for the client leaving meanwhile.
+//
+// Lifetime: sessions are shared_ptrs held by their pending operations and,
+// while a stream runs, by its sink. A sink drops its session when the
+// stream ends, and Stop() ends every stream on the I/O threads before it
+// joins them, so no producer can reach a session or the io_context after
+// Stop(); the sink itself stays valid for whoever holds it.
 
 #include "drover/http/server.h"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sys/socket.h>
 
-#include <algorithm>
-#include <charconv>
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <cerrno>
+#include <boost/beast/ssl.hpp>
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <exception>
 #include <list>
-#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 #include <thread>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -44,28 +60,26 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
-using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
+using Millis = std::chrono::milliseconds;
 
-// A request (headers and body) must arrive within this long of the previous
-// response; this is also the keep-alive idle timeout.
-constexpr std::chrono::seconds kReadTimeout{60};
-// A single write that makes no progress for this long means the client is gone.
-constexpr std::chrono::seconds kWriteTimeout{30};
 // After an error response on a connection we will close, read and discard what
 // the client still sends (its oversized body), so that closing does not reset
 // the connection before the client has read our response.
-constexpr std::chrono::seconds kLingerTimeout{5};
-constexpr uint64_t kMaxLingerBytes = 64ULL << 20;
-constexpr uint32_t kMaxHeaderBytes = 64 << 10;
-// Connections over max_connections are answered 503 from the io thread; past
-// this many at once they are simply closed.
-constexpr size_t kMaxRejecting = 64;
-constexpr std::chrono::seconds kRejectTimeout{5};
-constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
-// A TLS handshake must complete within this long of the connection.
-constexpr std::chrono::seconds kHandshakeTimeout{10};
+constexpr Millis kLingerTimeout{5000};
+constexpr size_t kMaxLingerBytes = 64ULL << 20;
+constexpr size_t kLingerChunk = 16 << 10;
+// Connections over max_connections are answered 503; past this many such
+// answers at once they are simply closed.
+constexpr int kMaxRejecting = 64;
+constexpr Millis kAcceptRetryDelay{100};
+// How long a TLS connection that we end waits for the client's close_notify.
+constexpr Millis kTlsShutdownTimeout{2000};
+// A stream batch buffer larger than this is freed after its write.
+constexpr size_t kKeepStreamBuffer = 64 << 10;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 // The google.rpc.Code name, which clients match on (the HTTP code is lossy):
 // CodeName's "invalid argument" is INVALID_ARGUMENT.
@@ -84,150 +98,6 @@ Response ErrorWithHttpStatus(int http_status, Code code, std::string message) {
 // Beast 1.74 hands out boost::string_view, which has no implicit conversions.
 std::string ToString(beast::string_view text) { return std::string(text.data(), text.size()); }
 
-// A blocking socket stream for Beast's synchronous algorithms (it models
-// SyncReadStream and SyncWriteStream) whose waits are bounded: the socket is
-// non-blocking and each wait is a poll() with the remaining time. shutdown(2)
-// from Stop() wakes the poll, and the next read or write then fails.
-class SocketStream {
- public:
-  // `ssl` (may be null: plaintext) is owned by the caller and already bound
-  // to the socket's descriptor.
-  explicit SocketStream(tcp::socket& socket, SSL* ssl = nullptr) : socket_(socket), ssl_(ssl) {}
-
-  void set_read_deadline(Clock::time_point deadline) { read_deadline_ = deadline; }
-
-  // The server side of the TLS handshake, bounded by `deadline`.
-  bool Handshake(Clock::time_point deadline, error_code& ec) {
-    for (;;) {
-      ERR_clear_error();
-      int rc = SSL_accept(ssl_);
-      if (rc == 1) return true;
-      if (!WaitFor(SSL_get_error(ssl_, rc), deadline, ec)) return false;
-    }
-  }
-
-  // Sends close_notify if the socket takes it at once; never waits. Call
-  // before shutting the socket's sending side.
-  void ShutdownTls() {
-    if (ssl_ == nullptr || tls_closed_) return;
-    tls_closed_ = true;
-    ERR_clear_error();
-    (void)SSL_shutdown(ssl_);
-    ERR_clear_error();
-  }
-
-  template <typename MutableBuffers>
-  size_t read_some(const MutableBuffers& buffers, error_code& ec) {
-    if (ssl_ != nullptr) {
-      net::mutable_buffer b = First<net::mutable_buffer>(buffers);
-      return TlsIo(b.data(), b.size(), /*write=*/false, ec);
-    }
-    for (;;) {
-      size_t n = socket_.read_some(buffers, ec);
-      if (ec != net::error::would_block && ec != net::error::try_again) return n;
-      if (!Wait(POLLIN, read_deadline_, ec)) return 0;
-    }
-  }
-  template <typename MutableBuffers>
-  size_t read_some(const MutableBuffers& buffers) {
-    return OrThrow([&](error_code& ec) { return read_some(buffers, ec); });
-  }
-
-  template <typename ConstBuffers>
-  size_t write_some(const ConstBuffers& buffers, error_code& ec) {
-    if (ssl_ != nullptr) {
-      net::const_buffer b = First<net::const_buffer>(buffers);
-      return TlsIo(const_cast<void*>(b.data()), b.size(), /*write=*/true, ec);
-    }
-    for (;;) {
-      size_t n = socket_.write_some(buffers, ec);
-      if (ec != net::error::would_block && ec != net::error::try_again) return n;
-      if (!Wait(POLLOUT, Clock::now() + kWriteTimeout, ec)) return 0;
-    }
-  }
-  template <typename ConstBuffers>
-  size_t write_some(const ConstBuffers& buffers) {
-    return OrThrow([&](error_code& ec) { return write_some(buffers, ec); });
-  }
-
- private:
-  // The first non-empty buffer of a sequence (TLS reads and writes one
-  // buffer at a time; the callers loop).
-  template <typename Buffer, typename Buffers>
-  static Buffer First(const Buffers& buffers) {
-    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers); ++it) {
-      Buffer b(*it);
-      if (b.size() > 0) return b;
-    }
-    return Buffer();
-  }
-
-  size_t TlsIo(void* data, size_t size, bool write, error_code& ec) {
-    if (size == 0) return 0;
-    const Clock::time_point deadline = write ? Clock::now() + kWriteTimeout : read_deadline_;
-    for (;;) {
-      size_t n = 0;
-      ERR_clear_error();
-      int rc = write ? SSL_write_ex(ssl_, data, size, &n) : SSL_read_ex(ssl_, data, size, &n);
-      if (rc == 1) return n;
-      if (!WaitFor(SSL_get_error(ssl_, rc), deadline, ec)) return 0;
-    }
-  }
-
-  // After an SSL call that did not complete: waits when it wants the socket
-  // (true: try again), else sets `ec` (false).
-  bool WaitFor(int ssl_error, Clock::time_point deadline, error_code& ec) {
-    switch (ssl_error) {
-      case SSL_ERROR_WANT_READ:
-        return Wait(POLLIN, deadline, ec);
-      case SSL_ERROR_WANT_WRITE:
-        return Wait(POLLOUT, deadline, ec);
-      case SSL_ERROR_ZERO_RETURN:
-        ec = net::error::eof;
-        return false;
-      default:
-        // A peer that is not speaking TLS, a failed handshake, a reset.
-        ERR_clear_error();
-        ec = net::error::connection_reset;
-        return false;
-    }
-  }
-
-  template <typename Op>
-  static size_t OrThrow(Op op) {
-    error_code ec;
-    size_t n = op(ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
-
-  // True when the socket is ready (or in error: the next call reports it).
-  bool Wait(short events, Clock::time_point deadline, error_code& ec) {
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        ec = net::error::timed_out;
-        return false;
-      }
-      pollfd fd{socket_.native_handle(), events, 0};
-      int rc = ::poll(&fd, 1, static_cast<int>(left.count()));
-      if (rc > 0) return true;
-      if (rc < 0 && errno != EINTR) {
-        ec = error_code(errno, boost::system::system_category());
-        return false;
-      }
-    }
-  }
-
-  tcp::socket& socket_;
-  SSL* ssl_;
-  bool tls_closed_ = false;
-  Clock::time_point read_deadline_ = Clock::now() + kReadTimeout;
-};
-
-using SslCtxPtr = std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)>;
-using SslPtr = std::unique_ptr<SSL, decltype(&SSL_free)>;
-
 std::string SslErrorText() {
   unsigned long code = ERR_peek_last_error();
   const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
@@ -236,73 +106,735 @@ std::string SslErrorText() {
   return out;
 }
 
-// A server context for `cert_pem` (leaf, then intermediates) and `key_pem`:
+// Sets up `ctx` for `cert_pem` (leaf, then intermediates) and `key_pem`:
 // TLS 1.2 or newer, no renegotiation, a peer that closes without
-// close_notify reads as end of stream.
-Result<SslCtxPtr> MakeServerContext(const std::string& cert_pem, const std::string& key_pem) {
-  SslCtxPtr ctx(SSL_CTX_new(TLS_server_method()), &SSL_CTX_free);
-  if (!ctx) return Internal("tls: cannot create a context: " + SslErrorText());
-  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
-  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+// close_notify reads as end of stream, OpenSSL's buffers freed while a
+// connection is idle.
+Status ConfigureServerContext(SSL_CTX* ctx, const std::string& cert_pem, const std::string& key_pem) {
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   std::unique_ptr<BIO, decltype(&BIO_free)> certs(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
                                                   &BIO_free);
   std::unique_ptr<BIO, decltype(&BIO_free)> key(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
                                                 &BIO_free);
   if (!certs || !key) return Internal("tls: out of memory");
   X509* leaf = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr);
-  if (leaf == nullptr || SSL_CTX_use_certificate(ctx.get(), leaf) != 1) {
+  if (leaf == nullptr || SSL_CTX_use_certificate(ctx, leaf) != 1) {
     X509_free(leaf);
     return InvalidArgument("tls: the certificate is not usable: " + SslErrorText());
   }
   X509_free(leaf);
   while (X509* extra = PEM_read_bio_X509(certs.get(), nullptr, nullptr, nullptr)) {
-    if (SSL_CTX_add0_chain_cert(ctx.get(), extra) != 1) {
+    if (SSL_CTX_add0_chain_cert(ctx, extra) != 1) {
       X509_free(extra);
       return InvalidArgument("tls: an intermediate certificate is not usable: " + SslErrorText());
     }
   }
   ERR_clear_error();  // the loop ends on "no start line"
   EVP_PKEY* pkey = PEM_read_bio_PrivateKey(key.get(), nullptr, nullptr, nullptr);
-  if (pkey == nullptr || SSL_CTX_use_PrivateKey(ctx.get(), pkey) != 1) {
+  if (pkey == nullptr || SSL_CTX_use_PrivateKey(ctx, pkey) != 1) {
     EVP_PKEY_free(pkey);
     return InvalidArgument("tls: the private key is not usable: " + SslErrorText());
   }
   EVP_PKEY_free(pkey);
-  if (SSL_CTX_check_private_key(ctx.get()) != 1) {
+  if (SSL_CTX_check_private_key(ctx) != 1) {
     return InvalidArgument("tls: the private key does not belong to the certificate: " + SslErrorText());
   }
-  return ctx;
+  return Status::Ok();
 }
 
-// One connection over the limit, answered 503 and closed. Lives on the io
-// thread only; owned by BeastServer::rejecting_.
-struct Rejection {
-  explicit Rejection(tcp::socket socket) : stream(std::move(socket)) {}
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
-  bhttp::request_parser<bhttp::string_body> parser;
-  bhttp::response<bhttp::string_body> response;
+// The handler threads: a fixed number plus one for each deprecated blocking
+// stream running, so that those never starve ordinary requests. Thread-safe.
+class WorkerPool {
+ public:
+  WorkerPool(int threads, int max_queued, int max_blocking)
+      : threads_(threads), max_queued_(max_queued), max_blocking_(max_blocking) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int i = 0; i < threads_; ++i) SpawnLocked();
+  }
+  ~WorkerPool() { Stop(); }
+
+  // False when every thread is busy and max_queued tasks already wait, or
+  // after Stop().
+  bool Submit(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || static_cast<int>(queue_.size()) >= idle_ + max_queued_) return false;
+    queue_.push_back(std::move(task));
+    cv_.notify_one();
+    return true;
+  }
+
+  // Called on a worker about to block for a whole stream: adds a thread in
+  // its place. False when max_blocking streams already run.
+  bool BeginBlocking() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ReapLocked();
+    if (stopping_ || blocking_ >= max_blocking_) return false;
+    ++blocking_;
+    SpawnLocked();
+    return true;
+  }
+  void EndBlocking() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --blocking_;
+  }
+
+  // Drops the tasks not yet started and joins every thread (a running
+  // handler is waited for).
+  void Stop() {
+    std::deque<std::function<void()>> dropped;
+    std::unordered_map<uint64_t, std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      dropped.swap(queue_);
+      threads.swap(workers_);
+      cv_.notify_all();
+    }
+    for (auto& [id, thread] : threads) thread.join();
+  }
+
+ private:
+  void SpawnLocked() {
+    const uint64_t id = next_id_++;
+    ++alive_;
+    workers_.emplace(id, std::thread([this, id] { Run(id); }));
+  }
+
+  // Joins threads that left after their blocking stream ended.
+  void ReapLocked() {
+    for (uint64_t id : exited_) {
+      auto it = workers_.find(id);
+      if (it == workers_.end()) continue;
+      it->second.join();  // it has left its loop: quick
+      workers_.erase(it);
+    }
+    exited_.clear();
+  }
+
+  void Run(uint64_t id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      --idle_;
+      if (stopping_) break;
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      task = nullptr;
+      lock.lock();
+      if (alive_ - blocking_ > threads_) break;  // the extra thread of an ended stream
+    }
+    --alive_;
+    exited_.push_back(id);
+  }
+
+  const int threads_;
+  const int max_queued_;
+  const int max_blocking_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                              // guarded by mu_
+  int idle_ = 0;                                       // guarded by mu_: threads waiting for a task
+  int alive_ = 0;                                      // guarded by mu_
+  int blocking_ = 0;                                   // guarded by mu_
+  uint64_t next_id_ = 0;                               // guarded by mu_
+  std::deque<std::function<void()>> queue_;            // guarded by mu_
+  std::unordered_map<uint64_t, std::thread> workers_;  // guarded by mu_
+  std::vector<uint64_t> exited_;                       // guarded by mu_
 };
 
-// One accepted connection and the thread serving it. `socket` is used by that
-// thread only; Stop() reaches it through `fd` (shutdown only, never close)
-// while holding mu_, and the thread closes it while holding mu_ and setting
-// `done`, so Stop() never touches a closed or reused descriptor.
-struct Connection {
-  explicit Connection(tcp::socket s) : socket(std::move(s)), fd(socket.native_handle()) {}
-  tcp::socket socket;
-  int fd;
-  std::string source;  // the peer's address, without its port
-  std::thread thread;
-  bool done = false;  // guarded by BeastServer::mu_
+class AsyncSink;
+
+// What a sink and a worker need of a session. Every method is called on the
+// session's strand (post to executor()).
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  virtual ~SessionBase() = default;
+  virtual net::any_io_executor executor() = 0;
+  virtual void Respond(Response response) = 0;
+  virtual void StartStream(Response head, std::shared_ptr<AsyncSink> sink) = 0;
+  virtual void Pump() = 0;   // sends what the sink holds
+  virtual void Close() = 0;  // closes the connection at once; ends its stream
+  std::list<std::weak_ptr<SessionBase>>::iterator registered;  // set once by Shared::Register
+};
+
+// The StreamSink of one streamed response. Producers call Write/Close from
+// any thread; the session calls Take/Sent/End on its strand.
+//
+// Invariants: pending_ is the bytes queued or being written; session_ is
+// null exactly when ended_; a Pump is posted at most once (kicked_).
+class AsyncSink final : public StreamSink {
+ public:
+  AsyncSink(std::shared_ptr<SessionBase> session, size_t limit) : session_(std::move(session)), limit_(limit) {}
+
+  bool Write(std::string chunk) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return QueueLocked(std::move(chunk), /*bounded=*/true);
+  }
+
+  // The deprecated ChunkWriter: waits until the chunk is written.
+  bool WriteAndWait(std::string_view data) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (data.empty()) return !ended_ && !failed_ && !closing_;
+    if (!QueueLocked(std::string(data), /*bounded=*/false)) return false;
+    const uint64_t target = queued_total_;
+    cv_.wait(lock, [&] { return sent_total_ >= target || ended_; });
+    return sent_total_ >= target;
+  }
+
+  void Close() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_ || failed_ || closing_) return;
+    closing_ = true;
+    KickLocked();
+  }
+
+  // Ends the stream without its last chunk (the producer failed).
+  void Abort() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_ || failed_) return;
+    failed_ = true;
+    CloseSessionLocked();
+  }
+
+  void OnClosed(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ended_) {
+        on_closed_ = std::move(fn);
+        return;
+      }
+      if (!gone_ || fired_) return;
+      fired_ = true;
+    }
+    if (fn) fn();
+  }
+
+  // Session side. Moves the queued chunks to `out`; `last` when the
+  // producer closed and nothing more will come.
+  void Take(std::deque<std::string>* out, bool* last) {
+    std::lock_guard<std::mutex> lock(mu_);
+    out->swap(queue_);
+    kicked_ = false;
+    *last = closing_;
+  }
+  void Sent(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_ -= bytes;
+    sent_total_ += bytes;
+    cv_.notify_all();
+  }
+  // The stream is over: `gone` unless it ended with its last chunk.
+  void End(bool gone) {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ended_) return;
+      ended_ = true;
+      session_.reset();
+      queue_.clear();
+      cv_.notify_all();
+      if (!gone || closing_) return;
+      gone_ = true;
+      if (on_closed_) {
+        fired_ = true;
+        fn = std::move(on_closed_);
+      }
+    }
+    if (fn) fn();
+  }
+
+ private:
+  bool QueueLocked(std::string chunk, bool bounded) {
+    if (ended_ || failed_ || closing_) return false;
+    if (chunk.empty()) return true;  // an empty chunk would end the body
+    if (bounded && pending_ + chunk.size() > limit_) {
+      failed_ = true;
+      CloseSessionLocked();
+      return false;
+    }
+    pending_ += chunk.size();
+    queued_total_ += chunk.size();
+    queue_.push_back(std::move(chunk));
+    KickLocked();
+    return true;
+  }
+  void KickLocked() {
+    if (kicked_ || !session_) return;
+    kicked_ = true;
+    net::post(session_->executor(), [s = session_] { s->Pump(); });
+  }
+  void CloseSessionLocked() {
+    if (session_) net::post(session_->executor(), [s = session_] { s->Close(); });
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<SessionBase> session_;  // guarded by mu_
+  const size_t limit_;
+  std::deque<std::string> queue_;   // guarded by mu_
+  size_t pending_ = 0;              // guarded by mu_
+  uint64_t queued_total_ = 0;       // guarded by mu_
+  uint64_t sent_total_ = 0;         // guarded by mu_
+  bool kicked_ = false;             // guarded by mu_
+  bool closing_ = false;            // guarded by mu_: Close() called
+  bool failed_ = false;             // guarded by mu_: overflow or Abort(); a close is on its way
+  bool ended_ = false;              // guarded by mu_
+  bool gone_ = false;               // guarded by mu_: ended other than by Close()
+  bool fired_ = false;              // guarded by mu_
+  std::function<void()> on_closed_;  // guarded by mu_
+};
+
+// What every session shares: options, the handler, the worker pool and the
+// connection registry. Thread-safe.
+class Shared {
+ public:
+  Shared(Handler handler_fn, ServerOptions server_options)
+      : handler(std::move(handler_fn)),
+        options(std::move(server_options)),
+        pool(this->options.handler_threads, this->options.max_queued_requests, this->options.max_blocking_streams) {}
+
+  const Handler handler;
+  const ServerOptions options;
+  WorkerPool pool;
+  std::optional<ssl::context> tls;  // set before the first accept
+
+  enum class Admission { kServe, kReject, kDrop };
+  // Counts a new connection from `source` in (unless kDrop).
+  Admission Admit(const std::string& source) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Admission::kDrop;
+    const int limit = options.max_connections_per_source;
+    auto it = per_source_.find(source);
+    const int from_source = it == per_source_.end() ? 0 : it->second;
+    if (active_ >= options.max_connections || (limit > 0 && from_source >= limit)) {
+      // Past the limit, or one address holding its share: slow clients from
+      // one place cannot take every connection. A TLS client cannot read a
+      // plaintext 503: it is just closed.
+      if (tls || rejecting_ >= kMaxRejecting) return Admission::kDrop;
+      ++rejecting_;
+      return Admission::kReject;
+    }
+    ++active_;
+    ++per_source_[source];
+    return Admission::kServe;
+  }
+  // False (and the count undone) when stopping: then the caller drops it.
+  bool Register(const std::shared_ptr<SessionBase>& session, const std::string& source, bool rejecting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      UncountLocked(source, rejecting);
+      return false;
+    }
+    session->registered = sessions_.insert(sessions_.end(), session);
+    return true;
+  }
+  void Unregister(SessionBase* session, const std::string& source, bool rejecting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.erase(session->registered);
+    UncountLocked(source, rejecting);
+  }
+  // Sets the stopping flag; returns every open session.
+  std::vector<std::shared_ptr<SessionBase>> BeginStop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    std::vector<std::shared_ptr<SessionBase>> out;
+    for (auto& weak : sessions_) {
+      if (auto s = weak.lock()) out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // On a worker: calls the handler and hands its response to the session.
+  void RunRequest(const std::shared_ptr<SessionBase>& session, const Request& request) {
+    Response response = CallHandler(request);
+    if (!response.async_stream && !response.stream) {
+      net::post(session->executor(), [session, r = std::move(response)]() mutable { session->Respond(std::move(r)); });
+      return;
+    }
+    const bool blocking = !response.async_stream;
+    if (blocking && !pool.BeginBlocking()) {
+      Response busy = ErrorResponse(Unavailable("server is at its limit of " +
+                                                std::to_string(options.max_blocking_streams) + " blocking streams"));
+      net::post(session->executor(), [session, r = std::move(busy)]() mutable { session->Respond(std::move(r)); });
+      return;
+    }
+    auto async_stream = std::move(response.async_stream);
+    auto stream = std::move(response.stream);
+    response.async_stream = nullptr;
+    response.stream = nullptr;
+    auto sink = std::make_shared<AsyncSink>(session, options.max_stream_buffer_bytes);
+    net::post(session->executor(),
+              [session, sink, r = std::move(response)]() mutable { session->StartStream(std::move(r), sink); });
+    try {
+      if (async_stream) {
+        async_stream(sink);
+      } else {
+        stream([&sink](std::string_view data) { return sink->WriteAndWait(data); });
+        sink->Close();
+      }
+    } catch (...) {
+      // Too late for a 500: end without the last chunk, so the client sees a
+      // truncated body rather than a complete one.
+      sink->Abort();
+    }
+    if (blocking) pool.EndBlocking();
+  }
+
+ private:
+  Response CallHandler(const Request& request) {
+    try {
+      return handler(request);
+    } catch (const std::exception& e) {
+      return ErrorResponse(Internal("handler failed: " + std::string(e.what())));
+    } catch (...) {
+      return ErrorResponse(Internal("handler failed with a non-standard exception"));
+    }
+  }
+
+  void UncountLocked(const std::string& source, bool rejecting) {
+    if (rejecting) {
+      --rejecting_;
+      return;
+    }
+    --active_;
+    if (auto it = per_source_.find(source); it != per_source_.end() && --it->second <= 0) per_source_.erase(it);
+  }
+
+  std::mutex mu_;
+  bool stopping_ = false;                              // guarded by mu_
+  int active_ = 0;                                     // guarded by mu_
+  int rejecting_ = 0;                                  // guarded by mu_
+  std::unordered_map<std::string, int> per_source_;    // guarded by mu_: open connections by peer address
+  std::list<std::weak_ptr<SessionBase>> sessions_;     // guarded by mu_
+};
+
+template <typename Message>
+void SetHeaders(Message& message, const Response& response, bool keep_alive) {
+  const int code = response.status >= 100 && response.status <= 999 ? response.status : 500;
+  message.result(static_cast<unsigned>(code));
+  message.set(bhttp::field::server, "drover");
+  if (!response.content_type.empty()) message.set(bhttp::field::content_type, response.content_type);
+  for (const auto& [name, value] : response.headers) message.set(name, value);
+  message.keep_alive(keep_alive);
+}
+
+// One connection, plaintext (Stream = beast::tcp_stream) or TLS
+// (beast::ssl_stream<beast::tcp_stream>). Runs on its strand only.
+template <typename Stream>
+class Session final : public SessionBase {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  Session(Shared& shared, tcp::socket socket, std::string source, std::string remote, bool rejecting)
+      : shared_(shared),
+        stream_(MakeStream(shared, std::move(socket))),
+        source_(std::move(source)),
+        remote_(std::move(remote)),
+        rejecting_(rejecting) {}
+
+  net::any_io_executor executor() override { return stream_.get_executor(); }
+
+  void Start() {
+    // On a new connection the handshake and the first header share one deadline.
+    Lowest().expires_after(Millis(shared_.options.header_timeout_ms));
+    if constexpr (kTls) {
+      stream_.async_handshake(ssl::stream_base::server, [self = Self()](error_code ec) {
+        if (ec) return self->Close();
+        self->ReadHeader(/*reset_deadline=*/false);
+      });
+    } else {
+      ReadHeader(/*reset_deadline=*/false);
+    }
+  }
+
+  void Close() override {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().close();
+    if (sink_) std::exchange(sink_, nullptr)->End(/*gone=*/true);
+    shared_.Unregister(this, source_, rejecting_);
+  }
+
+  void Respond(Response response) override {
+    if (closed_) return;
+    auto message = std::make_unique<bhttp::response<bhttp::string_body>>();
+    message->version(version_);
+    SetHeaders(*message, response, keep_alive_);
+    message->body() = std::move(response.body);
+    message->prepare_payload();
+    Lowest().expires_after(Millis(shared_.options.write_timeout_ms));
+    auto& ref = *message;
+    bhttp::async_write(stream_, ref, [self = Self(), m = std::move(message)](error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->Close();
+      if (self->linger_) return self->Linger();
+      if (!self->keep_alive_) return self->Finish();
+      self->ReadNext();
+    });
+  }
+
+  void StartStream(Response head, std::shared_ptr<AsyncSink> sink) override {
+    if (closed_) return sink->End(/*gone=*/true);
+    sink_ = std::move(sink);
+    chunked_ = version_ >= 11;
+    keep_alive_ = false;
+    bhttp::response<bhttp::empty_body> message;
+    message.version(version_);
+    SetHeaders(message, head, /*keep_alive=*/false);
+    if (chunked_) message.chunked(true);
+    std::ostringstream text;
+    text << message.base();
+    out_ = text.str();
+    // Nothing is pending: the watch below gets no deadline, the writes do.
+    Lowest().expires_never();
+    WatchPeer();
+    WriteOut(/*data_bytes=*/0, /*last=*/false);
+  }
+
+  void Pump() override {
+    if (closed_ || !sink_ || writing_) return;
+    std::deque<std::string> chunks;
+    bool last = false;
+    sink_->Take(&chunks, &last);
+    size_t bytes = 0;
+    for (const std::string& chunk : chunks) {
+      bytes += chunk.size();
+      if (chunked_) {
+        char size[24];
+        int n = std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
+        out_.append(size, static_cast<size_t>(n));
+      }
+      out_ += chunk;
+      if (chunked_) out_ += "\r\n";
+    }
+    if (last && chunked_) out_ += "0\r\n\r\n";
+    if (out_.empty() && !last) return;
+    WriteOut(bytes, last);
+  }
+
+ private:
+  static Stream MakeStream(Shared& shared, tcp::socket socket) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *shared.tls);
+    } else {
+      (void)shared;
+      return Stream(std::move(socket));
+    }
+  }
+
+  std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  // The next request of a keep-alive connection.
+  void ReadNext() {
+    parser_.reset();
+    if (buffer_.size() > 0) return ReadHeader(/*reset_deadline=*/true);  // pipelined
+    buffer_.shrink_to_fit();  // an idle connection holds no buffer
+    Lowest().expires_after(Millis(shared_.options.idle_timeout_ms));
+    stream_.async_read_some(net::buffer(&byte_, 1), [self = Self()](error_code ec, size_t n) {
+      if (self->closed_) return;
+      if (ec || n != 1) return self->Close();
+      self->buffer_.commit(net::buffer_copy(self->buffer_.prepare(1), net::buffer(&self->byte_, 1)));
+      self->ReadHeader(/*reset_deadline=*/true);
+    });
+  }
+
+  void ReadHeader(bool reset_deadline) {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(std::min<size_t>(shared_.options.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(shared_.options.max_body_bytes);
+    if (reset_deadline) Lowest().expires_after(Millis(shared_.options.header_timeout_ms));
+    bhttp::async_read_header(stream_, buffer_, *parser_, [self = Self()](error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->OnReadError(ec);
+      self->OnHeader();
+    });
+  }
+
+  void OnHeader() {
+    const auto& header = parser_->get();
+    version_ = header.version();
+    keep_alive_ = header.keep_alive();
+    if (rejecting_) {
+      keep_alive_ = false;
+      linger_ = true;  // the body, if any, is read and discarded
+      return Respond(ErrorResponse(Unavailable("server is at its limit of " +
+                                               std::to_string(shared_.options.max_connections) + " connections")));
+    }
+    if (parser_->is_done()) return OnRequest();
+    Lowest().expires_after(Millis(shared_.options.write_timeout_ms));
+    if (version_ >= 11 && beast::iequals(header[bhttp::field::expect], "100-continue")) {
+      net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()), [self = Self()](error_code ec, size_t) {
+        if (self->closed_) return;
+        if (ec) return self->Close();
+        self->ReadBody();
+      });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    Lowest().expires_after(Millis(shared_.options.body_timeout_ms));
+    bhttp::async_read(stream_, buffer_, *parser_, [self = Self()](error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->OnReadError(ec);
+      self->OnRequest();
+    });
+  }
+
+  void OnReadError(error_code ec) {
+    if (ec.category() != bhttp::make_error_code(bhttp::error::body_limit).category() ||
+        ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || rejecting_) {
+      return Close();  // the client left or timed out: nobody to answer
+    }
+    keep_alive_ = false;
+    linger_ = true;
+    const ServerOptions& o = shared_.options;
+    if (ec == bhttp::error::body_limit) {
+      return Respond(ErrorWithHttpStatus(
+          413, Code::kResourceExhausted, "request body is larger than " + std::to_string(o.max_body_bytes) + " bytes"));
+    }
+    if (ec == bhttp::error::header_limit) {
+      return Respond(ErrorWithHttpStatus(431, Code::kInvalidArgument,
+                                         "request headers are larger than " + std::to_string(o.max_header_bytes) +
+                                             " bytes"));
+    }
+    Respond(ErrorResponse(InvalidArgument("malformed http request: " + ec.message())));
+  }
+
+  void OnRequest() {
+    bhttp::request<bhttp::string_body> message = parser_->release();
+    parser_.reset();
+    Request request;
+    request.remote = remote_;
+    request.tls = kTls;
+    request.method = ToString(message.method_string());
+    const std::string_view target(message.target().data(), message.target().size());
+    size_t question = target.find('?');
+    request.path = std::string(target.substr(0, question));
+    if (question != std::string_view::npos) {
+      auto query = ParseQuery(target.substr(question + 1));
+      if (!query.ok()) return Respond(ErrorResponse(query.status()));
+      request.query = std::move(*query);
+    }
+    for (const auto& field : message) {
+      std::string name = ToString(field.name_string());
+      for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+      std::string value = ToString(field.value());
+      auto [it, inserted] = request.headers.emplace(std::move(name), value);
+      if (!inserted) it->second += ", " + value;  // RFC 9110: a repeated field is a list
+    }
+    request.body = std::move(message.body());
+    // The handler may take its time; the client has nothing to send meanwhile.
+    Lowest().expires_never();
+    Shared& shared = shared_;
+    auto task = [&shared, self = std::static_pointer_cast<SessionBase>(Self()), r = std::move(request)] {
+      shared.RunRequest(self, r);
+    };
+    if (!shared_.pool.Submit(std::move(task))) {
+      Respond(ErrorResponse(Unavailable("server is busy: all " + std::to_string(shared_.options.handler_threads) +
+                                        " handler threads are taken and " +
+                                        std::to_string(shared_.options.max_queued_requests) + " requests wait")));
+    }
+  }
+
+  // Writes out_ (the stream's header or a batch of chunks).
+  void WriteOut(size_t data_bytes, bool last) {
+    writing_ = true;
+    Lowest().expires_after(Millis(shared_.options.write_timeout_ms));  // the pending watch keeps its own
+    net::async_write(stream_, net::buffer(out_), [self = Self(), data_bytes, last](error_code ec, size_t) {
+      self->writing_ = false;
+      if (self->out_.capacity() > kKeepStreamBuffer) {
+        std::string().swap(self->out_);
+      } else {
+        self->out_.clear();
+      }
+      if (self->closed_) return;
+      if (ec) return self->Close();
+      if (!self->sink_) return;
+      self->sink_->Sent(data_bytes);
+      if (!last) return self->Pump();
+      std::exchange(self->sink_, nullptr)->End(/*gone=*/false);
+      // The watch read is still pending: no TLS shutdown exchange beside it.
+      error_code ignored;
+      self->Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      self->Close();
+    });
+  }
+
+  // While a stream runs, a read that completes tells that the client left
+  // (or, harmlessly, sent more: the connection closes after the stream).
+  void WatchPeer() {
+    stream_.async_read_some(net::buffer(&byte_, 1), [self = Self()](error_code ec, size_t) {
+      if (self->closed_ || !ec) return;
+      self->Close();
+    });
+  }
+
+  // Ends a connection after a response that said "Connection: close".
+  void Finish() {
+    if constexpr (kTls) {
+      Lowest().expires_after(kTlsShutdownTimeout);
+      stream_.async_shutdown([self = Self()](error_code) { self->Close(); });
+    } else {
+      error_code ec;
+      Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+      Close();
+    }
+  }
+
+  // Half-closes, then discards what the client still sends for a while.
+  void Linger() {
+    error_code ec;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+    Lowest().expires_after(kLingerTimeout);
+    scratch_ = std::make_unique<char[]>(kLingerChunk);
+    LingerRead();
+  }
+  void LingerRead() {
+    Lowest().async_read_some(net::buffer(scratch_.get(), kLingerChunk), [self = Self()](error_code ec, size_t n) {
+      if (self->closed_) return;
+      self->lingered_ += n;
+      if (ec || self->lingered_ >= kMaxLingerBytes) return self->Close();
+      self->LingerRead();
+    });
+  }
+
+  Shared& shared_;
+  Stream stream_;
+  const std::string source_;  // the peer's address, without its port
+  const std::string remote_;  // "ip:port"
+  const bool rejecting_;      // over a limit: answered 503
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  char byte_ = 0;
+  unsigned version_ = 11;
+  bool keep_alive_ = false;
+  bool linger_ = false;
+  bool closed_ = false;
+  bool chunked_ = false;
+  bool writing_ = false;
+  std::string out_;                  // stream bytes being written
+  std::shared_ptr<AsyncSink> sink_;  // while a stream runs
+  std::unique_ptr<char[]> scratch_;  // while lingering
+  size_t lingered_ = 0;
 };
 
 class BeastServer final : public Server {
  public:
-  BeastServer(Handler handler, ServerOptions options, SslCtxPtr ssl_ctx)
-      : handler_(std::move(handler)), options_(std::move(options)), ssl_ctx_(std::move(ssl_ctx)) {}
+  BeastServer(Handler handler, ServerOptions options)
+      : shared_(std::move(handler), std::move(options)), ioc_(shared_.options.io_threads) {}
   ~BeastServer() override { Stop(); }
+
+  Shared& shared() { return shared_; }
 
   Status Listen(const tcp::endpoint& endpoint, const std::string& listen) {
     error_code ec;
@@ -313,46 +845,40 @@ class BeastServer final : public Server {
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
     if (!ec) port_ = acceptor_.local_endpoint(ec).port();
-    if (ec) return Unavailable("cannot listen on '" + listen + "': " + ec.message());
-    Accept();
-    io_thread_ = std::thread([this] { ioc_.run(); });
+    if (ec) {
+      shared_.pool.Stop();
+      return Unavailable("cannot listen on '" + listen + "': " + ec.message());
+    }
+    net::post(accept_strand_, [this] { Accept(); });
+    for (int i = 0; i < shared_.options.io_threads; ++i) io_threads_.emplace_back([this] { ioc_.run(); });
     return Status::Ok();
   }
 
   uint16_t port() const override { return port_; }
 
   void Stop() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return;
-      stopping_ = true;
-    }
-    // The acceptor and the rejections belong to the io thread: close them
-    // there; run() returns once their cancelled handlers have run.
-    net::post(ioc_, [this] {
+    if (stopped_.exchange(true)) return;
+    std::vector<std::shared_ptr<SessionBase>> sessions = shared_.BeginStop();
+    net::post(accept_strand_, [this] {
       error_code ec;
       acceptor_.close(ec);
       retry_timer_.cancel();
-      for (auto& rejection : rejecting_) rejection->stream.socket().close(ec);
     });
-    if (io_thread_.joinable()) io_thread_.join();
-
-    std::map<uint64_t, std::unique_ptr<Connection>> connections;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& [id, connection] : connections_) {
-        if (!connection->done) ::shutdown(connection->fd, SHUT_RDWR);
-      }
-      connections.swap(connections_);
-    }
-    // A handler still running is waited for; a stream sees its writer fail.
-    for (auto& [id, connection] : connections) connection->thread.join();
+    // Every stream ends (OnClosed runs) on the I/O threads, which still run.
+    for (auto& session : sessions) net::post(session->executor(), [session] { session->Close(); });
+    sessions.clear();
+    // A handler still running is waited for; a blocking stream sees its
+    // writer fail. Their responses go to closed sessions.
+    shared_.pool.Stop();
+    work_.reset();
+    for (std::thread& thread : io_threads_) thread.join();
+    io_threads_.clear();
   }
 
  private:
-  // Everything below up to Serve() runs on the io thread.
+  // On accept_strand_.
   void Accept() {
-    acceptor_.async_accept([this](error_code ec, tcp::socket socket) {
+    acceptor_.async_accept(net::make_strand(ioc_), [this](error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
       if (ec) {
         // Typically EMFILE: back off instead of spinning on the error.
@@ -368,321 +894,70 @@ class BeastServer final : public Server {
   }
 
   void OnAccept(tcp::socket socket) {
-    std::vector<std::unique_ptr<Connection>> finished;
-    bool reject = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (uint64_t id : finished_) {
-        auto it = connections_.find(id);
-        if (it == connections_.end()) continue;
-        finished.push_back(std::move(it->second));
-        connections_.erase(it);
-      }
-      finished_.clear();
-      error_code ep_ec;
-      auto ep = socket.remote_endpoint(ep_ec);
-      std::string source = ep_ec ? std::string() : ep.address().to_string();
-      if (stopping_) {
-        // `socket` closes on return.
-      } else if (active_ >= options_.max_connections ||
-                 (options_.max_connections_per_source > 0 && per_source_[source] >= options_.max_connections_per_source)) {
-        // Past the limit, or one address holding its share: slow clients
-        // from one place cannot take every connection.
-        reject = ssl_ctx_ == nullptr;  // a TLS client cannot read a plaintext 503: just close
-      } else {
-        auto connection = std::make_unique<Connection>(std::move(socket));
-        connection->source = source;
-        ++per_source_[source];
-        Connection* raw = connection.get();
-        const uint64_t id = next_id_++;
-        try {
-          // Serve() ends by taking mu_, so it cannot finish before the emplace.
-          raw->thread = std::thread([this, raw, id] { Serve(raw, id); });
-          connections_.emplace(id, std::move(connection));
-          ++active_;
-        } catch (const std::system_error&) {
-          // Out of threads: the socket closes with `connection`.
-        }
-      }
-    }
-    // Finished threads have returned or are about to: joining is quick.
-    for (auto& connection : finished) connection->thread.join();
-    if (reject) Reject(std::move(socket));
-  }
-
-  void Reject(tcp::socket socket) {
-    if (rejecting_.size() >= kMaxRejecting) return;  // closes `socket`
-    rejecting_.push_front(std::make_unique<Rejection>(std::move(socket)));
-    auto it = rejecting_.begin();
-    Rejection& r = **it;
-    // Read the request before answering: closing a socket with unread data
-    // resets it, and the client would never see the 503.
-    r.parser.body_limit(options_.max_body_bytes);
-    r.stream.expires_after(kRejectTimeout);
-    bhttp::async_read(r.stream, r.buffer, r.parser, [this, it](error_code ec, size_t) {
-      if (ec == net::error::operation_aborted) return void(rejecting_.erase(it));
-      Rejection& rej = **it;
-      Response error = ErrorResponse(Unavailable(
-          "server is at its limit of " + std::to_string(options_.max_connections) +
-          " connections"));
-      rej.response.result(bhttp::status::service_unavailable);
-      rej.response.set(bhttp::field::content_type, error.content_type);
-      rej.response.keep_alive(false);
-      rej.response.body() = error.body;
-      rej.response.prepare_payload();
-      rej.stream.expires_after(kRejectTimeout);
-      bhttp::async_write(rej.stream, rej.response, [this, it](error_code, size_t) {
-        error_code ignored;
-        (*it)->stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        (*it)->stream.socket().close(ignored);
-        rejecting_.erase(it);
-      });
-    });
-  }
-
-  // The connection thread.
-  void Serve(Connection* connection, uint64_t id) {
-    // OpenSSL writes with write(2), which raises SIGPIPE when the peer is
-    // gone: blocked on this thread, the write fails with EPIPE instead.
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
-    try {
-      ServeRequests(connection->socket);
-    } catch (...) {  // only allocation failures: drop the connection, keep the process
-    }
-    std::lock_guard<std::mutex> lock(mu_);
     error_code ec;
-    connection->socket.close(ec);
-    connection->done = true;
-    finished_.push_back(id);
-    --active_;
-    if (auto it = per_source_.find(connection->source); it != per_source_.end() && --it->second <= 0) {
-      per_source_.erase(it);
+    const tcp::endpoint ep = socket.remote_endpoint(ec);
+    if (ec) return;  // already gone; `socket` closes
+    const std::string source = ep.address().to_string();
+    const Shared::Admission admission = shared_.Admit(source);
+    if (admission == Shared::Admission::kDrop) return;
+    const bool rejecting = admission == Shared::Admission::kReject;
+    socket.set_option(tcp::no_delay(true), ec);
+    std::string remote = ep.address().is_v6() ? "[" + source + "]:" + std::to_string(ep.port())
+                                              : source + ":" + std::to_string(ep.port());
+    if (shared_.tls) {
+      Start(std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(shared_, std::move(socket), source,
+                                                                             std::move(remote), rejecting),
+            source, rejecting);
+    } else {
+      Start(std::make_shared<Session<beast::tcp_stream>>(shared_, std::move(socket), source, std::move(remote),
+                                                         rejecting),
+            source, rejecting);
     }
   }
 
-  void ServeRequests(tcp::socket& socket) {
-    error_code ec;
-    socket.non_blocking(true, ec);
-    if (ec) return;
-    SslPtr ssl(nullptr, &SSL_free);
-    if (ssl_ctx_ != nullptr) {
-      ssl.reset(SSL_new(ssl_ctx_.get()));
-      if (!ssl || SSL_set_fd(ssl.get(), socket.native_handle()) != 1) {
-        ERR_clear_error();
-        return;
-      }
-    }
-    SocketStream stream(socket, ssl.get());
-    if (ssl && !stream.Handshake(Clock::now() + kHandshakeTimeout, ec)) return;
-    struct TlsCloser {
-      SocketStream& stream;
-      ~TlsCloser() { stream.ShutdownTls(); }
-    } closer{stream};
-    beast::flat_buffer buffer;
-    std::string remote;
-    if (auto ep = socket.remote_endpoint(ec); !ec) {
-      remote = ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
-                                    : ep.address().to_string() + ":" + std::to_string(ep.port());
-    }
-    ec = {};
-    for (;;) {
-      bhttp::request_parser<bhttp::string_body> parser;
-      parser.body_limit(options_.max_body_bytes);
-      parser.header_limit(kMaxHeaderBytes);
-      stream.set_read_deadline(Clock::now() + kReadTimeout);
-      bhttp::read_header(stream, buffer, parser, ec);
-      if (!ec && !parser.is_done()) {
-        const auto& header = parser.get();
-        if (header.version() >= 11 &&
-            beast::iequals(header[bhttp::field::expect], "100-continue")) {
-          bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, 11};
-          bhttp::write(stream, go_on, ec);
-        }
-        if (!ec) bhttp::read(stream, buffer, parser, ec);
-      }
-      if (ec) {
-        if (ec.category() != bhttp::make_error_code(bhttp::error::body_limit).category() ||
-            ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message) {
-          return;  // the client left or timed out: nobody to answer
-        }
-        WriteResponse(stream, ParseErrorResponse(ec), 11, false);
-        Linger(socket, stream);
-        return;
-      }
-
-      bhttp::request<bhttp::string_body> request = parser.release();
-      const bool keep_alive = request.keep_alive();
-      const unsigned version = request.version();
-      Response response = Dispatch(std::move(request), remote, ssl != nullptr);
-      bool written = response.stream ? WriteStreamed(stream, response, version, keep_alive)
-                                     : WriteResponse(stream, response, version, keep_alive);
-      if (!written) return;
-      if (!keep_alive) {
-        stream.ShutdownTls();
-        socket.shutdown(tcp::socket::shutdown_send, ec);
-        return;
-      }
-    }
+  template <typename S>
+  void Start(std::shared_ptr<S> session, const std::string& source, bool rejecting) {
+    if (!shared_.Register(session, source, rejecting)) return;
+    net::dispatch(session->executor(), [session] { session->Start(); });
   }
 
-  Response ParseErrorResponse(error_code ec) const {
-    if (ec == bhttp::error::body_limit) {
-      return ErrorWithHttpStatus(413, Code::kResourceExhausted,
-                                 "request body is larger than " +
-                                     std::to_string(options_.max_body_bytes) + " bytes");
-    }
-    if (ec == bhttp::error::header_limit) {
-      return ErrorWithHttpStatus(431, Code::kInvalidArgument,
-                                 "request headers are larger than " +
-                                     std::to_string(kMaxHeaderBytes) + " bytes");
-    }
-    return ErrorResponse(InvalidArgument("malformed http request: " + ec.message()));
-  }
-
-  Response Dispatch(bhttp::request<bhttp::string_body> message, const std::string& remote, bool tls) {
-    Request request;
-    request.remote = remote;
-    request.tls = tls;
-    request.method = ToString(message.method_string());
-    const std::string_view target(message.target().data(), message.target().size());
-    size_t question = target.find('?');
-    request.path = std::string(target.substr(0, question));
-    if (question != std::string_view::npos) {
-      auto query = ParseQuery(target.substr(question + 1));
-      if (!query.ok()) return ErrorResponse(query.status());
-      request.query = std::move(*query);
-    }
-    for (const auto& field : message) {
-      std::string name = ToString(field.name_string());
-      for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
-      std::string value = ToString(field.value());
-      auto [it, inserted] = request.headers.emplace(std::move(name), value);
-      if (!inserted) it->second += ", " + value;  // RFC 9110: a repeated field is a list
-    }
-    request.body = std::move(message.body());
-    try {
-      return handler_(request);
-    } catch (const std::exception& e) {
-      return ErrorResponse(Internal("handler failed: " + std::string(e.what())));
-    } catch (...) {
-      return ErrorResponse(Internal("handler failed with a non-standard exception"));
-    }
-  }
-
-  template <typename Message>
-  static void SetHeaders(Message& message, const Response& response, bool keep_alive) {
-    const int code = response.status >= 100 && response.status <= 999 ? response.status : 500;
-    message.result(static_cast<unsigned>(code));
-    message.set(bhttp::field::server, "drover");
-    if (!response.content_type.empty()) {
-      message.set(bhttp::field::content_type, response.content_type);
-    }
-    for (const auto& [name, value] : response.headers) message.set(name, value);
-    message.keep_alive(keep_alive);
-  }
-
-  static bool WriteResponse(SocketStream& stream, const Response& response, unsigned version,
-                            bool keep_alive) {
-    bhttp::response<bhttp::string_body> message;
-    message.version(version);
-    SetHeaders(message, response, keep_alive);
-    message.body() = response.body;
-    message.prepare_payload();
-    error_code ec;
-    bhttp::write(stream, message, ec);
-    return !ec;
-  }
-
-  // Chunked for HTTP/1.1; HTTP/1.0 has no chunks, so the body there simply
-  // ends when the connection closes.
-  static bool WriteStreamed(SocketStream& stream, const Response& response, unsigned version,
-                            bool keep_alive) {
-    const bool chunked = version >= 11;
-    bhttp::response<bhttp::empty_body> message;
-    message.version(version);
-    SetHeaders(message, response, chunked && keep_alive);
-    if (chunked) message.chunked(true);
-    bhttp::response_serializer<bhttp::empty_body> serializer{message};
-    error_code ec;
-    bhttp::write_header(stream, serializer, ec);
-    if (ec) return false;
-    bool alive = true;
-    ChunkWriter writer = [&](std::string_view data) {
-      if (!alive) return false;
-      if (data.empty()) return true;  // an empty chunk would end the body
-      net::const_buffer bytes(data.data(), data.size());
-      error_code write_ec;
-      if (chunked) {
-        net::write(stream, bhttp::make_chunk(bytes), write_ec);
-      } else {
-        net::write(stream, bytes, write_ec);
-      }
-      alive = !write_ec;
-      return alive;
-    };
-    try {
-      response.stream(writer);
-    } catch (...) {
-      // Too late for a 500: end without the last chunk, so the client sees a
-      // truncated body rather than a complete one.
-      return false;
-    }
-    if (alive && chunked) net::write(stream, bhttp::make_chunk_last(), ec);
-    return alive && chunked && !ec && keep_alive;
-  }
-
-  // Half-closes, then discards what the client still sends for a while.
-  static void Linger(tcp::socket& socket, SocketStream& stream) {
-    error_code ec;
-    stream.ShutdownTls();
-    socket.shutdown(tcp::socket::shutdown_send, ec);
-    stream.set_read_deadline(Clock::now() + kLingerTimeout);
-    char scratch[16 << 10];
-    uint64_t total = 0;
-    while (total < kMaxLingerBytes) {
-      size_t n = stream.read_some(net::buffer(scratch), ec);
-      if (ec) return;
-      total += n;
-    }
-  }
-
-  const Handler handler_;
-  const ServerOptions options_;
-  const SslCtxPtr ssl_ctx_;  // null: plaintext; SSL_CTX is thread-safe once set up
+  Shared shared_;
   net::io_context ioc_;
-  tcp::acceptor acceptor_{ioc_};       // io thread (and Listen() before it starts)
-  net::steady_timer retry_timer_{ioc_};  // io thread
-  std::list<std::unique_ptr<Rejection>> rejecting_;  // io thread
-  std::thread io_thread_;
+  net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(ioc_);
+  net::strand<net::io_context::executor_type> accept_strand_ = net::make_strand(ioc_);
+  tcp::acceptor acceptor_{accept_strand_};       // accept_strand_ (and Listen() before the threads start)
+  net::steady_timer retry_timer_{accept_strand_};  // accept_strand_
+  std::vector<std::thread> io_threads_;
   uint16_t port_ = 0;
-
-  std::mutex mu_;
-  bool stopping_ = false;                                    // guarded by mu_
-  int active_ = 0;                                           // guarded by mu_
-  std::map<std::string, int> per_source_;                    // guarded by mu_: open connections by peer address
-  uint64_t next_id_ = 0;                                     // guarded by mu_
-  std::map<uint64_t, std::unique_ptr<Connection>> connections_;  // guarded by mu_
-  std::vector<uint64_t> finished_;                           // guarded by mu_
+  std::atomic<bool> stopped_{false};
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler handler,
-                                            ServerOptions options) {
+Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler handler, ServerOptions options) {
   if (!handler) return InvalidArgument("http server on '" + listen + "' has no handler");
-  if (options.max_connections < 1) {
-    return InvalidArgument("http server max_connections must be at least 1, got " +
-                           std::to_string(options.max_connections));
-  }
+  auto at_least = [&](const char* name, int64_t value, int64_t min) -> Status {
+    if (value >= min) return Status::Ok();
+    return InvalidArgument("http server " + std::string(name) + " must be at least " + std::to_string(min) +
+                           ", got " + std::to_string(value));
+  };
+  DROVER_RETURN_IF_ERROR(at_least("max_connections", options.max_connections, 1));
+  DROVER_RETURN_IF_ERROR(at_least("io_threads", options.io_threads, 1));
+  DROVER_RETURN_IF_ERROR(at_least("handler_threads", options.handler_threads, 1));
+  DROVER_RETURN_IF_ERROR(at_least("max_queued_requests", options.max_queued_requests, 0));
+  DROVER_RETURN_IF_ERROR(at_least("max_blocking_streams", options.max_blocking_streams, 0));
+  DROVER_RETURN_IF_ERROR(at_least("header_timeout_ms", options.header_timeout_ms, 1));
+  DROVER_RETURN_IF_ERROR(at_least("body_timeout_ms", options.body_timeout_ms, 1));
+  DROVER_RETURN_IF_ERROR(at_least("idle_timeout_ms", options.idle_timeout_ms, 1));
+  DROVER_RETURN_IF_ERROR(at_least("write_timeout_ms", options.write_timeout_ms, 1));
   DROVER_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(listen));
-  SslCtxPtr ssl_ctx(nullptr, &SSL_CTX_free);
+  std::optional<ssl::context> tls;
   if (!options.tls_cert_pem.empty() || !options.tls_key_pem.empty()) {
-    DROVER_ASSIGN_OR_RETURN(ssl_ctx, MakeServerContext(options.tls_cert_pem, options.tls_key_pem));
+    tls.emplace(ssl::context::tls_server);
+    DROVER_RETURN_IF_ERROR(ConfigureServerContext(tls->native_handle(), options.tls_cert_pem, options.tls_key_pem));
   }
-  auto server = std::make_unique<BeastServer>(std::move(handler), std::move(options), std::move(ssl_ctx));
+  auto server = std::make_unique<BeastServer>(std::move(handler), std::move(options));
+  server->shared().tls = std::move(tls);
   DROVER_RETURN_IF_ERROR(server->Listen(endpoint, listen));
   return std::unique_ptr<Server>(std::move(server));
 }
