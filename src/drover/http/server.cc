@@ -199,6 +199,7 @@ class WorkerPool {
   void SpawnLocked() {
     const uint64_t id = next_id_++;
     ++alive_;
+    ++idle_;  // from now, not once it runs: Submit must not refuse while threads start
     workers_.emplace(id, std::thread([this, id] { Run(id); }));
   }
 
@@ -216,7 +217,6 @@ class WorkerPool {
   void Run(uint64_t id) {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      ++idle_;
       cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       --idle_;
       if (stopping_) break;
@@ -227,6 +227,7 @@ class WorkerPool {
       task = nullptr;
       lock.lock();
       if (alive_ - blocking_ > threads_) break;  // the extra thread of an ended stream
+      ++idle_;
     }
     --alive_;
     exited_.push_back(id);
