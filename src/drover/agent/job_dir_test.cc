@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <algorithm>
@@ -25,8 +26,8 @@
 #include "drover/agent/devices/topology/host_topology.h"
 #include "drover/agent/supervisor.h"
 
-#ifndef DROVER_BINARY
-#error "DROVER_BINARY must name the drover executable (see src/drover/agent/CMakeLists.txt)"
+#if !defined(DROVER_BINARY) || !defined(DROVER_SUPERVISE_BINARY)
+#error "DROVER_BINARY and DROVER_SUPERVISE_BINARY must name the programs (see src/drover/agent/CMakeLists.txt)"
 #endif
 
 namespace drover::agent {
@@ -274,9 +275,12 @@ TEST_F(JobDirTest, WritesIntoAMissingDirectoryFail) {
   EXPECT_FALSE(fs::exists(root_ + "/no"));
 }
 
-// ---- the supervisor, as the real binary runs it ----
+// ---- the supervisor, as the real programs run it ----
 
-class SupervisorTest : public TempDirTest {
+// Every supervisor test runs against both programs that carry the
+// supervisor: `drover supervise` (what older agents spawned, and what a
+// restarted agent re-adopts) and the small `drover-supervise`.
+class SupervisorTest : public TempDirTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void TearDown() override {
     // Leave nothing running, even when a test failed half way.
@@ -298,7 +302,7 @@ class SupervisorTest : public TempDirTest {
     return Spawn(dir);
   }
   pid_t Spawn(const std::string& dir) {
-    auto pid = SpawnSupervisor(DROVER_BINARY, dir);
+    auto pid = SpawnSupervisor(GetParam(), dir);
     EXPECT_TRUE(pid.ok()) << pid.status().ToString();
     if (!pid.ok()) return -1;
     spawned_.emplace_back(*pid, dir);
@@ -342,7 +346,7 @@ class SupervisorTest : public TempDirTest {
   std::map<pid_t, int> reaped_;                         // wait status by pid
 };
 
-TEST_F(SupervisorTest, RecordsStartExitCodeAndOutput) {
+TEST_P(SupervisorTest, RecordsStartExitCodeAndOutput) {
   std::string dir = MakeDir("j-000010");
   pid_t sup = Start(dir, {"sh", "-c", "echo out; echo err >&2; exit 3"});
   ASSERT_GT(sup, 0);
@@ -373,7 +377,7 @@ int64_t MonoNow() {
       .count();
 }
 
-TEST_F(SupervisorTest, LeaseThatRunsOutFencesTheJobEvenIfItIgnoresSigterm) {
+TEST_P(SupervisorTest, LeaseThatRunsOutFencesTheJobEvenIfItIgnoresSigterm) {
   std::string lease = MakeDir("lease") + "/lease";
   ASSERT_TRUE(WriteNodeLease(lease, NodeLease{MonoNow() + 60'000'000'000, 300}).ok());
   std::string dir = MakeDir("j-000011@2");
@@ -394,7 +398,7 @@ TEST_F(SupervisorTest, LeaseThatRunsOutFencesTheJobEvenIfItIgnoresSigterm) {
   EXPECT_GE(ended, fence_at + 300'000'000);
 }
 
-TEST_F(SupervisorTest, JobWithARenewedLeaseRunsToItsEnd) {
+TEST_P(SupervisorTest, JobWithARenewedLeaseRunsToItsEnd) {
   std::string lease = MakeDir("lease") + "/lease";
   ASSERT_TRUE(WriteNodeLease(lease, NodeLease{MonoNow() + 60'000'000'000, 300}).ok());
   std::string dir = MakeDir("j-000012@1");
@@ -406,7 +410,7 @@ TEST_F(SupervisorTest, JobWithARenewedLeaseRunsToItsEnd) {
   EXPECT_EQ(e->exit_code, 4);
 }
 
-TEST_F(SupervisorTest, MissingLeaseFileFencesTheJob) {
+TEST_P(SupervisorTest, MissingLeaseFileFencesTheJob) {
   std::string dir = MakeDir("j-000013@1");
   pid_t sup = Start(dir, {"sleep", "30"}, {}, "", dir + "/no-such-lease");
   ASSERT_GT(sup, 0);
@@ -416,7 +420,7 @@ TEST_F(SupervisorTest, MissingLeaseFileFencesTheJob) {
   EXPECT_EQ(e->signal, SIGTERM);
 }
 
-TEST_F(SupervisorTest, JobGetsExactlyTheSpecEnvironment) {
+TEST_P(SupervisorTest, JobGetsExactlyTheSpecEnvironment) {
   // The supervisor inherits this (as it inherits the agent's environment);
   // the job must not see it.
   ::setenv("DROVER_SUPERVISOR_TEST_SECRET", "leaked", 1);
@@ -431,7 +435,7 @@ TEST_F(SupervisorTest, JobGetsExactlyTheSpecEnvironment) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, JobIsPinnedToItsCpus) {
+TEST_P(SupervisorTest, JobIsPinnedToItsCpus) {
   std::vector<int> allowed = AllowedCpus();
   ASSERT_FALSE(allowed.empty());
   std::string dir = MakeDir("j-000030");
@@ -447,7 +451,7 @@ TEST_F(SupervisorTest, JobIsPinnedToItsCpus) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, JobRunsInItsCgroupWhichGoesWithIt) {
+TEST_P(SupervisorTest, JobRunsInItsCgroupWhichGoesWithIt) {
   const CgroupHome& home = ProcessCgroupHome();
   if (home.dir.empty()) GTEST_SKIP() << "jobs get no cgroup on this machine: " << home.problem;
   std::string dir = MakeDir("j-000031");
@@ -478,7 +482,7 @@ TEST_F(SupervisorTest, JobRunsInItsCgroupWhichGoesWithIt) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, JobThatCannotJoinItsCgroupFailsToStart) {
+TEST_P(SupervisorTest, JobThatCannotJoinItsCgroupFailsToStart) {
   // A plain directory is no cgroup: there is no cgroup.procs to join.
   std::string dir = MakeDir("j-000032");
   JobIsolation iso;
@@ -496,7 +500,7 @@ TEST_F(SupervisorTest, JobThatCannotJoinItsCgroupFailsToStart) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, UnreadableIsolationFailsToStart) {
+TEST_P(SupervisorTest, UnreadableIsolationFailsToStart) {
   std::string dir = MakeDir("j-000033");
   Spit(dir + "/isolation.json", "{");
   pid_t sup = Start(dir, {"true"});
@@ -508,7 +512,7 @@ TEST_F(SupervisorTest, UnreadableIsolationFailsToStart) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, JobRunsInItsWorkingDirectory) {
+TEST_P(SupervisorTest, JobRunsInItsWorkingDirectory) {
   std::string custom = MakeDir("elsewhere");
   std::string dir = MakeDir("j-000012");
   pid_t sup = Start(dir, {"sh", "-c", "pwd -P; touch made-here"}, {}, custom);
@@ -533,7 +537,7 @@ TEST_F(SupervisorTest, JobRunsInItsWorkingDirectory) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, MissingCommandFailsToStart) {
+TEST_P(SupervisorTest, MissingCommandFailsToStart) {
   std::string dir = MakeDir("j-000014");
   pid_t sup = Start(dir, {"/nonexistent/cmd", "--flag"});
   ASSERT_GT(sup, 0);
@@ -549,7 +553,7 @@ TEST_F(SupervisorTest, MissingCommandFailsToStart) {
   EXPECT_TRUE(WIFEXITED(*status));
 }
 
-TEST_F(SupervisorTest, MissingWorkingDirectoryFailsToStart) {
+TEST_P(SupervisorTest, MissingWorkingDirectoryFailsToStart) {
   std::string dir = MakeDir("j-000020");
   pid_t sup = Start(dir, {"sh", "-c", "true"}, {}, root_ + "/no-such-dir");
   ASSERT_GT(sup, 0);
@@ -562,7 +566,7 @@ TEST_F(SupervisorTest, MissingWorkingDirectoryFailsToStart) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, MissingWorkingDirectoryIsNamedInTheMessage) {
+TEST_P(SupervisorTest, MissingWorkingDirectoryIsNamedInTheMessage) {
   std::string dir = MakeDir("j-000021");
   pid_t sup = Start(dir, {"sh", "-c", "true"}, {}, root_ + "/no-such-dir");
   ASSERT_GT(sup, 0);
@@ -572,7 +576,7 @@ TEST_F(SupervisorTest, MissingWorkingDirectoryIsNamedInTheMessage) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, JobStdinIsEmpty) {
+TEST_P(SupervisorTest, JobStdinIsEmpty) {
   std::string dir = MakeDir("j-000022");
   pid_t sup = Start(dir, {"cat"});  // would block forever on an inherited terminal or pipe
   ASSERT_GT(sup, 0);
@@ -583,7 +587,7 @@ TEST_F(SupervisorTest, JobStdinIsEmpty) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, MissingSpecIsRecordedAsFailedToStart) {
+TEST_P(SupervisorTest, MissingSpecIsRecordedAsFailedToStart) {
   std::string dir = MakeDir("j-000015");
   pid_t sup = Spawn(dir);
   ASSERT_GT(sup, 0);
@@ -597,7 +601,7 @@ TEST_F(SupervisorTest, MissingSpecIsRecordedAsFailedToStart) {
   EXPECT_NE(WEXITSTATUS(*status), 0);
 }
 
-TEST_F(SupervisorTest, SigtermToTheSupervisorReachesTheJob) {
+TEST_P(SupervisorTest, SigtermToTheSupervisorReachesTheJob) {
   std::string dir = MakeDir("j-000016");
   pid_t sup = Start(dir, {"sh", "-c", "trap 'exit 42' TERM; echo ready; sleep 60 & wait"});
   ASSERT_GT(sup, 0);
@@ -621,7 +625,7 @@ TEST_F(SupervisorTest, SigtermToTheSupervisorReachesTheJob) {
   EXPECT_FALSE(SupervisorAlive(sup, dir));
 }
 
-TEST_F(SupervisorTest, JobKilledBySigkillRecordsTheSignal) {
+TEST_P(SupervisorTest, JobKilledBySigkillRecordsTheSignal) {
   std::string dir = MakeDir("j-000017");
   pid_t sup = Start(dir, {"sh", "-c", "echo ready; sleep 60; echo not reached"});
   ASSERT_GT(sup, 0);
@@ -638,7 +642,7 @@ TEST_F(SupervisorTest, JobKilledBySigkillRecordsTheSignal) {
   Reap(sup);
 }
 
-TEST_F(SupervisorTest, AliveOnlyWhileRunningAndOnlyForItsDirectory) {
+TEST_P(SupervisorTest, AliveOnlyWhileRunningAndOnlyForItsDirectory) {
   std::string dir = MakeDir("j-000018");
   std::string other = MakeDir("j-000019");
   pid_t sup = Start(dir, {"sleep", "60"});
@@ -656,7 +660,7 @@ TEST_F(SupervisorTest, AliveOnlyWhileRunningAndOnlyForItsDirectory) {
   EXPECT_FALSE(SupervisorAlive(sup, dir));
 }
 
-TEST_F(SupervisorTest, AliveDoesNotMatchADirectoryThatIsOnlyAPrefix) {
+TEST_P(SupervisorTest, AliveDoesNotMatchADirectoryThatIsOnlyAPrefix) {
   std::string dir = MakeDir("j-10");
   pid_t sup = Start(dir, {"sleep", "60"});
   ASSERT_GT(sup, 0);
@@ -668,6 +672,85 @@ TEST_F(SupervisorTest, AliveDoesNotMatchADirectoryThatIsOnlyAPrefix) {
   WaitExit(dir);
   Reap(sup);
 }
+
+// ---- SupervisorPool: a spare drover-supervise handed its job ----
+
+class SupervisorPoolTest : public TempDirTest {
+ protected:
+  std::string Prepare(const std::string& name, std::vector<std::string> command) {
+    std::string dir = MakeDir(name);
+    EXPECT_TRUE(JobDir(dir).WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, ""}).ok());
+    return dir;
+  }
+  static std::optional<int> Reap(pid_t pid) {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) return std::nullopt;
+    return status;
+  }
+};
+
+TEST_F(SupervisorPoolTest, SparesRunJobsAndAreRecognisedAsTheirSupervisors) {
+  SupervisorPool pool(DROVER_SUPERVISE_BINARY);
+  pool.Refill();
+  std::string dir = Prepare("j-000030", {"sh", "-c", "echo ready; sleep 60"});
+  auto sup = pool.Launch(dir);
+  ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+  JobDir job(dir);
+  std::optional<StartedFile> started;
+  ASSERT_TRUE(PollUntil([&] { return (started = job.ReadStarted()).has_value(); }));
+  EXPECT_EQ(::getsid(*sup), *sup) << "a session of its own, as a spawned supervisor";
+  EXPECT_TRUE(SupervisorAlive(*sup, dir));
+  EXPECT_TRUE(SupervisorAlive(*sup, dir + "/work/.."));
+  EXPECT_FALSE(SupervisorAlive(*sup, MakeDir("j-000031")));
+  EXPECT_TRUE(fs::exists(dir + "/supervisor.log"));
+  ASSERT_TRUE(PollUntil([&] { return Slurp(dir + "/output.log").find("ready\n") != std::string::npos; }));
+  ASSERT_EQ(::kill(-started->pid, SIGKILL), 0);
+  auto status = Reap(*sup);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  auto e = job.ReadExit();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->signal, SIGKILL);
+
+  // The next job gets the next spare.
+  std::string second = Prepare("j-000032", {"sh", "-c", "exit 3"});
+  auto next = pool.Launch(second);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_NE(*next, *sup);
+  ASSERT_TRUE(Reap(*next));
+  e = JobDir(second).ReadExit();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->exit_code, 3);
+  EXPECT_FALSE(e->failed_to_start);
+}
+
+TEST_F(SupervisorPoolTest, UnusedSpareGoesWithItsPool) {
+  { SupervisorPool(DROVER_SUPERVISE_BINARY).Refill(); }
+  // The destructor reaped it: this process has no child left.
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST_F(SupervisorPoolTest, PoolOfDroverSpawnsAsSpawnSupervisor) {
+  SupervisorPool pool(DROVER_BINARY);
+  std::string dir = Prepare("j-000033", {"sleep", "60"});
+  auto sup = pool.Launch(dir);
+  ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+  JobDir job(dir);
+  std::optional<StartedFile> started;
+  ASSERT_TRUE(PollUntil([&] { return (started = job.ReadStarted()).has_value(); }));
+  std::string cmdline = Slurp("/proc/" + std::to_string(*sup) + "/cmdline");
+  EXPECT_EQ(cmdline, std::string(DROVER_BINARY) + '\0' + "supervise" + '\0' + "--dir" + '\0' + dir + '\0');
+  EXPECT_TRUE(SupervisorAlive(*sup, dir));
+  ::kill(-started->pid, SIGKILL);
+  ASSERT_TRUE(Reap(*sup));
+  EXPECT_TRUE(job.ReadExit());
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, SupervisorTest, ::testing::Values(DROVER_BINARY, DROVER_SUPERVISE_BINARY),
+                         [](const ::testing::TestParamInfo<std::string>& program) {
+                           return program.param == DROVER_BINARY ? std::string("Drover") : std::string("DroverSupervise");
+                         });
 
 }  // namespace
 }  // namespace drover::agent

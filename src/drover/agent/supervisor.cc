@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,9 +13,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "drover/agent/cgroup.h"
@@ -269,14 +272,23 @@ int RunSupervisor(const std::string& dir) {
   return 0;
 }
 
-Result<pid_t> SpawnSupervisor(const std::string& exe, const std::string& job_dir) {
-  std::vector<std::string> args = {exe, "supervise", "--dir", job_dir};
+namespace {
+
+// posix_spawn of a supervisor program: `stdin_fd` (-1: /dev/null) as its
+// standard input, `stderr_path` as its stderr, in a session of its own,
+// with default signal handling and nothing else of the caller's descriptors.
+Result<pid_t> SpawnProgram(const std::string& exe, std::vector<std::string> args, int stdin_fd,
+                           const std::string& stderr_path) {
   std::vector<char*> argv = Pointers(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (stdin_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&fa, stdin_fd, 0);
+  } else {
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, (job_dir + "/supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   // Listening sockets and store files of the agent's process must not leak
   // into a process that outlives it (a leaked listener blocks a restart).
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
@@ -299,6 +311,12 @@ Result<pid_t> SpawnSupervisor(const std::string& exe, const std::string& job_dir
   return pid;
 }
 
+}  // namespace
+
+Result<pid_t> SpawnSupervisor(const std::string& exe, const std::string& job_dir) {
+  return SpawnProgram(exe, {exe, "supervise", "--dir", job_dir}, -1, job_dir + "/supervisor.log");
+}
+
 bool SupervisorAlive(pid_t pid, const std::string& job_dir) {
   std::ifstream in(fmt::format("/proc/{}/cmdline", pid));
   if (!in) return false;
@@ -310,7 +328,97 @@ bool SupervisorAlive(pid_t pid, const std::string& job_dir) {
   std::vector<std::string> argv;
   std::string arg;
   while (std::getline(ss, arg, '\0')) argv.push_back(arg);
-  return argv.size() == 4 && argv[1] == "supervise" && argv[2] == "--dir" && argv[3] == job_dir;
+  if (argv.size() == 4) return argv[1] == "supervise" && argv[2] == "--dir" && argv[3] == job_dir;
+  // A pool's spare: it works in the directory of the job it was handed (an
+  // idle spare in "/"). Compared as files, since the kernel's name for the
+  // directory may differ from the caller's (symlinks, "..").
+  if (argv.size() != 3 || argv[1] != "supervise" || argv[2] != "--spare") return false;
+  struct stat cwd{};
+  struct stat dir{};
+  return ::stat(fmt::format("/proc/{}/cwd", pid).c_str(), &cwd) == 0 && ::stat(job_dir.c_str(), &dir) == 0 &&
+         cwd.st_dev == dir.st_dev && cwd.st_ino == dir.st_ino;
+}
+
+int RunSpareSupervisor() {
+  // Hold no directory of the agent's while idle, and match no job.
+  if (::chdir("/") != 0) return 1;
+  std::string dir;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(0, buf, sizeof buf);
+    if (n > 0) {
+      dir.append(buf, static_cast<size_t>(n));
+      if (dir.size() > 65536) return 1;
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      return 1;
+    }
+  }
+  if (dir.empty()) return 0;  // the pool went away unused
+  // From here on, as SpawnSupervisor would have started it.
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, 0);
+    ::close(null_fd);
+  }
+  int log_fd = ::open((dir + "/supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd >= 0) {
+    ::dup2(log_fd, 2);
+    ::close(log_fd);
+  }
+  // SupervisorAlive's mark; a directory that cannot be entered fails in
+  // RunSupervisor, which says why in exit.json.
+  (void)::chdir(dir.c_str());
+  return RunSupervisor(dir);
+}
+
+SupervisorPool::SupervisorPool(std::string exe)
+    : exe_(std::move(exe)), spares_(std::filesystem::path(exe_).filename() == "drover-supervise") {}
+
+SupervisorPool::~SupervisorPool() {
+  if (spare_input_ >= 0) ::close(spare_input_);
+  if (spare_ > 0) ::waitpid(spare_, nullptr, 0);  // it exits at the end of its input
+}
+
+void SupervisorPool::Refill() {
+  if (!spares_ || spare_ > 0) return;
+  // A socket rather than a pipe: a write to a spare that died fails with
+  // EPIPE (MSG_NOSIGNAL) instead of raising SIGPIPE in the agent.
+  int fds[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
+  auto pid = SpawnProgram(exe_, {exe_, "supervise", "--spare"}, fds[1], "/dev/null");
+  ::close(fds[1]);
+  if (!pid.ok()) {
+    ::close(fds[0]);
+    return;  // Launch spawns as SpawnSupervisor does
+  }
+  spare_ = *pid;
+  spare_input_ = fds[0];
+}
+
+Result<pid_t> SupervisorPool::Launch(const std::string& job_dir) {
+  if (!spares_) return SpawnSupervisor(exe_, job_dir);
+  Refill();
+  pid_t pid = std::exchange(spare_, -1);
+  int input = std::exchange(spare_input_, -1);
+  if (pid > 0) {
+    // Absolute: the spare works in "/", not in the caller's directory.
+    std::error_code ec;
+    std::string dir = std::filesystem::absolute(job_dir, ec).string();
+    if (ec) dir = job_dir;
+    bool sent = ::send(input, dir.data(), dir.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(dir.size());
+    ::close(input);  // the end of input: the spare starts
+    if (!sent) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  Result<pid_t> out = pid > 0 ? Result<pid_t>(pid) : SpawnSupervisor(exe_, job_dir);
+  // The next job's spare, while this one's supervisor reads its spec.
+  Refill();
+  return out;
 }
 
 }  // namespace drover::agent

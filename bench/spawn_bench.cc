@@ -1,0 +1,148 @@
+// What the per-job supervisor adds between "bind" and "job started": the
+// time from SpawnSupervisor() to the job's start (started.json's
+// start_unix_nanos, taken just before the supervisor forks the job), to its
+// end (exit.json's end_unix_nanos) and to the supervisor's exit, for the job
+// `true`, p50 and p99 over many runs, for each way of starting a supervisor:
+// an exec of drover, of the small drover-supervise, and the handover to a
+// SupervisorPool's spare (which then starts the next spare, inside the run).
+// Each run uses a fresh job directory written with JobDir as the agent
+// writes it (spec.json, isolation.json without a cgroup), one run at a time.
+//
+//   spawn_bench [--runs N] [--root DIR] [--drover PATH] [--supervise PATH]
+//
+// Not a Google Benchmark: a run is a process tree and a few fsyncs, and what
+// matters is the spread. Results: docs/performance.md.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/agent/job_dir.h"
+#include "drover/agent/supervisor.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using drover::agent::JobDir;
+
+int64_t UnixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double Percentile(std::vector<int64_t> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return static_cast<double>(v[std::min(i, v.size() - 1)]) / 1e6;
+}
+
+struct Samples {
+  std::vector<int64_t> to_start, to_exit, to_reaped;  // ns after the spawn call
+};
+
+// `launch` starts the supervisor of a prepared job directory and returns
+// its pid (a child of this process), or -1.
+using Launch = std::function<pid_t(const std::string& dir)>;
+
+bool RunOnce(const Launch& launch, const std::string& dir, Samples& out) {
+  fs::create_directories(dir);
+  JobDir job(dir);
+  drover::agent::JobSpecFile spec{fs::path(dir).filename().string(), {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, ""};
+  if (!job.WriteSpec(spec).ok() || !job.WriteIsolation(drover::agent::JobIsolation{}).ok()) return false;
+  const int64_t t0 = UnixNanos();
+  pid_t pid = launch(dir);
+  if (pid <= 0) return false;
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return false;
+  const int64_t reaped = UnixNanos();
+  auto started = job.ReadStarted();
+  auto exited = job.ReadExit();
+  if (!started || !exited || exited->failed_to_start) {
+    std::fprintf(stderr, "run in %s: the job did not run\n", dir.c_str());
+    return false;
+  }
+  out.to_start.push_back(started->start_unix_nanos - t0);
+  out.to_exit.push_back(exited->end_unix_nanos - t0);
+  out.to_reaped.push_back(reaped - t0);
+  return true;
+}
+
+void Report(const std::string& name, const Samples& s) {
+  std::printf("%-34s %5zu   %7.2f %7.2f   %7.2f %7.2f   %7.2f %7.2f\n", name.c_str(), s.to_start.size(),
+              Percentile(s.to_start, 0.5), Percentile(s.to_start, 0.99), Percentile(s.to_exit, 0.5),
+              Percentile(s.to_exit, 0.99), Percentile(s.to_reaped, 0.5), Percentile(s.to_reaped, 0.99));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 200;
+  std::string root = fs::temp_directory_path().string();
+  std::string drover = DROVER_BINARY;
+  std::string supervise = DROVER_SUPERVISE_BINARY;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string_view flag = argv[i];
+    if (flag == "--runs") runs = std::atoi(argv[i + 1]);
+    else if (flag == "--root") root = argv[i + 1];
+    else if (flag == "--drover") drover = argv[i + 1];
+    else if (flag == "--supervise") supervise = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: spawn_bench [--runs N] [--root DIR] [--drover PATH] [--supervise PATH]\n");
+      return 2;
+    }
+  }
+  std::string base = root + "/drover-spawn-bench-XXXXXX";
+  if (::mkdtemp(base.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+
+  auto spawn = [](std::string exe) {
+    return Launch([exe](const std::string& dir) {
+      auto pid = drover::agent::SpawnSupervisor(exe, dir);
+      return pid.ok() ? *pid : -1;
+    });
+  };
+  drover::agent::SupervisorPool pool(supervise);
+  pool.Refill();
+  std::vector<std::pair<std::string, Launch>> variants = {
+      {"drover supervise", spawn(drover)},
+      {"drover-supervise", spawn(supervise)},
+      {"drover-supervise, SupervisorPool", [&pool](const std::string& dir) {
+         auto pid = pool.Launch(dir);
+         return pid.ok() ? *pid : -1;
+       }},
+  };
+
+  std::printf("%d runs of `true`, one at a time, in %s; ms after SpawnSupervisor()\n", runs, base.c_str());
+  std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "supervisor", "runs", "start", "p99", "exit", "p99",
+              "reaped", "p99");
+  std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "", "", "p50", "", "p50", "", "p50", "");
+  // Interleaved (run i of every variant, then run i+1), so that whatever
+  // else the machine does falls on every variant alike; a few runs first
+  // warm the page cache and dentries.
+  int failures = 0;
+  std::vector<Samples> samples(variants.size());
+  for (int i = -5; i < runs; ++i) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      Samples warmup;
+      std::string dir = base + "/v" + std::to_string(v) + "-" + std::to_string(i + 5);
+      if (!RunOnce(variants[v].second, dir, i < 0 ? warmup : samples[v])) ++failures;
+    }
+  }
+  for (size_t v = 0; v < variants.size(); ++v) Report(variants[v].first, samples[v]);
+  std::error_code ec;
+  fs::remove_all(base, ec);
+  return failures == 0 ? 0 : 1;
+}
