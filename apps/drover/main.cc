@@ -23,6 +23,7 @@
 
 #include "drover/agent/agent.h"
 #include "drover/agent/devices/device_backend.h"
+#include "drover/agent/exit_watcher.h"
 #include "drover/agent/supervisor.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
@@ -354,6 +355,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   // a set of tasks and timers on one of them, not threads of its own.
   std::vector<std::unique_ptr<drover::runtime::EventLoop>> sim_loops;
   std::unique_ptr<drover::membership::UdpHub> sim_gossip;
+  std::unique_ptr<drover::agent::ExitWatcher> sim_exits;
   std::vector<std::unique_ptr<drover::agent::Agent>> agents;  // stopped before the loops go
   auto telemetry = TelemetryFrom(f);
   if (!telemetry.ok()) return BadConfig(telemetry.status());
@@ -390,6 +392,10 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       auto hub = drover::membership::UdpHub::Start({});
       if (!hub.ok()) return Fatal(hub.status());
       sim_gossip = std::move(*hub);
+      // And the ends of their jobs' supervisors by one more.
+      auto watcher = drover::agent::ExitWatcher::Start();
+      if (!watcher.ok()) return Fatal(watcher.status());
+      sim_exits = std::move(*watcher);
     }
     for (int i = 1; i <= f.simulate; ++i) {
       std::string name = "sim-" + std::to_string(i);
@@ -405,6 +411,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       sim_opts.loop = sim_loops[static_cast<size_t>(i - 1) % sim_loops.size()].get();
       sim_opts.gossip_listen = "127.0.0.1:0";
       sim_opts.gossip_hub = sim_gossip.get();
+      sim_opts.exit_watcher = sim_exits.get();
       // One hub thread carries every simulated node's gossip: the period
       // grows with their number (1 ms per node, at least the default
       // 200 ms), which keeps it near 2 packets per millisecond in all

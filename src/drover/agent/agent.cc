@@ -19,6 +19,7 @@
 
 #include "drover/agent/cgroup.h"
 #include "drover/agent/connection.h"
+#include "drover/agent/exit_watcher.h"
 #include "drover/agent/device_filter.h"
 #include "drover/agent/gpu_report.h"
 #include "drover/agent/isolation.h"
@@ -178,6 +179,21 @@ class AgentImpl final : public Agent {
       jobs_.emplace(spec->job_id, std::move(job));
     }
     if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    watcher_ = opts_.exit_watcher;
+    if (watcher_ == nullptr) {
+      auto w = ExitWatcher::Start();
+      if (w.ok()) {
+        own_watcher_ = std::move(*w);
+        watcher_ = own_watcher_.get();
+      } else {
+        spdlog::warn("node '{}' notices job ends by looking every {} ms: {}", opts_.node_name, kTick.count(),
+                     w.status().message());
+      }
+    }
+    for (auto& [id, job] : jobs_) {
+      pid_t sup = job.dir.ReadSupervisorPid().value_or(0);
+      if (sup > 0 && SupervisorAlive(sup, job.dir.path())) WatchSupervisor(id, sup);
+    }
     // Made before anything of the agent runs on the loop (which reads it),
     // started last.
     ConnectionEvents events;
@@ -214,6 +230,12 @@ class AgentImpl final : public Agent {
     if (connection_) connection_->Stop();
     if (metrics_http_) metrics_http_->Stop();
     loop_.Close();
+    // Nothing of the agent runs on the loop any more: its watches are ours
+    // to end, and no callback of theirs runs after.
+    if (watcher_ != nullptr) {
+      for (const auto& [id, handle] : exit_watches_) watcher_->Cancel(handle);
+      exit_watches_.clear();
+    }
     if (own_loop_) own_loop_->Stop();
     if (gossip_) gossip_->Stop();
     if (telemetry_) telemetry_->Stop();
@@ -664,6 +686,10 @@ class AgentImpl final : public Agent {
     env["DROVER_REPLICA"] = std::to_string(w.replica());
     env["DROVER_REPLICAS"] = std::to_string(std::max(w.replicas(), 1));
     env["DROVER_NODE"] = opts_.node_name;
+    if (!w.array_id().empty()) {
+      env["DROVER_ARRAY_ID"] = w.array_id();
+      env["DROVER_ARRAY_INDEX"] = std::to_string(w.array_index());
+    }
     env["DROVER_CHECKPOINT_DIR"] = CheckpointDir(w.job_id());
     std::string ids;
     std::map<std::string, std::string> by_vendor;
@@ -712,6 +738,7 @@ class AgentImpl final : public Agent {
       if (pid.ok()) {
         job.supervisor = *pid;
         s = dir.WriteSupervisorPid(*pid);
+        WatchSupervisor(key, *pid);
       } else {
         s = pid.status();
       }
@@ -752,6 +779,35 @@ class AgentImpl final : public Agent {
       job->exited = ExitFile{-1, 0, NowNanos(), "the job's supervisor died without recording an exit", false};
       (void)job->dir.WriteExit(*job->exited);
     }
+  }
+
+  // Reports the job's end the moment its supervisor is gone (it records
+  // the end first).
+  void WatchSupervisor(const std::string& id, pid_t pid) {
+    if (watcher_ == nullptr) return;
+    auto handle = watcher_->Watch(pid, [this, id] { loop_.Post([this, id] { OnSupervisorEnded(id); }); });
+    if (!handle.ok()) {
+      spdlog::warn("node '{}' will notice the end of job '{}' by looking: {}", opts_.node_name, id,
+                   handle.status().message());
+      return;
+    }
+    if (auto old = exit_watches_.find(id); old != exit_watches_.end()) watcher_->Cancel(old->second);
+    exit_watches_[id] = *handle;
+  }
+
+  void OnSupervisorEnded(const std::string& id) {
+    exit_watches_.erase(id);
+    auto it = jobs_.find(id);
+    if (stopping_ || it == jobs_.end()) return;
+    LocalJob& job = it->second;
+    Refresh(&job);
+    ShipLog(id, &job, job.exited.has_value());
+    v1::AgentMessage m;
+    v1::WorkloadStatus ws = StatusOf(id, job);
+    if (ws.state() == job.reported) return;
+    *m.mutable_status()->add_workloads() = ws;
+    if (Send(m)) job.reported = ws.state();
+    Reconcile();
   }
 
   v1::WorkloadStatus StatusOf(const std::string& id, const LocalJob& job) const {
@@ -964,6 +1020,9 @@ class AgentImpl final : public Agent {
   std::vector<DeviceBackend*> slot_backend_;  // node index -> its backend
   HostTopology host_;
   std::unique_ptr<Telemetry> telemetry_;
+  std::unique_ptr<ExitWatcher> own_watcher_;  // unless the options name a shared one
+  ExitWatcher* watcher_ = nullptr;             // null: job ends are noticed by looking
+  std::map<std::string, uint64_t> exit_watches_;  // by workload id; loop thread (Init before it runs)
   metrics::Registry metrics_;
   std::unique_ptr<http::Server> metrics_http_;
   std::string metrics_address_;

@@ -34,6 +34,8 @@ class UdpHub;
 
 namespace drover::agent {
 
+class ExitWatcher;
+
 // A fault the agent injects into one of its GPUs `after` it started (from
 // the configuration; tests and demos of the health cycle).
 struct ScheduledFault {
@@ -95,6 +97,9 @@ struct AgentOptions {
   // Serves the node's gossip socket on a thread shared with other nodes
   // (simulated nodes); null: a thread of its own.
   membership::UdpHub* gossip_hub = nullptr;
+  // Tells the agent when a job's supervisor ends, shared with other agents
+  // (simulated nodes); null: one of its own.
+  ExitWatcher* exit_watcher = nullptr;
   // The gossip protocol period (one probe per period; the direct probe
   // waits half of it). 0: the protocol's default, 200 ms.
   std::chrono::milliseconds gossip_period{0};

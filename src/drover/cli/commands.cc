@@ -96,32 +96,45 @@ struct SubmitArgs {
   int checkpoint_grace = 0;
   int max_restarts = 0;
   bool wait = false;
+  std::string array;  // "1-100%10"
   std::vector<std::string> env;
   std::vector<std::string> command;
 };
 
-int WaitFor(const std::string& id, const Common& c) {
+// The exit code `drover submit --wait` gives for an ended job: its own, 128
+// + the signal that killed it, or 1 when it failed otherwise.
+int ExitCodeOf(const v1::JobStatus& st) {
+  if (st.signal() != 0) return 128 + st.signal();
+  if (st.state() == v1::JOB_STATE_SUCCEEDED) return 0;
+  return st.exit_code() > 0 && st.exit_code() < 256 ? st.exit_code() : kExitFailure;
+}
+
+// Waits for a job (or every task of an array) on the server's push stream,
+// and exits with its code (for an array, the highest of its tasks').
+int WaitFor(const std::string& id, const std::string& array_id, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
-  auto delay = std::chrono::milliseconds(50);
-  for (;;) {
-    v1::GetJobRequest req;
-    req.set_id(id);
-    v1::Job job;
-    auto ctx = Context(c);
-    grpc::Status s = stub->Get(ctx.get(), req, &job);
-    if (!s.ok()) return Fail(s, c);
-    const auto& st = job.status();
-    if (rpc::IsTerminal(st.state())) {
-      if (st.state() != v1::JOB_STATE_SUCCEEDED) {
-        std::cerr << fmt::format("job {} {}: {}\n", id, rpc::JobStateDisplay(st.state()), st.message());
-      }
-      if (st.signal() != 0) return 128 + st.signal();
-      if (st.state() == v1::JOB_STATE_SUCCEEDED) return 0;
-      return st.exit_code() > 0 && st.exit_code() < 256 ? st.exit_code() : kExitFailure;
-    }
-    std::this_thread::sleep_for(delay);
-    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  v1::WatchJobsRequest req;
+  if (array_id.empty()) {
+    req.add_ids(id);
+  } else {
+    req.set_array_id(array_id);
   }
+  grpc::ClientContext ctx;  // no deadline: as long as the job runs
+  auto reader = stub->Watch(&ctx, req);
+  std::map<std::string, v1::JobStatus> ended;
+  v1::Job job;
+  while (reader->Read(&job)) {
+    if (!rpc::IsTerminal(job.status().state()) || !ended.emplace(job.id(), job.status()).second) continue;
+    const auto& st = job.status();
+    if (st.state() != v1::JOB_STATE_SUCCEEDED) {
+      std::cerr << fmt::format("job {} {}: {}\n", job.id(), rpc::JobStateDisplay(st.state()), st.message());
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return Fail(s, c);
+  int code = 0;
+  for (const auto& [job_id, st] : ended) code = std::max(code, ExitCodeOf(st));
+  return ended.empty() ? kExitFailure : code;
 }
 
 int Submit(const SubmitArgs& a, const Common& c) {
@@ -186,22 +199,62 @@ int Submit(const SubmitArgs& a, const Common& c) {
     (*s->mutable_env())[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const std::string& arg : a.command) s->add_command(arg);
+  if (!a.array.empty()) {
+    auto array = rpc::ParseArraySpec(a.array);
+    if (!array.ok()) return Usage("--array: " + array.status().message());
+    *req.mutable_array() = *array;
+  }
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::SubmitJobResponse resp;
   auto ctx = Context(c);
   grpc::Status st = stub->Submit(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(st, c);
   if (c.output == "json") {
-    std::cout << Json(resp.job()) << "\n";
+    std::cout << Json(resp) << "\n";
+  } else if (!resp.array_id().empty()) {
+    std::cout << resp.array_id() << "\n";
   } else {
     std::cout << resp.job().id() << "\n";
   }
   std::cout.flush();
-  return a.wait ? WaitFor(resp.job().id(), c) : 0;
+  return a.wait ? WaitFor(resp.job().id(), resp.array_id(), c) : 0;
 }
 
-int Jobs(const std::string& state, const std::string& tenant, const Common& c) {
+// One row per job array (the count of its tasks in each state) in place of
+// its tasks.
+void PrintArrays(const std::vector<const v1::Job*>& jobs, std::vector<const v1::Job*>* single) {
+  struct Group {
+    const v1::Job* first = nullptr;
+    std::map<v1::JobState, int64_t> states;
+  };
+  std::map<std::string, Group> arrays;
+  for (const v1::Job* j : jobs) {
+    if (j->array().array_id().empty()) {
+      single->push_back(j);
+      continue;
+    }
+    Group& g = arrays[j->array().array_id()];
+    if (g.first == nullptr) g.first = j;
+    ++g.states[j->status().state()];
+  }
+  if (arrays.empty()) return;
+  Table t({"ARRAY", "NAME", "TENANT", "TASKS", "GPUS", "STATES", "AGE"});
+  int64_t now = NowNanos();
+  for (const auto& [id, g] : arrays) {
+    std::vector<std::string> states;
+    for (const auto& [state, n] : g.states) states.push_back(fmt::format("{} {}", n, rpc::JobStateDisplay(state)));
+    std::string tasks = std::to_string(g.first->array().tasks());
+    if (g.first->array().max_running() > 0) tasks += fmt::format(" (%{})", g.first->array().max_running());
+    t.AddRow({id, Or(g.first->spec().name()), g.first->spec().tenant(), tasks, GpusOf(g.first->spec()),
+              fmt::format("{}", fmt::join(states, ", ")), Age(g.first->status().submit_time_unix_nanos(), now)});
+  }
+  t.Print(std::cout);
+}
+
+int Jobs(const std::string& state, const std::string& tenant, const std::string& array, bool expand,
+         const Common& c) {
   v1::ListJobsRequest req;
+  req.set_array_id(array);
   if (!state.empty()) {
     auto s = rpc::ParseJobState(state);
     if (!s.ok()) {
@@ -226,7 +279,16 @@ int Jobs(const std::string& state, const std::string& tenant, const Common& c) {
   }
   std::vector<const v1::Job*> jobs;
   for (const auto& j : resp.jobs()) jobs.push_back(&j);
-  PrintJobs(jobs, c.output == "wide");
+  if (expand || !array.empty()) {
+    PrintJobs(jobs, c.output == "wide");
+    return 0;
+  }
+  std::vector<const v1::Job*> single;
+  PrintArrays(jobs, &single);
+  if (!single.empty()) {
+    if (single.size() != jobs.size()) std::cout << "\n";
+    PrintJobs(single, c.output == "wide");
+  }
   return 0;
 }
 
@@ -323,6 +385,20 @@ int JobShow(const std::string& id, const Common& c) {
 
 int Cancel(const std::string& id, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
+  if (id.starts_with("a-")) {
+    v1::CancelArrayRequest req;
+    req.set_array_id(id);
+    v1::CancelArrayResponse resp;
+    auto ctx = Context(c);
+    grpc::Status st = stub->CancelArray(ctx.get(), req, &resp);
+    if (!st.ok()) return Fail(st, c);
+    if (c.output == "json") {
+      std::cout << Json(resp) << "\n";
+    } else {
+      std::cout << fmt::format("{}: {} tasks cancelled\n", id, resp.cancelled());
+    }
+    return 0;
+  }
   v1::CancelJobRequest req;
   req.set_id(id);
   v1::Job job;
@@ -404,18 +480,26 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->add_option("--gpu-vendor", sa->gpu_vendor, "nvidia, amd, intel or opencl");
   submit->add_option("--workdir", sa->workdir, "absolute working directory on the node");
   submit->add_option("-e,--env", sa->env, "NAME=VALUE, repeatable");
-  submit->add_flag("--wait", sa->wait, "wait for the job and exit with its exit code");
+  submit->add_flag("--wait", sa->wait,
+                   "wait for the job and exit with its exit code (an array: until every task ended, the highest code)");
+  submit->add_option("--array", sa->array,
+                     "a job array: one task per index, FIRST-LAST[:STEP][%MAX] (1-1000%50: at most 50 at once); "
+                     "each task sees its index in DROVER_ARRAY_INDEX");
   submit->add_option("command", sa->command, "the command and its arguments")->required();
   submit->positionals_at_end();
   submit->callback(run([sa, common] { return Submit(*sa, *common); }));
 
   auto state = std::make_shared<std::string>();
   auto tenant = std::make_shared<std::string>();
-  CLI::App* jobs = app.add_subcommand("jobs", "list jobs");
+  auto array = std::make_shared<std::string>();
+  auto expand = std::make_shared<bool>(false);
+  CLI::App* jobs = app.add_subcommand("jobs", "list jobs (a job array is one row; --array ID lists its tasks)");
   AddCommon(jobs, common.get(), true);
   jobs->add_option("--state", *state, "only jobs in this state (pending, running, succeeded, ...)");
   jobs->add_option("--tenant", *tenant, "only jobs of this tenant");
-  jobs->callback(run([state, tenant, common] { return Jobs(*state, *tenant, *common); }));
+  jobs->add_option("--array", *array, "only the tasks of this job array (a-000042)");
+  jobs->add_flag("--expand", *expand, "list every task of job arrays instead of one row per array");
+  jobs->callback(run([state, tenant, array, expand, common] { return Jobs(*state, *tenant, *array, *expand, *common); }));
 
   auto id = std::make_shared<std::string>();
   CLI::App* job = app.add_subcommand("job", "show one job");
@@ -425,7 +509,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
 
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job (SIGTERM, then SIGKILL after its grace period)");
   AddCommon(cancel, common.get(), true);
-  cancel->add_option("id", *id, "job id")->required();
+  cancel->add_option("id", *id, "job id, or a job array's id (a-000042) to cancel all its tasks")->required();
   cancel->callback(run([id, common] { return Cancel(*id, *common); }));
 
   auto follow = std::make_shared<bool>(false);

@@ -7,11 +7,13 @@
 
 namespace drover {
 
-std::string FormatJobId(uint64_t sequence) { return fmt::format("j-{:06d}", sequence); }
+namespace {
 
-Result<uint64_t> ParseJobId(std::string_view id) {
-  auto bad = [&] { return InvalidArgument(fmt::format("job id '{}' is malformed (expected j-000042)", id)); };
-  if (id.size() < 3 || id.size() > 24 || id.substr(0, 2) != "j-") return bad();
+Result<uint64_t> ParseSequence(std::string_view what, std::string_view prefix, std::string_view id) {
+  auto bad = [&] {
+    return InvalidArgument(fmt::format("{} id '{}' is malformed (expected {}000042)", what, id.substr(0, 32), prefix));
+  };
+  if (id.size() < 3 || id.size() > 24 || id.substr(0, 2) != prefix) return bad();
   std::string_view digits = id.substr(2);
   for (char c : digits) {
     if (!std::isdigit(static_cast<unsigned char>(c))) return bad();
@@ -21,6 +23,13 @@ Result<uint64_t> ParseJobId(std::string_view id) {
   if (ec != std::errc() || ptr != digits.data() + digits.size() || n == 0) return bad();
   return n;
 }
+
+}  // namespace
+
+std::string FormatJobId(uint64_t sequence) { return fmt::format("j-{:06d}", sequence); }
+Result<uint64_t> ParseJobId(std::string_view id) { return ParseSequence("job", "j-", id); }
+std::string FormatArrayId(uint64_t sequence) { return fmt::format("a-{:06d}", sequence); }
+Result<uint64_t> ParseArrayId(std::string_view id) { return ParseSequence("array", "a-", id); }
 
 Status ValidateName(std::string_view what, std::string_view name) {
   if (name.empty()) return InvalidArgument(fmt::format("{} is empty", what));

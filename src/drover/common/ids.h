@@ -14,6 +14,10 @@ namespace drover {
 std::string FormatJobId(uint64_t sequence);
 // "j-000042" -> 42. Anything else is an invalid argument.
 Result<uint64_t> ParseJobId(std::string_view id);
+// A job array is named by its first task's sequence number: "a-000042"
+// holds j-000042, j-000043, ...
+std::string FormatArrayId(uint64_t first_task_sequence);
+Result<uint64_t> ParseArrayId(std::string_view id);
 
 // Lower-case letters, digits, '-' and '.', 1-63 characters, starting and
 // ending with a letter or digit.

@@ -15,6 +15,15 @@ TEST(JobIdTest, FormatAndParse) {
   }
 }
 
+TEST(JobIdTest, ArrayIdsAreTheirOwnKind) {
+  EXPECT_EQ(FormatArrayId(42), "a-000042");
+  EXPECT_EQ(ParseArrayId("a-000042").value(), 42u);
+  // A job id is not an array id, nor the other way round.
+  EXPECT_EQ(ParseArrayId("j-000042").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(ParseJobId("a-000042").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(ParseArrayId("a-000000").status().code(), Code::kInvalidArgument);
+}
+
 TEST(NameTest, DnsLabelRules) {
   EXPECT_TRUE(ValidateNodeName("gpu-07").ok());
   EXPECT_TRUE(ValidateNodeName("node1.rack2").ok());

@@ -95,6 +95,9 @@ bool HoldsGpus(v1::JobState state);
 std::string JobStateDisplay(v1::JobState state);
 // Accepts "running", "Running", "JOB_STATE_RUNNING".
 Result<v1::JobState> ParseJobState(std::string_view text);
+// A job array's indices as Slurm writes them: "0-99", "1-1000:10" (step),
+// "1-10000%50" (at most 50 running at once), or one index "7".
+Result<v1::ArraySpec> ParseArraySpec(std::string_view text);
 
 grpc::Status ToGrpc(const Status& status);
 Status FromGrpc(const grpc::Status& status);

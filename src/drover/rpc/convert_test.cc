@@ -318,6 +318,23 @@ TEST(JobStateTest, DisplayAndParse) {
   EXPECT_EQ(ParseJobState("unspecified").status().code(), Code::kInvalidArgument);
 }
 
+TEST(ConvertTest, ArraySpecsAsSlurmWritesThem) {
+  auto a = ParseArraySpec("1-1000:10%5");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->first(), 1);
+  EXPECT_EQ(a->last(), 1000);
+  EXPECT_EQ(a->step(), 10);
+  EXPECT_EQ(a->max_running(), 5);
+  auto one = ParseArraySpec("7");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->first(), 7);
+  EXPECT_EQ(one->last(), 7);
+  EXPECT_EQ(one->max_running(), 0);
+  for (const char* bad : {"", "-", "5-1", "1-x", "1-10%0", "1-10:0", "1-10%", "-3-4", "1-99999999999999999999"}) {
+    EXPECT_EQ(ParseArraySpec(bad).status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
 TEST(GrpcStatusTest, RoundTripsCodes) {
   Status s = NotFound("job 'j-000001' not found");
   grpc::Status g = ToGrpc(s);

@@ -6,6 +6,9 @@
 #include <set>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "drover/common/config.h"
@@ -19,6 +22,7 @@ namespace {
 constexpr auto kApiTimeout = std::chrono::seconds(30);
 constexpr int64_t kLogChunkBytes = 64 * 1024;
 constexpr auto kLogPollInterval = std::chrono::milliseconds(100);
+constexpr auto kFollowCheckInterval = std::chrono::seconds(1);
 }  // namespace
 
 template <typename T>
@@ -75,27 +79,146 @@ Result<v1::Job> ApiService::VisibleJob(const auth::Principal& who, const std::st
   return job;
 }
 
+namespace {
+
+// The spec as the caller may submit it: its tenant (the caller's unless an
+// admin names another), its owner, normalized.
+Status PrepareSpec(const auth::Principal& who, v1::JobSpec* spec) {
+  if (spec->tenant().empty()) {
+    spec->set_tenant(who.tenant);
+  } else if (spec->tenant() != who.tenant && !who.IsAdmin()) {
+    return PermissionDenied(fmt::format("a token of tenant '{}' may not submit jobs for tenant '{}'", who.tenant,
+                                        spec->tenant().substr(0, 63)));
+  }
+  spec->set_owner(who.name);
+  return rpc::NormalizeJobSpec(spec);
+}
+
+Status ValidateArray(const v1::ArraySpec& a) {
+  if (a.first() < 0 || a.last() < a.first()) {
+    return InvalidArgument(fmt::format("array indices {}-{}: need 0 <= first <= last", a.first(), a.last()));
+  }
+  if (a.step() < 0) return InvalidArgument(fmt::format("array step {} is negative", a.step()));
+  int64_t step = std::max<int64_t>(a.step(), 1);
+  // (last - first) / step + 1 without overflow.
+  if ((a.last() - a.first()) / step >= kMaxArrayTasks) {
+    return InvalidArgument(fmt::format("array {}-{}:{} has more than {} tasks", a.first(), a.last(), step,
+                                       kMaxArrayTasks));
+  }
+  if (a.max_running() < 0) return InvalidArgument(fmt::format("array limit %{} is negative", a.max_running()));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<v1::SubmitJobResponse> ApiService::Submit(const auth::Principal& who, v1::SubmitJobRequest req) {
   auto run = [&]() -> Result<v1::SubmitJobResponse> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "submit jobs"));
     if (!req.has_spec()) return InvalidArgument("spec is missing");
-    v1::JobSpec* spec = req.mutable_spec();
-    if (spec->tenant().empty()) {
-      spec->set_tenant(who.tenant);
-    } else if (spec->tenant() != who.tenant && !who.IsAdmin()) {
-      return PermissionDenied(fmt::format("a token of tenant '{}' may not submit jobs for tenant '{}'", who.tenant,
-                                          spec->tenant().substr(0, 63)));
+    DROVER_RETURN_IF_ERROR(PrepareSpec(who, req.mutable_spec()));
+    if (req.has_array()) {
+      DROVER_RETURN_IF_ERROR(ValidateArray(req.array()));
+      return Await(loop_->SubmitArray(std::move(*req.mutable_spec()), req.array()));
     }
-    spec->set_owner(who.name);
-    DROVER_RETURN_IF_ERROR(rpc::NormalizeJobSpec(spec));
-    DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*spec))));
+    DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*req.mutable_spec()))));
     v1::SubmitJobResponse resp;
     *resp.mutable_job() = std::move(job);
     return resp;
   };
   auto r = run();
-  Audit(who, "jobs.submit", r.ok() ? r->job().id() : "", r.status());
+  std::string target = !r.ok() ? "" : r->array_id().empty() ? r->job().id() : r->array_id();
+  Audit(who, req.has_array() ? "jobs.submit_array" : "jobs.submit", target, r.status());
   return r;
+}
+
+Result<v1::SubmitJobsResponse> ApiService::SubmitBatch(const auth::Principal& who, v1::SubmitJobsRequest req) {
+  auto run = [&]() -> Result<v1::SubmitJobsResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "submit jobs"));
+    if (req.specs_size() == 0 || req.specs_size() > kMaxArrayTasks) {
+      return InvalidArgument(fmt::format("a batch holds 1 to {} jobs, not {}", kMaxArrayTasks, req.specs_size()));
+    }
+    std::vector<v1::JobSpec> specs;
+    specs.reserve(static_cast<size_t>(req.specs_size()));
+    for (int i = 0; i < req.specs_size(); ++i) {
+      if (Status s = PrepareSpec(who, req.mutable_specs(i)); !s.ok()) {
+        return Status(s.code(), fmt::format("job {}: {}", i, s.message()));
+      }
+      specs.push_back(std::move(*req.mutable_specs(i)));
+    }
+    DROVER_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, Await(loop_->SubmitBatch(std::move(specs))));
+    v1::SubmitJobsResponse resp;
+    for (v1::Job& j : jobs) *resp.add_jobs() = std::move(j);
+    return resp;
+  };
+  auto r = run();
+  std::string target =
+      r.ok() && r->jobs_size() > 0 ? r->jobs(0).id() + ".." + r->jobs(r->jobs_size() - 1).id() : "";
+  Audit(who, "jobs.submit_batch", target, r.status());
+  return r;
+}
+
+Result<v1::CancelArrayResponse> ApiService::CancelArray(const auth::Principal& who, const v1::CancelArrayRequest& req) {
+  auto run = [&]() -> Result<v1::CancelArrayResponse> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "cancel jobs"));
+    DROVER_ASSIGN_OR_RETURN(uint64_t first, ParseArrayId(req.array_id()));
+    // The array is its first task's: another tenant's is "not found" too.
+    auto task = VisibleJob(who, FormatJobId(first));
+    if (!task.ok() || task->array().array_id() != req.array_id()) {
+      return NotFound(fmt::format("array '{}' not found", req.array_id()));
+    }
+    DROVER_ASSIGN_OR_RETURN(int64_t n, Await(loop_->CancelArray(req.array_id())));
+    v1::CancelArrayResponse resp;
+    resp.set_cancelled(n);
+    return resp;
+  };
+  return Audited(who, "jobs.cancel_array", req.array_id().substr(0, 64), run());
+}
+
+Result<std::vector<v1::Job>> ApiService::Watch(const auth::Principal& who, const v1::WatchJobsRequest& req,
+                                               JobWatch::Callback on_change, uint64_t* subscription) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "watch jobs"));
+  if (watch_ == nullptr) return Unimplemented("this server does not push job changes");
+  constexpr int kMaxWatchedIds = 1000;
+  if (req.ids_size() > kMaxWatchedIds) {
+    return InvalidArgument(fmt::format("a watch names at most {} jobs (watch an array instead)", kMaxWatchedIds));
+  }
+  JobWatch::Filter filter;
+  for (const std::string& id : req.ids()) {
+    DROVER_RETURN_IF_ERROR(ParseJobId(id).status());
+    filter.ids.insert(id);
+  }
+  if (!req.array_id().empty()) {
+    DROVER_RETURN_IF_ERROR(ParseArrayId(req.array_id()).status());
+    filter.array_id = req.array_id();
+  }
+  if (!who.IsAdmin()) filter.tenant = who.tenant;
+  // Subscribed before reading: a change committed in between is an event.
+  *subscription = watch_->Add(filter, std::move(on_change));
+  auto current = [&]() -> Result<std::vector<v1::Job>> {
+    std::vector<v1::Job> out;
+    for (const std::string& id : filter.ids) {
+      DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, id));
+      out.push_back(std::move(job));
+    }
+    if (!filter.array_id.empty()) {
+      v1::ListJobsRequest lr;
+      lr.set_array_id(filter.array_id);
+      lr.set_tenant(filter.tenant);
+      DROVER_ASSIGN_OR_RETURN(std::vector<v1::Job> tasks, Await(loop_->ListJobs(lr)));
+      if (tasks.empty()) return NotFound(fmt::format("array '{}' not found", filter.array_id));
+      for (v1::Job& t : tasks) out.push_back(std::move(t));
+    }
+    return out;
+  }();
+  if (!current.ok()) {
+    watch_->Remove(*subscription);
+    *subscription = 0;
+  }
+  return current;
+}
+
+void ApiService::Unwatch(uint64_t subscription) {
+  if (watch_ != nullptr && subscription != 0) watch_->Remove(subscription);
 }
 
 Result<v1::Job> ApiService::GetJob(const auth::Principal& who, const v1::GetJobRequest& req) {
@@ -110,6 +233,7 @@ Result<v1::ListJobsResponse> ApiService::ListJobs(const auth::Principal& who, co
     return InvalidArgument(fmt::format("job state {} is unknown", static_cast<int>(req.state())));
   }
   if (!req.tenant().empty()) DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.tenant()));
+  if (!req.array_id().empty()) DROVER_RETURN_IF_ERROR(ParseArrayId(req.array_id()).status());
   if (!who.IsAdmin()) {
     if (req.tenant().empty()) req.set_tenant(who.tenant);
     if (req.tenant() != who.tenant) {
@@ -260,6 +384,43 @@ Status ApiService::Logs(const auth::Principal& who, const v1::LogsRequest& req,
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
   int64_t offset = req.offset();
   int attempt = job.status().attempt();
+  // Following: woken by each write to the job's log and each committed
+  // change of the job (its end, a new attempt), not by a timer.
+  struct Wake {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;
+    std::optional<v1::Job> job;  // the newest pushed state of the job
+    void Signal(const v1::Job* changed = nullptr) {
+      std::lock_guard lock(mu);
+      woken = true;
+      if (changed != nullptr) job = *changed;
+      cv.notify_all();
+    }
+  };
+  auto wake = std::make_shared<Wake>();
+  uint64_t log_watch = 0, job_watch = 0;
+  if (req.follow()) {
+    log_watch = logs_->Watch(req.id(), [wake] { wake->Signal(); });
+    if (watch_ != nullptr) {
+      JobWatch::Filter f;
+      f.ids = {req.id()};
+      job_watch = watch_->Add(f, [wake](const v1::Job& j) { wake->Signal(&j); });
+    }
+  }
+  struct Unsubscribe {
+    LogStore* logs;
+    JobWatch* watch;
+    uint64_t log_watch, job_watch;
+    ~Unsubscribe() {
+      if (log_watch != 0) logs->Unwatch(log_watch);
+      if (job_watch != 0) watch->Remove(job_watch);
+    }
+  } unsubscribe{logs_, watch_, log_watch, job_watch};
+  // Read after subscribing: nothing written in between is missed.
+  if (req.follow()) {
+    DROVER_ASSIGN_OR_RETURN(job, VisibleJob(who, req.id()));
+  }
   for (;;) {
     // Read the state before the bytes: output that the job wrote before it
     // ended reached the log store before its end did.
@@ -281,8 +442,20 @@ Status ApiService::Logs(const auth::Principal& who, const v1::LogsRequest& req,
     }
     if (!req.follow() || ended) return Status::Ok();
     if (cancelled()) return Status::Ok();
-    std::this_thread::sleep_for(kLogPollInterval);
-    DROVER_ASSIGN_OR_RETURN(job, Await(loop_->GetJob(req.id())));
+    std::optional<v1::Job> pushed;
+    {
+      // The timeout only bounds how late a reader that went away is noticed
+      // (and covers a server without job pushes).
+      std::unique_lock lock(wake->mu);
+      wake->cv.wait_for(lock, watch_ != nullptr ? kFollowCheckInterval : kLogPollInterval, [&] { return wake->woken; });
+      wake->woken = false;
+      pushed.swap(wake->job);
+    }
+    if (pushed) {
+      job = std::move(*pushed);
+    } else if (watch_ == nullptr) {
+      DROVER_ASSIGN_OR_RETURN(job, Await(loop_->GetJob(req.id())));
+    }
   }
 }
 

@@ -27,13 +27,28 @@ namespace drover::server {
 
 class ApiService {
  public:
-  ApiService(ControlLoop* loop, LogStore* logs, auth::Authority* authority, auth::AuditLog* audit)
-      : loop_(loop), logs_(logs), authority_(authority), audit_(audit) {}
+  // `watch` (optional) is where the control loop publishes job changes.
+  ApiService(ControlLoop* loop, LogStore* logs, auth::Authority* authority, auth::AuditLog* audit,
+             JobWatch* watch = nullptr)
+      : loop_(loop), logs_(logs), authority_(authority), audit_(audit), watch_(watch) {}
 
   // The dashboard URL prefix for login links ("http://127.0.0.1:8080").
   void set_http_base(std::string base) { http_base_ = std::move(base); }
 
+  // One job, or with req.array a job array.
   Result<v1::SubmitJobResponse> Submit(const auth::Principal& who, v1::SubmitJobRequest req);
+  Result<v1::SubmitJobsResponse> SubmitBatch(const auth::Principal& who, v1::SubmitJobsRequest req);
+  Result<v1::CancelArrayResponse> CancelArray(const auth::Principal& who, const v1::CancelArrayRequest& req);
+
+  // Subscribes `on_change` to the jobs `req` names (see JobService.Watch),
+  // then returns their current state; `*subscription` is set for Unwatch.
+  // Changes committed after the subscription reach `on_change` on the
+  // control loop's thread (it must not block). Jobs `who` may not see are
+  // "not found"; a watch of everything sees only `who`'s tenant unless
+  // `who` is an admin.
+  Result<std::vector<v1::Job>> Watch(const auth::Principal& who, const v1::WatchJobsRequest& req,
+                                     JobWatch::Callback on_change, uint64_t* subscription);
+  void Unwatch(uint64_t subscription);
   Result<v1::Job> GetJob(const auth::Principal& who, const v1::GetJobRequest& req);
   Result<v1::ListJobsResponse> ListJobs(const auth::Principal& who, const v1::ListJobsRequest& req);
   Result<v1::Job> CancelJob(const auth::Principal& who, const v1::CancelJobRequest& req);
@@ -90,6 +105,7 @@ class ApiService {
   LogStore* logs_;
   auth::Authority* authority_;
   auth::AuditLog* audit_;
+  JobWatch* watch_;
   std::string http_base_;
 };
 

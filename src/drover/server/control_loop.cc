@@ -117,6 +117,8 @@ Status ControlLoop::Recover() {
   std::map<uint64_t, v1::Job> jobs;
   std::map<std::string, NodeEntry> nodes;
   std::map<std::string, std::set<uint64_t>> active;
+  std::map<std::string, ArrayGate> gates;
+  std::set<uint64_t> held;
   uint64_t next_seq = 1;
 
   DROVER_ASSIGN_OR_RETURN(store::RangeResult node_range, store_->Range(std::string(kNodesPrefix)));
@@ -153,10 +155,16 @@ Status ControlLoop::Recover() {
   size_t queued = 0;
   size_t bound = 0;
   constexpr int64_t kNsPerMs = 1'000'000;
+  // Tasks that hold GPUs count against their array's limit before any
+  // pending one is queued.
+  for (const auto& [seq, job] : jobs) {
+    if (job.array().max_running() > 0 && rpc::HoldsGpus(job.status().state())) ++gates[job.array().array_id()].active;
+  }
   for (auto& [seq, job] : jobs) {  // submission order, so the queue keeps its order
     v1::JobState state = job.status().state();
     if (state == v1::JOB_STATE_PENDING) {
-      DROVER_RETURN_IF_ERROR(sched.Enqueue(rpc::ToJobRequest(job), job.status().submit_time_unix_nanos() / kNsPerMs));
+      DROVER_RETURN_IF_ERROR(
+          Queue(job, seq, job.status().submit_time_unix_nanos() / kNsPerMs, &sched, &gates, &held));
       ++queued;
     } else if (rpc::HoldsGpus(state)) {
       sched::Binding b = rpc::ToBinding(job);
@@ -180,6 +188,8 @@ Status ControlLoop::Recover() {
   nodes_ = std::move(nodes);
   tenants_ = std::move(tenants);
   active_on_node_ = std::move(active);
+  gates_ = std::move(gates);
+  held_ = std::move(held);
   next_seq_ = std::max(next_seq_, next_seq);
   for (const auto& [name, entry] : nodes_) {
     if (entry.sink) dirty_nodes_.insert(name);
@@ -191,6 +201,9 @@ Status ControlLoop::Recover() {
 
 void ControlLoop::Persist(const v1::Job& job) {
   ops_.push_back(store::Op::Put(std::string(kJobsPrefix) + job.id(), job.SerializeAsString()));
+  if (options_.watch != nullptr && options_.watch->Wanted(job)) {
+    if (auto seq = ParseJobId(job.id()); seq.ok()) changed_.insert(*seq);
+  }
 }
 
 void ControlLoop::Persist(const v1::Node& node) {
@@ -231,6 +244,8 @@ void ControlLoop::Commit() {
   ops_.clear();
   std::vector<Ack> acks = std::move(acks_);
   acks_.clear();
+  std::set<uint64_t> changed = std::move(changed_);
+  changed_.clear();
   if (!committed.ok()) {
     spdlog::error("commit failed, rebuilding state from the store: {}", committed.ToString());
     dirty_nodes_.clear();
@@ -247,6 +262,11 @@ void ControlLoop::Commit() {
     for (Ack& ack : acks) ack(answer);
   } else {
     for (Ack& ack : acks) ack(Status::Ok());
+    // Committed: push to watchers what they wait on.
+    for (uint64_t seq : changed) {
+      auto it = jobs_.find(seq);
+      if (it != jobs_.end()) options_.watch->Publish(View(it->second));
+    }
   }
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);
@@ -266,7 +286,11 @@ v1::Job ControlLoop::View(const v1::Job& job) const {
   v1::Job out = job;
   if (job.status().state() == v1::JOB_STATE_PENDING) {
     // Why it waits now, and, for a job queued again, why it stopped.
-    std::string reason = sched_.PendingReason(job.id());
+    auto seq = ParseJobId(job.id());
+    std::string reason = seq.ok() && held_.contains(*seq)
+                             ? fmt::format("waiting: array {} runs at most {} tasks at once", job.array().array_id(),
+                                           job.array().max_running())
+                             : sched_.PendingReason(job.id());
     if (!job.status().message().empty()) reason += " (" + job.status().message() + ")";
     out.mutable_status()->set_message(std::move(reason));
   }
@@ -396,6 +420,8 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
     *w->mutable_gpu_indices() = job.status().allocation().gpu_indices();
     w->set_cpu_millis(job.spec().cpu_millis());
     w->set_memory_bytes(job.spec().memory_bytes());
+    w->set_array_id(job.array().array_id());
+    w->set_array_index(job.array().index());
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
   }
@@ -412,22 +438,8 @@ void ControlLoop::UpdateSchedulable(const std::string& name) {
 
 std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
   return Call<v1::Job>([this, spec = std::move(spec)]() -> Result<v1::Job> {
-    sched::JobRequest req = rpc::ToJobRequest("", spec);
-    if (auto why = sched_.NeverFits(req)) return FailedPrecondition("job can never fit on this cluster: " + *why);
-    DROVER_RETURN_IF_ERROR(Admit(spec));
-    uint64_t seq = next_seq_;
-    req.id = FormatJobId(seq);
-    int64_t now = NowNs();
-    // Enqueue first: a job the scheduler refuses is neither stored nor given an id.
-    if (Status s = sched_.Enqueue(req, now / 1'000'000); !s.ok()) return s;
-    ++next_seq_;
-    v1::Job& job = jobs_[seq];
-    job.set_id(req.id);
-    *job.mutable_spec() = spec;
-    job.mutable_status()->set_state(v1::JOB_STATE_PENDING);
-    job.mutable_status()->set_submit_time_unix_nanos(now);
-    Persist(job);
-    return job;
+    DROVER_ASSIGN_OR_RETURN(std::vector<uint64_t> seqs, AddJobs({spec}, nullptr));
+    return jobs_.at(seqs.front());
   });
 }
 
@@ -440,18 +452,23 @@ std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
       return FailedPrecondition(
           fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
     }
-    if (state == v1::JOB_STATE_PENDING) {
-      Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, NowNs(), "cancelled before it started");
-    } else if (state != v1::JOB_STATE_CANCELLING) {
-      // Bound, running or being preempted: stop it; it ends CANCELLED once
-      // its process is gone (a preempted one is then not queued again).
-      job->mutable_status()->set_state(v1::JOB_STATE_CANCELLING);
-      job->mutable_status()->set_message("cancel requested; stopping the process");
-      for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
-      Persist(*job);
-    }
+    CancelOne(job);
     return View(*job);
   });
+}
+
+void ControlLoop::CancelOne(v1::Job* job) {
+  v1::JobState state = job->status().state();
+  if (state == v1::JOB_STATE_PENDING) {
+    Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, NowNs(), "cancelled before it started");
+  } else if (state != v1::JOB_STATE_CANCELLING) {
+    // Bound, running or being preempted: stop it; it ends CANCELLED once
+    // its process is gone (a preempted one is then not queued again).
+    job->mutable_status()->set_state(v1::JOB_STATE_CANCELLING);
+    job->mutable_status()->set_message("cancel requested; stopping the process");
+    for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
+    Persist(*job);
+  }
 }
 
 std::future<Result<v1::Job>> ControlLoop::GetJob(std::string id) {
@@ -466,7 +483,15 @@ std::future<Result<v1::Job>> ControlLoop::GetJob(std::string id) {
 std::future<Result<std::vector<v1::Job>>> ControlLoop::ListJobs(v1::ListJobsRequest filter) {
   return Call<std::vector<v1::Job>>([this, filter = std::move(filter)]() -> Result<std::vector<v1::Job>> {
     std::vector<v1::Job> out;
-    for (const auto& [seq, job] : jobs_) {
+    // An array's tasks have consecutive sequence numbers from its own.
+    auto it = jobs_.begin();
+    if (!filter.array_id().empty()) {
+      DROVER_ASSIGN_OR_RETURN(uint64_t first, ParseArrayId(filter.array_id()));
+      it = jobs_.lower_bound(first);
+    }
+    for (; it != jobs_.end(); ++it) {
+      const v1::Job& job = it->second;
+      if (!filter.array_id().empty() && job.array().array_id() != filter.array_id()) break;
       if (filter.state() != v1::JOB_STATE_UNSPECIFIED && job.status().state() != filter.state()) continue;
       if (!filter.tenant().empty() && job.spec().tenant() != filter.tenant()) continue;
       out.push_back(View(job));
@@ -651,4 +676,9 @@ template std::future<Result<v1::ListTenantsResponse>> ControlLoop::Call<v1::List
 template std::future<Result<v1::GpuHistory>> ControlLoop::Call<v1::GpuHistory>(std::function<Result<v1::GpuHistory>()>);
 template std::future<Result<v1::TenantStatus>> ControlLoop::Call<v1::TenantStatus>(
     std::function<Result<v1::TenantStatus>()>);
+template std::future<Result<v1::SubmitJobResponse>> ControlLoop::Call<v1::SubmitJobResponse>(
+    std::function<Result<v1::SubmitJobResponse>()>);
+template std::future<Result<std::vector<v1::Job>>> ControlLoop::Call<std::vector<v1::Job>>(
+    std::function<Result<std::vector<v1::Job>>()>);
+template std::future<Result<int64_t>> ControlLoop::Call<int64_t>(std::function<Result<int64_t>()>);
 }  // namespace drover::server

@@ -41,6 +41,7 @@
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
+#include "drover/server/job_watch.h"
 #include "drover/store/store.h"
 #include "drover/v1/agent.pb.h"
 #include "drover/v1/api.pb.h"
@@ -111,7 +112,13 @@ struct ControlLoopOptions {
   LeaseOptions lease;
   // Measures leases; null: the machine's monotonic clock.
   Clock* lease_clock = nullptr;
+  // Gets every job whose change was committed (server push); null: none.
+  JobWatch* watch = nullptr;
 };
+
+// The most tasks one job array (or one batch) may have: each is a job of
+// its own, stored in the same commit.
+inline constexpr int64_t kMaxArrayTasks = 100'000;
 
 class ControlLoop {
  public:
@@ -126,6 +133,13 @@ class ControlLoop {
   std::future<Result<v1::Job>> Cancel(std::string id);
   std::future<Result<v1::Job>> GetJob(std::string id);
   std::future<Result<std::vector<v1::Job>>> ListJobs(v1::ListJobsRequest filter);
+  // Job arrays and batches (control_loop_arrays.cc): every job is accepted
+  // and stored in one commit, or none is. `spec`s must be normalized and
+  // `array` validated (its indices fit kMaxArrayTasks).
+  std::future<Result<v1::SubmitJobResponse>> SubmitArray(v1::JobSpec spec, v1::ArraySpec array);
+  std::future<Result<std::vector<v1::Job>>> SubmitBatch(std::vector<v1::JobSpec> specs);
+  // Cancels every unfinished task of the array; how many it cancelled.
+  std::future<Result<int64_t>> CancelArray(std::string array_id);
 
   // Nodes.
   std::future<Result<v1::Node>> GetNode(std::string name);
@@ -230,6 +244,24 @@ class ControlLoop {
   int64_t NowMs() const;
 
   v1::Job* FindJob(const std::string& id);
+  // Cancels one unfinished job (Cancel's work on the loop).
+  void CancelOne(v1::Job* job);
+  // ---- arrays (control_loop_arrays.cc) ----
+  // An array with a limit on how many of its tasks hold GPUs at once: tasks
+  // past it wait here, outside the scheduler, until one ends.
+  struct ArrayGate {
+    int64_t active = 0;          // tasks in the scheduler (queued or holding GPUs)
+    std::deque<uint64_t> held;   // by sequence number, submission order
+  };
+  // Queues a pending job in `sched`, or holds it when its array is at its
+  // limit.
+  static Status Queue(const v1::Job& job, uint64_t seq, int64_t now_ms, sched::Scheduler* sched,
+                      std::map<std::string, ArrayGate>* gates, std::set<uint64_t>* held);
+  // A task ended: queue the next held one of its array.
+  void TaskEnded(const v1::Job& job);
+  // Checks the quotas for `count` more jobs like `spec`, and stores them
+  // with consecutive sequence numbers (all, or none on an error).
+  Result<std::vector<uint64_t>> AddJobs(const std::vector<v1::JobSpec>& specs, const v1::ArraySpec* array);
   // ---- job lifecycle (control_loop_jobs.cc) ----
   void ApplyBinding(const sched::Binding& binding);
   void ApplyPreemption(const sched::Preemption& preemption);
@@ -286,8 +318,9 @@ class ControlLoop {
   // ---- tenants and quotas (control_loop_tenants.cc) ----
   static Result<sched::TenantInfo> ToTenantInfo(const v1::Tenant& t);
   Status LoadTenants(sched::Scheduler* sched, std::map<std::string, v1::Tenant>* out);
-  // kResourceExhausted when `spec` would pass an admission quota of its tenant.
-  Status Admit(const v1::JobSpec& spec) const;
+  // kResourceExhausted when `count` more jobs like `spec` would pass an
+  // admission quota of its tenant.
+  Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
   double GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const;
   void EnforceRuntimeLimits();
   void ScheduleLimitChecks();
@@ -313,6 +346,9 @@ class ControlLoop {
   std::map<std::string, NodeEntry> nodes_;
   std::map<std::string, v1::Tenant> tenants_;  // stored tenants, by name
   std::map<std::string, std::set<uint64_t>> active_on_node_;  // jobs holding GPUs there (rpc::HoldsGpus)
+  std::map<std::string, ArrayGate> gates_;  // arrays with max_running, by array id
+  std::set<uint64_t> held_;                 // tasks an ArrayGate holds back
+  std::set<uint64_t> changed_;              // jobs changed in the open batch that a watcher wants
   // The open batch.
   std::vector<store::Op> ops_;
   std::vector<Ack> acks_;

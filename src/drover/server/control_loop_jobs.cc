@@ -140,6 +140,7 @@ void ControlLoop::Finish(v1::Job* job, v1::JobState state, int exit_code, int si
   st->clear_no_restart();
   sched_.Remove(job->id(), NowMs());
   Persist(*job);
+  TaskEnded(*job);
 }
 
 void ControlLoop::Requeue(v1::Job* job) {

@@ -99,7 +99,7 @@ double ControlLoop::GpuHoursUsed(const std::string& tenant, const v1::TenantQuot
   return gpu_ns / (3600.0 * kNsPerSecond);
 }
 
-Status ControlLoop::Admit(const v1::JobSpec& spec) const {
+Status ControlLoop::Admit(const v1::JobSpec& spec, int64_t count) const {
   auto it = tenants_.find(spec.tenant());
   if (it == tenants_.end()) return Status::Ok();
   const v1::TenantQuota& q = it->second.quota();
@@ -116,10 +116,12 @@ Status ControlLoop::Admit(const v1::JobSpec& spec) const {
         user_gpus += g * std::max(1, job.spec().replicas());
       }
     }
-    if (q.max_pending_jobs() > 0 && pending >= q.max_pending_jobs()) {
-      return ResourceExhausted(fmt::format("tenant '{}' has {} pending jobs, its limit; wait for some to start", name, pending));
+    if (q.max_pending_jobs() > 0 && pending + count > q.max_pending_jobs()) {
+      return ResourceExhausted(fmt::format("tenant '{}' has {} pending jobs; {} more would pass its limit of {}", name,
+                                           pending, count, q.max_pending_jobs()));
     }
-    double want = (spec.gpu_milli() > 0 ? spec.gpu_milli() / 1000.0 : spec.gpus()) * std::max(1, spec.replicas());
+    double want =
+        (spec.gpu_milli() > 0 ? spec.gpu_milli() / 1000.0 : spec.gpus()) * std::max(1, spec.replicas()) * count;
     if (q.max_gpus_per_user() > 0 && user_gpus + want > q.max_gpus_per_user() + 1e-9) {
       return ResourceExhausted(fmt::format("user '{}' of tenant '{}' holds or queues {:g} GPUs; {:g} more would pass its "
                                            "limit of {}", spec.owner(), name, user_gpus, want, q.max_gpus_per_user()));

@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "drover/rpc/convert.h"
@@ -29,7 +31,9 @@ class Gate {
  public:
   Gate(Edge* edge, ApiService* api) : edge_(edge), api_(api) {}
 
-  Result<auth::Principal> Who(ServerContext* ctx, bool state_changing, std::string_view method) {
+  // `Ctx`: grpc::ServerContext or grpc::CallbackServerContext.
+  template <typename Ctx>
+  Result<auth::Principal> Who(Ctx* ctx, bool state_changing, std::string_view method) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
@@ -53,7 +57,8 @@ class Gate {
   }
 
  private:
-  static Status Limited(ServerContext* ctx, Status s, Duration retry) {
+  template <typename Ctx>
+  static Status Limited(Ctx* ctx, Status s, Duration retry) {
     ctx->AddTrailingMetadata("retry-after-ms",
                              std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(retry).count() + 1));
     return s;
@@ -70,9 +75,132 @@ grpc::Status Authed(Gate& gate, ServerContext* ctx, bool state_changing, std::st
   return fn(*who);
 }
 
-class JobServiceImpl final : public v1::JobService::Service {
+// JobService.Watch on gRPC's callback API: no thread per watcher. While a
+// write is in flight, changes wait coalesced per job (the newest state
+// wins), so a slow reader costs at most one message per job it watches. A
+// watch of named jobs or of an array ends (OK) once all of them ended.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::Job> {
+ public:
+  WatchReactor(ApiService* api, Result<auth::Principal> who, const v1::WatchJobsRequest& req)
+      : api_(api), core_(std::make_shared<Core>()) {
+    core_->reactor = this;
+    core_->bounded = req.ids_size() > 0 || !req.array_id().empty();
+    if (!who.ok()) {
+      Finish(rpc::ToGrpc(who.status()));
+      return;
+    }
+    auto current = api->Watch(
+        *who, req, [core = core_](const v1::Job& job) { Push(core, job); }, &subscription_);
+    if (!current.ok()) {
+      Finish(rpc::ToGrpc(current.status()));
+      return;
+    }
+    {
+      std::lock_guard lock(core_->mu);
+      for (const v1::Job& j : *current) core_->remaining.insert(j.id());
+      core_->ready = true;
+    }
+    for (const v1::Job& j : *current) Push(core_, j);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock lock(core_->mu);
+    core_->writing = false;
+    if (!ok || core_->cancelled) {
+      core_->finished = true;
+      lock.unlock();
+      Finish(ok ? grpc::Status::CANCELLED : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the watcher went away"));
+      return;
+    }
+    if (rpc::IsTerminal(core_->out.status().state())) core_->remaining.erase(core_->out.id());
+    // Not before `remaining` is known: an event may be written first.
+    if (core_->bounded && core_->ready && core_->remaining.empty()) {
+      core_->finished = true;
+      lock.unlock();
+      Finish(grpc::Status::OK);
+      return;
+    }
+    WriteNext(core_.get(), std::move(lock));
+  }
+  void OnCancel() override {
+    std::unique_lock lock(core_->mu);
+    core_->cancelled = true;
+    if (core_->writing || core_->finished) return;  // OnWriteDone finishes
+    core_->finished = true;
+    lock.unlock();
+    Finish(grpc::Status::CANCELLED);
+  }
+  void OnDone() override {
+    {
+      std::lock_guard lock(core_->mu);
+      core_->reactor = nullptr;
+    }
+    api_->Unwatch(subscription_);
+    delete this;
+  }
+
+ private:
+  // What the publisher's callback shares with the reactor; it outlives a
+  // reactor that is done (reactor is then null).
+  struct Core {
+    std::mutex mu;
+    WatchReactor* reactor = nullptr;
+    bool bounded = false;
+    bool ready = false;  // remaining is filled
+    bool writing = false, cancelled = false, finished = false;
+    std::map<std::string, v1::Job> pending;  // by id, newest state
+    std::deque<std::string> order;           // ids in pending, oldest first
+    std::set<std::string> ended;             // ids whose end was queued
+    std::set<std::string> remaining;         // bounded: ids not yet sent ended
+    v1::Job out;                             // being written
+  };
+
+  static void Push(const std::shared_ptr<Core>& core, const v1::Job& job) {
+    std::unique_lock lock(core->mu);
+    if (core->reactor == nullptr || core->finished || core->cancelled) return;
+    bool ended = rpc::IsTerminal(job.status().state());
+    // A read that arrives late never undoes an end already queued.
+    if (!ended && core->ended.contains(job.id())) return;
+    if (ended) core->ended.insert(job.id());
+    auto [it, added] = core->pending.insert_or_assign(job.id(), job);
+    if (added) core->order.push_back(job.id());
+    if (!core->writing) WriteNext(core.get(), std::move(lock));
+  }
+  // Starts the next write, if any; called with `lock` held, releases it.
+  static void WriteNext(Core* core, std::unique_lock<std::mutex> lock) {
+    if (core->order.empty()) return;
+    std::string id = std::move(core->order.front());
+    core->order.pop_front();
+    auto it = core->pending.find(id);
+    core->out = std::move(it->second);
+    core->pending.erase(it);
+    core->writing = true;
+    WatchReactor* r = core->reactor;
+    lock.unlock();
+    r->StartWrite(&core->out);
+  }
+
+  ApiService* api_;
+  std::shared_ptr<Core> core_;
+  uint64_t subscription_ = 0;
+};
+
+class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service> {
  public:
   JobServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+
+  // The synchronous Watch the base declares (final, unimplemented) stays
+  // visible; this one is the callback API's.
+  using v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service>::Watch;
+  grpc::ServerWriteReactor<v1::Job>* Watch(grpc::CallbackServerContext* ctx, const v1::WatchJobsRequest* req) override {
+    return new WatchReactor(api_, gate_.Who(ctx, false, "Watch"), *req);
+  }
+  grpc::Status SubmitBatch(ServerContext* ctx, const v1::SubmitJobsRequest* req, v1::SubmitJobsResponse* resp) override {
+    return Authed(gate_, ctx, true, "SubmitBatch", [&](const auth::Principal& who) { return Reply(api_->SubmitBatch(who, *req), resp); });
+  }
+  grpc::Status CancelArray(ServerContext* ctx, const v1::CancelArrayRequest* req, v1::CancelArrayResponse* resp) override {
+    return Authed(gate_, ctx, true, "CancelArray", [&](const auth::Principal& who) { return Reply(api_->CancelArray(who, *req), resp); });
+  }
 
   grpc::Status Submit(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
     return Authed(gate_, ctx, true, "Submit", [&](const auth::Principal& who) { return Reply(api_->Submit(who, *req), resp); });

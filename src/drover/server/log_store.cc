@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "drover/common/ids.h"
 
@@ -58,7 +59,37 @@ Status LogStore::Write(const std::string& job_id, int64_t offset, const std::str
     done += static_cast<size_t>(n);
   }
   ::close(fd);
+  Notify(job_id);
   return Status::Ok();
+}
+
+uint64_t LogStore::Watch(const std::string& job_id, std::function<void()> on_write) {
+  std::lock_guard lock(watchers_->mu);
+  uint64_t id = watchers_->next++;
+  watchers_->by_job.emplace(job_id, std::make_pair(id, std::make_shared<const std::function<void()>>(std::move(on_write))));
+  return id;
+}
+
+void LogStore::Unwatch(uint64_t id) {
+  std::lock_guard lock(watchers_->mu);
+  for (auto it = watchers_->by_job.begin(); it != watchers_->by_job.end(); ++it) {
+    if (it->second.first == id) {
+      watchers_->by_job.erase(it);
+      return;
+    }
+  }
+}
+
+void LogStore::Notify(const std::string& log_id) {
+  std::string job_id = log_id.substr(0, log_id.find('@'));
+  std::vector<std::shared_ptr<const std::function<void()>>> calls;
+  {
+    std::lock_guard lock(watchers_->mu);
+    if (watchers_->by_job.empty()) return;
+    auto [lo, hi] = watchers_->by_job.equal_range(job_id);
+    for (auto it = lo; it != hi; ++it) calls.push_back(it->second.second);
+  }
+  for (const auto& fn : calls) (*fn)();
 }
 
 Result<std::string> LogStore::Read(const std::string& job_id, int64_t offset, int64_t max_bytes) const {

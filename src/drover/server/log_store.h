@@ -8,6 +8,10 @@
 // job come from the one session of its node.
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "drover/common/status.h"
@@ -28,11 +32,24 @@ class LogStore {
   // of file or when the job has written nothing yet.
   Result<std::string> Read(const std::string& log_id, int64_t offset, int64_t max_bytes) const;
 
+  // Calls `on_write` after each write to any log of `job_id` (any attempt),
+  // on the writer's thread: it must not block. For followers (`logs -f`),
+  // so that nobody polls.
+  uint64_t Watch(const std::string& job_id, std::function<void()> on_write);
+  void Unwatch(uint64_t id);
+
  private:
-  explicit LogStore(std::string dir) : dir_(std::move(dir)) {}
+  struct Watchers {
+    std::mutex mu;
+    uint64_t next = 1;
+    std::multimap<std::string, std::pair<uint64_t, std::shared_ptr<const std::function<void()>>>> by_job;
+  };
+  explicit LogStore(std::string dir) : dir_(std::move(dir)), watchers_(std::make_shared<Watchers>()) {}
   Result<std::string> PathFor(const std::string& log_id) const;
+  void Notify(const std::string& log_id);
 
   std::string dir_;
+  std::shared_ptr<Watchers> watchers_;  // shared: a LogStore moves
 };
 
 // The most one job may log; later bytes are dropped.

@@ -114,29 +114,6 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   return r;
 }
 
-// GET /api/v1/events: server-sent events. At once and then every 2 s (the
-// agents' heartbeat period, so every update carries news): "fleet" with the
-// Fleet, "scheduler" with the SchedulerStats, one JSON object per data line.
-// Ends when the client goes away or the server stops.
-http::Response EventsResponse(ApiService* api, const auth::Principal& who) {
-  http::Response r{200, "text/event-stream", {}, {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}, {}};
-  r.stream = [api, who](const http::ChunkWriter& write) {
-    for (;;) {
-      std::string chunk;
-      auto fleet = api->Fleet(who);
-      auto stats = api->SchedulerStats(who);
-      if (!fleet.ok() || !stats.ok()) {
-        chunk = "event: error\ndata: " + (fleet.ok() ? stats.status() : fleet.status()).message() + "\n\n";
-      } else {
-        chunk = "event: fleet\ndata: " + ToJson(*fleet) + "\n\nevent: scheduler\ndata: " + ToJson(*stats) + "\n\n";
-      }
-      if (!write(chunk)) return;
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-    }
-  };
-  return r;
-}
-
 http::Response HandleJobs(ApiService* api, const auth::Principal& who, const http::Request& req,
                           const std::vector<std::string_view>& p) {
   // p[0..2] = api, v1, jobs
@@ -157,9 +134,27 @@ http::Response HandleJobs(ApiService* api, const auth::Principal& who, const htt
       lr.set_state(*st);
     }
     if (auto it = req.query.find("tenant"); it != req.query.end()) lr.set_tenant(it->second);
+    if (auto it = req.query.find("array"); it != req.query.end()) lr.set_array_id(it->second);
     return JsonReply(api->ListJobs(who, lr));
   }
   std::string id(p[3]);
+  if (p.size() == 4 && id == "batch") {
+    // POST /api/v1/jobs/batch {"specs": [...]}: all stored, or none.
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::SubmitJobsRequest br;
+    if (Status s = FromJson(req.body, &br); !s.ok()) return http::ErrorResponse(s);
+    auto r = api->SubmitBatch(who, std::move(br));
+    http::Response resp = JsonReply(r);
+    if (r.ok()) resp.status = 201;
+    return resp;
+  }
+  if (p.size() == 5 && p[4] == "cancel" && id.starts_with("a-")) {
+    // A job array's id cancels every unfinished task of it.
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::CancelArrayRequest cr;
+    cr.set_array_id(id);
+    return JsonReply(api->CancelArray(who, cr));
+  }
   if (p.size() == 4) {
     if (req.method != "GET") return MethodNotAllowed(req);
     v1::GetJobRequest gr;
@@ -401,13 +396,15 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     if (p[2] == "jobs") return HandleJobs(api, who, req, p);
     if (p[2] == "nodes") return HandleNodes(api, who, req, p);
     if (auto r = HandleIdentity(api, who, req, p)) return *std::move(r);
-    if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events")) {
+    if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events" ||
+                          p[2] == "watch")) {
       if (req.method != "GET") return MethodNotAllowed(req);
       if (p[2] == "fleet") return JsonReply(api->Fleet(who));
       if (p[2] == "scheduler") return JsonReply(api->SchedulerStats(who));
       if (p[2] == "tenants") return JsonReply(api->ListTenants(who));
+      if (p[2] == "watch") return c.streams->Watch(who, req);  // ApiService::Watch checks the role
       if (Status s = RequireRole(who, auth::Role::kViewer, "watch events"); !s.ok()) return http::ErrorResponse(s);
-      return EventsResponse(api, who);
+      return c.streams->Events(who);
     }
     if (p[2] == "version" && p.size() == 3) {
       if (req.method != "GET") return MethodNotAllowed(req);

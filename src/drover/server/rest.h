@@ -26,6 +26,7 @@
 #include "drover/common/metrics.h"
 #include "drover/http/server.h"
 #include "drover/server/api_service.h"
+#include "drover/server/rest_streams.h"
 #include "drover/server/edge.h"
 
 namespace drover::server {
@@ -39,6 +40,8 @@ struct RestContext {
   // GET /metrics (the Prometheus text format); every request is counted in
   // drover_http_requests_total.
   metrics::Registry* metrics = nullptr;
+  // GET /api/v1/events and /api/v1/watch (rest_streams.h).
+  RestStreams* streams = nullptr;
 };
 
 // Every route but /healthz and /readyz passes the Edge's browser rules;

@@ -235,6 +235,7 @@ class ServerImpl final : public Server {
     logs_ = std::make_unique<LogStore>(std::move(logs));
     ControlLoopOptions control = o.control;
     control.metrics = &metrics_;
+    control.watch = &watch_;
     DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
     DROVER_RETURN_IF_ERROR(CheckExposure(o, tls_.has_value()));
     if (!tls_.has_value()) ca_file_.clear();
@@ -246,7 +247,7 @@ class ServerImpl final : public Server {
     admin_token_path_ = o.data_dir + "/admin.token";
     DROVER_ASSIGN_OR_RETURN(bool created, authority_->EnsureBootstrapAdmin(admin_token_path_));
     if (created) spdlog::info("created the admin token in {} (mode 0600); the CLI finds it there", admin_token_path_);
-    api_ = std::make_unique<ApiService>(loop_.get(), logs_.get(), authority_.get(), audit_.get());
+    api_ = std::make_unique<ApiService>(loop_.get(), logs_.get(), authority_.get(), audit_.get(), &watch_);
 
     grpc::ServerBuilder builder;
     int port = 0;
@@ -274,13 +275,15 @@ class ServerImpl final : public Server {
       if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return Unavailable("control loop is busy");
       return f.get().status();
     };
+    streams_ = std::make_unique<RestStreams>(api_.get());
     http::ServerOptions http_options;
     if (tls_) {
       http_options.tls_cert_pem = tls_->cert_pem;
       http_options.tls_key_pem = tls_->key_pem;
     }
     DROVER_ASSIGN_OR_RETURN(
-        http_, http::StartServer(o.http_listen, MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_}),
+        http_, http::StartServer(o.http_listen,
+                                 MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_, streams_.get()}),
                                  http_options));
     http_address_ = fmt::format("{}:{}", HostOf(o.http_listen), http_->port());
     std::string browse_host = HostOf(o.http_listen);
@@ -329,6 +332,7 @@ class ServerImpl final : public Server {
   metrics::Registry metrics_;  // outlives everything that records into it
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<LogStore> logs_;
+  JobWatch watch_;  // outlives the loop that publishes to it and the services that subscribe
   std::unique_ptr<ControlLoop> loop_;
   std::unique_ptr<auth::Authority> authority_;
   std::unique_ptr<auth::AuditLog> audit_;
@@ -339,6 +343,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<ApiService> api_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<RestStreams> streams_;  // its streams live on http_'s connections
   std::unique_ptr<http::Server> http_;
   std::string grpc_address_;
   std::string http_address_;
