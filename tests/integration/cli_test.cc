@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "support/drover_process.h"
@@ -80,6 +81,38 @@ TEST_F(CliTest, CancelStopsARunningJobWithSigterm) {
   v1::Job job = GetJob(up_->jobs(), id);
   EXPECT_EQ(job.status().signal(), 15);
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 2);  // already ended
+}
+
+// A job array through the CLI: every task a real process that sees its
+// index; --wait gives the highest exit code; jobs shows one row for it;
+// cancelling the array's id cancels what did not end.
+TEST_F(CliTest, ArrayTasksSeeTheirIndexAndWaitGivesTheHighestCode) {
+  CommandResult r = Cli({"submit", "--array", "1-6:1%3", "--wait", "--", "sh", "-c",
+                         "echo task $DROVER_ARRAY_INDEX of $DROVER_ARRAY_ID; exit $((DROVER_ARRAY_INDEX % 3))"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  std::string array = r.out.substr(0, r.out.find('\n'));
+  ASSERT_TRUE(std::regex_match(array, std::regex("a-[0-9]{6}"))) << r.out;
+  CommandResult tasks = Cli({"jobs", "--array", array, "-o", "json"});
+  ASSERT_EQ(tasks.exit_code, 0) << tasks.err;
+  auto j = nlohmann::json::parse(tasks.out);
+  ASSERT_EQ(j["jobs"].size(), 6u);
+  std::set<std::string> indices;
+  for (const auto& job : j["jobs"]) {
+    indices.insert(job["array"]["index"].get<std::string>());
+    CommandResult logs = Cli({"logs", job["id"].get<std::string>()});
+    EXPECT_EQ(logs.out, "task " + job["array"]["index"].get<std::string>() + " of " + array + "\n");
+  }
+  EXPECT_EQ(indices, (std::set<std::string>{"1", "2", "3", "4", "5", "6"}));
+  CommandResult grouped = Cli({"jobs"});
+  EXPECT_TRUE(std::regex_search(grouped.out, std::regex(array + " +<none> +default +6 \\(%3\\)"))) << grouped.out;
+
+  CommandResult sleeping = Cli({"submit", "--array", "1-5%1", "--", "sleep", "300"});
+  ASSERT_EQ(sleeping.exit_code, 0) << sleeping.err;
+  std::string second = sleeping.out.substr(0, sleeping.out.find('\n'));
+  CommandResult c = Cli({"cancel", second});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.out, second + ": 5 tasks cancelled\n");
+  EXPECT_EQ(Cli({"cancel", "a-999999"}).exit_code, 3);  // not found
 }
 
 TEST_F(CliTest, FollowStreamsUntilTheJobEnds) {
