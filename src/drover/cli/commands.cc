@@ -210,7 +210,9 @@ int Submit(const SubmitArgs& a, const Common& c) {
   grpc::Status st = stub->Submit(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(st, c);
   if (c.output == "json") {
-    std::cout << Json(resp) << "\n";
+    // One job prints as the job (as before arrays); an array as the answer
+    // with its id and size.
+    std::cout << (resp.array_id().empty() ? Json(resp.job()) : Json(resp)) << "\n";
   } else if (!resp.array_id().empty()) {
     std::cout << resp.array_id() << "\n";
   } else {
