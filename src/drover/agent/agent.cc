@@ -51,6 +51,8 @@ constexpr auto kTick = std::chrono::milliseconds(100);
 constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
 // Heartbeats kept waiting for their acknowledgement.
 constexpr size_t kMaxUnackedHeartbeats = 256;
+// Peers a lagging node sends its fresh beat to (AnnounceIfLagging).
+constexpr size_t kAnnounceFanout = 3;
 
 int64_t MonoNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -616,10 +618,21 @@ class AgentImpl final : public Agent {
     if (stopping_ || generation != heartbeat_generation_) return;
     auto since = std::chrono::steady_clock::now() - last_heartbeat_;
     if (since >= heartbeat_every_) {
+      AnnounceIfLagging();
       SendHeartbeat();
       since = std::chrono::steady_clock::duration::zero();
     }
     loop_.PostAfter(heartbeat_every_ - since, [this, generation] { HeartbeatTimer(generation); });
+  }
+
+  // With no acknowledged contact for 1.5 heartbeats (the server's own
+  // threshold for relaying), the node sends a fresh beat to a few peers
+  // every heartbeat: the LeaseAck they relay then dates from moments ago,
+  // which keeps the fence well ahead when only the server link is down.
+  void AnnounceIfLagging() {
+    if (!gossip_ || fence_after_ns_ <= 0) return;
+    int64_t lag_ns = MonoNanos() - contact_ns_;
+    if (lag_ns > std::chrono::nanoseconds(heartbeat_every_).count() * 3 / 2) gossip_->Announce(kAnnounceFanout);
   }
 
   bool Connected() const { return connection_ != nullptr && connection_->connected(); }

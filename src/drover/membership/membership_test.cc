@@ -277,6 +277,53 @@ TEST(Group, BeatsHeardDirectlyAndLeaseAck) {
   EXPECT_FALSE(net[c].SendLeaseAck(a, -1).ok());
 }
 
+TEST(Group, AnnounceSendsAFreshBeatThatALeaseAckDatesFromNow) {
+  FakeNetwork net;
+  AddNodes(net, 5);
+  const std::string a = Name(0);
+  std::vector<std::pair<int64_t, int64_t>> acks;
+  net[a].set_on_lease_ack([&](int64_t beat, int64_t started_ns) { acks.emplace_back(beat, started_ns); });
+  net.RunFor(1 * kS);
+  for (int i = 1; i < 5; ++i) net[Name(i)].TakeHeardDirectly();
+
+  // Mid-period: the announce starts a beat of its own, now.
+  net.RunFor(90 * kMs);
+  const int64_t before = net[a].beat();
+  const int64_t at = net.now();
+  std::vector<std::string> pinged;
+  net.set_tap([&](const FakeNetwork::Datagram& d) {
+    if (d.from == net.AddressOf(a)) pinged.push_back(d.to);
+  });
+  net[a].Announce(at, 3);
+  net.set_tap(nullptr);
+  EXPECT_EQ(net[a].beat(), before + 1);
+  std::sort(pinged.begin(), pinged.end());
+  EXPECT_EQ(std::unique(pinged.begin(), pinged.end()), pinged.end()) << "one ping per member";
+  EXPECT_EQ(pinged.size(), 3u);
+
+  // Exactly the three pinged members heard the new beat.
+  net.RunFor(3 * kMs);
+  int heard_new = 0;
+  std::string reporter;
+  for (int i = 1; i < 5; ++i) {
+    auto heard = net[Name(i)].TakeHeardDirectly();
+    if (heard.contains(a) && heard.at(a) == before + 1) {
+      ++heard_new;
+      reporter = Name(i);
+    }
+  }
+  EXPECT_EQ(heard_new, 3);
+
+  // The relayed LeaseAck for it dates from the announce, not the period.
+  ASSERT_TRUE(net[reporter].SendLeaseAck(a, before + 1).ok());
+  net.RunFor(3 * kMs);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0], std::make_pair(before + 1, at));
+  // Nobody waited for the announce's acks: no suspicion, no failed probe.
+  net.RunFor(2 * kS);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(net[Name(i)].stats().suspicions, 0u) << i;
+}
+
 TEST(Group, SetPeersAddsAndRemoves) {
   FakeNetwork net;
   AddNodes(net, 3);

@@ -423,6 +423,25 @@ Status Group::SendLeaseAck(const std::string& member, int64_t beat) {
   return Status::Ok();
 }
 
+void Group::Announce(int64_t now_ns, size_t fanout) {
+  if (next_period_ns_ < 0 || fanout == 0) return;
+  ++beat_;
+  beat_started_ns_[static_cast<size_t>(beat_) % kBeatHistory] = now_ns;
+  std::vector<std::string> alive;
+  std::vector<std::string> others;
+  for (const auto& [n, m] : members_) (m.state == MemberState::kAlive ? alive : others).push_back(n);
+  std::vector<std::string> to;
+  std::sample(alive.begin(), alive.end(), std::back_inserter(to), fanout, rng_.engine());
+  if (to.size() < fanout) std::sample(others.begin(), others.end(), std::back_inserter(to), fanout - to.size(), rng_.engine());
+  for (const std::string& member : to) {
+    Packet ping;
+    ping.type = MessageType::kPing;
+    ping.seq = next_seq_++;  // no probe or relay has it: the ack is only news
+    ping.target = member;
+    Send(members_.at(member).address, member, std::move(ping));
+  }
+}
+
 std::map<std::string, int64_t> Group::TakeHeardDirectly() { return std::exchange(heard_, {}); }
 
 std::vector<MemberView> Group::Members() const {

@@ -134,6 +134,14 @@ class Group {
 
   // Tells `member` that the control plane counted it alive as of its `beat`.
   Status SendLeaseAck(const std::string& member, int64_t beat);
+  // Starts a new beat at `now_ns` and sends it at once to up to `fanout`
+  // members (Alive ones first, at random), in pings whose acks nobody
+  // waits for. A member whose own contact with the control plane lags
+  // calls it every heartbeat: its peers then report a beat that began
+  // moments ago, not one up to a period and a probe round old, so the
+  // LeaseAck they relay moves its fence much further (docs/failures.md).
+  // Before the first Tick it does nothing.
+  void Announce(int64_t now_ns, size_t fanout);
   // Called from OnPacket for each valid LeaseAck.
   // Beats older than the last kBeatHistory are refused (their start times
   // are forgotten), as are beats we have not reached.

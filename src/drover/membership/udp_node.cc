@@ -235,6 +235,11 @@ Status UdpNode::SendLeaseAck(const std::string& member, int64_t beat) {
   return group_->SendLeaseAck(member, beat);
 }
 
+void UdpNode::Announce(size_t fanout) {
+  std::lock_guard lock(mu_);
+  group_->Announce(NowNs(), fanout);
+}
+
 UdpNodeStats UdpNode::Stats() const {
   std::lock_guard lock(mu_);
   return UdpNodeStats{group_->stats(), transport_->send_errors()};

@@ -74,6 +74,7 @@ class UdpNode {
   std::vector<MemberView> Members() const;
   std::map<std::string, int64_t> TakeHeardDirectly();
   Status SendLeaseAck(const std::string& member, int64_t beat);
+  void Announce(size_t fanout);  // Group::Announce, now
   UdpNodeStats Stats() const;
   int64_t Beat() const;
   uint64_t Incarnation() const;

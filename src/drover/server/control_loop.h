@@ -209,8 +209,9 @@ class ControlLoop {
     int64_t heard_via_peer_ns = 0;
     int64_t peer_beat = -1;
     // When the node was last sent the peer list (lease clock): at most once
-    // per kPeersEvery, however often the list changes (a thousand nodes
-    // registering would otherwise send every node a thousand lists).
+    // per 1 ms times the cluster's size (1 s at most), however often the
+    // list changes (a thousand nodes registering would otherwise send every
+    // node a thousand lists).
     int64_t peers_sent_ns = std::numeric_limits<int64_t>::min() / 2;
     Liveness liveness = Liveness::kAlive;
     std::string liveness_reason;

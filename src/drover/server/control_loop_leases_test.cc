@@ -161,6 +161,46 @@ TEST_F(ControlLoopLeasesTest, PeersKeepANodeWhoseOwnLinkIsDown) {
   EXPECT_EQ(stats.node_losses, 1u);
 }
 
+TEST_F(ControlLoopLeasesTest, SmallClusterHearsOfANewMemberAtItsNextHeartbeat) {
+  // A node that just joined is protected by its peers only once they know
+  // it: a second's wait for the list left it fencing with peers to spare.
+  auto with_gossip = [&](const std::string& node) {
+    v1::RegisterRequest req = Inventory(node, 1);
+    req.set_gossip_address("10.0.0." + node.substr(node.size() - 1) + ":7946");
+    Must(loop_->RegisterNode(req));
+    auto sink = std::make_shared<FakeSink>();
+    Open(node, sink);
+    return sink;
+  };
+  auto a = with_gossip("gpu-1");
+  auto b = with_gossip("gpu-2");
+  auto names = [](const v1::HeartbeatAck& ack) {
+    std::vector<std::string> out;
+    for (const v1::Peer& p : ack.peers()) out.push_back(p.node_name());
+    return out;
+  };
+  v1::HeartbeatAck first = Beat("gpu-1", a);
+  ASSERT_TRUE(first.peers_changed());
+  EXPECT_EQ(names(first), std::vector<std::string>{"gpu-2"});
+  auto c = with_gossip("gpu-3");
+  Advance(milliseconds(250));
+  v1::Heartbeat hb;
+  hb.set_seq(++seq_);
+  hb.set_peers_version(first.peers_version());
+  loop_->Heartbeat("gpu-1", hb, a);
+  Must(loop_->Barrier());
+  v1::HeartbeatAck next = a->last_ack();
+  ASSERT_TRUE(next.peers_changed()) << "a three-node cluster waits one heartbeat, not a second";
+  EXPECT_EQ(names(next), (std::vector<std::string>{"gpu-2", "gpu-3"}));
+  // Unchanged since: no list.
+  Advance(milliseconds(250));
+  hb.set_seq(++seq_);
+  hb.set_peers_version(next.peers_version());
+  loop_->Heartbeat("gpu-1", hb, a);
+  Must(loop_->Barrier());
+  EXPECT_FALSE(a->last_ack().peers_changed());
+}
+
 TEST_F(ControlLoopLeasesTest, LostNodeThatComesBackRunningOldWorkTakesNoneUntilItStops) {
   auto a = Connect("gpu-01", 1);
   v1::Job job = SubmitSpec(Restartable(1));

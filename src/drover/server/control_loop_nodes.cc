@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "drover/common/fault.h"
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
@@ -36,8 +38,14 @@ void AppendHistory(const v1::GpuTelemetry& t, std::deque<v1::GpuPoint>* history)
 }  // namespace
 
 namespace {
-// How often a node may be sent the peer list while it changes.
-constexpr int64_t kPeersEveryNs = 1'000'000'000;
+// How often a node may be sent the peer list while it changes: 1 ms per
+// node in the cluster, at most a second. Every node gets N names each
+// time, so the cluster's cost is N * N / interval = N names per ms
+// whatever its size; a small cluster gets the news at its next heartbeat,
+// where a second's wait left a node that had just joined unknown to its
+// peers, and so unprotected by them, for that second (docs/failures.md).
+constexpr int64_t kPeersPerNodeNs = 1'000'000;
+constexpr int64_t kPeersEveryMaxNs = 1'000'000'000;
 }  // namespace
 
 void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<AgentSink> sink) {
@@ -66,7 +74,8 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     v1::HeartbeatAck ack;
     ack.set_seq(hb.seq());
     RenewViaPeers(node, hb, &ack);
-    if (hb.peers_version() != peers_version_ && entry.heard_direct_ns - entry.peers_sent_ns >= kPeersEveryNs) {
+    const int64_t peers_every = std::min(kPeersEveryMaxNs, static_cast<int64_t>(nodes_.size()) * kPeersPerNodeNs);
+    if (hb.peers_version() != peers_version_ && entry.heard_direct_ns - entry.peers_sent_ns >= peers_every) {
       FillPeers(node, &ack);
       entry.peers_sent_ns = entry.heard_direct_ns;
     }
