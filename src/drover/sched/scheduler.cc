@@ -114,6 +114,7 @@ void State::FreeJob(int job) {
 // ---- cluster ----
 
 Status Scheduler::UpsertNode(const NodeInfo& info) {
+  ++s_->generation;
   State& s = *s_;
   size_t n = info.gpus.size();
   if (info.name.empty()) return InvalidArgument("node name is empty");
@@ -216,6 +217,7 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
 }
 
 void Scheduler::SetSchedulable(const std::string& name, bool schedulable) {
+  ++s_->generation;
   auto it = s_->node_ids.find(name);
   if (it == s_->node_ids.end()) return;
   s_->nodes[it->second].info.schedulable = schedulable;
@@ -223,6 +225,7 @@ void Scheduler::SetSchedulable(const std::string& name, bool schedulable) {
 }
 
 Status Scheduler::SetTenant(const TenantInfo& tenant) {
+  ++s_->generation;
   if (tenant.name.empty()) return InvalidArgument("tenant name is empty");
   if (!(tenant.weight > 0) || tenant.weight > 1e6) {
     return InvalidArgument(fmt::format("tenant '{}' has weight {}, outside (0, 1e6]", tenant.name, tenant.weight));
@@ -247,6 +250,7 @@ Status Scheduler::SetTenant(const TenantInfo& tenant) {
 // ---- jobs ----
 
 Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
+  ++s_->generation;
   State& s = *s_;
   DROVER_RETURN_IF_ERROR(ValidateRequest(req));
   if (s.job_ids.contains(req.id)) return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
@@ -274,6 +278,7 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
 }
 
 Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t started_ms) {
+  ++s_->generation;
   State& s = *s_;
   DROVER_RETURN_IF_ERROR(ValidateRequest(req));
   if (s.job_ids.contains(req.id)) return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
@@ -326,6 +331,7 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
 }
 
 Status Scheduler::MarkPreempting(const std::string& job_id, const std::string& for_job) {
+  ++s_->generation;
   State& s = *s_;
   int idx = s.FindJob(job_id);
   if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
@@ -344,6 +350,7 @@ Status Scheduler::MarkPreempting(const std::string& job_id, const std::string& f
 }
 
 Status Scheduler::Requeue(const std::string& job_id, int64_t now_ms) {
+  ++s_->generation;
   State& s = *s_;
   int idx = s.FindJob(job_id);
   if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
@@ -353,6 +360,7 @@ Status Scheduler::Requeue(const std::string& job_id, int64_t now_ms) {
 }
 
 void Scheduler::Remove(const std::string& job_id, int64_t now_ms) {
+  ++s_->generation;
   State& s = *s_;
   int idx = s.FindJob(job_id);
   if (idx < 0) return;
@@ -480,6 +488,7 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
   Decisions d;
   s.ClearReservation();
   ++s.pass;
+  ++s.generation;  // the reservation moved; bindings below change the cluster
   if (s.pending.empty()) return d;
   bool blocked = false;
   int blocker = -1;
@@ -549,6 +558,7 @@ void State::FairShare(int64_t now_ms, bool* blocked, int* blocker, std::vector<i
 
 size_t Scheduler::pending() const { return s_->pending.size(); }
 size_t Scheduler::bound() const { return s_->bound_count; }
+uint64_t Scheduler::generation() const { return s_->generation; }
 
 bool Scheduler::IsPending(const std::string& job_id) const {
   int idx = s_->FindJob(job_id);

@@ -111,6 +111,11 @@ class Scheduler {
 
   size_t pending() const;
   size_t bound() const;
+  // Raised by every call that changes the cluster, the tenants or the jobs
+  // (a pass's own bindings included). A pass over an unchanged generation
+  // decides what the last one did, except as priority aging moves with the
+  // clock: the server skips it.
+  uint64_t generation() const;
   bool IsPending(const std::string& job_id) const;
   bool IsBound(const std::string& job_id) const;
   bool IsPreempting(const std::string& job_id) const;

@@ -181,6 +181,7 @@ struct State {
   std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
   std::vector<int> reserved_nodes;            // nodes with a pass reservation
   uint64_t pass = 0;  // passes run so far
+  uint64_t generation = 0;  // raised by every public mutator (Scheduler::generation)
   // Restored victims by the id of the job they stop for, until it is queued.
   std::unordered_map<std::string, std::vector<std::string>> restored_victims;
   int reservation_job = -1;

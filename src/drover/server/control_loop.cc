@@ -184,6 +184,7 @@ Status ControlLoop::Recover() {
     }
   }
   sched_ = std::move(sched);
+  settled_generation_ = 0;  // a new scheduler counts from 0 again
   jobs_ = std::move(jobs);
   nodes_ = std::move(nodes);
   tenants_ = std::move(tenants);
@@ -215,8 +216,25 @@ int64_t ControlLoop::NowMs() const { return NowNs() / 1'000'000; }
 
 void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
+  // A batch of reads, or of reports that change no job's claim on GPUs,
+  // leaves the scheduler's inputs as the last pass saw them: that pass's
+  // answer stands, and no pass runs (a `drover jobs`, a dashboard tick or
+  // a log poll costs no decision). While jobs wait, a pass still runs at
+  // least once a second: priority aging moves with the clock.
+  const int64_t now_ms = NowMs();
+  if (sched_.generation() == settled_generation_ &&
+      (sched_.pending() == 0 || now_ms - last_pass_ms_ < kIdlePassEveryMs)) {
+    ++passes_skipped_;
+    Commit();
+    return;
+  }
   auto started = std::chrono::steady_clock::now();
-  sched::Decisions decisions = sched_.Schedule(NowMs());
+  sched::Decisions decisions = sched_.Schedule(now_ms);
+  ++passes_run_;
+  last_pass_ms_ = now_ms;
+  // A pass that decided something may leave more to decide (its preemption
+  // searches are budgeted): the next batch passes again.
+  settled_generation_ = decisions.bindings.empty() && decisions.preemptions.empty() ? sched_.generation() : 0;
   decisions_ += static_cast<int64_t>(decisions.bindings.size() + decisions.preemptions.size());
   preemptions_ += static_cast<int64_t>(decisions.preemptions.size());
   RecordSchedulerStats();

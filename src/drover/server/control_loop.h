@@ -96,6 +96,9 @@ struct LoopStats {
   // Since start: lease renewals by the node's own heartbeat and by a peer
   // that heard it (gossip); nodes declared Lost.
   uint64_t renewals_direct = 0, renewals_via_peers = 0, node_losses = 0;
+  // Batches after which a scheduling pass ran, and those that needed none
+  // (nothing the scheduler reads had changed: reads, most reports).
+  uint64_t passes_run = 0, passes_skipped = 0;
 };
 
 // The value of a command that answers only "done".
@@ -365,6 +368,13 @@ class ControlLoop {
   void RecordSchedulerStats();
   int64_t decisions_ = 0;
   int64_t preemptions_ = 0;
+  // AfterBatch skips the pass while the scheduler's generation is the one
+  // a pass that decided nothing left (0: pass next batch), unless jobs wait
+  // and kIdlePassEveryMs has passed since the last pass.
+  static constexpr int64_t kIdlePassEveryMs = 1000;
+  uint64_t settled_generation_ = 0;
+  int64_t last_pass_ms_ = 0;
+  uint64_t passes_run_ = 0, passes_skipped_ = 0;
   std::deque<std::pair<int64_t, int64_t>> decision_samples_;  // (ns, decisions_), one a second, 11 at most
   std::deque<v1::QueuePoint> queue_history_;                  // one every 5 s, the last hour
 };

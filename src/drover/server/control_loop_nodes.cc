@@ -194,6 +194,8 @@ std::future<Result<LoopStats>> ControlLoop::Stats() {
     s.renewals_direct = renewals_direct_;
     s.renewals_via_peers = renewals_via_peers_;
     s.node_losses = node_losses_;
+    s.passes_run = passes_run_;
+    s.passes_skipped = passes_skipped_;
     return s;
   });
 }

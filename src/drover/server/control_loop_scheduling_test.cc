@@ -223,6 +223,33 @@ TEST_F(ControlLoopTest, FractionalJobsShareOneGpu) {
   EXPECT_EQ(StateOf(whole), v1::JOB_STATE_BOUND);
 }
 
+TEST_F(ControlLoopTest, ReadsRunNoSchedulingPassButChangesAndTheClockDo) {
+  Connect("gpu-01", 1);
+  std::string running = Submit(1).id();
+  std::string waiting = Submit(1).id();
+  ASSERT_EQ(StateOf(waiting), v1::JOB_STATE_PENDING);
+  const std::string reason = Get(waiting).status().message();
+  const LoopStats before = Must(loop_->Stats());
+  for (int i = 0; i < 20; ++i) {
+    Get(waiting);
+    Must(loop_->ListJobs({}));
+  }
+  const LoopStats after_reads = Must(loop_->Stats());
+  EXPECT_EQ(after_reads.passes_run, before.passes_run) << "reads ran a pass";
+  EXPECT_GE(after_reads.passes_skipped, before.passes_skipped + 20);
+  EXPECT_EQ(Get(waiting).status().message(), reason) << "the last pass's reason stands";
+
+  // While a job waits the clock alone brings a pass (priority aging), once a second.
+  clock_.Advance(std::chrono::milliseconds(1001));
+  Must(loop_->Barrier());
+  EXPECT_EQ(Must(loop_->Stats()).passes_run, after_reads.passes_run + 1);
+
+  // A change the scheduler reads passes at once: the GPU frees, the waiter binds.
+  Report("gpu-01", running, v1::WORKLOAD_STATE_EXITED, 0);
+  EXPECT_EQ(StateOf(waiting), v1::JOB_STATE_BOUND);
+  EXPECT_GT(Must(loop_->Stats()).passes_run, after_reads.passes_run + 1);
+}
+
 TEST_F(ControlLoopTest, NodeLabelsAndLinksAreKeptAndSelectorsApply) {
   v1::RegisterRequest req = Inventory("gpu-01", 2);
   (*req.mutable_labels())["rack"] = "r1";

@@ -105,6 +105,10 @@ void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
         .Add({{"via", "peers"}}, static_cast<double>(s->renewals_via_peers));
     out.Counter("drover_node_losses_total", "Nodes declared Lost (their jobs queued again).")
         .Add({}, static_cast<double>(s->node_losses));
+    out.Counter("drover_scheduler_batches_total",
+                "Batches of the control loop: with a scheduling pass, or without one (nothing it reads had changed).")
+        .Add({{"pass", "run"}}, static_cast<double>(s->passes_run))
+        .Add({{"pass", "skipped"}}, static_cast<double>(s->passes_skipped));
     out.Gauge("drover_gpus", "GPUs of registered nodes by health.")
         .Add({{"health", "Healthy"}}, static_cast<double>(s->gpus_healthy))
         .Add({{"health", "Unhealthy"}}, static_cast<double>(s->gpus_unhealthy));
