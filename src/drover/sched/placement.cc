@@ -598,7 +598,9 @@ bool State::Reserve(int job, int64_t now) {
     uint64_t mask;
   };
   std::vector<Candidate> found;
-  for (size_t ni = 0; ni < nodes.size(); ++ni) {
+  std::vector<std::pair<int64_t, int>> ends;  // one node's jobs by expected end; reused
+  int now_and_whole = 0;  // candidates that cannot be beaten: free now, nothing missing
+  for (size_t ni = 0; ni < nodes.size() && now_and_whole < req.replicas; ++ni) {
     const NodeState& n = nodes[ni];
     if (!NodeMatches(req, n)) continue;
     const NodeTopology& topo = topos[n.topo];
@@ -613,19 +615,23 @@ bool State::Reserve(int job, int64_t now) {
         if (nd == static_cast<int>(ni)) others &= ~mine;
       }
       uint64_t usable = n.whole_free & n.healthy & slot.mask & ~others;
-      std::array<int, kMaxGpusPerNode> milli{};
-      for (int g = 0; g < kMaxGpusPerNode; ++g) milli[g] = n.free_milli[g];
-      std::vector<std::pair<int64_t, int>> ends;
-      for (int o : n.jobs) {
-        const JobState& oj = jobs[o];
-        int64_t end = oj.preempting ? now
-                      : oj.req.runtime_estimate_ms > 0 ? std::max(now, oj.bound_ms + oj.req.runtime_estimate_ms)
-                                                      : kNever;
-        ends.emplace_back(end, o);
-      }
-      std::sort(ends.begin(), ends.end());
       int64_t at = now;
       uint64_t mask = topo.Choose(usable, req.gpus, within, nullptr);
+      ends.clear();
+      if (mask == 0) {
+        for (int o : n.jobs) {
+          const JobState& oj = jobs[o];
+          int64_t end = oj.preempting ? now
+                        : oj.req.runtime_estimate_ms > 0 ? std::max(now, oj.bound_ms + oj.req.runtime_estimate_ms)
+                                                        : kNever;
+          ends.emplace_back(end, o);
+        }
+        std::sort(ends.begin(), ends.end());
+      }
+      std::array<int, kMaxGpusPerNode> milli{};
+      if (!ends.empty()) {
+        for (int g = 0; g < kMaxGpusPerNode; ++g) milli[g] = n.free_milli[g];
+      }
       for (size_t k = 0; mask == 0 && k < ends.size(); ++k) {
         for (const Held& h : jobs[ends[k].second].held) {
           if (h.node != static_cast<int>(ni)) continue;
@@ -641,6 +647,9 @@ bool State::Reserve(int job, int64_t now) {
       if (mask == 0) continue;
       int missing = at == kNever ? req.gpus - std::popcount(n.whole_free & mask) : 0;
       found.push_back(Candidate{at, missing, static_cast<int>(ni), mask});
+      // Nodes are walked in index order, the tie-break below: once enough
+      // candidates are free now, no later node can come before them.
+      if (at == now && missing == 0) ++now_and_whole;
       break;
     }
   }

@@ -421,6 +421,7 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
     j.why = Why{WhyCode::kBehind, *blocker, jobs[*blocker].seq, 0, -1, now};
     return;
   }
+  ++d->considered;
   auto block = [&] {
     if (!config.backfill) {
       *blocked = true;

@@ -41,6 +41,7 @@
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
+#include "drover/server/job_replica.h"
 #include "drover/server/job_watch.h"
 #include "drover/store/store.h"
 #include "drover/v1/agent.pb.h"
@@ -134,6 +135,9 @@ class ControlLoop {
   // Jobs. `spec` must already be normalized (rpc::NormalizeJobSpec).
   std::future<Result<v1::Job>> Submit(v1::JobSpec spec);
   std::future<Result<v1::Job>> Cancel(std::string id);
+  // Reads: served from the committed state (JobReplica) on the caller's
+  // thread; only the pending jobs among the answer cost the loop a call,
+  // for why they wait. They run no scheduling pass.
   std::future<Result<v1::Job>> GetJob(std::string id);
   std::future<Result<std::vector<v1::Job>>> ListJobs(v1::ListJobsRequest filter);
   // Job arrays and batches (control_loop_arrays.cc): every job is accepted
@@ -315,6 +319,14 @@ class ControlLoop {
   // Jobs by state, every state present (zero included).
   std::map<v1::JobState, int64_t> JobCounts() const;
   v1::Job View(const v1::Job& job) const;
+  // Why a pending job waits, as View puts it in its status message.
+  std::string PendingMessage(const v1::Job& job) const;
+  // Answers the replica's copies, asking the loop (one call) why the
+  // pending ones among them wait.
+  void AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
+                         std::function<void(Result<std::vector<v1::Job>>)> done);
+  // The whole job set into replica_ (after Recover).
+  void ReplaceReplica();
   v1::Node View(const NodeEntry& entry) const;
   // Telemetry and conditions: what is live, not persisted.
   void AddLiveState(const NodeEntry& entry, v1::Node* out) const;
@@ -353,6 +365,8 @@ class ControlLoop {
   std::map<std::string, ArrayGate> gates_;  // arrays with max_running, by array id
   std::set<uint64_t> held_;                 // tasks an ArrayGate holds back
   std::set<uint64_t> changed_;              // jobs changed in the open batch that a watcher wants
+  std::set<uint64_t> persisted_;            // every job changed in the open batch, for replica_
+  JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   // The open batch.
   std::vector<store::Op> ops_;
   std::vector<Ack> acks_;

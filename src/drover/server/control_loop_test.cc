@@ -1,4 +1,9 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
 
 #include "drover/server/control_loop_test_fixture.h"
 
@@ -428,6 +433,55 @@ TEST_F(ControlLoopTest, FailedCommitAnswersUnavailableAndMemoryFollowsTheStore) 
   EXPECT_EQ(StateOf(b), v1::JOB_STATE_BOUND);
   EXPECT_EQ(StoredJobs().size(), 2u);
   EXPECT_EQ(Must(loop_->Cancel(a)).status().state(), v1::JOB_STATE_CANCELLING);
+}
+
+TEST_F(ControlLoopTest, ReadsAreAnsweredWhileTheLoopIsBusyAndSeeEveryAnsweredWrite) {
+  ASSERT_NO_FATAL_FAILURE(UseFlakyStore());
+  Connect("gpu-01", 1);
+  std::string running = Submit(1).id();
+  Report("gpu-01", running, v1::WORKLOAD_STATE_RUNNING);
+  std::string waiting = Submit(1).id();
+
+  // The loop is stuck in a commit (a slow disk) with a submit in it.
+  struct Gate {
+    std::promise<void> entered, release;
+    std::shared_future<void> go = release.get_future().share();
+    std::atomic<bool> once{false};
+  };
+  auto gate = std::make_shared<Gate>();
+  std::future<void> entered = gate->entered.get_future();
+  flaky_->SetBeforeTxn([gate] {
+    if (gate->once.exchange(true)) return;
+    gate->entered.set_value();
+    gate->go.wait();
+  });
+  auto submitted = loop_->Submit(Spec(1));
+  entered.wait();
+
+  // Reads of jobs that are not pending never wait on it.
+  auto got = loop_->GetJob(running);
+  auto listed = loop_->ListJobs(v1::ListJobsRequest());
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "GetJob waited on the loop";
+  EXPECT_EQ(Must(std::move(got)).status().state(), v1::JOB_STATE_RUNNING);
+  v1::ListJobsRequest running_only;
+  running_only.set_state(v1::JOB_STATE_RUNNING);
+  auto only = loop_->ListJobs(running_only);
+  ASSERT_EQ(only.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  ASSERT_EQ(Must(std::move(only)).size(), 1u);
+  // A pending job's reason is the scheduler's: that read waits for the loop.
+  auto pending = loop_->GetJob(waiting);
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  // The uncommitted submit is not seen; everything committed is.
+  EXPECT_EQ(listed.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the list holds a pending job, whose reason waits for the loop";
+
+  gate->release.set_value();
+  v1::Job third = Must(std::move(submitted));
+  EXPECT_THAT(Must(std::move(pending)).status().message(), ::testing::HasSubstr("waiting"));
+  EXPECT_EQ(Must(std::move(listed)).size(), 2u) << "the list was taken before the third job committed";
+  // Answered, so readable at once.
+  EXPECT_EQ(Get(third.id()).id(), third.id());
+  EXPECT_EQ(Must(loop_->ListJobs(v1::ListJobsRequest())).size(), 3u);
 }
 
 TEST_F(ControlLoopTest, FailedRecoveryAfterAFailedCommitDoesNotReuseJobIds) {

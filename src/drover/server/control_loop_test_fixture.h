@@ -148,9 +148,20 @@ class FlakyStore : public store::ForwardingStore {
 
   std::atomic<bool> fail_txn{false};
   std::atomic<bool> fail_range{false};
+  // `hook` runs at the start of every Txn, on the loop's thread.
+  void SetBeforeTxn(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    before_txn_ = std::move(hook);
+  }
 
   Result<store::TxnResult> Txn(const std::vector<store::Compare>& c, const std::vector<store::Op>& s,
                                const std::vector<store::Op>& f) override {
+    std::function<void()> hook;
+    {
+      std::lock_guard lock(mu_);
+      hook = before_txn_;
+    }
+    if (hook) hook();
     if (fail_txn) return Unavailable("injected: the disk is gone");
     return ForwardingStore::Txn(c, s, f);
   }
@@ -158,6 +169,10 @@ class FlakyStore : public store::ForwardingStore {
     if (fail_range) return Unavailable("injected: the disk is gone");
     return ForwardingStore::Range(prefix, limit);
   }
+
+ private:
+  std::mutex mu_;
+  std::function<void()> before_txn_;  // GUARDED_BY(mu_)
 };
 
 class ControlLoopTest : public ::testing::Test {

@@ -1,0 +1,50 @@
+#include "drover/server/job_replica.h"
+
+#include <mutex>
+#include <utility>
+
+namespace drover::server {
+
+void JobReplica::Replace(std::map<uint64_t, JobPtr> jobs) {
+  std::unique_lock lock(mu_);
+  jobs_ = std::move(jobs);
+  available_ = Status::Ok();
+  ++version_;
+}
+
+void JobReplica::Update(std::vector<std::pair<uint64_t, JobPtr>> changed) {
+  if (changed.empty()) return;
+  std::unique_lock lock(mu_);
+  for (auto& [seq, job] : changed) jobs_.insert_or_assign(seq, std::move(job));
+  ++version_;
+}
+
+void JobReplica::SetUnavailable(Status why) {
+  std::unique_lock lock(mu_);
+  available_ = std::move(why);
+}
+
+Result<JobReplica::JobPtr> JobReplica::Get(uint64_t seq) const {
+  std::shared_lock lock(mu_);
+  if (!available_.ok()) return available_;
+  auto it = jobs_.find(seq);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+Result<std::vector<JobReplica::JobPtr>> JobReplica::Scan(uint64_t from, const std::function<bool(const v1::Job&)>& more,
+                                                         const std::function<bool(const v1::Job&)>& keep) const {
+  std::shared_lock lock(mu_);
+  if (!available_.ok()) return available_;
+  std::vector<JobPtr> out;
+  for (auto it = jobs_.lower_bound(from); it != jobs_.end() && more(*it->second); ++it) {
+    if (keep(*it->second)) out.push_back(it->second);
+  }
+  return out;
+}
+
+uint64_t JobReplica::version() const {
+  std::shared_lock lock(mu_);
+  return version_;
+}
+
+}  // namespace drover::server
