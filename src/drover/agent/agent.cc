@@ -778,7 +778,13 @@ class AgentImpl final : public Agent {
     }
     if (job->supervisor > 0) {
       int status = 0;
-      if (::waitpid(job->supervisor, &status, WNOHANG) == job->supervisor) job->supervisor = -1;
+      pid_t r = ::waitpid(job->supervisor, &status, WNOHANG);
+      // Our own child, not ended: alive, whatever its /proc entry says. A
+      // supervisor just spawned can still be inside execve, its argv not yet
+      // readable, which SupervisorAlive takes for a zombie; under load that
+      // killed jobs as "died without recording an exit".
+      if (r == 0) return;
+      if (r == job->supervisor) job->supervisor = -1;
     }
     pid_t sup = job->supervisor > 0 ? job->supervisor : job->dir.ReadSupervisorPid().value_or(0);
     if (job->supervisor != -1 && sup > 0 && SupervisorAlive(sup, job->dir.path())) return;
