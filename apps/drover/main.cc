@@ -412,6 +412,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
       sim_opts.gossip_listen = "127.0.0.1:0";
       sim_opts.gossip_hub = sim_gossip.get();
       sim_opts.exit_watcher = sim_exits.get();
+      sim_opts.spare_supervisor = false;
       // One hub thread carries every simulated node's gossip: the period
       // grows with their number (1 ms per node, at least the default
       // 200 ms), which keeps it near 2 packets per millisecond in all

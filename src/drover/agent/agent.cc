@@ -196,6 +196,10 @@ class AgentImpl final : public Agent {
       pid_t sup = job.dir.ReadSupervisorPid().value_or(0);
       if (sup > 0 && SupervisorAlive(sup, job.dir.path())) WatchSupervisor(id, sup);
     }
+    if (opts_.spare_supervisor) {
+      supervisors_ = std::make_unique<SupervisorPool>(opts_.supervisor_exe);
+      supervisors_->Refill();  // the first job finds its supervisor waiting
+    }
     // Made before anything of the agent runs on the loop (which reads it),
     // started last.
     ConnectionEvents events;
@@ -238,6 +242,7 @@ class AgentImpl final : public Agent {
       for (const auto& [id, handle] : exit_watches_) watcher_->Cancel(handle);
       exit_watches_.clear();
     }
+    supervisors_.reset();  // the unused spare reads the end of its input and exits
     if (own_loop_) own_loop_->Stop();
     if (gossip_) gossip_->Stop();
     if (telemetry_) telemetry_->Stop();
@@ -646,15 +651,27 @@ class AgentImpl final : public Agent {
 
   // The server says these jobs ended for good: their checkpoint directories
   // are marked, and go once the retention has passed (SweepCheckpoints).
+  // The server repeats its last kEndedJobsPerNode ids in every desired set:
+  // only ids not seen before cost a look at the disk, and the sweep of
+  // every directory is the minute timer's (both ran per job start, and
+  // with thousands of ended jobs they were most of the agent's time).
   void NoteEndedJobs(const google::protobuf::RepeatedPtrField<std::string>& ended) {
     for (const std::string& id : ended) {
-      if (!ParseJobId(id).ok()) continue;
+      if (!ParseJobId(id).ok() || !ended_seen_.insert(id).second) continue;
+      ended_order_.push_back(id);
+      if (ended_order_.size() > kEndedRemembered) {
+        ended_seen_.erase(ended_order_.front());
+        ended_order_.pop_front();
+      }
       std::string dir = CheckpointDir(id);
       std::error_code ec;
       if (!fs::is_directory(dir, ec) || fs::exists(dir + "/.drover-ended", ec)) continue;
+      if (opts_.checkpoint_retention.count() <= 0) {
+        fs::remove_all(dir, ec);
+        continue;
+      }
       std::ofstream(dir + "/.drover-ended") << NowNanos() << "\n";
     }
-    SweepCheckpoints();
   }
 
   void CheckpointSweepTimer() {
@@ -747,7 +764,7 @@ class AgentImpl final : public Agent {
     Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
-      auto pid = SpawnSupervisor(opts_.supervisor_exe, dir.path());
+      auto pid = supervisors_ ? supervisors_->Launch(dir.path()) : SpawnSupervisor(opts_.supervisor_exe, dir.path());
       if (pid.ok()) {
         job.supervisor = *pid;
         s = dir.WriteSupervisorPid(*pid);
@@ -1039,6 +1056,12 @@ class AgentImpl final : public Agent {
   std::vector<DeviceBackend*> slot_backend_;  // node index -> its backend
   HostTopology host_;
   std::unique_ptr<Telemetry> telemetry_;
+  // Ended job ids already handled (NoteEndedJobs), oldest first; more than
+  // the server repeats.
+  static constexpr size_t kEndedRemembered = 1024;
+  std::set<std::string> ended_seen_;
+  std::deque<std::string> ended_order_;
+  std::unique_ptr<SupervisorPool> supervisors_;  // with opts_.spare_supervisor; loop thread only
   std::unique_ptr<ExitWatcher> own_watcher_;  // unless the options name a shared one
   ExitWatcher* watcher_ = nullptr;             // null: job ends are noticed by looking
   std::map<std::string, uint64_t> exit_watches_;  // by workload id; loop thread (Init before it runs)

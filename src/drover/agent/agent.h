@@ -100,6 +100,10 @@ struct AgentOptions {
   // Tells the agent when a job's supervisor ends, shared with other agents
   // (simulated nodes); null: one of its own.
   ExitWatcher* exit_watcher = nullptr;
+  // Keeps one spare supervisor waiting (SupervisorPool; only with the small
+  // drover-supervise), so that a job's start costs a write, not an exec.
+  // Simulated nodes share a machine by the hundred: a spare each is too many.
+  bool spare_supervisor = true;
   // The gossip protocol period (one probe per period; the direct probe
   // waits half of it). 0: the protocol's default, 200 ms.
   std::chrono::milliseconds gossip_period{0};
