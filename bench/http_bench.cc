@@ -146,9 +146,12 @@ class Load {
   bool Open(const std::string& host, uint16_t port) {
     conns_.resize(static_cast<size_t>(o_.idle + o_.sse));
     std::string auth = o_.token.empty() ? "" : "Authorization: Bearer " + o_.token + "\r\n";
-    const std::string idle_request = "GET " + o_.path + " HTTP/1.1\r\nHost: bench\r\n" + auth + "\r\n";
+    // The server's own address as Host: a real server refuses other names
+    // (DNS rebinding) on its authenticated paths.
+    const std::string host_header = "Host: " + host + ":" + std::to_string(port) + "\r\n";
+    const std::string idle_request = "GET " + o_.path + " HTTP/1.1\r\n" + host_header + auth + "\r\n";
     const std::string sse_request =
-        "GET " + o_.sse_path + " HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n" + auth + "\r\n";
+        "GET " + o_.sse_path + " HTTP/1.1\r\n" + host_header + "Accept: text/event-stream\r\n" + auth + "\r\n";
     for (size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = conns_[i];
       c.stream = static_cast<int>(i) >= o_.idle;
@@ -264,7 +267,7 @@ Latency Measure(const Options& o, const std::string& host, uint16_t port) {
   std::vector<double> samples;
   for (int i = 0; i < o.requests + 20; ++i) {
     bhttp::request<bhttp::empty_body> request{bhttp::verb::get, o.path, 11};
-    request.set(bhttp::field::host, "bench");
+    request.set(bhttp::field::host, host + ":" + std::to_string(port));
     if (!o.token.empty()) request.set(bhttp::field::authorization, "Bearer " + o.token);
     bhttp::response<bhttp::string_body> response;
     auto start = SteadyClock::now();

@@ -209,7 +209,6 @@ void ControlLoop::Persist(const v1::Job& job) {
   auto seq = ParseJobId(job.id());
   if (!seq.ok()) return;
   persisted_.insert(*seq);
-  if (options_.watch != nullptr && options_.watch->Wanted(job)) changed_.insert(*seq);
 }
 
 void ControlLoop::Persist(const v1::Node& node) {
@@ -271,8 +270,6 @@ void ControlLoop::Commit() {
   ops_.clear();
   std::vector<Ack> acks = std::move(acks_);
   acks_.clear();
-  std::set<uint64_t> changed = std::move(changed_);
-  changed_.clear();
   std::set<uint64_t> persisted = std::move(persisted_);
   persisted_.clear();
   if (!committed.ok()) {
@@ -300,10 +297,16 @@ void ControlLoop::Commit() {
     }
     replica_.Update(std::move(copies));
     for (Ack& ack : acks) ack(Status::Ok());
-    // Committed: push to watchers what they wait on.
-    for (uint64_t seq : changed) {
-      auto it = jobs_.find(seq);
-      if (it != jobs_.end()) options_.watch->Publish(View(it->second));
+    // Committed: push to watchers what they wait on. Who wants a job is
+    // asked now, after the replica has the batch: a watcher that subscribes
+    // later reads the batch from the replica, one that subscribed earlier is
+    // pushed it here (asked at Persist, a watcher that subscribed in between
+    // read the replica's older copy and never heard of the job's end).
+    if (options_.watch != nullptr) {
+      for (uint64_t seq : persisted) {
+        auto it = jobs_.find(seq);
+        if (it != jobs_.end() && options_.watch->Wanted(it->second)) options_.watch->Publish(View(it->second));
+      }
     }
   }
   for (const std::string& name : dirty_nodes_) {

@@ -364,8 +364,7 @@ class ControlLoop {
   std::map<std::string, std::set<uint64_t>> active_on_node_;  // jobs holding GPUs there (rpc::HoldsGpus)
   std::map<std::string, ArrayGate> gates_;  // arrays with max_running, by array id
   std::set<uint64_t> held_;                 // tasks an ArrayGate holds back
-  std::set<uint64_t> changed_;              // jobs changed in the open batch that a watcher wants
-  std::set<uint64_t> persisted_;            // every job changed in the open batch, for replica_
+  std::set<uint64_t> persisted_;            // every job changed in the open batch, for replica_ and watchers
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   // The open batch.
   std::vector<store::Op> ops_;

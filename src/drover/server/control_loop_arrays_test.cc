@@ -2,6 +2,10 @@
 
 #include <gmock/gmock.h>
 
+#include <atomic>
+#include <future>
+#include <memory>
+
 #include "drover/server/control_loop_test_fixture.h"
 
 namespace drover::server::testing {
@@ -153,6 +157,56 @@ TEST_F(ControlLoopArrayTest, AnArrayPastItsTenantsPendingLimitIsRefusedWhole) {
   EXPECT_THAT(refused.message(), HasSubstr("6 more would pass its limit of 5"));
   EXPECT_TRUE(StoredJobs().empty());
   EXPECT_EQ(Must(loop_->SubmitArray(spec, Indices(1, 5))).tasks(), 5);
+}
+
+// A watcher that subscribes while the batch that ends its job is being
+// committed reads the job as it was (the replica has not the batch yet), so
+// that commit must push it the end: who wants a job is asked after the
+// replica has the batch, not when the job was changed. (Asked at Persist,
+// `drover submit --wait` hung on a job that had ended.)
+TEST_F(ControlLoopArrayTest, WatcherThatSubscribesDuringTheEndingCommitIsPushedTheEnd) {
+  JobWatch watch;
+  options_.watch = &watch;
+  ASSERT_NO_FATAL_FAILURE(UseFlakyStore());  // restarts the loop, with the watch
+  Connect("gpu-01", 1);
+  std::string id = Submit(1).id();
+  Report("gpu-01", id, v1::WORKLOAD_STATE_RUNNING);
+
+  struct Gate {
+    std::promise<void> entered, release;
+    std::shared_future<void> go = release.get_future().share();
+    std::atomic<bool> armed{true};
+  };
+  auto gate = std::make_shared<Gate>();
+  std::future<void> entered = gate->entered.get_future();
+  flaky_->SetBeforeTxn([gate] {
+    if (!gate->armed.exchange(false)) return;
+    gate->entered.set_value();
+    gate->go.wait();
+  });
+  v1::StatusReport ended;
+  v1::WorkloadStatus* ws = ended.add_workloads();
+  ws->set_job_id(id);
+  ws->set_workload_id(WorkloadOf(id));
+  ws->set_state(v1::WORKLOAD_STATE_EXITED);
+  loop_->HandleStatus("gpu-01", ended);
+  entered.wait();  // the end is applied and being committed
+
+  std::promise<v1::JobState> pushed;
+  JobWatch::Filter f;
+  f.ids = {id};
+  std::atomic<bool> once{false};
+  uint64_t w = watch.Add(f, [&](const v1::Job& j) {
+    if (rpc::IsTerminal(j.status().state()) && !once.exchange(true)) pushed.set_value(j.status().state());
+  });
+  auto now = loop_->GetJob(id);
+  ASSERT_EQ(now.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(Must(std::move(now)).status().state(), v1::JOB_STATE_RUNNING) << "read before the commit";
+  gate->release.set_value();
+  auto end = pushed.get_future();
+  ASSERT_EQ(end.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "the end was never pushed";
+  EXPECT_EQ(end.get(), v1::JOB_STATE_SUCCEEDED);
+  watch.Remove(w);
 }
 
 // A watcher gets each commit's change of the jobs it follows, in order, and
