@@ -172,18 +172,8 @@ TEST_F(ControlLoopArrayTest, WatcherThatSubscribesDuringTheEndingCommitIsPushedT
   std::string id = Submit(1).id();
   Report("gpu-01", id, v1::WORKLOAD_STATE_RUNNING);
 
-  struct Gate {
-    std::promise<void> entered, release;
-    std::shared_future<void> go = release.get_future().share();
-    std::atomic<bool> armed{true};
-  };
-  auto gate = std::make_shared<Gate>();
+  auto gate = flaky_->HoldNextTxn();
   std::future<void> entered = gate->entered.get_future();
-  flaky_->SetBeforeTxn([gate] {
-    if (!gate->armed.exchange(false)) return;
-    gate->entered.set_value();
-    gate->go.wait();
-  });
   v1::StatusReport ended;
   v1::WorkloadStatus* ws = ended.add_workloads();
   ws->set_job_id(id);

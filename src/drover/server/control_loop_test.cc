@@ -443,18 +443,8 @@ TEST_F(ControlLoopTest, ReadsAreAnsweredWhileTheLoopIsBusyAndSeeEveryAnsweredWri
   std::string waiting = Submit(1).id();
 
   // The loop is stuck in a commit (a slow disk) with a submit in it.
-  struct Gate {
-    std::promise<void> entered, release;
-    std::shared_future<void> go = release.get_future().share();
-    std::atomic<bool> once{false};
-  };
-  auto gate = std::make_shared<Gate>();
+  auto gate = flaky_->HoldNextTxn();
   std::future<void> entered = gate->entered.get_future();
-  flaky_->SetBeforeTxn([gate] {
-    if (gate->once.exchange(true)) return;
-    gate->entered.set_value();
-    gate->go.wait();
-  });
   auto submitted = loop_->Submit(Spec(1));
   entered.wait();
 

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -152,6 +154,23 @@ class FlakyStore : public store::ForwardingStore {
   void SetBeforeTxn(std::function<void()> hook) {
     std::lock_guard lock(mu_);
     before_txn_ = std::move(hook);
+  }
+
+  // The next Txn waits on the loop's thread until `release` is set;
+  // `entered` is ready once it waits (a slow disk, mid-commit).
+  struct Hold {
+    std::promise<void> entered, release;
+    std::shared_future<void> go = release.get_future().share();
+    std::atomic<bool> armed{true};
+  };
+  std::shared_ptr<Hold> HoldNextTxn() {
+    auto hold = std::make_shared<Hold>();
+    SetBeforeTxn([hold] {
+      if (!hold->armed.exchange(false)) return;
+      hold->entered.set_value();
+      hold->go.wait();
+    });
+    return hold;
   }
 
   Result<store::TxnResult> Txn(const std::vector<store::Compare>& c, const std::vector<store::Op>& s,
