@@ -295,6 +295,34 @@ TEST_P(StoreContractTest, RangeLimitCutsShortAndSaysSo) {
   EXPECT_EQ(Keys("k/", 0).size(), 5u);  // 0: no limit
 }
 
+TEST_P(StoreContractTest, RangePagesFromAStartKeyWithoutLeavingThePrefix) {
+  for (const char* key : {"k/5", "k/1", "k/3", "k/2", "k/4", "j/9", "z"}) MustPut(key, "v");
+  std::vector<std::string> seen;
+  std::string start;
+  int pages = 0;
+  while (true) {
+    Result<RangeResult> page = store().Range("k/", 2, start);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    ++pages;
+    for (const KeyValue& kv : page->kvs) seen.push_back(kv.key);
+    if (!page->more) break;
+    start = page->kvs.back().key + '\0';
+  }
+  EXPECT_THAT(seen, ElementsAre("k/1", "k/2", "k/3", "k/4", "k/5"));
+  EXPECT_EQ(pages, 3);
+  // A start before the prefix reads from the prefix; one past it reads nothing.
+  Result<RangeResult> range = store().Range("k/", 0, "a");
+  ASSERT_TRUE(range.ok());
+  EXPECT_EQ(range->kvs.size(), 5u);
+  range = store().Range("k/", 0, "k/3");
+  ASSERT_TRUE(range.ok());
+  ASSERT_EQ(range->kvs.size(), 3u);
+  EXPECT_EQ(range->kvs[0].key, "k/3");
+  range = store().Range("k/", 0, "y");
+  ASSERT_TRUE(range.ok());
+  EXPECT_TRUE(range->kvs.empty());
+}
+
 // --- transactions ---------------------------------------------------------------
 
 TEST_P(StoreContractTest, CompareEveryTargetAndOp) {

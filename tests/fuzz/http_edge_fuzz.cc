@@ -88,10 +88,10 @@ class MemoryStore final : public store::Store {
     r.revision = revision_;
     return r;
   }
-  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit) override {
+  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit, const std::string& start) override {
     store::RangeResult r;
     for (const auto& [k, kv] : kvs_) {
-      if (!k.starts_with(prefix)) continue;
+      if (!k.starts_with(prefix) || k < start) continue;
       if (limit > 0 && static_cast<int64_t>(r.kvs.size()) == limit) {
         r.more = true;
         break;

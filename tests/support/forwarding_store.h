@@ -20,8 +20,8 @@ class ForwardingStore : public Store {
                                const std::vector<store::Op>& f) override {
     return inner_->Txn(c, s, f);
   }
-  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit) override {
-    return inner_->Range(prefix, limit);
+  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit, const std::string& start) override {
+    return inner_->Range(prefix, limit, start);
   }
   Result<std::unique_ptr<store::WatchHandle>> Watch(const std::string& prefix, int64_t rev,
                                                     store::WatchCallback cb) override {

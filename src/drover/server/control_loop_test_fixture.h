@@ -184,9 +184,9 @@ class FlakyStore : public store::ForwardingStore {
     if (fail_txn) return Unavailable("injected: the disk is gone");
     return ForwardingStore::Txn(c, s, f);
   }
-  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit) override {
+  Result<store::RangeResult> Range(const std::string& prefix, int64_t limit, const std::string& start) override {
     if (fail_range) return Unavailable("injected: the disk is gone");
-    return ForwardingStore::Range(prefix, limit);
+    return ForwardingStore::Range(prefix, limit, start);
   }
 
  private:

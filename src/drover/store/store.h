@@ -108,9 +108,11 @@ class Store {
   virtual Result<TxnResult> Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
                                 const std::vector<Op>& failure) = 0;
 
-  // Keys starting with `prefix` (all keys when empty), sorted; at most
-  // `limit` of them when limit > 0.
-  virtual Result<RangeResult> Range(const std::string& prefix, int64_t limit = 0) = 0;
+  // Keys starting with `prefix` (all keys when empty), sorted, from `start`
+  // on (inclusive; "" is the first key of the prefix); at most `limit` of
+  // them when limit > 0. Page through a large prefix by passing the last
+  // key read + '\0' as the next start.
+  virtual Result<RangeResult> Range(const std::string& prefix, int64_t limit = 0, const std::string& start = "") = 0;
 
   // Streams every change under `prefix` from `start_revision` (inclusive)
   // on: first the history still kept, then live changes. A start revision

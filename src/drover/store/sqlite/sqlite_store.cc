@@ -142,7 +142,7 @@ class SqliteStore final : public Store {
 
   Result<TxnResult> Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
                         const std::vector<Op>& failure) override;
-  Result<RangeResult> Range(const std::string& prefix, int64_t limit) override;
+  Result<RangeResult> Range(const std::string& prefix, int64_t limit, const std::string& start) override;
   Result<std::unique_ptr<WatchHandle>> Watch(const std::string& prefix, int64_t start_revision,
                                              WatchCallback callback) override;
   Status Compact(int64_t revision) override;
@@ -422,8 +422,9 @@ Result<TxnResult> SqliteStore::Txn(const std::vector<Compare>& compares, const s
   return result;
 }
 
-Result<RangeResult> SqliteStore::Range(const std::string& prefix, int64_t limit) {
+Result<RangeResult> SqliteStore::Range(const std::string& prefix, int64_t limit, const std::string& start) {
   DROVER_RETURN_IF_ERROR(ValidatePrefix(prefix));
+  DROVER_RETURN_IF_ERROR(ValidatePrefix(start));
   std::lock_guard lock(mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   std::optional<std::string> end = PrefixEnd(prefix);
@@ -433,7 +434,7 @@ Result<RangeResult> SqliteStore::Range(const std::string& prefix, int64_t limit)
                                                               end.has_value(), "ORDER BY key LIMIT ?3")));
     // One extra row tells whether there is more; -1 is no limit to SQLite.
     bool limited = limit > 0 && limit < std::numeric_limits<int64_t>::max();
-    stmt.BindBlob(1, prefix).Bind(3, limited ? limit + 1 : -1);
+    stmt.BindBlob(1, std::max(prefix, start)).Bind(3, limited ? limit + 1 : -1);
     if (end) stmt.BindBlob(2, *end);
     while (true) {
       DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
