@@ -62,6 +62,8 @@ struct RoleFlags {
   std::string checkpoint_root;
   std::string checkpoint_retention = "1h";
   std::string lease_ttl = "1500ms";
+  std::string archive_after = "5m";
+  std::string archive_retention = "0";
   std::string health_interval = "1s";
   int health_clean_checks = 3;
   std::string thermal_throttle = "30s";
@@ -303,6 +305,12 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   so.control.lease.ttl = std::chrono::milliseconds(*ttl);
   so.control.lease = so.control.lease.Derive();
   if (Status s = so.control.lease.Validate(); !s.ok()) return BadConfig(s);
+  auto archive_after = drover::ParseDurationMs(f.archive_after);
+  auto archive_retention = drover::ParseDurationMs(f.archive_retention);
+  if (!archive_after.ok()) return BadConfig(archive_after.status());
+  if (!archive_retention.ok()) return BadConfig(archive_retention.status());
+  so.control.archive_after = std::chrono::milliseconds(*archive_after);
+  so.control.archive_retention = std::chrono::milliseconds(*archive_retention);
   so.insecure = f.insecure;
   so.tls_cert = f.tls_cert;
   so.tls_key = f.tls_key;
@@ -670,6 +678,13 @@ int main(int argc, char** argv) {
     cmd->add_option("--lease-ttl", f.lease_ttl,
                     "a node unheard for this long, directly or through its peers, is lost and its jobs run elsewhere; "
                     "its agent fences them at 2/3 of it (docs/failures.md)")
+        ->capture_default_str();
+    cmd->add_option("--archive-after", f.archive_after,
+                    "a finished job moves from the live state to the archive (<data-dir>/archive.db) this long after "
+                    "it ended; `drover jobs` lists both")
+        ->capture_default_str();
+    cmd->add_option("--archive-retention", f.archive_retention,
+                    "archived jobs that ended longer ago than this are deleted (0: kept for good)")
         ->capture_default_str();
     cmd->add_option("--rate-limit-writes", f.rate_limit_writes,
                     "state-changing calls per token, RATE:BURST per second (a tenant: 4x)")

@@ -25,6 +25,7 @@
 #include "drover/auth/token.h"
 #include "drover/common/clock.h"
 #include "drover/common/status.h"
+#include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
 
 namespace drover::auth {
@@ -55,11 +56,22 @@ struct AuditVerdict {
 class AuditLog {
  public:
   AuditLog(store::Store* store, const Clock* clock) : store_(store), clock_(clock) {}
+  // With an archive, the store keeps the newest `keep` entries (and at
+  // most kTrimBatch more): every kTrimBatch appends, the older ones move to
+  // the archive, so the store does not grow with every call ever made.
+  // Verify reads the archived part of the chain first; List reads only the
+  // store's.
+  AuditLog(store::Store* store, const Clock* clock, store::Archive* archive, int64_t keep)
+      : store_(store), clock_(clock), archive_(archive), keep_(keep) {}
+  static constexpr int64_t kTrimBatch = 1000;
 
   // Appends one entry for a call by `who`. `result` is the call's status.
   Status Append(const Principal& who, std::string action, std::string target, const Status& result);
   // Entries with time >= since_ns, oldest first, at most `limit` (0: all).
   Result<std::vector<AuditEntry>> List(int64_t since_ns, int64_t limit = 0);
+  // Moves the entries older than the newest `keep` to the archive now (it
+  // also runs every kTrimBatch appends).
+  Status Trim();
   Result<AuditVerdict> Verify();
 
   // The canonical hash of an entry given its prev (exposed for tests).
@@ -69,8 +81,12 @@ class AuditLog {
   static Result<AuditEntry> FromJson(const std::string& text);
 
  private:
+  Status TrimLocked(int64_t head_seq);
+
   store::Store* store_;
   const Clock* clock_;
+  store::Archive* archive_ = nullptr;
+  int64_t keep_ = 0;
   std::mutex mu_;
 };
 

@@ -98,5 +98,34 @@ TEST_F(AuditTest, AppendsContinueTheChainAcrossReopen) {
   EXPECT_EQ(log_.List(0)->back().who, "anonymous");
 }
 
+TEST_F(AuditTest, TrimmedEntriesMoveToTheArchiveAndTheChainStillVerifiesAcrossBoth) {
+  auto archive = store::Archive::Open(store_.dir() + "/archive.db");
+  ASSERT_TRUE(archive.ok()) << archive.status().ToString();
+  AuditLog trimmed(store_.get(), &clock_, archive->get(), 2);
+  ASSERT_TRUE(trimmed.Trim().ok());
+  // The store keeps the newest 2 of the 6; the archive has the other 4.
+  auto left = store_.get()->Range("/audit/");
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->kvs.size(), 2u);
+  EXPECT_EQ(left->kvs.front().key, AuditLog::Key(5));
+  auto moved = (*archive)->ReadAudit(1, 100);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->size(), 4u);
+  ASSERT_TRUE(trimmed.Append(Principal{}, "session.open", "", Status::Ok()).ok());
+  auto v = trimmed.Verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->ok) << v->reason;
+  EXPECT_EQ(v->entries, 7);
+
+  // An archived entry edited is caught like a stored one.
+  std::string edited = (*moved)[1].entry;
+  edited.replace(edited.find("j-000001"), 8, "j-000666");
+  ASSERT_TRUE((*archive)->PutAudit({{2, edited}}).ok());
+  v = trimmed.Verify();
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->ok);
+  EXPECT_EQ(v->bad_seq, 2);
+}
+
 }  // namespace
 }  // namespace drover::auth

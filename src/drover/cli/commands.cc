@@ -253,24 +253,48 @@ void PrintArrays(const std::vector<const v1::Job*>& jobs, std::vector<const v1::
   t.Print(std::cout);
 }
 
-int Jobs(const std::string& state, const std::string& tenant, const std::string& array, bool expand,
-         const Common& c) {
+struct JobsArgs {
+  std::string state, tenant, array, node, ended_within, page_token;
+  int page_size = 0;
+  bool expand = false;
+  bool all = false;
+};
+
+int Jobs(const JobsArgs& a, const Common& c) {
   v1::ListJobsRequest req;
-  req.set_array_id(array);
-  if (!state.empty()) {
-    auto s = rpc::ParseJobState(state);
+  req.set_array_id(a.array);
+  if (!a.state.empty()) {
+    auto s = rpc::ParseJobState(a.state);
     if (!s.ok()) {
       std::cerr << "error: " << s.status().message() << "\n";
       return kExitUsage;
     }
     req.set_state(*s);
   }
-  req.set_tenant(tenant);
+  req.set_tenant(a.tenant);
+  req.set_node(a.node);
+  req.set_page_size(a.page_size);
+  req.set_page_token(a.page_token);
+  if (!a.ended_within.empty()) {
+    auto ms = ParseDurationMs(a.ended_within);
+    if (!ms.ok()) {
+      std::cerr << "error: --ended-within: " << ms.status().message() << "\n";
+      return kExitUsage;
+    }
+    req.set_ended_after_unix_nanos(NowNanos() - *ms * 1'000'000);
+  }
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::ListJobsResponse resp;
-  auto ctx = Context(c);
-  grpc::Status st = stub->List(ctx.get(), req, &resp);
-  if (!st.ok()) return Fail(st, c);
+  while (true) {  // one page, or with --all every page
+    v1::ListJobsResponse page;
+    auto ctx = Context(c);
+    grpc::Status st = stub->List(ctx.get(), req, &page);
+    if (!st.ok()) return Fail(st, c);
+    for (v1::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+    resp.set_next_page_token(page.next_page_token());
+    if (!a.all || page.next_page_token().empty()) break;
+    req.set_page_token(page.next_page_token());
+  }
   if (c.output == "json") {
     std::cout << Json(resp) << "\n";
     return 0;
@@ -281,15 +305,19 @@ int Jobs(const std::string& state, const std::string& tenant, const std::string&
   }
   std::vector<const v1::Job*> jobs;
   for (const auto& j : resp.jobs()) jobs.push_back(&j);
-  if (expand || !array.empty()) {
+  if (a.expand || !a.array.empty()) {
     PrintJobs(jobs, c.output == "wide");
-    return 0;
+  } else {
+    std::vector<const v1::Job*> single;
+    PrintArrays(jobs, &single);
+    if (!single.empty()) {
+      if (single.size() != jobs.size()) std::cout << "\n";
+      PrintJobs(single, c.output == "wide");
+    }
   }
-  std::vector<const v1::Job*> single;
-  PrintArrays(jobs, &single);
-  if (!single.empty()) {
-    if (single.size() != jobs.size()) std::cout << "\n";
-    PrintJobs(single, c.output == "wide");
+  if (!resp.next_page_token().empty()) {
+    std::cerr << fmt::format("More jobs: add --page-token {} for the next page, or --all for every page.\n",
+                             resp.next_page_token());
   }
   return 0;
 }
@@ -491,17 +519,20 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->positionals_at_end();
   submit->callback(run([sa, common] { return Submit(*sa, *common); }));
 
-  auto state = std::make_shared<std::string>();
-  auto tenant = std::make_shared<std::string>();
-  auto array = std::make_shared<std::string>();
-  auto expand = std::make_shared<bool>(false);
-  CLI::App* jobs = app.add_subcommand("jobs", "list jobs (a job array is one row; --array ID lists its tasks)");
+  auto ja = std::make_shared<JobsArgs>();
+  CLI::App* jobs = app.add_subcommand(
+      "jobs", "list live and archived jobs, newest first, a page at a time (a job array is one row; --array ID lists its tasks)");
   AddCommon(jobs, common.get(), true);
-  jobs->add_option("--state", *state, "only jobs in this state (pending, running, succeeded, ...)");
-  jobs->add_option("--tenant", *tenant, "only jobs of this tenant");
-  jobs->add_option("--array", *array, "only the tasks of this job array (a-000042)");
-  jobs->add_flag("--expand", *expand, "list every task of job arrays instead of one row per array");
-  jobs->callback(run([state, tenant, array, expand, common] { return Jobs(*state, *tenant, *array, *expand, *common); }));
+  jobs->add_option("--state", ja->state, "only jobs in this state (pending, running, succeeded, ...)");
+  jobs->add_option("--tenant", ja->tenant, "only jobs of this tenant");
+  jobs->add_option("--array", ja->array, "only the tasks of this job array (a-000042)");
+  jobs->add_option("--node", ja->node, "only jobs that run, or last ran, on this node");
+  jobs->add_option("--ended-within", ja->ended_within, "only jobs that ended within this long (90s, 2h, 7d)");
+  jobs->add_option("--page-size", ja->page_size, "jobs per page (default 500, at most 5000)")->check(CLI::Range(1, 5000));
+  jobs->add_option("--page-token", ja->page_token, "the page after the one that printed this token");
+  jobs->add_flag("--all", ja->all, "every page, not only the first");
+  jobs->add_flag("--expand", ja->expand, "list every task of job arrays instead of one row per array");
+  jobs->callback(run([ja, common] { return Jobs(*ja, *common); }));
 
   auto id = std::make_shared<std::string>();
   CLI::App* job = app.add_subcommand("job", "show one job");

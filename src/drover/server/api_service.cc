@@ -21,6 +21,9 @@ namespace drover::server {
 namespace {
 constexpr auto kApiTimeout = std::chrono::seconds(30);
 constexpr int64_t kLogChunkBytes = 64 * 1024;
+// Job lists: the page a client gets when it names none, and the largest.
+constexpr int32_t kDefaultPageSize = 500;
+constexpr int32_t kMaxPageSize = 5000;
 constexpr auto kLogPollInterval = std::chrono::milliseconds(100);
 constexpr auto kFollowCheckInterval = std::chrono::seconds(1);
 }  // namespace
@@ -234,16 +237,22 @@ Result<v1::ListJobsResponse> ApiService::ListJobs(const auth::Principal& who, co
   }
   if (!req.tenant().empty()) DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.tenant()));
   if (!req.array_id().empty()) DROVER_RETURN_IF_ERROR(ParseArrayId(req.array_id()).status());
+  if (!req.node().empty()) DROVER_RETURN_IF_ERROR(ValidateName("node", req.node()));
+  if (req.ended_after_unix_nanos() < 0 || req.ended_before_unix_nanos() < 0) {
+    return InvalidArgument("ended_after and ended_before are unix nanoseconds, not negative");
+  }
+  if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
+    return InvalidArgument(fmt::format("page_size {} is outside 1..{} (0: {})", req.page_size(), kMaxPageSize,
+                                       kDefaultPageSize));
+  }
+  if (req.page_size() == 0) req.set_page_size(kDefaultPageSize);
   if (!who.IsAdmin()) {
     if (req.tenant().empty()) req.set_tenant(who.tenant);
     if (req.tenant() != who.tenant) {
       return PermissionDenied(fmt::format("a token of tenant '{}' may list only its own tenant's jobs", who.tenant));
     }
   }
-  DROVER_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, Await(loop_->ListJobs(req)));
-  v1::ListJobsResponse resp;
-  for (v1::Job& j : jobs) *resp.add_jobs() = std::move(j);
-  return resp;
+  return Await(loop_->ListJobsPage(req));
 }
 
 Result<v1::Job> ApiService::CancelJob(const auth::Principal& who, const v1::CancelJobRequest& req) {

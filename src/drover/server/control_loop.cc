@@ -1,6 +1,8 @@
 #include "drover/server/control_loop.h"
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <charconv>
 #include <spdlog/spdlog.h>
 
 #include "drover/common/ids.h"
@@ -9,8 +11,23 @@
 namespace drover::server {
 namespace {
 
-constexpr std::string_view kJobsPrefix = "/jobs/";
 constexpr std::string_view kNodesPrefix = "/nodes/";
+constexpr int64_t kRecoverPage = 1000;
+
+// Every record under `prefix`, a page at a time: start-up holds one page of
+// raw records at once, not the whole prefix. Only the loop writes these
+// keys, and not while it recovers, so the pages agree.
+Status ForEachRecord(store::Store* store, std::string_view prefix, const std::function<void(const store::KeyValue&)>& fn,
+                     int64_t* revision) {
+  std::string start;
+  while (true) {
+    DROVER_ASSIGN_OR_RETURN(store::RangeResult page, store->Range(std::string(prefix), kRecoverPage, start));
+    *revision = page.revision;
+    for (const store::KeyValue& kv : page.kvs) fn(kv);
+    if (!page.more || page.kvs.empty()) return Status::Ok();
+    start = page.kvs.back().key + '\0';
+  }
+}
 
 ControlLoopOptions WithDerivedLease(ControlLoopOptions o) {
   o.lease = o.lease.Derive();
@@ -54,13 +71,18 @@ Status ControlLoop::Start() {
   DROVER_RETURN_IF_ERROR(options_.lease.Validate());
   DROVER_RETURN_IF_ERROR(LoadGossipSecret());
   DROVER_RETURN_IF_ERROR(Recover());
+  archiver_.Start();
   loop_.Start();
   ScheduleLimitChecks();
   ScheduleLeaseChecks();
+  ScheduleArchiving();
   return Status::Ok();
 }
 
-void ControlLoop::Stop() { loop_.Stop(); }
+void ControlLoop::Stop() {
+  archiver_.Stop();
+  loop_.Stop();
+}
 
 template <typename T>
 std::future<Result<T>> ControlLoop::Call(std::function<Result<T>()> fn) {
@@ -123,13 +145,14 @@ Status ControlLoop::Recover() {
   std::set<uint64_t> held;
   uint64_t next_seq = 1;
 
-  DROVER_ASSIGN_OR_RETURN(store::RangeResult node_range, store_->Range(std::string(kNodesPrefix)));
-  DROVER_ASSIGN_OR_RETURN(store::RangeResult job_range, store_->Range(std::string(kJobsPrefix)));
-  for (const store::KeyValue& kv : node_range.kvs) {
+  Status node_status;
+  int64_t revision = 0;
+  DROVER_RETURN_IF_ERROR(ForEachRecord(store_, kNodesPrefix, [&](const store::KeyValue& kv) {
+    if (!node_status.ok()) return;
     NodeEntry entry;
     if (!entry.node.ParseFromString(kv.value)) {
       spdlog::error("skipping unreadable node record '{}'", kv.key);
-      continue;
+      return;
     }
     if (auto it = nodes_.find(entry.node.name()); it != nodes_.end()) {
       // Rebuilt after a failed commit: what was live stays.
@@ -141,19 +164,33 @@ Status ControlLoop::Recover() {
       entry.heard_direct_ns = LeaseNowNs();
     }
     bool schedulable = Schedulable(entry);
-    DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
+    node_status = sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable));
     nodes[entry.node.name()] = std::move(entry);
-  }
-  for (const store::KeyValue& kv : job_range.kvs) {
+  }, &revision));
+  DROVER_RETURN_IF_ERROR(node_status);
+  DROVER_RETURN_IF_ERROR(ForEachRecord(store_, kJobsPrefix, [&](const store::KeyValue& kv) {
     v1::Job job;
     auto seq = ParseJobId(kv.key.substr(kJobsPrefix.size()));
     if (!seq.ok() || !job.ParseFromString(kv.value) || job.id() != kv.key.substr(kJobsPrefix.size())) {
       spdlog::error("skipping unreadable job record '{}'", kv.key);
-      continue;
+      return;
     }
     jobs[*seq] = std::move(job);
     next_seq = std::max(next_seq, *seq + 1);
+  }, &revision));
+  // Ids are never reused: jobs that had the highest ones may all be in the
+  // archive by now.
+  DROVER_ASSIGN_OR_RETURN(std::optional<store::KeyValue> next_kv, store_->Get(std::string(kNextJobKey)));
+  if (next_kv) {
+    uint64_t stored = 0;
+    auto [end, ec] = std::from_chars(next_kv->value.data(), next_kv->value.data() + next_kv->value.size(), stored);
+    if (ec == std::errc()) next_seq = std::max(next_seq, stored);
   }
+  if (options_.archive != nullptr) {
+    DROVER_ASSIGN_OR_RETURN(uint64_t archived_max, options_.archive->MaxJobSeq());
+    next_seq = std::max(next_seq, archived_max + 1);
+  }
+  std::vector<std::pair<int64_t, uint64_t>> ended;
   size_t queued = 0;
   size_t bound = 0;
   constexpr int64_t kNsPerMs = 1'000'000;
@@ -164,6 +201,10 @@ Status ControlLoop::Recover() {
   }
   for (auto& [seq, job] : jobs) {  // submission order, so the queue keeps its order
     v1::JobState state = job.status().state();
+    if (options_.archive != nullptr && rpc::IsTerminal(state)) {
+      int64_t end = job.status().end_time_unix_nanos();
+      ended.emplace_back(end > 0 ? end : NowNs(), seq);
+    }
     if (state == v1::JOB_STATE_PENDING) {
       DROVER_RETURN_IF_ERROR(
           Queue(job, seq, job.status().submit_time_unix_nanos() / kNsPerMs, &sched, &gates, &held));
@@ -194,13 +235,16 @@ Status ControlLoop::Recover() {
   gates_ = std::move(gates);
   held_ = std::move(held);
   next_seq_ = std::max(next_seq_, next_seq);
+  std::sort(ended.begin(), ended.end());
+  ended_.assign(ended.begin(), ended.end());
   persisted_.clear();
+  unlisted_.clear();
   ReplaceReplica();
   for (const auto& [name, entry] : nodes_) {
     if (entry.sink) dirty_nodes_.insert(name);
   }
   spdlog::info("recovered {} nodes and {} jobs ({} queued, {} bound or running) at store revision {}",
-               nodes_.size(), jobs_.size(), queued, bound, job_range.revision);
+               nodes_.size(), jobs_.size(), queued, bound, revision);
   return Status::Ok();
 }
 
@@ -272,6 +316,8 @@ void ControlLoop::Commit() {
   acks_.clear();
   std::set<uint64_t> persisted = std::move(persisted_);
   persisted_.clear();
+  std::vector<uint64_t> unlisted = std::move(unlisted_);
+  unlisted_.clear();
   if (!committed.ok()) {
     spdlog::error("commit failed, rebuilding state from the store: {}", committed.ToString());
     dirty_nodes_.clear();
@@ -290,11 +336,15 @@ void ControlLoop::Commit() {
   } else {
     // Readers see the batch before its commands are answered.
     std::vector<std::pair<uint64_t, JobReplica::JobPtr>> copies;
-    copies.reserve(persisted.size());
+    copies.reserve(persisted.size() + unlisted.size());
     for (uint64_t seq : persisted) {
       auto it = jobs_.find(seq);
-      if (it != jobs_.end()) copies.emplace_back(seq, std::make_shared<const v1::Job>(it->second));
+      if (it == jobs_.end()) continue;
+      copies.emplace_back(seq, std::make_shared<const v1::Job>(it->second));
+      // Due for the archive archive_after from now.
+      if (options_.archive != nullptr && rpc::IsTerminal(it->second.status().state())) ended_.emplace_back(NowNs(), seq);
     }
+    for (uint64_t seq : unlisted) copies.emplace_back(seq, nullptr);  // in the archive now
     replica_.Update(std::move(copies));
     for (Ack& ack : acks) ack(Status::Ok());
     // Committed: push to watchers what they wait on. Who wants a job is
@@ -523,6 +573,7 @@ std::future<Result<v1::Job>> ControlLoop::GetJob(std::string id) {
     return future;
   }
   auto job = replica_.Get(*seq);
+  if (job.ok() && *job == nullptr) job = ArchivedJob(*seq);  // not live (any more): finished long ago?
   if (!job.ok() || *job == nullptr) {
     promise->set_value(!job.ok() ? job.status() : NotFound(fmt::format("job '{}' not found", id)));
     return future;
@@ -552,6 +603,23 @@ std::future<Result<std::vector<v1::Job>>> ControlLoop::ListJobs(v1::ListJobsRequ
         return (filter.state() == v1::JOB_STATE_UNSPECIFIED || job.status().state() == filter.state()) &&
                (filter.tenant().empty() || job.spec().tenant() == filter.tenant());
       });
+  if (jobs.ok() && !filter.array_id().empty() && options_.archive != nullptr) {
+    // The tasks that went to the archive, in their place (live copies win).
+    auto archived = ArchivedTasks(filter.array_id(), from);
+    if (!archived.ok()) {
+      jobs = archived.status();
+    } else if (!archived->empty()) {
+      std::map<uint64_t, JobReplica::JobPtr> all;
+      for (JobReplica::JobPtr& j : *archived) {
+        if (filter.state() != v1::JOB_STATE_UNSPECIFIED && j->status().state() != filter.state()) continue;
+        if (!filter.tenant().empty() && j->spec().tenant() != filter.tenant()) continue;
+        all.emplace(*ParseJobId(j->id()), std::move(j));
+      }
+      for (JobReplica::JobPtr& j : *jobs) all.insert_or_assign(*ParseJobId(j->id()), std::move(j));
+      jobs->clear();
+      for (auto& [seq, j] : all) jobs->push_back(std::move(j));
+    }
+  }
   if (!jobs.ok()) {
     promise->set_value(jobs.status());
     return future;

@@ -43,6 +43,7 @@
 #include "drover/sched/scheduler.h"
 #include "drover/server/job_replica.h"
 #include "drover/server/job_watch.h"
+#include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
 #include "drover/v1/agent.pb.h"
 #include "drover/v1/api.pb.h"
@@ -118,11 +119,31 @@ struct ControlLoopOptions {
   Clock* lease_clock = nullptr;
   // Gets every job whose change was committed (server push); null: none.
   JobWatch* watch = nullptr;
+  // Where a finished job goes once it has been finished for archive_after:
+  // out of the store and the loop's memory, still found by GetJob and
+  // ListJobsPage (control_loop_archive.cc). Null: finished jobs stay.
+  store::Archive* archive = nullptr;
+  std::chrono::milliseconds archive_after{std::chrono::minutes(5)};
+  // Archived jobs that ended longer ago than this are deleted (checked
+  // hourly); 0: kept for good.
+  std::chrono::milliseconds archive_retention{0};
+  // Every 10 s the store forgets its history older than this many
+  // revisions (nothing reads it but a watch from an old revision); 0: never.
+  int64_t keep_revisions = 10'000;
 };
+
+// Store keys: one record per job, by id; the next job sequence number
+// (written when jobs leave for the archive).
+inline constexpr std::string_view kJobsPrefix = "/jobs/";
+inline constexpr std::string_view kNextJobKey = "/meta/next-job";
 
 // The most tasks one job array (or one batch) may have: each is a job of
 // its own, stored in the same commit.
 inline constexpr int64_t kMaxArrayTasks = 100'000;
+// The most bytes one job's spec may take: its stored record (spec, status,
+// a bounded list of attempts) stays far below the store's value limits
+// (etcd's request limit is 1.5 MiB), so no record fails a commit.
+inline constexpr size_t kMaxJobSpecBytes = 64 * 1024;
 
 class ControlLoop {
  public:
@@ -139,7 +160,13 @@ class ControlLoop {
   // thread; only the pending jobs among the answer cost the loop a call,
   // for why they wait. They run no scheduling pass.
   std::future<Result<v1::Job>> GetJob(std::string id);
+  // Every live job the filter (state, tenant, array) picks, in submission
+  // order; for an array, its archived tasks too. For the server's own use:
+  // clients page through ListJobsPage.
   std::future<Result<std::vector<v1::Job>>> ListJobs(v1::ListJobsRequest filter);
+  // One page of live and archived jobs together, newest first, by every
+  // filter of the request. `req` must be validated (page_size 1..5000).
+  std::future<Result<v1::ListJobsResponse>> ListJobsPage(v1::ListJobsRequest req);
   // Job arrays and batches (control_loop_arrays.cc): every job is accepted
   // and stored in one commit, or none is. `spec`s must be normalized and
   // `array` validated (its indices fit kMaxArrayTasks).
@@ -200,6 +227,11 @@ class ControlLoop {
   // The gossip endpoints of every node but `node` that is not lost, and the
   // list's version.
   std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>> Peers(std::string node);
+
+  // Moves the finished jobs that are due (finished for archive_after) to
+  // the archive now, as it does every second; answers how many left the
+  // store, once that is committed (a batch of at most 1,000).
+  std::future<Result<int64_t>> ArchiveDueNow();
 
   // Resolves once every command posted before it has been applied and committed.
   std::future<Result<Done>> Barrier();
@@ -327,6 +359,25 @@ class ControlLoop {
                          std::function<void(Result<std::vector<v1::Job>>)> done);
   // The whole job set into replica_ (after Recover).
   void ReplaceReplica();
+  // ---- archive (control_loop_archive.cc) ----
+  // Every second: the jobs finished for archive_after go to the archive
+  // (on archiver_), then out of the store and memory (on the loop).
+  void ScheduleArchiving();
+  // `done` (may be null) gets how many jobs left the store, once committed.
+  void ArchiveDue(std::function<void(Result<int64_t>)> done);
+  void ArchiveWritten(std::vector<uint64_t> seqs, const Status& written, std::function<void(Result<int64_t>)> done);
+  // The archive's copy of a job; null when it has none.
+  Result<JobReplica::JobPtr> ArchivedJob(uint64_t seq) const;
+  // The archived tasks of an array (sequence numbers from `first`).
+  Result<std::vector<JobReplica::JobPtr>> ArchivedTasks(const std::string& array_id, uint64_t first) const;
+  // Finished jobs (end ns, seq), in the order their end was committed:
+  // what ArchiveDue looks at.
+  std::deque<std::pair<int64_t, uint64_t>> ended_;
+  bool archiving_ = false;           // a batch is with archiver_
+  std::vector<uint64_t> unlisted_;   // archived and deleted in the open batch: out of replica_ at commit
+  uint64_t archived_total_ = 0;
+  int archive_ticks_ = 0;
+  runtime::EventLoop archiver_{"archiver"};
   v1::Node View(const NodeEntry& entry) const;
   // Telemetry and conditions: what is live, not persisted.
   void AddLiveState(const NodeEntry& entry, v1::Node* out) const;

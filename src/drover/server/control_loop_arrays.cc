@@ -73,6 +73,13 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
   std::map<std::string, std::pair<const v1::JobSpec*, int64_t>> per_tenant;
   for (int64_t i = 0; i < (array != nullptr ? 1 : count); ++i) {
     const v1::JobSpec& spec = spec_of(i);
+    // Refused here, alone, rather than failing the commit of a whole batch.
+    if (size_t bytes = spec.ByteSizeLong(); bytes > kMaxJobSpecBytes) {
+      return InvalidArgument(fmt::format(
+          "job {} is {} bytes, over the {}-byte limit on one job's record: shorten its command, environment or "
+          "labels (pass large inputs as files)",
+          i, bytes, kMaxJobSpecBytes));
+    }
     if (auto why = sched_.NeverFits(rpc::ToJobRequest("", spec))) {
       return FailedPrecondition(fmt::format("job {} can never fit on this cluster: {}", i, *why));
     }

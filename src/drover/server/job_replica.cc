@@ -15,7 +15,13 @@ void JobReplica::Replace(std::map<uint64_t, JobPtr> jobs) {
 void JobReplica::Update(std::vector<std::pair<uint64_t, JobPtr>> changed) {
   if (changed.empty()) return;
   std::unique_lock lock(mu_);
-  for (auto& [seq, job] : changed) jobs_.insert_or_assign(seq, std::move(job));
+  for (auto& [seq, job] : changed) {
+    if (job == nullptr) {
+      jobs_.erase(seq);
+    } else {
+      jobs_.insert_or_assign(seq, std::move(job));
+    }
+  }
   ++version_;
 }
 
@@ -37,6 +43,19 @@ Result<std::vector<JobReplica::JobPtr>> JobReplica::Scan(uint64_t from, const st
   if (!available_.ok()) return available_;
   std::vector<JobPtr> out;
   for (auto it = jobs_.lower_bound(from); it != jobs_.end() && more(*it->second); ++it) {
+    if (keep(*it->second)) out.push_back(it->second);
+  }
+  return out;
+}
+
+Result<std::vector<JobReplica::JobPtr>> JobReplica::ScanBack(uint64_t before, uint64_t min, size_t limit,
+                                                             const std::function<bool(const v1::Job&)>& keep) const {
+  std::shared_lock lock(mu_);
+  if (!available_.ok()) return available_;
+  std::vector<JobPtr> out;
+  for (auto it = jobs_.lower_bound(before); it != jobs_.begin() && out.size() < limit;) {
+    --it;
+    if (it->first < min) break;
     if (keep(*it->second)) out.push_back(it->second);
   }
   return out;

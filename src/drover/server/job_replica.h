@@ -36,7 +36,8 @@ class JobReplica {
 
   // Every job, by sequence number; reads are served again.
   void Replace(std::map<uint64_t, JobPtr> jobs);
-  // Jobs (new or changed) by sequence number, replacing older copies.
+  // Jobs (new or changed) by sequence number, replacing older copies; a
+  // null copy removes the job (it went to the archive).
   void Update(std::vector<std::pair<uint64_t, JobPtr>> changed);
   // The loop cannot vouch for its state (the store is down): reads fail
   // with `why` until the next Replace.
@@ -49,6 +50,10 @@ class JobReplica {
   // lock: keep them cheap.
   Result<std::vector<JobPtr>> Scan(uint64_t from, const std::function<bool(const v1::Job&)>& more,
                                    const std::function<bool(const v1::Job&)>& keep) const;
+  // Newest first: jobs below sequence number `before` down to `min`, those
+  // `keep` accepts, at most `limit`. `keep` runs under the shared lock.
+  Result<std::vector<JobPtr>> ScanBack(uint64_t before, uint64_t min, size_t limit,
+                                       const std::function<bool(const v1::Job&)>& keep) const;
   // Raised by every Replace and Update.
   uint64_t version() const;
 

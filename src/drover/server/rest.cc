@@ -135,6 +135,24 @@ http::Response HandleJobs(ApiService* api, const auth::Principal& who, const htt
     }
     if (auto it = req.query.find("tenant"); it != req.query.end()) lr.set_tenant(it->second);
     if (auto it = req.query.find("array"); it != req.query.end()) lr.set_array_id(it->second);
+    if (auto it = req.query.find("node"); it != req.query.end()) lr.set_node(it->second);
+    if (auto it = req.query.find("page_token"); it != req.query.end()) lr.set_page_token(it->second);
+    for (const auto& [name, set] : std::initializer_list<std::pair<const char*, void (*)(v1::ListJobsRequest*, int64_t)>>{
+             {"page_size", [](v1::ListJobsRequest* r, int64_t v) { r->set_page_size(static_cast<int32_t>(v)); }},
+             {"ended_after", [](v1::ListJobsRequest* r, int64_t v) { r->set_ended_after_unix_nanos(v); }},
+             {"ended_before", [](v1::ListJobsRequest* r, int64_t v) { r->set_ended_before_unix_nanos(v); }}}) {
+      auto it = req.query.find(name);
+      if (it == req.query.end()) continue;
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+      bool page = std::string_view(name) == "page_size";
+      if (ec != std::errc() || end != it->second.data() + it->second.size() ||
+          (page && (v < 0 || v > std::numeric_limits<int32_t>::max()))) {
+        return http::ErrorResponse(InvalidArgument(fmt::format("query parameter {} must be an integer{}", name,
+                                                               page ? "" : " (unix nanoseconds)")));
+      }
+      set(&lr, v);
+    }
     return JsonReply(api->ListJobs(who, lr));
   }
   std::string id(p[3]);

@@ -4,7 +4,8 @@
 // /readyz.
 //
 //   POST /api/v1/jobs                  SubmitJobRequest -> SubmitJobResponse
-//   GET  /api/v1/jobs[?state=&tenant=] ListJobsResponse
+//   GET  /api/v1/jobs[?state=&tenant=&array=&node=&ended_after=&ended_before=&page_size=&page_token=]
+//                                      ListJobsResponse: live and archived, newest first, a page
 //   GET  /api/v1/jobs/{id}             Job
 //   POST /api/v1/jobs/{id}/cancel      Job
 //   GET  /api/v1/jobs/{id}/logs[?follow=true&offset=N]   text/plain
