@@ -248,10 +248,17 @@ import json, sys, time, urllib.request
 dv, what = sys.argv[1], sys.argv[2]
 http = json.load(open(f"{dv}/endpoints.json"))["http"]
 token = open(f"{dv}/admin.token").read().strip()
-def get(query=""):
-    req = urllib.request.Request(f"http://{http}/api/v1/jobs{query}",
-                                 headers={"Authorization": f"Bearer {token}"})
-    return json.load(urllib.request.urlopen(req))["jobs"]
+def get(query=""):   # every page
+    jobs, token_q = [], ""
+    while True:
+        sep = "&" if query else "?"
+        req = urllib.request.Request(f"http://{http}/api/v1/jobs{query}{sep}page_size=5000{token_q}",
+                                     headers={"Authorization": f"Bearer {token}"})
+        page = json.load(urllib.request.urlopen(req))
+        jobs += page.get("jobs", [])
+        if not page.get("nextPageToken"):
+            return jobs
+        token_q = "&page_token=" + page["nextPageToken"]
 def ended():
     return [j for j in get() if j["status"]["state"] in
             ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED")]

@@ -145,29 +145,18 @@ Status ControlLoop::Recover() {
   std::set<uint64_t> held;
   uint64_t next_seq = 1;
 
-  Status node_status;
+  // Everything is read before anything live is touched: a read that fails
+  // leaves the loop's state as it was.
   int64_t revision = 0;
+  std::vector<v1::Node> stored_nodes;
   DROVER_RETURN_IF_ERROR(ForEachRecord(store_, kNodesPrefix, [&](const store::KeyValue& kv) {
-    if (!node_status.ok()) return;
-    NodeEntry entry;
-    if (!entry.node.ParseFromString(kv.value)) {
+    v1::Node node;
+    if (!node.ParseFromString(kv.value)) {
       spdlog::error("skipping unreadable node record '{}'", kv.key);
       return;
     }
-    if (auto it = nodes_.find(entry.node.name()); it != nodes_.end()) {
-      // Rebuilt after a failed commit: what was live stays.
-      v1::Node stored = std::move(entry.node);
-      entry = std::move(it->second);
-      entry.node = std::move(stored);
-    } else {
-      // A fresh start: every node gets a full lease to reconnect in.
-      entry.heard_direct_ns = LeaseNowNs();
-    }
-    bool schedulable = Schedulable(entry);
-    node_status = sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable));
-    nodes[entry.node.name()] = std::move(entry);
+    stored_nodes.push_back(std::move(node));
   }, &revision));
-  DROVER_RETURN_IF_ERROR(node_status);
   DROVER_RETURN_IF_ERROR(ForEachRecord(store_, kJobsPrefix, [&](const store::KeyValue& kv) {
     v1::Job job;
     auto seq = ParseJobId(kv.key.substr(kJobsPrefix.size()));
@@ -189,6 +178,20 @@ Status ControlLoop::Recover() {
   if (options_.archive != nullptr) {
     DROVER_ASSIGN_OR_RETURN(uint64_t archived_max, options_.archive->MaxJobSeq());
     next_seq = std::max(next_seq, archived_max + 1);
+  }
+  for (v1::Node& stored : stored_nodes) {
+    NodeEntry entry;
+    if (auto it = nodes_.find(stored.name()); it != nodes_.end()) {
+      // Rebuilt after a failed commit: what was live stays.
+      entry = std::move(it->second);
+    } else {
+      // A fresh start: every node gets a full lease to reconnect in.
+      entry.heard_direct_ns = LeaseNowNs();
+    }
+    entry.node = std::move(stored);
+    bool schedulable = Schedulable(entry);
+    DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
+    nodes[entry.node.name()] = std::move(entry);
   }
   std::vector<std::pair<int64_t, uint64_t>> ended;
   size_t queued = 0;
