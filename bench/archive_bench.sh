@@ -5,7 +5,8 @@
 #      long `drover up` takes from its start to /readyz answering 200, and
 #      what it logged it recovered;
 #   2. `drover jobs` end to end (the CLI process, first page of 500, and
-#      filtered and deep pages), SAMPLES runs each, p50 and max;
+#      filtered and deep pages), SAMPLES runs each, p50 and max; then the
+#      server's part alone (bench/list_bench over one warm channel);
 #   3. steady churn: arrays of trivial 1-GPU jobs (`true`, real processes)
 #      submitted and waited on for CHURN_S seconds with --archive-after 0,
 #      sampling the store file (drover.db + its WAL) every 10 s.
@@ -17,6 +18,7 @@ SAMPLES=${SAMPLES:-20}
 CHURN_S=${CHURN_S:-300}
 DROVER=${DROVER:-build/apps/drover/drover}
 FILL=${FILL:-build/bench/archive_fill}
+LIST=${LIST:-build/bench/list_bench}
 WORK=$(mktemp -d /tmp/drover-archive-bench-XXXXXX)
 D=$WORK/data
 PID=
@@ -62,13 +64,14 @@ cli() {
     printf "| `drover jobs %s` | %.1f ms | %.1f ms |\n", name, a[int((NR+1)/2)]/1000, a[NR]/1000}'
 }
 
-[[ -x $DROVER && -x $FILL ]] || die "build first (cmake --build build): need $DROVER and $FILL"
+[[ -x $DROVER && -x $FILL && -x $LIST ]] || die "build first (cmake --build build): need $DROVER, $FILL and $LIST"
 mkdir -p "$D"
 log "first start (creates the data dir)"
 start 0
 stop
 log "filling the archive with $JOBS finished jobs"
 "$FILL" "$D/archive.db" "$JOBS" >&2
+sync  # the fill's 300 MB of dirty pages, flushed now rather than during the restarts
 echo "## archive of $JOBS jobs: $(du -m "$D/archive.db" | cut -f1) MiB; store $(du -k "$D/drover.db" | cut -f1) KiB"
 echo
 echo "| restart | start to /readyz 200 |"
@@ -88,6 +91,13 @@ cli "--tenant team-3" --tenant team-3
 cli "--node sim-7" --node sim-7
 cli "--ended-within 1h" --ended-within 1h
 cli "--page-token 500000 (deep page)" --page-token 500000
+cli "--state pending --page-size 1 (an empty answer: the CLI's own cost)" --state pending --page-size 1
+echo
+echo "The server's part, over one warm gRPC channel (bench/list_bench):"
+echo
+echo '```'
+"$LIST" --benchmark_min_time=0.5 2>&1 | grep -E "^BM_|^Benchmark"
+echo '```'
 stop
 
 log "churn for $CHURN_S s (arrays of 100 x true, --archive-after 0)"

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -81,6 +84,32 @@ TEST_F(CliTest, CancelStopsARunningJobWithSigterm) {
   v1::Job job = GetJob(up_->jobs(), id);
   EXPECT_EQ(job.status().signal(), 15);
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 2);  // already ended
+}
+
+// Children of `parent` that ended and were not waited for.
+int Zombies(pid_t parent) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;  // processes only
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent && state == 'Z') ++n;
+  }
+  return n;
+}
+
+// Every job runs under a supervisor, a child of the agent (here, of
+// `drover up`): each is waited for once it ended, even when it recorded its
+// end (which the agent may read first) a moment before it exited.
+TEST_F(CliTest, EndedSupervisorsAreReapedNotLeftAsZombies) {
+  CommandResult r = Cli({"submit", "--array", "1-300", "--wait", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(WaitUntil([&] { return Zombies(up_->pid()) == 0; })) << Zombies(up_->pid()) << " zombies";
 }
 
 // A job array through the CLI: every task a real process that sees its

@@ -35,23 +35,6 @@ std::string Submit(v1::JobService::Stub* stub, std::vector<std::string> command,
   return resp.job().id();
 }
 
-// Every job, a page of 300 at a time (newest first).
-std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub) {
-  std::vector<v1::Job> out;
-  v1::ListJobsRequest req;
-  req.set_page_size(300);
-  while (true) {
-    v1::ListJobsResponse resp;
-    auto ctx = Ctx();
-    grpc::Status s = stub->List(ctx.get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    if (!s.ok()) return out;
-    out.insert(out.end(), resp.jobs().begin(), resp.jobs().end());
-    if (resp.next_page_token().empty()) return out;
-    req.set_page_token(resp.next_page_token());
-  }
-}
-
 TEST(RestartTest, RunningJobSurvivesSigkillAndCompletesOnce) {
   TempDir dir;
   std::string data = dir.path() + "/data";

@@ -225,11 +225,19 @@ v1::Job GetJob(v1::JobService::Stub* stub, const std::string& id) {
 }
 
 std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub) {
-  v1::ListJobsResponse resp;
-  auto ctx = Ctx();
-  grpc::Status s = stub->List(ctx.get(), v1::ListJobsRequest(), &resp);
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  return {resp.jobs().begin(), resp.jobs().end()};
+  std::vector<v1::Job> out;
+  v1::ListJobsRequest req;
+  req.set_page_size(300);  // pages of 300, newest first: paging is exercised too
+  while (true) {
+    v1::ListJobsResponse resp;
+    auto ctx = Ctx();
+    grpc::Status s = stub->List(ctx.get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (!s.ok()) return out;
+    out.insert(out.end(), resp.jobs().begin(), resp.jobs().end());
+    if (resp.next_page_token().empty()) return out;
+    req.set_page_token(resp.next_page_token());
+  }
 }
 
 namespace {

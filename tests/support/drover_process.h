@@ -81,6 +81,7 @@ class DroverUp {
   // The bootstrap admin token (<data-dir>/admin.token); the stubs carry it.
   const std::string& token() const { return token_; }
   const std::string& data_dir() const { return data_dir_; }
+  pid_t pid() const { return pid_; }
 
  private:
   std::string data_dir_;
@@ -102,7 +103,7 @@ std::unique_ptr<grpc::ClientContext> Ctx(std::chrono::seconds deadline = std::ch
 // Fetches a job; aborts the test on error.
 v1::Job GetJob(v1::JobService::Stub* stub, const std::string& id);
 
-// Every job the server knows.
+// Every job the server knows (live and archived), newest first.
 std::vector<v1::Job> ListJobs(v1::JobService::Stub* stub);
 
 // Cancels every job that has not ended and waits until all have: jobs run

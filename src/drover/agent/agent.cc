@@ -677,6 +677,8 @@ class AgentImpl final : public Agent {
   void CheckpointSweepTimer() {
     if (stopping_) return;
     SweepCheckpoints();
+    // Supervisors whose end nobody watched (no pidfd here): not left as zombies.
+    for (pid_t pid : std::vector<pid_t>(unreaped_.begin(), unreaped_.end())) Reap(pid);
     loop_.PostAfter(std::chrono::minutes(1), [this] { CheckpointSweepTimer(); });
   }
 
@@ -767,6 +769,7 @@ class AgentImpl final : public Agent {
       auto pid = supervisors_ ? supervisors_->Launch(dir.path()) : SpawnSupervisor(opts_.supervisor_exe, dir.path());
       if (pid.ok()) {
         job.supervisor = *pid;
+        unreaped_.insert(*pid);
         s = dir.WriteSupervisorPid(*pid);
         WatchSupervisor(key, *pid);
       } else {
@@ -790,18 +793,18 @@ class AgentImpl final : public Agent {
     if (!job->started) job->started = job->dir.ReadStarted();
     job->exited = job->dir.ReadExit();
     if (job->exited) {
-      if (job->supervisor > 0) ::waitpid(job->supervisor, nullptr, WNOHANG);
+      // It records the end, then exits: not always gone yet (its exit
+      // watch, or the minute sweep, reaps it then).
+      if (job->supervisor > 0 && Reap(job->supervisor)) job->supervisor = -1;
       return;
     }
-    if (job->supervisor > 0) {
-      int status = 0;
-      pid_t r = ::waitpid(job->supervisor, &status, WNOHANG);
+    if (job->supervisor > 0 && unreaped_.contains(job->supervisor)) {
       // Our own child, not ended: alive, whatever its /proc entry says. A
       // supervisor just spawned can still be inside execve, its argv not yet
       // readable, which SupervisorAlive takes for a zombie; under load that
       // killed jobs as "died without recording an exit".
-      if (r == 0) return;
-      if (r == job->supervisor) job->supervisor = -1;
+      if (!Reap(job->supervisor)) return;
+      job->supervisor = -1;
     }
     pid_t sup = job->supervisor > 0 ? job->supervisor : job->dir.ReadSupervisorPid().value_or(0);
     if (job->supervisor != -1 && sup > 0 && SupervisorAlive(sup, job->dir.path())) return;
@@ -817,11 +820,29 @@ class AgentImpl final : public Agent {
     }
   }
 
+  // Waits for `pid`, a supervisor this agent started, if it has ended;
+  // true once it is reaped (or was never ours to reap). Every supervisor
+  // is reaped through here, and only while unreaped_ holds its pid: a pid
+  // not yet waited for cannot name a newer process.
+  bool Reap(pid_t pid) {
+    if (!unreaped_.contains(pid)) return true;
+    pid_t r = ::waitpid(pid, nullptr, WNOHANG);
+    if (r == 0) return false;
+    unreaped_.erase(pid);  // reaped, or not our child after all (ECHILD)
+    return true;
+  }
+
   // Reports the job's end the moment its supervisor is gone (it records
-  // the end first).
+  // the end first), and reaps it, whether or not the job is still known.
   void WatchSupervisor(const std::string& id, pid_t pid) {
     if (watcher_ == nullptr) return;
-    auto handle = watcher_->Watch(pid, [this, id] { loop_.Post([this, id] { OnSupervisorEnded(id); }); });
+    auto handle = watcher_->Watch(pid, [this, id, pid] {
+      loop_.Post([this, id, pid] {
+        auto it = jobs_.find(id);
+        if (Reap(pid) && it != jobs_.end() && it->second.supervisor == pid) it->second.supervisor = -1;
+        OnSupervisorEnded(id);
+      });
+    });
     if (!handle.ok()) {
       spdlog::warn("node '{}' will notice the end of job '{}' by looking: {}", opts_.node_name, id,
                    handle.status().message());
@@ -1065,6 +1086,7 @@ class AgentImpl final : public Agent {
   std::unique_ptr<ExitWatcher> own_watcher_;  // unless the options name a shared one
   ExitWatcher* watcher_ = nullptr;             // null: job ends are noticed by looking
   std::map<std::string, uint64_t> exit_watches_;  // by workload id; loop thread (Init before it runs)
+  std::set<pid_t> unreaped_;                       // supervisors started here, not yet waited for; loop thread
   metrics::Registry metrics_;
   std::unique_ptr<http::Server> metrics_http_;
   std::string metrics_address_;

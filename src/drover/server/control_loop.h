@@ -129,7 +129,8 @@ struct ControlLoopOptions {
   std::chrono::milliseconds archive_retention{0};
   // Every 10 s the store forgets its history older than this many
   // revisions (nothing reads it but a watch from an old revision); 0: never.
-  int64_t keep_revisions = 10'000;
+  // A revision is a group commit: 1,000 of them are seconds to minutes.
+  int64_t keep_revisions = 1'000;
 };
 
 // Store keys: one record per job, by id; the next job sequence number
