@@ -542,7 +542,17 @@ std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
 std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
   return Call<v1::Job>([this, id = std::move(id)]() -> Result<v1::Job> {
     v1::Job* job = FindJob(id);
-    if (job == nullptr) return NotFound(fmt::format("job '{}' not found", id));
+    if (job == nullptr) {
+      // Archived: it ended long ago (a read of the archive on the loop, for
+      // this rare answer only).
+      auto seq = ParseJobId(id);
+      auto archived = seq.ok() ? ArchivedJob(*seq) : Result<JobReplica::JobPtr>(JobReplica::JobPtr());
+      if (archived.ok() && *archived != nullptr) {
+        return FailedPrecondition(
+            fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay((*archived)->status().state())));
+      }
+      return NotFound(fmt::format("job '{}' not found", id));
+    }
     v1::JobState state = job->status().state();
     if (rpc::IsTerminal(state)) {
       return FailedPrecondition(

@@ -63,10 +63,12 @@ TEST_F(ControlLoopArchiveTest, FinishedJobsLeaveTheStoreOnceDueAndAreStillFoundL
   EXPECT_THAT(StoredIds(), ElementsAre(live));
   EXPECT_EQ(*archive_->CountJobs(), 3);
 
-  // Found by id, as it ended.
+  // Found by id, as it ended; cancelling it says so.
   v1::Job got = Get(b);
   EXPECT_EQ(got.status().state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(got.status().exit_code(), 3);
+  EXPECT_EQ(Fails(loop_->Cancel(b)).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(Fails(loop_->Cancel("j-000099")).code(), Code::kNotFound);
 
   // Listed with the live ones, newest first, a page at a time.
   v1::ListJobsResponse first = Page({}, 2);
