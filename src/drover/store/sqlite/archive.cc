@@ -9,7 +9,6 @@
 namespace drover::store {
 namespace {
 
-constexpr int kBusyTimeoutMs = 5000;
 constexpr int kMaxQueryLimit = 10'000;
 
 // Strings are BLOBs (any bytes, memcmp order); the (column, seq) indexes
@@ -50,86 +49,37 @@ ArchivedJob ReadJob(const Stmt& stmt) {
 }  // namespace
 
 Result<std::unique_ptr<Archive>> Archive::Open(const std::string& path) {
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
-  if (rc != SQLITE_OK) {
-    Status error = SqliteError(db, rc, fmt::format("open archive '{}'", path));
-    sqlite3_close_v2(db);
-    return error;
-  }
-  std::unique_ptr<Archive> archive(new Archive(db));
+  auto conn = Connection::Open(path);
+  if (!conn.ok()) return Status(conn.status().code(), fmt::format("open archive '{}': {}", path, conn.status().message()));
+  std::unique_ptr<Archive> archive(new Archive(std::move(*conn)));
   if (Status s = archive->Init(); !s.ok()) {
     return Status(s.code(), fmt::format("open archive '{}': {}", path, s.message()));
   }
   return archive;
 }
 
-Archive::~Archive() {
-  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
-  sqlite3_close_v2(db_);
-}
-
-Status Archive::ExecLocked(const char* sql) {
-  char* error = nullptr;
-  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
-  if (rc == SQLITE_OK) return Status::Ok();
-  std::string message = error != nullptr ? error : sqlite3_errstr(rc);
-  sqlite3_free(error);
-  return {SqliteCode(rc), fmt::format("sqlite '{}': {}", std::string(sql).substr(0, 40), message)};
-}
-
-Result<sqlite3_stmt*> Archive::PrepareLocked(const std::string& sql) {
-  auto it = statements_.find(sql);
-  if (it != statements_.end()) return it->second;
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
-  if (rc != SQLITE_OK) return SqliteError(db_, rc, fmt::format("prepare '{}'", sql));
-  statements_.emplace(sql, stmt);
-  return stmt;
-}
-
 Status Archive::Init() {
   std::lock_guard lock(mu_);
-  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-  {
-    DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw, PrepareLocked("PRAGMA journal_mode=WAL"));
-    Stmt stmt(raw);
+  return conn_->InTransaction([&]() -> Status {
+    DROVER_RETURN_IF_ERROR(conn_->Exec(kSchema));
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT value FROM archive_meta WHERE name = 'schema_version'"));
     DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
-    if (!row || stmt.Text(0) != "wal") return Unavailable("sqlite refused journal_mode=WAL");
-  }
-  DROVER_RETURN_IF_ERROR(ExecLocked("PRAGMA synchronous=FULL"));
-  DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
-  Status s = ExecLocked(kSchema);
-  if (s.ok()) {
-    Result<sqlite3_stmt*> raw = PrepareLocked("SELECT value FROM archive_meta WHERE name = 'schema_version'");
-    s = raw.status();
-    if (s.ok()) {
-      Stmt stmt(*raw);
-      Result<bool> row = stmt.Step();
-      s = !row.ok() ? row.status()
-          : !*row   ? Internal("archive schema version is missing")
-          : stmt.Int(0) != 1 ? FailedPrecondition(fmt::format("archive schema version {} is not the supported 1", stmt.Int(0)))
-                             : Status::Ok();
+    if (!row) return Internal("archive schema version is missing");
+    if (stmt.Int(0) != 1) {
+      return FailedPrecondition(fmt::format("archive schema version {} is not the supported 1", stmt.Int(0)));
     }
-  }
-  if (!s.ok()) {
-    (void)ExecLocked("ROLLBACK");
-    return s;
-  }
-  return ExecLocked("COMMIT");
+    return Status::Ok();
+  });
 }
 
 Status Archive::PutJobs(const std::vector<ArchivedJob>& jobs) {
   if (jobs.empty()) return Status::Ok();
+  const std::string sql =
+      fmt::format("INSERT OR REPLACE INTO jobs({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", kJobColumns);
   std::lock_guard lock(mu_);
-  DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
-  Status s = [&]() -> Status {
-    DROVER_ASSIGN_OR_RETURN(
-        sqlite3_stmt * raw,
-        PrepareLocked(fmt::format("INSERT OR REPLACE INTO jobs({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", kJobColumns)));
+  return conn_->InTransaction([&]() -> Status {
     for (const ArchivedJob& j : jobs) {
-      Stmt stmt(raw);
+      DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare(sql));
       DROVER_RETURN_IF_ERROR(stmt.Bind(1, ToSqlSeq(j.seq))
                                  .Bind(2, j.state)
                                  .BindBlob(3, j.tenant)
@@ -141,16 +91,12 @@ Status Archive::PutJobs(const std::vector<ArchivedJob>& jobs) {
                                  .Run());
     }
     return Status::Ok();
-  }();
-  if (s.ok()) s = ExecLocked("COMMIT");
-  if (!s.ok()) (void)ExecLocked("ROLLBACK");
-  return s;
+  });
 }
 
 Result<std::optional<ArchivedJob>> Archive::GetJob(uint64_t seq) {
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw, PrepareLocked(fmt::format("SELECT {} FROM jobs WHERE seq = ?1", kJobColumns)));
-  Stmt stmt(raw);
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare(fmt::format("SELECT {} FROM jobs WHERE seq = ?1", kJobColumns)));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Bind(1, ToSqlSeq(seq)).Step());
   if (!row) return std::optional<ArchivedJob>();
   return std::optional<ArchivedJob>(ReadJob(stmt));
@@ -171,9 +117,7 @@ Result<std::vector<ArchivedJob>> Archive::QueryJobs(const ArchiveQuery& q) {
   if (q.ended_before_ns != 0) where += " AND end_ns < ?8";
   std::lock_guard lock(mu_);
   DROVER_ASSIGN_OR_RETURN(
-      sqlite3_stmt * raw,
-      PrepareLocked(fmt::format("SELECT {} FROM jobs WHERE {} ORDER BY seq DESC LIMIT ?9", kJobColumns, where)));
-  Stmt stmt(raw);
+      Stmt stmt, conn_->Prepare(fmt::format("SELECT {} FROM jobs WHERE {} ORDER BY seq DESC LIMIT ?9", kJobColumns, where)));
   stmt.Bind(1, ToSqlSeq(q.before_seq)).Bind(2, ToSqlSeq(q.min_seq)).Bind(9, q.limit);
   if (q.state) stmt.Bind(3, *q.state);
   if (!q.tenant.empty()) stmt.BindBlob(4, q.tenant);
@@ -192,43 +136,35 @@ Result<std::vector<ArchivedJob>> Archive::QueryJobs(const ArchiveQuery& q) {
 
 Result<uint64_t> Archive::MaxJobSeq() {
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw, PrepareLocked("SELECT COALESCE(MAX(seq), 0) FROM jobs"));
-  Stmt stmt(raw);
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT COALESCE(MAX(seq), 0) FROM jobs"));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
   return row ? static_cast<uint64_t>(stmt.Int(0)) : 0;
 }
 
 Result<int64_t> Archive::CountJobs() {
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw, PrepareLocked("SELECT COUNT(*) FROM jobs"));
-  Stmt stmt(raw);
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT COUNT(*) FROM jobs"));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
   return row ? stmt.Int(0) : 0;
 }
 
 Result<int64_t> Archive::DropJobsEndedBefore(int64_t ns) {
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw, PrepareLocked("DELETE FROM jobs WHERE end_ns < ?1"));
-  Stmt stmt(raw);
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("DELETE FROM jobs WHERE end_ns < ?1"));
   DROVER_RETURN_IF_ERROR(stmt.Bind(1, ns).Run());
-  return static_cast<int64_t>(sqlite3_changes(db_));
+  return static_cast<int64_t>(conn_->Changes());
 }
 
 Status Archive::PutAudit(const std::vector<ArchivedAudit>& entries) {
   if (entries.empty()) return Status::Ok();
   std::lock_guard lock(mu_);
-  DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
-  Status s = [&]() -> Status {
-    DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw, PrepareLocked("INSERT OR REPLACE INTO audit(seq, entry) VALUES (?1, ?2)"));
+  return conn_->InTransaction([&]() -> Status {
     for (const ArchivedAudit& e : entries) {
-      Stmt stmt(raw);
+      DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("INSERT OR REPLACE INTO audit(seq, entry) VALUES (?1, ?2)"));
       DROVER_RETURN_IF_ERROR(stmt.Bind(1, e.seq).BindBlob(2, e.entry).Run());
     }
     return Status::Ok();
-  }();
-  if (s.ok()) s = ExecLocked("COMMIT");
-  if (!s.ok()) (void)ExecLocked("ROLLBACK");
-  return s;
+  });
 }
 
 Result<std::vector<ArchivedAudit>> Archive::ReadAudit(int64_t from, int limit) {
@@ -236,9 +172,7 @@ Result<std::vector<ArchivedAudit>> Archive::ReadAudit(int64_t from, int limit) {
     return InvalidArgument(fmt::format("audit page of {} is outside 1..{}", limit, kMaxQueryLimit));
   }
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(sqlite3_stmt * raw,
-                          PrepareLocked("SELECT seq, entry FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2"));
-  Stmt stmt(raw);
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT seq, entry FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2"));
   stmt.Bind(1, from).Bind(2, limit);
   std::vector<ArchivedAudit> out;
   while (true) {

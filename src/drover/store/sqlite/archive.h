@@ -19,18 +19,16 @@
 // Thread-safety: thread-safe. One connection, serialized by a mutex; a page
 // of a query is read under it, so keep pages small (the callers cap them).
 
-#include <sqlite3.h>
-
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "drover/common/status.h"
+#include "drover/store/sqlite/statement.h"
 
 namespace drover::store {
 
@@ -69,9 +67,6 @@ class Archive {
   // Opens (creating when missing) the archive at `path`. kUnavailable when
   // the file cannot be opened or is locked, kInternal when it is not one.
   static Result<std::unique_ptr<Archive>> Open(const std::string& path);
-  ~Archive();
-  Archive(const Archive&) = delete;
-  Archive& operator=(const Archive&) = delete;
 
   Status PutJobs(const std::vector<ArchivedJob>& jobs);
   Result<std::optional<ArchivedJob>> GetJob(uint64_t seq);
@@ -87,14 +82,11 @@ class Archive {
   Result<std::vector<ArchivedAudit>> ReadAudit(int64_t from, int limit);
 
  private:
-  explicit Archive(sqlite3* db) : db_(db) {}
+  explicit Archive(std::unique_ptr<Connection> conn) : conn_(std::move(conn)) {}
   Status Init();
-  Status ExecLocked(const char* sql);
-  Result<sqlite3_stmt*> PrepareLocked(const std::string& sql);
 
   std::mutex mu_;
-  sqlite3* db_;                                                // GUARDED_BY(mu_)
-  std::unordered_map<std::string, sqlite3_stmt*> statements_;  // GUARDED_BY(mu_)
+  std::unique_ptr<Connection> conn_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace drover::store

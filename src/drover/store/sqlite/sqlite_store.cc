@@ -18,7 +18,6 @@ namespace {
 
 constexpr size_t kMaxKeyBytes = 4 * 1024;
 constexpr size_t kMaxValueBytes = 4 * 1024 * 1024;
-constexpr int kBusyTimeoutMs = 5000;
 constexpr int64_t kSchemaVersion = 1;
 
 // kv holds the current state; history one row per event (what watches
@@ -129,13 +128,14 @@ struct WriteSet {
 // ---------------------------------------------------------------------------
 // SqliteStore: see sqlite_store.h.
 //
-// Thread-safety: every public method locks mu_, which guards db_ and the
-// statement cache; methods named *Locked require it held. Leases that have
+// Thread-safety: every public method locks mu_, which guards conn_ (the
+// connection and its statement cache); methods named *Locked require it held. Leases that have
 // ended are revoked first thing in every public method, each in its own
 // revision. Watch callbacks run on hub_'s thread, never under mu_.
 class SqliteStore final : public Store {
  public:
-  SqliteStore(sqlite3* db, Clock* clock) : db_(db), clock_(clock), hub_(std::make_shared<WatchHub>()) {}
+  SqliteStore(std::unique_ptr<Connection> conn, Clock* clock)
+      : conn_(std::move(conn)), clock_(clock), hub_(std::make_shared<WatchHub>()) {}
   ~SqliteStore() override;
 
   Status Init();
@@ -154,8 +154,8 @@ class SqliteStore final : public Store {
   Result<std::string> Pragma(const std::string& name);
 
  private:
-  Status ExecLocked(const std::string& sql);
-  Result<Stmt> PrepareLocked(const std::string& sql);
+  Status ExecLocked(const std::string& sql) { return conn_->Exec(sql); }
+  Result<Stmt> PrepareLocked(const std::string& sql) { return conn_->Prepare(sql); }
   Result<int64_t> ReadMetaLocked(const char* name);
   Status WriteMetaLocked(const char* name, int64_t value);
 
@@ -175,36 +175,12 @@ class SqliteStore final : public Store {
   Status ExpireLeasesLocked();
 
   std::mutex mu_;
-  sqlite3* db_;                                                // GUARDED_BY(mu_)
-  std::unordered_map<std::string, sqlite3_stmt*> statements_;  // GUARDED_BY(mu_)
+  std::unique_ptr<Connection> conn_;  // GUARDED_BY(mu_)
   Clock* const clock_;
   const std::shared_ptr<WatchHub> hub_;
 };
 
-SqliteStore::~SqliteStore() {
-  hub_->Stop();
-  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
-  sqlite3_close_v2(db_);
-}
-
-Status SqliteStore::ExecLocked(const std::string& sql) {
-  char* error = nullptr;
-  int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
-  if (rc == SQLITE_OK) return Status::Ok();
-  std::string message = error != nullptr ? error : sqlite3_errstr(rc);
-  sqlite3_free(error);
-  return {SqliteCode(rc), fmt::format("sqlite '{}': {}", sql.substr(0, 40), message)};
-}
-
-Result<Stmt> SqliteStore::PrepareLocked(const std::string& sql) {
-  auto it = statements_.find(sql);
-  if (it != statements_.end()) return Stmt(it->second);
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
-  if (rc != SQLITE_OK) return SqliteError(db_, rc, fmt::format("prepare '{}'", sql));
-  statements_.emplace(sql, stmt);
-  return Stmt(stmt);
-}
+SqliteStore::~SqliteStore() { hub_->Stop(); }
 
 Result<int64_t> SqliteStore::ReadMetaLocked(const char* name) {
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(fmt::format("SELECT value FROM meta WHERE name = '{}'", name)));
@@ -220,15 +196,6 @@ Status SqliteStore::WriteMetaLocked(const char* name, int64_t value) {
 
 Status SqliteStore::Init() {
   std::lock_guard lock(mu_);
-  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-  // journal_mode answers with the mode it got; WAL can be refused (e.g. on
-  // some network filesystems), and then "acknowledged = durable" needs a look.
-  {
-    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("PRAGMA journal_mode=WAL"));
-    DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
-    if (!row || stmt.Text(0) != "wal") return Unavailable("sqlite refused journal_mode=WAL");
-  }
-  DROVER_RETURN_IF_ERROR(ExecLocked("PRAGMA synchronous=FULL"));
   DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
   Status status = ExecLocked(kSchema);
   Result<int64_t> version = status.ok() ? ReadMetaLocked("schema_version") : Result<int64_t>(status);
@@ -320,7 +287,7 @@ Status SqliteStore::PutLocked(WriteSet& ws, const Op& op) {
 Status SqliteStore::DeleteLocked(WriteSet& ws, const std::string& key) {
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("DELETE FROM kv WHERE key = ?1"));
   DROVER_RETURN_IF_ERROR(stmt.BindBlob(1, key).Run());
-  if (sqlite3_changes(db_) == 0) return Status::Ok();  // deleting a missing key writes nothing
+  if (conn_->Changes() == 0) return Status::Ok();  // deleting a missing key writes nothing
   Event event;
   event.type = Event::Type::kDelete;
   event.kv.key = key;
@@ -350,7 +317,7 @@ Result<bool> SqliteStore::RevokeInTxnLocked(WriteSet& ws, LeaseId lease) {
   {
     DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("DELETE FROM leases WHERE id = ?1"));
     DROVER_RETURN_IF_ERROR(stmt.Bind(1, lease).Run());
-    if (sqlite3_changes(db_) == 0) return false;
+    if (conn_->Changes() == 0) return false;
   }
   std::vector<std::string> keys;
   {
@@ -561,15 +528,9 @@ Result<int64_t> SqliteStore::CurrentRevision() {
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock* clock) {
   if (clock == nullptr) return InvalidArgument("sqlite store needs a clock");
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
-  if (rc != SQLITE_OK) {
-    Status error = SqliteError(db, rc, fmt::format("open store '{}'", path));
-    sqlite3_close_v2(db);
-    return error;
-  }
-  auto store = std::make_unique<SqliteStore>(db, clock);
+  auto conn = Connection::Open(path);
+  if (!conn.ok()) return Status(conn.status().code(), fmt::format("open store '{}': {}", path, conn.status().message()));
+  auto store = std::make_unique<SqliteStore>(std::move(*conn), clock);
   if (Status status = store->Init(); !status.ok()) {
     return Status(status.code(), fmt::format("open store '{}': {}", path, status.message()));
   }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 namespace drover::store {
+namespace {
+constexpr int kBusyTimeoutMs = 5000;
+}  // namespace
 
 Code SqliteCode(int rc) {
   switch (rc & 0xff) {
@@ -39,6 +42,52 @@ std::string Stmt::Blob(int column) const {
 std::string Stmt::Text(int column) const {
   const unsigned char* text = sqlite3_column_text(stmt_, column);
   return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
+}
+
+Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    Status error = SqliteError(db, rc, "open");
+    sqlite3_close_v2(db);
+    return error;
+  }
+  std::unique_ptr<Connection> conn(new Connection(db));
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  // journal_mode answers with the mode it got; WAL can be refused (e.g. on
+  // some network filesystems), and then "acknowledged = durable" needs a look.
+  {
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn->Prepare("PRAGMA journal_mode=WAL"));
+    DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row || stmt.Text(0) != "wal") return Unavailable("sqlite refused journal_mode=WAL");
+  }
+  DROVER_RETURN_IF_ERROR(conn->Exec("PRAGMA synchronous=FULL"));
+  return conn;
+}
+
+Connection::~Connection() {
+  for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
+  sqlite3_close_v2(db_);
+}
+
+Status Connection::Exec(const std::string& sql) {
+  char* error = nullptr;
+  int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+  if (rc == SQLITE_OK) return Status::Ok();
+  std::string message = error != nullptr ? error : sqlite3_errstr(rc);
+  sqlite3_free(error);
+  return {SqliteCode(rc), fmt::format("sqlite '{}': {}", sql.substr(0, 40), message)};
+}
+
+Result<Stmt> Connection::Prepare(const std::string& sql) {
+  auto it = statements_.find(sql);
+  if (it != statements_.end()) return Stmt(it->second);
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  if (rc != SQLITE_OK) return SqliteError(db_, rc, fmt::format("prepare '{}'", sql));
+  statements_.emplace(sql, stmt);
+  return Stmt(stmt);
 }
 
 }  // namespace drover::store

@@ -1,11 +1,13 @@
 #pragma once
-// Small helpers over the SQLite C API for SqliteStore: error mapping and a
-// borrowed prepared statement.
+// Small helpers over the SQLite C API for SqliteStore and Archive: error
+// mapping, a borrowed prepared statement, and a durable connection.
 
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "drover/common/status.h"
@@ -66,6 +68,41 @@ class Stmt {
 
   sqlite3_stmt* stmt_;
   int bind_rc_ = SQLITE_OK;
+};
+
+// One SQLite connection, in WAL mode with synchronous=FULL (a committed
+// transaction has been fsync'd), with a cache of prepared statements. Not
+// thread-safe: its owner serializes every call.
+class Connection {
+ public:
+  // Opens (creating when missing) the file at `path`. kUnavailable when it
+  // cannot be opened or is locked, or when WAL is refused.
+  static Result<std::unique_ptr<Connection>> Open(const std::string& path);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  Status Exec(const std::string& sql);
+  // A statement from the cache (prepared on first use).
+  Result<Stmt> Prepare(const std::string& sql);
+  // Rows changed by the last statement.
+  int Changes() const { return sqlite3_changes(db_); }
+  // Runs `body` (returning Status) between BEGIN IMMEDIATE and COMMIT,
+  // rolling back when it or the commit fails.
+  template <typename Body>
+  Status InTransaction(Body&& body) {
+    if (Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+    Status s = body();
+    if (s.ok()) s = Exec("COMMIT");
+    if (!s.ok()) (void)Exec("ROLLBACK");  // fails harmlessly when COMMIT already rolled back
+    return s;
+  }
+
+ private:
+  explicit Connection(sqlite3* db) : db_(db) {}
+
+  sqlite3* db_;
+  std::unordered_map<std::string, sqlite3_stmt*> statements_;
 };
 
 }  // namespace drover::store
