@@ -463,6 +463,14 @@ bool HoldsGpus(v1::JobState state) {
          state == v1::JOB_STATE_PREEMPTING;
 }
 
+const std::string& LastNode(const v1::Job& job) {
+  if (!job.status().allocation().node().empty()) return job.status().allocation().node();
+  const auto& attempts = job.status().attempts();
+  if (!attempts.empty() && !attempts.rbegin()->nodes().empty()) return attempts.rbegin()->nodes(0);
+  static const std::string kNone;
+  return kNone;
+}
+
 std::string JobStateDisplay(v1::JobState state) {
   std::string name = v1::JobState_Name(state);
   constexpr std::string_view kPrefix = "JOB_STATE_";

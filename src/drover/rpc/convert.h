@@ -91,6 +91,9 @@ Status ValidateRegister(const v1::RegisterRequest& req);
 bool IsTerminal(v1::JobState state);
 // Bound, running, cancelling or preempting: the job holds GPUs.
 bool HoldsGpus(v1::JobState state);
+// Where the job runs, or last ran: its allocation's node, else its last
+// attempt's first node; "" if it never ran.
+const std::string& LastNode(const v1::Job& job);
 // "JOB_STATE_RUNNING" -> "Running".
 std::string JobStateDisplay(v1::JobState state);
 // Accepts "running", "Running", "JOB_STATE_RUNNING".

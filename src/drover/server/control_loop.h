@@ -138,6 +138,10 @@ struct ControlLoopOptions {
 inline constexpr std::string_view kJobsPrefix = "/jobs/";
 inline constexpr std::string_view kNextJobKey = "/meta/next-job";
 
+// Whether `job` passes every filter of `f` (state, tenant, array, node,
+// end time; paging aside).
+bool JobMatches(const v1::ListJobsRequest& f, const v1::Job& job);
+
 // The most tasks one job array (or one batch) may have: each is a job of
 // its own, stored in the same commit.
 inline constexpr int64_t kMaxArrayTasks = 100'000;
@@ -360,12 +364,14 @@ class ControlLoop {
                          std::function<void(Result<std::vector<v1::Job>>)> done);
   // The whole job set into replica_ (after Recover).
   void ReplaceReplica();
-  // ---- archive (control_loop_archive.cc) ----
+  // ---- archive (control_loop_archive.cc; its reads in control_loop_reads.cc) ----
   // Every second: the jobs finished for archive_after go to the archive
   // (on archiver_), then out of the store and memory (on the loop).
   void ScheduleArchiving();
   // `done` (may be null) gets how many jobs left the store, once committed.
   void ArchiveDue(std::function<void(Result<int64_t>)> done);
+  // ArchiveDue once no batch is with archiver_ (ArchiveDueNow).
+  void ArchiveWhenIdle(std::function<void(Result<int64_t>)> done);
   void ArchiveWritten(std::vector<uint64_t> seqs, const Status& written, std::function<void(Result<int64_t>)> done);
   // The archive's copy of a job; null when it has none.
   Result<JobReplica::JobPtr> ArchivedJob(uint64_t seq) const;

@@ -1,7 +1,7 @@
 // Bounded state: finished jobs leave the store and the loop's memory for
 // the archive (store::Archive, its own SQLite file) once they have been
-// finished for options_.archive_after, and clients page through live and
-// archived jobs together.
+// finished for options_.archive_after (reads of both: control_loop_reads.cc),
+// and the store's history is compacted.
 //
 // The move: the loop picks the due jobs and hands copies to archiver_,
 // which writes them to the archive (durably); then the loop deletes them
@@ -19,8 +19,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <charconv>
-
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/control_loop.h"
@@ -31,59 +29,18 @@ namespace {
 constexpr size_t kArchiveBatch = 1000;  // jobs per archive write and store delete
 constexpr int kCompactEveryTicks = 10;  // archiving ticks (1 s) per store compaction
 constexpr int kRetainEveryTicks = 3600;  // archiving ticks per retention sweep
-constexpr int kArchivePage = 10'000;    // the archive's largest page
-
-// Where the job ran last: its current allocation, else its last attempt's.
-const std::string& LastNode(const v1::Job& job) {
-  if (!job.status().allocation().node().empty()) return job.status().allocation().node();
-  const auto& attempts = job.status().attempts();
-  if (!attempts.empty() && !attempts.rbegin()->nodes().empty()) return attempts.rbegin()->nodes(0);
-  static const std::string kNone;
-  return kNone;
-}
-
-bool Matches(const v1::ListJobsRequest& f, const v1::Job& job) {
-  const v1::JobStatus& st = job.status();
-  if (f.state() != v1::JOB_STATE_UNSPECIFIED && st.state() != f.state()) return false;
-  if (!f.tenant().empty() && job.spec().tenant() != f.tenant()) return false;
-  if (!f.array_id().empty() && job.array().array_id() != f.array_id()) return false;
-  if (!f.node().empty() && LastNode(job) != f.node()) return false;
-  if (f.ended_after_unix_nanos() != 0 || f.ended_before_unix_nanos() != 0) {
-    if (!rpc::IsTerminal(st.state())) return false;
-    if (f.ended_after_unix_nanos() != 0 && st.end_time_unix_nanos() < f.ended_after_unix_nanos()) return false;
-    if (f.ended_before_unix_nanos() != 0 && st.end_time_unix_nanos() >= f.ended_before_unix_nanos()) return false;
-  }
-  return true;
-}
 
 store::ArchivedJob ToArchived(uint64_t seq, const v1::Job& job) {
   store::ArchivedJob a;
   a.seq = seq;
   a.state = job.status().state();
   a.tenant = job.spec().tenant();
-  a.node = LastNode(job);
+  a.node = rpc::LastNode(job);
   a.group = job.array().array_id();
   a.submit_ns = job.status().submit_time_unix_nanos();
   a.end_ns = job.status().end_time_unix_nanos();
   a.value = job.SerializeAsString();
   return a;
-}
-
-Result<JobReplica::JobPtr> FromArchived(const store::ArchivedJob& a) {
-  auto job = std::make_shared<v1::Job>();
-  if (!job->ParseFromString(a.value)) return Internal(fmt::format("archived job {} is unreadable", a.seq));
-  return JobReplica::JobPtr(std::move(job));
-}
-
-// Page tokens are the last listed job's sequence number, in decimal.
-Result<uint64_t> ParsePageToken(const std::string& token) {
-  if (token.empty()) return std::numeric_limits<uint64_t>::max();
-  uint64_t seq = 0;
-  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), seq);
-  if (ec != std::errc() || end != token.data() + token.size() || seq == 0) {
-    return InvalidArgument(fmt::format("page_token '{}' is not one this server gave out", token.substr(0, 32)));
-  }
-  return seq;
 }
 
 }  // namespace
@@ -123,14 +80,17 @@ std::future<Result<int64_t>> ControlLoop::ArchiveDueNow() {
   auto promise = std::make_shared<std::promise<Result<int64_t>>>();
   auto future = promise->get_future();
   auto done = [promise](Result<int64_t> r) { promise->set_value(std::move(r)); };
-  auto start = std::make_shared<std::function<void()>>();
-  *start = [this, start, done] {
-    if (!EnsureRecovered().ok()) return done(Unavailable("the store is unavailable"));
-    if (archiving_) return loop_.PostAfter(std::chrono::milliseconds(10), *start);  // after the batch under way
-    ArchiveDue(done);
-  };
-  if (!loop_.Post(*start)) done(Unavailable("the control loop is stopped"));
+  if (!loop_.Post([this, done] { ArchiveWhenIdle(done); })) done(Unavailable("the control loop is stopped"));
   return future;
+}
+
+void ControlLoop::ArchiveWhenIdle(std::function<void(Result<int64_t>)> done) {
+  if (Status s = EnsureRecovered(); !s.ok()) return done(s);
+  if (archiving_) {  // after the batch under way
+    loop_.PostAfter(std::chrono::milliseconds(10), [this, done = std::move(done)] { ArchiveWhenIdle(done); });
+    return;
+  }
+  ArchiveDue(std::move(done));
 }
 
 void ControlLoop::ArchiveDue(std::function<void(Result<int64_t>)> done) {
@@ -201,103 +161,6 @@ void ControlLoop::ArchiveWritten(std::vector<uint64_t> seqs, const Status& writt
       done(committed.ok() ? Result<int64_t>(static_cast<int64_t>(removed)) : Result<int64_t>(committed));
     });
   }
-}
-
-Result<JobReplica::JobPtr> ControlLoop::ArchivedJob(uint64_t seq) const {
-  if (options_.archive == nullptr) return JobReplica::JobPtr();
-  DROVER_ASSIGN_OR_RETURN(std::optional<store::ArchivedJob> a, options_.archive->GetJob(seq));
-  if (!a) return JobReplica::JobPtr();
-  return FromArchived(*a);
-}
-
-Result<std::vector<JobReplica::JobPtr>> ControlLoop::ArchivedTasks(const std::string& array_id, uint64_t first) const {
-  std::vector<JobReplica::JobPtr> out;
-  if (options_.archive == nullptr) return out;
-  store::ArchiveQuery q;
-  q.group = array_id;
-  q.min_seq = first;
-  q.limit = kArchivePage;
-  while (true) {
-    DROVER_ASSIGN_OR_RETURN(std::vector<store::ArchivedJob> page, options_.archive->QueryJobs(q));
-    for (const store::ArchivedJob& a : page) {
-      DROVER_ASSIGN_OR_RETURN(JobReplica::JobPtr job, FromArchived(a));
-      out.push_back(std::move(job));
-    }
-    if (page.size() < static_cast<size_t>(q.limit)) break;
-    q.before_seq = page.back().seq;
-  }
-  std::reverse(out.begin(), out.end());  // submission order
-  return out;
-}
-
-std::future<Result<v1::ListJobsResponse>> ControlLoop::ListJobsPage(v1::ListJobsRequest req) {
-  auto promise = std::make_shared<std::promise<Result<v1::ListJobsResponse>>>();
-  auto future = promise->get_future();
-  auto page = [&]() -> Result<std::vector<JobReplica::JobPtr>> {
-    DROVER_ASSIGN_OR_RETURN(uint64_t before, ParsePageToken(req.page_token()));
-    uint64_t min = 0;
-    if (!req.array_id().empty()) {
-      DROVER_ASSIGN_OR_RETURN(min, ParseArrayId(req.array_id()));
-    }
-    // One more than the page, from each side: the newest page_size + 1 of
-    // the union are among them, and the extra one says whether there is more.
-    const size_t want = static_cast<size_t>(req.page_size()) + 1;
-    // Live first, then the archive: a job archived in between is found there.
-    DROVER_ASSIGN_OR_RETURN(std::vector<JobReplica::JobPtr> live,
-                            replica_.ScanBack(before, min, want, [&](const v1::Job& j) { return Matches(req, j); }));
-    std::map<uint64_t, JobReplica::JobPtr, std::greater<>> merged;
-    for (JobReplica::JobPtr& j : live) {
-      auto seq = ParseJobId(j->id());
-      if (seq.ok()) merged.emplace(*seq, std::move(j));
-    }
-    bool archived_can_match = req.state() == v1::JOB_STATE_UNSPECIFIED || rpc::IsTerminal(req.state());
-    if (options_.archive != nullptr && archived_can_match) {
-      store::ArchiveQuery q;
-      q.before_seq = before;
-      q.min_seq = min;
-      if (req.state() != v1::JOB_STATE_UNSPECIFIED) q.state = req.state();
-      q.tenant = req.tenant();
-      q.node = req.node();
-      q.group = req.array_id();
-      q.ended_after_ns = req.ended_after_unix_nanos();
-      q.ended_before_ns = req.ended_before_unix_nanos();
-      q.limit = static_cast<int>(want);
-      DROVER_ASSIGN_OR_RETURN(std::vector<store::ArchivedJob> archived, options_.archive->QueryJobs(q));
-      for (const store::ArchivedJob& a : archived) {
-        if (merged.count(a.seq) != 0) continue;  // live wins: listed once
-        DROVER_ASSIGN_OR_RETURN(JobReplica::JobPtr job, FromArchived(a));
-        merged.emplace(a.seq, std::move(job));
-      }
-    }
-    std::vector<JobReplica::JobPtr> out;
-    for (auto& [seq, job] : merged) {
-      if (out.size() == want) break;
-      out.push_back(std::move(job));
-    }
-    return out;
-  }();
-  if (!page.ok()) {
-    promise->set_value(page.status());
-    return future;
-  }
-  const size_t size = static_cast<size_t>(req.page_size());
-  std::string next;
-  if (page->size() > size) {
-    page->resize(size);
-    auto seq = ParseJobId(page->back()->id());
-    if (seq.ok()) next = std::to_string(*seq);
-  }
-  AnswerWithReasons(std::move(*page), [promise, next](Result<std::vector<v1::Job>> r) {
-    if (!r.ok()) {
-      promise->set_value(r.status());
-      return;
-    }
-    v1::ListJobsResponse resp;
-    for (v1::Job& j : *r) *resp.add_jobs() = std::move(j);
-    resp.set_next_page_token(next);
-    promise->set_value(std::move(resp));
-  });
-  return future;
 }
 
 }  // namespace drover::server

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <chrono>
 #include <thread>
 #include <string_view>
@@ -81,20 +82,29 @@ Result<bool> BoolParam(const http::Request& req, const std::string& name) {
   return InvalidArgument(fmt::format("query parameter {}='{}' is not true or false", name, it->second));
 }
 
+// A non-negative integer up to `max`; 0 when absent.
+Result<int64_t> IntParam(const http::Request& req, const std::string& name,
+                         int64_t max = std::numeric_limits<int64_t>::max()) {
+  auto it = req.query.find(name);
+  if (it == req.query.end()) return int64_t{0};
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < 0 || v > max) {
+    return InvalidArgument(fmt::format("query parameter {}='{}' is not an integer from 0 to {}", name,
+                                       it->second.substr(0, 32), max));
+  }
+  return v;
+}
+
 http::Response LogsResponse(ApiService* api, const auth::Principal& who, const http::Request& req, std::string id) {
   v1::LogsRequest lr;
   lr.set_id(std::move(id));
   auto follow = BoolParam(req, "follow");
   if (!follow.ok()) return http::ErrorResponse(follow.status());
   lr.set_follow(*follow);
-  if (auto it = req.query.find("offset"); it != req.query.end()) {
-    int64_t off = 0;
-    auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), off);
-    if (ec != std::errc() || p != it->second.data() + it->second.size() || off < 0) {
-      return http::ErrorResponse(InvalidArgument(fmt::format("offset '{}' is not a non-negative integer", it->second)));
-    }
-    lr.set_offset(off);
-  }
+  auto offset = IntParam(req, "offset");
+  if (!offset.ok()) return http::ErrorResponse(offset.status());
+  lr.set_offset(*offset);
   if (!lr.follow()) {
     std::string body;
     Status s = api->Logs(who, lr, [&](const v1::LogChunk& c) { body += c.data(); return true; }, [] { return false; });
@@ -137,22 +147,15 @@ http::Response HandleJobs(ApiService* api, const auth::Principal& who, const htt
     if (auto it = req.query.find("array"); it != req.query.end()) lr.set_array_id(it->second);
     if (auto it = req.query.find("node"); it != req.query.end()) lr.set_node(it->second);
     if (auto it = req.query.find("page_token"); it != req.query.end()) lr.set_page_token(it->second);
-    for (const auto& [name, set] : std::initializer_list<std::pair<const char*, void (*)(v1::ListJobsRequest*, int64_t)>>{
-             {"page_size", [](v1::ListJobsRequest* r, int64_t v) { r->set_page_size(static_cast<int32_t>(v)); }},
-             {"ended_after", [](v1::ListJobsRequest* r, int64_t v) { r->set_ended_after_unix_nanos(v); }},
-             {"ended_before", [](v1::ListJobsRequest* r, int64_t v) { r->set_ended_before_unix_nanos(v); }}}) {
-      auto it = req.query.find(name);
-      if (it == req.query.end()) continue;
-      int64_t v = 0;
-      auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-      bool page = std::string_view(name) == "page_size";
-      if (ec != std::errc() || end != it->second.data() + it->second.size() ||
-          (page && (v < 0 || v > std::numeric_limits<int32_t>::max()))) {
-        return http::ErrorResponse(InvalidArgument(fmt::format("query parameter {} must be an integer{}", name,
-                                                               page ? "" : " (unix nanoseconds)")));
-      }
-      set(&lr, v);
+    auto page_size = IntParam(req, "page_size", std::numeric_limits<int32_t>::max());
+    auto ended_after = IntParam(req, "ended_after");  // unix nanoseconds
+    auto ended_before = IntParam(req, "ended_before");
+    for (const auto* r : {&page_size, &ended_after, &ended_before}) {
+      if (!r->ok()) return http::ErrorResponse(r->status());
     }
+    lr.set_page_size(static_cast<int32_t>(*page_size));
+    lr.set_ended_after_unix_nanos(*ended_after);
+    lr.set_ended_before_unix_nanos(*ended_before);
     return JsonReply(api->ListJobs(who, lr));
   }
   std::string id(p[3]);

@@ -1,0 +1,253 @@
+// Job reads, on the caller's thread: the live jobs from the replica the
+// loop publishes after each commit (JobReplica), the finished ones that
+// left for the archive from store::Archive. Only pending jobs among an
+// answer cost the loop a call, for why they wait. A job moving from one to
+// the other is found: the replica is read first, and a job is written to the
+// archive before it leaves the replica.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "drover/common/ids.h"
+#include "drover/rpc/convert.h"
+#include "drover/server/control_loop.h"
+
+namespace drover::server {
+namespace {
+
+constexpr int kArchivePage = 10'000;  // the archive's largest page
+
+Result<JobReplica::JobPtr> FromArchived(const store::ArchivedJob& a) {
+  auto job = std::make_shared<v1::Job>();
+  if (!job->ParseFromString(a.value)) return Internal(fmt::format("archived job {} is unreadable", a.seq));
+  return JobReplica::JobPtr(std::move(job));
+}
+
+// Page tokens are the last listed job's sequence number, in decimal.
+Result<uint64_t> ParsePageToken(const std::string& token) {
+  if (token.empty()) return std::numeric_limits<uint64_t>::max();
+  uint64_t seq = 0;
+  auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), seq);
+  if (ec != std::errc() || end != token.data() + token.size() || seq == 0) {
+    return InvalidArgument(fmt::format("page_token '{}' is not one this server gave out", token.substr(0, 32)));
+  }
+  return seq;
+}
+
+}  // namespace
+
+bool JobMatches(const v1::ListJobsRequest& f, const v1::Job& job) {
+  const v1::JobStatus& st = job.status();
+  if (f.state() != v1::JOB_STATE_UNSPECIFIED && st.state() != f.state()) return false;
+  if (!f.tenant().empty() && job.spec().tenant() != f.tenant()) return false;
+  if (!f.array_id().empty() && job.array().array_id() != f.array_id()) return false;
+  if (!f.node().empty() && rpc::LastNode(job) != f.node()) return false;
+  if (f.ended_after_unix_nanos() != 0 || f.ended_before_unix_nanos() != 0) {
+    if (!rpc::IsTerminal(st.state())) return false;
+    if (f.ended_after_unix_nanos() != 0 && st.end_time_unix_nanos() < f.ended_after_unix_nanos()) return false;
+    if (f.ended_before_unix_nanos() != 0 && st.end_time_unix_nanos() >= f.ended_before_unix_nanos()) return false;
+  }
+  return true;
+}
+
+std::future<Result<v1::Job>> ControlLoop::GetJob(std::string id) {
+  auto promise = std::make_shared<std::promise<Result<v1::Job>>>();
+  auto future = promise->get_future();
+  auto seq = ParseJobId(id);
+  if (!seq.ok()) {
+    promise->set_value(seq.status());
+    return future;
+  }
+  auto job = replica_.Get(*seq);
+  if (job.ok() && *job == nullptr) job = ArchivedJob(*seq);  // not live (any more): finished long ago?
+  if (!job.ok() || *job == nullptr) {
+    promise->set_value(!job.ok() ? job.status() : NotFound(fmt::format("job '{}' not found", id)));
+    return future;
+  }
+  AnswerWithReasons({std::move(*job)}, [promise](Result<std::vector<v1::Job>> r) {
+    promise->set_value(r.ok() ? Result<v1::Job>(std::move(r->front())) : Result<v1::Job>(r.status()));
+  });
+  return future;
+}
+
+std::future<Result<std::vector<v1::Job>>> ControlLoop::ListJobs(v1::ListJobsRequest filter) {
+  auto promise = std::make_shared<std::promise<Result<std::vector<v1::Job>>>>();
+  auto future = promise->get_future();
+  // An array's tasks have consecutive sequence numbers from its own.
+  uint64_t from = 0;
+  if (!filter.array_id().empty()) {
+    auto first = ParseArrayId(filter.array_id());
+    if (!first.ok()) {
+      promise->set_value(first.status());
+      return future;
+    }
+    from = *first;
+  }
+  auto jobs = replica_.Scan(
+      from, [&](const v1::Job& job) { return filter.array_id().empty() || job.array().array_id() == filter.array_id(); },
+      [&](const v1::Job& job) { return JobMatches(filter, job); });
+  if (jobs.ok() && !filter.array_id().empty() && options_.archive != nullptr) {
+    // The tasks that went to the archive, in their place (live copies win).
+    auto archived = ArchivedTasks(filter.array_id(), from);
+    if (!archived.ok()) {
+      jobs = archived.status();
+    } else if (!archived->empty()) {
+      std::map<uint64_t, JobReplica::JobPtr> all;
+      for (JobReplica::JobPtr& j : *archived) {
+        if (JobMatches(filter, *j)) all.emplace(*ParseJobId(j->id()), std::move(j));
+      }
+      for (JobReplica::JobPtr& j : *jobs) all.insert_or_assign(*ParseJobId(j->id()), std::move(j));
+      jobs->clear();
+      for (auto& [seq, j] : all) jobs->push_back(std::move(j));
+    }
+  }
+  if (!jobs.ok()) {
+    promise->set_value(jobs.status());
+    return future;
+  }
+  AnswerWithReasons(std::move(*jobs), [promise](Result<std::vector<v1::Job>> r) { promise->set_value(std::move(r)); });
+  return future;
+}
+
+void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
+                                    std::function<void(Result<std::vector<v1::Job>>)> done) {
+  std::vector<v1::Job> out;
+  out.reserve(jobs.size());
+  std::vector<size_t> pending;
+  for (const JobReplica::JobPtr& job : jobs) {
+    if (job->status().state() == v1::JOB_STATE_PENDING) pending.push_back(out.size());
+    out.push_back(*job);
+  }
+  if (pending.empty()) {
+    done(std::move(out));
+    return;
+  }
+  // Why they wait is the scheduler's, on the loop: one call for them all.
+  // The loop's copy may be newer than the replica's; the reason is for
+  // the job as the loop has it, and a job no longer pending gets none.
+  auto shared = std::make_shared<std::vector<v1::Job>>(std::move(out));
+  CallThen<Done>(
+      [this, shared, pending = std::move(pending)]() -> Result<Done> {
+        for (size_t i : pending) {
+          v1::Job& job = (*shared)[i];
+          const v1::Job* live = FindJob(job.id());
+          if (live == nullptr || live->status().state() != v1::JOB_STATE_PENDING) continue;
+          job.mutable_status()->set_message(PendingMessage(*live));
+        }
+        return Done{};
+      },
+      [shared, done = std::move(done)](Result<Done> r) {
+        if (!r.ok()) {
+          done(r.status());
+        } else {
+          done(std::move(*shared));
+        }
+      });
+}
+
+void ControlLoop::ReplaceReplica() {
+  std::map<uint64_t, JobReplica::JobPtr> all;
+  for (const auto& [seq, job] : jobs_) all.emplace_hint(all.end(), seq, std::make_shared<const v1::Job>(job));
+  replica_.Replace(std::move(all));
+}
+
+Result<JobReplica::JobPtr> ControlLoop::ArchivedJob(uint64_t seq) const {
+  if (options_.archive == nullptr) return JobReplica::JobPtr();
+  DROVER_ASSIGN_OR_RETURN(std::optional<store::ArchivedJob> a, options_.archive->GetJob(seq));
+  if (!a) return JobReplica::JobPtr();
+  return FromArchived(*a);
+}
+
+Result<std::vector<JobReplica::JobPtr>> ControlLoop::ArchivedTasks(const std::string& array_id, uint64_t first) const {
+  std::vector<JobReplica::JobPtr> out;
+  if (options_.archive == nullptr) return out;
+  store::ArchiveQuery q;
+  q.group = array_id;
+  q.min_seq = first;
+  q.limit = kArchivePage;
+  while (true) {
+    DROVER_ASSIGN_OR_RETURN(std::vector<store::ArchivedJob> page, options_.archive->QueryJobs(q));
+    for (const store::ArchivedJob& a : page) {
+      DROVER_ASSIGN_OR_RETURN(JobReplica::JobPtr job, FromArchived(a));
+      out.push_back(std::move(job));
+    }
+    if (page.size() < static_cast<size_t>(q.limit)) break;
+    q.before_seq = page.back().seq;
+  }
+  std::reverse(out.begin(), out.end());  // submission order
+  return out;
+}
+
+std::future<Result<v1::ListJobsResponse>> ControlLoop::ListJobsPage(v1::ListJobsRequest req) {
+  auto promise = std::make_shared<std::promise<Result<v1::ListJobsResponse>>>();
+  auto future = promise->get_future();
+  auto page = [&]() -> Result<std::vector<JobReplica::JobPtr>> {
+    DROVER_ASSIGN_OR_RETURN(uint64_t before, ParsePageToken(req.page_token()));
+    uint64_t min = 0;
+    if (!req.array_id().empty()) {
+      DROVER_ASSIGN_OR_RETURN(min, ParseArrayId(req.array_id()));
+    }
+    // One more than the page, from each side: the newest page_size + 1 of
+    // the union are among them, and the extra one says whether there is more.
+    const size_t want = static_cast<size_t>(req.page_size()) + 1;
+    // Live first, then the archive: a job archived in between is found there.
+    DROVER_ASSIGN_OR_RETURN(std::vector<JobReplica::JobPtr> live,
+                            replica_.ScanBack(before, min, want, [&](const v1::Job& j) { return JobMatches(req, j); }));
+    std::map<uint64_t, JobReplica::JobPtr, std::greater<>> merged;
+    for (JobReplica::JobPtr& j : live) {
+      auto seq = ParseJobId(j->id());
+      if (seq.ok()) merged.emplace(*seq, std::move(j));
+    }
+    bool archived_can_match = req.state() == v1::JOB_STATE_UNSPECIFIED || rpc::IsTerminal(req.state());
+    if (options_.archive != nullptr && archived_can_match) {
+      store::ArchiveQuery q;
+      q.before_seq = before;
+      q.min_seq = min;
+      if (req.state() != v1::JOB_STATE_UNSPECIFIED) q.state = req.state();
+      q.tenant = req.tenant();
+      q.node = req.node();
+      q.group = req.array_id();
+      q.ended_after_ns = req.ended_after_unix_nanos();
+      q.ended_before_ns = req.ended_before_unix_nanos();
+      q.limit = static_cast<int>(want);
+      DROVER_ASSIGN_OR_RETURN(std::vector<store::ArchivedJob> archived, options_.archive->QueryJobs(q));
+      for (const store::ArchivedJob& a : archived) {
+        if (merged.count(a.seq) != 0) continue;  // live wins: listed once
+        DROVER_ASSIGN_OR_RETURN(JobReplica::JobPtr job, FromArchived(a));
+        merged.emplace(a.seq, std::move(job));
+      }
+    }
+    std::vector<JobReplica::JobPtr> out;
+    for (auto& [seq, job] : merged) {
+      if (out.size() == want) break;
+      out.push_back(std::move(job));
+    }
+    return out;
+  }();
+  if (!page.ok()) {
+    promise->set_value(page.status());
+    return future;
+  }
+  const size_t size = static_cast<size_t>(req.page_size());
+  std::string next;
+  if (page->size() > size) {
+    page->resize(size);
+    auto seq = ParseJobId(page->back()->id());
+    if (seq.ok()) next = std::to_string(*seq);
+  }
+  AnswerWithReasons(std::move(*page), [promise, next](Result<std::vector<v1::Job>> r) {
+    if (!r.ok()) {
+      promise->set_value(r.status());
+      return;
+    }
+    v1::ListJobsResponse resp;
+    for (v1::Job& j : *r) *resp.add_jobs() = std::move(j);
+    resp.set_next_page_token(next);
+    promise->set_value(std::move(resp));
+  });
+  return future;
+}
+
+}  // namespace drover::server
