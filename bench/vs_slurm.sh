@@ -291,7 +291,11 @@ drover_bench() {
   wait_for "drover up" 60 test -s "$DV/endpoints.json"
   DROVER_ADDR=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' "$DV/endpoints.json")
   DROVER_TOKEN=$(cat "$DV/admin.token")
-  export DROVER_ADDR DROVER_TOKEN
+  # The data directory, as a user of `drover up` has it in ./.drover: the
+  # CLI finds the HTTP address there and submits over REST without
+  # starting the full program (drover/cli/fast_submit.h).
+  DROVER_DATA_DIR=$DV
+  export DROVER_ADDR DROVER_TOKEN DROVER_DATA_DIR
   # shellcheck disable=SC2016  # expanded by the inner shell
   wait_for "the Drover node to be ready with 8 GPUs" 60 \
     bash -c '"$0" nodes | grep -Eq " Ready +0/8 "' "$DROVER"

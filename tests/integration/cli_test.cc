@@ -25,7 +25,14 @@ class CliTest : public ::testing::Test {
     ASSERT_TRUE(up_->Start());
     ASSERT_TRUE(up_->WaitForReadyNodes(3));  // this machine (OpenCL) + 2 simulated
   }
-  CommandResult Cli(std::vector<std::string> args) { return RunCli(up_->grpc_address(), std::move(args)); }
+  // As a user of `drover up` runs it: `drover submit` knows the HTTP address
+  // and runs in the small front program over REST (fast_submit.h); every
+  // other verb runs in drover-core over gRPC.
+  CommandResult Cli(std::vector<std::string> args) {
+    return RunCli(up_->grpc_address(), std::move(args), {"DROVER_HTTP_ADDR=" + up_->http_address()});
+  }
+  // Without an HTTP address: `drover submit` too goes to drover-core.
+  CommandResult GrpcCli(std::vector<std::string> args) { return RunCli(up_->grpc_address(), std::move(args)); }
 
   TempDir dir_;
   std::unique_ptr<DroverUp> up_;
@@ -71,6 +78,67 @@ TEST_F(CliTest, WaitExitsWithTheJobsExitCode) {
 
   CommandResult missing = Cli({"submit", "--wait", "--", "/nonexistent/tool"});
   EXPECT_EQ(missing.exit_code, 127) << missing.err;
+}
+
+// The gRPC verb (drover-core) gives what the REST one does: the id, -o
+// json, the job's exit code, an array's highest code, usage errors.
+TEST_F(CliTest, SubmitOverGrpcWhenNoHttpAddressIsKnown) {
+  CommandResult r = GrpcCli({"submit", "--wait", "--", "sh", "-c", "exit 7"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex("j-[0-9]{6}\n"))) << r.out;
+  CommandResult array = GrpcCli({"submit", "--array", "1-3", "--wait", "--", "sh", "-c", "exit $DROVER_ARRAY_INDEX"});
+  EXPECT_EQ(array.exit_code, 3) << array.err;
+  CommandResult json = GrpcCli({"submit", "-o", "json", "--name", "viagrpc", "--", "true"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["spec"]["name"], "viagrpc");
+  CommandResult usage = GrpcCli({"submit", "--gpus", "0.25", "--", "true"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.err.find("also give --gpu-memory"), std::string::npos) << usage.err;
+}
+
+// `drover submit` with the HTTP address known needs nothing but the small
+// front program: a copy of it alone, without drover-core beside it, submits,
+// waits and prints; without an address it hands over to drover-core (here
+// missing, so it says so).
+TEST_F(CliTest, SubmitRunsInTheFrontProgramAlone) {
+  TempDir lone;
+  std::string front = lone.path() + "/drover";
+  std::filesystem::copy_file(DroverBinary(), front);
+  std::filesystem::permissions(front, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  const std::string http = "DROVER_HTTP_ADDR=" + up_->http_address();
+  auto run = [&](std::vector<std::string> args, std::vector<std::string> env) {
+    return RunCli(up_->grpc_address(), std::move(args), std::move(env), front);
+  };
+  CommandResult r = run({"submit", "--wait", "--", "sh", "-c", "echo out; exit 5"}, {http});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  ASSERT_TRUE(std::regex_match(id, std::regex("j-[0-9]{6}"))) << r.out;
+  EXPECT_NE(r.err.find("job " + id + " Failed: exited with code 5"), std::string::npos) << r.err;
+  EXPECT_EQ(Cli({"logs", id}).out, "out\n");
+
+  CommandResult json = run({"submit", "-o", "json", "--name", "lone", "-e", "A=1", "--", "true"}, {http});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["spec"]["name"], "lone");
+  EXPECT_EQ(j["spec"]["env"]["A"], "1");
+  EXPECT_EQ(j["spec"]["command"], nlohmann::json::array({"true"}));
+
+  // The data directory's endpoints.json names the HTTP address of the
+  // server at DROVER_ADDR (a local `drover up`).
+  CommandResult found = run({"submit", "--wait", "--", "true"}, {"DROVER_DATA_DIR=" + dir_.path() + "/data"});
+  EXPECT_EQ(found.exit_code, 0) << found.err;
+
+  CommandResult bad_token = run({"submit", "--", "true"}, {http, "DROVER_TOKEN=drv_nothing_known"});
+  EXPECT_EQ(bad_token.exit_code, 1);
+  EXPECT_NE(bad_token.err.find("DROVER_TOKEN"), std::string::npos) << bad_token.err;
+  CommandResult down = run({"submit", "--", "true"}, {"DROVER_HTTP_ADDR=127.0.0.1:1"});
+  EXPECT_EQ(down.exit_code, 4);
+  EXPECT_NE(down.err.find("cannot reach the drover server"), std::string::npos) << down.err;
+
+  TempDir empty;
+  CommandResult unknown = run({"submit", "--", "true"}, {"DROVER_DATA_DIR=" + empty.path()});
+  EXPECT_EQ(unknown.exit_code, 127);
+  EXPECT_NE(unknown.err.find("drover-core"), std::string::npos) << unknown.err;
 }
 
 TEST_F(CliTest, CancelStopsARunningJobWithSigterm) {

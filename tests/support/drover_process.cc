@@ -88,9 +88,9 @@ std::string& CliToken() {
 void SetCliToken(const std::string& token) { CliToken() = token; }
 
 CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args,
-                     const std::vector<std::string>& env) {
+                     const std::vector<std::string>& env, const std::string& binary) {
   TempDir dir;
-  std::vector<std::string> argv = {DroverBinary()};
+  std::vector<std::string> argv = {binary.empty() ? DroverBinary() : binary};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> full_env = {"DROVER_ADDR=" + addr};
   bool has_token = false;

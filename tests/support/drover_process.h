@@ -41,9 +41,10 @@ struct CommandResult {
 
 // Runs `drover args...` with DROVER_ADDR set to `addr` and DROVER_TOKEN to
 // the admin token of the last DroverUp started (unless `env` sets it),
-// plus `env` ("NAME=VALUE"), capturing output.
+// plus `env` ("NAME=VALUE"), capturing output. `binary` runs in place of
+// DroverBinary() when given.
 CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args,
-                     const std::vector<std::string>& env = {});
+                     const std::vector<std::string>& env = {}, const std::string& binary = "");
 // The token RunCli passes by default ("" for none).
 void SetCliToken(const std::string& token);
 

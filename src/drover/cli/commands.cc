@@ -1,6 +1,7 @@
 #include "drover/cli/commands.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "drover/cli/client.h"
+#include "drover/cli/submit_flags.h"
 #include "drover/cli/table.h"
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
@@ -80,35 +82,6 @@ void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
 
 // ---- verbs ----
 
-struct SubmitArgs {
-  std::string name, tenant, gpu_memory = "0", gpu_model, gpu_vendor, workdir;
-  std::string gpus = "1";
-  std::string cpus = "0", memory = "0";  // host resources per replica
-  int priority = 0;
-  int replicas = 1;
-  std::vector<std::string> selector;
-  std::string topology;
-  std::string estimate;
-  bool preemptible = false;
-  int grace = 0;
-  std::string restart_policy;
-  std::string checkpoint_signal;
-  int checkpoint_grace = 0;
-  int max_restarts = 0;
-  bool wait = false;
-  std::string array;  // "1-100%10"
-  std::vector<std::string> env;
-  std::vector<std::string> command;
-};
-
-// The exit code `drover submit --wait` gives for an ended job: its own, 128
-// + the signal that killed it, or 1 when it failed otherwise.
-int ExitCodeOf(const v1::JobStatus& st) {
-  if (st.signal() != 0) return 128 + st.signal();
-  if (st.state() == v1::JOB_STATE_SUCCEEDED) return 0;
-  return st.exit_code() > 0 && st.exit_code() < 256 ? st.exit_code() : kExitFailure;
-}
-
 // Waits for a job (or every task of an array) on the server's push stream,
 // and exits with its code (for an array, the highest of its tasks').
 int WaitFor(const std::string& id, const std::string& array_id, const Common& c) {
@@ -133,76 +106,18 @@ int WaitFor(const std::string& id, const std::string& array_id, const Common& c)
   grpc::Status s = reader->Finish();
   if (!s.ok()) return Fail(s, c);
   int code = 0;
-  for (const auto& [job_id, st] : ended) code = std::max(code, ExitCodeOf(st));
+  for (const auto& [job_id, st] : ended) {
+    code = std::max(code, ExitCodeOfJob(st.state() == v1::JOB_STATE_SUCCEEDED, st.signal(), st.exit_code()));
+  }
   return ended.empty() ? kExitFailure : code;
 }
 
 int Submit(const SubmitArgs& a, const Common& c) {
+  auto body = SubmitRequestJson(a);
+  if (!body.ok()) return Usage(body.status().message());
   v1::SubmitJobRequest req;
-  v1::JobSpec* s = req.mutable_spec();
-  s->set_name(a.name);
-  s->set_tenant(a.tenant);
-  s->set_priority(a.priority);
-  // Whole GPUs stay whole ("2"); a fraction below one ("0.25", "250m") is a
-  // share of one GPU in thousandths.
-  auto milli = ParseMilliGpu(a.gpus);
-  if (!milli.ok()) return Usage("--gpus: " + milli.status().message());
-  if (*milli % kMilliGpuPerGpu == 0) {
-    s->set_gpus(static_cast<int32_t>(std::min<int64_t>(*milli / kMilliGpuPerGpu, INT32_MAX)));
-  } else if (*milli < kMilliGpuPerGpu) {
-    s->set_gpus(1);
-    s->set_gpu_milli(static_cast<int32_t>(*milli));
-  } else {
-    return Usage(fmt::format("--gpus {}: ask for whole GPUs or a share of one GPU (below 1)", a.gpus));
-  }
-  auto mem = ParseBytes(a.gpu_memory);
-  if (!mem.ok()) return Usage("--gpu-memory: " + mem.status().message());
-  if (s->gpu_milli() > 0 && *mem == 0) {
-    return Usage(fmt::format("--gpus {} shares a GPU: also give --gpu-memory, the memory to reserve on it", a.gpus));
-  }
-  s->set_gpu_memory_bytes(*mem);
-  // CPUs like GPUs: "2", "0.5" or "500m" (thousandths).
-  auto cpus = ParseMilliGpu(a.cpus);
-  if (!cpus.ok()) return Usage(fmt::format("--cpus '{}' is not a number of CPUs (2, 0.5 or 500m)", a.cpus));
-  s->set_cpu_millis(*cpus);
-  auto host_mem = ParseBytes(a.memory);
-  if (!host_mem.ok()) return Usage("--memory: " + host_mem.status().message());
-  s->set_memory_bytes(*host_mem);
-  s->set_replicas(a.replicas);
-  for (const std::string& kv : a.selector) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos) return Usage("--selector '" + kv + "' is not NAME=VALUE");
-    (*s->mutable_node_selector())[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  s->set_topology(a.topology);
-  if (!a.estimate.empty()) {
-    auto ms = ParseDurationMs(a.estimate);
-    if (!ms.ok()) return Usage("--estimate: " + ms.status().message());
-    s->set_runtime_estimate_seconds((*ms + 999) / 1000);
-  }
-  s->set_preemptible(a.preemptible);
-  s->set_termination_grace_seconds(a.grace);
-  // The server checks the policy's name and the bound on restarts.
-  s->set_restart_policy(a.restart_policy);
-  s->set_checkpoint_signal(a.checkpoint_signal);
-  s->set_checkpoint_grace_seconds(a.checkpoint_grace);
-  s->set_max_restarts(a.max_restarts);
-  s->set_gpu_model(a.gpu_model);
-  s->set_gpu_vendor(a.gpu_vendor);
-  s->set_working_dir(a.workdir);
-  for (const std::string& kv : a.env) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      std::cerr << "error: --env '" << kv << "' is not NAME=VALUE\n";
-      return kExitUsage;
-    }
-    (*s->mutable_env())[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const std::string& arg : a.command) s->add_command(arg);
-  if (!a.array.empty()) {
-    auto array = rpc::ParseArraySpec(a.array);
-    if (!array.ok()) return Usage("--array: " + array.status().message());
-    *req.mutable_array() = *array;
+  if (auto st = google::protobuf::util::JsonStringToMessage(body->dump(), &req); !st.ok()) {
+    return Usage(std::string(st.message()));
   }
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::SubmitJobResponse resp;
@@ -483,40 +398,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   auto sa = std::make_shared<SubmitArgs>();
   CLI::App* submit = app.add_subcommand("submit", "submit a job: drover submit [flags] -- CMD ARGS...");
   AddCommon(submit, common.get(), true);
-  submit->add_option("--name", sa->name, "job name");
-  submit->add_option("--tenant", sa->tenant, "tenant to charge (default: the token's; only an admin may name another)");
-  submit->add_option("--priority", sa->priority, "0..1000: higher runs first and may preempt --preemptible jobs");
-  submit->add_option("--gpus", sa->gpus, "GPUs per replica on one node (2), or a share of one GPU (0.25 or 250m)")
-      ->capture_default_str();
-  submit->add_option("--gpu-memory", sa->gpu_memory,
-                     "minimum memory per GPU, e.g. 40GiB; with a share, the memory reserved on the GPU");
-  submit->add_option("--cpus", sa->cpus, "CPUs per replica (2, 0.5 or 500m): placed by, and its cgroup's cpu.max");
-  submit->add_option("--memory", sa->memory, "host memory per replica (16GiB): placed by, and its cgroup's memory.max");
-  submit->add_option("--replicas", sa->replicas, "gang size: replicas x --gpus, placed all or nothing");
-  submit->add_option("--selector", sa->selector, "node label NAME=VALUE the node must have, repeatable");
-  submit->add_option("--topology", sa->topology, "best-effort, island (one NVLink island), numa, switch or rack");
-  submit->add_option("--estimate", sa->estimate, "expected runtime, e.g. 90m or 2h (sjf queue, backfill)");
-  submit->add_flag("--preemptible", sa->preemptible, "may be stopped and queued again for more important work");
-  submit->add_option("--grace", sa->grace, "seconds between SIGTERM and SIGKILL when stopped (default 10)");
-  submit->add_option("--restart-policy", sa->restart_policy,
-                     "when its GPU or node fails: never (end FAILED, the default) or on-failure (queue it again)");
-  submit->add_option("--max-restarts", sa->max_restarts, "with --restart-policy on-failure: at most N restarts (3)");
-  submit->add_option("--checkpoint-signal", sa->checkpoint_signal,
-                     "sent before a preemption or drain stops the job, so it can save to $DROVER_CHECKPOINT_DIR "
-                     "(default SIGUSR1; none)");
-  submit->add_option("--checkpoint-grace", sa->checkpoint_grace,
-                     "seconds from the checkpoint signal to SIGTERM (default 10)");
-  submit->add_option("--gpu-model", sa->gpu_model, "exact GPU model, e.g. 'H100 80GB'");
-  submit->add_option("--gpu-vendor", sa->gpu_vendor, "nvidia, amd, intel or opencl");
-  submit->add_option("--workdir", sa->workdir, "absolute working directory on the node");
-  submit->add_option("-e,--env", sa->env, "NAME=VALUE, repeatable");
-  submit->add_flag("--wait", sa->wait,
-                   "wait for the job and exit with its exit code (an array: until every task ended, the highest code)");
-  submit->add_option("--array", sa->array,
-                     "a job array: one task per index, FIRST-LAST[:STEP][%MAX] (1-1000%50: at most 50 at once); "
-                     "each task sees its index in DROVER_ARRAY_INDEX");
-  submit->add_option("command", sa->command, "the command and its arguments")->required();
-  submit->positionals_at_end();
+  AddSubmitFlags(submit, sa.get());
   submit->callback(run([sa, common] { return Submit(*sa, *common); }));
 
   auto ja = std::make_shared<JobsArgs>();

@@ -30,4 +30,14 @@ inline constexpr int64_t kMilliGpuPerGpu = 1000;
 Result<int64_t> ParseMilliGpu(std::string_view text);
 std::string FormatMilliGpu(int64_t milli);
 
+// A job array's indices: FIRST-LAST[:STEP][%MAX], e.g. "1-100%10". step 0
+// means 1; max_running 0 means no limit.
+struct ArrayRange {
+  int64_t first = 0;
+  int64_t last = 0;
+  int64_t step = 0;
+  int32_t max_running = 0;
+};
+Result<ArrayRange> ParseArrayRange(std::string_view text);
+
 }  // namespace drover

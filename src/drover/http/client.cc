@@ -5,6 +5,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/ssl.hpp>
+#include <charconv>
 #include <chrono>
 #include <optional>
 #include <utility>
@@ -76,6 +77,11 @@ Result<std::unique_ptr<net::ssl::context>> ClientContext(const ClientTls& tls) {
   return ctx;
 }
 
+Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                const std::string& target, const std::string& body, const std::string& content_type,
+                                const std::map<std::string, std::string>& headers,
+                                const std::function<bool(std::string_view)>* on_body);
+
 }  // namespace
 
 Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
@@ -89,6 +95,21 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
                                     const std::string& target, const std::string& body,
                                     const std::string& content_type,
                                     const std::map<std::string, std::string>& headers) {
+  return Exchange(tls, host_port, method, target, body, content_type, headers, nullptr);
+}
+
+Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                   const std::string& target, const std::map<std::string, std::string>& headers,
+                                   const std::function<bool(std::string_view)>& on_body) {
+  return Exchange(tls, host_port, method, target, "", "", headers, &on_body);
+}
+
+namespace {
+
+Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                const std::string& target, const std::string& body, const std::string& content_type,
+                                const std::map<std::string, std::string>& headers,
+                                const std::function<bool(std::string_view)>* on_body) {
   DROVER_ASSIGN_OR_RETURN(HostPort address, SplitHostPort(host_port));
   std::unique_ptr<net::ssl::context> ssl_ctx;
   if (tls != nullptr) {
@@ -132,29 +153,62 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
 
   error_code failure;
   const char* stage = "resolving";
+  // Live until ioc.run() returns. pump, for streams: reads and hands over
+  // what came, until the end.
+  std::function<void()> read_rest, pump;
   auto exchange = [&](auto& stream) {
     stage = "sending to";
     bhttp::async_write(stream, request, [&](error_code write_ec, size_t) {
       if (write_ec) return void(failure = write_ec);
       stage = "reading from";
-      bhttp::async_read(stream, buffer, parser, [&](error_code read_ec, size_t) { failure = read_ec; });
+      read_rest = [&] { bhttp::async_read(stream, buffer, parser, [&](error_code ec, size_t) { failure = ec; }); };
+      if (on_body == nullptr) return read_rest();
+      bhttp::async_read_header(stream, buffer, parser, [&](error_code header_ec, size_t) {
+        if (header_ec) return void(failure = header_ec);
+        if (parser.get().result_int() / 100 != 2) return read_rest();
+        plain.expires_never();
+        parser.body_limit(boost::none);
+        pump = [&] {
+          if (parser.is_done()) return;
+          bhttp::async_read_some(stream, buffer, parser, [&](error_code ec, size_t) {
+            std::string& piece = parser.get().body();
+            bool more = piece.empty() || (*on_body)(piece);
+            piece.clear();
+            if (!more || ec == bhttp::error::end_of_stream) return;
+            if (ec) return void(failure = ec);
+            pump();
+          });
+        };
+        pump();
+      });
     });
   };
   plain.expires_after(kTimeout);
-  resolver.async_resolve(
-      address.host, address.port, [&](error_code ec, tcp::resolver::results_type results) {
-        if (ec) return void(failure = ec);
-        stage = "connecting to";
-        plain.async_connect(results, [&](error_code connect_ec, const tcp::endpoint&) {
-          if (connect_ec) return void(failure = connect_ec);
-          if (!secure) return exchange(plain);
-          stage = "tls handshake with";
-          secure->async_handshake(net::ssl::stream_base::client, [&](error_code hs_ec) {
-            if (hs_ec) return void(failure = hs_ec);
-            exchange(*secure);
-          });
-        });
-      });
+  auto on_connected = [&](error_code connect_ec) {
+    if (connect_ec) return void(failure = connect_ec);
+    if (!secure) return exchange(plain);
+    stage = "tls handshake with";
+    secure->async_handshake(net::ssl::stream_base::client, [&](error_code hs_ec) {
+      if (hs_ec) return void(failure = hs_ec);
+      exchange(*secure);
+    });
+  };
+  // An address needs no resolver (whose first use starts a thread, and
+  // whose end waits for it: a millisecond or more of a CLI's run).
+  error_code literal_ec;
+  net::ip::address literal = net::ip::make_address(address.host, literal_ec);
+  uint16_t port = 0;
+  auto [port_end, port_ec] = std::from_chars(address.port.data(), address.port.data() + address.port.size(), port);
+  if (!literal_ec && port_ec == std::errc() && port_end == address.port.data() + address.port.size()) {
+    stage = "connecting to";
+    plain.async_connect(tcp::endpoint(literal, port), on_connected);
+  } else {
+    resolver.async_resolve(address.host, address.port, [&](error_code ec, tcp::resolver::results_type results) {
+      if (ec) return void(failure = ec);
+      stage = "connecting to";
+      plain.async_connect(results, [&](error_code connect_ec, const tcp::endpoint&) { on_connected(connect_ec); });
+    });
+  }
   ioc.run();
   if (failure) {
     return Unavailable(std::string("http ") + method + " " + target + ": " + stage + " '" +
@@ -178,5 +232,7 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
   plain.socket().shutdown(tcp::socket::shutdown_both, ignored);
   return response;
 }
+
+}  // namespace
 
 }  // namespace drover::http

@@ -5,8 +5,10 @@
 //
 // Thread-safe: each call has its own connection and state.
 
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "drover/common/status.h"
 
@@ -44,5 +46,14 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
                                     const std::string& target, const std::string& body = "",
                                     const std::string& content_type = "application/json",
                                     const std::map<std::string, std::string>& headers = {});
+
+// HttpsRequest for a response that lasts (server-sent events): a 2xx
+// response's body goes to `on_body` piece by piece as it arrives (the
+// returned `body` stays empty), with no deadline once the response has
+// begun; `on_body` returning false ends the exchange. Any other status is
+// read whole into `body`, as HttpsRequest does.
+Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                   const std::string& target, const std::map<std::string, std::string>& headers,
+                                   const std::function<bool(std::string_view)>& on_body);
 
 }  // namespace drover::http

@@ -484,39 +484,12 @@ std::string JobStateDisplay(v1::JobState state) {
 }
 
 Result<v1::ArraySpec> ParseArraySpec(std::string_view text) {
-  auto bad = [&](std::string_view why) {
-    return InvalidArgument(fmt::format("array '{}': {} (expected FIRST-LAST[:STEP][%MAX], e.g. 1-100%10)",
-                                       text.substr(0, 64), why));
-  };
-  auto number = [](std::string_view s, int64_t* out) {
-    if (s.empty() || s.size() > 18) return false;
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-    return ec == std::errc() && p == s.data() + s.size() && *out >= 0;
-  };
+  DROVER_ASSIGN_OR_RETURN(ArrayRange r, ParseArrayRange(text));
   v1::ArraySpec a;
-  std::string_view rest = text;
-  if (size_t pct = rest.find('%'); pct != std::string_view::npos) {
-    int64_t max = 0;
-    if (!number(rest.substr(pct + 1), &max) || max < 1 || max > INT32_MAX) return bad("the limit after % is not a positive number");
-    a.set_max_running(static_cast<int32_t>(max));
-    rest = rest.substr(0, pct);
-  }
-  if (size_t colon = rest.find(':'); colon != std::string_view::npos) {
-    int64_t step = 0;
-    if (!number(rest.substr(colon + 1), &step) || step < 1) return bad("the step after : is not a positive number");
-    a.set_step(step);
-    rest = rest.substr(0, colon);
-  }
-  int64_t first = 0, last = 0;
-  if (size_t dash = rest.find('-'); dash != std::string_view::npos) {
-    if (!number(rest.substr(0, dash), &first) || !number(rest.substr(dash + 1), &last)) return bad("bad index range");
-  } else {
-    if (!number(rest, &first)) return bad("bad index");
-    last = first;
-  }
-  if (last < first) return bad("the last index is below the first");
-  a.set_first(first);
-  a.set_last(last);
+  a.set_first(r.first);
+  a.set_last(r.last);
+  a.set_step(r.step);
+  a.set_max_running(r.max_running);
   return a;
 }
 

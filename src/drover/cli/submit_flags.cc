@@ -1,0 +1,124 @@
+#include "drover/cli/submit_flags.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "drover/common/config.h"
+#include "drover/common/quantity.h"
+
+namespace drover::cli {
+
+void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
+  submit->add_option("--name", a->name, "job name");
+  submit->add_option("--tenant", a->tenant, "tenant to charge (default: the token's; only an admin may name another)");
+  submit->add_option("--priority", a->priority, "0..1000: higher runs first and may preempt --preemptible jobs");
+  submit->add_option("--gpus", a->gpus, "GPUs per replica on one node (2), or a share of one GPU (0.25 or 250m)")
+      ->capture_default_str();
+  submit->add_option("--gpu-memory", a->gpu_memory,
+                     "minimum memory per GPU, e.g. 40GiB; with a share, the memory reserved on the GPU");
+  submit->add_option("--cpus", a->cpus, "CPUs per replica (2, 0.5 or 500m): placed by, and its cgroup's cpu.max");
+  submit->add_option("--memory", a->memory, "host memory per replica (16GiB): placed by, and its cgroup's memory.max");
+  submit->add_option("--replicas", a->replicas, "gang size: replicas x --gpus, placed all or nothing");
+  submit->add_option("--selector", a->selector, "node label NAME=VALUE the node must have, repeatable");
+  submit->add_option("--topology", a->topology, "best-effort, island (one NVLink island), numa, switch or rack");
+  submit->add_option("--estimate", a->estimate, "expected runtime, e.g. 90m or 2h (sjf queue, backfill)");
+  submit->add_flag("--preemptible", a->preemptible, "may be stopped and queued again for more important work");
+  submit->add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopped (default 10)");
+  submit->add_option("--restart-policy", a->restart_policy,
+                     "when its GPU or node fails: never (end FAILED, the default) or on-failure (queue it again)");
+  submit->add_option("--max-restarts", a->max_restarts, "with --restart-policy on-failure: at most N restarts (3)");
+  submit->add_option("--checkpoint-signal", a->checkpoint_signal,
+                     "sent before a preemption or drain stops the job, so it can save to $DROVER_CHECKPOINT_DIR "
+                     "(default SIGUSR1; none)");
+  submit->add_option("--checkpoint-grace", a->checkpoint_grace,
+                     "seconds from the checkpoint signal to SIGTERM (default 10)");
+  submit->add_option("--gpu-model", a->gpu_model, "exact GPU model, e.g. 'H100 80GB'");
+  submit->add_option("--gpu-vendor", a->gpu_vendor, "nvidia, amd, intel or opencl");
+  submit->add_option("--workdir", a->workdir, "absolute working directory on the node");
+  submit->add_option("-e,--env", a->env, "NAME=VALUE, repeatable");
+  submit->add_flag("--wait", a->wait,
+                   "wait for the job and exit with its exit code (an array: until every task ended, the highest code)");
+  submit->add_option("--array", a->array,
+                     "a job array: one task per index, FIRST-LAST[:STEP][%MAX] (1-1000%50: at most 50 at once); "
+                     "each task sees its index in DROVER_ARRAY_INDEX");
+  submit->add_option("command", a->command, "the command and its arguments")->required();
+  submit->positionals_at_end();
+}
+
+Result<nlohmann::json> SubmitRequestJson(const SubmitArgs& a) {
+  nlohmann::json s = {{"name", a.name}, {"tenant", a.tenant}, {"priority", a.priority}};
+  // Whole GPUs stay whole ("2"); a fraction below one ("0.25", "250m") is a
+  // share of one GPU in thousandths.
+  auto milli = ParseMilliGpu(a.gpus);
+  if (!milli.ok()) return InvalidArgument("--gpus: " + milli.status().message());
+  int64_t gpu_milli = 0;
+  if (*milli % kMilliGpuPerGpu == 0) {
+    s["gpus"] = std::min<int64_t>(*milli / kMilliGpuPerGpu, INT32_MAX);
+  } else if (*milli < kMilliGpuPerGpu) {
+    s["gpus"] = 1;
+    gpu_milli = *milli;
+    s["gpu_milli"] = gpu_milli;
+  } else {
+    return InvalidArgument(fmt::format("--gpus {}: ask for whole GPUs or a share of one GPU (below 1)", a.gpus));
+  }
+  auto mem = ParseBytes(a.gpu_memory);
+  if (!mem.ok()) return InvalidArgument("--gpu-memory: " + mem.status().message());
+  if (gpu_milli > 0 && *mem == 0) {
+    return InvalidArgument(
+        fmt::format("--gpus {} shares a GPU: also give --gpu-memory, the memory to reserve on it", a.gpus));
+  }
+  s["gpu_memory_bytes"] = *mem;
+  // CPUs like GPUs: "2", "0.5" or "500m" (thousandths).
+  auto cpus = ParseMilliGpu(a.cpus);
+  if (!cpus.ok()) return InvalidArgument(fmt::format("--cpus '{}' is not a number of CPUs (2, 0.5 or 500m)", a.cpus));
+  s["cpu_millis"] = *cpus;
+  auto host_mem = ParseBytes(a.memory);
+  if (!host_mem.ok()) return InvalidArgument("--memory: " + host_mem.status().message());
+  s["memory_bytes"] = *host_mem;
+  s["replicas"] = a.replicas;
+  nlohmann::json selector = nlohmann::json::object();
+  for (const std::string& kv : a.selector) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) return InvalidArgument("--selector '" + kv + "' is not NAME=VALUE");
+    selector[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  s["node_selector"] = std::move(selector);
+  s["topology"] = a.topology;
+  if (!a.estimate.empty()) {
+    auto ms = ParseDurationMs(a.estimate);
+    if (!ms.ok()) return InvalidArgument("--estimate: " + ms.status().message());
+    s["runtime_estimate_seconds"] = (*ms + 999) / 1000;
+  }
+  s["preemptible"] = a.preemptible;
+  s["termination_grace_seconds"] = a.grace;
+  // The server checks the policy's name and the bound on restarts.
+  s["restart_policy"] = a.restart_policy;
+  s["checkpoint_signal"] = a.checkpoint_signal;
+  s["checkpoint_grace_seconds"] = a.checkpoint_grace;
+  s["max_restarts"] = a.max_restarts;
+  s["gpu_model"] = a.gpu_model;
+  s["gpu_vendor"] = a.gpu_vendor;
+  s["working_dir"] = a.workdir;
+  nlohmann::json env = nlohmann::json::object();
+  for (const std::string& kv : a.env) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return InvalidArgument("--env '" + kv + "' is not NAME=VALUE");
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  s["env"] = std::move(env);
+  s["command"] = a.command;
+  nlohmann::json req = {{"spec", std::move(s)}};
+  if (!a.array.empty()) {
+    auto array = ParseArrayRange(a.array);
+    if (!array.ok()) return InvalidArgument("--array: " + array.status().message());
+    req["array"] = {{"first", array->first},
+                    {"last", array->last},
+                    {"step", array->step},
+                    {"max_running", array->max_running}};
+  }
+  return req;
+}
+
+}  // namespace drover::cli

@@ -1,0 +1,95 @@
+#include "drover/cli/submit_flags.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include "drover/v1/api.pb.h"
+
+namespace drover::cli {
+namespace {
+
+// Parses `drover submit ARGS` with the real flags.
+SubmitArgs Parse(std::vector<std::string> args) {
+  CLI::App app("drover");
+  CLI::App* submit = app.add_subcommand("submit");
+  SubmitArgs a;
+  AddSubmitFlags(submit, &a);
+  std::vector<std::string> argv = {"drover", "submit"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> raw;
+  for (std::string& s : argv) raw.push_back(s.data());
+  app.parse(static_cast<int>(raw.size()), raw.data());
+  return a;
+}
+
+// Every flag lands in the field the server reads: the JSON parses into
+// v1.SubmitJobRequest (an unknown field name would fail here, and at the
+// server with 400) with the values given.
+TEST(SubmitFlagsTest, EveryFlagBecomesItsFieldOfTheRequest) {
+  SubmitArgs a = Parse({"--name", "n", "--tenant", "t", "--priority", "7", "--gpus", "250m", "--gpu-memory", "10GiB",
+                        "--cpus", "1.5", "--memory", "2GiB", "--replicas", "1", "--selector", "rack=r1", "--topology",
+                        "numa", "--estimate", "90m", "--preemptible", "--grace", "3", "--restart-policy", "on-failure",
+                        "--max-restarts", "2", "--checkpoint-signal", "SIGUSR2", "--checkpoint-grace", "4",
+                        "--gpu-model", "H100 80GB", "--gpu-vendor", "nvidia", "--workdir", "/w", "-e", "A=1=2",
+                        "--array", "1-9:2%3", "--", "sh", "-c", "exit 1"});
+  auto json = SubmitRequestJson(a);
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  v1::SubmitJobRequest req;
+  auto st = google::protobuf::util::JsonStringToMessage(json->dump(), &req);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const v1::JobSpec& s = req.spec();
+  EXPECT_EQ(s.name(), "n");
+  EXPECT_EQ(s.tenant(), "t");
+  EXPECT_EQ(s.priority(), 7);
+  EXPECT_EQ(s.gpus(), 1);
+  EXPECT_EQ(s.gpu_milli(), 250);
+  EXPECT_EQ(s.gpu_memory_bytes(), 10LL << 30);
+  EXPECT_EQ(s.cpu_millis(), 1500);
+  EXPECT_EQ(s.memory_bytes(), 2LL << 30);
+  EXPECT_EQ(s.node_selector().at("rack"), "r1");
+  EXPECT_EQ(s.topology(), "numa");
+  EXPECT_EQ(s.runtime_estimate_seconds(), 5400);
+  EXPECT_TRUE(s.preemptible());
+  EXPECT_EQ(s.termination_grace_seconds(), 3);
+  EXPECT_EQ(s.restart_policy(), "on-failure");
+  EXPECT_EQ(s.max_restarts(), 2);
+  EXPECT_EQ(s.checkpoint_signal(), "SIGUSR2");
+  EXPECT_EQ(s.checkpoint_grace_seconds(), 4);
+  EXPECT_EQ(s.gpu_model(), "H100 80GB");
+  EXPECT_EQ(s.gpu_vendor(), "nvidia");
+  EXPECT_EQ(s.working_dir(), "/w");
+  EXPECT_EQ(s.env().at("A"), "1=2");
+  ASSERT_EQ(s.command_size(), 3);
+  EXPECT_EQ(s.command(2), "exit 1");
+  EXPECT_EQ(req.array().first(), 1);
+  EXPECT_EQ(req.array().last(), 9);
+  EXPECT_EQ(req.array().step(), 2);
+  EXPECT_EQ(req.array().max_running(), 3);
+}
+
+TEST(SubmitFlagsTest, WholeGpusStayWholeAndNoArrayMeansNone) {
+  auto json = SubmitRequestJson(Parse({"--gpus", "2", "--", "true"}));
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ((*json)["spec"]["gpus"], 2);
+  EXPECT_FALSE((*json)["spec"].contains("gpu_milli"));
+  EXPECT_FALSE(json->contains("array"));
+}
+
+TEST(SubmitFlagsTest, FlagsThatDoNotParseSayWhich) {
+  auto message = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"--", "true"});
+    auto r = SubmitRequestJson(Parse(args));
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    return r.status().message();
+  };
+  EXPECT_NE(message({"--gpus", "1.5"}).find("a share of one GPU (below 1)"), std::string::npos);
+  EXPECT_NE(message({"--gpus", "0.5"}).find("also give --gpu-memory"), std::string::npos);
+  EXPECT_NE(message({"--memory", "lots"}).find("--memory"), std::string::npos);
+  EXPECT_NE(message({"--selector", "rack"}).find("is not NAME=VALUE"), std::string::npos);
+  EXPECT_NE(message({"-e", "=1"}).find("--env '=1'"), std::string::npos);
+  EXPECT_NE(message({"--estimate", "soon"}).find("--estimate"), std::string::npos);
+  EXPECT_NE(message({"--array", "5-1"}).find("--array"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace drover::cli
