@@ -4,6 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "drover/http/client.h"
@@ -96,6 +103,98 @@ TEST_F(ApiTest, RestSubmitGetListCancelAndLogs) {
   ASSERT_EQ(nodes.status, 200);
   EXPECT_EQ(nlohmann::json::parse(nodes.body)["nodes"][0]["name"], "sim-1");
   EXPECT_EQ(Http("GET", "/api/v1/nodes/sim-1").status, 200);
+}
+
+// The threads of a process, from /proc.
+int Threads(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// `logs -f` over REST holds no thread: 300 followers (more than the 256
+// streams that once each held one) all get the output as it is written and
+// all end with the job, while the server answers other requests and its
+// thread count stays where it was. They come from five loopback addresses
+// (the server takes 64 connections from one address).
+TEST_F(ApiTest, ManyLogFollowersHoldNoThreads) {
+  auto created = Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": 1, "command": ["sh", "-c", "echo start; sleep 300; echo never"]}})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  std::string id = nlohmann::json::parse(created.body)["job"]["id"];
+  ASSERT_TRUE(WaitUntil([&] { return Http("GET", "/api/v1/jobs/" + id + "/logs").body == "start\n"; }));
+  const int before = Threads(up_->pid());
+
+  std::string host = up_->http_address();
+  int port = std::stoi(host.substr(host.rfind(':') + 1));
+  std::string request = "GET /api/v1/jobs/" + id + "/logs?follow=true HTTP/1.1\r\nHost: " + host +
+                        "\r\nAuthorization: Bearer " + up_->token() + "\r\n\r\n";
+  constexpr int kFollowers = 300;
+  std::vector<int> fds;
+  std::vector<std::string> got(kFollowers);
+  std::vector<bool> eof(kFollowers, false);
+  for (int i = 0; i < kFollowers; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<uint32_t>(i / 60));  // 127.0.0.2 ...
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+    fds.push_back(fd);
+  }
+  // Reads every stream until `done(i)` holds for all; false on a timeout.
+  auto read_until = [&](const std::function<bool(int)>& done) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      std::vector<pollfd> polls;
+      std::vector<int> which;
+      for (int i = 0; i < kFollowers; ++i) {
+        if (done(i) || eof[i]) continue;
+        polls.push_back({fds[i], POLLIN, 0});
+        which.push_back(i);
+      }
+      if (polls.empty()) {  // every stream done, or closed before it was
+        for (int i = 0; i < kFollowers; ++i) {
+          if (!done(i)) return false;
+        }
+        return true;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      if (::poll(polls.data(), polls.size(), 1000) < 0) return false;
+      for (size_t k = 0; k < polls.size(); ++k) {
+        if ((polls[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        char buf[4096];
+        ssize_t n = ::recv(polls[k].fd, buf, sizeof(buf), 0);
+        if (n > 0) got[which[k]].append(buf, static_cast<size_t>(n));
+        if (n <= 0) eof[which[k]] = true;
+      }
+    }
+  };
+  auto started = [&](int i) { return got[i].find("start\n") != std::string::npos; };
+  if (!read_until(started)) {
+    for (int i = 0; i < kFollowers; ++i) ASSERT_TRUE(started(i)) << "stream " << i << " got: " << got[i];
+  }
+  for (int i = 0; i < kFollowers; ++i) EXPECT_EQ(got[i].rfind("HTTP/1.1 200", 0), 0u) << got[i].substr(0, 200);
+  EXPECT_EQ(Http("GET", "/readyz").status, 200);
+  EXPECT_LT(Threads(up_->pid()) - before, 20) << "threads before: " << before;
+
+  ASSERT_EQ(Http("POST", "/api/v1/jobs/" + id + "/cancel").status, 200);
+  // Each stream ends with the last chunk of its body ("0\r\n\r\n").
+  auto ended = [&](int i) { return got[i].find("\r\n0\r\n\r\n") != std::string::npos; };
+  bool all_ended = read_until(ended);
+  int open = 0;
+  for (int i = 0; i < kFollowers; ++i) open += ended(i) ? 0 : 1;
+  ASSERT_TRUE(all_ended) << open << " streams did not end, e.g.: " << got[0];
+  for (int i = 0; i < kFollowers; ++i) {
+    EXPECT_EQ(got[i].find("never"), std::string::npos);
+    ::close(fds[i]);
+  }
 }
 
 TEST_F(ApiTest, BadJobSpecsAreRejectedOnBothTransportsAndNothingIsStored) {

@@ -277,6 +277,19 @@ class AsyncSink final : public StreamSink {
     return QueueLocked(std::move(chunk), /*bounded=*/true);
   }
 
+  bool WriteThen(std::string chunk, std::function<void()> on_sent) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!QueueLocked(std::move(chunk), /*bounded=*/true)) return false;
+    if (sent_total_ >= queued_total_) {
+      // An empty chunk: nothing to wait for. Run after the lock, from the
+      // session's strand like every other notice.
+      net::post(session_->executor(), std::move(on_sent));
+    } else {
+      on_sent_.emplace_back(queued_total_, std::move(on_sent));
+    }
+    return true;
+  }
+
   // The deprecated ChunkWriter: waits until the chunk is written.
   bool WriteAndWait(std::string_view data) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -324,27 +337,38 @@ class AsyncSink final : public StreamSink {
     *last = closing_;
   }
   void Sent(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_ -= bytes;
-    sent_total_ += bytes;
-    cv_.notify_all();
+    std::vector<std::function<void()>> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ -= bytes;
+      sent_total_ += bytes;
+      cv_.notify_all();
+      while (!on_sent_.empty() && on_sent_.front().first <= sent_total_) {
+        ready.push_back(std::move(on_sent_.front().second));
+        on_sent_.pop_front();
+      }
+    }
+    for (auto& fn : ready) fn();
   }
   // The stream is over: `gone` unless it ended with its last chunk.
   void End(bool gone) {
+    // The notices that will never run are dropped too (after the lock: what
+    // they hold may be the producer, which may hold this sink).
     std::function<void()> fn;
+    std::deque<std::pair<uint64_t, std::function<void()>>> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (ended_) return;
       ended_ = true;
       session_.reset();
       queue_.clear();
+      dropped.swap(on_sent_);
       cv_.notify_all();
+      fn = std::move(on_closed_);
+      on_closed_ = nullptr;
       if (!gone || closing_) return;
       gone_ = true;
-      if (on_closed_) {
-        fired_ = true;
-        fn = std::move(on_closed_);
-      }
+      fired_ = fn != nullptr;
     }
     if (fn) fn();
   }
@@ -378,6 +402,8 @@ class AsyncSink final : public StreamSink {
   std::shared_ptr<SessionBase> session_;  // guarded by mu_
   const size_t limit_;
   std::deque<std::string> queue_;   // guarded by mu_
+  // WriteThen's notices: run once sent_total_ reaches the first; guarded by mu_.
+  std::deque<std::pair<uint64_t, std::function<void()>>> on_sent_;
   size_t pending_ = 0;              // guarded by mu_
   uint64_t queued_total_ = 0;       // guarded by mu_
   uint64_t sent_total_ = 0;         // guarded by mu_
@@ -666,8 +692,9 @@ class Session final : public SessionBase {
     if (rejecting_) {
       keep_alive_ = false;
       linger_ = true;  // the body, if any, is read and discarded
-      return Respond(ErrorResponse(Unavailable("server is at its limit of " +
-                                               std::to_string(shared_.options.max_connections) + " connections")));
+      return Respond(ErrorResponse(Unavailable(
+          "server is at its limit of connections (" + std::to_string(shared_.options.max_connections) + " in all, " +
+          std::to_string(shared_.options.max_connections_per_source) + " from one address)")));
     }
     if (parser_->is_done()) return OnRequest();
     Lowest().expires_after(Millis(shared_.options.write_timeout_ms));

@@ -54,6 +54,10 @@ class StreamSink {
   // ServerOptions::max_stream_buffer_bytes would wait unsent: then the
   // stream is closed, so a slow reader never grows memory without bound.
   virtual bool Write(std::string chunk) = 0;
+  // Write, and `on_sent` runs once the chunk has gone out to the client (on
+  // a server thread; it must not block), so that a producer can pace itself
+  // by the client (log follow). It does not run when the stream ends first.
+  virtual bool WriteThen(std::string chunk, std::function<void()> on_sent) = 0;
   // Ends the response (the last chunk goes after what is queued).
   virtual void Close() = 0;
   // `fn` runs once when the stream ends for any reason other than Close()

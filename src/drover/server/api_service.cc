@@ -6,9 +6,6 @@
 #include <set>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <optional>
 #include <thread>
 
 #include "drover/common/config.h"
@@ -20,12 +17,9 @@ namespace drover::server {
 
 namespace {
 constexpr auto kApiTimeout = std::chrono::seconds(30);
-constexpr int64_t kLogChunkBytes = 64 * 1024;
 // Job lists: the page a client gets when it names none, and the largest.
 constexpr int32_t kDefaultPageSize = 500;
 constexpr int32_t kMaxPageSize = 5000;
-constexpr auto kLogPollInterval = std::chrono::milliseconds(100);
-constexpr auto kFollowCheckInterval = std::chrono::seconds(1);
 }  // namespace
 
 template <typename T>
@@ -387,85 +381,37 @@ v1::VersionResponse ApiService::Version() const {
 }
 
 Status ApiService::Logs(const auth::Principal& who, const v1::LogsRequest& req,
-                        const std::function<bool(const v1::LogChunk&)>& write, const std::function<bool()>& cancelled) {
+                        const std::function<bool(const v1::LogChunk&)>& write) {
+  if (req.follow()) return InvalidArgument("a followed log is read with FollowLogs");
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
   DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
   int64_t offset = req.offset();
-  int attempt = job.status().attempt();
-  // Following: woken by each write to the job's log and each committed
-  // change of the job (its end, a new attempt), not by a timer.
-  struct Wake {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool woken = false;
-    std::optional<v1::Job> job;  // the newest pushed state of the job
-    void Signal(const v1::Job* changed = nullptr) {
-      std::lock_guard lock(mu);
-      woken = true;
-      if (changed != nullptr) job = *changed;
-      cv.notify_all();
-    }
-  };
-  auto wake = std::make_shared<Wake>();
-  uint64_t log_watch = 0, job_watch = 0;
-  if (req.follow()) {
-    log_watch = logs_->Watch(req.id(), [wake] { wake->Signal(); });
-    if (watch_ != nullptr) {
-      JobWatch::Filter f;
-      f.ids = {req.id()};
-      job_watch = watch_->Add(f, [wake](const v1::Job& j) { wake->Signal(&j); });
-    }
-  }
-  struct Unsubscribe {
-    LogStore* logs;
-    JobWatch* watch;
-    uint64_t log_watch, job_watch;
-    ~Unsubscribe() {
-      if (log_watch != 0) logs->Unwatch(log_watch);
-      if (job_watch != 0) watch->Remove(job_watch);
-    }
-  } unsubscribe{logs_, watch_, log_watch, job_watch};
-  // Read after subscribing: nothing written in between is missed.
-  if (req.follow()) {
-    DROVER_ASSIGN_OR_RETURN(job, VisibleJob(who, req.id()));
-  }
+  const std::string log_id = LogStore::LogId(req.id(), job.status().attempt());
   for (;;) {
-    // Read the state before the bytes: output that the job wrote before it
-    // ended reached the log store before its end did.
-    bool ended = rpc::IsTerminal(job.status().state());
-    if (job.status().attempt() != attempt) {
-      // Followed into a new attempt: its output, from its start.
-      attempt = job.status().attempt();
-      offset = 0;
-    }
-    for (;;) {
-      DROVER_ASSIGN_OR_RETURN(std::string data,
-                              logs_->Read(LogStore::LogId(req.id(), attempt), offset, kLogChunkBytes));
-      if (data.empty()) break;
-      v1::LogChunk chunk;
-      chunk.set_offset(offset);
-      offset += static_cast<int64_t>(data.size());
-      chunk.set_data(std::move(data));
-      if (!write(chunk)) return Status::Ok();
-    }
-    if (!req.follow() || ended) return Status::Ok();
-    if (cancelled()) return Status::Ok();
-    std::optional<v1::Job> pushed;
-    {
-      // The timeout only bounds how late a reader that went away is noticed
-      // (and covers a server without job pushes).
-      std::unique_lock lock(wake->mu);
-      wake->cv.wait_for(lock, watch_ != nullptr ? kFollowCheckInterval : kLogPollInterval, [&] { return wake->woken; });
-      wake->woken = false;
-      pushed.swap(wake->job);
-    }
-    if (pushed) {
-      job = std::move(*pushed);
-    } else if (watch_ == nullptr) {
-      DROVER_ASSIGN_OR_RETURN(job, Await(loop_->GetJob(req.id())));
-    }
+    DROVER_ASSIGN_OR_RETURN(std::string data, logs_->Read(log_id, offset, kLogChunkBytes));
+    if (data.empty()) return Status::Ok();
+    v1::LogChunk chunk;
+    chunk.set_offset(offset);
+    offset += static_cast<int64_t>(data.size());
+    chunk.set_data(std::move(data));
+    if (!write(chunk)) return Status::Ok();
   }
+}
+
+Result<std::shared_ptr<LogFollow>> ApiService::FollowLogs(const auth::Principal& who, const v1::LogsRequest& req,
+                                                         LogFollow::Send send, LogFollow::Done done) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
+  DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
+  if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
+  auto follow = LogFollow::Start(logs_, watch_, &follow_pump_, std::move(job), req.offset(), req.follow(),
+                                 std::move(send), std::move(done));
+  if (req.follow()) {
+    // Read again after subscribing: a change in between is not missed.
+    auto now = VisibleJob(who, req.id());
+    if (now.ok()) follow->Update(*now);
+  }
+  return follow;
 }
 
 }  // namespace drover::server

@@ -13,6 +13,7 @@
 // Thread-safety: thread-safe; it forwards to the control loop and waits.
 
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "drover/auth/authority.h"
 #include "drover/common/status.h"
 #include "drover/server/control_loop.h"
+#include "drover/server/log_follow.h"
 #include "drover/server/log_store.h"
 #include "drover/v1/api.pb.h"
 
@@ -30,7 +32,9 @@ class ApiService {
   // `watch` (optional) is where the control loop publishes job changes.
   ApiService(ControlLoop* loop, LogStore* logs, auth::Authority* authority, auth::AuditLog* audit,
              JobWatch* watch = nullptr)
-      : loop_(loop), logs_(logs), authority_(authority), audit_(audit), watch_(watch) {}
+      : loop_(loop), logs_(logs), authority_(authority), audit_(audit), watch_(watch), follow_pump_("log-follow") {
+    follow_pump_.Start();
+  }
 
   // The dashboard URL prefix for login links ("http://127.0.0.1:8080").
   void set_http_base(std::string base) { http_base_ = std::move(base); }
@@ -70,11 +74,16 @@ class ApiService {
 
   v1::VersionResponse Version() const;
 
-  // Sends the job's output in chunks to `write` (which returns false when the
-  // reader is gone). With follow, keeps going until the job ended and all its
-  // output was sent, or `cancelled()` turns true.
+  // Sends the job's output as it is now in chunks to `write` (which returns
+  // false when the reader is gone); req.follow is refused (FollowLogs).
   Status Logs(const auth::Principal& who, const v1::LogsRequest& req,
-              const std::function<bool(const v1::LogChunk&)>& write, const std::function<bool()>& cancelled);
+              const std::function<bool(const v1::LogChunk&)>& write);
+  // The job's output to `send` without holding a thread (LogFollow): with
+  // req.follow until the job ended and all its output was sent, else what
+  // is there. Refusals (role, no such job, bad offset) come back here,
+  // before anything was sent; the end goes to `done`.
+  Result<std::shared_ptr<LogFollow>> FollowLogs(const auth::Principal& who, const v1::LogsRequest& req,
+                                                LogFollow::Send send, LogFollow::Done done);
 
   // Identities and audit.
   v1::Principal WhoAmI(const auth::Principal& who) const;
@@ -107,6 +116,8 @@ class ApiService {
   auth::AuditLog* audit_;
   JobWatch* watch_;
   std::string http_base_;
+  // Reads for every log follower (LogFollow), one thread for all of them.
+  runtime::EventLoop follow_pump_;
 };
 
 // What a role may call, checked before anything else. kPermissionDenied

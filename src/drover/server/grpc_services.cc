@@ -185,15 +185,107 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::Job> {
   uint64_t subscription_ = 0;
 };
 
-class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service> {
+// JobService.Logs on the callback API: a LogFollow reads and this writes,
+// one chunk in flight at a time, so `logs -f` holds no thread.
+class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk> {
+ public:
+  LogsReactor(ApiService* api, Result<auth::Principal> who, const v1::LogsRequest& req)
+      : core_(std::make_shared<Core>()) {
+    core_->reactor = this;
+    if (!who.ok()) {
+      Done(core_, who.status());
+      return;
+    }
+    auto follow = api->FollowLogs(
+        *who, req,
+        [core = core_](const std::shared_ptr<LogFollow>&, v1::LogChunk chunk) {
+          std::unique_lock lock(core->mu);
+          if (core->reactor == nullptr || core->finished) return false;
+          core->out = std::move(chunk);
+          LogsReactor* r = core->reactor;
+          lock.unlock();
+          r->StartWrite(&core->out);
+          return true;
+        },
+        [core = core_](const Status& s) { Done(core, s); });
+    if (!follow.ok()) {
+      Done(core_, follow.status());
+      return;
+    }
+    std::lock_guard lock(core_->mu);
+    core_->follow = *follow;
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::shared_ptr<LogFollow> follow;
+    {
+      std::lock_guard lock(core_->mu);
+      follow = core_->follow;
+    }
+    if (ok) {
+      if (follow) follow->Sent();
+      return;
+    }
+    if (follow) follow->Cancel();
+    Done(core_, Unavailable("the reader went away"));
+  }
+  void OnCancel() override {
+    std::shared_ptr<LogFollow> follow;
+    {
+      std::lock_guard lock(core_->mu);
+      follow = core_->follow;
+    }
+    if (follow) follow->Cancel();
+    Done(core_, Status(Code::kCancelled, "cancelled"));
+  }
+  void OnDone() override {
+    std::shared_ptr<LogFollow> follow;
+    {
+      std::lock_guard lock(core_->mu);
+      core_->reactor = nullptr;
+      follow = std::move(core_->follow);
+    }
+    if (follow) follow->Cancel();
+    delete this;
+  }
+
+ private:
+  struct Core {
+    std::mutex mu;
+    LogsReactor* reactor = nullptr;
+    bool finished = false;
+    std::shared_ptr<LogFollow> follow;
+    v1::LogChunk out;  // being written
+  };
+  // Finishes the call once, whoever gets there first.
+  static void Done(const std::shared_ptr<Core>& core, const Status& s) {
+    std::unique_lock lock(core->mu);
+    if (core->reactor == nullptr || core->finished) return;
+    core->finished = true;
+    LogsReactor* r = core->reactor;
+    lock.unlock();
+    r->Finish(rpc::ToGrpc(s));
+  }
+
+  std::shared_ptr<Core> core_;
+};
+
+using JobServiceBase =
+    v1::JobService::WithCallbackMethod_Logs<v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service>>;
+
+class JobServiceImpl final : public JobServiceBase {
  public:
   JobServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
 
-  // The synchronous Watch the base declares (final, unimplemented) stays
-  // visible; this one is the callback API's.
-  using v1::JobService::WithCallbackMethod_Watch<v1::JobService::Service>::Watch;
+  // The synchronous Watch and Logs the bases declare (final, unimplemented)
+  // stay visible; these are the callback API's.
+  using JobServiceBase::Logs;
+  using JobServiceBase::Watch;
   grpc::ServerWriteReactor<v1::Job>* Watch(grpc::CallbackServerContext* ctx, const v1::WatchJobsRequest* req) override {
     return new WatchReactor(api_, gate_.Who(ctx, false, "Watch"), *req);
+  }
+  grpc::ServerWriteReactor<v1::LogChunk>* Logs(grpc::CallbackServerContext* ctx, const v1::LogsRequest* req) override {
+    return new LogsReactor(api_, gate_.Who(ctx, false, "Logs"), *req);
   }
   grpc::Status SubmitBatch(ServerContext* ctx, const v1::SubmitJobsRequest* req, v1::SubmitJobsResponse* resp) override {
     return Authed(gate_, ctx, true, "SubmitBatch", [&](const auth::Principal& who) { return Reply(api_->SubmitBatch(who, *req), resp); });
@@ -213,12 +305,6 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_Watch<v1:
   }
   grpc::Status Cancel(ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* resp) override {
     return Authed(gate_, ctx, true, "Cancel", [&](const auth::Principal& who) { return Reply(api_->CancelJob(who, *req), resp); });
-  }
-  grpc::Status Logs(ServerContext* ctx, const v1::LogsRequest* req, grpc::ServerWriter<v1::LogChunk>* w) override {
-    return Authed(gate_, ctx, false, "Logs", [&](const auth::Principal& who) {
-      return rpc::ToGrpc(api_->Logs(
-          who, *req, [w](const v1::LogChunk& c) { return w->Write(c); }, [ctx] { return ctx->IsCancelled(); }));
-    });
   }
 
  private:

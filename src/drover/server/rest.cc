@@ -107,7 +107,7 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   lr.set_offset(*offset);
   if (!lr.follow()) {
     std::string body;
-    Status s = api->Logs(who, lr, [&](const v1::LogChunk& c) { body += c.data(); return true; }, [] { return false; });
+    Status s = api->Logs(who, lr, [&](const v1::LogChunk& c) { body += c.data(); return true; });
     if (!s.ok()) return http::ErrorResponse(s);
     return http::Response{200, "text/plain; charset=utf-8", std::move(body), {}, {}};
   }
@@ -116,10 +116,22 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   gr.set_id(lr.id());
   if (auto j = api->GetJob(who, gr); !j.ok()) return http::ErrorResponse(j.status());
   http::Response r{200, "text/plain; charset=utf-8", {}, {}, {}};
-  r.stream = [api, who, lr](const http::ChunkWriter& write) {
-    bool gone = false;
-    (void)api->Logs(
-        who, lr, [&](const v1::LogChunk& c) { return !(gone = !write(c.data())); }, [&] { return gone; });
+  // A LogFollow writes the output as it comes, each chunk after the last
+  // went out (WriteThen): no thread per follower, and a slow reader slows
+  // its follower instead of filling the server's memory. The stream owns
+  // the follower (OnClosed), until the stream ends.
+  r.async_stream = [api, who, lr](std::shared_ptr<http::StreamSink> sink) {
+    auto follower = api->FollowLogs(
+        who, lr,
+        [sink](const std::shared_ptr<LogFollow>& self, v1::LogChunk c) {
+          std::weak_ptr<LogFollow> weak = self;
+          return sink->WriteThen(std::move(*c.mutable_data()), [weak] {
+            if (auto f = weak.lock()) f->Sent();
+          });
+        },
+        [sink](const Status&) { sink->Close(); });
+    if (!follower.ok()) return sink->Close();
+    sink->OnClosed([f = *follower] { f->Cancel(); });
   };
   return r;
 }
