@@ -24,7 +24,14 @@ test('a job submitted with the CLI appears and then shows Succeeded', { timeout:
     // Submitted after the page is open: it must appear without a reload.
     const id = await drover.submit(['--gpus', '1', '--name', 'browser-sleep'], ['sleep', '3']);
     await waitForJobRow(page, id);
+    // From here on the job's changes are pushed (/api/v1/watch): the page
+    // does not list the jobs again while the job runs and ends.
+    let lists = 0;
+    page.on('request', (req) => {
+      if (req.method() === 'GET' && new URL(req.url()).pathname === '/api/v1/jobs') lists++;
+    });
     await waitForJobRowState(page, id, 'Succeeded', 60000);
+    assert.equal(lists, 0, 'the job list was fetched again instead of pushed');
     const job = await drover.job(id);
     assert.equal(job.status.state, 'JOB_STATE_SUCCEEDED');
     assert.equal(await page.locator(`[data-testid=job-row][data-job="${id}"] [data-testid=job-cancel]`).count(), 0,

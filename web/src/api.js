@@ -64,21 +64,24 @@ export async function api(path, { method = 'GET', body, quiet401 = false } = {})
   return json;
 }
 
-// Keeps one EventSource to /api/v1/events open and reopens it when it dies.
+// Keeps one EventSource open (/api/v1/events, /api/v1/watch) and reopens it
+// when it dies; `events` names the server's event types to hand over.
 //
 // The browser retries a dropped stream by itself, but gives up for good when
 // the server answers with an error status; and a stream can also stall
 // without an error (a proxy holding it). So: a new EventSource after a
 // growing back-off when the old one closed, and when nothing arrived for
-// `staleMs` (the server sends every ~2 s).
+// `staleMs` (/api/v1/events sends every ~2 s; 0 for a stream that may be
+// quiet for long, such as job changes).
 //
 // The stream is authenticated by the session cookie like any same-origin
 // request. An EventSource cannot tell a 401 from a network error, so before
 // reopening it asks `canReopen` (main.js: is the session still valid?);
 // false leaves it stopped until start() after the next login.
 export class LiveStream {
-  constructor(url, { onEvent, onState, staleMs = 10000, canReopen = async () => true }) {
+  constructor(url, { onEvent, onState, staleMs = 10000, canReopen = async () => true, events = ['fleet', 'scheduler'] }) {
     this.url = url;
+    this.events = events;
     this.onEvent = onEvent;
     this.onState = onState;
     this.staleMs = staleMs;
@@ -127,8 +130,7 @@ export class LiveStream {
       }
       this.onEvent(name, data);
     };
-    source.addEventListener('fleet', handle('fleet'));
-    source.addEventListener('scheduler', handle('scheduler'));
+    for (const name of this.events) source.addEventListener(name, handle(name));
     source.onopen = () => {
       if (source === this.source) this.onState('live');
     };
@@ -168,6 +170,8 @@ export class LiveStream {
   }
 
   checkStale() {
-    if (!this.stopped && this.source && performance.now() - this.lastEventAt > this.staleMs) this.scheduleReopen();
+    if (this.staleMs > 0 && !this.stopped && this.source && performance.now() - this.lastEventAt > this.staleMs) {
+      this.scheduleReopen();
+    }
   }
 }

@@ -1,8 +1,11 @@
 // The Jobs tab: the job table (filtered by state and tenant), cancel
 // buttons and the submit form.
 //
-// Rows are keyed by job id and updated in place, so a refresh every 2 s
-// does not rebuild the table or lose a hovered button.
+// The list is fetched when the tab opens (GET /api/v1/jobs) and then kept
+// current by the server's pushes (the /api/v1/watch stream, main.js): each
+// committed change of a job replaces it (apply), and the table is redrawn
+// at most once per frame. Rows are keyed by job id and updated in place, so
+// an update does not rebuild the table or lose a hovered button.
 
 import { api } from './api.js';
 import { dateFromNanos, duration, el, enumLabel, msFromNanos, num, setAttr, setText, when } from './format.js';
@@ -67,6 +70,9 @@ export function whereText(job, nowMs) {
 export class Jobs {
   constructor() {
     this.jobs = [];
+    this.byId = new Map();  // id -> index in this.jobs
+    this.pushedDuring = null;  // Map while a refresh is in flight
+    this.renderQueued = false;
     this.rows = new Map();  // id -> {tr, cells..., button}
     this.inFlight = false;
     this.again = false;
@@ -91,9 +97,12 @@ export class Jobs {
       return;
     }
     this.inFlight = true;
+    this.pushedDuring = new Map();  // pushes that may be newer than the list on its way
     try {
       const r = await api('/api/v1/jobs');
       this.jobs = (r && r.jobs) || [];
+      this.byId = new Map(this.jobs.map((j, i) => [j.id, i]));
+      for (const job of this.pushedDuring.values()) this.apply(job);
       $('jobs-error').hidden = true;
       this.render();
     } catch (err) {
@@ -101,11 +110,40 @@ export class Jobs {
       $('jobs-error').hidden = false;
     } finally {
       this.inFlight = false;
+      this.pushedDuring = null;
       if (this.again) {
         this.again = false;
         this.refresh();
       }
     }
+  }
+
+  // A job's committed change, pushed by the server: replaces the job (or
+  // adds a new one) and redraws at the next frame.
+  // A list fetched meanwhile may be older than a push: the pushes that came
+  // during a refresh are applied again on top of its list. An ended job
+  // never goes back to running in the same attempt (a late or old copy).
+  apply(job) {
+    if (!job || !job.id) return;
+    if (this.pushedDuring) this.pushedDuring.set(job.id, job);
+    const i = this.byId.get(job.id);
+    if (i === undefined) {
+      this.byId.set(job.id, this.jobs.length);
+      this.jobs.push(job);
+    } else {
+      const now = this.jobs[i].status || {};
+      const next = job.status || {};
+      const older = num(next.attempt) < num(now.attempt) ||
+        (num(next.attempt) === num(now.attempt) && ENDED.has(now.state) && !ENDED.has(next.state));
+      if (older) return;
+      this.jobs[i] = job;
+    }
+    if (this.renderQueued) return;
+    this.renderQueued = true;
+    requestAnimationFrame(() => {
+      this.renderQueued = false;
+      this.render();
+    });
   }
 
   render() {

@@ -67,7 +67,6 @@ function onFleetEvent(fleet) {
   const at = dateFromNanos(fleet.timeUnixNanos) || new Date();
   setText(last, `updated ${clock(at)}`);
   last.classList.remove('stale');
-  if (active === 'jobs') jobs.refresh();
   if (active === 'tenants') tenants.refresh();
 }
 
@@ -105,6 +104,22 @@ const stream = new LiveStream('/api/v1/events', {
   canReopen: () => session.check(),
 });
 
+// Job changes as the control loop commits them (every job the session may
+// see): the Jobs tab applies each, no polling. Reopened after a drop with a
+// fresh list, since changes in between were missed.
+let jobsLive = false;
+const jobStream = new LiveStream('/api/v1/watch', {
+  events: ['job'],
+  staleMs: 0,
+  onEvent: (name, data) => jobs.apply(data),
+  onState: (state) => {
+    const live = state === 'live';
+    if (live && !jobsLive && active === 'jobs') jobs.refresh();
+    jobsLive = live;
+  },
+  canReopen: () => session.check(),
+});
+
 const session = new Session({
   onLogin: () => {
     show(currentView());
@@ -112,14 +127,18 @@ const session = new Session({
     api('/api/v1/fleet').then((f) => { if (!fleetEvents) renderFleet(f); }).catch(() => {});
     api('/api/v1/scheduler').then((s) => scheduler.render(s)).catch(() => {});
     stream.start();
+    jobStream.start();
   },
-  onLogout: () => stream.stop(),
+  onLogout: () => {
+    stream.stop();
+    jobStream.stop();
+  },
 });
 session.start();
 
-// Without live events (stream down), the job and tenant tables still poll.
+// Without live events (a stream down), the job and tenant tables still poll.
 setInterval(() => {
-  if (!session.signedIn || performance.now() - lastFleetAt < 2500) return;
-  if (active === 'jobs') jobs.refresh();
-  if (active === 'tenants') tenants.refresh();
+  if (!session.signedIn) return;
+  if (active === 'jobs' && !jobsLive) jobs.refresh();
+  if (active === 'tenants' && performance.now() - lastFleetAt >= 2500) tenants.refresh();
 }, 2000);
