@@ -86,6 +86,10 @@ int Wait(const http::ClientTls* tls, const std::string& http_addr, const std::st
   return ended.empty() ? kExitFailure : code;
 }
 
+// The answers are the server's JSON; one of an unexpected shape is an
+// error, not a crash.
+int Run(const SubmitArgs& a, const Common& c, const std::string& http_addr);
+
 }  // namespace
 
 std::optional<int> FastSubmit(int argc, char** argv) {
@@ -104,6 +108,16 @@ std::optional<int> FastSubmit(int argc, char** argv) {
   std::string http_addr = ResolveHttpAddr(c);
   if (http_addr.empty()) return std::nullopt;
 
+  try {
+    return Run(a, c, http_addr);
+  } catch (const nlohmann::json::exception& e) {
+    return Fail(Code::kInternal, std::string("the server's answer is not what a drover server sends: ") + e.what(), c);
+  }
+}
+
+namespace {
+
+int Run(const SubmitArgs& a, const Common& c, const std::string& http_addr) {
   auto body = SubmitRequestJson(a);
   if (!body.ok()) return Usage(body.status().message());
   std::unique_ptr<http::ClientTls> tls;
@@ -133,5 +147,7 @@ std::optional<int> FastSubmit(int argc, char** argv) {
   if (!a.wait) return 0;
   return Wait(tls.get(), http_addr, array_id.empty() ? "ids=" + job_id : "array=" + array_id, headers, c);
 }
+
+}  // namespace
 
 }  // namespace drover::cli
