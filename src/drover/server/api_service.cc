@@ -380,25 +380,6 @@ v1::VersionResponse ApiService::Version() const {
   return v;
 }
 
-Status ApiService::Logs(const auth::Principal& who, const v1::LogsRequest& req,
-                        const std::function<bool(const v1::LogChunk&)>& write) {
-  if (req.follow()) return InvalidArgument("a followed log is read with FollowLogs");
-  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
-  DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
-  if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
-  int64_t offset = req.offset();
-  const std::string log_id = LogStore::LogId(req.id(), job.status().attempt());
-  for (;;) {
-    DROVER_ASSIGN_OR_RETURN(std::string data, logs_->Read(log_id, offset, kLogChunkBytes));
-    if (data.empty()) return Status::Ok();
-    v1::LogChunk chunk;
-    chunk.set_offset(offset);
-    offset += static_cast<int64_t>(data.size());
-    chunk.set_data(std::move(data));
-    if (!write(chunk)) return Status::Ok();
-  }
-}
-
 Result<std::shared_ptr<LogFollow>> ApiService::FollowLogs(const auth::Principal& who, const v1::LogsRequest& req,
                                                          LogFollow::Send send, LogFollow::Done done) {
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));

@@ -74,10 +74,6 @@ class ApiService {
 
   v1::VersionResponse Version() const;
 
-  // Sends the job's output as it is now in chunks to `write` (which returns
-  // false when the reader is gone); req.follow is refused (FollowLogs).
-  Status Logs(const auth::Principal& who, const v1::LogsRequest& req,
-              const std::function<bool(const v1::LogChunk&)>& write);
   // The job's output to `send` without holding a thread (LogFollow): with
   // req.follow until the job ended and all its output was sent, else what
   // is there. Refusals (role, no such job, bad offset) come back here,

@@ -217,11 +217,7 @@ class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::shared_ptr<LogFollow> follow;
-    {
-      std::lock_guard lock(core_->mu);
-      follow = core_->follow;
-    }
+    std::shared_ptr<LogFollow> follow = Follower();
     if (ok) {
       if (follow) follow->Sent();
       return;
@@ -230,12 +226,7 @@ class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk> {
     Done(core_, Unavailable("the reader went away"));
   }
   void OnCancel() override {
-    std::shared_ptr<LogFollow> follow;
-    {
-      std::lock_guard lock(core_->mu);
-      follow = core_->follow;
-    }
-    if (follow) follow->Cancel();
+    if (auto follow = Follower()) follow->Cancel();
     Done(core_, Status(Code::kCancelled, "cancelled"));
   }
   void OnDone() override {
@@ -257,6 +248,10 @@ class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk> {
     std::shared_ptr<LogFollow> follow;
     v1::LogChunk out;  // being written
   };
+  std::shared_ptr<LogFollow> Follower() {
+    std::lock_guard lock(core_->mu);
+    return core_->follow;
+  }
   // Finishes the call once, whoever gets there first.
   static void Done(const std::shared_ptr<Core>& core, const Status& s) {
     std::unique_lock lock(core->mu);

@@ -24,22 +24,19 @@ std::shared_ptr<LogFollow> LogFollow::Start(LogStore* logs, JobWatch* watch, run
                                             int64_t offset, bool follow, Send send, Done done) {
   std::shared_ptr<LogFollow> f(
       new LogFollow(logs, watch, pump, std::move(job), offset, follow, std::move(send), std::move(done)));
-  if (!follow) {
-    std::lock_guard lock(f->mu_);
-    f->ScheduleLocked();
-    return f;
-  }
-  std::weak_ptr<LogFollow> weak = f;
-  uint64_t log_watch = logs->Watch(f->id_, [weak] {
-    if (auto self = weak.lock()) self->Wake(nullptr);
-  });
-  uint64_t job_watch = 0;
-  if (watch != nullptr) {
-    JobWatch::Filter filter;
-    filter.ids = {f->id_};
-    job_watch = watch->Add(filter, [weak](const v1::Job& j) {
-      if (auto self = weak.lock()) self->Wake(&j);
+  uint64_t log_watch = 0, job_watch = 0;
+  if (follow) {
+    std::weak_ptr<LogFollow> weak = f;
+    log_watch = logs->Watch(f->id_, [weak] {
+      if (auto self = weak.lock()) self->Wake(nullptr);
     });
+    if (watch != nullptr) {
+      JobWatch::Filter filter;
+      filter.ids = {f->id_};
+      job_watch = watch->Add(filter, [weak](const v1::Job& j) {
+        if (auto self = weak.lock()) self->Wake(&j);
+      });
+    }
   }
   std::lock_guard lock(f->mu_);
   f->log_watch_ = log_watch;

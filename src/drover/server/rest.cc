@@ -105,21 +105,15 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   auto offset = IntParam(req, "offset");
   if (!offset.ok()) return http::ErrorResponse(offset.status());
   lr.set_offset(*offset);
-  if (!lr.follow()) {
-    std::string body;
-    Status s = api->Logs(who, lr, [&](const v1::LogChunk& c) { body += c.data(); return true; });
-    if (!s.ok()) return http::ErrorResponse(s);
-    return http::Response{200, "text/plain; charset=utf-8", std::move(body), {}, {}};
-  }
   // Validate before committing to a 200 stream.
   v1::GetJobRequest gr;
   gr.set_id(lr.id());
   if (auto j = api->GetJob(who, gr); !j.ok()) return http::ErrorResponse(j.status());
   http::Response r{200, "text/plain; charset=utf-8", {}, {}, {}};
-  // A LogFollow writes the output as it comes, each chunk after the last
-  // went out (WriteThen): no thread per follower, and a slow reader slows
-  // its follower instead of filling the server's memory. The stream owns
-  // the follower (OnClosed), until the stream ends.
+  // A LogFollow writes the output (what is there, or with follow until the
+  // job ended), each chunk after the last went out (WriteThen): no thread
+  // per reader, and a slow reader slows its follower instead of filling the
+  // server's memory. The stream owns the follower (OnClosed) until it ends.
   r.async_stream = [api, who, lr](std::shared_ptr<http::StreamSink> sink) {
     auto follower = api->FollowLogs(
         who, lr,
