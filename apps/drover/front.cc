@@ -1,7 +1,7 @@
-// drover: the command users run. `drover submit` runs here, over REST
-// (drover/cli/fast_submit.h); everything else, and a submit this program
-// cannot do (no HTTP address known, --help, a flag error), is handed to
-// drover-core in the same directory with exec: same pid, same arguments.
+// drover: the command users run. `drover submit` and `drover jobs` run
+// here, over REST (drover/cli/fast_verbs.h); everything else, and what this
+// program cannot do (no HTTP address known, --help, a flag error), is handed
+// to drover-core in the same directory with exec: same pid, same arguments.
 //
 // Deliberately thin: a small static program starts in about a millisecond,
 // drover-core in 30 (docs/performance.md).
@@ -15,11 +15,14 @@
 #include <string>
 #include <string_view>
 
-#include "drover/cli/fast_submit.h"
+#include "drover/cli/fast_verbs.h"
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string_view(argv[1]) == "submit") {
+  const std::string_view verb = argc > 1 ? argv[1] : "";
+  if (verb == "submit") {
     if (auto code = drover::cli::FastSubmit(argc, argv)) return *code;
+  } else if (verb == "jobs") {
+    if (auto code = drover::cli::FastJobs(argc, argv)) return *code;
   }
   char self[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

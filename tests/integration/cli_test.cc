@@ -2,6 +2,7 @@
 // nodes, then submit, jobs, job, logs, cancel, nodes, gpus, drain, and the
 // telemetry views (gpus -o wide, nodes, top --once) and fault.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -25,13 +26,13 @@ class CliTest : public ::testing::Test {
     ASSERT_TRUE(up_->Start());
     ASSERT_TRUE(up_->WaitForReadyNodes(3));  // this machine (OpenCL) + 2 simulated
   }
-  // As a user of `drover up` runs it: `drover submit` knows the HTTP address
-  // and runs in the small front program over REST (fast_submit.h); every
-  // other verb runs in drover-core over gRPC.
+  // As a user of `drover up` runs it: the CLI knows the HTTP address, so
+  // `drover submit` and `drover jobs` run in the small front program over
+  // REST (fast_verbs.h); every other verb runs in drover-core over gRPC.
   CommandResult Cli(std::vector<std::string> args) {
     return RunCli(up_->grpc_address(), std::move(args), {"DROVER_HTTP_ADDR=" + up_->http_address()});
   }
-  // Without an HTTP address: `drover submit` too goes to drover-core.
+  // Without an HTTP address: `drover submit` and `jobs` too go to drover-core.
   CommandResult GrpcCli(std::vector<std::string> args) { return RunCli(up_->grpc_address(), std::move(args)); }
 
   TempDir dir_;
@@ -128,17 +129,59 @@ TEST_F(CliTest, SubmitRunsInTheFrontProgramAlone) {
   CommandResult found = run({"submit", "--wait", "--", "true"}, {"DROVER_DATA_DIR=" + dir_.path() + "/data"});
   EXPECT_EQ(found.exit_code, 0) << found.err;
 
-  CommandResult bad_token = run({"submit", "--", "true"}, {http, "DROVER_TOKEN=drv_nothing_known"});
-  EXPECT_EQ(bad_token.exit_code, 1);
-  EXPECT_NE(bad_token.err.find("DROVER_TOKEN"), std::string::npos) << bad_token.err;
-  CommandResult down = run({"submit", "--", "true"}, {"DROVER_HTTP_ADDR=127.0.0.1:1"});
-  EXPECT_EQ(down.exit_code, 4);
-  EXPECT_NE(down.err.find("cannot reach the drover server"), std::string::npos) << down.err;
+  // `drover jobs` too runs there.
+  CommandResult jobs = run({"jobs", "-o", "wide"}, {http});
+  ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_TRUE(std::regex_search(jobs.out, std::regex(id + " +<none> +default +Failed +1 .* 5 +sh -c echo out; exit 5 +exited with code 5")))
+      << jobs.out;
+  EXPECT_EQ(run({"jobs", "--state", "exploded"}, {http}).exit_code, 2);
+
+  for (const std::string verb : {"submit", "jobs"}) {
+    std::vector<std::string> args = {verb};
+    if (verb == "submit") args.insert(args.end(), {"--", "true"});
+    CommandResult bad_token = run(args, {http, "DROVER_TOKEN=drv_nothing_known"});
+    EXPECT_EQ(bad_token.exit_code, 1) << verb;
+    EXPECT_NE(bad_token.err.find("DROVER_TOKEN"), std::string::npos) << bad_token.err;
+    CommandResult down = run(args, {"DROVER_HTTP_ADDR=127.0.0.1:1"});
+    EXPECT_EQ(down.exit_code, 4) << verb;
+    EXPECT_NE(down.err.find("cannot reach the drover server"), std::string::npos) << down.err;
+  }
 
   TempDir empty;
   CommandResult unknown = run({"submit", "--", "true"}, {"DROVER_DATA_DIR=" + empty.path()});
   EXPECT_EQ(unknown.exit_code, 127);
   EXPECT_NE(unknown.err.find("drover-core"), std::string::npos) << unknown.err;
+}
+
+// `drover jobs` prints the same from the front program over REST as from
+// drover-core over gRPC: rows, columns, paging hint, exit codes and JSON.
+TEST_F(CliTest, JobsIsTheSameOverRestAndGrpc) {
+  ASSERT_EQ(Cli({"submit", "--array", "1-4%2", "--wait", "--", "sh", "-c", "exit $((DROVER_ARRAY_INDEX % 2))"}).exit_code, 1);
+  CommandResult held = Cli({"submit", "--name", "held", "--gpus", "0.5", "--gpu-memory", "1GiB", "--", "sleep", "300"});
+  ASSERT_EQ(held.exit_code, 0) << held.err;
+  const std::string held_id = held.out.substr(0, held.out.find('\n'));
+  ASSERT_EQ(Cli({"submit", "--wait", "--", "true"}).exit_code, 0);
+  // Nothing changes between the two runs of each pair.
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up_->jobs(), held_id).status().state() == v1::JOB_STATE_RUNNING; }));
+  // An age can tick over between the two runs.
+  auto without_ages = [](const std::string& text) {
+    return std::regex_replace(text, std::regex(R"(\b[0-9]+[smhd]\b)"), "AGE");
+  };
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"jobs"}, {"jobs", "-o", "wide"}, {"jobs", "--expand", "--page-size", "2"}, {"jobs", "--state", "failed"},
+           {"jobs", "--page-size", "2", "--page-token", "3", "--all"}, {"jobs", "--ended-within", "1h", "--expand"},
+           {"jobs", "--tenant", "nobody"}, {"jobs", "--ended-within", "soon"}, {"jobs", "--state", "exploded"}}) {
+    CommandResult rest = Cli(args);
+    CommandResult grpc = GrpcCli(args);
+    const std::string what = fmt::format("{}", fmt::join(args, " "));
+    EXPECT_EQ(rest.exit_code, grpc.exit_code) << what;
+    EXPECT_EQ(without_ages(rest.out), without_ages(grpc.out)) << what;
+    EXPECT_EQ(rest.err, grpc.err) << what;
+  }
+  CommandResult listed = Cli({"jobs", "--expand"});
+  EXPECT_TRUE(std::regex_search(listed.out, std::regex("held +default +Running +0.5 "))) << listed.out;
+  EXPECT_NE(Cli({"jobs", "--page-size", "2"}).err.find("More jobs: add --page-token"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(Cli({"jobs", "-o", "json"}).out), nlohmann::json::parse(GrpcCli({"jobs", "-o", "json"}).out));
 }
 
 TEST_F(CliTest, CancelStopsARunningJobWithSigterm) {

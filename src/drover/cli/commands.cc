@@ -11,9 +11,11 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "drover/cli/client.h"
+#include "drover/cli/job_table.h"
 #include "drover/cli/submit_flags.h"
 #include "drover/cli/table.h"
 #include "drover/common/config.h"
@@ -53,31 +55,6 @@ std::string DescribeAllocation(const v1::Allocation& a) {
     out += fmt::format(" (a {} milli-GPU share, {} reserved)", a.gpu_milli(), FormatBytes(a.gpu_memory_bytes()));
   }
   return out;
-}
-
-void PrintJobs(const std::vector<const v1::Job*>& jobs, bool wide) {
-  std::vector<std::string> headers = {"ID", "NAME", "TENANT", "STATE", "GPUS", "NODE", "AGE"};
-  if (wide) headers.insert(headers.end(), {"GPU-IDS", "EXIT", "COMMAND", "MESSAGE"});
-  Table t(headers);
-  int64_t now = NowNanos();
-  for (const v1::Job* j : jobs) {
-    const auto& st = j->status();
-    std::vector<std::string> row = {j->id(), Or(j->spec().name()), j->spec().tenant(),
-                                     rpc::JobStateDisplay(st.state()), GpusOf(j->spec()),
-                                     Or(st.allocation().node()), Age(st.submit_time_unix_nanos(), now)};
-    if (wide) {
-      std::string exit = !rpc::IsTerminal(st.state()) ? "<none>"
-                         : st.signal() != 0           ? fmt::format("signal {}", st.signal())
-                                                      : std::to_string(st.exit_code());
-      std::string cmd = fmt::format("{}", fmt::join(j->spec().command(), " "));
-      if (cmd.size() > 40) cmd = cmd.substr(0, 37) + "...";
-      std::string message = st.message();
-      if (message.size() > 80) message = message.substr(0, 77) + "...";
-      row.insert(row.end(), {Join(st.allocation().gpu_indices()), exit, cmd, message});
-    }
-    t.AddRow(row);
-  }
-  t.Print(std::cout);
 }
 
 // ---- verbs ----
@@ -137,67 +114,21 @@ int Submit(const SubmitArgs& a, const Common& c) {
   return a.wait ? WaitFor(resp.job().id(), resp.array_id(), c) : 0;
 }
 
-// One row per job array (the count of its tasks in each state) in place of
-// its tasks.
-void PrintArrays(const std::vector<const v1::Job*>& jobs, std::vector<const v1::Job*>* single) {
-  struct Group {
-    const v1::Job* first = nullptr;
-    std::map<v1::JobState, int64_t> states;
-  };
-  std::map<std::string, Group> arrays;
-  for (const v1::Job* j : jobs) {
-    if (j->array().array_id().empty()) {
-      single->push_back(j);
-      continue;
-    }
-    Group& g = arrays[j->array().array_id()];
-    if (g.first == nullptr) g.first = j;
-    ++g.states[j->status().state()];
-  }
-  if (arrays.empty()) return;
-  Table t({"ARRAY", "NAME", "TENANT", "TASKS", "GPUS", "STATES", "AGE"});
-  int64_t now = NowNanos();
-  for (const auto& [id, g] : arrays) {
-    std::vector<std::string> states;
-    for (const auto& [state, n] : g.states) states.push_back(fmt::format("{} {}", n, rpc::JobStateDisplay(state)));
-    std::string tasks = std::to_string(g.first->array().tasks());
-    if (g.first->array().max_running() > 0) tasks += fmt::format(" (%{})", g.first->array().max_running());
-    t.AddRow({id, Or(g.first->spec().name()), g.first->spec().tenant(), tasks, GpusOf(g.first->spec()),
-              fmt::format("{}", fmt::join(states, ", ")), Age(g.first->status().submit_time_unix_nanos(), now)});
-  }
-  t.Print(std::cout);
-}
-
-struct JobsArgs {
-  std::string state, tenant, array, node, ended_within, page_token;
-  int page_size = 0;
-  bool expand = false;
-  bool all = false;
-};
-
 int Jobs(const JobsArgs& a, const Common& c) {
   v1::ListJobsRequest req;
   req.set_array_id(a.array);
   if (!a.state.empty()) {
     auto s = rpc::ParseJobState(a.state);
-    if (!s.ok()) {
-      std::cerr << "error: " << s.status().message() << "\n";
-      return kExitUsage;
-    }
+    if (!s.ok()) return Usage(s.status().message());
     req.set_state(*s);
   }
   req.set_tenant(a.tenant);
   req.set_node(a.node);
   req.set_page_size(a.page_size);
   req.set_page_token(a.page_token);
-  if (!a.ended_within.empty()) {
-    auto ms = ParseDurationMs(a.ended_within);
-    if (!ms.ok()) {
-      std::cerr << "error: --ended-within: " << ms.status().message() << "\n";
-      return kExitUsage;
-    }
-    req.set_ended_after_unix_nanos(NowNanos() - *ms * 1'000'000);
-  }
+  auto ended_after = EndedAfter(a, NowNanos());
+  if (!ended_after.ok()) return Usage(ended_after.status().message());
+  req.set_ended_after_unix_nanos(*ended_after);
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::ListJobsResponse resp;
   while (true) {  // one page, or with --all every page
@@ -214,26 +145,9 @@ int Jobs(const JobsArgs& a, const Common& c) {
     std::cout << Json(resp) << "\n";
     return 0;
   }
-  if (resp.jobs().empty()) {
-    std::cerr << "No jobs found.\n";
-    return 0;
-  }
-  std::vector<const v1::Job*> jobs;
-  for (const auto& j : resp.jobs()) jobs.push_back(&j);
-  if (a.expand || !a.array.empty()) {
-    PrintJobs(jobs, c.output == "wide");
-  } else {
-    std::vector<const v1::Job*> single;
-    PrintArrays(jobs, &single);
-    if (!single.empty()) {
-      if (single.size() != jobs.size()) std::cout << "\n";
-      PrintJobs(single, c.output == "wide");
-    }
-  }
-  if (!resp.next_page_token().empty()) {
-    std::cerr << fmt::format("More jobs: add --page-token {} for the next page, or --all for every page.\n",
-                             resp.next_page_token());
-  }
+  // The table is printed from the answer's JSON, as the front program
+  // prints GET /api/v1/jobs (job_table.h).
+  PrintJobList(nlohmann::ordered_json::parse(Json(resp)), a, c.output == "wide", NowNanos(), std::cout, std::cerr);
   return 0;
 }
 
@@ -405,15 +319,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   CLI::App* jobs = app.add_subcommand(
       "jobs", "list live and archived jobs, newest first, a page at a time (a job array is one row; --array ID lists its tasks)");
   AddCommon(jobs, common.get(), true);
-  jobs->add_option("--state", ja->state, "only jobs in this state (pending, running, succeeded, ...)");
-  jobs->add_option("--tenant", ja->tenant, "only jobs of this tenant");
-  jobs->add_option("--array", ja->array, "only the tasks of this job array (a-000042)");
-  jobs->add_option("--node", ja->node, "only jobs that run, or last ran, on this node");
-  jobs->add_option("--ended-within", ja->ended_within, "only jobs that ended within this long (90s, 2h, 7d)");
-  jobs->add_option("--page-size", ja->page_size, "jobs per page (default 500, at most 5000)")->check(CLI::Range(1, 5000));
-  jobs->add_option("--page-token", ja->page_token, "the page after the one that printed this token");
-  jobs->add_flag("--all", ja->all, "every page, not only the first");
-  jobs->add_flag("--expand", ja->expand, "list every task of job arrays instead of one row per array");
+  AddJobsFlags(jobs, ja.get());
   jobs->callback(run([ja, common] { return Jobs(*ja, *common); }));
 
   auto id = std::make_shared<std::string>();

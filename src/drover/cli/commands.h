@@ -3,7 +3,7 @@
 // cancel, logs, version (commands.cc); nodes, gpus, drain, undrain, fault
 // (node_commands.cc); top, a live full-screen view (top.cc). Exit codes are
 // in flags.h. `drover submit` usually runs in the small front program
-// instead (fast_submit.h), over REST, with the same flags and output.
+// instead (fast_verbs.h), over REST, with the same flags and output.
 
 #include <CLI/CLI.hpp>
 

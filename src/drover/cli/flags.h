@@ -2,7 +2,7 @@
 // What every client verb shares and that needs neither gRPC nor protobuf
 // (internal to drover/cli): the common flags, where the token, the CA and
 // the server's HTTP address come from, and how an error becomes an exit
-// code. The small `drover` front program (fast_submit.h) is built from this
+// code. The small `drover` front program (fast_verbs.h) is built from this
 // and submit_flags.h alone.
 //
 // Exit codes: 0 success; 1 the request failed; 2 bad usage or a request the

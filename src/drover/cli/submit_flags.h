@@ -1,6 +1,6 @@
 #pragma once
 // `drover submit`'s flags and the request they make, shared by the gRPC
-// verb (commands.cc) and the small front program (fast_submit.h), so that
+// verb (commands.cc) and the small front program (fast_verbs.h), so that
 // both accept the same flags and send the same job.
 
 #include <CLI/CLI.hpp>
