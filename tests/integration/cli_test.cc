@@ -182,6 +182,9 @@ TEST_F(CliTest, JobsIsTheSameOverRestAndGrpc) {
   EXPECT_TRUE(std::regex_search(listed.out, std::regex("held +default +Running +0.5 "))) << listed.out;
   EXPECT_NE(Cli({"jobs", "--page-size", "2"}).err.find("More jobs: add --page-token"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(Cli({"jobs", "-o", "json"}).out), nlohmann::json::parse(GrpcCli({"jobs", "-o", "json"}).out));
+  // Nothing left running after the test (supervisors outlive their server).
+  EXPECT_EQ(Cli({"cancel", held_id}).exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return GetJob(up_->jobs(), held_id).status().state() == v1::JOB_STATE_CANCELLED; }));
 }
 
 TEST_F(CliTest, CancelStopsARunningJobWithSigterm) {

@@ -22,6 +22,7 @@
 #include "drover/common/quantity.h"
 #include "drover/common/version.h"
 #include "drover/rpc/convert.h"
+#include "drover/rpc/json.h"
 #include "drover/v1/api.grpc.pb.h"
 
 namespace drover::cli {
@@ -147,7 +148,7 @@ int Jobs(const JobsArgs& a, const Common& c) {
   }
   // The table is printed from the answer's JSON, as the front program
   // prints GET /api/v1/jobs (job_table.h).
-  PrintJobList(nlohmann::ordered_json::parse(Json(resp)), a, c.output == "wide", NowNanos(), std::cout, std::cerr);
+  PrintJobList(nlohmann::ordered_json::parse(rpc::ToJson(resp)), a, c.output == "wide", NowNanos(), std::cout, std::cerr);
   return 0;
 }
 

@@ -102,12 +102,19 @@ std::optional<int> Connect(const Common& c, Target* t) {
 }
 
 // Sends one request; the answer's JSON object, or the exit code (printed).
+// `keep`, when given, names the keys worth parsing (the others are dropped).
 std::variant<Json, int> Call(const Target& t, const std::string& method, const std::string& target,
-                             const std::string& body, const Common& c) {
+                             const std::string& body, const Common& c, bool (*keep)(const std::string&) = nullptr) {
   auto r = http::HttpsRequest(t.tls.get(), t.http_addr, method, target, body, "application/json", t.headers);
   if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
   if (r->status / 100 != 2) return FailResponse(*r, c);
-  auto resp = Json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  Json::parser_callback_t filter = nullptr;
+  if (keep != nullptr) {
+    filter = [keep](int, nlohmann::json::parse_event_t event, Json& parsed) {
+      return event != nlohmann::json::parse_event_t::key || keep(parsed.get_ref<const std::string&>());
+    };
+  }
+  auto resp = Json::parse(r->body, filter, /*allow_exceptions=*/false);
   if (!resp.is_object()) return Fail(Code::kInternal, "the server's answer is not JSON: " + r->body.substr(0, 200), c);
   return resp;
 }
@@ -191,7 +198,7 @@ int Jobs(const JobsArgs& a, const Common& c, const Target& t) {
   while (true) {  // one page, or with --all every page
     auto answer = Call(t, "GET", "/api/v1/jobs" + query + (token.empty() ? "" : (query.empty() ? "?" : "&") +
                                                               std::string("page_token=") + Escape(token)),
-                       "", c);
+                       "", c, c.output == "json" ? nullptr : JobTableReads);
     if (const int* code = std::get_if<int>(&answer)) return *code;
     Json& page = std::get<Json>(answer);
     if (auto jobs = page.find("jobs"); jobs != page.end()) {

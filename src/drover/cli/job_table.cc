@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "drover/cli/flags.h"
@@ -169,6 +170,15 @@ const std::vector<std::string>& JobStateNames() {
       "JOB_STATE_SUCCEEDED",   "JOB_STATE_FAILED",     "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED",
       "JOB_STATE_PREEMPTING"};
   return kNames;
+}
+
+bool JobTableReads(const std::string& key) {
+  static const std::set<std::string, std::less<>> kKeys = {
+      "jobs",   "nextPageToken", "id",       "spec",       "name",      "tenant",   "gpus",
+      "gpuMilli", "replicas",    "command",  "status",     "state",     "allocation", "node",
+      "gpuIndices", "submitTimeUnixNanos", "exitCode", "signal", "message", "array", "arrayId",
+      "tasks",  "maxRunning"};
+  return kKeys.contains(key);
 }
 
 void PrintJobList(const Json& list, const JobsArgs& a, bool wide, int64_t now_nanos, std::ostream& out,

@@ -137,6 +137,10 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
     }
   }
   beast::flat_buffer buffer;
+  // Reads are sized by the buffer's free space, at least 512 bytes: a
+  // buffer left that small read a 550 KB page of jobs in 1,000 reads, each
+  // with its own timer and epoll round (30 ms here).
+  buffer.reserve(64 * 1024);
   bhttp::request<bhttp::string_body> request{verb, target, 11};
   request.set(bhttp::field::host, host_port);
   request.set(bhttp::field::user_agent, "drover-http-client");

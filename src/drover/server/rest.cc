@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "drover/rpc/convert.h"
+#include "drover/rpc/json.h"
 #include "drover/web/ui.h"
 
 namespace drover::server {
@@ -22,13 +23,9 @@ namespace {
 
 namespace pbutil = google::protobuf::util;
 
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string out;
-  pbutil::JsonPrintOptions opts;
-  opts.always_print_primitive_fields = true;
-  (void)pbutil::MessageToJsonString(m, &out, opts);
-  return out;
-}
+// Every default printed (rpc/json.h: protobuf's own printer with that
+// option took ~70 ms for a page of 500 jobs).
+std::string ToJson(const google::protobuf::Message& m) { return rpc::ToJson(m); }
 
 // The {index} of /api/v1/nodes/{name}/gpus/{index}/...; its range is the
 // node's to check.

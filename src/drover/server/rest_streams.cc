@@ -1,24 +1,18 @@
 #include "drover/server/rest_streams.h"
 
 #include <fmt/format.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <atomic>
 #include <map>
 #include <set>
 
 #include "drover/rpc/convert.h"
+#include "drover/rpc/json.h"
 
 namespace drover::server {
 namespace {
 
-std::string Json(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
-  return out;
-}
+std::string Json(const google::protobuf::Message& m) { return rpc::ToJson(m); }
 
 http::Response EventStream() {
   return http::Response{200, "text/event-stream", {}, {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}};
