@@ -140,6 +140,7 @@ int main(int argc, char** argv) {
       std::string dir = base + "/v" + std::to_string(v) + "-" + std::to_string(i + 5);
       if (!RunOnce(variants[v].second, dir, i < 0 ? warmup : samples[v])) ++failures;
     }
+    pool.Refill();  // as the agent does, once the job has had its start
   }
   for (size_t v = 0; v < variants.size(); ++v) Report(variants[v].first, samples[v]);
   std::error_code ec;

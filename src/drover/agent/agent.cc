@@ -47,6 +47,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr auto kTick = std::chrono::milliseconds(100);
+// How long after a job's launch the next spare supervisor is started.
+constexpr auto kSpareRefillDelay = std::chrono::milliseconds(50);
 // Until the server says otherwise (RegisterResponse).
 constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
 // Heartbeats kept waiting for their acknowledgement.
@@ -767,6 +769,7 @@ class AgentImpl final : public Agent {
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
       auto pid = supervisors_ ? supervisors_->Launch(dir.path()) : SpawnSupervisor(opts_.supervisor_exe, dir.path());
+      if (supervisors_) RefillSoon();
       if (pid.ok()) {
         job.supervisor = *pid;
         unreaped_.insert(*pid);
@@ -785,6 +788,18 @@ class AgentImpl final : public Agent {
                    fmt::join(w.gpu_indices(), ","));
     }
     jobs_.emplace(key, std::move(job));
+  }
+
+  // The next spare supervisor, once the job just launched has had its
+  // start (supervisor.h: spawned at once, it took a core from that job).
+  // Jobs launched meanwhile find no spare and spawn their own.
+  void RefillSoon() {
+    if (refill_pending_) return;
+    refill_pending_ = true;
+    loop_.PostAfter(kSpareRefillDelay, [this] {
+      refill_pending_ = false;
+      if (!stopping_ && supervisors_) supervisors_->Refill();
+    });
   }
 
   // Reads what the supervisor recorded since the last look.
@@ -1083,6 +1098,7 @@ class AgentImpl final : public Agent {
   std::set<std::string> ended_seen_;
   std::deque<std::string> ended_order_;
   std::unique_ptr<SupervisorPool> supervisors_;  // with opts_.spare_supervisor; loop thread only
+  bool refill_pending_ = false;                  // loop thread
   std::unique_ptr<ExitWatcher> own_watcher_;  // unless the options name a shared one
   ExitWatcher* watcher_ = nullptr;             // null: job ends are noticed by looking
   std::map<std::string, uint64_t> exit_watches_;  // by workload id; loop thread (Init before it runs)

@@ -712,7 +712,8 @@ TEST_F(SupervisorPoolTest, SparesRunJobsAndAreRecognisedAsTheirSupervisors) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->signal, SIGKILL);
 
-  // The next job gets the next spare.
+  // The next job gets the next spare, once the owner has refilled.
+  pool.Refill();
   std::string second = Prepare("j-000032", {"sh", "-c", "exit 3"});
   auto next = pool.Launch(second);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
@@ -722,6 +723,17 @@ TEST_F(SupervisorPoolTest, SparesRunJobsAndAreRecognisedAsTheirSupervisors) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->exit_code, 3);
   EXPECT_FALSE(e->failed_to_start);
+
+  // With no spare waiting, Launch starts a supervisor as SpawnSupervisor does.
+  std::string third = Prepare("j-000034", {"sh", "-c", "exit 4"});
+  auto spawned = pool.Launch(third);
+  ASSERT_TRUE(spawned.ok()) << spawned.status().ToString();
+  ASSERT_TRUE(Reap(*spawned));
+  e = JobDir(third).ReadExit();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->exit_code, 4);
+  // and the pool is left with no process of its own.
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
 }
 
 TEST_F(SupervisorPoolTest, UnusedSpareGoesWithItsPool) {

@@ -403,7 +403,6 @@ void SupervisorPool::Refill() {
 
 Result<pid_t> SupervisorPool::Launch(const std::string& job_dir) {
   if (!spares_) return SpawnSupervisor(exe_, job_dir);
-  Refill();
   pid_t pid = std::exchange(spare_, -1);
   int input = std::exchange(spare_input_, -1);
   if (pid > 0) {
@@ -419,10 +418,7 @@ Result<pid_t> SupervisorPool::Launch(const std::string& job_dir) {
       pid = -1;
     }
   }
-  Result<pid_t> out = pid > 0 ? Result<pid_t>(pid) : SpawnSupervisor(exe_, job_dir);
-  // The next job's spare, while this one's supervisor reads its spec.
-  Refill();
-  return out;
+  return pid > 0 ? Result<pid_t>(pid) : SpawnSupervisor(exe_, job_dir);
 }
 
 }  // namespace drover::agent

@@ -54,9 +54,11 @@ int RunSpareSupervisor();
 // SupervisorPool: one spare supervisor process started ahead of need and
 // blocked reading a pipe, so that starting a job's supervisor costs a write
 // and a close instead of a process start and an exec. Launch hands the
-// spare its job directory and then starts the next spare (after the
-// handover, so the job's start does not wait for it). What Launch returns is
-// used exactly like SpawnSupervisor's pid: a child of this process in a
+// spare its job directory (or, with none waiting, spawns as SpawnSupervisor
+// does); the owner calls Refill for the next spare once the job has had
+// its start: a spare spawned at once took a core from the job it had just
+// handed over (on 2 cores, ~2 ms of a `submit --wait`). What Launch returns
+// is used exactly like SpawnSupervisor's pid: a child of this process in a
 // session of its own, reaped by the caller, re-adopted by SupervisorAlive.
 //
 // Only drover-supervise has the spare mode; for any other `exe` (drover
@@ -74,8 +76,7 @@ class SupervisorPool {
   // The supervisor of `job_dir`, started (a relative `job_dir` is taken
   // from this process's working directory, as SpawnSupervisor's is).
   Result<pid_t> Launch(const std::string& job_dir);
-  // Starts the spare if there is none (Launch does this itself; an owner
-  // may call it early so that the first job finds one).
+  // Starts the spare if there is none.
   void Refill();
 
  private:
