@@ -1,10 +1,11 @@
 // What the per-job supervisor adds between "bind" and "job started": the
 // time from SpawnSupervisor() to the job's start (started.json's
 // start_unix_nanos, taken just before the supervisor forks the job), to its
-// end (exit.json's end_unix_nanos) and to the supervisor's exit, for the job
-// `true`, p50 and p99 over many runs, for each way of starting a supervisor:
-// an exec of drover, of the small drover-supervise, and the handover to a
-// SupervisorPool's spare (which then starts the next spare, inside the run).
+// end (exit.json's end_unix_nanos) and to the supervisor's end of it (its
+// exit, or for a pooled one its "done"), for the job `true`, p50 and p99
+// over many runs, for each way of starting a supervisor: an exec of drover,
+// of the small drover-supervise, and the handover to a SupervisorPool's
+// idle supervisor (the same process run after run, as the agent keeps it).
 // Each run uses a fresh job directory written with JobDir as the agent
 // writes it (spec.json, isolation.json without a cgroup), one run at a time.
 //
@@ -13,6 +14,7 @@
 // Not a Google Benchmark: a run is a process tree and a few fsyncs, and what
 // matters is the spread. Results: docs/performance.md.
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,20 +52,35 @@ struct Samples {
   std::vector<int64_t> to_start, to_exit, to_reaped;  // ns after the spawn call
 };
 
-// `launch` starts the supervisor of a prepared job directory and returns
-// its pid (a child of this process), or -1.
-using Launch = std::function<pid_t(const std::string& dir)>;
+using drover::agent::SupervisorPool;
 
-bool RunOnce(const Launch& launch, const std::string& dir, Samples& out) {
+// `launch` starts the supervisor of a prepared job directory (a child of
+// this process; pid -1 when it could not); `pool`, for a pooled one, hears
+// it say the job is done.
+using Launch = std::function<SupervisorPool::Launched(const std::string& dir)>;
+
+bool RunOnce(const Launch& launch, SupervisorPool* pool, const std::string& dir, Samples& out) {
   fs::create_directories(dir);
   JobDir job(dir);
   drover::agent::JobSpecFile spec{fs::path(dir).filename().string(), {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, ""};
   if (!job.WriteSpec(spec).ok() || !job.WriteIsolation(drover::agent::JobIsolation{}).ok()) return false;
   const int64_t t0 = UnixNanos();
-  pid_t pid = launch(dir);
-  if (pid <= 0) return false;
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return false;
+  SupervisorPool::Launched l = launch(dir);
+  if (l.pid <= 0) return false;
+  if (l.done_fd >= 0) {
+    // A pooled supervisor says "done" and waits for its next job.
+    pollfd p{l.done_fd, POLLIN, 0};
+    if (::poll(&p, 1, 10'000) != 1) return false;
+    auto heard = pool->Hear(l.pid);
+    if (heard == SupervisorPool::Heard::kRetired || heard == SupervisorPool::Heard::kGone) {
+      ::waitpid(l.pid, nullptr, 0);
+    } else if (heard != SupervisorPool::Heard::kDone) {
+      return false;
+    }
+  } else {
+    int status = 0;
+    if (::waitpid(l.pid, &status, 0) != l.pid) return false;
+  }
   const int64_t reaped = UnixNanos();
   auto started = job.ReadStarted();
   auto exited = job.ReadExit();
@@ -111,23 +128,23 @@ int main(int argc, char** argv) {
   auto spawn = [](std::string exe) {
     return Launch([exe](const std::string& dir) {
       auto pid = drover::agent::SpawnSupervisor(exe, dir);
-      return pid.ok() ? *pid : -1;
+      return SupervisorPool::Launched{pid.ok() ? *pid : -1, -1};
     });
   };
-  drover::agent::SupervisorPool pool(supervise);
+  SupervisorPool pool(supervise);
   pool.Refill();
   std::vector<std::pair<std::string, Launch>> variants = {
       {"drover supervise", spawn(drover)},
       {"drover-supervise", spawn(supervise)},
       {"drover-supervise, SupervisorPool", [&pool](const std::string& dir) {
-         auto pid = pool.Launch(dir);
-         return pid.ok() ? *pid : -1;
+         auto l = pool.Launch(dir);
+         return l.ok() ? *l : SupervisorPool::Launched{};
        }},
   };
 
   std::printf("%d runs of `true`, one at a time, in %s; ms after SpawnSupervisor()\n", runs, base.c_str());
   std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "supervisor", "runs", "start", "p99", "exit", "p99",
-              "reaped", "p99");
+              "ended", "p99");
   std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "", "", "p50", "", "p50", "", "p50", "");
   // Interleaved (run i of every variant, then run i+1), so that whatever
   // else the machine does falls on every variant alike; a few runs first
@@ -138,9 +155,9 @@ int main(int argc, char** argv) {
     for (size_t v = 0; v < variants.size(); ++v) {
       Samples warmup;
       std::string dir = base + "/v" + std::to_string(v) + "-" + std::to_string(i + 5);
-      if (!RunOnce(variants[v].second, dir, i < 0 ? warmup : samples[v])) ++failures;
+      if (!RunOnce(variants[v].second, &pool, dir, i < 0 ? warmup : samples[v])) ++failures;
     }
-    pool.Refill();  // as the agent does, once the job has had its start
+    pool.Refill();  // as the agent does, once the job has had its start (a no-op while one is idle)
   }
   for (size_t v = 0; v < variants.size(); ++v) Report(variants[v].first, samples[v]);
   std::error_code ec;

@@ -768,15 +768,25 @@ class AgentImpl final : public Agent {
     Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
-      auto pid = supervisors_ ? supervisors_->Launch(dir.path()) : SpawnSupervisor(opts_.supervisor_exe, dir.path());
+      Result<SupervisorPool::Launched> launched =
+          supervisors_ ? supervisors_->Launch(dir.path()) : Result<SupervisorPool::Launched>(Unavailable(""));
+      if (!supervisors_) {
+        auto pid = SpawnSupervisor(opts_.supervisor_exe, dir.path());
+        launched = pid.ok() ? Result<SupervisorPool::Launched>(SupervisorPool::Launched{*pid, -1})
+                            : Result<SupervisorPool::Launched>(pid.status());
+      }
       if (supervisors_) RefillSoon();
-      if (pid.ok()) {
-        job.supervisor = *pid;
-        unreaped_.insert(*pid);
-        s = dir.WriteSupervisorPid(*pid);
-        WatchSupervisor(key, *pid);
+      if (launched.ok()) {
+        job.supervisor = launched->pid;
+        unreaped_.insert(launched->pid);
+        s = dir.WriteSupervisorPid(launched->pid);
+        if (launched->done_fd >= 0) {
+          WatchPooled(key, launched->pid, launched->done_fd);
+        } else {
+          WatchSupervisor(key, launched->pid);
+        }
       } else {
-        s = pid.status();
+        s = launched.status();
       }
     }
     if (!s.ok()) {
@@ -865,6 +875,50 @@ class AgentImpl final : public Agent {
     }
     if (auto old = exit_watches_.find(id); old != exit_watches_.end()) watcher_->Cancel(old->second);
     exit_watches_[id] = *handle;
+  }
+
+  // A pooled supervisor (supervisor.h) says when its job has ended instead
+  // of ending itself: its socket becomes readable then, or when it dies.
+  void WatchPooled(const std::string& id, pid_t pid, int fd) {
+    if (watcher_ == nullptr) return;  // Refresh looks: exit.json, or the process gone
+    auto handle = watcher_->WatchReadable(fd, [this, id, pid, fd] {
+      loop_.Post([this, id, pid, fd] { OnPooledReady(id, pid, fd); });
+    });
+    if (!handle.ok()) {
+      spdlog::warn("node '{}' will notice the end of job '{}' by looking: {}", opts_.node_name, id,
+                   handle.status().message());
+      return;
+    }
+    if (auto old = exit_watches_.find(id); old != exit_watches_.end()) watcher_->Cancel(old->second);
+    exit_watches_[id] = *handle;
+  }
+
+  void OnPooledReady(const std::string& id, pid_t pid, int fd) {
+    exit_watches_.erase(id);
+    if (stopping_ || !supervisors_) return;
+    auto it = jobs_.find(id);
+    switch (supervisors_->Hear(pid)) {
+      case SupervisorPool::Heard::kNothing:
+        if (it != jobs_.end() && it->second.supervisor == pid) WatchPooled(id, pid, fd);  // still the pool's
+        return;
+      case SupervisorPool::Heard::kDone:
+        break;  // it waits for the next job, still our child
+      case SupervisorPool::Heard::kRetired:
+      case SupervisorPool::Heard::kGone:
+        // It exits (or has): reaped when it has, through its pidfd.
+        if (!Reap(pid)) WatchRetired(pid);
+        break;
+    }
+    // The job is no longer this process's: its end is in exit.json (or,
+    // for one that died, nowhere, which Refresh says).
+    if (it != jobs_.end() && it->second.supervisor == pid) it->second.supervisor = -1;
+    OnSupervisorEnded(id);
+  }
+
+  // Reaps a supervisor that no job needs any more once it has ended.
+  void WatchRetired(pid_t pid) {
+    if (watcher_ == nullptr) return;  // the minute sweep reaps it
+    (void)watcher_->Watch(pid, [this, pid] { loop_.Post([this, pid] { Reap(pid); }); });
   }
 
   void OnSupervisorEnded(const std::string& id) {

@@ -1,6 +1,7 @@
 #include "drover/agent/exit_watcher.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -48,16 +49,15 @@ class EpollExitWatcher final : public ExitWatcher {
       (void)::write(wake_, &one, sizeof(one));
       return handle;
     }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = handle;
-    if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      int err = errno;
-      ::close(fd);
-      return Internal(fmt::format("epoll_ctl: {}", std::strerror(err)));
-    }
-    watches_.emplace(handle, Entry{fd, std::move(on_exit)});
-    return handle;
+    return AddLocked(handle, fd, std::move(on_exit));
+  }
+
+  Result<uint64_t> WatchReadable(int fd, std::function<void()> on_ready) override {
+    // A copy: the watcher closes its own when it fires or is cancelled.
+    int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (own < 0) return Internal(fmt::format("dup: {}", std::strerror(errno)));
+    std::lock_guard lock(mu_);
+    return AddLocked(next_++, own, std::move(on_ready));
   }
 
   void Cancel(uint64_t handle) override {
@@ -78,6 +78,20 @@ class EpollExitWatcher final : public ExitWatcher {
     int fd;
     std::function<void()> on_exit;
   };
+
+  // Takes `fd`: watched until it is readable (or hung up), then closed.
+  Result<uint64_t> AddLocked(uint64_t handle, int fd, std::function<void()> fn) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = handle;
+    if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Internal(fmt::format("epoll_ctl: {}", std::strerror(err)));
+    }
+    watches_.emplace(handle, Entry{fd, std::move(fn)});
+    return handle;
+  }
 
   void Run() {
     epoll_event events[64];

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -91,6 +93,39 @@ TEST(ExitWatcherTest, NoCallbackAfterCancel) {
   ::waitpid(watched, nullptr, 0);
   std::lock_guard lock(none.mu);
   EXPECT_EQ(none.n, 0);
+}
+
+// A descriptor is watched until it has something to read or its peer hangs
+// up, once; the caller's descriptor stays open.
+TEST(ExitWatcherTest, SaysWhenADescriptorIsReadable) {
+  auto watcher = ExitWatcher::Start();
+  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  Calls calls;
+  ASSERT_TRUE((*watcher)->WatchReadable(fds[0], calls.Callback()).ok());
+  ASSERT_EQ(::write(fds[1], "done\n", 5), 5);
+  ASSERT_TRUE(calls.WaitFor(1));
+  char buf[8];
+  EXPECT_EQ(::read(fds[0], buf, sizeof buf), 5) << "still the caller's, unread";
+
+  ASSERT_TRUE((*watcher)->WatchReadable(fds[0], calls.Callback()).ok());
+  ::close(fds[1]);  // the peer ends
+  ASSERT_TRUE(calls.WaitFor(2));
+  EXPECT_EQ(::read(fds[0], buf, sizeof buf), 0);
+
+  // Cancelled before anything came: never called.
+  int other[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+  auto handle = (*watcher)->WatchReadable(other[0], calls.Callback());
+  ASSERT_TRUE(handle.ok());
+  (*watcher)->Cancel(*handle);
+  ASSERT_EQ(::write(other[1], "x", 1), 1);
+  ::close(fds[0]);
+  ::close(other[0]);
+  ::close(other[1]);
+  watcher->reset();  // joins its thread: no callback runs later
+  EXPECT_EQ(calls.n, 2);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -689,51 +690,105 @@ class SupervisorPoolTest : public TempDirTest {
   }
 };
 
-TEST_F(SupervisorPoolTest, SparesRunJobsAndAreRecognisedAsTheirSupervisors) {
+// Waits until a pooled supervisor's socket has something to say.
+bool Readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 10'000) == 1;
+}
+
+TEST_F(SupervisorPoolTest, SparesRunJobsOneAfterAnotherAndAreRecognisedAsTheirSupervisors) {
   SupervisorPool pool(DROVER_SUPERVISE_BINARY);
   pool.Refill();
   std::string dir = Prepare("j-000030", {"sh", "-c", "echo ready; sleep 60"});
   auto sup = pool.Launch(dir);
   ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+  ASSERT_GE(sup->done_fd, 0) << "a pooled supervisor";
   JobDir job(dir);
   std::optional<StartedFile> started;
   ASSERT_TRUE(PollUntil([&] { return (started = job.ReadStarted()).has_value(); }));
-  EXPECT_EQ(::getsid(*sup), *sup) << "a session of its own, as a spawned supervisor";
-  EXPECT_TRUE(SupervisorAlive(*sup, dir));
-  EXPECT_TRUE(SupervisorAlive(*sup, dir + "/work/.."));
-  EXPECT_FALSE(SupervisorAlive(*sup, MakeDir("j-000031")));
+  EXPECT_EQ(::getsid(sup->pid), sup->pid) << "a session of its own, as a spawned supervisor";
+  EXPECT_TRUE(SupervisorAlive(sup->pid, dir));
+  EXPECT_TRUE(SupervisorAlive(sup->pid, dir + "/work/.."));
+  EXPECT_FALSE(SupervisorAlive(sup->pid, MakeDir("j-000031")));
   EXPECT_TRUE(fs::exists(dir + "/supervisor.log"));
   ASSERT_TRUE(PollUntil([&] { return Slurp(dir + "/output.log").find("ready\n") != std::string::npos; }));
+  EXPECT_EQ(pool.Hear(sup->pid), SupervisorPool::Heard::kNothing);  // the job runs
   ASSERT_EQ(::kill(-started->pid, SIGKILL), 0);
-  auto status = Reap(*sup);
-  ASSERT_TRUE(status);
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  ASSERT_TRUE(Readable(sup->done_fd));
+  EXPECT_EQ(pool.Hear(sup->pid), SupervisorPool::Heard::kDone);
   auto e = job.ReadExit();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->signal, SIGKILL);
+  // Done with it: no longer its job's supervisor, and alive, waiting.
+  EXPECT_FALSE(SupervisorAlive(sup->pid, dir));
+  EXPECT_EQ(::waitpid(sup->pid, nullptr, WNOHANG), 0);
 
-  // The next job gets the next spare, once the owner has refilled.
-  pool.Refill();
-  std::string second = Prepare("j-000032", {"sh", "-c", "exit 3"});
+  // The next job gets the same process, with its own output, log and
+  // exit; nothing of the first job's leaks into it.
+  std::string second = Prepare("j-000032", {"sh", "-c", "echo second; ls /proc/self/fd | wc -l; exit 3"});
   auto next = pool.Launch(second);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
-  EXPECT_NE(*next, *sup);
-  ASSERT_TRUE(Reap(*next));
+  EXPECT_EQ(next->pid, sup->pid);
+  ASSERT_TRUE(Readable(next->done_fd));
+  EXPECT_EQ(pool.Hear(next->pid), SupervisorPool::Heard::kDone);
   e = JobDir(second).ReadExit();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->exit_code, 3);
   EXPECT_FALSE(e->failed_to_start);
+  // stdin, stdout, stderr and the directory listing's own: no socket of the pool's.
+  EXPECT_EQ(Slurp(second + "/output.log"), "second\n4\n");
+  EXPECT_EQ(Slurp(dir + "/output.log"), "ready\n");
+  EXPECT_TRUE(fs::exists(second + "/supervisor.log"));
 
-  // With no spare waiting, Launch starts a supervisor as SpawnSupervisor does.
-  std::string third = Prepare("j-000034", {"sh", "-c", "exit 4"});
-  auto spawned = pool.Launch(third);
+  // A pooled supervisor that dies is heard as gone, and is ours to reap.
+  std::string third = Prepare("j-000033", {"sleep", "60"});
+  auto killed = pool.Launch(third);
+  ASSERT_TRUE(killed.ok());
+  ASSERT_TRUE(PollUntil([&] { return JobDir(third).ReadStarted().has_value(); }));
+  ASSERT_EQ(::kill(killed->pid, SIGKILL), 0);
+  ASSERT_TRUE(Readable(killed->done_fd));
+  EXPECT_EQ(pool.Hear(killed->pid), SupervisorPool::Heard::kGone);
+  ASSERT_TRUE(Reap(killed->pid));
+  ::kill(-JobDir(third).ReadStarted()->pid, SIGKILL);
+
+  // With no supervisor idle, Launch starts one as SpawnSupervisor does.
+  std::string fourth = Prepare("j-000034", {"sh", "-c", "exit 4"});
+  auto spawned = pool.Launch(fourth);
   ASSERT_TRUE(spawned.ok()) << spawned.status().ToString();
-  ASSERT_TRUE(Reap(*spawned));
-  e = JobDir(third).ReadExit();
+  EXPECT_EQ(spawned->done_fd, -1);
+  ASSERT_TRUE(Reap(spawned->pid));
+  e = JobDir(fourth).ReadExit();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->exit_code, 4);
-  // and the pool is left with no process of its own.
+  // and the pool holds no process of its own but none (nothing idle).
   EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+}
+
+// More supervisors finish than the pool keeps: the others are let go.
+TEST_F(SupervisorPoolTest, KeepsAtMostItsIdleLimit) {
+  SupervisorPool pool(DROVER_SUPERVISE_BINARY, 1);
+  pool.Refill();
+  std::string a = Prepare("j-000040", {"sh", "-c", "exit 0"});
+  auto first = pool.Launch(a);
+  ASSERT_TRUE(first.ok());
+  ASSERT_GE(first->done_fd, 0);
+  std::string b = Prepare("j-000041", {"true"});
+  auto spawned = pool.Launch(b);  // nothing idle: spawned
+  ASSERT_TRUE(spawned.ok());
+  ASSERT_TRUE(Reap(spawned->pid));
+  ASSERT_TRUE(Readable(first->done_fd));
+  EXPECT_EQ(pool.Hear(first->pid), SupervisorPool::Heard::kDone);  // kept: none was idle
+  pool.Refill();  // one is idle: nothing to start
+  std::string c = Prepare("j-000042", {"true"});
+  auto again = pool.Launch(c);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->pid, first->pid);
+  // Meanwhile another idles: the one that finishes now is let go.
+  pool.Refill();
+  ASSERT_TRUE(Readable(again->done_fd));
+  EXPECT_EQ(pool.Hear(again->pid), SupervisorPool::Heard::kRetired);
+  ASSERT_TRUE(Reap(again->pid));
+  EXPECT_EQ(JobDir(c).ReadExit()->exit_code, 0);
 }
 
 TEST_F(SupervisorPoolTest, UnusedSpareGoesWithItsPool) {
@@ -745,9 +800,11 @@ TEST_F(SupervisorPoolTest, UnusedSpareGoesWithItsPool) {
 
 TEST_F(SupervisorPoolTest, PoolOfDroverSpawnsAsSpawnSupervisor) {
   SupervisorPool pool(DROVER_BINARY);
-  std::string dir = Prepare("j-000033", {"sleep", "60"});
-  auto sup = pool.Launch(dir);
-  ASSERT_TRUE(sup.ok()) << sup.status().ToString();
+  std::string dir = Prepare("j-000035", {"sleep", "60"});
+  auto launched = pool.Launch(dir);
+  ASSERT_TRUE(launched.ok()) << launched.status().ToString();
+  EXPECT_EQ(launched->done_fd, -1);
+  auto sup = Result<pid_t>(launched->pid);
   JobDir job(dir);
   std::optional<StartedFile> started;
   ASSERT_TRUE(PollUntil([&] { return (started = job.ReadStarted()).has_value(); }));

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -344,51 +346,75 @@ bool SupervisorAlive(pid_t pid, const std::string& job_dir) {
 }
 
 int RunSpareSupervisor() {
-  // Hold no directory of the agent's while idle, and match no job.
-  if (::chdir("/") != 0) return 1;
-  std::string dir;
-  char buf[4096];
+  // The pool's socket leaves standard input (the job gets /dev/null there)
+  // for a descriptor the job never sees (StartJob closes 3 and up).
+  const int pool = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (pool < 0 || null_fd < 0) return 1;
+  ::dup2(null_fd, 0);
+  sigset_t idle_mask;
+  ::sigprocmask(SIG_SETMASK, nullptr, &idle_mask);
+  std::string input;
   for (;;) {
-    ssize_t n = ::read(0, buf, sizeof buf);
-    if (n > 0) {
-      dir.append(buf, static_cast<size_t>(n));
-      if (dir.size() > 65536) return 1;
-    } else if (n == 0) {
-      break;
-    } else if (errno != EINTR) {
-      return 1;
+    // Idle: hold no directory of the agent's, and match no job.
+    if (::chdir("/") != 0) return 1;
+    ::dup2(null_fd, 2);
+    size_t eol;
+    while ((eol = input.find('\n')) == std::string::npos) {
+      char buf[4096];
+      ssize_t n = ::read(pool, buf, sizeof buf);
+      if (n > 0) {
+        input.append(buf, static_cast<size_t>(n));
+        if (input.size() > 65536) return 1;
+      } else if (n == 0) {
+        return 0;  // the pool or its agent went away
+      } else if (errno != EINTR) {
+        return 1;
+      }
     }
+    std::string dir = input.substr(0, eol);
+    input.erase(0, eol + 1);
+    // From here on, as SpawnSupervisor would have started it.
+    int log_fd = ::open((dir + "/supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd >= 0) {
+      ::dup2(log_fd, 2);
+      ::close(log_fd);
+    }
+    // SupervisorAlive's mark; a directory that cannot be entered fails in
+    // RunSupervisor, which says why in exit.json.
+    (void)::chdir(dir.c_str());
+    if (int rc = RunSupervisor(dir); rc != 0) return rc;  // exit.json not written: the end says it
+    // exit.json is written. Out of the job's directory before saying so
+    // (SupervisorAlive must no longer take this process for its
+    // supervisor); a signal sent to the job's supervisor meanwhile ends
+    // this one instead of the next job.
+    if (::chdir("/") != 0) return 1;
+    ::sigprocmask(SIG_SETMASK, &idle_mask, nullptr);
+    // Nobody to tell (the agent went away): end, which its successor sees.
+    if (::send(pool, "done\n", 5, MSG_NOSIGNAL) != 5) return 0;
   }
-  if (dir.empty()) return 0;  // the pool went away unused
-  // From here on, as SpawnSupervisor would have started it.
-  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd >= 0) {
-    ::dup2(null_fd, 0);
-    ::close(null_fd);
-  }
-  int log_fd = ::open((dir + "/supervisor.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd >= 0) {
-    ::dup2(log_fd, 2);
-    ::close(log_fd);
-  }
-  // SupervisorAlive's mark; a directory that cannot be entered fails in
-  // RunSupervisor, which says why in exit.json.
-  (void)::chdir(dir.c_str());
-  return RunSupervisor(dir);
 }
 
-SupervisorPool::SupervisorPool(std::string exe)
-    : exe_(std::move(exe)), spares_(std::filesystem::path(exe_).filename() == "drover-supervise") {}
+SupervisorPool::SupervisorPool(std::string exe, size_t max_idle)
+    : exe_(std::move(exe)),
+      spares_(std::filesystem::path(exe_).filename() == "drover-supervise"),
+      max_idle_(std::max<size_t>(max_idle, 1)) {}
 
 SupervisorPool::~SupervisorPool() {
-  if (spare_input_ >= 0) ::close(spare_input_);
-  if (spare_ > 0) ::waitpid(spare_, nullptr, 0);  // it exits at the end of its input
+  // Busy ones finish their job, fail to say so and exit (their agent's
+  // successor, if any, sees that); idle ones read the end and exit.
+  for (const auto& [pid, fd] : busy_) ::close(fd);
+  for (const Idle& idle : idle_) {
+    ::close(idle.fd);
+    ::waitpid(idle.pid, nullptr, 0);
+  }
 }
 
 void SupervisorPool::Refill() {
-  if (!spares_ || spare_ > 0) return;
-  // A socket rather than a pipe: a write to a spare that died fails with
-  // EPIPE (MSG_NOSIGNAL) instead of raising SIGPIPE in the agent.
+  if (!spares_ || !idle_.empty()) return;
+  // A socket rather than a pipe: both ways (the job's directory, then
+  // "done"), and a write to a supervisor that died fails with EPIPE
+  // (MSG_NOSIGNAL) instead of raising SIGPIPE in the agent.
   int fds[2] = {-1, -1};
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
   auto pid = SpawnProgram(exe_, {exe_, "supervise", "--spare"}, fds[1], "/dev/null");
@@ -397,28 +423,52 @@ void SupervisorPool::Refill() {
     ::close(fds[0]);
     return;  // Launch spawns as SpawnSupervisor does
   }
-  spare_ = *pid;
-  spare_input_ = fds[0];
+  idle_.push_back(Idle{*pid, fds[0]});
 }
 
-Result<pid_t> SupervisorPool::Launch(const std::string& job_dir) {
-  if (!spares_) return SpawnSupervisor(exe_, job_dir);
-  pid_t pid = std::exchange(spare_, -1);
-  int input = std::exchange(spare_input_, -1);
-  if (pid > 0) {
+Result<SupervisorPool::Launched> SupervisorPool::Launch(const std::string& job_dir) {
+  if (spares_ && job_dir.find('\n') == std::string::npos) {
     // Absolute: the spare works in "/", not in the caller's directory.
     std::error_code ec;
     std::string dir = std::filesystem::absolute(job_dir, ec).string();
     if (ec) dir = job_dir;
-    bool sent = ::send(input, dir.data(), dir.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(dir.size());
-    ::close(input);  // the end of input: the spare starts
-    if (!sent) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      pid = -1;
+    dir += '\n';
+    while (!idle_.empty()) {
+      Idle idle = idle_.back();  // the most recently used: warm
+      idle_.pop_back();
+      if (::send(idle.fd, dir.data(), dir.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(dir.size())) {
+        busy_[idle.pid] = idle.fd;
+        return Launched{idle.pid, idle.fd};
+      }
+      // It died idle: it is ours to reap.
+      ::close(idle.fd);
+      ::kill(idle.pid, SIGKILL);
+      ::waitpid(idle.pid, nullptr, 0);
     }
   }
-  return pid > 0 ? Result<pid_t>(pid) : SpawnSupervisor(exe_, job_dir);
+  auto pid = SpawnSupervisor(exe_, job_dir);
+  if (!pid.ok()) return pid.status();
+  return Launched{*pid, -1};
+}
+
+SupervisorPool::Heard SupervisorPool::Hear(pid_t pid) {
+  auto it = busy_.find(pid);
+  if (it == busy_.end()) return Heard::kGone;
+  const int fd = it->second;
+  char buf[16];
+  ssize_t n;
+  do {
+    n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Heard::kNothing;
+  busy_.erase(it);
+  const bool done = n == 5 && std::string_view(buf, 5) == "done\n";
+  if (done && idle_.size() < max_idle_) {
+    idle_.push_back(Idle{pid, fd});  // waits for its next job
+    return Heard::kDone;
+  }
+  ::close(fd);  // the end of its input: it exits, if it has not
+  return done ? Heard::kRetired : Heard::kGone;
 }
 
 }  // namespace drover::agent

@@ -24,7 +24,9 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "drover/common/status.h"
 
@@ -44,22 +46,34 @@ Result<pid_t> SpawnSupervisor(const std::string& exe, const std::string& job_dir
 // its working directory, which it moves to the job's when handed one.
 bool SupervisorAlive(pid_t pid, const std::string& job_dir);
 
-// The spare's main (`drover-supervise supervise --spare`): waits for a job
-// directory on its standard input (the pool writes it and closes the pipe),
-// then runs RunSupervisor for it with its stderr in the directory's
-// supervisor.log, as a spawned supervisor has it. End of input with no
-// directory (the pool or its agent went away): exits 0 at once.
+// A pooled supervisor's main (`drover-supervise supervise --spare`), its
+// socket on standard input: see SupervisorPool.
 int RunSpareSupervisor();
 
-// SupervisorPool: one spare supervisor process started ahead of need and
-// blocked reading a pipe, so that starting a job's supervisor costs a write
-// and a close instead of a process start and an exec. Launch hands the
-// spare its job directory (or, with none waiting, spawns as SpawnSupervisor
-// does); the owner calls Refill for the next spare once the job has had
-// its start: a spare spawned at once took a core from the job it had just
-// handed over (on 2 cores, ~2 ms of a `submit --wait`). What Launch returns
-// is used exactly like SpawnSupervisor's pid: a child of this process in a
-// session of its own, reaped by the caller, re-adopted by SupervisorAlive.
+// SupervisorPool: supervisor processes started ahead of need and kept
+// between jobs, so that starting a job's supervisor costs a write instead
+// of a process start and an exec, and in steady state no supervisor is
+// started at all (on the 2-core development VM a process start is ~2 ms,
+// and a task of a job array used to be two of them).
+//
+// A pooled supervisor (`drover-supervise supervise --spare`) reads a job
+// directory and a newline from its socket, runs RunSupervisor for it with
+// its stderr in the directory's supervisor.log (as a spawned supervisor has
+// it), goes back to "/" and answers "done\n" once exit.json is written; then
+// it waits for the next directory. At the end of its input (the pool or its
+// agent went away) it exits: at once when idle, after its job when busy.
+//
+// The owner watches the descriptor Launch returns: readable once the
+// supervisor answered or ended; then Hear says which, and the job's end is
+// in exit.json either way. A supervisor the pool lets go (kRetired, kGone)
+// is the caller's child to reap, as one from SpawnSupervisor.
+//
+// Launch with no idle supervisor spawns as SpawnSupervisor does; the owner
+// calls Refill once the job has had its start (a spare spawned at once took
+// a core from the job it had just handed over: ~2 ms of a `submit --wait`).
+// What Launch returns is used exactly like SpawnSupervisor's pid: a child of
+// this process in a session of its own, re-adopted by SupervisorAlive
+// (which knows a pooled one by its working directory).
 //
 // Only drover-supervise has the spare mode; for any other `exe` (drover
 // itself) Launch is SpawnSupervisor.
@@ -68,22 +82,42 @@ int RunSpareSupervisor();
 // safe in a threaded process.
 class SupervisorPool {
  public:
-  explicit SupervisorPool(std::string exe);
-  ~SupervisorPool();  // the unused spare sees its pipe close, exits, and is reaped
+  // Keeps at most `max_idle` supervisors waiting (1 at least).
+  explicit SupervisorPool(std::string exe, size_t max_idle = 8);
+  ~SupervisorPool();
   SupervisorPool(const SupervisorPool&) = delete;
   SupervisorPool& operator=(const SupervisorPool&) = delete;
 
+  struct Launched {
+    pid_t pid = -1;
+    int done_fd = -1;  // a pooled supervisor's socket (the pool's), or -1 for a spawned one
+  };
   // The supervisor of `job_dir`, started (a relative `job_dir` is taken
   // from this process's working directory, as SpawnSupervisor's is).
-  Result<pid_t> Launch(const std::string& job_dir);
-  // Starts the spare if there is none.
+  Result<Launched> Launch(const std::string& job_dir);
+
+  enum class Heard {
+    kNothing,  // nothing to read yet: watch again
+    kDone,     // the job ended; the supervisor waits for the next one
+    kRetired,  // the job ended; the supervisor exits (enough are idle)
+    kGone,     // the supervisor ended (killed, or it could not record the end)
+  };
+  // What the pooled supervisor `pid` (a Launched with a done_fd) said.
+  Heard Hear(pid_t pid);
+
+  // Starts a spare if none is idle.
   void Refill();
 
  private:
+  struct Idle {
+    pid_t pid;
+    int fd;
+  };
   std::string exe_;
-  bool spares_;          // exe_ is drover-supervise
-  pid_t spare_ = -1;     // -1: none
-  int spare_input_ = -1;  // the write end of the spare's standard input
+  bool spares_;  // exe_ is drover-supervise
+  size_t max_idle_;
+  std::vector<Idle> idle_;
+  std::map<pid_t, int> busy_;  // pooled supervisors with a job: their socket
 };
 
 }  // namespace drover::agent
