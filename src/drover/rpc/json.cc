@@ -17,7 +17,12 @@ using google::protobuf::Reflection;
 
 void AppendString(std::string_view s, std::string* out) {
   out->push_back('"');
-  for (char c : s) {
+  size_t plain = 0;  // start of the run of characters that need no escape
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out->append(s.data() + plain, i - plain);
+    plain = i + 1;
     switch (c) {
       case '"': out->append("\\\""); break;
       case '\\': out->append("\\\\"); break;
@@ -26,15 +31,19 @@ void AppendString(std::string_view s, std::string* out) {
       case '\t': out->append("\\t"); break;
       case '\b': out->append("\\b"); break;
       case '\f': out->append("\\f"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out->append(fmt::format("\\u{:04x}", static_cast<unsigned char>(c)));
-        } else {
-          out->push_back(c);
-        }
+      default: out->append(fmt::format("\\u{:04x}", c));
     }
   }
+  out->append(s.data() + plain, s.size() - plain);
   out->push_back('"');
+}
+
+template <typename T>
+void AppendInt(T v, std::string* out, bool quoted) {
+  fmt::format_int text(v);
+  if (quoted) out->push_back('"');
+  out->append(text.data(), text.size());
+  if (quoted) out->push_back('"');
 }
 
 void AppendBase64(std::string_view s, std::string* out) {
@@ -79,16 +88,16 @@ void AppendValue(const Message& m, const Reflection* r, const FieldDescriptor* f
   const bool rep = index >= 0;
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-      fmt::format_to(std::back_inserter(*out), "{}", rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
+      AppendInt(rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f), out, false);
       break;
     case FieldDescriptor::CPPTYPE_UINT32:
-      fmt::format_to(std::back_inserter(*out), "{}", rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
+      AppendInt(rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f), out, false);
       break;
     case FieldDescriptor::CPPTYPE_INT64:  // 64-bit integers are strings in proto3 JSON
-      fmt::format_to(std::back_inserter(*out), "\"{}\"", rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
+      AppendInt(rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f), out, true);
       break;
     case FieldDescriptor::CPPTYPE_UINT64:
-      fmt::format_to(std::back_inserter(*out), "\"{}\"", rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
+      AppendInt(rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f), out, true);
       break;
     case FieldDescriptor::CPPTYPE_DOUBLE:
       AppendFloating(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f), out);
@@ -199,7 +208,7 @@ void AppendJson(const Message& m, std::string* out) { AppendMessage(m, out); }
 
 std::string ToJson(const Message& m) {
   std::string out;
-  out.reserve(256);
+  out.reserve(static_cast<size_t>(m.ByteSizeLong()) * 3 + 64);  // JSON runs ~2-3x the wire size
   AppendMessage(m, &out);
   return out;
 }
