@@ -861,29 +861,27 @@ class AgentImpl final : public Agent {
   // the end first), and reaps it, whether or not the job is still known.
   void WatchSupervisor(const std::string& id, pid_t pid) {
     if (watcher_ == nullptr) return;
-    auto handle = watcher_->Watch(pid, [this, id, pid] {
+    KeepWatch(id, watcher_->Watch(pid, [this, id, pid] {
       loop_.Post([this, id, pid] {
         auto it = jobs_.find(id);
         if (Reap(pid) && it != jobs_.end() && it->second.supervisor == pid) it->second.supervisor = -1;
         OnSupervisorEnded(id);
       });
-    });
-    if (!handle.ok()) {
-      spdlog::warn("node '{}' will notice the end of job '{}' by looking: {}", opts_.node_name, id,
-                   handle.status().message());
-      return;
-    }
-    if (auto old = exit_watches_.find(id); old != exit_watches_.end()) watcher_->Cancel(old->second);
-    exit_watches_[id] = *handle;
+    }));
   }
 
   // A pooled supervisor (supervisor.h) says when its job has ended instead
   // of ending itself: its socket becomes readable then, or when it dies.
   void WatchPooled(const std::string& id, pid_t pid, int fd) {
     if (watcher_ == nullptr) return;  // Refresh looks: exit.json, or the process gone
-    auto handle = watcher_->WatchReadable(fd, [this, id, pid, fd] {
+    KeepWatch(id, watcher_->WatchReadable(fd, [this, id, pid, fd] {
       loop_.Post([this, id, pid, fd] { OnPooledReady(id, pid, fd); });
-    });
+    }));
+  }
+
+  // The job's one watch (a new one replaces the old); without one, its end
+  // is noticed by looking.
+  void KeepWatch(const std::string& id, Result<uint64_t> handle) {
     if (!handle.ok()) {
       spdlog::warn("node '{}' will notice the end of job '{}' by looking: {}", opts_.node_name, id,
                    handle.status().message());
