@@ -10,11 +10,15 @@
 // writes it (spec.json, isolation.json without a cgroup), one run at a time.
 //
 //   spawn_bench [--runs N] [--root DIR] [--drover PATH] [--supervise PATH]
+//   spawn_bench --floor N   (the machine's own cost: N posix_spawn + wait of
+//                            /bin/true and of `sh -c true`, one loop and two
+//                            side by side; no supervisor, no Drover)
 //
 // Not a Google Benchmark: a run is a process tree and a few fsyncs, and what
 // matters is the spread. Results: docs/performance.md.
 
 #include <poll.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +30,10 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+extern char** environ;
 
 #include "drover/agent/job_dir.h"
 #include "drover/agent/supervisor.h"
@@ -103,7 +110,39 @@ void Report(const std::string& name, const Samples& s) {
 
 }  // namespace
 
+// Processes started and waited for per second, by `loops` loops side by side.
+double SpawnRate(std::vector<std::string> argv_s, int n, int loops) {
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto loop = [&] {
+    for (int i = 0; i < n; ++i) {
+      pid_t pid = 0;
+      if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return;
+      ::waitpid(pid, nullptr, 0);
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int l = 0; l < loops; ++l) threads.emplace_back(loop);
+  for (auto& t : threads) t.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return n * loops / s;
+}
+
+int Floor(int n) {
+  for (const auto& [name, argv] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"/bin/true", {"/bin/true"}}, {"sh -c true", {"/bin/sh", "-c", "true"}}}) {
+    for (int loops : {1, 2}) {
+      std::printf("%-12s %d loop%s: %6.0f processes/s\n", name.c_str(), loops, loops == 1 ? " " : "s",
+                  SpawnRate(argv, n, loops));
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string_view(argv[1]) == "--floor") return Floor(std::atoi(argv[2]));
   int runs = 200;
   std::string root = fs::temp_directory_path().string();
   std::string drover = DROVER_BINARY;
