@@ -751,43 +751,44 @@ TEST_F(SupervisorPoolTest, SparesRunJobsOneAfterAnotherAndAreRecognisedAsTheirSu
   ASSERT_TRUE(Reap(killed->pid));
   ::kill(-JobDir(third).ReadStarted()->pid, SIGKILL);
 
-  // With no supervisor idle, Launch starts one as SpawnSupervisor does.
+  // With no supervisor idle, Launch starts a new pooled one for the job,
+  // kept after it.
   std::string fourth = Prepare("j-000034", {"sh", "-c", "exit 4"});
   auto spawned = pool.Launch(fourth);
   ASSERT_TRUE(spawned.ok()) << spawned.status().ToString();
-  EXPECT_EQ(spawned->done_fd, -1);
-  ASSERT_TRUE(Reap(spawned->pid));
+  ASSERT_GE(spawned->done_fd, 0);
+  ASSERT_TRUE(Readable(spawned->done_fd));
+  EXPECT_EQ(pool.Hear(spawned->pid), SupervisorPool::Heard::kDone);
   e = JobDir(fourth).ReadExit();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->exit_code, 4);
-  // and the pool holds no process of its own but none (nothing idle).
-  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(::waitpid(spawned->pid, nullptr, WNOHANG), 0) << "idle, waiting";
 }
 
 // More supervisors finish than the pool keeps: the others are let go.
 TEST_F(SupervisorPoolTest, KeepsAtMostItsIdleLimit) {
   SupervisorPool pool(DROVER_SUPERVISE_BINARY, 1);
-  pool.Refill();
   std::string a = Prepare("j-000040", {"sh", "-c", "exit 0"});
-  auto first = pool.Launch(a);
-  ASSERT_TRUE(first.ok());
+  std::string b = Prepare("j-000041", {"sh", "-c", "exit 1"});
+  auto first = pool.Launch(a);  // nothing idle: both started for their job
+  auto second = pool.Launch(b);
+  ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_GE(first->done_fd, 0);
-  std::string b = Prepare("j-000041", {"true"});
-  auto spawned = pool.Launch(b);  // nothing idle: spawned
-  ASSERT_TRUE(spawned.ok());
-  ASSERT_TRUE(Reap(spawned->pid));
+  ASSERT_GE(second->done_fd, 0);
+  EXPECT_NE(first->pid, second->pid);
   ASSERT_TRUE(Readable(first->done_fd));
   EXPECT_EQ(pool.Hear(first->pid), SupervisorPool::Heard::kDone);  // kept: none was idle
+  ASSERT_TRUE(Readable(second->done_fd));
+  EXPECT_EQ(pool.Hear(second->pid), SupervisorPool::Heard::kRetired);  // one is idle already
+  ASSERT_TRUE(Reap(second->pid));
+  EXPECT_EQ(JobDir(b).ReadExit()->exit_code, 1);
   pool.Refill();  // one is idle: nothing to start
   std::string c = Prepare("j-000042", {"true"});
   auto again = pool.Launch(c);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->pid, first->pid);
-  // Meanwhile another idles: the one that finishes now is let go.
-  pool.Refill();
   ASSERT_TRUE(Readable(again->done_fd));
-  EXPECT_EQ(pool.Hear(again->pid), SupervisorPool::Heard::kRetired);
-  ASSERT_TRUE(Reap(again->pid));
+  EXPECT_EQ(pool.Hear(again->pid), SupervisorPool::Heard::kDone);
   EXPECT_EQ(JobDir(c).ReadExit()->exit_code, 0);
 }
 

@@ -410,20 +410,24 @@ SupervisorPool::~SupervisorPool() {
   }
 }
 
-void SupervisorPool::Refill() {
-  if (!spares_ || !idle_.empty()) return;
+bool SupervisorPool::SpawnIdle() {
   // A socket rather than a pipe: both ways (the job's directory, then
   // "done"), and a write to a supervisor that died fails with EPIPE
   // (MSG_NOSIGNAL) instead of raising SIGPIPE in the agent.
   int fds[2] = {-1, -1};
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return false;
   auto pid = SpawnProgram(exe_, {exe_, "supervise", "--spare"}, fds[1], "/dev/null");
   ::close(fds[1]);
   if (!pid.ok()) {
     ::close(fds[0]);
-    return;  // Launch spawns as SpawnSupervisor does
+    return false;
   }
   idle_.push_back(Idle{*pid, fds[0]});
+  return true;
+}
+
+void SupervisorPool::Refill() {
+  if (spares_ && idle_.empty()) (void)SpawnIdle();
 }
 
 Result<SupervisorPool::Launched> SupervisorPool::Launch(const std::string& job_dir) {
@@ -433,7 +437,9 @@ Result<SupervisorPool::Launched> SupervisorPool::Launch(const std::string& job_d
     std::string dir = std::filesystem::absolute(job_dir, ec).string();
     if (ec) dir = job_dir;
     dir += '\n';
-    while (!idle_.empty()) {
+    // An idle one, or else a new one, kept after this job like the others
+    // (it reads the directory once it has started).
+    while (!idle_.empty() || SpawnIdle()) {
       Idle idle = idle_.back();  // the most recently used: warm
       idle_.pop_back();
       if (::send(idle.fd, dir.data(), dir.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(dir.size())) {

@@ -68,15 +68,18 @@ int RunSpareSupervisor();
 // in exit.json either way. A supervisor the pool lets go (kRetired, kGone)
 // is the caller's child to reap, as one from SpawnSupervisor.
 //
-// Launch with no idle supervisor spawns as SpawnSupervisor does; the owner
-// calls Refill once the job has had its start (a spare spawned at once took
-// a core from the job it had just handed over: ~2 ms of a `submit --wait`).
+// Launch with no idle supervisor starts a new pooled one for the job (so a
+// burst of jobs leaves as many to reuse, up to the idle limit); the owner
+// calls Refill once the job has had its start, for the next job (a spare
+// spawned at once took a core from the job it had just handed over: ~2 ms
+// of a `submit --wait`).
 // What Launch returns is used exactly like SpawnSupervisor's pid: a child of
 // this process in a session of its own, re-adopted by SupervisorAlive
 // (which knows a pooled one by its working directory).
 //
 // Only drover-supervise has the spare mode; for any other `exe` (drover
-// itself) Launch is SpawnSupervisor.
+// itself), or when a pooled one cannot be started, Launch is
+// SpawnSupervisor.
 //
 // Not thread-safe: owned by the agent's loop. posix_spawn only, so it is
 // safe in a threaded process.
@@ -109,6 +112,7 @@ class SupervisorPool {
   void Refill();
 
  private:
+  bool SpawnIdle();  // one more idle supervisor
   struct Idle {
     pid_t pid;
     int fd;
