@@ -768,14 +768,7 @@ class AgentImpl final : public Agent {
     Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
-      Result<SupervisorPool::Launched> launched =
-          supervisors_ ? supervisors_->Launch(dir.path()) : Result<SupervisorPool::Launched>(Unavailable(""));
-      if (!supervisors_) {
-        auto pid = SpawnSupervisor(opts_.supervisor_exe, dir.path());
-        launched = pid.ok() ? Result<SupervisorPool::Launched>(SupervisorPool::Launched{*pid, -1})
-                            : Result<SupervisorPool::Launched>(pid.status());
-      }
-      if (supervisors_) RefillSoon();
+      Result<SupervisorPool::Launched> launched = StartSupervisor(dir.path());
       if (launched.ok()) {
         job.supervisor = launched->pid;
         unreaped_.insert(launched->pid);
@@ -798,6 +791,17 @@ class AgentImpl final : public Agent {
                    fmt::join(w.gpu_indices(), ","));
     }
     jobs_.emplace(key, std::move(job));
+  }
+
+  // The job's supervisor: the pool's, or one spawned for it alone.
+  Result<SupervisorPool::Launched> StartSupervisor(const std::string& dir) {
+    if (supervisors_) {
+      auto launched = supervisors_->Launch(dir);
+      RefillSoon();
+      return launched;
+    }
+    DROVER_ASSIGN_OR_RETURN(pid_t pid, SpawnSupervisor(opts_.supervisor_exe, dir));
+    return SupervisorPool::Launched{pid, -1};
   }
 
   // The next spare supervisor, once the job just launched has had its

@@ -148,10 +148,7 @@ int Jobs(const JobsArgs& a, const Common& c) {
   }
   // The table is printed from the answer's JSON, as the front program
   // prints GET /api/v1/jobs (job_table.h).
-  auto keep = [](int, nlohmann::json::parse_event_t event, nlohmann::ordered_json& parsed) {
-    return event != nlohmann::json::parse_event_t::key || JobTableReads(parsed.get_ref<const std::string&>());
-  };
-  PrintJobList(nlohmann::ordered_json::parse(rpc::ToJson(resp), keep), a, c.output == "wide", NowNanos(), std::cout,
+  PrintJobList(nlohmann::ordered_json::parse(rpc::ToJson(resp), JobTableFilter()), a, c.output == "wide", NowNanos(), std::cout,
                std::cerr);
   return 0;
 }

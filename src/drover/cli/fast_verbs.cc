@@ -102,18 +102,12 @@ std::optional<int> Connect(const Common& c, Target* t) {
 }
 
 // Sends one request; the answer's JSON object, or the exit code (printed).
-// `keep`, when given, names the keys worth parsing (the others are dropped).
+// `filter`, when given, drops keys while the answer is parsed.
 std::variant<Json, int> Call(const Target& t, const std::string& method, const std::string& target,
-                             const std::string& body, const Common& c, bool (*keep)(const std::string&) = nullptr) {
+                             const std::string& body, const Common& c, Json::parser_callback_t filter = nullptr) {
   auto r = http::HttpsRequest(t.tls.get(), t.http_addr, method, target, body, "application/json", t.headers);
   if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
   if (r->status / 100 != 2) return FailResponse(*r, c);
-  Json::parser_callback_t filter = nullptr;
-  if (keep != nullptr) {
-    filter = [keep](int, nlohmann::json::parse_event_t event, Json& parsed) {
-      return event != nlohmann::json::parse_event_t::key || keep(parsed.get_ref<const std::string&>());
-    };
-  }
   auto resp = Json::parse(r->body, filter, /*allow_exceptions=*/false);
   if (!resp.is_object()) return Fail(Code::kInternal, "the server's answer is not JSON: " + r->body.substr(0, 200), c);
   return resp;
@@ -183,10 +177,12 @@ int Jobs(const JobsArgs& a, const Common& c, const Target& t) {
   const int64_t now = NowNanos();
   auto ended_after = EndedAfter(a, now);
   if (!ended_after.ok()) return Usage(ended_after.status().message());
-  std::string query;
-  auto add = [&](const char* name, const std::string& value) {
-    if (!value.empty()) query += fmt::format("{}{}={}", query.empty() ? "?" : "&", name, Escape(value));
+  // `query` with name=value added (nothing for an empty value).
+  auto with = [](const std::string& query, const char* name, const std::string& value) {
+    return value.empty() ? query : fmt::format("{}{}{}={}", query, query.empty() ? "?" : "&", name, Escape(value));
   };
+  std::string query;
+  auto add = [&](const char* name, const std::string& value) { query = with(query, name, value); };
   add("state", a.state);
   add("tenant", a.tenant);
   add("array", a.array);
@@ -196,9 +192,8 @@ int Jobs(const JobsArgs& a, const Common& c, const Target& t) {
   std::string token = a.page_token;
   Json list = {{"jobs", Json::array()}, {"nextPageToken", ""}};
   while (true) {  // one page, or with --all every page
-    auto answer = Call(t, "GET", "/api/v1/jobs" + query + (token.empty() ? "" : (query.empty() ? "?" : "&") +
-                                                              std::string("page_token=") + Escape(token)),
-                       "", c, c.output == "json" ? nullptr : JobTableReads);
+    auto answer = Call(t, "GET", "/api/v1/jobs" + with(query, "page_token", token), "", c,
+                       c.output == "json" ? nullptr : JobTableFilter());
     if (const int* code = std::get_if<int>(&answer)) return *code;
     Json& page = std::get<Json>(answer);
     if (auto jobs = page.find("jobs"); jobs != page.end()) {

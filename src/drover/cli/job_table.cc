@@ -172,13 +172,15 @@ const std::vector<std::string>& JobStateNames() {
   return kNames;
 }
 
-bool JobTableReads(const std::string& key) {
+nlohmann::ordered_json::parser_callback_t JobTableFilter() {
   static const std::set<std::string, std::less<>> kKeys = {
       "jobs",   "nextPageToken", "id",       "spec",       "name",      "tenant",   "gpus",
       "gpuMilli", "replicas",    "command",  "status",     "state",     "allocation", "node",
       "gpuIndices", "submitTimeUnixNanos", "exitCode", "signal", "message", "array", "arrayId",
       "tasks",  "maxRunning"};
-  return kKeys.contains(key);
+  return [](int, nlohmann::json::parse_event_t event, Json& parsed) {
+    return event != nlohmann::json::parse_event_t::key || kKeys.contains(parsed.get_ref<const std::string&>());
+  };
 }
 
 void PrintJobList(const Json& list, const JobsArgs& a, bool wide, int64_t now_nanos, std::ostream& out,
