@@ -474,7 +474,7 @@ void BM_NeverFits(benchmark::State& state, const NeverFitsShape& shape, bool col
 
 void RegisterAll() {
   static const std::vector<Shape> shapes = Shapes();
-  for (int gpus : {1'024, 16'384, 131'072}) {
+  for (int gpus : {512, 1'024, 16'384, 131'072}) {
     for (int percent : {70, 95}) {
       for (const Shape& shape : shapes) {
         const std::string name =

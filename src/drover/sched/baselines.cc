@@ -35,7 +35,10 @@ bool State::PickBaseline(int job, int64_t now, const std::vector<int>* within, P
           int g = std::countr_zero(m);
           uint64_t bit = uint64_t{1} << g;
           if (n.free_milli[g] < req.gpu_milli || n.free_mem[g] < req.gpu_memory_bytes || !OnlyMine(job, ni, bit)) continue;
-          if ((n.reserved & bit) != 0 && !MayUseReserved(job, now)) continue;
+          if ((n.reserved & bit) != 0 && !MayUseReserved(job, now)) {
+            reserved_hit = true;
+            continue;
+          }
           bool take = random ? rng.Uniform(0, gpu_seen) == 0 : (chosen < 0 || n.free_milli[g] < n.free_milli[chosen]);
           ++gpu_seen;
           if (take) {

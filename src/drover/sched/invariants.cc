@@ -11,6 +11,7 @@ namespace drover::sched {
 
 Status Scheduler::CheckInvariants() const {
   const State& s = *s_;
+  if (!s.memo_mismatch.empty()) return Internal("memo: " + s.memo_mismatch);
   // Per-GPU usage implied by the bound jobs.
   std::vector<std::array<int, kMaxGpusPerNode>> milli(s.nodes.size());
   std::vector<std::array<int64_t, kMaxGpusPerNode>> mem(s.nodes.size());
@@ -43,6 +44,11 @@ Status Scheduler::CheckInvariants() const {
     }
     if (j.preempting && !j.req.preemptible) return Internal(fmt::format("job '{}' is not preemptible but is being preempted", id));
     if (j.req.preemptible && !j.preempting) priorities.insert(j.req.priority);
+    std::map<std::string, int64_t> by_model;
+    for (const Held& h : j.held) {
+      if (h.cls >= 0) by_model[s.classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
+    }
+    if (by_model != j.by_model) return Internal(fmt::format("job '{}': its GPUs by model are stale", id));
     for (const Held& h : j.held) {
       if (std::popcount(h.mask) != j.req.gpus) return Internal(fmt::format("job '{}' holds {} GPUs per replica, asked {}", id, std::popcount(h.mask), j.req.gpus));
       for (uint64_t m = h.mask; m != 0; m &= m - 1) {

@@ -127,6 +127,9 @@ struct Decisions {
   // one in strict order are not counted). A pass's time over this is the
   // cost of one decision as bench/sched_bench measures it.
   int considered = 0;
+  // Preemption searches the pass ran (a search that failed before is not
+  // run again until something it reads changes).
+  int preemption_searches = 0;
 };
 
 // A tenant's share of the cluster. Jobs of unknown tenants get weight 1, no
@@ -189,6 +192,11 @@ struct Config {
   // priority; another tenant's only on borrowed GPUs). Empty: one level,
   // i.e. FIFO.
   std::vector<int64_t> las_thresholds = {3'600'000, 36'000'000};  // 1 and 10 GPU-hours
+  // Tests: wherever the scheduler reuses a result from an earlier pass (a
+  // failed preemption search, a node's reservation candidate) or skips a
+  // probe that cannot succeed, it also computes it afresh, and
+  // CheckInvariants reports the first difference. Slow; off in production.
+  bool verify_memos = false;
 };
 
 // "1h,10h" -> {3'600'000, 36'000'000} (GPU-ms); "none" or "0" -> {}.

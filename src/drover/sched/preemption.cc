@@ -32,12 +32,16 @@
 namespace drover::sched {
 namespace {
 
+// A node's free resources as a search changes them. Only the node's own
+// GPUs are filled in (and only they are read: every access goes through
+// masks of present GPUs); a search makes one per node it looks at, so the
+// other 56 of 64 entries are left uninitialised rather than cleared.
 struct View {
   uint64_t whole_free = 0;
   int64_t cpu = 0;       // host resources left
   int64_t host_mem = 0;
-  std::array<int, kMaxGpusPerNode> milli{};
-  std::array<int64_t, kMaxGpusPerNode> mem{};
+  std::array<int, kMaxGpusPerNode> milli;
+  std::array<int64_t, kMaxGpusPerNode> mem;
 };
 
 View ViewOf(const NodeState& n) {
@@ -45,7 +49,8 @@ View ViewOf(const NodeState& n) {
   v.whole_free = n.whole_free;
   v.cpu = n.free_cpu;
   v.host_mem = n.free_host_mem;
-  for (int g = 0; g < kMaxGpusPerNode; ++g) {
+  const int gpus = 64 - std::countl_zero(n.present);
+  for (int g = 0; g < gpus; ++g) {
     v.milli[g] = n.free_milli[g];
     v.mem[g] = n.free_mem[g];
   }
@@ -83,6 +88,8 @@ int64_t State::AttainedNow(int job, int64_t now) const {
 void State::MarkStopping(int job) {
   JobState& j = jobs[job];
   j.preempting = true;
+  ++preempt_epoch;
+  for (const Held& h : j.held) ++nodes[h.node].version;  // its end reads as now
   preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
   for (const auto& [model, milli] : MilliByModel(job)) tenants[j.tenant].stopping[model] += milli;
 }
@@ -101,9 +108,11 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
   // Another tenant's job: only while that tenant stays at or above its
   // guarantee of every model the job holds once this job (and the victims
   // chosen before it) are gone, i.e. the job runs on borrowed GPUs.
+  const TenantState& jt = tenants[j.tenant];
+  const bool ahead = v.req.priority < j.req.priority || LasAhead(job, victim, now);
+  if (!ahead && jt.info.guaranteed_gpus.empty()) return false;  // neither ahead nor owed GPUs
   const TenantState& vt = tenants[v.tenant];
   bool reclaim = false;
-  const TenantState& jt = tenants[j.tenant];
   for (const auto& [model, milli] : MilliByModel(victim)) {
     auto u = vt.by_model.find(model);
     int64_t used = u == vt.by_model.end() ? 0 : u->second;
@@ -122,7 +131,7 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
       if (jused + j.req.milli() <= int64_t{jq->second} * kWholeGpu) reclaim = true;
     }
   }
-  return reclaim || v.req.priority < j.req.priority || LasAhead(job, victim, now);
+  return reclaim || ahead;
 }
 
 bool State::HasCandidates(int job) const {
@@ -158,24 +167,40 @@ bool State::HasCandidates(int job) const {
 
 void State::ClearNomination(int job) {
   JobState& j = jobs[job];
-  for (const auto& [node, mask] : j.nomination) nodes[node].nominated &= ~mask;
+  if (!j.nomination.empty() || !j.victims.empty()) ++preempt_epoch;
+  for (const auto& [node, mask] : j.nomination) {
+    nodes[node].nominated &= ~mask;
+    ++nodes[node].version;
+  }
   j.nomination.clear();
   j.victims.clear();
 }
 
 void State::Nominate(int job, int victim) {
   JobState& j = jobs[job];
+  ++preempt_epoch;
   j.victims.push_back(jobs[victim].req.id);
   for (const Held& h : jobs[victim].held) {
     if (h.milli != kWholeGpu) continue;
     nodes[h.node].nominated |= h.mask;
+    ++nodes[h.node].version;
     j.nomination.emplace_back(h.node, h.mask);
   }
   j.why = Why{WhyCode::kAwaitingPreemption, -1, 0, 0, jobs[victim].held.front().node, 0};
 }
 
+bool State::KnownWithoutVictims(int job) const {
+  const JobState& j = jobs[job];
+  return config.queue != QueuePolicy::kLas && j.no_victims_epoch == preempt_epoch &&
+         j.no_victims_reservation == reservation_sig;
+}
+
 bool State::Preempt(int job, int64_t now, Decisions* d) {
   JobState& j = jobs[job];
+  ++d->preemption_searches;
+  // Kept only if the search fails: a success raises the epoch.
+  j.no_victims_epoch = preempt_epoch;
+  j.no_victims_reservation = reservation_sig;
   const JobRequest& req = j.req;
   std::unordered_map<int, View> views;
   std::vector<int> chosen;
@@ -332,8 +357,10 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   }
   for (const Pick& p : picks) {
     nodes[p.node].nominated |= p.mask;
+    ++nodes[p.node].version;
     j.nomination.emplace_back(p.node, p.mask);
   }
+  ++preempt_epoch;
   j.why = Why{WhyCode::kAwaitingPreemption, -1, 0, now, picks.front().node, now};
   return true;
 }

@@ -115,6 +115,7 @@ void State::FreeJob(int job) {
 
 Status Scheduler::UpsertNode(const NodeInfo& info) {
   ++s_->generation;
+  ++s_->preempt_epoch;
   State& s = *s_;
   size_t n = info.gpus.size();
   if (info.name.empty()) return InvalidArgument("node name is empty");
@@ -147,6 +148,7 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     s.nodes.back().shared_key.fill(-1);
   }
   NodeState& node = s.nodes[idx];
+  ++node.version;
   // Take the node out of every index, then rebuild it.
   node.info.schedulable = false;
   s.Recount(idx);
@@ -218,14 +220,17 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
 
 void Scheduler::SetSchedulable(const std::string& name, bool schedulable) {
   ++s_->generation;
+  ++s_->preempt_epoch;
   auto it = s_->node_ids.find(name);
   if (it == s_->node_ids.end()) return;
   s_->nodes[it->second].info.schedulable = schedulable;
+  ++s_->nodes[it->second].version;
   s_->Recount(it->second);
 }
 
 Status Scheduler::SetTenant(const TenantInfo& tenant) {
   ++s_->generation;
+  ++s_->preempt_epoch;
   if (tenant.name.empty()) return InvalidArgument("tenant name is empty");
   if (!(tenant.weight > 0) || tenant.weight > 1e6) {
     return InvalidArgument(fmt::format("tenant '{}' has weight {}, outside (0, 1e6]", tenant.name, tenant.weight));
@@ -429,6 +434,7 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
     }
   };
   quota_hit = false;
+  reserved_hit = false;
   std::vector<Held> held;
   if (PlaceJob(job, now, &held)) {
     Bind(job, std::move(held), now, d);
@@ -466,8 +472,19 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   if (config.preemption && !quota && HasCandidates(job)) preempt_later->push_back(job);
   if (config.backfill && !quota && reservation_job < 0 && Reserve(job, now)) return;
   j.why = Why{quota ? WhyCode::kQuota : WhyCode::kNoFit, -1, 0, 0, -1, now};
-  if (!quota && reservation_job >= 0) {
-    // Would it fit but for the reservation? Then say so.
+  if (!quota && reservation_job >= 0 && !reserved_hit && config.verify_memos && memo_mismatch.empty()) {
+    int saved = reservation_job;
+    reservation_job = job;
+    std::vector<Held> probe;
+    if (PlaceJob(job, now, &probe)) {
+      for (auto it = probe.rbegin(); it != probe.rend(); ++it) Release(job, *it);
+      memo_mismatch = fmt::format("'{}' fits on reserved GPUs that its placement never left out", j.req.id);
+    }
+    reservation_job = saved;
+  }
+  if (!quota && reservation_job >= 0 && reserved_hit) {
+    // Would it fit but for the reservation? Then say so (only a placement
+    // that left reserved GPUs out can tell otherwise).
     int saved = reservation_job;
     int64_t saved_ms = reservation_ms;
     reservation_job = job;
@@ -495,8 +512,18 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
   int blocker = -1;
   std::vector<int> later;
   // Jobs that preempted for GPUs go first: their GPUs are promised to them,
-  // and nothing ahead of them in the queue may wait on those GPUs.
-  std::vector<int> order = s.Order(now_ms);
+  // and nothing ahead of them in the queue may wait on those GPUs. Fair
+  // share orders the rest itself: only these are ordered here (in
+  // submission order, as Order puts them under fair share).
+  std::vector<int> order;
+  if (s.config.queue != QueuePolicy::kFairShare) {
+    order = s.Order(now_ms);
+  } else {
+    for (int job : s.pending) {
+      if (!s.jobs[job].nomination.empty()) order.push_back(job);
+    }
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return s.jobs[a].seq < s.jobs[b].seq; });
+  }
   for (int job : order) {
     if (!s.jobs[job].nomination.empty()) s.Consider(job, now_ms, &blocked, &blocker, &later, &d);
   }
@@ -511,9 +538,21 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
   for (int job : later) {
     if (budget == 0) break;
     if (!s.jobs[job].pending || !s.jobs[job].victims.empty() || !s.HasCandidates(job)) continue;
+    if (s.KnownWithoutVictims(job)) {  // it failed, and nothing it reads has changed
+      if (s.config.verify_memos && s.memo_mismatch.empty()) {
+        State fresh = s;
+        Decisions scratch;
+        if (fresh.Preempt(job, now_ms, &scratch)) {
+          s.memo_mismatch = fmt::format("a preemption search for '{}' known to fail succeeds", s.jobs[job].req.id);
+        }
+      }
+      continue;
+    }
     --budget;
     s.Preempt(job, now_ms, &d);
   }
+  // The jobs bound in this pass may be preempted from the next one on.
+  if (!d.bindings.empty()) ++s.preempt_epoch;
   return d;
 }
 

@@ -43,6 +43,21 @@ struct ClassSlot {
   int pos = -1;   // index in buckets[count]
 };
 
+// Reserve's answer on one node for one job, kept while nothing it read
+// changed: the node's version, and the time, as long as no job end it
+// sorted by lies between the pass that computed it and now (before that
+// end every end compares as it did; the ends already past read as now).
+struct ReserveMemo {
+  uint64_t job_seq = 0;  // 0: none
+  uint64_t version = 0;
+  int64_t valid_until = 0;  // the first job end after the time it was computed
+  bool found = false;
+  bool at_now = false;  // `at` was the pass's time: read as the new pass's
+  int64_t at = 0;
+  int missing = 0;
+  uint64_t mask = 0;
+};
+
 struct NodeState {
   NodeInfo info;
   int topo = 0;
@@ -61,6 +76,10 @@ struct NodeState {
   int64_t free_host_mem = 0;  // (when info.memory_bytes > 0)
   int switch_domain = -1;
   int rack_domain = -1;
+  // Raised by every change Reserve reads here: holds and releases, the
+  // inventory, health, schedulability, nominations, a job here stopping.
+  uint64_t version = 0;
+  ReserveMemo reserve_memo;
 };
 
 // A set of nodes sharing a label value ("switch" or "rack").
@@ -111,9 +130,16 @@ struct JobState {
   uint64_t considered_pass = 0;  // the last pass that looked at it
   int64_t attained = 0;  // milli-GPU x ms of service received before
   std::vector<Held> held;
+  // Milli-GPUs held per GPU model while bound (MilliByModel): set by Bind,
+  // cleared by Unbind; preemption asks for it per candidate victim.
+  std::map<std::string, int64_t> by_model;
   Why why;
   std::vector<std::string> victims;  // stopping for this job
   std::vector<std::pair<int, uint64_t>> nomination;  // GPUs promised to this job
+  // The preemption epoch and reservation under which a search for victims
+  // last failed for this job (0: none failed since they last changed).
+  uint64_t no_victims_epoch = 0;
+  uint64_t no_victims_reservation = 0;
 };
 
 struct TenantState {
@@ -161,6 +187,9 @@ struct State {
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
   std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
   mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
+  // A pick left out GPUs of the pass's reservation: only then may the job
+  // fit but for the reservation (Consider's probe).
+  mutable bool reserved_hit = false;
   mutable Rng rng{1};              // PlacementPolicy::kRandom only
   // CPU asked per milli-GPU by the GPU jobs seen so far: what a free GPU
   // needs beside it to be usable (learned from the workload, never shrinks
@@ -186,6 +215,18 @@ struct State {
   std::unordered_map<std::string, std::vector<std::string>> restored_victims;
   int reservation_job = -1;
   int64_t reservation_ms = kNever;
+  uint64_t reservation_sig = 0;  // the reservation's job, time and GPUs, hashed (0: none)
+  // Raised by every change a preemption search reads: bindings (tenant
+  // usage, who runs where), victims marked stopping, nominations, nodes and
+  // tenants, and the end of a pass that bound jobs (a job is not preempted
+  // in the pass that bound it, but may be in the next). With the
+  // reservation's signature it keys a failed search, which is not run again
+  // while both stay the same: it would fail again. Not under the LAS queue
+  // policy, whose levels move with time.
+  uint64_t preempt_epoch = 1;
+  // Config::verify_memos: the first reused result that differed from a
+  // fresh one (empty: none).
+  std::string memo_mismatch;
   // NeverFits' verdict on the node set by request shape (explain.cc), before
   // tenant limits, which are checked on every call. It depends only on each
   // node's static description (GPUs, links, labels, host capacity), never on
@@ -222,7 +263,7 @@ struct State {
   // its stopping usage while the job is preempting.
   void Charge(int job, const Held& h, int sign);
   // The milli-GPUs a bound job holds per GPU model (CPU-only replicas hold none).
-  std::map<std::string, int64_t> MilliByModel(int job) const;
+  const std::map<std::string, int64_t>& MilliByModel(int job) const { return jobs[job].by_model; }
   int64_t Beyond(const TenantState& t) const;  // milli beyond guarantees
   // Whether `tenant` may hold `milli` more of `model` (and `mem` more GPU
   // memory bytes) within its borrowing limit and quotas.
@@ -244,6 +285,9 @@ struct State {
   void Unbind(int job, int64_t now);
   // EASY: reserve GPUs for a job that cannot start; true when reserved.
   bool Reserve(int job, int64_t now);
+  // Where and when `job` could start on node `ni`, as Reserve weighs it
+  // (`ends` is scratch space).
+  ReserveMemo ReserveOnNode(int job, int ni, int64_t now, std::vector<std::pair<int64_t, int>>* ends) const;
   void ClearReservation();
 
   // ---- preemption.cc ----
@@ -261,6 +305,8 @@ struct State {
   bool LasAhead(int job, int victim, int64_t now) const;
   bool HasCandidates(int job) const;
   bool Preempt(int job, int64_t now, Decisions* d);
+  // A search for `job` failed before and nothing it reads has changed.
+  bool KnownWithoutVictims(int job) const;
   void ClearNomination(int job);
   // Promises the GPUs of `victim` (being preempted) to `job`.
   void Nominate(int job, int victim);

@@ -315,6 +315,49 @@ TEST_F(SchedulerTest, NonPreemptibleWorkIsNeverPreempted) {
   EXPECT_TRUE(s.IsPending("urgent"));
 }
 
+TEST_F(SchedulerTest, AFailedPreemptionSearchWaitsForAChange) {
+  Add(MakeNode("a", 8));
+  Submit(Job("solid", 4, 0, false));
+  Submit(Job("low", 4, 10, true));
+  ASSERT_EQ(Pass().bindings.size(), 2u);
+  // Preempting "low" frees 4 GPUs; "urgent" needs 8: the search fails.
+  Submit(Job("urgent", 8, 100));
+  Decisions d = Pass(kMinute);
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_EQ(d.preemption_searches, 1);
+  // Nothing it reads changed: passes (a new job of its own too) do not search again.
+  EXPECT_EQ(Pass(2 * kMinute).preemption_searches, 0);
+  Submit(Job("other", 8, 100), 2 * kMinute);
+  d = Pass(3 * kMinute);
+  EXPECT_EQ(d.preemption_searches, 1);  // "other" searched once, "urgent" not again
+  EXPECT_EQ(Pass(3 * kMinute).preemption_searches, 0);
+  // The non-preemptible job ends: the search runs again and succeeds.
+  s.Remove("solid", 4 * kMinute);
+  d = Pass(4 * kMinute);
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].job_id, "low");
+  EXPECT_EQ(d.preemptions[0].for_job, "urgent");
+}
+
+TEST(SchedulerPreemptionTest, ASearchThatFailedInThePassThatBoundTheVictimRunsAgain) {
+  Config c;
+  c.queue = QueuePolicy::kFifo;
+  Scheduler s(c);
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
+  // In submission order, one pass binds "low" (not preemptible in that
+  // same pass) and fails the search for "urgent"; the next may take "low".
+  ASSERT_TRUE(s.Enqueue(Job("low", 8, 10, true), 0).ok());
+  ASSERT_TRUE(s.Enqueue(Job("urgent", 8, 100), 0).ok());
+  Decisions d = s.Schedule(0);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_EQ(d.preemption_searches, 1);
+  d = s.Schedule(kMinute);
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].job_id, "low");
+  EXPECT_TRUE(s.CheckInvariants().ok());
+}
+
 TEST_F(SchedulerTest, QuotaReclaimTakesBorrowedGpusFirst) {
   Add(MakeNode("a", 8));
   Add(MakeNode("b", 8));

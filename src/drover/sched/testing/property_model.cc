@@ -96,6 +96,7 @@ World::World(uint64_t seed, const Policy& policy) : rng_(seed) {
   config_.preemption = policy.preemption;
   config_.aging_ms = 5 * 60'000;
   config_.preemption_grace_ms = 30'000;
+  config_.verify_memos = true;
   a_ = Scheduler(config_);
   b_ = Scheduler(config_);
 }
