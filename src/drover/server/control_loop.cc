@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <charconv>
+#include <ctime>
 #include <spdlog/spdlog.h>
 
 #include "drover/common/ids.h"
@@ -34,6 +35,13 @@ ControlLoopOptions WithDerivedLease(ControlLoopOptions o) {
   return o;
 }
 
+// CPU time of the calling thread.
+int64_t ThreadCpuNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 }  // namespace
 
 ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions options)
@@ -52,12 +60,18 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
         "Wall-clock time per decision: a pass's time divided by the pending jobs it decided about (bound, preempted "
         "for, or told why they wait), once per such job.",
         *bounds);
+    auto decision_cpu = options_.metrics->AddHistogram(
+        "drover_scheduler_decision_cpu_seconds",
+        "CPU time of the control loop's thread per decision: as drover_scheduler_decision_duration_seconds, without "
+        "the time the thread was not running (preempted by other threads of a busy machine).",
+        *bounds);
     auto total = options_.metrics->AddCounter("drover_scheduler_decisions_total",
                                               "Scheduling decisions made, by kind (bind, preempt).");
-    if (pass.ok() && decision.ok() && total.ok()) {
+    if (pass.ok() && decision.ok() && decision_cpu.ok() && total.ok()) {
       // The series, looked up once: the pass records into them lock-free.
       pass_seconds_ = (*pass)->With({});
       decision_seconds_ = (*decision)->With({});
+      decision_cpu_seconds_ = (*decision_cpu)->With({});
       latency_bounds_ = (*decision)->bounds();
       binds_total_ = (*total)->With({{"kind", "bind"}});
       preempts_total_ = (*total)->With({{"kind", "preempt"}});
@@ -101,7 +115,8 @@ void ControlLoop::CallThen(std::function<Result<T>()> fn, std::function<void(Res
       return;
     }
     Result<T> r = fn();
-    if (ops_.empty() && acks_.empty()) {
+    // Nothing to commit and no node view to publish: the answer needs no wait.
+    if (ops_.empty() && acks_.empty() && touched_nodes_.empty()) {
       (*answer)(std::move(r));
       return;
     }
@@ -189,6 +204,7 @@ Status ControlLoop::Recover() {
       entry.heard_direct_ns = LeaseNowNs();
     }
     entry.node = std::move(stored);
+    entry.record.reset();
     bool schedulable = Schedulable(entry);
     DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
     nodes[entry.node.name()] = std::move(entry);
@@ -259,6 +275,8 @@ void ControlLoop::Persist(const v1::Job& job) {
 }
 
 void ControlLoop::Persist(const v1::Node& node) {
+  TouchNode(node.name());
+  if (auto it = nodes_.find(node.name()); it != nodes_.end()) it->second.record.reset();  // it changed
   ops_.push_back(store::Op::Put(std::string(kNodesPrefix) + node.name(), node.SerializeAsString()));
 }
 
@@ -280,6 +298,7 @@ void ControlLoop::AfterBatch() {
     return;
   }
   auto started = std::chrono::steady_clock::now();
+  const int64_t started_cpu = pass_seconds_ != nullptr ? ThreadCpuNs() : 0;
   sched::Decisions decisions = sched_.Schedule(now_ms);
   ++passes_run_;
   last_pass_ms_ = now_ms;
@@ -291,13 +310,17 @@ void ControlLoop::AfterBatch() {
   RecordSchedulerStats();
   if (pass_seconds_ != nullptr) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    double cpu_seconds = static_cast<double>(ThreadCpuNs() - started_cpu) / 1e9;
     pass_seconds_->Observe(seconds);
     // As bench/sched_bench times one: Enqueue + Schedule of one job, which
     // binds it, or finds where it would wait (placement, reservation,
     // preemption search). A live pass decides about every pending job it
     // reaches, and the reservation and preemption searches are part of the
     // decisions of the jobs that wait (docs/performance.md).
-    for (int i = 0; i < decisions.considered; ++i) decision_seconds_->Observe(seconds / decisions.considered);
+    for (int i = 0; i < decisions.considered; ++i) {
+      decision_seconds_->Observe(seconds / decisions.considered);
+      decision_cpu_seconds_->Observe(cpu_seconds / decisions.considered);
+    }
     binds_total_->Inc(static_cast<double>(decisions.bindings.size()));
     preempts_total_->Inc(static_cast<double>(decisions.preemptions.size()));
   }
@@ -324,6 +347,7 @@ void ControlLoop::Commit() {
   if (!committed.ok()) {
     spdlog::error("commit failed, rebuilding state from the store: {}", committed.ToString());
     dirty_nodes_.clear();
+    touched_nodes_.clear();  // Recover publishes every node
     // Agent reports of this batch were lost with it: restart every session so
     // that each agent reports its full state again.
     for (auto& [name, entry] : nodes_) {
@@ -332,6 +356,7 @@ void ControlLoop::Commit() {
     if (Status s = Recover(); !s.ok()) {
       degraded_ = true;
       replica_.SetUnavailable(Unavailable("the store is unavailable; state cannot be read: " + s.message()));
+      node_replica_.SetUnavailable(Unavailable("the store is unavailable; state cannot be read: " + s.message()));
       spdlog::critical("cannot rebuild state from the store; refusing commands until it can: {}", s.ToString());
     }
     Status answer = Unavailable("the change was not persisted: " + committed.message());
@@ -349,6 +374,7 @@ void ControlLoop::Commit() {
     }
     for (uint64_t seq : unlisted) copies.emplace_back(seq, nullptr);  // in the archive now
     replica_.Update(std::move(copies));
+    PublishNodes();
     for (Ack& ack : acks) ack(Status::Ok());
     // Committed: push to watchers what they wait on. Who wants a job is
     // asked now, after the replica has the batch: a watcher that subscribes
@@ -393,80 +419,56 @@ std::string ControlLoop::PendingMessage(const v1::Job& job) const {
   return reason;
 }
 
-v1::Node ControlLoop::View(const NodeEntry& entry) const {
-  v1::Node out = entry.node;
+v1::Node ControlLoop::View(const NodeEntry& entry) const { return RenderNode(*Capture(entry)); }
+
+NodeReplica::SnapshotPtr ControlLoop::Capture(const NodeEntry& entry) const {
+  auto out = std::make_shared<NodeSnapshot>();
+  // Copied once per change of the record (Persist drops the shared copy).
+  if (entry.record == nullptr) entry.record = std::make_shared<const v1::Node>(entry.node);
+  out->record = entry.record;
   switch (entry.liveness) {
     case Liveness::kLost:
-      out.set_state(v1::NODE_STATE_LOST);
+      out->state = v1::NODE_STATE_LOST;
       break;
     case Liveness::kSuspect:
-      out.set_state(v1::NODE_STATE_SUSPECT);
+      out->state = v1::NODE_STATE_SUSPECT;
       break;
     case Liveness::kAlive:
-      out.set_state(entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY);
+      out->state = entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY;
   }
   if (!entry.liveness_reason.empty()) {
-    out.set_state_reason(entry.liveness_reason);
+    out->state_reason = entry.liveness_reason;
   } else if (entry.sink && entry.awaiting_clean_report) {
-    out.set_state_reason(entry.undesired_running.empty()
-                             ? "waiting for the agent's first report"
-                             : fmt::format("stopping {} workloads it should not run", entry.undesired_running.size()));
+    out->state_reason = entry.undesired_running.empty()
+                            ? "waiting for the agent's first report"
+                            : fmt::format("stopping {} workloads it should not run", entry.undesired_running.size());
+  }
+  out->session = entry.sink != nullptr;
+  // Telemetry of a node whose session is down is stale: left out.
+  if (entry.sink && !entry.telemetry.empty()) {
+    out->telemetry = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
   }
   // On the wall clock: the lease clock's time means nothing outside.
   int64_t renewed = std::max(entry.heard_direct_ns, entry.heard_via_peer_ns);
-  out.set_lease_renewed_unix_nanos(NowNs() - (LeaseNowNs() - renewed));
-  out.set_lease_via_peers(entry.heard_via_peer_ns > entry.heard_direct_ns);
-  out.set_last_heartbeat_unix_nanos(entry.last_heartbeat_ns);
-  AddLiveState(entry, &out);
-  if (auto it = active_on_node_.find(entry.node.name()); it != active_on_node_.end()) {
+  out->lease_renewed_unix_nanos = NowNs() - (LeaseNowNs() - renewed);
+  out->lease_via_peers = entry.heard_via_peer_ns > entry.heard_direct_ns;
+  out->last_heartbeat_unix_nanos = entry.last_heartbeat_ns;
+  const std::string& name = entry.node.name();
+  if (auto it = active_on_node_.find(name); it != active_on_node_.end()) {
     for (uint64_t seq : it->second) {
       const v1::Job& job = jobs_.at(seq);
-      for (const sched::Placement& p : rpc::ToBinding(job).replicas) {
-        if (p.node != entry.node.name()) continue;
-        for (int i : p.gpu_indices) {
-          if (i < 0 || i >= out.gpus_size()) continue;
-          v1::Gpu* g = out.mutable_gpus(i);
-          // A shared GPU lists every job on it.
-          g->set_job_id(g->job_id().empty() ? job.id() : g->job_id() + "," + job.id());
-          g->set_tenant(g->tenant().empty() ? job.spec().tenant() : g->tenant() + "," + job.spec().tenant());
-        }
+      auto add = [&](const v1::Allocation& a) {
+        if (a.node() != name) return;
+        out->jobs.push_back({job.id(), job.spec().tenant(), {a.gpu_indices().begin(), a.gpu_indices().end()}});
+      };
+      if (job.status().replicas_size() > 0) {
+        for (const v1::Allocation& a : job.status().replicas()) add(a);
+      } else {
+        add(job.status().allocation());
       }
     }
   }
   return out;
-}
-
-void ControlLoop::AddLiveState(const NodeEntry& entry, v1::Node* out) const {
-  for (int i = 0; i < out->gpus_size() && static_cast<size_t>(i) < entry.telemetry.size(); ++i) {
-    // Telemetry of a node whose session is down is stale: left out.
-    if (entry.sink) *out->mutable_gpus(i)->mutable_telemetry() = entry.telemetry[static_cast<size_t>(i)];
-  }
-  v1::NodeCondition* ready = out->add_conditions();
-  ready->set_type("Ready");
-  ready->set_status(entry.sink != nullptr);
-  ready->set_reason(entry.sink ? "SessionUp" : "SessionDown");
-  ready->set_message(entry.sink ? "the agent's session is connected" : "no session with the agent");
-  v1::NodeCondition* gpus = out->add_conditions();
-  gpus->set_type("GpusHealthy");
-  std::string sick;
-  for (const v1::Gpu& g : out->gpus()) {
-    if (g.health() != v1::GPU_HEALTH_UNHEALTHY) continue;
-    sick += fmt::format("{}gpu {}: {}", sick.empty() ? "" : "; ", g.index(), g.health_reason());
-  }
-  gpus->set_status(sick.empty());
-  gpus->set_reason(sick.empty() ? "AllHealthy" : "UnhealthyGpus");
-  gpus->set_message(sick.empty() ? fmt::format("{} GPUs in service", out->gpus_size()) : sick);
-  // Agents that predate isolation reports say nothing: no condition.
-  if (out->has_isolation()) {
-    const v1::WorkloadIsolation& iso = out->isolation();
-    bool full = iso.cpu_limits() && iso.memory_limits() && iso.device_limits() && iso.cpu_pinning() &&
-                iso.clean_environment();
-    v1::NodeCondition* c = out->add_conditions();
-    c->set_type("WorkloadIsolation");
-    c->set_status(full);
-    c->set_reason(full ? "Isolated" : "PartlyIsolated");
-    c->set_message(iso.message());
-  }
 }
 
 void ControlLoop::FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop) {
@@ -527,6 +529,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
 void ControlLoop::UpdateSchedulable(const std::string& name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
+  TouchNode(name);
   sched_.SetSchedulable(name, Schedulable(it->second));
 }
 
@@ -580,19 +583,47 @@ void ControlLoop::CancelOne(v1::Job* job) {
 // ---- nodes ----
 
 std::future<Result<v1::Node>> ControlLoop::GetNode(std::string name) {
-  return Call<v1::Node>([this, name = std::move(name)]() -> Result<v1::Node> {
-    auto it = nodes_.find(name);
-    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
-    return View(it->second);
-  });
+  std::promise<Result<v1::Node>> promise;
+  Result<NodeReplica::SnapshotPtr> node = node_replica_.Get(name);
+  if (!node.ok()) {
+    promise.set_value(node.status());
+  } else if (*node == nullptr) {
+    promise.set_value(NotFound(fmt::format("node '{}' not found", name)));
+  } else {
+    promise.set_value(RenderNode(**node));
+  }
+  return promise.get_future();
 }
 
 std::future<Result<std::vector<v1::Node>>> ControlLoop::ListNodes() {
-  return Call<std::vector<v1::Node>>([this]() -> Result<std::vector<v1::Node>> {
+  std::promise<Result<std::vector<v1::Node>>> promise;
+  Result<std::vector<NodeReplica::SnapshotPtr>> nodes = node_replica_.List();
+  if (!nodes.ok()) {
+    promise.set_value(nodes.status());
+  } else {
     std::vector<v1::Node> out;
-    for (const auto& [name, entry] : nodes_) out.push_back(View(entry));
-    return out;
-  });
+    out.reserve(nodes->size());
+    for (const NodeReplica::SnapshotPtr& n : *nodes) out.push_back(RenderNode(*n));
+    promise.set_value(std::move(out));
+  }
+  return promise.get_future();
+}
+
+void ControlLoop::PublishNodes() {
+  std::vector<NodeReplica::SnapshotPtr> views;
+  const int64_t now = LeaseNowNs();
+  auto publish = [&](const std::string& name) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return;
+    views.push_back(Capture(it->second));
+    it->second.published_ns = now;
+  };
+  for (const std::string& name : touched_nodes_) publish(name);
+  for (const std::string& name : dirty_nodes_) {
+    if (!touched_nodes_.contains(name)) publish(name);
+  }
+  touched_nodes_.clear();
+  node_replica_.Update(std::move(views));
 }
 
 std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained, bool requeue) {
@@ -722,6 +753,7 @@ void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
     auto it = nodes_.find(node);
     // A lost node's reports are not trusted until it registers again.
     if (it == nodes_.end() || it->second.liveness == Liveness::kLost) return;
+    TouchNode(node);
     std::set<std::string> reported;
     for (const v1::WorkloadStatus& ws : report.workloads()) {
       reported.insert(ws.workload_id().empty() ? ws.job_id() : ws.workload_id());
@@ -760,7 +792,6 @@ template std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>>
 ControlLoop::Call<std::pair<int64_t, std::vector<v1::Peer>>>(
     std::function<Result<std::pair<int64_t, std::vector<v1::Peer>>>()>);
 template std::future<Result<LoopStats>> ControlLoop::Call<LoopStats>(std::function<Result<LoopStats>()>);
-template std::future<Result<v1::Fleet>> ControlLoop::Call<v1::Fleet>(std::function<Result<v1::Fleet>()>);
 template std::future<Result<v1::SchedulerStats>> ControlLoop::Call<v1::SchedulerStats>(
     std::function<Result<v1::SchedulerStats>()>);
 template std::future<Result<v1::ListTenantsResponse>> ControlLoop::Call<v1::ListTenantsResponse>(

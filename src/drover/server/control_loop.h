@@ -43,6 +43,7 @@
 #include "drover/sched/scheduler.h"
 #include "drover/server/job_replica.h"
 #include "drover/server/job_watch.h"
+#include "drover/server/node_replica.h"
 #include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
 #include "drover/v1/agent.pb.h"
@@ -180,7 +181,8 @@ class ControlLoop {
   // Cancels every unfinished task of the array; how many it cancelled.
   std::future<Result<int64_t>> CancelArray(std::string array_id);
 
-  // Nodes.
+  // Nodes. GetNode and ListNodes read the views the loop published at its
+  // last commit (NodeReplica), on the caller's thread.
   std::future<Result<v1::Node>> GetNode(std::string name);
   std::future<Result<std::vector<v1::Node>>> ListNodes();
   // With `requeue`, the node's jobs are also stopped (checkpoint signal
@@ -210,7 +212,8 @@ class ControlLoop {
   std::future<Result<Done>> InjectFault(std::string node, int gpu, std::string fault);
   std::future<Result<LoopStats>> Stats();
 
-  // Dashboards (control_loop_views.cc).
+  // Dashboards (control_loop_views.cc). Fleet is served from the
+  // replicas on the caller's thread, as GetNode and ListNodes are.
   std::future<Result<v1::Fleet>> Fleet();
   std::future<Result<v1::SchedulerStats>> SchedulerStats();
   std::future<Result<v1::ListTenantsResponse>> ListTenants();
@@ -267,7 +270,13 @@ class ControlLoop {
     std::deque<std::string> ended_jobs;        // ran here, ended for good (newest last; checkpoint cleanup)
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
     std::vector<std::deque<v1::GpuPoint>> history;  // by GPU index, oldest first, kGpuHistoryPoints at most
+    // When its view was last published to node_replica_ (lease clock).
+    int64_t published_ns = std::numeric_limits<int64_t>::min() / 2;
+    // `node` as last persisted, shared with the snapshots in node_replica_;
+    // null once it changed (Persist), copied again at the next capture.
+    mutable std::shared_ptr<const v1::Node> record;
   };
+  static constexpr int64_t kPublishReadingsEveryNs = 1'000'000'000;
   using Ack = std::function<void(const Status&)>;
 
   // Runs `fn` on the loop. Its answer is released at once when the batch has
@@ -353,8 +362,6 @@ class ControlLoop {
   // process is gone, Requeue queues it again by its restart policy, or ends
   // it FAILED with the failure (always, with no_restart).
   void StopForFailure(v1::Job* job, std::string failure, bool no_restart);
-  // Jobs by state, every state present (zero included).
-  std::map<v1::JobState, int64_t> JobCounts() const;
   v1::Job View(const v1::Job& job) const;
   // Why a pending job waits, as View puts it in its status message.
   std::string PendingMessage(const v1::Job& job) const;
@@ -386,8 +393,9 @@ class ControlLoop {
   int archive_ticks_ = 0;
   runtime::EventLoop archiver_{"archiver"};
   v1::Node View(const NodeEntry& entry) const;
-  // Telemetry and conditions: what is live, not persisted.
-  void AddLiveState(const NodeEntry& entry, v1::Node* out) const;
+  // What the node's view is made of, for node_replica_ (RenderNode makes
+  // the view of it).
+  NodeReplica::SnapshotPtr Capture(const NodeEntry& entry) const;
   v1::DesiredWorkloads DesiredFor(const std::string& node) const;
   // ---- tenants and quotas (control_loop_tenants.cc) ----
   static Result<sched::TenantInfo> ToTenantInfo(const v1::Tenant& t);
@@ -424,6 +432,15 @@ class ControlLoop {
   std::set<uint64_t> held_;                 // tasks an ArrayGate holds back
   std::set<uint64_t> persisted_;            // every job changed in the open batch, for replica_ and watchers
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
+  NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
+  // Nodes whose view the open batch changed (their record, session,
+  // liveness or reports; their readings and lease times at most once per
+  // kPublishReadingsEveryNs; dirty_nodes_ adds the jobs on their GPUs):
+  // republished in node_replica_ at commit.
+  std::set<std::string> touched_nodes_;
+  void TouchNode(const std::string& name) { touched_nodes_.insert(name); }
+  // Snapshots of the touched and dirty nodes into node_replica_.
+  void PublishNodes();
   // The open batch.
   std::vector<store::Op> ops_;
   std::vector<Ack> acks_;
@@ -432,6 +449,7 @@ class ControlLoop {
   // Series of options_.metrics; null when it is.
   metrics::Histogram* pass_seconds_ = nullptr;
   metrics::Histogram* decision_seconds_ = nullptr;
+  metrics::Histogram* decision_cpu_seconds_ = nullptr;
   std::vector<double> latency_bounds_;  // decision_seconds_'s
   metrics::Counter* binds_total_ = nullptr;
   metrics::Counter* preempts_total_ = nullptr;

@@ -181,5 +181,29 @@ TEST_F(ControlLoopHealthTest, TelemetryOfANodeWithoutSessionIsLeftOut) {
   EXPECT_TRUE(Node("gpu-01").gpus(0).has_telemetry());
 }
 
+TEST_F(ControlLoopHealthTest, ReadingsReachReadersAtMostOnceASecondAndHealthAtOnce) {
+  Connect("gpu-01", 2);
+  auto hot = [](double temperature, int sick) {
+    v1::Heartbeat hb = Health(2, sick);
+    for (v1::GpuReport& r : *hb.mutable_gpus()) r.mutable_telemetry()->set_temperature_c(temperature);
+    return hb;
+  };
+  Beat("gpu-01", hot(40, -1));
+  EXPECT_EQ(Node("gpu-01").gpus(0).telemetry().temperature_c(), 40);
+  // A heartbeat within the second: its readings wait for the next publish.
+  lease_clock_.Advance(std::chrono::milliseconds(500));
+  Beat("gpu-01", hot(50, -1));
+  EXPECT_EQ(Node("gpu-01").gpus(0).telemetry().temperature_c(), 40);
+  lease_clock_.Advance(std::chrono::milliseconds(500));
+  Beat("gpu-01", hot(60, -1));
+  EXPECT_EQ(Node("gpu-01").gpus(0).telemetry().temperature_c(), 60);
+  // A change of health is published at once, readings with it.
+  lease_clock_.Advance(std::chrono::milliseconds(100));
+  Beat("gpu-01", hot(70, 1));
+  v1::Node node = Node("gpu-01");
+  EXPECT_EQ(node.gpus(1).health(), v1::GPU_HEALTH_UNHEALTHY);
+  EXPECT_EQ(node.gpus(0).telemetry().temperature_c(), 70);
+}
+
 }  // namespace
 }  // namespace drover::server::testing

@@ -100,6 +100,7 @@ void ControlLoop::EnforceLeases() {
     for (auto& [name, entry] : nodes_) {
       entry.heard_direct_ns = std::min(now, entry.heard_direct_ns + stalled);
       if (entry.heard_via_peer_ns > 0) entry.heard_via_peer_ns = std::min(now, entry.heard_via_peer_ns + stalled);
+      TouchNode(name);
     }
   }
   std::vector<std::pair<std::string, std::string>> lost;
@@ -125,6 +126,7 @@ void ControlLoop::EnforceLeases() {
     }
     if (entry.liveness == Liveness::kSuspect && entry.heard_via_peer_ns > entry.heard_direct_ns) {
       entry.liveness_reason = fmt::format("no heartbeat for {}; its peers hear it (lease kept)", Seconds(direct));
+      TouchNode(name);
     }
   }
   for (auto& [name, reason] : lost) DeclareLost(name, std::move(reason));
@@ -206,7 +208,11 @@ void ControlLoop::RenewViaPeers(const std::string& reporter, const v1::Heartbeat
     // and a thousand nodes relaying every renewal to each other cost more
     // than their gossip. 1.5 heartbeat intervals leave the LeaseAck time to
     // arrive well before the peer's fence (docs/failures.md).
-    if (now - peer.heard_direct_ns > LagNs()) *ack->add_renewed() = pb;
+    if (now - peer.heard_direct_ns > LagNs()) {
+      *ack->add_renewed() = pb;
+      // Its view shows this renewal only while its own heartbeats lag.
+      TouchNode(pb.node_name());
+    }
   }
 }
 

@@ -65,6 +65,15 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
     entry.heard_direct_ns = LeaseNowNs();
     ++renewals_direct_;
+    // Its readings reach readers at once the first time, then at most once
+    // a second: a view costs tens of microseconds to build, and four
+    // heartbeats a second from a thousand nodes would make that a busy
+    // core. Changes of state (liveness, health, session) are published at
+    // once, by whatever made them.
+    if (hb.gpus_size() > 0 &&
+        (entry.telemetry.empty() || entry.heard_direct_ns - entry.published_ns >= kPublishReadingsEveryNs)) {
+      TouchNode(node);
+    }
     if (entry.liveness == Liveness::kSuspect) {
       entry.liveness = Liveness::kAlive;
       entry.liveness_reason.clear();
@@ -172,19 +181,10 @@ std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, st
   });
 }
 
-std::map<v1::JobState, int64_t> ControlLoop::JobCounts() const {
-  std::map<v1::JobState, int64_t> out;
-  for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
-    if (st != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(st)) out[static_cast<v1::JobState>(st)] = 0;
-  }
-  for (const auto& [seq, job] : jobs_) ++out[job.status().state()];
-  return out;
-}
-
 std::future<Result<LoopStats>> ControlLoop::Stats() {
   return Call<LoopStats>([this]() -> Result<LoopStats> {
     LoopStats s;
-    s.jobs = JobCounts();
+    DROVER_ASSIGN_OR_RETURN(s.jobs, replica_.Counts());  // as the last commit left them
     s.queue_depth = s.jobs[v1::JOB_STATE_PENDING];
     for (const auto& [name, entry] : nodes_) {
       ++(entry.sink && entry.liveness == Liveness::kAlive ? s.nodes_ready : s.nodes_not_ready);

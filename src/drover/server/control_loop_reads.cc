@@ -151,6 +151,10 @@ void ControlLoop::ReplaceReplica() {
   std::map<uint64_t, JobReplica::JobPtr> all;
   for (const auto& [seq, job] : jobs_) all.emplace_hint(all.end(), seq, std::make_shared<const v1::Job>(job));
   replica_.Replace(std::move(all));
+  std::map<std::string, NodeReplica::SnapshotPtr> nodes;
+  for (const auto& [name, entry] : nodes_) nodes.emplace_hint(nodes.end(), name, Capture(entry));
+  node_replica_.Replace(std::move(nodes));
+  touched_nodes_.clear();
 }
 
 Result<JobReplica::JobPtr> ControlLoop::ArchivedJob(uint64_t seq) const {

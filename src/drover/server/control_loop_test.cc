@@ -458,6 +458,19 @@ TEST_F(ControlLoopTest, ReadsAreAnsweredWhileTheLoopIsBusyAndSeeEveryAnsweredWri
   auto only = loop_->ListJobs(running_only);
   ASSERT_EQ(only.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   ASSERT_EQ(Must(std::move(only)).size(), 1u);
+  // Nor do node and fleet reads: the loop's published views, with the
+  // committed job on the node's GPU.
+  auto node = loop_->GetNode("gpu-01");
+  auto nodes = loop_->ListNodes();
+  auto fleet = loop_->Fleet();
+  ASSERT_EQ(node.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "GetNode waited on the loop";
+  ASSERT_EQ(nodes.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "ListNodes waited on the loop";
+  ASSERT_EQ(fleet.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Fleet waited on the loop";
+  EXPECT_EQ(Must(std::move(node)).gpus(0).job_id(), running);
+  EXPECT_EQ(Must(std::move(nodes)).size(), 1u);
+  v1::Fleet f = Must(std::move(fleet));
+  EXPECT_EQ(f.jobs().at("Running"), 1);
+  EXPECT_EQ(f.queue_depth(), 1);  // "waiting"; the submit in the held commit is not seen
   // A pending job's reason is the scheduler's: that read waits for the loop.
   auto pending = loop_->GetJob(waiting);
   EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);

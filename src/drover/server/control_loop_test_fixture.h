@@ -296,7 +296,12 @@ class ControlLoopTest : public ::testing::Test {
   v1::Job Submit(int gpus) { return Must(loop_->Submit(Spec(gpus))); }
   v1::Job Get(const std::string& id) { return Must(loop_->GetJob(id)); }
   v1::JobState StateOf(const std::string& id) { return Get(id).status().state(); }
-  v1::Node Node(const std::string& name) { return Must(loop_->GetNode(name)); }
+  // As the loop left the node once everything posted before was applied
+  // (reads are served from what the last commit published).
+  v1::Node Node(const std::string& name) {
+    Must(loop_->Barrier());
+    return Must(loop_->GetNode(name));
+  }
   std::vector<v1::Job> Jobs() { return Must(loop_->ListJobs(v1::ListJobsRequest())); }
 
   // Sends one workload status as `node`'s agent and waits until it is applied.

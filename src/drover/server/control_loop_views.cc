@@ -41,34 +41,44 @@ void ControlLoop::RecordSchedulerStats() {
 }
 
 std::future<Result<v1::Fleet>> ControlLoop::Fleet() {
-  return Call<v1::Fleet>([this]() -> Result<v1::Fleet> {
-    v1::Fleet out;
-    out.set_time_unix_nanos(NowNs());
-    for (const auto& [name, entry] : nodes_) {
-      v1::Node node = View(entry);
-      v1::FleetNode* n = out.add_nodes();
-      n->set_name(name);
-      n->set_state(node.state());
-      n->set_drained(node.drained());
-      for (const v1::Gpu& g : node.gpus()) {
-        v1::FleetGpu* f = n->add_gpus();
-        const v1::GpuTelemetry& t = g.telemetry();
-        f->set_utilization_pct(OrUnknown(t.has_utilization_pct(), t.utilization_pct()));
-        f->set_memory_used_bytes(t.has_memory_used_bytes() ? t.memory_used_bytes() : -1);
-        f->set_memory_total_bytes(t.has_memory_total_bytes() ? t.memory_total_bytes() : g.memory_bytes());
-        f->set_temperature_c(OrUnknown(t.has_temperature_c(), t.temperature_c()));
-        f->set_power_w(OrUnknown(t.has_power_w(), t.power_w()));
-        f->set_power_limit_w(OrUnknown(t.has_power_limit_w(), t.power_limit_w()));
-        f->set_healthy(g.health() != v1::GPU_HEALTH_UNHEALTHY);
-        f->set_health_reason(g.health_reason());
-        f->set_job_id(g.job_id());
-        f->set_model(g.model());
-      }
+  // From the replicas, on the caller's thread: a dashboard's tick costs the
+  // loop nothing.
+  std::promise<Result<v1::Fleet>> promise;
+  Result<std::vector<NodeReplica::SnapshotPtr>> nodes = node_replica_.List();
+  Result<std::map<v1::JobState, int64_t>> counts = replica_.Counts();
+  if (!nodes.ok() || !counts.ok()) {
+    promise.set_value(!nodes.ok() ? nodes.status() : counts.status());
+    return promise.get_future();
+  }
+  v1::Fleet out;
+  out.set_time_unix_nanos(NowNs());
+  for (const NodeReplica::SnapshotPtr& snapshot : *nodes) {
+    const v1::Node node_view = RenderNode(*snapshot);
+    const v1::Node* node = &node_view;
+    v1::FleetNode* n = out.add_nodes();
+    n->set_name(node->name());
+    n->set_state(node->state());
+    n->set_drained(node->drained());
+    for (const v1::Gpu& g : node->gpus()) {
+      v1::FleetGpu* f = n->add_gpus();
+      const v1::GpuTelemetry& t = g.telemetry();
+      f->set_utilization_pct(OrUnknown(t.has_utilization_pct(), t.utilization_pct()));
+      f->set_memory_used_bytes(t.has_memory_used_bytes() ? t.memory_used_bytes() : -1);
+      f->set_memory_total_bytes(t.has_memory_total_bytes() ? t.memory_total_bytes() : g.memory_bytes());
+      f->set_temperature_c(OrUnknown(t.has_temperature_c(), t.temperature_c()));
+      f->set_power_w(OrUnknown(t.has_power_w(), t.power_w()));
+      f->set_power_limit_w(OrUnknown(t.has_power_limit_w(), t.power_limit_w()));
+      f->set_healthy(g.health() != v1::GPU_HEALTH_UNHEALTHY);
+      f->set_health_reason(g.health_reason());
+      f->set_job_id(g.job_id());
+      f->set_model(g.model());
     }
-    for (const auto& [state, n] : JobCounts()) (*out.mutable_jobs())[rpc::JobStateDisplay(state)] = n;
-    out.set_queue_depth(static_cast<int64_t>(sched_.pending()));
-    return out;
-  });
+  }
+  for (const auto& [state, n] : *counts) (*out.mutable_jobs())[rpc::JobStateDisplay(state)] = n;
+  // Waiting jobs, array tasks held back by their array's limit included.
+  out.set_queue_depth(counts->at(v1::JOB_STATE_PENDING));
+  promise.set_value(std::move(out));
+  return promise.get_future();
 }
 
 std::future<Result<v1::SchedulerStats>> ControlLoop::SchedulerStats() {

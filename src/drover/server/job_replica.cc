@@ -6,8 +6,11 @@
 namespace drover::server {
 
 void JobReplica::Replace(std::map<uint64_t, JobPtr> jobs) {
+  std::map<v1::JobState, int64_t> counts;
+  for (const auto& [seq, job] : jobs) ++counts[job->status().state()];
   std::unique_lock lock(mu_);
   jobs_ = std::move(jobs);
+  counts_ = std::move(counts);
   available_ = Status::Ok();
   ++version_;
 }
@@ -16,10 +19,17 @@ void JobReplica::Update(std::vector<std::pair<uint64_t, JobPtr>> changed) {
   if (changed.empty()) return;
   std::unique_lock lock(mu_);
   for (auto& [seq, job] : changed) {
+    auto it = jobs_.find(seq);
+    if (it != jobs_.end()) Uncount(it->second->status().state());
     if (job == nullptr) {
-      jobs_.erase(seq);
+      if (it != jobs_.end()) jobs_.erase(it);
     } else {
-      jobs_.insert_or_assign(seq, std::move(job));
+      ++counts_[job->status().state()];
+      if (it != jobs_.end()) {
+        it->second = std::move(job);
+      } else {
+        jobs_.emplace(seq, std::move(job));
+      }
     }
   }
   ++version_;
@@ -57,6 +67,21 @@ Result<std::vector<JobReplica::JobPtr>> JobReplica::ScanBack(uint64_t before, ui
     --it;
     if (it->first < min) break;
     if (keep(*it->second)) out.push_back(it->second);
+  }
+  return out;
+}
+
+void JobReplica::Uncount(v1::JobState state) {
+  auto it = counts_.find(state);
+  if (it != counts_.end() && --it->second == 0) counts_.erase(it);
+}
+
+Result<std::map<v1::JobState, int64_t>> JobReplica::Counts() const {
+  std::shared_lock lock(mu_);
+  if (!available_.ok()) return available_;
+  std::map<v1::JobState, int64_t> out = counts_;
+  for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
+    if (st != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(st)) out.try_emplace(static_cast<v1::JobState>(st), 0);
   }
   return out;
 }

@@ -56,12 +56,18 @@ class JobReplica {
                                        const std::function<bool(const v1::Job&)>& keep) const;
   // Raised by every Replace and Update.
   uint64_t version() const;
+  // How many jobs are in each state, every state present (zero included):
+  // kept as jobs are published, O(states) to read.
+  Result<std::map<v1::JobState, int64_t>> Counts() const;
 
  private:
+  void Uncount(v1::JobState state);  // under the exclusive lock
+
   mutable std::shared_mutex mu_;
   std::map<uint64_t, JobPtr> jobs_;  // GUARDED_BY(mu_)
   Status available_;                 // GUARDED_BY(mu_)
   uint64_t version_ = 0;             // GUARDED_BY(mu_)
+  std::map<v1::JobState, int64_t> counts_;  // GUARDED_BY(mu_): jobs_ by state
 };
 
 }  // namespace drover::server
