@@ -446,7 +446,8 @@ NodeReplica::SnapshotPtr ControlLoop::Capture(const NodeEntry& entry) const {
   out->session = entry.sink != nullptr;
   // Telemetry of a node whose session is down is stale: left out.
   if (entry.sink && !entry.telemetry.empty()) {
-    out->telemetry = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
+    if (entry.readings == nullptr) entry.readings = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
+    out->telemetry = entry.readings;
   }
   // On the wall clock: the lease clock's time means nothing outside.
   int64_t renewed = std::max(entry.heard_direct_ns, entry.heard_via_peer_ns);
@@ -697,6 +698,7 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
       ++peers_version_;
     }
     entry.telemetry.clear();
+    entry.readings.reset();
     entry.history.clear();
     Persist(node);
     spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());

@@ -275,6 +275,8 @@ class ControlLoop {
     // `node` as last persisted, shared with the snapshots in node_replica_;
     // null once it changed (Persist), copied again at the next capture.
     mutable std::shared_ptr<const v1::Node> record;
+    // `telemetry` shared the same way (null once new readings came).
+    mutable std::shared_ptr<const std::vector<v1::GpuTelemetry>> readings;
   };
   static constexpr int64_t kPublishReadingsEveryNs = 1'000'000'000;
   using Ack = std::function<void(const Status&)>;

@@ -91,6 +91,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     if (entry.sink) entry.sink->SendHeartbeatAck(ack);
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
+    entry.readings.reset();  // new readings: the next capture copies them
     entry.history.resize(static_cast<size_t>(entry.node.gpus_size()));
     bool changed = false;
     std::vector<std::pair<int, std::string>> newly_sick;
