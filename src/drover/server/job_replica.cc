@@ -6,33 +6,36 @@
 namespace drover::server {
 
 void JobReplica::Replace(std::map<uint64_t, JobPtr> jobs) {
-  std::map<v1::JobState, int64_t> counts;
-  for (const auto& [seq, job] : jobs) ++counts[job->status().state()];
   std::unique_lock lock(mu_);
-  jobs_ = std::move(jobs);
-  counts_ = std::move(counts);
+  jobs_.swap(jobs);
+  counts_.clear();
+  by_tenant_.clear();
+  for (const auto& [seq, job] : jobs_) Count(*job, +1);
   available_ = Status::Ok();
   ++version_;
+  // The older copies go out with `jobs`, after the lock.
 }
 
 void JobReplica::Update(std::vector<std::pair<uint64_t, JobPtr>> changed) {
   if (changed.empty()) return;
-  std::unique_lock lock(mu_);
-  for (auto& [seq, job] : changed) {
-    auto it = jobs_.find(seq);
-    if (it != jobs_.end()) Uncount(it->second->status().state());
-    if (job == nullptr) {
-      if (it != jobs_.end()) jobs_.erase(it);
-    } else {
-      ++counts_[job->status().state()];
-      if (it != jobs_.end()) {
-        it->second = std::move(job);
+  {
+    std::unique_lock lock(mu_);
+    for (auto& [seq, job] : changed) {
+      auto it = jobs_.find(seq);
+      if (it != jobs_.end()) Count(*it->second, -1);
+      if (job != nullptr) Count(*job, +1);
+      if (it == jobs_.end()) {
+        if (job != nullptr) jobs_.emplace(seq, std::move(job));
+      } else if (job == nullptr) {
+        job = std::move(it->second);  // freed after the lock
+        jobs_.erase(it);
       } else {
-        jobs_.emplace(seq, std::move(job));
+        std::swap(it->second, job);  // the older copy is freed after the lock
       }
     }
+    ++version_;
   }
-  ++version_;
+  changed.clear();
 }
 
 void JobReplica::SetUnavailable(Status why) {
@@ -71,9 +74,24 @@ Result<std::vector<JobReplica::JobPtr>> JobReplica::ScanBack(uint64_t before, ui
   return out;
 }
 
-void JobReplica::Uncount(v1::JobState state) {
-  auto it = counts_.find(state);
-  if (it != counts_.end() && --it->second == 0) counts_.erase(it);
+void JobReplica::Count(const v1::Job& job, int delta) {
+  v1::JobState state = job.status().state();
+  auto drop_zero = [](auto& map, const auto& key) {
+    auto it = map.find(key);
+    if (it != map.end() && it->second == 0) map.erase(it);
+  };
+  counts_[state] += delta;
+  drop_zero(counts_, state);
+  auto& tenant = by_tenant_[job.spec().tenant()];
+  tenant[state] += delta;
+  drop_zero(tenant, state);
+  if (tenant.empty()) by_tenant_.erase(job.spec().tenant());
+}
+
+Result<std::map<std::string, std::map<v1::JobState, int64_t>>> JobReplica::CountsByTenant() const {
+  std::shared_lock lock(mu_);
+  if (!available_.ok()) return available_;
+  return by_tenant_;
 }
 
 Result<std::map<v1::JobState, int64_t>> JobReplica::Counts() const {

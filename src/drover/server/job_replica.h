@@ -59,15 +59,18 @@ class JobReplica {
   // How many jobs are in each state, every state present (zero included):
   // kept as jobs are published, O(states) to read.
   Result<std::map<v1::JobState, int64_t>> Counts() const;
+  // The same per tenant (states with none left out), O(tenants x states).
+  Result<std::map<std::string, std::map<v1::JobState, int64_t>>> CountsByTenant() const;
 
  private:
-  void Uncount(v1::JobState state);  // under the exclusive lock
+  void Count(const v1::Job& job, int delta);  // under the exclusive lock
 
   mutable std::shared_mutex mu_;
   std::map<uint64_t, JobPtr> jobs_;  // GUARDED_BY(mu_)
   Status available_;                 // GUARDED_BY(mu_)
   uint64_t version_ = 0;             // GUARDED_BY(mu_)
   std::map<v1::JobState, int64_t> counts_;  // GUARDED_BY(mu_): jobs_ by state
+  std::map<std::string, std::map<v1::JobState, int64_t>> by_tenant_;  // GUARDED_BY(mu_): by tenant, then state
 };
 
 }  // namespace drover::server
