@@ -141,8 +141,10 @@ class FailoverTest(ClusterTest):
         (new, *_) = self.wait_runs(lambda rs: [r for r in rs if r.start > t and r.node != run.node],
                                    MOVE_TIMEOUT, f"job {job_id} to start on a node other than {run.node}")
         self.assertNotEqual(new.node, run.node)
-        view = netns.wait_until(lambda: (v := self.c.job(job_id)).nodes == [new.node] and v, 10,
-                                what=f"the server to show job {job_id} on {new.node}")
+        # The agent reports the start at its next look (every 100 ms): the
+        # process can be seen beating while the server still says Bound.
+        view = netns.wait_until(lambda: (v := self.c.job(job_id)).nodes == [new.node] and v.state == "Running" and v,
+                                10, what=f"the server to show job {job_id} running on {new.node}")
         self.assertEqual(view.state, "Running")
         # `drover job` keeps the history: the first binding on the dead node.
         self.assertGreaterEqual(view.attempt_count, 2, view.raw.get("status"))
