@@ -681,10 +681,11 @@ bool State::Reserve(int job, int64_t now) {
   for (size_t ni = 0; ni < nodes.size() && now_and_whole < req.replicas; ++ni) {
     NodeState& n = nodes[ni];
     ReserveMemo& memo = n.reserve_memo;
-    if (memo.job_seq != job_seq || memo.version != n.version || now >= memo.valid_until) {
+    if (memo.job_seq != job_seq || memo.version != n.version || now >= memo.valid_until || now < memo.computed_at) {
       memo = ReserveOnNode(job, static_cast<int>(ni), now, &ends);
       memo.job_seq = job_seq;
       memo.version = n.version;
+      memo.computed_at = now;
     } else if (config.verify_memos && memo_mismatch.empty()) {
       ReserveMemo fresh = ReserveOnNode(job, static_cast<int>(ni), now, &ends);
       if (fresh.found != memo.found ||

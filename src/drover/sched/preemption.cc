@@ -64,7 +64,9 @@ int64_t Capacity(const NodeState& n, int g) {
 void Apply(View* v, const NodeState& n, const JobRequest& owner, const Held& h, int sign) {
   v->cpu += sign * owner.cpu_milli;
   v->host_mem += sign * owner.memory_bytes;
-  for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+  // Only GPUs the node still has: a job may hold one its new inventory
+  // dropped, and the view has no slot filled in for it.
+  for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) {
     int g = std::countr_zero(m);
     v->milli[g] += sign * h.milli;
     v->mem[g] += sign * (h.milli == kWholeGpu ? Capacity(n, g) : h.mem);
@@ -334,7 +336,14 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     views[best->pick.node] = v;
     picks.push_back(best->pick);
   }
-  if (chosen.empty()) return false;  // it fits without victims: a later pass places it
+  if (chosen.empty()) {
+    // It fits without victims (on GPUs its placement left out, such as the
+    // reservation's, which it may use only while its estimate ends before
+    // the reservation starts): not a failure to keep, as time alone may
+    // change it.
+    j.no_victims_epoch = 0;
+    return false;
+  }
 
   ClearNomination(job);
   for (int o : chosen) {

@@ -50,6 +50,7 @@ struct ClassSlot {
 struct ReserveMemo {
   uint64_t job_seq = 0;  // 0: none
   uint64_t version = 0;
+  int64_t computed_at = 0;  // the pass's time (a clock stepped back recomputes)
   int64_t valid_until = 0;  // the first job end after the time it was computed
   bool found = false;
   bool at_now = false;  // `at` was the pass's time: read as the new pass's

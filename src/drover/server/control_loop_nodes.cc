@@ -65,13 +65,13 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
     entry.heard_direct_ns = LeaseNowNs();
     ++renewals_direct_;
-    // Its readings reach readers at once the first time, then at most once
-    // a second: a view costs tens of microseconds to build, and four
-    // heartbeats a second from a thousand nodes would make that a busy
-    // core. Changes of state (liveness, health, session) are published at
+    // Its readings reach readers at once the first time, then, with its
+    // lease times (GPU reports or not), once a second: four heartbeats a
+    // second from a thousand nodes, each a snapshot, would keep the loop
+    // busy. Changes of state (liveness, health, session) are published at
     // once, by whatever made them.
-    if (hb.gpus_size() > 0 &&
-        (entry.telemetry.empty() || entry.heard_direct_ns - entry.published_ns >= kPublishReadingsEveryNs)) {
+    if ((hb.gpus_size() > 0 && entry.telemetry.empty()) ||
+        entry.heard_direct_ns - entry.published_ns >= kPublishReadingsEveryNs) {
       TouchNode(node);
     }
     if (entry.liveness == Liveness::kSuspect) {
