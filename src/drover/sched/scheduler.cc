@@ -472,26 +472,21 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   if (config.preemption && !quota && HasCandidates(job)) preempt_later->push_back(job);
   if (config.backfill && !quota && reservation_job < 0 && Reserve(job, now)) return;
   j.why = Why{quota ? WhyCode::kQuota : WhyCode::kNoFit, -1, 0, 0, -1, now};
-  if (!quota && reservation_job >= 0 && !reserved_hit && config.verify_memos && memo_mismatch.empty()) {
-    int saved = reservation_job;
-    reservation_job = job;
-    std::vector<Held> probe;
-    if (PlaceJob(job, now, &probe)) {
-      for (auto it = probe.rbegin(); it != probe.rend(); ++it) Release(job, *it);
-      memo_mismatch = fmt::format("'{}' fits on reserved GPUs that its placement never left out", j.req.id);
-    }
-    reservation_job = saved;
-  }
-  if (!quota && reservation_job >= 0 && reserved_hit) {
-    // Would it fit but for the reservation? Then say so (only a placement
-    // that left reserved GPUs out can tell otherwise).
+  // Would it fit but for the reservation? Then say so. Only a placement
+  // that left reserved GPUs out can (Config::verify_memos probes anyway).
+  const bool left_out = reserved_hit;
+  if (!quota && reservation_job >= 0 && (left_out || (config.verify_memos && memo_mismatch.empty()))) {
     int saved = reservation_job;
     int64_t saved_ms = reservation_ms;
     reservation_job = job;
     std::vector<Held> probe;
     if (PlaceJob(job, now, &probe)) {
       for (auto it = probe.rbegin(); it != probe.rend(); ++it) Release(job, *it);
-      j.why = Why{WhyCode::kBehindReservation, saved, jobs[saved].seq, saved_ms, -1, now};
+      if (left_out) {
+        j.why = Why{WhyCode::kBehindReservation, saved, jobs[saved].seq, saved_ms, -1, now};
+      } else {
+        memo_mismatch = fmt::format("'{}' fits on reserved GPUs that its placement never left out", j.req.id);
+      }
     }
     reservation_job = saved;
     reservation_ms = saved_ms;

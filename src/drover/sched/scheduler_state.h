@@ -43,6 +43,10 @@ struct ClassSlot {
   int pos = -1;   // index in buckets[count]
 };
 
+// A job's topology requirement within one node (island or NUMA; anything
+// else is best effort there).
+Topology WithinNode(Topology t);
+
 // Reserve's answer on one node for one job, kept while nothing it read
 // changed: the node's version, and the time, as long as no job end it
 // sorted by lies between the pass that computed it and now (before that
@@ -284,6 +288,7 @@ struct State {
   bool PlaceReplicas(int job, int64_t now, const std::vector<int>* within, std::vector<Held>* out);
   void Bind(int job, std::vector<Held> held, int64_t now, Decisions* d);
   void Unbind(int job, int64_t now);
+  // ---- reservation.cc ----
   // EASY: reserve GPUs for a job that cannot start; true when reserved.
   bool Reserve(int job, int64_t now);
   // Where and when `job` could start on node `ni`, as Reserve weighs it

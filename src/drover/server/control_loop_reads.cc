@@ -3,7 +3,8 @@
 // left for the archive from store::Archive. Only pending jobs among an
 // answer cost the loop a call, for why they wait. A job moving from one to
 // the other is found: the replica is read first, and a job is written to the
-// archive before it leaves the replica.
+// archive before it leaves the replica. Node reads, likewise, from the
+// snapshots the loop captures (NodeReplica) and publishes at commit.
 
 #include <fmt/format.h>
 
@@ -252,6 +253,105 @@ std::future<Result<v1::ListJobsResponse>> ControlLoop::ListJobsPage(v1::ListJobs
     promise->set_value(std::move(resp));
   });
   return future;
+}
+
+// ---- nodes ----
+
+std::future<Result<v1::Node>> ControlLoop::GetNode(std::string name) {
+  std::promise<Result<v1::Node>> promise;
+  Result<NodeReplica::SnapshotPtr> node = node_replica_.Get(name);
+  if (!node.ok()) {
+    promise.set_value(node.status());
+  } else if (*node == nullptr) {
+    promise.set_value(NotFound(fmt::format("node '{}' not found", name)));
+  } else {
+    promise.set_value(RenderNode(**node));
+  }
+  return promise.get_future();
+}
+
+std::future<Result<std::vector<v1::Node>>> ControlLoop::ListNodes() {
+  std::promise<Result<std::vector<v1::Node>>> promise;
+  Result<std::vector<NodeReplica::SnapshotPtr>> nodes = node_replica_.List();
+  if (!nodes.ok()) {
+    promise.set_value(nodes.status());
+  } else {
+    std::vector<v1::Node> out;
+    out.reserve(nodes->size());
+    for (const NodeReplica::SnapshotPtr& n : *nodes) out.push_back(RenderNode(*n));
+    promise.set_value(std::move(out));
+  }
+  return promise.get_future();
+}
+
+void ControlLoop::PublishNodes() {
+  std::vector<NodeReplica::SnapshotPtr> views;
+  const int64_t now = LeaseNowNs();
+  auto publish = [&](const std::string& name) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return;
+    views.push_back(Capture(it->second));
+    it->second.published_ns = now;
+  };
+  for (const std::string& name : touched_nodes_) publish(name);
+  for (const std::string& name : dirty_nodes_) {
+    if (!touched_nodes_.contains(name)) publish(name);
+  }
+  touched_nodes_.clear();
+  node_replica_.Update(std::move(views));
+}
+
+v1::Node ControlLoop::View(const NodeEntry& entry) const { return RenderNode(*Capture(entry)); }
+
+NodeReplica::SnapshotPtr ControlLoop::Capture(const NodeEntry& entry) const {
+  auto out = std::make_shared<NodeSnapshot>();
+  // Copied once per change of the record (Persist drops the shared copy).
+  if (entry.record == nullptr) entry.record = std::make_shared<const v1::Node>(entry.node);
+  out->record = entry.record;
+  switch (entry.liveness) {
+    case Liveness::kLost:
+      out->state = v1::NODE_STATE_LOST;
+      break;
+    case Liveness::kSuspect:
+      out->state = v1::NODE_STATE_SUSPECT;
+      break;
+    case Liveness::kAlive:
+      out->state = entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY;
+  }
+  if (!entry.liveness_reason.empty()) {
+    out->state_reason = entry.liveness_reason;
+  } else if (entry.sink && entry.awaiting_clean_report) {
+    out->state_reason = entry.undesired_running.empty()
+                            ? "waiting for the agent's first report"
+                            : fmt::format("stopping {} workloads it should not run", entry.undesired_running.size());
+  }
+  out->session = entry.sink != nullptr;
+  // Telemetry of a node whose session is down is stale: left out.
+  if (entry.sink && !entry.telemetry.empty()) {
+    if (entry.readings == nullptr) entry.readings = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
+    out->telemetry = entry.readings;
+  }
+  // On the wall clock: the lease clock's time means nothing outside.
+  int64_t renewed = std::max(entry.heard_direct_ns, entry.heard_via_peer_ns);
+  out->lease_renewed_unix_nanos = NowNs() - (LeaseNowNs() - renewed);
+  out->lease_via_peers = entry.heard_via_peer_ns > entry.heard_direct_ns;
+  out->last_heartbeat_unix_nanos = entry.last_heartbeat_ns;
+  const std::string& name = entry.node.name();
+  if (auto it = active_on_node_.find(name); it != active_on_node_.end()) {
+    for (uint64_t seq : it->second) {
+      const v1::Job& job = jobs_.at(seq);
+      auto add = [&](const v1::Allocation& a) {
+        if (a.node() != name) return;
+        out->jobs.push_back({job.id(), job.spec().tenant(), {a.gpu_indices().begin(), a.gpu_indices().end()}});
+      };
+      if (job.status().replicas_size() > 0) {
+        for (const v1::Allocation& a : job.status().replicas()) add(a);
+      } else {
+        add(job.status().allocation());
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace drover::server
