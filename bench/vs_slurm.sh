@@ -61,7 +61,7 @@ PY=$(command -v /usr/bin/python3 || command -v python3)
 
 # Daemons go down in reverse start order: slurmd before slurmctld before
 # munged, so that none of them logs errors about a peer that went first.
-cleanup() {
+stop_daemons() {
   local i pid
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
     pid=${PIDS[i]}
@@ -70,6 +70,10 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
+  PIDS=()
+}
+cleanup() {
+  stop_daemons
   if [[ "${KEEP:-0}" == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -233,6 +237,9 @@ slurm_bench() {
   latency slurm srun --quiet --gres=gpu:1 true
   throughput slurm array "$ARRAY" slurm_array
   throughput slurm one_by_one "$ONE_BY_ONE" slurm_singles
+  # Each system is measured alone on the machine: Slurm's daemons go before
+  # Drover starts, as Drover's are not running during Slurm's part.
+  stop_daemons
 }
 
 # ----------------------------------------------------------------- Drover --

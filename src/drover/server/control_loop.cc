@@ -307,7 +307,6 @@ void ControlLoop::AfterBatch() {
   settled_generation_ = decisions.bindings.empty() && decisions.preemptions.empty() ? sched_.generation() : 0;
   decisions_ += static_cast<int64_t>(decisions.bindings.size() + decisions.preemptions.size());
   preemptions_ += static_cast<int64_t>(decisions.preemptions.size());
-  RecordSchedulerStats();
   if (pass_seconds_ != nullptr) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     double cpu_seconds = static_cast<double>(ThreadCpuNs() - started_cpu) / 1e9;
@@ -375,6 +374,7 @@ void ControlLoop::Commit() {
     for (uint64_t seq : unlisted) copies.emplace_back(seq, nullptr);  // in the archive now
     replica_.Update(std::move(copies));
     PublishNodes();
+    PublishBoard(persisted);
     for (Ack& ack : acks) ack(Status::Ok());
     // Committed: push to watchers what they wait on. Who wants a job is
     // asked now, after the replica has the batch: a watcher that subscribes
@@ -410,13 +410,18 @@ v1::Job ControlLoop::View(const v1::Job& job) const {
 
 std::string ControlLoop::PendingMessage(const v1::Job& job) const {
   // Why it waits now, and, for a job queued again, why it stopped.
-  auto seq = ParseJobId(job.id());
-  std::string reason = seq.ok() && held_.contains(*seq)
-                           ? fmt::format("waiting: array {} runs at most {} tasks at once", job.array().array_id(),
-                                         job.array().max_running())
-                           : sched_.PendingReason(job.id());
+  std::string reason = WaitReason(job);
   if (!job.status().message().empty()) reason += " (" + job.status().message() + ")";
   return reason;
+}
+
+std::string ControlLoop::WaitReason(const v1::Job& job) const {
+  auto seq = ParseJobId(job.id());
+  if (seq.ok() && held_.contains(*seq)) {
+    return fmt::format("waiting: array {} runs at most {} tasks at once", job.array().array_id(),
+                       job.array().max_running());
+  }
+  return sched_.PendingReason(job.id());
 }
 
 void ControlLoop::FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop) {
@@ -602,7 +607,7 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
     }
     entry.telemetry.clear();
     entry.readings.reset();
-    entry.history.clear();
+    board_.DropHistory(node.name());
     Persist(node);
     spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
     for (const v1::Gpu& g : node.gpus()) {
@@ -696,12 +701,6 @@ template std::future<Result<Done>> ControlLoop::Call<Done>(std::function<Result<
 template std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>>
 ControlLoop::Call<std::pair<int64_t, std::vector<v1::Peer>>>(
     std::function<Result<std::pair<int64_t, std::vector<v1::Peer>>>()>);
-template std::future<Result<LoopStats>> ControlLoop::Call<LoopStats>(std::function<Result<LoopStats>()>);
-template std::future<Result<v1::SchedulerStats>> ControlLoop::Call<v1::SchedulerStats>(
-    std::function<Result<v1::SchedulerStats>()>);
-template std::future<Result<v1::ListTenantsResponse>> ControlLoop::Call<v1::ListTenantsResponse>(
-    std::function<Result<v1::ListTenantsResponse>()>);
-template std::future<Result<v1::GpuHistory>> ControlLoop::Call<v1::GpuHistory>(std::function<Result<v1::GpuHistory>()>);
 template std::future<Result<v1::TenantStatus>> ControlLoop::Call<v1::TenantStatus>(
     std::function<Result<v1::TenantStatus>()>);
 template std::future<Result<v1::SubmitJobResponse>> ControlLoop::Call<v1::SubmitJobResponse>(

@@ -43,6 +43,8 @@
 #include "drover/sched/scheduler.h"
 #include "drover/server/job_replica.h"
 #include "drover/server/job_watch.h"
+#include "drover/server/loop_board.h"
+#include "drover/server/loop_stats.h"
 #include "drover/server/node_replica.h"
 #include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
@@ -87,21 +89,6 @@ struct LeaseOptions {
   // (with its grace, the agent's 100 ms check and 1% clock-rate drift)
   // ends before ttl.
   Status Validate() const;
-};
-
-// What /metrics reports of the loop, read on the loop thread.
-struct LoopStats {
-  std::map<v1::JobState, int64_t> jobs;  // every state, zero included
-  int64_t queue_depth = 0;               // pending jobs
-  int64_t nodes_ready = 0, nodes_not_ready = 0;  // not ready includes suspect and lost
-  int64_t nodes_lost = 0;
-  int64_t gpus_healthy = 0, gpus_unhealthy = 0;
-  // Since start: lease renewals by the node's own heartbeat and by a peer
-  // that heard it (gossip); nodes declared Lost.
-  uint64_t renewals_direct = 0, renewals_via_peers = 0, node_losses = 0;
-  // Batches after which a scheduling pass ran, and those that needed none
-  // (nothing the scheduler reads had changed: reads, most reports).
-  uint64_t passes_run = 0, passes_skipped = 0;
 };
 
 // The value of a command that answers only "done".
@@ -269,7 +256,6 @@ class ControlLoop {
     std::set<std::string> undesired_running;  // workload ids it reported running that it should not run
     std::deque<std::string> ended_jobs;        // ran here, ended for good (newest last; checkpoint cleanup)
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
-    std::vector<std::deque<v1::GpuPoint>> history;  // by GPU index, oldest first, kGpuHistoryPoints at most
     // When its view was last published to node_replica_ (lease clock).
     int64_t published_ns = std::numeric_limits<int64_t>::min() / 2;
     // `node` as last persisted, shared with the snapshots in node_replica_;
@@ -365,8 +351,10 @@ class ControlLoop {
   // it FAILED with the failure (always, with no_restart).
   void StopForFailure(v1::Job* job, std::string failure, bool no_restart);
   v1::Job View(const v1::Job& job) const;
-  // Why a pending job waits, as View puts it in its status message.
+  // Why a pending job waits, as View puts it in its status message: the
+  // scheduler's (or its array's) reason, then the job's own message.
   std::string PendingMessage(const v1::Job& job) const;
+  std::string WaitReason(const v1::Job& job) const;  // the first part
   // Answers the replica's copies, asking the loop (one call) why the
   // pending ones among them wait.
   void AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
@@ -406,6 +394,8 @@ class ControlLoop {
   // admission quota of its tenant.
   Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
   double GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const;
+  // GPU-nanoseconds `job` used in the quota's period that holds `now`.
+  static double GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now);
   void EnforceRuntimeLimits();
   void ScheduleLimitChecks();
   v1::TenantStatus TenantStatusOf(const std::string& name) const;
@@ -455,10 +445,21 @@ class ControlLoop {
   std::vector<double> latency_bounds_;  // decision_seconds_'s
   metrics::Counter* binds_total_ = nullptr;
   metrics::Counter* preempts_total_ = nullptr;
-  // Scheduler statistics for dashboards (control_loop_views.cc).
+  // Scheduler statistics for dashboards (control_loop_views.cc), into board_.
   void RecordSchedulerStats();
   int64_t decisions_ = 0;
   int64_t preemptions_ = 0;
+  // Pending reasons, scheduler statistics, tenants and GPU history for
+  // readers off the loop (loop_board.h). At each commit, before its
+  // answers: a new reason epoch when a pass ran, the scheduler changed or
+  // an array held tasks back or let them go since the last; the usage of the
+  // tenants of the batch's jobs, every tenant when tenants_ changed.
+  LoopBoard board_;
+  void PublishBoard(const std::set<uint64_t>& persisted);
+  uint64_t reason_epoch_ = 1;
+  uint64_t reason_generation_ = 0, reason_passes_ = 0;
+  size_t reason_held_ = 0;
+  bool tenants_changed_ = true;
   // AfterBatch skips the pass while the scheduler's generation is the one
   // a pass that decided nothing left (0: pass next batch), unless jobs wait
   // and kIdlePassEveryMs has passed since the last pass.
@@ -466,8 +467,6 @@ class ControlLoop {
   uint64_t settled_generation_ = 0;
   int64_t last_pass_ms_ = 0;
   uint64_t passes_run_ = 0, passes_skipped_ = 0;
-  std::deque<std::pair<int64_t, int64_t>> decision_samples_;  // (ns, decisions_), one a second, 11 at most
-  std::deque<v1::QueuePoint> queue_history_;                  // one every 5 s, the last hour
 };
 
 }  // namespace drover::server

@@ -14,28 +14,6 @@
 #include "drover/server/control_loop.h"
 
 namespace drover::server {
-namespace {
-
-// Ten minutes of readings (one every 2 s) per GPU.
-constexpr size_t kGpuHistoryPoints = 300;
-
-// One point per 2 s at most, however often agents report.
-constexpr int64_t kGpuHistoryStepNs = 2'000'000'000;
-
-void AppendHistory(const v1::GpuTelemetry& t, std::deque<v1::GpuPoint>* history) {
-  if (t.time_unix_nanos() == 0) return;  // no reading in this heartbeat
-  if (!history->empty() && t.time_unix_nanos() - history->back().time_unix_nanos() < kGpuHistoryStepNs) return;
-  v1::GpuPoint p;
-  p.set_time_unix_nanos(t.time_unix_nanos());
-  p.set_utilization_pct(t.has_utilization_pct() ? static_cast<float>(t.utilization_pct()) : -1);
-  p.set_memory_used_bytes(t.has_memory_used_bytes() ? t.memory_used_bytes() : -1);
-  p.set_temperature_c(t.has_temperature_c() ? static_cast<float>(t.temperature_c()) : -1);
-  p.set_power_w(t.has_power_w() ? static_cast<float>(t.power_w()) : -1);
-  history->push_back(std::move(p));
-  while (history->size() > kGpuHistoryPoints) history->pop_front();
-}
-
-}  // namespace
 
 namespace {
 // How often a node may be sent the peer list while it changes: 1 ms per
@@ -92,13 +70,12 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
     entry.readings.reset();  // new readings: the next capture copies them
-    entry.history.resize(static_cast<size_t>(entry.node.gpus_size()));
     bool changed = false;
     std::vector<std::pair<int, std::string>> newly_sick;
     for (const v1::GpuReport& r : hb.gpus()) {
       if (r.index() < 0 || r.index() >= entry.node.gpus_size()) continue;
       entry.telemetry[static_cast<size_t>(r.index())] = r.telemetry();
-      AppendHistory(r.telemetry(), &entry.history[static_cast<size_t>(r.index())]);
+      board_.AppendHistory(node, entry.node.gpus_size(), r.index(), r.telemetry());
       v1::Gpu* g = entry.node.mutable_gpus(r.index());
       if (g->health() == r.health() && g->health_reason() == r.health_reason()) continue;
       if (g->health() != r.health()) {
@@ -179,25 +156,6 @@ std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, st
     it->second.sink->SendInjectFault(msg);
     spdlog::warn("fault '{}' injected into gpu {} of node '{}'", fault, gpu, node);
     return Done{};
-  });
-}
-
-std::future<Result<LoopStats>> ControlLoop::Stats() {
-  return Call<LoopStats>([this]() -> Result<LoopStats> {
-    LoopStats s;
-    DROVER_ASSIGN_OR_RETURN(s.jobs, replica_.Counts());  // as the last commit left them
-    s.queue_depth = s.jobs[v1::JOB_STATE_PENDING];
-    for (const auto& [name, entry] : nodes_) {
-      ++(entry.sink && entry.liveness == Liveness::kAlive ? s.nodes_ready : s.nodes_not_ready);
-      if (entry.liveness == Liveness::kLost) ++s.nodes_lost;
-      for (const v1::Gpu& g : entry.node.gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
-    }
-    s.renewals_direct = renewals_direct_;
-    s.renewals_via_peers = renewals_via_peers_;
-    s.node_losses = node_losses_;
-    s.passes_run = passes_run_;
-    s.passes_skipped = passes_skipped_;
-    return s;
   });
 }
 

@@ -116,27 +116,42 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
                                     std::function<void(Result<std::vector<v1::Job>>)> done) {
   std::vector<v1::Job> out;
   out.reserve(jobs.size());
-  std::vector<size_t> pending;
+  std::vector<size_t> pending;  // whose reason the board does not have
   for (const JobReplica::JobPtr& job : jobs) {
-    if (job->status().state() == v1::JOB_STATE_PENDING) pending.push_back(out.size());
-    out.push_back(*job);
+    v1::Job& copy = out.emplace_back(*job);
+    if (job->status().state() != v1::JOB_STATE_PENDING) continue;
+    // Rendered since the scheduler last changed: what the loop would say.
+    std::optional<std::string> reason = board_.Reason(*ParseJobId(job->id()));
+    if (!reason) {
+      pending.push_back(out.size() - 1);
+      continue;
+    }
+    if (!job->status().message().empty()) *reason += " (" + job->status().message() + ")";
+    copy.mutable_status()->set_message(std::move(*reason));
   }
   if (pending.empty()) {
     done(std::move(out));
     return;
   }
-  // Why they wait is the scheduler's, on the loop: one call for them all.
-  // The loop's copy may be newer than the replica's; the reason is for
-  // the job as the loop has it, and a job no longer pending gets none.
+  // The others are the scheduler's to render, on the loop: one call for
+  // them all, kept on the board for the next reader. The loop's copy may be
+  // newer than the replica's; the reason is for the job as the loop has
+  // it, and a job no longer pending gets none.
   auto shared = std::make_shared<std::vector<v1::Job>>(std::move(out));
   CallThen<Done>(
       [this, shared, pending = std::move(pending)]() -> Result<Done> {
+        std::vector<std::pair<uint64_t, std::string>> rendered;
+        rendered.reserve(pending.size());
         for (size_t i : pending) {
           v1::Job& job = (*shared)[i];
           const v1::Job* live = FindJob(job.id());
           if (live == nullptr || live->status().state() != v1::JOB_STATE_PENDING) continue;
-          job.mutable_status()->set_message(PendingMessage(*live));
+          std::string reason = WaitReason(*live);
+          rendered.emplace_back(*ParseJobId(job.id()), reason);
+          if (!live->status().message().empty()) reason += " (" + live->status().message() + ")";
+          job.mutable_status()->set_message(std::move(reason));
         }
+        board_.PutReasons(reason_epoch_, std::move(rendered));
         return Done{};
       },
       [shared, done = std::move(done)](Result<Done> r) {
@@ -156,6 +171,11 @@ void ControlLoop::ReplaceReplica() {
   for (const auto& [name, entry] : nodes_) nodes.emplace_hint(nodes.end(), name, Capture(entry));
   node_replica_.Replace(std::move(nodes));
   touched_nodes_.clear();
+  // A state rebuilt from the store: every reason and tenant anew.
+  board_.ClearReasons();
+  reason_passes_ = ~uint64_t{0};
+  tenants_changed_ = true;
+  PublishBoard({});
 }
 
 Result<JobReplica::JobPtr> ControlLoop::ArchivedJob(uint64_t seq) const {

@@ -235,8 +235,10 @@ TEST_F(ControlLoopTest, ReadsRunNoSchedulingPassButChangesAndTheClockDo) {
     Must(loop_->ListJobs({}));
   }
   const LoopStats after_reads = Must(loop_->Stats());
+  // (They do not even reach the loop: the waiting job's reason, rendered
+  // for the first Get, stands on the board until the scheduler changes;
+  // ReadsAreAnsweredWhileTheLoopIsBusy... shows it.)
   EXPECT_EQ(after_reads.passes_run, before.passes_run) << "reads ran a pass";
-  EXPECT_GE(after_reads.passes_skipped, before.passes_skipped + 20);
   EXPECT_EQ(Get(waiting).status().message(), reason) << "the last pass's reason stands";
 
   // While a job waits the clock alone brings a pass (priority aging), once a second.

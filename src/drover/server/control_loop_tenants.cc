@@ -82,21 +82,24 @@ Status ControlLoop::LoadTenants(sched::Scheduler* sched, std::map<std::string, v
 }
 
 double ControlLoop::GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const {
-  int64_t period = PeriodNs(q);
-  int64_t start = now - now % period;
   double gpu_ns = 0;
   for (const auto& [seq, job] : jobs_) {
-    if (job.spec().tenant() != tenant) continue;
-    const v1::JobStatus& st = job.status();
-    int64_t began = st.start_time_unix_nanos() > 0 ? st.start_time_unix_nanos() : st.bind_time_unix_nanos();
-    if (began <= 0) continue;
-    int64_t ended = st.end_time_unix_nanos() > 0 ? st.end_time_unix_nanos() : (rpc::HoldsGpus(st.state()) ? now : 0);
-    if (ended <= start) continue;
-    double gpus = job.spec().gpu_milli() > 0 ? job.spec().gpu_milli() / 1000.0 : job.spec().gpus();
-    gpus *= std::max(1, job.spec().replicas());
-    gpu_ns += gpus * static_cast<double>(ended - std::max(began, start));
+    if (job.spec().tenant() == tenant) gpu_ns += GpuNsInPeriod(job, q, now);
   }
   return gpu_ns / (3600.0 * kNsPerSecond);
+}
+
+double ControlLoop::GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now) {
+  int64_t period = PeriodNs(q);
+  int64_t start = now - now % period;
+  const v1::JobStatus& st = job.status();
+  int64_t began = st.start_time_unix_nanos() > 0 ? st.start_time_unix_nanos() : st.bind_time_unix_nanos();
+  if (began <= 0) return 0;
+  int64_t ended = st.end_time_unix_nanos() > 0 ? st.end_time_unix_nanos() : (rpc::HoldsGpus(st.state()) ? now : 0);
+  if (ended <= start) return 0;
+  double gpus = job.spec().gpu_milli() > 0 ? job.spec().gpu_milli() / 1000.0 : job.spec().gpus();
+  gpus *= std::max(1, job.spec().replicas());
+  return gpus * static_cast<double>(ended - std::max(began, start));
 }
 
 Status ControlLoop::Admit(const v1::JobSpec& spec, int64_t count) const {
@@ -186,6 +189,7 @@ std::future<Result<v1::TenantStatus>> ControlLoop::SetTenant(v1::Tenant tenant, 
     if (!create && !exists) return NotFound(fmt::format("tenant '{}' not found", tenant.name()));
     DROVER_RETURN_IF_ERROR(sched_.SetTenant(info));
     tenants_[tenant.name()] = tenant;
+    tenants_changed_ = true;
     ops_.push_back(store::Op::Put(std::string(kTenantsPrefix) + tenant.name(), tenant.SerializeAsString()));
     return TenantStatusOf(tenant.name());
   });
@@ -206,6 +210,7 @@ std::future<Result<Done>> ControlLoop::DeleteTenant(std::string name) {
     }
     DROVER_RETURN_IF_ERROR(sched_.SetTenant(fallback));
     tenants_.erase(name);
+    tenants_changed_ = true;
     ops_.push_back(store::Op::Delete(std::string(kTenantsPrefix) + name));
     return Done{};
   });

@@ -441,6 +441,11 @@ TEST_F(ControlLoopTest, ReadsAreAnsweredWhileTheLoopIsBusyAndSeeEveryAnsweredWri
   std::string running = Submit(1).id();
   Report("gpu-01", running, v1::WORKLOAD_STATE_RUNNING);
   std::string waiting = Submit(1).id();
+  std::string unread = Submit(1).id();
+  const std::string reason = Get(waiting).status().message();  // rendered now, kept on the board
+  ASSERT_THAT(reason, ::testing::HasSubstr("waiting"));
+  loop_->Heartbeat("gpu-01", Reading(1, 40, 1'000'000'000));
+  Must(loop_->Barrier());
 
   // The loop is stuck in a commit (a slow disk) with a submit in it.
   auto gate = flaky_->HoldNextTxn();
@@ -470,21 +475,43 @@ TEST_F(ControlLoopTest, ReadsAreAnsweredWhileTheLoopIsBusyAndSeeEveryAnsweredWri
   EXPECT_EQ(Must(std::move(nodes)).size(), 1u);
   v1::Fleet f = Must(std::move(fleet));
   EXPECT_EQ(f.jobs().at("Running"), 1);
-  EXPECT_EQ(f.queue_depth(), 1);  // "waiting"; the submit in the held commit is not seen
-  // A pending job's reason is the scheduler's: that read waits for the loop.
+  EXPECT_EQ(f.queue_depth(), 2);  // "waiting" and "unread"; the submit in the held commit is not seen
+  // Nor the scheduler's statistics, the tenants, a GPU's history and /metrics' counts.
+  auto stats = loop_->SchedulerStats();
+  auto tenants = loop_->ListTenants();
+  auto history = loop_->GpuHistory("gpu-01", 0);
+  auto counts = loop_->Stats();
+  ASSERT_EQ(stats.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "SchedulerStats waited";
+  ASSERT_EQ(tenants.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "ListTenants waited";
+  ASSERT_EQ(history.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "GpuHistory waited";
+  ASSERT_EQ(counts.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Stats waited";
+  EXPECT_EQ(Must(std::move(stats)).queue_depth(), 2);
+  v1::ListTenantsResponse t = Must(std::move(tenants));
+  ASSERT_EQ(t.tenants_size(), 1);
+  EXPECT_EQ(t.tenants(0).usage_milli(), 1000);
+  EXPECT_EQ(t.tenants(0).pending_jobs(), 2);
+  EXPECT_EQ(Must(std::move(history)).points_size(), 1);
+  EXPECT_EQ(Must(std::move(counts)).nodes_ready, 1);
+  // A pending job's reason rendered since the scheduler last changed is
+  // answered from the board; one never rendered is the scheduler's to
+  // render: that read waits for the loop.
   auto pending = loop_->GetJob(waiting);
-  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "a rendered reason waited";
+  EXPECT_EQ(Must(std::move(pending)).status().message(), reason);
+  auto pending_unread = loop_->GetJob(unread);
+  EXPECT_EQ(pending_unread.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
   // The uncommitted submit is not seen; everything committed is.
   EXPECT_EQ(listed.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "the list holds a pending job, whose reason waits for the loop";
 
   gate->release.set_value();
   v1::Job third = Must(std::move(submitted));
-  EXPECT_THAT(Must(std::move(pending)).status().message(), ::testing::HasSubstr("waiting"));
-  EXPECT_EQ(Must(std::move(listed)).size(), 2u) << "the list was taken before the third job committed";
+  EXPECT_THAT(Must(std::move(pending_unread)).status().message(), ::testing::HasSubstr("waiting"));
+  EXPECT_EQ(Must(std::move(listed)).size(), 3u) << "the list was taken before the fourth job committed";
   // Answered, so readable at once.
   EXPECT_EQ(Get(third.id()).id(), third.id());
-  EXPECT_EQ(Must(loop_->ListJobs(v1::ListJobsRequest())).size(), 3u);
+  EXPECT_EQ(Must(loop_->ListJobs(v1::ListJobsRequest())).size(), 4u);
+  EXPECT_THAT(Get(third.id()).status().message(), ::testing::HasSubstr("waiting"));
 }
 
 TEST_F(ControlLoopTest, FailedRecoveryAfterAFailedCommitDoesNotReuseJobIds) {

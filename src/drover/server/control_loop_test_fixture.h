@@ -31,6 +31,20 @@
 
 namespace drover::server::testing {
 
+// A heartbeat with a reading of every GPU at `time_ns`.
+inline v1::Heartbeat Reading(int gpus, double temperature, int64_t time_ns) {
+  v1::Heartbeat hb;
+  for (int i = 0; i < gpus; ++i) {
+    v1::GpuReport* r = hb.add_gpus();
+    r->set_index(i);
+    r->set_health(v1::GPU_HEALTH_HEALTHY);
+    r->mutable_telemetry()->set_time_unix_nanos(time_ns);
+    r->mutable_telemetry()->set_temperature_c(temperature + i);
+    r->mutable_telemetry()->set_utilization_pct(50);
+  }
+  return hb;
+}
+
 using std::chrono::seconds;
 
 // Generous: a loaded 2-core machine fsyncs slowly. Reached only when broken.

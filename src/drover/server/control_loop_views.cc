@@ -1,7 +1,8 @@
-// What dashboards read from the control loop: the fleet in one compact
-// message, scheduler statistics over time, tenants' usage against their
-// guarantee and fair share, and a GPU's recent readings. Runs on the loop
-// thread only (public methods post to it).
+// What dashboards read: the fleet in one compact message, scheduler
+// statistics over time, tenants' usage against their guarantee and fair
+// share, and a GPU's recent readings. Every read is served on the caller's
+// thread from what the loop publishes (JobReplica, NodeReplica, LoopBoard);
+// PublishBoard and RecordSchedulerStats run on the loop.
 
 #include <fmt/format.h>
 
@@ -15,29 +16,69 @@
 namespace drover::server {
 namespace {
 
-constexpr int64_t kSecondNs = 1'000'000'000;
-constexpr int64_t kQueueEveryNs = 5 * kSecondNs;
-constexpr size_t kQueuePoints = 720;  // an hour at one every 5 s
-constexpr size_t kDecisionSamples = 11;  // the last 10 s, one a second
-
 float OrUnknown(bool has, double v) { return has ? static_cast<float>(v) : -1.0f; }
 
 }  // namespace
 
 void ControlLoop::RecordSchedulerStats() {
-  int64_t now = NowNs();
-  if (decision_samples_.empty() || now - decision_samples_.back().first >= kSecondNs) {
-    decision_samples_.emplace_back(now, decisions_);
-    while (decision_samples_.size() > kDecisionSamples) decision_samples_.pop_front();
+  LoopStats counters;
+  counters.renewals_direct = renewals_direct_;
+  counters.renewals_via_peers = renewals_via_peers_;
+  counters.node_losses = node_losses_;
+  counters.passes_run = passes_run_;
+  counters.passes_skipped = passes_skipped_;
+  board_.SetCounters(counters);
+  board_.SetCounts(decisions_, preemptions_, static_cast<int64_t>(sched_.pending()), static_cast<int64_t>(sched_.bound()));
+  board_.Sample(NowNs());
+}
+
+void ControlLoop::PublishBoard(const std::set<uint64_t>& persisted) {
+  // Reasons: those of jobs that stopped waiting go; a new epoch when what a
+  // reason says may have changed.
+  std::vector<uint64_t> gone;
+  std::set<std::string> tenants;  // whose usage may have changed
+  for (uint64_t seq : persisted) {
+    auto it = jobs_.find(seq);
+    if (it == jobs_.end() || it->second.status().state() != v1::JOB_STATE_PENDING) gone.push_back(seq);
+    if (it != jobs_.end()) tenants.insert(it->second.spec().tenant());
   }
-  if (queue_history_.empty() || now - queue_history_.back().time_unix_nanos() >= kQueueEveryNs) {
-    v1::QueuePoint p;
-    p.set_time_unix_nanos(now);
-    p.set_depth(static_cast<int64_t>(sched_.pending()));
-    p.set_running(static_cast<int64_t>(sched_.bound()));
-    queue_history_.push_back(std::move(p));
-    while (queue_history_.size() > kQueuePoints) queue_history_.pop_front();
+  if (!gone.empty()) board_.DropReasons(gone);
+  if (passes_run_ != reason_passes_ || sched_.generation() != reason_generation_ || held_.size() != reason_held_) {
+    reason_passes_ = passes_run_;
+    reason_generation_ = sched_.generation();
+    reason_held_ = held_.size();
+    board_.SetReasonEpoch(++reason_epoch_);
   }
+  RecordSchedulerStats();
+  if (!tenants_changed_) {
+    if (tenants.empty()) return;
+    std::vector<std::pair<std::string, sched::Scheduler::TenantUsage>> usage;
+    usage.reserve(tenants.size());
+    for (const std::string& t : tenants) usage.emplace_back(t, sched_.Usage(t));
+    board_.SetUsage(usage);
+    return;
+  }
+  // Every tenant: configured, stored, or holding GPUs.
+  tenants_changed_ = false;
+  std::map<std::string, LoopBoard::Tenant> all;
+  for (const sched::TenantInfo& t : options_.tenants) {
+    all[t.name].info = t;
+    all[t.name].configured = true;
+  }
+  for (const auto& [name, t] : tenants_) {
+    LoopBoard::Tenant& row = all[name];
+    if (auto info = ToTenantInfo(t); info.ok()) row.info = *info;
+    row.info.name = name;
+    row.configured = true;
+    row.stored_quota = t.quota();
+  }
+  for (const auto& [seq, job] : jobs_) {
+    if (rpc::HoldsGpus(job.status().state()) && !all.contains(job.spec().tenant())) {
+      all[job.spec().tenant()].info.name = job.spec().tenant();
+    }
+  }
+  for (auto& [name, row] : all) row.usage = sched_.Usage(name);
+  board_.SetTenants(std::move(all));
 }
 
 std::future<Result<v1::Fleet>> ControlLoop::Fleet() {
@@ -81,48 +122,55 @@ std::future<Result<v1::Fleet>> ControlLoop::Fleet() {
   return promise.get_future();
 }
 
+std::future<Result<LoopStats>> ControlLoop::Stats() {
+  std::promise<Result<LoopStats>> promise;
+  promise.set_value([&]() -> Result<LoopStats> {
+    LoopStats s = board_.Counters();
+    DROVER_ASSIGN_OR_RETURN(s.jobs, replica_.Counts());  // as the last commit left them
+    s.queue_depth = s.jobs[v1::JOB_STATE_PENDING];
+    DROVER_ASSIGN_OR_RETURN(std::vector<NodeReplica::SnapshotPtr> nodes, node_replica_.List());
+    for (const NodeReplica::SnapshotPtr& n : nodes) {
+      ++(n->state == v1::NODE_STATE_READY ? s.nodes_ready : s.nodes_not_ready);
+      if (n->state == v1::NODE_STATE_LOST) ++s.nodes_lost;
+      for (const v1::Gpu& g : n->record->gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
+    }
+    return s;
+  }());
+  return promise.get_future();
+}
+
 std::future<Result<v1::SchedulerStats>> ControlLoop::SchedulerStats() {
-  return Call<v1::SchedulerStats>([this]() -> Result<v1::SchedulerStats> {
-    RecordSchedulerStats();
-    v1::SchedulerStats out;
-    out.set_decisions_total(decisions_);
-    out.set_preemptions_total(preemptions_);
-    out.set_queue_depth(static_cast<int64_t>(sched_.pending()));
-    if (decision_samples_.size() >= 2) {
-      const auto& [t0, d0] = decision_samples_.front();
-      const auto& [t1, d1] = decision_samples_.back();
-      if (t1 > t0) out.set_decisions_per_second(static_cast<double>(d1 - d0) * 1e9 / static_cast<double>(t1 - t0));
-    }
-    for (const v1::QueuePoint& p : queue_history_) *out.add_queue_history() = p;
-    if (decision_seconds_ != nullptr) {
-      metrics::Histogram::Snapshot snap = decision_seconds_->Read();
-      const std::vector<double>& bounds = latency_bounds_;
-      uint64_t below = 0;
-      for (size_t i = 0; i < snap.cumulative.size(); ++i) {
-        v1::LatencyBucket* b = out.add_decision_latency();
-        if (i < bounds.size()) {
-          b->set_le_seconds(bounds[i]);
-        } else {
-          b->set_inf(true);
-        }
-        b->set_count(static_cast<int64_t>(snap.cumulative[i] - below));
-        below = snap.cumulative[i];
+  std::promise<Result<v1::SchedulerStats>> promise;
+  v1::SchedulerStats out = board_.Stats(NowNs());
+  if (decision_seconds_ != nullptr) {
+    metrics::Histogram::Snapshot snap = decision_seconds_->Read();
+    const std::vector<double>& bounds = latency_bounds_;
+    uint64_t below = 0;
+    for (size_t i = 0; i < snap.cumulative.size(); ++i) {
+      v1::LatencyBucket* b = out.add_decision_latency();
+      if (i < bounds.size()) {
+        b->set_le_seconds(bounds[i]);
+      } else {
+        b->set_inf(true);
       }
+      b->set_count(static_cast<int64_t>(snap.cumulative[i] - below));
+      below = snap.cumulative[i];
     }
-    return out;
-  });
+  }
+  promise.set_value(std::move(out));
+  return promise.get_future();
 }
 
 std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
-  return Call<v1::ListTenantsResponse>([this]() -> Result<v1::ListTenantsResponse> {
+  std::promise<Result<v1::ListTenantsResponse>> promise;
+  promise.set_value([&]() -> Result<v1::ListTenantsResponse> {
     struct Row {
-      sched::TenantInfo info;
+      LoopBoard::Tenant t;
       int64_t running = 0, pending = 0;
     };
     std::map<std::string, Row> rows;
-    for (const sched::TenantInfo& t : options_.tenants) rows[t.name].info = t;
-    for (const auto& [name, t] : tenants_) {
-      if (auto info = ToTenantInfo(t); info.ok()) rows[name].info = *info;
+    for (auto& [name, t] : board_.Tenants()) {
+      if (t.configured) rows[name].t = std::move(t);
     }
     // Jobs per tenant as the replica counts them (not a scan of every job).
     DROVER_ASSIGN_OR_RETURN(auto by_tenant, replica_.CountsByTenant());
@@ -130,46 +178,67 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       for (const auto& [st, n] : counts) {
         if (rpc::IsTerminal(st)) continue;
         Row& r = rows[tenant];
-        r.info.name = tenant;
+        r.t.info.name = tenant;
         (st == v1::JOB_STATE_PENDING ? r.pending : r.running) += n;
       }
     }
+    for (auto& [name, t] : board_.Tenants()) {  // usage of the tenants known only by their jobs
+      if (auto it = rows.find(name); it != rows.end() && !t.configured) it->second.t.usage = t.usage;
+    }
     // Fair share: the healthy GPUs of schedulable nodes split by weight
     // among the tenants that have work.
+    DROVER_ASSIGN_OR_RETURN(std::vector<NodeReplica::SnapshotPtr> nodes, node_replica_.List());
     int64_t capacity = 0;
-    for (const auto& [name, entry] : nodes_) {
-      if (!entry.sink || entry.node.drained()) continue;
-      for (const v1::Gpu& g : entry.node.gpus()) capacity += g.health() == v1::GPU_HEALTH_UNHEALTHY ? 0 : 1000;
+    for (const NodeReplica::SnapshotPtr& n : nodes) {
+      if (!n->session || n->record->drained()) continue;
+      for (const v1::Gpu& g : n->record->gpus()) capacity += g.health() == v1::GPU_HEALTH_UNHEALTHY ? 0 : 1000;
     }
     double active_weight = 0;
     for (const auto& [name, r] : rows) {
-      if (r.running + r.pending > 0) active_weight += r.info.weight;
+      if (r.running + r.pending > 0) active_weight += r.t.info.weight;
+    }
+    // GPU-hours in each stored tenant's quota period: one pass over the
+    // replica's jobs of those tenants.
+    const int64_t now = NowNs();
+    std::map<std::string, double> gpu_ns;
+    for (const auto& [name, r] : rows) {
+      if (r.t.stored_quota) gpu_ns[name] = 0;
+    }
+    if (!gpu_ns.empty()) {
+      DROVER_ASSIGN_OR_RETURN(
+          std::vector<JobReplica::JobPtr> jobs,
+          replica_.Scan(0, [](const v1::Job&) { return true; },
+                        [&](const v1::Job& j) { return gpu_ns.contains(j.spec().tenant()); }));
+      for (const JobReplica::JobPtr& j : jobs) {
+        gpu_ns[j->spec().tenant()] += GpuNsInPeriod(*j, *rows[j->spec().tenant()].t.stored_quota, now);
+      }
     }
     v1::ListTenantsResponse out;
     for (const auto& [name, r] : rows) {
+      const sched::TenantInfo& info = r.t.info;
       v1::TenantStatus* t = out.add_tenants();
       t->set_name(name);
-      t->set_weight(r.info.weight);
-      for (const auto& [model, n] : r.info.guaranteed_gpus) (*t->mutable_guaranteed_gpus())[model] = n;
-      t->set_borrow_limit(r.info.borrow_limit);
-      sched::Scheduler::TenantUsage u = sched_.Usage(name);
-      t->set_usage_milli(u.milli_gpus);
-      t->set_borrowed_milli(u.borrowed_milli);
+      t->set_weight(info.weight);
+      for (const auto& [model, n] : info.guaranteed_gpus) (*t->mutable_guaranteed_gpus())[model] = n;
+      t->set_borrow_limit(info.borrow_limit);
+      t->set_usage_milli(r.t.usage.milli_gpus);
+      t->set_borrowed_milli(r.t.usage.borrowed_milli);
       bool active = r.running + r.pending > 0;
       t->set_fair_share_milli(active && active_weight > 0
-                                  ? static_cast<int64_t>(std::llround(static_cast<double>(capacity) * r.info.weight /
+                                  ? static_cast<int64_t>(std::llround(static_cast<double>(capacity) * info.weight /
                                                                       active_weight))
                                   : 0);
       t->set_running_jobs(r.running);
       t->set_pending_jobs(r.pending);
-      if (auto stored = tenants_.find(name); stored != tenants_.end()) {
+      if (r.t.stored_quota) {
         t->set_stored(true);
-        *t->mutable_quota() = stored->second.quota();
-        t->set_gpu_hours_used(GpuHoursUsed(name, stored->second.quota(), NowNs()));
+        *t->mutable_quota() = *r.t.stored_quota;
+        t->set_gpu_hours_used(gpu_ns[name] / 3.6e12);
       }
     }
     return out;
-  });
+  }());
+  return promise.get_future();
 }
 
 v1::TenantStatus ControlLoop::TenantStatusOf(const std::string& name) const {
@@ -191,18 +260,18 @@ v1::TenantStatus ControlLoop::TenantStatusOf(const std::string& name) const {
 }
 
 std::future<Result<v1::GpuHistory>> ControlLoop::GpuHistory(std::string node, int gpu) {
-  return Call<v1::GpuHistory>([this, node = std::move(node), gpu]() -> Result<v1::GpuHistory> {
-    auto it = nodes_.find(node);
-    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", node));
-    if (gpu < 0 || gpu >= it->second.node.gpus_size()) {
-      return NotFound(fmt::format("node '{}' has no gpu {} (it has {})", node, gpu, it->second.node.gpus_size()));
+  std::promise<Result<v1::GpuHistory>> promise;
+  promise.set_value([&]() -> Result<v1::GpuHistory> {
+    DROVER_ASSIGN_OR_RETURN(NodeReplica::SnapshotPtr n, node_replica_.Get(node));
+    if (n == nullptr) return NotFound(fmt::format("node '{}' is not registered", node));
+    if (gpu < 0 || gpu >= n->record->gpus_size()) {
+      return NotFound(fmt::format("node '{}' has no gpu {} (it has {})", node, gpu, n->record->gpus_size()));
     }
     v1::GpuHistory out;
-    if (static_cast<size_t>(gpu) < it->second.history.size()) {
-      for (const v1::GpuPoint& p : it->second.history[static_cast<size_t>(gpu)]) *out.add_points() = p;
-    }
+    for (v1::GpuPoint& p : board_.History(node, gpu)) *out.add_points() = std::move(p);
     return out;
-  });
+  }());
+  return promise.get_future();
 }
 
 }  // namespace drover::server

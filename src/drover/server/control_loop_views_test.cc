@@ -10,19 +10,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::Heartbeat Reading(int gpus, double temperature, int64_t time_ns) {
-  v1::Heartbeat hb;
-  for (int i = 0; i < gpus; ++i) {
-    v1::GpuReport* r = hb.add_gpus();
-    r->set_index(i);
-    r->set_health(v1::GPU_HEALTH_HEALTHY);
-    r->mutable_telemetry()->set_time_unix_nanos(time_ns);
-    r->mutable_telemetry()->set_temperature_c(temperature + i);
-    r->mutable_telemetry()->set_utilization_pct(50);
-  }
-  return hb;
-}
-
 class ControlLoopViewsTest : public ControlLoopTest {
  protected:
   void SetUp() override {
@@ -109,6 +96,7 @@ TEST_F(ControlLoopViewsTest, GpuHistoryKeepsTheHeartbeatsInOrder) {
   for (int i = 1; i <= 3; ++i) loop_->Heartbeat("gpu-01", Reading(2, 40 + i, i * kStep));
   // A reading 1 s after the last point adds none.
   loop_->Heartbeat("gpu-01", Reading(2, 99, 3 * kStep + kStep / 2));
+  Must(loop_->Barrier());  // heartbeats are not answered: wait until they are applied
   v1::GpuHistory h = Must(loop_->GpuHistory("gpu-01", 1));
   ASSERT_EQ(h.points_size(), 3);
   EXPECT_EQ(h.points(0).time_unix_nanos(), kStep);
@@ -117,6 +105,7 @@ TEST_F(ControlLoopViewsTest, GpuHistoryKeepsTheHeartbeatsInOrder) {
   EXPECT_EQ(Fails(loop_->GpuHistory("gpu-01", 2)).code(), Code::kNotFound);
   EXPECT_THAT(Fails(loop_->GpuHistory("nope", 0)).message(), HasSubstr("not registered"));
   for (int i = 4; i <= 400; ++i) loop_->Heartbeat("gpu-01", Reading(2, 40, i * kStep));
+  Must(loop_->Barrier());
   h = Must(loop_->GpuHistory("gpu-01", 0));
   EXPECT_EQ(h.points_size(), 300);  // ten minutes
   EXPECT_EQ(h.points(299).time_unix_nanos(), 400 * kStep);
