@@ -257,6 +257,37 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     return false;
   };
 
+  // Whether no set of victims can make room for a replica on node `ni`
+  // (within `v`): even with every GPU that any victim could free, no GPU
+  // class has enough whole GPUs outside others' nominations and the
+  // reservation. An upper bound, cheap next to MayPreempt's tenant checks;
+  // fractional requests are not bounded here.
+  auto hopeless = [&](int ni, const View& v) {
+    if (req.fractional()) return false;
+    const NodeState& n = nodes[ni];
+    uint64_t could_free = v.whole_free;
+    for (int o : n.jobs) {
+      const JobState& oj = jobs[o];
+      if (o == job || !oj.req.preemptible || oj.preempting || oj.bound_pass == pass) continue;
+      for (const Held& h : oj.held) {
+        if (h.node == ni) could_free |= h.mask;
+      }
+    }
+    uint64_t others = n.nominated;
+    for (const auto& [nd, mine] : j.nomination) {
+      if (nd == ni) others &= ~mine;
+    }
+    if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
+    for (const ClassSlot& slot : n.classes) {
+      if (ClassMatches(req, slot.cls) && std::popcount(could_free & n.healthy & slot.mask & ~others) >= req.gpus) {
+        return false;
+      }
+    }
+    return true;
+  };
+
+  std::vector<int> cands;
+  std::vector<int> added;
   for (int r = 0; r < req.replicas; ++r) {
     struct Best {
       int64_t lost = 0;
@@ -270,12 +301,13 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       const NodeState& n = nodes[ni];
       if (!NodeMatches(req, n)) continue;
       View base = view_of(static_cast<int>(ni));
-      std::vector<int> cands;
+      if (hopeless(static_cast<int>(ni), base)) continue;
+      cands.clear();
+      added.clear();
       for (int o : n.jobs) {
         if (MayPreempt(job, o, released, now) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
       }
       Pick p;
-      std::vector<int> added;
       bool ok = fit(static_cast<int>(ni), base, &p);
       if (!ok && cands.empty()) continue;
       std::sort(cands.begin(), cands.end(), [&](int a, int b) {
@@ -287,7 +319,8 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
         return x.seq > y.seq;  // the later submission first
       });
       View v = base;
-      auto tally = released;
+      std::map<std::pair<int, std::string>, int64_t> tally;  // `released`, copied only when victims are tried
+      if (!ok) tally = released;
       for (size_t k = 0; !ok && k < cands.size(); ++k) {
         if (!MayPreempt(job, cands[k], tally, now)) continue;  // taking it too would break a guarantee
         release_tally(&tally, cands[k], +1);

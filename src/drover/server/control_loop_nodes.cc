@@ -70,12 +70,12 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
     entry.readings.reset();  // new readings: the next capture copies them
+    board_.AppendHistory(node, entry.node.gpus_size(), hb);
     bool changed = false;
     std::vector<std::pair<int, std::string>> newly_sick;
     for (const v1::GpuReport& r : hb.gpus()) {
       if (r.index() < 0 || r.index() >= entry.node.gpus_size()) continue;
       entry.telemetry[static_cast<size_t>(r.index())] = r.telemetry();
-      board_.AppendHistory(node, entry.node.gpus_size(), r.index(), r.telemetry());
       v1::Gpu* g = entry.node.mutable_gpus(r.index());
       if (g->health() == r.health() && g->health_reason() == r.health_reason()) continue;
       if (g->health() != r.health()) {

@@ -131,20 +131,23 @@ std::map<std::string, LoopBoard::Tenant> LoopBoard::Tenants() const {
   return tenants_;
 }
 
-void LoopBoard::AppendHistory(const std::string& node, int gpus, int gpu, const v1::GpuTelemetry& t) {
-  if (t.time_unix_nanos() == 0 || gpu < 0 || gpu >= gpus) return;  // no reading in this heartbeat
+void LoopBoard::AppendHistory(const std::string& node, int gpus, const v1::Heartbeat& hb) {
   std::lock_guard lock(history_mu_);
   std::vector<std::deque<v1::GpuPoint>>& per_gpu = history_[node];
   per_gpu.resize(static_cast<size_t>(gpus));
-  std::deque<v1::GpuPoint>& history = per_gpu[static_cast<size_t>(gpu)];
-  if (!history.empty() && t.time_unix_nanos() - history.back().time_unix_nanos() < kGpuHistoryStepNs) return;
-  v1::GpuPoint& p = history.emplace_back();
-  p.set_time_unix_nanos(t.time_unix_nanos());
-  p.set_utilization_pct(t.has_utilization_pct() ? static_cast<float>(t.utilization_pct()) : -1);
-  p.set_memory_used_bytes(t.has_memory_used_bytes() ? t.memory_used_bytes() : -1);
-  p.set_temperature_c(t.has_temperature_c() ? static_cast<float>(t.temperature_c()) : -1);
-  p.set_power_w(t.has_power_w() ? static_cast<float>(t.power_w()) : -1);
-  while (history.size() > kGpuHistoryPoints) history.pop_front();
+  for (const v1::GpuReport& r : hb.gpus()) {
+    const v1::GpuTelemetry& t = r.telemetry();
+    if (t.time_unix_nanos() == 0 || r.index() < 0 || r.index() >= gpus) continue;  // no reading of it this time
+    std::deque<v1::GpuPoint>& history = per_gpu[static_cast<size_t>(r.index())];
+    if (!history.empty() && t.time_unix_nanos() - history.back().time_unix_nanos() < kGpuHistoryStepNs) continue;
+    v1::GpuPoint& p = history.emplace_back();
+    p.set_time_unix_nanos(t.time_unix_nanos());
+    p.set_utilization_pct(t.has_utilization_pct() ? static_cast<float>(t.utilization_pct()) : -1);
+    p.set_memory_used_bytes(t.has_memory_used_bytes() ? t.memory_used_bytes() : -1);
+    p.set_temperature_c(t.has_temperature_c() ? static_cast<float>(t.temperature_c()) : -1);
+    p.set_power_w(t.has_power_w() ? static_cast<float>(t.power_w()) : -1);
+    while (history.size() > kGpuHistoryPoints) history.pop_front();
+  }
 }
 
 void LoopBoard::DropHistory(const std::string& node) {

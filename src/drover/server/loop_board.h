@@ -29,6 +29,7 @@
 
 #include "drover/sched/scheduler.h"
 #include "drover/server/loop_stats.h"
+#include "drover/v1/agent.pb.h"
 #include "drover/v1/api.pb.h"
 
 namespace drover::server {
@@ -77,9 +78,10 @@ class LoopBoard {
   std::map<std::string, Tenant> Tenants() const;
 
   // ---- GPU reading history ----
-  // Appends a point for GPU `gpu` of `node` (`gpus`: how many it has) if
-  // the last is at least 2 s older; keeps ten minutes.
-  void AppendHistory(const std::string& node, int gpus, int gpu, const v1::GpuTelemetry& t);
+  // Appends a point for each GPU of `node` (`gpus`: how many it has) that
+  // a heartbeat reported, if that GPU's last point is at least 2 s older;
+  // keeps ten minutes.
+  void AppendHistory(const std::string& node, int gpus, const v1::Heartbeat& hb);
   // Forgets the node's points (it registered again).
   void DropHistory(const std::string& node);
   // The points of one GPU, oldest first (none when unknown).
