@@ -903,6 +903,13 @@ class AgentImpl final : public Agent {
       case SupervisorPool::Heard::kNothing:
         if (it != jobs_.end() && it->second.supervisor == pid) WatchPooled(id, pid, fd);  // still the pool's
         return;
+      case SupervisorPool::Heard::kStarted:
+        // Its process runs: reported now, with its start time, rather than
+        // at the next look (Tick).
+        if (it == jobs_.end() || it->second.supervisor != pid) return;
+        WatchPooled(id, pid, fd);
+        OnStarted(id, &it->second);
+        return;
       case SupervisorPool::Heard::kDone:
         break;  // it waits for the next job, still our child
       case SupervisorPool::Heard::kRetired:
@@ -915,6 +922,15 @@ class AgentImpl final : public Agent {
     // for one that died, nowhere, which Refresh says).
     if (it != jobs_.end() && it->second.supervisor == pid) it->second.supervisor = -1;
     OnSupervisorEnded(id);
+  }
+
+  void OnStarted(const std::string& id, LocalJob* job) {
+    Refresh(job);
+    v1::WorkloadStatus ws = StatusOf(id, *job);
+    if (ws.state() == job->reported) return;
+    v1::AgentMessage m;
+    *m.mutable_status()->add_workloads() = ws;
+    if (Send(m)) job->reported = ws.state();
   }
 
   // Reaps a supervisor that no job needs any more once it has ended.

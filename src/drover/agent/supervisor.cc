@@ -162,7 +162,7 @@ int64_t MonotonicNanos() {
 
 }  // namespace
 
-int RunSupervisor(const std::string& dir) {
+int RunSupervisor(const std::string& dir, int started_fd) {
   JobDir job(dir);
   auto spec = job.ReadSpec();
   if (!spec.ok()) {
@@ -219,6 +219,8 @@ int RunSupervisor(const std::string& dir) {
     if (group) RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
     return not_started(fmt::format("could not record its start: {}", w.message()));
   }
+  // Nobody to tell (its agent went away): the job runs on, as it would.
+  if (started_fd >= 0) (void)::send(started_fd, "started\n", 8, MSG_NOSIGNAL);
 
   int status = 0;
   // Fencing (docs/failures.md): with a lease file, the job is stopped once
@@ -383,7 +385,7 @@ int RunSpareSupervisor() {
     // SupervisorAlive's mark; a directory that cannot be entered fails in
     // RunSupervisor, which says why in exit.json.
     (void)::chdir(dir.c_str());
-    if (int rc = RunSupervisor(dir); rc != 0) return rc;  // exit.json not written: the end says it
+    if (int rc = RunSupervisor(dir, pool); rc != 0) return rc;  // exit.json not written: the end says it
     // exit.json is written. Out of the job's directory before saying so
     // (SupervisorAlive must no longer take this process for its
     // supervisor); a signal sent to the job's supervisor meanwhile ends
@@ -403,7 +405,7 @@ SupervisorPool::SupervisorPool(std::string exe, size_t max_idle)
 SupervisorPool::~SupervisorPool() {
   // Busy ones finish their job, fail to say so and exit (their agent's
   // successor, if any, sees that); idle ones read the end and exit.
-  for (const auto& [pid, fd] : busy_) ::close(fd);
+  for (const auto& [pid, busy] : busy_) ::close(busy.fd);
   for (const Idle& idle : idle_) {
     ::close(idle.fd);
     ::waitpid(idle.pid, nullptr, 0);
@@ -443,7 +445,7 @@ Result<SupervisorPool::Launched> SupervisorPool::Launch(const std::string& job_d
       Idle idle = idle_.back();  // the most recently used: warm
       idle_.pop_back();
       if (::send(idle.fd, dir.data(), dir.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(dir.size())) {
-        busy_[idle.pid] = idle.fd;
+        busy_[idle.pid] = Busy{idle.fd, {}};
         return Launched{idle.pid, idle.fd};
       }
       // It died idle: it is ours to reap.
@@ -460,15 +462,39 @@ Result<SupervisorPool::Launched> SupervisorPool::Launch(const std::string& job_d
 SupervisorPool::Heard SupervisorPool::Hear(pid_t pid) {
   auto it = busy_.find(pid);
   if (it == busy_.end()) return Heard::kGone;
-  const int fd = it->second;
-  char buf[16];
-  ssize_t n;
-  do {
-    n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Heard::kNothing;
+  const int fd = it->second.fd;
+  std::string& heard = it->second.heard;
+  // Whole lines: "started" (at most once), then "done"; anything else, or
+  // the end of its output, and it is gone.
+  bool started = false;
+  bool done = false;
+  bool gone = false;
+  while (!done && !gone) {
+    char buf[32];
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) {
+      gone = true;
+      break;
+    }
+    heard.append(buf, static_cast<size_t>(n));
+    for (size_t eol; !done && !gone && (eol = heard.find('\n')) != std::string::npos;) {
+      std::string line = heard.substr(0, eol);
+      heard.erase(0, eol + 1);
+      if (line == "started") {
+        started = true;
+      } else if (line == "done") {
+        done = true;
+      } else {
+        gone = true;
+      }
+    }
+    if (heard.size() > 16) gone = true;  // no line of ours is that long
+  }
+  if (!done && !gone) return started ? Heard::kStarted : Heard::kNothing;
+  if (!heard.empty()) done = false;  // more after "done": not ours to trust
   busy_.erase(it);
-  const bool done = n == 5 && std::string_view(buf, 5) == "done\n";
   if (done && idle_.size() < max_idle_) {
     idle_.push_back(Idle{pid, fd});  // waits for its next job
     return Heard::kDone;

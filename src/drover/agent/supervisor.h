@@ -32,8 +32,11 @@
 
 namespace drover::agent {
 
-// The supervisor's main; returns the supervisor's exit code.
-int RunSupervisor(const std::string& job_dir);
+// The supervisor's main; returns the supervisor's exit code. With a
+// `started_fd` (a pooled supervisor's socket), writes "started\n" there
+// once the job's start is on record (started.json), so that its agent
+// reports it running at once.
+int RunSupervisor(const std::string& job_dir, int started_fd = -1);
 
 // Spawns `exe supervise --dir job_dir` in a new session (posix_spawn, no
 // code runs between fork and exec) and returns its pid. `exe` is either
@@ -59,13 +62,15 @@ int RunSpareSupervisor();
 // A pooled supervisor (`drover-supervise supervise --spare`) reads a job
 // directory and a newline from its socket, runs RunSupervisor for it with
 // its stderr in the directory's supervisor.log (as a spawned supervisor has
-// it), goes back to "/" and answers "done\n" once exit.json is written; then
-// it waits for the next directory. At the end of its input (the pool or its
+// it), says "started\n" once the job's start is on record, goes back to "/"
+// and answers "done\n" once exit.json is written; then it waits for the
+// next directory. At the end of its input (the pool or its
 // agent went away) it exits: at once when idle, after its job when busy.
 //
 // The owner watches the descriptor Launch returns: readable once the
-// supervisor answered or ended; then Hear says which, and the job's end is
-// in exit.json either way. A supervisor the pool lets go (kRetired, kGone)
+// supervisor spoke or ended; then Hear says what (watch again after
+// kStarted or kNothing), and once it is not those the job's end is in
+// exit.json either way. A supervisor the pool lets go (kRetired, kGone)
 // is the caller's child to reap, as one from SpawnSupervisor.
 //
 // Launch with no idle supervisor starts a new pooled one for the job (so a
@@ -101,6 +106,7 @@ class SupervisorPool {
 
   enum class Heard {
     kNothing,  // nothing to read yet: watch again
+    kStarted,  // the job's start is on record (started.json); watch again for its end
     kDone,     // the job ended; the supervisor waits for the next one
     kRetired,  // the job ended; the supervisor exits (enough are idle)
     kGone,     // the supervisor ended (killed, or it could not record the end)
@@ -121,7 +127,11 @@ class SupervisorPool {
   bool spares_;  // exe_ is drover-supervise
   size_t max_idle_;
   std::vector<Idle> idle_;
-  std::map<pid_t, int> busy_;  // pooled supervisors with a job: their socket
+  struct Busy {
+    int fd;
+    std::string heard;  // what it said that is not yet a whole line
+  };
+  std::map<pid_t, Busy> busy_;  // pooled supervisors with a job
 };
 
 }  // namespace drover::agent
