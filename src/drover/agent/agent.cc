@@ -926,11 +926,18 @@ class AgentImpl final : public Agent {
 
   void OnStarted(const std::string& id, LocalJob* job) {
     Refresh(job);
+    (void)ReportIfChanged(id, job);
+  }
+
+  // Sends the job's status alone unless it is the one last reported; false
+  // when it was.
+  bool ReportIfChanged(const std::string& id, LocalJob* job) {
     v1::WorkloadStatus ws = StatusOf(id, *job);
-    if (ws.state() == job->reported) return;
+    if (ws.state() == job->reported) return false;
     v1::AgentMessage m;
     *m.mutable_status()->add_workloads() = ws;
     if (Send(m)) job->reported = ws.state();
+    return true;
   }
 
   // Reaps a supervisor that no job needs any more once it has ended.
@@ -946,12 +953,7 @@ class AgentImpl final : public Agent {
     LocalJob& job = it->second;
     Refresh(&job);
     ShipLog(id, &job, job.exited.has_value());
-    v1::AgentMessage m;
-    v1::WorkloadStatus ws = StatusOf(id, job);
-    if (ws.state() == job.reported) return;
-    *m.mutable_status()->add_workloads() = ws;
-    if (Send(m)) job.reported = ws.state();
-    Reconcile();
+    if (ReportIfChanged(id, &job)) Reconcile();
   }
 
   v1::WorkloadStatus StatusOf(const std::string& id, const LocalJob& job) const {

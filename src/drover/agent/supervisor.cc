@@ -464,7 +464,7 @@ SupervisorPool::Heard SupervisorPool::Hear(pid_t pid) {
   if (it == busy_.end()) return Heard::kGone;
   const int fd = it->second.fd;
   std::string& heard = it->second.heard;
-  // Whole lines: "started" (at most once), then "done"; anything else, or
+  // Whole lines: "started", then "done"; anything else, or
   // the end of its output, and it is gone.
   bool started = false;
   bool done = false;

@@ -220,6 +220,17 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       views[h.node] = v;
     }
   };
+  // GPUs of node `ni` the job may not have: nominated for other jobs, and
+  // the reservation unless it may use it.
+  auto not_for_it = [&](int ni) {
+    const NodeState& n = nodes[ni];
+    uint64_t others = n.nominated;
+    for (const auto& [nd, mine] : j.nomination) {
+      if (nd == ni) others &= ~mine;
+    }
+    if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
+    return others;
+  };
   // Where on node `ni` the job's replica fits within `v`, if anywhere.
   auto fit = [&](int ni, const View& v, Pick* out) {
     const NodeState& n = nodes[ni];
@@ -227,11 +238,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     if ((n.info.cpu_milli > 0 && v.cpu < req.cpu_milli) || (n.info.memory_bytes > 0 && v.host_mem < req.memory_bytes)) {
       return false;
     }
-    uint64_t others = n.nominated;
-    for (const auto& [nd, mine] : j.nomination) {
-      if (nd == ni) others &= ~mine;
-    }
-    if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
+    const uint64_t others = not_for_it(ni);
     for (const ClassSlot& slot : n.classes) {
       if (!ClassMatches(req, slot.cls)) continue;
       if (req.fractional()) {
@@ -273,11 +280,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
         if (h.node == ni) could_free |= h.mask;
       }
     }
-    uint64_t others = n.nominated;
-    for (const auto& [nd, mine] : j.nomination) {
-      if (nd == ni) others &= ~mine;
-    }
-    if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
+    const uint64_t others = not_for_it(ni);
     for (const ClassSlot& slot : n.classes) {
       if (ClassMatches(req, slot.cls) && std::popcount(could_free & n.healthy & slot.mask & ~others) >= req.gpus) {
         return false;

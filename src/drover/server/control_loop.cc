@@ -411,7 +411,10 @@ v1::Job ControlLoop::View(const v1::Job& job) const {
 
 std::string ControlLoop::PendingMessage(const v1::Job& job) const {
   // Why it waits now, and, for a job queued again, why it stopped.
-  std::string reason = WaitReason(job);
+  return WithOwnMessage(WaitReason(job), job);
+}
+
+std::string ControlLoop::WithOwnMessage(std::string reason, const v1::Job& job) {
   if (!job.status().message().empty()) reason += " (" + job.status().message() + ")";
   return reason;
 }

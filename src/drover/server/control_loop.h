@@ -355,6 +355,8 @@ class ControlLoop {
   // scheduler's (or its array's) reason, then the job's own message.
   std::string PendingMessage(const v1::Job& job) const;
   std::string WaitReason(const v1::Job& job) const;  // the first part
+  // `reason`, then the job's own message (why it stopped, for a job queued again).
+  static std::string WithOwnMessage(std::string reason, const v1::Job& job);
   // Answers the replica's copies, asking the loop (one call) why the
   // pending ones among them wait.
   void AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
@@ -396,6 +398,7 @@ class ControlLoop {
   double GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const;
   // GPU-nanoseconds `job` used in the quota's period that holds `now`.
   static double GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now);
+  static double GpuHours(double gpu_ns);
   void EnforceRuntimeLimits();
   void ScheduleLimitChecks();
   v1::TenantStatus TenantStatusOf(const std::string& name) const;
@@ -457,7 +460,7 @@ class ControlLoop {
   LoopBoard board_;
   void PublishBoard(const std::set<uint64_t>& persisted);
   uint64_t reason_epoch_ = 1;
-  uint64_t reason_generation_ = 0, reason_passes_ = 0;
+  uint64_t reason_generation_ = 0;
   size_t reason_held_ = 0;
   bool tenants_changed_ = true;
   // AfterBatch skips the pass while the scheduler's generation is the one

@@ -14,7 +14,6 @@
 #include "drover/server/control_loop.h"
 
 namespace drover::server {
-
 namespace {
 // How often a node may be sent the peer list while it changes: 1 ms per
 // node in the cluster, at most a second. Every node gets N names each

@@ -126,8 +126,7 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
       pending.push_back(out.size() - 1);
       continue;
     }
-    if (!job->status().message().empty()) *reason += " (" + job->status().message() + ")";
-    copy.mutable_status()->set_message(std::move(*reason));
+    copy.mutable_status()->set_message(WithOwnMessage(std::move(*reason), *job));
   }
   if (pending.empty()) {
     done(std::move(out));
@@ -148,8 +147,7 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
           if (live == nullptr || live->status().state() != v1::JOB_STATE_PENDING) continue;
           std::string reason = WaitReason(*live);
           rendered.emplace_back(*ParseJobId(job.id()), reason);
-          if (!live->status().message().empty()) reason += " (" + live->status().message() + ")";
-          job.mutable_status()->set_message(std::move(reason));
+          job.mutable_status()->set_message(WithOwnMessage(std::move(reason), *live));
         }
         board_.PutReasons(reason_epoch_, std::move(rendered));
         return Done{};
@@ -171,9 +169,11 @@ void ControlLoop::ReplaceReplica() {
   for (const auto& [name, entry] : nodes_) nodes.emplace_hint(nodes.end(), name, Capture(entry));
   node_replica_.Replace(std::move(nodes));
   touched_nodes_.clear();
-  // A state rebuilt from the store: every reason and tenant anew.
+  // A state rebuilt from the store: every reason and tenant anew, and a
+  // new reason epoch with the rebuilt scheduler's next change.
   board_.ClearReasons();
-  reason_passes_ = ~uint64_t{0};
+  reason_generation_ = sched_.generation();
+  reason_held_ = held_.size();
   tenants_changed_ = true;
   PublishBoard({});
 }

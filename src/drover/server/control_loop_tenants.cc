@@ -86,8 +86,10 @@ double ControlLoop::GpuHoursUsed(const std::string& tenant, const v1::TenantQuot
   for (const auto& [seq, job] : jobs_) {
     if (job.spec().tenant() == tenant) gpu_ns += GpuNsInPeriod(job, q, now);
   }
-  return gpu_ns / (3600.0 * kNsPerSecond);
+  return GpuHours(gpu_ns);
 }
+
+double ControlLoop::GpuHours(double gpu_ns) { return gpu_ns / (3600.0 * kNsPerSecond); }
 
 double ControlLoop::GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now) {
   int64_t period = PeriodNs(q);

@@ -43,8 +43,8 @@ void ControlLoop::PublishBoard(const std::set<uint64_t>& persisted) {
     if (it != jobs_.end()) tenants.insert(it->second.spec().tenant());
   }
   if (!gone.empty()) board_.DropReasons(gone);
-  if (passes_run_ != reason_passes_ || sched_.generation() != reason_generation_ || held_.size() != reason_held_) {
-    reason_passes_ = passes_run_;
+  // (A pass raises the generation too: its reservation moved.)
+  if (sched_.generation() != reason_generation_ || held_.size() != reason_held_) {
     reason_generation_ = sched_.generation();
     reason_held_ = held_.size();
     board_.SetReasonEpoch(++reason_epoch_);
@@ -171,7 +171,8 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       int64_t running = 0, pending = 0;
     };
     std::map<std::string, Row> rows;
-    for (auto& [name, t] : board_.Tenants()) {
+    std::map<std::string, LoopBoard::Tenant> published = board_.Tenants();
+    for (auto& [name, t] : published) {
       if (t.configured) rows[name].t = std::move(t);
     }
     // Jobs per tenant as the replica counts them (not a scan of every job).
@@ -184,7 +185,7 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
         (st == v1::JOB_STATE_PENDING ? r.pending : r.running) += n;
       }
     }
-    for (auto& [name, t] : board_.Tenants()) {  // usage of the tenants known only by their jobs
+    for (const auto& [name, t] : published) {  // usage of the tenants known only by their jobs
       if (auto it = rows.find(name); it != rows.end() && !t.configured) it->second.t.usage = t.usage;
     }
     // Fair share: the healthy GPUs of schedulable nodes split by weight
@@ -212,7 +213,7 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
           replica_.Scan(0, [](const v1::Job&) { return true; },
                         [&](const v1::Job& j) { return gpu_ns.contains(j.spec().tenant()); }));
       for (const JobReplica::JobPtr& j : jobs) {
-        gpu_ns[j->spec().tenant()] += GpuNsInPeriod(*j, *rows[j->spec().tenant()].t.stored_quota, now);
+        gpu_ns[j->spec().tenant()] += GpuNsInPeriod(*j, *rows.at(j->spec().tenant()).t.stored_quota, now);
       }
     }
     v1::ListTenantsResponse out;
@@ -235,7 +236,7 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       if (r.t.stored_quota) {
         t->set_stored(true);
         *t->mutable_quota() = *r.t.stored_quota;
-        t->set_gpu_hours_used(gpu_ns[name] / 3.6e12);
+        t->set_gpu_hours_used(GpuHours(gpu_ns[name]));
       }
     }
     return out;
