@@ -85,6 +85,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -93,6 +94,7 @@
 
 #include "drover/common/rng.h"
 #include "drover/sched/scheduler.h"
+#include "drover/sim/live.h"
 
 namespace drover::sched {
 namespace {
@@ -426,6 +428,150 @@ void BM_FullPass(benchmark::State& state, int gpus, int percent, int pending) {
   state.counters["idle_nodes"] = c.idle_nodes;
 }
 
+// ---- BM_Live: the live workload of `drover up --simulate 64 --workload mixed` ----
+
+constexpr int kLiveNodes = 64;
+constexpr int64_t kLiveDurationMs = 150'000;  // as the live histogram runs in docs/performance.md
+constexpr int64_t kLiveIdlePassMs = 1000;     // ControlLoop's kIdlePassEveryMs
+constexpr int64_t kLiveNextBatchMs = 4;       // 64 nodes x 4 heartbeats a second: a batch every ~4 ms
+constexpr int64_t kLiveStopMs = 20;           // SIGTERM to `sleep` until its exit is reported
+
+// Simulated node i (1-based) as `drover up --simulate` registers it: 8 H100
+// 80GB on one NVSwitch fabric, two nodes per switch, four per rack.
+NodeInfo LiveNode(int i) {
+  NodeInfo node;
+  node.name = "sim-" + std::to_string(i);
+  for (int g = 0; g < kGpusPerNode; ++g) {
+    node.gpus.push_back(GpuInfo{g, "nvidia", "H100 80GB", 80 * kGiB, true, g < kGpusPerNode / 2 ? 0 : 1});
+  }
+  node.links.assign(kGpusPerNode * kGpusPerNode, Link::kFabric);
+  node.labels["switch"] = "switch-" + std::to_string((i - 1) / 2 + 1);
+  node.labels["rack"] = "rack-" + std::to_string((i - 1) / 4 + 1);
+  node.schedulable = true;
+  return node;
+}
+
+// Replays 150 s of the live workload through one Scheduler as the server's
+// control loop drives it, in virtual time, and times every pass as the loop
+// does (docs/performance.md: a pass's time over the jobs it decided about,
+// once per such job). Arrivals come from sim::LivePlan with its default
+// options, held back while more than 2 x nodes jobs are pending (as the live
+// submitter does); a bound job ends after its run time; a preempted one
+// stops kLiveStopMs later and is requeued. A pass runs after each batch of
+// events that changed the scheduler, again ~4 ms after a pass that decided
+// something (the next heartbeat batch), and once a second while jobs wait.
+// `cold`: every pass starts after the 64 MiB sweep of the cold BM_Place.
+// Counters: the decision percentiles over every replay, the rest per replay.
+void BM_Live(benchmark::State& state, bool cold) {
+  const sim::LiveCluster cluster{kLiveNodes, kGpusPerNode, 80 * kGiB};
+  const sim::LiveSchedulerSettings settings = sim::LiveScheduler(cluster, "H100 80GB");
+  std::vector<int64_t> samples;
+  std::vector<char> evict(cold ? kEvictBytes : 0);
+  double passes = 0, bindings = 0, preemptions = 0;
+  std::string error;
+  for (auto _ : state) {
+    Scheduler sched(settings.config);
+    for (int i = 1; i <= kLiveNodes && error.empty(); ++i) {
+      if (Status st = sched.UpsertNode(LiveNode(i)); !st.ok()) error = "upsert node: " + st.ToString();
+    }
+    for (const TenantInfo& t : settings.tenants) {
+      if (Status st = sched.SetTenant(t); !st.ok()) error = "tenant: " + st.ToString();
+    }
+    auto plan = sim::LivePlan::Make(cluster, {});
+    if (!plan.ok()) error = "live plan: " + plan.status().ToString();
+    if (!error.empty()) break;
+    // Events after the start: (at, kind, job, run), kind 0 = end, 1 = stopped.
+    using Event = std::tuple<int64_t, int, std::string, uint64_t>;
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+    std::unordered_map<std::string, std::pair<JobRequest, int64_t>> jobs;  // id -> (request, run ms)
+    std::unordered_map<std::string, uint64_t> runs;                        // id -> current run
+    std::optional<sim::LiveJob> next;
+    int64_t serial = 0, now = 0, last_pass = -kLiveIdlePassMs, again_at = -1;
+    uint64_t settled = 0;
+    const auto pull = [&] {
+      if (next) return;
+      auto j = plan->Next();
+      if (!j.ok()) {
+        error = "live plan: " + j.status().ToString();
+      } else {
+        next = std::move(*j);
+      }
+    };
+    pull();
+    while (error.empty()) {
+      const bool held_back = sched.pending() > static_cast<size_t>(2 * kLiveNodes);
+      int64_t t = INT64_MAX;
+      if (next && !held_back) t = std::max(now, next->at_ms);
+      if (!events.empty()) t = std::min(t, std::get<0>(events.top()));
+      if (again_at >= 0) t = std::min(t, again_at);
+      if (sched.pending() > 0) t = std::min(t, last_pass + kLiveIdlePassMs);
+      if (t == INT64_MAX || t >= kLiveDurationMs) break;
+      now = std::max(now, t);
+      const int64_t at = kStartMs + now;
+      // One batch: every event due now.
+      while (next && !held_back && next->at_ms <= now) {
+        JobRequest req = next->req;
+        req.id = "live-" + std::to_string(++serial);
+        req.gpu_model = "H100 80GB";
+        req.runtime_estimate_ms = (next->estimate_ms + 500) / 1000 * 1000;
+        if (Status st = sched.Enqueue(req, at); !st.ok()) error = "enqueue: " + st.ToString();
+        jobs[req.id] = {req, std::max<int64_t>(1000, next->run_ms)};
+        next.reset();
+        pull();
+      }
+      while (!events.empty() && std::get<0>(events.top()) <= now) {
+        auto [when, kind, id, run] = events.top();
+        events.pop();
+        if (runs[id] != run) continue;  // preempted before it ended
+        if (kind == 0) {
+          sched.Remove(id, at);
+          jobs.erase(id);
+          runs.erase(id);
+        } else if (Status st = sched.Requeue(id, at); !st.ok()) {
+          error = "requeue: " + st.ToString();
+        }
+      }
+      const bool due = again_at >= 0 && again_at <= now;
+      if (sched.generation() == settled && !due && (sched.pending() == 0 || now - last_pass < kLiveIdlePassMs)) {
+        continue;
+      }
+      again_at = -1;
+      for (size_t b = 0; b < evict.size(); b += 64) evict[b] = static_cast<char>(b + static_cast<size_t>(now));
+      benchmark::ClobberMemory();
+      const auto t0 = std::chrono::steady_clock::now();
+      const Decisions d = sched.Schedule(at);
+      const auto t1 = std::chrono::steady_clock::now();
+      last_pass = now;
+      ++passes;
+      for (int k = 0; k < d.considered; ++k) samples.push_back(ElapsedNs(t0, t1) / d.considered);
+      const bool decided = !d.bindings.empty() || !d.preemptions.empty();
+      settled = decided ? 0 : sched.generation();
+      if (decided) again_at = now + kLiveNextBatchMs;
+      for (const Preemption& p : d.preemptions) {
+        ++preemptions;
+        events.emplace(now + kLiveStopMs, 1, p.job_id, ++runs[p.job_id]);
+      }
+      for (const Binding& b : d.bindings) {
+        ++bindings;
+        events.emplace(now + jobs[b.job_id].second, 0, b.job_id, ++runs[b.job_id]);
+      }
+    }
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  std::vector<int64_t> sorted = samples;
+  Report(state, samples, 1.0);
+  if (!sorted.empty()) {
+    std::sort(sorted.begin(), sorted.end());
+    state.counters["p90_ns"] = static_cast<double>(sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)]);
+  }
+  // Per replay (every replay makes the same decisions).
+  const auto replays = static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["decisions"] = static_cast<double>(samples.size()) / replays;
+  state.counters["passes"] = passes / replays;
+  state.counters["bindings"] = bindings / replays;
+  state.counters["preemptions"] = preemptions / replays;
+}
+
 constexpr int kNeverFitsNodes = 16'384;
 
 // The idle cluster of BM_NeverFits, built once.
@@ -503,6 +649,13 @@ void RegisterAll() {
     }
   }
   benchmark::RegisterBenchmark("BM_FullPass/10000", BM_FullPass, 16'384, 95, 10'000)->Unit(benchmark::kMillisecond);
+  for (bool cold : {false, true}) {
+    // Warm: ten replays (a replay takes tens of milliseconds: one would be
+    // at the mercy of one interruption); cold: one (its sweeps take ~7 s).
+    benchmark::RegisterBenchmark(cold ? "BM_Live/512/cold" : "BM_Live/512/warm", BM_Live, cold)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(cold ? 1 : 10);
+  }
   static const std::vector<NeverFitsShape> never_fits = NeverFitsShapes();
   for (const NeverFitsShape& shape : never_fits) {
     for (bool cold : {false, true}) {

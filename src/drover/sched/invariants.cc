@@ -19,6 +19,8 @@ Status Scheduler::CheckInvariants() const {
   for (auto& a : milli) a.fill(0);
   for (auto& a : mem) a.fill(0);
   for (auto& a : whole_holders) a.fill(0);
+  std::vector<std::array<int, kMaxGpusPerNode>> victims(s.nodes.size());  // preemptible, not stopping
+  for (auto& a : victims) a.fill(0);
   std::vector<int64_t> tenant_milli(s.tenants.size(), 0);
   std::vector<int64_t> host_cpu(s.nodes.size(), 0);
   std::vector<int64_t> host_mem(s.nodes.size(), 0);
@@ -31,6 +33,9 @@ Status Scheduler::CheckInvariants() const {
     const JobState& j = s.jobs[ji];
     if (j.seq == 0) continue;
     const std::string& id = j.req.id;
+    if (j.priority != j.req.priority || j.preemptible != j.req.preemptible || j.nominee == j.nomination.empty()) {
+      return Internal(fmt::format("job '{}': its copies of the request's priority and preemptible, or its nominee flag, are stale", id));
+    }
     if (j.pending) {
       ++pending;
       if (!j.held.empty()) return Internal(fmt::format("job '{}' is both pending and bound", id));
@@ -56,6 +61,7 @@ Status Scheduler::CheckInvariants() const {
         milli[h.node][g] += h.milli;
         mem[h.node][g] += h.milli == kWholeGpu ? 0 : h.mem;
         if (h.milli == kWholeGpu) ++whole_holders[h.node][g];
+        if (j.req.preemptible && !j.preempting) ++victims[h.node][g];
       }
       host_cpu[h.node] += j.req.cpu_milli;
       host_mem[h.node] += j.req.memory_bytes;
@@ -85,6 +91,9 @@ Status Scheduler::CheckInvariants() const {
       }
       if (mem[ni][g] > n.info.gpus[g].memory_bytes) return Internal(fmt::format("{} has more memory reserved than it has", where));
       if (n.free_milli[g] != kWholeGpu - milli[ni][g]) return Internal(fmt::format("{} free share is stale", where));
+      if (n.victim_jobs[g] != victims[ni][g] || ((n.victim_gpus >> g) & 1) != (victims[ni][g] > 0 ? 1U : 0U)) {
+        return Internal(fmt::format("{}: the count of preemptible jobs on it is stale", where));
+      }
       bool whole = milli[ni][g] == 0;
       if (whole != ((n.whole_free >> g) & 1)) return Internal(fmt::format("{} free mask is stale", where));
       int64_t expect_mem = whole_holders[ni][g] ? 0 : n.info.gpus[g].memory_bytes - mem[ni][g];

@@ -68,29 +68,34 @@ std::string_view TopologyName(Topology t);
 Result<Topology> ParseTopology(std::string_view s);
 
 // What a job needs from the scheduler (validated before it gets here).
+// Ordered for a pass over cold caches (the scheduler keeps a request on a
+// 64-byte boundary): what every placement attempt reads fills the first two
+// cache lines (shape, memory, estimate, GPU model, vendor and models), the
+// host resources and node selector the third, the id and tenant, which a
+// pass does not read, come last.
 struct JobRequest {
-  std::string id;
-  std::string tenant = "default";
-  int priority = 0;  // larger runs first; preempts smaller when allowed
   // Gang shape: `replicas` x `gpus` GPUs, placed all or nothing.
   int replicas = 1;
   int gpus = 1;  // per replica, on one node; 0 = a CPU-only job (host resources only)
   // kWholeGpu: whole GPUs. Less: a share of ONE GPU (gpus must be 1) that
   // also reserves `gpu_memory_bytes` of its memory.
   int gpu_milli = kWholeGpu;
+  int priority = 0;  // larger runs first; preempts smaller when allowed
   // Whole GPUs: the minimum memory of each GPU (0 = any).
   // A share: the memory reserved on the shared GPU.
   int64_t gpu_memory_bytes = 0;
-  std::string gpu_model;   // exact, empty = any
+  int64_t runtime_estimate_ms = 0;  // 0 = unknown
+  Topology topology = Topology::kBestEffort;
+  bool preemptible = false;
   std::vector<std::string> gpu_models;  // any of these (and gpu_model if set); empty = any
+  std::string gpu_model;   // exact, empty = any
   std::string gpu_vendor;  // exact, empty = any
-  std::map<std::string, std::string> node_selector;  // every label must match
   // Host resources per replica, against the node's cpu_milli / memory_bytes.
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
-  Topology topology = Topology::kBestEffort;
-  int64_t runtime_estimate_ms = 0;  // 0 = unknown
-  bool preemptible = false;
+  std::map<std::string, std::string> node_selector;  // every label must match
+  std::string id;
+  std::string tenant = "default";
 
   bool fractional() const { return gpu_milli < kWholeGpu; }
   // Milli-GPUs of the whole job.

@@ -260,6 +260,16 @@ void State::Charge(int job, const Held& h, int sign) {
   if (jobs[job].preempting) add(t.stopping);
 }
 
+void State::CountVictim(const Held& h, int sign) {
+  NodeState& n = nodes[h.node];
+  for (uint64_t m = h.mask; m != 0; m &= m - 1) {
+    int g = std::countr_zero(m);
+    n.victim_jobs[g] = static_cast<uint16_t>(n.victim_jobs[g] + sign);
+    const uint64_t bit = uint64_t{1} << g;
+    n.victim_gpus = n.victim_jobs[g] > 0 ? n.victim_gpus | bit : n.victim_gpus & ~bit;
+  }
+}
+
 void State::Hold(int job, const Held& h) {
   NodeState& n = nodes[h.node];
   ++n.version;
@@ -279,6 +289,7 @@ void State::Hold(int job, const Held& h) {
     SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
   }
   for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
+  if (jobs[job].preemptible && !jobs[job].preempting) CountVictim(h, +1);
   Charge(job, h, +1);
 }
 
@@ -305,6 +316,7 @@ void State::Release(int job, const Held& h) {
     SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
   }
   for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
+  if (jobs[job].preemptible && !jobs[job].preempting) CountVictim(h, -1);  // else MarkStopping did
   Charge(job, h, -1);
 }
 

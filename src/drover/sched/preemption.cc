@@ -91,7 +91,10 @@ void State::MarkStopping(int job) {
   JobState& j = jobs[job];
   j.preempting = true;
   ++preempt_epoch;
-  for (const Held& h : j.held) ++nodes[h.node].version;  // its end reads as now
+  for (const Held& h : j.held) {
+    ++nodes[h.node].version;  // its end reads as now
+    CountVictim(h, -1);       // no longer a candidate victim
+  }
   preemptible_priorities.erase(preemptible_priorities.find(j.req.priority));
   for (const auto& [model, milli] : MilliByModel(job)) tenants[j.tenant].stopping[model] += milli;
 }
@@ -105,13 +108,13 @@ bool State::MayPreempt(int job, int victim, const std::map<std::pair<int, std::s
                        int64_t now) const {
   const JobState& j = jobs[job];
   const JobState& v = jobs[victim];
-  if (victim == job || !v.req.preemptible || v.preempting || v.held.empty() || v.bound_pass == pass) return false;
-  if (v.tenant == j.tenant) return v.req.priority < j.req.priority || LasAhead(job, victim, now);
+  if (victim == job || !v.preemptible || v.preempting || v.held.empty() || v.bound_pass == pass) return false;
+  if (v.tenant == j.tenant) return v.priority < j.priority || LasAhead(job, victim, now);
   // Another tenant's job: only while that tenant stays at or above its
   // guarantee of every model the job holds once this job (and the victims
   // chosen before it) are gone, i.e. the job runs on borrowed GPUs.
   const TenantState& jt = tenants[j.tenant];
-  const bool ahead = v.req.priority < j.req.priority || LasAhead(job, victim, now);
+  const bool ahead = v.priority < j.priority || LasAhead(job, victim, now);
   if (!ahead && jt.info.guaranteed_gpus.empty()) return false;  // neither ahead nor owed GPUs
   const TenantState& vt = tenants[v.tenant];
   bool reclaim = false;
@@ -175,6 +178,7 @@ void State::ClearNomination(int job) {
     ++nodes[node].version;
   }
   j.nomination.clear();
+  j.nominee = false;
   j.victims.clear();
 }
 
@@ -187,6 +191,7 @@ void State::Nominate(int job, int victim) {
     nodes[h.node].nominated |= h.mask;
     ++nodes[h.node].version;
     j.nomination.emplace_back(h.node, h.mask);
+    j.nominee = true;
   }
   j.why = Why{WhyCode::kAwaitingPreemption, -1, 0, 0, jobs[victim].held.front().node, 0};
 }
@@ -265,21 +270,17 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   };
 
   // Whether no set of victims can make room for a replica on node `ni`
-  // (within `v`): even with every GPU that any victim could free, no GPU
-  // class has enough whole GPUs outside others' nominations and the
-  // reservation. An upper bound, cheap next to MayPreempt's tenant checks;
-  // fractional requests are not bounded here.
-  auto hopeless = [&](int ni, const View& v) {
+  // (`whole_free`: its whole free GPUs in the search's view): even with
+  // every GPU that any victim could free, no GPU class has enough whole GPUs
+  // outside others' nominations and the reservation. An upper bound, cheap
+  // next to MayPreempt's tenant checks; fractional requests are not bounded
+  // here.
+  auto hopeless = [&](int ni, uint64_t whole_free) {
     if (req.fractional()) return false;
     const NodeState& n = nodes[ni];
-    uint64_t could_free = v.whole_free;
-    for (int o : n.jobs) {
-      const JobState& oj = jobs[o];
-      if (o == job || !oj.req.preemptible || oj.preempting || oj.bound_pass == pass) continue;
-      for (const Held& h : oj.held) {
-        if (h.node == ni) could_free |= h.mask;
-      }
-    }
+    // Jobs bound in this pass count too: a looser bound, never a wrong one
+    // (MayPreempt passes them over on the nodes not ruled out here).
+    const uint64_t could_free = whole_free | n.victim_gpus;
     const uint64_t others = not_for_it(ni);
     for (const ClassSlot& slot : n.classes) {
       if (ClassMatches(req, slot.cls) && std::popcount(could_free & n.healthy & slot.mask & ~others) >= req.gpus) {
@@ -303,8 +304,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (size_t ni = 0; ni < nodes.size(); ++ni) {
       const NodeState& n = nodes[ni];
       if (!NodeMatches(req, n)) continue;
-      View base = view_of(static_cast<int>(ni));
-      if (hopeless(static_cast<int>(ni), base)) continue;
+      // The bound first: it reads no more of the node than its masks and
+      // its jobs' first lines, where a view copies the free share and
+      // memory of every GPU.
+      auto seen = views.find(static_cast<int>(ni));
+      if (hopeless(static_cast<int>(ni), seen == views.end() ? n.whole_free : seen->second.whole_free)) continue;
+      View base = seen == views.end() ? ViewOf(n) : seen->second;
       cands.clear();
       added.clear();
       for (int o : n.jobs) {
@@ -316,7 +321,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       std::sort(cands.begin(), cands.end(), [&](int a, int b) {
         const JobState& x = jobs[a];
         const JobState& y = jobs[b];
-        if (x.req.priority != y.req.priority) return x.req.priority < y.req.priority;
+        if (x.priority != y.priority) return x.priority < y.priority;
         if (x.bound_ms != y.bound_ms) return x.bound_ms > y.bound_ms;
         if (x.req.milli() != y.req.milli()) return x.req.milli() < y.req.milli();
         return x.seq > y.seq;  // the later submission first
@@ -404,6 +409,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     nodes[p.node].nominated |= p.mask;
     ++nodes[p.node].version;
     j.nomination.emplace_back(p.node, p.mask);
+    j.nominee = true;
   }
   ++preempt_epoch;
   j.why = Why{WhyCode::kAwaitingPreemption, -1, 0, now, picks.front().node, now};

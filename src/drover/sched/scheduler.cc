@@ -264,6 +264,8 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
   j.req = req;
   if (j.req.tenant.empty()) j.req.tenant = "default";
   j.tenant = s.TenantFor(j.req.tenant);
+  j.priority = req.priority;
+  j.preemptible = req.preemptible;
   j.seq = s.next_seq++;
   j.submit_ms = now_ms;
   s.job_ids[req.id] = idx;
@@ -295,6 +297,8 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
   j.req = req;
   if (j.req.tenant.empty()) j.req.tenant = "default";
   j.tenant = s.TenantFor(j.req.tenant);
+  j.priority = req.priority;
+  j.preemptible = req.preemptible;
   j.seq = s.next_seq++;
   j.submit_ms = started_ms;
   s.job_ids[req.id] = idx;
@@ -515,12 +519,12 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
     order = s.Order(now_ms);
   } else {
     for (int job : s.pending) {
-      if (!s.jobs[job].nomination.empty()) order.push_back(job);
+      if (s.jobs[job].nominee) order.push_back(job);
     }
     std::sort(order.begin(), order.end(), [&](int a, int b) { return s.jobs[a].seq < s.jobs[b].seq; });
   }
   for (int job : order) {
-    if (!s.jobs[job].nomination.empty()) s.Consider(job, now_ms, &blocked, &blocker, &later, &d);
+    if (s.jobs[job].nominee) s.Consider(job, now_ms, &blocked, &blocker, &later, &d);
   }
   if (s.config.queue != QueuePolicy::kFairShare) {
     for (int job : order) {
@@ -575,7 +579,7 @@ void State::FairShare(int64_t now_ms, bool* blocked, int* blocker, std::vector<i
     std::sort(per[t].begin(), per[t].end(), [&](int a, int b) {
       const JobState& x = s.jobs[a];
       const JobState& y = s.jobs[b];
-      if (x.req.priority != y.req.priority) return x.req.priority > y.req.priority;
+      if (x.priority != y.priority) return x.priority > y.priority;
       return x.seq < y.seq;
     });
     heap.push(key(static_cast<int>(t)));

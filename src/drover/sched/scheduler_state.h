@@ -75,6 +75,11 @@ struct NodeState {
   std::vector<int> gpu_class;  // per GPU
   std::vector<ClassSlot> classes;
   uint64_t nominated = 0;  // promised to preemptors, waiting for victims to stop
+  // GPUs held (whole or shared) by preemptible jobs not already being
+  // preempted, and how many such jobs hold each: all a preemption search
+  // could free here, read without visiting the jobs (CountVictim).
+  uint64_t victim_gpus = 0;
+  std::array<uint16_t, kMaxGpusPerNode> victim_jobs{};
   uint64_t reserved = 0;   // the pass's EASY reservation
   std::vector<int> jobs;   // bound jobs with a replica here
   int64_t free_cpu = 0;    // host resources left (meaningful when info.cpu_milli > 0)
@@ -122,29 +127,38 @@ struct Why {
   int64_t pass_ms = 0;  // when the pass that wrote this ran
 };
 
-struct JobState {
-  JobRequest req;
-  uint64_t seq = 0;  // 0 = free slot
-  int tenant = 0;
-  int64_t submit_ms = 0;
-  bool pending = false;
-  bool preempting = false;
-  int pending_pos = -1;
-  int64_t bound_ms = 0;
+// The first cache line holds what a pass reads of every job it passes over
+// (the queue's order, the preemption search's scan of each node's jobs): a
+// pass over a cold cache (the server's loop does other work between passes)
+// then costs one line per job instead of three or four. `priority` and
+// `preemptible` repeat the request's, which never changes once queued.
+struct alignas(64) JobState {
+  uint64_t seq = 0;              // 0 = free slot
   uint64_t bound_pass = 0;       // the pass that bound it: not preempted in that same pass
   uint64_t considered_pass = 0;  // the last pass that looked at it
-  int64_t attained = 0;  // milli-GPU x ms of service received before
+  int tenant = 0;
+  int priority = 0;          // req.priority
+  bool pending = false;
+  bool preempting = false;
+  bool preemptible = false;  // req.preemptible
+  bool nominee = false;      // !nomination.empty()
   std::vector<Held> held;
-  // Milli-GPUs held per GPU model while bound (MilliByModel): set by Bind,
-  // cleared by Unbind; preemption asks for it per candidate victim.
-  std::map<std::string, int64_t> by_model;
+  JobRequest req;  // four lines: a pass reads the first three
+  // One line: what every pass writes of a job it considers, and reads next.
   Why why;
   std::vector<std::string> victims;  // stopping for this job
-  std::vector<std::pair<int, uint64_t>> nomination;  // GPUs promised to this job
+  int64_t submit_ms = 0;
+  int pending_pos = -1;
+  int64_t bound_ms = 0;
+  int64_t attained = 0;  // milli-GPU x ms of service received before
   // The preemption epoch and reservation under which a search for victims
   // last failed for this job (0: none failed since they last changed).
   uint64_t no_victims_epoch = 0;
   uint64_t no_victims_reservation = 0;
+  // Milli-GPUs held per GPU model while bound (MilliByModel): set by Bind,
+  // cleared by Unbind; preemption asks for it per candidate victim.
+  std::map<std::string, int64_t> by_model;
+  std::vector<std::pair<int, uint64_t>> nomination;  // GPUs promised to this job
 };
 
 struct TenantState {
@@ -262,6 +276,9 @@ struct State {
   void Recount(int node);  // buckets, domains and shared GPUs of one node
   void SetBucket(int node, ClassSlot& slot, int slot_index, int count);
   void UpdateShared(int node, int gpu);
+  // Adds (sign +1) or removes a replica of a preemptible job, not being
+  // preempted, to its node's victim_gpus and victim_jobs.
+  void CountVictim(const Held& h, int sign);
   void Hold(int job, const Held& h);
   void Release(int job, const Held& h);
   // Adds (sign +1) or removes a replica's GPUs to its tenant's usage, and to
