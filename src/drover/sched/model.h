@@ -40,6 +40,13 @@ struct GpuInfo {
 };
 
 struct NodeInfo {
+  // First what a placement reads of every node it visits (the scheduler
+  // keeps this on a cache line of its own).
+  // A node takes new work only when connected and not drained.
+  bool schedulable = false;
+  // Host capacity for jobs; 0 = not tracked (no limit).
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
   std::string name;
   std::vector<GpuInfo> gpus;
   // Row-major gpus.size() x gpus.size() link matrix (the diagonal is
@@ -48,11 +55,6 @@ struct NodeInfo {
   std::vector<Link> links;
   // Free-form labels; "switch" and "rack" are the topology domains of gangs.
   std::map<std::string, std::string> labels;
-  // Host capacity for jobs; 0 = not tracked (no limit).
-  int64_t cpu_milli = 0;
-  int64_t memory_bytes = 0;
-  // A node takes new work only when connected and not drained.
-  bool schedulable = false;
 };
 
 // What a job asks of the topology. The levels are requirements; without one

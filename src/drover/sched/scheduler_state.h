@@ -63,33 +63,38 @@ struct ReserveMemo {
   uint64_t mask = 0;
 };
 
-struct NodeState {
-  NodeInfo info;
-  int topo = 0;
-  uint64_t present = 0;  // GPUs in the inventory
+// Laid out for passes over cold caches: the first two lines hold what a
+// placement or a preemption search reads of every node it visits (the GPU
+// masks, host resources left, topology, its classes), the third the node's
+// schedulability and host capacity (NodeInfo's first fields); the per-GPU
+// arrays and the reservation memo come after.
+struct alignas(64) NodeState {
   uint64_t healthy = 0;
   uint64_t whole_free = 0;  // not held at all, in whole or in part
-  std::array<int16_t, kMaxGpusPerNode> free_milli{};
-  std::array<int64_t, kMaxGpusPerNode> free_mem{};
-  std::array<int16_t, kMaxGpusPerNode> shared_key{};  // the key in GpuClass::shared, -1 if none
-  std::vector<int> gpu_class;  // per GPU
-  std::vector<ClassSlot> classes;
-  uint64_t nominated = 0;  // promised to preemptors, waiting for victims to stop
+  uint64_t nominated = 0;   // promised to preemptors, waiting for victims to stop
+  uint64_t reserved = 0;    // the pass's EASY reservation
   // GPUs held (whole or shared) by preemptible jobs not already being
-  // preempted, and how many such jobs hold each: all a preemption search
+  // preempted (the count per GPU in victim_jobs): all a preemption search
   // could free here, read without visiting the jobs (CountVictim).
   uint64_t victim_gpus = 0;
-  std::array<uint16_t, kMaxGpusPerNode> victim_jobs{};
-  uint64_t reserved = 0;   // the pass's EASY reservation
-  std::vector<int> jobs;   // bound jobs with a replica here
-  int64_t free_cpu = 0;    // host resources left (meaningful when info.cpu_milli > 0)
-  int64_t free_host_mem = 0;  // (when info.memory_bytes > 0)
+  int64_t free_cpu = 0;   // host resources left (meaningful when info.cpu_milli > 0)
+  uint64_t present = 0;   // GPUs in the inventory
+  int topo = 0;
   int switch_domain = -1;
+  std::vector<ClassSlot> classes;
+  int64_t free_host_mem = 0;  // (when info.memory_bytes > 0)
   int rack_domain = -1;
+  std::vector<int> jobs;  // bound jobs with a replica here
+  NodeInfo info;
   // Raised by every change Reserve reads here: holds and releases, the
   // inventory, health, schedulability, nominations, a job here stopping.
   uint64_t version = 0;
   ReserveMemo reserve_memo;
+  std::array<int16_t, kMaxGpusPerNode> free_milli{};
+  std::array<int64_t, kMaxGpusPerNode> free_mem{};
+  std::array<int16_t, kMaxGpusPerNode> shared_key{};  // the key in GpuClass::shared, -1 if none
+  std::array<uint16_t, kMaxGpusPerNode> victim_jobs{};
+  std::vector<int> gpu_class;  // per GPU
 };
 
 // A set of nodes sharing a label value ("switch" or "rack").
