@@ -108,18 +108,24 @@ constexpr size_t kFillBatch = 1024;              // jobs per fill pass
 constexpr int kChurnRounds = 3;
 constexpr int kOverfillPercent = 10;  // of the cluster, before the last departures
 
-NodeInfo MakeNode(int n) {
+// One node of 8 H100 80GB, one NVLink island (every pair of GPUs joined by
+// the fabric), two NUMA halves, under the given switch and rack labels.
+NodeInfo H100Node(std::string name, std::string switch_label, std::string rack_label) {
   NodeInfo node;
-  node.name = "node-" + std::to_string(n);
+  node.name = std::move(name);
   for (int g = 0; g < kGpusPerNode; ++g) {
     node.gpus.push_back(GpuInfo{g, "nvidia", "H100 80GB", 80 * kGiB, true, g < kGpusPerNode / 2 ? 0 : 1});
   }
-  // One NVLink island: every pair of GPUs joined by the fabric.
   node.links.assign(kGpusPerNode * kGpusPerNode, Link::kFabric);
-  node.labels["switch"] = "s-" + std::to_string(n / kNodesPerSwitch);
-  node.labels["rack"] = "r-" + std::to_string(n / kNodesPerRack);
+  node.labels["switch"] = std::move(switch_label);
+  node.labels["rack"] = std::move(rack_label);
   node.schedulable = true;
   return node;
+}
+
+NodeInfo MakeNode(int n) {
+  return H100Node("node-" + std::to_string(n), "s-" + std::to_string(n / kNodesPerSwitch),
+                  "r-" + std::to_string(n / kNodesPerRack));
 }
 
 // Milli-GPUs a binding holds.
@@ -439,16 +445,8 @@ constexpr int64_t kLiveStopMs = 20;           // SIGTERM to `sleep` until its ex
 // Simulated node i (1-based) as `drover up --simulate` registers it: 8 H100
 // 80GB on one NVSwitch fabric, two nodes per switch, four per rack.
 NodeInfo LiveNode(int i) {
-  NodeInfo node;
-  node.name = "sim-" + std::to_string(i);
-  for (int g = 0; g < kGpusPerNode; ++g) {
-    node.gpus.push_back(GpuInfo{g, "nvidia", "H100 80GB", 80 * kGiB, true, g < kGpusPerNode / 2 ? 0 : 1});
-  }
-  node.links.assign(kGpusPerNode * kGpusPerNode, Link::kFabric);
-  node.labels["switch"] = "switch-" + std::to_string((i - 1) / 2 + 1);
-  node.labels["rack"] = "rack-" + std::to_string((i - 1) / 4 + 1);
-  node.schedulable = true;
-  return node;
+  return H100Node("sim-" + std::to_string(i), "switch-" + std::to_string((i - 1) / 2 + 1),
+                  "rack-" + std::to_string((i - 1) / 4 + 1));
 }
 
 // Replays 150 s of the live workload through one Scheduler as the server's
