@@ -304,9 +304,8 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (size_t ni = 0; ni < nodes.size(); ++ni) {
       const NodeState& n = nodes[ni];
       if (!NodeMatches(req, n)) continue;
-      // The bound first: it reads no more of the node than its masks and
-      // its jobs' first lines, where a view copies the free share and
-      // memory of every GPU.
+      // The bound first: it reads the node's masks and classes only, where
+      // a view copies the free share and memory of every GPU.
       auto seen = views.find(static_cast<int>(ni));
       if (hopeless(static_cast<int>(ni), seen == views.end() ? n.whole_free : seen->second.whole_free)) continue;
       View base = seen == views.end() ? ViewOf(n) : seen->second;
