@@ -268,16 +268,20 @@ Cluster& GetCluster(int gpus, int percent, int reserved_nodes) {
   return *slot;
 }
 
+// The nearest-rank `q` quantile of non-empty, sorted samples.
+double Rank(const std::vector<int64_t>& sorted, double q) {
+  const auto n = static_cast<double>(sorted.size());
+  const auto i = static_cast<size_t>(std::max(1.0, std::ceil(q * n))) - 1;
+  return static_cast<double>(sorted[std::min(i, sorted.size() - 1)]);
+}
+
 // Sets p50_ns, p99_ns, p999_ns, max_ns and items_per_second from samples
-// of `items_per_sample` items each.
+// of `items_per_sample` items each; sorts them (callers may read more
+// quantiles with Rank after it).
 void Report(benchmark::State& state, std::vector<int64_t>& samples_ns, double items_per_sample) {
   if (samples_ns.empty()) return;
   std::sort(samples_ns.begin(), samples_ns.end());
-  const auto rank = [&](double q) {
-    const auto n = static_cast<double>(samples_ns.size());
-    const auto i = static_cast<size_t>(std::max(1.0, std::ceil(q * n))) - 1;
-    return static_cast<double>(samples_ns[std::min(i, samples_ns.size() - 1)]);
-  };
+  const auto rank = [&](double q) { return Rank(samples_ns, q); };
   double total_ns = 0;
   for (int64_t s : samples_ns) total_ns += static_cast<double>(s);
   state.counters["p50_ns"] = rank(0.50);
@@ -556,12 +560,8 @@ void BM_Live(benchmark::State& state, bool cold) {
     }
   }
   if (!error.empty()) state.SkipWithError(error.c_str());
-  std::vector<int64_t> sorted = samples;
   Report(state, samples, 1.0);
-  if (!sorted.empty()) {
-    std::sort(sorted.begin(), sorted.end());
-    state.counters["p90_ns"] = static_cast<double>(sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)]);
-  }
+  if (!samples.empty()) state.counters["p90_ns"] = Rank(samples, 0.90);
   // Per replay (every replay makes the same decisions).
   const auto replays = static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
   state.counters["decisions"] = static_cast<double>(samples.size()) / replays;
