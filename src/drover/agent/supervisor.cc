@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <linux/sched.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,16 +67,69 @@ struct ChildError {
   int error;
 };
 
-// Starts the job: vfork, confine, exec. The supervisor is single-threaded (a
-// fresh exec of the binary that starts no threads), so unlike the agent it
-// may do more between fork and exec than posix_spawn offers: join the job's
-// cgroup (so that nothing the job runs escapes its limits) and take its
-// CPUs. vfork, not fork: the child borrows the supervisor's memory until it
-// execs instead of copying its page tables, which on the development VM
-// saves about a millisecond of every job start (docs/performance.md). So
-// the child makes only system calls (no allocation, no library state, no
-// return from this frame) and leaves by exec or _exit. How the exec went
-// comes back on a close-on-exec pipe: end of file means the job runs.
+// Everything the job's process does between its birth and exec, then exec:
+// join the group whose cgroup.procs is `join` (when not born in it), pin,
+// lead its own process group, default signals, stdio, chdir. Only system
+// calls (no allocation, no library state): it runs in a vfork child too, on
+// the supervisor's memory. Leaves by exec, or by _exit(127) after writing a
+// ChildError to `report`.
+[[noreturn]] void ExecJob(int report, const char* join, bool pin, const cpu_set_t& cpus, int null_fd, int log_fd,
+                          const char* work, char* const* argv, char* const* envp) {
+  auto fail = [report](ChildError::Step step) {
+    ChildError e{step, errno};
+    ssize_t n = ::write(report, &e, sizeof e);
+    (void)n;
+    ::_exit(127);
+  };
+  if (join != nullptr) {
+    // "0": the writing process. From here on all the job runs is in the group.
+    int fd = ::open(join, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ::write(fd, "0", 1) != 1) fail(ChildError::kJoinCgroup);
+    ::close(fd);
+  }
+  if (pin && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) fail(ChildError::kPin);
+  if (::setpgid(0, 0) != 0) fail(ChildError::kProcessGroup);  // the job leads its own process group
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
+  sigset_t empty;
+  sigemptyset(&empty);
+  ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+  if (::dup2(null_fd, 0) < 0 || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) fail(ChildError::kStdio);
+  if (::chdir(work) != 0) fail(ChildError::kChdir);
+  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
+  ::execvpe(argv[0], argv, envp);
+  fail(ChildError::kExec);
+  __builtin_unreachable();
+}
+
+// clone3(CLONE_INTO_CGROUP): a child born in the group `cgroup_fd`, with a
+// copy of the supervisor's memory as fork gives (the supervisor is small:
+// about 2 MB mapped, 40 kB of page tables). -1 with errno on failure.
+pid_t CloneIntoCgroup(int cgroup_fd) {
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+// Starts the job: create its process in its cgroup, confine, exec. The
+// supervisor is single-threaded (a fresh exec of the binary that starts no
+// threads), so unlike the agent it may do more between fork and exec than
+// posix_spawn offers.
+//
+// A job with a cgroup is born in it (clone3 with CLONE_INTO_CGROUP), so that
+// nothing the job runs escapes its limits. Moving a process into a group
+// instead (writing cgroup.procs) takes the kernel's cgroup_threadgroup_rwsem
+// for writing, which waits for an RCU grace period unless another move
+// happened just before: on the development VM that write took 10 ms of
+// every job start when jobs came 0.1 s apart and almost nothing back to
+// back (docs/performance.md). Only where clone3 cannot do that does the
+// child still move itself.
+//
+// A job without a cgroup starts with vfork: the child borrows the
+// supervisor's memory until it execs instead of copying its page tables.
+// How the exec went comes back on a close-on-exec pipe: end of file means
+// the job runs.
 Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const std::string& work,
                        std::vector<char*>& argv, std::vector<char*>& envp) {
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -87,47 +142,42 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
     }
     return Unavailable(fmt::format("cannot open its output '{}': {}", log, std::strerror(err)));
   }
-  const std::string procs = iso.cgroup ? iso.cgroup->dir + "/cgroup.procs" : "";
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   for (int c : iso.cpus) {
     if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
   }
   const bool pin = !iso.cpus.empty();
-  pid_t pid = ::vfork();
-  if (pid == 0) {
-    const int report = pipe_fds[1];
-    auto fail = [report](ChildError::Step step) {
-      ChildError e{step, errno};
-      ssize_t n = ::write(report, &e, sizeof e);
-      (void)n;
-      ::_exit(127);
-    };
-    if (!procs.empty()) {
-      // "0": the writing process. From here on all the job runs is in the group.
-      int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, "0", 1) != 1) fail(ChildError::kJoinCgroup);
-      ::close(fd);
+  const int report = pipe_fds[1];
+  pid_t pid = -1;
+  int fork_error = 0;
+  if (!iso.cgroup) {
+    pid = ::vfork();
+    if (pid == 0) ExecJob(report, nullptr, pin, cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data());
+    fork_error = errno;
+  } else {
+    int group_fd = ::open(iso.cgroup->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (group_fd >= 0) {
+      pid = CloneIntoCgroup(group_fd);
+      if (pid == 0) ExecJob(report, nullptr, pin, cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data());
+      ::close(group_fd);
     }
-    if (pin && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) fail(ChildError::kPin);
-    if (::setpgid(0, 0) != 0) fail(ChildError::kProcessGroup);  // the job leads its own process group
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
-    sigset_t empty;
-    sigemptyset(&empty);
-    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-    if (::dup2(null_fd, 0) < 0 || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) fail(ChildError::kStdio);
-    if (::chdir(work.c_str()) != 0) fail(ChildError::kChdir);
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
-    ::execvpe(argv[0], argv.data(), envp.data());
-    fail(ChildError::kExec);
+    if (pid < 0) {
+      // No clone3 with CLONE_INTO_CGROUP (a kernel older than 5.7, a
+      // seccomp filter that refuses clone3) or no such group: the vfork
+      // child moves itself, and says why it could not.
+      const std::string procs = iso.cgroup->dir + "/cgroup.procs";
+      pid = ::vfork();
+      if (pid == 0) ExecJob(report, procs.c_str(), pin, cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data());
+      fork_error = errno;
+    }
   }
-  int fork_error = errno;
   ::close(pipe_fds[1]);
   ::close(null_fd);
   ::close(log_fd);
   if (pid < 0) {
     ::close(pipe_fds[0]);
-    return Unavailable(fmt::format("vfork: {}", std::strerror(fork_error)));
+    return Unavailable(fmt::format("cannot create its process: {}", std::strerror(fork_error)));
   }
   ChildError e{};
   ssize_t n = 0;
