@@ -121,10 +121,21 @@ std::optional<StartedFile> JobDir::ReadStarted() const {
   return s;
 }
 
-Status JobDir::WriteExit(const ExitFile& e) const {
+Status JobDir::WriteExit(const ExitFile& e, bool durable) const {
   json j{{"exit_code", e.exit_code}, {"signal", e.signal}, {"end_unix_nanos", e.end_unix_nanos},
          {"message", e.message}, {"failed_to_start", e.failed_to_start}, {"fenced", e.fenced}};
-  return WriteFileAtomic(File("exit.json"), j.dump());
+  return WriteFileAtomic(File("exit.json"), j.dump(), 0644, durable);
+}
+
+Status JobDir::SyncExit() const {
+  const std::string path = File("exit.json");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Unavailable(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Unavailable(fmt::format("cannot sync '{}': {}", path, std::strerror(err)));
+  return Status::Ok();
 }
 
 std::optional<ExitFile> JobDir::ReadExit() const {

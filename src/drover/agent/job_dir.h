@@ -91,7 +91,9 @@ class JobDir {
   Result<JobIsolation> ReadIsolation() const;
   Status WriteStarted(const StartedFile& s) const;
   std::optional<StartedFile> ReadStarted() const;
-  Status WriteExit(const ExitFile& e) const;
+  // Durable unless `durable` is false: then SyncExit makes it so later.
+  Status WriteExit(const ExitFile& e, bool durable = true) const;
+  Status SyncExit() const;
   std::optional<ExitFile> ReadExit() const;
   Status WriteStop(int64_t sigterm_unix_nanos) const;
   std::optional<int64_t> ReadStop() const;

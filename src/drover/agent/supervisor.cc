@@ -326,7 +326,9 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     // What the job left running goes with it.
     RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(5));
   }
-  if (Status s = job.WriteExit(e); !s.ok()) return 1;
+  // A pooled supervisor (started_fd >= 0) syncs it after its "done", so that
+  // the agent reports the end while the disk works (docs/performance.md).
+  if (Status s = job.WriteExit(e, /*durable=*/started_fd < 0); !s.ok()) return 1;
   return 0;
 }
 
@@ -443,7 +445,13 @@ int RunSpareSupervisor() {
     if (::chdir("/") != 0) return 1;
     ::sigprocmask(SIG_SETMASK, &idle_mask, nullptr);
     // Nobody to tell (the agent went away): end, which its successor sees.
-    if (::send(pool, "done\n", 5, MSG_NOSIGNAL) != 5) return 0;
+    bool told = ::send(pool, "done\n", 5, MSG_NOSIGNAL) == 5;
+    // exit.json becomes durable while the agent reads it and reports the
+    // end (its rename made it whole already): a crash of the machine in
+    // between loses the exit as one while the job ran would. The agent may
+    // have removed the directory by now, its end being on record.
+    (void)JobDir(dir).SyncExit();
+    if (!told) return 0;
   }
 }
 

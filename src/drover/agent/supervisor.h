@@ -63,7 +63,8 @@ int RunSpareSupervisor();
 // directory and a newline from its socket, runs RunSupervisor for it with
 // its stderr in the directory's supervisor.log (as a spawned supervisor has
 // it), says "started\n" once the job's start is on record, goes back to "/"
-// and answers "done\n" once exit.json is written; then it waits for the
+// and answers "done\n" once exit.json is written (synced after the answer);
+// then it waits for the
 // next directory. At the end of its input (the pool or its
 // agent went away) it exits: at once when idle, after its job when busy.
 //

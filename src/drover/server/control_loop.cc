@@ -361,9 +361,14 @@ void ControlLoop::Commit() {
       node_replica_.SetUnavailable(Unavailable("the store is unavailable; state cannot be read: " + s.message()));
       spdlog::critical("cannot rebuild state from the store; refusing commands until it can: {}", s.ToString());
     }
+    SendDesired();  // Recover marked every node with a session
     Status answer = Unavailable("the change was not persisted: " + committed.message());
     for (Ack& ack : acks) ack(answer);
   } else {
+    // Nodes first: a job bound in this batch starts while the rest of the
+    // commit's work (replicas, answers, watchers) goes on. (PublishNodes
+    // still reads dirty_nodes_.)
+    SendDesired();
     // Readers see the batch before its commands are answered.
     std::vector<std::pair<uint64_t, JobReplica::JobPtr>> copies;
     copies.reserve(persisted.size() + unlisted.size());
@@ -391,11 +396,14 @@ void ControlLoop::Commit() {
       }
     }
   }
+  dirty_nodes_.clear();
+}
+
+void ControlLoop::SendDesired() {
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);
     if (it != nodes_.end() && it->second.sink) it->second.sink->SendDesired(DesiredFor(name));
   }
-  dirty_nodes_.clear();
 }
 
 v1::Job* ControlLoop::FindJob(const std::string& id) {

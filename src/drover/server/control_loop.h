@@ -280,6 +280,8 @@ class ControlLoop {
   Status EnsureRecovered();
   void AfterBatch();
   void Commit();
+  // The new desired state to every node in dirty_nodes_ (left as it is).
+  void SendDesired();
   void Persist(const v1::Job& job);
   void Persist(const v1::Node& node);
   int64_t NowNs() const;
