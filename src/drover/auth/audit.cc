@@ -59,7 +59,7 @@ Result<AuditEntry> AuditLog::FromJson(const std::string& text) {
   }
 }
 
-Status AuditLog::Append(const Principal& who, std::string action, std::string target, const Status& result) {
+AuditEntry AuditLog::EntryFor(const Principal& who, std::string action, std::string target, const Status& result) {
   AuditEntry e;
   e.who = who.name.empty() ? "anonymous" : who.name;
   e.token_id = who.token_id;
@@ -69,37 +69,62 @@ Status AuditLog::Append(const Principal& who, std::string action, std::string ta
   e.target = std::move(target);
   e.result = result.ok() ? "ok" : result.ToString();
   e.source = who.source;
-  std::lock_guard lock(mu_);
+  return e;
+}
+
+Status AuditLog::Append(const Principal& who, std::string action, std::string target, const Status& result) {
+  std::vector<AuditEntry> one{EntryFor(who, std::move(action), std::move(target), result)};
   for (int attempt = 0; attempt < kAppendAttempts; ++attempt) {
-    DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
-    int64_t last = 0;
-    std::string prev = kGenesis;
-    if (head.has_value()) {
-      json h = json::parse(head->value, nullptr, false);
-      if (h.is_discarded() || !h.contains("seq") || !h.contains("hash")) return Internal("audit head is corrupt");
-      last = h["seq"].get<int64_t>();
-      prev = h["hash"].get<std::string>();
-    }
-    e.seq = last + 1;
-    e.time_ns = ToUnixNanos(clock_->Now());
-    e.prev = prev;
-    e.hash = HashOf(e);
-    store::Compare guard = head.has_value() ? store::Compare::ModRevisionIs(std::string(kHeadKey), head->mod_revision)
-                                            : store::Compare::Missing(std::string(kHeadKey));
-    json new_head{{"seq", e.seq}, {"hash", e.hash}};
-    DROVER_ASSIGN_OR_RETURN(store::TxnResult r,
-                            store_->Txn({guard, store::Compare::Missing(Key(e.seq))},
-                                        {store::Op::Put(Key(e.seq), ToJson(e)),
-                                         store::Op::Put(std::string(kHeadKey), new_head.dump())},
-                                        {}));
+    int64_t seq = 0;
+    DROVER_ASSIGN_OR_RETURN(store::TxnResult r, CommitWith(
+                                                    one,
+                                                    [this](std::vector<store::Compare> compares,
+                                                           std::vector<store::Op> ops) {
+                                                      return store_->Txn(compares, ops, {});
+                                                    },
+                                                    &seq));
     if (!r.succeeded) continue;
-    if (archive_ != nullptr && e.seq % kTrimBatch == 0) {
-      // The entry is in: a failed trim is retried at the next batch.
-      if (Status s = TrimLocked(e.seq); !s.ok()) spdlog::warn("audit log trim failed: {}", s.ToString());
+    // The entry is in: a failed trim is retried at the next batch.
+    if (TrimDue(seq, 1)) {
+      if (Status s = Trim(); !s.ok()) spdlog::warn("audit log trim failed: {}", s.ToString());
     }
     return Status::Ok();
   }
   return Aborted("audit log head kept moving; entry not appended");
+}
+
+bool AuditLog::TrimDue(int64_t last_seq, int64_t count) const {
+  return archive_ != nullptr && count > 0 && last_seq / kTrimBatch != (last_seq - count) / kTrimBatch;
+}
+
+Result<store::TxnResult> AuditLog::CommitWith(std::vector<AuditEntry> entries, const Txn& txn, int64_t* last_seq) {
+  std::lock_guard lock(mu_);
+  DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
+  int64_t last = 0;
+  std::string prev = kGenesis;
+  if (head.has_value()) {
+    json h = json::parse(head->value, nullptr, false);
+    if (h.is_discarded() || !h.contains("seq") || !h.contains("hash")) return Internal("audit head is corrupt");
+    last = h["seq"].get<int64_t>();
+    prev = h["hash"].get<std::string>();
+  }
+  std::vector<store::Compare> compares{head.has_value()
+                                           ? store::Compare::ModRevisionIs(std::string(kHeadKey), head->mod_revision)
+                                           : store::Compare::Missing(std::string(kHeadKey))};
+  std::vector<store::Op> ops;
+  const int64_t now = ToUnixNanos(clock_->Now());
+  for (AuditEntry& e : entries) {
+    e.seq = ++last;
+    e.time_ns = now;
+    e.prev = prev;
+    e.hash = HashOf(e);
+    prev = e.hash;
+    compares.push_back(store::Compare::Missing(Key(e.seq)));
+    ops.push_back(store::Op::Put(Key(e.seq), ToJson(e)));
+  }
+  if (!entries.empty()) ops.push_back(store::Op::Put(std::string(kHeadKey), json{{"seq", last}, {"hash", prev}}.dump()));
+  if (last_seq != nullptr) *last_seq = last;
+  return txn(std::move(compares), std::move(ops));
 }
 
 Status AuditLog::Trim() {

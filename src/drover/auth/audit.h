@@ -17,6 +17,7 @@
 // servers, by a compare-and-swap on the head.
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -67,6 +68,22 @@ class AuditLog {
 
   // Appends one entry for a call by `who`. `result` is the call's status.
   Status Append(const Principal& who, std::string action, std::string target, const Status& result);
+
+  // The entry Append would write (without seq, time, prev and hash).
+  static AuditEntry EntryFor(const Principal& who, std::string action, std::string target, const Status& result);
+
+  // The caller's transaction with `entries` chained onto the log in it: the
+  // control loop's group commit carries the entries of the calls it
+  // answers, so that a call waits for one durable transaction, not two.
+  // `txn` gets the compares that guard the head and the puts of the entries
+  // and the new head, and runs them with its own; the log stays locked
+  // meanwhile. What `txn` returns is returned; `last_seq` gets the newest
+  // entry's number. The caller trims when TrimDue says so.
+  using Txn = std::function<Result<store::TxnResult>(std::vector<store::Compare>, std::vector<store::Op>)>;
+  Result<store::TxnResult> CommitWith(std::vector<AuditEntry> entries, const Txn& txn, int64_t* last_seq = nullptr);
+  // Whether `count` entries up to `last_seq` crossed a kTrimBatch mark
+  // (and there is an archive to trim into).
+  bool TrimDue(int64_t last_seq, int64_t count) const;
   // Entries with time >= since_ns, oldest first, at most `limit` (0: all).
   Result<std::vector<AuditEntry>> List(int64_t since_ns, int64_t limit = 0);
   // Moves the entries older than the newest `keep` to the archive now (it

@@ -109,26 +109,32 @@ Status ValidateArray(const v1::ArraySpec& a) {
 }  // namespace
 
 Result<v1::SubmitJobResponse> ApiService::Submit(const auth::Principal& who, v1::SubmitJobRequest req) {
+  // The loop records the call in the commit that stores the job; a call it
+  // did not record (refused before it, or not committed) is recorded here.
+  AuditNote note{who, req.has_array() ? "jobs.submit_array" : "jobs.submit"};
   auto run = [&]() -> Result<v1::SubmitJobResponse> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "submit jobs"));
     if (!req.has_spec()) return InvalidArgument("spec is missing");
     DROVER_RETURN_IF_ERROR(PrepareSpec(who, req.mutable_spec()));
     if (req.has_array()) {
       DROVER_RETURN_IF_ERROR(ValidateArray(req.array()));
-      return Await(loop_->SubmitArray(std::move(*req.mutable_spec()), req.array()));
+      return Await(loop_->SubmitArray(std::move(*req.mutable_spec()), req.array(), note));
     }
-    DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*req.mutable_spec()))));
+    DROVER_ASSIGN_OR_RETURN(v1::Job job, Await(loop_->Submit(std::move(*req.mutable_spec()), note)));
     v1::SubmitJobResponse resp;
     *resp.mutable_job() = std::move(job);
     return resp;
   };
   auto r = run();
-  std::string target = !r.ok() ? "" : r->array_id().empty() ? r->job().id() : r->array_id();
-  Audit(who, req.has_array() ? "jobs.submit_array" : "jobs.submit", target, r.status());
+  if (!note.recorded->load()) {
+    std::string target = !r.ok() ? "" : r->array_id().empty() ? r->job().id() : r->array_id();
+    Audit(who, note.action, target, r.status());
+  }
   return r;
 }
 
 Result<v1::SubmitJobsResponse> ApiService::SubmitBatch(const auth::Principal& who, v1::SubmitJobsRequest req) {
+  AuditNote note{who, "jobs.submit_batch"};  // as in Submit
   auto run = [&]() -> Result<v1::SubmitJobsResponse> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "submit jobs"));
     if (req.specs_size() == 0 || req.specs_size() > kMaxArrayTasks) {
@@ -142,15 +148,17 @@ Result<v1::SubmitJobsResponse> ApiService::SubmitBatch(const auth::Principal& wh
       }
       specs.push_back(std::move(*req.mutable_specs(i)));
     }
-    DROVER_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, Await(loop_->SubmitBatch(std::move(specs))));
+    DROVER_ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, Await(loop_->SubmitBatch(std::move(specs), note)));
     v1::SubmitJobsResponse resp;
     for (v1::Job& j : jobs) *resp.add_jobs() = std::move(j);
     return resp;
   };
   auto r = run();
-  std::string target =
-      r.ok() && r->jobs_size() > 0 ? r->jobs(0).id() + ".." + r->jobs(r->jobs_size() - 1).id() : "";
-  Audit(who, "jobs.submit_batch", target, r.status());
+  if (!note.recorded->load()) {
+    std::string target =
+        r.ok() && r->jobs_size() > 0 ? r->jobs(0).id() + ".." + r->jobs(r->jobs_size() - 1).id() : "";
+    Audit(who, note.action, target, r.status());
+  }
   return r;
 }
 

@@ -117,7 +117,7 @@ void ControlLoop::CallThen(std::function<Result<T>()> fn, std::function<void(Res
     }
     Result<T> r = fn();
     // Nothing to commit and no node view to publish: the answer needs no wait.
-    if (ops_.empty() && acks_.empty() && touched_nodes_.empty()) {
+    if (ops_.empty() && acks_.empty() && touched_nodes_.empty() && audit_entries_.empty()) {
       (*answer)(std::move(r));
       return;
     }
@@ -335,11 +335,40 @@ void ControlLoop::AfterBatch() {
 
 void ControlLoop::Commit() {
   Status committed;
-  if (!ops_.empty()) {
+  bool with_audit = false;
+  if (!audit_entries_.empty()) {
+    // The calls' audit entries in the same transaction: one durable write.
+    // An audit log that cannot be read (its head) leaves the batch to
+    // commit alone, and the recording to the callers.
+    const auto count = static_cast<int64_t>(audit_entries_.size());
+    int64_t last_seq = 0;
+    auto r = options_.audit->CommitWith(
+        std::move(audit_entries_),
+        [&](std::vector<store::Compare> compares, std::vector<store::Op> entries) {
+          with_audit = true;
+          ops_.insert(ops_.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+          return store_->Txn(compares, ops_, {});
+        },
+        &last_seq);
+    if (!with_audit) spdlog::error("audit entries not written with the batch: {}", r.status().ToString());
+    if (with_audit) {
+      committed = !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
+    }
+    // Moving old entries to the archive takes a while: not on this thread.
+    if (committed.ok() && with_audit && options_.audit->TrimDue(last_seq, count)) {
+      archiver_.Post([audit = options_.audit] {
+        if (Status s = audit->Trim(); !s.ok()) spdlog::warn("audit log trim failed: {}", s.ToString());
+      });
+    }
+  }
+  if (!with_audit && !ops_.empty()) {
     auto r = store_->Txn({}, ops_, {});
     committed = !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
   }
   ops_.clear();
+  audit_entries_.clear();
+  std::vector<std::shared_ptr<std::atomic<bool>>> audited = std::move(audit_recorded_);
+  audit_recorded_.clear();
   std::vector<Ack> acks = std::move(acks_);
   acks_.clear();
   std::set<uint64_t> persisted = std::move(persisted_);
@@ -383,6 +412,9 @@ void ControlLoop::Commit() {
     replica_.Update(std::move(copies));
     PublishNodes();
     PublishBoard(persisted);
+    if (with_audit) {
+      for (const auto& recorded : audited) recorded->store(true);
+    }
     for (Ack& ack : acks) ack(Status::Ok());
     // Committed: push to watchers what they wait on. Who wants a job is
     // asked now, after the replica has the batch: a watcher that subscribes
@@ -502,11 +534,19 @@ void ControlLoop::UpdateSchedulable(const std::string& name) {
 
 // ---- jobs ----
 
-std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec) {
-  return Call<v1::Job>([this, spec = std::move(spec)]() -> Result<v1::Job> {
-    DROVER_ASSIGN_OR_RETURN(std::vector<uint64_t> seqs, AddJobs({spec}, nullptr));
-    return jobs_.at(seqs.front());
+std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec, std::optional<AuditNote> audit) {
+  return Call<v1::Job>([this, spec = std::move(spec), audit = std::move(audit)]() -> Result<v1::Job> {
+    Result<std::vector<uint64_t>> seqs = AddJobs({spec}, nullptr);
+    NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) : "", seqs.status());
+    if (!seqs.ok()) return seqs.status();
+    return jobs_.at(seqs->front());
   });
+}
+
+void ControlLoop::NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result) {
+  if (!note || options_.audit == nullptr) return;
+  audit_entries_.push_back(auth::AuditLog::EntryFor(note->who, note->action, std::move(target), result));
+  audit_recorded_.push_back(note->recorded);
 }
 
 std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {

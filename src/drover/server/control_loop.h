@@ -27,15 +27,18 @@
 // Thread-safety: public methods are thread-safe; everything else runs on the
 // loop thread.
 
+#include <atomic>
 #include <deque>
 #include <future>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "drover/auth/audit.h"
 #include "drover/common/clock.h"
 #include "drover/common/metrics.h"
 #include "drover/common/status.h"
@@ -119,6 +122,19 @@ struct ControlLoopOptions {
   // revisions (nothing reads it but a watch from an old revision); 0: never.
   // A revision is a group commit: 1,000 of them are seconds to minutes.
   int64_t keep_revisions = 1'000;
+  // Where the calls that carry an AuditNote are recorded, in the commit of
+  // the batch that answers them; null: nowhere (the caller audits).
+  auth::AuditLog* audit = nullptr;
+};
+
+// A call to record in the audit log with the batch that answers it (its
+// target and result are the loop's to fill in). `recorded` turns true once
+// that batch has committed with the entry; until then (a failed commit, no
+// audit log, no answer) recording the call is the caller's.
+struct AuditNote {
+  auth::Principal who;
+  std::string action;
+  std::shared_ptr<std::atomic<bool>> recorded = std::make_shared<std::atomic<bool>>(false);
 };
 
 // Store keys: one record per job, by id; the next job sequence number
@@ -147,7 +163,7 @@ class ControlLoop {
   void Stop();
 
   // Jobs. `spec` must already be normalized (rpc::NormalizeJobSpec).
-  std::future<Result<v1::Job>> Submit(v1::JobSpec spec);
+  std::future<Result<v1::Job>> Submit(v1::JobSpec spec, std::optional<AuditNote> audit = std::nullopt);
   std::future<Result<v1::Job>> Cancel(std::string id);
   // Reads: served from the committed state (JobReplica) on the caller's
   // thread; only the pending jobs among the answer cost the loop a call,
@@ -163,8 +179,10 @@ class ControlLoop {
   // Job arrays and batches (control_loop_arrays.cc): every job is accepted
   // and stored in one commit, or none is. `spec`s must be normalized and
   // `array` validated (its indices fit kMaxArrayTasks).
-  std::future<Result<v1::SubmitJobResponse>> SubmitArray(v1::JobSpec spec, v1::ArraySpec array);
-  std::future<Result<std::vector<v1::Job>>> SubmitBatch(std::vector<v1::JobSpec> specs);
+  std::future<Result<v1::SubmitJobResponse>> SubmitArray(v1::JobSpec spec, v1::ArraySpec array,
+                                                         std::optional<AuditNote> audit = std::nullopt);
+  std::future<Result<std::vector<v1::Job>>> SubmitBatch(std::vector<v1::JobSpec> specs,
+                                                        std::optional<AuditNote> audit = std::nullopt);
   // Cancels every unfinished task of the array; how many it cancelled.
   std::future<Result<int64_t>> CancelArray(std::string array_id);
 
@@ -441,6 +459,10 @@ class ControlLoop {
   // The open batch.
   std::vector<store::Op> ops_;
   std::vector<Ack> acks_;
+  std::vector<auth::AuditEntry> audit_entries_;  // committed with ops_ (options_.audit)
+  std::vector<std::shared_ptr<std::atomic<bool>>> audit_recorded_;
+  // Adds the call `note` names (when it names one) to the open batch.
+  void NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result);
   std::set<std::string> dirty_nodes_;  // whose desired workloads may have changed
   bool degraded_ = false;              // the last rebuild from the store failed
   // Series of options_.metrics; null when it is.

@@ -129,26 +129,37 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
   return seqs;
 }
 
-std::future<Result<v1::SubmitJobResponse>> ControlLoop::SubmitArray(v1::JobSpec spec, v1::ArraySpec array) {
-  return Call<v1::SubmitJobResponse>(
-      [this, spec = std::move(spec), array = std::move(array)]() -> Result<v1::SubmitJobResponse> {
-        DROVER_ASSIGN_OR_RETURN(std::vector<uint64_t> seqs, AddJobs({spec}, &array));
-        v1::SubmitJobResponse resp;
-        *resp.mutable_job() = View(jobs_.at(seqs.front()));
-        resp.set_array_id(resp.job().array().array_id());
-        resp.set_tasks(static_cast<int64_t>(seqs.size()));
-        return resp;
-      });
+std::future<Result<v1::SubmitJobResponse>> ControlLoop::SubmitArray(v1::JobSpec spec, v1::ArraySpec array,
+                                                                    std::optional<AuditNote> audit) {
+  return Call<v1::SubmitJobResponse>([this, spec = std::move(spec), array = std::move(array),
+                                      audit = std::move(audit)]() -> Result<v1::SubmitJobResponse> {
+    Result<std::vector<uint64_t>> seqs = AddJobs({spec}, &array);
+    if (!seqs.ok()) {
+      NoteAudit(audit, "", seqs.status());
+      return seqs.status();
+    }
+    v1::SubmitJobResponse resp;
+    *resp.mutable_job() = View(jobs_.at(seqs->front()));
+    resp.set_array_id(resp.job().array().array_id());
+    resp.set_tasks(static_cast<int64_t>(seqs->size()));
+    NoteAudit(audit, resp.array_id(), Status::Ok());
+    return resp;
+  });
 }
 
-std::future<Result<std::vector<v1::Job>>> ControlLoop::SubmitBatch(std::vector<v1::JobSpec> specs) {
-  return Call<std::vector<v1::Job>>([this, specs = std::move(specs)]() -> Result<std::vector<v1::Job>> {
-    DROVER_ASSIGN_OR_RETURN(std::vector<uint64_t> seqs, AddJobs(specs, nullptr));
-    std::vector<v1::Job> out;
-    out.reserve(seqs.size());
-    for (uint64_t seq : seqs) out.push_back(jobs_.at(seq));
-    return out;
-  });
+std::future<Result<std::vector<v1::Job>>> ControlLoop::SubmitBatch(std::vector<v1::JobSpec> specs,
+                                                                   std::optional<AuditNote> audit) {
+  return Call<std::vector<v1::Job>>(
+      [this, specs = std::move(specs), audit = std::move(audit)]() -> Result<std::vector<v1::Job>> {
+        Result<std::vector<uint64_t>> seqs = AddJobs(specs, nullptr);
+        NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) + ".." + FormatJobId(seqs->back()) : "",
+                  seqs.status());
+        if (!seqs.ok()) return seqs.status();
+        std::vector<v1::Job> out;
+        out.reserve(seqs->size());
+        for (uint64_t seq : *seqs) out.push_back(jobs_.at(seq));
+        return out;
+      });
 }
 
 std::future<Result<int64_t>> ControlLoop::CancelArray(std::string array_id) {

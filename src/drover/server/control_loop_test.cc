@@ -610,5 +610,54 @@ TEST_F(ControlLoopTest, HostResourcesArePlacedByAndReachTheAgent) {
   EXPECT_NE(s.message().find("never fit"), std::string::npos) << s.message();
 }
 
+
+// A submit that carries an AuditNote is recorded in the audit log by the
+// commit that stores the job (one durable write for both); one the loop
+// refuses is recorded too; one whose commit fails is not, and is left to
+// the caller.
+TEST_F(ControlLoopTest, SubmitIsAuditedInTheCommitThatStoresIt) {
+  loop_->Stop();
+  loop_.reset();
+  flaky_ = std::make_unique<FlakyStore>(store_.get());
+  auth::AuditLog audit(store_.get(), &clock_);
+  options_.audit = &audit;
+  ASSERT_NO_FATAL_FAILURE(StartLoop(flaky_.get()));
+  Connect("gpu-01", 2);
+  auth::Principal alice{"t0000000001", "alice", "ml", auth::Role::kUser, "", "10.0.0.7:5000"};
+
+  AuditNote ok{alice, "jobs.submit"};
+  v1::Job job = Must(loop_->Submit(Spec(1), ok));
+  EXPECT_TRUE(ok.recorded->load());
+  auto stored = store_->Get(std::string(kJobsPrefix) + job.id());
+  auto entry = store_->Get(auth::AuditLog::Key(1));
+  ASSERT_TRUE(stored.ok() && stored->has_value() && entry.ok() && entry->has_value());
+  EXPECT_EQ((*stored)->create_revision, (*entry)->mod_revision) << "the job and its audit entry in one commit";
+
+  AuditNote refused{alice, "jobs.submit"};
+  v1::JobSpec huge = Spec(3);  // more GPUs than any node has
+  EXPECT_EQ(Fails(loop_->Submit(huge, refused)).code(), Code::kFailedPrecondition);
+  EXPECT_TRUE(refused.recorded->load());
+
+  flaky_->fail_txn = true;
+  AuditNote lost{alice, "jobs.submit"};
+  EXPECT_EQ(Fails(loop_->Submit(Spec(1), lost)).code(), Code::kUnavailable);
+  EXPECT_FALSE(lost.recorded->load()) << "not committed: the caller records it";
+  flaky_->fail_txn = false;
+
+  auto entries = audit.List(0);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ((*entries)[0].target, job.id());
+  EXPECT_EQ((*entries)[0].result, "ok");
+  EXPECT_EQ((*entries)[0].who, "alice");
+  EXPECT_EQ((*entries)[0].source, "10.0.0.7:5000");
+  EXPECT_EQ((*entries)[1].target, "");
+  EXPECT_NE((*entries)[1].result.find("never fit"), std::string::npos) << (*entries)[1].result;
+  auto verdict = audit.Verify();
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_TRUE(verdict->ok) << verdict->reason;
+  EXPECT_EQ(verdict->entries, 2);
+}
+
 }  // namespace
 }  // namespace drover::server::testing

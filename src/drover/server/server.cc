@@ -238,8 +238,11 @@ class ServerImpl final : public Server {
     DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
     logs_ = std::make_unique<LogStore>(std::move(logs));
     DROVER_ASSIGN_OR_RETURN(archive_, store::Archive::Open(o.data_dir + "/archive.db"));
+    // The store keeps the newest 10,000 audit entries; the archive the rest.
+    audit_ = std::make_unique<auth::AuditLog>(store_.get(), SystemClock::Get(), archive_.get(), 10'000);
     ControlLoopOptions control = o.control;
     control.archive = archive_.get();
+    control.audit = audit_.get();
     control.metrics = &metrics_;
     control.watch = &watch_;
     DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
@@ -248,8 +251,6 @@ class ServerImpl final : public Server {
     loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
     authority_ = std::make_unique<auth::Authority>(store_.get(), SystemClock::Get());
-    // The store keeps the newest 10,000 audit entries; the archive the rest.
-    audit_ = std::make_unique<auth::AuditLog>(store_.get(), SystemClock::Get(), archive_.get(), 10'000);
     edge_ = std::make_unique<Edge>(authority_.get(), SystemClock::Get(), o.security);
     admin_token_path_ = o.data_dir + "/admin.token";
     DROVER_ASSIGN_OR_RETURN(bool created, authority_->EnsureBootstrapAdmin(admin_token_path_));
@@ -341,9 +342,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<store::Archive> archive_;  // after store_: the loop (destroyed first) writes to it
   std::unique_ptr<LogStore> logs_;
   JobWatch watch_;  // outlives the loop that publishes to it and the services that subscribe
+  std::unique_ptr<auth::AuditLog> audit_;  // before loop_: the loop records into it
   std::unique_ptr<ControlLoop> loop_;
   std::unique_ptr<auth::Authority> authority_;
-  std::unique_ptr<auth::AuditLog> audit_;
   std::unique_ptr<Edge> edge_;
   std::optional<auth::ServerTls> tls_;  // immutable once loaded; the services keep a pointer
   std::string ca_file_;
