@@ -7,9 +7,11 @@
 // of the small drover-supervise, and the handover to a SupervisorPool's
 // idle supervisor (the same process run after run, as the agent keeps it).
 // Each run uses a fresh job directory written with JobDir as the agent
-// writes it (spec.json, isolation.json without a cgroup), one run at a time.
+// writes it (spec.json, isolation.json), one run at a time; the pooled
+// supervisor runs the job once without a cgroup and, where this process may
+// make cgroup v2 groups, once in a group of its own, as the agent asks for.
 //
-//   spawn_bench [--runs N] [--root DIR] [--drover PATH] [--supervise PATH]
+//   spawn_bench [--runs N] [--gap-ms MS] [--root DIR] [--drover PATH] [--supervise PATH]
 //   spawn_bench --floor N   (the machine's own cost: N posix_spawn + wait of
 //                            /bin/true and of `sh -c true`, one loop and two
 //                            side by side; no supervisor, no Drover)
@@ -35,6 +37,7 @@
 
 extern char** environ;
 
+#include "drover/agent/cgroup.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/supervisor.h"
 
@@ -66,19 +69,29 @@ using drover::agent::SupervisorPool;
 // it say the job is done.
 using Launch = std::function<SupervisorPool::Launched(const std::string& dir)>;
 
-bool RunOnce(const Launch& launch, SupervisorPool* pool, const std::string& dir, Samples& out) {
+// `cgroup_parent`: where the job's group goes (the agent's group); empty:
+// the job gets none.
+bool RunOnce(const Launch& launch, SupervisorPool* pool, const std::string& dir, const std::string& cgroup_parent,
+             Samples& out) {
   fs::create_directories(dir);
   JobDir job(dir);
-  drover::agent::JobSpecFile spec{fs::path(dir).filename().string(), {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, ""};
-  if (!job.WriteSpec(spec).ok() || !job.WriteIsolation(drover::agent::JobIsolation{}).ok()) return false;
+  const std::string name = fs::path(dir).filename().string();
+  drover::agent::JobSpecFile spec{name, {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, ""};
+  drover::agent::JobIsolation iso;
+  if (!cgroup_parent.empty()) iso.cgroup = drover::agent::JobCgroup{cgroup_parent, cgroup_parent + "/" + name, {}, 0, 0, {}};
+  if (!job.WriteSpec(spec).ok() || !job.WriteIsolation(iso).ok()) return false;
   const int64_t t0 = UnixNanos();
   SupervisorPool::Launched l = launch(dir);
   if (l.pid <= 0) return false;
   if (l.done_fd >= 0) {
-    // A pooled supervisor says "done" and waits for its next job.
-    pollfd p{l.done_fd, POLLIN, 0};
-    if (::poll(&p, 1, 10'000) != 1) return false;
-    auto heard = pool->Hear(l.pid);
+    // A pooled supervisor says "started", then "done", and waits for its
+    // next job.
+    auto heard = SupervisorPool::Heard::kNothing;
+    while (heard == SupervisorPool::Heard::kNothing || heard == SupervisorPool::Heard::kStarted) {
+      pollfd p{l.done_fd, POLLIN, 0};
+      if (::poll(&p, 1, 10'000) != 1) return false;
+      heard = pool->Hear(l.pid);
+    }
     if (heard == SupervisorPool::Heard::kRetired || heard == SupervisorPool::Heard::kGone) {
       ::waitpid(l.pid, nullptr, 0);
     } else if (heard != SupervisorPool::Heard::kDone) {
@@ -144,17 +157,20 @@ int Floor(int n) {
 int main(int argc, char** argv) {
   if (argc == 3 && std::string_view(argv[1]) == "--floor") return Floor(std::atoi(argv[2]));
   int runs = 200;
+  int gap_ms = 0;
   std::string root = fs::temp_directory_path().string();
   std::string drover = DROVER_BINARY;
   std::string supervise = DROVER_SUPERVISE_BINARY;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string_view flag = argv[i];
     if (flag == "--runs") runs = std::atoi(argv[i + 1]);
+    else if (flag == "--gap-ms") gap_ms = std::atoi(argv[i + 1]);
     else if (flag == "--root") root = argv[i + 1];
     else if (flag == "--drover") drover = argv[i + 1];
     else if (flag == "--supervise") supervise = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: spawn_bench [--runs N] [--root DIR] [--drover PATH] [--supervise PATH]\n");
+      std::fprintf(stderr,
+                   "usage: spawn_bench [--runs N] [--gap-ms MS] [--root DIR] [--drover PATH] [--supervise PATH]\n");
       return 2;
     }
   }
@@ -172,16 +188,28 @@ int main(int argc, char** argv) {
   };
   SupervisorPool pool(supervise);
   pool.Refill();
-  std::vector<std::pair<std::string, Launch>> variants = {
-      {"drover supervise", spawn(drover)},
-      {"drover-supervise", spawn(supervise)},
-      {"drover-supervise, SupervisorPool", [&pool](const std::string& dir) {
-         auto l = pool.Launch(dir);
-         return l.ok() ? *l : SupervisorPool::Launched{};
-       }},
+  auto pooled = [&pool](const std::string& dir) {
+    auto l = pool.Launch(dir);
+    return l.ok() ? *l : SupervisorPool::Launched{};
   };
+  struct Variant {
+    std::string name;
+    Launch launch;
+    std::string cgroup_parent;
+  };
+  std::vector<Variant> variants = {
+      {"drover supervise", spawn(drover), ""},
+      {"drover-supervise", spawn(supervise), ""},
+      {"drover-supervise, SupervisorPool", pooled, ""},
+  };
+  if (const auto& home = drover::agent::ProcessCgroupHome(); !home.dir.empty()) {
+    variants.push_back({"pooled, job in a cgroup", pooled, home.dir + "/drover-spawn-bench-" + std::to_string(::getpid())});
+  } else {
+    std::printf("(no cgroup variant: %s)\n", home.problem.c_str());
+  }
 
-  std::printf("%d runs of `true`, one at a time, in %s; ms after SpawnSupervisor()\n", runs, base.c_str());
+  std::printf("%d runs of `true`, one at a time, %d ms apart, in %s; ms after SpawnSupervisor()\n", runs, gap_ms,
+              base.c_str());
   std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "supervisor", "runs", "start", "p99", "exit", "p99",
               "ended", "p99");
   std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "", "", "p50", "", "p50", "", "p50", "");
@@ -194,11 +222,12 @@ int main(int argc, char** argv) {
     for (size_t v = 0; v < variants.size(); ++v) {
       Samples warmup;
       std::string dir = base + "/v" + std::to_string(v) + "-" + std::to_string(i + 5);
-      if (!RunOnce(variants[v].second, &pool, dir, i < 0 ? warmup : samples[v])) ++failures;
+      if (!RunOnce(variants[v].launch, &pool, dir, variants[v].cgroup_parent, i < 0 ? warmup : samples[v])) ++failures;
+      if (gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
     }
     pool.Refill();  // as the agent does, once the job has had its start (a no-op while one is idle)
   }
-  for (size_t v = 0; v < variants.size(); ++v) Report(variants[v].first, samples[v]);
+  for (size_t v = 0; v < variants.size(); ++v) Report(variants[v].name, samples[v]);
   std::error_code ec;
   fs::remove_all(base, ec);
   return failures == 0 ? 0 : 1;
