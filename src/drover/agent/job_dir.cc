@@ -127,16 +127,7 @@ Status JobDir::WriteExit(const ExitFile& e, bool durable) const {
   return WriteFileAtomic(File("exit.json"), j.dump(), 0644, durable);
 }
 
-Status JobDir::SyncExit() const {
-  const std::string path = File("exit.json");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Unavailable(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return Unavailable(fmt::format("cannot sync '{}': {}", path, std::strerror(err)));
-  return Status::Ok();
-}
+Status JobDir::SyncExit() const { return SyncFile(File("exit.json")); }
 
 std::optional<ExitFile> JobDir::ReadExit() const {
   auto j = ReadJson(File("exit.json"));

@@ -67,15 +67,26 @@ struct ChildError {
   int error;
 };
 
+// What the job's process needs between its birth and exec.
+struct ExecArgs {
+  int report;  // where a ChildError goes
+  bool pin;
+  const cpu_set_t* cpus;
+  int null_fd;
+  int log_fd;
+  const char* work;
+  char* const* argv;
+  char* const* envp;
+};
+
 // Everything the job's process does between its birth and exec, then exec:
 // join the group whose cgroup.procs is `join` (when not born in it), pin,
 // lead its own process group, default signals, stdio, chdir. Only system
 // calls (no allocation, no library state): it runs in a vfork child too, on
 // the supervisor's memory. Leaves by exec, or by _exit(127) after writing a
-// ChildError to `report`.
-[[noreturn]] void ExecJob(int report, const char* join, bool pin, const cpu_set_t& cpus, int null_fd, int log_fd,
-                          const char* work, char* const* argv, char* const* envp) {
-  auto fail = [report](ChildError::Step step) {
+// ChildError to `a.report`.
+[[noreturn]] void ExecJob(const ExecArgs& a, const char* join) {
+  auto fail = [report = a.report](ChildError::Step step) {
     ChildError e{step, errno};
     ssize_t n = ::write(report, &e, sizeof e);
     (void)n;
@@ -87,31 +98,19 @@ struct ChildError {
     if (fd < 0 || ::write(fd, "0", 1) != 1) fail(ChildError::kJoinCgroup);
     ::close(fd);
   }
-  if (pin && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0) fail(ChildError::kPin);
+  if (a.pin && ::sched_setaffinity(0, sizeof(*a.cpus), a.cpus) != 0) fail(ChildError::kPin);
   if (::setpgid(0, 0) != 0) fail(ChildError::kProcessGroup);  // the job leads its own process group
   for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
   sigset_t empty;
   sigemptyset(&empty);
   ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-  if (::dup2(null_fd, 0) < 0 || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) fail(ChildError::kStdio);
-  if (::chdir(work) != 0) fail(ChildError::kChdir);
+  if (::dup2(a.null_fd, 0) < 0 || ::dup2(a.log_fd, 1) < 0 || ::dup2(a.log_fd, 2) < 0) fail(ChildError::kStdio);
+  if (::chdir(a.work) != 0) fail(ChildError::kChdir);
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
-  ::execvpe(argv[0], argv, envp);
+  ::execvpe(a.argv[0], a.argv, a.envp);
   fail(ChildError::kExec);
   __builtin_unreachable();
 }
-
-// What ExecJob needs, for a child that starts on a stack of its own.
-struct ExecArgs {
-  int report;
-  bool pin;
-  const cpu_set_t* cpus;
-  int null_fd;
-  int log_fd;
-  const char* work;
-  char* const* argv;
-  char* const* envp;
-};
 
 // clone3(CLONE_INTO_CGROUP): a child born in the group `cgroup_fd` that
 // runs ExecJob(`a`, not joining). On x86-64 it is vfork's: it borrows the
@@ -132,9 +131,7 @@ pid_t CloneIntoCgroup(int cgroup_fd, const ExecArgs& a) {
   args.flags |= CLONE_VM | CLONE_VFORK;
   args.stack = reinterpret_cast<uint64_t>(stack);
   args.stack_size = sizeof stack;
-  void (*entry)(const ExecArgs*) = [](const ExecArgs* x) {
-    ExecJob(x->report, nullptr, x->pin, *x->cpus, x->null_fd, x->log_fd, x->work, x->argv, x->envp);
-  };
+  void (*entry)(const ExecArgs*) = [](const ExecArgs* x) { ExecJob(*x, nullptr); };
   long ret = SYS_clone3;
   register void (*fn)(const ExecArgs*) asm("r12") = entry;
   register const ExecArgs* arg asm("r13") = &a;
@@ -162,7 +159,7 @@ pid_t CloneIntoCgroup(int cgroup_fd, const ExecArgs& a) {
   return static_cast<pid_t>(ret);
 #else
   pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
-  if (pid == 0) ExecJob(a.report, nullptr, a.pin, *a.cpus, a.null_fd, a.log_fd, a.work, a.argv, a.envp);
+  if (pid == 0) ExecJob(a, nullptr);
   return pid;
 #endif
 }
@@ -203,19 +200,17 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   for (int c : iso.cpus) {
     if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
   }
-  const bool pin = !iso.cpus.empty();
-  const int report = pipe_fds[1];
+  const ExecArgs exec{pipe_fds[1], !iso.cpus.empty(), &cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data()};
   pid_t pid = -1;
   int fork_error = 0;
   if (!iso.cgroup) {
     pid = ::vfork();
-    if (pid == 0) ExecJob(report, nullptr, pin, cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data());
+    if (pid == 0) ExecJob(exec, nullptr);
     fork_error = errno;
   } else {
     int group_fd = ::open(iso.cgroup->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (group_fd >= 0) {
-      pid = CloneIntoCgroup(group_fd, ExecArgs{report, pin, &cpus, null_fd, log_fd, work.c_str(), argv.data(),
-                                               envp.data()});
+      pid = CloneIntoCgroup(group_fd, exec);
       ::close(group_fd);
     }
     if (pid < 0) {
@@ -224,7 +219,7 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
       // child moves itself, and says why it could not.
       const std::string procs = iso.cgroup->dir + "/cgroup.procs";
       pid = ::vfork();
-      if (pid == 0) ExecJob(report, procs.c_str(), pin, cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data());
+      if (pid == 0) ExecJob(exec, procs.c_str());
       fork_error = errno;
     }
   }

@@ -54,4 +54,14 @@ Status WriteFileAtomic(const std::string& path, const std::string& data, unsigne
   return Status::Ok();
 }
 
+Status SyncFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Unavailable(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Unavailable(fmt::format("cannot sync '{}': {}", path, std::strerror(err)));
+  return Status::Ok();
+}
+
 }  // namespace drover

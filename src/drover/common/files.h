@@ -18,4 +18,7 @@ Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes = 64 
 // (state that means nothing after a reboot), rename over `path`.
 Status WriteFileAtomic(const std::string& path, const std::string& data, unsigned mode = 0644, bool durable = true);
 
+// fsyncs `path`: makes one written with durable = false durable later.
+Status SyncFile(const std::string& path);
+
 }  // namespace drover

@@ -334,39 +334,9 @@ void ControlLoop::AfterBatch() {
 }
 
 void ControlLoop::Commit() {
-  Status committed;
   bool with_audit = false;
-  if (!audit_entries_.empty()) {
-    // The calls' audit entries in the same transaction: one durable write.
-    // An audit log that cannot be read (its head) leaves the batch to
-    // commit alone, and the recording to the callers.
-    const auto count = static_cast<int64_t>(audit_entries_.size());
-    int64_t last_seq = 0;
-    auto r = options_.audit->CommitWith(
-        std::move(audit_entries_),
-        [&](std::vector<store::Compare> compares, std::vector<store::Op> entries) {
-          with_audit = true;
-          ops_.insert(ops_.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
-          return store_->Txn(compares, ops_, {});
-        },
-        &last_seq);
-    if (!with_audit) spdlog::error("audit entries not written with the batch: {}", r.status().ToString());
-    if (with_audit) {
-      committed = !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
-    }
-    // Moving old entries to the archive takes a while: not on this thread.
-    if (committed.ok() && with_audit && options_.audit->TrimDue(last_seq, count)) {
-      archiver_.Post([audit = options_.audit] {
-        if (Status s = audit->Trim(); !s.ok()) spdlog::warn("audit log trim failed: {}", s.ToString());
-      });
-    }
-  }
-  if (!with_audit && !ops_.empty()) {
-    auto r = store_->Txn({}, ops_, {});
-    committed = !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
-  }
+  Status committed = WriteBatch(&with_audit);
   ops_.clear();
-  audit_entries_.clear();
   std::vector<std::shared_ptr<std::atomic<bool>>> audited = std::move(audit_recorded_);
   audit_recorded_.clear();
   std::vector<Ack> acks = std::move(acks_);
@@ -429,6 +399,42 @@ void ControlLoop::Commit() {
     }
   }
   dirty_nodes_.clear();
+}
+
+Status ControlLoop::WriteBatch(bool* with_audit) {
+  auto applied = [](const Result<store::TxnResult>& r) {
+    return !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
+  };
+  *with_audit = false;
+  if (!audit_entries_.empty()) {
+    // The calls' audit entries in the same transaction: one durable write.
+    const auto count = static_cast<int64_t>(audit_entries_.size());
+    int64_t last_seq = 0;
+    auto r = options_.audit->CommitWith(
+        std::move(audit_entries_),
+        [&](std::vector<store::Compare> compares, std::vector<store::Op> entries) {
+          *with_audit = true;
+          ops_.insert(ops_.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+          return store_->Txn(compares, ops_, {});
+        },
+        &last_seq);
+    audit_entries_.clear();
+    if (*with_audit) {
+      Status written = applied(r);
+      // Moving old entries to the archive takes a while: not on this thread.
+      if (written.ok() && options_.audit->TrimDue(last_seq, count)) {
+        archiver_.Post([audit = options_.audit] {
+          if (Status s = audit->Trim(); !s.ok()) spdlog::warn("audit log trim failed: {}", s.ToString());
+        });
+      }
+      return written;
+    }
+    // An audit log that cannot be read (its head) leaves the batch to commit
+    // alone, and the recording to the callers.
+    spdlog::error("audit entries not written with the batch: {}", r.status().ToString());
+  }
+  if (ops_.empty()) return Status::Ok();
+  return applied(store_->Txn({}, ops_, {}));
 }
 
 void ControlLoop::SendDesired() {
@@ -530,94 +536,6 @@ void ControlLoop::UpdateSchedulable(const std::string& name) {
   if (it == nodes_.end()) return;
   TouchNode(name);
   sched_.SetSchedulable(name, Schedulable(it->second));
-}
-
-// ---- jobs ----
-
-std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec, std::optional<AuditNote> audit) {
-  return Call<v1::Job>([this, spec = std::move(spec), audit = std::move(audit)]() -> Result<v1::Job> {
-    Result<std::vector<uint64_t>> seqs = AddJobs({spec}, nullptr);
-    NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) : "", seqs.status());
-    if (!seqs.ok()) return seqs.status();
-    return jobs_.at(seqs->front());
-  });
-}
-
-void ControlLoop::NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result) {
-  if (!note || options_.audit == nullptr) return;
-  audit_entries_.push_back(auth::AuditLog::EntryFor(note->who, note->action, std::move(target), result));
-  audit_recorded_.push_back(note->recorded);
-}
-
-std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
-  return Call<v1::Job>([this, id = std::move(id)]() -> Result<v1::Job> {
-    v1::Job* job = FindJob(id);
-    if (job == nullptr) {
-      // Archived: it ended long ago (a read of the archive on the loop, for
-      // this rare answer only).
-      auto seq = ParseJobId(id);
-      auto archived = seq.ok() ? ArchivedJob(*seq) : Result<JobReplica::JobPtr>(JobReplica::JobPtr());
-      if (archived.ok() && *archived != nullptr) {
-        return FailedPrecondition(
-            fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay((*archived)->status().state())));
-      }
-      return NotFound(fmt::format("job '{}' not found", id));
-    }
-    v1::JobState state = job->status().state();
-    if (rpc::IsTerminal(state)) {
-      return FailedPrecondition(
-          fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
-    }
-    CancelOne(job);
-    return View(*job);
-  });
-}
-
-void ControlLoop::CancelOne(v1::Job* job) {
-  v1::JobState state = job->status().state();
-  if (state == v1::JOB_STATE_PENDING) {
-    Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, NowNs(), "cancelled before it started");
-  } else if (state != v1::JOB_STATE_CANCELLING) {
-    // Bound, running or being preempted: stop it; it ends CANCELLED once
-    // its process is gone (a preempted one is then not queued again).
-    job->mutable_status()->set_state(v1::JOB_STATE_CANCELLING);
-    job->mutable_status()->set_message("cancel requested; stopping the process");
-    for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
-    Persist(*job);
-  }
-}
-
-// ---- nodes ----
-
-std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained, bool requeue) {
-  return Call<v1::Node>([this, name = std::move(name), drained, requeue]() -> Result<v1::Node> {
-    auto it = nodes_.find(name);
-    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
-    if (it->second.node.drained() != drained) {
-      it->second.node.set_drained(drained);
-      UpdateSchedulable(name);
-      Persist(it->second.node);
-    }
-    if (requeue) {
-      // As a preemption for nobody: the checkpoint signal, the job's own
-      // grace, then queued again in its submission order.
-      for (uint64_t seq : std::vector<uint64_t>(active_on_node_[name].begin(), active_on_node_[name].end())) {
-        v1::Job& job = jobs_.at(seq);
-        v1::JobStatus* st = job.mutable_status();
-        if (st->state() != v1::JOB_STATE_BOUND && st->state() != v1::JOB_STATE_RUNNING) continue;
-        if (st->gang_failed()) continue;
-        (void)sched_.MarkPreempting(job.id());
-        st->set_state(v1::JOB_STATE_PREEMPTING);
-        st->set_message(fmt::format("drained off node '{}'", name));
-        st->clear_preempted_for();
-        int grace = job.spec().termination_grace_seconds();
-        st->set_stop_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
-        for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
-        Persist(job);
-      }
-    }
-    return View(it->second);
-  });
 }
 
 // ---- agents ----
@@ -752,6 +670,8 @@ std::future<Result<Done>> ControlLoop::Barrier() {
 namespace drover::server {
 // Call<T> is defined in this file; control_loop_nodes.cc uses these.
 template std::future<Result<Done>> ControlLoop::Call<Done>(std::function<Result<Done>()>);
+template std::future<Result<v1::Job>> ControlLoop::Call<v1::Job>(std::function<Result<v1::Job>()>);
+template std::future<Result<v1::Node>> ControlLoop::Call<v1::Node>(std::function<Result<v1::Node>()>);
 template std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>>
 ControlLoop::Call<std::pair<int64_t, std::vector<v1::Peer>>>(
     std::function<Result<std::pair<int64_t, std::vector<v1::Peer>>>()>);

@@ -298,6 +298,9 @@ class ControlLoop {
   Status EnsureRecovered();
   void AfterBatch();
   void Commit();
+  // Writes the open batch: ops_, with audit_entries_ chained onto the audit
+  // log in the same transaction (`with_audit` tells whether they went in).
+  Status WriteBatch(bool* with_audit);
   // The new desired state to every node in dirty_nodes_ (left as it is).
   void SendDesired();
   void Persist(const v1::Job& job);

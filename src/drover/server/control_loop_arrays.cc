@@ -1,6 +1,7 @@
-// Job arrays and batch submits: many jobs in one call, one record each,
-// stored in one commit. An array's tasks take consecutive sequence numbers,
-// so the array id ("a-" and its first task's number) finds them as a range.
+// Submits: one job, a job array or a batch, one record each, stored in one
+// commit (with the call's audit entry, when it carries an AuditNote). An
+// array's tasks take consecutive sequence numbers, so the array id ("a-"
+// and its first task's number) finds them as a range.
 // An array with max_running lets at most that many tasks into the scheduler
 // at once; the others wait in its ArrayGate until one ends.
 
@@ -127,6 +128,21 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
   next_seq_ = first + static_cast<uint64_t>(count);
   for (uint64_t seq : seqs) Persist(jobs_.at(seq));
   return seqs;
+}
+
+std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec, std::optional<AuditNote> audit) {
+  return Call<v1::Job>([this, spec = std::move(spec), audit = std::move(audit)]() -> Result<v1::Job> {
+    Result<std::vector<uint64_t>> seqs = AddJobs({spec}, nullptr);
+    NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) : "", seqs.status());
+    if (!seqs.ok()) return seqs.status();
+    return jobs_.at(seqs->front());
+  });
+}
+
+void ControlLoop::NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result) {
+  if (!note || options_.audit == nullptr) return;
+  audit_entries_.push_back(auth::AuditLog::EntryFor(note->who, note->action, std::move(target), result));
+  audit_recorded_.push_back(note->recorded);
 }
 
 std::future<Result<v1::SubmitJobResponse>> ControlLoop::SubmitArray(v1::JobSpec spec, v1::ArraySpec array,

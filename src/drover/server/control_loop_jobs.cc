@@ -291,4 +291,42 @@ void ControlLoop::ApplyLost(const std::string& node, const std::set<std::string>
   }
 }
 
+std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
+  return Call<v1::Job>([this, id = std::move(id)]() -> Result<v1::Job> {
+    v1::Job* job = FindJob(id);
+    if (job == nullptr) {
+      // Archived: it ended long ago (a read of the archive on the loop, for
+      // this rare answer only).
+      auto seq = ParseJobId(id);
+      auto archived = seq.ok() ? ArchivedJob(*seq) : Result<JobReplica::JobPtr>(JobReplica::JobPtr());
+      if (archived.ok() && *archived != nullptr) {
+        return FailedPrecondition(
+            fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay((*archived)->status().state())));
+      }
+      return NotFound(fmt::format("job '{}' not found", id));
+    }
+    v1::JobState state = job->status().state();
+    if (rpc::IsTerminal(state)) {
+      return FailedPrecondition(
+          fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
+    }
+    CancelOne(job);
+    return View(*job);
+  });
+}
+
+void ControlLoop::CancelOne(v1::Job* job) {
+  v1::JobState state = job->status().state();
+  if (state == v1::JOB_STATE_PENDING) {
+    Finish(job, v1::JOB_STATE_CANCELLED, 0, 0, NowNs(), "cancelled before it started");
+  } else if (state != v1::JOB_STATE_CANCELLING) {
+    // Bound, running or being preempted: stop it; it ends CANCELLED once
+    // its process is gone (a preempted one is then not queued again).
+    job->mutable_status()->set_state(v1::JOB_STATE_CANCELLING);
+    job->mutable_status()->set_message("cancel requested; stopping the process");
+    for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
+    Persist(*job);
+  }
+}
+
 }  // namespace drover::server

@@ -158,4 +158,35 @@ std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, st
   });
 }
 
+std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained, bool requeue) {
+  return Call<v1::Node>([this, name = std::move(name), drained, requeue]() -> Result<v1::Node> {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
+    if (it->second.node.drained() != drained) {
+      it->second.node.set_drained(drained);
+      UpdateSchedulable(name);
+      Persist(it->second.node);
+    }
+    if (requeue) {
+      // As a preemption for nobody: the checkpoint signal, the job's own
+      // grace, then queued again in its submission order.
+      for (uint64_t seq : std::vector<uint64_t>(active_on_node_[name].begin(), active_on_node_[name].end())) {
+        v1::Job& job = jobs_.at(seq);
+        v1::JobStatus* st = job.mutable_status();
+        if (st->state() != v1::JOB_STATE_BOUND && st->state() != v1::JOB_STATE_RUNNING) continue;
+        if (st->gang_failed()) continue;
+        (void)sched_.MarkPreempting(job.id());
+        st->set_state(v1::JOB_STATE_PREEMPTING);
+        st->set_message(fmt::format("drained off node '{}'", name));
+        st->clear_preempted_for();
+        int grace = job.spec().termination_grace_seconds();
+        st->set_stop_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
+        for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
+        Persist(job);
+      }
+    }
+    return View(it->second);
+  });
+}
+
 }  // namespace drover::server
