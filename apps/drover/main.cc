@@ -60,6 +60,7 @@ struct RoleFlags {
   std::string heartbeat_interval = "250ms";
   std::string gossip_listen;
   std::string checkpoint_root;
+  std::string state_dir;
   std::string checkpoint_retention = "1h";
   std::string lease_ttl = "1500ms";
   std::string archive_after = "5m";
@@ -495,6 +496,7 @@ int RunAgentRole(const RoleFlags& f) {
   o.join_token = f.join_token;
   o.gossip_listen = f.gossip_listen;
   o.checkpoint_root = f.checkpoint_root;
+  o.state_dir = f.state_dir;
   auto retention = drover::ParseDurationMs(f.checkpoint_retention);
   if (!retention.ok()) return BadConfig(retention.status());
   o.checkpoint_retention = std::chrono::seconds(*retention / 1000);
@@ -765,6 +767,9 @@ int main(int argc, char** argv) {
   agent->add_option("--checkpoint-root", f.checkpoint_root,
                     "where jobs' DROVER_CHECKPOINT_DIR live: a shared filesystem in a cluster (default "
                     "<data-dir>/checkpoints)");
+  agent->add_option("--state-dir", f.state_dir,
+                    "where the jobs' small state files live while they run: best in memory, gone with a reboot as "
+                    "the jobs are (default /run/drover/ID for root where /run is a tmpfs, else /dev/shm/drover-UID/ID)");
   agent->add_option("--checkpoint-retention", f.checkpoint_retention,
                     "how long a job's checkpoints stay after it ended for good")
       ->capture_default_str();

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -172,6 +174,59 @@ TEST(RestartTest, SeparateServerAndAgentSurviveEachOthersCrash) {
                         std::chrono::seconds(60)));
   EXPECT_EQ(RunCli(server->grpc_address(), {"logs", second}).out, "finished\n");
   EXPECT_EQ(ReadFile(marker), "started\nstarted\n");  // each job started once
+  ::kill(agent, SIGTERM);
+  ::waitpid(agent, nullptr, 0);
+}
+
+// A reboot takes the jobs' processes and their state (in memory, job_dir.h)
+// but leaves their output on disk: the agent that comes back reports those
+// jobs as ended by the restart instead of running them again or forgetting
+// them. Simulated here: the agent killed, the job and its supervisor killed,
+// the state directory removed.
+TEST(RestartTest, JobWhoseStateARebootTookIsReportedEndedNotRunAgain) {
+  TempDir dir;
+  std::string grpc = "127.0.0.1:" + std::to_string(FreePort());
+  std::string marker = dir.path() + "/starts";
+  std::string state = dir.path() + "/state";
+  auto server = std::make_unique<DroverUp>(dir.path() + "/server", std::vector<std::string>{"--lease-ttl", "30s"},
+                                           "server", grpc);
+  ASSERT_TRUE(server->Start());
+  CommandResult join = RunCli(grpc, {"join-token", "--node", "gpu-01"});
+  ASSERT_EQ(join.exit_code, 0) << join.err;
+  std::vector<std::string> agent_args = {"agent", "--server", grpc, "--data-dir", dir.path() + "/agent",
+                                         "--state-dir", state, "--node-name", "gpu-01", "--devices", "simulated",
+                                         "--simulate-gpus", "1", "--log-level", "warn", "--metrics-listen",
+                                         "127.0.0.1:0", "--join-token", join.out.substr(0, join.out.find('\n'))};
+  auto start_agent = [&] { return SpawnDrover(agent_args, dir.path() + "/agent.out", dir.path() + "/agent.err"); };
+  pid_t agent = start_agent();
+  ASSERT_GT(agent, 0);
+  ASSERT_TRUE(server->WaitForReadyNodes(1));
+  std::string job = Submit(server->jobs(), {"sh", "-c", "echo started >> " + marker + "; echo before; sleep 60"});
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(server->jobs(), job).status().state() == v1::JOB_STATE_RUNNING; }));
+  ASSERT_TRUE(WaitUntil([&] { return RunCli(grpc, {"logs", job}).out == "before\n"; }));
+
+  ::kill(agent, SIGKILL);
+  ::waitpid(agent, nullptr, 0);
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& e : std::filesystem::directory_iterator(state + "/jobs")) dirs.push_back(e.path());
+  ASSERT_EQ(dirs.size(), 1u);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/agent/jobs/" + dirs[0].filename().string() + "/output.log"));
+  int job_pid = nlohmann::json::parse(ReadFile(dirs[0] / "started.json"), nullptr, false).value("pid", 0);
+  int supervisor = std::stoi(ReadFile(dirs[0] / "supervisor.pid"));
+  ASSERT_GT(job_pid, 1);
+  ASSERT_GT(supervisor, 1);
+  ::kill(-job_pid, SIGKILL);
+  ::kill(supervisor, SIGKILL);
+  std::filesystem::remove_all(state);
+
+  agent = start_agent();
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(server->jobs(), job).status().state() == v1::JOB_STATE_FAILED; },
+                        std::chrono::seconds(60)));
+  v1::Job ended = GetJob(server->jobs(), job);
+  EXPECT_NE(ended.status().message().find("the machine restarted"), std::string::npos) << ended.status().message();
+  EXPECT_EQ(ReadFile(marker), "started\n");  // not run again
+  // Once reported, the job's output directory goes as its state did.
+  EXPECT_TRUE(WaitUntil([&] { return std::filesystem::is_empty(dir.path() + "/agent/jobs"); }));
   ::kill(agent, SIGTERM);
   ::waitpid(agent, nullptr, 0);
 }

@@ -87,6 +87,7 @@ int64_t NowNanos() {
 struct LocalJob {
   explicit LocalJob(JobDir d) : dir(std::move(d)) {}
   JobDir dir;
+  std::string output_dir;  // its output.log (spec.json's output_dir)
   pid_t supervisor = 0;  // 0 when adopted (not our child) or unknown
   std::optional<StartedFile> started;
   std::optional<ExitFile> exited;
@@ -165,24 +166,14 @@ class AgentImpl final : public Agent {
                                              [this] { loop_.Post([this] { SendHeartbeat(/*with_gpus=*/true); }); },
                                              opts_.loop);
     std::error_code ec;
-    jobs_dir_ = opts_.data_dir + "/jobs";
-    fs::create_directories(jobs_dir_, ec);
-    if (ec) return Unavailable(fmt::format("cannot create '{}': {}", jobs_dir_, ec.message()));
-    for (const auto& entry : fs::directory_iterator(jobs_dir_, ec)) {
-      if (!entry.is_directory()) continue;
-      JobDir dir(entry.path().string());
-      auto spec = dir.ReadSpec();
-      if (!spec.ok()) {
-        spdlog::warn("ignoring job directory '{}': {}", dir.path(), spec.status().message());
-        continue;
-      }
-      LocalJob job(dir);
-      job.grace_seconds = spec->grace_seconds;
-      job.sigterm_ns = dir.ReadStop();
-      if (auto iso = dir.ReadIsolation(); iso.ok()) job.cgroup = iso->cgroup;
-      jobs_.emplace(spec->job_id, std::move(job));
+    state_dir_ = opts_.state_dir.empty() ? JobStateRoot(opts_.data_dir) : opts_.state_dir;
+    jobs_dir_ = state_dir_ + "/jobs";
+    outputs_dir_ = opts_.data_dir + "/jobs";
+    for (const std::string& d : {jobs_dir_, outputs_dir_}) {
+      fs::create_directories(d, ec);
+      if (ec) return Unavailable(fmt::format("cannot create '{}': {}", d, ec.message()));
     }
-    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    AdoptJobs();    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
     watcher_ = opts_.exit_watcher;
     if (watcher_ == nullptr) {
       auto w = ExitWatcher::Start();
@@ -233,6 +224,49 @@ class AgentImpl final : public Agent {
     return Status::Ok();
   }
 
+  // The jobs an earlier agent of this data directory left: their state
+  // directories (the agent restarted, the machine did not), job directories
+  // of the layout before the state moved to memory (state and output in
+  // one), and outputs whose state went with a reboot: those jobs ended with
+  // it, and are reported so.
+  void AdoptJobs() {
+    auto adopt = [this](const JobDir& dir) {
+      auto spec = dir.ReadSpec();
+      if (!spec.ok()) {
+        spdlog::warn("ignoring job directory '{}': {}", dir.path(), spec.status().message());
+        return;
+      }
+      LocalJob job(dir);
+      job.output_dir = dir.OutputDir(*spec);
+      job.grace_seconds = spec->grace_seconds;
+      job.sigterm_ns = dir.ReadStop();
+      if (auto iso = dir.ReadIsolation(); iso.ok()) job.cgroup = iso->cgroup;
+      jobs_.emplace(spec->job_id, std::move(job));
+    };
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(jobs_dir_, ec)) {
+      if (entry.is_directory()) adopt(JobDir(entry.path().string()));
+    }
+    if (outputs_dir_ == jobs_dir_) return;
+    for (const auto& entry : fs::directory_iterator(outputs_dir_, ec)) {
+      const std::string key = entry.path().filename().string();
+      if (!entry.is_directory() || jobs_.contains(key)) continue;
+      JobDir old(entry.path().string());
+      if (fs::exists(old.File("spec.json"), ec)) {
+        adopt(old);
+        continue;
+      }
+      if (!rpc::ParseWorkloadId(key).ok()) continue;
+      JobDir dir(jobs_dir_ + "/" + key);
+      fs::create_directories(dir.path(), ec);
+      LocalJob job(dir);
+      job.output_dir = entry.path().string();
+      job.exited = ExitFile{-1, 0, NowNanos(), "its state was lost: the machine restarted while it ran", false};
+      (void)dir.WriteExit(*job.exited);
+      jobs_.emplace(key, std::move(job));
+    }
+  }
+
   void Stop() override {
     if (stopping_.exchange(true)) return;
     if (connection_) connection_->Stop();
@@ -246,6 +280,9 @@ class AgentImpl final : public Agent {
     }
     supervisors_.reset();  // the unused spare reads the end of its input and exits
     if (own_loop_) own_loop_->Stop();
+    // Nothing left to adopt: nothing left in memory (the data directory may
+    // go next, and nobody else would remove this).
+    if (!jobs_dir_.empty() && ::rmdir(jobs_dir_.c_str()) == 0 && opts_.state_dir.empty()) ::rmdir(state_dir_.c_str());
     if (gossip_) gossip_->Stop();
     if (telemetry_) telemetry_->Stop();
   }
@@ -750,10 +787,14 @@ class AgentImpl final : public Agent {
     }
     JobDir dir(jobs_dir_ + "/" + key);
     LocalJob job(dir);
+    job.output_dir = outputs_dir_ + "/" + key;
     job.grace_seconds = w.termination_grace_seconds() > 0 ? w.termination_grace_seconds() : 10;
     job.launch_ns = NowNanos();
+    // The state first: an output directory without it is a job whose state
+    // a reboot took (AdoptJobs).
     std::error_code ec;
     fs::create_directories(dir.path(), ec);
+    if (!ec) fs::create_directories(job.output_dir, ec);
     JobIsolation iso = IsolationFor(key, w);
     // Kept across attempts: made once, left as it is by a new attempt.
     std::error_code cec;
@@ -764,8 +805,9 @@ class AgentImpl final : public Agent {
     }
     job.cgroup = iso.cgroup;
     JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w, iso.cpus), w.working_dir(),
-                     job.grace_seconds, opts_.fencing ? LeaseFile() : ""};
-    Status s = ec ? Unavailable(fmt::format("cannot create '{}': {}", dir.path(), ec.message())) : dir.WriteSpec(spec);
+                     job.grace_seconds, opts_.fencing ? LeaseFile() : "", job.output_dir};
+    Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
+                  : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
       Result<SupervisorPool::Launched> launched = StartSupervisor(dir.path());
@@ -981,7 +1023,7 @@ class AgentImpl final : public Agent {
     if (!Connected()) return;
     rpc::WorkloadRef ref = RefOf(id);
     if (ref.replica != 0) return;
-    std::ifstream in(job->dir.File("output.log"), std::ios::binary);
+    std::ifstream in(job->output_dir + "/output.log", std::ios::binary);
     if (!in) return;
     in.seekg(job->log_sent);
     int64_t budget = all ? INT64_MAX : kLogPerTick;
@@ -1049,6 +1091,7 @@ class AgentImpl final : public Agent {
       if (const auto& g = jobs_.at(id).cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
       std::error_code ec;
       fs::remove_all(jobs_.at(id).dir.path(), ec);
+      fs::remove_all(jobs_.at(id).output_dir, ec);
       jobs_.erase(id);
     }
   }
@@ -1186,7 +1229,9 @@ class AgentImpl final : public Agent {
   std::vector<int> allowed_cpus_;  // the agent's own affinity, ascending
   std::map<std::string, std::string> agent_env_;  // the allow-listed part of the agent's environment
   std::vector<std::vector<DeviceRule>> gpu_devices_;  // per GPU: its device files
-  std::string jobs_dir_;
+  std::string state_dir_;    // JobStateRoot's, or the options'
+  std::string jobs_dir_;     // the jobs' state: <state_dir_>/jobs/<key>
+  std::string outputs_dir_;  // their output: <data_dir>/jobs/<key>
   std::atomic<bool> stopping_{false};
   std::unique_ptr<runtime::EventLoop> own_loop_;  // unless the options name a shared one
   runtime::LoopClient loop_;

@@ -47,7 +47,9 @@ struct ScheduledFault {
 struct AgentOptions {
   std::string node_name;
   std::string server_address = "127.0.0.1:7070";
-  std::string data_dir;        // jobs live under <data_dir>/jobs/
+  std::string data_dir;        // jobs' output lives under <data_dir>/jobs/
+  // Their state files (job_dir.h); empty: JobStateRoot(data_dir), in memory.
+  std::string state_dir;
   std::string supervisor_exe;  // the drover binary (it has the `supervise` verb)
   std::vector<std::unique_ptr<DeviceBackend>> backends;
   // Node labels sent at registration (rack, switch, ...); validated by StartAgent.

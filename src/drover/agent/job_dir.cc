@@ -2,14 +2,20 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+
+#include "drover/common/hash.h"
 
 namespace drover::agent {
 namespace {
@@ -45,12 +51,52 @@ T Get(const json& j, const char* key, T fallback) {
 // after a reboot it is the job's only word on how it ended.
 constexpr bool kWhileAlive = false;
 
+bool InMemory(const std::string& path) {
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+}
+
+// A directory of ours: made (0700) if missing, then taken only if it is a
+// directory, not a link, owned by this user, that nobody else may enter.
+// Someone who made it first in a shared place gets it refused.
+bool PrivateDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
+         (st.st_mode & 077) == 0;
+}
+
 }  // namespace
+
+std::vector<std::string> JobStateBases() {
+  std::vector<std::string> bases;
+  if (::geteuid() == 0) bases.push_back("/run/drover");
+  bases.push_back(fmt::format("/dev/shm/drover-{}", ::geteuid()));
+  return bases;
+}
+
+std::string JobStateRoot(const std::string& data_dir) { return JobStateRoot(data_dir, JobStateBases()); }
+
+std::string JobStateRoot(const std::string& data_dir, const std::vector<std::string>& bases) {
+  std::error_code ec;
+  std::string name = std::filesystem::weakly_canonical(data_dir, ec).string();
+  if (ec || name.empty()) name = data_dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  const uint64_t h = Fnv1a64(name);  // the same id for the same directory, run after run
+  for (const std::string& base : bases) {
+    const std::string parent = std::filesystem::path(base).parent_path().string();
+    if (!InMemory(parent) || !PrivateDir(base)) continue;
+    std::string root = fmt::format("{}/{:016x}", base, h);
+    if (PrivateDir(root)) return root;
+  }
+  return data_dir + "/run";
+}
 
 Status JobDir::WriteSpec(const JobSpecFile& s) const {
   json j{{"job_id", s.job_id},           {"command", s.command},
          {"env", s.env},                 {"working_dir", s.working_dir},
-         {"grace_seconds", s.grace_seconds}, {"lease_file", s.lease_file}};
+         {"grace_seconds", s.grace_seconds}, {"lease_file", s.lease_file},
+         {"output_dir", s.output_dir}};
   return WriteFileAtomic(File("spec.json"), j.dump(), 0644, kWhileAlive);
 }
 
@@ -64,6 +110,7 @@ Result<JobSpecFile> JobDir::ReadSpec() const {
   s.working_dir = Get<std::string>(*j, "working_dir", "");
   s.grace_seconds = Get<int>(*j, "grace_seconds", 10);
   s.lease_file = Get<std::string>(*j, "lease_file", "");
+  s.output_dir = Get<std::string>(*j, "output_dir", "");
   if (s.job_id.empty() || s.command.empty()) return InvalidArgument(fmt::format("'{}/spec.json' is incomplete", path_));
   return s;
 }

@@ -1,22 +1,28 @@
 #pragma once
-// JobDir: the on-disk record of one workload on a node,
-// <agent-data>/jobs/<job-id>/. It is what lets a job outlive its agent: the
-// per-job supervisor writes how the job started and ended there, and a
-// restarted agent reads it back instead of starting the job again.
+// JobDir: the record of one workload on a node. It is what lets a job
+// outlive its agent: the per-job supervisor writes how the job started and
+// ended there, and a restarted agent reads it back instead of starting the
+// job again. Its small state files live in memory (JobStateRoot below), the
+// job's output on disk:
 //
-//   spec.json        what to run (written by the agent before the spawn)
-//   isolation.json   how to confine it: CPUs, cgroup (agent, before the
-//                    spawn; absent: not confined)
-//   supervisor.pid   the supervisor's pid (agent)
-//   started.json     {"pid", "start_unix_nanos"} (supervisor, after the spawn)
-//   stop.json        {"sigterm_unix_nanos"} (agent, when it asked the job to stop)
-//   exit.json        {"exit_code", "signal", "end_unix_nanos", "message",
-//                     "failed_to_start"} (supervisor, when the job ended)
-//   output.log       stdout and stderr of the job
-//   work/            the default working directory
+//   <state>/jobs/<job-id>/
+//     spec.json        what to run (written by the agent before the spawn)
+//     isolation.json   how to confine it: CPUs, cgroup (agent, before the
+//                      spawn; absent: not confined)
+//     supervisor.pid   the supervisor's pid (agent)
+//     supervisor.log   what the supervisor itself had to say
+//     started.json     {"pid", "start_unix_nanos"} (supervisor, after the spawn)
+//     stop.json        {"sigterm_unix_nanos"} (agent, when it asked the job to stop)
+//     exit.json        {"exit_code", "signal", "end_unix_nanos", "message",
+//                       "failed_to_start"} (supervisor, when the job ended)
+//   <agent-data>/jobs/<job-id>/   (spec.json's output_dir)
+//     output.log       stdout and stderr of the job
+//     work/            the default working directory
 //
-// Every JSON file is written to a temporary name, fsync'd and renamed, so a
-// reader sees it whole or not at all.
+// Every JSON file is written to a temporary name and renamed, so a reader
+// sees it whole or not at all. The state goes with a reboot, as the job's
+// processes do; the agent then finds the job's output directory without its
+// state and reports the job as ended by the restart.
 
 #include <sys/types.h>
 
@@ -40,7 +46,21 @@ struct JobSpecFile {
   // The node's lease file (NodeLease below); empty: the job is never fenced
   // (agents that share the server's process, `drover up`).
   std::string lease_file;
+  // Where output.log and the default work/ go; empty: the job directory.
+  std::string output_dir;
 };
+
+// Where this node keeps the state directories of its jobs, for the agent
+// whose data directory is `data_dir`: in memory, where creating and removing
+// a few small files per job costs microseconds instead of an ext4 inode
+// search each (docs/performance.md). /run/drover/<id> for root where /run is
+// a tmpfs, else /dev/shm/drover-<uid>/<id> (made 0700, refused unless it is
+// a directory of ours that nobody else may write), else <data_dir>/run; <id>
+// names `data_dir`, so a restarted agent finds its jobs again.
+std::string JobStateRoot(const std::string& data_dir, const std::vector<std::string>& bases);
+std::string JobStateRoot(const std::string& data_dir);
+// The shared places JobStateRoot tries, in this order.
+std::vector<std::string> JobStateBases();
 
 // The node's lease as its agent last had it acknowledged, for the job
 // supervisors: once `fence_at` (CLOCK_MONOTONIC ns, the same clock in every
@@ -82,6 +102,8 @@ class JobDir {
   explicit JobDir(std::string path) : path_(std::move(path)) {}
   const std::string& path() const { return path_; }
   std::string File(const char* name) const { return path_ + "/" + name; }
+  // output.log and the default work/: in spec.output_dir, else here.
+  std::string OutputDir(const JobSpecFile& spec) const { return spec.output_dir.empty() ? path_ : spec.output_dir; }
 
   Status WriteSpec(const JobSpecFile& spec) const;
   Result<JobSpecFile> ReadSpec() const;

@@ -1,5 +1,6 @@
 #include "drover/agent/job_dir.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -35,6 +36,9 @@ TEST_F(JobDirTest, SpecRoundTrips) {
   spec.working_dir = "/srv/work dir";
   spec.grace_seconds = 37;
   ASSERT_TRUE(dir.WriteSpec(spec).ok());
+  EXPECT_EQ(dir.OutputDir(spec), dir.path());  // no output_dir: the job's own directory
+  spec.output_dir = root_ + "/out/j-000001";
+  ASSERT_TRUE(dir.WriteSpec(spec).ok());
 
   auto back = dir.ReadSpec();
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -43,6 +47,8 @@ TEST_F(JobDirTest, SpecRoundTrips) {
   EXPECT_EQ(back->env, spec.env);
   EXPECT_EQ(back->working_dir, spec.working_dir);
   EXPECT_EQ(back->grace_seconds, 37);
+  EXPECT_EQ(back->output_dir, spec.output_dir);
+  EXPECT_EQ(dir.OutputDir(*back), spec.output_dir);
 }
 
 TEST_F(JobDirTest, MissingCorruptOrIncompleteSpecIsAnError) {
@@ -197,7 +203,7 @@ TEST_F(JobDirTest, WriteFileAtomicReplacesWholeAndLeavesNoTemporary) {
   EXPECT_EQ(names, std::vector<std::string>{"file.json"});
 
   JobDir dir(MakeDir("j-000007"));
-  ASSERT_TRUE(dir.WriteSpec(JobSpecFile{"j-000007", {"true"}, {}, "", 10, ""}).ok());
+  ASSERT_TRUE(dir.WriteSpec(JobSpecFile{"j-000007", {"true"}, {}, "", 10, "", ""}).ok());
   ASSERT_TRUE(dir.WriteStarted(StartedFile{99, 1}).ok());
   ASSERT_TRUE(dir.WriteStop(2).ok());
   ASSERT_TRUE(dir.WriteExit(ExitFile{}).ok());
@@ -216,6 +222,44 @@ TEST_F(JobDirTest, WritesIntoAMissingDirectoryFail) {
   EXPECT_FALSE(dir.WriteExit(ExitFile{}).ok());
   EXPECT_FALSE(dir.WriteSupervisorPid(5).ok());
   EXPECT_FALSE(fs::exists(root_ + "/no"));
+}
+
+// ---- where the state lives ----
+
+TEST_F(JobDirTest, StateRootIsPrivateInMemoryAndTheSameForTheSameDataDirectory) {
+  // A base of this test's own, in /dev/shm (a tmpfs) like the default.
+  std::string base = fmt::format("/dev/shm/drover-test-{}-{}", ::getpid(), fs::path(root_).filename().string());
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } cleanup{base};
+  std::string a = JobStateRoot(root_ + "/a", {base});
+  ASSERT_TRUE(a.starts_with(base + "/")) << a;
+  EXPECT_EQ(JobStateRoot(root_ + "/a/", {base}), a);        // one directory, one place
+  EXPECT_EQ(JobStateRoot(root_ + "/b/../a", {base}), a);
+  std::string b = JobStateRoot(root_ + "/b", {base});
+  EXPECT_NE(b, a);
+  for (const std::string& d : {base, a}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(d.c_str(), &st), 0) << d;
+    EXPECT_TRUE(S_ISDIR(st.st_mode)) << d;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
+  }
+  // Not in memory: the data directory's own run/.
+  EXPECT_EQ(JobStateRoot(root_ + "/a", {root_ + "/disk/base"}), root_ + "/a/run");
+  // A base someone else may enter, or a link to elsewhere, is refused.
+  ASSERT_EQ(::chmod(base.c_str(), 0777), 0);
+  EXPECT_EQ(JobStateRoot(root_ + "/a", {base}), root_ + "/a/run");
+  ASSERT_EQ(::chmod(base.c_str(), 0700), 0);
+  std::string link = base + "-link";
+  ASSERT_EQ(::symlink(base.c_str(), link.c_str()), 0);
+  EXPECT_EQ(JobStateRoot(root_ + "/a", {link}), root_ + "/a/run");
+  ::unlink(link.c_str());
+  // The next base when the first will not do.
+  EXPECT_EQ(JobStateRoot(root_ + "/a", {root_ + "/disk/base", base}), a);
 }
 
 // ---- the supervisor, as the real programs run it ----

@@ -277,8 +277,9 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   sigaddset(&waitset, SIGCHLD);
   sigprocmask(SIG_BLOCK, &waitset, nullptr);
 
-  std::string log = job.File("output.log");
-  std::string work = spec->working_dir.empty() ? job.File("work") : spec->working_dir;
+  const std::string out = job.OutputDir(*spec);
+  std::string log = out + "/output.log";
+  std::string work = spec->working_dir.empty() ? out + "/work" : spec->working_dir;
   if (spec->working_dir.empty()) ::mkdir(work.c_str(), 0755);
   // The job could not start: said in its output and in exit.json.
   auto not_started = [&](std::string_view why) {

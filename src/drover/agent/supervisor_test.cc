@@ -54,9 +54,9 @@ class SupervisorTest : public TempDirTest, public ::testing::WithParamInterface<
 
   // Writes the spec of `command` and spawns its supervisor.
   pid_t Start(const std::string& dir, std::vector<std::string> command, std::map<std::string, std::string> env = {},
-              std::string working_dir = "", std::string lease_file = "") {
+              std::string working_dir = "", std::string lease_file = "", std::string output_dir = "") {
     JobSpecFile spec{fs::path(dir).filename().string(), std::move(command), std::move(env), std::move(working_dir), 10,
-                     std::move(lease_file)};
+                     std::move(lease_file), std::move(output_dir)};
     EXPECT_TRUE(JobDir(dir).WriteSpec(spec).ok());
     return Spawn(dir);
   }
@@ -294,6 +294,22 @@ TEST_P(SupervisorTest, JobRunsInItsWorkingDirectory) {
   EXPECT_EQ(Slurp(dflt + "/output.log"), fs::canonical(dflt + "/work").string() + "\n");
   EXPECT_TRUE(fs::exists(dflt + "/work/made-here"));
   Reap(sup);
+
+  // With an output directory (the agent's, on disk), output.log and work/
+  // go there, the state stays in the job's directory.
+  std::string state = MakeDir("j-000015");
+  std::string out = MakeDir("out-j-000015");
+  sup = Start(state, {"sh", "-c", "pwd -P"}, {}, "", "", out);
+  ASSERT_GT(sup, 0);
+  e = WaitExit(state);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->exit_code, 0);
+  EXPECT_EQ(Slurp(out + "/output.log"), fs::canonical(out + "/work").string() + "\n");
+  EXPECT_FALSE(fs::exists(state + "/output.log"));
+  EXPECT_FALSE(fs::exists(state + "/work"));
+  EXPECT_TRUE(fs::exists(state + "/started.json"));
+  EXPECT_FALSE(fs::exists(out + "/exit.json"));
+  Reap(sup);
 }
 
 TEST_P(SupervisorTest, MissingCommandFailsToStart) {
@@ -438,7 +454,7 @@ class SupervisorPoolTest : public TempDirTest {
  protected:
   std::string Prepare(const std::string& name, std::vector<std::string> command) {
     std::string dir = MakeDir(name);
-    EXPECT_TRUE(JobDir(dir).WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, ""}).ok());
+    EXPECT_TRUE(JobDir(dir).WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""}).ok());
     return dir;
   }
   static std::optional<int> Reap(pid_t pid) {
