@@ -105,6 +105,67 @@ TEST_F(ApiTest, RestSubmitGetListCancelAndLogs) {
   EXPECT_EQ(Http("GET", "/api/v1/nodes/sim-1").status, 200);
 }
 
+// `POST /api/v1/jobs?watch=...` (what `submit --wait` sends): the 201
+// answer goes on as the jobs' event stream on the same connection, "all"
+// with each change, "ended" with the end only; a bad watch value or spec
+// is refused before anything is stored.
+TEST_F(ApiTest, SubmitThatWatchesStreamsItsJobsOnTheSameConnection) {
+  auto events = [](const std::string& body) {
+    std::vector<std::pair<std::string, nlohmann::json>> out;
+    size_t i = 0;
+    for (size_t end; (end = body.find("\n\n", i)) != std::string::npos; i = end + 2) {
+      std::string ev = body.substr(i, end - i);
+      std::string name = ev.substr(7, ev.find('\n') - 7);
+      out.emplace_back(name, nlohmann::json::parse(ev.substr(ev.find("data: ") + 6)));
+    }
+    return out;
+  };
+  const std::string spec = R"({"spec": {"gpus": 1, "command": ["sh", "-c", "exit 4"]}})";
+  auto all = Http("POST", "/api/v1/jobs?watch=all", spec);
+  ASSERT_EQ(all.status, 201) << all.body;
+  EXPECT_EQ(all.headers["content-type"], "text/event-stream");
+  auto evs = events(all.body);
+  ASSERT_GE(evs.size(), 3u) << all.body;
+  EXPECT_EQ(evs.front().first, "submitted");
+  std::string id = evs.front().second["job"]["id"];
+  EXPECT_EQ(evs.back().first, "end");
+  const auto& last = evs[evs.size() - 2];
+  EXPECT_EQ(last.first, "job");
+  EXPECT_EQ(last.second["id"], id);
+  EXPECT_EQ(last.second["status"]["state"], "JOB_STATE_FAILED");
+  EXPECT_EQ(last.second["status"]["exitCode"], 4);
+  size_t changes = 0;
+  for (const auto& [name, data] : evs) changes += name == "job";
+  EXPECT_GE(changes, 2u);  // at least where it was when the watch began, and its end
+
+  auto ended = Http("POST", "/api/v1/jobs?watch=ended", spec);
+  ASSERT_EQ(ended.status, 201) << ended.body;
+  evs = events(ended.body);
+  ASSERT_EQ(evs.size(), 3u) << ended.body;  // submitted, the end, end
+  EXPECT_EQ(evs[0].first, "submitted");
+  EXPECT_EQ(evs[1].first, "job");
+  EXPECT_EQ(evs[1].second["id"], evs[0].second["job"]["id"]);
+  EXPECT_EQ(evs[1].second["status"]["state"], "JOB_STATE_FAILED");
+  EXPECT_EQ(evs[2].first, "end");
+
+  // An array: every task's end, then the end.
+  auto array = Http("POST", "/api/v1/jobs?watch=ended", R"({"spec": {"gpus": 1, "command": ["true"]}, "array": {"first": 1, "last": 3}})");
+  ASSERT_EQ(array.status, 201) << array.body;
+  evs = events(array.body);
+  ASSERT_EQ(evs.size(), 5u) << array.body;
+  EXPECT_FALSE(evs[0].second["arrayId"].get<std::string>().empty());
+  for (int k = 1; k <= 3; ++k) EXPECT_EQ(evs[k].second["status"]["state"], "JOB_STATE_SUCCEEDED");
+
+  const int before = JobCount();
+  auto bad = Http("POST", "/api/v1/jobs?watch=sometimes", spec);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("watch must be 'all' or 'ended'"), std::string::npos) << bad.body;
+  auto refused = Http("POST", "/api/v1/jobs?watch=ended", R"({"spec": {"gpus": 99, "command": ["true"]}})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.headers["content-type"], "application/json");
+  EXPECT_EQ(JobCount(), before);
+}
+
 // The threads of a process, from /proc.
 int Threads(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -40,48 +41,6 @@ struct Ended {
   int exit_code = 0;
 };
 
-// Reads the watch stream's events ("job", then "end") until it closes;
-// returns the exit code `submit --wait` gives.
-int Wait(const http::ClientTls* tls, const std::string& http_addr, const std::string& query,
-         const std::map<std::string, std::string>& headers, const Common& c) {
-  std::map<std::string, Ended> ended;
-  std::string pending;
-  auto on_event = [&](std::string_view event) {
-    std::string name, data;
-    size_t i = 0;
-    while (i < event.size()) {
-      size_t eol = std::min(event.find('\n', i), event.size());
-      std::string_view line = event.substr(i, eol - i);
-      if (line.starts_with("event: ")) name = line.substr(7);
-      if (line.starts_with("data: ")) data += line.substr(6);
-      i = eol + 1;
-    }
-    if (name != "job") return;
-    auto job = Json::parse(data, nullptr, /*allow_exceptions=*/false);
-    if (!job.is_object()) return;
-    const Json& st = job.value("status", Json::object());
-    std::string state = st.value("state", "");
-    if (state != "JOB_STATE_SUCCEEDED" && state != "JOB_STATE_FAILED" && state != "JOB_STATE_CANCELLED") return;
-    std::string id = job.value("id", "");
-    Ended e{state == "JOB_STATE_SUCCEEDED", st.value("signal", 0), st.value("exitCode", 0)};
-    if (!ended.emplace(id, e).second) return;
-    if (!e.succeeded) std::cerr << fmt::format("job {} {}: {}\n", id, StateDisplay(state), st.value("message", ""));
-  };
-  auto r = http::HttpsStream(tls, http_addr, "GET", "/api/v1/watch?" + query, headers, [&](std::string_view piece) {
-    pending.append(piece);
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      on_event(std::string_view(pending).substr(0, end));
-      pending.erase(0, end + 2);
-    }
-    return true;
-  });
-  if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
-  if (r->status / 100 != 2) return FailResponse(*r, c);
-  int code = 0;
-  for (const auto& [id, e] : ended) code = std::max(code, ExitCodeOfJob(e.succeeded, e.signal, e.exit_code));
-  return ended.empty() ? kExitFailure : code;
-}
-
 // Where and how to send: the HTTP address, TLS when a CA is found, the
 // token. Fails (with the exit code already printed) for an unreadable CA.
 struct Target {
@@ -111,6 +70,61 @@ std::variant<Json, int> Call(const Target& t, const std::string& method, const s
   auto resp = Json::parse(r->body, filter, /*allow_exceptions=*/false);
   if (!resp.is_object()) return Fail(Code::kInternal, "the server's answer is not JSON: " + r->body.substr(0, 200), c);
   return resp;
+}
+
+// Reads a job event stream until it closes: "submitted" (the answer to a
+// submit that goes on as the stream, handed to `on_submitted`), "job" (a
+// job's change; its end is what counts) and "end". Returns the exit code
+// `submit --wait` gives. `body` non-empty: sent with `method`.
+int Wait(const Target& t, const std::string& method, const std::string& target, const std::string& body,
+         const Common& c, const std::function<void(const Json&)>& on_submitted) {
+  std::map<std::string, Ended> ended;
+  std::string pending;
+  bool submitted = false;
+  std::optional<std::string> error;
+  auto on_event = [&](std::string_view event) {
+    std::string name, data;
+    size_t i = 0;
+    while (i < event.size()) {
+      size_t eol = std::min(event.find('\n', i), event.size());
+      std::string_view line = event.substr(i, eol - i);
+      if (line.starts_with("event: ")) name = line.substr(7);
+      if (line.starts_with("data: ")) data += line.substr(6);
+      i = eol + 1;
+    }
+    if (name == "error") error = data;
+    if (name != "job" && name != "submitted") return;
+    auto parsed = Json::parse(data, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object()) return;
+    if (name == "submitted") {
+      submitted = true;
+      return on_submitted(parsed);
+    }
+    const Json& st = parsed.value("status", Json::object());
+    std::string state = st.value("state", "");
+    if (state != "JOB_STATE_SUCCEEDED" && state != "JOB_STATE_FAILED" && state != "JOB_STATE_CANCELLED") return;
+    std::string id = parsed.value("id", "");
+    Ended e{state == "JOB_STATE_SUCCEEDED", st.value("signal", 0), st.value("exitCode", 0)};
+    if (!ended.emplace(id, e).second) return;
+    if (!e.succeeded) std::cerr << fmt::format("job {} {}: {}\n", id, StateDisplay(state), st.value("message", ""));
+  };
+  auto on_body = [&](std::string_view piece) {
+    pending.append(piece);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      on_event(std::string_view(pending).substr(0, end));
+      pending.erase(0, end + 2);
+    }
+    return true;
+  };
+  auto r = body.empty() ? http::HttpsStream(t.tls.get(), t.http_addr, method, target, t.headers, on_body)
+                        : http::HttpsStream(t.tls.get(), t.http_addr, method, target, body, "application/json",
+                                            t.headers, on_body);
+  if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
+  if (r->status / 100 != 2) return FailResponse(*r, c);
+  if (error) return Fail(Code::kUnavailable, "the server stopped watching: " + *error, c);
+  int code = 0;
+  for (const auto& [id, e] : ended) code = std::max(code, ExitCodeOfJob(e.succeeded, e.signal, e.exit_code));
+  return ended.empty() ? kExitFailure : code;
 }
 
 // What both verbs do around their work: parse the flags (nullopt, for the
@@ -145,20 +159,24 @@ std::optional<int> RunFast(int argc, char** argv, const char* verb, void (*add_f
 int Submit(const SubmitArgs& a, const Common& c, const Target& t) {
   auto body = SubmitRequestJson(a);
   if (!body.ok()) return Usage(body.status().message());
+  auto print = [&](const Json& resp) {
+    std::string array_id = resp.value("arrayId", "");
+    std::string job_id = resp.value("job", Json::object()).value("id", "");
+    if (c.output == "json") {
+      // One job prints as the job; an array as the answer with its id and size.
+      std::cout << (array_id.empty() ? resp.at("job") : resp).dump(2) << "\n";
+    } else {
+      std::cout << (array_id.empty() ? job_id : array_id) << "\n";
+    }
+    std::cout.flush();
+  };
+  // With --wait, one connection: the submit's answer goes on as the jobs'
+  // event stream, their ends only (docs/dashboard.md, the API table).
+  if (a.wait) return Wait(t, "POST", "/api/v1/jobs?watch=ended", body->dump(), c, print);
   auto answer = Call(t, "POST", "/api/v1/jobs", body->dump(), c);
   if (const int* code = std::get_if<int>(&answer)) return *code;
-  const Json& resp = std::get<Json>(answer);
-  std::string array_id = resp.value("arrayId", "");
-  std::string job_id = resp.value("job", Json::object()).value("id", "");
-  if (c.output == "json") {
-    // One job prints as the job; an array as the answer with its id and size.
-    std::cout << (array_id.empty() ? resp.at("job") : resp).dump(2) << "\n";
-  } else {
-    std::cout << (array_id.empty() ? job_id : array_id) << "\n";
-  }
-  std::cout.flush();
-  if (!a.wait) return 0;
-  return Wait(t.tls.get(), t.http_addr, array_id.empty() ? "ids=" + job_id : "array=" + array_id, t.headers, c);
+  print(std::get<Json>(answer));
+  return 0;
 }
 
 std::string Escape(const std::string& s) {

@@ -104,6 +104,13 @@ Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host
   return Exchange(tls, host_port, method, target, "", "", headers, &on_body);
 }
 
+Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                   const std::string& target, const std::string& body,
+                                   const std::string& content_type, const std::map<std::string, std::string>& headers,
+                                   const std::function<bool(std::string_view)>& on_body) {
+  return Exchange(tls, host_port, method, target, body, content_type, headers, &on_body);
+}
+
 namespace {
 
 Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_port, const std::string& method,

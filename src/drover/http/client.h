@@ -55,5 +55,10 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
 Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
                                    const std::string& target, const std::map<std::string, std::string>& headers,
                                    const std::function<bool(std::string_view)>& on_body);
+// The same with a request body (POST /api/v1/jobs?watch=...).
+Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
+                                   const std::string& target, const std::string& body,
+                                   const std::string& content_type, const std::map<std::string, std::string>& headers,
+                                   const std::function<bool(std::string_view)>& on_body);
 
 }  // namespace drover::http

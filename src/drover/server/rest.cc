@@ -127,14 +127,21 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   return r;
 }
 
-http::Response HandleJobs(ApiService* api, const auth::Principal& who, const http::Request& req,
-                          const std::vector<std::string_view>& p) {
+http::Response HandleJobs(ApiService* api, RestStreams* streams, const auth::Principal& who,
+                          const http::Request& req, const std::vector<std::string_view>& p) {
   // p[0..2] = api, v1, jobs
   if (p.size() == 3) {
     if (req.method == "POST") {
       v1::SubmitJobRequest sr;
       if (Status s = FromJson(req.body, &sr); !s.ok()) return http::ErrorResponse(s);
+      // ?watch=all|ended: the answer goes on as the jobs' event stream.
+      auto watch = req.query.find("watch");
+      if (watch != req.query.end() && watch->second != "all" && watch->second != "ended") {
+        return http::ErrorResponse(
+            InvalidArgument(fmt::format("watch must be 'all' or 'ended', not '{}'", watch->second.substr(0, 64))));
+      }
       auto r = api->Submit(who, std::move(sr));
+      if (r.ok() && watch != req.query.end()) return streams->SubmitWatch(who, *r, watch->second == "ended");
       http::Response resp = JsonReply(r);
       if (r.ok()) resp.status = 201;
       return resp;
@@ -417,7 +424,7 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", c.metrics->Render(), {}, {}};
   }
   if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
-    if (p[2] == "jobs") return HandleJobs(api, who, req, p);
+    if (p[2] == "jobs") return HandleJobs(api, c.streams, who, req, p);
     if (p[2] == "nodes") return HandleNodes(api, who, req, p);
     if (auto r = HandleIdentity(api, who, req, p)) return *std::move(r);
     if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events" ||

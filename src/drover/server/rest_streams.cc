@@ -22,7 +22,12 @@ http::Response EventStream() {
 // the HTTP server hands over the sink: events wait here until it does.
 class WatchState : public std::enable_shared_from_this<WatchState> {
  public:
-  WatchState(ApiService* api, bool bounded) : api_(api), bounded_(bounded) {}
+  // `only_ended`: a job's event only once it has ended. `first`: sent
+  // before any (the answer to the submit that began the watch).
+  WatchState(ApiService* api, bool bounded, bool only_ended, std::string first)
+      : api_(api), bounded_(bounded), only_ended_(only_ended) {
+    if (!first.empty()) backlog_.push_back(std::move(first));
+  }
 
   void set_subscription(uint64_t id) {
     std::lock_guard lock(mu_);
@@ -67,6 +72,12 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
       if (auto self = weak.lock()) self->Unsubscribe();
     });
   }
+  // The watch could not begin: the stream says why and ends.
+  void Fail(const std::string& why) {
+    std::lock_guard lock(mu_);
+    backlog_.push_back("event: error\ndata: " + why + "\n\n");
+    done_ = true;
+  }
   // The stream will never be sent (the client left first): stop the pushes.
   void Abandon() {
     {
@@ -91,7 +102,7 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
   bool EmitLocked(const v1::Job& job) {
     if (done_) return false;
     bool ended = rpc::IsTerminal(job.status().state());
-    if (!ended && ended_.contains(job.id())) return false;  // a late read never undoes an end
+    if (!ended && (only_ended_ || ended_.contains(job.id()))) return false;  // a late read never undoes an end
     std::string chunk = "event: job\ndata: " + Json(job) + "\n\n";
     if (ended && ended_.insert(job.id()).second) remaining_.erase(job.id());
     bool finished = bounded_ && ready_ && remaining_.empty();
@@ -110,6 +121,7 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
 
   ApiService* api_;
   const bool bounded_;
+  const bool only_ended_;
   std::mutex mu_;
   uint64_t subscription_ = 0;
   bool ready_ = false, done_ = false;
@@ -199,14 +211,35 @@ http::Response RestStreams::Watch(const auth::Principal& who, const http::Reques
     }
   }
   if (auto it = req.query.find("array"); it != req.query.end()) wr.set_array_id(it->second);
+  return WatchStream(who, wr, /*only_ended=*/false, "", 200);
+}
+
+http::Response RestStreams::SubmitWatch(const auth::Principal& who, const v1::SubmitJobResponse& submitted,
+                                        bool only_ended) {
+  v1::WatchJobsRequest wr;
+  if (submitted.array_id().empty()) {
+    wr.add_ids(submitted.job().id());
+  } else {
+    wr.set_array_id(submitted.array_id());
+  }
+  return WatchStream(who, wr, only_ended, "event: submitted\ndata: " + Json(submitted) + "\n\n", 201);
+}
+
+http::Response RestStreams::WatchStream(const auth::Principal& who, const v1::WatchJobsRequest& wr, bool only_ended,
+                                        std::string first, int status) {
   bool bounded = wr.ids_size() > 0 || !wr.array_id().empty();
-  auto state = std::make_shared<WatchState>(api_, bounded);
+  const bool submitted = !first.empty();
+  auto state = std::make_shared<WatchState>(api_, bounded, only_ended, std::move(first));
   uint64_t subscription = 0;
   // Subscribed here, before the 200 goes out, so that a bad id is a 404.
   auto current = api_->Watch(who, wr, [state](const v1::Job& job) { state->Push(job); }, &subscription);
-  if (!current.ok()) return http::ErrorResponse(current.status());
-  state->set_subscription(subscription);
-  state->Begin(*current);
+  if (!current.ok() && !submitted) return http::ErrorResponse(current.status());
+  if (current.ok()) {
+    state->set_subscription(subscription);
+    state->Begin(*current);
+  } else {
+    state->Fail(current.status().message());  // the jobs are in: the answer says so, then why it cannot watch
+  }
   // Abandons the watch if the server never hands over the sink.
   struct Guard {
     std::shared_ptr<WatchState> state;
@@ -218,6 +251,7 @@ http::Response RestStreams::Watch(const auth::Principal& who, const http::Reques
   auto guard = std::make_shared<Guard>();  // made in place: a moved-from temporary would abandon it
   guard->state = state;
   http::Response r = EventStream();
+  r.status = status;
   r.async_stream = [guard](std::shared_ptr<http::StreamSink> sink) {
     guard->attached = true;
     guard->state->Attach(std::move(sink));

@@ -35,6 +35,11 @@ class RestStreams {
 
   http::Response Events(const auth::Principal& who);
   http::Response Watch(const auth::Principal& who, const http::Request& req);
+  // The answer to `POST /api/v1/jobs?watch=all|ended` once the jobs are in:
+  // 201, an event stream of "submitted" (the submit's answer), then "job"
+  // for each change of the submitted jobs (`only_ended`: for each end),
+  // then "end" once all have ended. One connection for `submit --wait`.
+  http::Response SubmitWatch(const auth::Principal& who, const v1::SubmitJobResponse& submitted, bool only_ended);
 
   // One "fleet" + "scheduler" event pair as the stream sends it.
   static std::string FleetEvent(ApiService* api, const auth::Principal& who);
@@ -46,6 +51,8 @@ class RestStreams {
     std::shared_ptr<std::atomic<bool>> closed;
   };
   void Run();
+  http::Response WatchStream(const auth::Principal& who, const v1::WatchJobsRequest& wr, bool only_ended,
+                             std::string first, int status);
 
   ApiService* api_;
   const std::chrono::milliseconds tick_;
