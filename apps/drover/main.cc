@@ -386,6 +386,9 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     auto local_token = internal_token(local.node_name, drover::auth::Role::kNode, local.node_name);
     if (!local_token.ok()) return Fatal(local_token.status());
     lo.token = *local_token;
+    // In the server's process: its channel needs no socket (the agents
+    // stop before the server does).
+    lo.channel = [srv = server->get()](const std::string& token) { return srv->InProcessChannel(token); };
     auto a = StartAgent(std::move(lo), local.node_name, addr, f.data_dir + "/agents/" + local.node_name,
                         std::move(*backends), *local_labels);
     if (!a.ok()) return Fatal(a.status());

@@ -200,7 +200,8 @@ class AgentImpl final : public Agent {
     events.connected = [this](const v1::RegisterResponse& lease, int64_t contact) { OnConnected(lease, contact); };
     events.message = [this](v1::ServerMessage m) { OnMessage(std::move(m)); };
     auto connection = ServerConnection::Create(
-        {opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token, opts_.join_token, opts_.ca_file},
+        {opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token, opts_.join_token, opts_.ca_file,
+         opts_.channel},
         opts_.loop == nullptr ? own_loop_.get() : opts_.loop, std::move(events));
     if (!connection.ok()) return connection.status();
     connection_ = std::move(*connection);
@@ -282,7 +283,10 @@ class AgentImpl final : public Agent {
     if (own_loop_) own_loop_->Stop();
     // Nothing left to adopt: nothing left in memory (the data directory may
     // go next, and nobody else would remove this).
-    if (!jobs_dir_.empty() && ::rmdir(jobs_dir_.c_str()) == 0 && opts_.state_dir.empty()) ::rmdir(state_dir_.c_str());
+    if (!jobs_dir_.empty() && ::rmdir(jobs_dir_.c_str()) == 0 && opts_.state_dir.empty()) {
+      ::unlink((state_dir_ + "/owner").c_str());
+      ::rmdir(state_dir_.c_str());
+    }
     if (gossip_) gossip_->Stop();
     if (telemetry_) telemetry_->Stop();
   }

@@ -13,7 +13,10 @@
 // agents) holds all workload state; the link to the server runs on gRPC's
 // callback API and posts what it reads to that loop (connection.h).
 
+#include <grpcpp/channel.h>
+
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +50,9 @@ struct ScheduledFault {
 struct AgentOptions {
   std::string node_name;
   std::string server_address = "127.0.0.1:7070";
+  // Set: the agent's channel to the server for a token (an agent in the
+  // server's process: Server::InProcessChannel) instead of server_address.
+  std::function<std::shared_ptr<grpc::Channel>(const std::string& token)> channel;
   std::string data_dir;        // jobs' output lives under <data_dir>/jobs/
   // Their state files (job_dir.h); empty: JobStateRoot(data_dir), in memory.
   std::string state_dir;

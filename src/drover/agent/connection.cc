@@ -375,7 +375,11 @@ class ConnectionImpl final : public ServerConnection {
 
   void Register() {
     // A fresh channel after a failure: the certificate is looked at again.
-    if (!stub_) stub_ = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, token_, ChannelCredentials(true)));
+    if (!stub_) {
+      stub_ = v1::AgentService::NewStub(opts_.channel ? opts_.channel(token_)
+                                                      : rpc::MakeChannel(opts_.server_address, token_,
+                                                                         ChannelCredentials(true)));
+    }
     using Call = UnaryCall<v1::RegisterRequest, v1::RegisterResponse>;
     auto call = std::make_shared<Call>();
     call->req = events_.make_register();

@@ -17,6 +17,8 @@
 // Thread-safety: Send, connected and queued_bytes on the agent's loop only;
 // Stop from any other thread.
 
+#include <grpcpp/channel.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +37,9 @@ struct ConnectionOptions {
   std::string token;       // the node credential; empty: <data_dir>/node.token, else a join
   std::string join_token;  // one-time, from `drover join-token`
   std::string ca_file;     // the cluster CA; empty: <data_dir>/ca.crt when a join kept one, else plaintext
+  // Set: the channel to the server for `token` (an agent in the server's
+  // own process, rpc::MakeInProcessChannel) instead of one to server_address.
+  std::function<std::shared_ptr<grpc::Channel>(const std::string& token)> channel;
 };
 
 struct ConnectionEvents {

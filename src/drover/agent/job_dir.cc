@@ -51,6 +51,13 @@ T Get(const json& j, const char* key, T fallback) {
 // after a reboot it is the job's only word on how it ended.
 constexpr bool kWhileAlive = false;
 
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 bool InMemory(const std::string& path) {
   struct statfs fs {};
   return ::statfs(path.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC;
@@ -79,6 +86,9 @@ std::string JobStateRoot(const std::string& data_dir) { return JobStateRoot(data
 
 std::string JobStateRoot(const std::string& data_dir, const std::vector<std::string>& bases) {
   std::error_code ec;
+  // Made first: a root whose owner does not exist is swept (below) by the
+  // next agent that starts, which may be now.
+  std::filesystem::create_directories(data_dir, ec);
   std::string name = std::filesystem::weakly_canonical(data_dir, ec).string();
   if (ec || name.empty()) name = data_dir;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
@@ -87,7 +97,18 @@ std::string JobStateRoot(const std::string& data_dir, const std::vector<std::str
     const std::string parent = std::filesystem::path(base).parent_path().string();
     if (!InMemory(parent) || !PrivateDir(base)) continue;
     std::string root = fmt::format("{}/{:016x}", base, h);
-    if (PrivateDir(root)) return root;
+    if (!PrivateDir(root)) continue;
+    // Whose it is: the state of a data directory that is gone (a test's,
+    // an agent killed before it could clean up) is nobody's, and goes.
+    if (Slurp(root + "/owner") != name) (void)WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false);
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      if (entry.path() == root) continue;
+      std::string owner = Slurp(entry.path().string() + "/owner");
+      if (!owner.empty() && owner.front() == '/' && !std::filesystem::exists(owner, ec) && !ec) {
+        std::filesystem::remove_all(entry.path(), ec);
+      }
+    }
+    return root;
   }
   return data_dir + "/run";
 }

@@ -56,7 +56,9 @@ struct JobSpecFile {
 // search each (docs/performance.md). /run/drover/<id> for root where /run is
 // a tmpfs, else /dev/shm/drover-<uid>/<id> (made 0700, refused unless it is
 // a directory of ours that nobody else may write), else <data_dir>/run; <id>
-// names `data_dir`, so a restarted agent finds its jobs again.
+// names `data_dir`, so a restarted agent finds its jobs again. The roots of
+// data directories that no longer exist (each root names its own in
+// `owner`) are removed on the way.
 std::string JobStateRoot(const std::string& data_dir, const std::vector<std::string>& bases);
 std::string JobStateRoot(const std::string& data_dir);
 // The shared places JobStateRoot tries, in this order.

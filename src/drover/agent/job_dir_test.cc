@@ -236,6 +236,8 @@ TEST_F(JobDirTest, StateRootIsPrivateInMemoryAndTheSameForTheSameDataDirectory) 
       fs::remove_all(path, ec);
     }
   } cleanup{base};
+  fs::create_directories(root_ + "/a");
+  fs::create_directories(root_ + "/b");
   std::string a = JobStateRoot(root_ + "/a", {base});
   ASSERT_TRUE(a.starts_with(base + "/")) << a;
   EXPECT_EQ(JobStateRoot(root_ + "/a/", {base}), a);        // one directory, one place
@@ -260,6 +262,22 @@ TEST_F(JobDirTest, StateRootIsPrivateInMemoryAndTheSameForTheSameDataDirectory) 
   ::unlink(link.c_str());
   // The next base when the first will not do.
   EXPECT_EQ(JobStateRoot(root_ + "/a", {root_ + "/disk/base", base}), a);
+
+  // The state of a data directory that is gone goes too; a live one's stays.
+  ASSERT_TRUE(fs::exists(b));
+  fs::create_directories(b + "/jobs/j-000001@1");
+  fs::create_directories(root_ + "/c");
+  std::string c = JobStateRoot(root_ + "/c", {base});
+  EXPECT_TRUE(fs::exists(b + "/jobs/j-000001@1"));
+  fs::remove_all(root_ + "/b");
+  EXPECT_EQ(JobStateRoot(root_ + "/c", {base}), c);
+  EXPECT_FALSE(fs::exists(b));
+  EXPECT_TRUE(fs::exists(c));
+  EXPECT_EQ(Slurp(c + "/owner"), fs::canonical(root_ + "/c").string());
+  // A data directory not made yet is made first, its root kept.
+  std::string d = JobStateRoot(root_ + "/d/agent", {base});
+  EXPECT_TRUE(fs::is_directory(root_ + "/d/agent"));
+  EXPECT_TRUE(fs::exists(d));
 }
 
 // ---- the supervisor, as the real programs run it ----

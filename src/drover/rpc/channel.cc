@@ -43,4 +43,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args, std::move(factories));
 }
 
+std::shared_ptr<grpc::Channel> MakeInProcessChannel(grpc::Server* server, const std::string& token) {
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  if (!token.empty()) factories.push_back(std::make_unique<BearerFactory>(token));
+  return server->experimental().InProcessChannelWithInterceptors(grpc::ChannelArguments(), std::move(factories));
+}
+
 }  // namespace drover::rpc

@@ -16,4 +16,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std
                                            std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
                                            const grpc::ChannelArguments& args = {});
 
+// A channel into `server` in this process (gRPC's in-process transport: no
+// socket, no HTTP/2 framing, no poller thread between the two ends), with
+// the same credential. `server` must outlive the channel's calls.
+std::shared_ptr<grpc::Channel> MakeInProcessChannel(grpc::Server* server, const std::string& token);
+
 }  // namespace drover::rpc

@@ -21,6 +21,7 @@
 #include "drover/common/files.h"
 #include "drover/common/metrics.h"
 #include "drover/http/server.h"
+#include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
 #include "drover/rpc/gpu_metrics.h"
 #include "drover/auth/audit.h"
@@ -326,6 +327,9 @@ class ServerImpl final : public Server {
   }
 
   std::string grpc_address() const override { return grpc_address_; }
+  std::shared_ptr<grpc::Channel> InProcessChannel(const std::string& token) override {
+    return rpc::MakeInProcessChannel(grpc_.get(), token);
+  }
   std::string http_address() const override { return http_address_; }
   std::string ca_file() const override { return ca_file_; }
 

@@ -14,6 +14,8 @@
 // certs init`, or the --tls-* files) both listeners serve TLS; gRPC asks for
 // an optional client certificate, which must chain to the cluster CA.
 
+#include <grpcpp/channel.h>
+
 #include <memory>
 #include <string>
 
@@ -55,6 +57,10 @@ class Server {
   virtual std::string ca_file() const = 0;
   // Tokens for in-process agents and the live workload (`drover up`).
   virtual auth::Authority* authority() = 0;
+  // A gRPC channel into this server from its own process, carrying `token`
+  // (`drover up`'s own agent: no socket between the two). Valid while the
+  // server runs; Stop() ends its calls.
+  virtual std::shared_ptr<grpc::Channel> InProcessChannel(const std::string& token) = 0;
   // A one-time dashboard login URL for the bootstrap admin.
   virtual Result<std::string> DashboardLoginUrl() = 0;
   // Stops serving; idempotent.
