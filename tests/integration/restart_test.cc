@@ -226,7 +226,8 @@ TEST(RestartTest, JobWhoseStateARebootTookIsReportedEndedNotRunAgain) {
   EXPECT_NE(ended.status().message().find("the machine restarted"), std::string::npos) << ended.status().message();
   EXPECT_EQ(ReadFile(marker), "started\n");  // not run again
   // Once reported, the job's output directory goes as its state did.
-  EXPECT_TRUE(WaitUntil([&] { return std::filesystem::is_empty(dir.path() + "/agent/jobs"); }));
+  const std::string output = dir.path() + "/agent/jobs/" + dirs[0].filename().string();
+  EXPECT_TRUE(WaitUntil([&] { return !std::filesystem::exists(output); }));
   ::kill(agent, SIGTERM);
   ::waitpid(agent, nullptr, 0);
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ namespace fs = std::filesystem;
 constexpr auto kTick = std::chrono::milliseconds(100);
 // How long after a job's launch the next spare supervisor is started.
 constexpr auto kSpareRefillDelay = std::chrono::milliseconds(50);
+constexpr int kSpareDirs = 4;  // of each kind (SpareDirs)
 // Until the server says otherwise (RegisterResponse).
 constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
 // Heartbeats kept waiting for their acknowledgement.
@@ -173,7 +175,18 @@ class AgentImpl final : public Agent {
       fs::create_directories(d, ec);
       if (ec) return Unavailable(fmt::format("cannot create '{}': {}", d, ec.message()));
     }
-    AdoptJobs();    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    AdoptJobs();
+    // A job's output directory (output.log, work/) and its checkpoint
+    // directory, made ahead of its launch (job_dir.h, SpareDirs).
+    output_spares_ = std::make_unique<SpareDirs>(outputs_dir_, ".spare-", kSpareDirs, [](const std::string& d) {
+      ::mkdir((d + "/work").c_str(), 0755);
+      int fd = ::open((d + "/output.log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
+    });
+    fs::create_directories(CheckpointRoot(), ec);
+    checkpoint_spares_ = std::make_unique<SpareDirs>(CheckpointRoot(), ".spare-" + opts_.node_name + "-", kSpareDirs);
+    output_spares_->Refill();
+    checkpoint_spares_->Refill();    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
     watcher_ = opts_.exit_watcher;
     if (watcher_ == nullptr) {
       auto w = ExitWatcher::Start();
@@ -798,11 +811,11 @@ class AgentImpl final : public Agent {
     // a reboot took (AdoptJobs).
     std::error_code ec;
     fs::create_directories(dir.path(), ec);
-    if (!ec) fs::create_directories(job.output_dir, ec);
+    if (!ec) ec = output_spares_->Take(job.output_dir);
     JobIsolation iso = IsolationFor(key, w);
     // Kept across attempts: made once, left as it is by a new attempt.
-    std::error_code cec;
-    fs::create_directories(CheckpointDir(w.job_id()), cec);
+    std::error_code cec = checkpoint_spares_->Take(CheckpointDir(w.job_id()));
+    RefillSoon();
     if (cec) {
       spdlog::warn("node '{}': cannot create the checkpoint directory of '{}': {}", opts_.node_name, w.job_id(),
                    cec.message());
@@ -841,24 +854,23 @@ class AgentImpl final : public Agent {
 
   // The job's supervisor: the pool's, or one spawned for it alone.
   Result<SupervisorPool::Launched> StartSupervisor(const std::string& dir) {
-    if (supervisors_) {
-      auto launched = supervisors_->Launch(dir);
-      RefillSoon();
-      return launched;
-    }
+    if (supervisors_) return supervisors_->Launch(dir);
     DROVER_ASSIGN_OR_RETURN(pid_t pid, SpawnSupervisor(opts_.supervisor_exe, dir));
     return SupervisorPool::Launched{pid, -1};
   }
 
-  // The next spare supervisor, once the job just launched has had its
-  // start (supervisor.h: spawned at once, it took a core from that job).
-  // Jobs launched meanwhile find no spare and spawn their own.
+  // The next spare supervisor and directories, once the job just launched
+  // has had its start (supervisor.h: spawned at once, it took a core from
+  // that job). Jobs launched meanwhile find no spare and make their own.
   void RefillSoon() {
     if (refill_pending_) return;
     refill_pending_ = true;
     loop_.PostAfter(kSpareRefillDelay, [this] {
       refill_pending_ = false;
-      if (!stopping_ && supervisors_) supervisors_->Refill();
+      if (stopping_) return;
+      if (supervisors_) supervisors_->Refill();
+      output_spares_->Refill();
+      checkpoint_spares_->Refill();
     });
   }
 
@@ -1236,6 +1248,7 @@ class AgentImpl final : public Agent {
   std::string state_dir_;    // JobStateRoot's, or the options'
   std::string jobs_dir_;     // the jobs' state: <state_dir_>/jobs/<key>
   std::string outputs_dir_;  // their output: <data_dir>/jobs/<key>
+  std::unique_ptr<SpareDirs> output_spares_, checkpoint_spares_;
   std::atomic<bool> stopping_{false};
   std::unique_ptr<runtime::EventLoop> own_loop_;  // unless the options name a shared one
   runtime::LoopClient loop_;

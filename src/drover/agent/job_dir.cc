@@ -7,6 +7,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -74,6 +75,44 @@ bool PrivateDir(const std::string& path) {
 }
 
 }  // namespace
+
+SpareDirs::SpareDirs(std::string root, std::string prefix, int count, std::function<void(const std::string&)> fill)
+    : root_(std::move(root)), prefix_(std::move(prefix)), count_(count), fill_(std::move(fill)) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix_) || !entry.is_directory(ec)) continue;
+    ready_.push_back(entry.path().string());
+    uint64_t n = 0;
+    for (char c : name.substr(prefix_.size())) n = c >= '0' && c <= '9' ? n * 10 + static_cast<uint64_t>(c - '0') : n;
+    next_ = std::max(next_, n + 1);
+  }
+}
+
+std::error_code SpareDirs::Take(const std::string& target) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(target, ec)) return {};
+  while (!ready_.empty()) {
+    std::string spare = std::move(ready_.back());
+    ready_.pop_back();
+    if (::rename(spare.c_str(), target.c_str()) == 0) return {};
+    // Gone, or the target appeared meanwhile: the next, or make it.
+    if (std::filesystem::is_directory(target, ec)) return {};
+  }
+  std::filesystem::create_directories(target, ec);
+  if (!ec && fill_) fill_(target);
+  return ec;
+}
+
+void SpareDirs::Refill() {
+  while (static_cast<int>(ready_.size()) < count_) {
+    std::string dir = fmt::format("{}/{}{}", root_, prefix_, next_++);
+    std::error_code ec;
+    if (!std::filesystem::create_directory(dir, ec) || ec) return;
+    if (fill_) fill_(dir);
+    ready_.push_back(std::move(dir));
+  }
+}
 
 std::vector<std::string> JobStateBases() {
   std::vector<std::string> bases;

@@ -26,9 +26,11 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "drover/agent/cgroup.h"
@@ -97,6 +99,29 @@ struct ExitFile {
   std::string message;
   bool failed_to_start = false;
   bool fenced = false;  // the supervisor stopped it: the node's lease ran out
+};
+
+// Directories made ahead of need, in `root`: on ext4 a directory or file
+// made beside thousands just removed costs an inode search (60-250 µs each
+// on this VM, docs/performance.md); renaming one made earlier costs none.
+// Take() renames a spare to `target` (or makes `target` when none is left);
+// Refill(), off the launch path, makes spares up to `count`, each filled by
+// `fill` (its contents made ahead too). Spares are named `prefix`N; those a
+// stopped agent left are taken first.
+class SpareDirs {
+ public:
+  SpareDirs(std::string root, std::string prefix, int count, std::function<void(const std::string&)> fill = nullptr);
+  // `target` is a directory afterwards (a spare, made, or already there:
+  // left as it is), or the error says why not.
+  std::error_code Take(const std::string& target);
+  void Refill();
+
+ private:
+  std::string root_, prefix_;
+  int count_;
+  std::function<void(const std::string&)> fill_;
+  std::vector<std::string> ready_;
+  uint64_t next_ = 0;
 };
 
 class JobDir {

@@ -280,6 +280,47 @@ TEST_F(JobDirTest, StateRootIsPrivateInMemoryAndTheSameForTheSameDataDirectory) 
   EXPECT_TRUE(fs::exists(d));
 }
 
+TEST_F(JobDirTest, SpareDirsAreMadeAheadAndRenamedIntoPlace) {
+  std::string root = MakeDir("outputs");
+  int fills = 0;
+  auto fill = [&](const std::string& d) {
+    ++fills;
+    Spit(d + "/made-ahead", "yes");
+  };
+  SpareDirs spares(root, ".spare-", 2, fill);
+  // None yet: made on the spot, filled as a spare would have been.
+  ASSERT_FALSE(spares.Take(root + "/j-000001@1"));
+  EXPECT_EQ(Slurp(root + "/j-000001@1/made-ahead"), "yes");
+  spares.Refill();
+  EXPECT_EQ(fills, 3);
+  EXPECT_TRUE(fs::is_directory(root + "/.spare-0"));
+  EXPECT_TRUE(fs::is_directory(root + "/.spare-1"));
+  spares.Refill();  // already full
+  EXPECT_EQ(fills, 3);
+  // A spare goes into place whole, with what was made in it.
+  ASSERT_FALSE(spares.Take(root + "/j-000002@1"));
+  EXPECT_EQ(Slurp(root + "/j-000002@1/made-ahead"), "yes");
+  EXPECT_EQ(fills, 3);
+  // A directory already there (a retry's checkpoints) is left as it is.
+  fs::create_directories(root + "/j-000003");
+  Spit(root + "/j-000003/kept", "1");
+  ASSERT_FALSE(spares.Take(root + "/j-000003"));
+  EXPECT_EQ(Slurp(root + "/j-000003/kept"), "1");
+  EXPECT_FALSE(fs::exists(root + "/j-000003/made-ahead"));
+  // A new set (a restarted agent) takes the spares left; new names follow theirs.
+  SpareDirs again(root, ".spare-", 2, fill);
+  ASSERT_FALSE(again.Take(root + "/j-000004@1"));
+  EXPECT_EQ(fills, 3);
+  again.Refill();
+  EXPECT_EQ(fills, 5);  // the one it took and the one never made
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(root)) left += e.path().filename().string().starts_with(".spare-");
+  EXPECT_EQ(left, 2);
+  // Nowhere to make it (under a file): the error says so.
+  SpareDirs none(root + "/missing", ".spare-", 1);
+  EXPECT_TRUE(none.Take(root + "/j-000001@1/made-ahead/x"));
+}
+
 // ---- the supervisor, as the real programs run it ----
 
 // Every supervisor test runs against both programs that carry the
