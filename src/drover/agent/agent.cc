@@ -186,7 +186,8 @@ class AgentImpl final : public Agent {
     fs::create_directories(CheckpointRoot(), ec);
     checkpoint_spares_ = std::make_unique<SpareDirs>(CheckpointRoot(), ".spare-" + opts_.node_name + "-", kSpareDirs);
     output_spares_->Refill();
-    checkpoint_spares_->Refill();    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
+    checkpoint_spares_->Refill();
+    if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
     watcher_ = opts_.exit_watcher;
     if (watcher_ == nullptr) {
       auto w = ExitWatcher::Start();
