@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <set>
@@ -73,7 +74,8 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
     });
   }
   // The watch could not begin: the stream says why and ends.
-  void Fail(const std::string& why) {
+  void Fail(std::string why) {
+    std::replace(why.begin(), why.end(), '\n', ' ');  // one data line
     std::lock_guard lock(mu_);
     backlog_.push_back("event: error\ndata: " + why + "\n\n");
     done_ = true;
