@@ -1,6 +1,7 @@
 #include "drover/agent/agent.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
@@ -178,15 +179,26 @@ class AgentImpl final : public Agent {
     AdoptJobs();
     // A job's output directory (output.log, work/) and its checkpoint
     // directory, made ahead of its launch (job_dir.h, SpareDirs).
-    output_spares_ = std::make_unique<SpareDirs>(outputs_dir_, ".spare-", kSpareDirs, [](const std::string& d) {
+    // Made ahead by a thread of the lowest priority (SCHED_IDLE): it runs
+    // when a core would idle, never before a launch. Agents that share a
+    // loop (simulated nodes, a thousand in a process) keep none.
+    const int spares = opts_.loop == nullptr ? kSpareDirs : 0;
+    if (spares > 0) {
+      janitor_ = std::make_unique<runtime::EventLoop>("agent-janitor");
+      janitor_->Start();
+      janitor_->Post([] {
+        struct sched_param none {};
+        (void)::sched_setscheduler(0, SCHED_IDLE, &none);  // this thread only
+      });
+    }
+    output_spares_ = std::make_unique<SpareDirs>(outputs_dir_, ".spare-", spares, [](const std::string& d) {
       ::mkdir((d + "/work").c_str(), 0755);
       int fd = ::open((d + "/output.log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
       if (fd >= 0) ::close(fd);
     });
     fs::create_directories(CheckpointRoot(), ec);
-    checkpoint_spares_ = std::make_unique<SpareDirs>(CheckpointRoot(), ".spare-" + opts_.node_name + "-", kSpareDirs);
-    output_spares_->Refill();
-    checkpoint_spares_->Refill();
+    checkpoint_spares_ = std::make_unique<SpareDirs>(CheckpointRoot(), ".spare-" + opts_.node_name + "-", spares);
+    RefillDirs();
     if (!jobs_.empty()) spdlog::info("node '{}' adopted {} job directories", opts_.node_name, jobs_.size());
     watcher_ = opts_.exit_watcher;
     if (watcher_ == nullptr) {
@@ -295,6 +307,7 @@ class AgentImpl final : public Agent {
     }
     supervisors_.reset();  // the unused spare reads the end of its input and exits
     if (own_loop_) own_loop_->Stop();
+    if (janitor_) janitor_->Stop();  // what it was given is done first
     // Nothing left to adopt: nothing left in memory (the data directory may
     // go next, and nobody else would remove this).
     if (!jobs_dir_.empty() && ::rmdir(jobs_dir_.c_str()) == 0 && opts_.state_dir.empty()) {
@@ -720,14 +733,21 @@ class AgentImpl final : public Agent {
         ended_seen_.erase(ended_order_.front());
         ended_order_.pop_front();
       }
-      std::string dir = CheckpointDir(id);
-      std::error_code ec;
-      if (!fs::is_directory(dir, ec) || fs::exists(dir + "/.drover-ended", ec)) continue;
-      if (opts_.checkpoint_retention.count() <= 0) {
-        fs::remove_all(dir, ec);
-        continue;
+      // On disk, by the janitor when there is one (a core free).
+      auto mark = [dir = CheckpointDir(id), keep = opts_.checkpoint_retention.count() > 0] {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec) || fs::exists(dir + "/.drover-ended", ec)) return;
+        if (!keep) {
+          fs::remove_all(dir, ec);
+          return;
+        }
+        std::ofstream(dir + "/.drover-ended") << NowNanos() << "\n";
+      };
+      if (janitor_) {
+        janitor_->Post(std::move(mark));
+      } else {
+        mark();
       }
-      std::ofstream(dir + "/.drover-ended") << NowNanos() << "\n";
     }
   }
 
@@ -870,6 +890,12 @@ class AgentImpl final : public Agent {
       refill_pending_ = false;
       if (stopping_) return;
       if (supervisors_) supervisors_->Refill();
+    });
+    RefillDirs();
+  }
+
+  void RefillDirs() {
+    if (janitor_) janitor_->Post([this] {
       output_spares_->Refill();
       checkpoint_spares_->Refill();
     });
@@ -1108,7 +1134,16 @@ class AgentImpl final : public Agent {
       if (const auto& g = jobs_.at(id).cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
       std::error_code ec;
       fs::remove_all(jobs_.at(id).dir.path(), ec);
-      fs::remove_all(jobs_.at(id).output_dir, ec);
+      // The output's files are on disk: removed by the janitor when a core
+      // is free (ext4 takes its time), the state at once.
+      if (janitor_) {
+        janitor_->Post([dir = jobs_.at(id).output_dir] {
+          std::error_code rec;
+          fs::remove_all(dir, rec);
+        });
+      } else {
+        fs::remove_all(jobs_.at(id).output_dir, ec);
+      }
       jobs_.erase(id);
     }
   }
@@ -1250,6 +1285,7 @@ class AgentImpl final : public Agent {
   std::string jobs_dir_;     // the jobs' state: <state_dir_>/jobs/<key>
   std::string outputs_dir_;  // their output: <data_dir>/jobs/<key>
   std::unique_ptr<SpareDirs> output_spares_, checkpoint_spares_;
+  std::unique_ptr<runtime::EventLoop> janitor_;  // makes spares, removes outputs (own-loop agents)
   std::atomic<bool> stopping_{false};
   std::unique_ptr<runtime::EventLoop> own_loop_;  // unless the options name a shared one
   runtime::LoopClient loop_;

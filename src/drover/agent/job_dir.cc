@@ -92,9 +92,15 @@ SpareDirs::SpareDirs(std::string root, std::string prefix, int count, std::funct
 std::error_code SpareDirs::Take(const std::string& target) {
   std::error_code ec;
   if (std::filesystem::is_directory(target, ec)) return {};
-  while (!ready_.empty()) {
-    std::string spare = std::move(ready_.back());
-    ready_.pop_back();
+  for (;;) {
+    std::string spare;
+    {
+      // Busy (Refill, on a thread that may not run soon): make it here.
+      std::unique_lock lock(mu_, std::try_to_lock);
+      if (!lock.owns_lock() || ready_.empty()) break;
+      spare = std::move(ready_.back());
+      ready_.pop_back();
+    }
     if (::rename(spare.c_str(), target.c_str()) == 0) return {};
     // Gone, or the target appeared meanwhile: the next, or make it.
     if (std::filesystem::is_directory(target, ec)) return {};
@@ -105,11 +111,17 @@ std::error_code SpareDirs::Take(const std::string& target) {
 }
 
 void SpareDirs::Refill() {
-  while (static_cast<int>(ready_.size()) < count_) {
-    std::string dir = fmt::format("{}/{}{}", root_, prefix_, next_++);
+  for (;;) {
+    std::string dir;
+    {
+      std::lock_guard lock(mu_);
+      if (static_cast<int>(ready_.size()) >= count_) return;
+      dir = fmt::format("{}/{}{}", root_, prefix_, next_++);
+    }
     std::error_code ec;
     if (!std::filesystem::create_directory(dir, ec) || ec) return;
     if (fill_) fill_(dir);
+    std::lock_guard lock(mu_);
     ready_.push_back(std::move(dir));
   }
 }

@@ -28,6 +28,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -107,7 +108,8 @@ struct ExitFile {
 // Take() renames a spare to `target` (or makes `target` when none is left);
 // Refill(), off the launch path, makes spares up to `count`, each filled by
 // `fill` (its contents made ahead too). Spares are named `prefix`N; those a
-// stopped agent left are taken first.
+// stopped agent left are taken first. Take and Refill may run on different
+// threads; Take never waits for Refill (it makes the directory itself).
 class SpareDirs {
  public:
   SpareDirs(std::string root, std::string prefix, int count, std::function<void(const std::string&)> fill = nullptr);
@@ -120,8 +122,9 @@ class SpareDirs {
   std::string root_, prefix_;
   int count_;
   std::function<void(const std::string&)> fill_;
-  std::vector<std::string> ready_;
-  uint64_t next_ = 0;
+  std::mutex mu_;
+  std::vector<std::string> ready_;  // GUARDED_BY(mu_)
+  uint64_t next_ = 0;               // GUARDED_BY(mu_)
 };
 
 class JobDir {
