@@ -51,7 +51,7 @@ namespace fs = std::filesystem;
 constexpr auto kTick = std::chrono::milliseconds(100);
 // How long after a job's launch the next spare supervisor is started.
 constexpr auto kSpareRefillDelay = std::chrono::milliseconds(50);
-constexpr int kSpareDirs = 4;  // of each kind (SpareDirs)
+constexpr int kSpareDirs = 16;  // of each kind (SpareDirs)
 // Until the server says otherwise (RegisterResponse).
 constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
 // Heartbeats kept waiting for their acknowledgement.
