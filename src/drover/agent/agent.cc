@@ -170,6 +170,8 @@ class AgentImpl final : public Agent {
                                              opts_.loop);
     std::error_code ec;
     state_dir_ = opts_.state_dir.empty() ? JobStateRoot(opts_.data_dir) : opts_.state_dir;
+    // An agent with a loop of its own is the only one of its process.
+    if (opts_.state_dir.empty() && opts_.loop == nullptr) SweepJobStateRoots(state_dir_);
     jobs_dir_ = state_dir_ + "/jobs";
     outputs_dir_ = opts_.data_dir + "/jobs";
     for (const std::string& d : {jobs_dir_, outputs_dir_}) {
@@ -733,8 +735,7 @@ class AgentImpl final : public Agent {
         ended_seen_.erase(ended_order_.front());
         ended_order_.pop_front();
       }
-      // On disk, by the janitor when there is one (a core free).
-      auto mark = [dir = CheckpointDir(id), keep = opts_.checkpoint_retention.count() > 0] {
+      OffLoop([dir = CheckpointDir(id), keep = opts_.checkpoint_retention.count() > 0] {
         std::error_code ec;
         if (!fs::is_directory(dir, ec) || fs::exists(dir + "/.drover-ended", ec)) return;
         if (!keep) {
@@ -742,12 +743,7 @@ class AgentImpl final : public Agent {
           return;
         }
         std::ofstream(dir + "/.drover-ended") << NowNanos() << "\n";
-      };
-      if (janitor_) {
-        janitor_->Post(std::move(mark));
-      } else {
-        mark();
-      }
+      });
     }
   }
 
@@ -892,6 +888,16 @@ class AgentImpl final : public Agent {
       if (supervisors_) supervisors_->Refill();
     });
     RefillDirs();
+  }
+
+  // Disk work the launch path need not wait for: on the janitor when there
+  // is one (it runs when a core is free; ext4 takes its time), else here.
+  void OffLoop(std::function<void()> work) {
+    if (janitor_) {
+      janitor_->Post(std::move(work));
+    } else {
+      work();
+    }
   }
 
   void RefillDirs() {
@@ -1133,17 +1139,11 @@ class AgentImpl final : public Agent {
       // first leaves it (and perhaps the job's processes) behind.
       if (const auto& g = jobs_.at(id).cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
       std::error_code ec;
-      fs::remove_all(jobs_.at(id).dir.path(), ec);
-      // The output's files are on disk: removed by the janitor when a core
-      // is free (ext4 takes its time), the state at once.
-      if (janitor_) {
-        janitor_->Post([dir = jobs_.at(id).output_dir] {
-          std::error_code rec;
-          fs::remove_all(dir, rec);
-        });
-      } else {
-        fs::remove_all(jobs_.at(id).output_dir, ec);
-      }
+      fs::remove_all(jobs_.at(id).dir.path(), ec);  // in memory: at once
+      OffLoop([dir = jobs_.at(id).output_dir] {
+        std::error_code oec;
+        fs::remove_all(dir, oec);
+      });
       jobs_.erase(id);
     }
   }

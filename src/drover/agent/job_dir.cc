@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -52,11 +53,10 @@ T Get(const json& j, const char* key, T fallback) {
 // after a reboot it is the job's only word on how it ended.
 constexpr bool kWhileAlive = false;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The data directory a state root was made for ("" when unknown).
+std::string OwnerOf(const std::string& root) {
+  Result<std::string> owner = ReadTextFile(root + "/owner", 4096);
+  return owner.ok() ? *owner : "";
 }
 
 bool InMemory(const std::string& path) {
@@ -84,7 +84,7 @@ SpareDirs::SpareDirs(std::string root, std::string prefix, int count, std::funct
     if (!name.starts_with(prefix_) || !entry.is_directory(ec)) continue;
     ready_.push_back(entry.path().string());
     uint64_t n = 0;
-    for (char c : name.substr(prefix_.size())) n = c >= '0' && c <= '9' ? n * 10 + static_cast<uint64_t>(c - '0') : n;
+    std::from_chars(name.data() + prefix_.size(), name.data() + name.size(), n);
     next_ = std::max(next_, n + 1);
   }
 }
@@ -149,19 +149,24 @@ std::string JobStateRoot(const std::string& data_dir, const std::vector<std::str
     if (!InMemory(parent) || !PrivateDir(base)) continue;
     std::string root = fmt::format("{}/{:016x}", base, h);
     if (!PrivateDir(root)) continue;
-    // Whose it is: the state of a data directory that is gone (a test's,
-    // an agent killed before it could clean up) is nobody's, and goes.
-    if (Slurp(root + "/owner") != name) (void)WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false);
+    // Whose it is, for SweepJobStateRoots.
+    if (OwnerOf(root) != name) (void)WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false);
+    return root;
+  }
+  return data_dir + "/run";
+}
+
+void SweepJobStateRoots(const std::string& keep, const std::vector<std::string>& bases) {
+  std::error_code ec;
+  for (const std::string& base : bases) {
     for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
-      if (entry.path() == root) continue;
-      std::string owner = Slurp(entry.path().string() + "/owner");
+      if (entry.path() == keep) continue;
+      std::string owner = OwnerOf(entry.path().string());
       if (!owner.empty() && owner.front() == '/' && !std::filesystem::exists(owner, ec) && !ec) {
         std::filesystem::remove_all(entry.path(), ec);
       }
     }
-    return root;
   }
-  return data_dir + "/run";
 }
 
 Status JobDir::WriteSpec(const JobSpecFile& s) const {

@@ -59,13 +59,18 @@ struct JobSpecFile {
 // search each (docs/performance.md). /run/drover/<id> for root where /run is
 // a tmpfs, else /dev/shm/drover-<uid>/<id> (made 0700, refused unless it is
 // a directory of ours that nobody else may write), else <data_dir>/run; <id>
-// names `data_dir`, so a restarted agent finds its jobs again. The roots of
-// data directories that no longer exist (each root names its own in
-// `owner`) are removed on the way.
+// names `data_dir` (and the root names it in `owner`), so a restarted agent
+// finds its jobs again.
 std::string JobStateRoot(const std::string& data_dir, const std::vector<std::string>& bases);
 std::string JobStateRoot(const std::string& data_dir);
 // The shared places JobStateRoot tries, in this order.
 std::vector<std::string> JobStateBases();
+// Removes the roots in `bases`, but `keep`, whose data directory no longer
+// exists (a test's, an agent killed before it could clean up): their state
+// is nobody's. Once per agent process, at start (with a thousand simulated
+// nodes in one process, once per node would read every root a thousand
+// times).
+void SweepJobStateRoots(const std::string& keep, const std::vector<std::string>& bases = JobStateBases());
 
 // The node's lease as its agent last had it acknowledged, for the job
 // supervisors: once `fence_at` (CLOCK_MONOTONIC ns, the same clock in every

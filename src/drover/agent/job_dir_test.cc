@@ -268,9 +268,11 @@ TEST_F(JobDirTest, StateRootIsPrivateInMemoryAndTheSameForTheSameDataDirectory) 
   fs::create_directories(b + "/jobs/j-000001@1");
   fs::create_directories(root_ + "/c");
   std::string c = JobStateRoot(root_ + "/c", {base});
+  SweepJobStateRoots(c, {base});
   EXPECT_TRUE(fs::exists(b + "/jobs/j-000001@1"));
   fs::remove_all(root_ + "/b");
   EXPECT_EQ(JobStateRoot(root_ + "/c", {base}), c);
+  SweepJobStateRoots(c, {base});
   EXPECT_FALSE(fs::exists(b));
   EXPECT_TRUE(fs::exists(c));
   EXPECT_EQ(Slurp(c + "/owner"), fs::canonical(root_ + "/c").string());

@@ -72,15 +72,14 @@ std::variant<Json, int> Call(const Target& t, const std::string& method, const s
   return resp;
 }
 
-// Reads a job event stream until it closes: "submitted" (the answer to a
-// submit that goes on as the stream, handed to `on_submitted`), "job" (a
-// job's change; its end is what counts) and "end". Returns the exit code
-// `submit --wait` gives. `body` non-empty: sent with `method`.
-int Wait(const Target& t, const std::string& method, const std::string& target, const std::string& body,
-         const Common& c, const std::function<void(const Json&)>& on_submitted) {
+// POSTs `body` to `target`, a submit that goes on as the jobs' event stream,
+// and reads it until it closes: "submitted" (the submit's answer, handed to
+// `on_submitted`), "job" (a job's change; its end is what counts) and
+// "end". Returns the exit code `submit --wait` gives.
+int SubmitAndWait(const Target& t, const std::string& target, const std::string& body, const Common& c,
+                  const std::function<void(const Json&)>& on_submitted) {
   std::map<std::string, Ended> ended;
   std::string pending;
-  bool submitted = false;
   std::optional<std::string> error;
   auto on_event = [&](std::string_view event) {
     std::string name, data;
@@ -96,10 +95,7 @@ int Wait(const Target& t, const std::string& method, const std::string& target, 
     if (name != "job" && name != "submitted") return;
     auto parsed = Json::parse(data, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_object()) return;
-    if (name == "submitted") {
-      submitted = true;
-      return on_submitted(parsed);
-    }
+    if (name == "submitted") return on_submitted(parsed);
     const Json& st = parsed.value("status", Json::object());
     std::string state = st.value("state", "");
     if (state != "JOB_STATE_SUCCEEDED" && state != "JOB_STATE_FAILED" && state != "JOB_STATE_CANCELLED") return;
@@ -116,9 +112,7 @@ int Wait(const Target& t, const std::string& method, const std::string& target, 
     }
     return true;
   };
-  auto r = body.empty() ? http::HttpsStream(t.tls.get(), t.http_addr, method, target, t.headers, on_body)
-                        : http::HttpsStream(t.tls.get(), t.http_addr, method, target, body, "application/json",
-                                            t.headers, on_body);
+  auto r = http::HttpsStream(t.tls.get(), t.http_addr, "POST", target, body, "application/json", t.headers, on_body);
   if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
   if (r->status / 100 != 2) return FailResponse(*r, c);
   if (error) return Fail(Code::kUnavailable, "the server stopped watching: " + *error, c);
@@ -172,7 +166,7 @@ int Submit(const SubmitArgs& a, const Common& c, const Target& t) {
   };
   // With --wait, one connection: the submit's answer goes on as the jobs'
   // event stream, their ends only (docs/dashboard.md, the API table).
-  if (a.wait) return Wait(t, "POST", "/api/v1/jobs?watch=ended", body->dump(), c, print);
+  if (a.wait) return SubmitAndWait(t, "/api/v1/jobs?watch=ended", body->dump(), c, print);
   auto answer = Call(t, "POST", "/api/v1/jobs", body->dump(), c);
   if (const int* code = std::get_if<int>(&answer)) return *code;
   print(std::get<Json>(answer));

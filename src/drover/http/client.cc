@@ -99,12 +99,6 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
 }
 
 Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
-                                   const std::string& target, const std::map<std::string, std::string>& headers,
-                                   const std::function<bool(std::string_view)>& on_body) {
-  return Exchange(tls, host_port, method, target, "", "", headers, &on_body);
-}
-
-Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
                                    const std::string& target, const std::string& body,
                                    const std::string& content_type, const std::map<std::string, std::string>& headers,
                                    const std::function<bool(std::string_view)>& on_body) {

@@ -52,10 +52,7 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
 // returned `body` stays empty), with no deadline once the response has
 // begun; `on_body` returning false ends the exchange. Any other status is
 // read whole into `body`, as HttpsRequest does.
-Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
-                                   const std::string& target, const std::map<std::string, std::string>& headers,
-                                   const std::function<bool(std::string_view)>& on_body);
-// The same with a request body (POST /api/v1/jobs?watch=...).
+// `body` (with `content_type`) may be empty.
 Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
                                    const std::string& target, const std::string& body,
                                    const std::string& content_type, const std::map<std::string, std::string>& headers,

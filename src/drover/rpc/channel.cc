@@ -32,21 +32,25 @@ class BearerFactory final : public grpc::experimental::ClientInterceptorFactoryI
   std::string header_;  // lives as long as the channel, which owns the factory
 };
 
+// What every channel's calls go through: the bearer token, when there is one.
+std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> Interceptors(
+    const std::string& token) {
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  if (!token.empty()) factories.push_back(std::make_unique<BearerFactory>(token));
+  return factories;
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
                                            std::shared_ptr<grpc::ChannelCredentials> creds,
                                            const grpc::ChannelArguments& args) {
   if (!creds) creds = grpc::InsecureChannelCredentials();
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
-  if (!token.empty()) factories.push_back(std::make_unique<BearerFactory>(token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args, std::move(factories));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args, Interceptors(token));
 }
 
 std::shared_ptr<grpc::Channel> MakeInProcessChannel(grpc::Server* server, const std::string& token) {
-  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
-  if (!token.empty()) factories.push_back(std::make_unique<BearerFactory>(token));
-  return server->experimental().InProcessChannelWithInterceptors(grpc::ChannelArguments(), std::move(factories));
+  return server->experimental().InProcessChannelWithInterceptors(grpc::ChannelArguments(), Interceptors(token));
 }
 
 }  // namespace drover::rpc
