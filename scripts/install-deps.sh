@@ -28,6 +28,8 @@ PACKAGES=(
   # multi-host tests (tests/netns): network namespaces and veth pairs, nftables
   # drops, the harness (python3 stdlib); nsenter is in util-linux (essential)
   iproute2 nftables python3
+  # HA control plane: a real etcd (the store contract suite, `drover up --ha`)
+  etcd-server etcd-client
   # metrics: a real Prometheus scrapes /metrics; promtool checks the format
   prometheus
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)

@@ -12,12 +12,11 @@
 
 #include "drover/store/sqlite/statement.h"
 #include "drover/store/sqlite/watch_hub.h"
+#include "drover/store/validate.h"
 
 namespace drover::store {
 namespace {
 
-constexpr size_t kMaxKeyBytes = 4 * 1024;
-constexpr size_t kMaxValueBytes = 4 * 1024 * 1024;
 constexpr int64_t kSchemaVersion = 1;
 
 // kv holds the current state; history one row per event (what watches
@@ -43,16 +42,6 @@ CREATE INDEX IF NOT EXISTS leases_by_deadline ON leases(deadline_ns);
 
 constexpr const char* kKvColumns = "key, value, create_rev, mod_rev, version, lease";
 
-// The smallest string greater than every string starting with `prefix`, or
-// nullopt when there is none ("" and all-0xff prefixes): "a/" -> "a0",
-// "a\xff" -> "b".
-std::optional<std::string> PrefixEnd(std::string prefix) {
-  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
-  if (prefix.empty()) return std::nullopt;
-  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
-  return prefix;
-}
-
 // "<head> WHERE <column> >= ?1 [AND <column> < ?2] <tail>": an index range,
 // never a LIKE scan. Parameter ?2 is bound only when the range has an end.
 std::string RangeSql(const std::string& head, const char* column, bool has_end, const char* tail) {
@@ -63,36 +52,6 @@ int64_t SaturatingDeadline(Timestamp now, Duration ttl) {
   int64_t start = ToUnixNanos(now);
   if (start > std::numeric_limits<int64_t>::max() - ttl.count()) return std::numeric_limits<int64_t>::max();
   return start + ttl.count();
-}
-
-Status ValidateKey(const std::string& key, const char* what) {
-  if (key.empty()) return InvalidArgument(fmt::format("empty key in {}", what));
-  if (key.size() > kMaxKeyBytes) {
-    return InvalidArgument(fmt::format("key of {} bytes in {} exceeds the {}-byte limit", key.size(), what, kMaxKeyBytes));
-  }
-  return Status::Ok();
-}
-
-Status ValidatePrefix(const std::string& prefix) {
-  if (prefix.size() > kMaxKeyBytes) {
-    return InvalidArgument(fmt::format("prefix of {} bytes exceeds the {}-byte limit", prefix.size(), kMaxKeyBytes));
-  }
-  return Status::Ok();
-}
-
-Status ValidateOp(const Op& op) {
-  switch (op.kind) {
-    case Op::Kind::kPut:
-      if (op.value.size() > kMaxValueBytes) {
-        return InvalidArgument(
-            fmt::format("value of {} bytes for a put exceeds the {}-byte limit", op.value.size(), kMaxValueBytes));
-      }
-      return ValidateKey(op.key, "put");
-    case Op::Kind::kDelete: return ValidateKey(op.key, "delete");
-    case Op::Kind::kGet: return ValidateKey(op.key, "get");
-    case Op::Kind::kDeletePrefix: return ValidatePrefix(op.key);  // "" deletes everything, like Range("")
-  }
-  return InvalidArgument("unknown op kind");
 }
 
 bool CompareHolds(const Compare& c, const std::optional<KeyValue>& kv) {
@@ -354,9 +313,7 @@ Status SqliteStore::ExpireLeasesLocked() {
 
 Result<TxnResult> SqliteStore::Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
                                    const std::vector<Op>& failure) {
-  for (const Compare& compare : compares) DROVER_RETURN_IF_ERROR(ValidateKey(compare.key, "compare"));
-  for (const Op& op : success) DROVER_RETURN_IF_ERROR(ValidateOp(op));
-  for (const Op& op : failure) DROVER_RETURN_IF_ERROR(ValidateOp(op));
+  DROVER_RETURN_IF_ERROR(ValidateTxn(compares, success, failure));
 
   std::lock_guard lock(mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
