@@ -8,15 +8,13 @@
 
 #include "store_contract.h"
 #include "store_contract_watch.h"
+#include "drover/store/etcd/etcd_test_env.h"
 #include "support/etcd_cluster.h"
 
 namespace drover::store {
-namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-
-// One etcd for the whole binary; each test gets a namespace of its own.
+// One etcd for the whole binary (leader_test.cc uses it too); each test
+// gets a namespace of its own.
 testing::EtcdCluster* SharedEtcd() {
   static std::unique_ptr<testing::EtcdCluster> cluster = testing::EtcdCluster::Start(1);
   return cluster.get();
@@ -27,13 +25,18 @@ std::string FreshPrefix() {
   return "test-" + std::to_string(getpid()) + "-" + std::to_string(next++) + "/";
 }
 
-Result<std::unique_ptr<Store>> OpenShared(const std::string& prefix, EtcdOptions options = {}) {
+Result<std::unique_ptr<Store>> OpenShared(const std::string& prefix, EtcdOptions options) {
   testing::EtcdCluster* etcd = SharedEtcd();
   if (etcd == nullptr) return Unavailable("no etcd");
   options.endpoints = etcd->endpoints();
   options.key_prefix = prefix;
   return OpenEtcdStore(options);
 }
+
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 class EtcdFactory final : public contract::StoreFactory {
  public:

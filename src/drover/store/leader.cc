@@ -1,0 +1,198 @@
+#include "drover/store/leader.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace drover::store {
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool ReadOnly(const std::vector<Op>& ops) {
+  return std::all_of(ops.begin(), ops.end(), [](const Op& op) { return op.kind == Op::Kind::kGet; });
+}
+
+}  // namespace
+
+// Every writing transaction carries the leadership's compare; see leader.h.
+class FencedStore final : public Store {
+ public:
+  explicit FencedStore(Leadership* leadership) : l_(leadership), inner_(leadership->store_) {}
+
+  Result<TxnResult> Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
+                        const std::vector<Op>& failure) override {
+    if (ReadOnly(success) && ReadOnly(failure)) return inner_->Txn(compares, success, failure);
+    if (!ReadOnly(failure)) return InvalidArgument("a fenced transaction may only read in its failure branch");
+    if (!l_->leading_.load()) return FailedPrecondition("this server is no longer the leader");
+    std::vector<Compare> fenced = compares;
+    fenced.push_back({l_->options_.key, Compare::Target::kCreateRevision, Compare::Op::kEqual, l_->epoch_, {}});
+    std::vector<Op> otherwise = failure;
+    otherwise.push_back(Op::Get(l_->options_.key));
+    DROVER_ASSIGN_OR_RETURN(TxnResult result, inner_->Txn(fenced, success, otherwise));
+    if (result.succeeded) return result;
+    std::optional<KeyValue> leader = std::move(result.gets.back());
+    result.gets.pop_back();
+    if (!leader || leader->create_revision != l_->epoch_) {
+      Status deposed = FailedPrecondition(
+          leader ? fmt::format("deposed: the leader key belongs to '{}' since revision {} (ours was {})", leader->value,
+                               leader->create_revision, l_->epoch_)
+                 : fmt::format("deposed: the leader key of revision {} is gone", l_->epoch_));
+      l_->Lose(deposed);
+      return FailedPrecondition("this server is no longer the leader: " + deposed.message());
+    }
+    return result;
+  }
+  Result<RangeResult> Range(const std::string& prefix, int64_t limit, const std::string& start) override {
+    return inner_->Range(prefix, limit, start);
+  }
+  Result<std::unique_ptr<WatchHandle>> Watch(const std::string& prefix, int64_t start_revision,
+                                             WatchCallback callback) override {
+    return inner_->Watch(prefix, start_revision, std::move(callback));
+  }
+  Status Compact(int64_t revision) override { return inner_->Compact(revision); }
+  Result<LeaseId> GrantLease(Duration ttl) override { return inner_->GrantLease(ttl); }
+  Status KeepAlive(LeaseId lease) override { return inner_->KeepAlive(lease); }
+  Status RevokeLease(LeaseId lease) override { return inner_->RevokeLease(lease); }
+  Result<int64_t> CurrentRevision() override { return inner_->CurrentRevision(); }
+
+ private:
+  Leadership* const l_;
+  Store* const inner_;
+};
+
+Leadership::Leadership(Store* store, LeaderOptions options, LeaseId lease, int64_t epoch)
+    : store_(store), options_(std::move(options)), lease_(lease), epoch_(epoch) {
+  fenced_ = std::make_unique<FencedStore>(this);
+}
+
+Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOptions options,
+                                                         const std::atomic<bool>* stop,
+                                                         const std::function<void(const std::string&)>& standby) {
+  if (options.ttl <= std::chrono::milliseconds(0)) return InvalidArgument("a leader lease needs a positive TTL");
+  const auto ttl = options.ttl;
+  auto stopped = [stop] { return stop != nullptr && stop->load(); };
+  int64_t failing_since = 0;
+  std::string last_leader;
+  while (!stopped()) {
+    // A lease per attempt: a standby may wait for hours, and a lease kept
+    // for the whole wait would need keep-alives of its own.
+    const int64_t started = SteadyNs();
+    Result<LeaseId> lease = store->GrantLease(ttl);
+    Result<TxnResult> r = lease.status();
+    if (lease.ok()) {
+      r = store->Txn({Compare::Missing(options.key)}, {Op::Put(options.key, options.identity, *lease)},
+                     {Op::Get(options.key)});
+    }
+    if (!r.ok()) {
+      if (lease.ok()) (void)store->RevokeLease(*lease);
+      if (r.status().code() != Code::kUnavailable && r.status().code() != Code::kDeadlineExceeded) return r.status();
+      if (failing_since == 0) failing_since = started;
+      if (SteadyNs() - failing_since > std::chrono::nanoseconds(ttl).count() * 30) {
+        return Unavailable("cannot campaign for leadership: " + r.status().message());
+      }
+      std::this_thread::sleep_for(std::min(ttl / 4, std::chrono::milliseconds(250)));
+      continue;
+    }
+    failing_since = 0;
+    if (r->succeeded) {
+      std::unique_ptr<Leadership> l(new Leadership(store, std::move(options), *lease, r->revision));
+      l->valid_until_ns_ = started + std::chrono::nanoseconds(ttl).count() * 9 / 10;
+      l->keepalive_ = std::thread([raw = l.get()] { raw->KeepAlives(); });
+      spdlog::info("elected leader (epoch {})", l->epoch_);
+      return l;
+    }
+    (void)store->RevokeLease(*lease);
+    // Someone leads: wait until its key goes (watched from the revision
+    // read), then campaign again. Every TTL the key is read again anyway, in
+    // case the watch missed the end.
+    const std::optional<KeyValue>& current = r->gets.front();
+    if (current && current->value != last_leader) {
+      last_leader = current->value;
+      if (standby) standby(current->value);
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool gone = !current.has_value();
+    auto watch = store->Watch(options.key, r->revision + 1, [&](const std::vector<Event>& batch) {
+      for (const Event& e : batch) {
+        if (e.kv.key == options.key && e.type == Event::Type::kDelete) {
+          std::lock_guard lock(mu);
+          gone = true;
+          cv.notify_all();
+        }
+      }
+    });
+    std::unique_lock lock(mu);
+    const auto until = std::chrono::steady_clock::now() + ttl;
+    while (!gone && !stopped() && std::chrono::steady_clock::now() < until) {
+      cv.wait_for(lock, std::min<std::chrono::milliseconds>(ttl, std::chrono::milliseconds(100)));
+    }
+    lock.unlock();
+    if (watch.ok()) watch->reset();  // ends the watch (waits for a running callback)
+  }
+  return Status(Code::kCancelled, "campaign stopped");
+}
+
+Leadership::~Leadership() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (leading_.exchange(false)) {
+    // Gives the key up now: a standby takes over without waiting a TTL.
+    if (Status s = store_->RevokeLease(lease_); !s.ok()) spdlog::warn("giving up leadership: {}", s.ToString());
+  }
+}
+
+bool Leadership::Leading() const { return leading_.load() && SteadyNs() < valid_until_ns_.load(); }
+
+void Leadership::Lose(const Status& why) {
+  leading_ = false;
+  std::call_once(lost_once_, [&] {
+    spdlog::error("leadership (epoch {}) lost: {}", epoch_, why.ToString());
+    if (options_.on_lost) options_.on_lost(why);
+  });
+}
+
+void Leadership::Resign(const Status& why) {
+  const bool was = leading_.load();
+  Lose(why);
+  if (was) (void)store_->RevokeLease(lease_);
+}
+
+void Leadership::KeepAlives() {
+  const auto period = std::max(options_.ttl / 3, std::chrono::milliseconds(1));
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    if (wake_.wait_for(lock, period, [this] { return stopping_; })) return;
+    lock.unlock();
+    const int64_t sent = SteadyNs();
+    Status s = store_->KeepAlive(lease_);
+    if (s.ok()) {
+      // etcd's lease runs from when it received this, later than `sent`;
+      // a tenth off covers clock-rate drift between the two machines.
+      valid_until_ns_ = sent + std::chrono::nanoseconds(options_.ttl).count() * 9 / 10;
+    } else if (s.code() == Code::kNotFound) {
+      Lose(FailedPrecondition("the leader lease ended: " + s.message()));
+    } else {
+      spdlog::warn("leader keep-alive failed: {}", s.ToString());
+    }
+    if (SteadyNs() >= valid_until_ns_.load()) Lose(Status(Code::kDeadlineExceeded, "no successful keep-alive for a whole TTL"));
+    lock.lock();
+    if (!leading_.load()) return;
+  }
+}
+
+Result<std::string> Leadership::CurrentLeader(Store* store, const std::string& key) {
+  DROVER_ASSIGN_OR_RETURN(std::optional<KeyValue> kv, store->Get(key));
+  return kv ? kv->value : std::string();
+}
+
+}  // namespace drover::store

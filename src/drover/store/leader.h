@@ -1,0 +1,95 @@
+#pragma once
+// Leadership: one leader among the servers that share a store, with every
+// write of the leader fenced.
+//
+// Campaign() puts the leader key under a lease of the caller's, if the key
+// is missing, and otherwise waits (watching the key) until it goes; the
+// create revision of the key it wrote is its epoch. Keep-alives renew the
+// lease every third of its TTL.
+//
+// Fencing: the Store that fenced() returns adds to every transaction that
+// writes a compare "the leader key's create revision is my epoch". A server
+// that was deposed (its lease ended while it was paused, partitioned or
+// slow, and another took the key) can therefore never write: the store
+// refuses its transaction, whatever it believes. Such a refusal, a
+// keep-alive that finds the lease gone, or no successful keep-alive for a
+// whole TTL, ends the leadership: Lost() is called once, and Leading() is
+// false from then on. Leading() is also false once the TTL has passed since
+// the start of the last successful keep-alive (by this process's monotonic
+// clock, which runs while the process is stopped), before anything else
+// noticed: a leader that must not act on stale memory asks it before
+// sending anything.
+//
+// Thread-safety: thread-safe. The keep-alive thread calls Lost(); so may any
+// thread that writes through fenced().
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "drover/common/clock.h"
+#include "drover/common/status.h"
+#include "drover/store/store.h"
+
+namespace drover::store {
+
+struct LeaderOptions {
+  std::string key = "leader";                      // the leader key (in the store's namespace)
+  std::string identity;                            // stored as the key's value: where clients find the leader
+  std::chrono::milliseconds ttl{1000};             // the lease; etcd raises it to its own minimum
+  std::function<void(const Status& why)> on_lost;  // called once when leadership ends
+};
+
+class Leadership {
+ public:
+  // Blocks until this caller leads, `stop` becomes true (kCancelled), or the
+  // store fails for longer than a TTL (kUnavailable). `standby` (may be
+  // null) is called with the current leader's identity each time one is
+  // seen while waiting.
+  static Result<std::unique_ptr<Leadership>> Campaign(Store* store, LeaderOptions options,
+                                                      const std::atomic<bool>* stop = nullptr,
+                                                      const std::function<void(const std::string&)>& standby = {});
+  ~Leadership();  // stops the keep-alives and, when still leading, gives up the key (revokes the lease)
+
+  Leadership(const Leadership&) = delete;
+  Leadership& operator=(const Leadership&) = delete;
+
+  // The store with every writing transaction fenced by this leadership.
+  // kFailedPrecondition once deposed. Valid while this object lives.
+  Store* fenced() { return fenced_.get(); }
+  int64_t epoch() const { return epoch_; }
+  bool Leading() const;
+
+  // The identity stored under the leader key ("" when none leads now).
+  static Result<std::string> CurrentLeader(Store* store, const std::string& key = "leader");
+
+  // Ends the leadership now as if it were lost (tests, and shutdown).
+  void Resign(const Status& why);
+
+ private:
+  Leadership(Store* store, LeaderOptions options, LeaseId lease, int64_t epoch);
+  void KeepAlives();
+  void Lose(const Status& why);
+
+  Store* const store_;
+  const LeaderOptions options_;
+  const LeaseId lease_;
+  const int64_t epoch_;
+  std::unique_ptr<Store> fenced_;
+  std::atomic<bool> leading_{true};
+  std::atomic<int64_t> valid_until_ns_;  // steady clock
+  std::once_flag lost_once_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread keepalive_;
+
+  friend class FencedStore;
+};
+
+}  // namespace drover::store
