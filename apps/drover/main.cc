@@ -27,6 +27,7 @@
 #include "drover/agent/supervisor.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
+#include "ha.h"
 #include "live_workload.h"
 #include "drover/cli/commands.h"
 #include "drover/common/config.h"
@@ -98,6 +99,7 @@ struct RoleFlags {
   std::string ca_file;             // agent: the cluster CA to verify the server with
   std::string metrics_token_file;  // agent: scrape token for /metrics
   bool insecure_metrics = false;
+  drover::app::HaFlags ha;  // --store, etcd, leader lease (docs/ha.md)
 };
 
 constexpr std::string_view kRoles[] = {"up", "server", "agent"};
@@ -317,6 +319,11 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   so.tls_key = f.tls_key;
   so.tls_ca = f.tls_ca;
   so.tls_ca_key = f.tls_ca_key;
+  if (Status s = drover::app::ApplyHaFlags(f.ha, &so); !s.ok()) return BadConfig(s);
+  // From here on a signal ends the process's wait, a standby's included.
+  drover::app::SignalWaiter signals;
+  so.stop = signals.stopped();
+  so.on_leadership_lost = [](const Status& why) { drover::app::StartOver(why); };
   so.security.metrics_public = f.metrics_public;
   so.security.http_host_names = f.http_host_names;
   // "RATE:BURST" per token; a tenant's buckets are four times a token's.
@@ -346,6 +353,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     if (Status s = drover::agent::CheckMetricsExposure(check); !s.ok()) return BadConfig(s);
   }
   auto server = drover::server::StartServer(so);
+  if (!server.ok() && server.status().code() == drover::Code::kCancelled) return 0;  // stopped while standing by
   if (!server.ok()) return Fatal(server.status());
   // In-process agents and the live workload verify a TLS server like any client.
   const std::string ca_file = (*server)->ca_file();
@@ -463,7 +471,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     if (!w.ok()) return Fatal(w.status());
     workload = std::move(*w);
   }
-  WaitForSignal();
+  signals.Wait();
   if (workload) workload->Stop();
   for (auto& a : agents) a->Stop();
   (*server)->Stop();
@@ -628,6 +636,7 @@ int RunSim(const SimFlags& f, const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  drover::app::SaveArgv(argv);
   // The supervisor must stay single-threaded and quiet: handle it first.
   if (argc == 4 && std::string(argv[1]) == "supervise" && std::string(argv[2]) == "--dir") {
     return drover::agent::RunSupervisor(argv[3]);
@@ -670,6 +679,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--listen", f.http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
     cmd->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")->capture_default_str();
     drover::AddSchedulerFlags(cmd, &f.sched);
+    drover::app::AddHaFlags(cmd, &f.ha);
     cmd->add_flag("--insecure", f.insecure,
                   "allow listening beyond loopback without TLS (tokens cross the network in the clear)");
     cmd->add_option("--tls-cert", f.tls_cert,
@@ -742,7 +752,7 @@ int main(int argc, char** argv) {
   server->callback([&] { exit_code = RunServer(f, false); });
 
   CLI::App* agent = app.add_subcommand("agent", "node agent: discovers devices and runs the node's jobs");
-  agent->add_option("--server", f.server_addr, "server gRPC address")->capture_default_str();
+  agent->add_option("--server", f.server_addr, "server gRPC address; several, comma-separated, for a leader and its standbys (docs/ha.md)")->capture_default_str();
   agent->add_option("--data-dir", f.data_dir, "where job directories live")->capture_default_str();
   agent->add_option("--node-name", f.node_name, "node name (default: hostname)");
   agent->add_option("--devices", f.devices, "device backends: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")

@@ -55,7 +55,7 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const std::string& out,
+pid_t SpawnProcess(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const std::string& out,
             const std::string& err) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
@@ -97,7 +97,7 @@ CommandResult RunCli(const std::string& addr, const std::vector<std::string>& ar
   for (const std::string& e : env) has_token = has_token || e.starts_with("DROVER_TOKEN=");
   if (!has_token && !CliToken().empty()) full_env.push_back("DROVER_TOKEN=" + CliToken());
   full_env.insert(full_env.end(), env.begin(), env.end());
-  pid_t pid = Spawn(argv, full_env, dir.path() + "/out", dir.path() + "/err");
+  pid_t pid = SpawnProcess(argv, full_env, dir.path() + "/out", dir.path() + "/err");
   CommandResult r;
   if (pid < 0) return r;
   int status = 0;
@@ -127,7 +127,7 @@ int FreePort() {
 pid_t SpawnDrover(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
   std::vector<std::string> argv = {DroverBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  return Spawn(argv, {}, out, err);
+  return SpawnProcess(argv, {}, out, err);
 }
 
 DroverUp::DroverUp(std::string data_dir, std::vector<std::string> extra_flags, std::string role,
@@ -149,14 +149,20 @@ DroverUp::~DroverUp() {
   }
 }
 
-bool DroverUp::Start() {
+bool DroverUp::Start() { return Spawn() && WaitServing(); }
+
+bool DroverUp::Spawn() {
   std::error_code ec;
   std::filesystem::create_directories(data_dir_, ec);
   std::filesystem::remove(data_dir_ + "/endpoints.json", ec);
   std::vector<std::string> args = {DroverBinary(), role_, "--data-dir", data_dir_, "--grpc-listen", grpc_listen_,
-                                   "--listen", "127.0.0.1:0", "--log-level", "warn"};
+                                   "--listen", http_listen_, "--log-level", log_level_};
   args.insert(args.end(), extra_.begin(), extra_.end());
-  pid_ = Spawn(args, env_, data_dir_ + "/up.out", data_dir_ + "/up.err");
+  pid_ = SpawnProcess(args, env_, data_dir_ + "/up.out", data_dir_ + "/up.err");
+  return pid_ > 0;
+}
+
+bool DroverUp::WaitServing(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return false;
   bool up = WaitUntil([&] {
     int status = 0;
@@ -165,7 +171,7 @@ bool DroverUp::Start() {
       return true;  // exited: stop waiting
     }
     return std::filesystem::exists(data_dir_ + "/endpoints.json");
-  });
+  }, timeout);
   if (!up || pid_ == 0) {
     ADD_FAILURE() << "drover up did not start: " << ReadAll(data_dir_ + "/up.err");
     return false;

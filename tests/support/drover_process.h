@@ -71,11 +71,22 @@ class DroverUp {
   void SetEnv(std::vector<std::string> env) { env_ = std::move(env); }
   // Starts it and waits until it serves (endpoints.json); false on failure.
   bool Start();
+  // The two halves of Start: a server that stands by (an etcd store) serves
+  // only once it leads. Spawn() starts it; WaitServing() waits (failing the
+  // test after `timeout`, or when it exits) and connects the stubs.
+  bool Spawn();
+  bool WaitServing(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // The HTTP listen address it starts with (default 127.0.0.1:0).
+  void SetHttpListen(std::string listen) { http_listen_ = std::move(listen); }
+  // Its --log-level (default warn).
+  void SetLogLevel(std::string level) { log_level_ = std::move(level); }
   void Kill(int sig);
   // Waits until `nodes` nodes are Ready.
   bool WaitForReadyNodes(int nodes);
 
   const std::string& grpc_address() const { return grpc_; }
+  // The --grpc-listen it starts with (known before it serves).
+  const std::string& grpc_listen() const { return grpc_listen_; }
   const std::string& http_address() const { return http_; }
   v1::JobService::Stub* jobs() { return jobs_.get(); }
   v1::NodeService::Stub* nodes() { return nodes_.get(); }
@@ -90,6 +101,8 @@ class DroverUp {
   std::vector<std::string> env_;
   std::string role_;
   std::string grpc_listen_;
+  std::string http_listen_ = "127.0.0.1:0";
+  std::string log_level_ = "warn";
   pid_t pid_ = 0;
   std::string grpc_, http_;
   std::string token_;

@@ -49,7 +49,7 @@ struct ScheduledFault {
 
 struct AgentOptions {
   std::string node_name;
-  std::string server_address = "127.0.0.1:7070";
+  std::string server_address = "127.0.0.1:7070";  // or several, comma-separated (docs/ha.md)
   // Set: the agent's channel to the server for a token (an agent in the
   // server's process: Server::InProcessChannel) instead of server_address.
   std::function<std::shared_ptr<grpc::Channel>(const std::string& token)> channel;

@@ -146,7 +146,15 @@ struct UnaryCall {
 class ConnectionImpl final : public ServerConnection {
  public:
   ConnectionImpl(ConnectionOptions o, runtime::EventLoop* loop, ConnectionEvents e)
-      : opts_(std::move(o)), events_(std::move(e)), tasks_(loop) {}
+      : opts_(std::move(o)), events_(std::move(e)), tasks_(loop) {
+    // "a:7070,b:7070,c:7070": the leader and its standbys (docs/ha.md).
+    for (size_t begin = 0; begin <= opts_.server_address.size();) {
+      size_t comma = std::min(opts_.server_address.find(',', begin), opts_.server_address.size());
+      if (comma > begin) servers_.push_back(opts_.server_address.substr(begin, comma - begin));
+      begin = comma + 1;
+    }
+    if (servers_.empty()) servers_.push_back(opts_.server_address);
+  }
   ~ConnectionImpl() override { Stop(); }
 
   // The cluster CA the server is verified with: --ca-file, else the one a
@@ -259,11 +267,26 @@ class ConnectionImpl final : public ServerConnection {
   }
 
   void Retry(bool reset) {
+    // Several servers (a leader and its standbys, which do not listen): a
+    // failure moves on to the next one at once; the back-off grows only
+    // when a whole round of them failed.
+    if (!reset && servers_.size() > 1 && ++failed_in_round_ < servers_.size()) {
+      tasks_.PostAfter(kFirstBackoff, [this] { Connect(); });
+      return;
+    }
+    failed_in_round_ = 0;
     backoff_ = reset ? kFirstBackoff : std::min(backoff_ * 2, std::chrono::milliseconds(kMaxBackoff));
     tasks_.PostAfter(backoff_, [this] { Connect(); });
   }
 
   std::string DataFile(const char* name) const { return opts_.data_dir + "/" + name; }
+
+  // The server to dial now; DropStub moves on to the next.
+  const std::string& Server() const { return servers_[server_ % servers_.size()]; }
+  void DropStub() {
+    stub_.reset();
+    ++server_;
+  }
 
   // What an earlier join stored in <data_dir>/node.token.
   std::string StoredToken() const {
@@ -294,7 +317,7 @@ class ConnectionImpl final : public ServerConnection {
       call->key = *k;
       call->req.set_csr_pem(*csr);
     }
-    call->own_stub = v1::AgentService::NewStub(rpc::MakeChannel(opts_.server_address, "", ChannelCredentials(false)));
+    call->own_stub = v1::AgentService::NewStub(rpc::MakeChannel(Server(), "", ChannelCredentials(false)));
     auto* api = call->own_stub->async();
     StartUnary(call, [api](auto... args) { api->Join(args...); }, &ConnectionImpl::OnJoined);
   }
@@ -377,7 +400,7 @@ class ConnectionImpl final : public ServerConnection {
     // A fresh channel after a failure: the certificate is looked at again.
     if (!stub_) {
       stub_ = v1::AgentService::NewStub(opts_.channel ? opts_.channel(token_)
-                                                      : rpc::MakeChannel(opts_.server_address, token_,
+                                                      : rpc::MakeChannel(Server(), token_,
                                                                          ChannelCredentials(true)));
     }
     using Call = UnaryCall<v1::RegisterRequest, v1::RegisterResponse>;
@@ -397,10 +420,11 @@ class ConnectionImpl final : public ServerConnection {
           s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
         spdlog::error("node '{}' was refused: {}", opts_.node_name, s.error_message());
       }
-      stub_.reset();
+      DropStub();
       Retry(false);
       return;
     }
+    failed_in_round_ = 0;
     auto session = std::make_shared<SessionCall>(this);
     if (!Track(session.get(), [session] { session->Cancel(); })) return;
     v1::AgentMessage hello;
@@ -417,7 +441,9 @@ class ConnectionImpl final : public ServerConnection {
     if (events_.disconnected) events_.disconnected();
     if (stopping()) return;
     spdlog::warn("node '{}' session ended: {}", opts_.node_name, status.error_message());
-    if (!heard) stub_.reset();
+    // With several servers the one that ended it may be a deposed or dead
+    // leader: the next attempt goes to the next server.
+    if (!heard || servers_.size() > 1) DropStub();
     // A session the server never answered does not reset the back-off: a
     // server that refuses every hello is not asked ten times a second.
     Retry(/*reset=*/heard);
@@ -438,6 +464,9 @@ class ConnectionImpl final : public ServerConnection {
   std::unique_ptr<v1::AgentService::Stub> stub_;
   std::shared_ptr<SessionCall> session_;
   std::chrono::milliseconds backoff_ = kFirstBackoff;
+  std::vector<std::string> servers_;  // set by the constructor
+  size_t server_ = 0;                 // which of servers_ the next stub dials
+  size_t failed_in_round_ = 0;
 
   runtime::LoopClient tasks_;  // last: closed (Stop) before the rest goes
 };

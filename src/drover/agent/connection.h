@@ -32,7 +32,7 @@ namespace drover::agent {
 
 struct ConnectionOptions {
   std::string node_name;
-  std::string server_address;
+  std::string server_address;  // host:port, or several comma-separated (the leader and its standbys)
   std::string data_dir;    // node.token, node.key, node.crt, ca.crt live here
   std::string token;       // the node credential; empty: <data_dir>/node.token, else a join
   std::string join_token;  // one-time, from `drover join-token`

@@ -154,7 +154,7 @@ Status AuditLog::TrimLocked(int64_t head_seq) {
     }
     if (moving.empty()) return Status::Ok();
     DROVER_RETURN_IF_ERROR(archive_->PutAudit(moving));
-    DROVER_RETURN_IF_ERROR(store_->Txn({}, deletes, {}).status());
+    DROVER_RETURN_IF_ERROR(store_->WriteInChunks(deletes));
     if (moving.size() < static_cast<size_t>(kTrimBatch)) return Status::Ok();
   }
 }

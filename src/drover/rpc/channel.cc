@@ -1,7 +1,11 @@
 #include "drover/rpc/channel.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/support/client_interceptor.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace drover::rpc {
@@ -40,12 +44,57 @@ std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterfac
   return factories;
 }
 
+// "a:7070,b:7070" -> "ipv4:10.0.0.1:7070,10.0.0.2:7070": gRPC's own list of
+// addresses, which it tries in order and sticks to the first that answers
+// (standbys do not listen). Names are resolved here, once, to IPv4. Returns
+// "" when an entry cannot be (the caller then dials the first as it is).
+std::string AddressList(const std::string& addresses, std::string* first_host) {
+  std::string target = "ipv4:";
+  for (size_t begin = 0; begin <= addresses.size();) {
+    size_t comma = std::min(addresses.find(',', begin), addresses.size());
+    std::string entry = addresses.substr(begin, comma - begin);
+    begin = comma + 1;
+    if (entry.empty()) continue;
+    size_t colon = entry.rfind(':');
+    if (colon == std::string::npos) return "";
+    std::string host = entry.substr(0, colon);
+    if (first_host->empty()) *first_host = host;
+    in_addr ip{};
+    if (inet_pton(AF_INET, host.c_str(), &ip) != 1) {
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return "";
+      ip = reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr;
+      freeaddrinfo(found);
+    }
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &ip, text, sizeof(text));
+    target += (target.size() > 5 ? "," : "") + std::string(text) + entry.substr(colon);
+  }
+  return target;
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
                                            std::shared_ptr<grpc::ChannelCredentials> creds,
                                            const grpc::ChannelArguments& args) {
   if (!creds) creds = grpc::InsecureChannelCredentials();
+  if (address.find(',') != std::string::npos) {
+    std::string first_host;
+    std::string target = AddressList(address, &first_host);
+    if (!target.empty()) {
+      grpc::ChannelArguments list_args = args;
+      // TLS checks the certificate against the first server's name (every
+      // server of a group carries the names of all: docs/ha.md).
+      list_args.SetSslTargetNameOverride(first_host);
+      return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds, list_args, Interceptors(token));
+    }
+    return grpc::experimental::CreateCustomChannelWithInterceptors(address.substr(0, address.find(',')), creds, args,
+                                                                     Interceptors(token));
+  }
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args, Interceptors(token));
 }
 

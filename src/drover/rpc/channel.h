@@ -11,7 +11,9 @@
 
 namespace drover::rpc {
 
-// `token` may be empty (no authorization metadata is sent).
+// `token` may be empty (no authorization metadata is sent). `address` may
+// list several servers, comma-separated (a leader and its standbys,
+// docs/ha.md): the channel uses the first that accepts connections.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
                                            std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
                                            const grpc::ChannelArguments& args = {});

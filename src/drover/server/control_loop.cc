@@ -406,6 +406,32 @@ Status ControlLoop::WriteBatch(bool* with_audit) {
     return !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
   };
   *with_audit = false;
+  // A batch larger than one transaction may be (an etcd store's limits):
+  // the records that do not fit beside the audit entries go first, in
+  // transactions of their own. Atomic per transaction only; docs/ha.md says
+  // how to size etcd's limits so that this does not happen.
+  const store::Limits limits = store_->limits();
+  size_t audit_ops = audit_entries_.empty() ? 0 : audit_entries_.size() + 1;
+  if (audit_ops + 1 > limits.max_ops) {
+    // Too many to chain in one transaction: the callers record their own.
+    audit_entries_.clear();
+    audit_ops = 0;
+  }
+  if (limits.max_ops != SIZE_MAX || limits.max_bytes != SIZE_MAX) {
+    const size_t op_budget = limits.max_ops - audit_ops;
+    const size_t byte_budget = limits.max_bytes - std::min(limits.max_bytes / 2, audit_ops * 2048);
+    size_t keep = 0;
+    size_t bytes = 0;
+    while (keep < ops_.size() && keep < op_budget && bytes + store::OpBytes(ops_[ops_.size() - 1 - keep]) <= byte_budget) {
+      bytes += store::OpBytes(ops_[ops_.size() - 1 - keep]);
+      ++keep;
+    }
+    if (keep < ops_.size()) {
+      const auto split = ops_.end() - static_cast<std::ptrdiff_t>(keep);
+      DROVER_RETURN_IF_ERROR(store_->WriteInChunks(std::vector<store::Op>(ops_.begin(), split)));
+      ops_.erase(ops_.begin(), split);
+    }
+  }
   if (!audit_entries_.empty()) {
     // The calls' audit entries in the same transaction: one durable write.
     const auto count = static_cast<int64_t>(audit_entries_.size());
@@ -438,6 +464,7 @@ Status ControlLoop::WriteBatch(bool* with_audit) {
 }
 
 void ControlLoop::SendDesired() {
+  if (options_.leading && !options_.leading()) return;
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);
     if (it != nodes_.end() && it->second.sink) it->second.sink->SendDesired(DesiredFor(name));

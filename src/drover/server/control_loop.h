@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -125,6 +126,12 @@ struct ControlLoopOptions {
   // Where the calls that carry an AuditNote are recorded, in the commit of
   // the batch that answers them; null: nowhere (the caller audits).
   auth::AuditLog* audit = nullptr;
+  // Whether this server still leads (an etcd store: store/leader.h's
+  // Leading()); null: always. Asked before anything goes to an agent: a
+  // leader paused past its lease must not send desired workloads or renew
+  // agents' fences from what it remembers, even before it learns it was
+  // deposed.
+  std::function<bool()> leading;
 };
 
 // A call to record in the audit log with the batch that answers it (its

@@ -65,7 +65,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
       FillPeers(node, &ack);
       entry.peers_sent_ns = entry.heard_direct_ns;
     }
-    if (entry.sink) entry.sink->SendHeartbeatAck(ack);
+    if (entry.sink && (!options_.leading || options_.leading())) entry.sink->SendHeartbeatAck(ack);
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
     entry.readings.reset();  // new readings: the next capture copies them

@@ -32,6 +32,8 @@
 #include "drover/server/grpc_services.h"
 #include "drover/server/log_store.h"
 #include "drover/server/rest.h"
+#include "drover/store/leader.h"
+#include "drover/store/open.h"
 #include "drover/store/sqlite/sqlite_store.h"
 
 namespace drover::server {
@@ -227,6 +229,31 @@ std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTl
   return grpc::experimental::TlsServerCredentials(options);
 }
 
+// Stands by until this server leads (an etcd store). The leader key holds
+// where clients reach it.
+Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, const ServerOptions& o) {
+  auto port_of = [](const std::string& listen) { return listen.substr(listen.rfind(':') + 1); };
+  if (port_of(o.grpc_listen) == "0" || port_of(o.http_listen) == "0") {
+    return InvalidArgument("with an etcd store, --grpc-listen and --listen need fixed ports: clients find the leader by them");
+  }
+  std::string host = o.advertise_host;
+  if (host.empty()) host = HostOf(o.grpc_listen);
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  store::LeaderOptions leader;
+  leader.identity = fmt::format("{{\"grpc\": \"{}:{}\", \"http\": \"{}:{}\"}}", host, port_of(o.grpc_listen), host,
+                                port_of(o.http_listen));
+  leader.ttl = o.leader_ttl;
+  leader.on_lost = o.on_leadership_lost;
+  spdlog::info("campaigning for leadership as {}", leader.identity);
+  return store::Leadership::Campaign(store, std::move(leader), o.stop, [](const std::string& current) {
+    spdlog::info("standing by: the leader is {}", current);
+  });
+}
+
 class ServerImpl final : public Server {
  public:
   ~ServerImpl() override { Stop(); }
@@ -235,23 +262,29 @@ class ServerImpl final : public Server {
     std::error_code ec;
     std::filesystem::create_directories(o.data_dir, ec);
     if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", o.data_dir, ec.message()));
-    DROVER_ASSIGN_OR_RETURN(store_, store::OpenSqliteStore(o.data_dir + "/drover.db", SystemClock::Get()));
+    DROVER_ASSIGN_OR_RETURN(store_, store::OpenStore(o.store, o.data_dir + "/drover.db", o.etcd, SystemClock::Get()));
+    store::Store* store = store_.get();
+    if (store::IsEtcdSpec(o.store)) {
+      DROVER_ASSIGN_OR_RETURN(leadership_, Campaign(store, o));
+      store = leadership_->fenced();
+    }
     DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
     logs_ = std::make_unique<LogStore>(std::move(logs));
     DROVER_ASSIGN_OR_RETURN(archive_, store::Archive::Open(o.data_dir + "/archive.db"));
     // The store keeps the newest 10,000 audit entries; the archive the rest.
-    audit_ = std::make_unique<auth::AuditLog>(store_.get(), SystemClock::Get(), archive_.get(), 10'000);
+    audit_ = std::make_unique<auth::AuditLog>(store, SystemClock::Get(), archive_.get(), 10'000);
     ControlLoopOptions control = o.control;
     control.archive = archive_.get();
     control.audit = audit_.get();
     control.metrics = &metrics_;
     control.watch = &watch_;
+    if (leadership_) control.leading = [l = leadership_.get()] { return l->Leading(); };
     DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
     DROVER_RETURN_IF_ERROR(CheckExposure(o, tls_.has_value()));
     if (!tls_.has_value()) ca_file_.clear();
-    loop_ = std::make_unique<ControlLoop>(store_.get(), SystemClock::Get(), control);
+    loop_ = std::make_unique<ControlLoop>(store, SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
-    authority_ = std::make_unique<auth::Authority>(store_.get(), SystemClock::Get());
+    authority_ = std::make_unique<auth::Authority>(store, SystemClock::Get());
     edge_ = std::make_unique<Edge>(authority_.get(), SystemClock::Get(), o.security);
     admin_token_path_ = o.data_dir + "/admin.token";
     DROVER_ASSIGN_OR_RETURN(bool created, authority_->EnsureBootstrapAdmin(admin_token_path_));
@@ -338,11 +371,13 @@ class ServerImpl final : public Server {
     // Long streams (agent sessions, followed logs) are cancelled after the deadline.
     if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     if (loop_) loop_->Stop();
+    if (leadership_) leadership_->StepDown();  // a standby takes over now, not a TTL from now
   }
 
  private:
   metrics::Registry metrics_;  // outlives everything that records into it
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::Leadership> leadership_;  // with an etcd store; everything below writes through it
   std::unique_ptr<store::Archive> archive_;  // after store_: the loop (destroyed first) writes to it
   std::unique_ptr<LogStore> logs_;
   JobWatch watch_;  // outlives the loop that publishes to it and the services that subscribe

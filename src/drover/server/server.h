@@ -16,6 +16,9 @@
 
 #include <grpcpp/channel.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +26,7 @@
 #include "drover/auth/authority.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/edge.h"
+#include "drover/store/etcd/etcd_store.h"
 
 namespace drover::server {
 
@@ -46,6 +50,24 @@ struct ServerOptions {
   std::string tls_key = {};
   std::string tls_ca = {};
   std::string tls_ca_key = {};
+  // Where the state lives (store/open.h): "" is <data_dir>/drover.db;
+  // "etcd://HOST:PORT,.../NAMESPACE" makes this one of several servers
+  // (docs/ha.md): StartServer first campaigns for leadership and stands by
+  // (not listening) until it leads; every write is then fenced by its
+  // leadership. `etcd` gives the TLS files, timeout and limits of that etcd.
+  std::string store = {};
+  store::EtcdOptions etcd = {};
+  std::chrono::milliseconds leader_ttl{1000};
+  // The host clients and agents reach this server at, stored with the
+  // leadership; "" is the listen host, or the machine's name when that is
+  // a wildcard.
+  std::string advertise_host = {};
+  // Ends a standby's wait (StartServer returns kCancelled).
+  const std::atomic<bool>* stop = nullptr;
+  // Called once if this server loses its leadership (its lease ended, or a
+  // write was refused because another leads now). By then it has stopped
+  // sending to agents; the process should end or start over as a standby.
+  std::function<void(const Status&)> on_leadership_lost = {};
 };
 
 class Server {

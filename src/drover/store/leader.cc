@@ -47,6 +47,12 @@ class FencedStore final : public Store {
     }
     return result;
   }
+  Limits limits() const override {
+    Limits l = inner_->limits();
+    if (l.max_ops != SIZE_MAX) --l.max_ops;  // the fence's compare and read
+    if (l.max_bytes != SIZE_MAX) l.max_bytes -= std::min<size_t>(l.max_bytes / 2, 256);
+    return l;
+  }
   Result<RangeResult> Range(const std::string& prefix, int64_t limit, const std::string& start) override {
     return inner_->Range(prefix, limit, start);
   }
@@ -145,10 +151,7 @@ Leadership::~Leadership() {
   }
   wake_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
-  if (leading_.exchange(false)) {
-    // Gives the key up now: a standby takes over without waiting a TTL.
-    if (Status s = store_->RevokeLease(lease_); !s.ok()) spdlog::warn("giving up leadership: {}", s.ToString());
-  }
+  StepDown();
 }
 
 bool Leadership::Leading() const { return leading_.load() && SteadyNs() < valid_until_ns_.load(); }
@@ -161,10 +164,11 @@ void Leadership::Lose(const Status& why) {
   });
 }
 
-void Leadership::Resign(const Status& why) {
-  const bool was = leading_.load();
-  Lose(why);
-  if (was) (void)store_->RevokeLease(lease_);
+void Leadership::StepDown() {
+  std::call_once(lost_once_, [] {});  // a step-down is not a loss
+  if (leading_.exchange(false)) {
+    if (Status s = store_->RevokeLease(lease_); !s.ok()) spdlog::warn("giving up leadership: {}", s.ToString());
+  }
 }
 
 void Leadership::KeepAlives() {

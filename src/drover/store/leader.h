@@ -54,7 +54,7 @@ class Leadership {
   static Result<std::unique_ptr<Leadership>> Campaign(Store* store, LeaderOptions options,
                                                       const std::atomic<bool>* stop = nullptr,
                                                       const std::function<void(const std::string&)>& standby = {});
-  ~Leadership();  // stops the keep-alives and, when still leading, gives up the key (revokes the lease)
+  ~Leadership();  // stops the keep-alives and steps down
 
   Leadership(const Leadership&) = delete;
   Leadership& operator=(const Leadership&) = delete;
@@ -68,8 +68,10 @@ class Leadership {
   // The identity stored under the leader key ("" when none leads now).
   static Result<std::string> CurrentLeader(Store* store, const std::string& key = "leader");
 
-  // Ends the leadership now as if it were lost (tests, and shutdown).
-  void Resign(const Status& why);
+  // Gives the leadership up now (a server that shuts down): revokes the
+  // lease, so that a standby takes over without waiting out the TTL. Not a
+  // loss: on_lost is not called.
+  void StepDown();
 
  private:
   Leadership(Store* store, LeaderOptions options, LeaseId lease, int64_t epoch);

@@ -21,4 +21,21 @@ Result<int64_t> Store::Delete(const std::string& key) {
   return result.revision;
 }
 
+Status Store::WriteInChunks(const std::vector<Op>& ops) {
+  const Limits limits = this->limits();
+  size_t begin = 0;
+  while (begin < ops.size()) {
+    size_t end = begin;
+    size_t bytes = 0;
+    while (end < ops.size() && end - begin < limits.max_ops && (end == begin || bytes + OpBytes(ops[end]) <= limits.max_bytes)) {
+      bytes += OpBytes(ops[end]);
+      ++end;
+    }
+    std::vector<Op> chunk(ops.begin() + static_cast<std::ptrdiff_t>(begin), ops.begin() + static_cast<std::ptrdiff_t>(end));
+    DROVER_RETURN_IF_ERROR(Txn({}, chunk, {}).status());
+    begin = end;
+  }
+  return Status::Ok();
+}
+
 }  // namespace drover::store

@@ -14,6 +14,7 @@
 // Durability: a transaction that returned OK survives a crash of the process
 // (and, where the implementation says so, of the machine).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -99,9 +100,23 @@ class WatchHandle {
   virtual ~WatchHandle() = default;
 };
 
+// The most one transaction may carry: operations per branch (and compares),
+// and bytes of keys and values all told. Unlimited unless the store says
+// otherwise (etcd: its --max-txn-ops and --max-request-bytes).
+struct Limits {
+  size_t max_ops = SIZE_MAX;
+  size_t max_bytes = SIZE_MAX;
+};
+
+// What `op` counts against Limits::max_bytes (its key and value, and a
+// little for the framing around them).
+inline size_t OpBytes(const Op& op) { return op.key.size() + op.value.size() + 16; }
+
 class Store {
  public:
   virtual ~Store() = default;
+
+  virtual Limits limits() const { return {}; }
 
   // If every compare holds, runs `success`, else `failure`, atomically.
   // A transaction that writes nothing does not advance the revision.
@@ -135,6 +150,11 @@ class Store {
   Result<std::optional<KeyValue>> Get(const std::string& key);
   Result<int64_t> Put(const std::string& key, const std::string& value, LeaseId lease = 0);
   Result<int64_t> Delete(const std::string& key);
+  // Writes `ops` (no compares, no reads) in order, in as few transactions as
+  // limits() allows: atomic per transaction only, so for writes that need
+  // no atomicity together (deletes of expired records, a batch too large
+  // for one transaction). Stops at the first failure.
+  Status WriteInChunks(const std::vector<Op>& ops);
 };
 
 }  // namespace drover::store

@@ -179,6 +179,11 @@ class EtcdStore final : public Store {
   Status KeepAlive(LeaseId lease) override;
   Status RevokeLease(LeaseId lease) override;
   Result<int64_t> CurrentRevision() override;
+  // etcd's limits, less room for the request's own framing and compares.
+  Limits limits() const override {
+    return {static_cast<size_t>(options_.max_txn_ops),
+            static_cast<size_t>(std::max<int64_t>(options_.max_request_bytes - 4096, 1024))};
+  }
 
   // The etcd range [key, range_end) of the keys under `prefix`.
   std::pair<std::string, std::string> PrefixRange(const std::string& prefix) const {
@@ -538,6 +543,7 @@ Result<EtcdOptions> ParseEtcdUrl(const std::string& url) {
   if (url.rfind(kScheme, 0) != 0) return InvalidArgument(fmt::format("'{}' is not an etcd://host:port,... address", url));
   std::string rest = url.substr(kScheme.size());
   EtcdOptions options;
+  options.key_prefix = "drover/";
   if (size_t slash = rest.find('/'); slash != std::string::npos) {
     options.key_prefix = rest.substr(slash + 1);
     rest.resize(slash);

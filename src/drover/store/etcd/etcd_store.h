@@ -56,8 +56,9 @@ struct EtcdOptions {
 };
 
 // "etcd://host:port[,host:port...][/namespace]" -> endpoints and key_prefix
-// (the namespace gets a trailing '/' when it has none). kInvalidArgument when
-// malformed.
+// (the namespace gets a trailing '/' when it has none; without a path it is
+// "drover/", and "etcd://host:port/" is the whole keyspace). kInvalidArgument
+// when malformed.
 Result<EtcdOptions> ParseEtcdUrl(const std::string& url);
 
 // Connects and checks that an etcd answers (kUnavailable when none of the

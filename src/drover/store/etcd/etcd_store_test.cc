@@ -149,6 +149,9 @@ TEST(EtcdStoreTest, UrlsParse) {
   o = ParseEtcdUrl("etcd://[::1]:2379");
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_THAT(o->endpoints, ElementsAre("[::1]:2379"));
+  EXPECT_EQ(o->key_prefix, "drover/");
+  o = ParseEtcdUrl("etcd://127.0.0.1:2379/");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->key_prefix, "");
   for (const char* bad : {"sqlite:/x", "etcd://", "etcd://host", "etcd://host:", "etcd://:2379", "etcd://a:1,,b:2",
                           "etcd://a:12x"}) {
