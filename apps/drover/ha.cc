@@ -2,14 +2,21 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <future>
 
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
+#include "drover/store/leader.h"
 #include "drover/store/open.h"
 
 namespace drover::app {
@@ -101,5 +108,192 @@ void StartOver(const Status& why) {
   spdlog::critical("cannot start over: exec failed: {}", std::strerror(errno));
   std::_Exit(3);
 }
+
+}  // namespace drover::app
+
+namespace drover::app {
+namespace {
+
+int64_t MonoNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// fork + exec of `argv` with the signals main() blocked unblocked again,
+// output appended to `log`, in a process group of its own (a terminal's
+// Ctrl-C reaches only the parent, which stops the children in order), and
+// killed if the thread that started it ends (the supervisor thread outlives
+// every child it starts).
+pid_t SpawnChild(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::setpgid(0, 0);
+    if (in >= 0) ::dup2(in, 0);
+    if (out >= 0) {
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+    }
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  if (out >= 0) ::close(out);
+  if (in >= 0) ::close(in);
+  return pid;
+}
+
+std::string FindEtcd() {
+  for (const char* path : {"/usr/bin/etcd", "/usr/local/bin/etcd"}) {
+    if (::access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
+  if (o.members < 1 || o.members > 7) return InvalidArgument("--ha takes 1 to 7 members");
+  if (o.grpc_port <= 0 || o.http_port <= 0) {
+    return InvalidArgument("--ha needs fixed ports in --grpc-listen and --listen (clients find the leader by them)");
+  }
+  const std::string etcd = FindEtcd();
+  if (etcd.empty()) return Unavailable("--ha needs etcd (Debian's etcd-server; scripts/install-deps.sh installs it)");
+  std::unique_ptr<HaGroup> g(new HaGroup());
+  const std::string dir = o.data_dir + "/ha";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable(fmt::format("cannot create '{}': {}", dir, ec.message()));
+  std::string initial, clients;
+  for (int i = 0; i < o.members; ++i) {
+    initial += fmt::format("{}m{}=http://127.0.0.1:{}", i ? "," : "", i, o.etcd_port + 2 * i + 1);
+    clients += fmt::format("{}127.0.0.1:{}", i ? "," : "", o.etcd_port + 2 * i);
+    g->servers_ += fmt::format("{}127.0.0.1:{}", i ? "," : "", o.grpc_port + i);
+  }
+  g->store_url_ = "etcd://" + clients + "/drover";
+  // etcd with a 500 ms election timeout (leases of 1 s) and room for a
+  // batch of 1,000 jobs in one transaction (docs/ha.md, "etcd settings").
+  const std::string max_ops = "4096", max_bytes = "8388608";
+  for (int i = 0; i < o.members; ++i) {
+    const std::string client = fmt::format("http://127.0.0.1:{}", o.etcd_port + 2 * i);
+    const std::string peer = fmt::format("http://127.0.0.1:{}", o.etcd_port + 2 * i + 1);
+    g->etcd_.push_back({fmt::format("etcd member m{}", i),
+                        {etcd, "--name", fmt::format("m{}", i), "--data-dir", fmt::format("{}/etcd-{}", dir, i),
+                         "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                         "--initial-advertise-peer-urls", peer, "--initial-cluster", initial,
+                         "--initial-cluster-state", "new", "--initial-cluster-token", "drover-ha",
+                         "--heartbeat-interval", "100", "--election-timeout", "500", "--max-txn-ops", max_ops,
+                         "--max-request-bytes", max_bytes, "--logger", "zap", "--log-level", "warn"},
+                        fmt::format("{}/etcd-{}.log", dir, i)});
+    std::vector<std::string> server = {o.self_exe, "server", "--data-dir", fmt::format("{}/server-{}", dir, i),
+                                       "--grpc-listen", fmt::format("127.0.0.1:{}", o.grpc_port + i), "--listen",
+                                       fmt::format("127.0.0.1:{}", o.http_port + i), "--store", g->store_url_,
+                                       "--leader-ttl", "1s", "--lease-ttl", "6s", "--etcd-max-txn-ops", max_ops,
+                                       "--etcd-max-request-bytes", max_bytes, "--log-level", o.log_level};
+    server.insert(server.end(), o.server_flags.begin(), o.server_flags.end());
+    g->server_children_.push_back({fmt::format("server {}", i), std::move(server), fmt::format("{}/server-{}.log", dir, i)});
+  }
+  g->options_ = std::move(o);
+  std::promise<void> started;
+  g->supervisor_ = std::thread([raw = g.get(), &started] {
+    for (Child& c : raw->etcd_) c.pid = SpawnChild(c.argv, c.log);
+    for (Child& c : raw->server_children_) c.pid = SpawnChild(c.argv, c.log);
+    started.set_value();
+    raw->Supervise();
+  });
+  started.get_future().wait();
+  // etcd answers once its members have met and elected a leader.
+  store::EtcdOptions eo;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  Status last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto opened = store::OpenStore(g->store_url_, "", eo, SystemClock::Get());
+    if (opened.ok()) {
+      g->store_ = std::move(*opened);
+      break;
+    }
+    last = opened.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!g->store_) return Unavailable(fmt::format("etcd did not come up in 30 s ({}; logs in {}): {}", clients, dir, last.message()));
+  g->authority_ = std::make_unique<auth::Authority>(g->store_.get(), SystemClock::Get());
+  spdlog::info("HA control plane: {} etcd members ({}) and {} servers ({}); logs in {}", g->options_.members, clients,
+               g->options_.members, g->servers_, dir);
+  return g;
+}
+
+Result<std::string> HaGroup::WaitForLeader(std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto leader = store::Leadership::CurrentLeader(store_.get());
+    if (leader.ok() && !leader->empty()) return leader;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Unavailable("no server became leader");
+}
+
+void HaGroup::Supervise() {
+  auto reap = [](Child& c) {
+    int status = 0;
+    if (c.pid > 0 && ::waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      spdlog::warn("{} (pid {}) exited ({}); starting it again in 1 s (log: {})", c.name, c.pid,
+                   WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status))
+                                       : fmt::format("status {}", WEXITSTATUS(status)),
+                   c.log);
+      c.pid = -1;
+      c.died_ns = MonoNs();
+    }
+  };
+  std::unique_lock lock(mu_);
+  while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+    for (std::vector<Child>* group : {&etcd_, &server_children_}) {
+      for (Child& c : *group) {
+        reap(c);
+        if (c.pid < 0 && MonoNs() - c.died_ns >= 1'000'000'000) c.pid = SpawnChild(c.argv, c.log);
+      }
+    }
+  }
+  lock.unlock();
+  // Servers first (a leader that stops gives its lease up), then etcd; each
+  // gets 5 s after SIGTERM.
+  for (std::vector<Child>* group : {&server_children_, &etcd_}) {
+    for (Child& c : *group) {
+      if (c.pid > 0) ::kill(c.pid, SIGTERM);
+    }
+    const int64_t until = MonoNs() + 5'000'000'000;
+    for (Child& c : *group) {
+      while (c.pid > 0 && ::waitpid(c.pid, nullptr, WNOHANG) == 0 && MonoNs() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (c.pid > 0 && ::kill(c.pid, 0) == 0) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
+      c.pid = -1;
+    }
+  }
+}
+
+void HaGroup::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (supervisor_.joinable()) supervisor_.join();
+}
+
+HaGroup::~HaGroup() { Stop(); }
 
 }  // namespace drover::app

@@ -5,12 +5,21 @@
 
 #include <CLI/CLI.hpp>
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "drover/auth/authority.h"
 #include "drover/common/status.h"
 #include "drover/server/server.h"
+#include "drover/store/store.h"
 
 namespace drover::app {
 
@@ -42,6 +51,62 @@ class SignalWaiter {
  private:
   std::atomic<bool> stopped_{false};
   std::thread thread_;
+};
+
+// `drover up --ha N`: a whole HA control plane on this machine. N etcd
+// members (client ports etcd_port, +2, +4, ...; peers one above each) and
+// N `drover server`s (gRPC grpc_port, +1, ...; HTTP http_port, +1, ...),
+// each a child process with its data under <data_dir>/ha/, restarted a
+// second after it dies (as k0s supervises its etcd). The caller's agents
+// connect to servers(); tokens are minted straight into etcd.
+struct HaGroupOptions {
+  int members = 3;
+  std::string data_dir;
+  int etcd_port = 2379;
+  int grpc_port = 7070;
+  int http_port = 8080;
+  std::string log_level = "info";
+  std::string self_exe;                     // this program (the servers run `<self_exe> server ...`)
+  std::vector<std::string> server_flags;    // passed on to every server
+};
+
+class HaGroup {
+ public:
+  static Result<std::unique_ptr<HaGroup>> Start(HaGroupOptions options);
+  ~HaGroup();  // Stop()
+
+  // "127.0.0.1:7070,127.0.0.1:7071,...": every server, for agents and clients.
+  const std::string& servers() const { return servers_; }
+  const std::string& store_url() const { return store_url_; }
+  // Mints tokens (the store is etcd itself, no leader involved).
+  auth::Authority* authority() { return authority_.get(); }
+  // Waits until some server leads; its {"grpc": ..., "http": ...}.
+  Result<std::string> WaitForLeader(std::chrono::seconds timeout);
+  // Stops the servers (SIGTERM: the leader gives its lease up), then etcd.
+  void Stop();
+
+ private:
+  struct Child {
+    std::string name;
+    std::vector<std::string> argv;
+    std::string log;
+    pid_t pid = -1;
+    int64_t died_ns = 0;
+  };
+  HaGroup() = default;
+  void Supervise();
+
+  HaGroupOptions options_;
+  std::string servers_;
+  std::string store_url_;
+  std::vector<Child> etcd_;
+  std::vector<Child> server_children_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<auth::Authority> authority_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  std::thread supervisor_;
 };
 
 // main() keeps its argv here, for StartOver.

@@ -2,6 +2,7 @@
 // Thin: parses the verb and hands off.
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -100,6 +101,8 @@ struct RoleFlags {
   std::string metrics_token_file;  // agent: scrape token for /metrics
   bool insecure_metrics = false;
   drover::app::HaFlags ha;  // --store, etcd, leader lease (docs/ha.md)
+  int up_ha = 0;            // up --ha N
+  int up_ha_etcd_port = 2379;
 };
 
 constexpr std::string_view kRoles[] = {"up", "server", "agent"};
@@ -280,6 +283,28 @@ int BadConfig(const Status& s) {
   return drover::cli::kExitUsage;
 }
 
+// `up --ha N`: etcd members and servers as child processes, an admin token
+// for the CLI in <data-dir>/admin.token, and where to find the leader.
+Result<std::unique_ptr<drover::app::HaGroup>> StartHaGroup(const RoleFlags& f) {
+  auto port_of = [](const std::string& listen) { return std::atoi(listen.substr(listen.rfind(':') + 1).c_str()); };
+  drover::app::HaGroupOptions ho;
+  ho.members = f.up_ha;
+  ho.data_dir = f.data_dir;
+  ho.etcd_port = f.up_ha_etcd_port;
+  ho.grpc_port = port_of(f.grpc_listen);
+  ho.http_port = port_of(f.http_listen);
+  ho.log_level = f.log_level;
+  ho.self_exe = SelfExe();
+  DROVER_ASSIGN_OR_RETURN(auto group, drover::app::HaGroup::Start(ho));
+  DROVER_ASSIGN_OR_RETURN(std::string leader, group->WaitForLeader(std::chrono::seconds(60)));
+  DROVER_RETURN_IF_ERROR(group->authority()->EnsureBootstrapAdmin(f.data_dir + "/admin.token").status());
+  // The CLI run from here finds every server (and the token) in the data dir.
+  DROVER_RETURN_IF_ERROR(drover::WriteFileAtomic(f.data_dir + "/endpoints.json",
+                                                 fmt::format("{{\"grpc\": \"{}\", \"http\": \"\"}}\n", group->servers()), 0644));
+  spdlog::info("the leader is {}; elsewhere: export DROVER_ADDR={}", leader, group->servers());
+  return group;
+}
+
 int RunServer(const RoleFlags& f, bool all_in_one) {
   if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
   drover::app::LiveWorkloadOptions live;
@@ -352,11 +377,28 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     check.metrics_insecure = f.insecure;
     if (Status s = drover::agent::CheckMetricsExposure(check); !s.ok()) return BadConfig(s);
   }
-  auto server = drover::server::StartServer(so);
-  if (!server.ok() && server.status().code() == drover::Code::kCancelled) return 0;  // stopped while standing by
-  if (!server.ok()) return Fatal(server.status());
+  // One server in this process, or (`up --ha N`) a whole HA control plane
+  // of child processes (apps/drover/ha.h).
+  std::unique_ptr<drover::server::Server> server;
+  std::unique_ptr<drover::app::HaGroup> ha_group;
+  drover::auth::Authority* authority = nullptr;
+  std::string server_addr;
+  if (all_in_one && f.up_ha > 0) {
+    auto group = StartHaGroup(f);
+    if (!group.ok()) return Fatal(group.status());
+    ha_group = std::move(*group);
+    authority = ha_group->authority();
+    server_addr = ha_group->servers();
+  } else {
+    auto started = drover::server::StartServer(so);
+    if (!started.ok() && started.status().code() == drover::Code::kCancelled) return 0;  // stopped while standing by
+    if (!started.ok()) return Fatal(started.status());
+    server = std::move(*started);
+    authority = server->authority();
+    server_addr = server->grpc_address();
+  }
   // In-process agents and the live workload verify a TLS server like any client.
-  const std::string ca_file = (*server)->ca_file();
+  const std::string ca_file = server ? server->ca_file() : "";
   std::string ca_pem;
   if (!ca_file.empty()) {
     auto pem = drover::ReadTextFile(ca_file);
@@ -366,7 +408,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   // In-process agents and the live workload get credentials of their own:
   // a node token per node (bound to its name) and an admin token.
   auto internal_token = [&](const std::string& name, drover::auth::Role role, const std::string& node) {
-    return (*server)->authority()->MintInternal({name, "default", role, node, drover::Duration(0)});
+    return authority->MintInternal({name, "default", role, node, drover::Duration(0)});
   };
   // Simulated nodes share a few loops, one per core (at most 4): a node is
   // a set of tasks and timers on one of them, not threads of its own.
@@ -379,13 +421,13 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   auto faults = ParseFaultFlags(f.faults);
   if (!faults.ok()) return BadConfig(faults.status());
   if (all_in_one) {
-    std::string addr = (*server)->grpc_address();
+    const std::string& addr = server_addr;
     RoleFlags local = f;
     local.node_name = f.node_name.empty() ? Hostname() : f.node_name;
     auto backends = Backends(local);
     if (!backends.ok()) return Fatal(backends.status());
     drover::agent::AgentOptions lo;
-    lo.fencing = false;  // in the server's process: it cannot lose the server and live
+    lo.fencing = ha_group != nullptr;  // in the server's process it cannot lose the server and live
     lo.telemetry = *telemetry;
     lo.metrics_listen = f.agent_metrics_listen;
     lo.metrics_insecure = f.insecure;
@@ -396,7 +438,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     lo.token = *local_token;
     // In the server's process: its channel needs no socket (the agents
     // stop before the server does).
-    lo.channel = [srv = server->get()](const std::string& token) { return srv->InProcessChannel(token); };
+    if (server) lo.channel = [srv = server.get()](const std::string& token) { return srv->InProcessChannel(token); };
     auto a = StartAgent(std::move(lo), local.node_name, addr, f.data_dir + "/agents/" + local.node_name,
                         std::move(*backends), *local_labels);
     if (!a.ok()) return Fatal(a.status());
@@ -462,7 +504,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   }
   std::unique_ptr<drover::app::LiveWorkload> workload;
   if (all_in_one && f.workload != "none") {
-    live.grpc_address = (*server)->grpc_address();
+    live.grpc_address = server_addr;
     auto live_token = internal_token("live-workload", drover::auth::Role::kAdmin, "");
     if (!live_token.ok()) return Fatal(live_token.status());
     live.token = *live_token;
@@ -474,7 +516,8 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   signals.Wait();
   if (workload) workload->Stop();
   for (auto& a : agents) a->Stop();
-  (*server)->Stop();
+  if (server) server->Stop();
+  if (ha_group) ha_group->Stop();
   return 0;
 }
 
@@ -722,6 +765,12 @@ int main(int argc, char** argv) {
   up->add_option("--fault", f.faults,
                  "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY], e.g. sim-1:0:xid:79@30s (repeatable)");
   up->add_option("--simulate", f.simulate, "number of simulated nodes to add")->check(CLI::Range(0, 1024));
+  up->add_option("--ha", f.up_ha,
+                 "run an HA control plane here instead of one server: N etcd members and N servers (gRPC and HTTP "
+                 "on the --grpc-listen and --listen ports and the next N-1), restarted when they die (docs/ha.md)")
+      ->check(CLI::Range(0, 7));
+  up->add_option("--ha-etcd-port", f.up_ha_etcd_port, "first etcd client port of --ha (peers and members follow)")
+      ->capture_default_str();
   up->add_option("--simulate-gpus", f.sim_gpus, "GPUs per simulated node")->check(CLI::Range(0, 64))->capture_default_str();
   up->add_option("--simulate-model", f.sim_model, "GPU model of simulated nodes")->capture_default_str();
   up->add_option("--label", f.labels, "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");

@@ -4,10 +4,19 @@
 // a standby.
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
 
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -64,6 +73,7 @@ class HaTest : public ::testing::Test {
     ASSERT_TRUE(etcd_);
   }
   void TearDown() override {
+    if (HasFailure()) std::cerr << "---- agent.err ----\n" << ReadFile(dir_.path() + "/agent.err") << "---- end ----\n";
     if (agent_ > 0) {
       ::kill(agent_, SIGKILL);
       ::waitpid(agent_, nullptr, 0);
@@ -93,6 +103,21 @@ bool Succeeded(v1::JobService::Stub* stub, const std::string& id) {
   return GetJob(stub, id).status().state() == v1::JOB_STATE_SUCCEEDED;
 }
 
+// Whether every job of `ids` succeeded; stops at the first that ended
+// otherwise (it never will), failing the test with it.
+bool AllSucceeded(v1::JobService::Stub* stub, const std::set<std::string>& ids) {
+  for (const std::string& id : ids) {
+    v1::Job job = GetJob(stub, id);
+    if (job.status().state() == v1::JOB_STATE_SUCCEEDED) continue;
+    if (job.status().state() == v1::JOB_STATE_FAILED || job.status().state() == v1::JOB_STATE_CANCELLED) {
+      ADD_FAILURE() << id << " ended without success: " << job.status().DebugString();
+      return true;  // stop waiting
+    }
+    return false;
+  }
+  return true;
+}
+
 TEST_F(HaTest, AStandbyTakesOverAKilledLeaderWithEveryAcknowledgedJob) {
   auto a = HaServer(dir_.path() + "/a", Url());
   ASSERT_TRUE(a->Start());
@@ -117,10 +142,8 @@ TEST_F(HaTest, AStandbyTakesOverAKilledLeaderWithEveryAcknowledgedJob) {
   for (const std::string& id : acknowledged) EXPECT_TRUE(after.count(id)) << id << " was acknowledged and is lost";
   // The agent follows the new leader; the job that ran across the failover
   // was not disturbed (it started once and ends once), and the rest run.
-  for (const std::string& id : acknowledged) {
-    EXPECT_TRUE(WaitUntil([&] { return Succeeded(b->jobs(), id); }, std::chrono::seconds(60)))
-        << id << ": " << GetJob(b->jobs(), id).DebugString() << ReadFile(dir_.path() + "/agent.err");
-  }
+  EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(b->jobs(), acknowledged); }, std::chrono::seconds(60)))
+      << ReadFile(dir_.path() + "/agent.err");
   EXPECT_EQ(ReadFile(marker), "started\n");
   EXPECT_EQ(GetJob(b->jobs(), spanning).status().attempt(), 1);
   // The new leader goes on numbering after the old one's jobs.
@@ -163,9 +186,109 @@ TEST_F(HaTest, ALeaderPausedPastItsLeaseIsFencedOutAndStartsOverAsAStandby) {
 
   // B still leads, with every job, and its agent runs them.
   std::string third = Submit(b->jobs(), "by-b-after");
-  for (const std::string& id : {first, second, third}) {
-    EXPECT_TRUE(WaitUntil([&] { return Succeeded(b->jobs(), id); }, std::chrono::seconds(60)))
-        << id << ": " << GetJob(b->jobs(), id).DebugString() << ReadFile(dir_.path() + "/agent.err");
+  EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(b->jobs(), {first, second, third}); }, std::chrono::seconds(60)))
+      << ReadFile(dir_.path() + "/agent.err");
+}
+
+// `n` consecutive loopback ports that bind now (for `up --ha`, which numbers
+// its servers' ports from a base).
+int ConsecutiveFreePorts(int n) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = 20000 + (FreePort() % 30000);
+    bool all = true;
+    for (int i = 0; i < n && all; ++i) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(base + i));
+      all = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      ::close(fd);
+    }
+    if (all) return base;
+  }
+  return 0;
+}
+
+bool Accepts(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The pid of the process whose command line holds `needle` (args joined by spaces).
+pid_t FindProcess(const std::string& needle) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(needle) != std::string::npos) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// `drover up --ha 3`: three etcd members and three servers as child
+// processes, this machine's agent in-process. The leader is SIGKILLed: a
+// standby takes over, the job running across it finishes once, new work
+// runs, and the killed server comes back as a standby.
+TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
+  TempDir dir;
+  const int grpc = ConsecutiveFreePorts(3), http = ConsecutiveFreePorts(3), etcd = ConsecutiveFreePorts(6);
+  ASSERT_TRUE(grpc && http && etcd);
+  DroverUp up(dir.path() + "/data", {"--ha", "3", "--ha-etcd-port", std::to_string(etcd), "--devices", "simulated"}, "up",
+              "127.0.0.1:" + std::to_string(grpc));
+  up.SetHttpListen("127.0.0.1:" + std::to_string(http));
+  up.SetLogLevel("info");
+  ASSERT_TRUE(up.Start());
+  EXPECT_EQ(up.grpc_address(), fmt::format("127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}", grpc, grpc + 1, grpc + 2));
+  ASSERT_TRUE(up.WaitForReadyNodes(1));
+
+  int leader = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (Accepts(grpc + i)) leader = grpc + i;  // standbys do not listen
+  }
+  ASSERT_GT(leader, 0);
+  // (`drover up` itself has the first port in its --grpc-listen too.)
+  const std::string needle = "ha/server-" + std::to_string(leader - grpc) + " --grpc-listen";
+  const pid_t leader_pid = FindProcess(needle);
+  ASSERT_GT(leader_pid, 0);
+
+  const std::string marker = dir.path() + "/starts";
+  std::string spanning = Submit(up.jobs(), "spanning", {"sh", "-c", "echo started >> " + marker + "; sleep 3"});
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(up.jobs(), spanning).status().state() == v1::JOB_STATE_RUNNING; }));
+  ::kill(leader_pid, SIGKILL);
+
+  std::string after;
+  ASSERT_TRUE(WaitUntil([&] {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->add_command("true");
+    req.mutable_spec()->set_gpus(1);
+    v1::SubmitJobResponse resp;
+    auto ctx = Ctx(std::chrono::seconds(2));
+    if (!up.jobs()->Submit(ctx.get(), req, &resp).ok()) return false;
+    after = resp.job().id();
+    return true;
+  })) << ReadFile(dir.path() + "/data/up.err");
+  EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(up.jobs(), {spanning, after}); }, std::chrono::seconds(60)))
+      << ReadFile(dir.path() + "/data/up.err");
+  EXPECT_EQ(ReadFile(marker), "started\n");
+  // The supervisor started the killed server again; it stands by.
+  EXPECT_TRUE(WaitUntil([&] {
+    pid_t again = FindProcess(needle);
+    return again > 0 && again != leader_pid;
+  }));
+  CancelAllJobs(up.jobs());
+  if (HasFailure() || getenv("HA_LOGS")) {
+    for (int i = 0; i < 3; ++i) {
+      std::cerr << "---- server " << i << " ----\n" << ReadFile(fmt::format("{}/data/ha/server-{}.log", dir.path(), i));
+    }
+    std::cerr << "---- leader was port " << leader << ", pid " << leader_pid << "\n";
   }
 }
 

@@ -441,9 +441,9 @@ class ConnectionImpl final : public ServerConnection {
     if (events_.disconnected) events_.disconnected();
     if (stopping()) return;
     spdlog::warn("node '{}' session ended: {}", opts_.node_name, status.error_message());
-    // With several servers the one that ended it may be a deposed or dead
-    // leader: the next attempt goes to the next server.
-    if (!heard || servers_.size() > 1) DropStub();
+    // A dead or deposed leader refuses the next registration, which moves
+    // on to the next server.
+    if (!heard) DropStub();
     // A session the server never answered does not reset the back-off: a
     // server that refuses every hello is not asked ten times a second.
     Retry(/*reset=*/heard);

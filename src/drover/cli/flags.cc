@@ -28,7 +28,15 @@ std::string FirstLine(const std::string& path) {
 }  // namespace
 
 void AddCommon(CLI::App* cmd, Common* c, bool output) {
-  cmd->add_option("--addr", c->addr, "server gRPC address")->envname("DROVER_ADDR")->capture_default_str();
+  // The default is where the server of this data directory said it listens
+  // (every server of `drover up --ha`), else 127.0.0.1:7070.
+  if (std::ifstream in(DataDir() + "/endpoints.json"); in) {
+    auto endpoints = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (endpoints.is_object() && endpoints.value("grpc", "") != "") c->addr = endpoints.value("grpc", "");
+  }
+  cmd->add_option("--addr", c->addr, "server gRPC address; several, comma-separated, for a leader and its standbys")
+      ->envname("DROVER_ADDR")
+      ->capture_default_str();
   cmd->add_option("--timeout", c->timeout_s, "seconds to wait for an answer")->check(CLI::Range(1, 3600));
   cmd->add_option("--token-file", c->token_file, "file holding the API token (default: DROVER_TOKEN, drover login's)");
   cmd->add_option("--ca-file", c->ca_file,

@@ -45,8 +45,7 @@ std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterfac
 }
 
 // "a:7070,b:7070" -> "ipv4:10.0.0.1:7070,10.0.0.2:7070": gRPC's own list of
-// addresses, which it tries in order and sticks to the first that answers
-// (standbys do not listen). Names are resolved here, once, to IPv4. Returns
+// addresses (standbys do not listen, so the leader is the one that answers). Names are resolved here, once, to IPv4. Returns
 // "" when an entry cannot be (the caller then dials the first as it is).
 std::string AddressList(const std::string& addresses, std::string* first_host) {
   std::string target = "ipv4:";
@@ -90,6 +89,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std
       // TLS checks the certificate against the first server's name (every
       // server of a group carries the names of all: docs/ha.md).
       list_args.SetSslTargetNameOverride(first_host);
+      // Calls go to the servers that accept connections: standbys do not
+      // listen, so that is the leader. Each address is dialed again within
+      // a second of failing, so that a new leader is found about as soon as
+      // it listens (pick_first would stay on its first choice's back-off).
+      list_args.SetLoadBalancingPolicyName("round_robin");
+      list_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+      list_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+      list_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds, list_args, Interceptors(token));
     }
     return grpc::experimental::CreateCustomChannelWithInterceptors(address.substr(0, address.find(',')), creds, args,

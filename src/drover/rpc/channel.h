@@ -13,7 +13,7 @@ namespace drover::rpc {
 
 // `token` may be empty (no authorization metadata is sent). `address` may
 // list several servers, comma-separated (a leader and its standbys,
-// docs/ha.md): the channel uses the first that accepts connections.
+// docs/ha.md): the channel uses those that accept connections.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
                                            std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
                                            const grpc::ChannelArguments& args = {});

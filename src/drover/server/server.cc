@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_certificate_verifier.h>
@@ -229,6 +230,22 @@ std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTl
   return grpc::experimental::TlsServerCredentials(options);
 }
 
+// Opens the configured store. An etcd that does not answer yet (starting,
+// or without a quorum) is waited for, as a standby waits for the lead.
+Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o) {
+  auto last_said = std::chrono::steady_clock::time_point();
+  while (true) {
+    auto opened = store::OpenStore(o.store, o.data_dir + "/drover.db", o.etcd, SystemClock::Get());
+    if (opened.ok() || !store::IsEtcdSpec(o.store) || opened.status().code() != Code::kUnavailable) return opened;
+    if (o.stop != nullptr && o.stop->load()) return Status(Code::kCancelled, "stopped while waiting for etcd");
+    if (std::chrono::steady_clock::now() - last_said > std::chrono::seconds(10)) {
+      spdlog::warn("waiting for etcd: {}", opened.status().message());
+      last_said = std::chrono::steady_clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
 // Stands by until this server leads (an etcd store). The leader key holds
 // where clients reach it.
 Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, const ServerOptions& o) {
@@ -262,7 +279,7 @@ class ServerImpl final : public Server {
     std::error_code ec;
     std::filesystem::create_directories(o.data_dir, ec);
     if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", o.data_dir, ec.message()));
-    DROVER_ASSIGN_OR_RETURN(store_, store::OpenStore(o.store, o.data_dir + "/drover.db", o.etcd, SystemClock::Get()));
+    DROVER_ASSIGN_OR_RETURN(store_, OpenStoreWaiting(o));
     store::Store* store = store_.get();
     if (store::IsEtcdSpec(o.store)) {
       DROVER_ASSIGN_OR_RETURN(leadership_, Campaign(store, o));

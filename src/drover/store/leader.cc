@@ -96,15 +96,17 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
     }
     if (!r.ok()) {
       if (lease.ok()) (void)store->RevokeLease(*lease);
+      if (stopped()) break;
       if (r.status().code() != Code::kUnavailable && r.status().code() != Code::kDeadlineExceeded) return r.status();
-      if (failing_since == 0) failing_since = started;
-      if (SteadyNs() - failing_since > std::chrono::nanoseconds(ttl).count() * 30) {
-        return Unavailable("cannot campaign for leadership: " + r.status().message());
+      // No quorum (or no etcd): a standby waits for it, however long,
+      // saying so every ten seconds.
+      if (failing_since == 0 || SteadyNs() - failing_since > 10'000'000'000) {
+        spdlog::warn("cannot campaign for leadership yet: {}", r.status().ToString());
+        failing_since = SteadyNs();
       }
       std::this_thread::sleep_for(std::min(ttl / 4, std::chrono::milliseconds(250)));
       continue;
     }
-    failing_since = 0;
     if (r->succeeded) {
       std::unique_ptr<Leadership> l(new Leadership(store, std::move(options), *lease, r->revision));
       l->valid_until_ns_ = started + std::chrono::nanoseconds(ttl).count() * 9 / 10;

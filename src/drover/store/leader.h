@@ -47,10 +47,10 @@ struct LeaderOptions {
 
 class Leadership {
  public:
-  // Blocks until this caller leads, `stop` becomes true (kCancelled), or the
-  // store fails for longer than a TTL (kUnavailable). `standby` (may be
-  // null) is called with the current leader's identity each time one is
-  // seen while waiting.
+  // Blocks until this caller leads or `stop` becomes true (kCancelled); a
+  // store that is unavailable (no etcd quorum) is waited for, however long.
+  // Other errors return. `standby` (may be null) is called with the current
+  // leader's identity each time a new one is seen while waiting.
   static Result<std::unique_ptr<Leadership>> Campaign(Store* store, LeaderOptions options,
                                                       const std::atomic<bool>* stop = nullptr,
                                                       const std::function<void(const std::string&)>& standby = {});
