@@ -142,13 +142,8 @@ std::string Hostname() {
 
 // Blocks until SIGINT or SIGTERM.
 int WaitForSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  int sig = 0;
-  sigwait(&set, &sig);
-  spdlog::info("received signal {}, shutting down (jobs keep running under their supervisors)", sig);
+  drover::app::SignalWaiter signals;
+  signals.Wait();
   return 0;
 }
 

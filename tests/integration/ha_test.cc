@@ -28,13 +28,6 @@
 namespace drover::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string Submit(v1::JobService::Stub* stub, const std::string& name, std::vector<std::string> command = {"true"}) {
   v1::SubmitJobRequest req;
   req.mutable_spec()->set_name(name);
@@ -73,7 +66,7 @@ class HaTest : public ::testing::Test {
     ASSERT_TRUE(etcd_);
   }
   void TearDown() override {
-    if (HasFailure()) std::cerr << "---- agent.err ----\n" << ReadFile(dir_.path() + "/agent.err") << "---- end ----\n";
+    if (HasFailure()) std::cerr << "---- agent.err ----\n" << ReadAll(dir_.path() + "/agent.err") << "---- end ----\n";
     if (agent_ > 0) {
       ::kill(agent_, SIGKILL);
       ::waitpid(agent_, nullptr, 0);
@@ -123,8 +116,8 @@ TEST_F(HaTest, AStandbyTakesOverAKilledLeaderWithEveryAcknowledgedJob) {
   ASSERT_TRUE(a->Start());
   auto b = HaServer(dir_.path() + "/b", Url());
   ASSERT_TRUE(b->Spawn());
-  ASSERT_TRUE(WaitUntil([&] { return ReadFile(dir_.path() + "/b/up.err").find("standing by") != std::string::npos; }))
-      << ReadFile(dir_.path() + "/b/up.err");
+  ASSERT_TRUE(WaitUntil([&] { return ReadAll(dir_.path() + "/b/up.err").find("standing by") != std::string::npos; }))
+      << ReadAll(dir_.path() + "/b/up.err");
 
   ASSERT_NO_FATAL_FAILURE(StartAgent(a.get(), a->grpc_listen() + "," + b->grpc_listen()));
 
@@ -137,14 +130,14 @@ TEST_F(HaTest, AStandbyTakesOverAKilledLeaderWithEveryAcknowledgedJob) {
   ASSERT_EQ(acknowledged.size(), 11u);
 
   a->Kill(SIGKILL);
-  ASSERT_TRUE(b->WaitServing(std::chrono::seconds(15))) << ReadFile(dir_.path() + "/b/up.err");
+  ASSERT_TRUE(b->WaitServing(std::chrono::seconds(15))) << ReadAll(dir_.path() + "/b/up.err");
   std::set<std::string> after = JobIds(b->jobs());
   for (const std::string& id : acknowledged) EXPECT_TRUE(after.count(id)) << id << " was acknowledged and is lost";
   // The agent follows the new leader; the job that ran across the failover
   // was not disturbed (it started once and ends once), and the rest run.
   EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(b->jobs(), acknowledged); }, std::chrono::seconds(60)))
-      << ReadFile(dir_.path() + "/agent.err");
-  EXPECT_EQ(ReadFile(marker), "started\n");
+      << ReadAll(dir_.path() + "/agent.err");
+  EXPECT_EQ(ReadAll(marker), "started\n");
   EXPECT_EQ(GetJob(b->jobs(), spanning).status().attempt(), 1);
   // The new leader goes on numbering after the old one's jobs.
   std::string next = Submit(b->jobs(), "after");
@@ -164,17 +157,17 @@ TEST_F(HaTest, ALeaderPausedPastItsLeaseIsFencedOutAndStartsOverAsAStandby) {
   std::string first = Submit(a->jobs(), "by-a");
 
   ::kill(a->pid(), SIGSTOP);
-  ASSERT_TRUE(b->WaitServing(std::chrono::seconds(15))) << ReadFile(dir_.path() + "/b/up.err");
+  ASSERT_TRUE(b->WaitServing(std::chrono::seconds(15))) << ReadAll(dir_.path() + "/b/up.err");
   std::string second = Submit(b->jobs(), "by-b");
   ::kill(a->pid(), SIGCONT);
 
   // A learns it was deposed (its keep-alive finds the lease gone, or a
   // write is refused) and replaces itself with a standby of the same pid.
   ASSERT_TRUE(WaitUntil([&] {
-    return ReadFile(dir_.path() + "/a/up.err").find("starting over as a standby") != std::string::npos;
-  })) << ReadFile(dir_.path() + "/a/up.err");
-  ASSERT_TRUE(WaitUntil([&] { return ReadFile(dir_.path() + "/a/up.err").find("standing by") != std::string::npos; }))
-      << ReadFile(dir_.path() + "/a/up.err");
+    return ReadAll(dir_.path() + "/a/up.err").find("starting over as a standby") != std::string::npos;
+  })) << ReadAll(dir_.path() + "/a/up.err");
+  ASSERT_TRUE(WaitUntil([&] { return ReadAll(dir_.path() + "/a/up.err").find("standing by") != std::string::npos; }))
+      << ReadAll(dir_.path() + "/a/up.err");
   EXPECT_EQ(::kill(a->pid(), 0), 0) << "the deposed leader should stand by, not exit";
 
   // A's old address no longer answers as a leader: submits there fail.
@@ -187,7 +180,7 @@ TEST_F(HaTest, ALeaderPausedPastItsLeaseIsFencedOutAndStartsOverAsAStandby) {
   // B still leads, with every job, and its agent runs them.
   std::string third = Submit(b->jobs(), "by-b-after");
   EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(b->jobs(), {first, second, third}); }, std::chrono::seconds(60)))
-      << ReadFile(dir_.path() + "/agent.err");
+      << ReadAll(dir_.path() + "/agent.err");
 }
 
 // `n` consecutive loopback ports that bind now (for `up --ha`, which numbers
@@ -226,7 +219,7 @@ pid_t FindProcess(const std::string& needle) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = ReadFile(entry.path().string() + "/cmdline");
+    std::string cmdline = ReadAll(entry.path().string() + "/cmdline");
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
     if (cmdline.find(needle) != std::string::npos) return static_cast<pid_t>(std::stol(name));
   }
@@ -274,10 +267,10 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
     if (!up.jobs()->Submit(ctx.get(), req, &resp).ok()) return false;
     after = resp.job().id();
     return true;
-  })) << ReadFile(dir.path() + "/data/up.err");
+  })) << ReadAll(dir.path() + "/data/up.err");
   EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(up.jobs(), {spanning, after}); }, std::chrono::seconds(60)))
-      << ReadFile(dir.path() + "/data/up.err");
-  EXPECT_EQ(ReadFile(marker), "started\n");
+      << ReadAll(dir.path() + "/data/up.err");
+  EXPECT_EQ(ReadAll(marker), "started\n");
   // The supervisor started the killed server again; it stands by.
   EXPECT_TRUE(WaitUntil([&] {
     pid_t again = FindProcess(needle);
@@ -286,7 +279,7 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
   CancelAllJobs(up.jobs());
   if (HasFailure() || getenv("HA_LOGS")) {
     for (int i = 0; i < 3; ++i) {
-      std::cerr << "---- server " << i << " ----\n" << ReadFile(fmt::format("{}/data/ha/server-{}.log", dir.path(), i));
+      std::cerr << "---- server " << i << " ----\n" << ReadAll(fmt::format("{}/data/ha/server-{}.log", dir.path(), i));
     }
     std::cerr << "---- leader was port " << leader << ", pid " << leader_pid << "\n";
   }

@@ -46,14 +46,14 @@ bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
   return pred();
 }
 
-namespace {
-
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
+
+namespace {
 
 pid_t SpawnProcess(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const std::string& out,
             const std::string& err) {

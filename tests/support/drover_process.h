@@ -30,6 +30,9 @@ class TempDir {
   std::string path_;
 };
 
+// The whole file ("" when it cannot be read).
+std::string ReadAll(const std::string& path);
+
 // Polls `pred` until it holds or `timeout` passes; returns whether it held.
 bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(30));
 

@@ -166,10 +166,35 @@ Result<std::string> Authority::MintInternal(const CreateTokenRequest& req) {
   return std::move(created.second);
 }
 
-Result<std::optional<TokenInfo>> Authority::ReadToken(const std::string& id) const {
+Result<std::optional<std::string>> Authority::TokenRecord(const std::string& id) const {
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = token_records_.find(id); it != token_records_.end()) return std::optional<std::string>(it->second);
+    generation = token_generation_;
+  }
   DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(std::string(kTokensPrefix) + id));
-  if (!kv.has_value()) return std::optional<TokenInfo>();
-  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, nullptr));
+  if (!kv.has_value()) return std::optional<std::string>();  // unknown ids are not cached: the cache stays bounded by real tokens
+  std::lock_guard lock(mu_);
+  // A record written while this one was read may be older than the store's
+  // now: not cached.
+  if (generation == token_generation_) {
+    if (token_records_.size() >= kMaxCachedTokens) token_records_.clear();
+    token_records_[id] = kv->value;
+  }
+  return std::optional<std::string>(kv->value);
+}
+
+void Authority::ForgetToken(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  token_records_.erase(id);
+  ++token_generation_;
+}
+
+Result<std::optional<TokenInfo>> Authority::ReadToken(const std::string& id) const {
+  DROVER_ASSIGN_OR_RETURN(std::optional<std::string> record, TokenRecord(id));
+  if (!record.has_value()) return std::optional<TokenInfo>();
+  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(*record, nullptr));
   return std::optional<TokenInfo>(std::move(t));
 }
 
@@ -199,18 +224,22 @@ Result<TokenInfo> Authority::RevokeToken(const Principal& by, const std::string&
   if (t.revoked) return t;
   t.revoked = true;
   t.revoked_ns = Nanos(clock_);
-  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store_->Txn({store::Compare::ModRevisionIs(key, kv->mod_revision)},
-                                                          {store::Op::Put(key, TokenRecordJson(t, hash))}, {}));
+  auto written = store_->Txn({store::Compare::ModRevisionIs(key, kv->mod_revision)},
+                             {store::Op::Put(key, TokenRecordJson(t, hash))}, {});
+  // Whether or not it applied (a failed write may have): read afresh, and a
+  // read that began before the write does not cache what it read.
+  ForgetToken(id);
+  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, std::move(written));
   if (!r.succeeded) return Aborted(fmt::format("token '{}' changed while it was revoked; try again", id));
   return t;
 }
 
 Result<Principal> Authority::Authenticate(std::string_view token_text) const {
   DROVER_ASSIGN_OR_RETURN(ParsedToken pt, ParseToken(token_text));
-  DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(std::string(kTokensPrefix) + pt.id));
-  if (!kv.has_value()) return Unauthenticated("unknown token");
+  DROVER_ASSIGN_OR_RETURN(std::optional<std::string> record, TokenRecord(pt.id));
+  if (!record.has_value()) return Unauthenticated("unknown token");
   std::string hash;
-  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, &hash));
+  DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(*record, &hash));
   if (!ConstantTimeEqual(Sha256Hex(pt.secret), hash)) return Unauthenticated("unknown token");
   if (t.revoked) return Unauthenticated(fmt::format("token '{}' ({}) was revoked", t.name, t.id));
   if (t.expires_ns != 0 && Nanos(clock_) >= t.expires_ns) {
