@@ -99,32 +99,45 @@ bool AuditLog::TrimDue(int64_t last_seq, int64_t count) const {
 
 Result<store::TxnResult> AuditLog::CommitWith(std::vector<AuditEntry> entries, const Txn& txn, int64_t* last_seq) {
   std::lock_guard lock(mu_);
-  DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
-  int64_t last = 0;
-  std::string prev = kGenesis;
-  if (head.has_value()) {
-    json h = json::parse(head->value, nullptr, false);
-    if (h.is_discarded() || !h.contains("seq") || !h.contains("hash")) return Internal("audit head is corrupt");
-    last = h["seq"].get<int64_t>();
-    prev = h["hash"].get<std::string>();
+  for (int attempt = 0;; ++attempt) {
+    const bool cached = head_.has_value();
+    if (!cached) {
+      DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
+      Head h{0, std::string(kGenesis), 0};
+      if (head.has_value()) {
+        json j = json::parse(head->value, nullptr, false);
+        if (j.is_discarded() || !j.contains("seq") || !j.contains("hash")) return Internal("audit head is corrupt");
+        h = {j["seq"].get<int64_t>(), j["hash"].get<std::string>(), head->mod_revision};
+      }
+      head_ = h;
+    }
+    int64_t last = head_->seq;
+    std::string prev = head_->hash;
+    std::vector<store::Compare> compares{head_->mod_revision != 0
+                                             ? store::Compare::ModRevisionIs(std::string(kHeadKey), head_->mod_revision)
+                                             : store::Compare::Missing(std::string(kHeadKey))};
+    std::vector<store::Op> ops;
+    const int64_t now = ToUnixNanos(clock_->Now());
+    for (AuditEntry& e : entries) {
+      e.seq = ++last;
+      e.time_ns = now;
+      e.prev = prev;
+      e.hash = HashOf(e);
+      prev = e.hash;
+      compares.push_back(store::Compare::Missing(Key(e.seq)));
+      ops.push_back(store::Op::Put(Key(e.seq), ToJson(e)));
+    }
+    if (!entries.empty()) ops.push_back(store::Op::Put(std::string(kHeadKey), json{{"seq", last}, {"hash", prev}}.dump()));
+    if (last_seq != nullptr) *last_seq = last;
+    Result<store::TxnResult> r = txn(std::move(compares), std::move(ops));
+    if (r.ok() && r->succeeded) {
+      if (!entries.empty()) head_ = Head{last, prev, r->revision};  // all writes of a txn share its revision
+      return r;
+    }
+    head_.reset();  // read it again next time
+    // A head kept in memory that someone else moved: once more, read afresh.
+    if (!r.ok() || !cached || attempt > 0) return r;
   }
-  std::vector<store::Compare> compares{head.has_value()
-                                           ? store::Compare::ModRevisionIs(std::string(kHeadKey), head->mod_revision)
-                                           : store::Compare::Missing(std::string(kHeadKey))};
-  std::vector<store::Op> ops;
-  const int64_t now = ToUnixNanos(clock_->Now());
-  for (AuditEntry& e : entries) {
-    e.seq = ++last;
-    e.time_ns = now;
-    e.prev = prev;
-    e.hash = HashOf(e);
-    prev = e.hash;
-    compares.push_back(store::Compare::Missing(Key(e.seq)));
-    ops.push_back(store::Op::Put(Key(e.seq), ToJson(e)));
-  }
-  if (!entries.empty()) ops.push_back(store::Op::Put(std::string(kHeadKey), json{{"seq", last}, {"hash", prev}}.dump()));
-  if (last_seq != nullptr) *last_seq = last;
-  return txn(std::move(compares), std::move(ops));
 }
 
 Status AuditLog::Trim() {

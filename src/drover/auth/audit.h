@@ -78,7 +78,11 @@ class AuditLog {
   // `txn` gets the compares that guard the head and the puts of the entries
   // and the new head, and runs them with its own; the log stays locked
   // meanwhile. What `txn` returns is returned; `last_seq` gets the newest
-  // entry's number. The caller trims when TrimDue says so.
+  // entry's number. The caller trims when TrimDue says so. The head is kept
+  // in memory after each commit (this log is its only writer while its
+  // server leads), so a commit costs no read of it; when the store says the
+  // head moved, it is read and `txn` is called once more, with new compares
+  // and entries (so `txn` must not keep what an earlier call gave it).
   using Txn = std::function<Result<store::TxnResult>(std::vector<store::Compare>, std::vector<store::Op>)>;
   Result<store::TxnResult> CommitWith(std::vector<AuditEntry> entries, const Txn& txn, int64_t* last_seq = nullptr);
   // Whether `count` entries up to `last_seq` crossed a kTrimBatch mark
@@ -105,6 +109,14 @@ class AuditLog {
   store::Archive* archive_ = nullptr;
   int64_t keep_ = 0;
   std::mutex mu_;
+  // The head as of this log's last commit: its seq, hash and mod revision
+  // (0 when there is none yet). Empty until read, and after a failure.
+  struct Head {
+    int64_t seq = 0;
+    std::string hash;
+    int64_t mod_revision = 0;
+  };
+  std::optional<Head> head_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace drover::auth

@@ -98,6 +98,32 @@ TEST_F(AuditTest, AppendsContinueTheChainAcrossReopen) {
   EXPECT_EQ(log_.List(0)->back().who, "anonymous");
 }
 
+// The log keeps its head in memory; another writer that moved it (a
+// previous leader, another log object) costs one more try, not a broken
+// chain.
+TEST_F(AuditTest, AHeadMovedBehindTheLogsBackIsReadAgainAndTheChainHolds) {
+  AuditLog other(store_.get(), &clock_);
+  ASSERT_TRUE(other.Append(Principal{}, "session.open", "", Status::Ok()).ok());
+  int calls = 0;
+  auto txn = [&](std::vector<store::Compare> compares, std::vector<store::Op> ops) {
+    ++calls;
+    return store_.get()->Txn(compares, ops, {});
+  };
+  std::vector<AuditEntry> batch{AuditLog::EntryFor(Principal{}, "jobs.submit", "j-000010", Status::Ok())};
+  auto r = log_.CommitWith(batch, txn);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->succeeded);
+  EXPECT_EQ(calls, 2);  // the kept head was stale: read, and once more
+  calls = 0;
+  r = log_.CommitWith(batch, txn);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->succeeded);
+  EXPECT_EQ(calls, 1);  // its own head: no read, one try
+  AuditVerdict v = Verify();
+  EXPECT_TRUE(v.ok) << v.reason;
+  EXPECT_EQ(v.entries, 9);
+}
+
 TEST_F(AuditTest, TrimmedEntriesMoveToTheArchiveAndTheChainStillVerifiesAcrossBoth) {
   auto archive = store::Archive::Open(store_.dir() + "/archive.db");
   ASSERT_TRUE(archive.ok()) << archive.status().ToString();

@@ -436,10 +436,12 @@ Status ControlLoop::WriteBatch(bool* with_audit) {
     // The calls' audit entries in the same transaction: one durable write.
     const auto count = static_cast<int64_t>(audit_entries_.size());
     int64_t last_seq = 0;
+    const size_t records = ops_.size();
     auto r = options_.audit->CommitWith(
         std::move(audit_entries_),
         [&](std::vector<store::Compare> compares, std::vector<store::Op> entries) {
           *with_audit = true;
+          ops_.resize(records);  // a second call (the audit head moved) replaces the first call's entries
           ops_.insert(ops_.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
           return store_->Txn(compares, ops_, {});
         },
