@@ -77,7 +77,6 @@ class HaGroup {
 
   // "127.0.0.1:7070,127.0.0.1:7071,...": every server, for agents and clients.
   const std::string& servers() const { return servers_; }
-  const std::string& store_url() const { return store_url_; }
   // Mints tokens (the store is etcd itself, no leader involved).
   auth::Authority* authority() { return authority_.get(); }
   // Waits until some server leads; its {"grpc": ..., "http": ...}.

@@ -62,7 +62,6 @@ struct Member {
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Watch::Stub> watch;
   std::unique_ptr<pb::Lease::Stub> lease;
-  std::unique_ptr<pb::Maintenance::Stub> maintenance;
 };
 
 // The members and which one requests go to. Shared by the store and its
@@ -161,8 +160,6 @@ Result<std::vector<const Op*>> MergeWrites(const std::vector<Op>& ops) {
   }
   return out;
 }
-
-class EtcdWatch;
 
 class EtcdStore final : public Store {
  public:
@@ -594,7 +591,6 @@ Result<std::unique_ptr<Store>> OpenEtcdStore(const EtcdOptions& options) {
     member->kv = pb::KV::NewStub(member->channel);
     member->watch = pb::Watch::NewStub(member->channel);
     member->lease = pb::Lease::NewStub(member->channel);
-    member->maintenance = pb::Maintenance::NewStub(member->channel);
     members.push_back(std::move(member));
   }
   auto shared = std::make_shared<Members>(std::move(members), options.request_timeout);
