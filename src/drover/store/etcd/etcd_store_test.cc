@@ -230,11 +230,15 @@ TEST(EtcdStoreTest, SurvivesTheLossOfTheMemberItTalksTo) {
   ASSERT_EQ(recorder.WaitFor(1).size(), 1u);
 
   cluster->Signal(0, SIGKILL);  // the first endpoint: the one in use
-  // The first write may fail (it may have reached the dead member); the
-  // store moves on, and the next succeeds.
+  // Writes fail while the store moves on from the dead member and, when
+  // the dead member was etcd's leader, while the other two elect one (one
+  // to two election timeouts, longer on a loaded machine). Each failure
+  // says the write may be retried; one succeeds within a few elections.
   Result<int64_t> put = store.Put("w/2", "after");
-  if (!put.ok()) {
-    EXPECT_EQ(put.status().code(), Code::kUnavailable) << put.status().ToString();
+  for (int attempt = 0; !put.ok() && attempt < 10; ++attempt) {
+    ASSERT_TRUE(put.status().code() == Code::kUnavailable ||
+                put.status().code() == Code::kDeadlineExceeded)
+        << put.status().ToString();
     put = store.Put("w/2", "after");
   }
   ASSERT_TRUE(put.ok()) << put.status().ToString();
