@@ -22,6 +22,14 @@ alternates. Each round waits until three servers run again before the next.
 A round whose new leader has not acknowledged within --round-timeout
 seconds counts as timed out. Prints p50 / p90 / p99 / max per fault.
 
+`--fault partition` runs elsewhere: the three servers and their etcd
+members each on a host of its own (network namespaces, as
+tests/netns/ha_chaos_test.py builds them; needs root and nftables), the
+client on a fourth. Each round cuts the leader's host from the other two
+server hosts with nftables (its etcd member loses the majority; the client
+still reaches it), waits for the new leader's first acknowledged submit,
+heals the partition and waits until the old member is back in etcd.
+
 Needs build/apps/drover/drover and etcd (scripts/install-deps.sh). The goal
 (p99 <= 2 s) lives in docs/performance.md, not here.
 """
@@ -114,10 +122,124 @@ class Submitter(threading.Thread):
             return [a for a in self.acks if a[0] > t]
 
 
+def client_main(servers, ca, token, interval):
+    """--client: submits over HTTPS to the servers in turn (moving on at a
+    failure) and prints "<monotonic seconds> <server>" per acknowledgement.
+    Runs in the client's network namespace."""
+    import ssl
+    ctx = ssl.create_default_context(cafile=ca)
+    body = json.dumps({"spec": {"command": ["true"], "gpus": 1}}).encode()
+    current = 0
+    while True:
+        for attempt in range(len(servers)):
+            server = servers[(current + attempt) % len(servers)]
+            req = urllib.request.Request(f"https://{server}/api/v1/jobs", data=body, method="POST",
+                                         headers={"Authorization": f"Bearer {token}",
+                                                  "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=0.5, context=ctx) as resp:
+                    if resp.status == 201:
+                        print(f"{time.monotonic():.6f} {server}", flush=True)
+                        current = (current + attempt) % len(servers)
+                        break
+            except Exception:  # noqa: BLE001 - refused, reset, timeout, 503: try the next server
+                continue
+        time.sleep(interval)
+
+
+class ClientAcks(threading.Thread):
+    """Reads a --client process's acknowledgements: (monotonic time, server)."""
+
+    def __init__(self, proc):
+        super().__init__(daemon=True)
+        self.proc = proc
+        self.acks = []
+        self.lock = threading.Lock()
+
+    def run(self):
+        for line in self.proc.stdout:
+            t, server = line.split()
+            with self.lock:
+                self.acks.append((float(t), server))
+
+    def last_ack(self):
+        with self.lock:
+            return self.acks[-1] if self.acks else None
+
+    def acks_since(self, t):
+        with self.lock:
+            return [a for a in self.acks if a[0] > t]
+
+
+def partition_rounds(args):
+    """--fault partition: servers on hosts of their own; each round cuts the
+    leader's host from the other server hosts."""
+    sys.path.insert(0, str(ROOT / "tests/netns"))
+    import ha_netns  # noqa: PLC0415 - needs root; only this mode imports it
+    rounds = []
+    c = ha_netns.HaCluster(servers=3, nodes=1, gpus_per_node=8)
+    try:
+        c.start()
+        http = {name: f"{h.ip}:{ha_netns.HTTP_PORT}" for name, h in c.servers.items()}
+        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{c.client.ns}", sys.executable, __file__, "--client",
+                                 ",".join(http.values()), c.ca_file, c.token, str(args.interval)],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+        client = ClientAcks(proc)
+        client.start()
+        while client.last_ack() is None:
+            if proc.poll() is not None:
+                sys.exit("the client exited")
+            time.sleep(0.05)
+        for n in range(args.rounds):
+            leader = c.leader()
+            if leader is None:
+                sys.exit(f"round {n}: no leader")
+            before = client.last_ack()
+            t_fault = time.monotonic()
+            c.isolate_server(leader)
+            first = None
+            while time.monotonic() - t_fault < args.round_timeout:
+                new = [a for a in client.acks_since(t_fault) if a[1] != http[leader]]
+                if new:
+                    first = new[0]
+                    break
+                time.sleep(0.005)
+            old = [a for a in client.acks_since(before[0] - 1e-9) if a[1] == http[leader]]
+            last_old = old[-1][0] if old else before[0]
+            r = {"round": n, "fault": "partition", "timed_out": first is None}
+            if first is not None:
+                r["outage_s"] = first[0] - last_old
+                r["takeover_s"] = first[0] - t_fault
+            rounds.append(r)
+            print(f"round {n:3d} partition " + ("timed out" if first is None else
+                  f"outage {r['outage_s']:.3f} s  takeover {r['takeover_s']:.3f} s"), flush=True)
+            c.rejoin_server(leader)
+            # The old member is back in etcd (it answers a read that needs
+            # a quorum) and its server stands by again, before the next round.
+            t_wait = time.monotonic()
+            while time.monotonic() - t_wait < 30:
+                try:
+                    subprocess.run(["nsenter", f"--net=/run/netns/{c.client.ns}", "etcdctl", "--endpoints",
+                                    f"{c.servers[leader].ip}:{ha_netns.ETCD_CLIENT_PORT}", "--command-timeout", "1s",
+                                    "get", "x"], check=True, capture_output=True, timeout=5)
+                    break
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                    time.sleep(0.1)
+            time.sleep(1.5)  # it started over after its keep-alive failed, and campaigns
+        proc.kill()
+        print(f"\n{len(rounds)} rounds, {len(client.acks)} submits acknowledged in all")
+    finally:
+        c.close()
+    return rounds
+
+
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "--client":
+        client_main(sys.argv[2].split(","), sys.argv[3], sys.argv[4], float(sys.argv[5]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--fault", choices=["kill", "stop", "both"], default="both")
+    ap.add_argument("--fault", choices=["kill", "stop", "both", "partition"], default="both")
     ap.add_argument("--interval", type=float, default=0.02, help="seconds between submits")
     ap.add_argument("--round-timeout", type=float, default=20)
     ap.add_argument("--port-base", type=int, default=27000, help="etcd from here, gRPC +100, HTTP +200")
@@ -126,6 +248,13 @@ def main():
     args = ap.parse_args()
 
     binary = os.environ.get("DROVER_BINARY", str(ROOT / "build/apps/drover/drover"))
+    if args.fault == "partition":
+        os.environ["DROVER_BINARY"] = binary
+        rounds = partition_rounds(args)
+        print_table(rounds)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rounds, indent=1))
+        return 1 if any(r["timed_out"] for r in rounds) else 0
     tmp = tempfile.mkdtemp(prefix="drover-ha-bench-")
     data = Path(tmp) / "data"
     etcd_port, grpc_port, http_port = args.port_base, args.port_base + 100, args.port_base + 200
@@ -208,9 +337,16 @@ def main():
 
     print()
     print(f"{len(rounds)} rounds, {len(client.acks)} submits acknowledged in all")
+    print_table(rounds)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rounds, indent=1))
+    return 1 if any(r["timed_out"] for r in rounds) else 0
+
+
+def print_table(rounds):
     print("| fault | rounds | timed out | outage p50 | p90 | p99 | max | takeover p50 | p99 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for fault in ("kill", "stop"):
+    for fault in ("kill", "stop", "partition"):
         rs = [r for r in rounds if r["fault"] == fault]
         ok = [r for r in rs if not r["timed_out"]]
         if not rs:
@@ -222,9 +358,6 @@ def main():
         t = [r["takeover_s"] for r in ok]
         print(f"| {fault} | {len(rs)} | {len(rs) - len(ok)} | {percentile(o, 50):.3f} s | {percentile(o, 90):.3f} s | "
               f"{percentile(o, 99):.3f} s | {max(o):.3f} s | {percentile(t, 50):.3f} s | {percentile(t, 99):.3f} s |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rounds, indent=1))
-    return 1 if any(r["timed_out"] for r in rounds) else 0
 
 
 if __name__ == "__main__":

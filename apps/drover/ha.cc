@@ -182,8 +182,10 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
     g->servers_ += fmt::format("{}127.0.0.1:{}", i ? "," : "", o.grpc_port + i);
   }
   g->store_url_ = "etcd://" + clients + "/drover";
-  // etcd with a 500 ms election timeout (leases of 1 s) and room for a
-  // batch of 1,000 jobs in one transaction (docs/ha.md, "etcd settings").
+  // etcd with a 500 ms election timeout (leases of 1 s), pre-vote (a member
+  // that was cut off does not depose etcd's leader when it comes back) and
+  // room for a batch of 1,000 jobs in one transaction (docs/ha.md, "etcd
+  // settings").
   const std::string max_ops = "4096", max_bytes = "8388608";
   for (int i = 0; i < o.members; ++i) {
     const std::string client = fmt::format("http://127.0.0.1:{}", o.etcd_port + 2 * i);
@@ -193,7 +195,7 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
                          "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
                          "--initial-advertise-peer-urls", peer, "--initial-cluster", initial,
                          "--initial-cluster-state", "new", "--initial-cluster-token", "drover-ha",
-                         "--heartbeat-interval", "100", "--election-timeout", "500", "--max-txn-ops", max_ops,
+                         "--heartbeat-interval", "100", "--election-timeout", "500", "--pre-vote", "--max-txn-ops", max_ops,
                          "--max-request-bytes", max_bytes, "--logger", "zap", "--log-level", "warn"},
                         fmt::format("{}/etcd-{}.log", dir, i)});
     std::vector<std::string> server = {o.self_exe, "server", "--data-dir", fmt::format("{}/server-{}", dir, i),

@@ -56,6 +56,10 @@ constexpr int kSpareDirs = 16;  // of each kind (SpareDirs)
 constexpr auto kDefaultHeartbeat = std::chrono::milliseconds(2000);
 // Heartbeats kept waiting for their acknowledgement.
 constexpr size_t kMaxUnackedHeartbeats = 256;
+// LeaveASilentServer: a server that acknowledged no heartbeat for this many
+// heartbeats, and at least this long, is left for the next.
+constexpr int kSilentHeartbeats = 4;
+constexpr auto kSilentAtLeast = std::chrono::milliseconds(1500);
 // Peers a lagging node sends its fresh beat to (AnnounceIfLagging).
 constexpr size_t kAnnounceFanout = 3;
 
@@ -695,11 +699,28 @@ class AgentImpl final : public Agent {
     if (stopping_ || generation != heartbeat_generation_) return;
     auto since = std::chrono::steady_clock::now() - last_heartbeat_;
     if (since >= heartbeat_every_) {
+      LeaveASilentServer();
       AnnounceIfLagging();
       SendHeartbeat();
       since = std::chrono::steady_clock::duration::zero();
     }
     loop_.PostAfter(heartbeat_every_ - since, [this, generation] { HeartbeatTimer(generation); });
+  }
+
+  // A session whose oldest unacknowledged heartbeat is older than
+  // kSilentHeartbeats heartbeats (at least kSilentAtLeast) is left for the
+  // next server: a leader that was paused, cut off from etcd or deposed
+  // keeps the connection open but answers nothing (docs/ha.md). With one
+  // server, MoveOn does nothing.
+  void LeaveASilentServer() {
+    if (!Connected() || unacked_.empty()) return;
+    const int64_t silent_ns = MonoNanos() - unacked_.front().second;
+    const int64_t limit_ns = std::max(std::chrono::nanoseconds(heartbeat_every_ * kSilentHeartbeats),
+                                      std::chrono::nanoseconds(kSilentAtLeast)).count();
+    if (silent_ns < limit_ns) return;
+    spdlog::warn("node '{}': no heartbeat acknowledged for {} ms; trying the next server", opts_.node_name,
+                 silent_ns / 1'000'000);
+    connection_->MoveOn();
   }
 
   // With no acknowledged contact for 1.5 heartbeats (the server's own

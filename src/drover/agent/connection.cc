@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "drover/auth/certs.h"
 #include "drover/common/files.h"
@@ -180,6 +181,11 @@ class ConnectionImpl final : public ServerConnection {
   bool Send(const v1::AgentMessage& m) override { return session_ != nullptr && session_->Write(m); }
   bool connected() const override { return session_ != nullptr && !session_->closed(); }
   size_t queued_bytes() const override { return session_ == nullptr ? 0 : session_->queued_bytes(); }
+  void MoveOn() override {
+    if (servers_.size() < 2 || session_ == nullptr || moving_on_) return;
+    moving_on_ = true;
+    session_->Cancel();
+  }
 
   void Stop() override {
     std::vector<std::function<void()>> cancels;
@@ -244,9 +250,12 @@ class ConnectionImpl final : public ServerConnection {
   void StartUnary(std::shared_ptr<Call> call, Start start, void (ConnectionImpl::*then)(Call&, const grpc::Status&)) {
     call->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
     if (!Track(call.get(), [call] { call->ctx.TryCancel(); })) return;
-    start(&call->ctx, &call->req, &call->resp, [this, call, then](grpc::Status s) {
+    // The call (its context holds the channel) is handed to the loop, not
+    // kept by the callback: its last reference must not go on a gRPC
+    // thread (rpc::HoldCallbackQueue says why).
+    start(&call->ctx, &call->req, &call->resp, [this, call, then](grpc::Status s) mutable {
       Forget(call.get());
-      tasks_.Post([this, call, then, s] { (this->*then)(*call, s); });
+      tasks_.Post([this, call = std::move(call), then, s] { (this->*then)(*call, s); });
       Done();
     });
   }
@@ -324,7 +333,8 @@ class ConnectionImpl final : public ServerConnection {
 
   void OnJoined(UnaryCall<v1::JoinRequest, v1::JoinResponse>& call, const grpc::Status& s) {
     if (!s.ok()) {
-      spdlog::error("node '{}' could not join: {}", opts_.node_name, s.error_message());
+      spdlog::error("node '{}' could not join through {}: {}", opts_.node_name, Server(), s.error_message());
+      ++server_;  // the next try goes to the next server (a standby does not listen)
       Retry(false);
       return;
     }
@@ -442,11 +452,12 @@ class ConnectionImpl final : public ServerConnection {
     if (stopping()) return;
     spdlog::warn("node '{}' session ended: {}", opts_.node_name, status.error_message());
     // A dead or deposed leader refuses the next registration, which moves
-    // on to the next server.
-    if (!heard) DropStub();
+    // on to the next server; so does a session left with MoveOn.
+    const bool moved_on = std::exchange(moving_on_, false);
+    if (!heard || moved_on) DropStub();
     // A session the server never answered does not reset the back-off: a
     // server that refuses every hello is not asked ten times a second.
-    Retry(/*reset=*/heard);
+    Retry(/*reset=*/heard && !moved_on);
   }
 
   const ConnectionOptions opts_;
@@ -467,6 +478,7 @@ class ConnectionImpl final : public ServerConnection {
   std::vector<std::string> servers_;  // set by the constructor
   size_t server_ = 0;                 // which of servers_ the next stub dials
   size_t failed_in_round_ = 0;
+  bool moving_on_ = false;  // MoveOn ended the session
 
   runtime::LoopClient tasks_;  // last: closed (Stop) before the rest goes
 };

@@ -71,6 +71,11 @@ class ServerConnection {
   virtual bool Send(const v1::AgentMessage& m) = 0;
   virtual bool connected() const = 0;
   virtual size_t queued_bytes() const = 0;
+  // Ends the open session as a failure and connects to the next server: the
+  // one it has is not answering (paused, cut off, or deposed and not yet
+  // gone). Does nothing with a single server, or without a session. Call
+  // on the connection's loop.
+  virtual void MoveOn() = 0;
   // Ends the session and every call in flight, and waits until gRPC is
   // done with them; no event is delivered after it returns. Idempotent.
   virtual void Stop() = 0;

@@ -33,7 +33,9 @@ class FencedStore final : public Store {
     fenced.push_back({l_->options_.key, Compare::Target::kCreateRevision, Compare::Op::kEqual, l_->epoch_, {}});
     std::vector<Op> otherwise = failure;
     otherwise.push_back(Op::Get(l_->options_.key));
-    DROVER_ASSIGN_OR_RETURN(TxnResult result, inner_->Txn(fenced, success, otherwise));
+    std::vector<Op> stamped = success;
+    if (!l_->options_.writer_key.empty()) stamped.push_back(Op::Put(l_->options_.writer_key, std::to_string(l_->epoch_)));
+    DROVER_ASSIGN_OR_RETURN(TxnResult result, inner_->Txn(fenced, stamped, otherwise));
     if (result.succeeded) return result;
     std::optional<KeyValue> leader = std::move(result.gets.back());
     result.gets.pop_back();
@@ -49,7 +51,7 @@ class FencedStore final : public Store {
   }
   Limits limits() const override {
     Limits l = inner_->limits();
-    if (l.max_ops != SIZE_MAX) --l.max_ops;  // the fence's compare and read
+    if (l.max_ops != SIZE_MAX) --l.max_ops;  // the fence's compare, read and stamp: one more in each list
     if (l.max_bytes != SIZE_MAX) l.max_bytes -= std::min<size_t>(l.max_bytes / 2, 256);
     return l;
   }
@@ -111,6 +113,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
       std::unique_ptr<Leadership> l(new Leadership(store, std::move(options), *lease, r->revision));
       l->valid_until_ns_ = started + std::chrono::nanoseconds(ttl).count() * 9 / 10;
       l->keepalive_ = std::thread([raw = l.get()] { raw->KeepAlives(); });
+      l->watchdog_ = std::thread([raw = l.get()] { raw->Watchdog(); });
       spdlog::info("elected leader (epoch {})", l->epoch_);
       return l;
     }
@@ -153,6 +156,7 @@ Leadership::~Leadership() {
   }
   wake_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
+  if (watchdog_.joinable()) watchdog_.join();
   StepDown();
 }
 
@@ -193,6 +197,21 @@ void Leadership::KeepAlives() {
     if (SteadyNs() >= valid_until_ns_.load()) Lose(Status(Code::kDeadlineExceeded, "no successful keep-alive for a whole TTL"));
     lock.lock();
     if (!leading_.load()) return;
+  }
+}
+
+// A keep-alive can hang for the store's whole request timeout (etcd without
+// a quorum on this side of a partition): the TTL is watched here, apart.
+void Leadership::Watchdog() {
+  std::unique_lock lock(mu_);
+  while (!stopping_ && leading_.load()) {
+    const int64_t left_ns = valid_until_ns_.load() - SteadyNs();
+    if (left_ns <= 0) {
+      lock.unlock();
+      Lose(Status(Code::kDeadlineExceeded, "no successful keep-alive for a whole TTL"));
+      return;
+    }
+    wake_.wait_for(lock, std::chrono::nanoseconds(left_ns));
   }
 }
 

@@ -20,8 +20,8 @@
 // noticed: a leader that must not act on stale memory asks it before
 // sending anything.
 //
-// Thread-safety: thread-safe. The keep-alive thread calls Lost(); so may any
-// thread that writes through fenced().
+// Thread-safety: thread-safe. The keep-alive and watchdog threads call
+// Lost(); so may any thread that writes through fenced().
 
 #include <atomic>
 #include <chrono>
@@ -41,6 +41,11 @@ namespace drover::store {
 struct LeaderOptions {
   std::string key = "leader";                      // the leader key (in the store's namespace)
   std::string identity;                            // stored as the key's value: where clients find the leader
+  // Every fenced write also puts this key, valued the writer's epoch, in
+  // the same revision: the store's history then says which leadership made
+  // each revision (tests/netns/ha_chaos_test.py checks it against the
+  // leader key's history). Empty: no stamp.
+  std::string writer_key = "writer";
   std::chrono::milliseconds ttl{1000};             // the lease; etcd raises it to its own minimum
   std::function<void(const Status& why)> on_lost;  // called once when leadership ends
 };
@@ -76,6 +81,7 @@ class Leadership {
  private:
   Leadership(Store* store, LeaderOptions options, LeaseId lease, int64_t epoch);
   void KeepAlives();
+  void Watchdog();  // Lose() once valid_until_ns_ passes
   void Lose(const Status& why);
 
   Store* const store_;
@@ -90,6 +96,7 @@ class Leadership {
   std::condition_variable wake_;
   bool stopping_ = false;  // GUARDED_BY(mu_)
   std::thread keepalive_;
+  std::thread watchdog_;
 
   friend class FencedStore;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -121,6 +122,51 @@ TEST(LeadershipTest, ADeposedLeaderCannotWrite) {
   EXPECT_EQ((*a)->fenced()->Put("x", "y").status().code(), Code::kFailedPrecondition);
   EXPECT_EQ((*(*a)->fenced()->Get("jobs/1"))->value, "requeued by b");
   EXPECT_TRUE((*b)->Leading());
+}
+
+// A leader whose etcd stops answering (here: its only member paused) loses
+// the lead within its TTL, although its keep-alive hangs for the store's
+// whole request timeout (30 s here): the watchdog, not the keep-alive,
+// notices. The 10 s wait is only an upper bound for a slow machine.
+TEST(LeadershipTest, AKeepAliveThatHangsEndsTheLeadershipAtTheTtl) {
+  auto cluster = testing::EtcdCluster::Start(1);
+  ASSERT_TRUE(cluster);
+  EtcdOptions options;
+  options.endpoints = cluster->endpoints();
+  options.request_timeout = std::chrono::seconds(30);
+  auto store = OpenEtcdStore(options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  LossRecorder lost;
+  auto l = Leadership::Campaign(store->get(), Options("server-a", &lost));
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  cluster->Signal(0, SIGSTOP);
+  EXPECT_TRUE(lost.WaitLost(std::chrono::seconds(10)));
+  EXPECT_EQ(lost.why().code(), Code::kDeadlineExceeded) << lost.why().ToString();
+  EXPECT_FALSE((*l)->Leading());
+  cluster->Signal(0, SIGCONT);
+}
+
+// Each fenced write carries its writer's epoch in the same revision, and
+// the caller's reads come back as they would without it.
+TEST(LeadershipTest, FencedWritesAreStampedWithTheWritersEpoch) {
+  const std::string prefix = FreshPrefix();
+  auto store = MustOpen(prefix);
+  ASSERT_TRUE(store);
+  auto l = Leadership::Campaign(store.get(), Options("server-a"));
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto r = (*l)->fenced()->Txn({}, {Op::Put("jobs/1", "queued"), Op::Get("jobs/1")}, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->succeeded);
+  ASSERT_EQ(r->gets.size(), 1u);
+  EXPECT_EQ(r->gets[0]->value, "queued");
+  auto writer = store->Get("writer");
+  ASSERT_TRUE(writer.ok() && writer->has_value());
+  EXPECT_EQ((*writer)->value, std::to_string((*l)->epoch()));
+  EXPECT_EQ((*writer)->mod_revision, r->revision);
+  EXPECT_EQ((*store->Get("jobs/1"))->mod_revision, r->revision);
+  // A read-only transaction writes nothing, stamp included.
+  ASSERT_TRUE((*l)->fenced()->Txn({}, {Op::Get("jobs/1")}, {}).ok());
+  EXPECT_EQ((*store->Get("writer"))->mod_revision, r->revision);
 }
 
 // The caller's own compares still decide success; a failed compare of the
