@@ -108,7 +108,7 @@ class HaCluster(netns.Cluster):
             "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token", self.tag,
             "--heartbeat-interval", "100", "--election-timeout", "500", "--pre-vote", "--max-txn-ops", "4096",
-            "--max-request-bytes", "8388608", "--logger", "zap", "--log-level", "warn"], "etcd")
+            "--max-request-bytes", "8388608", "--logger", "zap", "--log-level", os.environ.get("DROVER_NETNS_ETCD_LOG", "warn")], "etcd")
 
     def server_args(self, name):
         h = self.servers[name]

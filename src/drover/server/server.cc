@@ -232,10 +232,10 @@ std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTl
 
 // Opens the configured store. An etcd that does not answer yet (starting,
 // or without a quorum) is waited for, as a standby waits for the lead.
-Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o) {
+Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o, const store::EtcdOptions& etcd) {
   auto last_said = std::chrono::steady_clock::time_point();
   while (true) {
-    auto opened = store::OpenStore(o.store, o.data_dir + "/drover.db", o.etcd, SystemClock::Get());
+    auto opened = store::OpenStore(o.store, o.data_dir + "/drover.db", etcd, SystemClock::Get());
     if (opened.ok() || !store::IsEtcdSpec(o.store) || opened.status().code() != Code::kUnavailable) return opened;
     if (o.stop != nullptr && o.stop->load()) return Status(Code::kCancelled, "stopped while waiting for etcd");
     if (std::chrono::steady_clock::now() - last_said > std::chrono::seconds(10)) {
@@ -248,7 +248,7 @@ Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o) {
 
 // Stands by until this server leads (an etcd store). The leader key holds
 // where clients reach it.
-Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, const ServerOptions& o) {
+Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, store::Store* data, const ServerOptions& o) {
   auto port_of = [](const std::string& listen) { return listen.substr(listen.rfind(':') + 1); };
   if (port_of(o.grpc_listen) == "0" || port_of(o.http_listen) == "0") {
     return InvalidArgument("with an etcd store, --grpc-listen and --listen need fixed ports: clients find the leader by them");
@@ -265,6 +265,7 @@ Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, const S
                                 port_of(o.http_listen));
   leader.ttl = o.leader_ttl;
   leader.on_lost = o.on_leadership_lost;
+  leader.data = data;
   spdlog::info("campaigning for leadership as {}", leader.identity);
   return store::Leadership::Campaign(store, std::move(leader), o.stop, [](const std::string& current) {
     spdlog::info("standing by: the leader is {}", current);
@@ -279,10 +280,15 @@ class ServerImpl final : public Server {
     std::error_code ec;
     std::filesystem::create_directories(o.data_dir, ec);
     if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", o.data_dir, ec.message()));
-    DROVER_ASSIGN_OR_RETURN(store_, OpenStoreWaiting(o));
+    DROVER_ASSIGN_OR_RETURN(store_, OpenStoreWaiting(o, o.etcd));
     store::Store* store = store_.get();
     if (store::IsEtcdSpec(o.store)) {
-      DROVER_ASSIGN_OR_RETURN(leadership_, Campaign(store, o));
+      // The campaign and keep-alives on connections of their own, with a
+      // deadline of the TTL (store/leader.h, LeaderOptions::data).
+      store::EtcdOptions short_deadline = o.etcd;
+      short_deadline.request_timeout = std::max<std::chrono::milliseconds>(o.leader_ttl, std::chrono::milliseconds(500));
+      DROVER_ASSIGN_OR_RETURN(leader_store_, OpenStoreWaiting(o, short_deadline));
+      DROVER_ASSIGN_OR_RETURN(leadership_, Campaign(leader_store_.get(), store, o));
       store = leadership_->fenced();
     }
     DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
@@ -394,6 +400,7 @@ class ServerImpl final : public Server {
  private:
   metrics::Registry metrics_;  // outlives everything that records into it
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<store::Store> leader_store_;  // the campaign's (etcd only)
   std::unique_ptr<store::Leadership> leadership_;  // with an etcd store; everything below writes through it
   std::unique_ptr<store::Archive> archive_;  // after store_: the loop (destroyed first) writes to it
   std::unique_ptr<LogStore> logs_;

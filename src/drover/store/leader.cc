@@ -22,7 +22,8 @@ bool ReadOnly(const std::vector<Op>& ops) {
 // Every writing transaction carries the leadership's compare; see leader.h.
 class FencedStore final : public Store {
  public:
-  explicit FencedStore(Leadership* leadership) : l_(leadership), inner_(leadership->store_) {}
+  explicit FencedStore(Leadership* leadership)
+      : l_(leadership), inner_(leadership->options_.data != nullptr ? leadership->options_.data : leadership->store_) {}
 
   Result<TxnResult> Txn(const std::vector<Compare>& compares, const std::vector<Op>& success,
                         const std::vector<Op>& failure) override {
@@ -96,6 +97,8 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
       r = store->Txn({Compare::Missing(options.key)}, {Op::Put(options.key, options.identity, *lease)},
                      {Op::Get(options.key)});
     }
+    spdlog::debug("campaign: lease {} and transaction {} in {} ms", lease.ok() ? "granted" : lease.status().ToString(),
+                  r.ok() ? (r->succeeded ? "won" : "lost") : r.status().ToString(), (SteadyNs() - started) / 1'000'000);
     if (!r.ok()) {
       if (lease.ok()) (void)store->RevokeLease(*lease);
       if (stopped()) break;
@@ -143,6 +146,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
     while (!gone && !stopped() && std::chrono::steady_clock::now() < until) {
       cv.wait_for(lock, std::min<std::chrono::milliseconds>(ttl, std::chrono::milliseconds(100)));
     }
+    spdlog::debug("campaign: the leader key {} after {} ms", gone ? "went" : "stays", (SteadyNs() - started) / 1'000'000);
     lock.unlock();
     if (watch.ok()) watch->reset();  // ends the watch (waits for a running callback)
   }

@@ -48,6 +48,12 @@ struct LeaderOptions {
   std::string writer_key = "writer";
   std::chrono::milliseconds ttl{1000};             // the lease; etcd raises it to its own minimum
   std::function<void(const Status& why)> on_lost;  // called once when leadership ends
+  // Where fenced() reads and writes; null: the campaign's store. The
+  // campaign and its keep-alives want a request deadline of about the TTL
+  // (a request stuck on an etcd member that lost its leader must not hold a
+  // standby or a leader past it); the data a longer one (a batch of 1,000
+  // jobs on a slow disk). Must outlive the Leadership.
+  Store* data = nullptr;
 };
 
 class Leadership {

@@ -98,7 +98,11 @@ class Members {
   }
 
   // Runs `call(member, context)` with the request deadline; a read that
-  // fails as unavailable is tried once more on the next member.
+  // fails as unavailable is tried once more on the next member. Every
+  // request asks for a member with a leader ("hasleader", as watches do): a
+  // member cut off from the majority then refuses at once ("no leader",
+  // unavailable) instead of holding the request for the whole deadline,
+  // and the store moves on to the next member.
   template <typename Call>
   grpc::Status Run(bool read, Call&& call) {
     const size_t attempts = read ? std::min<size_t>(2, members_.size()) : 1;
@@ -107,6 +111,7 @@ class Members {
       size_t index = Pick();
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + timeout_);
+      context.AddMetadata("hasleader", "true");
       status = call(*members_[index], context);
       if (!MoveOn(status)) return status;
       Failed(index);
