@@ -69,14 +69,33 @@ struct Member {
 class Members {
  public:
   Members(std::vector<std::unique_ptr<Member>> members, std::chrono::milliseconds timeout)
-      : members_(std::move(members)), timeout_(timeout) {}
+      : members_(std::move(members)),
+        timeout_(timeout),
+        failed_ns_(std::make_unique<std::atomic<int64_t>[]>(members_.size())) {}
 
   size_t size() const { return members_.size(); }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // The member to use now: the current one, unless its channel already
-  // knows it cannot connect and another's does not.
+  // The member to use now. The endpoints are in order of preference (a
+  // server lists its own machine's member first): the first that has not
+  // failed a request for kPreferAgainAfter and whose channel does not
+  // already know it cannot connect. So a store that moved away while its
+  // own member had no leader comes back to it, rather than stay on a remote
+  // member that the next partition cuts off. Otherwise the current one,
+  // unless its channel knows it cannot connect and another's does not.
   size_t Pick() {
+    const int64_t now = SteadyNs();
+    for (size_t i = 0; i < members_.size(); ++i) {
+      const int64_t failed = failed_ns_[i].load();
+      if ((failed == 0 || now - failed >= kPreferAgainAfter.count()) &&
+          members_[i]->channel->GetState(true) != GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        size_t current = current_.load();
+        if (i != current && current_.compare_exchange_strong(current, i) && failed != 0) {
+          spdlog::info("etcd endpoint {} is used again", members_[i]->endpoint);
+        }
+        return i;
+      }
+    }
     size_t first = current_.load();
     for (size_t i = 0; i < members_.size(); ++i) {
       size_t index = (first + i) % members_.size();
@@ -91,6 +110,7 @@ class Members {
 
   // `index` failed a request: later requests go to the next member.
   void Failed(size_t index) {
+    failed_ns_[index] = SteadyNs();
     size_t next = (index + 1) % members_.size();
     if (current_.compare_exchange_strong(index, next) && members_.size() > 1) {
       spdlog::warn("etcd endpoint {} failed a request; using {}", members_[index]->endpoint, members_[next]->endpoint);
@@ -120,9 +140,16 @@ class Members {
   }
 
  private:
+  static constexpr std::chrono::nanoseconds kPreferAgainAfter = std::chrono::seconds(1);
+  static int64_t SteadyNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   const std::vector<std::unique_ptr<Member>> members_;
   const std::chrono::milliseconds timeout_;
   std::atomic<size_t> current_{0};
+  const std::unique_ptr<std::atomic<int64_t>[]> failed_ns_;  // steady ns of each member's last failure; 0: none
 };
 
 KeyValue FromPb(const mvccpb::KeyValue& kv, size_t prefix_bytes) {
