@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -33,6 +35,7 @@
 #include "drover/server/grpc_services.h"
 #include "drover/server/log_store.h"
 #include "drover/server/rest.h"
+#include "drover/store/etcd/etcd_store.h"
 #include "drover/store/leader.h"
 #include "drover/store/open.h"
 #include "drover/store/sqlite/sqlite_store.h"
@@ -368,6 +371,20 @@ class ServerImpl final : public Server {
     } else {
       spdlog::info("serving gRPC on {} and HTTP on {}", grpc_address_, http_address_);
     }
+    if (leadership_) {
+      // etcd's leader elsewhere than this machine: checked now and every
+      // second (store::MoveEtcdLeaderAway; docs/ha.md).
+      etcd_mover_ = std::thread([this] {
+        std::unique_lock lock(mover_mu_);
+        do {
+          lock.unlock();
+          if (auto moved = store::MoveEtcdLeaderAway(store_.get()); !moved.ok()) {
+            spdlog::debug("cannot move etcd's leadership away: {}", moved.status().ToString());
+          }
+          lock.lock();
+        } while (!mover_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return mover_stop_; }));
+      });
+    }
     return Status::Ok();
   }
 
@@ -390,6 +407,12 @@ class ServerImpl final : public Server {
   std::string ca_file() const override { return ca_file_; }
 
   void Stop() override {
+    {
+      std::lock_guard lock(mover_mu_);
+      mover_stop_ = true;
+    }
+    mover_cv_.notify_all();
+    if (etcd_mover_.joinable()) etcd_mover_.join();
     if (http_) http_->Stop();
     // Long streams (agent sessions, followed logs) are cancelled after the deadline.
     if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -402,6 +425,10 @@ class ServerImpl final : public Server {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<store::Store> leader_store_;  // the campaign's (etcd only)
   std::unique_ptr<store::Leadership> leadership_;  // with an etcd store; everything below writes through it
+  std::thread etcd_mover_;  // while leading on etcd: keeps etcd's leader on another machine
+  std::mutex mover_mu_;
+  std::condition_variable mover_cv_;
+  bool mover_stop_ = false;  // GUARDED_BY(mover_mu_)
   std::unique_ptr<store::Archive> archive_;  // after store_: the loop (destroyed first) writes to it
   std::unique_ptr<LogStore> logs_;
   JobWatch watch_;  // outlives the loop that publishes to it and the services that subscribe

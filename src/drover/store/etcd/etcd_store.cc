@@ -62,6 +62,7 @@ struct Member {
   std::unique_ptr<pb::KV::Stub> kv;
   std::unique_ptr<pb::Watch::Stub> watch;
   std::unique_ptr<pb::Lease::Stub> lease;
+  std::unique_ptr<pb::Maintenance::Stub> maintenance;
 };
 
 // The members and which one requests go to. Shared by the store and its
@@ -204,6 +205,7 @@ class EtcdStore final : public Store {
   Result<std::unique_ptr<WatchHandle>> Watch(const std::string& prefix, int64_t start_revision,
                                              WatchCallback callback) override;
   Status Compact(int64_t revision) override;
+  Result<bool> MoveLeaderAway();
   Result<LeaseId> GrantLease(Duration ttl) override;
   Status KeepAlive(LeaseId lease) override;
   Status RevokeLease(LeaseId lease) override;
@@ -355,6 +357,33 @@ Result<int64_t> EtcdStore::CurrentRevision() {
   });
   DROVER_RETURN_IF_ERROR(FromGrpc(s, "range"));
   return response.header().revision();
+}
+
+Result<bool> EtcdStore::MoveLeaderAway() {
+  if (members_->size() < 2) return false;
+  auto status_of = [this](Member& m, pb::StatusResponse* out) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + members_->timeout());
+    return m.maintenance->Status(&context, pb::StatusRequest(), out);
+  };
+  Member& own = members_->at(0);
+  pb::StatusResponse own_status;
+  DROVER_RETURN_IF_ERROR(FromGrpc(status_of(own, &own_status), "status"));
+  if (own_status.leader() == 0 || own_status.leader() != own_status.header().member_id()) return false;
+  for (size_t i = 1; i < members_->size(); ++i) {
+    Member& other = members_->at(i);
+    pb::StatusResponse status;
+    if (!status_of(other, &status).ok() || status.islearner() || status.leader() != own_status.leader()) continue;
+    pb::MoveLeaderRequest request;
+    request.set_targetid(status.header().member_id());
+    pb::MoveLeaderResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + members_->timeout());
+    DROVER_RETURN_IF_ERROR(FromGrpc(own.maintenance->MoveLeader(&context, request, &response), "move leader"));
+    spdlog::info("moved etcd's leadership from {} (this server's member) to {}", own.endpoint, other.endpoint);
+    return true;
+  }
+  return Unavailable("no other etcd member that follows this one answers");
 }
 
 Status EtcdStore::Compact(int64_t revision) {
@@ -594,6 +623,11 @@ Result<EtcdOptions> ParseEtcdUrl(const std::string& url) {
   return options;
 }
 
+Result<bool> MoveEtcdLeaderAway(Store* store) {
+  auto* etcd = dynamic_cast<EtcdStore*>(store);
+  return etcd != nullptr ? etcd->MoveLeaderAway() : Result<bool>(false);
+}
+
 Result<std::unique_ptr<Store>> OpenEtcdStore(const EtcdOptions& options) {
   if (options.endpoints.empty()) return InvalidArgument("no etcd endpoints");
   if (options.max_txn_ops < 1 || options.max_request_bytes < 1) return InvalidArgument("etcd limits must be positive");
@@ -623,6 +657,7 @@ Result<std::unique_ptr<Store>> OpenEtcdStore(const EtcdOptions& options) {
     member->kv = pb::KV::NewStub(member->channel);
     member->watch = pb::Watch::NewStub(member->channel);
     member->lease = pb::Lease::NewStub(member->channel);
+    member->maintenance = pb::Maintenance::NewStub(member->channel);
     members.push_back(std::move(member));
   }
   auto shared = std::make_shared<Members>(std::move(members), options.request_timeout);

@@ -65,4 +65,13 @@ Result<EtcdOptions> ParseEtcdUrl(const std::string& url);
 // endpoints does within the request timeout).
 Result<std::unique_ptr<Store>> OpenEtcdStore(const EtcdOptions& options);
 
+// When the first endpoint of an etcd store (a server's own machine's member)
+// is etcd's leader, hands etcd's leadership to the next endpoint that
+// answers (etcd's MoveLeader) and returns true; false when it was not the
+// leader (or `store` is not an etcd store). A Drover leader calls it: with
+// etcd's leader on another machine, a cut that isolates the Drover
+// leader's machine does not also cost an etcd election, after which etcd
+// extends every lease (docs/ha.md, "Keeping etcd's leader elsewhere").
+Result<bool> MoveEtcdLeaderAway(Store* store);
+
 }  // namespace drover::store

@@ -250,4 +250,30 @@ TEST(EtcdStoreTest, SurvivesTheLossOfTheMemberItTalksTo) {
   EXPECT_THAT(contract::Describe(batches[1]), ElementsAre("put w/2=after"));
 }
 
+// A Drover leader keeps etcd's leader on another machine: a store whose
+// first endpoint is etcd's leader hands the leadership to the next member,
+// and afterwards is not the leader (and keeps working).
+TEST(EtcdStoreTest, MovesEtcdsLeadershipAwayFromItsOwnMember) {
+  auto cluster = testing::EtcdCluster::Start(3);
+  ASSERT_TRUE(cluster);
+  const std::vector<std::string>& all = cluster->endpoints();
+  bool moved = false;
+  for (size_t first = 0; first < all.size() && !moved; ++first) {
+    EtcdOptions options;
+    for (size_t i = 0; i < all.size(); ++i) options.endpoints.push_back(all[(first + i) % all.size()]);
+    auto opened = OpenEtcdStore(options);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    Result<bool> r = MoveEtcdLeaderAway(opened->get());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (!*r) continue;  // this member follows
+    moved = true;
+    Result<bool> again = MoveEtcdLeaderAway(opened->get());
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_FALSE(*again);
+    Result<int64_t> put = (*opened)->Put("after-move", "ok");
+    EXPECT_TRUE(put.ok()) << put.status().ToString();
+  }
+  EXPECT_TRUE(moved) << "no member was etcd's leader";
+}
+
 }  // namespace drover::store
