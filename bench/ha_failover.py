@@ -81,37 +81,16 @@ def server_pid(index):
     return None
 
 
-class Submitter(threading.Thread):
-    """Submits forever; keeps (time, port) of every acknowledged submit."""
+class Acks:
+    """Acknowledged submits, (monotonic seconds, server), from any thread."""
 
-    def __init__(self, ports, token, interval):
-        super().__init__(daemon=True)
-        self.ports = ports
-        self.token = token
-        self.interval = interval
-        self.acks = []  # (monotonic seconds, http port)
+    def __init__(self):
+        self.acks = []
         self.lock = threading.Lock()
-        self.stopping = False
-        self.current = 0
 
-    def run(self):
-        body = json.dumps({"spec": {"command": ["true"], "gpus": 1}}).encode()
-        while not self.stopping:
-            for attempt in range(len(self.ports)):
-                port = self.ports[(self.current + attempt) % len(self.ports)]
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/jobs", data=body, method="POST",
-                                             headers={"Authorization": f"Bearer {self.token}",
-                                                      "Content-Type": "application/json"})
-                try:
-                    with urllib.request.urlopen(req, timeout=0.5) as resp:
-                        if resp.status == 201:
-                            with self.lock:
-                                self.acks.append((time.monotonic(), port))
-                            self.current = (self.current + attempt) % len(self.ports)
-                            break
-                except Exception:  # noqa: BLE001 - refused, reset, timeout, 503: try the next server
-                    continue
-            time.sleep(self.interval)
+    def add(self, t, server):
+        with self.lock:
+            self.acks.append((t, server))
 
     def last_ack(self):
         with self.lock:
@@ -122,24 +101,21 @@ class Submitter(threading.Thread):
             return [a for a in self.acks if a[0] > t]
 
 
-def client_main(servers, ca, token, interval):
-    """--client: submits over HTTPS to the servers in turn (moving on at a
-    failure) and prints "<monotonic seconds> <server>" per acknowledgement.
-    Runs in the client's network namespace."""
-    import ssl
-    ctx = ssl.create_default_context(cafile=ca)
+def submit_forever(servers, token, interval, on_ack, context=None, stopping=lambda: False):
+    """Submits a 1-GPU `true` to the servers in turn ("http(s)://host:port"),
+    moving on at a failure; on_ack(monotonic time, server) per 201."""
     body = json.dumps({"spec": {"command": ["true"], "gpus": 1}}).encode()
     current = 0
-    while True:
+    while not stopping():
         for attempt in range(len(servers)):
             server = servers[(current + attempt) % len(servers)]
-            req = urllib.request.Request(f"https://{server}/api/v1/jobs", data=body, method="POST",
+            req = urllib.request.Request(f"{server}/api/v1/jobs", data=body, method="POST",
                                          headers={"Authorization": f"Bearer {token}",
                                                   "Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(req, timeout=0.5, context=ctx) as resp:
+                with urllib.request.urlopen(req, timeout=0.5, context=context) as resp:
                     if resp.status == 201:
-                        print(f"{time.monotonic():.6f} {server}", flush=True)
+                        on_ack(time.monotonic(), server)
                         current = (current + attempt) % len(servers)
                         break
             except Exception:  # noqa: BLE001 - refused, reset, timeout, 503: try the next server
@@ -147,28 +123,41 @@ def client_main(servers, ca, token, interval):
         time.sleep(interval)
 
 
-class ClientAcks(threading.Thread):
-    """Reads a --client process's acknowledgements: (monotonic time, server)."""
+class Submitter(Acks, threading.Thread):
+    """Submits forever to `up --ha`'s servers on loopback."""
+
+    def __init__(self, servers, token, interval):
+        Acks.__init__(self)
+        threading.Thread.__init__(self, daemon=True)
+        self.servers, self.token, self.interval = servers, token, interval
+        self.stopping = False
+
+    def run(self):
+        submit_forever(self.servers, self.token, self.interval, self.add, stopping=lambda: self.stopping)
+
+
+def client_main(servers, ca, token, interval):
+    """--client: submits over HTTPS to the servers and prints "<monotonic
+    seconds> <server>" per acknowledgement. Runs in the client's network
+    namespace."""
+    import ssl
+    submit_forever([f"https://{s}" for s in servers], token, interval,
+                   lambda t, server: print(f"{t:.6f} {server.removeprefix('https://')}", flush=True),
+                   context=ssl.create_default_context(cafile=ca))
+
+
+class ClientAcks(Acks, threading.Thread):
+    """Reads a --client process's acknowledgements."""
 
     def __init__(self, proc):
-        super().__init__(daemon=True)
+        Acks.__init__(self)
+        threading.Thread.__init__(self, daemon=True)
         self.proc = proc
-        self.acks = []
-        self.lock = threading.Lock()
 
     def run(self):
         for line in self.proc.stdout:
             t, server = line.split()
-            with self.lock:
-                self.acks.append((float(t), server))
-
-    def last_ack(self):
-        with self.lock:
-            return self.acks[-1] if self.acks else None
-
-    def acks_since(self, t):
-        with self.lock:
-            return [a for a in self.acks if a[0] > t]
+            self.add(float(t), server)
 
 
 def partition_rounds(args):
@@ -271,7 +260,8 @@ def main():
                 sys.exit(f"drover up --ha 3 did not start; see {tmp}/up.log")
             time.sleep(0.1)
         token = (data / "admin.token").read_text().strip()
-        client = Submitter(http_ports, token, args.interval)
+        urls = [f"http://127.0.0.1:{p}" for p in http_ports]
+        client = Submitter(urls, token, args.interval)
         client.start()
         while client.last_ack() is None:
             time.sleep(0.05)
@@ -293,7 +283,7 @@ def main():
             # killed server comes back no sooner than a second later, and may
             # win the election again).
             def by_new_leader(a):
-                return a[1] != http_ports[leader] or a[0] - t_fault > RESTART_S
+                return a[1] != urls[leader] or a[0] - t_fault > RESTART_S
             first = None
             while time.monotonic() - t_fault < args.round_timeout:
                 new = [a for a in client.acks_since(t_fault) if by_new_leader(a)]

@@ -198,9 +198,16 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
                          "--heartbeat-interval", "100", "--election-timeout", "500", "--pre-vote", "--max-txn-ops", max_ops,
                          "--max-request-bytes", max_bytes, "--logger", "zap", "--log-level", "warn"},
                         fmt::format("{}/etcd-{}.log", dir, i)});
+    // Each server lists "its own" member first, as on separate machines
+    // (the store prefers it; the leader keeps etcd's leader elsewhere).
+    std::string own_first;
+    for (int k = 0; k < o.members; ++k) {
+      own_first += fmt::format("{}127.0.0.1:{}", k ? "," : "", o.etcd_port + 2 * ((i + k) % o.members));
+    }
     std::vector<std::string> server = {o.self_exe, "server", "--data-dir", fmt::format("{}/server-{}", dir, i),
                                        "--grpc-listen", fmt::format("127.0.0.1:{}", o.grpc_port + i), "--listen",
-                                       fmt::format("127.0.0.1:{}", o.http_port + i), "--store", g->store_url_,
+                                       fmt::format("127.0.0.1:{}", o.http_port + i), "--store",
+                                       "etcd://" + own_first + "/drover",
                                        "--leader-ttl", "1s", "--lease-ttl", "6s", "--etcd-max-txn-ops", max_ops,
                                        "--etcd-max-request-bytes", max_bytes, "--log-level", o.log_level};
     server.insert(server.end(), o.server_flags.begin(), o.server_flags.end());
