@@ -7,7 +7,7 @@ Starts `drover up --ha 3 --devices simulated` in a temp dir (three etcd
 members, three servers, this machine's agent), and a client thread that
 submits a job (`true`, one GPU of eight) over REST every --interval seconds to
 whichever server answers (standbys do not listen). Each round finds the
-leader (the server whose port accepts connections), faults it, and records:
+leader (the server whose gRPC port accepts connections), faults it, and records:
 
   outage    the last submit the old leader acknowledged to the first the new
             leader acknowledged: the failover time, and the submit outage a
@@ -248,6 +248,7 @@ def main():
     data = Path(tmp) / "data"
     etcd_port, grpc_port, http_port = args.port_base, args.port_base + 100, args.port_base + 200
     http_ports = [http_port + i for i in range(3)]
+    grpc_ports = [grpc_port + i for i in range(3)]  # a standby's stays closed (its HTTP port answers 503)
     log = open(Path(tmp) / "up.log", "w")
     up = subprocess.Popen([binary, "up", "--ha", "3", "--ha-etcd-port", str(etcd_port), "--grpc-listen",
                            f"127.0.0.1:{grpc_port}", "--listen", f"127.0.0.1:{http_port}", "--data-dir", str(data),
@@ -267,10 +268,10 @@ def main():
             time.sleep(0.05)
         for n in range(args.rounds):
             fault = args.fault if args.fault != "both" else ("kill" if n % 2 == 0 else "stop")
-            leaders = [i for i, p in enumerate(http_ports) if accepts(p)]
+            leaders = [i for i, p in enumerate(grpc_ports) if accepts(p)]
             if len(leaders) != 1:
                 time.sleep(0.5)
-                leaders = [i for i, p in enumerate(http_ports) if accepts(p)]
+                leaders = [i for i, p in enumerate(grpc_ports) if accepts(p)]
             if len(leaders) != 1:
                 sys.exit(f"round {n}: {len(leaders)} servers listen, expected one leader")
             leader = leaders[0]
@@ -309,7 +310,7 @@ def main():
             t_wait = time.monotonic()
             while time.monotonic() - t_wait < 30:
                 pids = [server_pid(i) for i in range(3)]
-                if all(pids) and (fault == "stop" or pids[leader] != pid) and not accepts(http_ports[leader]):
+                if all(pids) and (fault == "stop" or pids[leader] != pid) and not accepts(grpc_ports[leader]):
                     break
                 time.sleep(0.1)
             time.sleep(1.0)  # its campaign has started: it stands by

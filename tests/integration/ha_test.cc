@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/http/client.h"
 #include "drover/rpc/channel.h"
 #include "support/drover_process.h"
 #include "support/etcd_cluster.h"
@@ -128,6 +130,20 @@ TEST_F(HaTest, AStandbyTakesOverAKilledLeaderWithEveryAcknowledgedJob) {
   ASSERT_TRUE(b->Spawn());
   ASSERT_TRUE(WaitUntil([&] { return ReadAll(dir_.path() + "/b/up.err").find("standing by") != std::string::npos; }))
       << ReadAll(dir_.path() + "/b/up.err");
+
+  // The standby's HTTP port says where the leader is (its gRPC port is closed).
+  auto asked = http::HttpRequest(b->http_listen(), "GET", "/api/v1/jobs");
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  EXPECT_EQ(asked->status, 503) << asked->body;
+  EXPECT_EQ(asked->headers["x-drover-leader"], a->http_listen()) << asked->body;
+  auto answer = nlohmann::json::parse(asked->body, nullptr, false);
+  EXPECT_EQ(answer.value("leader", nlohmann::json::object()).value("grpc", ""), a->grpc_listen()) << asked->body;
+  auto health = http::HttpRequest(b->http_listen(), "GET", "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_EQ(health->status, 200);
+  auto ready = http::HttpRequest(b->http_listen(), "GET", "/readyz");
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  EXPECT_EQ(ready->status, 503);
 
   ASSERT_NO_FATAL_FAILURE(StartAgent(a.get(), a->grpc_listen() + "," + b->grpc_listen()));
 

@@ -90,6 +90,7 @@ class DroverUp {
   const std::string& grpc_address() const { return grpc_; }
   // The --grpc-listen it starts with (known before it serves).
   const std::string& grpc_listen() const { return grpc_listen_; }
+  const std::string& http_listen() const { return http_listen_; }
   const std::string& http_address() const { return http_; }
   v1::JobService::Stub* jobs() { return jobs_.get(); }
   v1::NodeService::Stub* nodes() { return nodes_.get(); }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -251,7 +253,52 @@ Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o, c
 
 // Stands by until this server leads (an etcd store). The leader key holds
 // where clients reach it.
-Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, store::Store* data, const ServerOptions& o) {
+// What a standby's HTTP port answers (gRPC stays closed: agents and the CLI
+// find the leader by trying their list). GET /healthz is 200 (the process
+// is well; /readyz and everything else are not served here), the rest 503
+// with where the leader is, so that a load balancer's readiness check
+// picks the leader, and a person or script pointed at a standby is told
+// where to go: the JSON error with "leader": {"grpc", "http"}, and
+// X-Drover-Leader: the leader's HTTP address.
+class StandbyAnswer {
+ public:
+  void SetLeader(std::string identity) {
+    std::lock_guard lock(mu_);
+    leader_ = std::move(identity);
+  }
+  http::Response operator()(const http::Request& req) {
+    if (req.path == "/healthz") return http::Response{200, "text/plain", "ok (standing by)\n"};
+    std::string leader;
+    {
+      std::lock_guard lock(mu_);
+      leader = leader_;
+    }
+    std::map<std::string, std::string> headers{{"Retry-After", "1"}};
+    auto parsed = nlohmann::json::parse(leader, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object() || !parsed.value("http", "").size()) {
+      return http::Response{503, "application/json",
+                            R"({"code": 14, "status": "UNAVAILABLE", "message": "this server stands by, and no server leads yet"})"
+                            "\n",
+                            headers};
+    }
+    const std::string http_address = parsed.value("http", "");
+    headers["X-Drover-Leader"] = http_address;
+    nlohmann::json body = {
+        {"code", 14},
+        {"status", "UNAVAILABLE"},
+        {"message", fmt::format("this server stands by; the leader is at {} (gRPC {})", http_address,
+                                parsed.value("grpc", ""))},
+        {"leader", {{"grpc", parsed.value("grpc", "")}, {"http", http_address}}}};
+    return http::Response{503, "application/json", body.dump() + "\n", headers};
+  }
+
+ private:
+  std::mutex mu_;
+  std::string leader_;  // the leader key's value; "" when unknown
+};
+
+Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, store::Store* data, const ServerOptions& o,
+                                                    const std::function<void(const std::string&)>& standby) {
   auto port_of = [](const std::string& listen) { return listen.substr(listen.rfind(':') + 1); };
   if (port_of(o.grpc_listen) == "0" || port_of(o.http_listen) == "0") {
     return InvalidArgument("with an etcd store, --grpc-listen and --listen need fixed ports: clients find the leader by them");
@@ -270,7 +317,8 @@ Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, store::
   leader.on_lost = o.on_leadership_lost;
   leader.data = data;
   spdlog::info("campaigning for leadership as {}", leader.identity);
-  return store::Leadership::Campaign(store, std::move(leader), o.stop, [](const std::string& current) {
+  return store::Leadership::Campaign(store, std::move(leader), o.stop, [&standby](const std::string& current) {
+    standby(current);
     spdlog::info("standing by: the leader is {}", current);
   });
 }
@@ -285,13 +333,38 @@ class ServerImpl final : public Server {
     if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", o.data_dir, ec.message()));
     DROVER_ASSIGN_OR_RETURN(store_, OpenStoreWaiting(o, o.etcd));
     store::Store* store = store_.get();
+    DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
+    DROVER_RETURN_IF_ERROR(CheckExposure(o, tls_.has_value()));
+    if (!tls_.has_value()) ca_file_.clear();
+    http::ServerOptions http_options;
+    if (tls_) {
+      http_options.tls_cert_pem = tls_->cert_pem;
+      http_options.tls_key_pem = tls_->key_pem;
+    }
     if (store::IsEtcdSpec(o.store)) {
       // The campaign and keep-alives on connections of their own, with a
       // deadline of the TTL (store/leader.h, LeaderOptions::data).
       store::EtcdOptions short_deadline = o.etcd;
       short_deadline.request_timeout = std::max<std::chrono::milliseconds>(o.leader_ttl, std::chrono::milliseconds(500));
       DROVER_ASSIGN_OR_RETURN(leader_store_, OpenStoreWaiting(o, short_deadline));
-      DROVER_ASSIGN_OR_RETURN(leadership_, Campaign(leader_store_.get(), store, o));
+      // While it stands by, its HTTP port says where the leader is.
+      auto answer = std::make_shared<StandbyAnswer>();
+      std::unique_ptr<http::Server> standby_http;
+      auto standby = [&](const std::string& leader) {
+        answer->SetLeader(leader);
+        if (standby_http) return;
+        auto started = http::StartServer(o.http_listen, [answer](const http::Request& r) { return (*answer)(r); },
+                                         http_options);
+        if (started.ok()) {
+          standby_http = std::move(*started);
+        } else {
+          spdlog::warn("a standby cannot listen on {}: {}", o.http_listen, started.status().ToString());
+        }
+      };
+      auto won = Campaign(leader_store_.get(), store, o, standby);
+      if (standby_http) standby_http->Stop();  // the port is the leader's now
+      standby_http.reset();
+      DROVER_ASSIGN_OR_RETURN(leadership_, std::move(won));
       store = leadership_->fenced();
     }
     DROVER_ASSIGN_OR_RETURN(LogStore logs, LogStore::Open(o.data_dir + "/logs"));
@@ -305,9 +378,6 @@ class ServerImpl final : public Server {
     control.metrics = &metrics_;
     control.watch = &watch_;
     if (leadership_) control.leading = [l = leadership_.get()] { return l->Leading(); };
-    DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
-    DROVER_RETURN_IF_ERROR(CheckExposure(o, tls_.has_value()));
-    if (!tls_.has_value()) ca_file_.clear();
     loop_ = std::make_unique<ControlLoop>(store, SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
     authority_ = std::make_unique<auth::Authority>(store, SystemClock::Get());
@@ -344,11 +414,6 @@ class ServerImpl final : public Server {
       return f.get().status();
     };
     streams_ = std::make_unique<RestStreams>(api_.get());
-    http::ServerOptions http_options;
-    if (tls_) {
-      http_options.tls_cert_pem = tls_->cert_pem;
-      http_options.tls_key_pem = tls_->key_pem;
-    }
     DROVER_ASSIGN_OR_RETURN(
         http_, http::StartServer(o.http_listen,
                                  MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_, streams_.get()}),
