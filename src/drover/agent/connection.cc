@@ -434,6 +434,16 @@ class ConnectionImpl final : public ServerConnection {
       Retry(false);
       return;
     }
+    // A server that leads an older epoch than one already seen was deposed
+    // and does not know it yet (docs/ha.md): it is not followed.
+    if (call.resp.leader_epoch() < highest_epoch_) {
+      spdlog::warn("node '{}': {} leads epoch {}, older than epoch {} seen before: a deposed leader; trying the next server",
+                   opts_.node_name, Server(), call.resp.leader_epoch(), highest_epoch_);
+      DropStub();
+      Retry(false);
+      return;
+    }
+    highest_epoch_ = call.resp.leader_epoch();
     failed_in_round_ = 0;
     auto session = std::make_shared<SessionCall>(this);
     if (!Track(session.get(), [session] { session->Cancel(); })) return;
@@ -479,6 +489,7 @@ class ConnectionImpl final : public ServerConnection {
   size_t server_ = 0;                 // which of servers_ the next stub dials
   size_t failed_in_round_ = 0;
   bool moving_on_ = false;  // MoveOn ended the session
+  int64_t highest_epoch_ = 0;  // the newest leadership a registration was answered by
 
   runtime::LoopClient tasks_;  // last: closed (Stop) before the rest goes
 };

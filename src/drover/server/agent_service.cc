@@ -339,6 +339,7 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
     resp->set_lease_ttl_ms(static_cast<int32_t>(lease.ttl.count()));
     resp->set_fence_after_ms(static_cast<int32_t>(lease.fence_after.count()));
     resp->set_fence_grace_ms(static_cast<int32_t>(lease.fence_grace.count()));
+    resp->set_leader_epoch(loop_->leader_epoch());
     resp->set_gossip_cluster(loop_->gossip_cluster());
     resp->set_gossip_key(loop_->gossip_key());
     auto peers = loop_->Peers(*node);

@@ -116,6 +116,9 @@ struct ControlLoopOptions {
   // ListJobsPage (control_loop_archive.cc). Null: finished jobs stay.
   store::Archive* archive = nullptr;
   std::chrono::milliseconds archive_after{std::chrono::minutes(5)};
+  // The epoch of the leadership this loop serves under (0: none); agents
+  // are told it when they register (RegisterResponse.leader_epoch).
+  int64_t leader_epoch = 0;
   // Archived jobs that ended longer ago than this are deleted (checked
   // hourly); 0: kept for good.
   std::chrono::milliseconds archive_retention{0};
@@ -240,6 +243,7 @@ class ControlLoop {
   std::future<Result<Done>> CheckLimits();
 
   const LeaseOptions& lease() const { return options_.lease; }
+  int64_t leader_epoch() const { return options_.leader_epoch; }
   // The gossip group's cluster id and key (made once, kept in the store);
   // set by Start().
   uint64_t gossip_cluster() const { return gossip_cluster_; }

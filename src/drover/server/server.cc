@@ -377,7 +377,10 @@ class ServerImpl final : public Server {
     control.audit = audit_.get();
     control.metrics = &metrics_;
     control.watch = &watch_;
-    if (leadership_) control.leading = [l = leadership_.get()] { return l->Leading(); };
+    if (leadership_) {
+      control.leading = [l = leadership_.get()] { return l->Leading(); };
+      control.leader_epoch = leadership_->epoch();
+    }
     loop_ = std::make_unique<ControlLoop>(store, SystemClock::Get(), control);
     DROVER_RETURN_IF_ERROR(loop_->Start());
     authority_ = std::make_unique<auth::Authority>(store, SystemClock::Get());
