@@ -195,6 +195,14 @@ class HaCluster(netns.Cluster):
             if other != name:
                 self.undrop_between(name, other)
 
+    def log_text(self, server):
+        """The whole log of the drover server on server host `server`
+        (every run of it: a server that starts over appends)."""
+        try:
+            return (self.servers[server].dir / "server.err").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
     def log_tail(self, host, lines=20):
         if host in self.servers:
             try:
