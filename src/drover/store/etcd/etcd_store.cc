@@ -126,22 +126,37 @@ class Members {
   // and the store moves on to the next member.
   template <typename Call>
   grpc::Status Run(bool read, Call&& call) {
-    const size_t attempts = read ? std::min<size_t>(2, members_.size()) : 1;
+    const auto deadline = std::chrono::system_clock::now() + timeout_;
+    size_t moves = 0;
     grpc::Status status;
-    for (size_t attempt = 0; attempt < attempts; ++attempt) {
+    while (true) {
       size_t index = Pick();
       grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + timeout_);
+      context.set_deadline(deadline);
       context.AddMetadata("hasleader", "true");
       status = call(*members_[index], context);
+      // Refused before anything was applied: a proposal etcd dropped while
+      // its leadership moved (MoveLeader, an election under way), or a
+      // member without a leader. Sent again after a pause (to the next
+      // member when this one has no leader), within the deadline.
+      const bool no_leader = status.error_message().find("no leader") != std::string::npos;
+      if (no_leader || status.error_message().find("raft proposal dropped") != std::string::npos) {
+        if (std::chrono::system_clock::now() + kRefusedPause >= deadline) return status;
+        if (no_leader) Failed(index);
+        std::this_thread::sleep_for(kRefusedPause);
+        continue;
+      }
       if (!MoveOn(status)) return status;
       Failed(index);
+      // Any other failure of a write may have applied: not sent again. A
+      // read is tried once more, on the next member.
+      if (!read || ++moves >= std::min<size_t>(2, members_.size())) return status;
     }
-    return status;
   }
 
  private:
   static constexpr std::chrono::nanoseconds kPreferAgainAfter = std::chrono::seconds(1);
+  static constexpr std::chrono::milliseconds kRefusedPause{20};
   static int64_t SteadyNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();

@@ -263,8 +263,23 @@ TEST(EtcdStoreTest, MovesEtcdsLeadershipAwayFromItsOwnMember) {
     for (size_t i = 0; i < all.size(); ++i) options.endpoints.push_back(all[(first + i) % all.size()]);
     auto opened = OpenEtcdStore(options);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    // Writes go on while etcd's leadership moves; etcd drops proposals
+    // meanwhile, and the store sends them again: none fails.
+    std::atomic<bool> done{false};
+    std::atomic<int> writes{0};
+    std::string failed;
+    std::thread writer([&] {
+      while (!done.load()) {
+        Result<int64_t> w = (*opened)->Put("during-move", std::to_string(writes.load()));
+        if (!w.ok() && failed.empty()) failed = w.status().ToString();
+        ++writes;
+      }
+    });
     Result<bool> r = MoveEtcdLeaderAway(opened->get());
+    done = true;
+    writer.join();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(failed, "") << "a write failed while etcd's leadership moved (" << writes.load() << " writes)";
     if (!*r) continue;  // this member follows
     moved = true;
     Result<bool> again = MoveEtcdLeaderAway(opened->get());
