@@ -198,7 +198,8 @@ class ChaosTest(unittest.TestCase):
         self.recovered(f"partition of agent {node} from the leader", t, None)
 
         # Finish: the client stops, every acknowledged job ends.
-        time.sleep(1)  # a last few submits after the faults
+        t_end = time.time()
+        self.wait(lambda: self.client.acked_after(t_end), RECOVERY_TIMEOUT, "a submit after the last fault healed")
         self.client.done.set()
         self.client.join(15)
         acked = self.client.ids()

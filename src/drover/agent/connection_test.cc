@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -26,7 +25,11 @@ class FakeServer final : public v1::AgentService::Service {
   explicit FakeServer(int64_t epoch) : epoch_(epoch) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse* resp) override {
-    ++registrations;
+    {
+      std::lock_guard lock(mu_);
+      ++registrations_;
+    }
+    registered_.notify_all();
     resp->set_leader_epoch(epoch_);
     resp->set_heartbeat_interval_ms(250);
     return grpc::Status::OK;
@@ -54,22 +57,19 @@ class FakeServer final : public v1::AgentService::Service {
   }
   ~FakeServer() override { Stop(); }
 
-  std::atomic<int> registrations{0};
+  // Whether `n` registrations arrived within 20 s.
+  bool WaitRegistrations(int n) {
+    std::unique_lock lock(mu_);
+    return registered_.wait_for(lock, std::chrono::seconds(20), [&] { return registrations_ >= n; });
+  }
 
  private:
+  std::mutex mu_;
+  std::condition_variable registered_;
+  int registrations_ = 0;  // GUARDED_BY(mu_)
   const int64_t epoch_;
   std::unique_ptr<grpc::Server> server_;
 };
-
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::seconds timeout = std::chrono::seconds(20)) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
 
 // An agent that has followed the leader of epoch 5 does not follow a server
 // that answers as the leader of epoch 3 (a deposed leader that does not
@@ -106,14 +106,15 @@ TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
   auto connection = ServerConnection::Create(options, &loop, events);
   ASSERT_TRUE(connection.ok()) << connection.status().ToString();
   (*connection)->Begin();
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard lock(mu);
-    return followed.size() == 1;
-  }));
+  auto wait_followed = [&](size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(20), [&] { return followed.size() >= n; });
+  };
+  ASSERT_TRUE(wait_followed(1));
 
   // The leader goes; the deposed server is the only one that answers.
   leader->Stop();
-  ASSERT_TRUE(WaitFor([&] { return deposed.registrations.load() >= 3; })) << "the other server was not tried";
+  ASSERT_TRUE(deposed.WaitRegistrations(3)) << "the other server was not tried";
   {
     std::lock_guard lock(mu);
     EXPECT_EQ(followed, std::vector<int64_t>({5})) << "a session was opened with the deposed server";
@@ -122,10 +123,7 @@ TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
   // A new leader on the first address.
   FakeServer next(7);
   ASSERT_EQ(next.Start("127.0.0.1:" + std::to_string(leader_port)), leader_port);
-  ASSERT_TRUE(WaitFor([&] {
-    std::lock_guard lock(mu);
-    return followed.size() == 2;
-  }));
+  ASSERT_TRUE(wait_followed(2));
   {
     std::lock_guard lock(mu);
     EXPECT_EQ(followed, std::vector<int64_t>({5, 7}));

@@ -275,7 +275,7 @@ class StandbyAnswer {
     }
     std::map<std::string, std::string> headers{{"Retry-After", "1"}};
     auto parsed = nlohmann::json::parse(leader, nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_object() || !parsed.value("http", "").size()) {
+    if (!parsed.is_object() || parsed.value("http", "").empty()) {
       return http::Response{503, "application/json",
                             R"({"code": 14, "status": "UNAVAILABLE", "message": "this server stands by, and no server leads yet"})"
                             "\n",

@@ -198,7 +198,6 @@ void Leadership::KeepAlives() {
     } else {
       spdlog::warn("leader keep-alive failed: {}", s.ToString());
     }
-    if (SteadyNs() >= valid_until_ns_.load()) Lose(Status(Code::kDeadlineExceeded, "no successful keep-alive for a whole TTL"));
     lock.lock();
     if (!leading_.load()) return;
   }
