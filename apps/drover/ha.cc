@@ -180,6 +180,7 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
     initial += fmt::format("{}m{}=http://127.0.0.1:{}", i ? "," : "", i, o.etcd_port + 2 * i + 1);
     clients += fmt::format("{}127.0.0.1:{}", i ? "," : "", o.etcd_port + 2 * i);
     g->servers_ += fmt::format("{}127.0.0.1:{}", i ? "," : "", o.grpc_port + i);
+    g->http_servers_ += fmt::format("{}127.0.0.1:{}", i ? "," : "", o.http_port + i);
   }
   g->store_url_ = "etcd://" + clients + "/drover";
   // etcd with a 500 ms election timeout (leases of 1 s), pre-vote (a member

@@ -77,6 +77,8 @@ class HaGroup {
 
   // "127.0.0.1:7070,127.0.0.1:7071,...": every server, for agents and clients.
   const std::string& servers() const { return servers_; }
+  // Their HTTP addresses, in the same order (the CLI's REST verbs).
+  const std::string& http_servers() const { return http_servers_; }
   // Mints tokens (the store is etcd itself, no leader involved).
   auth::Authority* authority() { return authority_.get(); }
   // Waits until some server leads; its {"grpc": ..., "http": ...}.
@@ -97,6 +99,7 @@ class HaGroup {
 
   HaGroupOptions options_;
   std::string servers_;
+  std::string http_servers_;
   std::string store_url_;
   std::vector<Child> etcd_;
   std::vector<Child> server_children_;

@@ -295,7 +295,9 @@ Result<std::unique_ptr<drover::app::HaGroup>> StartHaGroup(const RoleFlags& f) {
   DROVER_RETURN_IF_ERROR(group->authority()->EnsureBootstrapAdmin(f.data_dir + "/admin.token").status());
   // The CLI run from here finds every server (and the token) in the data dir.
   DROVER_RETURN_IF_ERROR(drover::WriteFileAtomic(f.data_dir + "/endpoints.json",
-                                                 fmt::format("{{\"grpc\": \"{}\", \"http\": \"\"}}\n", group->servers()), 0644));
+                                                 fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", group->servers(),
+                                                             group->http_servers()),
+                                                 0644));
   spdlog::info("the leader is {}; elsewhere: export DROVER_ADDR={}", leader, group->servers());
   return group;
 }

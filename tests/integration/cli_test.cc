@@ -5,6 +5,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +18,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "support/drover_process.h"
 
@@ -151,6 +158,111 @@ TEST_F(CliTest, SubmitRunsInTheFrontProgramAlone) {
   CommandResult unknown = run({"submit", "--", "true"}, {"DROVER_DATA_DIR=" + empty.path()});
   EXPECT_EQ(unknown.exit_code, 127);
   EXPECT_NE(unknown.err.find("drover-core"), std::string::npos) << unknown.err;
+}
+
+// A server on 127.0.0.1 that reads each request and then either answers
+// `answer` (when not empty) or closes the connection unanswered.
+class FakeHttp {
+ public:
+  explicit FakeHttp(std::string answer) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen";
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0 || stop_) {
+          if (c >= 0) ::close(c);
+          return;
+        }
+        std::string got;
+        char buf[4096];
+        while (got.find("\r\n\r\n") == std::string::npos) {
+          ssize_t n = ::read(c, buf, sizeof(buf));
+          if (n <= 0) break;
+          got.append(buf, static_cast<size_t>(n));
+        }
+        ++requests_;
+        if (!answer_.empty()) (void)!::write(c, answer_.data(), answer_.size());
+        ::close(c);
+      }
+    });
+  }
+  ~FakeHttp() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int requests() const { return requests_; }
+
+ private:
+  std::string answer_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
+
+// An HA client's list of servers (DROVER_HTTP_ADDR as `up --ha` writes it):
+// the front program passes a request over a server it cannot reach and one
+// that stands by (to the leader that one names), and never sends a submit
+// twice: one that may have arrived at a server that then failed is not
+// sent on.
+TEST_F(CliTest, TheFrontProgramFindsTheLeaderInAListOfServers) {
+  const std::string leader = up_->http_address();
+  FakeHttp standby(fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nX-Drover-Leader: {}\r\n"
+      "Retry-After: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+      leader));
+  FakeHttp nobody_leads(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+      "Connection: close\r\n\r\n{}");
+  FakeHttp dies("");
+  FakeHttp bystander("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  const std::string refused = "127.0.0.1:1";
+  auto list = [](std::vector<std::string> addrs) {
+    std::string s;
+    for (const std::string& a : addrs) s += (s.empty() ? "" : ",") + a;
+    return "DROVER_HTTP_ADDR=" + s;
+  };
+
+  // Unreachable, then a standby that names the leader (the bystander after
+  // it is never asked), then the leader.
+  CommandResult r =
+      RunCli(up_->grpc_address(), {"submit", "--wait", "--", "true"}, {list({refused, standby.address(), bystander.address(), leader})});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex("j-[0-9]{6}\n"))) << r.out;
+  EXPECT_EQ(standby.requests(), 1);
+  EXPECT_EQ(bystander.requests(), 0);
+
+  // A standby that knows no leader: the next address.
+  CommandResult jobs = RunCli(up_->grpc_address(), {"jobs"}, {list({nobody_leads.address(), leader})});
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_NE(jobs.out.find(r.out.substr(0, r.out.size() - 1)), std::string::npos) << jobs.out;
+  EXPECT_EQ(nobody_leads.requests(), 1);
+
+  // The submit reached a server that closed without answering: not sent on.
+  CommandResult lost = RunCli(up_->grpc_address(), {"submit", "--", "true"}, {list({dies.address(), leader})});
+  EXPECT_EQ(lost.exit_code, 4) << lost.err;
+  EXPECT_EQ(dies.requests(), 1);
+  CommandResult after = RunCli(up_->grpc_address(), {"jobs", "-o", "json"}, {list({leader})});
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(nlohmann::json::parse(after.out)["jobs"].size(), 1u) << after.out;
+
+  // Only standbys: their answer.
+  CommandResult none = RunCli(up_->grpc_address(), {"jobs"}, {list({nobody_leads.address(), refused})});
+  EXPECT_EQ(none.exit_code, 4) << none.err;
 }
 
 // `drover jobs` prints the same from the front program over REST as from

@@ -303,6 +303,31 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
   EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(jobs.get(), {spanning, after}); }, std::chrono::seconds(60)))
       << ReadAll(dir.path() + "/data/up.err");
   EXPECT_EQ(ReadAll(marker), "started\n");
+
+  // The CLI's REST verbs (the front program alone) find the leader too:
+  // from the list `up --ha` wrote into endpoints.json, and from a list that
+  // starts with a standby, which names the leader.
+  TempDir lone;
+  const std::string front = lone.path() + "/drover";
+  std::filesystem::copy_file(DroverBinary(), front);
+  std::filesystem::permissions(front, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  CommandResult found = RunCli(up.grpc_address(), {"submit", "--wait", "--", "true"},
+                               {"DROVER_DATA_DIR=" + dir.path() + "/data"}, front);
+  EXPECT_EQ(found.exit_code, 0) << found.err;
+  int new_leader = -1;
+  ASSERT_TRUE(WaitUntil([&] {
+    for (int i = 0; i < 3; ++i) {
+      if (grpc + i != leader && Accepts(grpc + i)) new_leader = i;
+    }
+    return new_leader >= 0;
+  }));
+  const int standby = 3 - new_leader - (leader - grpc);  // neither leader: it stood by all along
+  CommandResult via_standby = RunCli(
+      up.grpc_address(), {"jobs", "-o", "json"},
+      {fmt::format("DROVER_HTTP_ADDR=127.0.0.1:{},127.0.0.1:{}", http + standby, http + new_leader)}, front);
+  ASSERT_EQ(via_standby.exit_code, 0) << via_standby.err;
+  EXPECT_NE(via_standby.out.find(after), std::string::npos) << via_standby.out;
+
   // The supervisor started the killed server again; it stands by.
   EXPECT_TRUE(WaitUntil([&] {
     pid_t again = FindProcess(needle);

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "drover/cli/flags.h"
 #include "drover/cli/job_table.h"
@@ -44,10 +45,46 @@ struct Ended {
 // Where and how to send: the HTTP address, TLS when a CA is found, the
 // token. Fails (with the exit code already printed) for an unreadable CA.
 struct Target {
-  std::string http_addr;
+  std::vector<std::string> http_addrs;  // the servers, in order
   std::unique_ptr<http::ClientTls> tls;
   std::map<std::string, std::string> headers;
+  mutable size_t current = 0;  // the one that answered last
 };
+
+// Sends with `send(address)` to the server that answered last. A server
+// that cannot be reached before anything was sent, or that answers 503 (a
+// standby; X-Drover-Leader names the leader), passes the request on: to the
+// leader it names when that is one of t's addresses and not tried yet, else
+// to the next untried. The first other answer, or the last failure.
+Result<http::ClientResponse> Exchange(const Target& t,
+                                      const std::function<Result<http::ClientResponse>(const std::string&)>& send) {
+  const size_t n = t.http_addrs.size();
+  std::vector<bool> tried(n, false);
+  size_t i = t.current < n ? t.current : 0;
+  Result<http::ClientResponse> r = Unavailable("no server address");
+  while (true) {
+    tried[i] = true;
+    r = send(t.http_addrs[i]);
+    if (!r.ok() ? http::MayHaveArrived(r.status()) : r->status != 503) {
+      t.current = i;
+      return r;
+    }
+    size_t next = n;
+    if (r.ok()) {
+      if (auto h = r->headers.find("x-drover-leader"); h != r->headers.end()) {
+        auto it = std::find(t.http_addrs.begin(), t.http_addrs.end(), h->second);
+        if (it != t.http_addrs.end() && !tried[static_cast<size_t>(it - t.http_addrs.begin())]) {
+          next = static_cast<size_t>(it - t.http_addrs.begin());
+        }
+      }
+    }
+    for (size_t k = 1; next == n && k < n; ++k) {
+      if (!tried[(i + k) % n]) next = (i + k) % n;
+    }
+    if (next == n) return r;
+    i = next;
+  }
+}
 
 std::optional<int> Connect(const Common& c, Target* t) {
   if (std::string ca = ResolveCaFile(c); !ca.empty()) {
@@ -64,7 +101,9 @@ std::optional<int> Connect(const Common& c, Target* t) {
 // `filter`, when given, drops keys while the answer is parsed.
 std::variant<Json, int> Call(const Target& t, const std::string& method, const std::string& target,
                              const std::string& body, const Common& c, Json::parser_callback_t filter = nullptr) {
-  auto r = http::HttpsRequest(t.tls.get(), t.http_addr, method, target, body, "application/json", t.headers);
+  auto r = Exchange(t, [&](const std::string& addr) {
+    return http::HttpsRequest(t.tls.get(), addr, method, target, body, "application/json", t.headers);
+  });
   if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
   if (r->status / 100 != 2) return FailResponse(*r, c);
   auto resp = Json::parse(r->body, filter, /*allow_exceptions=*/false);
@@ -112,7 +151,9 @@ int SubmitAndWait(const Target& t, const std::string& target, const std::string&
     }
     return true;
   };
-  auto r = http::HttpsStream(t.tls.get(), t.http_addr, "POST", target, body, "application/json", t.headers, on_body);
+  auto r = Exchange(t, [&](const std::string& addr) {
+    return http::HttpsStream(t.tls.get(), addr, "POST", target, body, "application/json", t.headers, on_body);
+  });
   if (!r.ok()) return Fail(r.status().code(), r.status().message(), c);
   if (r->status / 100 != 2) return FailResponse(*r, c);
   if (error) return Fail(Code::kUnavailable, "the server stopped watching: " + *error, c);
@@ -140,8 +181,13 @@ std::optional<int> RunFast(int argc, char** argv, const char* verb, void (*add_f
   }
   if (CheckOutput(c) != 0) return std::nullopt;
   Target t;
-  t.http_addr = ResolveHttpAddr(c);
-  if (t.http_addr.empty()) return std::nullopt;
+  const std::string addrs = ResolveHttpAddr(c);
+  for (size_t begin = 0; begin < addrs.size();) {
+    size_t comma = std::min(addrs.find(',', begin), addrs.size());
+    if (comma > begin) t.http_addrs.push_back(addrs.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  if (t.http_addrs.empty()) return std::nullopt;
   if (auto failed = Connect(c, &t)) return failed;
   try {
     return run(a, c, t);

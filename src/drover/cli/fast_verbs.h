@@ -10,7 +10,11 @@
 // `jobs` is GET /api/v1/jobs, a page at a time. TLS when the CLI finds a CA
 // (flags.h ResolveCaFile). They need the server's HTTP address
 // (ResolveHttpAddr): DROVER_HTTP_ADDR, or the endpoints.json of the data
-// directory of a local `drover up`.
+// directory of a local `drover up`. Several addresses, comma-separated
+// (every server of `drover up --ha`): a request goes to the first; one that
+// cannot be reached before anything was sent, or that stands by (503, and
+// X-Drover-Leader names the leader), passes it on: to the leader it names
+// when that is one of the addresses, else to the next.
 
 #include <optional>
 

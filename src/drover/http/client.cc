@@ -23,6 +23,12 @@ using boost::system::error_code;
 // Bounds the whole exchange, so that a test against a broken server fails
 // instead of hanging.
 constexpr std::chrono::seconds kTimeout{30};
+// A connection not made in this long fails (a server whose machine is cut
+// off): a caller with several servers goes on to the next.
+constexpr std::chrono::seconds kConnectTimeout{5};
+// The stages once the request has begun to go out (MayHaveArrived).
+constexpr const char* kSendingTo = "sending to";
+constexpr const char* kReadingFrom = "reading from";
 constexpr uint64_t kMaxResponseBytes = 256ULL << 20;
 
 std::string ToString(beast::string_view text) { return std::string(text.data(), text.size()); }
@@ -162,10 +168,10 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
   // what came, until the end.
   std::function<void()> read_rest, pump;
   auto exchange = [&](auto& stream) {
-    stage = "sending to";
+    stage = kSendingTo;
     bhttp::async_write(stream, request, [&](error_code write_ec, size_t) {
       if (write_ec) return void(failure = write_ec);
-      stage = "reading from";
+      stage = kReadingFrom;
       read_rest = [&] { bhttp::async_read(stream, buffer, parser, [&](error_code ec, size_t) { failure = ec; }); };
       if (on_body == nullptr) return read_rest();
       bhttp::async_read_header(stream, buffer, parser, [&](error_code header_ec, size_t) {
@@ -188,9 +194,10 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
       });
     });
   };
-  plain.expires_after(kTimeout);
+  plain.expires_after(kConnectTimeout);
   auto on_connected = [&](error_code connect_ec) {
     if (connect_ec) return void(failure = connect_ec);
+    plain.expires_after(kTimeout);
     if (!secure) return exchange(plain);
     stage = "tls handshake with";
     secure->async_handshake(net::ssl::stream_base::client, [&](error_code hs_ec) {
@@ -239,5 +246,12 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
 }
 
 }  // namespace
+
+bool MayHaveArrived(const Status& failed) {
+  if (failed.ok() || failed.code() != Code::kUnavailable) return !failed.ok();
+  const std::string& m = failed.message();
+  return m.find(std::string(": ") + kSendingTo + " '") != std::string::npos ||
+         m.find(std::string(": ") + kReadingFrom + " '") != std::string::npos;
+}
 
 }  // namespace drover::http

@@ -21,9 +21,10 @@ struct ClientResponse {
 };
 
 // Sends `method target` to `host_port` ("127.0.0.1:8080", "[::1]:8080",
-// "localhost:8080") and waits for the response, at most 30 s. A response
-// with any HTTP status is a success; kUnavailable means no response came
-// (refused, reset, timed out, malformed), kInvalidArgument a bad host_port.
+// "localhost:8080") and waits for the response, at most 30 s (5 of them to
+// connect). A response with any HTTP status is a success; kUnavailable
+// means no response came (refused, reset, timed out, malformed),
+// kInvalidArgument a bad host_port.
 // `headers` are sent as given (e.g. Authorization, Origin, Host); an empty
 // content_type sends none.
 Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
@@ -57,5 +58,11 @@ Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host
                                    const std::string& target, const std::string& body,
                                    const std::string& content_type, const std::map<std::string, std::string>& headers,
                                    const std::function<bool(std::string_view)>& on_body);
+
+// Whether a failed HttpsRequest or HttpsStream may have delivered its
+// request: it failed once the request had begun to go out (while sending or
+// reading the answer), not while resolving, connecting or in the TLS
+// handshake. A request that did not arrive may be sent to another server.
+bool MayHaveArrived(const Status& failed);
 
 }  // namespace drover::http
