@@ -15,9 +15,9 @@ configure: deps
 	cmake --preset default
 
 # A compile that dies without a word (CI once saw g++ end on agent.cc with no
-# diagnostic: a killed compiler) is retried once, one job at a time, after
-# printing the memory and disk it had; a real error fails the retry too and
-# prints its message.
+# diagnostic; the same happened here once with the disk full) is retried
+# once, one job at a time, after printing the memory and disk it had; a real
+# error fails the retry too and prints its message.
 build: configure
 	cmake --build --preset default -j $(JOBS) || { \
 	  echo "build failed; memory and disk:"; free -m; df -h . /tmp; \
