@@ -53,6 +53,7 @@ std::string_view PlacementPolicyName(PlacementPolicy p) {
     case PlacementPolicy::kSpread: return "spread";
     case PlacementPolicy::kBestFit: return "best-fit";
     case PlacementPolicy::kRandom: return "random";
+    case PlacementPolicy::kFrag: return "frag";
   }
   return "unknown";
 }
@@ -67,10 +68,10 @@ Result<QueuePolicy> ParseQueuePolicy(std::string_view s) {
 
 Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s) {
   for (PlacementPolicy p : {PlacementPolicy::kBinpack, PlacementPolicy::kSpread, PlacementPolicy::kBestFit,
-                            PlacementPolicy::kRandom}) {
+                            PlacementPolicy::kRandom, PlacementPolicy::kFrag}) {
     if (s == PlacementPolicyName(p)) return p;
   }
-  return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack, spread, best-fit or random)", s));
+  return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack, spread, best-fit, random or frag)", s));
 }
 
 Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s) {

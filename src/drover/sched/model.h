@@ -171,11 +171,14 @@ enum class PlacementPolicy : uint8_t {
   // simulator's comparisons; both scan every node per decision.
   kBestFit,  // the node left with the least resources (CPU, memory, GPU shares, normalised sum)
   kRandom,   // a uniformly random node that fits (seeded by Config::seed)
+  // The candidate that least raises its node's expected GPU fragmentation
+  // under the request shapes learned from arrivals (FGD's measure; frag.h).
+  kFrag,
 };
 std::string_view QueuePolicyName(QueuePolicy p);
 std::string_view PlacementPolicyName(PlacementPolicy p);
 Result<QueuePolicy> ParseQueuePolicy(std::string_view s);          // fifo|priority|fair-share|las|sjf
-Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s);  // binpack|spread|best-fit|random
+Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s);  // binpack|spread|best-fit|random|frag
 
 struct Config {
   QueuePolicy queue = QueuePolicy::kPriority;
@@ -189,6 +192,10 @@ struct Config {
   int64_t aging_ms = 60'000;
   // Time a preempted job gets between SIGTERM and SIGKILL.
   int64_t preemption_grace_ms = 30'000;
+  // kFrag: the typical request shapes are the most frequent ones, ten at a
+  // time, until they cover this share of the GPU arrivals (FGD's rule and
+  // default, 0.6; docs/evaluation.md shows the sensitivity). In (0, 1].
+  double frag_coverage = 0.6;
   // Seed of PlacementPolicy::kRandom (the only randomness in the scheduler).
   uint64_t seed = 1;
   // kLas (Tiresias' discretised LAS): a job's level is the number of these

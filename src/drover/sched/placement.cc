@@ -362,7 +362,7 @@ bool State::PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pi
   bool spread = config.placement == PlacementPolicy::kSpread;
   bool found = false;
   for (const ClassSlot& slot : n.classes) {
-    if (!ClassMatches(req, slot.cls)) continue;
+    if (!PickMayUse(req, slot.cls)) continue;
     uint64_t usable = UsableWhole(job, n, slot.mask, now);
     if (std::popcount(usable) < req.gpus) continue;
     if (!CanCharge(jobs[job].tenant, classes[slot.cls].model, int64_t{req.gpus} * req.gpu_milli,
@@ -404,7 +404,7 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
   // first (binpack) or emptiest first (spread). Stop at the first
   // topologically ideal candidate, or kMaxExamined candidates after the first.
   for (size_t c = 0; c < classes.size(); ++c) {
-    if (!ClassMatches(req, static_cast<int>(c))) continue;
+    if (!PickMayUse(req, static_cast<int>(c))) continue;
     const GpuClass& cls = classes[c];
     uint64_t bits = req.gpus > kMaxGpusPerNode ? 0 : cls.nonempty & ~((uint64_t{1} << (req.gpus - 1)) - 1);
     int examined = 0;
@@ -437,7 +437,7 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
   bool found = false;
   int best_free = 0;
   for (size_t c = 0; c < classes.size(); ++c) {
-    if (!ClassMatches(req, static_cast<int>(c))) continue;
+    if (!PickMayUse(req, static_cast<int>(c))) continue;
     if (!CanCharge(jobs[job].tenant, classes[c].model, req.gpu_milli, req.gpu_memory_bytes)) {
       quota_hit = true;
       continue;
@@ -512,7 +512,9 @@ bool State::PlaceReplicas(int job, int64_t now, const std::vector<int>* within, 
   for (int r = 0; r < req.replicas; ++r) {
     Pick p;
     bool baseline = config.placement == PlacementPolicy::kBestFit || config.placement == PlacementPolicy::kRandom;
+    bool frag = config.placement == PlacementPolicy::kFrag;
     bool ok = baseline           ? PickBaseline(job, now, within, &p)
+              : frag             ? PickFrag(job, now, within, &p)
               : req.gpus == 0    ? PickHostOnly(job, within, &p)
               : req.fractional() ? PickFraction(job, now, within, &p)
                                  : PickWhole(job, req, now, within, &p);

@@ -273,6 +273,7 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
   if (req.gpus > 0) {  // the workload's CPU per GPU, for placements that avoid stranding GPUs
     s.seen_cpu += req.cpu_milli * req.replicas;
     s.seen_gpu_milli += req.milli();
+    s.shapes.Observe(req);
   }
   if (auto r = s.restored_victims.find(req.id); r != s.restored_victims.end()) {
     for (const std::string& victim : r->second) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "drover/common/rng.h"
+#include "drover/sched/frag.h"
 #include "drover/sched/scheduler.h"
 #include "drover/sched/topology.h"
 
@@ -220,6 +221,21 @@ struct State {
   // to zero once jobs ask for CPU).
   int64_t seen_cpu = 0;
   int64_t seen_gpu_milli = 0;
+  // PlacementPolicy::kFrag: the request shapes seen so far (every policy
+  // learns them, so a policy switch starts informed), the class count the
+  // typical set was built for, and each node's fragmentation under it.
+  ShapeStats shapes;
+  // PickFrag: confines PickWhole, PickFraction and PickOnNode to one GPU
+  // class while it asks them for that class's candidate (-1: any class).
+  mutable int pick_class = -1;
+  int frag_classes = -1;
+  struct FragMemo {
+    uint64_t node_version = 0;
+    uint64_t shapes_version = 0;
+    bool valid = false;
+    double f = 0;
+  };
+  mutable std::vector<FragMemo> frag_memo;  // by node index
 
   std::vector<JobState> jobs;
   std::vector<int> free_jobs;
@@ -267,6 +283,10 @@ struct State {
   int DomainFor(const std::string& label, const std::string& value);
   int TenantFor(const std::string& name);
   bool ClassMatches(const JobRequest& job, int cls) const;
+  // ClassMatches, within the class a pick is confined to (pick_class >= 0).
+  bool PickMayUse(const JobRequest& job, int cls) const {
+    return (pick_class < 0 || cls == pick_class) && ClassMatches(job, cls);
+  }
   bool NodeMatches(const JobRequest& job, const NodeState& node) const;
   // The node's CPU and host memory can take one more replica of `job`.
   bool HostFits(const JobRequest& job, const NodeState& node) const;
@@ -276,6 +296,20 @@ struct State {
   // The FGD paper's reference baselines (best-fit, random): a scan of every
   // node; baselines.cc.
   bool PickBaseline(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
+  // ---- frag_placement.cc ----
+  // Rebuilds the typical shapes when ShapeStats says so or GPU classes were added.
+  void FragRefresh();
+  void FragNodeOf(const NodeState& n, FragNode* out) const;
+  double FragOf(int node) const;  // the node's fragmentation now (cached)
+  // `p`'s node as fragmentation sees it once one replica of `req` took `p`.
+  void FragAfter(const JobRequest& req, const Pick& p, FragNode* out) const;
+  // How much `p` raises its node's fragmentation for one replica of `req`.
+  double FragRise(const JobRequest& req, const Pick& p) const;
+  // A replica under PlacementPolicy::kFrag (frag_placement.cc): bin-pack's
+  // candidate per accepted GPU class, the classes ranked by the share of
+  // arrivals that may use them; CPU-only replicas by the rise in fragmentation.
+  bool PickFrag(int job, int64_t now, const std::vector<int>* within, Pick* out);
+  bool PickFragHostOnly(int job, const std::vector<int>* within, Pick* out);
   // A replica of a CPU-only job (gpus == 0).
   bool PickHostOnly(int job, const std::vector<int>* within, Pick* out) const;
   void Recount(int node);  // buckets, domains and shared GPUs of one node

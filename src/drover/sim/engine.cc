@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <queue>
 #include <random>
 #include <tuple>
@@ -59,6 +60,14 @@ Status SetKey(sched::Config& c, std::string_view key, std::string_view value) {
     auto d = ParseDurationMs(value);
     if (!d.ok()) return named(d.status());
     (key == "aging" ? c.aging_ms : c.preemption_grace_ms) = *d;
+  } else if (key == "frag-coverage") {
+    char* end = nullptr;
+    std::string v(value);
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(x > 0 && x <= 1)) {
+      return InvalidArgument(fmt::format("policy frag-coverage: '{}' is not a share in (0, 1]", value));
+    }
+    c.frag_coverage = x;
   } else if (key == "las-thresholds") {
     // Commas separate the settings: thresholds are joined with ':' here (las-thresholds=1h:10h).
     std::string list(value);
@@ -69,7 +78,7 @@ Status SetKey(sched::Config& c, std::string_view key, std::string_view value) {
   } else {
     return InvalidArgument(fmt::format(
         "policy key '{}' is unknown (use queue, placement, backfill, preemption, aging, preemption-grace, "
-        "las-thresholds)", key));
+        "las-thresholds, frag-coverage)", key));
   }
   return Status::Ok();
 }
@@ -96,7 +105,7 @@ Result<sched::Config> ParsePolicy(std::string_view spec) {
     } else {
       return InvalidArgument(fmt::format(
           "policy '{}' is unknown: use a queue policy (fifo, priority, fair-share, las, sjf), a placement policy "
-          "(binpack, spread), [no-]backfill, [no-]preemption or key=value",
+          "(binpack, spread, best-fit, random, frag), [no-]backfill, [no-]preemption or key=value",
           item));
     }
   }
@@ -113,6 +122,7 @@ std::string PolicyString(const sched::Config& c) {
     for (int64_t ms : c.las_thresholds) t.push_back(Duration(ms));
     s += ",las-thresholds=" + (t.empty() ? std::string("none") : fmt::format("{}", fmt::join(t, ":")));
   }
+  if (c.placement == sched::PlacementPolicy::kFrag) s += fmt::format(",frag-coverage={}", c.frag_coverage);
   return s;
 }
 

@@ -38,8 +38,9 @@ std::vector<Policy> AllPolicies() {
       }
     }
   }
-  // The reference baselines under one queue policy, with everything on.
-  for (PlacementPolicy p : {PlacementPolicy::kBestFit, PlacementPolicy::kRandom}) {
+  // The reference baselines and the fragmentation-aware placement under one
+  // queue policy, with everything on.
+  for (PlacementPolicy p : {PlacementPolicy::kBestFit, PlacementPolicy::kRandom, PlacementPolicy::kFrag}) {
     out.push_back({QueuePolicy::kPriority, p, true, true});
   }
   return out;
