@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -208,9 +209,15 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
     std::vector<std::string> server = {o.self_exe, "server", "--data-dir", fmt::format("{}/server-{}", dir, i),
                                        "--grpc-listen", fmt::format("127.0.0.1:{}", o.grpc_port + i), "--listen",
                                        fmt::format("127.0.0.1:{}", o.http_port + i), "--store",
-                                       "etcd://" + own_first + "/drover",
-                                       "--leader-ttl", "1s", "--lease-ttl", "6s", "--etcd-max-txn-ops", max_ops,
-                                       "--etcd-max-request-bytes", max_bytes, "--log-level", o.log_level};
+                                       "etcd://" + own_first + "/drover", "--log-level", o.log_level};
+    // The group's settings, unless the caller's flags set them.
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+             {"--leader-ttl", "1s"}, {"--lease-ttl", "6s"}, {"--etcd-max-txn-ops", max_ops},
+             {"--etcd-max-request-bytes", max_bytes}}) {
+      if (std::find(o.server_flags.begin(), o.server_flags.end(), flag) == o.server_flags.end()) {
+        server.insert(server.end(), {flag, value});
+      }
+    }
     server.insert(server.end(), o.server_flags.begin(), o.server_flags.end());
     g->server_children_.push_back({fmt::format("server {}", i), std::move(server), fmt::format("{}/server-{}.log", dir, i)});
   }

@@ -102,6 +102,7 @@ struct RoleFlags {
   bool insecure_metrics = false;
   drover::app::HaFlags ha;  // --store, etcd, leader lease (docs/ha.md)
   int up_ha = 0;            // up --ha N
+  std::vector<std::string> up_ha_server_flags;  // the server flags given to `up --ha`, for its servers
   int up_ha_etcd_port = 2379;
 };
 
@@ -290,6 +291,7 @@ Result<std::unique_ptr<drover::app::HaGroup>> StartHaGroup(const RoleFlags& f) {
   ho.http_port = port_of(f.http_listen);
   ho.log_level = f.log_level;
   ho.self_exe = SelfExe();
+  ho.server_flags = f.up_ha_server_flags;
   DROVER_ASSIGN_OR_RETURN(auto group, drover::app::HaGroup::Start(ho));
   DROVER_ASSIGN_OR_RETURN(std::string leader, group->WaitForLeader(std::chrono::seconds(60)));
   DROVER_RETURN_IF_ERROR(group->authority()->EnsureBootstrapAdmin(f.data_dir + "/admin.token").status());
@@ -752,7 +754,11 @@ int main(int argc, char** argv) {
     cmd->add_option("--config", "YAML file of this role's flags, scheduler: and tenants: (docs/configuration.md)");
   };
   CLI::App* up = app.add_subcommand("up", "all-in-one: server and an agent for this machine, plus simulated nodes");
+  const size_t before_server_flags = up->get_options().size();
   add_server_flags(up);
+  std::vector<CLI::Option*> up_server_options = up->get_options();
+  up_server_options.erase(up_server_options.begin(),
+                          up_server_options.begin() + static_cast<std::ptrdiff_t>(before_server_flags));
   up->add_option("--node-name", f.node_name, "name of this machine's node (default: hostname)");
   up->add_option("--devices", f.devices,
                  "device backends for this machine: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")
@@ -791,7 +797,23 @@ int main(int argc, char** argv) {
   up->add_option("--workload-seed", f.workload_seed, "seed of the live workload")->capture_default_str();
   up->add_option("--workload-load", f.workload_load, "offered GPU demand relative to capacity (1.3: queues form)")
       ->capture_default_str();
-  up->callback([&] { exit_code = RunServer(f, true); });
+  up->callback([&] {
+    // `up --ha`: the server flags given (on the command line or in --config)
+    // go on to every server, except those the group sets per server.
+    for (const CLI::Option* opt : up_server_options) {
+      const std::string name = "--" + opt->get_single_name();
+      if (opt->count() == 0 || name == "--data-dir" || name == "--grpc-listen" || name == "--listen" ||
+          name == "--log-level" || name == "--store" || name == "--config") {
+        continue;
+      }
+      if (opt->get_expected_min() == 0) {
+        f.up_ha_server_flags.push_back(name + "=" + (opt->results().empty() ? "true" : opt->results().back()));  // a flag
+        continue;
+      }
+      for (const std::string& value : opt->results()) f.up_ha_server_flags.insert(f.up_ha_server_flags.end(), {name, value});
+    }
+    exit_code = RunServer(f, true);
+  });
 
   CLI::App* server = app.add_subcommand("server", "control plane: state, scheduler, APIs");
   add_server_flags(server);

@@ -261,7 +261,9 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
   TempDir dir;
   const int grpc = ConsecutiveFreePorts(3), http = ConsecutiveFreePorts(3), etcd = ConsecutiveFreePorts(6);
   ASSERT_TRUE(grpc && http && etcd);
-  DroverUp up(dir.path() + "/data", {"--ha", "3", "--ha-etcd-port", std::to_string(etcd), "--devices", "simulated"}, "up",
+  // --metrics-public is a server flag: `up --ha` passes it on to its servers.
+  DroverUp up(dir.path() + "/data",
+              {"--ha", "3", "--ha-etcd-port", std::to_string(etcd), "--devices", "simulated", "--metrics-public"}, "up",
               "127.0.0.1:" + std::to_string(grpc));
   up.SetHttpListen("127.0.0.1:" + std::to_string(http));
   up.SetLogLevel("info");
@@ -274,6 +276,10 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
     if (Accepts(grpc + i)) leader = grpc + i;  // standbys do not listen
   }
   ASSERT_GT(leader, 0);
+  // The leader serves /metrics without a token, as --metrics-public asks.
+  auto metrics = http::HttpsRequest(nullptr, fmt::format("127.0.0.1:{}", http + (leader - grpc)), "GET", "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_EQ(metrics->status, 200) << metrics->body.substr(0, 200);
   // (`drover up` itself has the first port in its --grpc-listen too.)
   const std::string needle = "ha/server-" + std::to_string(leader - grpc) + " --grpc-listen";
   const pid_t leader_pid = FindProcess(needle);
