@@ -8,18 +8,25 @@
 #   DROVER      the drover binary (default build/apps/drover/drover)
 #   OUT         where the runs' reports go (default /tmp/drover-eval); the
 #               tables are printed and also written to OUT/tables.md
-#   EXPERIMENT  any of: fgd queues fairshare scale (default: all four)
+#   EXPERIMENT  any of: fgd lists queues fairshare scale (default: all five)
 #
 #   DROVER_TRACES  the public traces (default ../shared/traces, from the
 #                  repository root; see its README.md)
+#   DROVER_EVAL_JOBS       runs of `lists` at once (default: the number of cores)
+#   DROVER_LISTS_POLICIES  placements of `lists` (default: binpack frag best-fit)
 #
-# fgd:       FGD packing experiment on Alibaba PAI 2023, 4 placements x 10 seeds
+# fgd:       FGD packing experiment on Alibaba PAI 2023, 5 placements x 10 seeds
+# lists:     the same experiment on every pod list of alibaba-pai-2023
+#            (20 lists x 3 placements x 10 seeds = 600 runs, about 2 min
+#            with 2 at a time on the 2-core development machine), next to
+#            the FGD authors' published FGD and BestFit figures where they
+#            exist (read from the traces' README.md)
 # queues:    time mode, FIFO / priority / fair share / LAS on the Philly VCs,
 #            busy ITP clusters and a busy multi-tenant synthetic mix
 # fairshare: a saturated synthetic mix on 1,024 GPUs, fair share vs FIFO
 # scale:     each ITP trace replayed as is, and 1,000,000 jobs on 131,072 GPUs
 #            (about 28 minutes on the 2-core development machine; the
-#            other three take about 3 minutes together)
+#            other four take about 6 minutes together)
 #
 # Needs bash, python3 (reads the reports) and GNU time (/usr/bin/time, Debian
 # package `time`, for peak memory). Runs are single-threaded and
@@ -33,7 +40,7 @@ OUT=${2:-/tmp/drover-eval}
 if (($# > 2)); then
   EXPERIMENTS=("${@:3}")
 else
-  EXPERIMENTS=(fgd queues fairshare scale)
+  EXPERIMENTS=(fgd lists queues fairshare scale)
 fi
 
 # Resolve the binary and OUT before moving to the repository root, so that
@@ -48,7 +55,7 @@ TRACES=${DROVER_TRACES:-../shared/traces}
 [[ -x /usr/bin/time ]] || { echo "evaluate.sh: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "evaluate.sh: needs python3" >&2; exit 2; }
 for e in "${EXPERIMENTS[@]}"; do
-  case $e in fgd | queues | fairshare | scale) ;; *) echo "evaluate.sh: unknown experiment '$e' (fgd queues fairshare scale)" >&2; exit 2 ;; esac
+  case $e in fgd | lists | queues | fairshare | scale) ;; *) echo "evaluate.sh: unknown experiment '$e' (fgd lists queues fairshare scale)" >&2; exit 2 ;; esac
 done
 
 PAI=$TRACES/alibaba-pai-2023
@@ -92,7 +99,7 @@ has() { [[ " ${EXPERIMENTS[*]} " == *" $1 "* ]]; }
 # ------------------------------------------------------------------ fgd --
 if has fgd; then
   t=$(date +%s)
-  for p in binpack spread best-fit random; do
+  for p in binpack frag spread best-fit random; do
     for s in $(seq 42 51); do
       sim "$OUT/fgd/$p-$s" --cluster "pai2023:$PAI/openb_node_list_gpu_node.csv" \
         --workload "pai2023:$PAI/openb_pod_list_default.csv" --mode packing --inflate 1.3 --seed "$s" --policy "$p"
@@ -101,8 +108,8 @@ if has fgd; then
   python3 - "$OUT/fgd" "$(($(date +%s) - t))" <<'EOF' | emit
 import json, sys, statistics as st
 root, secs = sys.argv[1], sys.argv[2]
-pols = ["binpack", "spread", "best-fit", "random"]
-paper = {"binpack": "FGD 95.23 % (Drover's binpack is not FGD)", "spread": "-",
+pols = ["binpack", "frag", "spread", "best-fit", "random"]
+paper = {"binpack": "FGD 95.23 % (Drover's binpack is not FGD)", "frag": "FGD 95.23 %", "spread": "-",
          "best-fit": "BestFit 92.86 %", "random": "Random 86.30 %"}
 runs = {p: [json.load(open(f"{root}/{p}-{s}/summary.json")) for s in range(42, 52)] for p in pols}
 print("## 1. FGD packing experiment: Alibaba PAI 2023, 1.3 x capacity, seeds 42-51\n")
@@ -120,7 +127,74 @@ print("| placement | " + " | ".join(f"{l} %" for l in levels) + " |")
 print("|---|" + "---|" * len(levels))
 for p in pols:
     print(f"| `{p}` | " + " | ".join(f"{st.mean(r['allocation_by_demand'][l] for r in runs[p]):.2f} %" for l in levels) + " |")
-print(f"\n40 runs in {secs} s.\n")
+print(f"\n50 runs in {secs} s.\n")
+EOF
+fi
+
+# ---------------------------------------------------------------- lists --
+if has lists; then
+  t=$(date +%s)
+  read -r -a LPOL <<<"${DROVER_LISTS_POLICIES:-binpack frag best-fit}"
+  JOBS=${DROVER_EVAL_JOBS:-$(nproc)}
+  mapfile -t LISTS < <(cd "$PAI" && ls openb_pod_list_*.csv | sed 's/^openb_pod_list_//; s/\.csv$//')
+  ((${#LISTS[@]} > 0)) || { echo "evaluate.sh: no pod lists in $PAI" >&2; exit 2; }
+  # One line per run (list, placement, seed), JOBS at a time; every run is
+  # single-threaded and deterministic, so the order changes nothing.
+  for l in "${LISTS[@]}"; do for p in "${LPOL[@]}"; do for s in $(seq 42 51); do echo "$l $p $s"; done; done; done \
+    >"$OUT/lists.runs"
+  export -f sim
+  export DROVER OUT PAI
+  xargs -P "$JOBS" -L 1 bash -c 'sim "$OUT/lists/$0/$1-$2" --cluster "pai2023:$PAI/openb_node_list_gpu_node.csv" \
+    --workload "pai2023:$PAI/openb_pod_list_$0.csv" --mode packing --inflate 1.3 --seed "$2" --policy "$1"' \
+    <"$OUT/lists.runs" || { echo "evaluate.sh: a run of the lists experiment failed" >&2; exit 1; }
+  python3 - "$OUT/lists" "$(($(date +%s) - t))" "$JOBS" "$TRACES/README.md" "${LPOL[*]}" "${LISTS[@]}" <<'EOF' | emit
+import json, re, sys, statistics as st
+root, secs, jobs, readme, pols, lists = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split(), sys.argv[6:]
+# The published figures: the FGD authors' table in the traces README
+# (header "| pod list | Random | ... | BestFit | FGD |"; mean of seeds 42-51
+# at 100 % demand).
+paper, cols = {}, None
+for line in open(readme):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if cells[0] == "pod list":
+        cols = cells
+    elif cols and line.startswith("|") and len(cells) == len(cols) and all(re.fullmatch(r"[0-9.]+", c) for c in cells[1:]):
+        paper[cells[0]] = dict(zip(cols[1:], map(float, cells[1:])))
+    elif cols and not line.startswith("|"):
+        cols = None
+def runs(l, p):
+    return [json.load(open(f"{root}/{l}/{p}-{s}/summary.json"))["allocation_by_demand"]["100"] for s in range(42, 52)]
+print("## 1b. The packing experiment on every pod list of Alibaba PAI 2023, seeds 42-51\n")
+print("GPU allocation (% of 6,212 GPUs) at 100 % arrived demand, mean of seeds 42-51 (lowest seed in brackets),")
+print("next to the FGD authors' published FGD and BestFit figures (../shared/traces/README.md; `-`: none")
+print("published for that list). Bold: above both published figures.\n")
+ours = [p for p in pols if p not in ("best-fit", "random", "spread")]
+print("| pod list | " + " | ".join(f"`{p}`" for p in pols) + " | published FGD | published BestFit |")
+print("|---|" + "---|" * (len(pols) + 2))
+wins = {p: [0, 0, 0, 0] for p in ours}  # above FGD, lists with FGD, above BestFit, lists compared
+for l in lists:
+    m = {p: st.mean(runs(l, p)) for p in pols}
+    f = paper.get(l, {}).get("FGD")
+    b = paper.get(l, {}).get("BestFit")
+    row = []
+    for p in pols:
+        cell = f"{m[p]:.2f} ({min(runs(l, p)):.2f})"
+        above = p in ours and f is not None and b is not None and m[p] > f and m[p] > b
+        row.append(f"**{cell}**" if above else cell)
+        if p in ours:
+            bf = b if b is not None else m.get("best-fit")
+            if f is not None:
+                wins[p][0] += m[p] > f
+                wins[p][1] += 1
+            if bf is not None:
+                wins[p][2] += m[p] > bf
+                wins[p][3] += 1
+    print(f"| {l} | " + " | ".join(row) + f" | {'-' if f is None else f'{f:.2f}'} | {'-' if b is None else f'{b:.2f}'} |")
+print()
+for p, (wf, nf, wb, nb) in wins.items():
+    print(f"- `{p}`: above FGD on {wf} of the {nf} lists with a published figure; above BestFit on {wb} of {nb} "
+          "(the published figure where there is one, else our `best-fit`).")
+print(f"\n{len(lists) * len(pols) * 10} runs in {secs} s, {jobs} at a time.\n")
 EOF
 fi
 
