@@ -237,6 +237,8 @@ def main():
     args = ap.parse_args()
 
     binary = os.environ.get("DROVER_BINARY", str(ROOT / "build/apps/drover/drover"))
+    if args.keep:
+        os.environ["DROVER_NETNS_KEEP"] = "1"  # the hosts' logs, for --fault partition
     if args.fault == "partition":
         os.environ["DROVER_BINARY"] = binary
         rounds = partition_rounds(args)
