@@ -187,6 +187,24 @@ TEST_F(FragPlacementTest, CpuOnlyWorkDoesNotStrandGpus) {
   EXPECT_EQ(Node("cpu", Req(0, kWholeGpu, 8'000)).substr(0, 4), "fat/");
 }
 
+TEST_F(FragPlacementTest, RecoveredJobsTeachTheShapesToo) {
+  // A restarted server recovers three T4-only jobs on the T4 node. Without
+  // them the next job would see one shape (its own) and take the T4 node's
+  // last GPU, as bin-pack does; with them the G2 is the model fewer arrivals
+  // can use.
+  Add(GpuNode("t4", 4, "T4", 0));
+  Add(GpuNode("g2", 4, "G2", 0));
+  for (int i = 0; i < 3; ++i) {
+    JobRequest r = Req(1, kWholeGpu, 0, "T4");
+    r.id = "recovered-" + std::to_string(i);
+    Binding b;
+    b.job_id = r.id;
+    b.replicas.push_back(Placement{"t4", {i}, kWholeGpu, 0});
+    ASSERT_TRUE(s.Restore(r, b, 0).ok());
+  }
+  EXPECT_EQ(Node("any", Req(1, kWholeGpu, 0)).substr(0, 3), "g2/");
+}
+
 TEST(FragPlacement, OnOneGpuModelItPlacesAsBinpack) {
   // Shares and whole GPUs on nodes of one model (large and small ones): with
   // one class there is nothing to choose between classes, and within the

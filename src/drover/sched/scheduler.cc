@@ -336,6 +336,9 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
     s.Hold(idx, h);
     held.push_back(h);
   }
+  // A recovered job is part of the workload too: a restarted server learns
+  // the shapes of what it recovers, as it did of the arrivals (kFrag).
+  if (req.gpus > 0) s.shapes.Observe(req);
   s.Bind(idx, std::move(held), started_ms, nullptr);
   return Status::Ok();
 }
