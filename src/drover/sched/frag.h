@@ -9,9 +9,10 @@
 // of a model the shape does not accept, too few of its GPUs have the share
 // the shape asks per GPU, or (when the shape fits) the part of each GPU's
 // free share below what the shape asks per GPU. A node's fragmentation is
-// the expected fragment over the distribution of request shapes; a
-// placement is scored by how much it raises its node's fragmentation, and
-// the lowest rise wins.
+// the expected fragment over the distribution of request shapes. FGD scores
+// every placement by the rise it causes; the `frag` policy
+// (frag_placement.cc) does so for CPU-only jobs, and chooses between GPU
+// classes by the "no access" part of it (ShapeStats::accept_share).
 //
 // Worked example: a node with 8 GPUs of which GPU 0 has 300 milli free and
 // GPUs 1-7 are fully free, 20 cores left; shapes {1 GPU, 16 cores, p 0.5}

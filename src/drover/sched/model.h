@@ -171,8 +171,10 @@ enum class PlacementPolicy : uint8_t {
   // simulator's comparisons; both scan every node per decision.
   kBestFit,  // the node left with the least resources (CPU, memory, GPU shares, normalised sum)
   kRandom,   // a uniformly random node that fits (seeded by Config::seed)
-  // The candidate that least raises its node's expected GPU fragmentation
-  // under the request shapes learned from arrivals (FGD's measure; frag.h).
+  // Fragmentation-aware, from the request shapes learned from arrivals
+  // (frag_placement.cc): bin-pack's candidate per GPU class, the classes
+  // ranked by the share of arrivals that may use them (FGD's "no access"
+  // term); CPU-only jobs where they raise the node's expected fragmentation least.
   kFrag,
 };
 std::string_view QueuePolicyName(QueuePolicy p);
@@ -192,7 +194,8 @@ struct Config {
   int64_t aging_ms = 60'000;
   // Time a preempted job gets between SIGTERM and SIGKILL.
   int64_t preemption_grace_ms = 30'000;
-  // kFrag: the typical request shapes are the most frequent ones, ten at a
+  // kFrag: the typical request shapes (those a node's fragmentation is
+  // measured against, for CPU-only jobs) are the most frequent ones, ten at a
   // time, until they cover this share of the GPU arrivals (FGD's rule and
   // default, 0.6; docs/evaluation.md shows the sensitivity). In (0, 1].
   double frag_coverage = 0.6;
