@@ -1,0 +1,382 @@
+// The C API of libdrover_mem: pool handles, the pools' accounting, growth over
+// backend segments, and the checks that turn bad input into error codes.
+//
+// Handles. A pool lives in one of DROVER_MEM_MAX_POOLS slots of a static
+// table; its handle is (generation << 12) | slot. Destroying a pool bumps
+// the slot's generation, so an old handle never matches again (2^52
+// generations before one could). The slots are never freed, so checking a
+// stale handle touches only valid memory: no dangling pointer is ever
+// followed.
+//
+// Locking. Each slot's mutex is the pool's mutex: a call locks it, checks the
+// generation, and does its work under it, so a destroy in another thread
+// waits for the call to finish and the call after it sees the new
+// generation. g_registry_mu guards only which slots are taken (create and
+// destroy). An uncontended lock and unlock costs about 20 ns of the ~40-60 ns
+// of an allocate-free pair (docs/memory.md has the numbers).
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "drover/memory/backend.h"
+#include "drover/memory/drover_mem.h"
+#include "drover/memory/tlsf.h"
+
+namespace drover::memory {
+namespace {
+
+constexpr int kSlotBits = 12;
+static_assert((1 << kSlotBits) == DROVER_MEM_MAX_POOLS);
+constexpr uint64_t kDefaultReserve = uint64_t{64} << 20;
+constexpr uint64_t kDefaultMinAlignment = 256;
+constexpr uint32_t kDefaultMaxTags = 256;
+constexpr uint32_t kMaxTags = 65536;
+// Sizes at or above this are negative numbers cast to size_t (or absurd).
+constexpr uint64_t kMaxSize = uint64_t{1} << 62;
+
+uint64_t RoundUp(uint64_t v, uint64_t granule) { return (v + granule - 1) & ~(granule - 1); }
+uint64_t RoundDown(uint64_t v, uint64_t granule) { return v & ~(granule - 1); }
+
+// A pool: its backend, its allocator and its accounting.
+// Invariants (checked by the tests):
+//   bytes_in_use = sum of live blocks' sizes = sum over tags of tag bytes;
+//   allocations = number of live blocks = sum over tags of tag allocations;
+//   bytes_reserved = sum of segments' sizes <= limit.
+// Not thread-safe: guarded by its slot's mutex.
+class PoolState {
+ public:
+  struct TagUsage {
+    uint64_t bytes = 0;
+    uint64_t allocations = 0;
+    uint64_t peak = 0;
+  };
+  struct Segment {
+    uint64_t base = 0;
+    uint64_t size = 0;
+    uint32_t range = 0;
+  };
+
+  PoolState(std::unique_ptr<MemoryBackend> backend, uint64_t min_alignment, uint64_t limit, uint64_t grow,
+       uint32_t max_tags)
+      : backend_(std::move(backend)), tlsf_(min_alignment), limit_(limit), grow_(grow), tags_(max_tags) {}
+
+  ~PoolState() {
+    for (const Segment& s : segments_) backend_->Release(s.base, s.size);
+  }
+
+  // Reserves and commits a segment of at least bytes (a multiple of the
+  // granule), within the limit.
+  int Grow(uint64_t bytes) {
+    const uint64_t granule = backend_->Granule();
+    uint64_t size = std::max(grow_, RoundUp(bytes, granule));
+    if (size > limit_ - reserved_) size = RoundDown(limit_ - reserved_, granule);
+    if (size < bytes || size == 0) return DROVER_MEM_ERR_OUT_OF_MEMORY;
+    segments_.reserve(segments_.size() + 1);
+    uint64_t base = 0;
+    if (int rc = backend_->Reserve(size, &base); rc != DROVER_MEM_OK) return rc;
+    if (int rc = backend_->Commit(base, 0, size); rc != DROVER_MEM_OK) {
+      backend_->Release(base, size);
+      return rc;
+    }
+    uint32_t range = 0;
+    try {
+      range = tlsf_.AddRange(base, size);
+    } catch (const std::bad_alloc&) {
+      backend_->Release(base, size);
+      return DROVER_MEM_ERR_OUT_OF_MEMORY;
+    }
+    segments_.push_back(Segment{base, size, range});
+    reserved_ += size;
+    return DROVER_MEM_OK;
+  }
+
+  int Alloc(uint64_t size, uint64_t alignment, uint32_t tag, void** ptr) {
+    const uint64_t min = tlsf_.min_alignment();
+    if (size == 0 || size >= kMaxSize) return DROVER_MEM_ERR_INVALID_SIZE;
+    if (alignment == 0) alignment = min;
+    if (!std::has_single_bit(alignment) || alignment >= kMaxSize) return DROVER_MEM_ERR_INVALID_ALIGNMENT;
+    alignment = std::max(alignment, min);
+    if (alignment > limit_) return DROVER_MEM_ERR_INVALID_ALIGNMENT;
+    if (tag >= tags_.size()) return DROVER_MEM_ERR_INVALID_TAG;
+    const uint64_t need = RoundUp(size, min) + (alignment - min);
+    if (need > limit_) return DROVER_MEM_ERR_TOO_LARGE;
+    Tlsf::Allocation a;
+    if (tlsf_.Allocate(size, alignment, tag, &a) == 0) {
+      if (int rc = Grow(need); rc != DROVER_MEM_OK) return rc;
+      if (tlsf_.Allocate(size, alignment, tag, &a) == 0) return DROVER_MEM_ERR_OUT_OF_MEMORY;  // not reached
+    }
+    in_use_ += a.size;
+    requested_ += a.requested;
+    peak_ = std::max(peak_, in_use_);
+    ++allocations_;
+    ++total_allocations_;
+    TagUsage& t = tags_[tag];
+    t.bytes += a.size;
+    ++t.allocations;
+    t.peak = std::max(t.peak, t.bytes);
+    *ptr = reinterpret_cast<void*>(a.addr);
+    return DROVER_MEM_OK;
+  }
+
+  int Free(uint64_t addr) {
+    Tlsf::Allocation a;
+    if (!tlsf_.Free(addr, &a)) return ClassifyBad(addr);
+    in_use_ -= a.size;
+    requested_ -= a.requested;
+    --allocations_;
+    TagUsage& t = tags_[a.tag];
+    t.bytes -= a.size;
+    --t.allocations;
+    return DROVER_MEM_OK;
+  }
+
+  int UsableSize(uint64_t addr, size_t* size, uint32_t* tag) const {
+    Tlsf::Allocation a;
+    if (!tlsf_.Lookup(addr, &a)) return ClassifyBad(addr);
+    *size = a.size;
+    if (tag != nullptr) *tag = a.tag;
+    return DROVER_MEM_OK;
+  }
+
+  void Stats(drover_mem_stats_t* s) const {
+    *s = drover_mem_stats_t{};
+    s->bytes_in_use = in_use_;
+    s->bytes_requested = requested_;
+    s->bytes_reserved = reserved_;
+    s->peak_bytes_in_use = peak_;
+    s->bytes_free = reserved_ - in_use_;
+    s->largest_free_block = tlsf_.LargestFree();
+    s->fragmentation =
+        s->bytes_free == 0 ? 0.0
+                           : 1.0 - static_cast<double>(s->largest_free_block) / static_cast<double>(s->bytes_free);
+    s->allocations = allocations_;
+    s->total_allocations = total_allocations_;
+    s->failed_allocations = failed_allocations_;
+    s->segments = segments_.size();
+    s->limit_bytes = limit_;
+    s->granule = backend_->Granule();
+    s->min_alignment = tlsf_.min_alignment();
+  }
+
+  int Tag(uint32_t tag, drover_mem_tag_usage_t* usage) const {
+    if (tag >= tags_.size()) return DROVER_MEM_ERR_INVALID_TAG;
+    const TagUsage& t = tags_[tag];
+    *usage = drover_mem_tag_usage_t{t.bytes, t.allocations, t.peak};
+    return DROVER_MEM_OK;
+  }
+
+  // Releases wholly free segments except the first (the reservation).
+  void Trim() {
+    for (size_t i = segments_.size(); i-- > 1;) {
+      const Segment s = segments_[i];
+      if (!tlsf_.RangeIsFree(s.range)) continue;
+      tlsf_.RemoveRange(s.range);
+      backend_->Release(s.base, s.size);
+      reserved_ -= s.size;
+      segments_.erase(segments_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  void CountFailure() { ++failed_allocations_; }
+
+ private:
+  int ClassifyBad(uint64_t addr) const {
+    switch (tlsf_.Classify(addr)) {
+      case Tlsf::Where::kFree:
+        return DROVER_MEM_ERR_DOUBLE_FREE;
+      case Tlsf::Where::kInsideLive:
+      case Tlsf::Where::kLiveStart:  // not reached: a live start is in the hash table
+        return DROVER_MEM_ERR_INTERIOR_POINTER;
+      case Tlsf::Where::kOutside:
+        break;
+    }
+    return DROVER_MEM_ERR_FOREIGN_POINTER;
+  }
+
+  std::unique_ptr<MemoryBackend> backend_;
+  Tlsf tlsf_;
+  uint64_t limit_;
+  uint64_t grow_;
+  std::vector<TagUsage> tags_;
+  std::vector<Segment> segments_;
+  uint64_t reserved_ = 0;
+  uint64_t in_use_ = 0;
+  uint64_t requested_ = 0;
+  uint64_t peak_ = 0;
+  uint64_t allocations_ = 0;
+  uint64_t total_allocations_ = 0;
+  uint64_t failed_allocations_ = 0;
+};
+
+struct alignas(64) Slot {
+  std::mutex mu;
+  uint64_t generation = 1;  // GUARDED_BY(mu)
+  PoolState* pool = nullptr;     // GUARDED_BY(mu)
+};
+
+Slot g_slots[DROVER_MEM_MAX_POOLS];
+std::mutex g_registry_mu;
+bool g_taken[DROVER_MEM_MAX_POOLS];  // GUARDED_BY(g_registry_mu)
+
+// Runs f(pool) under the pool's mutex when handle names a live pool.
+template <typename F>
+int WithPool(drover_mem_pool_t handle, F&& f) {
+  const uint64_t index = handle.id & (DROVER_MEM_MAX_POOLS - 1);
+  const uint64_t generation = handle.id >> kSlotBits;
+  if (generation == 0) return DROVER_MEM_ERR_INVALID_POOL;
+  Slot& slot = g_slots[index];
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if (slot.pool == nullptr || slot.generation != generation) return DROVER_MEM_ERR_INVALID_POOL;
+  try {
+    return f(*slot.pool);
+  } catch (const std::bad_alloc&) {
+    return DROVER_MEM_ERR_OUT_OF_MEMORY;
+  }
+}
+
+}  // namespace
+}  // namespace drover::memory
+
+using drover::memory::PoolState;
+using drover::memory::WithPool;
+
+extern "C" {
+
+void drover_mem_options_init(drover_mem_options_t* options) {
+  if (options == nullptr) return;
+  *options = drover_mem_options_t{};
+  options->backend = DROVER_MEM_BACKEND_HOST;
+  options->reserve_bytes = drover::memory::kDefaultReserve;
+  options->min_alignment = drover::memory::kDefaultMinAlignment;
+  options->max_tags = drover::memory::kDefaultMaxTags;
+}
+
+int drover_mem_pool_create(const drover_mem_options_t* options, drover_mem_pool_t* pool) {
+  namespace m = drover::memory;
+  if (options == nullptr || pool == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  pool->id = 0;
+  if (options->max_tags == 0 || options->max_tags > m::kMaxTags) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  if (options->reserve_bytes == 0 || options->reserve_bytes >= m::kMaxSize ||
+      options->limit_bytes >= m::kMaxSize || options->grow_bytes >= m::kMaxSize) {
+    return DROVER_MEM_ERR_INVALID_SIZE;
+  }
+  try {
+    int rc = DROVER_MEM_OK;
+    std::unique_ptr<m::MemoryBackend> backend = m::MakeBackend(options->backend, options->device, &rc);
+    if (backend == nullptr) return rc;
+    const uint64_t granule = backend->Granule();
+    const uint64_t min_alignment = options->min_alignment;
+    if (!std::has_single_bit(min_alignment) || min_alignment < 16 || min_alignment > granule) {
+      return DROVER_MEM_ERR_INVALID_ALIGNMENT;
+    }
+    if (options->limit_bytes != 0 && options->limit_bytes < granule) return DROVER_MEM_ERR_LIMIT_TOO_SMALL;
+    uint64_t reserve = m::RoundUp(options->reserve_bytes, granule);
+    const uint64_t limit = options->limit_bytes != 0 ? m::RoundDown(options->limit_bytes, granule) : reserve;
+    reserve = std::min(reserve, limit);
+    const uint64_t grow = options->grow_bytes != 0 ? m::RoundUp(options->grow_bytes, granule) : reserve;
+    auto p = std::make_unique<PoolState>(std::move(backend), min_alignment, limit, grow, options->max_tags);
+    if (rc = p->Grow(reserve); rc != DROVER_MEM_OK) return rc;
+
+    uint32_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(m::g_registry_mu);
+      while (index < DROVER_MEM_MAX_POOLS && m::g_taken[index]) ++index;
+      if (index == DROVER_MEM_MAX_POOLS) return DROVER_MEM_ERR_TOO_MANY_POOLS;
+      m::g_taken[index] = true;
+    }
+    m::Slot& slot = m::g_slots[index];
+    std::lock_guard<std::mutex> lock(slot.mu);
+    slot.pool = p.release();
+    pool->id = (slot.generation << m::kSlotBits) | index;
+    return DROVER_MEM_OK;
+  } catch (const std::bad_alloc&) {
+    return DROVER_MEM_ERR_OUT_OF_MEMORY;
+  }
+}
+
+int drover_mem_pool_destroy(drover_mem_pool_t pool) {
+  namespace m = drover::memory;
+  const uint64_t index = pool.id & (DROVER_MEM_MAX_POOLS - 1);
+  const uint64_t generation = pool.id >> m::kSlotBits;
+  if (generation == 0) return DROVER_MEM_ERR_INVALID_POOL;
+  m::Slot& slot = m::g_slots[index];
+  PoolState* doomed = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(slot.mu);
+    if (slot.pool == nullptr || slot.generation != generation) return DROVER_MEM_ERR_INVALID_POOL;
+    doomed = slot.pool;
+    slot.pool = nullptr;
+    ++slot.generation;
+  }
+  delete doomed;  // releases the segments outside the lock
+  std::lock_guard<std::mutex> lock(m::g_registry_mu);
+  m::g_taken[index] = false;
+  return DROVER_MEM_OK;
+}
+
+int drover_mem_alloc(drover_mem_pool_t pool, size_t size, size_t alignment, uint32_t tag, void** ptr) {
+  if (ptr == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  *ptr = nullptr;
+  return WithPool(pool, [&](PoolState& p) {
+    const int rc = p.Alloc(size, alignment, tag, ptr);
+    if (rc != DROVER_MEM_OK) p.CountFailure();
+    return rc;
+  });
+}
+
+int drover_mem_free(drover_mem_pool_t pool, void* ptr) {
+  return WithPool(pool, [&](PoolState& p) { return ptr == nullptr ? DROVER_MEM_OK : p.Free(reinterpret_cast<uint64_t>(ptr)); });
+}
+
+int drover_mem_usable_size(drover_mem_pool_t pool, const void* ptr, size_t* size, uint32_t* tag) {
+  if (ptr == nullptr || size == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  return WithPool(pool, [&](PoolState& p) { return p.UsableSize(reinterpret_cast<uint64_t>(ptr), size, tag); });
+}
+
+int drover_mem_stats(drover_mem_pool_t pool, drover_mem_stats_t* stats) {
+  if (stats == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  return WithPool(pool, [&](PoolState& p) {
+    p.Stats(stats);
+    return DROVER_MEM_OK;
+  });
+}
+
+int drover_mem_tag_usage(drover_mem_pool_t pool, uint32_t tag, drover_mem_tag_usage_t* usage) {
+  if (usage == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  return WithPool(pool, [&](PoolState& p) { return p.Tag(tag, usage); });
+}
+
+int drover_mem_trim(drover_mem_pool_t pool) {
+  return WithPool(pool, [&](PoolState& p) {
+    p.Trim();
+    return DROVER_MEM_OK;
+  });
+}
+
+const char* drover_mem_strerror(int code) {
+  switch (code) {
+    case DROVER_MEM_OK: return "ok";
+    case DROVER_MEM_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case DROVER_MEM_ERR_INVALID_POOL: return "invalid pool handle (destroyed or never created)";
+    case DROVER_MEM_ERR_INVALID_SIZE: return "invalid size (zero, or a negative number cast to size_t)";
+    case DROVER_MEM_ERR_INVALID_ALIGNMENT: return "invalid alignment (not a power of two, or out of range)";
+    case DROVER_MEM_ERR_INVALID_TAG: return "tag out of range";
+    case DROVER_MEM_ERR_TOO_LARGE: return "allocation larger than the pool's limit";
+    case DROVER_MEM_ERR_OUT_OF_MEMORY: return "out of memory (the pool is at its limit)";
+    case DROVER_MEM_ERR_FOREIGN_POINTER: return "pointer not from this pool";
+    case DROVER_MEM_ERR_DOUBLE_FREE: return "pointer into free memory of the pool (double free)";
+    case DROVER_MEM_ERR_INTERIOR_POINTER: return "pointer inside an allocation, not its start";
+    case DROVER_MEM_ERR_LIMIT_TOO_SMALL: return "limit smaller than one granule of the backend";
+    case DROVER_MEM_ERR_UNSUPPORTED: return "backend not supported in this build or on this machine";
+    case DROVER_MEM_ERR_TOO_MANY_POOLS: return "too many pools";
+    case DROVER_MEM_ERR_BACKEND: return "backend failure";
+    default: return "unknown error code";
+  }
+}
+
+}  // extern "C"
