@@ -9,6 +9,7 @@ set(allowed_sim     "common;sched;sim")
 set(allowed_store   "common;runtime;store")
 set(allowed_auth    "common;store;auth")
 set(allowed_membership "common;membership")
+set(allowed_memory  "common;memory")  # libdrover_mem: workload-side, used by nothing in the server
 set(allowed_rpc     "common;sched;rpc;v1")
 set(allowed_http    "common;runtime;http")
 set(allowed_server  "common;runtime;sched;store;auth;rpc;http;server;web;v1")
