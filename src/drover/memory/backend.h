@@ -56,6 +56,6 @@ class MemoryBackend {
 
 // The backend of kind, or null with *error set (DROVER_MEM_ERR_UNSUPPORTED
 // for the device backends not built yet).
-std::unique_ptr<MemoryBackend> MakeBackend(drover_mem_backend_t kind, int device, int* error);
+std::unique_ptr<MemoryBackend> MakeBackend(int kind, int device, int* error);
 
 }  // namespace drover::memory

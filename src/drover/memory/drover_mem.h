@@ -72,7 +72,9 @@ typedef struct {
 } drover_mem_pool_t;
 
 typedef struct {
-  drover_mem_backend_t backend; /* default DROVER_MEM_BACKEND_HOST */
+  /* A drover_mem_backend_t (an int, so that any value a C caller passes is
+   * checked, not undefined). Default DROVER_MEM_BACKEND_HOST. */
+  int backend;
   int device;                   /* device ordinal for device backends; 0 */
   /* Bytes reserved at creation (the first segment), rounded up to the
    * backend's granule. Default 64 MiB. */

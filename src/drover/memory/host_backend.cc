@@ -60,7 +60,7 @@ class HostBackend final : public MemoryBackend {
 
 }  // namespace
 
-std::unique_ptr<MemoryBackend> MakeBackend(drover_mem_backend_t kind, int device, int* error) {
+std::unique_ptr<MemoryBackend> MakeBackend(int kind, int device, int* error) {
   *error = DROVER_MEM_OK;
   switch (kind) {
     case DROVER_MEM_BACKEND_HOST:
