@@ -41,6 +41,15 @@
 // is a miss: the scan of the nodes plus remembering its answer. Time is
 // Google Benchmark's own, per call.
 //
+// BM_Worst/<case>/<gpus>: the adversarial cases of issue 17 (item 3) on the
+// 95 % cluster of BM_Place single, placed again in a scheduler of the case's
+// configuration (see BM_Worst): quota10k (a tenant at its quota with 10,000
+// pending 1-GPU jobs ahead of the measured 1-GPU job), selector1pct (the
+// 1-GPU job selects a label on 1 % of the nodes), blocked_head/backfill and
+// blocked_head/strict (a 16 x 8 GPU gang under one switch that cannot start
+// ahead of it, EASY backfill on and off), gang_preempt_switch (an 8 x 8 GPU
+// gang under one switch, priority 10, on a cluster of preemptible jobs).
+//
 // Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
 // p999_ns, max_ns (nearest rank over every iteration) and items_per_second
 // (decisions, or for BM_FullPass jobs passed over, per second of measured
@@ -123,9 +132,14 @@ NodeInfo H100Node(std::string name, std::string switch_label, std::string rack_l
   return node;
 }
 
+// Label "pool" takes 100 values, each on 1 % of the nodes (BM_Worst/selector1pct).
+constexpr int kPools = 100;
+
 NodeInfo MakeNode(int n) {
-  return H100Node("node-" + std::to_string(n), "s-" + std::to_string(n / kNodesPerSwitch),
-                  "r-" + std::to_string(n / kNodesPerRack));
+  NodeInfo node = H100Node("node-" + std::to_string(n), "s-" + std::to_string(n / kNodesPerSwitch),
+                           "r-" + std::to_string(n / kNodesPerRack));
+  node.labels["pool"] = "pool-" + std::to_string(n % kPools);
+  return node;
 }
 
 // Milli-GPUs a binding holds.
@@ -145,6 +159,9 @@ struct Cluster {
     std::string id;
     int64_t milli;
   };
+  // Every running job's request and binding (BM_Worst rebuilds the cluster
+  // in a scheduler of another configuration from them).
+  std::unordered_map<std::string, std::pair<JobRequest, Binding>> bound;
   std::vector<Running> running;
   int64_t next_serial = 0;
   int idle_nodes = 0;  // nodes with no GPU held: how fragmented the fill is
@@ -180,6 +197,7 @@ void GrowTo(Cluster& c, Rng& rng, int64_t target_milli) {
   while (c.error.empty() && stalls < 3 && target_milli - c.used_milli >= 250) {
     const int64_t room = target_milli - c.used_milli;
     std::vector<std::string> batch;
+    std::unordered_map<std::string, JobRequest> requests;
     int64_t batch_milli = 0;
     while (batch.size() < kFillBatch && room - batch_milli >= 250) {
       JobRequest j = FillJob(rng, room - batch_milli, stalls > 0, c.next_serial++);
@@ -190,11 +208,13 @@ void GrowTo(Cluster& c, Rng& rng, int64_t target_milli) {
       }
       batch_milli += j.milli();
       batch.push_back(j.id);
+      requests.emplace(j.id, j);
     }
     const Decisions d = c.sched.Schedule(c.now_ms);
     for (const Binding& b : d.bindings) {
       c.running.push_back({b.job_id, BoundMilli(b)});
       c.used_milli += c.running.back().milli;
+      c.bound.emplace(b.job_id, std::make_pair(requests[b.job_id], b));
     }
     if (!d.preemptions.empty()) c.error = "fill preempted a job; fill jobs are not preemptible";
     for (const std::string& id : batch) {
@@ -208,6 +228,7 @@ void GrowTo(Cluster& c, Rng& rng, int64_t target_milli) {
 // Ends running job `i` (it finished).
 void EndJob(Cluster& c, size_t i) {
   c.sched.Remove(c.running[i].id, c.now_ms);
+  c.bound.erase(c.running[i].id);
   c.used_milli -= c.running[i].milli;
   c.running[i] = std::move(c.running.back());
   c.running.pop_back();
@@ -438,6 +459,178 @@ void BM_FullPass(benchmark::State& state, int gpus, int percent, int pending) {
   state.counters["idle_nodes"] = c.idle_nodes;
 }
 
+// ---- BM_Worst: adversarial cases (issue 17, item 3) ----
+
+// The BM_Place cluster of (gpus, 95 %, 1 reserved node) placed again, job
+// for job, in a scheduler of another configuration: Restore of every running
+// job on the GPUs it holds there (started now), `preemptible` as asked.
+struct WorstCluster {
+  std::unique_ptr<Scheduler> sched;
+  const Cluster* base = nullptr;
+  bool preemptible = false;
+  int64_t now_ms = kStartMs;
+  std::string error;
+};
+
+WorstCluster& GetWorst(int gpus, bool backfill, bool preemptible) {
+  static std::map<std::tuple<int, bool, bool>, std::unique_ptr<WorstCluster>> cache;
+  for (auto it = cache.begin(); it != cache.end();) {
+    it = std::get<0>(it->first) != gpus ? cache.erase(it) : std::next(it);
+  }
+  auto& slot = cache[{gpus, backfill, preemptible}];
+  if (slot) return *slot;
+  slot = std::make_unique<WorstCluster>();
+  WorstCluster& w = *slot;
+  const Cluster& c = GetCluster(gpus, 95, 1);
+  w.base = &c;
+  w.preemptible = preemptible;
+  w.now_ms = c.now_ms;
+  w.error = c.error;
+  Config config;
+  config.backfill = backfill;
+  w.sched = std::make_unique<Scheduler>(config);
+  for (int n = 0; n < gpus / kGpusPerNode && w.error.empty(); ++n) {
+    if (Status st = w.sched->UpsertNode(MakeNode(n)); !st.ok()) w.error = "upsert node: " + st.ToString();
+  }
+  for (const Cluster::Running& r : c.running) {
+    if (!w.error.empty()) break;
+    auto [req, binding] = c.bound.at(r.id);
+    req.preemptible = preemptible;
+    if (Status st = w.sched->Restore(req, binding, w.now_ms); !st.ok()) w.error = "restore: " + st.ToString();
+  }
+  return w;
+}
+
+enum class Worst : uint8_t {
+  kQuota10k,      // 10,000 pending 1-GPU jobs of a tenant at its quota, ahead of the measured job
+  kSelector1pct,  // the measured job selects pool=pool-37: 1 % of the nodes
+  kBlockedHead,   // a 16 x 8 GPU gang under one switch (priority 10) cannot start, ahead of it
+  kGangPreempt,   // an 8 x 8 GPU gang under one switch (priority 10) that must preempt
+};
+
+struct WorstCase {
+  const char* name;
+  Worst kind;
+  bool backfill = true;
+};
+
+// One decision is Enqueue(measured job) + Schedule(), timed together, over
+// the pass's `considered` (the decisions it made: BM_Live's way), so a pass
+// that also considers the 10,000 capped jobs, or the blocked head, counts
+// them as decisions too; pass_p50_us is the whole pass. Outside the timed
+// region the measured job is removed again and, for kGangPreempt, every
+// victim is removed and restored where it ran, so each pass sees the same
+// cluster. `bound` is the share of passes that bound the measured job
+// (kBlockedHead with backfill off: none, it waits behind the head),
+// `preempted` the share that preempted for it, `searches` the preemption
+// searches per pass.
+void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
+  WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt);
+  if (!w.error.empty()) {
+    state.SkipWithError(w.error.c_str());
+    return;
+  }
+  Scheduler& sched = *w.sched;
+  std::vector<std::string> background;
+  std::string error;
+  const auto enqueue = [&](const JobRequest& j) {
+    if (Status st = sched.Enqueue(j, w.now_ms); !st.ok()) error = "enqueue: " + st.ToString();
+  };
+  JobRequest job;  // the measured job: one GPU, 10 minutes
+  job.tenant = "t-0";
+  job.runtime_estimate_ms = 600'000;
+  if (wc.kind == Worst::kQuota10k) {
+    TenantInfo capped;
+    capped.name = "capped";
+    capped.max_gpus["*"] = 0;  // at its quota: holds 0 of 0
+    if (Status st = sched.SetTenant(capped); !st.ok()) error = "tenant: " + st.ToString();
+    for (int k = 0; k < 10'000; ++k) {
+      JobRequest q;
+      q.id = "q-" + std::to_string(k);
+      q.tenant = "capped";
+      q.runtime_estimate_ms = 600'000;
+      enqueue(q);
+      background.push_back(q.id);
+    }
+  } else if (wc.kind == Worst::kSelector1pct) {
+    job.node_selector["pool"] = "pool-37";
+  } else if (wc.kind == Worst::kBlockedHead) {
+    JobRequest head;
+    head.id = "head";
+    head.tenant = "t-1";
+    head.priority = 10;
+    head.replicas = kNodesPerSwitch;
+    head.gpus = kGpusPerNode;
+    head.topology = Topology::kSwitch;
+    head.runtime_estimate_ms = 3'600'000;
+    enqueue(head);
+    background.push_back(head.id);
+  } else {
+    job.priority = 10;
+    job.replicas = 8;
+    job.gpus = kGpusPerNode;
+    job.topology = Topology::kSwitch;
+  }
+  // One pass before the measurement: the background jobs get their reasons.
+  if (error.empty()) {
+    const Decisions d = sched.Schedule(w.now_ms);
+    if (!d.bindings.empty() || !d.preemptions.empty()) error = "a background job started; the case is void";
+    ++w.now_ms;
+  }
+  const auto n = static_cast<size_t>(state.max_iterations);
+  std::vector<std::string> ids;
+  ids.reserve(n);
+  for (size_t i = 0; i < n; ++i) ids.push_back("w-" + std::to_string(i));
+  std::vector<int64_t> samples, passes;
+  samples.reserve(n);
+  passes.reserve(n);
+  double bound = 0, preempted = 0, considered = 0, searches = 0;
+  size_t i = 0;
+  for (auto _ : state) {
+    if (!error.empty()) break;
+    job.id = ids[i++];
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = sched.Enqueue(job, w.now_ms);
+    const Decisions d = sched.Schedule(w.now_ms);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!st.ok()) error = "enqueue: " + st.ToString();
+    const int64_t ns = ElapsedNs(t0, t1);
+    passes.push_back(ns);
+    samples.push_back(ns / std::max(1, d.considered));
+    considered += d.considered;
+    for (const Binding& b : d.bindings) {
+      if (b.job_id == job.id) {
+        ++bound;
+      } else {
+        error = "pass bound '" + b.job_id + "', not the measured job";
+      }
+    }
+    preempted += d.preemptions.empty() ? 0 : 1;
+    searches += d.preemption_searches;
+    sched.Remove(job.id, w.now_ms);
+    for (const Preemption& p : d.preemptions) {
+      sched.Remove(p.job_id, w.now_ms);
+      auto [req, binding] = w.base->bound.at(p.job_id);
+      req.preemptible = w.preemptible;
+      if (Status rs = sched.Restore(req, binding, w.now_ms); !rs.ok()) error = "restore victim: " + rs.ToString();
+    }
+    ++w.now_ms;
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  for (const std::string& id : background) sched.Remove(id, w.now_ms);
+  Report(state, samples, 1.0);
+  if (!passes.empty()) {
+    std::sort(passes.begin(), passes.end());
+    state.counters["pass_p50_us"] = Rank(passes, 0.5) / 1000.0;
+    const auto iters = static_cast<double>(passes.size());
+    state.counters["considered"] = considered / iters;
+    state.counters["bound"] = bound / iters;
+    state.counters["preempted"] = preempted / iters;
+    state.counters["searches"] = searches / iters;
+  }
+  state.counters["fill_pct"] = w.base->fill_pct();
+}
+
 // ---- BM_Live: the live workload of `drover up --simulate 64 --workload mixed` ----
 
 constexpr int kLiveNodes = 64;
@@ -647,6 +840,16 @@ void RegisterAll() {
     }
   }
   benchmark::RegisterBenchmark("BM_FullPass/10000", BM_FullPass, 16'384, 95, 10'000)->Unit(benchmark::kMillisecond);
+  static const std::vector<WorstCase> worst = {
+      {"quota10k", Worst::kQuota10k},         {"selector1pct", Worst::kSelector1pct},
+      {"blocked_head/backfill", Worst::kBlockedHead, true}, {"blocked_head/strict", Worst::kBlockedHead, false},
+      {"gang_preempt_switch", Worst::kGangPreempt}};
+  for (int gpus : {16'384, 131'072}) {
+    for (const WorstCase& wc : worst) {
+      const std::string name = std::string("BM_Worst/") + wc.name + "/" + std::to_string(gpus);
+      benchmark::RegisterBenchmark(name.c_str(), BM_Worst, wc, gpus)->Unit(benchmark::kMicrosecond);
+    }
+  }
   for (bool cold : {false, true}) {
     // Warm: ten replays (a replay takes tens of milliseconds: one would be
     // at the mercy of one interruption); cold: one (its sweeps take ~7 s).
