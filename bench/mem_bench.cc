@@ -12,6 +12,8 @@
 //   Small      one size (Arg bytes), allocated and freed at once.
 //   Mixed      64 live blocks of log-uniform sizes 16 B .. 1 MiB; each
 //              iteration frees one at random and allocates a new size there.
+//   Latency    Mixed, each allocate and each free timed alone: p50 and p99
+//              (counters, in ns, including one steady_clock read).
 //   Fragmented the pool (or heap) first holds 100,000 live 256-byte blocks
 //              with a 256-byte hole between each two (100,000 free holes);
 //              then the Mixed pattern runs on top: TLSF's cost must not grow
@@ -21,6 +23,8 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <utility>
@@ -139,6 +143,80 @@ void BM_MallocMixed(benchmark::State& state) {
   RunMixed(state, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
 }
 BENCHMARK(BM_MallocMixed);
+
+// --- latency percentiles: each allocate and each free timed on its own ---
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+double Percentile(std::vector<uint64_t>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = static_cast<size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return static_cast<double>(v[k]);
+}
+
+// The Mixed pattern with every call timed by steady_clock; counters in ns
+// include one clock read (clock_ns: the median of back-to-back reads).
+template <typename Alloc, typename Free>
+void RunLatency(benchmark::State& state, Alloc alloc, Free release) {
+  const MixedPattern& pattern = Pattern();
+  std::vector<void*> live(kWindow);
+  for (int i = 0; i < kWindow; ++i) live[static_cast<size_t>(i)] = alloc(pattern.sizes[static_cast<size_t>(i)]);
+  std::vector<uint64_t> alloc_ns;
+  std::vector<uint64_t> free_ns;
+  alloc_ns.reserve(static_cast<size_t>(state.max_iterations));
+  free_ns.reserve(static_cast<size_t>(state.max_iterations));
+  size_t i = 0;
+  for (auto _ : state) {
+    const size_t slot = static_cast<size_t>(pattern.slots[i & 4095]);
+    const uint64_t t0 = NowNs();
+    release(live[slot]);
+    const uint64_t t1 = NowNs();
+    void* const p = alloc(pattern.sizes[i & 4095]);
+    const uint64_t t2 = NowNs();
+    benchmark::DoNotOptimize(p);
+    live[slot] = p;
+    free_ns.push_back(t1 - t0);
+    alloc_ns.push_back(t2 - t1);
+    ++i;
+  }
+  for (void* p : live) release(p);
+  std::vector<uint64_t> clock_ns;
+  for (int k = 0; k < 10000; ++k) {
+    const uint64_t a = NowNs();
+    const uint64_t b = NowNs();
+    clock_ns.push_back(b - a);
+  }
+  state.counters["alloc_p50"] = Percentile(alloc_ns, 0.50);
+  state.counters["alloc_p99"] = Percentile(alloc_ns, 0.99);
+  state.counters["free_p50"] = Percentile(free_ns, 0.50);
+  state.counters["free_p99"] = Percentile(free_ns, 0.99);
+  state.counters["clock_ns"] = Percentile(clock_ns, 0.50);
+}
+
+void BM_PoolLatency(benchmark::State& state) {
+  drover_mem_pool_t pool = BenchPool(256 * kMiB);
+  RunLatency(
+      state,
+      [&](size_t n) {
+        void* p = nullptr;
+        const int rc = drover_mem_alloc(pool, n, 0, 0, &p);
+        if (rc != DROVER_MEM_OK) state.SkipWithError(drover_mem_strerror(rc));
+        return p;
+      },
+      [&](void* p) { (void)drover_mem_free(pool, p); });
+  (void)drover_mem_pool_destroy(pool);
+}
+BENCHMARK(BM_PoolLatency)->Iterations(1 << 20);
+
+void BM_MallocLatency(benchmark::State& state) {
+  RunLatency(state, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
+}
+BENCHMARK(BM_MallocLatency)->Iterations(1 << 20);
 
 // --- the same on a fragmented pool / heap ---
 
