@@ -319,6 +319,19 @@ TEST(PoolTest, RandomSequenceKeepsExactAccounting) {
         total -= it->second.usable;
         live.erase(it);
       }
+      if (step % 7 == 0 && !live.empty()) {
+        // Bad frees mixed in: an interior pointer, and the first byte after a
+        // block (free space or outside the pool) unless another block starts there.
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        const uintptr_t inside = it->first + 16 * (1 + rng() % (it->second.usable / 16 - 1));  // usable >= 256
+        ASSERT_EQ(drover_mem_free(pool, reinterpret_cast<void*>(inside)), DROVER_MEM_ERR_INTERIOR_POINTER);
+        const uintptr_t after = it->first + it->second.usable;
+        if (live.count(after) == 0) {
+          const int rc = drover_mem_free(pool, reinterpret_cast<void*>(after));
+          ASSERT_TRUE(rc == DROVER_MEM_ERR_DOUBLE_FREE || rc == DROVER_MEM_ERR_FOREIGN_POINTER) << rc;
+        }
+      }
       const drover_mem_stats_t s = Stats(pool);
       ASSERT_EQ(s.bytes_in_use, total) << "step " << step;
       ASSERT_EQ(s.allocations, live.size());
