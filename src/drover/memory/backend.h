@@ -58,4 +58,9 @@ class MemoryBackend {
 // for the device backends not built yet).
 std::unique_ptr<MemoryBackend> MakeBackend(int kind, int device, int* error);
 
+// drover_mem_pool_create over a backend the caller made (options.backend and
+// .device are ignored): for fault-injecting decorators in tests and for
+// backends not yet named by drover_mem_backend_t.
+int CreatePool(std::unique_ptr<MemoryBackend> backend, const drover_mem_options_t& options, drover_mem_pool_t* pool);
+
 }  // namespace drover::memory

@@ -12,10 +12,12 @@
 #include <climits>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "drover/memory/backend.h"
 #include "drover/memory/drover_mem.h"
 #include "drover/memory/pool.h"
 
@@ -472,6 +474,87 @@ TEST(PoolTest, CppWrapperMapsCodesToStatus) {
   void* q = nullptr;
   EXPECT_EQ(drover_mem_alloc(handle, 8, 0, 0, &q), DROVER_MEM_ERR_INVALID_POOL);  // destroyed with its owner
   EXPECT_EQ(Pool::Create({.backend = DROVER_MEM_BACKEND_OPENCL}).status().code(), Code::kUnimplemented);
+}
+
+// A host backend whose Reserve and Commit fail on demand, counting the bytes
+// it holds (shared with the test: the pool owns and deletes the backend).
+struct BackendLedger {
+  bool fail_reserve = false;
+  bool fail_commit = false;
+  int64_t reserved_bytes = 0;
+  int releases = 0;
+};
+
+class FaultyBackend final : public MemoryBackend {
+ public:
+  explicit FaultyBackend(BackendLedger* ledger) : ledger_(ledger) {
+    int rc = 0;
+    host_ = MakeBackend(DROVER_MEM_BACKEND_HOST, 0, &rc);
+  }
+  const char* Name() const override { return "faulty-host"; }
+  uint64_t Granule() const override { return host_->Granule(); }
+  bool SupportsRemap() const override { return true; }
+  int Reserve(uint64_t size, uint64_t* base) override {
+    if (ledger_->fail_reserve) return DROVER_MEM_ERR_OUT_OF_MEMORY;
+    const int rc = host_->Reserve(size, base);
+    if (rc == DROVER_MEM_OK) ledger_->reserved_bytes += static_cast<int64_t>(size);
+    return rc;
+  }
+  int Commit(uint64_t base, uint64_t offset, uint64_t size) override {
+    if (ledger_->fail_commit) return DROVER_MEM_ERR_BACKEND;
+    return host_->Commit(base, offset, size);
+  }
+  int Decommit(uint64_t base, uint64_t offset, uint64_t size) override { return host_->Decommit(base, offset, size); }
+  void Release(uint64_t base, uint64_t size) override {
+    ledger_->reserved_bytes -= static_cast<int64_t>(size);
+    ++ledger_->releases;
+    host_->Release(base, size);
+  }
+
+ private:
+  BackendLedger* ledger_;
+  std::unique_ptr<MemoryBackend> host_;
+};
+
+TEST(PoolTest, BackendFailuresAreErrorsAndLeakNothing) {
+  BackendLedger ledger;
+  drover_mem_options_t o;
+  drover_mem_options_init(&o);
+  o.reserve_bytes = kMiB;
+  o.limit_bytes = 4 * kMiB;
+  o.grow_bytes = kMiB;
+  drover_mem_pool_t pool{0};
+  ledger.fail_reserve = true;
+  EXPECT_EQ(CreatePool(std::make_unique<FaultyBackend>(&ledger), o, &pool), DROVER_MEM_ERR_OUT_OF_MEMORY);
+  ledger.fail_reserve = false;
+  ledger.fail_commit = true;
+  EXPECT_EQ(CreatePool(std::make_unique<FaultyBackend>(&ledger), o, &pool), DROVER_MEM_ERR_BACKEND);
+  EXPECT_EQ(ledger.reserved_bytes, 0);  // the reservation whose commit failed was released
+  EXPECT_EQ(pool.id, 0u);
+  ledger.fail_commit = false;
+  ASSERT_EQ(CreatePool(std::make_unique<FaultyBackend>(&ledger), o, &pool), DROVER_MEM_OK);
+  void* a = nullptr;
+  ASSERT_EQ(drover_mem_alloc(pool, 900 * 1024, 0, 1, &a), DROVER_MEM_OK);
+  const drover_mem_stats_t before = Stats(pool);
+  void* b = nullptr;
+  ledger.fail_reserve = true;  // growing fails: out of memory, nothing changes
+  EXPECT_EQ(drover_mem_alloc(pool, 900 * 1024, 0, 1, &b), DROVER_MEM_ERR_OUT_OF_MEMORY);
+  ledger.fail_reserve = false;
+  ledger.fail_commit = true;
+  EXPECT_EQ(drover_mem_alloc(pool, 900 * 1024, 0, 1, &b), DROVER_MEM_ERR_BACKEND);
+  ledger.fail_commit = false;
+  drover_mem_stats_t s = Stats(pool);
+  EXPECT_EQ(s.bytes_reserved, before.bytes_reserved);
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(s.failed_allocations, before.failed_allocations + 2);
+  EXPECT_EQ(ledger.reserved_bytes, static_cast<int64_t>(kMiB));
+  ASSERT_EQ(drover_mem_alloc(pool, 900 * 1024, 0, 1, &b), DROVER_MEM_OK);  // and then it grows
+  EXPECT_EQ(Stats(pool).segments, 2u);
+  EXPECT_EQ(TagBytes(pool, 1), 2u * 900 * 1024);
+  ASSERT_EQ(drover_mem_pool_destroy(pool), DROVER_MEM_OK);  // with live blocks: all segments go back
+  EXPECT_EQ(ledger.reserved_bytes, 0);
+  EXPECT_EQ(CreatePool(nullptr, o, &pool), DROVER_MEM_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace
