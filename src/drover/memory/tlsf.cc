@@ -117,6 +117,14 @@ uint32_t Tlsf::AddRange(uint64_t base, uint64_t size) {
   blocks_[b].addr = base;
   blocks_[b].size = size;
   InsertFree(b);
+  // Reuse the entry of a removed range, so that grow/trim cycles do not
+  // lengthen the list (ranges are few; this is not the allocation path).
+  for (size_t r = 0; r < ranges_.size(); ++r) {
+    if (ranges_[r].size == 0) {
+      ranges_[r] = Range{base, size, b};
+      return static_cast<uint32_t>(r);
+    }
+  }
   ranges_.push_back(Range{base, size, b});
   return static_cast<uint32_t>(ranges_.size() - 1);
 }

@@ -73,6 +73,24 @@ TEST(TlsfTest, ClassifiesPointersForTheErrorPath) {
   EXPECT_EQ(t.Classify(a.addr), Tlsf::Where::kFree);
 }
 
+TEST(TlsfTest, RemovedRangesAreReused) {
+  Tlsf t(256);
+  const uint32_t first = t.AddRange(kBase, kMiB);
+  for (int i = 0; i < 3; ++i) {
+    const uint32_t r = t.AddRange(kBase + 16 * kMiB, 2 * kMiB);
+    EXPECT_EQ(r, 1u);
+    Tlsf::Allocation a;
+    ASSERT_NE(t.Allocate(2 * kMiB, 256, 0, &a), 0u);  // only the second range holds it
+    EXPECT_FALSE(t.RangeIsFree(r));
+    ASSERT_TRUE(t.Free(a.addr, &a));
+    ASSERT_TRUE(t.RangeIsFree(r));
+    t.RemoveRange(r);
+    EXPECT_EQ(t.Classify(kBase + 16 * kMiB), Tlsf::Where::kOutside);
+  }
+  EXPECT_TRUE(t.RangeIsFree(first));
+  EXPECT_EQ(t.LargestFree(), kMiB);
+}
+
 TEST(TlsfTest, ManyLiveBlocksGrowTheTables) {
   Tlsf t(256);
   t.AddRange(kBase, 64 * kMiB);
