@@ -45,7 +45,8 @@
 // 95 % cluster of BM_Place single, placed again in a scheduler of the case's
 // configuration (see BM_Worst): quota10k (a tenant at its quota with 10,000
 // pending 1-GPU jobs ahead of the measured 1-GPU job), selector1pct (the
-// 1-GPU job selects a label on 1 % of the nodes), blocked_head/backfill and
+// 1-GPU job selects a label on 1 % of the nodes; selector1pct_full: once
+// every GPU of those nodes is taken, so it cannot start), blocked_head/backfill and
 // blocked_head/strict (a 16 x 8 GPU gang under one switch that cannot start
 // ahead of it, EASY backfill on and off), gang_preempt_switch (an 8 x 8 GPU
 // gang under one switch, priority 10, on a cluster of preemptible jobs).
@@ -504,6 +505,7 @@ WorstCluster& GetWorst(int gpus, bool backfill, bool preemptible) {
 enum class Worst : uint8_t {
   kQuota10k,      // 10,000 pending 1-GPU jobs of a tenant at its quota, ahead of the measured job
   kSelector1pct,  // the measured job selects pool=pool-37: 1 % of the nodes
+  kSelectorFull,  // the same, once other jobs have taken every GPU of those nodes
   kBlockedHead,   // a 16 x 8 GPU gang under one switch (priority 10) cannot start, ahead of it
   kGangPreempt,   // an 8 x 8 GPU gang under one switch (priority 10) that must preempt
 };
@@ -554,6 +556,26 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
     }
   } else if (wc.kind == Worst::kSelector1pct) {
     job.node_selector["pool"] = "pool-37";
+  } else if (wc.kind == Worst::kSelectorFull) {
+    job.node_selector["pool"] = "pool-37";
+    // Fill the pool's free GPUs with 1-GPU jobs of no estimate (they never
+    // end in the scheduler's eyes); they are removed after the case.
+    for (int round = 0; error.empty(); ++round) {
+      for (int k = 0; k < 256; ++k) {
+        JobRequest f = job;
+        f.id = "pf-" + std::to_string(round) + "-" + std::to_string(k);
+        f.runtime_estimate_ms = 0;
+        enqueue(f);
+        background.push_back(f.id);
+      }
+      if (sched.Schedule(w.now_ms).bindings.empty()) break;
+      ++w.now_ms;
+    }
+    std::erase_if(background, [&](const std::string& id) {  // the fillers left over
+      if (!sched.IsPending(id)) return false;
+      sched.Remove(id, w.now_ms);
+      return true;
+    });
   } else if (wc.kind == Worst::kBlockedHead) {
     JobRequest head;
     head.id = "head";
@@ -842,6 +864,7 @@ void RegisterAll() {
   benchmark::RegisterBenchmark("BM_FullPass/10000", BM_FullPass, 16'384, 95, 10'000)->Unit(benchmark::kMillisecond);
   static const std::vector<WorstCase> worst = {
       {"quota10k", Worst::kQuota10k},         {"selector1pct", Worst::kSelector1pct},
+      {"selector1pct_full", Worst::kSelectorFull},
       {"blocked_head/backfill", Worst::kBlockedHead, true}, {"blocked_head/strict", Worst::kBlockedHead, false},
       {"gang_preempt_switch", Worst::kGangPreempt}};
   for (int gpus : {16'384, 131'072}) {
