@@ -2,6 +2,7 @@
 // O(nodes x GPUs + jobs); for tests and the simulator's paranoid mode.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <map>
 
@@ -139,6 +140,23 @@ Status Scheduler::CheckInvariants() const {
     if (ts.info.borrow_limit >= 0 && s.Beyond(ts) > int64_t{ts.info.borrow_limit} * kWholeGpu) {
       return Internal(fmt::format("tenant '{}' borrows {} milli-GPU, over its limit of {} GPUs", ts.info.name, s.Beyond(ts), ts.info.borrow_limit));
     }
+  }
+  // The label index holds each node under each of its labels, once.
+  std::map<std::pair<std::string, std::string>, std::vector<int>> labels;
+  for (size_t n = 0; n < s.nodes.size(); ++n) {
+    for (const auto& label : s.nodes[n].info.labels) labels[label].push_back(static_cast<int>(n));
+  }
+  for (const auto& [label, nodes] : s.label_nodes) {
+    std::vector<int> sorted = nodes;
+    std::sort(sorted.begin(), sorted.end());
+    auto it = labels.find(label);
+    if (sorted != (it == labels.end() ? std::vector<int>{} : it->second)) {
+      return Internal(fmt::format("the index of label {}={} is stale", label.first, label.second));
+    }
+    if (it != labels.end()) labels.erase(it);
+  }
+  if (!labels.empty()) {
+    return Internal(fmt::format("label {}={} is missing from the index", labels.begin()->first.first, labels.begin()->first.second));
   }
   return Status::Ok();
 }

@@ -1,7 +1,10 @@
 // Placement: the free-capacity indexes, holding and releasing GPUs, and the
 // search for where a job goes.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
+#include <tuple>
 
 #include "drover/sched/scheduler_state.h"
 
@@ -21,6 +24,9 @@ constexpr double kStrandCpuShare = 0.8;
 constexpr int kMaxFractionCandidates = 16;
 // Gang domains tried per level (switch, rack) before moving to the next level.
 constexpr int kMaxDomains = 16;
+// A node selector whose rarest label is on at most 1 / kSelectedShare of the
+// nodes is placed by walking those nodes (SelectedNodes), not the buckets.
+constexpr size_t kSelectedShare = 8;
 
 bool Better(const Pick& a, const Pick& b, bool spread) {
   if (a.quality != b.quality) return a.quality > b.quality;
@@ -403,24 +409,64 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
   // Walk the free-count buckets of every matching class, fullest-that-fits
   // first (binpack) or emptiest first (spread). Stop at the first
   // topologically ideal candidate, or kMaxExamined candidates after the first.
+  // A job with a node selector of a rare label walks only that label's nodes,
+  // in the very order the buckets hold them (free count, then position, as
+  // below), so that nodes the selector rejects cost nothing.
+  const std::vector<int>* selected = SelectedNodes(req);
+  found = WalkBuckets(job, req, now, selected, out);
+  if (selected != nullptr && config.verify_memos && memo_mismatch.empty()) {
+    const bool quota = quota_hit, reserved = reserved_hit;
+    Pick walked;
+    const bool walked_found = WalkBuckets(job, req, now, nullptr, &walked);
+    if (walked_found != found || (found && (walked.node != out->node || walked.mask != out->mask))) {
+      memo_mismatch = fmt::format("'{}': the walk of its selector's nodes and of the buckets disagree", jobs[job].req.id);
+    }
+    quota_hit = quota;
+    reserved_hit = reserved;
+  }
+  return found;
+}
+
+bool State::WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected, Pick* out) const {
+  const bool spread = config.placement == PlacementPolicy::kSpread;
+  bool found = false;
+  std::vector<std::tuple<int, int, int>> order;  // (free count, position, node) of `selected`
   for (size_t c = 0; c < classes.size(); ++c) {
     if (!PickMayUse(req, static_cast<int>(c))) continue;
     const GpuClass& cls = classes[c];
-    uint64_t bits = req.gpus > kMaxGpusPerNode ? 0 : cls.nonempty & ~((uint64_t{1} << (req.gpus - 1)) - 1);
     int examined = 0;
+    // Whether the walk stops after `node`.
+    const auto visit = [&](int node) {
+      Pick p;
+      if (!NodeMatches(req, nodes[node]) || !PickOnNode(job, req, node, now, &p)) return false;
+      if (!found || Better(p, *out, spread)) *out = p;
+      found = true;
+      const NodeTopology& topo = topos[nodes[node].topo];
+      return (p.quality >= topo.ideal[std::min(req.gpus, topo.n)] && p.stranded == 0) || ++examined >= kMaxExamined;
+    };
+    if (selected != nullptr) {
+      order.clear();
+      for (int node : *selected) {
+        for (const ClassSlot& slot : nodes[node].classes) {
+          if (slot.cls == static_cast<int>(c) && slot.count > 0 && slot.count >= req.gpus) {
+            order.emplace_back(spread ? -slot.count : slot.count, -slot.pos, node);
+          }
+        }
+      }
+      std::sort(order.begin(), order.end());
+      for (const auto& [count, pos, node] : order) {
+        if (visit(node)) break;
+      }
+      continue;
+    }
+    uint64_t bits = req.gpus > kMaxGpusPerNode ? 0 : cls.nonempty & ~((uint64_t{1} << (req.gpus - 1)) - 1);
     bool done = false;
     while (bits != 0 && !done) {
       int k = spread ? 64 - std::countl_zero(bits) : std::countr_zero(bits) + 1;
       bits &= ~(uint64_t{1} << (k - 1));
       const auto& bucket = cls.buckets[k];
       for (size_t i = bucket.size(); i-- > 0;) {
-        int node = bucket[i].first;
-        Pick p;
-        if (!NodeMatches(req, nodes[node]) || !PickOnNode(job, req, node, now, &p)) continue;
-        if (!found || Better(p, *out, spread)) *out = p;
-        found = true;
-        const NodeTopology& topo = topos[nodes[node].topo];
-        if ((p.quality >= topo.ideal[std::min(req.gpus, topo.n)] && p.stranded == 0) || ++examined >= kMaxExamined) {
+        if (visit(bucket[i].first)) {
           done = true;
           break;
         }
@@ -428,6 +474,23 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
     }
   }
   return found;
+}
+
+const std::vector<int>* State::SelectedNodes(const JobRequest& req) const {
+  const std::vector<int>* rarest = nullptr;
+  for (const auto& [key, value] : req.node_selector) {
+    auto it = label_nodes.find({key, value});
+    if (it == label_nodes.end()) {
+      static const std::vector<int> kNone;
+      return &kNone;  // no node has the label: none matches
+    }
+    if (rarest == nullptr || it->second.size() < rarest->size()) rarest = &it->second;
+  }
+  // Sorting a few nodes beats walking the buckets; a common label does not
+  // (Config::verify_memos takes the selector's nodes always, and checks them
+  // against the buckets).
+  if (rarest != nullptr && !config.verify_memos && rarest->size() * kSelectedShare > nodes.size()) return nullptr;
+  return rarest;
 }
 
 bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const {

@@ -377,11 +377,17 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     picks.push_back(best->pick);
   }
   if (chosen.empty()) {
-    // It fits without victims (on GPUs its placement left out, such as the
-    // reservation's, which it may use only while its estimate ends before
-    // the reservation starts): not a failure to keep, as time alone may
-    // change it.
-    j.no_victims_epoch = 0;
+    // It fits without victims: on GPUs its placement left out, or where its
+    // placement may not go (the search does not keep a switch or rack gang
+    // in one domain). A failure to keep unless time alone may change it:
+    // only the reservation reads the clock here (MayUseReserved), and not
+    // when there is none, the job holds it, the job has no estimate, or the
+    // reservation starts now (signed as such: Reserve). Kept, a switch gang
+    // that no switch can take is not searched for again every pass while
+    // nothing changes (each search walks every node per replica).
+    const bool timeless = reservation_job < 0 || reservation_job == job || req.runtime_estimate_ms <= 0 ||
+                          reservation_ms == now;
+    if (!timeless) j.no_victims_epoch = 0;
     return false;
   }
 

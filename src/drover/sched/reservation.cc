@@ -135,7 +135,12 @@ bool State::Reserve(int job, int64_t now) {
     reservation_ms = std::max(reservation_ms, c.at);
     sig = HashMix(HashMix(sig, static_cast<uint64_t>(c.node)), c.mask);
   }
-  reservation_sig = HashMix(sig, static_cast<uint64_t>(reservation_ms)) | 1;
+  // A reservation that starts now is signed as "now", not by the time: no
+  // job but its holder may use it whatever the clock reads (MayUseReserved),
+  // so a preemption search that failed under it need not run again in the
+  // next pass merely because the clock moved.
+  constexpr uint64_t kStartsNow = 0x6e6f77ULL << 40;
+  reservation_sig = HashMix(sig, reservation_ms == now ? kStartsNow : static_cast<uint64_t>(reservation_ms)) | 1;
   JobState& j = jobs[job];
   j.why = Why{WhyCode::kReserved, -1, 0, reservation_ms, found[0].node, now};
   return true;

@@ -162,6 +162,12 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     if (d >= 0) std::erase(s.domains[d].nodes, idx);
   }
   if (inserted || !SameForNeverFits(node.info, info)) s.never_fits.clear();
+  if (inserted || node.info.labels != info.labels) {
+    if (!inserted) {
+      for (const auto& label : node.info.labels) std::erase(s.label_nodes[label], idx);
+    }
+    for (const auto& label : info.labels) s.label_nodes[label].push_back(idx);
+  }
   node.info = info;
   node.topo = s.TopoFor(info);
   node.present = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
@@ -443,25 +449,36 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   };
   quota_hit = false;
   reserved_hit = false;
-  std::vector<Held> held;
-  if (PlaceJob(job, now, &held)) {
-    Bind(job, std::move(held), now, d);
-    return;
-  }
-  bool quota = quota_hit;
   const TenantInfo& ti = tenants[j.tenant].info;
-  if (!quota && (ti.borrow_limit >= 0 || !ti.max_gpus.empty() || ti.max_gpu_memory_bytes >= 0)) {
-    // Over the limit on every class it could use, however full the cluster.
+  const bool limited = ti.borrow_limit >= 0 || !ti.max_gpus.empty() || ti.max_gpu_memory_bytes >= 0;
+  // Over the limit on every class it could use, however full the cluster:
+  // one check per GPU class, not one per node.
+  const auto refused_everywhere = [&] {
     bool any = false;
-    bool all_refused = true;
     for (size_t c = 0; c < classes.size(); ++c) {
       if (!ClassMatches(j.req, static_cast<int>(c))) continue;
       any = true;
       int64_t need = j.req.fractional() ? j.req.gpu_milli : int64_t{j.req.gpus} * kWholeGpu;
       int64_t mem = j.req.fractional() ? j.req.gpu_memory_bytes : int64_t{j.req.gpus} * classes[c].memory_bytes;
-      if (CanCharge(j.tenant, classes[c].model, need, mem)) all_refused = false;
+      if (CanCharge(j.tenant, classes[c].model, need, mem)) return false;
     }
-    quota = any && all_refused;
+    return any;
+  };
+  // Checked before placing: every node the placement would visit refuses
+  // the job for its tenant's limit (PickOnNode and PickFraction ask the
+  // same or more of each class), so a tenant at its quota with thousands of
+  // pending jobs costs O(GPU classes) per job, not a walk of the buckets.
+  // Not for CPU-only jobs (no GPU to charge) nor the FGD baselines, which
+  // charge one GPU's share without its memory.
+  const bool baseline = config.placement == PlacementPolicy::kBestFit || config.placement == PlacementPolicy::kRandom;
+  bool quota = limited && j.req.gpus > 0 && !baseline && refused_everywhere();
+  if (!quota) {
+    std::vector<Held> held;
+    if (PlaceJob(job, now, &held)) {
+      Bind(job, std::move(held), now, d);
+      return;
+    }
+    quota = quota_hit || (limited && refused_everywhere());
   }
   if (!j.victims.empty()) {
     bool stopping = std::any_of(j.victims.begin(), j.victims.end(), [&](const std::string& id) {

@@ -211,6 +211,9 @@ struct State {
   std::vector<Domain> domains;
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
   std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
+  // Nodes by label (key, value), for node selectors (SelectedNodes).
+  // Invariant: node i is in the list of each of its labels, once, and in no other.
+  std::map<std::pair<std::string, std::string>, std::vector<int>> label_nodes;
   mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
   // A pick left out GPUs of the pass's reservation: only then may the job
   // fit but for the reservation (Consider's probe).
@@ -266,7 +269,7 @@ struct State {
   uint64_t preempt_epoch = 1;
   // Config::verify_memos: the first reused result that differed from a
   // fresh one (empty: none).
-  std::string memo_mismatch;
+  mutable std::string memo_mismatch;
   // NeverFits' verdict on the node set by request shape (explain.cc), before
   // tenant limits, which are checked on every call. It depends only on each
   // node's static description (GPUs, links, labels, host capacity), never on
@@ -339,6 +342,13 @@ struct State {
   bool PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pick* out) const;
   bool PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
   bool PickWhole(int job, const JobRequest& req, int64_t now, const std::vector<int>* within, Pick* out) const;
+  // The nodes carrying the rarest label of `req`'s node selector (empty when
+  // no node has one of them), or nullptr: no selector, or even its rarest
+  // label is on more than an eighth of the nodes (walk the buckets instead).
+  const std::vector<int>* SelectedNodes(const JobRequest& req) const;
+  // PickWhole's walk over the free-count buckets, or over `selected` in
+  // bucket order when not null.
+  bool WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected, Pick* out) const;
   // Places every replica (held on success, nothing held on failure).
   bool PlaceJob(int job, int64_t now, std::vector<Held>* out);
   bool PlaceReplicas(int job, int64_t now, const std::vector<int>* within, std::vector<Held>* out);
