@@ -147,10 +147,8 @@ Status Scheduler::CheckInvariants() const {
     for (const auto& label : s.nodes[n].info.labels) labels[label].push_back(static_cast<int>(n));
   }
   for (const auto& [label, nodes] : s.label_nodes) {
-    std::vector<int> sorted = nodes;
-    std::sort(sorted.begin(), sorted.end());
     auto it = labels.find(label);
-    if (sorted != (it == labels.end() ? std::vector<int>{} : it->second)) {
+    if (nodes != (it == labels.end() ? std::vector<int>{} : it->second)) {  // in index order
       return Internal(fmt::format("the index of label {}={} is stale", label.first, label.second));
     }
     if (it != labels.end()) labels.erase(it);

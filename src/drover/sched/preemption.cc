@@ -301,7 +301,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       Pick pick;
     };
     std::optional<Best> best;
-    for (size_t ni = 0; ni < nodes.size(); ++ni) {
+    // Only a rare selector's nodes can match (in index order, as the walk of
+    // every node would meet them).
+    const std::vector<int>* selected = SelectedNodes(req);
+    const size_t walk = selected != nullptr ? selected->size() : nodes.size();
+    for (size_t w = 0; w < walk; ++w) {
+      const size_t ni = selected != nullptr ? static_cast<size_t>((*selected)[w]) : w;
       const NodeState& n = nodes[ni];
       if (!NodeMatches(req, n)) continue;
       // The bound first: it reads the node's masks and classes only, where

@@ -95,7 +95,12 @@ bool State::Reserve(int job, int64_t now) {
   std::vector<std::pair<int64_t, int>> ends;  // one node's jobs by expected end; reused
   int now_and_whole = 0;  // candidates that cannot be beaten: free now, nothing missing
   const uint64_t job_seq = jobs[job].seq;
-  for (size_t ni = 0; ni < nodes.size() && now_and_whole < req.replicas; ++ni) {
+  // A rare selector's nodes, in index order, are the only nodes that can
+  // hold a candidate (the others do not match): walk just them.
+  const std::vector<int>* selected = SelectedNodes(req);
+  const size_t walk = selected != nullptr ? selected->size() : nodes.size();
+  for (size_t k = 0; k < walk && now_and_whole < req.replicas; ++k) {
+    const size_t ni = selected != nullptr ? static_cast<size_t>((*selected)[k]) : k;
     NodeState& n = nodes[ni];
     ReserveMemo& memo = n.reserve_memo;
     if (memo.job_seq != job_seq || memo.version != n.version || now >= memo.valid_until || now < memo.computed_at) {

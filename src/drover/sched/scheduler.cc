@@ -166,7 +166,10 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     if (!inserted) {
       for (const auto& label : node.info.labels) std::erase(s.label_nodes[label], idx);
     }
-    for (const auto& label : info.labels) s.label_nodes[label].push_back(idx);
+    for (const auto& label : info.labels) {  // kept in index order: Reserve and Preempt walk them in it
+      std::vector<int>& list = s.label_nodes[label];
+      list.insert(std::lower_bound(list.begin(), list.end(), idx), idx);
+    }
   }
   node.info = info;
   node.topo = s.TopoFor(info);

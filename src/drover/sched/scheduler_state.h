@@ -212,7 +212,8 @@ struct State {
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
   std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
   // Nodes by label (key, value), for node selectors (SelectedNodes).
-  // Invariant: node i is in the list of each of its labels, once, and in no other.
+  // Invariant: node i is in the list of each of its labels, once, and in no
+  // other; each list is in ascending node index.
   std::map<std::pair<std::string, std::string>, std::vector<int>> label_nodes;
   mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
   // A pick left out GPUs of the pass's reservation: only then may the job
