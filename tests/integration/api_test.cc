@@ -25,7 +25,7 @@ class ApiTest : public ::testing::Test {
     dir_ = new TempDir();
     up_ = new DroverUp(dir_->path() + "/data", {"--devices", "none", "--simulate", "1", "--simulate-gpus", "8"});
     ASSERT_TRUE(up_->Start());
-    ASSERT_TRUE(up_->WaitForReadyNodes(1));
+    ASSERT_TRUE(up_->WaitForReadyNodes(2));  // this machine (no GPUs) and sim-1: a submit before sim-1 is refused
   }
   static void TearDownTestSuite() {
     delete up_;

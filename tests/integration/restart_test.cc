@@ -91,7 +91,7 @@ TEST(RestartTest, ThousandAcknowledgedSubmitsSurviveSigkill) {
   std::vector<std::string> flags = {"--devices", "none", "--simulate", "1", "--simulate-gpus", "8"};
   auto up = std::make_unique<DroverUp>(data, flags);
   ASSERT_TRUE(up->Start());
-  ASSERT_TRUE(up->WaitForReadyNodes(1));
+  ASSERT_TRUE(up->WaitForReadyNodes(2));  // this machine (no GPUs) and sim-1, which is drained next
   // Keep the jobs pending so that 1,000 processes are not started.
   ASSERT_EQ(RunCli(up->grpc_address(), {"drain", "sim-1"}).exit_code, 0);
 

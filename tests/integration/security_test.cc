@@ -35,7 +35,7 @@ class SecurityTest : public ::testing::Test {
     dir_ = new TempDir();
     up_ = new DroverUp(dir_->path() + "/data", {"--devices", "none", "--simulate", "1", "--simulate-gpus", "4"});
     ASSERT_TRUE(up_->Start());
-    ASSERT_TRUE(up_->WaitForReadyNodes(1));
+    ASSERT_TRUE(up_->WaitForReadyNodes(2));  // this machine (no GPUs) and sim-1: a submit before sim-1 is refused
     admin_ = new Caller(Connect(up_->token()));
     alice_ = new Caller(Connect(CreateToken("alice", "team-a", "user")));
     bob_ = new Caller(Connect(CreateToken("bob", "team-b", "user")));
