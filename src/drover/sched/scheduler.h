@@ -20,8 +20,12 @@
 //  - One decision for a whole-GPU replica: O(C) to find the first non-empty
 //    free-count bucket (a 64-bit bitmap per class), then O(subsets of G)
 //    on the chosen node from the node topology's precomputed subset table;
-//    nodes are only walked when a selector, a reservation or a topology
-//    requirement rejects the first candidates.
+//    nodes are only walked when a reservation, a nomination, host fit or a
+//    topology requirement rejects the first candidates. A job whose
+//    tenant's limits refuse it on every class it accepts costs O(C), before
+//    any node. A node selector whose rarest label is on at most an eighth
+//    of the nodes walks only that label's nodes (here, in Reserve and in
+//    the preemption search): O(L log L) for L such nodes.
 //  - A fractional job: O(log S) over the class's shared GPUs ordered by
 //    free share (S shared GPUs), else one whole-GPU decision.
 //  - A pass: O(P log P) to order the queue plus one decision per job;
