@@ -7,6 +7,7 @@
 #
 # Starts three etcd members (as `drover up --ha` runs them: 500 ms election
 # timeout, room for 4,096 operations per transaction) in a temp dir, then:
+#   etcdctl put, 200 times             one process per put (a shell loop)
 #   store_bench BM_EtcdSequentialPut   one client, one 300-byte record per put
 #   store_bench BM_EtcdCommitBatch     16 and 256 records per transaction
 #   api_bench   BM_Submit              the real server on that etcd (leader,
@@ -49,6 +50,17 @@ done
 ETCDCTL_API=3 etcdctl --endpoints "$clients" endpoint health >/dev/null
 
 url="etcd://$clients"
+# The issue's other baseline: sequential puts with etcdctl, one process per
+# put, as a shell script would write them (200 of 300 bytes, to the first
+# member).
+value=$(head -c 300 /dev/zero | tr '\0' x)
+first=${clients%%,*}
+start=$(date +%s.%N)
+for i in $(seq 1 200); do
+  ETCDCTL_API=3 etcdctl --endpoints "$first" put "/etcdctl-baseline/$i" "$value" >/dev/null
+done
+end=$(date +%s.%N)
+echo "{\"etcdctl_puts_per_second\": $(python3 -c "print(200 / ($end - $start))")}" >"$tmp/etcdctl.json"
 echo "3-member etcd on $clients ($(nproc) CPUs, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 DROVER_BENCH_ETCD="$url" build/bench/store_bench --benchmark_filter=Etcd \
   --benchmark_out="$tmp/store.json" --benchmark_out_format=json
@@ -67,16 +79,18 @@ def rates(name):
     return out
 store, etcd, sqlite = rates("store"), rates("api_etcd"), rates("api_sqlite")
 seq = next(v for k, v in store.items() if k.startswith("BM_EtcdSequentialPut"))
+ctl = json.load(open(f"{tmp}/etcdctl.json"))["etcdctl_puts_per_second"]
 print()
 print(f"sequential etcd puts, one client: {seq:,.0f} records/s")
+print(f"sequential etcdctl puts, a process each: {ctl:,.0f} records/s")
 for k, v in store.items():
     if k.startswith("BM_EtcdCommitBatch"):
         print(f"{k}: {v:,.0f} records/s ({v / seq:.1f}x)")
 print()
-print("| client threads | submits/s on 3-member etcd | x sequential puts | submits/s on SQLite |")
-print("| --- | --- | --- | --- |")
+print("| client threads | submits/s on 3-member etcd | x client-loop puts | x etcdctl puts | submits/s on SQLite |")
+print("| --- | --- | --- | --- | --- |")
 for k, v in etcd.items():
     threads = k.split("threads:")[-1]
     s = next((sv for sk, sv in sqlite.items() if sk == k), float("nan"))
-    print(f"| {threads} | {v:,.0f} | {v / seq:.1f}x | {s:,.0f} |")
+    print(f"| {threads} | {v:,.0f} | {v / seq:.1f}x | {v / ctl:.1f}x | {s:,.0f} |")
 PY
