@@ -79,11 +79,7 @@ bool State::PickBaseline(int job, int64_t now, const std::vector<int>* within, P
       found = true;
     }
   };
-  if (within != nullptr) {
-    for (int ni : *within) consider(ni);
-  } else {
-    for (size_t ni = 0; ni < nodes.size(); ++ni) consider(static_cast<int>(ni));
-  }
+  ForEachNode(within, consider);
   return found;
 }
 

@@ -140,11 +140,7 @@ bool State::PickFragHostOnly(int job, const std::vector<int>* within, Pick* out)
       found = true;
     }
   };
-  if (within != nullptr) {
-    for (int ni : *within) consider(ni);
-  } else {
-    for (size_t ni = 0; ni < nodes.size(); ++ni) consider(static_cast<int>(ni));
-  }
+  ForEachNode(within, consider);
   return found;
 }
 

@@ -154,11 +154,7 @@ bool State::PickHostOnly(int job, const std::vector<int>* within, Pick* out) con
       found = true;
     }
   };
-  if (within != nullptr) {
-    for (int ni : *within) consider(ni);
-  } else {
-    for (size_t ni = 0; ni < nodes.size(); ++ni) consider(static_cast<int>(ni));
-  }
+  ForEachNode(within, consider);
   return found;
 }
 

@@ -207,6 +207,16 @@ struct State {
   std::map<std::string, int> topo_ids;  // key: serialized layout
   std::vector<GpuClass> classes;
   std::vector<NodeState> nodes;
+  // Calls f(node index) for each node of `within`, or for every node when
+  // it is null (the candidates of one placement).
+  template <typename F>
+  void ForEachNode(const std::vector<int>* within, F&& f) const {
+    if (within != nullptr) {
+      for (int ni : *within) f(ni);
+      return;
+    }
+    for (size_t ni = 0; ni < nodes.size(); ++ni) f(static_cast<int>(ni));
+  }
   std::unordered_map<std::string, int> node_ids;
   std::vector<Domain> domains;
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
