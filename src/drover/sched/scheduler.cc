@@ -474,14 +474,16 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   // Not for CPU-only jobs (no GPU to charge) nor the FGD baselines, which
   // charge one GPU's share without its memory.
   const bool baseline = config.placement == PlacementPolicy::kBestFit || config.placement == PlacementPolicy::kRandom;
-  bool quota = limited && j.req.gpus > 0 && !baseline && refused_everywhere();
+  const bool checked_first = limited && j.req.gpus > 0 && !baseline;
+  bool quota = checked_first && refused_everywhere();
   if (!quota) {
     std::vector<Held> held;
     if (PlaceJob(job, now, &held)) {
       Bind(job, std::move(held), now, d);
       return;
     }
-    quota = quota_hit || (limited && refused_everywhere());
+    // A failed placement charges nothing: a check made before stands.
+    quota = quota_hit || (limited && !checked_first && refused_everywhere());
   }
   if (!j.victims.empty()) {
     bool stopping = std::any_of(j.victims.begin(), j.victims.end(), [&](const std::string& id) {
