@@ -25,6 +25,23 @@ namespace {
 char** saved_argv = nullptr;
 }  // namespace
 
+std::vector<std::string> PassedServerFlags(const std::vector<CLI::Option*>& options) {
+  std::vector<std::string> out;
+  for (const CLI::Option* opt : options) {
+    const std::string name = "--" + opt->get_single_name();
+    if (opt->count() == 0 || name == "--data-dir" || name == "--grpc-listen" || name == "--listen" ||
+        name == "--log-level" || name == "--store" || name == "--config") {
+      continue;
+    }
+    if (opt->get_expected_min() == 0) {  // a flag
+      out.push_back(name + "=" + (opt->results().empty() ? "true" : opt->results().back()));
+      continue;
+    }
+    for (const std::string& value : opt->results()) out.insert(out.end(), {name, value});
+  }
+  return out;
+}
+
 void AddHaFlags(CLI::App* cmd, HaFlags* f) {
   cmd->add_option("--store", f->store,
                   "where the state lives: sqlite:PATH (default <data-dir>/drover.db) or "

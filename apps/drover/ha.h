@@ -36,6 +36,11 @@ struct HaFlags {
 };
 
 void AddHaFlags(CLI::App* cmd, HaFlags* f);
+// The server flags that `up --ha` passes on to each of its servers: those of
+// `options` that were given (on the command line or in --config), as
+// arguments, less the ones the group sets per server (addresses, data
+// directory, store, log level).
+std::vector<std::string> PassedServerFlags(const std::vector<CLI::Option*>& options);
 // Fills the store, etcd, leader and advertise options of `so`.
 Status ApplyHaFlags(const HaFlags& f, server::ServerOptions* so);
 

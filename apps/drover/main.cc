@@ -798,20 +798,7 @@ int main(int argc, char** argv) {
   up->add_option("--workload-load", f.workload_load, "offered GPU demand relative to capacity (1.3: queues form)")
       ->capture_default_str();
   up->callback([&] {
-    // `up --ha`: the server flags given (on the command line or in --config)
-    // go on to every server, except those the group sets per server.
-    for (const CLI::Option* opt : up_server_options) {
-      const std::string name = "--" + opt->get_single_name();
-      if (opt->count() == 0 || name == "--data-dir" || name == "--grpc-listen" || name == "--listen" ||
-          name == "--log-level" || name == "--store" || name == "--config") {
-        continue;
-      }
-      if (opt->get_expected_min() == 0) {
-        f.up_ha_server_flags.push_back(name + "=" + (opt->results().empty() ? "true" : opt->results().back()));  // a flag
-        continue;
-      }
-      for (const std::string& value : opt->results()) f.up_ha_server_flags.insert(f.up_ha_server_flags.end(), {name, value});
-    }
+    f.up_ha_server_flags = drover::app::PassedServerFlags(up_server_options);  // for `up --ha`
     exit_code = RunServer(f, true);
   });
 
