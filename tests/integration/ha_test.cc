@@ -320,14 +320,18 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
   CommandResult found = RunCli(up.grpc_address(), {"submit", "--wait", "--", "true"},
                                {"DROVER_DATA_DIR=" + dir.path() + "/data"}, front);
   EXPECT_EQ(found.exit_code, 0) << found.err;
+  // The leader now: a standby, or the killed server itself, restarted by
+  // the supervisor, when it won the campaign.
   int new_leader = -1;
   ASSERT_TRUE(WaitUntil([&] {
     for (int i = 0; i < 3; ++i) {
-      if (grpc + i != leader && Accepts(grpc + i)) new_leader = i;
+      if (Accepts(grpc + i)) new_leader = i;
     }
     return new_leader >= 0;
   }));
-  const int standby = 3 - new_leader - (leader - grpc);  // neither leader: it stood by all along
+  const int old_leader = leader - grpc;
+  // A server that stood by all along.
+  const int standby = new_leader == old_leader ? (new_leader + 1) % 3 : 3 - new_leader - old_leader;
   CommandResult via_standby = RunCli(
       up.grpc_address(), {"jobs", "-o", "json"},
       {fmt::format("DROVER_HTTP_ADDR=127.0.0.1:{},127.0.0.1:{}", http + standby, http + new_leader)}, front);
