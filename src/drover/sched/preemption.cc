@@ -426,4 +426,13 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   return true;
 }
 
+Status Scheduler::SetCheckpoint(const std::string& job_id, int64_t at_ms) {
+  State& s = *s_;
+  const int idx = s.FindJob(job_id);
+  if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
+  ++s.generation;  // a pass may now pick other victims
+  s.jobs[idx].checkpoint_ms = at_ms;
+  return Status::Ok();
+}
+
 }  // namespace drover::sched

@@ -93,6 +93,11 @@ class Scheduler {
   // Forgets a job, queued or bound (finished, cancelled), and frees its
   // GPUs. No-op when unknown.
   void Remove(const std::string& job_id, int64_t now_ms);
+  // A bound job saved a checkpoint it can resume from at `at_ms`: a
+  // preemption weighs the work a victim would lose as its GPUs times the
+  // time since its last checkpoint (else since it started). kNotFound
+  // unless bound. preemption.cc.
+  Status SetCheckpoint(const std::string& job_id, int64_t at_ms);
 
   // One scheduling pass.
   Decisions Schedule(int64_t now_ms);

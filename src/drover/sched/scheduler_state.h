@@ -156,6 +156,7 @@ struct alignas(64) JobState {
   int64_t submit_ms = 0;
   int pending_pos = -1;
   int64_t bound_ms = 0;
+  int64_t checkpoint_ms = 0;  // the last checkpoint it reported (0: unknown; SetCheckpoint)
   int64_t attained = 0;  // milli-GPU x ms of service received before
   // The preemption epoch and reservation under which a search for victims
   // last failed for this job (0: none failed since they last changed).
