@@ -98,7 +98,14 @@ struct State {
 };
 
 State& S() {
-  static State* s = new State;  // never destroyed: calls may come from atexit handlers
+  // Never destroyed: calls may come from atexit handlers. The trace flag is
+  // read here, not in cuInit: the CUDA runtime looks entry points up first.
+  static State* s = [] {
+    auto* st = new State;
+    const char* trace = std::getenv("DROVER_STANDIN_CUDA_TRACE");
+    st->trace = trace != nullptr && std::strcmp(trace, "1") == 0;
+    return st;
+  }();
   return *s;
 }
 
@@ -162,8 +169,6 @@ STANDIN_API CUresult cuInit(unsigned int flags) {
   if (s.initialized) return CUDA_SUCCESS;
   uint64_t count = EnvU64("DROVER_STANDIN_CUDA_DEVICES", 1);
   uint64_t memory = EnvU64("DROVER_STANDIN_CUDA_MEMORY", 8ull << 30);
-  const char* trace = std::getenv("DROVER_STANDIN_CUDA_TRACE");
-  s.trace = trace != nullptr && std::strcmp(trace, "1") == 0;
   if (count == 0) return CUDA_ERROR_NO_DEVICE;
   if (count > 64) count = 64;
   s.devices.resize(count);
@@ -702,8 +707,11 @@ STANDIN_API CUresult cuGetErrorString(CUresult error, const char** text) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-// The runtime asks for private tables by UUID (context-local storage, tools,
-// interop ...); their layouts are not public, so the stand-in has none.
+// The runtime asks for private tables by UUID (context-local storage, tools
+// hooks, an integrity check of the driver ...); their layouts are not public,
+// so the stand-in has none and the CUDA runtime does not start on it (its
+// first call fails: docs/memory.md says what it asked for). Programs under
+// test use the driver API.
 STANDIN_API CUresult cuGetExportTable(const void** table, const CUuuid* id) {
   if (table != nullptr) *table = nullptr;
   if (S().trace && id != nullptr) {
