@@ -552,6 +552,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
     *w->mutable_gpu_indices() = job.status().allocation().gpu_indices();
     w->set_cpu_millis(job.spec().cpu_millis());
     w->set_memory_bytes(job.spec().memory_bytes());
+    w->set_gpu_memory_limit_bytes(job.status().allocation().gpu_memory_bytes());
     w->set_array_id(job.array().array_id());
     w->set_array_index(job.array().index());
     int grace = job.spec().termination_grace_seconds();
