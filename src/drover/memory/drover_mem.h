@@ -3,12 +3,18 @@
 /*
  * libdrover_mem: a memory pool for workloads (C API).
  *
- * A pool reserves large segments from a backend (host memory today; CUDA VMM,
- * HIP and OpenCL later) and sub-allocates them with a two-level
+ * A pool reserves large segments from a backend (host memory, CUDA, HIP,
+ * OpenCL) and sub-allocates them with a two-level
  * segregated-fit (TLSF) allocator: O(1) allocate and free, no backend call on
  * the fast path, free neighbours coalesced at once. Block metadata lives in
  * host memory beside the pool (never inside the managed memory, which may be
  * a GPU's), so the same allocator serves device memory.
+ *
+ * On a backend with virtual memory management (host, CUDA VMM, HIP VMM) an
+ * allocation that no contiguous free block can hold, once the pool cannot
+ * grow, is served by mapping scattered free chunks of its segments into one
+ * new virtual range ("stitching"); drover_mem_remap_stats says whether a pool
+ * does and how much it has stitched. Other backends sub-allocate plainly.
  *
  * Every allocation carries a tag (a tenant, a model, a KV cache ...): usage per
  * tag is exact. Pools are named by handles that are checked on every call: a
@@ -59,11 +65,16 @@ enum {
 #define DROVER_MEM_MAX_POOLS 4096
 
 typedef enum {
-  DROVER_MEM_BACKEND_HOST = 0, /* anonymous mmap: tests and CPU devices */
-  DROVER_MEM_BACKEND_CUDA = 1, /* reserved for the CUDA VMM backend (not built yet) */
-  DROVER_MEM_BACKEND_HIP = 2,  /* reserved */
-  DROVER_MEM_BACKEND_OPENCL = 3 /* reserved */
+  DROVER_MEM_BACKEND_HOST = 0,  /* host memory (memfd mappings, remaps): tests and CPU devices */
+  /* CUDA driver API, libcuda.so.1 (or $DROVER_LIBCUDA) loaded at run time:
+   * VMM (remaps) where the device has it, cuMemAlloc otherwise */
+  DROVER_MEM_BACKEND_CUDA = 1,
+  DROVER_MEM_BACKEND_HIP = 2,   /* HIP, libamdhip64.so loaded at run time: VMM where present */
+  DROVER_MEM_BACKEND_OPENCL = 3 /* OpenCL 2.0 shared virtual memory (clSVMAlloc); no remapping */
 } drover_mem_backend_t;
+
+/* drover_mem_options_t.flags */
+#define DROVER_MEM_FLAG_NO_REMAP 1u /* plain sub-allocation even where the backend can remap */
 
 /* A pool's handle: a slot and a generation, checked on every call. Zero is
  * never a valid handle. */
@@ -94,6 +105,8 @@ typedef struct {
   size_t min_alignment;
   /* Tags are 0 .. max_tags-1 (1 to 65536). Default 256. */
   uint32_t max_tags;
+  /* DROVER_MEM_FLAG_* bits; unknown bits are DROVER_MEM_ERR_INVALID_ARGUMENT. Default 0. */
+  uint32_t flags;
 } drover_mem_options_t;
 
 typedef struct {
@@ -119,6 +132,22 @@ typedef struct {
   uint64_t peak_bytes_in_use;
 } drover_mem_tag_usage_t;
 
+/* Remapping and what it gathers. A stitched range is virtual: its memory is
+ * the free chunks of segments (counted in bytes_reserved once), so
+ * drover_mem_stats' bytes_free = bytes_reserved - bytes_in_use still holds. */
+typedef struct {
+  int remaps;                     /* 1 when the pool stitches (the backend has VMM and the flag allows) */
+  uint64_t chunk;                 /* the unit of remapping (the backend's granule); 0 when remaps is 0 */
+  uint64_t free_chunk_bytes;      /* free bytes in whole chunks of the segments: the most one stitch can gather */
+  uint64_t largest_allocation;    /* the largest allocation that fits without growing, stitching included */
+  double fragmentation;           /* 1 - largest_allocation / bytes_free; 0 when nothing is free */
+  uint64_t stitched_ranges;       /* live stitched ranges */
+  uint64_t stitched_bytes;        /* bytes of segment memory mapped into them */
+  uint64_t stitched_allocations;  /* live allocations inside stitched ranges */
+  uint64_t total_stitches;        /* stitched ranges made since creation */
+  uint64_t failed_stitches;       /* stitches tried and refused (too few free chunks, or the backend) */
+} drover_mem_remap_stats_t;
+
 /* Fills *options with the defaults. */
 void drover_mem_options_init(drover_mem_options_t* options);
 
@@ -143,6 +172,9 @@ int drover_mem_usable_size(drover_mem_pool_t pool, const void* ptr, size_t* size
 int drover_mem_stats(drover_mem_pool_t pool, drover_mem_stats_t* stats);
 
 int drover_mem_tag_usage(drover_mem_pool_t pool, uint32_t tag, drover_mem_tag_usage_t* usage);
+
+/* Remapping state and fragmentation as stitching sees it. */
+int drover_mem_remap_stats(drover_mem_pool_t pool, drover_mem_remap_stats_t* stats);
 
 /* Releases the segments, other than the first, that hold no allocation. */
 int drover_mem_trim(drover_mem_pool_t pool);

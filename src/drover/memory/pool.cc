@@ -1,6 +1,22 @@
 // The C API of libdrover_mem: pool handles, the pools' accounting, growth over
 // backend segments, and the checks that turn bad input into error codes.
 //
+// Stitching (issue 19 item 3, after GMLake, Guo et al., ASPLOS 2024). On a
+// backend that can remap, an allocation that no free block holds, once the
+// pool cannot grow (at its limit, or the backend is out of memory), gathers
+// the whole free chunks (granules) of the segments, largest first, pins them
+// in the allocator so nothing else is placed there, reserves a new virtual
+// range and maps those chunks' physical memory into it back to back
+// (MemoryBackend::Alias). The range joins the allocator as a range of its
+// own and the allocation is served from it; what it does not use stays free
+// there for later allocations. When its last allocation is freed the range is
+// unmapped and released and the pinned chunks return to their segments.
+// Example (granule 4 KiB): four 1 MiB segments each hold 900 KiB, so each has
+// a free tail of 124 KiB (31 chunks) and no 200 KiB block exists; stitching
+// takes 50 of the 124 free chunks (31 + 19 from two segments) into one
+// 200 KiB range. Physical memory is never copied and live allocations never
+// move.
+//
 // Handles. A pool lives in one of DROVER_MEM_MAX_POOLS slots of a static
 // table; its handle is (generation << 12) | slot. Destroying a pool bumps
 // the slot's generation, so an old handle never matches again (2^52
@@ -17,6 +33,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -46,7 +63,10 @@ uint64_t RoundDown(uint64_t v, uint64_t granule) { return v & ~(granule - 1); }
 // Invariants (checked by the tests):
 //   bytes_in_use = sum of live blocks' sizes = sum over tags of tag bytes;
 //   allocations = number of live blocks = sum over tags of tag allocations;
-//   bytes_reserved = sum of segments' sizes <= limit.
+//   bytes_reserved = sum of segments' sizes <= limit (stitched ranges are
+//   aliases of pinned segment memory: not counted again);
+//   a stitched range's size = sum of its pinned pieces' sizes, and it lives
+//   exactly while it holds a live allocation.
 // Not thread-safe: guarded by its slot's mutex.
 class PoolState {
  public:
@@ -60,12 +80,27 @@ class PoolState {
     uint64_t size = 0;
     uint32_t range = 0;
   };
+  // A virtual range whose chunks are the pinned pieces (address, size) of
+  // segments, mapped back to back.
+  struct Stitch {
+    uint64_t base = 0;
+    uint64_t size = 0;
+    uint32_t range = 0;
+    uint64_t live = 0;  // live allocations in it
+    std::vector<std::pair<uint64_t, uint64_t>> pieces;
+  };
 
   PoolState(std::unique_ptr<MemoryBackend> backend, uint64_t min_alignment, uint64_t limit, uint64_t grow,
-       uint32_t max_tags)
-      : backend_(std::move(backend)), tlsf_(min_alignment), limit_(limit), grow_(grow), tags_(max_tags) {}
+       uint32_t max_tags, bool remap)
+      : backend_(std::move(backend)), tlsf_(min_alignment), limit_(limit), grow_(grow), tags_(max_tags),
+        remap_(remap && backend_->SupportsRemap()) {}
 
   ~PoolState() {
+    // Aliases first: the segments own the physical memory they map.
+    for (const Stitch& st : stitches_) {
+      (void)backend_->Unalias(st.base, st.size);
+      backend_->Release(st.base, st.size);
+    }
     for (const Segment& s : segments_) backend_->Release(s.base, s.size);
   }
 
@@ -107,8 +142,16 @@ class PoolState {
     if (need > limit_) return DROVER_MEM_ERR_TOO_LARGE;
     Tlsf::Allocation a;
     if (tlsf_.Allocate(size, alignment, tag, &a) == 0) {
-      if (int rc = Grow(need); rc != DROVER_MEM_OK) return rc;
-      if (tlsf_.Allocate(size, alignment, tag, &a) == 0) return DROVER_MEM_ERR_OUT_OF_MEMORY;  // not reached
+      int rc = Grow(need);
+      if (rc == DROVER_MEM_OK) {
+        if (tlsf_.Allocate(size, alignment, tag, &a) == 0) return DROVER_MEM_ERR_OUT_OF_MEMORY;  // not reached
+      } else if (rc == DROVER_MEM_ERR_OUT_OF_MEMORY && remap_) {
+        rc = StitchAndAllocate(size, alignment, tag, &a);
+      }
+      if (rc != DROVER_MEM_OK) return rc;
+    }
+    if (!stitches_.empty()) {
+      if (Stitch* st = StitchOf(a.addr); st != nullptr) ++st->live;
     }
     in_use_ += a.size;
     requested_ += a.requested;
@@ -132,6 +175,9 @@ class PoolState {
     TagUsage& t = tags_[a.tag];
     t.bytes -= a.size;
     --t.allocations;
+    if (!stitches_.empty()) {
+      if (Stitch* st = StitchOf(addr); st != nullptr && --st->live == 0) Dissolve(st);
+    }
     return DROVER_MEM_OK;
   }
 
@@ -184,10 +230,117 @@ class PoolState {
 
   void CountFailure() { ++failed_allocations_; }
 
+  void RemapStats(drover_mem_remap_stats_t* s) const {
+    *s = drover_mem_remap_stats_t{};
+    s->remaps = remap_ ? 1 : 0;
+    const uint64_t largest_free = tlsf_.LargestFree();
+    s->largest_allocation = largest_free;
+    if (remap_) {
+      s->chunk = backend_->Granule();
+      std::vector<std::pair<uint64_t, uint64_t>> pieces;
+      for (const Segment& seg : segments_) tlsf_.FreeChunks(seg.range, s->chunk, &pieces);
+      for (const auto& piece : pieces) s->free_chunk_bytes += piece.second;
+      s->largest_allocation = std::max(largest_free, s->free_chunk_bytes);
+    }
+    const uint64_t free = reserved_ - in_use_;
+    s->fragmentation =
+        free == 0 ? 0.0 : 1.0 - static_cast<double>(s->largest_allocation) / static_cast<double>(free);
+    s->stitched_ranges = stitches_.size();
+    for (const Stitch& st : stitches_) {
+      s->stitched_bytes += st.size;
+      s->stitched_allocations += st.live;
+    }
+    s->total_stitches = total_stitches_;
+    s->failed_stitches = failed_stitches_;
+  }
+
  private:
+  // The stitched range that holds addr, or null.
+  Stitch* StitchOf(uint64_t addr) {
+    for (Stitch& st : stitches_) {
+      if (addr >= st.base && addr - st.base < st.size) return &st;
+    }
+    return nullptr;
+  }
+
+  // Serves an allocation from a new stitched range (see the file comment).
+  // Leaves nothing changed when it fails.
+  int StitchAndAllocate(uint64_t size, uint64_t alignment, uint32_t tag, Tlsf::Allocation* a) {
+    const uint64_t chunk = backend_->Granule();
+    const uint64_t need = RoundUp(RoundUp(size, tlsf_.min_alignment()), chunk);
+    // The range is chunk-aligned, so larger alignments are not offered.
+    if (alignment > chunk) return Refuse(DROVER_MEM_ERR_OUT_OF_MEMORY);
+    std::vector<std::pair<uint64_t, uint64_t>> free;
+    for (const Segment& seg : segments_) tlsf_.FreeChunks(seg.range, chunk, &free);
+    std::stable_sort(free.begin(), free.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+    Stitch st;
+    uint64_t gathered = 0;
+    for (const auto& [addr, bytes] : free) {
+      if (gathered == need) break;
+      const uint64_t take = std::min(bytes, need - gathered);
+      st.pieces.emplace_back(addr, take);
+      gathered += take;
+    }
+    if (gathered < need) return Refuse(DROVER_MEM_ERR_OUT_OF_MEMORY);
+    stitches_.reserve(stitches_.size() + 1);
+    if (int rc = backend_->Reserve(need, &st.base); rc != DROVER_MEM_OK) return Refuse(rc);
+    st.size = need;
+    size_t pinned = 0;
+    uint64_t mapped = 0;
+    int rc = DROVER_MEM_OK;
+    for (; pinned < st.pieces.size(); ++pinned) {
+      const auto [addr, bytes] = st.pieces[pinned];
+      if (!tlsf_.Pin(addr, bytes)) {
+        rc = DROVER_MEM_ERR_BACKEND;  // not reached: the pieces came from free blocks
+        break;
+      }
+      if (rc = backend_->Alias(addr, st.base + mapped, bytes); rc != DROVER_MEM_OK) {
+        (void)tlsf_.Unpin(addr);
+        break;
+      }
+      mapped += bytes;
+    }
+    if (rc == DROVER_MEM_OK) {
+      try {
+        st.range = tlsf_.AddRange(st.base, st.size);
+      } catch (const std::bad_alloc&) {
+        rc = DROVER_MEM_ERR_OUT_OF_MEMORY;
+      }
+    }
+    if (rc != DROVER_MEM_OK) {
+      if (mapped != 0) (void)backend_->Unalias(st.base, mapped);
+      backend_->Release(st.base, st.size);
+      for (size_t i = 0; i < pinned; ++i) (void)tlsf_.Unpin(st.pieces[i].first);
+      return Refuse(rc);
+    }
+    if (tlsf_.Allocate(size, alignment, tag, a) == 0) {  // not reached: the range fits the request
+      Dissolve(&stitches_.emplace_back(std::move(st)));
+      return Refuse(DROVER_MEM_ERR_OUT_OF_MEMORY);
+    }
+    stitches_.push_back(std::move(st));
+    ++total_stitches_;
+    return DROVER_MEM_OK;
+  }
+
+  // Unmaps and releases a stitched range with no live allocation and returns
+  // its pieces to their segments.
+  void Dissolve(Stitch* st) {
+    tlsf_.RemoveRange(st->range);
+    (void)backend_->Unalias(st->base, st->size);
+    backend_->Release(st->base, st->size);
+    for (const auto& piece : st->pieces) (void)tlsf_.Unpin(piece.first);
+    stitches_.erase(stitches_.begin() + (st - stitches_.data()));
+  }
+
+  int Refuse(int rc) {
+    ++failed_stitches_;
+    return rc;
+  }
+
   int ClassifyBad(uint64_t addr) const {
     switch (tlsf_.Classify(addr)) {
       case Tlsf::Where::kFree:
+      case Tlsf::Where::kPinned:  // free memory lent to a stitched range
         return DROVER_MEM_ERR_DOUBLE_FREE;
       case Tlsf::Where::kInsideLive:
       case Tlsf::Where::kLiveStart:  // not reached: a live start is in the hash table
@@ -211,6 +364,10 @@ class PoolState {
   uint64_t allocations_ = 0;
   uint64_t total_allocations_ = 0;
   uint64_t failed_allocations_ = 0;
+  bool remap_;
+  std::vector<Stitch> stitches_;
+  uint64_t total_stitches_ = 0;
+  uint64_t failed_stitches_ = 0;
 };
 
 struct alignas(64) Slot {
@@ -279,6 +436,7 @@ int CreatePool(std::unique_ptr<MemoryBackend> backend, const drover_mem_options_
   if (backend == nullptr || pool == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
   pool->id = 0;
   if (options.max_tags == 0 || options.max_tags > kMaxTags) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  if ((options.flags & ~uint32_t{DROVER_MEM_FLAG_NO_REMAP}) != 0) return DROVER_MEM_ERR_INVALID_ARGUMENT;
   if (options.reserve_bytes == 0 || options.reserve_bytes >= kMaxSize ||
       options.limit_bytes >= kMaxSize || options.grow_bytes >= kMaxSize) {
     return DROVER_MEM_ERR_INVALID_SIZE;
@@ -295,7 +453,8 @@ int CreatePool(std::unique_ptr<MemoryBackend> backend, const drover_mem_options_
     const uint64_t limit = options.limit_bytes != 0 ? RoundDown(options.limit_bytes, granule) : reserve;
     reserve = std::min(reserve, limit);
     const uint64_t grow = options.grow_bytes != 0 ? RoundUp(options.grow_bytes, granule) : reserve;
-    auto p = std::make_unique<PoolState>(std::move(backend), min_alignment, limit, grow, options.max_tags);
+    const bool remap = (options.flags & DROVER_MEM_FLAG_NO_REMAP) == 0;
+    auto p = std::make_unique<PoolState>(std::move(backend), min_alignment, limit, grow, options.max_tags, remap);
     if (rc = p->Grow(reserve); rc != DROVER_MEM_OK) return rc;
 
     uint32_t index = 0;
@@ -369,6 +528,14 @@ int drover_mem_stats(drover_mem_pool_t pool, drover_mem_stats_t* stats) {
 int drover_mem_tag_usage(drover_mem_pool_t pool, uint32_t tag, drover_mem_tag_usage_t* usage) {
   if (usage == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
   return WithPool(pool, [&](PoolState& p) { return p.Tag(tag, usage); });
+}
+
+int drover_mem_remap_stats(drover_mem_pool_t pool, drover_mem_remap_stats_t* stats) {
+  if (stats == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
+  return WithPool(pool, [&](PoolState& p) {
+    p.RemapStats(stats);
+    return DROVER_MEM_OK;
+  });
 }
 
 int drover_mem_trim(drover_mem_pool_t pool) {

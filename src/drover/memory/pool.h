@@ -48,6 +48,7 @@ struct PoolOptions {
   size_t grow_bytes = 0;   // 0: reserve_bytes
   size_t min_alignment = 256;
   uint32_t max_tags = 256;
+  uint32_t flags = 0;  // DROVER_MEM_FLAG_*
 };
 
 class Pool {
@@ -62,6 +63,7 @@ class Pool {
     c.grow_bytes = o.grow_bytes;
     c.min_alignment = o.min_alignment;
     c.max_tags = o.max_tags;
+    c.flags = o.flags;
     drover_mem_pool_t handle;
     const int rc = drover_mem_pool_create(&c, &handle);
     if (rc != DROVER_MEM_OK) return StatusFromCode(rc, "create pool of " + std::to_string(o.reserve_bytes) + " bytes");
@@ -104,6 +106,12 @@ class Pool {
     const int rc = drover_mem_tag_usage(handle_, tag, &u);
     if (rc != DROVER_MEM_OK) return StatusFromCode(rc, "usage of tag " + std::to_string(tag));
     return u;
+  }
+  Result<drover_mem_remap_stats_t> RemapStats() const {
+    drover_mem_remap_stats_t s;
+    const int rc = drover_mem_remap_stats(handle_, &s);
+    if (rc != DROVER_MEM_OK) return StatusFromCode(rc, "remap stats");
+    return s;
   }
   Status Trim() { return StatusFromCode(drover_mem_trim(handle_), "trim"); }
 

@@ -202,10 +202,16 @@ uint64_t Tlsf::Allocate(uint64_t size, uint64_t alignment, uint32_t tag, Allocat
 }
 
 bool Tlsf::Free(uint64_t addr, Allocation* out) {
-  uint32_t b = HashFind(addr);
-  if (b == kNil) return false;
+  const uint32_t b = HashFind(addr);
+  if (b == kNil || blocks_[b].pinned) return false;
   HashErase(addr);
   *out = Allocation{addr, blocks_[b].size, blocks_[b].requested, blocks_[b].tag};
+  Release(b);
+  return true;
+}
+
+void Tlsf::Release(uint32_t b) {
+  blocks_[b].pinned = false;
   const uint32_t prev = blocks_[b].prev_phys;
   if (prev != kNil && blocks_[prev].free) {
     RemoveFree(prev);
@@ -224,12 +230,61 @@ bool Tlsf::Free(uint64_t addr, Allocation* out) {
     DropBlock(next);
   }
   InsertFree(b);
+}
+
+void Tlsf::FreeChunks(uint32_t range, uint64_t chunk, std::vector<std::pair<uint64_t, uint64_t>>* out) const {
+  const Range& r = ranges_[range];
+  if (r.size == 0) return;
+  for (uint32_t b = r.first; b != kNil; b = blocks_[b].next_phys) {
+    const Block& block = blocks_[b];
+    if (!block.free) continue;
+    const uint64_t start = (block.addr + chunk - 1) & ~(chunk - 1);
+    const uint64_t end = (block.addr + block.size) & ~(chunk - 1);
+    if (end > start) out->emplace_back(start, end - start);
+  }
+}
+
+bool Tlsf::Pin(uint64_t addr, uint64_t size) {
+  EnsureRoom();
+  uint32_t b = kNil;
+  for (const Range& r : ranges_) {
+    if (r.size == 0 || addr < r.base || addr - r.base >= r.size) continue;
+    for (uint32_t c = r.first; c != kNil; c = blocks_[c].next_phys) {
+      if (addr >= blocks_[c].addr && addr - blocks_[c].addr < blocks_[c].size) {
+        b = c;
+        break;
+      }
+    }
+    break;
+  }
+  if (b == kNil || !blocks_[b].free || size == 0 || blocks_[b].addr + blocks_[b].size - addr < size) return false;
+  RemoveFree(b);
+  if (addr != blocks_[b].addr) {
+    const uint32_t front = b;
+    SplitTail(front, addr - blocks_[front].addr);
+    b = blocks_[front].next_phys;
+    RemoveFree(b);
+    InsertFree(front);
+  }
+  if (blocks_[b].size > size) SplitTail(b, size);
+  blocks_[b].pinned = true;
+  blocks_[b].requested = 0;
+  blocks_[b].tag = 0;
+  HashInsert(addr, b);
+  return true;
+}
+
+bool Tlsf::Unpin(uint64_t addr) {
+  const uint32_t b = HashFind(addr);
+  if (b == kNil || !blocks_[b].pinned) return false;
+  HashErase(addr);
+  Release(b);
   return true;
 }
 
 bool Tlsf::Lookup(uint64_t addr, Allocation* out) const {
   const uint32_t b = HashFind(addr);
-  if (b == kNil) return false;
+  if (b == kNil || blocks_[b].pinned) return false;
   *out = Allocation{addr, blocks_[b].size, blocks_[b].requested, blocks_[b].tag};
   return true;
 }
@@ -241,6 +296,7 @@ Tlsf::Where Tlsf::Classify(uint64_t addr) const {
       const Block& block = blocks_[b];
       if (addr < block.addr || addr - block.addr >= block.size) continue;
       if (block.free) return Where::kFree;
+      if (block.pinned) return Where::kPinned;
       return addr == block.addr ? Where::kLiveStart : Where::kInsideLive;
     }
   }

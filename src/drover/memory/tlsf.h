@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace drover::memory {
@@ -43,7 +44,9 @@ class Tlsf {
   static constexpr uint32_t kNil = UINT32_MAX;
 
   // What a pointer is to this allocator (for the error path of free).
-  enum class Where { kLiveStart, kInsideLive, kFree, kOutside };
+  // kPinned: inside a block the owner took out with Pin (memory lent to a
+  // stitched range, see pool.cc), which no caller allocation owns.
+  enum class Where { kLiveStart, kInsideLive, kFree, kPinned, kOutside };
 
   // min_alignment: a power of two >= 16; every address and size is a multiple.
   explicit Tlsf(uint64_t min_alignment);
@@ -79,6 +82,21 @@ class Tlsf {
   // Walks the ranges: slow, for the error path.
   Where Classify(uint64_t addr) const;
 
+  // Remapping support (pool.cc's stitching). A pinned block is live memory
+  // that no caller owns: Free, Lookup and the hash table's callers never see
+  // it, only Unpin returns it to the free lists.
+  //
+  // Appends to *out the chunk-aligned parts (addr, size) of range's free
+  // blocks: the whole chunks a remapping backend can map elsewhere. chunk:
+  // a power of two, a multiple of the minimum alignment. Walks the range.
+  void FreeChunks(uint32_t range, uint64_t chunk, std::vector<std::pair<uint64_t, uint64_t>>* out) const;
+  // Takes [addr, addr + size) out of the free block that holds it as a pinned
+  // block; false (nothing changed) when no single free block holds it.
+  bool Pin(uint64_t addr, uint64_t size);
+  // Frees a pinned block (merging with free neighbours); false when no pinned
+  // block starts at addr.
+  bool Unpin(uint64_t addr);
+
   // The largest free block (scans one list: not for the hot path).
   uint64_t LargestFree() const;
 
@@ -99,6 +117,7 @@ class Tlsf {
     uint32_t prev_free = kNil;
     uint32_t next_free = kNil;
     bool free = false;
+    bool pinned = false;  // live, owned by the pool (see Pin)
   };
   struct Range {
     uint64_t base = 0;
@@ -121,6 +140,8 @@ class Tlsf {
   // Splits the front `size` bytes off block b; the rest becomes a new free
   // block (filed in its list).
   void SplitTail(uint32_t b, uint64_t size);
+  // Merges live block b with its free neighbours and files the result.
+  void Release(uint32_t b);
 
   // Live-block hash table (addr -> block index), linear probing, backward-shift delete.
   void HashInsert(uint64_t addr, uint32_t b);
