@@ -3,6 +3,10 @@
 // glibc malloc/free on the same pattern, in the same run. Results:
 // docs/memory.md.
 //   ./build/bench/mem_bench
+// Its main also runs two plain-table modes (mem_modes.h): --latency, single
+// calls' percentiles against glibc and first/best-fit lists (and CUDA's where
+// present), and --fragmentation, trace replays against those and a model of
+// PyTorch's caching allocator. Results: docs/performance.md.
 //
 // DoNotOptimize only ever sees const values: libbenchmark 1.7.1's overload for
 // a non-const lvalue ("+m,r") made GCC 12 write a stale pointer back into the
@@ -26,12 +30,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "drover/memory/drover_mem.h"
 #include "drover/memory/tlsf.h"
+#include "mem_modes.h"
 
 namespace drover::memory {
 namespace {
@@ -269,4 +275,14 @@ BENCHMARK(BM_MallocFragmented);
 }  // namespace
 }  // namespace drover::memory
 
-BENCHMARK_MAIN();
+// --latency and --fragmentation print their own tables; anything else goes to
+// Google Benchmark (so every BENCHMARK in this file, wherever it is, runs).
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--latency") == 0) return drover::bench::LatencyMain(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--fragmentation") == 0) return drover::bench::FragmentationMain(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,215 @@
+// mem_bench --fragmentation: replays the traces of mem_traces.h against
+// libdrover_mem's pool (through its C API) and the baselines of
+// alloc_models.h, each over one modelled 80 GiB GPU, and prints per trace:
+//
+//   peak reserved  the most memory the allocator needed from the device: for
+//                  an allocator over one arena (the pool with a single
+//                  reservation, the free lists) the highest end address it
+//                  ever handed out, i.e. the part of the arena that must be
+//                  backed; for one that takes segments (the pool growing by
+//                  2 GiB, the caching model) the most its segments summed to.
+//   waste          1 - peak live / peak reserved; peak live is the trace's
+//                  own (the requested bytes, before any rounding).
+//   ext. frag      at the trace's peak of live bytes: 1 - largest request
+//                  that would succeed / (capacity - bytes its live blocks
+//                  hold). For the caching model the largest request counts
+//                  a new segment over the device's unreserved memory plus the
+//                  cached whole segments it would release.
+//   failed         allocations refused at the capacity (the trace goes on;
+//                  a refused block's free is skipped).
+//
+// The pool's own configurations: "one reservation" reserves the capacity at
+// creation (as over a VMM reservation of the whole device); "2 GiB segments"
+// reserves 2 GiB and grows by 2 GiB (a larger request gets a segment of its
+// size) up to the capacity, and on a refusal trims its empty segments and
+// retries once, as the caching allocator empties its cache. The host backend
+// only maps address space: nothing is touched.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alloc_models.h"
+#include "drover/memory/drover_mem.h"
+#include "mem_modes.h"
+#include "mem_traces.h"
+
+namespace drover::bench {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kCapacity = 80 * kGiB;
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual std::string Name() const = 0;
+  virtual uint64_t Allocate(uint64_t size) = 0;  // 0: refused
+  virtual void Free(uint64_t addr) = 0;
+  virtual AllocatorState State() const = 0;
+};
+
+class PoolTarget final : public Target {
+ public:
+  // segment == 0: one reservation of the whole capacity.
+  explicit PoolTarget(uint64_t segment) : segment_(segment) {
+    drover_mem_options_t o;
+    drover_mem_options_init(&o);
+    o.reserve_bytes = segment == 0 ? kCapacity : segment;
+    o.limit_bytes = kCapacity;
+    o.grow_bytes = segment;
+    error_ = drover_mem_pool_create(&o, &pool_);
+  }
+  ~PoolTarget() override {
+    if (error_ == DROVER_MEM_OK) (void)drover_mem_pool_destroy(pool_);
+  }
+  int error() const { return error_; }
+  std::string Name() const override {
+    return segment_ == 0 ? "drover pool, one reservation" : fmt::format("drover pool, {} GiB segments", segment_ / kGiB);
+  }
+  uint64_t Allocate(uint64_t size) override {
+    void* p = nullptr;
+    int rc = drover_mem_alloc(pool_, size, 0, 0, &p);
+    if (rc == DROVER_MEM_ERR_OUT_OF_MEMORY && segment_ != 0) {
+      (void)drover_mem_trim(pool_);
+      rc = drover_mem_alloc(pool_, size, 0, 0, &p);
+    }
+    if (rc != DROVER_MEM_OK) return 0;
+    const uint64_t a = reinterpret_cast<uint64_t>(p);
+    size_t usable = 0;
+    (void)drover_mem_usable_size(pool_, p, &usable, nullptr);
+    low_ = std::min(low_, a);
+    high_ = std::max(high_, a + usable);
+    if (segment_ != 0) {
+      drover_mem_stats_t s;
+      (void)drover_mem_stats(pool_, &s);
+      peak_reserved_ = std::max(peak_reserved_, s.bytes_reserved);
+    }
+    return a;
+  }
+  void Free(uint64_t addr) override { (void)drover_mem_free(pool_, reinterpret_cast<void*>(addr)); }
+  AllocatorState State() const override {
+    drover_mem_stats_t s;
+    (void)drover_mem_stats(pool_, &s);
+    AllocatorState st;
+    st.held = s.bytes_in_use;
+    st.footprint = segment_ == 0 ? high_ - low_ : s.bytes_reserved;
+    st.peak_footprint = segment_ == 0 ? high_ - low_ : peak_reserved_;
+    // Growing: a request also fits in a new segment over what is unreserved.
+    st.largest_allocation = std::max<uint64_t>(s.largest_free_block, s.limit_bytes - s.bytes_reserved);
+    return st;
+  }
+
+ private:
+  uint64_t segment_;
+  drover_mem_pool_t pool_{0};
+  int error_ = DROVER_MEM_OK;
+  uint64_t low_ = UINT64_MAX, high_ = 0, peak_reserved_ = 0;
+};
+
+class ListTarget final : public Target {
+ public:
+  explicit ListTarget(FreeListAllocator::Fit fit) : fit_(fit), list_(fit, uint64_t{1} << 40, kCapacity) {}
+  std::string Name() const override { return fit_ == FreeListAllocator::Fit::kFirst ? "first-fit list" : "best-fit list"; }
+  uint64_t Allocate(uint64_t size) override { return list_.Allocate(size); }
+  void Free(uint64_t addr) override { (void)list_.Free(addr); }
+  AllocatorState State() const override { return list_.State(); }
+
+ private:
+  FreeListAllocator::Fit fit_;
+  FreeListAllocator list_;
+};
+
+class CachingTarget final : public Target {
+ public:
+  CachingTarget() : model_(kCapacity) {}
+  std::string Name() const override { return "caching (PyTorch model)"; }
+  uint64_t Allocate(uint64_t size) override { return model_.Allocate(size); }
+  void Free(uint64_t addr) override { (void)model_.Free(addr); }
+  AllocatorState State() const override { return model_.State(); }
+
+ private:
+  CachingAllocator model_;
+};
+
+double GiB(uint64_t b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
+
+void Replay(const Trace& trace, Target& t) {
+  std::vector<uint64_t> addr(trace.allocations, 0);
+  uint64_t failed = 0, failed_bytes = 0;
+  AllocatorState at_peak;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const TraceEvent& e = trace.events[i];
+    if (e.size != 0) {
+      addr[e.id] = t.Allocate(e.size);
+      if (addr[e.id] == 0) {
+        ++failed;
+        failed_bytes += e.size;
+      }
+    } else if (addr[e.id] != 0) {
+      t.Free(addr[e.id]);
+      addr[e.id] = 0;
+    }
+    if (i == trace.peak_event) at_peak = t.State();
+  }
+  const double ns = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  const AllocatorState end = t.State();
+  const uint64_t free_at_peak = kCapacity - at_peak.held;
+  const double ext = free_at_peak == 0 ? 0.0
+                                       : 1.0 - static_cast<double>(std::min(at_peak.largest_allocation, free_at_peak)) /
+                                                   static_cast<double>(free_at_peak);
+  const double waste = end.peak_footprint == 0 ? 0.0
+                                               : 1.0 - static_cast<double>(trace.peak_live) /
+                                                           static_cast<double>(end.peak_footprint);
+  fmt::print("| {} | {:.2f} | {:.1f} % | {:.2f} | {:.1f} % | {} | {} | {:.0f} |\n", t.Name(), GiB(end.peak_footprint),
+             100.0 * waste, GiB(at_peak.largest_allocation), 100.0 * ext, failed,
+             failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(failed_bytes)),
+             ns / static_cast<double>(trace.events.size()));
+  for (uint64_t a : addr) {
+    if (a != 0) t.Free(a);
+  }
+}
+
+}  // namespace
+
+int FragmentationMain(int argc, char** argv) {
+  uint64_t seed = 1;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--seed=", 7) == 0) seed = std::strtoull(argv[i] + 7, nullptr, 10);
+    if (std::strncmp(argv[i], "--trace=", 8) == 0) only = argv[i] + 8;
+  }
+  std::vector<Trace> traces;
+  if (only.empty() || only == "training") traces.push_back(TrainingTrace(seed));
+  if (only.empty() || only == "kv-contig") traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, kCapacity));
+  if (only.empty() || only == "kv-paged") traces.push_back(KvCacheTrace(seed, KvLayout::kPaged, kCapacity));
+  for (const Trace& trace : traces) {
+    fmt::print("\n{} (seed {}): {} events, {} allocations, peak live {:.2f} GiB of {:.0f} GiB\n\n", trace.name, seed,
+               trace.events.size(), trace.allocations, GiB(trace.peak_live), GiB(kCapacity));
+    fmt::print("| allocator | peak reserved (GiB) | waste | largest free at peak (GiB) | ext. frag at peak | failed "
+               "allocs | failed GiB | ns/event |\n|---|--:|--:|--:|--:|--:|--:|--:|\n");
+    std::vector<std::unique_ptr<Target>> targets;
+    for (uint64_t segment : {uint64_t{0}, 2 * kGiB}) {
+      auto pool = std::make_unique<PoolTarget>(segment);
+      if (pool->error() != DROVER_MEM_OK) {
+        fmt::print("| {} | create failed: {} |||||||\n", pool->Name(), drover_mem_strerror(pool->error()));
+        continue;
+      }
+      targets.push_back(std::move(pool));
+    }
+    targets.push_back(std::make_unique<ListTarget>(FreeListAllocator::Fit::kFirst));
+    targets.push_back(std::make_unique<ListTarget>(FreeListAllocator::Fit::kBest));
+    targets.push_back(std::make_unique<CachingTarget>());
+    for (auto& t : targets) Replay(trace, *t);
+  }
+  return 0;
+}
+
+}  // namespace drover::bench

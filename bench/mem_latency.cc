@@ -1,0 +1,382 @@
+// mem_bench --latency: the latency of single allocate and single free calls,
+// as distributions (p50, p99, p99.9), for libdrover_mem's pool through its C
+// API (as a workload calls it, mutex and handle checks included), the bare
+// TLSF core (no lock), glibc malloc/free, and the two classic free lists of
+// alloc_models.h (address-ordered, coalescing; first fit and best fit), on
+// the same requests in the same run; then cudaMalloc/cudaFree and
+// cudaMallocAsync/cudaFreeAsync where libcudart and a device are present.
+//
+// Workload: 1024 live blocks of log-uniform sizes 256 B .. 64 MiB (mean
+// 5.3 MiB, about 5.5 GiB live). A round takes 64 distinct live blocks (a
+// seeded shuffle of the 1024, reshuffled every 16 rounds), frees them, then
+// allocates 64 new sizes into their places. Every allocator sees the same
+// sizes and slots (fixed seeds). A quarter of the rounds run first untimed.
+//
+// Timing: even rounds time each call alone with rdtsc (lfence before and
+// after, so the call cannot move across the reads; steady_clock off x86),
+// then subtract the timer's own overhead: the median of 100,000 empty
+// back-to-back readings, printed with the table. Odd rounds time each batch
+// of 64 frees and 64 allocations with one reading pair: the median over
+// batches, divided by 64, carries no timer overhead and cross-checks the
+// per-call p50 (a mean would not: on a shared machine one preemption of a few
+// ms inside a batch outweighs thousands of calls). Ticks become ns by a
+// 50 ms calibration against steady_clock.
+//
+// The pool and the free lists never touch the memory they hand out; glibc
+// writes a header per block, and maps blocks above its mmap threshold
+// (dynamic, up to 32 MiB) with mmap, so its tail is page faults and munmap.
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include "alloc_models.h"
+#include "drover/memory/drover_mem.h"
+#include "drover/memory/tlsf.h"
+#include "mem_modes.h"
+
+namespace drover::bench {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr size_t kLive = 1024;
+constexpr size_t kBatch = 64;
+constexpr size_t kShuffleEvery = kLive / kBatch;
+
+#if defined(__x86_64__)
+inline uint64_t Tick() {
+  _mm_lfence();
+  const uint64_t t = __rdtsc();
+  _mm_lfence();
+  return t;
+}
+constexpr const char* kTimerName = "rdtsc, lfence before and after";
+#else
+inline uint64_t Tick() {
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+constexpr const char* kTimerName = "steady_clock";
+#endif
+
+double TicksPerNs() {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
+  const uint64_t c0 = Tick();
+  Clock::time_point t1;
+  do {
+    t1 = Clock::now();
+  } while (t1 - t0 < std::chrono::milliseconds(50));
+  const uint64_t c1 = Tick();
+  return static_cast<double>(c1 - c0) / static_cast<double>(std::chrono::nanoseconds(t1 - t0).count());
+}
+
+// The median of empty back-to-back readings; *step: the smallest non-zero
+// one (a virtual machine's TSC may advance in steps: 26 ticks, 10 ns, on
+// the shared VM this was written on).
+uint64_t TimerOverhead(uint64_t* step) {
+  std::vector<uint64_t> d(100000);
+  *step = UINT64_MAX;
+  for (uint64_t& v : d) {
+    const uint64_t a = Tick();
+    const uint64_t b = Tick();
+    v = b - a;
+    if (v != 0) *step = std::min(*step, v);
+  }
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+  return d[d.size() / 2];
+}
+
+// log-uniform 256 B .. 64 MiB, fixed seed; the distribution is written out.
+const std::vector<uint64_t>& Sizes() {
+  static const std::vector<uint64_t> sizes = [] {
+    std::mt19937_64 rng(1);
+    std::vector<uint64_t> v(1 << 16);
+    for (uint64_t& s : v) s = static_cast<uint64_t>(std::exp2(8.0 + 18.0 * static_cast<double>(rng() >> 11) * 0x1.0p-53));
+    return v;
+  }();
+  return sizes;
+}
+
+struct Result {
+  std::string name;
+  std::vector<uint64_t> alloc, free;  // ticks, timer overhead subtracted
+  std::vector<uint64_t> batch_alloc, batch_free;  // ticks per batch of kBatch calls
+  std::string error;
+};
+
+using AllocFn = std::function<void*(size_t)>;
+using FreeFn = std::function<void(void*)>;
+
+// See the file comment. std::function's indirect call (about 2 ns) is in
+// every row alike.
+Result Measure(std::string name, size_t rounds, uint64_t overhead, const AllocFn& alloc, const FreeFn& release) {
+  Result r;
+  r.name = std::move(name);
+  const std::vector<uint64_t>& sizes = Sizes();
+  size_t next = 0;
+  auto size = [&] { return sizes[next++ & (sizes.size() - 1)]; };
+  std::vector<void*> live(kLive);
+  for (void*& p : live) {
+    p = alloc(size());
+    if (p == nullptr) {
+      r.error = "allocation failed while filling the live set";
+      return r;
+    }
+  }
+  std::mt19937_64 rng(7);
+  std::vector<size_t> perm(kLive);
+  for (size_t i = 0; i < kLive; ++i) perm[i] = i;
+  const size_t warmup = rounds / 4;
+  r.alloc.reserve(rounds / 2 * kBatch);
+  r.free.reserve(rounds / 2 * kBatch);
+  auto sub = [overhead](uint64_t d) { return d > overhead ? d - overhead : 0; };
+  for (size_t round = 0; round < warmup + rounds; ++round) {
+    if (round % kShuffleEvery == 0) {
+      for (size_t i = kLive - 1; i > 0; --i) std::swap(perm[i], perm[rng() % (i + 1)]);
+    }
+    const size_t* slots = &perm[(round % kShuffleEvery) * kBatch];
+    const bool timed = round >= warmup;
+    const bool per_call = (round % 2) == 0;
+    if (timed && per_call) {
+      for (size_t j = 0; j < kBatch; ++j) {
+        void* const p = live[slots[j]];
+        const uint64_t t0 = Tick();
+        release(p);
+        const uint64_t t1 = Tick();
+        r.free.push_back(sub(t1 - t0));
+      }
+      for (size_t j = 0; j < kBatch; ++j) {
+        const size_t n = size();
+        const uint64_t t0 = Tick();
+        void* const p = alloc(n);
+        const uint64_t t1 = Tick();
+        r.alloc.push_back(sub(t1 - t0));
+        live[slots[j]] = p;
+      }
+    } else {
+      const uint64_t t0 = Tick();
+      for (size_t j = 0; j < kBatch; ++j) release(live[slots[j]]);
+      const uint64_t t1 = Tick();
+      for (size_t j = 0; j < kBatch; ++j) live[slots[j]] = alloc(size());
+      const uint64_t t2 = Tick();
+      if (timed) {
+        r.batch_free.push_back(t1 - t0);
+        r.batch_alloc.push_back(t2 - t1);
+      }
+    }
+    for (size_t j = 0; j < kBatch; ++j) {
+      if (live[slots[j]] == nullptr) {
+        r.error = fmt::format("allocation failed in round {}", round);
+        for (void* p : live) {
+          if (p != nullptr) release(p);
+        }
+        return r;
+      }
+    }
+  }
+  for (void* p : live) release(p);
+  return r;
+}
+
+double Quantile(std::vector<uint64_t>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = static_cast<size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return static_cast<double>(v[k]);
+}
+
+void PrintRow(Result& r, double tpn) {
+  if (!r.error.empty()) {
+    fmt::print("| {} | {} |||||||| \n", r.name, r.error);
+    return;
+  }
+  auto ns = [tpn](double ticks) { return ticks / tpn; };
+  const double ba = Quantile(r.batch_alloc, 0.5) / kBatch;
+  const double bf = Quantile(r.batch_free, 0.5) / kBatch;
+  const double a50 = ns(Quantile(r.alloc, 0.5)), a99 = ns(Quantile(r.alloc, 0.99)), a999 = ns(Quantile(r.alloc, 0.999));
+  const double f50 = ns(Quantile(r.free, 0.5)), f99 = ns(Quantile(r.free, 0.99)), f999 = ns(Quantile(r.free, 0.999));
+  fmt::print("| {} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} | {:.0f} |\n", r.name, a50, a99, a999,
+             ns(ba), f50, f99, f999, ns(bf));
+}
+
+// --- CUDA runtime, loaded at run time (never linked: one binary with or without a GPU) ---
+
+struct Cudart {
+  void* lib = nullptr;
+  int (*GetDeviceCount)(int*) = nullptr;
+  int (*SetDevice)(int) = nullptr;
+  int (*Malloc)(void**, size_t) = nullptr;
+  int (*Free)(void*) = nullptr;
+  int (*StreamCreate)(void**) = nullptr;
+  int (*StreamSynchronize)(void*) = nullptr;
+  int (*StreamDestroy)(void*) = nullptr;
+  int (*MallocAsync)(void**, size_t, void*) = nullptr;
+  int (*FreeAsync)(void*, void*) = nullptr;
+  int (*DeviceSynchronize)() = nullptr;
+  const char* (*GetErrorString)(int) = nullptr;
+};
+
+template <typename F>
+bool Sym(void* lib, const char* name, F* out) {
+  void* p = dlsym(lib, name);
+  if (p == nullptr) return false;
+  std::memcpy(out, &p, sizeof(p));
+  return true;
+}
+
+// Empty string when usable; else why not.
+std::string LoadCudart(Cudart* c) {
+  for (const char* name : {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}) {
+    c->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (c->lib != nullptr) break;
+  }
+  if (c->lib == nullptr) return "libcudart.so, libcudart.so.12 and libcudart.so.11.0 not found by dlopen";
+  if (!Sym(c->lib, "cudaGetDeviceCount", &c->GetDeviceCount) || !Sym(c->lib, "cudaSetDevice", &c->SetDevice) ||
+      !Sym(c->lib, "cudaMalloc", &c->Malloc) || !Sym(c->lib, "cudaFree", &c->Free) ||
+      !Sym(c->lib, "cudaStreamCreate", &c->StreamCreate) ||
+      !Sym(c->lib, "cudaStreamSynchronize", &c->StreamSynchronize) ||
+      !Sym(c->lib, "cudaStreamDestroy", &c->StreamDestroy) ||
+      !Sym(c->lib, "cudaDeviceSynchronize", &c->DeviceSynchronize) ||
+      !Sym(c->lib, "cudaGetErrorString", &c->GetErrorString)) {
+    return "libcudart lacks a symbol this benchmark calls";
+  }
+  int n = 0;
+  if (int rc = c->GetDeviceCount(&n); rc != 0) return fmt::format("cudaGetDeviceCount: {}", c->GetErrorString(rc));
+  if (n == 0) return "cudaGetDeviceCount found no device";
+  if (int rc = c->SetDevice(0); rc != 0) return fmt::format("cudaSetDevice(0): {}", c->GetErrorString(rc));
+  // cudaMallocAsync is CUDA 11.2 and later: its absence skips only its row.
+  if (!Sym(c->lib, "cudaMallocAsync", &c->MallocAsync) || !Sym(c->lib, "cudaFreeAsync", &c->FreeAsync)) {
+    c->MallocAsync = nullptr;
+  }
+  return "";
+}
+
+void RunCuda(size_t rounds, uint64_t overhead, double tpn) {
+  Cudart c;
+  if (std::string why = LoadCudart(&c); !why.empty()) {
+    fmt::print("\ncudaMalloc/cudaFree and cudaMallocAsync/cudaFreeAsync: skipped ({}).\n", why);
+    return;
+  }
+  auto check = [&](int rc) {
+    if (rc != 0) fmt::print(stderr, "cuda error: {}\n", c.GetErrorString(rc));
+    return rc == 0;
+  };
+  Result sync = Measure(
+      "cudaMalloc / cudaFree", rounds, overhead,
+      [&](size_t n) -> void* {
+        void* p = nullptr;
+        return check(c.Malloc(&p, n)) ? p : nullptr;
+      },
+      [&](void* p) { (void)check(c.Free(p)); });
+  PrintRow(sync, tpn);
+  if (c.MallocAsync == nullptr) {
+    fmt::print("| cudaMallocAsync / cudaFreeAsync | skipped: libcudart has no cudaMallocAsync (before CUDA 11.2) ||||||||\n");
+    return;
+  }
+  void* stream = nullptr;
+  if (!check(c.StreamCreate(&stream))) return;
+  Result async = Measure(
+      "cudaMallocAsync / cudaFreeAsync (one stream, default pool)", rounds, overhead,
+      [&](size_t n) -> void* {
+        void* p = nullptr;
+        return check(c.MallocAsync(&p, n, stream)) ? p : nullptr;
+      },
+      [&](void* p) { (void)check(c.FreeAsync(p, stream)); });
+  (void)check(c.StreamSynchronize(stream));
+  (void)check(c.StreamDestroy(stream));
+  PrintRow(async, tpn);
+}
+
+}  // namespace
+
+int LatencyMain(int argc, char** argv) {
+  size_t rounds = 8192;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::max<size_t>(4, std::strtoull(argv[i] + 9, nullptr, 10));
+  }
+  const double tpn = TicksPerNs();
+  uint64_t step = 0;
+  const uint64_t overhead = TimerOverhead(&step);
+  fmt::print("Per-call latency, ns: {} rounds of {} frees then {} allocations over {} live blocks, sizes log-uniform "
+             "256 B .. 64 MiB;\nper-call columns from the {} timed one call at a time ({} samples each), timer {} "
+             "({:.3f} ticks/ns, "
+             "smallest step {} ticks = {:.1f} ns),\noverhead {} ticks = {:.1f} ns subtracted from each sample; batch columns: the median "
+             "over the other rounds\nof (time of {} calls in one timer pair) / {}: no timer overhead, and a preemption "
+             "moves a median little.\n\n",
+             rounds, kBatch, kBatch, kLive, rounds / 2, rounds / 2 * kBatch, kTimerName, tpn, step, static_cast<double>(step) / tpn, overhead,
+             static_cast<double>(overhead) / tpn, kBatch, kBatch);
+  fmt::print("| allocator | alloc p50 | alloc p99 | alloc p99.9 | alloc (batch p50) | free p50 | free p99 | free p99.9 "
+             "| free (batch p50) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+
+  {
+    drover_mem_options_t o;
+    drover_mem_options_init(&o);
+    o.reserve_bytes = 64 * kGiB;  // address space only: the pool never touches it
+    drover_mem_pool_t pool{0};
+    if (int rc = drover_mem_pool_create(&o, &pool); rc != DROVER_MEM_OK) {
+      fmt::print("| drover pool | create failed: {} ||||||||\n", drover_mem_strerror(rc));
+    } else {
+      Result r = Measure(
+          "drover pool (C API)", rounds, overhead,
+          [&](size_t n) -> void* {
+            void* p = nullptr;
+            return drover_mem_alloc(pool, n, 0, 0, &p) == DROVER_MEM_OK ? p : nullptr;
+          },
+          [&](void* p) { (void)drover_mem_free(pool, p); });
+      PrintRow(r, tpn);
+      (void)drover_mem_pool_destroy(pool);
+    }
+  }
+  {
+    memory::Tlsf tlsf(256);
+    tlsf.AddRange(uint64_t{1} << 40, 64 * kGiB);
+    Result r = Measure(
+        "TLSF core (no lock, no handle)", rounds, overhead,
+        [&](size_t n) {
+          memory::Tlsf::Allocation a;
+          return reinterpret_cast<void*>(tlsf.Allocate(n, 256, 0, &a));
+        },
+        [&](void* p) {
+          memory::Tlsf::Allocation a;
+          (void)tlsf.Free(reinterpret_cast<uint64_t>(p), &a);
+        });
+    PrintRow(r, tpn);
+  }
+  {
+    Result r = Measure(
+        "glibc malloc / free", rounds, overhead, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
+    PrintRow(r, tpn);
+  }
+  for (FreeListAllocator::Fit fit : {FreeListAllocator::Fit::kFirst, FreeListAllocator::Fit::kBest}) {
+    FreeListAllocator list(fit, uint64_t{1} << 40, 64 * kGiB);
+    size_t free_blocks = 0;
+    Result r = Measure(
+        fit == FreeListAllocator::Fit::kFirst ? "first-fit list" : "best-fit list", rounds, overhead,
+        [&](size_t n) { return reinterpret_cast<void*>(list.Allocate(n)); },
+        [&](void* p) {
+          (void)list.Free(reinterpret_cast<uint64_t>(p));
+          free_blocks = std::max(free_blocks, list.free_blocks());
+        });
+    r.name += fmt::format(" (free list up to {} blocks)", free_blocks);
+    PrintRow(r, tpn);
+  }
+  RunCuda(std::min<size_t>(rounds, 512), overhead, tpn);
+  return 0;
+}
+
+}  // namespace drover::bench
