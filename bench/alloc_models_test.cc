@@ -233,10 +233,10 @@ TEST(MemTracesTest, AreWellFormedAndDeterministic) {
   EXPECT_TRUE(SameEvents(TrainingTrace(1), training));
   EXPECT_FALSE(SameEvents(TrainingTrace(2), training)) << "the seed picks the batch shapes";
   for (KvLayout layout : {KvLayout::kContiguous, KvLayout::kPaged}) {
-    const Trace kv = KvCacheTrace(1, layout, 80 * kGiB);
+    const Trace kv = KvCacheTrace(1, layout, 16, 80 * kGiB);
     CheckTrace(kv);
-    EXPECT_TRUE(SameEvents(KvCacheTrace(1, layout, 80 * kGiB), kv));
-    EXPECT_FALSE(SameEvents(KvCacheTrace(2, layout, 80 * kGiB), kv));
+    EXPECT_TRUE(SameEvents(KvCacheTrace(1, layout, 16, 80 * kGiB), kv));
+    EXPECT_FALSE(SameEvents(KvCacheTrace(2, layout, 16, 80 * kGiB), kv));
   }
 }
 

@@ -17,6 +17,11 @@
 //                  cached whole segments it would release.
 //   failed         allocations refused at the capacity (the trace goes on;
 //                  a refused block's free is skipped).
+//   needed         the smallest capacity, to 1/4 GiB, at which the replay
+//                  refuses nothing: a bisection between the peak live bytes
+//                  and 160 GiB, one fresh allocator per try (it assumes more
+//                  capacity never hurts, which a placement policy does not
+//                  promise; "> 160" when even that fails).
 //
 // The pool's own configurations: "one reservation" reserves the capacity at
 // creation (as over a VMM reservation of the whole device); "2 GiB segments"
@@ -44,6 +49,8 @@ namespace {
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 constexpr uint64_t kCapacity = 80 * kGiB;
+constexpr uint64_t kStep = kGiB / 4;
+constexpr uint64_t kMaxCapacity = 160 * kGiB;
 
 class Target {
  public:
@@ -57,11 +64,11 @@ class Target {
 class PoolTarget final : public Target {
  public:
   // segment == 0: one reservation of the whole capacity.
-  explicit PoolTarget(uint64_t segment) : segment_(segment) {
+  PoolTarget(uint64_t segment, uint64_t capacity) : segment_(segment) {
     drover_mem_options_t o;
     drover_mem_options_init(&o);
-    o.reserve_bytes = segment == 0 ? kCapacity : segment;
-    o.limit_bytes = kCapacity;
+    o.reserve_bytes = segment == 0 ? capacity : segment;
+    o.limit_bytes = capacity;
     o.grow_bytes = segment;
     error_ = drover_mem_pool_create(&o, &pool_);
   }
@@ -114,7 +121,7 @@ class PoolTarget final : public Target {
 
 class ListTarget final : public Target {
  public:
-  explicit ListTarget(FreeListAllocator::Fit fit) : fit_(fit), list_(fit, uint64_t{1} << 40, kCapacity) {}
+  ListTarget(FreeListAllocator::Fit fit, uint64_t capacity) : fit_(fit), list_(fit, uint64_t{1} << 40, capacity) {}
   std::string Name() const override { return fit_ == FreeListAllocator::Fit::kFirst ? "first-fit list" : "best-fit list"; }
   uint64_t Allocate(uint64_t size) override { return list_.Allocate(size); }
   void Free(uint64_t addr) override { (void)list_.Free(addr); }
@@ -127,7 +134,7 @@ class ListTarget final : public Target {
 
 class CachingTarget final : public Target {
  public:
-  CachingTarget() : model_(kCapacity) {}
+  explicit CachingTarget(uint64_t capacity) : model_(capacity) {}
   std::string Name() const override { return "caching (PyTorch model)"; }
   uint64_t Allocate(uint64_t size) override { return model_.Allocate(size); }
   void Free(uint64_t addr) override { (void)model_.Free(addr); }
@@ -139,42 +146,82 @@ class CachingTarget final : public Target {
 
 double GiB(uint64_t b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
 
-void Replay(const Trace& trace, Target& t) {
-  std::vector<uint64_t> addr(trace.allocations, 0);
+constexpr int kTargets = 5;
+
+// Target i over capacity bytes; null (and *error set) when the pool cannot
+// be created.
+std::unique_ptr<Target> MakeTarget(int i, uint64_t capacity, std::string* error) {
+  switch (i) {
+    case 0:
+    case 1: {
+      auto pool = std::make_unique<PoolTarget>(i == 0 ? 0 : 2 * kGiB, capacity);
+      if (pool->error() == DROVER_MEM_OK) return pool;
+      *error = fmt::format("{}: create failed: {}", pool->Name(), drover_mem_strerror(pool->error()));
+      return nullptr;
+    }
+    case 2:
+      return std::make_unique<ListTarget>(FreeListAllocator::Fit::kFirst, capacity);
+    case 3:
+      return std::make_unique<ListTarget>(FreeListAllocator::Fit::kBest, capacity);
+    default:
+      return std::make_unique<CachingTarget>(capacity);
+  }
+}
+
+struct ReplayResult {
   uint64_t failed = 0, failed_bytes = 0;
-  AllocatorState at_peak;
+  AllocatorState at_peak, end;
+  double ns = 0;
+};
+
+ReplayResult Replay(const Trace& trace, Target& t) {
+  ReplayResult r;
+  std::vector<uint64_t> addr(trace.allocations, 0);
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& e = trace.events[i];
     if (e.size != 0) {
       addr[e.id] = t.Allocate(e.size);
       if (addr[e.id] == 0) {
-        ++failed;
-        failed_bytes += e.size;
+        ++r.failed;
+        r.failed_bytes += e.size;
       }
     } else if (addr[e.id] != 0) {
       t.Free(addr[e.id]);
       addr[e.id] = 0;
     }
-    if (i == trace.peak_event) at_peak = t.State();
+    if (i == trace.peak_event) r.at_peak = t.State();
   }
-  const double ns = static_cast<double>(
+  r.ns = static_cast<double>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-  const AllocatorState end = t.State();
-  const uint64_t free_at_peak = kCapacity - at_peak.held;
-  const double ext = free_at_peak == 0 ? 0.0
-                                       : 1.0 - static_cast<double>(std::min(at_peak.largest_allocation, free_at_peak)) /
-                                                   static_cast<double>(free_at_peak);
-  const double waste = end.peak_footprint == 0 ? 0.0
-                                               : 1.0 - static_cast<double>(trace.peak_live) /
-                                                           static_cast<double>(end.peak_footprint);
-  fmt::print("| {} | {:.2f} | {:.1f} % | {:.2f} | {:.1f} % | {} | {} | {:.0f} |\n", t.Name(), GiB(end.peak_footprint),
-             100.0 * waste, GiB(at_peak.largest_allocation), 100.0 * ext, failed,
-             failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(failed_bytes)),
-             ns / static_cast<double>(trace.events.size()));
+  r.end = t.State();
   for (uint64_t a : addr) {
     if (a != 0) t.Free(a);
   }
+  return r;
+}
+
+// The smallest capacity (a multiple of kStep) at which target i refuses
+// nothing; 0 when kMaxCapacity is not enough. known_ok: a capacity already
+// seen to work (0: none).
+uint64_t NeededCapacity(const Trace& trace, int i, uint64_t known_ok) {
+  uint64_t lo = (trace.peak_live + kStep - 1) / kStep * kStep;  // may work
+  uint64_t hi = known_ok != 0 ? known_ok : kMaxCapacity;       // works if anything does
+  std::string error;
+  auto ok = [&](uint64_t capacity) {
+    std::unique_ptr<Target> t = MakeTarget(i, capacity, &error);
+    return t != nullptr && Replay(trace, *t).failed == 0;
+  };
+  if (known_ok == 0 && !ok(hi)) return 0;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / kStep / 2 * kStep;
+    if (ok(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + kStep;
+    }
+  }
+  return hi;
 }
 
 }  // namespace
@@ -182,32 +229,51 @@ void Replay(const Trace& trace, Target& t) {
 int FragmentationMain(int argc, char** argv) {
   uint64_t seed = 1;
   std::string only;
+  bool sweep = true;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-sweep") == 0) sweep = false;
     if (std::strncmp(argv[i], "--seed=", 7) == 0) seed = std::strtoull(argv[i] + 7, nullptr, 10);
     if (std::strncmp(argv[i], "--trace=", 8) == 0) only = argv[i] + 8;
   }
   std::vector<Trace> traces;
   if (only.empty() || only == "training") traces.push_back(TrainingTrace(seed));
-  if (only.empty() || only == "kv-contig") traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, kCapacity));
-  if (only.empty() || only == "kv-paged") traces.push_back(KvCacheTrace(seed, KvLayout::kPaged, kCapacity));
+  if (only.empty() || only == "kv-contig-16") traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, 16, kCapacity));
+  if (only.empty() || only == "kv-contig-1") traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, 1, kCapacity));
+  if (only.empty() || only == "kv-paged") traces.push_back(KvCacheTrace(seed, KvLayout::kPaged, 16, kCapacity));
   for (const Trace& trace : traces) {
     fmt::print("\n{} (seed {}): {} events, {} allocations, peak live {:.2f} GiB of {:.0f} GiB\n\n", trace.name, seed,
                trace.events.size(), trace.allocations, GiB(trace.peak_live), GiB(kCapacity));
     fmt::print("| allocator | peak reserved (GiB) | waste | largest free at peak (GiB) | ext. frag at peak | failed "
-               "allocs | failed GiB | ns/event |\n|---|--:|--:|--:|--:|--:|--:|--:|\n");
-    std::vector<std::unique_ptr<Target>> targets;
-    for (uint64_t segment : {uint64_t{0}, 2 * kGiB}) {
-      auto pool = std::make_unique<PoolTarget>(segment);
-      if (pool->error() != DROVER_MEM_OK) {
-        fmt::print("| {} | create failed: {} |||||||\n", pool->Name(), drover_mem_strerror(pool->error()));
+               "allocs | failed GiB | needed (GiB) |\n|---|--:|--:|--:|--:|--:|--:|--:|\n");
+    std::string times;
+    for (int i = 0; i < kTargets; ++i) {
+      std::string error;
+      std::unique_ptr<Target> t = MakeTarget(i, kCapacity, &error);
+      if (t == nullptr) {
+        fmt::print("| {} ||||||||\n", error);
         continue;
       }
-      targets.push_back(std::move(pool));
+      const ReplayResult r = Replay(trace, *t);
+      const std::string name = t->Name();
+      t.reset();
+      const uint64_t free_at_peak = kCapacity - r.at_peak.held;
+      const uint64_t largest = std::min(r.at_peak.largest_allocation, free_at_peak);
+      const double ext =
+          free_at_peak == 0 ? 0.0 : 1.0 - static_cast<double>(largest) / static_cast<double>(free_at_peak);
+      const double waste = r.end.peak_footprint == 0 ? 0.0
+                                                     : 1.0 - static_cast<double>(trace.peak_live) /
+                                                                 static_cast<double>(r.end.peak_footprint);
+      const uint64_t needed = sweep ? NeededCapacity(trace, i, r.failed == 0 ? kCapacity : 0) : 0;
+      fmt::print("| {} | {:.2f} | {:.1f} % | {:.2f} | {:.1f} % | {} | {} | {} |\n", name, GiB(r.end.peak_footprint),
+                 100.0 * waste, GiB(largest), 100.0 * ext, r.failed,
+                 r.failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(r.failed_bytes)),
+                 !sweep ? std::string("-") : needed == 0 ? fmt::format("> {:.0f}", GiB(kMaxCapacity))
+                                                         : fmt::format("{:.2f}", GiB(needed)));
+      times += fmt::format("{}{} {:.0f}", times.empty() ? "" : ", ", name, r.ns / static_cast<double>(trace.events.size()));
     }
-    targets.push_back(std::make_unique<ListTarget>(FreeListAllocator::Fit::kFirst));
-    targets.push_back(std::make_unique<ListTarget>(FreeListAllocator::Fit::kBest));
-    targets.push_back(std::make_unique<CachingTarget>());
-    for (auto& t : targets) Replay(trace, *t);
+    // The pool's rows include the replay's drover_mem_usable_size per
+    // allocation (and drover_mem_stats, for the growing pool's reservation).
+    fmt::print("\nreplay ns per event (not a latency figure: see --latency): {}\n", times);
   }
   return 0;
 }

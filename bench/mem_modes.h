@@ -3,7 +3,8 @@
 // without one it runs the Google Benchmark functions of mem_bench.cc):
 //
 //   mem_bench --latency [--rounds=N]     per-call allocate / free percentiles
-//   mem_bench --fragmentation [--seed=N] trace replay: waste, fragmentation, failures
+//   mem_bench --fragmentation [--seed=N] [--trace=NAME] [--no-sweep]
+//                                        trace replay: waste, fragmentation, failures
 //
 // Both print markdown tables (docs/performance.md).
 

@@ -133,9 +133,9 @@ Trace TrainingTrace(uint64_t seed) {
   return b.Take();
 }
 
-Trace KvCacheTrace(uint64_t seed, KvLayout layout, uint64_t capacity) {
+Trace KvCacheTrace(uint64_t seed, KvLayout layout, uint64_t grow_tokens, uint64_t capacity) {
   std::mt19937_64 rng(seed);
-  Builder b(layout == KvLayout::kContiguous ? "kv-contig" : "kv-paged");
+  Builder b(layout == KvLayout::kContiguous ? "kv-contig-" + std::to_string(grow_tokens) : "kv-paged");
   constexpr uint64_t h = 4096, inter = 11008, layers = 32, vocab = 32000, bf16 = 2, fp32 = 4;
   constexpr uint64_t kv_per_token = 2 * layers * h * bf16;  // 512 KiB
   constexpr uint64_t block_tokens = 16;
@@ -163,7 +163,7 @@ Trace KvCacheTrace(uint64_t seed, KvLayout layout, uint64_t capacity) {
   auto grow = [&](Request& r) {
     if (layout == KvLayout::kContiguous) {
       if (r.tokens <= r.cap) return;
-      const uint64_t cap = (r.tokens + block_tokens - 1) / block_tokens * block_tokens;
+      const uint64_t cap = (r.tokens + grow_tokens - 1) / grow_tokens * grow_tokens;
       const uint32_t next = b.Alloc(cap * kv_per_token);
       if (r.cap != 0) b.Free(r.buffer);
       r.buffer = next;

@@ -21,9 +21,11 @@
 //           per parameter. Tokens per batch (batch x sequence) change every
 //           25 iterations: sequence 512, 1024, 2048 or 4096, batch chosen so
 //           tokens are 2048 .. 14336 (a multiple of 2048), 300 iterations.
-// kv-contig LLM serving, KV cache as one contiguous buffer per request that is
-//           reallocated (allocate the larger one, copy, free the old) each
-//           time it fills, growing by 16 tokens (Hugging Face-style caches).
+// kv-contig-16  LLM serving, KV cache as one contiguous buffer per request
+//           that is reallocated (allocate the larger one, copy, free the old)
+//           each time it fills, growing by 16 tokens.
+// kv-contig-1   The same, growing by one token: a reallocation per request
+//           per generated token (Hugging Face's DynamicCache, torch.cat).
 // kv-paged  The same requests with the cache in 16-token blocks, one
 //           allocation per block (8 MiB), all freed when the request ends.
 //           Serving model for both: 7 B-class, 32 layers, h = 4096, bf16
@@ -61,6 +63,7 @@ struct Trace {
 
 Trace TrainingTrace(uint64_t seed);
 enum class KvLayout { kContiguous, kPaged };
-Trace KvCacheTrace(uint64_t seed, KvLayout layout, uint64_t capacity);
+// grow_tokens: what a contiguous buffer grows by (a paged block is 16 tokens).
+Trace KvCacheTrace(uint64_t seed, KvLayout layout, uint64_t grow_tokens, uint64_t capacity);
 
 }  // namespace drover::bench
