@@ -141,7 +141,9 @@ typedef struct {
   uint64_t free_chunk_bytes;      /* free bytes in whole chunks of the segments: the most one stitch can gather */
   uint64_t largest_allocation;    /* the largest allocation that fits without growing, stitching included */
   double fragmentation;           /* 1 - largest_allocation / bytes_free; 0 when nothing is free */
-  uint64_t stitched_ranges;       /* live stitched ranges */
+  /* Stitched ranges held, including ranges whose allocations were all freed:
+   * those are kept for reuse until an allocation finds no room or a trim. */
+  uint64_t stitched_ranges;
   uint64_t stitched_bytes;        /* bytes of segment memory mapped into them */
   uint64_t stitched_allocations;  /* live allocations inside stitched ranges */
   uint64_t total_stitches;        /* stitched ranges made since creation */
@@ -176,7 +178,8 @@ int drover_mem_tag_usage(drover_mem_pool_t pool, uint32_t tag, drover_mem_tag_us
 /* Remapping state and fragmentation as stitching sees it. */
 int drover_mem_remap_stats(drover_mem_pool_t pool, drover_mem_remap_stats_t* stats);
 
-/* Releases the segments, other than the first, that hold no allocation. */
+/* Releases the stitched ranges and the segments, other than the first, that
+ * hold no allocation. */
 int drover_mem_trim(drover_mem_pool_t pool);
 
 /* A static lower-case description of an error code ("invalid pool handle"). */

@@ -9,8 +9,10 @@
 // range and maps those chunks' physical memory into it back to back
 // (MemoryBackend::Alias). The range joins the allocator as a range of its
 // own and the allocation is served from it; what it does not use stays free
-// there for later allocations. When its last allocation is freed the range is
-// unmapped and released and the pinned chunks return to their segments.
+// there for later allocations. A range whose allocations are all freed is
+// kept (GMLake's cache of stitched blocks: the same large allocation again
+// costs no backend call) until an allocation finds no room, or a trim: then
+// it is unmapped and released and its pinned chunks return to their segments.
 // Example (granule 4 KiB): four 1 MiB segments each hold 900 KiB, so each has
 // a free tail of 124 KiB (31 chunks) and no 200 KiB block exists; stitching
 // takes 50 of the 124 free chunks (31 + 19 from two segments) into one
@@ -65,8 +67,8 @@ uint64_t RoundDown(uint64_t v, uint64_t granule) { return v & ~(granule - 1); }
 //   allocations = number of live blocks = sum over tags of tag allocations;
 //   bytes_reserved = sum of segments' sizes <= limit (stitched ranges are
 //   aliases of pinned segment memory: not counted again);
-//   a stitched range's size = sum of its pinned pieces' sizes, and it lives
-//   exactly while it holds a live allocation.
+//   a stitched range's size = sum of its pinned pieces' sizes, and it is
+//   released only when it holds no live allocation.
 // Not thread-safe: guarded by its slot's mutex.
 class PoolState {
  public:
@@ -141,7 +143,8 @@ class PoolState {
     const uint64_t need = RoundUp(size, min) + (alignment - min);
     if (need > limit_) return DROVER_MEM_ERR_TOO_LARGE;
     Tlsf::Allocation a;
-    if (tlsf_.Allocate(size, alignment, tag, &a) == 0) {
+    if (tlsf_.Allocate(size, alignment, tag, &a) == 0 &&
+        (!ReleaseEmptyStitches() || tlsf_.Allocate(size, alignment, tag, &a) == 0)) {
       int rc = Grow(need);
       if (rc == DROVER_MEM_OK) {
         if (tlsf_.Allocate(size, alignment, tag, &a) == 0) return DROVER_MEM_ERR_OUT_OF_MEMORY;  // not reached
@@ -176,7 +179,7 @@ class PoolState {
     t.bytes -= a.size;
     --t.allocations;
     if (!stitches_.empty()) {
-      if (Stitch* st = StitchOf(addr); st != nullptr && --st->live == 0) Dissolve(st);
+      if (Stitch* st = StitchOf(addr); st != nullptr) --st->live;
     }
     return DROVER_MEM_OK;
   }
@@ -216,8 +219,10 @@ class PoolState {
     return DROVER_MEM_OK;
   }
 
-  // Releases wholly free segments except the first (the reservation).
+  // Releases empty stitched ranges, then wholly free segments except the
+  // first (the reservation).
   void Trim() {
+    (void)ReleaseEmptyStitches();
     for (size_t i = segments_.size(); i-- > 1;) {
       const Segment s = segments_[i];
       if (!tlsf_.RangeIsFree(s.range)) continue;
@@ -320,6 +325,18 @@ class PoolState {
     stitches_.push_back(std::move(st));
     ++total_stitches_;
     return DROVER_MEM_OK;
+  }
+
+  // Dissolves the stitched ranges that hold no allocation; true when there
+  // was one.
+  bool ReleaseEmptyStitches() {
+    bool any = false;
+    for (size_t i = stitches_.size(); i-- > 0;) {
+      if (stitches_[i].live != 0) continue;
+      Dissolve(&stitches_[i]);
+      any = true;
+    }
+    return any;
   }
 
   // Unmaps and releases a stitched range with no live allocation and returns
