@@ -15,12 +15,16 @@
 // Timing: even rounds time each call alone with rdtsc (lfence before and
 // after, so the call cannot move across the reads; steady_clock off x86),
 // then subtract the timer's own overhead: the median of 100,000 empty
-// back-to-back readings, printed with the table. Odd rounds time each batch
-// of 64 frees and 64 allocations with one reading pair: the median over
-// batches, divided by 64, carries no timer overhead and cross-checks the
-// per-call p50 (a mean would not: on a shared machine one preemption of a few
-// ms inside a batch outweighs thousands of calls). Ticks become ns by a
-// 50 ms calibration against steady_clock.
+// back-to-back readings, printed with the table (so is the timer's smallest
+// step: a VM's TSC may advance 10-20 ns at a time, which bounds how finely
+// per-call numbers resolve). Odd rounds time each batch of 64 frees and 64
+// allocations with one reading pair: a batch's time / 64 is a mean over 64
+// calls with no timer overhead and no step, and its median over batches
+// cross-checks the per-call columns (it lies between p50 and the mean: a
+// heavy tail such as glibc's mmap calls lifts it above p50). The median, not
+// the mean over all batches: on a shared machine one preemption of a few ms
+// outweighs thousands of calls. Ticks become ns by a 50 ms calibration
+// against steady_clock.
 //
 // The pool and the free lists never touch the memory they hand out; glibc
 // writes a header per block, and maps blocks above its mmap threshold
@@ -315,13 +319,13 @@ int LatencyMain(int argc, char** argv) {
   fmt::print("Per-call latency, ns: {} rounds of {} frees then {} allocations over {} live blocks, sizes log-uniform "
              "256 B .. 64 MiB;\nper-call columns from the {} timed one call at a time ({} samples each), timer {} "
              "({:.3f} ticks/ns, "
-             "smallest step {} ticks = {:.1f} ns),\noverhead {} ticks = {:.1f} ns subtracted from each sample; batch columns: the median "
-             "over the other rounds\nof (time of {} calls in one timer pair) / {}: no timer overhead, and a preemption "
-             "moves a median little.\n\n",
+             "smallest step {} ticks = {:.1f} ns),\noverhead {} ticks = {:.1f} ns subtracted from each sample; batch columns: (time of "
+             "{} calls in one timer pair) / {},\nthe median over the other rounds: a mean of {} calls with no timer "
+             "overhead or step (a heavy tail lifts it above p50).\n\n",
              rounds, kBatch, kBatch, kLive, rounds / 2, rounds / 2 * kBatch, kTimerName, tpn, step, static_cast<double>(step) / tpn, overhead,
-             static_cast<double>(overhead) / tpn, kBatch, kBatch);
-  fmt::print("| allocator | alloc p50 | alloc p99 | alloc p99.9 | alloc (batch p50) | free p50 | free p99 | free p99.9 "
-             "| free (batch p50) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+             static_cast<double>(overhead) / tpn, kBatch, kBatch, kBatch);
+  fmt::print("| allocator | alloc p50 | alloc p99 | alloc p99.9 | alloc batch | free p50 | free p99 | free p99.9 "
+             "| free batch |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
 
   {
     drover_mem_options_t o;
