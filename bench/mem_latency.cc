@@ -4,7 +4,9 @@
 // TLSF core (no lock), glibc malloc/free, and the two classic free lists of
 // alloc_models.h (address-ordered, coalescing; first fit and best fit), on
 // the same requests in the same run; then cudaMalloc/cudaFree and
-// cudaMallocAsync/cudaFreeAsync where libcudart and a device are present.
+// cudaMallocAsync/cudaFreeAsync where libcudart (else libcuda.so.1, the
+// driver API's cuMemAlloc/cuMemAllocAsync) and a device are present: on a
+// machine without them a line says why they were skipped.
 //
 // Workload: 1024 live blocks of log-uniform sizes 256 B .. 64 MiB (mean
 // 5.3 MiB, about 5.5 GiB live). A round takes 64 distinct live blocks (a
@@ -218,22 +220,12 @@ void PrintRow(Result& r, double tpn) {
              ns(ba), f50, f99, f999, ns(bf));
 }
 
-// --- CUDA runtime, loaded at run time (never linked: one binary with or without a GPU) ---
-
-struct Cudart {
-  void* lib = nullptr;
-  int (*GetDeviceCount)(int*) = nullptr;
-  int (*SetDevice)(int) = nullptr;
-  int (*Malloc)(void**, size_t) = nullptr;
-  int (*Free)(void*) = nullptr;
-  int (*StreamCreate)(void**) = nullptr;
-  int (*StreamSynchronize)(void*) = nullptr;
-  int (*StreamDestroy)(void*) = nullptr;
-  int (*MallocAsync)(void**, size_t, void*) = nullptr;
-  int (*FreeAsync)(void*, void*) = nullptr;
-  int (*DeviceSynchronize)() = nullptr;
-  const char* (*GetErrorString)(int) = nullptr;
-};
+// --- CUDA, loaded at run time (never linked: one binary with or without a GPU) ---
+//
+// The runtime API (libcudart: cudaMalloc, cudaMallocAsync) when it loads and
+// sees a device; else the driver API it sits on (libcuda.so.1: cuMemAlloc,
+// cuMemAllocAsync, same allocators underneath) in the device's primary
+// context. One wrapper per symbol used; codes are 0 on success in both.
 
 template <typename F>
 bool Sym(void* lib, const char* name, F* out) {
@@ -243,66 +235,163 @@ bool Sym(void* lib, const char* name, F* out) {
   return true;
 }
 
-// Empty string when usable; else why not.
-std::string LoadCudart(Cudart* c) {
+struct CudaApi {
+  std::string via;  // "runtime" or "driver"
+  std::function<int(void**, size_t)> malloc;
+  std::function<int(void*)> free;
+  std::function<int(void**)> stream_create;
+  std::function<int(void*)> stream_sync;
+  std::function<int(void*)> stream_destroy;
+  std::function<int(void**, size_t, void*)> malloc_async;  // empty before CUDA 11.2
+  std::function<int(void*, void*)> free_async;
+  std::function<std::string(int)> error;
+};
+
+// Empty string when api is usable; else why not.
+std::string LoadRuntime(CudaApi* api) {
+  void* lib = nullptr;
   for (const char* name : {"libcudart.so", "libcudart.so.12", "libcudart.so.11.0"}) {
-    c->lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (c->lib != nullptr) break;
+    lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) break;
   }
-  if (c->lib == nullptr) return "libcudart.so, libcudart.so.12 and libcudart.so.11.0 not found by dlopen";
-  if (!Sym(c->lib, "cudaGetDeviceCount", &c->GetDeviceCount) || !Sym(c->lib, "cudaSetDevice", &c->SetDevice) ||
-      !Sym(c->lib, "cudaMalloc", &c->Malloc) || !Sym(c->lib, "cudaFree", &c->Free) ||
-      !Sym(c->lib, "cudaStreamCreate", &c->StreamCreate) ||
-      !Sym(c->lib, "cudaStreamSynchronize", &c->StreamSynchronize) ||
-      !Sym(c->lib, "cudaStreamDestroy", &c->StreamDestroy) ||
-      !Sym(c->lib, "cudaDeviceSynchronize", &c->DeviceSynchronize) ||
-      !Sym(c->lib, "cudaGetErrorString", &c->GetErrorString)) {
+  if (lib == nullptr) return "no libcudart.so, libcudart.so.12 or libcudart.so.11.0";
+  int (*get_count)(int*) = nullptr;
+  int (*set_device)(int) = nullptr;
+  int (*malloc_fn)(void**, size_t) = nullptr;
+  int (*free_fn)(void*) = nullptr;
+  int (*stream_create)(void**) = nullptr;
+  int (*stream_sync)(void*) = nullptr;
+  int (*stream_destroy)(void*) = nullptr;
+  int (*malloc_async)(void**, size_t, void*) = nullptr;
+  int (*free_async)(void*, void*) = nullptr;
+  const char* (*error)(int) = nullptr;
+  if (!Sym(lib, "cudaGetDeviceCount", &get_count) || !Sym(lib, "cudaSetDevice", &set_device) ||
+      !Sym(lib, "cudaMalloc", &malloc_fn) || !Sym(lib, "cudaFree", &free_fn) ||
+      !Sym(lib, "cudaStreamCreate", &stream_create) || !Sym(lib, "cudaStreamSynchronize", &stream_sync) ||
+      !Sym(lib, "cudaStreamDestroy", &stream_destroy) || !Sym(lib, "cudaGetErrorString", &error)) {
     return "libcudart lacks a symbol this benchmark calls";
   }
   int n = 0;
-  if (int rc = c->GetDeviceCount(&n); rc != 0) return fmt::format("cudaGetDeviceCount: {}", c->GetErrorString(rc));
-  if (n == 0) return "cudaGetDeviceCount found no device";
-  if (int rc = c->SetDevice(0); rc != 0) return fmt::format("cudaSetDevice(0): {}", c->GetErrorString(rc));
-  // cudaMallocAsync is CUDA 11.2 and later: its absence skips only its row.
-  if (!Sym(c->lib, "cudaMallocAsync", &c->MallocAsync) || !Sym(c->lib, "cudaFreeAsync", &c->FreeAsync)) {
-    c->MallocAsync = nullptr;
+  if (int rc = get_count(&n); rc != 0) return fmt::format("libcudart: cudaGetDeviceCount: {}", error(rc));
+  if (n == 0) return "libcudart: cudaGetDeviceCount found no device";
+  if (int rc = set_device(0); rc != 0) return fmt::format("libcudart: cudaSetDevice(0): {}", error(rc));
+  api->via = "runtime";
+  api->malloc = malloc_fn;
+  api->free = free_fn;
+  api->stream_create = stream_create;
+  api->stream_sync = stream_sync;
+  api->stream_destroy = stream_destroy;
+  if (Sym(lib, "cudaMallocAsync", &malloc_async) && Sym(lib, "cudaFreeAsync", &free_async)) {
+    api->malloc_async = malloc_async;
+    api->free_async = free_async;
   }
+  api->error = [error](int rc) { return std::string(error(rc)); };
+  return "";
+}
+
+std::string LoadDriver(CudaApi* api) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return "no libcuda.so.1";
+  using Ptr = unsigned long long;  // CUdeviceptr
+  int (*init)(unsigned) = nullptr;
+  int (*get_count)(int*) = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*retain)(void**, int) = nullptr;
+  int (*set_current)(void*) = nullptr;
+  int (*malloc_fn)(Ptr*, size_t) = nullptr;
+  int (*free_fn)(Ptr) = nullptr;
+  int (*stream_create)(void**, unsigned) = nullptr;
+  int (*stream_sync)(void*) = nullptr;
+  int (*stream_destroy)(void*) = nullptr;
+  int (*malloc_async)(Ptr*, size_t, void*) = nullptr;
+  int (*free_async)(Ptr, void*) = nullptr;
+  int (*error)(int, const char**) = nullptr;
+  if (!Sym(lib, "cuInit", &init) || !Sym(lib, "cuDeviceGetCount", &get_count) ||
+      !Sym(lib, "cuDeviceGet", &device_get) || !Sym(lib, "cuDevicePrimaryCtxRetain", &retain) ||
+      !Sym(lib, "cuCtxSetCurrent", &set_current) || !Sym(lib, "cuMemAlloc_v2", &malloc_fn) ||
+      !Sym(lib, "cuMemFree_v2", &free_fn) || !Sym(lib, "cuStreamCreate", &stream_create) ||
+      !Sym(lib, "cuStreamSynchronize", &stream_sync) || !Sym(lib, "cuStreamDestroy_v2", &stream_destroy) ||
+      !Sym(lib, "cuGetErrorString", &error)) {
+    return "libcuda.so.1 lacks a symbol this benchmark calls";
+  }
+  auto text = [error](int rc) {
+    const char* s = nullptr;
+    return error(rc, &s) == 0 && s != nullptr ? std::string(s) : fmt::format("CUresult {}", rc);
+  };
+  if (int rc = init(0); rc != 0) return fmt::format("libcuda: cuInit: {}", text(rc));
+  int n = 0;
+  if (int rc = get_count(&n); rc != 0) return fmt::format("libcuda: cuDeviceGetCount: {}", text(rc));
+  if (n == 0) return "libcuda: cuDeviceGetCount found no device";
+  int dev = 0;
+  void* ctx = nullptr;
+  if (int rc = device_get(&dev, 0); rc != 0) return fmt::format("libcuda: cuDeviceGet(0): {}", text(rc));
+  if (int rc = retain(&ctx, dev); rc != 0) return fmt::format("libcuda: cuDevicePrimaryCtxRetain: {}", text(rc));
+  if (int rc = set_current(ctx); rc != 0) return fmt::format("libcuda: cuCtxSetCurrent: {}", text(rc));
+  api->via = "driver";
+  api->malloc = [malloc_fn](void** p, size_t size) {
+    Ptr d = 0;
+    const int rc = malloc_fn(&d, size);
+    *p = reinterpret_cast<void*>(d);
+    return rc;
+  };
+  api->free = [free_fn](void* p) { return free_fn(reinterpret_cast<Ptr>(p)); };
+  api->stream_create = [stream_create](void** st) { return stream_create(st, 0); };
+  api->stream_sync = stream_sync;
+  api->stream_destroy = stream_destroy;
+  if (Sym(lib, "cuMemAllocAsync", &malloc_async) && Sym(lib, "cuMemFreeAsync", &free_async)) {
+    api->malloc_async = [malloc_async](void** p, size_t size, void* st) {
+      Ptr d = 0;
+      const int rc = malloc_async(&d, size, st);
+      *p = reinterpret_cast<void*>(d);
+      return rc;
+    };
+    api->free_async = [free_async](void* p, void* st) { return free_async(reinterpret_cast<Ptr>(p), st); };
+  }
+  api->error = text;
   return "";
 }
 
 void RunCuda(size_t rounds, uint64_t overhead, double tpn) {
-  Cudart c;
-  if (std::string why = LoadCudart(&c); !why.empty()) {
-    fmt::print("\ncudaMalloc/cudaFree and cudaMallocAsync/cudaFreeAsync: skipped ({}).\n", why);
-    return;
+  CudaApi api;
+  std::string why = LoadRuntime(&api);
+  if (!why.empty()) {
+    if (std::string driver = LoadDriver(&api); !driver.empty()) {
+      fmt::print("\ncudaMalloc/cudaFree and cudaMallocAsync/cudaFreeAsync: skipped ({}; {}).\n", why, driver);
+      return;
+    }
   }
+  const bool rt = api.via == "runtime";
   auto check = [&](int rc) {
-    if (rc != 0) fmt::print(stderr, "cuda error: {}\n", c.GetErrorString(rc));
+    if (rc != 0) fmt::print(stderr, "cuda error: {}\n", api.error(rc));
     return rc == 0;
   };
+  fmt::print("\nCUDA through the {} API, device 0, {} rounds (the live set stays on the device):\n\n", api.via, rounds);
   Result sync = Measure(
-      "cudaMalloc / cudaFree", rounds, overhead,
+      rt ? "cudaMalloc / cudaFree" : "cuMemAlloc / cuMemFree", rounds, overhead,
       [&](size_t n) -> void* {
         void* p = nullptr;
-        return check(c.Malloc(&p, n)) ? p : nullptr;
+        return check(api.malloc(&p, n)) ? p : nullptr;
       },
-      [&](void* p) { (void)check(c.Free(p)); });
+      [&](void* p) { (void)check(api.free(p)); });
   PrintRow(sync, tpn);
-  if (c.MallocAsync == nullptr) {
-    fmt::print("| cudaMallocAsync / cudaFreeAsync | skipped: libcudart has no cudaMallocAsync (before CUDA 11.2) ||||||||\n");
+  if (!api.malloc_async) {
+    fmt::print("| {} | skipped: not in this CUDA (before 11.2) ||||||||\n",
+               rt ? "cudaMallocAsync / cudaFreeAsync" : "cuMemAllocAsync / cuMemFreeAsync");
     return;
   }
   void* stream = nullptr;
-  if (!check(c.StreamCreate(&stream))) return;
+  if (!check(api.stream_create(&stream))) return;
   Result async = Measure(
-      "cudaMallocAsync / cudaFreeAsync (one stream, default pool)", rounds, overhead,
+      rt ? "cudaMallocAsync / cudaFreeAsync (one stream, default pool)"
+         : "cuMemAllocAsync / cuMemFreeAsync (one stream, default pool)",
+      rounds, overhead,
       [&](size_t n) -> void* {
         void* p = nullptr;
-        return check(c.MallocAsync(&p, n, stream)) ? p : nullptr;
+        return check(api.malloc_async(&p, n, stream)) ? p : nullptr;
       },
-      [&](void* p) { (void)check(c.FreeAsync(p, stream)); });
-  (void)check(c.StreamSynchronize(stream));
-  (void)check(c.StreamDestroy(stream));
+      [&](void* p) { (void)check(api.free_async(p, stream)); });
+  (void)check(api.stream_sync(stream));
+  (void)check(api.stream_destroy(stream));
   PrintRow(async, tpn);
 }
 
