@@ -17,6 +17,7 @@
 #include <CL/cl.h>
 #include <dlfcn.h>
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -93,11 +94,25 @@ class OpenClBackend final : public MemoryBackend {
       return DROVER_MEM_ERR_OUT_OF_MEMORY;
     }
     void* p = api_->svm_alloc(context_, CL_MEM_READ_WRITE, size, kGranule);
+    uint64_t aligned = reinterpret_cast<uint64_t>(p);
+    if (p == nullptr && max_alloc_ >= kGranule && size <= max_alloc_ - kGranule) {
+      // Drivers may cap the alignment they honour (PoCL: 128 bytes, its
+      // largest data type): take a granule more and align inside it.
+      p = api_->svm_alloc(context_, CL_MEM_READ_WRITE, size + kGranule, 0);
+      aligned = (reinterpret_cast<uint64_t>(p) + kGranule - 1) & ~(kGranule - 1);
+    }
     if (p == nullptr) {
       last_error_ = "clSVMAlloc of " + std::to_string(size) + " bytes failed";
       return DROVER_MEM_ERR_OUT_OF_MEMORY;
     }
-    *base = reinterpret_cast<uint64_t>(p);
+    try {
+      raw_[aligned] = p;
+    } catch (...) {
+      api_->svm_free(context_, p);
+      last_error_ = "out of host memory";
+      return DROVER_MEM_ERR_OUT_OF_MEMORY;
+    }
+    *base = aligned;
     return DROVER_MEM_OK;
   }
   int Commit(uint64_t, uint64_t, uint64_t) override { return DROVER_MEM_OK; }
@@ -105,12 +120,18 @@ class OpenClBackend final : public MemoryBackend {
     last_error_ = "opencl: decommit of " + std::to_string(size) + " bytes: no VMM";
     return DROVER_MEM_ERR_UNSUPPORTED;
   }
-  void Release(uint64_t base, uint64_t) override { api_->svm_free(context_, reinterpret_cast<void*>(base)); }
+  void Release(uint64_t base, uint64_t) override {
+    auto it = raw_.find(base);
+    if (it == raw_.end()) return;
+    api_->svm_free(context_, it->second);
+    raw_.erase(it);
+  }
 
  private:
   const OpenClApi* api_;
   cl_context context_;  // retained
   uint64_t max_alloc_;
+  std::map<uint64_t, void*> raw_;  // segment base -> what clSVMAlloc returned
 };
 
 int Fail(int* error, std::string* detail, int code, const std::string& text) {
