@@ -77,7 +77,8 @@ class PoolTarget final : public Target {
   }
   int error() const { return error_; }
   std::string Name() const override {
-    return segment_ == 0 ? "drover pool, one reservation" : fmt::format("drover pool, {} GiB segments", segment_ / kGiB);
+    if (segment_ == 0) return "drover pool, one reservation";
+    return fmt::format("drover pool, {} GiB segments", segment_ / kGiB);
   }
   uint64_t Allocate(uint64_t size) override {
     void* p = nullptr;
@@ -122,7 +123,9 @@ class PoolTarget final : public Target {
 class ListTarget final : public Target {
  public:
   ListTarget(FreeListAllocator::Fit fit, uint64_t capacity) : fit_(fit), list_(fit, uint64_t{1} << 40, capacity) {}
-  std::string Name() const override { return fit_ == FreeListAllocator::Fit::kFirst ? "first-fit list" : "best-fit list"; }
+  std::string Name() const override {
+    return fit_ == FreeListAllocator::Fit::kFirst ? "first-fit list" : "best-fit list";
+  }
   uint64_t Allocate(uint64_t size) override { return list_.Allocate(size); }
   void Free(uint64_t addr) override { (void)list_.Free(addr); }
   AllocatorState State() const override { return list_.State(); }
@@ -236,10 +239,11 @@ int FragmentationMain(int argc, char** argv) {
     if (std::strncmp(argv[i], "--trace=", 8) == 0) only = argv[i] + 8;
   }
   std::vector<Trace> traces;
-  if (only.empty() || only == "training") traces.push_back(TrainingTrace(seed));
-  if (only.empty() || only == "kv-contig-16") traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, 16, kCapacity));
-  if (only.empty() || only == "kv-contig-1") traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, 1, kCapacity));
-  if (only.empty() || only == "kv-paged") traces.push_back(KvCacheTrace(seed, KvLayout::kPaged, 16, kCapacity));
+  auto want = [&only](const char* name) { return only.empty() || only == name; };
+  if (want("training")) traces.push_back(TrainingTrace(seed));
+  if (want("kv-contig-16")) traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, 16, kCapacity));
+  if (want("kv-contig-1")) traces.push_back(KvCacheTrace(seed, KvLayout::kContiguous, 1, kCapacity));
+  if (want("kv-paged")) traces.push_back(KvCacheTrace(seed, KvLayout::kPaged, 16, kCapacity));
   for (const Trace& trace : traces) {
     fmt::print("\n{} (seed {}): {} events, {} allocations, peak live {:.2f} GiB of {:.0f} GiB\n\n", trace.name, seed,
                trace.events.size(), trace.allocations, GiB(trace.peak_live), GiB(kCapacity));
@@ -269,7 +273,8 @@ int FragmentationMain(int argc, char** argv) {
                  r.failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(r.failed_bytes)),
                  !sweep ? std::string("-") : needed == 0 ? fmt::format("> {:.0f}", GiB(kMaxCapacity))
                                                          : fmt::format("{:.2f}", GiB(needed)));
-      times += fmt::format("{}{} {:.0f}", times.empty() ? "" : ", ", name, r.ns / static_cast<double>(trace.events.size()));
+      times += fmt::format("{}{} {:.0f}", times.empty() ? "" : ", ", name,
+                           r.ns / static_cast<double>(trace.events.size()));
     }
     // The pool's rows include the replay's drover_mem_usable_size per
     // allocation (and drover_mem_stats, for the growing pool's reservation).

@@ -112,7 +112,9 @@ const std::vector<uint64_t>& Sizes() {
   static const std::vector<uint64_t> sizes = [] {
     std::mt19937_64 rng(1);
     std::vector<uint64_t> v(1 << 16);
-    for (uint64_t& s : v) s = static_cast<uint64_t>(std::exp2(8.0 + 18.0 * static_cast<double>(rng() >> 11) * 0x1.0p-53));
+    for (uint64_t& s : v) {
+      s = static_cast<uint64_t>(std::exp2(8.0 + 18.0 * static_cast<double>(rng() >> 11) * 0x1.0p-53));
+    }
     return v;
   }();
   return sizes;
@@ -400,19 +402,25 @@ void RunCuda(size_t rounds, uint64_t overhead, double tpn) {
 int LatencyMain(int argc, char** argv) {
   size_t rounds = 8192;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::max<size_t>(4, std::strtoull(argv[i] + 9, nullptr, 10));
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
+      rounds = std::max<size_t>(4, std::strtoull(argv[i] + 9, nullptr, 10));
+    }
   }
   const double tpn = TicksPerNs();
   uint64_t step = 0;
   const uint64_t overhead = TimerOverhead(&step);
-  fmt::print("Per-call latency, ns: {} rounds of {} frees then {} allocations over {} live blocks, sizes log-uniform "
-             "256 B .. 64 MiB;\nper-call columns from the {} timed one call at a time ({} samples each), timer {} "
-             "({:.3f} ticks/ns, "
-             "smallest step {} ticks = {:.1f} ns),\noverhead {} ticks = {:.1f} ns subtracted from each sample; batch columns: (time of "
-             "{} calls in one timer pair) / {},\nthe median over the other rounds: a mean of {} calls with no timer "
-             "overhead or step (a heavy tail lifts it above p50).\n\n",
-             rounds, kBatch, kBatch, kLive, rounds / 2, rounds / 2 * kBatch, kTimerName, tpn, step, static_cast<double>(step) / tpn, overhead,
-             static_cast<double>(overhead) / tpn, kBatch, kBatch, kBatch);
+  const auto ns = [tpn](uint64_t ticks) { return static_cast<double>(ticks) / tpn; };
+  fmt::print("Per-call latency, ns: {} rounds of {} frees then {} allocations over {} live blocks,\n", rounds, kBatch,
+             kBatch, kLive);
+  fmt::print("sizes log-uniform 256 B .. 64 MiB; per-call columns from the {} rounds timed one call at a time\n",
+             rounds / 2);
+  fmt::print("({} samples each), timer {} ({:.3f} ticks/ns, finest empty reading {} ticks = {:.1f} ns),\n",
+             rounds / 2 * kBatch, kTimerName, tpn, step, ns(step));
+  fmt::print("its overhead {} ticks = {:.1f} ns (median) subtracted from each sample; batch columns:\n", overhead,
+             ns(overhead));
+  fmt::print("(time of {} calls in one timer pair) / {}, the median over the other rounds: a mean of {} calls\n", kBatch,
+             kBatch, kBatch);
+  fmt::print("with no timer overhead or step (a heavy tail lifts it above p50).\n\n");
   fmt::print("| allocator | alloc p50 | alloc p99 | alloc p99.9 | alloc batch | free p50 | free p99 | free p99.9 "
              "| free batch |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
 

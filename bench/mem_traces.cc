@@ -56,7 +56,10 @@ Trace TrainingTrace(uint64_t seed) {
   std::vector<uint64_t> param_elems;
   param_elems.push_back(vocab * h);
   for (uint64_t l = 0; l < layers; ++l) {
-    for (uint64_t e : {h, h, 3 * h * h, 3 * h, h * h, h, h, h, 4 * h * h, 4 * h, 4 * h * h, h}) param_elems.push_back(e);
+    // ln1 weight, bias; qkv weight, bias; proj weight, bias; ln2 weight, bias; fc1 weight, bias; fc2 weight, bias.
+    for (uint64_t e : {h, h, 3 * h * h, 3 * h, h * h, h, h, h, 4 * h * h, 4 * h, 4 * h * h, h}) {
+      param_elems.push_back(e);
+    }
   }
   param_elems.push_back(h);
   param_elems.push_back(h);
