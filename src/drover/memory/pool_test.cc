@@ -274,12 +274,17 @@ TEST(PoolTest, GrowsBySegmentsUpToTheLimitAndTrims) {
 }
 
 // Random alloc/free with tags, checked after every step against a model:
-// per-tag bytes and counts, totals, usable sizes, no overlap.
+// per-tag bytes and counts, totals, usable sizes, no overlap. Once with plain
+// sub-allocation and once with stitching (at the limit, large allocations are
+// served from scattered free pages).
 TEST(PoolTest, RandomSequenceKeepsExactAccounting) {
   constexpr uint32_t kTags = 8;
-  for (uint32_t seed = 1; seed <= 3; ++seed) {
+  for (uint32_t run = 0; run < 6; ++run) {
+    const uint32_t seed = 1 + run % 3;
+    const uint32_t flags = run < 3 ? DROVER_MEM_FLAG_NO_REMAP : 0;
+    SCOPED_TRACE("seed " + std::to_string(seed) + (flags != 0 ? ", plain" : ", stitching"));
     std::mt19937_64 rng(seed);
-    drover_mem_pool_t pool = MakePool(2 * kMiB, 6 * kMiB, kMiB, 256, kTags);
+    drover_mem_pool_t pool = MakePool(2 * kMiB, 6 * kMiB, kMiB, 256, kTags, flags);
     struct Live {
       size_t usable;
       uint32_t tag;
@@ -355,10 +360,20 @@ TEST(PoolTest, RandomSequenceKeepsExactAccounting) {
     }
     for (const auto& [addr, l] : live) ASSERT_EQ(drover_mem_free(pool, reinterpret_cast<void*>(addr)), DROVER_MEM_OK);
     drover_mem_stats_t s = Stats(pool);
-    // Segments never merge with each other: free space in three segments is
-    // fragmented until the grown ones are trimmed.
-    EXPECT_EQ(s.largest_free_block, 2 * kMiB);
+    drover_mem_remap_stats_t r;
+    ASSERT_EQ(drover_mem_remap_stats(pool, &r), DROVER_MEM_OK);
+    EXPECT_EQ(r.stitched_allocations, 0u);
+    if (flags != 0) {
+      // Segments never merge with each other: free space in three segments
+      // is fragmented until the grown ones are trimmed.
+      EXPECT_EQ(s.largest_free_block, 2 * kMiB);
+      EXPECT_EQ(r.total_stitches, 0u);
+    } else {
+      EXPECT_GT(r.total_stitches, 0u);  // the run did stitch
+    }
     ASSERT_EQ(drover_mem_trim(pool), DROVER_MEM_OK);
+    ASSERT_EQ(drover_mem_remap_stats(pool, &r), DROVER_MEM_OK);
+    EXPECT_EQ(r.stitched_ranges, 0u);
     s = Stats(pool);
     EXPECT_EQ(s.segments, 1u);
     EXPECT_EQ(s.bytes_in_use, 0u);

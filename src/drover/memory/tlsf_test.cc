@@ -73,6 +73,59 @@ TEST(TlsfTest, ClassifiesPointersForTheErrorPath) {
   EXPECT_EQ(t.Classify(a.addr), Tlsf::Where::kFree);
 }
 
+// Stitching's primitives: the whole free chunks of a range, pinning a part of
+// a free block (neither allocatable nor freeable by a caller), unpinning it.
+TEST(TlsfTest, PinnedChunksAreTakenOutAndUnpinMergesThemBack) {
+  constexpr uint64_t kChunk = 64 * 1024;
+  Tlsf t(256);
+  const uint32_t range = t.AddRange(kBase, 1 * kMiB);
+  Tlsf::Allocation a;
+  Tlsf::Allocation b;
+  ASSERT_EQ(t.Allocate(1000, 256, 0, &a), kBase);  // [0, 1 KiB) live
+  ASSERT_NE(t.Allocate(200 * 1024, 256, 0, &b), 0u);
+  ASSERT_EQ(b.addr, kBase + 1024);  // [1 KiB, 201 KiB) live; free: [201 KiB, 1 MiB)
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;
+  t.FreeChunks(range, kChunk, &chunks);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0].first, kBase + 256 * 1024);  // 201 KiB rounded up to a chunk
+  EXPECT_EQ(chunks[0].second, kMiB - 256 * 1024);
+  ASSERT_TRUE(t.Free(a.addr, &a));
+  chunks.clear();
+  t.FreeChunks(range, kChunk, &chunks);
+  EXPECT_EQ(chunks.size(), 1u);  // [0, 1 KiB) holds no whole chunk
+
+  // Pin two chunks from the middle of the free block.
+  const uint64_t pin = kBase + 512 * 1024;
+  ASSERT_TRUE(t.Pin(pin, 2 * kChunk));
+  EXPECT_FALSE(t.Pin(pin, kChunk));              // no longer free
+  EXPECT_FALSE(t.Pin(kBase + 4096, kChunk));     // inside a live block
+  EXPECT_FALSE(t.Pin(kBase + 960 * 1024, kMiB)); // runs past the free block
+  EXPECT_EQ(t.Classify(pin), Tlsf::Where::kPinned);
+  EXPECT_EQ(t.Classify(pin + kChunk), Tlsf::Where::kPinned);
+  Tlsf::Allocation x;
+  EXPECT_FALSE(t.Free(pin, &x));
+  EXPECT_FALSE(t.Lookup(pin, &x));
+  EXPECT_FALSE(t.RangeIsFree(range));
+  chunks.clear();
+  t.FreeChunks(range, kChunk, &chunks);
+  ASSERT_EQ(chunks.size(), 2u);  // either side of the pinned part
+  EXPECT_EQ(chunks[0].second + chunks[1].second, kMiB - 256 * 1024 - 2 * kChunk);
+  // No allocation lands on pinned memory: fill everything else.
+  std::vector<uint64_t> live;
+  while (t.Allocate(kChunk / 2, 256, 0, &x) != 0) {
+    EXPECT_TRUE(x.addr + x.size <= pin || x.addr >= pin + 2 * kChunk) << x.addr - kBase;
+    live.push_back(x.addr);
+  }
+  EXPECT_FALSE(t.Unpin(pin + kChunk));  // not the pinned block's start
+  ASSERT_TRUE(t.Unpin(pin));
+  EXPECT_FALSE(t.Unpin(pin));
+  EXPECT_EQ(t.Classify(pin), Tlsf::Where::kFree);
+  for (uint64_t addr : live) ASSERT_TRUE(t.Free(addr, &x));
+  ASSERT_TRUE(t.Free(b.addr, &x));
+  EXPECT_TRUE(t.RangeIsFree(range));  // everything merged back into one block
+  EXPECT_EQ(t.LargestFree(), kMiB);
+}
+
 TEST(TlsfTest, RemovedRangesAreReused) {
   Tlsf t(256);
   const uint32_t first = t.AddRange(kBase, kMiB);
