@@ -269,6 +269,96 @@ TEST(StitchingTest, RefusalsChangeNothing) {
   EXPECT_EQ(drover_mem_pool_create(&o, &pool), DROVER_MEM_ERR_INVALID_ARGUMENT);  // unknown flag
 }
 
+// Under pressure a pool gives the physical memory of its free chunks back
+// and takes it again when an allocation needs room; live data stays put.
+TEST(ReleaseFreeTest, FreeChunksGoBackAndComeBackOnDemand) {
+  drover_mem_pool_t pool{0};
+  ASSERT_EQ(CreatePool(Host(), Options(4 * kMiB, 4 * kMiB, 0), &pool), DROVER_MEM_OK);
+  std::vector<void*> blocks(16);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_EQ(drover_mem_alloc(pool, 256 * kKiB, 0, 0, &blocks[i]), DROVER_MEM_OK);
+    memset(blocks[i], static_cast<int>(i), 256 * kKiB);
+  }
+  for (size_t i = 1; i < blocks.size(); i += 2) ASSERT_EQ(drover_mem_free(pool, blocks[i]), DROVER_MEM_OK);
+  size_t released = 0;
+  ASSERT_EQ(drover_mem_release_free(pool, &released), DROVER_MEM_OK);
+  EXPECT_EQ(released, 2 * kMiB);
+  drover_mem_stats_t s = Stats(pool);
+  EXPECT_EQ(s.bytes_reserved, 2 * kMiB);
+  EXPECT_EQ(s.bytes_free, 0u);
+  EXPECT_EQ(s.bytes_in_use, 2 * kMiB);
+  EXPECT_EQ(Remap(pool).decommitted_bytes, 2 * kMiB);
+  for (size_t i = 0; i < blocks.size(); i += 2) EXPECT_EQ(Bytes(blocks[i])[256 * kKiB - 1], i);
+  EXPECT_EQ(drover_mem_free(pool, blocks[1]), DROVER_MEM_ERR_DOUBLE_FREE);  // decommitted free memory
+  // An allocation recommits one hole (zeros: fresh pages) and no more.
+  void* p = nullptr;
+  ASSERT_EQ(drover_mem_alloc(pool, 256 * kKiB, 0, 0, &p), DROVER_MEM_OK);
+  EXPECT_EQ(Bytes(p)[0], 0);
+  memset(p, 0x7F, 256 * kKiB);
+  s = Stats(pool);
+  EXPECT_EQ(s.bytes_reserved, 2 * kMiB + 256 * kKiB);
+  EXPECT_EQ(Remap(pool).decommitted_bytes, 2 * kMiB - 256 * kKiB);
+  ExpectConsistent(pool);
+  // 1 MiB needs four holes: no hole is adjacent to another, so every one is
+  // recommitted in turn without making room, and then four are stitched
+  // (the pool is at its limit).
+  void* big = nullptr;
+  ASSERT_EQ(drover_mem_alloc(pool, kMiB, 0, 0, &big), DROVER_MEM_OK);
+  memset(big, 0x42, kMiB);
+  EXPECT_EQ(Stats(pool).bytes_reserved, 4 * kMiB);
+  EXPECT_EQ(Remap(pool).decommitted_bytes, 0u);
+  EXPECT_EQ(Remap(pool).stitched_bytes, kMiB);
+  for (size_t i = 0; i < blocks.size(); i += 2) EXPECT_EQ(Bytes(blocks[i])[0], i);
+  EXPECT_EQ(Bytes(p)[256 * kKiB - 1], 0x7F);
+  ExpectConsistent(pool);
+  ASSERT_EQ(drover_mem_free(pool, big), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_free(pool, p), DROVER_MEM_OK);
+  for (size_t i = 0; i < blocks.size(); i += 2) ASSERT_EQ(drover_mem_free(pool, blocks[i]), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_release_free(pool, &released), DROVER_MEM_OK);
+  EXPECT_EQ(released, 4 * kMiB);  // the idle stitched range went first, then every chunk
+  s = Stats(pool);
+  EXPECT_EQ(s.bytes_reserved, 0u);
+  EXPECT_EQ(s.bytes_free, 0u);
+  ASSERT_EQ(drover_mem_alloc(pool, 4 * kMiB, 0, 0, &p), DROVER_MEM_OK);  // all of it back, in one piece
+  EXPECT_EQ(Stats(pool).bytes_reserved, 4 * kMiB);
+  EXPECT_EQ(Remap(pool).decommitted_bytes, 0u);
+  ASSERT_EQ(drover_mem_pool_destroy(pool), DROVER_MEM_OK);
+  // A grown segment whose only non-free parts are decommitted chunks is
+  // released whole by trim.
+  ASSERT_EQ(CreatePool(Host(), Options(kMiB, 2 * kMiB, kMiB), &pool), DROVER_MEM_OK);
+  void* first = nullptr;
+  void* half = nullptr;
+  void* quarter = nullptr;
+  ASSERT_EQ(drover_mem_alloc(pool, kMiB, 0, 0, &first), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_alloc(pool, 512 * kKiB, 0, 0, &half), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_alloc(pool, 256 * kKiB, 0, 0, &quarter), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_free(pool, half), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_release_free(pool, &released), DROVER_MEM_OK);
+  EXPECT_EQ(released, 768 * kKiB);
+  ASSERT_EQ(drover_mem_free(pool, quarter), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_trim(pool), DROVER_MEM_OK);
+  s = Stats(pool);
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.bytes_reserved, kMiB);
+  EXPECT_EQ(s.bytes_free, 0u);
+  EXPECT_EQ(Remap(pool).decommitted_bytes, 0u);
+  ASSERT_EQ(drover_mem_alloc(pool, kMiB, 0, 0, &half), DROVER_MEM_OK);  // grows again
+  EXPECT_EQ(Stats(pool).segments, 2u);
+  ASSERT_EQ(drover_mem_pool_destroy(pool), DROVER_MEM_OK);
+
+  // Without VMM it trims and gives back nothing else.
+  ASSERT_EQ(CreatePool(MakePlainHostBackend(), Options(kMiB, 2 * kMiB, kMiB), &pool), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_alloc(pool, kMiB, 0, 0, &p), DROVER_MEM_OK);
+  void* q = nullptr;
+  ASSERT_EQ(drover_mem_alloc(pool, kMiB, 0, 0, &q), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_free(pool, q), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_release_free(pool, &released), DROVER_MEM_OK);
+  EXPECT_EQ(released, kMiB);  // the grown segment; the first holds p
+  EXPECT_EQ(Stats(pool).bytes_reserved, kMiB);
+  ASSERT_EQ(drover_mem_pool_destroy(pool), DROVER_MEM_OK);
+  EXPECT_EQ(drover_mem_release_free(pool, &released), DROVER_MEM_ERR_INVALID_POOL);
+}
+
 // ---- CUDA, through the stand-in driver ----------------------------------------
 
 // The stand-in's device has 64 MiB (set before its cuInit, which reads it):
@@ -439,6 +529,35 @@ TEST(CudaBackendTest, StitchesWhenTheDeviceIsOutOfMemory) {
   ExpectConsistent(h.pool);
   EXPECT_EQ(drover_mem_pool_destroy(h.pool), DROVER_MEM_OK);
   EXPECT_EQ(drover_mem_pool_destroy(hog), DROVER_MEM_OK);
+}
+
+// drover_mem_release_free gives device memory back for real: another pool
+// can then take it.
+TEST(CudaBackendTest, ReleasedChunksGoBackToTheDevice) {
+  ASSERT_TRUE(kStandInMemorySet);
+  drover_mem_pool_t a{0};
+  ASSERT_EQ(CreatePool(StandInCuda(), Options(32 * kMiB, 32 * kMiB, 0), &a), DROVER_MEM_OK);
+  std::vector<void*> blocks(16);
+  for (void*& p : blocks) ASSERT_EQ(drover_mem_alloc(a, 2 * kMiB, 0, 0, &p), DROVER_MEM_OK);
+  for (size_t i = 1; i < blocks.size(); i += 2) ASSERT_EQ(drover_mem_free(a, blocks[i]), DROVER_MEM_OK);
+  drover_mem_pool_t b{0};
+  EXPECT_EQ(CreatePool(StandInCuda(), Options(48 * kMiB, 0, 0), &b), DROVER_MEM_ERR_OUT_OF_MEMORY);  // 32 left
+  size_t released = 0;
+  ASSERT_EQ(drover_mem_release_free(a, &released), DROVER_MEM_OK);
+  EXPECT_EQ(released, 16 * kMiB);
+  ASSERT_EQ(CreatePool(StandInCuda(), Options(48 * kMiB, 0, 0), &b), DROVER_MEM_OK);  // 48 left now
+  // Pool a cannot take its chunks back while b holds them: out of memory,
+  // and nothing changed.
+  void* p = nullptr;
+  EXPECT_EQ(drover_mem_alloc(a, 2 * kMiB, 0, 0, &p), DROVER_MEM_ERR_OUT_OF_MEMORY);
+  EXPECT_EQ(Stats(a).bytes_reserved, 16 * kMiB);
+  EXPECT_EQ(Remap(a).decommitted_bytes, 16 * kMiB);
+  ExpectConsistent(a);
+  ASSERT_EQ(drover_mem_pool_destroy(b), DROVER_MEM_OK);
+  ASSERT_EQ(drover_mem_alloc(a, 2 * kMiB, 0, 0, &p), DROVER_MEM_OK);
+  memset(p, 9, 2 * kMiB);
+  EXPECT_EQ(Stats(a).bytes_reserved, 18 * kMiB);
+  ASSERT_EQ(drover_mem_pool_destroy(a), DROVER_MEM_OK);
 }
 
 TEST(CudaBackendTest, CApiFindsTheDriverThroughTheEnvironment) {

@@ -112,7 +112,7 @@ typedef struct {
 typedef struct {
   uint64_t bytes_in_use;        /* sum of the usable sizes of live allocations */
   uint64_t bytes_requested;     /* sum of the sizes asked for by live allocations */
-  uint64_t bytes_reserved;      /* sum of the segments' sizes */
+  uint64_t bytes_reserved;      /* physical bytes held: the segments' sizes less decommitted chunks */
   uint64_t peak_bytes_in_use;   /* highest bytes_in_use since creation */
   uint64_t bytes_free;          /* bytes_reserved - bytes_in_use */
   uint64_t largest_free_block;  /* the largest allocation that fits without growing */
@@ -148,6 +148,7 @@ typedef struct {
   uint64_t stitched_allocations;  /* live allocations inside stitched ranges */
   uint64_t total_stitches;        /* stitched ranges made since creation */
   uint64_t failed_stitches;       /* stitches tried and refused (too few free chunks, or the backend) */
+  uint64_t decommitted_bytes;     /* free chunks whose physical memory drover_mem_release_free gave back */
 } drover_mem_remap_stats_t;
 
 /* Fills *options with the defaults. */
@@ -181,6 +182,13 @@ int drover_mem_remap_stats(drover_mem_pool_t pool, drover_mem_remap_stats_t* sta
 /* Releases the stitched ranges and the segments, other than the first, that
  * hold no allocation. */
 int drover_mem_trim(drover_mem_pool_t pool);
+
+/* Under memory pressure: trims, then on a backend with VMM returns the
+ * physical memory of every whole free chunk inside the segments to the
+ * backend (the address ranges stay reserved; an allocation that finds no
+ * room commits them again before growing). *released (may be NULL) gets
+ * the bytes given back. Without VMM it only trims. */
+int drover_mem_release_free(drover_mem_pool_t pool, size_t* released);
 
 /* A static lower-case description of an error code ("invalid pool handle"). */
 const char* drover_mem_strerror(int code);

@@ -65,8 +65,9 @@ uint64_t RoundDown(uint64_t v, uint64_t granule) { return v & ~(granule - 1); }
 // Invariants (checked by the tests):
 //   bytes_in_use = sum of live blocks' sizes = sum over tags of tag bytes;
 //   allocations = number of live blocks = sum over tags of tag allocations;
-//   bytes_reserved = sum of segments' sizes <= limit (stitched ranges are
-//   aliases of pinned segment memory: not counted again);
+//   bytes_reserved = sum of segments' sizes - decommitted chunks <= limit
+//   (the physical memory held; stitched ranges are aliases of pinned segment
+//   memory: not counted again);
 //   a stitched range's size = sum of its pinned pieces' sizes, and it is
 //   released only when it holds no live allocation.
 // Not thread-safe: guarded by its slot's mutex.
@@ -143,15 +144,8 @@ class PoolState {
     const uint64_t need = RoundUp(size, min) + (alignment - min);
     if (need > limit_) return DROVER_MEM_ERR_TOO_LARGE;
     Tlsf::Allocation a;
-    if (tlsf_.Allocate(size, alignment, tag, &a) == 0 &&
-        (!ReleaseEmptyStitches() || tlsf_.Allocate(size, alignment, tag, &a) == 0)) {
-      int rc = Grow(need);
-      if (rc == DROVER_MEM_OK) {
-        if (tlsf_.Allocate(size, alignment, tag, &a) == 0) return DROVER_MEM_ERR_OUT_OF_MEMORY;  // not reached
-      } else if (rc == DROVER_MEM_ERR_OUT_OF_MEMORY && remap_) {
-        rc = StitchAndAllocate(size, alignment, tag, &a);
-      }
-      if (rc != DROVER_MEM_OK) return rc;
+    if (tlsf_.Allocate(size, alignment, tag, &a) == 0) {
+      if (int rc = AllocateSlow(size, alignment, tag, need, &a); rc != DROVER_MEM_OK) return rc;
     }
     if (!stitches_.empty()) {
       if (Stitch* st = StitchOf(a.addr); st != nullptr) ++st->live;
@@ -220,17 +214,60 @@ class PoolState {
   }
 
   // Releases empty stitched ranges, then wholly free segments except the
-  // first (the reservation).
+  // first (the reservation); a segment whose only non-free parts are
+  // decommitted chunks is wholly free too.
   void Trim() {
     (void)ReleaseEmptyStitches();
     for (size_t i = segments_.size(); i-- > 1;) {
       const Segment s = segments_[i];
-      if (!tlsf_.RangeIsFree(s.range)) continue;
+      auto inside = [&s](const std::pair<uint64_t, uint64_t>& piece) {
+        return piece.first >= s.base && piece.first - s.base < s.size;
+      };
+      if (!tlsf_.RangeIsFree(s.range)) {
+        // Live blocks, or chunks pinned by a stitched range or decommitted?
+        if (!tlsf_.RangeHoldsNoLive(s.range)) continue;
+        bool lent = false;
+        for (const Stitch& st : stitches_) lent = lent || std::any_of(st.pieces.begin(), st.pieces.end(), inside);
+        if (lent) continue;
+        for (const auto& piece : decommitted_) {
+          if (inside(piece)) {
+            (void)tlsf_.Unpin(piece.first);
+            reserved_ += piece.second;  // counted off below with the segment
+          }
+        }
+        decommitted_.erase(std::remove_if(decommitted_.begin(), decommitted_.end(), inside), decommitted_.end());
+      }
       tlsf_.RemoveRange(s.range);
       backend_->Release(s.base, s.size);
       reserved_ -= s.size;
       segments_.erase(segments_.begin() + static_cast<std::ptrdiff_t>(i));
     }
+  }
+
+  // Trim, then on a backend with VMM gives the physical memory of every free
+  // chunk back (Decommit): the chunks are pinned so that nothing is placed
+  // on them, and recommitted one by one when an allocation finds no room.
+  int ReleaseFree(uint64_t* released) {
+    const uint64_t before = reserved_;
+    Trim();
+    int rc = DROVER_MEM_OK;
+    if (backend_->SupportsRemap()) {
+      const uint64_t chunk = backend_->Granule();
+      std::vector<std::pair<uint64_t, uint64_t>> free;
+      for (const Segment& seg : segments_) tlsf_.FreeChunks(seg.range, chunk, &free);
+      decommitted_.reserve(decommitted_.size() + free.size());
+      for (const auto& [addr, bytes] : free) {
+        if (!tlsf_.Pin(addr, bytes)) continue;  // not reached: the pieces came from free blocks
+        if (rc = backend_->Decommit(addr, 0, bytes); rc != DROVER_MEM_OK) {
+          (void)tlsf_.Unpin(addr);
+          break;
+        }
+        decommitted_.emplace_back(addr, bytes);
+        reserved_ -= bytes;
+      }
+    }
+    *released = before - reserved_;
+    return rc;
   }
 
   void CountFailure() { ++failed_allocations_; }
@@ -255,11 +292,33 @@ class PoolState {
       s->stitched_bytes += st.size;
       s->stitched_allocations += st.live;
     }
+    for (const auto& piece : decommitted_) s->decommitted_bytes += piece.second;
     s->total_stitches = total_stitches_;
     s->failed_stitches = failed_stitches_;
   }
 
  private:
+  // Everything that may find room for an allocation the free lists could not
+  // place, cheapest first: idle stitched ranges back to their segments,
+  // decommitted chunks committed again, a new segment, a stitched range.
+  int AllocateSlow(uint64_t size, uint64_t alignment, uint32_t tag, uint64_t need, Tlsf::Allocation* a) {
+    if (ReleaseEmptyStitches() && tlsf_.Allocate(size, alignment, tag, a) != 0) return DROVER_MEM_OK;
+    while (!decommitted_.empty()) {
+      const auto [addr, bytes] = decommitted_.back();
+      if (bytes > limit_ - reserved_ || backend_->Commit(addr, 0, bytes) != DROVER_MEM_OK) break;
+      decommitted_.pop_back();
+      (void)tlsf_.Unpin(addr);
+      reserved_ += bytes;
+      if (tlsf_.Allocate(size, alignment, tag, a) != 0) return DROVER_MEM_OK;
+    }
+    int rc = Grow(need);
+    if (rc == DROVER_MEM_OK) {
+      return tlsf_.Allocate(size, alignment, tag, a) != 0 ? DROVER_MEM_OK : DROVER_MEM_ERR_OUT_OF_MEMORY;
+    }
+    if (rc == DROVER_MEM_ERR_OUT_OF_MEMORY && remap_) rc = StitchAndAllocate(size, alignment, tag, a);
+    return rc;
+  }
+
   // The stitched range that holds addr, or null.
   Stitch* StitchOf(uint64_t addr) {
     for (Stitch& st : stitches_) {
@@ -383,6 +442,7 @@ class PoolState {
   uint64_t failed_allocations_ = 0;
   bool remap_;
   std::vector<Stitch> stitches_;
+  std::vector<std::pair<uint64_t, uint64_t>> decommitted_;  // pinned chunks without physical memory
   uint64_t total_stitches_ = 0;
   uint64_t failed_stitches_ = 0;
 };
@@ -552,6 +612,15 @@ int drover_mem_remap_stats(drover_mem_pool_t pool, drover_mem_remap_stats_t* sta
   return WithPool(pool, [&](PoolState& p) {
     p.RemapStats(stats);
     return DROVER_MEM_OK;
+  });
+}
+
+int drover_mem_release_free(drover_mem_pool_t pool, size_t* released) {
+  return WithPool(pool, [&](PoolState& p) {
+    uint64_t bytes = 0;
+    const int rc = p.ReleaseFree(&bytes);
+    if (released != nullptr) *released = bytes;
+    return rc;
   });
 }
 

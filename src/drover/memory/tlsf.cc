@@ -274,6 +274,15 @@ bool Tlsf::Pin(uint64_t addr, uint64_t size) {
   return true;
 }
 
+bool Tlsf::RangeHoldsNoLive(uint32_t range) const {
+  const Range& r = ranges_[range];
+  if (r.size == 0) return false;
+  for (uint32_t b = r.first; b != kNil; b = blocks_[b].next_phys) {
+    if (!blocks_[b].free && !blocks_[b].pinned) return false;
+  }
+  return true;
+}
+
 bool Tlsf::Unpin(uint64_t addr) {
   const uint32_t b = HashFind(addr);
   if (b == kNil || !blocks_[b].pinned) return false;

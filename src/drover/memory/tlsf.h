@@ -96,6 +96,8 @@ class Tlsf {
   // Frees a pinned block (merging with free neighbours); false when no pinned
   // block starts at addr.
   bool Unpin(uint64_t addr);
+  // True when every block of the range is free or pinned (walks the range).
+  bool RangeHoldsNoLive(uint32_t range) const;
 
   // The largest free block (scans one list: not for the hot path).
   uint64_t LargestFree() const;
