@@ -20,7 +20,7 @@ const std::map<std::string, std::string>& SchedulerKeys() {
   static const std::map<std::string, std::string> kKeys = {
       {"queue", "queue-policy"}, {"placement", "placement-policy"}, {"backfill", "backfill"},
       {"preemption", "preemption"}, {"aging", "aging"}, {"preemption-grace", "preemption-grace"},
-      {"las-thresholds", "las-thresholds"}};
+      {"las-thresholds", "las-thresholds"}, {"las-starvation", "las-starvation"}};
   return kKeys;
 }
 
@@ -84,7 +84,7 @@ class YamlConfig final : public CLI::Config {
       if (it == SchedulerKeys().end()) {
         throw CLI::ConversionError(fmt::format(
             "config key 'scheduler.{}' is unknown (use queue, placement, backfill, preemption, aging, "
-            "preemption-grace, las-thresholds)",
+            "preemption-grace, las-thresholds, las-starvation)",
             key));
       }
       if (!kv.second.IsScalar()) {
@@ -163,6 +163,9 @@ void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* f) {
   cmd->add_option("--las-thresholds", f->las_thresholds,
                   "las policy: levels of attained GPU time, ascending, e.g. 1h,10h (the default: 1 and 10 GPU-hours); "
                   "none = one level");
+  cmd->add_option("--las-starvation", f->las_starvation,
+                  "las policy: a waiting job that waited this many times the time it ran goes back to the first "
+                  "level (Tiresias' promotion; default 4, 0 = never)");
   cmd->add_option("--tenants", f->tenants, "tenants as a YAML list (usually the config file's tenants: section)");
 }
 

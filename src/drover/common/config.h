@@ -53,10 +53,12 @@ struct SchedulerFlags {
   std::string aging;             // a duration: 60s
   std::string preemption_grace;  // a duration: 30s
   std::string las_thresholds;    // durations of GPU time: 1h,10h
+  std::string las_starvation;    // a factor >= 0: 4
   std::string tenants;           // a YAML list of tenants
 };
 // Adds --queue-policy, --placement-policy, --backfill, --preemption,
-// --aging, --preemption-grace, --las-thresholds and --tenants to `cmd`.
+// --aging, --preemption-grace, --las-thresholds, --las-starvation and
+// --tenants to `cmd`.
 void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* flags);
 
 // One entry of the tenants: list.

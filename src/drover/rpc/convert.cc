@@ -209,6 +209,14 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   return ValidateSchedulingFields(spec);
 }
 
+sched::JobRequest ToJobRequest(const v1::Job& job) {
+  sched::JobRequest r = ToJobRequest(job.id(), job.spec());
+  const v1::JobStatus& st = job.status();
+  r.attained_gpu_ms = std::max<int64_t>(0, st.attained_gpu_ms());
+  if (st.attempts_size() > 0) r.queued_ms = std::max<int64_t>(0, st.attempts(st.attempts_size() - 1).end_time_unix_nanos() / 1'000'000);
+  return r;
+}
+
 sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec) {
   sched::JobRequest r;
   r.id = id;

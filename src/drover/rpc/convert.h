@@ -58,7 +58,10 @@ Status ValidateLabel(std::string_view what, std::string_view name, std::string_v
 
 // The scheduler's view of a job. `spec` must be normalized.
 sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec);
-inline sched::JobRequest ToJobRequest(const v1::Job& job) { return ToJobRequest(job.id(), job.spec()); }
+// A stored job's also carries what its status says of earlier runs: the GPU
+// service attained (LAS) and when it was last queued (its last attempt's
+// end), so that a restarted server orders and promotes it as before.
+sched::JobRequest ToJobRequest(const v1::Job& job);
 sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable);
 
 // The binding a bound job holds, from its status (recovery).

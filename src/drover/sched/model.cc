@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 #include "drover/common/config.h"
 
 namespace drover::sched {
@@ -98,6 +102,18 @@ Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s) {
     start = comma + 1;
   }
   return out;
+}
+
+Result<double> ParseStarvationFactor(std::string_view s) {
+  std::string text(s);
+  char* end = nullptr;
+  double k = text.empty() ? -1 : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(k) || k < 0 || k > 1e6) {
+    return InvalidArgument(fmt::format(
+        "LAS starvation factor '{}' is not a number from 0 to 1000000 (e.g. 4: a job that waited 4 times as long "
+        "as it ran is promoted; 0: never)", s));
+  }
+  return k;
 }
 
 }  // namespace drover::sched

@@ -98,6 +98,11 @@ struct JobRequest {
   std::map<std::string, std::string> node_selector;  // every label must match
   std::string id;
   std::string tenant = "default";
+  // Recovery (a server restart queues or restores its jobs again): the GPU
+  // service the job attained in earlier runs (GPU-ms, as LAS counts it), and
+  // when it was last queued (ms; 0: the time given to Enqueue).
+  int64_t attained_gpu_ms = 0;
+  int64_t queued_ms = 0;
 
   bool fractional() const { return gpu_milli < kWholeGpu; }
   // Milli-GPUs of the whole job.
@@ -137,6 +142,9 @@ struct Decisions {
   // Preemption searches the pass ran (a search that failed before is not
   // run again until something it reads changes).
   int preemption_searches = 0;
+  // Waiting jobs the LAS starvation guard promoted in this pass
+  // (Config::las_starvation_factor).
+  int promotions = 0;
 };
 
 // A tenant's share of the cluster. Jobs of unknown tenants get weight 1, no
@@ -209,6 +217,14 @@ struct Config {
   // priority; another tenant's only on borrowed GPUs). Empty: one level,
   // i.e. FIFO.
   std::vector<int64_t> las_thresholds = {3'600'000, 36'000'000};  // 1 and 10 GPU-hours
+  // kLas starvation guard (Tiresias' promotion): a waiting job that has
+  // waited, since it was last queued, at least this many times the time it
+  // has run (its attained service over its GPUs) is promoted: its attained
+  // service is forgiven, so it goes back to level 0, ahead of every more
+  // served job, and is preempted by LAS only as a level-0 job. So a job
+  // that has run for T waits at most about factor x T behind less served
+  // work. 0: no promotion.
+  double las_starvation_factor = 4.0;
   // Tests: wherever the scheduler reuses a result from an earlier pass (a
   // failed preemption search, a node's reservation candidate) or skips a
   // probe that cannot succeed, it also computes it afresh, and
@@ -219,6 +235,9 @@ struct Config {
 // "1h,10h" -> {3'600'000, 36'000'000} (GPU-ms); "none" or "0" -> {}.
 // Durations as ParseDurationMs, positive and ascending, at most 8.
 Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s);
+
+// "4" -> 4.0: a finite factor in [0, 1e6] (0: the guard is off).
+Result<double> ParseStarvationFactor(std::string_view s);
 
 // The LAS level of `attained` GPU-ms under `c` (0 = least served).
 inline int LasLevel(const Config& c, int64_t attained) {

@@ -277,6 +277,8 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
   j.preemptible = req.preemptible;
   j.seq = s.next_seq++;
   j.submit_ms = now_ms;
+  j.queued_ms = req.queued_ms > 0 ? req.queued_ms : now_ms;
+  j.attained = std::max<int64_t>(0, req.attained_gpu_ms);
   s.job_ids[req.id] = idx;
   s.AddPending(idx);
   if (req.gpus > 0) {  // the workload's CPU per GPU, for placements that avoid stranding GPUs
@@ -311,6 +313,7 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
   j.preemptible = req.preemptible;
   j.seq = s.next_seq++;
   j.submit_ms = started_ms;
+  j.attained = std::max<int64_t>(0, req.attained_gpu_ms);  // before this run
   s.job_ids[req.id] = idx;
   std::vector<Held> held;
   auto fail = [&](Status st) {
@@ -377,8 +380,14 @@ Status Scheduler::Requeue(const std::string& job_id, int64_t now_ms) {
   int idx = s.FindJob(job_id);
   if (idx < 0 || s.jobs[idx].held.empty()) return NotFound(fmt::format("job '{}' is not bound", job_id));
   s.Unbind(idx, now_ms);
+  s.jobs[idx].queued_ms = now_ms;
   s.AddPending(idx);
   return Status::Ok();
+}
+
+int64_t Scheduler::Attained(const std::string& job_id, int64_t now_ms) const {
+  int idx = s_->FindJob(job_id);
+  return idx < 0 ? 0 : s_->AttainedNow(idx, now_ms);
 }
 
 void Scheduler::Remove(const std::string& job_id, int64_t now_ms) {
@@ -394,6 +403,22 @@ void Scheduler::Remove(const std::string& job_id, int64_t now_ms) {
 }
 
 // ---- the pass ----
+
+int State::PromoteStarving(int64_t now) {
+  if (config.queue != QueuePolicy::kLas || config.las_starvation_factor <= 0) return 0;
+  int promoted = 0;
+  for (int job : pending) {
+    JobState& j = jobs[job];
+    const int64_t milli = j.req.milli();
+    if (j.attained <= 0 || milli <= 0 || LasLevel(config, j.attained) == 0) continue;
+    // Waited / ran >= factor, where ran = attained GPU-ms over its GPUs.
+    const double ran_ms = static_cast<double>(j.attained) * kWholeGpu / static_cast<double>(milli);
+    if (static_cast<double>(now - j.queued_ms) < config.las_starvation_factor * ran_ms) continue;
+    j.attained = 0;
+    ++promoted;
+  }
+  return promoted;
+}
 
 std::vector<int> State::Order(int64_t now) const {
   struct Key {
@@ -541,6 +566,7 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
   // share orders the rest itself: only these are ordered here (in
   // submission order, as Order puts them under fair share).
   std::vector<int> order;
+  d.promotions = s.PromoteStarving(now_ms);
   if (s.config.queue != QueuePolicy::kFairShare) {
     order = s.Order(now_ms);
   } else {

@@ -90,6 +90,9 @@ class Scheduler {
   // frees its GPUs and queues it again with its original submission order
   // and the GPU service it attained. kNotFound unless bound.
   Status Requeue(const std::string& job_id, int64_t now_ms);
+  // The GPU service (GPU-ms) a job has attained as LAS counts it: earlier
+  // runs, plus the current one up to `now_ms` while bound. 0 when unknown.
+  int64_t Attained(const std::string& job_id, int64_t now_ms) const;
   // Forgets a job, queued or bound (finished, cancelled), and frees its
   // GPUs. No-op when unknown.
   void Remove(const std::string& job_id, int64_t now_ms);

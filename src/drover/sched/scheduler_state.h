@@ -157,6 +157,7 @@ struct alignas(64) JobState {
   int pending_pos = -1;
   int64_t bound_ms = 0;
   int64_t checkpoint_ms = 0;  // the last checkpoint it reported (0: unknown; SetCheckpoint)
+  int64_t queued_ms = 0;  // when it last became pending (the LAS starvation guard)
   int64_t attained = 0;  // milli-GPU x ms of service received before
   // The preemption epoch and reservation under which a search for victims
   // last failed for this job (0: none failed since they last changed).
@@ -402,6 +403,9 @@ struct State {
   void DropPending(int job);
   void FreeJob(int job);
   std::vector<int> Order(int64_t now) const;
+  // kLas: promotes the pending jobs that waited too long for their service
+  // (Config::las_starvation_factor); returns how many.
+  int PromoteStarving(int64_t now);
   // One job of a pass: bind it, or record why not; jobs that may preempt go
   // to `preempt_later`, searched once the pass has placed what it can.
   void Consider(int job, int64_t now, bool* blocked, int* blocker, std::vector<int>* preempt_later, Decisions* d);

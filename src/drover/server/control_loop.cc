@@ -310,6 +310,9 @@ void ControlLoop::AfterBatch() {
   settled_generation_ = decisions.bindings.empty() && decisions.preemptions.empty() ? sched_.generation() : 0;
   decisions_ += static_cast<int64_t>(decisions.bindings.size() + decisions.preemptions.size());
   preemptions_ += static_cast<int64_t>(decisions.preemptions.size());
+  if (decisions.promotions > 0) {
+    spdlog::info("las: the starvation guard promoted {} waiting job(s) to the first level", decisions.promotions);
+  }
   if (pass_seconds_ != nullptr) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     double cpu_seconds = static_cast<double>(ThreadCpuNs() - started_cpu) / 1e9;

@@ -171,6 +171,7 @@ void ControlLoop::Requeue(v1::Job* job) {
       spdlog::error("job '{}' cannot be queued again: {}", job->id(), e.message());
     }
   }
+  st->set_attained_gpu_ms(sched_.Attained(job->id(), now_ms));  // kept across a restart (LAS)
   st->set_state(v1::JOB_STATE_PENDING);
   st->clear_allocation();
   st->clear_replicas();

@@ -190,6 +190,51 @@ TEST_F(PreemptionTest, PreemptingJobSurvivesARestart) {
   EXPECT_EQ(StateOf(high_), v1::JOB_STATE_BOUND);
 }
 
+// LAS through the loop: a preempted job's attained service is stored with
+// it and survives a restart (it still waits behind a fresh job), and the
+// starvation guard promotes it once it has waited 4 times as long as it ran,
+// counted from its stored last attempt.
+TEST_F(ControlLoopTest, LasServiceSurvivesARestartAndTheStarvationGuardPromotes) {
+  options_.scheduler.queue = sched::QueuePolicy::kLas;
+  options_.scheduler.las_thresholds = {3'600'000};  // 1 GPU-hour
+  options_.scheduler.las_starvation_factor = 4;
+  options_.scheduler.preemption = true;
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  auto sink = Connect("gpu-01", 1);
+  v1::JobSpec low = Low(1);
+  low.set_priority(0);
+  v1::JobSpec fresh = low;
+  fresh.set_preemptible(false);
+  std::string veteran = Must(loop_->Submit(low)).id();
+  Report("gpu-01", veteran, v1::WORKLOAD_STATE_RUNNING);
+  clock_.Advance(std::chrono::minutes(61));  // 61 GPU-minutes: level 1
+  std::string b = Must(loop_->Submit(fresh)).id();
+  Must(loop_->Barrier());
+  ASSERT_EQ(StateOf(veteran), v1::JOB_STATE_PREEMPTING);
+  Report("gpu-01", veteran, v1::WORKLOAD_STATE_EXITED, -1, 15);
+  EXPECT_EQ(StateOf(veteran), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get(veteran).status().attained_gpu_ms(), 61 * 60'000);
+  EXPECT_EQ(StateOf(b), v1::JOB_STATE_BOUND);
+  Report("gpu-01", b, v1::WORKLOAD_STATE_RUNNING);
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  sink = Connect("gpu-01", 1);
+  Report("gpu-01", b, v1::WORKLOAD_STATE_RUNNING);
+  std::string c = Must(loop_->Submit(fresh)).id();
+  clock_.Advance(std::chrono::minutes(10));
+  Report("gpu-01", b, v1::WORKLOAD_STATE_EXITED, 0);
+  EXPECT_EQ(StateOf(c), v1::JOB_STATE_BOUND) << "the veteran is still level 1 after the restart";
+  EXPECT_EQ(StateOf(veteran), v1::JOB_STATE_PENDING);
+  Report("gpu-01", c, v1::WORKLOAD_STATE_RUNNING);
+
+  // Queued again at 61 minutes after running 61: promoted at 61 + 4 x 61.
+  std::string d = Must(loop_->Submit(fresh)).id();
+  clock_.Advance(std::chrono::minutes(4 * 61 - 10));
+  Report("gpu-01", c, v1::WORKLOAD_STATE_EXITED, 0);
+  EXPECT_EQ(StateOf(veteran), v1::JOB_STATE_BOUND) << "promoted ahead of " << d;
+  EXPECT_EQ(StateOf(d), v1::JOB_STATE_PENDING);
+}
+
 TEST_F(ControlLoopTest, FractionalJobsShareOneGpu) {
   auto sink = Connect("gpu-01", 1);
   std::vector<std::string> ids;

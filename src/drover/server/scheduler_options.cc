@@ -55,6 +55,11 @@ Result<ControlLoopOptions> MakeControlLoopOptions(const SchedulerFlags& f) {
     if (!t.ok()) return Named("las-thresholds", "las-thresholds", t.status());
     c.las_thresholds = *t;
   }
+  if (!f.las_starvation.empty()) {
+    auto k = sched::ParseStarvationFactor(f.las_starvation);
+    if (!k.ok()) return Named("las-starvation", "las-starvation", k.status());
+    c.las_starvation_factor = *k;
+  }
   DROVER_ASSIGN_OR_RETURN(std::vector<TenantConfig> tenants, ParseTenants(f.tenants));
   for (TenantConfig& t : tenants) {
     sched::TenantInfo info;

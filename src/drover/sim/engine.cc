@@ -75,10 +75,14 @@ Status SetKey(sched::Config& c, std::string_view key, std::string_view value) {
     auto t = sched::ParseLasThresholds(list);
     if (!t.ok()) return named(t.status());
     c.las_thresholds = *t;
+  } else if (key == "las-starvation") {
+    auto k = sched::ParseStarvationFactor(value);
+    if (!k.ok()) return named(k.status());
+    c.las_starvation_factor = *k;
   } else {
     return InvalidArgument(fmt::format(
         "policy key '{}' is unknown (use queue, placement, backfill, preemption, aging, preemption-grace, "
-        "las-thresholds, frag-coverage)", key));
+        "las-thresholds, las-starvation, frag-coverage)", key));
   }
   return Status::Ok();
 }
@@ -121,6 +125,7 @@ std::string PolicyString(const sched::Config& c) {
     std::vector<std::string> t;
     for (int64_t ms : c.las_thresholds) t.push_back(Duration(ms));
     s += ",las-thresholds=" + (t.empty() ? std::string("none") : fmt::format("{}", fmt::join(t, ":")));
+    s += fmt::format(",las-starvation={}", c.las_starvation_factor);
   }
   if (c.placement == sched::PlacementPolicy::kFrag) s += fmt::format(",frag-coverage={}", c.frag_coverage);
   return s;

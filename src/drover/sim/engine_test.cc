@@ -261,10 +261,15 @@ TEST(Policy, ParsesWordsAndKeys) {
   EXPECT_EQ(b->preemption_grace_ms, 10'000);
   EXPECT_EQ(PolicyString(*b),
             "queue=las,placement=binpack,backfill=off,preemption=off,aging=5m,preemption-grace=10s,"
-            "las-thresholds=1h:10h");
-  auto l = ParsePolicy("las,las-thresholds=30m:2h:1d");
+            "las-thresholds=1h:10h,las-starvation=4");
+  auto l = ParsePolicy("las,las-thresholds=30m:2h:1d,las-starvation=2.5");
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->las_thresholds, (std::vector<int64_t>{1'800'000, 7'200'000, 86'400'000}));
+  EXPECT_EQ(l->las_starvation_factor, 2.5);
+  EXPECT_EQ(ParsePolicy("las,las-starvation=0")->las_starvation_factor, 0.0);
+  EXPECT_FALSE(ParsePolicy("las,las-starvation=-1").ok());
+  EXPECT_FALSE(ParsePolicy("las,las-starvation=nan").ok());
+  EXPECT_FALSE(ParsePolicy("las,las-starvation=4x").ok());
   EXPECT_EQ(ParsePolicy("las,las-thresholds=none")->las_thresholds, std::vector<int64_t>{});
   EXPECT_FALSE(ParsePolicy("las,las-thresholds=2h:1h").ok());  // not ascending
   EXPECT_FALSE(ParsePolicy("las,las-thresholds=soon").ok());
