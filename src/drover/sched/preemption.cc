@@ -1,4 +1,4 @@
-// Preemption: for a job that cannot be placed, the smallest set of running
+// Preemption: for a job that cannot be placed, the cheapest set of running
 // jobs whose GPUs would let it run.
 //
 // Who may be preempted (MayPreempt): only preemptible jobs not already
@@ -11,21 +11,44 @@
 // level (more attained GPU service, Config::las_thresholds) and of no
 // higher priority, within the same limits (Tiresias' preemptive 2D-LAS).
 //
-// Which set: per node, victims are added lowest priority first (then most
-// recently started, then fewest GPUs) until the job fits, then any victim
-// not needed is dropped again. The node whose set costs least wins, by
-// (milli-GPUs lost, highest victim priority, most recent start). A gang
-// repeats this replica by replica over a tentative view of the cluster.
+// Which set: the cheapest by a key of two parts. First the highest victim
+// priority: a job of higher priority is never stopped to spare lower ones
+// their work. Then the work lost: each victim's milli-GPUs times the time
+// since its last checkpoint (Scheduler::SetCheckpoint), or since it started
+// when none is known; then the milli-GPUs stopped.
 //
-// Worked example: node a runs p=10 x4 GPUs and p=20 x2 GPUs (preemptible),
-// node b runs p=10 x8 GPUs. A p=100 job needing 6 GPUs: on a (2 free) the
-// p=10 job alone frees 6 -> cost 4 GPUs; on b the p=10 job frees 8 -> cost
-// 8 GPUs. Node a wins; the p=20 job keeps running.
+// How: the domain is a switch or rack for a gang that asks for one (every
+// replica in it), else every node the job may use. In it, per node, the
+// replicas that fit with no victim and with every allowed victim up to each
+// priority gone give the lowest priority threshold at which the job fits
+// (no set can have a lower highest priority). Under that threshold, an
+// exact search per node over subsets of its victims, cheapest first, finds
+// the cheapest set for each count of replicas there (pruned by cost and by
+// what the remaining victims could free; kNodeSearchBudget sets at most,
+// then it takes what it has); a knapsack over the nodes then finds the
+// cheapest counts that add up to the gang. Switch and rack domains are
+// searched the freest first (fewest victims needed), those that could not
+// hold the gang with every preemptible job gone skipped, kPreemptDomains
+// at most: exact over the domains searched, not over every domain of a
+// large cluster. One more exception: a victim with replicas on several
+// nodes counts its whole cost on each node that takes it and frees only its
+// GPUs there, so the set found lets the job fit but may cost more than the
+// least. preemption_property_test checks minimality against an exhaustive
+// search (single-node victims, a few switches).
+//
+// Worked example: node a runs p=10 x4 GPUs and p=20 x2 GPUs, node b runs
+// p=10 x8 GPUs, all preemptible and started an hour ago. A p=100 job
+// needing 6 GPUs: at threshold 10, a (2 free) frees 6 with the p=10 job and
+// b frees 8; at threshold 10 both fit, so the p=20 job is never taken. Of
+// the two, a's set loses 4 GPU-hours and b's 8: a wins. Had a's p=10 job
+// started two hours before b's (or b's checkpointed a minute ago), b's job
+// would lose less and be the one stopped.
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <fmt/format.h>
 #include <map>
-#include <unordered_map>
+#include <optional>
 
 #include "drover/sched/scheduler_state.h"
 
@@ -78,6 +101,56 @@ void Apply(View* v, const NodeState& n, const JobRequest& owner, const Held& h, 
     }
   }
 }
+
+int64_t SatAdd(int64_t a, int64_t b) { return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b; }
+
+// What a set of victims loses, compared work first: milli-GPU x ms since
+// each victim's last checkpoint (else its start), then milli-GPUs stopped.
+// The highest victim priority comes before both (Plan::Before).
+struct Cost {
+  int64_t work = 0;
+  int64_t milli = 0;
+  bool operator<(const Cost& o) const { return work != o.work ? work < o.work : milli < o.milli; }
+  Cost operator+(const Cost& o) const { return Cost{SatAdd(work, o.work), SatAdd(milli, o.milli)}; }
+};
+
+// The cheapest victims found on one node for some count of replicas.
+struct Option {
+  Cost cost;
+  bool ok = false;  // a set was found
+  std::vector<int> set;
+};
+
+// A node's part in a search of one domain: the replicas that fit with no
+// victim, its candidate victims (a range of a shared vector, by priority
+// ascending) and the replicas that fit with every candidate up to each
+// priority gone (a range of Steps, where that count rises).
+struct NodePlan {
+  int node = -1;
+  int free_k = 0;
+  size_t first = 0;
+  size_t count = 0;
+  size_t step_first = 0;
+  size_t step_count = 0;
+};
+struct Step {
+  int priority = 0;
+  int k = 0;
+};
+
+// A domain's cheapest victims and where the replicas go.
+struct Plan {
+  int top = INT_MIN;  // the highest victim priority (INT_MIN: none)
+  Cost cost;
+  std::vector<int> victims;
+  std::vector<std::pair<int, int>> replicas;  // (node, replicas there)
+  bool Before(const Plan& o) const { return top != o.top ? top < o.top : cost < o.cost; }
+};
+
+// Candidate sets tried per node before the search settles for what it has.
+constexpr int kNodeSearchBudget = 4096;
+// Switch or rack domains searched per gang, the freest first.
+constexpr int kPreemptDomains = 8;
 
 }  // namespace
 
@@ -209,21 +282,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   j.no_victims_epoch = preempt_epoch;
   j.no_victims_reservation = reservation_sig;
   const JobRequest& req = j.req;
-  std::unordered_map<int, View> views;
-  std::vector<int> chosen;
-  std::vector<Pick> picks;
-  std::map<std::pair<int, std::string>, int64_t> released;  // by (tenant, model), for MayPreempt
-  auto release_tally = [&](std::map<std::pair<int, std::string>, int64_t>* tally, int victim, int sign) {
+  if (req.gpus == 0) return false;  // CPU-only work does not preempt
+  const int replicas = req.replicas;
+  using Tally = std::map<std::pair<int, std::string>, int64_t>;  // released by (tenant, model), for MayPreempt
+  static const Tally kNone;
+  auto release_tally = [&](Tally* tally, int victim, int sign) {
     for (const auto& [model, milli] : MilliByModel(victim)) (*tally)[{jobs[victim].tenant, model}] += sign * milli;
-  };
-
-  auto view_of = [&](int ni) -> View { auto it = views.find(ni); return it == views.end() ? ViewOf(nodes[ni]) : it->second; };
-  auto release_everywhere = [&](int victim) {
-    for (const Held& h : jobs[victim].held) {
-      View v = view_of(h.node);
-      Apply(&v, nodes[h.node], jobs[victim].req, h, +1);
-      views[h.node] = v;
-    }
   };
   // GPUs of node `ni` the job may not have: nominated for other jobs, and
   // the reservation unless it may use it.
@@ -236,7 +300,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
     return others;
   };
-  // Where on node `ni` the job's replica fits within `v`, if anywhere.
+  // Where on node `ni` one replica of the job fits within `v`, if anywhere.
   auto fit = [&](int ni, const View& v, Pick* out) {
     const NodeState& n = nodes[ni];
     const NodeTopology& topo = topos[n.topo];
@@ -268,133 +332,340 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     }
     return false;
   };
-
-  // Whether no set of victims can make room for a replica on node `ni`
-  // (`whole_free`: its whole free GPUs in the search's view): even with
-  // every GPU that any victim could free, no GPU class has enough whole GPUs
-  // outside others' nominations and the reservation. An upper bound, cheap
-  // next to MayPreempt's tenant checks; fractional requests are not bounded
-  // here.
-  auto hopeless = [&](int ni, uint64_t whole_free) {
-    if (req.fractional()) return false;
+  auto place = [&](View* v, const Pick& p) {
+    Apply(v, nodes[p.node], req, Held{p.node, p.cls, p.mask, p.milli, p.mem}, -1);
+  };
+  // Replicas of the job that fit on node `ni` within `v`, one after the
+  // other, up to `most`.
+  auto count_fits = [&](int ni, const View& v, int most) {
+    Pick p;
+    if (most <= 0 || !fit(ni, v, &p)) return 0;
+    if (most == 1) return 1;
+    View w = v;
+    int k = 0;
+    do {
+      place(&w, p);
+      ++k;
+    } while (k < most && fit(ni, w, &p));
+    return k;
+  };
+  // At least as many replicas as node `ni` could take were the GPUs of
+  // `could` free (whole GPUs, outside others' nominations and the
+  // reservation; a share is not bounded). Reads masks only: cheap next to
+  // MayPreempt's tenant checks and a view's copy.
+  auto bound = [&](int ni, uint64_t could) {
+    if (req.fractional()) return replicas;
     const NodeState& n = nodes[ni];
-    // Jobs bound in this pass count too: a looser bound, never a wrong one
-    // (MayPreempt passes them over on the nodes not ruled out here).
-    const uint64_t could_free = whole_free | n.victim_gpus;
-    const uint64_t others = not_for_it(ni);
+    const uint64_t usable = could & n.healthy & ~not_for_it(ni);
+    int k = 0;
     for (const ClassSlot& slot : n.classes) {
-      if (ClassMatches(req, slot.cls) && std::popcount(could_free & n.healthy & slot.mask & ~others) >= req.gpus) {
-        return false;
+      if (ClassMatches(req, slot.cls)) k += std::popcount(usable & slot.mask) / req.gpus;
+    }
+    return k;
+  };
+  // What stopping `o` loses: its milli-GPUs times the time since its last
+  // checkpoint, or since it started when none is known.
+  auto lost = [&](int o) {
+    const JobState& v = jobs[o];
+    const int64_t ms = std::max<int64_t>(0, now - std::max(v.bound_ms, v.checkpoint_ms));
+    const int64_t milli = v.req.milli();
+    return Cost{ms > 0 && milli > INT64_MAX / ms ? INT64_MAX : milli * ms, milli};
+  };
+  auto apply_on = [&](View* v, int ni, int o, int sign) {
+    for (const Held& h : jobs[o].held) {
+      if (h.node == ni) Apply(v, nodes[ni], jobs[o].req, h, sign);
+    }
+  };
+  // Whether taking `o` may take its tenant below a guarantee together with
+  // other victims (MayPreempt then depends on the set, not on `o` alone).
+  auto coupled = [&](int o) {
+    return jobs[o].tenant != j.tenant && !tenants[jobs[o].tenant].info.guaranteed_gpus.empty();
+  };
+
+  // ---- one domain (a switch, a rack, or every node the job may use) ----
+  std::vector<NodePlan> plans;
+  std::vector<int> cands;   // per plan, by priority ascending
+  std::vector<Step> steps;  // per plan, by priority ascending
+  auto fits_at = [&](const NodePlan& np, int p) {
+    int k = np.free_k;
+    for (size_t s = np.step_first; s < np.step_first + np.step_count && steps[s].priority <= p; ++s) k = steps[s].k;
+    return k;
+  };
+  std::vector<int> order;
+  std::vector<Cost> order_cost;
+  std::vector<uint64_t> suffix;
+  std::vector<int> set;
+  // The cheapest victims of priority <= `p` on plan `np`'s node for each
+  // count of replicas up to `most` ((*best)[k]); `cap`: a cost the caller
+  // already has, not worth matching.
+  auto search = [&](const NodePlan& np, int p, int most, const Cost* cap, std::vector<Option>* best) {
+    const int ni = np.node;
+    best->assign(static_cast<size_t>(most) + 1, Option{});
+    for (int k = 0; k <= std::min(np.free_k, most); ++k) (*best)[k].ok = true;
+    if (np.free_k >= most) return;
+    order.clear();
+    for (size_t a = np.first; a < np.first + np.count && jobs[cands[a]].priority <= p; ++a) order.push_back(cands[a]);
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      const Cost x = lost(a), y = lost(b);
+      if (x < y || y < x) return x < y;
+      return jobs[a].seq > jobs[b].seq;
+    });
+    order_cost.clear();
+    for (int o : order) order_cost.push_back(lost(o));
+    suffix.assign(order.size() + 1, 0);
+    for (size_t i = order.size(); i-- > 0;) {
+      suffix[i] = suffix[i + 1];
+      for (const Held& h : jobs[order[i]].held) {
+        if (h.node == ni) suffix[i] |= h.mask;
       }
+    }
+    const bool any_coupled = std::any_of(order.begin(), order.end(), coupled);
+    Tally tally;
+    View v = ViewOf(nodes[ni]);
+    set.clear();
+    int budget = kNodeSearchBudget;
+    // Include-or-exclude over the candidates, cheapest first. A branch
+    // stops when its set fits `most` replicas (more victims only cost
+    // more), when even its cheapest extension costs at least the best set
+    // for `most`, or when every remaining candidate gone would not fit one
+    // more replica than the set already does.
+    auto dfs = [&](auto& self, size_t i, Cost cur, int fits) -> void {
+      for (int k = np.free_k + 1; k <= fits; ++k) {
+        if (!(*best)[k].ok || cur < (*best)[k].cost) (*best)[k] = Option{cur, true, set};
+      }
+      if (fits >= most || i == order.size() || --budget < 0) return;
+      const Option& full = (*best)[most];
+      const Cost* ceiling = full.ok ? &full.cost : cap;
+      if (ceiling != nullptr && !(cur + order_cost[i] < *ceiling)) return;
+      if (!req.fractional() && bound(ni, v.whole_free | suffix[i]) <= fits) return;
+      const int o = order[i];
+      if (!any_coupled || MayPreempt(job, o, tally, now)) {
+        apply_on(&v, ni, o, +1);
+        if (any_coupled) release_tally(&tally, o, +1);
+        set.push_back(o);
+        self(self, i + 1, cur + order_cost[i], count_fits(ni, v, most));
+        set.pop_back();
+        if (any_coupled) release_tally(&tally, o, -1);
+        apply_on(&v, ni, o, -1);
+      }
+      self(self, i + 1, cur, fits);
+    };
+    dfs(dfs, 0, Cost{}, np.free_k);
+    if (budget >= 0 || any_coupled) return;
+    // Out of budget before every count was reached: all the candidates
+    // (they fit fits_at(np, p) replicas).
+    Cost all;
+    for (const Cost& c : order_cost) all = all + c;
+    for (int k = np.free_k + 1; k <= std::min(most, fits_at(np, p)); ++k) {
+      if (!(*best)[k].ok) (*best)[k] = Option{all, true, order};
+    }
+  };
+  std::vector<std::vector<Option>> options;
+  std::vector<size_t> used;
+  std::vector<int> take, prev;  // per (used plan, replicas so far)
+  auto finish = [&](Plan* plan) {  // dedup, cost and check the set as a whole
+    std::sort(plan->victims.begin(), plan->victims.end(), [&](int a, int b) {
+      return jobs[a].priority != jobs[b].priority ? jobs[a].priority < jobs[b].priority : jobs[a].seq < jobs[b].seq;
+    });
+    plan->victims.erase(std::unique(plan->victims.begin(), plan->victims.end()), plan->victims.end());
+    Tally tally;
+    for (int o : plan->victims) {
+      if (coupled(o) && !MayPreempt(job, o, tally, now)) return false;  // together they break a guarantee
+      release_tally(&tally, o, +1);
+      plan->top = std::max(plan->top, jobs[o].priority);
+      plan->cost = plan->cost + lost(o);
     }
     return true;
   };
-
-  std::vector<int> cands;
-  std::vector<int> added;
-  for (int r = 0; r < req.replicas; ++r) {
-    struct Best {
-      int64_t lost = 0;
-      int top_priority = 0;
-      int64_t latest = 0;
-      std::vector<int> victims;
-      Pick pick;
-    };
-    std::optional<Best> best;
-    // Only a rare selector's nodes can match (in index order, as the walk of
-    // every node would meet them).
-    const std::vector<int>* selected = SelectedNodes(req);
-    const size_t walk = selected != nullptr ? selected->size() : nodes.size();
-    for (size_t w = 0; w < walk; ++w) {
-      const size_t ni = selected != nullptr ? static_cast<size_t>((*selected)[w]) : w;
+  auto evaluate = [&](const std::vector<int>* within) -> std::optional<Plan> {
+    plans.clear();
+    cands.clear();
+    steps.clear();
+    int free_total = 0;
+    ForEachNode(within, [&](int ni) {
       const NodeState& n = nodes[ni];
-      if (!NodeMatches(req, n)) continue;
-      // The bound first: it reads the node's masks and classes only, where
-      // a view copies the free share and memory of every GPU.
-      auto seen = views.find(static_cast<int>(ni));
-      if (hopeless(static_cast<int>(ni), seen == views.end() ? n.whole_free : seen->second.whole_free)) continue;
-      View base = seen == views.end() ? ViewOf(n) : seen->second;
-      cands.clear();
-      added.clear();
+      if (!NodeMatches(req, n) || bound(ni, n.whole_free | n.victim_gpus) == 0) return;
+      const View base = ViewOf(n);
+      NodePlan np;
+      np.node = ni;
+      np.free_k = count_fits(ni, base, replicas);
+      np.first = cands.size();
       for (int o : n.jobs) {
-        if (MayPreempt(job, o, released, now) && std::find(chosen.begin(), chosen.end(), o) == chosen.end()) cands.push_back(o);
+        if (MayPreempt(job, o, kNone, now)) cands.push_back(o);
       }
-      Pick p;
-      bool ok = fit(static_cast<int>(ni), base, &p);
-      if (!ok && cands.empty()) continue;
-      std::sort(cands.begin(), cands.end(), [&](int a, int b) {
-        const JobState& x = jobs[a];
-        const JobState& y = jobs[b];
-        if (x.priority != y.priority) return x.priority < y.priority;
-        if (x.bound_ms != y.bound_ms) return x.bound_ms > y.bound_ms;
-        if (x.req.milli() != y.req.milli()) return x.req.milli() < y.req.milli();
-        return x.seq > y.seq;  // the later submission first
-      });
+      np.count = cands.size() - np.first;
+      if (np.count == 0 && np.free_k == 0) {
+        return;
+      }
+      std::sort(cands.begin() + static_cast<std::ptrdiff_t>(np.first), cands.end(),
+                [&](int a, int b) { return jobs[a].priority < jobs[b].priority; });
+      np.step_first = steps.size();
       View v = base;
-      std::map<std::pair<int, std::string>, int64_t> tally;  // `released`, copied only when victims are tried
-      if (!ok) tally = released;
-      for (size_t k = 0; !ok && k < cands.size(); ++k) {
-        if (!MayPreempt(job, cands[k], tally, now)) continue;  // taking it too would break a guarantee
-        release_tally(&tally, cands[k], +1);
-        for (const Held& h : jobs[cands[k]].held) {
-          if (h.node == static_cast<int>(ni)) Apply(&v, n, jobs[cands[k]].req, h, +1);
+      int last = np.free_k;
+      for (size_t a = np.first; a < cands.size() && last < replicas;) {
+        const int p = jobs[cands[a]].priority;
+        for (; a < cands.size() && jobs[cands[a]].priority == p; ++a) apply_on(&v, ni, cands[a], +1);
+        const int k = count_fits(ni, v, replicas);
+        if (k > last) {
+          steps.push_back(Step{p, k});
+          last = k;
         }
-        added.push_back(cands[k]);
-        ok = fit(static_cast<int>(ni), v, &p);
       }
-      if (!ok) continue;
-      // Drop victims that turned out not to be needed, the most valuable first.
-      for (size_t k = added.size(); k-- > 0;) {
-        View without = base;
-        for (size_t o = 0; o < added.size(); ++o) {
-          if (o == k) continue;
-          for (const Held& h : jobs[added[o]].held) {
-            if (h.node == static_cast<int>(ni)) Apply(&without, n, jobs[added[o]].req, h, +1);
+      np.step_count = steps.size() - np.step_first;
+      free_total += np.free_k;
+      plans.push_back(np);
+    });
+    if (free_total >= replicas) {  // room without victims
+      Plan plan;
+      for (const NodePlan& np : plans) {
+        if (np.free_k > 0) plan.replicas.emplace_back(np.node, np.free_k);
+      }
+      return plan;
+    }
+    // The lowest priority threshold at which every victim allowed lets the
+    // job fit: the highest victim priority cannot be lower.
+    std::vector<int> thresholds;
+    for (const Step& s : steps) thresholds.push_back(s.priority);
+    std::sort(thresholds.begin(), thresholds.end());
+    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+    for (int p : thresholds) {
+      int total = 0;
+      for (const NodePlan& np : plans) total += fits_at(np, p);
+      if (total < replicas) continue;
+      Plan plan;
+      if (replicas == 1) {
+        // One replica: the cheapest node, each search capped by the best so far.
+        std::optional<Option> best;
+        int best_node = -1;
+        std::vector<Option> opt;
+        for (const NodePlan& np : plans) {
+          if (fits_at(np, p) == 0) continue;
+          search(np, p, 1, best ? &best->cost : nullptr, &opt);
+          if (opt[1].ok && (!best || opt[1].cost < best->cost)) {
+            best = opt[1];
+            best_node = np.node;
           }
         }
-        Pick q;
-        if (fit(static_cast<int>(ni), without, &q)) {
-          added.erase(added.begin() + static_cast<std::ptrdiff_t>(k));
-          p = q;
+        if (!best) continue;
+        plan.victims = best->set;
+        plan.replicas.emplace_back(best_node, 1);
+      } else {
+        // A gang: the cheapest victims per node for each count of replicas
+        // there, then the cheapest counts that add up (a knapsack over the
+        // nodes: costs add, since each node's victims are its own).
+        options.clear();
+        used.clear();
+        for (size_t u = 0; u < plans.size(); ++u) {
+          const int most = std::min(replicas, fits_at(plans[u], p));
+          if (most == 0) continue;
+          options.emplace_back();
+          search(plans[u], p, most, nullptr, &options.back());
+          used.push_back(u);
+        }
+        const size_t width = static_cast<size_t>(replicas) + 1;
+        const Cost kInf{INT64_MAX, INT64_MAX};
+        std::vector<Cost> dp(width, kInf), next;
+        dp[0] = Cost{};
+        take.assign(used.size() * width, 0);
+        prev.assign(used.size() * width, 0);
+        for (size_t u = 0; u < used.size(); ++u) {
+          next = dp;
+          for (size_t r = 0; r < width; ++r) prev[u * width + r] = static_cast<int>(r);
+          for (size_t r = 0; r < width; ++r) {
+            if (!(dp[r] < kInf)) continue;
+            for (size_t k = 1; k < options[u].size(); ++k) {
+              if (!options[u][k].ok) continue;
+              const size_t to = std::min(width - 1, r + k);
+              const Cost c = dp[r] + options[u][k].cost;
+              if (c < next[to]) {
+                next[to] = c;
+                take[u * width + to] = static_cast<int>(k);
+                prev[u * width + to] = static_cast<int>(r);
+              }
+            }
+          }
+          dp.swap(next);
+        }
+        if (!(dp[width - 1] < kInf)) continue;
+        for (size_t u = used.size(), r = width - 1; u-- > 0;) {
+          const int k = take[u * width + r];
+          if (k > 0) {
+            plan.replicas.emplace_back(plans[used[u]].node, k);
+            const std::vector<int>& s = options[u][static_cast<size_t>(k)].set;
+            plan.victims.insert(plan.victims.end(), s.begin(), s.end());
+          }
+          r = static_cast<size_t>(prev[u * width + r]);
         }
       }
-      Best b;
-      b.pick = p;
-      b.victims = added;
-      for (int o : added) {
-        b.lost += jobs[o].req.milli();
-        b.top_priority = std::max(b.top_priority, jobs[o].req.priority);
-        b.latest = std::max(b.latest, jobs[o].bound_ms);
+      if (finish(&plan)) return plan;
+    }
+    return std::nullopt;
+  };
+
+  // ---- which domains ----
+  std::optional<Plan> best;
+  if (replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack)) {
+    // Every replica in one domain: the domains with the most free GPUs the
+    // job accepts first (the fewest victims needed), those that could not
+    // hold the gang with every preemptible job gone left out, at most
+    // kPreemptDomains searched.
+    const int level = req.topology == Topology::kSwitch ? 0 : 1;
+    std::vector<int> matching;
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (ClassMatches(req, static_cast<int>(c))) matching.push_back(static_cast<int>(c));
+    }
+    std::vector<std::pair<int64_t, int>> ranked;
+    for (int dm : level_domains[level]) {
+      int64_t free = 0;
+      for (int c : matching) free += domains[dm].free_by_class[c];
+      ranked.emplace_back(-free, dm);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    int searched = 0;
+    for (const auto& [unused, dm] : ranked) {
+      if (searched == kPreemptDomains) break;
+      int could = 0;
+      for (int ni : domains[dm].nodes) {
+        const NodeState& n = nodes[ni];
+        if (NodeMatches(req, n)) could += bound(ni, n.whole_free | n.victim_gpus);
+        if (could >= replicas) break;
       }
-      auto key = [](const Best& x) { return std::make_tuple(x.lost, x.top_priority, -x.latest); };
-      if (!best || key(b) < key(*best)) best = std::move(b);
-      if (best->lost == 0) break;
+      if (could < replicas) continue;
+      ++searched;
+      std::optional<Plan> plan = evaluate(&domains[dm].nodes);
+      if (plan && (!best || plan->Before(*best))) best = std::move(plan);
+      if (best && best->victims.empty()) break;
     }
-    if (!best) return false;
-    for (int o : best->victims) {
-      chosen.push_back(o);
-      release_everywhere(o);
-      release_tally(&released, o, +1);
-    }
-    View v = view_of(best->pick.node);
-    Apply(&v, nodes[best->pick.node], req, Held{best->pick.node, best->pick.cls, best->pick.mask, best->pick.milli, best->pick.mem}, -1);
-    views[best->pick.node] = v;
-    picks.push_back(best->pick);
+  } else {
+    best = evaluate(SelectedNodes(req));
   }
-  if (chosen.empty()) {
-    // It fits without victims: on GPUs its placement left out, or where its
-    // placement may not go (the search does not keep a switch or rack gang
-    // in one domain). A failure to keep unless time alone may change it:
+  if (!best) return false;
+  if (best->victims.empty()) {
+    // It fits without victims: on GPUs its placement left out (a
+    // nomination, the reservation, or a switch or rack beyond those its
+    // placement tries). A failure to keep unless time alone may change it:
     // only the reservation reads the clock here (MayUseReserved), and not
     // when there is none, the job holds it, the job has no estimate, or the
-    // reservation starts now (signed as such: Reserve). Kept, a switch gang
-    // that no switch can take is not searched for again every pass while
-    // nothing changes (each search walks every node per replica).
+    // reservation starts now (signed as such: Reserve). Kept, a gang the
+    // search would send where its placement does not go is not searched
+    // for again every pass while nothing changes.
     const bool timeless = reservation_job < 0 || reservation_job == job || req.runtime_estimate_ms <= 0 ||
                           reservation_ms == now;
     if (!timeless) j.no_victims_epoch = 0;
     return false;
   }
+  std::vector<Pick> picks;
+  for (const auto& [ni, k] : best->replicas) {
+    View v = ViewOf(nodes[ni]);
+    for (int o : best->victims) apply_on(&v, ni, o, +1);
+    for (int r = 0; r < k; ++r) {
+      Pick p;
+      if (!fit(ni, v, &p)) return false;  // cannot happen: the search fitted them so
+      place(&v, p);
+      picks.push_back(p);
+    }
+  }
+  const std::vector<int>& chosen = best->victims;
 
   ClearNomination(job);
   for (int o : chosen) {
