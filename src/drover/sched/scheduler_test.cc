@@ -1,5 +1,6 @@
 #include "drover/sched/scheduler.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -580,6 +581,85 @@ TEST(SchedulerLasTest, PreemptsAJobOfAHigherLevel) {
     ASSERT_TRUE(s.Enqueue(Job("short", 1), 40 * kMinute).ok());
     EXPECT_TRUE(s.Schedule(40 * kMinute).preemptions.empty());
   }
+}
+
+// The starvation guard: a job that ran for T and has waited 4T since it was
+// queued again goes back to level 0, ahead of the fresh jobs behind it in
+// submission order; with the factor at 0 it never does.
+TEST(SchedulerLasTest, TheStarvationGuardPromotesAJobThatWaitedTooLong) {
+  for (double factor : {4.0, 0.0}) {
+    Config c{.queue = QueuePolicy::kLas, .preemption = false};
+    c.las_thresholds = {60 * kMinute};
+    c.las_starvation_factor = factor;
+    Scheduler s(c);
+    ASSERT_TRUE(s.UpsertNode(MakeNode("a", 2)).ok());
+    ASSERT_TRUE(s.Enqueue(Job("veteran", 2), 0).ok());
+    ASSERT_EQ(s.Schedule(0).bindings.size(), 1u);
+    ASSERT_TRUE(s.Requeue("veteran", 60 * kMinute).ok());  // 2 GPU-hours in 1 hour: level 1
+    EXPECT_EQ(s.Attained("veteran", 60 * kMinute), 120 * kMinute);
+    // Fresh 2-GPU jobs, one after another, each running 10 minutes: the
+    // veteran (submitted first) waits behind each while it is level 1.
+    int64_t now = 60 * kMinute;
+    int fresh = 0;
+    std::string first_not_fresh;
+    while (now <= 60 * kMinute + 5 * 60 * kMinute) {
+      ASSERT_TRUE(s.Enqueue(Job(fmt::format("fresh-{}", fresh++), 2), now).ok());
+      Decisions d = s.Schedule(now);
+      ASSERT_EQ(d.bindings.size(), 1u);
+      if (d.bindings[0].job_id == "veteran") {
+        EXPECT_EQ(d.promotions, 1);
+        first_not_fresh = fmt::format("{}", now);
+        break;
+      }
+      EXPECT_EQ(d.promotions, 0);
+      now += 10 * kMinute;
+      s.Remove(d.bindings[0].job_id, now);  // it finished
+    }
+    if (factor > 0) {
+      // Waited 4 x 1 hour: promoted at the first pass at or after 5 hours.
+      EXPECT_EQ(first_not_fresh, fmt::format("{}", 60 * kMinute + 4 * 60 * kMinute));
+      EXPECT_EQ(s.Attained("veteran", 300 * kMinute), 0);  // forgiven
+    } else {
+      EXPECT_EQ(first_not_fresh, "") << "never promoted";
+    }
+    EXPECT_TRUE(s.CheckInvariants().ok());
+  }
+}
+
+// What a restarted server queues again: the attained service and the time
+// the job was last queued come with the request, so the job keeps its level
+// and its claim to promotion.
+TEST(SchedulerLasTest, AttainedServiceAndQueuedTimeComeBackWithTheRequest) {
+  Config c{.queue = QueuePolicy::kLas, .preemption = false};
+  c.las_thresholds = {60 * kMinute};
+  Scheduler s(c);
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 1)).ok());
+  JobRequest veteran = Job("veteran", 1);
+  veteran.attained_gpu_ms = 90 * kMinute;  // level 1, ran 90 minutes
+  veteran.queued_ms = 100 * kMinute;
+  ASSERT_TRUE(s.Enqueue(veteran, /*now (its submission)=*/0).ok());
+  ASSERT_TRUE(s.Enqueue(Job("fresh", 1), 200 * kMinute).ok());
+  EXPECT_EQ(s.Attained("veteran", 200 * kMinute), 90 * kMinute);
+  Decisions d = s.Schedule(200 * kMinute);  // waited 100 minutes < 4 x 90
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "fresh");
+  s.Remove("fresh", 460 * kMinute);
+  ASSERT_TRUE(s.Enqueue(Job("fresh-2", 1), 460 * kMinute).ok());
+  d = s.Schedule(460 * kMinute);  // waited 360 minutes = 4 x 90
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "veteran");
+  EXPECT_EQ(d.promotions, 1);
+
+  // A restored (bound) job counts its earlier service too.
+  Scheduler r(c);
+  ASSERT_TRUE(r.UpsertNode(MakeNode("a", 1)).ok());
+  JobRequest running = Job("running", 1);
+  running.attained_gpu_ms = 30 * kMinute;
+  Binding b{"running", {Placement{"a", {0}}}};
+  ASSERT_TRUE(r.Restore(running, b, 10 * kMinute).ok());
+  EXPECT_EQ(r.Attained("running", 40 * kMinute), 60 * kMinute);
+  ASSERT_TRUE(r.Requeue("running", 40 * kMinute).ok());
+  EXPECT_EQ(r.Attained("running", 50 * kMinute), 60 * kMinute);
 }
 
 }  // namespace
