@@ -23,12 +23,22 @@
 //                  capacity never hurts, which a placement policy does not
 //                  promise; "> 160" when even that fails).
 //
+//   stitches       the pool's stitched ranges made, and in brackets the
+//                  stitches it tried and was refused (drover_mem_remap_stats).
+//
 // The pool's own configurations: "one reservation" reserves the capacity at
 // creation (as over a VMM reservation of the whole device); "2 GiB segments"
 // reserves 2 GiB and grows by 2 GiB (a larger request gets a segment of its
 // size) up to the capacity, and on a refusal trims its empty segments and
-// retries once, as the caching allocator empties its cache. The host backend
-// only maps address space: nothing is touched.
+// retries once, as the caching allocator empties its cache. Each runs plain
+// (DROVER_MEM_FLAG_NO_REMAP: the TLSF allocator alone) and with stitching
+// (the default on a VMM backend: a request no free block holds, once the
+// pool cannot grow, gets scattered free chunks mapped into one new range).
+// The host backend's chunk is a 4 KiB page, where CUDA's is 2 MiB: stitching
+// gathers more here than it would on a GPU. The one-reservation pool's peak
+// reserved is n/a once it has stitched (stitched blocks take chunks anywhere
+// in the reservation). The host backend maps address space and memfd pages
+// that nothing touches: no memory is used.
 
 #include <fmt/format.h>
 
@@ -63,13 +73,16 @@ class Target {
 
 class PoolTarget final : public Target {
  public:
-  // segment == 0: one reservation of the whole capacity.
-  PoolTarget(uint64_t segment, uint64_t capacity) : segment_(segment) {
+  // segment == 0: one reservation of the whole capacity. remap: the pool's
+  // default on a VMM backend (stitching); else DROVER_MEM_FLAG_NO_REMAP.
+  PoolTarget(uint64_t segment, bool remap, uint64_t capacity)
+      : segment_(segment), remap_(remap), capacity_(capacity) {
     drover_mem_options_t o;
     drover_mem_options_init(&o);
     o.reserve_bytes = segment == 0 ? capacity : segment;
     o.limit_bytes = capacity;
     o.grow_bytes = segment;
+    if (!remap) o.flags |= DROVER_MEM_FLAG_NO_REMAP;
     error_ = drover_mem_pool_create(&o, &pool_);
   }
   ~PoolTarget() override {
@@ -77,8 +90,9 @@ class PoolTarget final : public Target {
   }
   int error() const { return error_; }
   std::string Name() const override {
-    if (segment_ == 0) return "drover pool, one reservation";
-    return fmt::format("drover pool, {} GiB segments", segment_ / kGiB);
+    const std::string shape =
+        segment_ == 0 ? std::string("one reservation") : fmt::format("{} GiB segments", segment_ / kGiB);
+    return fmt::format("drover pool, {}{}", shape, remap_ ? ", stitching" : "");
   }
   uint64_t Allocate(uint64_t size) override {
     void* p = nullptr;
@@ -89,11 +103,14 @@ class PoolTarget final : public Target {
     }
     if (rc != DROVER_MEM_OK) return 0;
     const uint64_t a = reinterpret_cast<uint64_t>(p);
-    size_t usable = 0;
-    (void)drover_mem_usable_size(pool_, p, &usable, nullptr);
-    low_ = std::min(low_, a);
-    high_ = std::max(high_, a + usable);
-    if (segment_ != 0) {
+    if (segment_ == 0) {
+      // The first block sits at the reservation's base (TLSF splits the
+      // front of its one free block); stitched ranges lie outside it.
+      if (base_ == 0) base_ = a;
+      size_t usable = 0;
+      (void)drover_mem_usable_size(pool_, p, &usable, nullptr);
+      if (a >= base_ && a < base_ + capacity_) high_ = std::max(high_, a + usable - base_);
+    } else {
       drover_mem_stats_t s;
       (void)drover_mem_stats(pool_, &s);
       peak_reserved_ = std::max(peak_reserved_, s.bytes_reserved);
@@ -104,20 +121,30 @@ class PoolTarget final : public Target {
   AllocatorState State() const override {
     drover_mem_stats_t s;
     (void)drover_mem_stats(pool_, &s);
+    drover_mem_remap_stats_t r;
+    (void)drover_mem_remap_stats(pool_, &r);
     AllocatorState st;
     st.held = s.bytes_in_use;
-    st.footprint = segment_ == 0 ? high_ - low_ : s.bytes_reserved;
-    st.peak_footprint = segment_ == 0 ? high_ - low_ : peak_reserved_;
+    st.footprint = segment_ == 0 ? high_ : s.bytes_reserved;
+    st.peak_footprint = segment_ == 0 ? high_ : peak_reserved_;
+    // Stitched blocks take free chunks anywhere in the reservation, also
+    // above the high-water mark of the blocks placed in it.
+    st.footprint_known = segment_ != 0 || r.total_stitches == 0;
     // Growing: a request also fits in a new segment over what is unreserved.
-    st.largest_allocation = std::max<uint64_t>(s.largest_free_block, s.limit_bytes - s.bytes_reserved);
+    st.largest_allocation = std::max<uint64_t>(std::max<uint64_t>(s.largest_free_block, r.largest_allocation),
+                                               s.limit_bytes - s.bytes_reserved);
+    st.stitches = r.total_stitches;
+    st.failed_stitches = r.failed_stitches;
     return st;
   }
 
  private:
   uint64_t segment_;
+  bool remap_;
+  uint64_t capacity_;
   drover_mem_pool_t pool_{0};
   int error_ = DROVER_MEM_OK;
-  uint64_t low_ = UINT64_MAX, high_ = 0, peak_reserved_ = 0;
+  uint64_t base_ = 0, high_ = 0, peak_reserved_ = 0;
 };
 
 class ListTarget final : public Target {
@@ -149,22 +176,24 @@ class CachingTarget final : public Target {
 
 double GiB(uint64_t b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
 
-constexpr int kTargets = 5;
+constexpr int kTargets = 7;
 
 // Target i over capacity bytes; null (and *error set) when the pool cannot
 // be created.
 std::unique_ptr<Target> MakeTarget(int i, uint64_t capacity, std::string* error) {
   switch (i) {
     case 0:
-    case 1: {
-      auto pool = std::make_unique<PoolTarget>(i == 0 ? 0 : 2 * kGiB, capacity);
+    case 1:
+    case 2:
+    case 3: {
+      auto pool = std::make_unique<PoolTarget>(i % 2 == 0 ? 0 : 2 * kGiB, i >= 2, capacity);
       if (pool->error() == DROVER_MEM_OK) return pool;
       *error = fmt::format("{}: create failed: {}", pool->Name(), drover_mem_strerror(pool->error()));
       return nullptr;
     }
-    case 2:
+    case 4:
       return std::make_unique<ListTarget>(FreeListAllocator::Fit::kFirst, capacity);
-    case 3:
+    case 5:
       return std::make_unique<ListTarget>(FreeListAllocator::Fit::kBest, capacity);
     default:
       return std::make_unique<CachingTarget>(capacity);
@@ -248,7 +277,7 @@ int FragmentationMain(int argc, char** argv) {
     fmt::print("\n{} (seed {}): {} events, {} allocations, peak live {:.2f} GiB of {:.0f} GiB\n\n", trace.name, seed,
                trace.events.size(), trace.allocations, GiB(trace.peak_live), GiB(kCapacity));
     fmt::print("| allocator | peak reserved (GiB) | waste | largest free at peak (GiB) | ext. frag at peak | failed "
-               "allocs | failed GiB | needed (GiB) |\n|---|--:|--:|--:|--:|--:|--:|--:|\n");
+               "allocs | failed GiB | needed (GiB) | stitches (refused) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     std::string times;
     for (int i = 0; i < kTargets; ++i) {
       std::string error;
@@ -268,11 +297,14 @@ int FragmentationMain(int argc, char** argv) {
                                                      : 1.0 - static_cast<double>(trace.peak_live) /
                                                                  static_cast<double>(r.end.peak_footprint);
       const uint64_t needed = sweep ? NeededCapacity(trace, i, r.failed == 0 ? kCapacity : 0) : 0;
-      fmt::print("| {} | {:.2f} | {:.1f} % | {:.2f} | {:.1f} % | {} | {} | {} |\n", name, GiB(r.end.peak_footprint),
-                 100.0 * waste, GiB(largest), 100.0 * ext, r.failed,
-                 r.failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(r.failed_bytes)),
+      const bool known = r.end.footprint_known;
+      fmt::print("| {} | {} | {} | {:.2f} | {:.1f} % | {} | {} | {} | {} |\n", name,
+                 known ? fmt::format("{:.2f}", GiB(r.end.peak_footprint)) : std::string("n/a"),
+                 known ? fmt::format("{:.1f} %", 100.0 * waste) : std::string("n/a"), GiB(largest), 100.0 * ext,
+                 r.failed, r.failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(r.failed_bytes)),
                  !sweep ? std::string("-") : needed == 0 ? fmt::format("> {:.0f}", GiB(kMaxCapacity))
-                                                         : fmt::format("{:.2f}", GiB(needed)));
+                                                         : fmt::format("{:.2f}", GiB(needed)),
+                 name.find("stitching") != std::string::npos ? fmt::format("{} ({})", r.end.stitches, r.end.failed_stitches) : std::string("-"));
       times += fmt::format("{}{} {:.0f}", times.empty() ? "" : ", ", name,
                            r.ns / static_cast<double>(trace.events.size()));
     }
