@@ -359,6 +359,22 @@ TEST(ReleaseFreeTest, FreeChunksGoBackAndComeBackOnDemand) {
   EXPECT_EQ(drover_mem_release_free(pool, &released), DROVER_MEM_ERR_INVALID_POOL);
 }
 
+TEST(ReleaseFreeTest, CppWrapper) {
+  auto pool = Pool::Create({.reserve_bytes = kMiB});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->RemapStats()->remaps, 1);
+  auto p = pool->Allocate(100 * kKiB);
+  ASSERT_TRUE(p.ok());
+  auto released = pool->ReleaseFree();
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(*released, kMiB - 100 * kKiB);
+  EXPECT_EQ(pool->RemapStats()->decommitted_bytes, kMiB - 100 * kKiB);
+  auto plain = Pool::Create({.reserve_bytes = kMiB, .flags = DROVER_MEM_FLAG_NO_REMAP});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->RemapStats()->remaps, 0);
+  EXPECT_EQ(Pool::Create({.flags = 2}).status().code(), Code::kInvalidArgument);
+}
+
 // ---- CUDA, through the stand-in driver ----------------------------------------
 
 // The stand-in's device has 64 MiB (set before its cuInit, which reads it):

@@ -113,6 +113,13 @@ class Pool {
     if (rc != DROVER_MEM_OK) return StatusFromCode(rc, "remap stats");
     return s;
   }
+  // Bytes of physical memory given back (drover_mem_release_free).
+  Result<size_t> ReleaseFree() {
+    size_t released = 0;
+    const int rc = drover_mem_release_free(handle_, &released);
+    if (rc != DROVER_MEM_OK) return StatusFromCode(rc, "release free memory");
+    return released;
+  }
   Status Trim() { return StatusFromCode(drover_mem_trim(handle_), "trim"); }
 
   // The C handle, for code that calls the C API (valid while this Pool lives).
