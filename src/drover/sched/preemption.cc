@@ -19,10 +19,12 @@
 //
 // How: the domain is a switch or rack for a gang that asks for one (every
 // replica in it), else every node the job may use. In it, per node, the
-// replicas that fit with no victim and with every allowed victim up to each
-// priority gone give the lowest priority threshold at which the job fits
-// (no set can have a lower highest priority). Under that threshold, an
-// exact search per node over subsets of its victims, cheapest first, finds
+// replicas that fit with no victim and (a bound from the GPU masks) with
+// every allowed victim up to each priority gone give the lowest priority
+// threshold at which the job may fit (no set can have a lower highest
+// priority; where the search below finds no set, the next threshold is
+// tried). Under that threshold, an exact search per node over subsets of
+// its victims, cheapest first, finds
 // the cheapest set for each count of replicas there (pruned by cost and by
 // what the remaining victims could free; kNodeSearchBudget sets at most,
 // then it takes what it has); a knapsack over the nodes then finds the
@@ -123,8 +125,9 @@ struct Option {
 
 // A node's part in a search of one domain: the replicas that fit with no
 // victim, its candidate victims (a range of a shared vector, by priority
-// ascending) and the replicas that fit with every candidate up to each
-// priority gone (a range of Steps, where that count rises).
+// ascending) and at most how many replicas could fit with every candidate
+// up to each priority gone (a range of Steps, where that count rises; for
+// whole GPUs a bound from the GPU masks, for shares the count itself).
 struct NodePlan {
   int node = -1;
   int free_k = 0;
@@ -150,7 +153,7 @@ struct Plan {
 // Candidate sets tried per node before the search settles for what it has.
 constexpr int kNodeSearchBudget = 4096;
 // Switch or rack domains searched per gang, the freest first.
-constexpr int kPreemptDomains = 8;
+constexpr int kPreemptDomains = 4;
 
 }  // namespace
 
@@ -291,13 +294,19 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   };
   // GPUs of node `ni` the job may not have: nominated for other jobs, and
   // the reservation unless it may use it.
+  // The search asks node by node, many times each: the last answer is kept.
+  int others_node = -1;
+  uint64_t others_mask = 0;
   auto not_for_it = [&](int ni) {
+    if (ni == others_node) return others_mask;
     const NodeState& n = nodes[ni];
     uint64_t others = n.nominated;
     for (const auto& [nd, mine] : j.nomination) {
       if (nd == ni) others &= ~mine;
     }
     if (n.reserved != 0 && !MayUseReserved(job, now)) others |= n.reserved;
+    others_node = ni;
+    others_mask = others;
     return others;
   };
   // Where on node `ni` one replica of the job fits within `v`, if anywhere.
@@ -391,6 +400,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (size_t s = np.step_first; s < np.step_first + np.step_count && steps[s].priority <= p; ++s) k = steps[s].k;
     return k;
   };
+  std::vector<std::pair<Cost, int>> ranked;
   std::vector<int> order;
   std::vector<Cost> order_cost;
   std::vector<uint64_t> suffix;
@@ -403,15 +413,20 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     best->assign(static_cast<size_t>(most) + 1, Option{});
     for (int k = 0; k <= std::min(np.free_k, most); ++k) (*best)[k].ok = true;
     if (np.free_k >= most) return;
-    order.clear();
-    for (size_t a = np.first; a < np.first + np.count && jobs[cands[a]].priority <= p; ++a) order.push_back(cands[a]);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
-      const Cost x = lost(a), y = lost(b);
-      if (x < y || y < x) return x < y;
-      return jobs[a].seq > jobs[b].seq;
+    ranked.clear();
+    for (size_t a = np.first; a < np.first + np.count && jobs[cands[a]].priority <= p; ++a) {
+      ranked.emplace_back(lost(cands[a]), cands[a]);
+    }
+    std::sort(ranked.begin(), ranked.end(), [&](const auto& x, const auto& y) {
+      if (x.first < y.first || y.first < x.first) return x.first < y.first;
+      return jobs[x.second].seq > jobs[y.second].seq;
     });
+    order.clear();
     order_cost.clear();
-    for (int o : order) order_cost.push_back(lost(o));
+    for (const auto& [c, o] : ranked) {
+      order.push_back(o);
+      order_cost.push_back(c);
+    }
     suffix.assign(order.size() + 1, 0);
     for (size_t i = order.size(); i-- > 0;) {
       suffix[i] = suffix[i + 1];
@@ -452,11 +467,13 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     };
     dfs(dfs, 0, Cost{}, np.free_k);
     if (budget >= 0 || any_coupled) return;
-    // Out of budget before every count was reached: all the candidates
-    // (they fit fits_at(np, p) replicas).
+    // Out of budget before every count was reached: all the candidates,
+    // for the counts they reach.
     Cost all;
     for (const Cost& c : order_cost) all = all + c;
-    for (int k = np.free_k + 1; k <= std::min(most, fits_at(np, p)); ++k) {
+    View every = ViewOf(nodes[ni]);
+    for (int o : order) apply_on(&every, ni, o, +1);
+    for (int k = np.free_k + 1; k <= count_fits(ni, every, most); ++k) {
       if (!(*best)[k].ok) (*best)[k] = Option{all, true, order};
     }
   };
@@ -501,11 +518,20 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
                 [&](int a, int b) { return jobs[a].priority < jobs[b].priority; });
       np.step_first = steps.size();
       View v = base;
+      uint64_t could = n.whole_free;
       int last = np.free_k;
       for (size_t a = np.first; a < cands.size() && last < replicas;) {
         const int p = jobs[cands[a]].priority;
-        for (; a < cands.size() && jobs[cands[a]].priority == p; ++a) apply_on(&v, ni, cands[a], +1);
-        const int k = count_fits(ni, v, replicas);
+        for (; a < cands.size() && jobs[cands[a]].priority == p; ++a) {
+          if (req.fractional()) {
+            apply_on(&v, ni, cands[a], +1);
+          } else {
+            for (const Held& h : jobs[cands[a]].held) could |= h.node == ni ? h.mask : 0;
+          }
+        }
+        // Whole GPUs: the masks' bound (the search finds the true count);
+        // a share: the count itself.
+        const int k = req.fractional() ? count_fits(ni, v, replicas) : std::min(replicas, bound(ni, could));
         if (k > last) {
           steps.push_back(Step{p, k});
           last = k;
@@ -522,10 +548,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       }
       return plan;
     }
-    // The lowest priority threshold at which every victim allowed lets the
-    // job fit: the highest victim priority cannot be lower.
+    // Priority thresholds, lowest first: below the first at which every
+    // victim allowed could let the job fit, the highest victim priority
+    // cannot be; the bound may promise more than the search then finds, so
+    // each later one is tried in turn.
     std::vector<int> thresholds;
-    for (const Step& s : steps) thresholds.push_back(s.priority);
+    for (int o : cands) thresholds.push_back(jobs[o].priority);
     std::sort(thresholds.begin(), thresholds.end());
     thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
     for (int p : thresholds) {
@@ -614,15 +642,15 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (size_t c = 0; c < classes.size(); ++c) {
       if (ClassMatches(req, static_cast<int>(c))) matching.push_back(static_cast<int>(c));
     }
-    std::vector<std::pair<int64_t, int>> ranked;
+    std::vector<std::pair<int64_t, int>> by_free;
     for (int dm : level_domains[level]) {
       int64_t free = 0;
       for (int c : matching) free += domains[dm].free_by_class[c];
-      ranked.emplace_back(-free, dm);
+      by_free.emplace_back(-free, dm);
     }
-    std::sort(ranked.begin(), ranked.end());
+    std::sort(by_free.begin(), by_free.end());
     int searched = 0;
-    for (const auto& [unused, dm] : ranked) {
+    for (const auto& [unused, dm] : by_free) {
       if (searched == kPreemptDomains) break;
       int could = 0;
       for (int ni : domains[dm].nodes) {
