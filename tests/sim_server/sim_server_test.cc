@@ -44,8 +44,6 @@
 //    run; see docs/simulator.md (--tick) for what such passes may change.
 //  - how the server's threads group concurrent commands: here the grouping is
 //    the simulator's, enforced by GateStore.
-//  - host CPU and memory: rpc::ToNodeInfo and rpc::ToJobRequest carry neither
-//    into the scheduler, so the simulated nodes track none (checked below).
 //  - commit failures, recovery, node loss, cancels, NeverFits rejections (the
 //    workload fits; a rejected job would shift the server's ids), topology
 //    requirements, selectors and several GPU models.
@@ -90,6 +88,8 @@ struct JobDesc {
   int replicas = 1;
   bool preemptible = false;
   int64_t estimate_s = 0;
+  int64_t cpu_milli = 0;     // host resources per replica, against 64 cores
+  int64_t memory_bytes = 0;  // and 512 GiB per node
   int64_t submit_ms = 0;  // after kT0Ms
   int64_t duration_ms = 0;
 };
@@ -103,6 +103,10 @@ std::vector<sched::TenantInfo> Tenants() {
 // 48 jobs arriving over about 100 s on 24 GPUs: shares, 1-8 whole GPUs, two
 // 2 x 4 gangs, priorities 0 and 100, preemptible low-priority jobs, two
 // tenants with guarantees (quota reclaim) and runtime estimates on half.
+// Each asks for 2-12 cores and 16-128 GiB per replica (their own draws, so
+// the GPU workload is the one this seed was chosen for): eight 1-GPU jobs
+// ask 56 cores and 576 GiB on average, so host resources decide some
+// placements (checked below).
 // The first job arrives alone: GateStore can only hold the loop once it has
 // committed something, so the first batch must be a single command.
 std::vector<JobDesc> Workload() {
@@ -113,6 +117,7 @@ std::vector<JobDesc> Workload() {
     return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
   };
   auto chance = [&draw](int percent) { return draw(0, 99) < percent; };
+  std::mt19937_64 host_rng(17);
   std::vector<JobDesc> jobs;
   int64_t t = 1000;
   for (int i = 0; i < 48; ++i) {
@@ -136,6 +141,8 @@ std::vector<JobDesc> Workload() {
     }
     d.duration_ms = draw(15, 90) * 1000;
     if (chance(50)) d.estimate_s = d.duration_ms / 1000 + draw(0, 20);
+    d.cpu_milli = static_cast<int64_t>(host_rng() % 6 + 1) * 2000;
+    d.memory_bytes = static_cast<int64_t>(host_rng() % 8 + 1) * (int64_t{16} << 30);
     jobs.push_back(d);
   }
   return jobs;
@@ -153,6 +160,8 @@ v1::JobSpec ToSpec(const JobDesc& d) {
   }
   spec.set_preemptible(d.preemptible);
   spec.set_runtime_estimate_seconds(d.estimate_s);
+  spec.set_cpu_millis(d.cpu_milli);
+  spec.set_memory_bytes(d.memory_bytes);
   spec.set_termination_grace_seconds(kGraceSeconds);
   spec.add_command("train");
   Status s = rpc::NormalizeJobSpec(&spec);
@@ -172,6 +181,8 @@ sim::SimJob ToSimJob(const JobDesc& d, size_t i) {
   j.req.replicas = d.replicas;
   j.req.preemptible = d.preemptible;
   j.req.runtime_estimate_ms = d.estimate_s * 1000;
+  j.req.cpu_milli = d.cpu_milli;
+  j.req.memory_bytes = d.memory_bytes;
   j.submit_ms = kT0Ms + d.submit_ms;
   j.duration_ms = d.duration_ms;
   return j;
@@ -577,6 +588,12 @@ TEST_P(SimServerPolicyTest, SameDecisions) {
     EXPECT_GT(raises, 0) << "no preemption for priority";
     EXPECT_GT(gangs, 0) << "no gang bound";
     EXPECT_GT(shares, 0) << "no share bound";
+    // Host resources decide something: without them the simulator decides
+    // differently.
+    std::vector<JobDesc> gpu_only = jobs;
+    for (JobDesc& d : gpu_only) d.cpu_milli = d.memory_bytes = 0;
+    EXPECT_NE(FirstDifference(SimPasses(r), SimPasses(Simulate(gpu_only, *config, GetParam().stop_delay_ms))), "")
+        << "CPU and memory requests changed no decision";
   }
 }
 
