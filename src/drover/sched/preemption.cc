@@ -49,6 +49,7 @@
 #include <bit>
 #include <climits>
 #include <fmt/format.h>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -344,20 +345,6 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   auto place = [&](View* v, const Pick& p) {
     Apply(v, nodes[p.node], req, Held{p.node, p.cls, p.mask, p.milli, p.mem}, -1);
   };
-  // Replicas of the job that fit on node `ni` within `v`, one after the
-  // other, up to `most`.
-  auto count_fits = [&](int ni, const View& v, int most) {
-    Pick p;
-    if (most <= 0 || !fit(ni, v, &p)) return 0;
-    if (most == 1) return 1;
-    View w = v;
-    int k = 0;
-    do {
-      place(&w, p);
-      ++k;
-    } while (k < most && fit(ni, w, &p));
-    return k;
-  };
   // At least as many replicas as node `ni` could take were the GPUs of
   // `could` free (whole GPUs, outside others' nominations and the
   // reservation; a share is not bounded). Reads masks only: cheap next to
@@ -370,6 +357,21 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (const ClassSlot& slot : n.classes) {
       if (ClassMatches(req, slot.cls)) k += std::popcount(usable & slot.mask) / req.gpus;
     }
+    return k;
+  };
+  // Replicas of the job that fit on node `ni` within `v`, one after the
+  // other, up to `most`.
+  auto count_fits = [&](int ni, const View& v, int most) {
+    Pick p;
+    if (!req.fractional()) most = std::min(most, bound(ni, v.whole_free));  // cheaper than a fit
+    if (most <= 0 || !fit(ni, v, &p)) return 0;
+    if (most == 1) return 1;
+    View w = v;
+    int k = 0;
+    do {
+      place(&w, p);
+      ++k;
+    } while (k < most && fit(ni, w, &p));
     return k;
   };
   // What stopping `o` loses: its milli-GPUs times the time since its last
@@ -502,10 +504,14 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     ForEachNode(within, [&](int ni) {
       const NodeState& n = nodes[ni];
       if (!NodeMatches(req, n) || bound(ni, n.whole_free | n.victim_gpus) == 0) return;
-      const View base = ViewOf(n);
+      // A view only where something may fit in it: shares, or enough whole
+      // free GPUs (on a full cluster most nodes have neither).
+      const bool viewed = req.fractional() || bound(ni, n.whole_free) > 0;
+      View v;
+      if (viewed) v = ViewOf(n);
       NodePlan np;
       np.node = ni;
-      np.free_k = count_fits(ni, base, replicas);
+      np.free_k = viewed ? count_fits(ni, v, replicas) : 0;
       np.first = cands.size();
       for (int o : n.jobs) {
         if (MayPreempt(job, o, kNone, now)) cands.push_back(o);
@@ -517,7 +523,6 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       std::sort(cands.begin() + static_cast<std::ptrdiff_t>(np.first), cands.end(),
                 [&](int a, int b) { return jobs[a].priority < jobs[b].priority; });
       np.step_first = steps.size();
-      View v = base;
       uint64_t could = n.whole_free;
       int last = np.free_k;
       for (size_t a = np.first; a < cands.size() && last < replicas;) {
@@ -648,10 +653,14 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       for (int c : matching) free += domains[dm].free_by_class[c];
       by_free.emplace_back(-free, dm);
     }
-    std::sort(by_free.begin(), by_free.end());
+    // A heap: only the first few are taken (a full sort of a large
+    // cluster's domains costs more than the search).
+    std::make_heap(by_free.begin(), by_free.end(), std::greater<>());
     int searched = 0;
-    for (const auto& [unused, dm] : by_free) {
-      if (searched == kPreemptDomains) break;
+    while (!by_free.empty() && searched < kPreemptDomains) {
+      std::pop_heap(by_free.begin(), by_free.end(), std::greater<>());
+      const int dm = by_free.back().second;
+      by_free.pop_back();
       int could = 0;
       for (int ni : domains[dm].nodes) {
         const NodeState& n = nodes[ni];
