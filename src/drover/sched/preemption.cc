@@ -412,8 +412,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
   // already has, not worth matching.
   auto search = [&](const NodePlan& np, int p, int most, const Cost* cap, std::vector<Option>* best) {
     const int ni = np.node;
-    best->assign(static_cast<size_t>(most) + 1, Option{});
-    for (int k = 0; k <= std::min(np.free_k, most); ++k) (*best)[k].ok = true;
+    best->resize(static_cast<size_t>(most) + 1);  // reused: the sets keep their storage
+    for (size_t k = 0; k < best->size(); ++k) {
+      (*best)[k].ok = static_cast<int>(k) <= np.free_k;
+      (*best)[k].cost = Cost{};
+      (*best)[k].set.clear();
+    }
     if (np.free_k >= most) return;
     ranked.clear();
     for (size_t a = np.first; a < np.first + np.count && jobs[cands[a]].priority <= p; ++a) {
@@ -448,7 +452,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     // more replica than the set already does.
     auto dfs = [&](auto& self, size_t i, Cost cur, int fits) -> void {
       for (int k = np.free_k + 1; k <= fits; ++k) {
-        if (!(*best)[k].ok || cur < (*best)[k].cost) (*best)[k] = Option{cur, true, set};
+        Option& o = (*best)[k];
+        if (!o.ok || cur < o.cost) {
+          o.cost = cur;
+          o.ok = true;
+          o.set.assign(set.begin(), set.end());
+        }
       }
       if (fits >= most || i == order.size() || --budget < 0) return;
       const Option& full = (*best)[most];
@@ -487,10 +496,11 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       return jobs[a].priority != jobs[b].priority ? jobs[a].priority < jobs[b].priority : jobs[a].seq < jobs[b].seq;
     });
     plan->victims.erase(std::unique(plan->victims.begin(), plan->victims.end()), plan->victims.end());
+    const bool any_coupled = std::any_of(plan->victims.begin(), plan->victims.end(), coupled);
     Tally tally;
     for (int o : plan->victims) {
       if (coupled(o) && !MayPreempt(job, o, tally, now)) return false;  // together they break a guarantee
-      release_tally(&tally, o, +1);
+      if (any_coupled) release_tally(&tally, o, +1);
       plan->top = std::max(plan->top, jobs[o].priority);
       plan->cost = plan->cost + lost(o);
     }
@@ -568,31 +578,31 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       Plan plan;
       if (replicas == 1) {
         // One replica: the cheapest node, each search capped by the best so far.
-        std::optional<Option> best;
+        Option best;
         int best_node = -1;
-        std::vector<Option> opt;
+        if (options.empty()) options.emplace_back();
+        std::vector<Option>& opt = options[0];
         for (const NodePlan& np : plans) {
           if (fits_at(np, p) == 0) continue;
-          search(np, p, 1, best ? &best->cost : nullptr, &opt);
-          if (opt[1].ok && (!best || opt[1].cost < best->cost)) {
-            best = opt[1];
+          search(np, p, 1, best.ok ? &best.cost : nullptr, &opt);
+          if (opt[1].ok && (!best.ok || opt[1].cost < best.cost)) {
+            std::swap(best, opt[1]);
             best_node = np.node;
           }
         }
-        if (!best) continue;
-        plan.victims = best->set;
+        if (!best.ok) continue;
+        plan.victims = std::move(best.set);
         plan.replicas.emplace_back(best_node, 1);
       } else {
         // A gang: the cheapest victims per node for each count of replicas
         // there, then the cheapest counts that add up (a knapsack over the
         // nodes: costs add, since each node's victims are its own).
-        options.clear();
         used.clear();
         for (size_t u = 0; u < plans.size(); ++u) {
           const int most = std::min(replicas, fits_at(plans[u], p));
           if (most == 0) continue;
-          options.emplace_back();
-          search(plans[u], p, most, nullptr, &options.back());
+          if (options.size() == used.size()) options.emplace_back();  // kept across searches
+          search(plans[u], p, most, nullptr, &options[used.size()]);
           used.push_back(u);
         }
         const size_t width = static_cast<size_t>(replicas) + 1;
