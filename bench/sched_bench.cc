@@ -49,7 +49,8 @@
 // every GPU of those nodes is taken, so it cannot start), blocked_head/backfill and
 // blocked_head/strict (a 16 x 8 GPU gang under one switch that cannot start
 // ahead of it, EASY backfill on and off), gang_preempt_switch (an 8 x 8 GPU
-// gang under one switch, priority 10, on a cluster of preemptible jobs).
+// gang under one switch, priority 10, on a cluster of preemptible jobs: it
+// preempts the jobs of 8 nodes under one switch, the least work lost there).
 //
 // Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
 // p999_ns, max_ns (nearest rank over every iteration) and items_per_second
@@ -96,6 +97,7 @@
 #include <memory>
 #include <optional>
 #include <queue>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -524,8 +526,9 @@ struct WorstCase {
 // victim is removed and restored where it ran, so each pass sees the same
 // cluster. `bound` is the share of passes that bound the measured job
 // (kBlockedHead with backfill off: none, it waits behind the head),
-// `preempted` the share that preempted for it, `searches` the preemption
-// searches per pass.
+// `preempted` the share that preempted for it, `victims` the jobs preempted
+// per pass (kGangPreempt: all under one switch, or the case is void),
+// `searches` the preemption searches per pass.
 void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
   WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt);
   if (!w.error.empty()) {
@@ -606,7 +609,7 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
   std::vector<int64_t> samples, passes;
   samples.reserve(n);
   passes.reserve(n);
-  double bound = 0, preempted = 0, considered = 0, searches = 0;
+  double bound = 0, preempted = 0, considered = 0, searches = 0, victims = 0;
   size_t i = 0;
   for (auto _ : state) {
     if (!error.empty()) break;
@@ -628,7 +631,18 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
       }
     }
     preempted += d.preemptions.empty() ? 0 : 1;
+    victims += static_cast<double>(d.preemptions.size());
     searches += d.preemption_searches;
+    if (wc.kind == Worst::kGangPreempt) {
+      // Victims under one switch: the gang's (node-N is under switch N / kNodesPerSwitch).
+      std::set<int> switches;
+      for (const Preemption& p : d.preemptions) {
+        for (const Placement& pl : w.base->bound.at(p.job_id).second.replicas) {
+          switches.insert(std::stoi(pl.node.substr(pl.node.find('-') + 1)) / kNodesPerSwitch);
+        }
+      }
+      if (switches.size() > 1) error = "victims under " + std::to_string(switches.size()) + " switches";
+    }
     sched.Remove(job.id, w.now_ms);
     for (const Preemption& p : d.preemptions) {
       sched.Remove(p.job_id, w.now_ms);
@@ -648,6 +662,7 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
     state.counters["considered"] = considered / iters;
     state.counters["bound"] = bound / iters;
     state.counters["preempted"] = preempted / iters;
+    state.counters["victims"] = victims / iters;
     state.counters["searches"] = searches / iters;
   }
   state.counters["fill_pct"] = w.base->fill_pct();
