@@ -1,9 +1,13 @@
 // EASY backfill's reservation: where and when the first job of a pass that
 // cannot start could start, so that later jobs run only where they do not
 // delay it. Each node's answer is kept for the next pass while the node and
-// its jobs' expected ends stand (ReserveMemo).
+// its jobs' expected ends stand (ReserveMemo), and shared by every job of the
+// same shape that has no GPUs promised to it (ReserveKey): a stream of
+// like jobs that cannot start (an array behind a full pool) computes it once.
 #include <algorithm>
 #include <bit>
+#include <functional>
+#include <string>
 #include <fmt/format.h>
 
 #include "drover/sched/scheduler_state.h"
@@ -19,6 +23,24 @@ uint64_t HashMix(uint64_t h, uint64_t v) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// What ReserveOnNode reads of a job, hashed (odd), or for a job with GPUs
+// promised to it, which only it may use, its own key (even).
+uint64_t ReserveKey(const JobState& j) {
+  if (!j.nomination.empty()) return j.seq << 1;
+  const JobRequest& r = j.req;
+  const std::hash<std::string> text;
+  uint64_t h = HashMix(0x7265736572766521ULL, static_cast<uint64_t>(r.gpus));
+  h = HashMix(h, static_cast<uint64_t>(WithinNode(r.topology)));
+  h = HashMix(h, static_cast<uint64_t>(r.gpu_memory_bytes));
+  h = HashMix(h, text(r.gpu_vendor));
+  h = HashMix(h, text(r.gpu_model));
+  h = HashMix(h, r.gpu_models.size());
+  for (const std::string& m : r.gpu_models) h = HashMix(h, text(m));
+  h = HashMix(h, r.node_selector.size());
+  for (const auto& [k, v] : r.node_selector) h = HashMix(HashMix(h, text(k)), text(v));
+  return h | 1;
 }
 
 }  // namespace
@@ -94,7 +116,7 @@ bool State::Reserve(int job, int64_t now) {
   std::vector<Candidate> found;
   std::vector<std::pair<int64_t, int>> ends;  // one node's jobs by expected end; reused
   int now_and_whole = 0;  // candidates that cannot be beaten: free now, nothing missing
-  const uint64_t job_seq = jobs[job].seq;
+  const uint64_t key = ReserveKey(jobs[job]);
   // A rare selector's nodes, in index order, are the only nodes that can
   // hold a candidate (the others do not match): walk just them.
   const std::vector<int>* selected = SelectedNodes(req);
@@ -103,9 +125,9 @@ bool State::Reserve(int job, int64_t now) {
     const size_t ni = selected != nullptr ? static_cast<size_t>((*selected)[k]) : k;
     NodeState& n = nodes[ni];
     ReserveMemo& memo = n.reserve_memo;
-    if (memo.job_seq != job_seq || memo.version != n.version || now >= memo.valid_until || now < memo.computed_at) {
+    if (memo.key != key || memo.version != n.version || now >= memo.valid_until || now < memo.computed_at) {
       memo = ReserveOnNode(job, static_cast<int>(ni), now, &ends);
-      memo.job_seq = job_seq;
+      memo.key = key;
       memo.version = n.version;
       memo.computed_at = now;
     } else if (config.verify_memos && memo_mismatch.empty()) {

@@ -53,7 +53,7 @@ Topology WithinNode(Topology t);
 // sorted by lies between the pass that computed it and now (before that
 // end every end compares as it did; the ends already past read as now).
 struct ReserveMemo {
-  uint64_t job_seq = 0;  // 0: none
+  uint64_t key = 0;  // whose answer (reservation.cc's ReserveKey); 0: none
   uint64_t version = 0;
   int64_t computed_at = 0;  // the pass's time (a clock stepped back recomputes)
   int64_t valid_until = 0;  // the first job end after the time it was computed

@@ -211,5 +211,44 @@ TEST(WorstCaseTest, ARareSelectorTakesItsNodesInBinpackOrder) {
   ExpectInvariants(s);
 }
 
+// Jobs of one shape that cannot start share each node's reservation answer
+// (computed for the first, reused by the next); a job of another shape (here
+// another selector) gets its own. Without verify_memos every job walks all
+// four nodes (a label on half of them is not rare), so a job of pool y meets
+// the answers kept for pool x's shape; with it, every reused answer is
+// recomputed and compared.
+TEST(WorstCaseTest, LikeJobsShareTheReservationAndOtherShapesDoNot) {
+  for (bool verify : {false, true}) {
+    Config c;
+    c.verify_memos = verify;
+    Scheduler s(c);
+    // pool x: nodes a (free at 50 min) and b (30); pool y: c (20) and d (40).
+    const std::pair<const char*, int64_t> ends[] = {{"a", 50}, {"b", 30}, {"c", 20}, {"d", 40}};
+    for (const auto& [name, end] : ends) {
+      NodeInfo n = Node(name, 2);
+      n.labels["pool"] = std::string(name) < "c" ? "x" : "y";
+      ASSERT_TRUE(s.UpsertNode(n).ok());
+      JobRequest holder = Job(std::string("holder-") + name, 2);
+      holder.runtime_estimate_ms = end * kMinute;
+      ASSERT_TRUE(Bind(s, holder, name).ok());
+    }
+    auto blocked = [&](const std::string& id, const std::string& pool) {
+      JobRequest j = Job(id, 2);
+      j.node_selector["pool"] = pool;
+      EXPECT_TRUE(s.Enqueue(j, kMinute).ok());
+      EXPECT_TRUE(s.Schedule(kMinute).bindings.empty());
+      std::string why = s.PendingReason(id);
+      s.Remove(id, kMinute);
+      ExpectInvariants(s);
+      return why;
+    };
+    for (const std::string id : {"x-1", "x-2", "x-3"}) {
+      EXPECT_NE(blocked(id, "x").find("node b"), std::string::npos) << id << " verify " << verify;
+    }
+    EXPECT_NE(blocked("y-1", "y").find("node c"), std::string::npos) << "verify " << verify;
+    EXPECT_NE(blocked("x-4", "x").find("node b"), std::string::npos) << "verify " << verify;
+  }
+}
+
 }  // namespace
 }  // namespace drover::sched
