@@ -859,10 +859,13 @@ class AgentImpl final : public Agent {
                    cec.message());
     }
     job.cgroup = iso.cgroup;
-    JobSpecFile spec{key, {w.command().begin(), w.command().end()}, EnvFor(w, iso.cpus), w.working_dir(),
+    std::map<std::string, std::string> env = EnvFor(w, iso.cpus);
+    // A GPU memory limit: the shim preloaded (job_env.h); the job fails to start without it.
+    Status limit = AddGpuMemoryLimit(w.gpu_memory_limit_bytes(), dir.path() + "/gpu-memory", &env);
+    JobSpecFile spec{key, {w.command().begin(), w.command().end()}, std::move(env), w.working_dir(),
                      job.grace_seconds, opts_.fencing ? LeaseFile() : "", job.output_dir};
     Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
-                  : dir.WriteSpec(spec);
+                  : !limit.ok() ? limit : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
     if (s.ok()) {
       Result<SupervisorPool::Launched> launched = StartSupervisor(dir.path());

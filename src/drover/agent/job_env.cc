@@ -1,5 +1,15 @@
 #include "drover/agent/job_env.h"
 
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
 namespace drover::agent {
 
 bool EnvAllowed(std::string_view name, const std::vector<std::string>& allow) {
@@ -36,6 +46,90 @@ std::map<std::string, std::string> BuildJobEnv(const std::map<std::string, std::
   for (const auto& [k, v] : job_env) env[k] = v;
   for (const auto& [k, v] : drover_env) env[k] = v;
   return env;
+}
+
+Result<std::string> FindCudaShim(const std::string& configured, const std::string& exe) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!configured.empty()) {
+    if (fs::is_regular_file(configured, ec)) return configured;
+    return NotFound(fmt::format("the GPU memory-limit shim '{}' (DROVER_CUDA_SHIM) does not exist", configured));
+  }
+  fs::path dir = fs::path(exe).parent_path();
+  std::vector<fs::path> places = {dir / kCudaShimName, dir / ".." / "lib" / "drover" / kCudaShimName};
+  for (const fs::path& p : places) {
+    if (fs::is_regular_file(p, ec)) return fs::weakly_canonical(p, ec).string();
+  }
+  return NotFound(fmt::format("the GPU memory-limit shim {} is not at {} or {}; set DROVER_CUDA_SHIM", kCudaShimName,
+                              places[0].string(), places[1].string()));
+}
+
+Result<int64_t> GpuMemoryLimitOf(int64_t workload_limit, const std::map<std::string, std::string>& env) {
+  int64_t limit = workload_limit;
+  if (limit <= 0) {
+    auto it = env.find("DROVER_GPU_MEMORY_LIMIT");
+    if (it == env.end()) return int64_t{0};
+    const std::string& v = it->second;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), limit);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || limit <= 0) {
+      return InvalidArgument(fmt::format("DROVER_GPU_MEMORY_LIMIT='{}' is not a number of bytes", v));
+    }
+  }
+  if (limit < kMinGpuMemoryLimit) {
+    return InvalidArgument(fmt::format(
+        "a GPU memory limit of {} bytes is smaller than one allocation granule ({} bytes): no allocation could succeed",
+        limit, kMinGpuMemoryLimit));
+  }
+  return limit;
+}
+
+void ApplyGpuMemoryLimit(int64_t limit, const std::string& shim, const std::string& report_dir,
+                         std::map<std::string, std::string>* env) {
+  std::string preload = shim;
+  if (auto it = env->find("LD_PRELOAD"); it != env->end()) {
+    // LD_PRELOAD takes spaces or colons between entries.
+    std::string_view rest = it->second;
+    while (!rest.empty()) {
+      size_t cut = rest.find_first_of(" :");
+      std::string_view entry = rest.substr(0, cut);
+      if (!entry.empty() && entry != shim) preload += ":" + std::string(entry);
+      if (cut == std::string_view::npos) break;
+      rest.remove_prefix(cut + 1);
+    }
+  }
+  (*env)["LD_PRELOAD"] = preload;
+  (*env)["DROVER_GPU_MEMORY_LIMIT"] = std::to_string(limit);
+  (*env)["DROVER_GPU_MEMORY_REPORT"] = report_dir;
+}
+
+Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, std::map<std::string, std::string>* env) {
+  DROVER_ASSIGN_OR_RETURN(int64_t limit, GpuMemoryLimitOf(workload_limit, *env));
+  if (limit == 0) return Status::Ok();
+  const char* configured = std::getenv("DROVER_CUDA_SHIM");
+  std::error_code ec;
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  DROVER_ASSIGN_OR_RETURN(std::string shim, FindCudaShim(configured != nullptr ? configured : "", exe));
+  std::filesystem::create_directories(report_dir, ec);
+  if (ec) return Unavailable(fmt::format("cannot create '{}' for the GPU memory reports: {}", report_dir, ec.message()));
+  ApplyGpuMemoryLimit(limit, shim, report_dir, env);
+  return Status::Ok();
+}
+
+int64_t ReadGpuMemoryReports(const std::string& report_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int64_t total = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(report_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int pid = 0;
+    auto [end, pec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (pec != std::errc() || end != name.data() + name.size() || pid <= 0) continue;  // a .tmp, or not a report
+    if (kill(pid, 0) != 0 && errno == ESRCH) continue;  // a process that died without removing it
+    std::ifstream in(e.path());
+    int64_t bytes = 0;
+    if (in >> bytes && bytes > 0) total += bytes;
+  }
+  return total;
 }
 
 }  // namespace drover::agent

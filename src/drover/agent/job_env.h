@@ -8,10 +8,13 @@
 // builds each job's environment from it; the supervisor passes the result
 // to the job as it is.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "drover/common/status.h"
 
 namespace drover::agent {
 
@@ -37,5 +40,43 @@ std::map<std::string, std::string> BuildJobEnv(const std::map<std::string, std::
                                                const std::vector<std::string>& allow,
                                                const std::map<std::string, std::string>& job_env,
                                                const std::map<std::string, std::string>& drover_env);
+
+// ---- The GPU memory-limit shim (docs/memory.md) ----------------------------
+
+// The shim's file name, and the smallest limit it accepts (one allocation
+// granule of the CUDA driver: a smaller limit could never grant anything).
+inline constexpr std::string_view kCudaShimName = "libdrover_cuda_shim.so";
+inline constexpr int64_t kMinGpuMemoryLimit = int64_t{2} << 20;
+
+// Where the shim is: `configured` (the agent's DROVER_CUDA_SHIM) when set,
+// else beside the agent's executable `exe`, else in ../lib/drover/ from it.
+// NotFound names every place looked at.
+Result<std::string> FindCudaShim(const std::string& configured, const std::string& exe);
+
+// The GPU memory limit of a job: `workload_limit` (a share's reservation,
+// Workload.gpu_memory_limit_bytes) when > 0, else the job's own
+// DROVER_GPU_MEMORY_LIMIT in `env` (a job that asks for the shim), else 0
+// (none). InvalidArgument for a limit that is not a byte count or is below
+// kMinGpuMemoryLimit.
+Result<int64_t> GpuMemoryLimitOf(int64_t workload_limit, const std::map<std::string, std::string>& env);
+
+// Sets the shim's variables in a job's environment: DROVER_GPU_MEMORY_LIMIT,
+// DROVER_GPU_MEMORY_REPORT (report_dir) and LD_PRELOAD with the shim first
+// and whatever LD_PRELOAD `env` had after it (the job's own is never
+// dropped; a second copy of the shim is).
+void ApplyGpuMemoryLimit(int64_t limit, const std::string& shim, const std::string& report_dir,
+                         std::map<std::string, std::string>* env);
+
+// All of the above for a job about to start: the limit from the workload or
+// env; when there is one, the shim (DROVER_CUDA_SHIM of the agent's own
+// environment, or beside /proc/self/exe), report_dir created, and env set.
+// An error (a bad limit, no shim, no report directory) means the job must not
+// start: running it without its limit would let it take a shared GPU's memory.
+Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, std::map<std::string, std::string>* env);
+
+// The GPU memory in use by a job's processes: the sum of the shim's reports
+// in report_dir (one file per process, named by its pid) of processes still
+// alive. 0 when there are none.
+int64_t ReadGpuMemoryReports(const std::string& report_dir);
 
 }  // namespace drover::agent

@@ -1,0 +1,139 @@
+// The memory-limit shim's part of a job's environment (job_env.h): which
+// limit, where the shim is, LD_PRELOAD composed (never dropping the job's
+// own), and the reports the agent reads back.
+
+#include "drover/agent/job_env.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace drover::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JobEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("job_env_test." + std::to_string(getpid()) + "." +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    unsetenv("DROVER_CUDA_SHIM");
+    fs::remove_all(dir_);
+  }
+  void Touch(const fs::path& p, const std::string& text = "") {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  fs::path dir_;
+};
+
+TEST_F(JobEnvTest, TheLimitComesFromTheShareOrFromTheJobsOwnRequest) {
+  EXPECT_EQ(*GpuMemoryLimitOf(int64_t{1} << 30, {}), int64_t{1} << 30);
+  // A share's limit wins over what the job says (it cannot raise it).
+  EXPECT_EQ(*GpuMemoryLimitOf(int64_t{1} << 30, {{"DROVER_GPU_MEMORY_LIMIT", "99999999999"}}), int64_t{1} << 30);
+  EXPECT_EQ(*GpuMemoryLimitOf(0, {{"DROVER_GPU_MEMORY_LIMIT", "4194304"}}), 4194304);
+  EXPECT_EQ(*GpuMemoryLimitOf(0, {{"PATH", "/bin"}}), 0);  // none asked
+}
+
+TEST_F(JobEnvTest, ALimitBelowOneGranuleOrNotANumberIsRefused) {
+  for (const char* bad : {"abc", "", "-4194304", "12MiB", "4194304 "}) {
+    Result<int64_t> r = GpuMemoryLimitOf(0, {{"DROVER_GPU_MEMORY_LIMIT", bad}});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("is not a number of bytes"), std::string::npos) << r.status().message();
+  }
+  Result<int64_t> small = GpuMemoryLimitOf(1 << 20, {});
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("smaller than one allocation granule"), std::string::npos);
+  EXPECT_FALSE(GpuMemoryLimitOf(0, {{"DROVER_GPU_MEMORY_LIMIT", "2097151"}}).ok());
+  EXPECT_TRUE(GpuMemoryLimitOf(0, {{"DROVER_GPU_MEMORY_LIMIT", "2097152"}}).ok());
+}
+
+TEST_F(JobEnvTest, TheShimGoesFirstAndTheJobsOwnPreloadStays) {
+  std::map<std::string, std::string> env = {{"LD_PRELOAD", "/opt/a.so /opt/b.so:/opt/c.so"},
+                                            {"DROVER_GPU_MEMORY_LIMIT", "1"}};
+  ApplyGpuMemoryLimit(int64_t{1} << 30, "/lib/drover/libdrover_cuda_shim.so", "/run/j/gpu-memory", &env);
+  EXPECT_EQ(env["LD_PRELOAD"], "/lib/drover/libdrover_cuda_shim.so:/opt/a.so:/opt/b.so:/opt/c.so");
+  EXPECT_EQ(env["DROVER_GPU_MEMORY_LIMIT"], "1073741824");
+  EXPECT_EQ(env["DROVER_GPU_MEMORY_REPORT"], "/run/j/gpu-memory");
+
+  // A job that preloads the shim itself gets it once; none gets it alone.
+  env = {{"LD_PRELOAD", "/lib/drover/libdrover_cuda_shim.so"}};
+  ApplyGpuMemoryLimit(4194304, "/lib/drover/libdrover_cuda_shim.so", "/r", &env);
+  EXPECT_EQ(env["LD_PRELOAD"], "/lib/drover/libdrover_cuda_shim.so");
+  env.clear();
+  ApplyGpuMemoryLimit(4194304, "/s.so", "/r", &env);
+  EXPECT_EQ(env["LD_PRELOAD"], "/s.so");
+}
+
+TEST_F(JobEnvTest, TheShimIsFoundBesideTheAgentOrWhereConfigured) {
+  fs::path exe = dir_ / "bin" / "drover-core";
+  Touch(exe);
+  Result<std::string> none = FindCudaShim("", exe.string());
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), Code::kNotFound);
+  EXPECT_NE(none.status().message().find("DROVER_CUDA_SHIM"), std::string::npos);
+
+  Touch(dir_ / "lib" / "drover" / "libdrover_cuda_shim.so");
+  EXPECT_EQ(*FindCudaShim("", exe.string()), (dir_ / "lib" / "drover" / "libdrover_cuda_shim.so").string());
+  Touch(dir_ / "bin" / "libdrover_cuda_shim.so");
+  EXPECT_EQ(*FindCudaShim("", exe.string()), (dir_ / "bin" / "libdrover_cuda_shim.so").string());
+
+  Touch(dir_ / "elsewhere.so");
+  EXPECT_EQ(*FindCudaShim((dir_ / "elsewhere.so").string(), exe.string()), (dir_ / "elsewhere.so").string());
+  EXPECT_EQ(FindCudaShim((dir_ / "missing.so").string(), exe.string()).status().code(), Code::kNotFound);
+}
+
+TEST_F(JobEnvTest, AddGpuMemoryLimitSetsEverythingOrNothing) {
+  Touch(dir_ / "shim.so");
+  setenv("DROVER_CUDA_SHIM", (dir_ / "shim.so").c_str(), 1);
+  std::map<std::string, std::string> env = {{"LD_PRELOAD", "/opt/mine.so"}};
+  ASSERT_TRUE(AddGpuMemoryLimit(int64_t{1} << 30, (dir_ / "report").string(), &env).ok());
+  EXPECT_EQ(env["LD_PRELOAD"], (dir_ / "shim.so").string() + ":/opt/mine.so");
+  EXPECT_TRUE(fs::is_directory(dir_ / "report"));
+
+  // A bad limit: an error, and the environment as it was.
+  std::map<std::string, std::string> bad = {{"LD_PRELOAD", "/opt/mine.so"}};
+  Status s = AddGpuMemoryLimit(1000, (dir_ / "report2").string(), &bad);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad, (std::map<std::string, std::string>{{"LD_PRELOAD", "/opt/mine.so"}}));
+
+  // No limit: nothing changes and no shim is needed.
+  unsetenv("DROVER_CUDA_SHIM");
+  std::map<std::string, std::string> plain = {{"PATH", "/bin"}};
+  EXPECT_TRUE(AddGpuMemoryLimit(0, (dir_ / "report3").string(), &plain).ok());
+  EXPECT_EQ(plain.size(), 1u);
+  EXPECT_FALSE(fs::exists(dir_ / "report3"));
+
+  // A limit but no shim anywhere: the job must not start.
+  setenv("DROVER_CUDA_SHIM", (dir_ / "gone.so").c_str(), 1);
+  EXPECT_EQ(AddGpuMemoryLimit(int64_t{1} << 30, (dir_ / "report4").string(), &plain).code(), Code::kNotFound);
+}
+
+TEST_F(JobEnvTest, ReportsOfLiveProcessesAreSummed) {
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  fs::path r = dir_ / "gpu-memory";
+  Touch(r / std::to_string(getpid()), "1048576\n");
+  Touch(r / std::to_string(getppid()), "2048\n");
+  Touch(r / std::to_string(dead), "999999\n");  // died without removing it: not counted
+  Touch(r / ".123.tmp", "5\n");                  // a report being written
+  Touch(r / "notes", "7\n");
+  EXPECT_EQ(ReadGpuMemoryReports(r.string()), 1048576 + 2048);
+  EXPECT_EQ(ReadGpuMemoryReports((dir_ / "none").string()), 0);
+}
+
+}  // namespace
+}  // namespace drover::agent
