@@ -25,6 +25,9 @@ uint64_t HashMix(uint64_t h, uint64_t v) {
   return z ^ (z >> 31);
 }
 
+// Shapes a pass remembers as failing to reserve (beyond: walked again).
+constexpr size_t kMaxFailedShapes = 64;
+
 // What ReserveOnNode reads of a job, hashed (odd), or for a job with GPUs
 // promised to it, which only it may use, its own key (even).
 uint64_t ReserveKey(const JobState& j) {
@@ -117,6 +120,13 @@ bool State::Reserve(int job, int64_t now) {
   std::vector<std::pair<int64_t, int>> ends;  // one node's jobs by expected end; reused
   int now_and_whole = 0;  // candidates that cannot be beaten: free now, nothing missing
   const uint64_t key = ReserveKey(jobs[job]);
+  const uint64_t shape = HashMix(key, static_cast<uint64_t>(req.replicas));
+  if (reserve_failed_pass != pass) {
+    reserve_failed_pass = pass;
+    reserve_failed.clear();
+  }
+  const bool failed_before = std::find(reserve_failed.begin(), reserve_failed.end(), shape) != reserve_failed.end();
+  if (failed_before && !config.verify_memos) return false;  // verify_memos: walk, and check that it fails again
   // A rare selector's nodes, in index order, are the only nodes that can
   // hold a candidate (the others do not match): walk just them.
   const std::vector<int>* selected = SelectedNodes(req);
@@ -146,7 +156,13 @@ bool State::Reserve(int job, int64_t now) {
     // candidates are free now, no later node can come before them.
     if (at == now && memo.missing == 0) ++now_and_whole;
   }
-  if (static_cast<int>(found.size()) < req.replicas) return false;
+  if (static_cast<int>(found.size()) < req.replicas) {
+    if (!failed_before && reserve_failed.size() < kMaxFailedShapes) reserve_failed.push_back(shape);
+    return false;
+  }
+  if (failed_before && memo_mismatch.empty()) {
+    memo_mismatch = fmt::format("'{}': a reservation found for a shape that failed earlier in the pass", req.id);
+  }
   std::partial_sort(found.begin(), found.begin() + req.replicas, found.end(), [](const Candidate& a, const Candidate& b) {
     if (a.at != b.at) return a.at < b.at;
     if (a.missing != b.missing) return a.missing < b.missing;

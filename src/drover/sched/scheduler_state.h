@@ -272,6 +272,13 @@ struct State {
   int reservation_job = -1;
   int64_t reservation_ms = kNever;
   uint64_t reservation_sig = 0;  // the reservation's job, time and GPUs, hashed (0: none)
+  // Shapes (ReserveKey with the replica count) for which Reserve found too
+  // few nodes in pass `reserve_failed_pass`: another job of the shape in
+  // the same pass would walk the nodes to fail again (what a node could
+  // hold once its jobs end changes only with nominations, health and
+  // schedulability, which a pass's placements do not touch).
+  uint64_t reserve_failed_pass = 0;
+  std::vector<uint64_t> reserve_failed;
   // Raised by every change a preemption search reads: bindings (tenant
   // usage, who runs where), victims marked stopping, nominations, nodes and
   // tenants, and the end of a pass that bound jobs (a job is not preempted

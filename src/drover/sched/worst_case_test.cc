@@ -250,5 +250,36 @@ TEST(WorstCaseTest, LikeJobsShareTheReservationAndOtherShapesDoNot) {
   }
 }
 
+// Gangs that cannot get a reservation (one of their two nodes is drained):
+// the first of a shape walks the nodes, the next ones of that shape in the
+// same pass do not (verify_memos walks anyway and checks they fail again);
+// once the node is back, the next pass reserves.
+TEST(WorstCaseTest, AShapeThatFailedToReserveIsNotWalkedAgainInThePass) {
+  Config c;
+  c.verify_memos = true;
+  Scheduler s(c);
+  for (const char* name : {"a", "b"}) {
+    ASSERT_TRUE(s.UpsertNode(Node(name, 2)).ok());
+    JobRequest holder = Job(std::string("holder-") + name, 2);
+    holder.runtime_estimate_ms = 30 * kMinute;
+    ASSERT_TRUE(Bind(s, holder, name).ok());
+  }
+  s.SetSchedulable("b", false);
+  for (int i = 0; i < 5; ++i) {
+    JobRequest gang = Job("gang-" + std::to_string(i), 2);
+    gang.replicas = 2;
+    ASSERT_TRUE(s.Enqueue(gang, kMinute).ok());
+  }
+  EXPECT_TRUE(s.Schedule(kMinute).bindings.empty());
+  ExpectInvariants(s);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(s.PendingReason("gang-" + std::to_string(i)).find("reserved"), std::string::npos) << i;
+  }
+  s.SetSchedulable("b", true);
+  EXPECT_TRUE(s.Schedule(2 * kMinute).bindings.empty());
+  ExpectInvariants(s);
+  EXPECT_NE(s.PendingReason("gang-0").find("reserved"), std::string::npos) << s.PendingReason("gang-0");
+}
+
 }  // namespace
 }  // namespace drover::sched
