@@ -18,7 +18,7 @@ void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
       ->capture_default_str();
   submit->add_option("--gpu-memory", a->gpu_memory,
                      "minimum memory per GPU, e.g. 40GiB; with a share, the memory reserved on the GPU");
-  submit->add_option("--cpus", a->cpus, "CPUs per replica (2, 0.5 or 500m): placed by, and its cgroup's cpu.max");
+  submit->add_option("--cpus,--cpu", a->cpus, "CPUs per replica (2, 0.5 or 500m): placed by, and its cgroup's cpu.max");
   submit->add_option("--memory", a->memory, "host memory per replica (16GiB): placed by, and its cgroup's memory.max");
   submit->add_option("--replicas", a->replicas, "gang size: replicas x --gpus, placed all or nothing");
   submit->add_option("--selector", a->selector, "node label NAME=VALUE the node must have, repeatable");

@@ -46,6 +46,10 @@ TEST(SubmitFlagsTest, EveryFlagBecomesItsFieldOfTheRequest) {
   EXPECT_EQ(s.gpu_memory_bytes(), 10LL << 30);
   EXPECT_EQ(s.cpu_millis(), 1500);
   EXPECT_EQ(s.memory_bytes(), 2LL << 30);
+  // --cpu is the same flag (the and Nomad's spelling).
+  auto cpu = SubmitRequestJson(Parse({"--cpu", "2", "--", "true"}));
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ((*cpu)["spec"]["cpu_millis"], 2000) << cpu->dump();
   EXPECT_EQ(s.node_selector().at("rack"), "r1");
   EXPECT_EQ(s.topology(), "numa");
   EXPECT_EQ(s.runtime_estimate_seconds(), 5400);
