@@ -55,6 +55,9 @@ void ControlLoop::ApplyBinding(const sched::Binding& binding) {
   v1::JobStatus* st = job->mutable_status();
   st->set_state(v1::JOB_STATE_BOUND);
   st->set_bind_time_unix_nanos(NowNs());
+  // Its service before this run, as the scheduler holds it (the LAS
+  // starvation guard may have forgiven it): a restart restores that.
+  st->set_attained_gpu_ms(sched_.Attained(job->id(), st->bind_time_unix_nanos() / 1'000'000));
   st->clear_message();
   rpc::SetAllocation(binding, st);
   st->clear_replica_states();

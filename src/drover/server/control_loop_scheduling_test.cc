@@ -233,6 +233,16 @@ TEST_F(ControlLoopTest, LasServiceSurvivesARestartAndTheStarvationGuardPromotes)
   Report("gpu-01", c, v1::WORKLOAD_STATE_EXITED, 0);
   EXPECT_EQ(StateOf(veteran), v1::JOB_STATE_BOUND) << "promoted ahead of " << d;
   EXPECT_EQ(StateOf(d), v1::JOB_STATE_PENDING);
+  // Promotion forgave its service, and the store says so: after a restart
+  // the running veteran is level 0 again, not preempted for `d`.
+  EXPECT_EQ(Get(veteran).status().attained_gpu_ms(), 0);
+  Report("gpu-01", veteran, v1::WORKLOAD_STATE_RUNNING);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  sink = Connect("gpu-01", 1);
+  Report("gpu-01", veteran, v1::WORKLOAD_STATE_RUNNING);
+  clock_.Advance(std::chrono::minutes(30));
+  Must(loop_->Barrier());
+  EXPECT_EQ(StateOf(veteran), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(ControlLoopTest, FractionalJobsShareOneGpu) {
