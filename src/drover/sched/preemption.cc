@@ -40,11 +40,11 @@
 //
 // Worked example: node a runs p=10 x4 GPUs and p=20 x2 GPUs, node b runs
 // p=10 x8 GPUs, all preemptible and started an hour ago. A p=100 job
-// needing 6 GPUs: at threshold 10, a (2 free) frees 6 with the p=10 job and
-// b frees 8; at threshold 10 both fit, so the p=20 job is never taken. Of
-// the two, a's set loses 4 GPU-hours and b's 8: a wins. Had a's p=10 job
-// started two hours before b's (or b's checkpointed a minute ago), b's job
-// would lose less and be the one stopped.
+// needs 6 GPUs. At threshold 10 it fits on a (2 free + the p=10 job's 4)
+// and on b (8), so no set with the p=20 job is looked at. a's set loses 4
+// GPU-hours, b's 8: a's p=10 job is stopped. Had it started three hours
+// ago (12 GPU-hours), or b's job checkpointed a minute ago (8 GPU-minutes),
+// b's job would lose less and be the one stopped.
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -484,7 +484,8 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     for (const Cost& c : order_cost) all = all + c;
     View every = ViewOf(nodes[ni]);
     for (int o : order) apply_on(&every, ni, o, +1);
-    for (int k = np.free_k + 1; k <= count_fits(ni, every, most); ++k) {
+    const int reach = count_fits(ni, every, most);
+    for (int k = np.free_k + 1; k <= reach; ++k) {
       if (!(*best)[k].ok) (*best)[k] = Option{all, true, order};
     }
   };

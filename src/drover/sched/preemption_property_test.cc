@@ -230,7 +230,8 @@ World Generate(Rng& rng, bool spanning) {
     j.topology = shape < 0.85 ? Topology::kSwitch : Topology::kBestEffort;
   }
   for (size_t i = 0; i < w.running.size(); ++i) {
-    if (w.running[i].req.preemptible && w.running[i].req.priority < j.priority) w.allowed.push_back(static_cast<int>(i));
+    const JobRequest& r = w.running[i].req;
+    if (r.preemptible && r.priority < j.priority) w.allowed.push_back(static_cast<int>(i));
   }
   return w;
 }
@@ -318,7 +319,8 @@ void CheckCases(uint64_t seed, int count, bool spanning, Outcomes* out) {
     for (const Preemption& p : d.preemptions) {
       EXPECT_EQ(p.for_job, "p");
       const int idx = std::stoi(p.job_id.substr(1));
-      EXPECT_NE(std::find(w.allowed.begin(), w.allowed.end(), idx), w.allowed.end()) << p.job_id << " may not be preempted";
+      EXPECT_NE(std::find(w.allowed.begin(), w.allowed.end(), idx), w.allowed.end())
+          << p.job_id << " may not be preempted";
       victims.push_back(idx);
       removed[idx] = true;
     }
