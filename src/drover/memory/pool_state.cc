@@ -38,51 +38,6 @@ int PoolState::Grow(uint64_t bytes) {
   return DROVER_MEM_OK;
 }
 
-int PoolState::Alloc(uint64_t size, uint64_t alignment, uint32_t tag, void** ptr) {
-  const uint64_t min = tlsf_.min_alignment();
-  if (size == 0 || size >= kMaxSize) return DROVER_MEM_ERR_INVALID_SIZE;
-  if (alignment == 0) alignment = min;
-  if (!std::has_single_bit(alignment) || alignment >= kMaxSize) return DROVER_MEM_ERR_INVALID_ALIGNMENT;
-  alignment = std::max(alignment, min);
-  if (alignment > limit_) return DROVER_MEM_ERR_INVALID_ALIGNMENT;
-  if (tag >= tags_.size()) return DROVER_MEM_ERR_INVALID_TAG;
-  const uint64_t need = RoundUp(size, min) + (alignment - min);
-  if (need > limit_) return DROVER_MEM_ERR_TOO_LARGE;
-  Tlsf::Allocation a;
-  if (tlsf_.Allocate(size, alignment, tag, &a) == 0) {
-    if (int rc = AllocateSlow(size, alignment, tag, need, &a); rc != DROVER_MEM_OK) return rc;
-  }
-  if (!stitches_.empty()) {
-    if (Stitch* st = StitchOf(a.addr); st != nullptr) ++st->live;
-  }
-  in_use_ += a.size;
-  requested_ += a.requested;
-  peak_ = std::max(peak_, in_use_);
-  ++allocations_;
-  ++total_allocations_;
-  TagUsage& t = tags_[tag];
-  t.bytes += a.size;
-  ++t.allocations;
-  t.peak = std::max(t.peak, t.bytes);
-  *ptr = reinterpret_cast<void*>(a.addr);
-  return DROVER_MEM_OK;
-}
-
-int PoolState::Free(uint64_t addr) {
-  Tlsf::Allocation a;
-  if (!tlsf_.Free(addr, &a)) return ClassifyBad(addr);
-  in_use_ -= a.size;
-  requested_ -= a.requested;
-  --allocations_;
-  TagUsage& t = tags_[a.tag];
-  t.bytes -= a.size;
-  --t.allocations;
-  if (!stitches_.empty()) {
-    if (Stitch* st = StitchOf(addr); st != nullptr) --st->live;
-  }
-  return DROVER_MEM_OK;
-}
-
 int PoolState::UsableSize(uint64_t addr, size_t* size, uint32_t* tag) const {
   Tlsf::Allocation a;
   if (!tlsf_.Lookup(addr, &a)) return ClassifyBad(addr);

@@ -22,6 +22,8 @@
 // 200 KiB range. Physical memory is never copied and live allocations never
 // move.
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -145,5 +147,52 @@ class PoolState {
   uint64_t total_stitches_ = 0;
   uint64_t failed_stitches_ = 0;
 };
+
+// The fast paths, inline in the C API's calls (pool.cc): no backend call, no
+// allocation; AllocateSlow and ClassifyBad are out of line.
+inline int PoolState::Alloc(uint64_t size, uint64_t alignment, uint32_t tag, void** ptr) {
+  const uint64_t min = tlsf_.min_alignment();
+  if (size == 0 || size >= kMaxSize) return DROVER_MEM_ERR_INVALID_SIZE;
+  if (alignment == 0) alignment = min;
+  if (!std::has_single_bit(alignment) || alignment >= kMaxSize) return DROVER_MEM_ERR_INVALID_ALIGNMENT;
+  alignment = std::max(alignment, min);
+  if (alignment > limit_) return DROVER_MEM_ERR_INVALID_ALIGNMENT;
+  if (tag >= tags_.size()) return DROVER_MEM_ERR_INVALID_TAG;
+  const uint64_t need = RoundUp(size, min) + (alignment - min);
+  if (need > limit_) return DROVER_MEM_ERR_TOO_LARGE;
+  Tlsf::Allocation a;
+  if (tlsf_.Allocate(size, alignment, tag, &a) == 0) {
+    if (int rc = AllocateSlow(size, alignment, tag, need, &a); rc != DROVER_MEM_OK) return rc;
+  }
+  if (!stitches_.empty()) {
+    if (Stitch* st = StitchOf(a.addr); st != nullptr) ++st->live;
+  }
+  in_use_ += a.size;
+  requested_ += a.requested;
+  peak_ = std::max(peak_, in_use_);
+  ++allocations_;
+  ++total_allocations_;
+  TagUsage& t = tags_[tag];
+  t.bytes += a.size;
+  ++t.allocations;
+  t.peak = std::max(t.peak, t.bytes);
+  *ptr = reinterpret_cast<void*>(a.addr);
+  return DROVER_MEM_OK;
+}
+
+inline int PoolState::Free(uint64_t addr) {
+  Tlsf::Allocation a;
+  if (!tlsf_.Free(addr, &a)) return ClassifyBad(addr);
+  in_use_ -= a.size;
+  requested_ -= a.requested;
+  --allocations_;
+  TagUsage& t = tags_[a.tag];
+  t.bytes -= a.size;
+  --t.allocations;
+  if (!stitches_.empty()) {
+    if (Stitch* st = StitchOf(addr); st != nullptr) --st->live;
+  }
+  return DROVER_MEM_OK;
+}
 
 }  // namespace drover::memory

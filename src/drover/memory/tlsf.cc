@@ -23,7 +23,7 @@ Tlsf::Tlsf(uint64_t min_alignment) : shift_(std::countr_zero(min_alignment)) {
   table_.assign(size_t{1} << table_bits_, Entry{});
 }
 
-void Tlsf::Mapping(uint64_t units, int* fl, int* sl) {
+inline void Tlsf::Mapping(uint64_t units, int* fl, int* sl) {
   if (units < kSlCount) {
     *fl = 0;
     *sl = static_cast<int>(units);
@@ -32,6 +32,10 @@ void Tlsf::Mapping(uint64_t units, int* fl, int* sl) {
   const int t = 63 - std::countl_zero(units);
   *fl = t - kSlLog2 + 1;
   *sl = static_cast<int>(units >> (t - kSlLog2)) - kSlCount;
+}
+
+inline size_t Tlsf::Slot(uint64_t addr) const {
+  return static_cast<size_t>(((addr >> shift_) * 0x9E3779B97F4A7C15ull) >> (64 - table_bits_));
 }
 
 uint32_t Tlsf::NewBlock() {
@@ -201,16 +205,7 @@ uint64_t Tlsf::Allocate(uint64_t size, uint64_t alignment, uint32_t tag, Allocat
   return aligned;
 }
 
-bool Tlsf::Free(uint64_t addr, Allocation* out) {
-  const uint32_t b = HashFind(addr);
-  if (b == kNil || blocks_[b].pinned) return false;
-  HashErase(addr);
-  *out = Allocation{addr, blocks_[b].size, blocks_[b].requested, blocks_[b].tag};
-  Release(b);
-  return true;
-}
-
-void Tlsf::Release(uint32_t b) {
+inline void Tlsf::Release(uint32_t b) {
   blocks_[b].pinned = false;
   const uint32_t prev = blocks_[b].prev_phys;
   if (prev != kNil && blocks_[prev].free) {
@@ -232,7 +227,16 @@ void Tlsf::Release(uint32_t b) {
   InsertFree(b);
 }
 
-void Tlsf::FreeChunks(uint32_t range, uint64_t chunk, std::vector<std::pair<uint64_t, uint64_t>>* out) const {
+bool Tlsf::Free(uint64_t addr, Allocation* out) {
+  const uint32_t b = HashFind(addr);
+  if (b == kNil || blocks_[b].pinned) return false;
+  HashErase(addr);
+  *out = Allocation{addr, blocks_[b].size, blocks_[b].requested, blocks_[b].tag};
+  Release(b);
+  return true;
+}
+
+[[gnu::cold]] void Tlsf::FreeChunks(uint32_t range, uint64_t chunk, std::vector<std::pair<uint64_t, uint64_t>>* out) const {
   const Range& r = ranges_[range];
   if (r.size == 0) return;
   for (uint32_t b = r.first; b != kNil; b = blocks_[b].next_phys) {
@@ -244,7 +248,7 @@ void Tlsf::FreeChunks(uint32_t range, uint64_t chunk, std::vector<std::pair<uint
   }
 }
 
-bool Tlsf::Pin(uint64_t addr, uint64_t size) {
+[[gnu::cold]] bool Tlsf::Pin(uint64_t addr, uint64_t size) {
   EnsureRoom();
   uint32_t b = kNil;
   for (const Range& r : ranges_) {
@@ -274,7 +278,7 @@ bool Tlsf::Pin(uint64_t addr, uint64_t size) {
   return true;
 }
 
-bool Tlsf::RangeHoldsNoLive(uint32_t range) const {
+[[gnu::cold]] bool Tlsf::RangeHoldsNoLive(uint32_t range) const {
   const Range& r = ranges_[range];
   if (r.size == 0) return false;
   for (uint32_t b = r.first; b != kNil; b = blocks_[b].next_phys) {
@@ -283,7 +287,7 @@ bool Tlsf::RangeHoldsNoLive(uint32_t range) const {
   return true;
 }
 
-bool Tlsf::Unpin(uint64_t addr) {
+[[gnu::cold]] bool Tlsf::Unpin(uint64_t addr) {
   const uint32_t b = HashFind(addr);
   if (b == kNil || !blocks_[b].pinned) return false;
   HashErase(addr);
@@ -319,10 +323,6 @@ uint64_t Tlsf::LargestFree() const {
   uint64_t largest = 0;
   for (uint32_t b = heads_[fl][sl]; b != kNil; b = blocks_[b].next_free) largest = std::max(largest, blocks_[b].size);
   return largest;
-}
-
-size_t Tlsf::Slot(uint64_t addr) const {
-  return static_cast<size_t>(((addr >> shift_) * 0x9E3779B97F4A7C15ull) >> (64 - table_bits_));
 }
 
 uint32_t Tlsf::HashFind(uint64_t addr) const {

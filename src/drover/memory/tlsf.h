@@ -128,7 +128,7 @@ class Tlsf {
   };
 
   // Mapping of a size in units to (first level, second level).
-  static void Mapping(uint64_t units, int* fl, int* sl);
+  [[gnu::always_inline]] static inline void Mapping(uint64_t units, int* fl, int* sl);
   // Grows the descriptor arrays and the hash table before an operation
   // mutates anything, so that std::bad_alloc (caught by the pool) leaves the
   // allocator unchanged; inside an operation nothing allocates.
@@ -143,14 +143,14 @@ class Tlsf {
   // block (filed in its list).
   void SplitTail(uint32_t b, uint64_t size);
   // Merges live block b with its free neighbours and files the result.
-  void Release(uint32_t b);
+  [[gnu::always_inline]] inline void Release(uint32_t b);
 
   // Live-block hash table (addr -> block index), linear probing, backward-shift delete.
   void HashInsert(uint64_t addr, uint32_t b);
   uint32_t HashFind(uint64_t addr) const;
   void HashErase(uint64_t addr);
   void HashGrow();
-  std::size_t Slot(uint64_t addr) const;
+  [[gnu::always_inline]] inline std::size_t Slot(uint64_t addr) const;
 
   int shift_;
   uint64_t fl_bitmap_ = 0;
