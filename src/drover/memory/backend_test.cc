@@ -576,6 +576,29 @@ TEST(CudaBackendTest, ReleasedChunksGoBackToTheDevice) {
   ASSERT_EQ(drover_mem_pool_destroy(a), DROVER_MEM_OK);
 }
 
+// Sizes that are not multiples of the 2 MiB chunk: reservations round up,
+// limits down, and what cannot work is an error code.
+TEST(CudaBackendTest, MisalignedPoolSizesAreRoundedOrRefused) {
+  drover_mem_pool_t pool{0};
+  ASSERT_EQ(CreatePool(StandInCuda(), Options(3 * kMiB, 5 * kMiB, 1), &pool), DROVER_MEM_OK);
+  drover_mem_stats_t s = Stats(pool);
+  EXPECT_EQ(s.bytes_reserved, 4 * kMiB);
+  EXPECT_EQ(s.limit_bytes, 4 * kMiB);
+  void* p = nullptr;
+  EXPECT_EQ(drover_mem_alloc(pool, 4 * kMiB + 1, 0, 0, &p), DROVER_MEM_ERR_TOO_LARGE);
+  ASSERT_EQ(drover_mem_alloc(pool, 4 * kMiB - 7, 0, 0, &p), DROVER_MEM_OK);
+  EXPECT_EQ(drover_mem_pool_destroy(pool), DROVER_MEM_OK);
+  EXPECT_EQ(CreatePool(StandInCuda(), Options(kMiB, kMiB, 0), &pool), DROVER_MEM_ERR_LIMIT_TOO_SMALL);
+  drover_mem_options_t o = Options(kMiB, 0, 0);
+  o.min_alignment = 4 * kMiB;  // above the chunk
+  EXPECT_EQ(CreatePool(StandInCuda(), o, &pool), DROVER_MEM_ERR_INVALID_ALIGNMENT);
+  o.min_alignment = 100;  // not a power of two
+  EXPECT_EQ(CreatePool(StandInCuda(), o, &pool), DROVER_MEM_ERR_INVALID_ALIGNMENT);
+  EXPECT_EQ(CreatePool(StandInCuda(), Options(0, 0, 0), &pool), DROVER_MEM_ERR_INVALID_SIZE);
+  EXPECT_EQ(CreatePool(StandInCuda(), Options(SIZE_MAX, 0, 0), &pool), DROVER_MEM_ERR_INVALID_SIZE);
+  EXPECT_EQ(pool.id, 0u);
+}
+
 TEST(CudaBackendTest, CApiFindsTheDriverThroughTheEnvironment) {
   ASSERT_EQ(setenv("DROVER_LIBCUDA", DROVER_TEST_STANDIN_LIBCUDA, 1), 0);
   drover_mem_options_t o = Options(4 * kMiB, 0, 0);
