@@ -32,7 +32,10 @@
 // searched the freest first (fewest victims needed), those that could not
 // hold the gang with every preemptible job gone skipped, kPreemptDomains
 // at most: exact over the domains searched, not over every domain of a
-// large cluster. One more exception: a victim with replicas on several
+// large cluster. A domain whose lowest threshold is above the best set's
+// highest priority, or whose work has a lower bound (the GPUs each node
+// must free, from its candidates cheapest per GPU) above the best set's,
+// is not searched further. One more exception: a victim with replicas on several
 // nodes counts its whole cost on each node that takes it and frees only its
 // GPUs there, so the set found lets the job fit but may cost more than the
 // least. preemption_property_test checks minimality against an exhaustive
@@ -507,7 +510,75 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     }
     return true;
   };
-  auto evaluate = [&](const std::vector<int>* within) -> std::optional<Plan> {
+  // A lower bound on the work a gang's victims of priority <= `p` lose in
+  // the domain just walked (whole GPUs): per node, the GPUs it must free for
+  // k replicas (k x GPUs per replica less its usable free GPUs), taken from
+  // its candidates cheapest per GPU with the last one in part (the
+  // fractional knapsack, never above the least whole set), then the
+  // cheapest counts that add up. A victim on several nodes counts 0 (its
+  // cost is paid once).
+  __extension__ using Wide = __int128;
+  std::vector<std::pair<int64_t, int>> per_gpu;  // (work, GPUs here)
+  std::vector<int64_t> lb_dp, lb_next;
+  auto work_bound = [&](int p) {
+    const int64_t kInf = INT64_MAX;
+    const size_t width = static_cast<size_t>(replicas) + 1;
+    lb_dp.assign(width, kInf);
+    lb_dp[0] = 0;
+    for (const NodePlan& np : plans) {
+      const int most = std::min(replicas, fits_at(np, p));
+      if (most == 0) continue;
+      const int ni = np.node;
+      const NodeState& n = nodes[ni];
+      const uint64_t usable = n.healthy & ~not_for_it(ni);
+      uint64_t class_mask = 0;
+      for (const ClassSlot& slot : n.classes) class_mask |= ClassMatches(req, slot.cls) ? slot.mask : 0;
+      const int free = std::popcount(n.whole_free & usable & class_mask);
+      per_gpu.clear();
+      for (size_t a = np.first; a < np.first + np.count && jobs[cands[a]].priority <= p; ++a) {
+        const int o = cands[a];
+        uint64_t here = 0;
+        bool elsewhere = false;
+        for (const Held& h : jobs[o].held) {
+          if (h.node == ni) {
+            here |= h.mask;
+          } else {
+            elsewhere = true;
+          }
+        }
+        const int gpus = std::popcount(here & usable & class_mask);
+        if (gpus > 0) per_gpu.emplace_back(elsewhere ? 0 : lost(o).work, gpus);
+      }
+      std::sort(per_gpu.begin(), per_gpu.end(), [](const auto& x, const auto& y) {
+        return Wide{x.first} * y.second < Wide{y.first} * x.second;
+      });
+      lb_next = lb_dp;
+      for (int k = 1; k <= most; ++k) {
+        int need = k * req.gpus - free;
+        int64_t work = 0;
+        for (size_t i = 0; i < per_gpu.size() && need > 0; ++i) {
+          const auto [w, g] = per_gpu[i];
+          if (g <= need) {
+            work = SatAdd(work, w);
+          } else {  // floor(w x need / g), without overflow (need < g)
+            work = SatAdd(work, (w / g) * need + (w % g) * need / g);
+          }
+          need -= std::min(need, g);
+        }
+        if (need > 0) break;  // even every candidate gone frees too few GPUs
+        for (size_t r = 0; r < width; ++r) {
+          if (lb_dp[r] == kInf) continue;
+          const size_t to = std::min(width - 1, r + static_cast<size_t>(k));
+          lb_next[to] = std::min(lb_next[to], SatAdd(lb_dp[r], work));
+        }
+      }
+      lb_dp.swap(lb_next);
+    }
+    return lb_dp[width - 1];
+  };
+  // `incumbent`: the best plan of the domains searched before; a domain
+  // that cannot beat it by priority, or by the work bound, is not searched.
+  auto evaluate = [&](const std::vector<int>* within, const Plan* incumbent) -> std::optional<Plan> {
     plans.clear();
     cands.clear();
     steps.clear();
@@ -576,6 +647,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       int total = 0;
       for (const NodePlan& np : plans) total += fits_at(np, p);
       if (total < replicas) continue;
+      // The domain's highest victim priority is at least p here.
+      if (incumbent != nullptr && p > incumbent->top) return std::nullopt;
+      if (incumbent != nullptr && p == incumbent->top && replicas > 1 && !req.fractional() &&
+          work_bound(p) > incumbent->cost.work) {
+        return std::nullopt;
+      }
       Plan plan;
       if (replicas == 1) {
         // One replica: the cheapest node, each search capped by the best so far.
@@ -680,12 +757,12 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
       }
       if (could < replicas) continue;
       ++searched;
-      std::optional<Plan> plan = evaluate(&domains[dm].nodes);
+      std::optional<Plan> plan = evaluate(&domains[dm].nodes, best ? &*best : nullptr);
       if (plan && (!best || plan->Before(*best))) best = std::move(plan);
       if (best && best->victims.empty()) break;
     }
   } else {
-    best = evaluate(SelectedNodes(req));
+    best = evaluate(SelectedNodes(req), nullptr);
   }
   if (!best) return false;
   if (best->victims.empty()) {
