@@ -28,8 +28,11 @@ bool IsReservedEnv(std::string_view s) {
       "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
       "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK"};
   // DROVER_SIM_LOAD is the job's own word to a simulated GPU (how busy it
-  // keeps it); every other DROVER_ name is the agent's to set.
-  return (s.starts_with("DROVER_") && s != "DROVER_SIM_LOAD") || kReserved.contains(s);
+  // keeps it), DROVER_GPU_MEMORY_LIMIT its request for the memory-limit shim
+  // (docs/memory.md; a share's own limit wins); every other DROVER_ name is
+  // the agent's to set.
+  return (s.starts_with("DROVER_") && s != "DROVER_SIM_LOAD" && s != "DROVER_GPU_MEMORY_LIMIT") ||
+         kReserved.contains(s);
 }
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
