@@ -554,8 +554,20 @@ TEST(HttpServerTest, SlowHeaderClientsAreClosedAndOthersServed) {
 
 // ---- async streams ----
 
+// Joins a test's producer thread when the test returns, after the server
+// declared below it has stopped (which ends the stream the thread writes
+// to), also when an assertion returns early: a joinable thread's destructor
+// would abort the whole test binary instead of failing the one test.
+struct JoinOnExit {
+  std::thread* thread;
+  ~JoinOnExit() {
+    if (thread->joinable()) thread->join();
+  }
+};
+
 TEST(HttpServerTest, AsyncStreamDeliversChunksFromAnotherThreadInOrder) {
   std::thread producer;
+  JoinOnExit join{&producer};
   auto server = StartOrDie([&](const Request&) {
     Response response;
     response.content_type = "text/event-stream";
@@ -578,7 +590,6 @@ TEST(HttpServerTest, AsyncStreamDeliversChunksFromAnotherThreadInOrder) {
   EXPECT_EQ(response->headers["transfer-encoding"], "chunked");
   EXPECT_EQ(response->headers["content-type"], "text/event-stream");
   EXPECT_EQ(response->body, expected);
-  if (producer.joinable()) producer.join();
 }
 
 // A stream handed to the test: the sink, and a future that is ready once
@@ -634,6 +645,7 @@ TEST(HttpServerTest, AsyncStreamToASlowReaderIsClosedAtTheBufferBound) {
   std::thread producer;
   std::promise<int> accepted_chunks;
   std::promise<void> closed;
+  JoinOnExit join{&producer};  // before the promises the producer sets go
   auto server = StartOrDie(
       [&](const Request& request) {
         if (request.path != "/flood") return Response{200, "text/plain", "ok\n", {}, {}};
@@ -663,7 +675,6 @@ TEST(HttpServerTest, AsyncStreamToASlowReaderIsClosedAtTheBufferBound) {
   auto other = HttpRequest(Address(*server), "GET", "/readyz");
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_EQ(other->status, 200);
-  producer.join();
 }
 
 TEST(HttpServerTest, StopEndsOpenAsyncStreams) {
