@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "drover/http/client.h"
 #include "support/drover_process.h"
 
 namespace drover::testing {
@@ -51,6 +52,31 @@ TEST_F(GpuMemoryTest, AHalfGpuJobIsHeldToItsGigabyte) {
   EXPECT_NE(logs.out.find("alloc 3 of 268435456 bytes: CUDA_SUCCESS"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("first_failure=4 CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("done status=0"), std::string::npos) << logs.out;
+}
+
+// The shim's reports reach the server's drover_gpu_job_memory_used_bytes
+// (simulated GPUs name no processes of their own).
+TEST_F(GpuMemoryTest, TheJobsUsageReachesTheMetric) {
+  std::string probe = DROVER_CUDA_PROBE;
+  if (probe.empty() || !std::filesystem::exists(probe)) GTEST_SKIP() << "nvcc was not found at configure time";
+  CommandResult r = Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--env",
+                         std::string("LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR, "--", probe, "driver", "256", "2",
+                         "hold"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string id = Id(r);
+  std::regex series("drover_gpu_job_memory_used_bytes\\{[^}]*job_id=\"" + id + "\"[^}]*\\} (\\S+)");
+  double value = -1;
+  std::string text;
+  EXPECT_TRUE(WaitUntil([&] {
+    auto res = http::HttpRequest(up_->http_address(), "GET", "/metrics", "", "application/json",
+                                 {{"Authorization", "Bearer " + up_->token()}});
+    text = res.ok() && res->status == 200 ? res->body : "";
+    std::smatch m;
+    if (!std::regex_search(text, m, series)) return false;
+    value = std::stod(m[1].str());
+    return value == 512.0 * 1024 * 1024;
+  })) << "last value " << value << "\n" << text.substr(0, 2000);
+  EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
 }
 
 TEST_F(GpuMemoryTest, AWholeGpuJobRunsWithoutTheShim) {

@@ -1247,9 +1247,22 @@ class AgentImpl final : public Agent {
       r->set_health(readings[i].healthy ? v1::GPU_HEALTH_HEALTHY : v1::GPU_HEALTH_UNHEALTHY);
       r->set_health_reason(readings[i].reason);
       FillTelemetry(readings[i], jobs, r->mutable_telemetry());
+      AddGpuMemoryReports(ShimReportsOn(static_cast<int>(i)), r->mutable_telemetry());  // job_env.h
     }
     Send(hb);
     last_heartbeat_ = std::chrono::steady_clock::now();
+  }
+
+  // The running jobs on GPU `gpu` that the memory-limit shim reports for.
+  std::vector<ShimReport> ShimReportsOn(int gpu) const {
+    std::vector<ShimReport> out;
+    for (const auto& [id, job] : jobs_) {
+      auto w = desired_.find(id);
+      if (!job.started || job.exited || w == desired_.end()) continue;
+      const auto& on = w->second.gpu_indices();
+      if (std::find(on.begin(), on.end(), gpu) != on.end()) out.push_back({w->second.job_id(), job.dir.path() + "/gpu-memory"});
+    }
+    return out;
   }
 
   // Tells backends that model their devices (simulated) how busy each GPU

@@ -115,10 +115,10 @@ Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, 
   return Status::Ok();
 }
 
-int64_t ReadGpuMemoryReports(const std::string& report_dir) {
+std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  int64_t total = 0;
+  std::map<int64_t, int64_t> out;
   for (const fs::directory_entry& e : fs::directory_iterator(report_dir, ec)) {
     const std::string name = e.path().filename().string();
     int pid = 0;
@@ -127,9 +127,30 @@ int64_t ReadGpuMemoryReports(const std::string& report_dir) {
     if (kill(pid, 0) != 0 && errno == ESRCH) continue;  // a process that died without removing it
     std::ifstream in(e.path());
     int64_t bytes = 0;
-    if (in >> bytes && bytes > 0) total += bytes;
+    if (in >> bytes && bytes >= 0) out[pid] = bytes;
   }
+  return out;
+}
+
+int64_t ReadGpuMemoryReports(const std::string& report_dir) {
+  int64_t total = 0;
+  for (const auto& [pid, bytes] : ReadGpuMemoryReportsByPid(report_dir)) total += bytes;
   return total;
+}
+
+void AddGpuMemoryReports(const std::vector<ShimReport>& jobs, v1::GpuTelemetry* t) {
+  if (t->processes_known()) return;
+  bool added = false;
+  for (const ShimReport& j : jobs) {
+    for (const auto& [pid, bytes] : ReadGpuMemoryReportsByPid(j.report_dir)) {
+      v1::GpuProcess* p = t->add_processes();
+      p->set_pid(pid);
+      p->set_memory_bytes(bytes);
+      p->set_job_id(j.job_id);
+      added = true;
+    }
+  }
+  if (added) t->set_processes_known(true);
 }
 
 }  // namespace drover::agent

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "drover/common/status.h"
+#include "drover/v1/common.pb.h"
 
 namespace drover::agent {
 
@@ -74,9 +75,25 @@ void ApplyGpuMemoryLimit(int64_t limit, const std::string& shim, const std::stri
 // start: running it without its limit would let it take a shared GPU's memory.
 Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, std::map<std::string, std::string>* env);
 
-// The GPU memory in use by a job's processes: the sum of the shim's reports
-// in report_dir (one file per process, named by its pid) of processes still
-// alive. 0 when there are none.
+// The shim's reports in report_dir (one file per process, named by its pid)
+// of processes still alive: pid -> bytes in use. Empty when there are none.
+std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_dir);
+
+// The GPU memory in use by a job's processes: the sum of the above.
 int64_t ReadGpuMemoryReports(const std::string& report_dir);
+
+// A job under the shim on some GPU: its id and report directory.
+struct ShimReport {
+  std::string job_id;
+  std::string report_dir;
+};
+
+// Where the vendor names no processes on a GPU (simulated GPUs; a library
+// without per-process accounting), the shim's reports of the jobs on it
+// become its processes, each with its job, so drover_gpu_job_memory_used_bytes
+// covers jobs under the shim. Sets processes_known when it adds any; a
+// vendor's own list is left as it is (it also counts what the shim cannot
+// see, the context).
+void AddGpuMemoryReports(const std::vector<ShimReport>& jobs, v1::GpuTelemetry* t);
 
 }  // namespace drover::agent

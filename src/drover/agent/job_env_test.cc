@@ -135,5 +135,33 @@ TEST_F(JobEnvTest, ReportsOfLiveProcessesAreSummed) {
   EXPECT_EQ(ReadGpuMemoryReports((dir_ / "none").string()), 0);
 }
 
+TEST_F(JobEnvTest, ReportsBecomeTheGpusProcessesWhereTheVendorNamesNone) {
+  Touch(dir_ / "a" / std::to_string(getpid()), "4194304\n");
+  Touch(dir_ / "b" / std::to_string(getppid()), "1024\n");
+  std::vector<ShimReport> jobs = {{"j-000001", (dir_ / "a").string()}, {"j-000002", (dir_ / "b").string()},
+                                  {"j-000003", (dir_ / "none").string()}};
+  v1::GpuTelemetry t;
+  AddGpuMemoryReports(jobs, &t);
+  EXPECT_TRUE(t.processes_known());
+  ASSERT_EQ(t.processes_size(), 2);
+  EXPECT_EQ(t.processes(0).job_id(), "j-000001");
+  EXPECT_EQ(t.processes(0).pid(), getpid());
+  EXPECT_EQ(t.processes(0).memory_bytes(), 4194304);
+  EXPECT_EQ(t.processes(1).job_id(), "j-000002");
+
+  // A vendor's own list stands (it counts the context too).
+  v1::GpuTelemetry vendor;
+  vendor.set_processes_known(true);
+  vendor.add_processes()->set_memory_bytes(7);
+  AddGpuMemoryReports(jobs, &vendor);
+  EXPECT_EQ(vendor.processes_size(), 1);
+
+  // No reports: still unknown.
+  v1::GpuTelemetry empty;
+  AddGpuMemoryReports({{"j-000003", (dir_ / "none").string()}}, &empty);
+  EXPECT_FALSE(empty.processes_known());
+  EXPECT_EQ(empty.processes_size(), 0);
+}
+
 }  // namespace
 }  // namespace drover::agent

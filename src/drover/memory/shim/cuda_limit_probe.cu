@@ -3,7 +3,9 @@
 // memory-limit shim's tests and the end-to-end test of
 // `drover submit --gpus 0.5 --gpu-memory 1GiB`.
 //
-//   cuda_limit_probe driver  <chunk MiB> <chunks>   the driver API (cuMemAlloc)
+//   cuda_limit_probe driver  <chunk MiB> <chunks> [hold]
+//                                                   the driver API (cuMemAlloc); with
+//                                                   "hold", keeps the memory until SIGTERM
 //   cuda_limit_probe runtime <chunk MiB> <chunks>   the CUDA runtime (cudaMalloc) and
 //                                                   a kernel that writes each chunk
 //
@@ -16,6 +18,8 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +35,7 @@ static const char* Name(CUresult r) {
   return cuGetErrorName(r, &s) == CUDA_SUCCESS && s != nullptr ? s : "unknown";
 }
 
-static int Driver(size_t chunk, int count) {
+static int Driver(size_t chunk, int count, bool hold) {
   CUcontext ctx = nullptr;
   CUresult r = cuInit(0);
   if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(&ctx, 0);
@@ -61,6 +65,10 @@ static int Driver(size_t chunk, int count) {
   }
   r = cuMemGetInfo(&free_bytes, &total);
   std::printf("held=%zu mem_get_info=%s total=%zu free=%zu\n", held.size(), Name(r), total, free_bytes);
+  if (hold) {
+    std::printf("holding\n");
+    pause();  // until a signal (drover cancel) ends the process
+  }
   for (CUdeviceptr p : held) {
     if (cuMemFree(p) != CUDA_SUCCESS) status = 1;
   }
@@ -100,11 +108,12 @@ static int Runtime(size_t chunk, int count) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc != 4 || (std::strcmp(argv[1], "driver") != 0 && std::strcmp(argv[1], "runtime") != 0)) {
-    std::fprintf(stderr, "usage: cuda_limit_probe driver|runtime <chunk MiB> <chunks>\n");
+  bool hold = argc == 5 && std::strcmp(argv[4], "hold") == 0;
+  if ((argc != 4 && !hold) || (std::strcmp(argv[1], "driver") != 0 && std::strcmp(argv[1], "runtime") != 0)) {
+    std::fprintf(stderr, "usage: cuda_limit_probe driver|runtime <chunk MiB> <chunks> [hold]\n");
     return 2;
   }
   size_t chunk = std::strtoull(argv[2], nullptr, 10) << 20;
   int count = std::atoi(argv[3]);
-  return std::strcmp(argv[1], "driver") == 0 ? Driver(chunk, count) : Runtime(chunk, count);
+  return std::strcmp(argv[1], "driver") == 0 ? Driver(chunk, count, hold) : Runtime(chunk, count);
 }
