@@ -40,12 +40,14 @@ TEST_F(GpuMemoryTest, AHalfGpuJobIsHeldToItsGigabyte) {
   // The job's own LD_PRELOAD (a harmless library) stays, after the shim.
   CommandResult r =
       Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--env",
-           std::string("LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR, "--env", "LD_PRELOAD=libm.so.6", "--wait", "--", "sh", "-c",
+           std::string("LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR, "--env", "LD_PRELOAD=libm.so.6", "--wait", "--",
+           "sh", "-c",
            "echo preload=$LD_PRELOAD limit=$DROVER_GPU_MEMORY_LIMIT; exec " + probe + " driver 256 16"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   CommandResult logs = Cli({"logs", Id(r)});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
-  EXPECT_TRUE(std::regex_search(logs.out, std::regex("preload=/\\S*/libdrover_cuda_shim.so:libm.so.6 limit=1073741824")))
+  EXPECT_TRUE(
+      std::regex_search(logs.out, std::regex("preload=/\\S*/libdrover_cuda_shim.so:libm.so.6 limit=1073741824")))
       << logs.out;
   EXPECT_NE(logs.out.find("mem_get_info=CUDA_SUCCESS total=1073741824 free=1073741824"), std::string::npos)
       << logs.out;

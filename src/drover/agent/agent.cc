@@ -1260,7 +1260,8 @@ class AgentImpl final : public Agent {
       auto w = desired_.find(id);
       if (!job.started || job.exited || w == desired_.end()) continue;
       const auto& on = w->second.gpu_indices();
-      if (std::find(on.begin(), on.end(), gpu) != on.end()) out.push_back({w->second.job_id(), job.dir.path() + "/gpu-memory"});
+      if (std::find(on.begin(), on.end(), gpu) == on.end()) continue;
+      out.push_back({w->second.job_id(), job.dir.path() + "/gpu-memory"});
     }
     return out;
   }

@@ -102,7 +102,8 @@ void ApplyGpuMemoryLimit(int64_t limit, const std::string& shim, const std::stri
   (*env)["DROVER_GPU_MEMORY_REPORT"] = report_dir;
 }
 
-Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, std::map<std::string, std::string>* env) {
+Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir,
+                         std::map<std::string, std::string>* env) {
   DROVER_ASSIGN_OR_RETURN(int64_t limit, GpuMemoryLimitOf(workload_limit, *env));
   if (limit == 0) return Status::Ok();
   const char* configured = std::getenv("DROVER_CUDA_SHIM");
@@ -110,7 +111,9 @@ Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, 
   std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   DROVER_ASSIGN_OR_RETURN(std::string shim, FindCudaShim(configured != nullptr ? configured : "", exe));
   std::filesystem::create_directories(report_dir, ec);
-  if (ec) return Unavailable(fmt::format("cannot create '{}' for the GPU memory reports: {}", report_dir, ec.message()));
+  if (ec) {
+    return Unavailable(fmt::format("cannot create '{}' for the GPU memory reports: {}", report_dir, ec.message()));
+  }
   ApplyGpuMemoryLimit(limit, shim, report_dir, env);
   return Status::Ok();
 }

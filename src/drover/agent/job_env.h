@@ -73,7 +73,8 @@ void ApplyGpuMemoryLimit(int64_t limit, const std::string& shim, const std::stri
 // environment, or beside /proc/self/exe), report_dir created, and env set.
 // An error (a bad limit, no shim, no report directory) means the job must not
 // start: running it without its limit would let it take a shared GPU's memory.
-Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir, std::map<std::string, std::string>* env);
+Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir,
+                         std::map<std::string, std::string>* env);
 
 // The shim's reports in report_dir (one file per process, named by its pid)
 // of processes still alive: pid -> bytes in use. Empty when there are none.

@@ -81,8 +81,9 @@ int Paths() {
   auto dl_alloc = reinterpret_cast<AllocFn>(dlsym(lib, "cuMemAlloc_v2"));
   auto dl_info = reinterpret_cast<InfoFn>(dlsym(lib, "cuMemGetInfo_v2"));
   Dl_info where;
-  Print("dlsym_is_shim",
-        dladdr(reinterpret_cast<void*>(dl_alloc), &where) != 0 && std::strstr(where.dli_fname, "drover_cuda_shim") ? 1 : 0);
+  bool in_shim = dladdr(reinterpret_cast<void*>(dl_alloc), &where) != 0 &&
+                 std::strstr(where.dli_fname, "drover_cuda_shim") != nullptr;
+  Print("dlsym_is_shim", in_shim ? 1 : 0);
   Print("dlsym_alloc_30", dl_alloc(&b, 30 * kMiB));
 
   // By cuGetProcAddress, itself found by dlsym, as the runtime finds it.
