@@ -49,6 +49,10 @@ void ShapeStats::Observe(const JobRequest& req) {
   e.count += req.replicas;
   e.mem_sum += req.memory_bytes * req.replicas;
   total_ += req.replicas;
+  if (req.cpu_milli > 0 && req.gpu_milli > 0) {
+    cpu_arrivals_ += req.replicas;
+    gpu_per_cpu_ += static_cast<double>(req.replicas) * req.gpus * req.gpu_milli / static_cast<double>(req.cpu_milli);
+  }
 }
 
 std::vector<const ShapeStats::Entry*> ShapeStats::Ranked() const {

@@ -122,6 +122,23 @@ TEST(ShapeStats, RebuildsWhenArrivalsGrowBySixteenth) {
   EXPECT_TRUE(stats.Stale());
 }
 
+TEST(ShapeStats, StrandingCpuIsTheHarmonicMeanOfCpuPerGpu) {
+  ShapeStats stats;
+  EXPECT_EQ(stats.StrandCpuPerMilli(), 0);  // nothing seen: nothing is stranded
+  stats.Observe(Req(1, kWholeGpu, 0));        // asks for no CPU: left out
+  EXPECT_EQ(stats.StrandCpuPerMilli(), 0);
+  // Three arrivals: 4 cores per GPU (a 0.5 GPU share with 2 cores), then 16
+  // cores per GPU twice (a gang of two 1-GPU replicas). E[GPU / CPU] =
+  // (1/4 + 1/16 + 1/16) / 3 GPU per core, so 1 / that = 8 cores per GPU
+  // (milli-cores per milli-GPU alike), below the mean CPU per GPU (34 cores
+  // / 2.5 GPUs = 13.6).
+  stats.Observe(Req(1, 500, 2'000));
+  JobRequest gang = Req(1, kWholeGpu, 16'000);
+  gang.replicas = 2;
+  stats.Observe(gang);
+  EXPECT_NEAR(stats.StrandCpuPerMilli(), 8.0, 1e-9);
+}
+
 // ---- the policy, through the scheduler ----
 
 NodeInfo GpuNode(const std::string& name, int gpus, const std::string& model, int64_t cpu) {

@@ -14,11 +14,6 @@ namespace {
 // Candidates examined past the first fit when the first is not topologically
 // ideal: bounds a best-effort search on a large cluster.
 constexpr int kMaxExamined = 16;
-// A free GPU counts as usable while its node keeps this share of the
-// workload's mean CPU per GPU (the mean is pulled up by a few CPU-heavy
-// jobs). 0.8 was chosen on the FGD packing experiment with seeds 1-4 (0.67:
-// 95.66 %, 0.8: 95.75 %, 1.0: 94.9 %); seeds 42-51 are kept for reporting.
-constexpr double kStrandCpuShare = 0.8;
 // Shared GPUs weighed for one share (in best-fit order) when the best fit
 // strands GPUs.
 constexpr int kMaxFractionCandidates = 16;
@@ -117,14 +112,16 @@ bool State::HostFits(const JobRequest& job, const NodeState& node) const {
 }
 
 int64_t State::Stranded(const NodeState& n, int64_t gpu_milli, int64_t cpu) const {
-  if (n.info.cpu_milli <= 0 || seen_cpu <= 0 || seen_gpu_milli <= 0) return 0;
+  if (n.info.cpu_milli <= 0) return 0;
   int64_t free_gpu = -gpu_milli;
   for (uint64_t m = n.present & n.healthy; m != 0; m &= m - 1) free_gpu += n.free_milli[std::countr_zero(m)];
   if (free_gpu <= 0) return 0;
-  // GPU milli the CPU left can still serve, at the workload's CPU per GPU.
+  // GPU milli the CPU left can still serve: what it would serve for one
+  // arrival drawn from the workload, in expectation (ShapeStats::StrandCpuPerMilli).
+  const double per_milli = shapes.StrandCpuPerMilli();
+  if (per_milli <= 0) return 0;
   int64_t cpu_left = std::max<int64_t>(0, n.free_cpu - cpu);
-  double servable = static_cast<double>(cpu_left) * static_cast<double>(seen_gpu_milli) /
-                    (kStrandCpuShare * static_cast<double>(seen_cpu));
+  double servable = static_cast<double>(cpu_left) / per_milli;
   return std::max<int64_t>(0, free_gpu - static_cast<int64_t>(servable));
 }
 
