@@ -281,11 +281,9 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
   j.attained = std::max<int64_t>(0, req.attained_gpu_ms);
   s.job_ids[req.id] = idx;
   s.AddPending(idx);
-  if (req.gpus > 0) {  // the workload's CPU per GPU, for placements that avoid stranding GPUs
-    s.seen_cpu += req.cpu_milli * req.replicas;
-    s.seen_gpu_milli += req.milli();
-    s.shapes.Observe(req);
-  }
+  // The workload's shapes (and CPU per GPU, for placements that avoid
+  // stranding GPUs: ShapeStats::StrandCpuPerMilli).
+  if (req.gpus > 0) s.shapes.Observe(req);
   if (auto r = s.restored_victims.find(req.id); r != s.restored_victims.end()) {
     for (const std::string& victim : r->second) {
       int v = s.FindJob(victim);

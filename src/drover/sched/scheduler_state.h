@@ -232,11 +232,6 @@ struct State {
   // fit but for the reservation (Consider's probe).
   mutable bool reserved_hit = false;
   mutable Rng rng{1};              // PlacementPolicy::kRandom only
-  // CPU asked per milli-GPU by the GPU jobs seen so far: what a free GPU
-  // needs beside it to be usable (learned from the workload, never shrinks
-  // to zero once jobs ask for CPU).
-  int64_t seen_cpu = 0;
-  int64_t seen_gpu_milli = 0;
   // PlacementPolicy::kFrag: the request shapes seen so far (every policy
   // learns them, so a policy switch starts informed), the class count the
   // typical set was built for, and each node's fragmentation under it.
