@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -93,6 +94,24 @@ TEST_F(CheckpointTest, PreemptedJobCheckpointsRunsAgainOnTheSameNodeAndResumes) 
   // Ended for good: its checkpoint directory is marked for removal.
   std::string marker = up_->data_dir() + "/agents/" + node + "/checkpoints/" + low + "/.drover-ended";
   EXPECT_TRUE(WaitUntil([&] { return std::filesystem::exists(marker); })) << marker;
+}
+
+// A job that saves into its checkpoint directory while it runs: its node
+// tells the server (the directory's modification time, with the GPU
+// readings), which stores it as the job's last checkpoint, after the job
+// started; a preemption then counts the work lost from there.
+TEST_F(CheckpointTest, ACheckpointSavedWhileRunningReachesTheServer) {
+  std::string job = Submit({"--gpu-model", "H100 80GB", "--", "sh", "-c",
+                            "sleep 1; echo 7 > $DROVER_CHECKPOINT_DIR/step; echo saved; sleep 600"});
+  ASSERT_TRUE(WaitUntil([&] { return Logs(job).find("saved") != std::string::npos; }));
+  ASSERT_TRUE(WaitUntil([&] {
+    v1::Job j = Get(job);
+    return j.status().start_time_unix_nanos() > 0 &&
+           j.status().checkpoint_time_unix_nanos() > j.status().start_time_unix_nanos();
+  })) << Get(job).DebugString();
+  EXPECT_LE(Get(job).status().checkpoint_time_unix_nanos(),
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
 }
 
 TEST_F(CheckpointTest, DrainWithRequeueCheckpointsAndMovesTheJob) {

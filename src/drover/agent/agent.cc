@@ -103,6 +103,7 @@ struct LocalJob {
   int grace_seconds = 10;
   int64_t log_sent = 0;
   v1::WorkloadState reported = v1::WORKLOAD_STATE_UNSPECIFIED;
+  int64_t checkpoint_said_ns = 0;  // the checkpoint directory's mtime last told the server
   int64_t launch_ns = 0;
   std::optional<JobCgroup> cgroup;  // its group, removed (with what is left in it) when forgotten
 };
@@ -609,6 +610,7 @@ class AgentImpl final : public Agent {
     for (auto& [id, job] : jobs_) {
       job.log_sent = 0;
       job.reported = v1::WORKLOAD_STATE_UNSPECIFIED;
+      job.checkpoint_said_ns = 0;
       Refresh(&job);
       ShipLog(id, &job, /*all=*/true);
     }
@@ -1249,8 +1251,28 @@ class AgentImpl final : public Agent {
       FillTelemetry(readings[i], jobs, r->mutable_telemetry());
       AddGpuMemoryReports(ShimReportsOn(static_cast<int>(i)), r->mutable_telemetry());  // job_env.h
     }
+    if (with_gpus) AddCheckpoints(h);
     Send(hb);
     last_heartbeat_ = std::chrono::steady_clock::now();
+  }
+
+  // Running workloads whose checkpoint directory changed since the server
+  // was last told (its mtime moves when a file is created, renamed or
+  // removed in it): one stat per running job, with the GPU readings.
+  void AddCheckpoints(v1::Heartbeat* h) {
+    for (auto& [key, job] : jobs_) {
+      if (job.reported != v1::WORKLOAD_STATE_RUNNING) continue;
+      auto w = desired_.find(key);
+      if (w == desired_.end()) continue;
+      struct stat st {};
+      if (::stat(CheckpointDir(w->second.job_id()).c_str(), &st) != 0) continue;
+      const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+      if (mtime <= job.checkpoint_said_ns || h->checkpoints_size() >= rpc::kMaxCheckpointsPerHeartbeat) continue;
+      job.checkpoint_said_ns = mtime;
+      v1::CheckpointMark* c = h->add_checkpoints();
+      c->set_workload_id(key);
+      c->set_time_unix_nanos(mtime);
+    }
   }
 
   // The running jobs on GPU `gpu` that the memory-limit shim reports for.

@@ -410,6 +410,15 @@ Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat&
       return InvalidArgument(fmt::format("node '{}' heartbeat names a malformed peer", node));
     }
   }
+  if (hb.checkpoints_size() > kMaxCheckpointsPerHeartbeat) {
+    return InvalidArgument(fmt::format("node '{}' heartbeat names {} checkpoints, more than {}", node,
+                                       hb.checkpoints_size(), kMaxCheckpointsPerHeartbeat));
+  }
+  for (const v1::CheckpointMark& c : hb.checkpoints()) {
+    if (!ParseWorkloadId(c.workload_id()).ok() || c.time_unix_nanos() <= 0) {
+      return InvalidArgument(fmt::format("node '{}' heartbeat names a malformed checkpoint", node));
+    }
+  }
   return Status::Ok();
 }
 

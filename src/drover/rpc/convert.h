@@ -34,6 +34,7 @@ inline constexpr int kMaxReplicas = 1024;
 inline constexpr int kMaxAttempts = 1 << 30;
 // Peers one heartbeat may vouch for (a node hears a few directly per period).
 inline constexpr int kMaxPeersPerHeartbeat = 1024;
+inline constexpr int kMaxCheckpointsPerHeartbeat = 4096;
 inline constexpr int64_t kMaxGpusPerGang = 16384;
 inline constexpr int kMaxSelectorLabels = 32;
 inline constexpr int kMaxNodeLabels = 64;

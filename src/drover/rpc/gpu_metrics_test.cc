@@ -102,6 +102,20 @@ TEST(HeartbeatValidationTest, RejectsMalformedReports) {
   v1::Heartbeat long_reason = hb;
   long_reason.mutable_gpus(0)->set_health_reason(std::string(5000, 'x'));
   EXPECT_EQ(ValidateHeartbeat("n", 2, long_reason).code(), Code::kInvalidArgument);
+  // Checkpoint marks: a workload id and a time, at most 4096.
+  v1::Heartbeat marks = hb;
+  v1::CheckpointMark* m = marks.add_checkpoints();
+  m->set_workload_id("j-000007@2");
+  m->set_time_unix_nanos(1);
+  EXPECT_TRUE(ValidateHeartbeat("n", 2, marks).ok());
+  m->set_workload_id("j-7/../x");
+  EXPECT_EQ(ValidateHeartbeat("n", 2, marks).code(), Code::kInvalidArgument);
+  m->set_workload_id("j-000007@2");
+  m->set_time_unix_nanos(-5);
+  EXPECT_EQ(ValidateHeartbeat("n", 2, marks).code(), Code::kInvalidArgument);
+  m->set_time_unix_nanos(1);
+  for (int i = 0; i < kMaxCheckpointsPerHeartbeat; ++i) *marks.add_checkpoints() = *m;
+  EXPECT_EQ(ValidateHeartbeat("n", 2, marks).code(), Code::kInvalidArgument);
 }
 
 TEST(RestartPolicyTest, NormalizedAndValidated) {

@@ -237,6 +237,9 @@ Status ControlLoop::Recover() {
                       st.message());
         continue;
       }
+      if (int64_t ckpt = job.status().checkpoint_time_unix_nanos(); ckpt > 0) {
+        (void)sched.SetCheckpoint(job.id(), ckpt / kNsPerMs);  // bound: cannot fail
+      }
       if (state == v1::JOB_STATE_PREEMPTING) {
         if (Status st = sched.MarkPreempting(job.id(), job.status().preempted_for()); !st.ok()) {
           spdlog::error("job '{}' could not be marked as being preempted: {}", job.id(), st.message());

@@ -348,6 +348,9 @@ class ControlLoop {
   // Leaves the nodes the job ran on (they are told their new desired set).
   void Release(v1::Job* job);
   void ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws);
+  // A heartbeat's checkpoint mark: the job's last checkpoint, for the
+  // preemption search (control_loop_nodes.cc).
+  void NoteCheckpoint(const std::string& node, const v1::CheckpointMark& mark);
   // A full report from `node` lacked these jobs that should run there.
   void ApplyLost(const std::string& node, const std::set<std::string>& reported);
   // ---- gangs: one workload per replica (control_loop_gangs.cc) ----

@@ -25,6 +25,29 @@ constexpr int64_t kPeersPerNodeNs = 1'000'000;
 constexpr int64_t kPeersEveryMaxNs = 1'000'000'000;
 }  // namespace
 
+// A checkpoint a workload on `node` saved: only for the current attempt of
+// a job that runs there (a node speaks for its own workloads only), at no
+// later than now (a node's clock ahead of ours would make its jobs look
+// cheaper to stop than they are).
+void ControlLoop::NoteCheckpoint(const std::string& node, const v1::CheckpointMark& mark) {
+  auto ref = rpc::ParseWorkloadId(mark.workload_id());
+  if (!ref.ok()) return;
+  v1::Job* job = FindJob(ref->job_id);
+  if (job == nullptr || !rpc::HoldsGpus(job->status().state()) || ref->attempt != job->status().attempt()) return;
+  const v1::JobStatus& st = job->status();
+  const std::string& where = ref->gang ? (ref->replica < st.replicas_size() ? st.replicas(ref->replica).node() : "")
+                                       : st.allocation().node();
+  if (where != node) return;
+  const int64_t at_ns = std::min(mark.time_unix_nanos(), NowNs());
+  if (at_ns <= st.checkpoint_time_unix_nanos()) return;
+  if (Status s = sched_.SetCheckpoint(job->id(), at_ns / 1'000'000); !s.ok()) {
+    spdlog::debug("checkpoint of '{}' not recorded: {}", mark.workload_id(), s.message());
+    return;
+  }
+  job->mutable_status()->set_checkpoint_time_unix_nanos(at_ns);
+  Persist(*job);
+}
+
 void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<AgentSink> sink) {
   loop_.Post([this, node = std::move(node), hb = std::move(hb), sink = std::move(sink)] {
     auto it = nodes_.find(node);
@@ -66,6 +89,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
       entry.peers_sent_ns = entry.heard_direct_ns;
     }
     if (entry.sink && (!options_.leading || options_.leading())) entry.sink->SendHeartbeatAck(ack);
+    for (const v1::CheckpointMark& c : hb.checkpoints()) NoteCheckpoint(node, c);
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
     entry.readings.reset();  // new readings: the next capture copies them

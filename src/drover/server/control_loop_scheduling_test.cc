@@ -154,6 +154,74 @@ TEST_F(PreemptionTest, FullReportWithoutAPreemptedJobRequeuesIt) {
   EXPECT_EQ(StateOf(high_), v1::JOB_STATE_BOUND);
 }
 
+// A checkpoint the node reports moves the work a victim would lose: the
+// job that started first but saved 11 minutes ago is stopped, not the one
+// that has run 50 minutes without a checkpoint. The same mark sent by
+// another node, or naming another attempt, changes nothing.
+class CheckpointTest : public PreemptionTest {
+ protected:
+  // Which of `early` (started at 0) and `late` (at 10 min) is preempted at
+  // 60 min for a high-priority job, after `marks` at 49 min.
+  void Run(bool honest, bool restart = false) {
+    auto sink = Connect("gpu-01", 2);
+    auto other = Connect("gpu-02", 1);
+    std::string kept = Must(loop_->Submit(High(1))).id();  // holds gpu-02: not preemptible
+    ASSERT_EQ(Get(kept).status().allocation().node(), "gpu-02");
+    early_ = Must(loop_->Submit(Low(1))).id();
+    Report("gpu-01", early_, v1::WORKLOAD_STATE_RUNNING);
+    clock_.Advance(std::chrono::minutes(10));
+    late_ = Must(loop_->Submit(Low(1))).id();
+    Report("gpu-01", late_, v1::WORKLOAD_STATE_RUNNING);
+    ASSERT_EQ(Get(late_).status().allocation().node(), "gpu-01");
+    clock_.Advance(std::chrono::minutes(39));
+    auto mark = [&](const std::string& node, const std::string& workload) {
+      v1::Heartbeat hb;
+      v1::CheckpointMark* m = hb.add_checkpoints();
+      m->set_workload_id(workload);
+      m->set_time_unix_nanos(ToUnixNanos(clock_.Now()));
+      loop_->Heartbeat(node, hb);
+    };
+    if (honest) {
+      mark("gpu-01", WorkloadOf(early_));
+    } else {
+      mark("gpu-02", WorkloadOf(early_));
+      mark("gpu-01", rpc::WorkloadId(early_, 0, 1, Get(early_).status().attempt() + 1));
+    }
+    Must(loop_->Barrier());
+    EXPECT_EQ(Get(early_).status().checkpoint_time_unix_nanos(), honest ? ToUnixNanos(clock_.Now()) : 0);
+    if (restart) {
+      ASSERT_NO_FATAL_FAILURE(Restart());
+      sink = Connect("gpu-01", 2);
+      other = Connect("gpu-02", 1);
+      Report("gpu-01", early_, v1::WORKLOAD_STATE_RUNNING);
+      Report("gpu-01", late_, v1::WORKLOAD_STATE_RUNNING);
+    }
+    clock_.Advance(std::chrono::minutes(11));
+    std::string high = Must(loop_->Submit(High(1))).id();
+    Must(loop_->Barrier());
+    for (const std::string& id : {early_, late_}) {
+      if (StateOf(id) == v1::JOB_STATE_PREEMPTING) victims_.push_back(id);
+    }
+  }
+  std::string early_, late_;
+  std::vector<std::string> victims_;
+};
+
+TEST_F(CheckpointTest, AReportedCheckpointMakesTheCheaperVictim) {
+  ASSERT_NO_FATAL_FAILURE(Run(/*honest=*/true));
+  EXPECT_EQ(victims_, std::vector<std::string>{early_});
+}
+
+TEST_F(CheckpointTest, TheCheckpointIsStoredAndSurvivesARestart) {
+  ASSERT_NO_FATAL_FAILURE(Run(/*honest=*/true, /*restart=*/true));
+  EXPECT_EQ(victims_, std::vector<std::string>{early_});
+}
+
+TEST_F(CheckpointTest, AMarkFromAnotherNodeOrAttemptChangesNothing) {
+  ASSERT_NO_FATAL_FAILURE(Run(/*honest=*/false));
+  EXPECT_EQ(victims_, std::vector<std::string>{late_});
+}
+
 TEST_F(PreemptionTest, PreemptingJobSurvivesARestart) {
   std::vector<std::string> victims = FillThenPreempt();
   ASSERT_FALSE(victims.empty());
