@@ -112,14 +112,13 @@ bool State::HostFits(const JobRequest& job, const NodeState& node) const {
 }
 
 int64_t State::Stranded(const NodeState& n, int64_t gpu_milli, int64_t cpu) const {
-  if (n.info.cpu_milli <= 0) return 0;
-  int64_t free_gpu = -gpu_milli;
-  for (uint64_t m = n.present & n.healthy; m != 0; m &= m - 1) free_gpu += n.free_milli[std::countr_zero(m)];
-  if (free_gpu <= 0) return 0;
   // GPU milli the CPU left can still serve: what it would serve for one
   // arrival drawn from the workload, in expectation (ShapeStats::StrandCpuPerMilli).
   const double per_milli = shapes.StrandCpuPerMilli();
-  if (per_milli <= 0) return 0;
+  if (n.info.cpu_milli <= 0 || per_milli <= 0) return 0;  // before the GPU walk: no arrival asks for CPU
+  int64_t free_gpu = -gpu_milli;
+  for (uint64_t m = n.present & n.healthy; m != 0; m &= m - 1) free_gpu += n.free_milli[std::countr_zero(m)];
+  if (free_gpu <= 0) return 0;
   int64_t cpu_left = std::max<int64_t>(0, n.free_cpu - cpu);
   double servable = static_cast<double>(cpu_left) / per_milli;
   return std::max<int64_t>(0, free_gpu - static_cast<int64_t>(servable));

@@ -334,8 +334,7 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
         continue;
       }
       uint64_t usable = v.whole_free & n.healthy & slot.mask & ~others;
-      Topology within = (req.topology == Topology::kIsland || req.topology == Topology::kNuma) ? req.topology
-                                                                                                : Topology::kBestEffort;
+      Topology within = WithinNode(req.topology);
       Link q = Link::kFabric;
       uint64_t mask = topo.Choose(usable, req.gpus, within, &q);
       if (mask != 0) {
