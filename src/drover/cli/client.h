@@ -39,6 +39,9 @@ void AddTenantCommands(CLI::App& app, const Runner& run, const std::shared_ptr<C
 // login, whoami, tokens, audit, ui, join-token (auth_commands.cc).
 void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);
 
+// deploy, deployments, deployment, scale, undeploy, models (deploy_commands.cc).
+void AddDeployCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);
+
 // The node verbs (nodes, gpus, drain, undrain, fault) and `top`.
 void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);
 void AddTopCommand(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common);

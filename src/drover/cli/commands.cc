@@ -350,6 +350,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   AddTopCommand(app, run, common);
   AddAuthCommands(app, run, common);
   AddTenantCommands(app, run, common);
+  AddDeployCommands(app, run, common);
 }
 
 }  // namespace drover::cli
