@@ -16,6 +16,7 @@ set(allowed_server  "common;runtime;sched;store;auth;rpc;http;server;web;v1")
 set(allowed_web     "common;http;web")
 set(allowed_agent   "common;runtime;rpc;http;auth;membership;agent;v1")  # auth: certs.h (node key, CSR, certificate checks); membership: gossip
 set(allowed_cli     "common;runtime;rpc;http;cli;v1")
+set(allowed_gateway "common;runtime;http;gateway")
 
 file(GLOB_RECURSE sources "${SRC_DIR}/src/drover/*.h" "${SRC_DIR}/src/drover/*.cc")
 set(errors "")

@@ -1,0 +1,146 @@
+#pragma once
+// The OpenAI-compatible gateway: an asynchronous reverse proxy in front of
+// the replicas of model deployments (issue 18, docs/gateway.md).
+//
+//   GatewayOptions options;
+//   options.listen = "0.0.0.0:8000";
+//   auto gw = StartGateway(options, [&](std::string_view token) -> Result<KeyInfo> {...},
+//                          &registry);
+//   (*gw)->SetRoutes({{"llama", "llama-dep", "", false, {{"j-1", "10.0.0.5:31000"}}}});
+//   ... every second: autoscaler.Feed((*gw)->TakeLoad());
+//
+// Endpoints: GET /v1/models, POST /v1/chat/completions, /v1/completions,
+// /v1/embeddings, GET /v1/chat/completions/ws (WebSocket), GET /healthz,
+// GET /metrics. Errors are OpenAI-shaped:
+//   {"error":{"message":"...","type":"invalid_request_error","param":null,"code":"..."}}
+//
+// Threading: options.io_threads threads, each running its own io_context
+// with its own listening socket (SO_REUSEPORT) and its own pool of
+// keep-alive upstream connections; a client connection lives on one thread
+// from accept to close, so the proxy path takes no lock except the sharded
+// auth cache and token buckets. Every public method is thread-safe.
+//
+// Not done here: TLS (put it behind a TLS terminator), HTTP/2, request
+// queueing beyond the cold-start wait.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "drover/common/metrics.h"
+#include "drover/common/status.h"
+
+namespace drover::gateway {
+
+// What the authenticator says about an API key (a token of the security
+// issue). Limits are per minute; 0 means unlimited.
+struct KeyInfo {
+  std::string token_id;  // stable id of the key (metering label "key")
+  std::string name;      // display name
+  std::string tenant;    // the tenant the key belongs to
+  bool admin = false;    // may use every model, whatever its tenant
+  int64_t key_rpm = 0;
+  int64_t key_tpm = 0;
+  int64_t tenant_rpm = 0;
+  int64_t tenant_tpm = 0;
+};
+
+// Maps a bearer token to its key. An Unauthenticated/PermissionDenied/
+// NotFound status means a bad key (401); any other error is a 503. Called
+// on an io thread on a cache miss, so it should be quick; the gateway
+// caches answers for auth_cache_ttl_ms.
+using Authenticator = std::function<Result<KeyInfo>(std::string_view token)>;
+
+struct Upstream {
+  std::string id;       // job id of the replica
+  std::string address;  // "host:port"
+};
+
+// A model the gateway serves and where. `tenant` empty: every tenant may use
+// it; otherwise only keys of that tenant and admin keys (others get 404).
+struct Route {
+  std::string model;
+  std::string deployment;
+  std::string tenant;
+  bool scales_from_zero = false;
+  std::vector<Upstream> replicas;  // the READY replicas
+};
+
+// Load of one model since the previous TakeLoad().
+struct ModelLoad {
+  std::string model;
+  std::string deployment;
+  int64_t outstanding = 0;  // requests in flight upstream now
+  int64_t waiting = 0;      // requests waiting for a replica (cold start) now
+  int64_t requests = 0;     // requests routed or waiting since the last call
+  std::vector<std::pair<std::string, int64_t>> outstanding_by_replica;  // (job id, n)
+};
+
+struct GatewayOptions {
+  std::string listen = "127.0.0.1:0";  // "host:port"; port 0 picks one
+  int io_threads = 2;
+  size_t max_header_bytes = 16 << 10;   // larger: 431
+  size_t max_body_bytes = 4 << 20;      // larger: 413
+  size_t max_upstream_body_bytes = 64 << 20;  // a non-streamed answer larger: 502
+
+  // Deadlines (milliseconds).
+  int64_t header_timeout_ms = 10'000;    // a request's header and body
+  int64_t idle_timeout_ms = 60'000;      // keep-alive between requests
+  int64_t write_timeout_ms = 30'000;     // one write to a client
+  int64_t connect_timeout_ms = 2'000;    // to a replica
+  int64_t upstream_timeout_ms = 600'000;  // first byte, and between two stream reads
+
+  // Other replicas tried when one fails before any byte reached the client
+  // (connect refused, reset before the status line, 502/503 from it).
+  int retries = 2;
+  // Requests with a "user" field or an x-session-id header go to the same
+  // replica while the replica set is unchanged (rendezvous hashing).
+  bool affinity = false;
+  // Merge concurrent /v1/embeddings requests of one model arriving within
+  // this window into one upstream call (0: off).
+  int64_t embeddings_batch_window_us = 0;
+  size_t embeddings_batch_max_inputs = 256;
+  // A model with no ready replica and scales_from_zero: how long a request
+  // waits for one (SetRoutes wakes it) before 503.
+  int64_t cold_start_wait_ms = 120'000;
+  // Scrape each replica's /metrics every scrape_interval_ms for the engine's
+  // own queue (vLLM num_requests_running + waiting, llama.cpp
+  // requests_processing + deferred) and add it to the routing score.
+  bool scrape_engine_metrics = false;
+  int64_t scrape_interval_ms = 1'000;
+
+  // Authenticator answers are cached this long (failures: auth_fail_ttl_ms),
+  // at most auth_cache_max_entries tokens.
+  int64_t auth_cache_ttl_ms = 1'000;
+  int64_t auth_fail_ttl_ms = 200;
+  size_t auth_cache_max_entries = 100'000;
+  uint64_t seed = 0x9e3779b97f4a7c15ULL;  // power-of-two choices
+};
+
+class Gateway {
+ public:
+  virtual ~Gateway() = default;
+  virtual uint16_t port() const = 0;
+  // Replaces the whole routing table. Outstanding counts of replicas that
+  // stay are kept; requests waiting for a cold start are woken.
+  virtual void SetRoutes(std::vector<Route> routes) = 0;
+  // Per model of the current routes; resets the `requests` counters.
+  virtual std::vector<ModelLoad> TakeLoad() = 0;
+  // {"usage":[{"tenant","model","key","requests","errors","prompt_tokens",
+  //   "completion_tokens"}...]} (key: token_id), sorted.
+  virtual std::string UsageJson() const = 0;
+  // Closes the listeners and every connection and joins the threads.
+  // Idempotent; the destructor calls it.
+  virtual void Stop() = 0;
+};
+
+// `registry_or_null`: where drover_gateway_* metrics go (it must outlive the
+// gateway); null: a private registry, still served on /metrics.
+Result<std::unique_ptr<Gateway>> StartGateway(GatewayOptions options, Authenticator authenticator,
+                                              metrics::Registry* registry_or_null);
+
+}  // namespace drover::gateway
