@@ -17,6 +17,12 @@
 //
 // With --proxy HOST:PORT it serves the bundle but forwards /api/ to a real
 // drover server instead (try a new bundle without rebuilding the binary).
+//
+// Model deployments and the gateway's usage (issue 18, the Models tab):
+// GET /api/v1/deployments and GET /api/v1/serving/usage, with counters that
+// grow every tick; --deployments 0 starts with none (the empty state). A
+// second token, printed at start, is a plain user of tenant "research": it
+// sees that tenant's deployments and usage only.
 import { createServer, request as httpRequest } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, existsSync } from 'node:fs';
@@ -31,6 +37,7 @@ const nodeCount = Number(args.nodes || 6);
 const gpusPerNode = Number(args.gpus || 8);
 const periodMs = Number(args.period || 2000);
 const arrivals = Number(args.arrivals ?? 0.3);  // chance of a new job per tick
+const withDeployments = Number(args.deployments ?? 1) !== 0;
 
 let seed = 42;
 const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
@@ -131,6 +138,90 @@ function finish(job, state) {
 
 const count = (state) => jobs.filter((j) => j.status.state === state).length;
 
+// ---- model deployments and the gateway's usage ----
+const deployments = [];
+let nextReplicaJob = 900001;
+function replica(node, port, extra = {}) {
+  return {
+    jobId: `j-${String(nextReplicaJob++).padStart(6, '0')}`, revision: '1', node, endpoint: node ? `10.0.0.${deployments.length + 10}:${port}` : '',
+    ready: true, state: 'JOB_STATE_RUNNING', restarts: 0, reason: '', outstanding: '0', ...extra,
+  };
+}
+function deploy(spec, replicas, extra = {}) {
+  const d = {
+    spec: {
+      name: spec.name, tenant: spec.tenant || 'default', model: spec.model || '', servedModelName: spec.servedModelName || '',
+      engine: spec.engine || 'custom', command: spec.command || [], env: {}, gpus: spec.gpus ?? 1, gpuMilli: spec.gpuMilli || 0,
+      gpuMemoryBytes: '0', gpuModel: spec.gpuModel || '', cpuMillis: '0', memoryBytes: '0', priority: 100,
+      replicas: spec.replicas ?? replicas.length, minReplicas: spec.minReplicas || 0, maxReplicas: spec.maxReplicas || 0,
+      targetOutstanding: 0, scaleDownIdleSeconds: 0, nodeSelector: {}, owner: 'admin',
+    },
+    status: {
+      desiredReplicas: spec.replicas ?? replicas.length, readyReplicas: replicas.filter((r) => r.ready).length, replicas,
+      revision: '1', message: '', createdUnixNanos: nanos(Date.now() - 3600e3), updatedUnixNanos: nanos(Date.now()),
+      outstanding: '0', waiting: '0', lastRequestUnixNanos: '0', ...extra,
+    },
+  };
+  deployments.push(d);
+  return d;
+}
+if (withDeployments) {
+  deploy({ name: 'llama-8b', tenant: 'prod', model: '/models/llama-3.1-8b-instruct.gguf', engine: 'llama.cpp', gpus: 1 },
+    [replica('gpu-000', 31001), replica('gpu-001', 31002, { restarts: 1 })]);
+  const embed = deploy({ name: 'bge-embed', tenant: 'research', model: 'BAAI/bge-large-en-v1.5', engine: 'vllm', gpus: 0, gpuMilli: 500, replicas: 3 },
+    [replica('gpu-002', 31003), replica('gpu-002', 31004),
+      replica('gpu-005', 31005, { ready: false, restarts: 3, reason: 'readiness probe: GET /health: connection refused (3 in a row)' })],
+    { message: 'replica j-900005 not ready: readiness probe: GET /health: connection refused' });
+  embed.status.replicas[2].revision = '1';
+  deploy({ name: 'mixtral', tenant: 'prod', model: 'mistralai/Mixtral-8x7B-Instruct-v0.1', servedModelName: 'mixtral-8x7b', engine: 'vllm', gpus: 4, replicas: 1 },
+    [replica('', 0, { ready: false, state: 'JOB_STATE_PENDING', reason: 'waiting for 4 free GPUs on one node (largest free: 2 on gpu-006)' })],
+    { message: 'replica j-900006 not ready: pending' });
+  deploy({ name: 'qwen-small', tenant: 'research', model: 'Qwen/Qwen2.5-0.5B-Instruct', engine: 'sglang', gpus: 1, replicas: 0, minReplicas: 0, maxReplicas: 4 },
+    [], { lastRequestUnixNanos: nanos(Date.now() - 420e3) });
+}
+const usage = [];  // the gateway's rows: cumulative counters
+const usageRow = (tenant, model, key, p50) => {
+  const row = { tenant, model, key, requests: 0, errors: 0, prompt_tokens: 0, completion_tokens: 0, latency_p50_ms: p50, latency_p99_ms: p50 * 4, base: p50 };
+  usage.push(row);
+  return row;
+};
+if (withDeployments) {
+  usageRow('prod', 'llama-8b', '3f2a9c01d4e5b6a7', 180);
+  usageRow('prod', 'llama-8b', '7b1c0e9f8a2d3c4b', 210);
+  usageRow('prod', 'mixtral-8x7b', '3f2a9c01d4e5b6a7', 900);
+  usageRow('research', 'bge-embed', 'c0ffee0123456789', 12);
+}
+function tickServing() {
+  for (const d of deployments) {
+    const live = d.status.replicas.filter((r) => r.ready);
+    let out = 0;
+    for (const r of live) {
+      r.outstanding = String(Math.floor(rand() * 6));
+      out += Number(r.outstanding);
+    }
+    d.status.outstanding = String(out);
+    if (live.length) d.status.lastRequestUnixNanos = nanos(Date.now());
+  }
+  for (const row of usage) {
+    const served = deployments.some((d) => d.status.readyReplicas > 0 && (d.spec.servedModelName || d.spec.name) === row.model);
+    if (!served) continue;
+    const n = Math.floor(rand() * (row.base < 50 ? 120 : 20));
+    row.requests += n;
+    row.errors += rand() < 0.2 ? 1 : 0;
+    row.prompt_tokens += n * Math.floor(40 + rand() * 200);
+    row.completion_tokens += row.base < 50 ? 0 : n * Math.floor(50 + rand() * 300);
+    row.latency_p50_ms = row.base * (0.9 + rand() * 0.2);
+    row.latency_p99_ms = row.latency_p50_ms * (3 + rand());
+  }
+}
+const visible = (principal, tenant) => principal.role === 'admin' || principal.tenant === tenant;
+function usageFor(principal) {
+  return {
+    usage: usage.filter((r) => visible(principal, r.tenant)).map(({ base, ...r }) => r)
+      .sort((a, b) => a.tenant.localeCompare(b.tenant) || a.model.localeCompare(b.model) || a.key.localeCompare(b.key)),
+  };
+}
+
 function fleet() {
   const byState = {};
   for (const j of jobs) {
@@ -185,7 +276,9 @@ const streams = new Set();
 
 // ---- authentication (the server's contract, simplified) ----
 const adminToken = args.token || `drv_${randomBytes(8).toString('hex')}_${randomBytes(32).toString('base64url')}`;
-const tokens = new Map([[adminToken, { name: 'admin', tenant: 'default', role: 'admin' }]]);
+const userToken = `drv_${randomBytes(8).toString('hex')}_${randomBytes(32).toString('base64url')}`;
+const tokens = new Map([[adminToken, { name: 'admin', tenant: 'default', role: 'admin' }],
+  [userToken, { name: 'ada', tenant: 'research', role: 'user' }]]);
 const codes = new Set();
 const sessions = new Map();  // session id -> {principal, csrfToken}
 const newCode = () => {
@@ -321,7 +414,28 @@ createServer((req, res) => {
     return undefined;
   }
   if (p === '/api/v1/session') return handleSession(req, res);
-  if (p.startsWith('/api/') && !authenticate(req, res)) return undefined;
+  const principal = p.startsWith('/api/') ? authenticate(req, res) : undefined;
+  if (p.startsWith('/api/') && !principal) return undefined;
+  if (p === '/api/v1/deployments' && req.method === 'GET') {
+    return send(res, 200, { deployments: deployments.filter((d) => visible(principal, d.spec.tenant)) });
+  }
+  if (p === '/api/v1/deployments' && req.method === 'POST') {
+    readJson(req, (body) => {
+      const spec = body && body.spec;
+      if (!spec || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(spec.name || '')) {
+        return send(res, 400, { code: 3, status: 'INVALID_ARGUMENT', message: 'spec.name must be a DNS label' });
+      }
+      if (deployments.some((d) => d.spec.name === spec.name)) {
+        return send(res, 409, { code: 6, status: 'ALREADY_EXISTS', message: `deployment '${spec.name}' exists` });
+      }
+      const n = spec.replicas ?? 1;
+      const d = deploy({ ...spec, tenant: spec.tenant || principal.tenant, replicas: n },
+        Array.from({ length: n }, (_, i) => replica(nodes[i % nodes.length].name, 32000 + i, { ready: false, state: 'JOB_STATE_BOUND' })));
+      send(res, 201, d);
+    });
+    return undefined;
+  }
+  if (p === '/api/v1/serving/usage') return send(res, 200, usageFor(principal));
   if (p === '/api/v1/fleet') return send(res, 200, fleet());
   if (p === '/api/v1/scheduler') return send(res, 200, schedulerStats());
   if (p === '/api/v1/tenants') return send(res, 200, tenants());
@@ -387,10 +501,19 @@ createServer((req, res) => {
 }).listen(port, '127.0.0.1', () => console.log(args.proxy
   ? `dashboard on http://127.0.0.1:${port}/ui/, API from ${args.proxy}`
   : `mock drover on http://127.0.0.1:${port}/ui/ (${nodeCount} nodes x ${gpusPerNode} GPUs)\n` +
-    `admin token: ${adminToken}\nlogin link (once): http://127.0.0.1:${port}/ui/#code=${newCode()}`));
+    `admin token: ${adminToken}\nuser token (tenant research): ${userToken}\nlogin link (once): http://127.0.0.1:${port}/ui/#code=${newCode()}`));
 
 setInterval(() => {
   tick();
+  tickServing();
+  // New deployments' replicas become ready a tick after they start.
+  for (const d of deployments) {
+    for (const r of d.status.replicas) {
+      if (r.state === 'JOB_STATE_BOUND') r.state = 'JOB_STATE_RUNNING';
+      else if (r.state === 'JOB_STATE_RUNNING' && !r.ready && !r.reason) r.ready = true;
+    }
+    d.status.readyReplicas = d.status.replicas.filter((r) => r.ready).length;
+  }
   for (const push of streams) push();
 }, periodMs);
 tick();

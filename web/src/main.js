@@ -1,6 +1,7 @@
-// The Drover dashboard: one page, four tabs, fed by the server's event
+// The Drover dashboard: one page, five tabs, fed by the server's event
 // stream (GET /api/v1/events: "fleet" and "scheduler" every ~2 s) and by
-// plain REST calls for jobs, tenants and GPU history. Nothing is fetched
+// plain REST calls for jobs, deployments and usage (Models, polled every
+// 2 s while shown), tenants and GPU history. Nothing is fetched
 // before a session exists (session.js: login link, cookie or login panel).
 
 import 'uplot/dist/uPlot.min.css';
@@ -9,12 +10,13 @@ import './style.css';
 import { api, LiveStream } from './api.js';
 import { clock, dateFromNanos, setAttr, setText } from './format.js';
 import { Jobs } from './jobs.js';
+import { Models } from './models.js';
 import { Overview } from './overview.js';
 import { Scheduler } from './scheduler.js';
 import { Session, loginCodeFrom } from './session.js';
 import { Tenants } from './tenants.js';
 
-const VIEWS = ['overview', 'jobs', 'tenants', 'scheduler'];
+const VIEWS = ['overview', 'jobs', 'models', 'tenants', 'scheduler'];
 const $ = (id) => document.getElementById(id);
 
 // Read by the browser tests: the cost of applying one fleet update.
@@ -23,6 +25,7 @@ window.__droverStats = stats;
 
 const overview = new Overview();
 const jobs = new Jobs();
+const models = new Models();
 const tenants = new Tenants();
 const scheduler = new Scheduler();
 let active = null;
@@ -45,6 +48,7 @@ function show(name) {
   }
   if (name === 'overview') overview.show();
   if (name === 'jobs') jobs.refresh();
+  if (name === 'models') models.refresh();
   if (name === 'tenants') tenants.refresh();
 }
 
@@ -121,7 +125,8 @@ const jobStream = new LiveStream('/api/v1/watch', {
 });
 
 const session = new Session({
-  onLogin: () => {
+  onLogin: (principal) => {
+    models.setPrincipal(principal);
     show(currentView());
     // The first picture without waiting for the stream; the stream repeats it.
     api('/api/v1/fleet').then((f) => { if (!fleetEvents) renderFleet(f); }).catch(() => {});
@@ -136,9 +141,11 @@ const session = new Session({
 });
 session.start();
 
-// Without live events (a stream down), the job and tenant tables still poll.
+// Without live events (a stream down), the job and tenant tables still poll;
+// the Models tab always polls while shown (its rates come from the polls).
 setInterval(() => {
   if (!session.signedIn) return;
+  if (active === 'models') models.refresh();
   if (active === 'jobs' && !jobsLive) jobs.refresh();
   if (active === 'tenants' && performance.now() - lastFleetAt >= 2500) tenants.refresh();
 }, 2000);
