@@ -201,6 +201,45 @@ export class Drover {
     return text === '' ? {} : JSON.parse(text);
   }
 
+  // Like api() but never throws on an HTTP status: {status, text, json}
+  // (json null when the body is not JSON). For probing whether a route
+  // exists (404) and for calls whose refusal is the point.
+  async request(p, { method = 'GET', body, token = this.token } = {}) {
+    const headers = { authorization: `Bearer ${token}` };
+    if (method !== 'GET' && method !== 'HEAD') headers['content-type'] = 'application/json';
+    const res = await fetch(this.url(p), {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(30000),
+    });
+    const text = await res.text();
+    let json = null;
+    try {
+      json = text === '' ? {} : JSON.parse(text);
+    } catch {
+      // not JSON
+    }
+    return { status: res.status, text, json };
+  }
+
+  // Deletes every model deployment (issue 18), so that no replica is
+  // restarted while cancelAllJobs waits for the jobs to end. Nothing to do
+  // on a server without deployments (404).
+  async deleteAllDeployments() {
+    const r = await this.request('/api/v1/deployments');
+    if (r.status === 404) return;
+    if (r.status !== 200) throw new Error(`GET /api/v1/deployments: HTTP ${r.status}: ${r.text}`);
+    for (const d of r.json?.deployments ?? []) {
+      const name = d.spec?.name;
+      if (!name) continue;
+      const del = await this.request(`/api/v1/deployments/${encodeURIComponent(name)}`, { method: 'DELETE' });
+      if (del.status !== 200 && del.status !== 404) {
+        throw new Error(`DELETE /api/v1/deployments/${name}: HTTP ${del.status}: ${del.text}`);
+      }
+    }
+  }
+
   async nodes() {
     return (await this.api('/api/v1/nodes')).nodes ?? [];
   }
@@ -282,6 +321,7 @@ export class Drover {
     let cancelError;
     if (this.child && !this.exited && this.http) {
       try {
+        await this.deleteAllDeployments();
         await this.cancelAllJobs();
       } catch (e) {
         cancelError = e;
@@ -385,6 +425,18 @@ export async function withDashboard(name, flags, body,
     if (browser) await browser.close().catch(() => {});
     await drover.stop();
   }
+}
+
+// Logs the open dashboard out (if logged in) and in again with `token`
+// pasted into the login panel; returns the principal the top bar shows.
+export async function loginWithToken(page, token, timeout = 30000) {
+  if (await page.isVisible('[data-testid=session-user]')) {
+    await page.click('[data-testid=logout]');
+    await page.waitForSelector('[data-testid=login-panel]', { state: 'visible', timeout });
+  }
+  await page.fill('[data-testid=login-token]', token);
+  await page.click('[data-testid=login-button]');
+  return waitForLogin(page, timeout);
 }
 
 // Selects a dashboard tab and waits for its view to be visible.

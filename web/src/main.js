@@ -135,6 +135,7 @@ const session = new Session({
     jobStream.start();
   },
   onLogout: () => {
+    models.reset();
     stream.stop();
     jobStream.stop();
   },

@@ -106,6 +106,7 @@ export class Models {
     this.usageRows = new Map();
     this.principal = null;
     this.inFlight = false;
+    this.generation = 0;  // a poll answered after reset() is dropped
     this.polls = 0;
     this.series = [];           // [{t (s), rps, tps, eps}]
     this.chart = new TimeChart($('chart-serving'), {
@@ -119,6 +120,8 @@ export class Models {
         { scale: 't', side: 1, label: 'tokens/s' },
       ],
       scales: {
+        // One point (or none) has no time span: show the minute before it.
+        x: { time: true, range: (u, min, max) => (min === null || max - min < 1 ? [(max ?? Date.now() / 1000) - 60, max ?? Date.now() / 1000] : [min, max]) },
         r: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] },
         t: { range: (u, min, max) => [0, Math.max(10, max * 1.1)] },
       },
@@ -134,12 +137,27 @@ export class Models {
     note.hidden = admin;
   }
 
+  // Logged out: nothing of this session stays on the page for the next one.
+  reset() {
+    this.generation++;
+    this.deployments = [];
+    this.usage = [];
+    this.usageState = 'none';
+    this.rates.clear();
+    this.series = [];
+    this.chart.setData([[], [], [], []]);
+    this.render();
+    $('models-empty').hidden = true;
+  }
+
   // Both lists at once; one poll at a time.
   async refresh() {
     if (this.inFlight) return;
     this.inFlight = true;
+    const generation = this.generation;
     try {
       const [deps, usage] = await Promise.allSettled([api('/api/v1/deployments'), api('/api/v1/serving/usage')]);
+      if (generation !== this.generation) return;
       const t = performance.now();
       if (deps.status === 'fulfilled') {
         this.deployments = (deps.value && deps.value.deployments) || [];
@@ -177,6 +195,7 @@ export class Models {
     this.renderDeployments(seconds > 0);
     this.renderUsage(seconds > 0);
     this.renderChart(rate);
+    $('models-traffic').hidden = this.deployments.length === 0 && this.usage.length === 0;
   }
 
   windowText() {
