@@ -108,6 +108,7 @@ export class Drover {
     this.exited = null; // {code, signal} once it exits
     this.grpc = '';
     this.http = '';
+    this.gateway = '';
     this.token = '';  // the admin token of <data-dir>/admin.token
   }
 
@@ -142,6 +143,7 @@ export class Drover {
       const j = JSON.parse(fs.readFileSync(endpoints, 'utf8'));
       this.grpc = j.grpc;
       this.http = j.http;
+      this.gateway = j.gateway || '';  // the OpenAI gateway's host:port, where up runs one (issue 18)
       return Boolean(this.grpc && this.http);
     }, { timeout, what: `${endpoints} of drover up ${this.flags.join(' ')}` }).catch((e) => {
       throw new Error(`${e.message}\n--- up.err ---\n${tail(path.join(this.dataDir, 'up.err'))}`);

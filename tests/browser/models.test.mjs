@@ -4,16 +4,18 @@
 //
 // Deployments are created through the REST API (POST /api/v1/deployments)
 // with the custom engine: a replica is any process that serves on
-// $DROVER_PORT. Here that is `python3 -m http.server` (the readiness probe
-// of a custom engine is TCP by default), or the test engine of
-// apps/drover-test-engine when DROVER_TEST_ENGINE names it.
+// $DROVER_PORT. Here that is the test engine of apps/drover-test-engine
+// (DROVER_TEST_ENGINE, or built next to the drover binary), else
+// `python3 -m http.server` (the readiness probe of a custom engine is TCP
+// by default).
 //
 // A server without the deployments API (GET /api/v1/deployments: 404) skips
 // these tests, saying so; any other failure fails them.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import path from 'node:path';
 import { test } from 'node:test';
-import { loginWithToken, openTab, waitFor, withDashboard } from './harness.mjs';
+import { droverBinary, loginWithToken, openTab, waitFor, withDashboard } from './harness.mjs';
 
 const EMPTY_HINT = 'drover deploy NAME --model M --replicas N --gpus G';
 
@@ -27,18 +29,30 @@ async function deploymentsMissing(drover) {
   return null;
 }
 
-// The command of a replica: the test engine when one is named, else
-// python's HTTP server on the port the agent gives.
-function engineCommand() {
-  const engine = process.env.DROVER_TEST_ENGINE;
-  if (engine && fs.existsSync(engine)) return ['sh', '-c', `exec "${engine}" --port "$DROVER_PORT"`];
+// drover-test-engine: DROVER_TEST_ENGINE, or built next to the drover
+// binary under test (build/apps/drover-test-engine/); '' when neither.
+export function testEngine() {
+  const named = process.env.DROVER_TEST_ENGINE;
+  if (named) {
+    if (!fs.existsSync(named)) throw new Error(`DROVER_TEST_ENGINE '${named}' does not exist`);
+    return named;
+  }
+  const built = path.resolve(path.dirname(droverBinary()), '..', 'drover-test-engine', 'drover-test-engine');
+  return fs.existsSync(built) ? built : '';
+}
+
+// The command of a replica serving `model`: the test engine when there is
+// one, else python's HTTP server, on the port the agent gives.
+function engineCommand(model) {
+  const engine = testEngine();
+  if (engine) return ['sh', '-c', `exec "${engine}" --port "$DROVER_PORT" --model "${model}"`];
   return ['sh', '-c', 'exec python3 -m http.server "$DROVER_PORT" --bind 127.0.0.1'];
 }
 
 async function createDeployment(drover, spec) {
   const r = await drover.request('/api/v1/deployments', {
     method: 'POST',
-    body: { spec: { engine: 'custom', command: engineCommand(), replicas: 1, gpus: 1, ...spec } },
+    body: { spec: { engine: 'custom', command: engineCommand(spec.name), replicas: 1, gpus: 1, ...spec } },
   });
   if (r.status !== 200 && r.status !== 201) {
     throw new Error(`POST /api/v1/deployments ${spec.name}: HTTP ${r.status}: ${r.text}`);
@@ -207,4 +221,71 @@ test('a non-admin sees only its own tenant\'s deployments', { timeout: 240000 },
     assert.equal(await cellText(page, `${rowSel('echo-team')} [data-testid=deployment-tenant]`), 'team-a');
     assert.equal(await page.isVisible('[data-testid=models-error]'), false);
   }, { readyNodes: 2, readyGpus: 2 });
+});
+
+// One chat completion through the gateway as `token`; returns the
+// engine's usage as the client saw it.
+async function chat(drover, token, model, content) {
+  const res = await fetch(`http://${drover.gateway}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: 4 }),
+    signal: AbortSignal.timeout(30000),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`POST /v1/chat/completions: HTTP ${res.status}: ${text}`);
+  const usage = JSON.parse(text).usage ?? {};
+  return { prompt: Number(usage.prompt_tokens ?? 0), completion: Number(usage.completion_tokens ?? 0) };
+}
+
+test('requests through the gateway show as rates and as the tenant\'s usage', { timeout: 240000 }, async (t) => {
+  const flags = ['--devices', 'none', '--simulate', '1', '--simulate-gpus', '1'];
+  await withDashboard('models-usage', flags, async ({ drover, page }) => {
+    const missing = await deploymentsMissing(drover);
+    if (missing) {
+      t.skip(missing);
+      return;
+    }
+    const usage = await drover.request('/api/v1/serving/usage');
+    const why = [];
+    if (usage.status !== 200) why.push(`GET /api/v1/serving/usage: HTTP ${usage.status}`);
+    if (!drover.gateway) why.push('drover up wrote no gateway address in endpoints.json');
+    if (!testEngine()) why.push('no drover-test-engine next to the drover binary (or DROVER_TEST_ENGINE)');
+    if (why.length) {
+      t.skip(`no traffic to meter: ${why.join('; ')}`);
+      return;
+    }
+    await createDeployment(drover, { name: 'echo', replicas: 1, gpus: 1 });
+    await waitReadyReplicas(drover, 'echo', 1);
+    await openTab(page, 'models');
+    await page.waitForSelector(`${replicaSel('echo')} [data-testid=replica-ready][data-ready=true]`, { state: 'visible', timeout: 60000 });
+
+    // Requests until the page shows a request rate for echo (it needs two
+    // polls around them), then the totals must match what the engine said.
+    const sent = { requests: 0, prompt: 0, completion: 0 };
+    const rateShown = async () => Number(await cellText(page, `${rowSel('echo')} [data-testid=deployment-rps]`)) > 0;
+    await waitFor(async () => {
+      const u = await chat(drover, drover.token, 'echo', `hello number ${sent.requests}`);
+      sent.requests++;
+      sent.prompt += u.prompt;
+      sent.completion += u.completion;
+      return rateShown();
+    }, { timeout: 60000, interval: 200, what: 'a request rate for echo on the page' });
+    assert.ok(sent.completion > 0, 'the engine reported completion tokens');
+    assert.ok(Number(await cellText(page, `${rowSel('echo')} [data-testid=deployment-tps]`)) > 0, 'tokens per second shown');
+    assert.ok(Number(await cellText(page, '[data-testid=models-rps]')) > 0, 'the requests/s card shows traffic');
+
+    const row = '[data-testid=usage-tenant-row][data-tenant=default]';
+    await page.waitForFunction(([sel, n]) => document.querySelector(`${sel} [data-testid=usage-requests]`)?.getAttribute('title') === String(n),
+      [row, sent.requests], { timeout: 30000, polling: 100 }).catch(async (e) => {
+      throw new Error(`the default tenant's usage row did not show ${sent.requests} requests ` +
+        `(shows '${await cellText(page, `${row} [data-testid=usage-requests]`)}'): ${e.message}`);
+    });
+    const title = async (testid) => page.$eval(`${row} [data-testid=${testid}]`, (el) => el.getAttribute('title'));
+    assert.equal(await title('usage-prompt'), String(sent.prompt), 'prompt tokens as the engine reported them');
+    assert.equal(await title('usage-completion'), String(sent.completion), 'completion tokens as the engine reported them');
+    assert.equal(await cellText(page, `${row} [data-testid=usage-errors]`), '0');
+    assert.equal(await page.locator('[data-testid=usage-row][data-tenant=default][data-model=echo]').count(), 1,
+      'one row for the admin key on echo');
+  }, { readyNodes: 2, readyGpus: 1 });
 });
