@@ -148,6 +148,7 @@ export class Models {
     this.chart.setData([[], [], [], []]);
     this.render();
     $('models-empty').hidden = true;
+    $('models-error').hidden = true;
   }
 
   // Both lists at once; one poll at a time.
@@ -314,9 +315,9 @@ export class Models {
     setText(g.status, PHASE_LABEL[phase]);
     setAttr(g.status, 'data-state', phase);
 
-    // Usage rows of this deployment's model (and tenant, when rows name one).
-    const tenant = spec.tenant || '';
-    const mine = (r) => r.model === model && (!tenant || !r.tenant || r.tenant === tenant);
+    // Usage rows of this deployment's model, whoever called it (a row's
+    // tenant is the caller's: an admin key may call any tenant's model).
+    const mine = (r) => r.model === model;
     const rows = this.usage.filter(mine);
     const rate = haveRates ? this.rates.rate(mine) : null;
     const t = totals(rows);
