@@ -1,0 +1,610 @@
+// The gateway's server side: io threads, listeners, client connections
+// (HTTP/1.1 keep-alive and WebSocket), the routing table. The proxy path is
+// in proxy.cc.
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>  // before asio: its awaitable.hpp uses std::exchange
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <nlohmann/json.hpp>
+
+#include "drover/gateway/impl.h"
+
+namespace drover::gateway {
+namespace {
+
+namespace ws = beast::websocket;
+using Ms = std::chrono::milliseconds;
+
+constexpr std::string_view kWsPath = "/v1/chat/completions/ws";
+
+std::string Head(int status, std::string_view content_type, int64_t content_length, bool keep_alive,
+                 std::string_view extra) {
+  std::string h;
+  h.reserve(160 + extra.size());
+  h += "HTTP/1.1 ";
+  h += std::to_string(status);
+  h += ' ';
+  h += SV(bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status))));
+  h += "\r\nContent-Type: ";
+  h += content_type;
+  if (content_length >= 0) {
+    h += "\r\nContent-Length: ";
+    h += std::to_string(content_length);
+  } else {
+    h += "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked";
+  }
+  if (!keep_alive) h += "\r\nConnection: close";
+  h += "\r\n";
+  h += extra;
+  h += "\r\n";
+  return h;
+}
+
+// An HTTP/1.1 client: whole answers with Content-Length, streams chunked.
+class HttpSink final : public Sink {
+ public:
+  HttpSink(std::shared_ptr<Conn> c, bool keep_alive, int64_t write_timeout_ms)
+      : c_(std::move(c)), keep_alive_(keep_alive), write_timeout_ms_(write_timeout_ms) {}
+  ~HttpSink() override { Unwatch(); }
+
+  bool keep_alive() const { return keep_alive_ && ok_; }
+
+  awaitable<bool> Whole(int status, std::string_view content_type, std::string_view body,
+                        std::string_view extra) override {
+    started_ = true;
+    std::string head = Head(status, content_type, static_cast<int64_t>(body.size()), keep_alive_, extra);
+    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body.data(), body.size())};
+    co_return co_await Write(bufs);
+  }
+
+  awaitable<bool> Events(std::string_view events) override {
+    if (events.empty()) co_return ok_;
+    char size[24];
+    int n = std::snprintf(size, sizeof size, "%zx\r\n", events.size());
+    std::string head;
+    if (!started_) {
+      started_ = true;
+      head = Head(200, "text/event-stream", -1, keep_alive_, {});
+    }
+    std::array<net::const_buffer, 4> bufs{net::buffer(head), net::buffer(size, static_cast<size_t>(n)),
+                                          net::buffer(events.data(), events.size()),
+                                          net::buffer("\r\n", 2)};
+    co_return co_await Write(bufs);
+  }
+
+  awaitable<bool> EndStream() override {
+    std::string head;
+    if (!started_) {
+      started_ = true;
+      head = Head(200, "text/event-stream", -1, keep_alive_, {});
+    }
+    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer("0\r\n\r\n", 5)};
+    co_return co_await Write(bufs);
+  }
+
+  void Watch(std::function<void()> on_gone) override {
+    Unwatch();
+    watching_ = std::make_shared<bool>(true);
+    auto flag = watching_;
+    auto c = c_;
+    c_->stream.socket().async_wait(
+        tcp::socket::wait_read, [flag, c, fn = std::move(on_gone)](const beast::error_code& ec) {
+          if (!*flag || ec) return;
+          beast::error_code e2;
+          // Readable with nothing to read: the peer closed (or reset).
+          if (c->stream.socket().available(e2) == 0 || e2) fn();
+        });
+  }
+  void Unwatch() override {
+    if (!watching_) return;
+    *watching_ = false;
+    watching_.reset();
+    beast::error_code ec;
+    c_->stream.socket().cancel(ec);
+  }
+
+ private:
+  template <typename Buffers>
+  awaitable<bool> Write(const Buffers& bufs) {
+    if (!ok_) co_return false;
+    beast::error_code ec;
+    c_->stream.expires_after(Ms(write_timeout_ms_));
+    co_await net::async_write(c_->stream, bufs, Await(ec));
+    if (ec) ok_ = false;
+    co_return ok_;
+  }
+
+  std::shared_ptr<Conn> c_;
+  bool keep_alive_;
+  int64_t write_timeout_ms_;
+  bool ok_ = true;
+  std::shared_ptr<bool> watching_;
+};
+
+// A WebSocket client: each SSE data payload (and "[DONE]") is one text
+// message; a whole answer (an error or a non-streamed one) is one message.
+class WsSink final : public Sink {
+ public:
+  explicit WsSink(ws::stream<beast::tcp_stream>& s) : ws_(s) {}
+  bool ok() const { return ok_; }
+
+  awaitable<bool> Whole(int, std::string_view, std::string_view body, std::string_view) override {
+    started_ = true;
+    co_return co_await Send(body);
+  }
+  awaitable<bool> Events(std::string_view events) override {
+    started_ = true;
+    std::vector<std::string_view> payloads;
+    ForEachData(events, [&](std::string_view p) { payloads.push_back(p); });
+    for (std::string_view p : payloads) {
+      if (!co_await Send(p)) co_return false;
+    }
+    co_return ok_;
+  }
+  awaitable<bool> EndStream() override { co_return ok_; }
+
+ private:
+  awaitable<bool> Send(std::string_view text) {
+    if (!ok_) co_return false;
+    beast::error_code ec;
+    ws_.text(true);
+    co_await ws_.async_write(net::buffer(text.data(), text.size()), Await(ec));
+    if (ec) ok_ = false;
+    co_return ok_;
+  }
+  ws::stream<beast::tcp_stream>& ws_;
+  bool ok_ = true;
+};
+
+Result<tcp::endpoint> ParseHostPort(const std::string& s, bool resolve) {
+  size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgument("address '" + s + "' is not host:port");
+  std::string host = s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(s.substr(colon + 1));
+  } catch (...) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) return InvalidArgument("address '" + s + "' has no valid port");
+  beast::error_code ec;
+  auto addr = net::ip::make_address(host, ec);
+  if (!ec) return tcp::endpoint(addr, static_cast<uint16_t>(port));
+  if (!resolve) return InvalidArgument("address '" + s + "': '" + host + "' is not an IP address");
+  net::io_context ioc;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || results.empty()) return Unavailable("cannot resolve '" + host + "': " + ec.message());
+  return results.begin()->endpoint();
+}
+
+std::string_view PathOf(std::string_view target) {
+  size_t q = target.find('?');
+  return q == std::string_view::npos ? target : target.substr(0, q);
+}
+
+}  // namespace
+
+GatewayImpl::GatewayImpl(GatewayOptions options, Authenticator authenticator, metrics::Registry* registry)
+    : options_(std::move(options)),
+      auth_(std::move(authenticator), options_.auth_cache_ttl_ms, options_.auth_fail_ttl_ms,
+            options_.auth_cache_max_entries) {
+  if (registry == nullptr) {
+    own_registry_ = std::make_unique<metrics::Registry>();
+    registry = own_registry_.get();
+  }
+  registry_ = registry;
+}
+
+metrics::Counter* GatewayImpl::Rejected(const std::string& reason) {
+  auto it = counters_.rejected.find(reason);
+  return it != counters_.rejected.end() ? it->second : counters_.rejected.at("other");
+}
+
+Status GatewayImpl::Start() {
+  if (options_.io_threads < 1 || options_.io_threads > 256) {
+    return InvalidArgument("gateway io_threads must be 1..256, not " + std::to_string(options_.io_threads));
+  }
+  auto bounds = metrics::ExponentialBuckets(0.0001, 2.5, 18);  // 100 us .. ~1.5 h
+  DROVER_ASSIGN_OR_RETURN(metrics::HistogramFamily * latency,
+                          registry_->AddHistogram("drover_gateway_request_duration_seconds",
+                                                  "Time from a request's arrival to its last byte, by tenant and model.",
+                                                  *bounds));
+  shared_ = std::make_shared<SharedState>(latency);
+  shared_->routes = std::make_shared<RouteTable>();
+  auto counter = [&](const char* name, const char* help) -> Result<metrics::Counter*> {
+    DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * f, registry_->AddCounter(name, help));
+    return f->With({});
+  };
+  DROVER_ASSIGN_OR_RETURN(counters_.retries, counter("drover_gateway_upstream_retries_total",
+                                                     "Attempts that failed before the first byte and were tried on another replica."));
+  DROVER_ASSIGN_OR_RETURN(counters_.client_cancels, counter("drover_gateway_client_cancels_total",
+                                                            "Streams the client left mid-way (the upstream request was cancelled)."));
+  DROVER_ASSIGN_OR_RETURN(counters_.stream_errors, counter("drover_gateway_stream_errors_total",
+                                                           "Streams a replica broke after the first byte (the client got an error event)."));
+  DROVER_ASSIGN_OR_RETURN(counters_.batches, counter("drover_gateway_embeddings_batches_total",
+                                                     "Upstream embeddings calls that merged requests."));
+  DROVER_ASSIGN_OR_RETURN(counters_.batched_requests, counter("drover_gateway_embeddings_batched_requests_total",
+                                                              "Embeddings requests answered by a merged upstream call."));
+  DROVER_ASSIGN_OR_RETURN(counters_.cold_starts, counter("drover_gateway_cold_start_waits_total",
+                                                         "Requests that waited for a replica of a model scaled to zero."));
+  DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * rejected,
+                          registry_->AddCounter("drover_gateway_rejected_total",
+                                                "Requests refused before reaching a replica, by reason."));
+  for (const char* r : {"unauthenticated", "rate_limited", "bad_request", "not_found", "too_large",
+                        "unavailable", "other"}) {
+    counters_.rejected[r] = rejected->With({{"reason", r}});
+  }
+  std::weak_ptr<SharedState> weak = shared_;
+  registry_->AddCollector([weak](metrics::Exposition& out) {
+    auto s = weak.lock();
+    if (!s) return;
+    s->meter.Collect(out);
+    std::shared_ptr<const RouteTable> t;
+    {
+      std::lock_guard lock(s->routes_mu);
+      t = s->routes;
+    }
+    auto outstanding = out.Gauge("drover_gateway_outstanding_requests", "Requests in flight upstream, by model.");
+    auto waiting = out.Gauge("drover_gateway_waiting_requests", "Requests waiting for a replica, by model.");
+    auto replicas = out.Gauge("drover_gateway_ready_replicas", "Ready replicas the gateway routes to, by model.");
+    auto per = out.Gauge("drover_gateway_replica_outstanding_requests", "Requests in flight, by replica.");
+    for (const auto& [model, e] : t->models) {
+      outstanding.Add({{"model", model}}, static_cast<double>(e.stats->outstanding.load()));
+      waiting.Add({{"model", model}}, static_cast<double>(e.stats->waiting.load()));
+      replicas.Add({{"model", model}}, static_cast<double>(e.replicas.size()));
+      for (const auto& r : e.replicas) {
+        per.Add({{"model", model}, {"replica", r->id}}, static_cast<double>(r->outstanding.load()));
+      }
+    }
+  });
+
+  DROVER_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseHostPort(options_.listen, true));
+  for (int i = 0; i < options_.io_threads; ++i) {
+    auto w = std::make_unique<Worker>(i, options_.seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+    beast::error_code ec;
+    tcp::acceptor& a = w->acceptor.emplace(w->ioc);
+    a.open(ep.protocol(), ec);
+    if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+    int one = 1;
+    if (!ec && ::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+      return Internal("gateway: SO_REUSEPORT: " + std::string(std::strerror(errno)));
+    }
+    if (!ec) a.bind(ep, ec);
+    if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return Unavailable("gateway: cannot listen on " + options_.listen + ": " + ec.message());
+    if (i == 0) {
+      port_ = a.local_endpoint().port();
+      ep.port(port_);
+    }
+    workers_.push_back(std::move(w));
+  }
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    net::co_spawn(wp->ioc, Accept(wp), net::detached);
+    if (wp->index == 0 && options_.scrape_engine_metrics) net::co_spawn(wp->ioc, ScrapeLoop(wp), net::detached);
+    wp->thread = std::thread([wp] {
+      auto guard = net::make_work_guard(wp->ioc);
+      wp->ioc.run();
+    });
+  }
+  return Status::Ok();
+}
+
+void GatewayImpl::Stop() {
+  if (stopped_.exchange(true)) return;
+  for (auto& w : workers_) w->ioc.stop();
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+  workers_.clear();  // closes the listeners and every connection
+}
+
+void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
+  std::shared_ptr<const RouteTable> old;
+  {
+    std::lock_guard lock(shared_->routes_mu);
+    old = shared_->routes;
+  }
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<Replica>> known;
+  for (const auto& [m, e] : old->models) {
+    for (const auto& r : e.replicas) known[{r->id, r->address}] = r;
+  }
+  auto table = std::make_shared<RouteTable>();
+  for (auto& route : routes) {
+    if (route.model.empty()) continue;
+    auto [it, fresh] = table->models.try_emplace(route.model);
+    ModelEntry& e = it->second;
+    if (fresh) {
+      e.route = route;
+      e.route.replicas.clear();
+      auto o = old->models.find(route.model);
+      e.stats = o != old->models.end() ? o->second.stats : std::make_shared<ModelStats>();
+    }
+    for (const auto& u : route.replicas) {
+      auto k = known.find({u.id, u.address});
+      std::shared_ptr<Replica> r;
+      if (k != known.end()) {
+        r = k->second;
+      } else {
+        auto ep = ParseHostPort(u.address, true);
+        if (!ep.ok()) continue;  // an address that does not resolve is not routable
+        r = std::make_shared<Replica>();
+        r->id = u.id;
+        r->address = u.address;
+        r->endpoint = *ep;
+        r->id_hash = Hash64(u.id + "@" + u.address);
+        known[{u.id, u.address}] = r;
+      }
+      if (std::find(e.replicas.begin(), e.replicas.end(), r) == e.replicas.end()) {
+        e.replicas.push_back(r);
+        e.route.replicas.push_back(u);
+      }
+    }
+  }
+  {
+    std::lock_guard lock(shared_->routes_mu);
+    shared_->routes = std::move(table);
+    shared_->routes_version.fetch_add(1, std::memory_order_release);
+  }
+  // Wake the requests waiting for a cold start: they look again.
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    net::post(wp->ioc, [wp] {
+      for (net::steady_timer* t : wp->cold_waiters) t->cancel();
+    });
+  }
+}
+
+std::vector<ModelLoad> GatewayImpl::TakeLoad() {
+  std::shared_ptr<const RouteTable> t;
+  {
+    std::lock_guard lock(shared_->routes_mu);
+    t = shared_->routes;
+  }
+  std::vector<ModelLoad> out;
+  for (const auto& [model, e] : t->models) {
+    ModelLoad l;
+    l.model = model;
+    l.deployment = e.route.deployment;
+    l.outstanding = e.stats->outstanding.load();
+    l.waiting = e.stats->waiting.load();
+    l.requests = e.stats->requests.exchange(0);
+    for (const auto& r : e.replicas) l.outstanding_by_replica.emplace_back(r->id, r->outstanding.load());
+    out.push_back(std::move(l));
+  }
+  std::sort(out.begin(), out.end(), [](const ModelLoad& a, const ModelLoad& b) { return a.model < b.model; });
+  return out;
+}
+
+std::shared_ptr<const RouteTable> GatewayImpl::Table(Worker* w) {
+  uint64_t v = shared_->routes_version.load(std::memory_order_acquire);
+  if (w->table_version != v) {
+    std::lock_guard lock(shared_->routes_mu);
+    w->table = shared_->routes;
+    w->table_version = shared_->routes_version.load(std::memory_order_relaxed);
+  }
+  return w->table;
+}
+
+UsageCell* GatewayImpl::CellFor(Worker* w, const std::string& tenant, const std::string& model,
+                                const std::string& key) {
+  std::string k;
+  k.reserve(tenant.size() + model.size() + key.size() + 2);
+  k.append(tenant).push_back('\0');
+  k.append(model).push_back('\0');
+  k.append(key);
+  auto it = w->cells.find(k);
+  if (it != w->cells.end()) return it->second;
+  UsageCell* c = shared_->meter.Cell(tenant, model, key);
+  w->cells.emplace(std::move(k), c);
+  return c;
+}
+
+awaitable<void> GatewayImpl::Accept(Worker* w) {
+  net::steady_timer backoff(w->ioc);
+  for (;;) {
+    beast::error_code ec;
+    tcp::socket s = co_await w->acceptor->async_accept(Await(ec));
+    if (ec == net::error::operation_aborted || !w->acceptor->is_open()) co_return;
+    if (ec) {  // out of descriptors and the like: breathe, then go on
+      backoff.expires_after(Ms(10));
+      co_await backoff.async_wait(Await(ec));
+      continue;
+    }
+    s.set_option(tcp::no_delay(true), ec);
+    net::co_spawn(w->ioc, Serve(w, std::make_shared<Conn>(std::move(s))), net::detached);
+  }
+}
+
+awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
+  beast::error_code ec;
+  bool first = true;
+  for (;;) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.header_limit(static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
+    parser.body_limit(options_.max_body_bytes);
+    c->stream.expires_after(Ms(first ? options_.header_timeout_ms : options_.idle_timeout_ms));
+    co_await bhttp::async_read_header(c->stream, c->buf, parser, Await(ec));
+    HttpSink early(c, false, options_.write_timeout_ms);
+    if (ec == bhttp::error::header_limit) {
+      Rejected("too_large")->Inc();
+      co_await SendError(early, Status(Code::kOutOfRange, "the request header is too large"));
+      break;
+    }
+    if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+      Rejected("bad_request")->Inc();
+      co_await SendError(early, InvalidArgument("malformed HTTP request: " + ec.message()));
+      break;
+    }
+    if (ec) break;
+    first = false;
+    auto& h = parser.get();
+    if (ws::is_upgrade(h)) {
+      if (PathOf(SV(h.target())) == kWsPath) {
+        co_await ServeWebSocket(w, c, parser.release());
+        co_return;
+      }
+      co_await SendError(early, NotFound("no WebSocket endpoint at " + std::string(PathOf(SV(h.target()))) +
+                                         " (it is " + std::string(kWsPath) + ")"));
+      break;
+    }
+    if (beast::iequals(h[bhttp::field::expect], "100-continue") && !parser.is_done()) {
+      if (parser.content_length() && *parser.content_length() > options_.max_body_bytes) {
+        Rejected("too_large")->Inc();
+        co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
+                                                                 std::to_string(options_.max_body_bytes) + " bytes"));
+        break;
+      }
+      static constexpr std::string_view k100 = "HTTP/1.1 100 Continue\r\n\r\n";
+      co_await net::async_write(c->stream, net::buffer(k100.data(), k100.size()), Await(ec));
+      if (ec) break;
+    }
+    c->stream.expires_after(Ms(options_.header_timeout_ms));
+    co_await bhttp::async_read(c->stream, c->buf, parser, Await(ec));
+    if (ec == bhttp::error::body_limit) {
+      Rejected("too_large")->Inc();
+      co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
+                                                               std::to_string(options_.max_body_bytes) + " bytes"));
+      break;
+    }
+    if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+      Rejected("bad_request")->Inc();
+      co_await SendError(early, InvalidArgument("malformed HTTP request: " + ec.message()));
+      break;
+    }
+    if (ec) break;
+    const auto& req = parser.get();
+    HttpSink sink(c, req.keep_alive(), options_.write_timeout_ms);
+    co_await Handle(w, req, sink);
+    if (!sink.keep_alive()) break;
+  }
+  c->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  c->stream.close();
+}
+
+awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::string_body>& req, Sink& sink) {
+  std::string_view path = PathOf(SV(req.target()));
+  const bool get = req.method() == bhttp::verb::get;
+  if (path == "/healthz") {
+    co_await sink.Whole(200, "text/plain", "ok\n", {});
+    co_return;
+  }
+  if (path == "/metrics" && get) {
+    std::string text = registry_->Render();
+    co_await sink.Whole(200, "text/plain; version=0.0.4; charset=utf-8", text, {});
+    co_return;
+  }
+  if (path == "/v1/models" || path.substr(0, 11) == "/v1/models/") {
+    if (!get) {
+      co_await sink.Whole(405, "application/json",
+                          ErrorJson("use GET on " + std::string(path), "invalid_request_error", "method_not_allowed"),
+                          "Allow: GET\r\n");
+      co_return;
+    }
+    Status err;
+    auto auth = Authenticate(SV(req[bhttp::field::authorization]), &err);
+    if (!auth) {
+      co_await SendError(sink, err);
+      co_return;
+    }
+    auto t = Table(w);
+    nlohmann::json data = nlohmann::json::array();
+    std::vector<std::string> names;
+    for (const auto& [model, e] : t->models) {
+      if (!e.route.tenant.empty() && e.route.tenant != auth->info.tenant && !auth->info.admin) continue;
+      names.push_back(model);
+    }
+    std::sort(names.begin(), names.end());
+    if (path.size() > 11) {  // /v1/models/{id}
+      std::string id(path.substr(11));
+      if (std::find(names.begin(), names.end(), id) == names.end()) {
+        co_await SendError(sink, NotFound("the model '" + id + "' does not exist or you do not have access to it"), "model");
+        co_return;
+      }
+      names = {id};
+    }
+    for (const auto& m : names) {
+      const auto& e = t->models.at(m);
+      data.push_back({{"id", m}, {"object", "model"}, {"created", 0},
+                      {"owned_by", e.route.tenant.empty() ? std::string("drover") : e.route.tenant}});
+    }
+    std::string body = path.size() > 11 ? data[0].dump() : nlohmann::json{{"object", "list"}, {"data", data}}.dump();
+    co_await sink.Whole(200, "application/json", body, {});
+    co_return;
+  }
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings") {
+    if (req.method() != bhttp::verb::post) {
+      co_await sink.Whole(405, "application/json",
+                          ErrorJson("use POST on " + std::string(path), "invalid_request_error", "method_not_allowed"),
+                          "Allow: POST\r\n");
+      co_return;
+    }
+    co_await Proxy(w, path, SV(req[bhttp::field::authorization]), SV(req["x-session-id"]), req.body(), sink, false);
+    co_return;
+  }
+  Rejected("not_found")->Inc();
+  co_await sink.Whole(404, "application/json",
+                      ErrorJson("unknown path " + std::string(path) +
+                                    " (the gateway serves /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings)",
+                                "invalid_request_error", "unknown_url"),
+                      {});
+}
+
+awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c,
+                                            bhttp::request<bhttp::string_body> req) {
+  // The key: the Authorization header, or ?api_key= for browsers, which
+  // cannot set headers on a WebSocket.
+  std::string authorization(req[bhttp::field::authorization]);
+  std::string_view target = SV(req.target());
+  if (authorization.empty()) {
+    size_t at = target.find("api_key=");
+    if (at != std::string_view::npos) {
+      std::string_view v = target.substr(at + 8);
+      v = v.substr(0, v.find('&'));
+      authorization = "Bearer " + std::string(v);
+    }
+  }
+  Status err;
+  if (!Authenticate(authorization, &err)) {
+    HttpSink sink(c, false, options_.write_timeout_ms);
+    co_await SendError(sink, err);
+    co_return;
+  }
+  std::string session(req["x-session-id"]);
+  ws::stream<beast::tcp_stream> wss(std::move(c->stream));
+  wss.set_option(ws::stream_base::timeout::suggested(beast::role_type::server));
+  wss.read_message_max(options_.max_body_bytes);
+  beast::error_code ec;
+  co_await wss.async_accept(req, Await(ec));
+  if (ec) co_return;
+  for (;;) {
+    beast::flat_buffer b;
+    co_await wss.async_read(b, Await(ec));
+    if (ec) break;
+    WsSink sink(wss);
+    co_await Proxy(w, "/v1/chat/completions", authorization, session, beast::buffers_to_string(b.data()), sink,
+                   /*force_stream=*/true);
+    if (!sink.ok()) break;
+  }
+  if (wss.is_open()) {
+    co_await wss.async_close(ws::close_code::normal, Await(ec));
+  }
+}
+
+Result<std::unique_ptr<Gateway>> StartGateway(GatewayOptions options, Authenticator authenticator,
+                                              metrics::Registry* registry_or_null) {
+  auto g = std::make_unique<GatewayImpl>(std::move(options), std::move(authenticator), registry_or_null);
+  DROVER_RETURN_IF_ERROR(g->Start());
+  return std::unique_ptr<Gateway>(std::move(g));
+}
+
+}  // namespace drover::gateway

@@ -1,0 +1,469 @@
+// The gateway against real drover-test-engine processes on loopback, and
+// its pure parts (buckets, usage, SSE, replica choice) directly.
+
+#include "drover/gateway/gateway.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "drover/gateway/limits.h"
+#include "drover/gateway/openai.h"
+#include "drover/gateway/routing.h"
+#include "gateway/engine_process.h"
+
+namespace drover::gateway {
+namespace {
+
+using testing::ChildProcess;
+using testing::Conn;
+using testing::Header;
+using testing::Http;
+using testing::HttpResponse;
+using testing::WaitFor;
+using json = nlohmann::json;
+
+std::unique_ptr<ChildProcess> Engine(std::vector<std::string> extra = {}, const std::string& model = "m") {
+  std::vector<std::string> argv = {TEST_ENGINE_BINARY, "--port", "0", "--model", model};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto p = std::make_unique<ChildProcess>(argv);
+  EXPECT_GT(p->port(), 0) << "the test engine did not start";
+  return p;
+}
+
+// A port nothing listens on: connects are refused.
+int DeadPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+Result<KeyInfo> Keys(std::string_view token) {
+  static const std::map<std::string, KeyInfo, std::less<>> keys = {
+      {"k-a", {"id-a", "key a", "a", false, 0, 0, 0, 0}},
+      {"k-a2", {"id-a2", "key a2", "a", false, 0, 0, 0, 0}},
+      {"k-b", {"id-b", "key b", "b", false, 0, 0, 0, 0}},
+      {"k-rpm", {"id-rpm", "slow key", "c", false, 2, 0, 0, 0}},
+      {"k-tpm", {"id-tpm", "token key", "d", false, 0, 0, 0, 40}},
+      {"k-admin", {"id-admin", "admin", "ops", true, 0, 0, 0, 0}},
+  };
+  auto it = keys.find(token);
+  if (it == keys.end()) return Unauthenticated("no such key");
+  return it->second;
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void Start(GatewayOptions o = {}) {
+    o.listen = "127.0.0.1:0";
+    auto g = StartGateway(o, Keys, &registry_);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    gw_ = std::move(*g);
+  }
+  HttpResponse Post(std::string_view path, const json& body, std::string_view key = "k-a",
+                    std::string_view extra = {}) {
+    std::string h = key.empty() ? "" : "Authorization: Bearer " + std::string(key) + "\r\n";
+    return Http(gw_->port(), "POST", path, body.dump(), h + std::string(extra));
+  }
+  static json Chat(const std::string& model = "m", int max_tokens = 4) {
+    return {{"model", model}, {"max_tokens", max_tokens}, {"messages", {{{"role", "user"}, {"content", "hello there world"}}}}};
+  }
+  static void ExpectError(const HttpResponse& r, int status, const std::string& type, const std::string& code) {
+    EXPECT_EQ(r.status, status) << r.raw;
+    json j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r.body;
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_EQ(j["error"]["type"], type) << r.body;
+    EXPECT_EQ(j["error"]["code"], code) << r.body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"].contains("param"));
+  }
+  int64_t Outstanding(const std::string& model) {
+    for (const auto& l : gw_->TakeLoad()) {
+      if (l.model == model) return l.outstanding;
+    }
+    return -1;
+  }
+
+  metrics::Registry registry_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+TEST_F(GatewayTest, ChatCompletionIsProxiedAndMetered) {
+  auto e = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  HttpResponse r = Post("/v1/chat/completions", Chat());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  // Same prompt, same answer, and the keep-alive upstream connection is reused.
+  HttpResponse r2 = Post("/v1/chat/completions", Chat());
+  EXPECT_EQ(json::parse(r2.body)["choices"], j["choices"]);
+  json u = json::parse(gw_->UsageJson());
+  ASSERT_EQ(u["usage"].size(), 1u) << u.dump();
+  EXPECT_EQ(u["usage"][0]["tenant"], "a");
+  EXPECT_EQ(u["usage"][0]["key"], "id-a");
+  EXPECT_EQ(u["usage"][0]["requests"], 2);
+  EXPECT_EQ(u["usage"][0]["prompt_tokens"], 6);
+  EXPECT_EQ(u["usage"][0]["completion_tokens"], 8);
+  HttpResponse m = Http(gw_->port(), "GET", "/metrics");
+  EXPECT_NE(m.body.find("drover_gateway_requests_total{key=\"id-a\",model=\"m\",tenant=\"a\"} 2"), std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("drover_gateway_request_duration_seconds_count{model=\"m\",tenant=\"a\"} 2"), std::string::npos);
+  EXPECT_EQ(Http(gw_->port(), "GET", "/healthz").status, 200);
+}
+
+TEST_F(GatewayTest, CompletionsAndEmbeddings) {
+  auto e = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  HttpResponse c = Post("/v1/completions", {{"model", "m"}, {"prompt", "one two"}, {"max_tokens", 2}});
+  ASSERT_EQ(c.status, 200) << c.raw;
+  EXPECT_EQ(json::parse(c.body)["usage"]["prompt_tokens"], 2);
+  HttpResponse em = Post("/v1/embeddings", {{"model", "m"}, {"input", {"a b", "c"}}});
+  ASSERT_EQ(em.status, 200) << em.raw;
+  json j = json::parse(em.body);
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][1]["index"], 1);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+}
+
+TEST_F(GatewayTest, BadInputGetsOpenAiShapedErrors) {
+  auto e = Engine();
+  GatewayOptions o;
+  o.max_body_bytes = 4096;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}},
+                  {"private", "dep-p", "b", false, {{"j-2", e->address()}}}});
+  ExpectError(Post("/v1/chat/completions", Chat(), ""), 401, "authentication_error", "invalid_api_key");
+  ExpectError(Post("/v1/chat/completions", Chat(), "nope"), 401, "authentication_error", "invalid_api_key");
+  ExpectError(Http(gw_->port(), "POST", "/v1/chat/completions", "{not json", "Authorization: Bearer k-a\r\n"), 400,
+              "invalid_request_error", "invalid_request");
+  ExpectError(Http(gw_->port(), "POST", "/v1/chat/completions", "[1,2]", "Authorization: Bearer k-a\r\n"), 400,
+              "invalid_request_error", "invalid_request");
+  HttpResponse no_model = Post("/v1/chat/completions", {{"messages", json::array()}});
+  ExpectError(no_model, 400, "invalid_request_error", "invalid_request");
+  EXPECT_EQ(json::parse(no_model.body)["error"]["param"], "model");
+  ExpectError(Post("/v1/chat/completions", {{"model", "m"}, {"stream", "yes"}}), 400, "invalid_request_error",
+              "invalid_request");
+  ExpectError(Post("/v1/chat/completions", Chat("unknown")), 404, "invalid_request_error", "model_not_found");
+  // Another tenant's model does not exist for this key; its tenant and admins see it.
+  ExpectError(Post("/v1/chat/completions", Chat("private")), 404, "invalid_request_error", "model_not_found");
+  EXPECT_EQ(Post("/v1/chat/completions", Chat("private"), "k-b").status, 404);  // the engine serves "m" only
+  EXPECT_NE(Post("/v1/chat/completions", Chat("private"), "k-admin").body.find("does not exist (this engine"),
+            std::string::npos);
+  json big = Chat();
+  big["messages"][0]["content"] = std::string(8000, 'x');
+  ExpectError(Post("/v1/chat/completions", big), 413, "invalid_request_error", "request_too_large");
+  ExpectError(Http(gw_->port(), "GET", "/v1/nothing"), 404, "invalid_request_error", "unknown_url");
+  ExpectError(Http(gw_->port(), "GET", "/v1/chat/completions", "", "Authorization: Bearer k-a\r\n"), 405,
+              "invalid_request_error", "method_not_allowed");
+  // Garbage instead of HTTP.
+  Conn c(gw_->port());
+  ASSERT_TRUE(c.Send("THIS IS NOT HTTP\r\n\r\n"));
+  std::string raw;
+  c.ReadUntil(&raw, [](const std::string&) { return false; }, std::chrono::seconds(10));
+  EXPECT_EQ(raw.substr(0, 12), "HTTP/1.1 400") << raw;
+}
+
+TEST_F(GatewayTest, ModelsListsWhatTheKeysTenantMayUse) {
+  Start();
+  gw_->SetRoutes({{"pub", "d1", "", false, {}}, {"mine", "d2", "a", false, {}}, {"theirs", "d3", "b", false, {}}});
+  HttpResponse r = Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-a\r\n");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  json j = json::parse(r.body);
+  std::vector<std::string> ids;
+  for (const auto& m : j["data"]) ids.push_back(m["id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"mine", "pub"}));
+  EXPECT_EQ(json::parse(Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-admin\r\n").body)["data"].size(), 3u);
+  ExpectError(Http(gw_->port(), "GET", "/v1/models"), 401, "authentication_error", "invalid_api_key");
+}
+
+TEST_F(GatewayTest, KeyOverItsRequestLimitGets429WithRetryAfter) {
+  auto e = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  EXPECT_EQ(Post("/v1/chat/completions", Chat(), "k-rpm").status, 200);
+  EXPECT_EQ(Post("/v1/chat/completions", Chat(), "k-rpm").status, 200);
+  HttpResponse r = Post("/v1/chat/completions", Chat(), "k-rpm");
+  ExpectError(r, 429, "rate_limit_error", "rate_limit_exceeded");
+  int retry = std::atoi(Header(r, "retry-after").c_str());
+  EXPECT_GE(retry, 1);
+  EXPECT_LE(retry, 30);
+  // Another key is not affected.
+  EXPECT_EQ(Post("/v1/chat/completions", Chat(), "k-a").status, 200);
+}
+
+TEST_F(GatewayTest, TenantOverItsTokenLimitGets429) {
+  auto e = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  // 3 prompt + 50 completion tokens: over the tenant's 40 a minute after the fact.
+  EXPECT_EQ(Post("/v1/chat/completions", Chat("m", 50), "k-tpm").status, 200);
+  HttpResponse r = Post("/v1/chat/completions", Chat("m", 1), "k-tpm");
+  ExpectError(r, 429, "rate_limit_error", "rate_limit_exceeded");
+  EXPECT_NE(r.body.find("tokens per minute"), std::string::npos);
+  EXPECT_GE(std::atoi(Header(r, "retry-after").c_str()), 1);
+}
+
+TEST_F(GatewayTest, StreamPassesThroughAndUsageIsCounted) {
+  auto e = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  json req = Chat("m", 5);
+  req["stream"] = true;
+  HttpResponse r = Post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_NE(Header(r, "content-type").find("text/event-stream"), std::string::npos);
+  EXPECT_EQ(r.body.substr(r.body.size() - 14), "data: [DONE]\n\n");
+  // The usage chunk the gateway asked for on the client's behalf is not passed on.
+  EXPECT_EQ(r.body.find("\"usage\""), std::string::npos) << r.body;
+  // Asked for by the client: passed on.
+  req["stream_options"] = {{"include_usage", true}};
+  HttpResponse r2 = Post("/v1/chat/completions", req);
+  EXPECT_NE(r2.body.find("\"usage\""), std::string::npos) << r2.body;
+  json u = json::parse(gw_->UsageJson());
+  EXPECT_EQ(u["usage"][0]["completion_tokens"], 10);
+  EXPECT_EQ(u["usage"][0]["prompt_tokens"], 6);
+}
+
+TEST_F(GatewayTest, RetriesOnAnotherReplicaBeforeTheFirstByte) {
+  auto good = Engine();
+  auto failing = Engine({"--fail-status", "503"});
+  GatewayOptions o;
+  o.retries = 2;
+  Start(o);
+  std::string dead = "127.0.0.1:" + std::to_string(DeadPort());
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-dead", dead}, {"j-503", failing->address()}, {"j-ok", good->address()}}}});
+  for (int i = 0; i < 20; ++i) {
+    HttpResponse r = Post("/v1/chat/completions", Chat());
+    ASSERT_EQ(r.status, 200) << r.raw;
+  }
+  // Only broken replicas: a 502 that says why.
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-dead", dead}, {"j-503", failing->address()}}}});
+  HttpResponse r = Post("/v1/chat/completions", Chat());
+  ExpectError(r, 502, "server_error", "upstream_error");
+  EXPECT_NE(r.body.find("no replica of model 'm' answered"), std::string::npos) << r.body;
+  EXPECT_EQ(Outstanding("m"), 0);
+}
+
+TEST_F(GatewayTest, ClientCancelFreesTheSlotAndCancelsUpstream) {
+  auto e = Engine({"--token-delay-us", "20000"});
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  json req = Chat("m", 100000);
+  req["stream"] = true;
+  {
+    Conn c(gw_->port());
+    ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", req.dump(), "Authorization: Bearer k-a\r\n")));
+    std::string raw;
+    ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("data: ") != std::string::npos; }));
+    EXPECT_EQ(Outstanding("m"), 1);
+  }  // the client goes away mid-stream
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
+  // The engine saw its request cancelled (its write failed) and is idle.
+  EXPECT_TRUE(WaitFor([&] {
+    std::string m = Http(e->port(), "GET", "/metrics").body;
+    return m.find("drover_test_engine_cancelled_total 1") != std::string::npos &&
+           m.find("vllm:num_requests_running{model_name=\"m\"} 1\n") != std::string::npos;  // this scrape only
+  }));
+  EXPECT_NE(Http(gw_->port(), "GET", "/metrics").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+}
+
+TEST_F(GatewayTest, EngineDyingMidStreamGivesAnErrorEvent) {
+  auto e = Engine({"--die-after-tokens", "3"});
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  json req = Chat("m", 10);
+  req["stream"] = true;
+  HttpResponse r = Post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.raw;  // a whole chunked response: the stream ended cleanly
+  EXPECT_NE(r.body.find("\"delta\""), std::string::npos) << r.body;
+  size_t at = r.body.find("data: {\"error\":");
+  ASSERT_NE(at, std::string::npos) << r.body;
+  json err = json::parse(r.body.substr(at + 6, r.body.find("\n\n", at) - at - 6));
+  EXPECT_EQ(err["error"]["code"], "upstream_error");
+  EXPECT_EQ(r.body.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(Outstanding("m"), 0);
+  json u = json::parse(gw_->UsageJson());
+  EXPECT_EQ(u["usage"][0]["errors"], 1);
+}
+
+TEST_F(GatewayTest, ScaleFromZeroWaitsForAReplica) {
+  auto e = Engine();
+  GatewayOptions o;
+  o.cold_start_wait_ms = 60'000;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", true, {}}, {"n", "dep-n", "", false, {}}});
+  // Not scaling from zero: 503 at once.
+  ExpectError(Post("/v1/chat/completions", Chat("n")), 503, "server_error", "model_unavailable");
+  std::atomic<int> status{0};
+  std::thread client([&] { status = Post("/v1/chat/completions", Chat("m")).status; });
+  ASSERT_TRUE(WaitFor([&] {
+    for (const auto& l : gw_->TakeLoad()) {
+      if (l.model == "m" && l.waiting == 1) return true;
+    }
+    return false;
+  }));
+  gw_->SetRoutes({{"m", "dep-m", "", true, {{"j-1", e->address()}}}});
+  client.join();
+  EXPECT_EQ(status.load(), 200);
+}
+
+TEST_F(GatewayTest, ColdStartTimesOutWith503) {
+  GatewayOptions o;
+  o.cold_start_wait_ms = 1;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", true, {}}});
+  HttpResponse r = Post("/v1/chat/completions", Chat("m"));
+  ExpectError(r, 503, "server_error", "model_unavailable");
+  EXPECT_NE(r.body.find("none started within 1 ms"), std::string::npos) << r.body;
+}
+
+TEST_F(GatewayTest, LoadIsSpreadAndReported) {
+  auto a = Engine();
+  auto b = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-a", a->address()}, {"j-b", b->address()}}}});
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat()).status, 200);
+  auto load = gw_->TakeLoad();
+  ASSERT_EQ(load.size(), 1u);
+  EXPECT_EQ(load[0].requests, 40);
+  EXPECT_EQ(load[0].deployment, "dep-m");
+  EXPECT_EQ(load[0].outstanding_by_replica.size(), 2u);
+  EXPECT_EQ(gw_->TakeLoad()[0].requests, 0);  // reset by the take
+  auto served = [](ChildProcess& p) {
+    std::string m = Http(p.port(), "GET", "/metrics").body;
+    size_t at = m.find("drover_test_engine_requests_total ");
+    return std::atoll(m.c_str() + at + 34);
+  };
+  EXPECT_GT(served(*a), 1);  // plus the metrics request itself
+  EXPECT_GT(served(*b), 1);
+}
+
+TEST_F(GatewayTest, WebSocketStreamsEachEventAsAMessage) {
+  auto e = Engine();
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  Conn c(gw_->port());
+  ASSERT_TRUE(c.Send("GET /v1/chat/completions/ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                     "Authorization: Bearer k-a\r\n\r\n"));
+  std::string raw;
+  ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }));
+  ASSERT_EQ(raw.substr(0, 12), "HTTP/1.1 101") << raw;
+  raw.erase(0, raw.find("\r\n\r\n") + 4);
+  // A masked text frame with the request.
+  std::string payload = Chat("m", 3).dump();
+  std::string frame = {static_cast<char>(0x81)};
+  ASSERT_LT(payload.size(), 65536u);
+  if (payload.size() < 126) {
+    frame += static_cast<char>(0x80 | payload.size());
+  } else {
+    frame += static_cast<char>(0x80 | 126);
+    frame += static_cast<char>(payload.size() >> 8);
+    frame += static_cast<char>(payload.size() & 0xff);
+  }
+  const char mask[4] = {1, 2, 3, 4};
+  frame.append(mask, 4);
+  for (size_t i = 0; i < payload.size(); ++i) frame += static_cast<char>(payload[i] ^ mask[i % 4]);
+  ASSERT_TRUE(c.Send(frame));
+  // Unmasked server frames: read until the "[DONE]" message.
+  std::vector<std::string> messages;
+  auto parse = [&](const std::string& b) {
+    messages.clear();
+    size_t p = 0;
+    while (p + 2 <= b.size()) {
+      size_t len = static_cast<unsigned char>(b[p + 1]) & 0x7f;
+      size_t hdr = 2;
+      if (len == 126) {
+        if (p + 4 > b.size()) return false;
+        len = (static_cast<unsigned char>(b[p + 2]) << 8) | static_cast<unsigned char>(b[p + 3]);
+        hdr = 4;
+      }
+      if (p + hdr + len > b.size()) return false;
+      messages.push_back(b.substr(p + hdr, len));
+      p += hdr + len;
+    }
+    return !messages.empty() && messages.back() == "[DONE]";
+  };
+  ASSERT_TRUE(c.ReadUntil(&raw, parse)) << raw;
+  ASSERT_GE(messages.size(), 5u);  // role + 3 tokens + finish, then [DONE]
+  EXPECT_EQ(json::parse(messages[0])["object"], "chat.completion.chunk");
+  for (const auto& m : messages) EXPECT_EQ(m.find("\"usage\""), std::string::npos);
+}
+
+// --- the pure parts ---
+
+TEST(TokenBucket, AdmitsUpToTheLimitThenSaysWhenToRetry) {
+  TokenBucket b;
+  int64_t retry = 0;
+  const int64_t t0 = 1'000'000'000;
+  for (int i = 0; i < 60; ++i) EXPECT_TRUE(b.Admit(1, 1, 60, t0, &retry));
+  EXPECT_FALSE(b.Admit(1, 1, 60, t0, &retry));
+  EXPECT_EQ(retry, 1);  // one a second
+  EXPECT_TRUE(b.Admit(1, 1, 60, t0 + 1'000'000'000, &retry));
+  EXPECT_TRUE(b.Admit(1, 1, 0, t0, &retry));  // unlimited
+  TokenBucket tpm;
+  tpm.Charge(100, 60, t0);  // 60 - 100 = -40: 41 s until above zero
+  EXPECT_FALSE(tpm.Admit(0, 1e-9, 60, t0, &retry));
+  EXPECT_EQ(retry, 41);
+}
+
+TEST(Usage, FoundInAnswersAndStreams) {
+  Usage u = FindUsage(R"({"choices":[{"text":"\"usage\":{\"prompt_tokens\":99}"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+  EXPECT_TRUE(u.found);
+  EXPECT_EQ(u.prompt_tokens, 3);
+  EXPECT_EQ(u.completion_tokens, 4);
+  EXPECT_FALSE(FindUsage(R"({"usage":null})").found);
+  EXPECT_FALSE(FindUsage(R"({"a":1})").found);
+
+  SseFilter f(/*strip_usage_only=*/true);
+  std::string out;
+  f.Feed("data: {\"choices\":[{\"delta\":{}}]}\n\ndata: {\"choices\":[],\"usa", &out);
+  EXPECT_EQ(out, "data: {\"choices\":[{\"delta\":{}}]}\n\n");
+  out.clear();
+  f.Feed("ge\":{\"prompt_tokens\":2,\"completion_tokens\":5}}\n\ndata: [DONE]\n\n", &out);
+  EXPECT_EQ(out, "data: [DONE]\n\n");
+  EXPECT_EQ(f.usage().completion_tokens, 5);
+  EXPECT_TRUE(f.saw_done());
+}
+
+TEST(PickReplica, PowerOfTwoPrefersTheLessLoadedAndAffinityIsStable) {
+  auto make = [](const std::string& id) {
+    auto r = std::make_shared<Replica>();
+    r->id = id;
+    r->id_hash = Hash64(id);
+    return r;
+  };
+  std::vector<std::shared_ptr<Replica>> rs = {make("a"), make("b")};
+  rs[0]->outstanding = 5;
+  FastRng rng(42);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(PickReplica(rs, {}, 0, rng), rs[1].get());
+  EXPECT_EQ(PickReplica(rs, {rs[1].get()}, 0, rng), rs[0].get());  // tried: the other one
+  EXPECT_EQ(PickReplica(rs, {rs[0].get(), rs[1].get()}, 0, rng), nullptr);
+  rs[0]->outstanding = 0;
+  rs.push_back(make("c"));
+  rs.push_back(make("d"));
+  Replica* first = PickReplica(rs, {}, Hash64("user-7"), rng);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(PickReplica(rs, {}, Hash64("user-7"), rng), first);
+  std::map<Replica*, int> seen;
+  for (int i = 0; i < 400; ++i) seen[PickReplica(rs, {}, Hash64("user-" + std::to_string(i)), rng)]++;
+  EXPECT_EQ(seen.size(), 4u);  // users spread over the replicas
+}
+
+}  // namespace
+}  // namespace drover::gateway

@@ -1,0 +1,138 @@
+#pragma once
+// The gateway's implementation class (private): gateway.cc has the server
+// and connections, proxy.cc the proxy path, batching.cc embeddings batching
+// and scrape.cc the engine metrics scraper.
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "drover/gateway/gateway.h"
+#include "drover/gateway/io.h"
+#include "drover/gateway/limits.h"
+#include "drover/gateway/routing.h"
+
+namespace drover::gateway {
+
+// What the metrics collector reads; shared with it, so it outlives the
+// gateway if the registry does.
+struct SharedState {
+  explicit SharedState(metrics::HistogramFamily* latency) : meter(latency) {}
+  Meter meter;
+  std::mutex routes_mu;
+  std::shared_ptr<const RouteTable> routes;  // GUARDED_BY(routes_mu), never null
+  std::atomic<uint64_t> routes_version{1};
+};
+
+struct EmbeddingsBatch;
+
+// One io thread: its io_context, listener and idle upstream connections.
+// Everything here but `ioc` is touched only on the worker's thread.
+struct Worker {
+  Worker(int i, uint64_t seed) : index(i), rng(seed) {}
+  ~Worker() {
+    idle.clear();
+    acceptor.reset();
+  }
+  const int index;
+  FastRng rng;
+  std::optional<tcp::acceptor> acceptor;
+  std::unordered_map<std::string, std::vector<std::unique_ptr<UpConn>>> idle;  // by address
+  std::shared_ptr<const RouteTable> table;
+  uint64_t table_version = 0;
+  std::unordered_map<std::string, UsageCell*> cells;  // tenant \0 model \0 key
+  std::vector<net::steady_timer*> cold_waiters;
+  std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches;  // by model
+  std::thread thread;
+  // Last: destroyed first, so that the coroutine frames it destroys may
+  // still touch the members above.
+  net::io_context ioc{1};
+};
+
+class GatewayImpl final : public Gateway {
+ public:
+  GatewayImpl(GatewayOptions options, Authenticator authenticator, metrics::Registry* registry);
+  ~GatewayImpl() override { Stop(); }
+  Status Start();
+
+  uint16_t port() const override { return port_; }
+  void SetRoutes(std::vector<Route> routes) override;
+  std::vector<ModelLoad> TakeLoad() override;
+  std::string UsageJson() const override { return shared_->meter.Json(); }
+  void Stop() override;
+
+  // --- used by the connection code (gateway.cc) ---
+  awaitable<void> Accept(Worker* w);
+  awaitable<void> Serve(Worker* w, std::shared_ptr<struct Conn> c);
+  awaitable<void> ServeWebSocket(Worker* w, std::shared_ptr<struct Conn> c,
+                                 bhttp::request<bhttp::string_body> req);
+  awaitable<void> Handle(Worker* w, const bhttp::request<bhttp::string_body>& req, Sink& sink);
+
+  // --- the proxy path (proxy.cc) ---
+  // One OpenAI call: authenticate, parse, limit, route, forward, meter.
+  awaitable<void> Proxy(Worker* w, std::string_view path, std::string_view authorization,
+                        std::string_view session_id, std::string body, Sink& sink, bool force_stream);
+  enum class Outcome { kDone, kRetry };
+  // One attempt on one replica; kRetry when nothing reached the client.
+  awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, const std::string& body,
+                             bool strip_usage, Sink& sink, CallResult& res, std::string* why);
+  // Forward with retries on other replicas, then an error if all failed.
+  awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path,
+                        const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
+                        CallResult& res);
+  awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {},
+                            int64_t retry_after_s = 0);
+  std::shared_ptr<const AuthEntry> Authenticate(std::string_view authorization, Status* err);
+  std::shared_ptr<const RouteTable> Table(Worker* w);
+  UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model,
+                     const std::string& key);
+  // Waits (bounded by cold_start_wait_ms) until `model` has a replica.
+  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& model,
+                                                              ModelStats& stats);
+
+  // --- embeddings batching (batching.cc) ---
+  awaitable<void> BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info,
+                                  Sink& sink, CallResult& res);
+
+  // --- engine metrics (scrape.cc) ---
+  awaitable<void> ScrapeLoop(Worker* w);
+
+  const GatewayOptions& options() const { return options_; }
+
+  struct Counters {
+    metrics::Counter* retries;
+    metrics::Counter* client_cancels;
+    metrics::Counter* stream_errors;
+    metrics::Counter* batches;
+    metrics::Counter* batched_requests;
+    metrics::Counter* cold_starts;
+    std::map<std::string, metrics::Counter*> rejected;  // by reason, fixed at start
+  };
+  Counters counters_{};
+  metrics::Counter* Rejected(const std::string& reason);
+
+ private:
+  const GatewayOptions options_;
+  AuthCache auth_;
+  std::unique_ptr<metrics::Registry> own_registry_;
+  metrics::Registry* registry_;
+  std::shared_ptr<SharedState> shared_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopped_{false};
+};
+
+// A client connection, on one worker for its life.
+struct Conn : std::enable_shared_from_this<Conn> {
+  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buf;
+};
+
+}  // namespace drover::gateway

@@ -1,0 +1,84 @@
+#pragma once
+// The asynchronous plumbing of the gateway (private): io threads, client
+// sinks and upstream connections, shared by gateway.cc and batching.cc.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>  // before asio: its awaitable.hpp uses std::exchange
+#include <vector>
+
+// GCC 12 misreads Asio's recycling allocator of coroutine frames (its
+// operator new and delete are a matching pair): a false positive.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include "drover/gateway/gateway.h"
+#include "drover/gateway/openai.h"
+#include "drover/gateway/routing.h"
+
+namespace drover::gateway {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+using net::awaitable;
+
+inline int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+// Beast 1.74 speaks boost::string_view.
+inline std::string_view SV(beast::string_view s) { return {s.data(), s.size()}; }
+inline auto Await(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
+
+// A keep-alive connection to a replica, with its read buffer.
+struct UpConn {
+  explicit UpConn(const net::any_io_executor& ex) : s(ex) {}
+  beast::tcp_stream s;
+  beast::flat_buffer buf;
+};
+
+// Where an answer goes: an HTTP client connection or a WebSocket.
+// Not thread-safe: used by one request on its io thread.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // A whole answer. `extra_headers`: "name: value\r\n" lines. False: the client is gone.
+  virtual awaitable<bool> Whole(int status, std::string_view content_type, std::string_view body,
+                                std::string_view extra_headers) = 0;
+  // Complete SSE events; the first call also starts the response.
+  virtual awaitable<bool> Events(std::string_view events) = 0;
+  virtual awaitable<bool> EndStream() = 0;
+  // While a stream waits on the replica: on_gone runs (on the io thread)
+  // if the client goes away. Unwatch() before the callback's captures die.
+  virtual void Watch(std::function<void()> on_gone) { (void)on_gone; }
+  virtual void Unwatch() {}
+  bool started() const { return started_; }
+
+ protected:
+  bool started_ = false;
+};
+
+struct Worker;
+
+// What a proxied call ended as.
+struct CallResult {
+  int status = 0;
+  bool stream_error = false;
+  bool client_gone = false;
+  Usage usage;
+};
+
+}  // namespace drover::gateway

@@ -1,0 +1,368 @@
+// The proxy path: authenticate, parse, limit, route, forward over a pooled
+// keep-alive connection, stream back, meter.
+
+#include <algorithm>
+#include <array>
+
+#include "drover/gateway/impl.h"
+
+namespace drover::gateway {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && beast::iequals(beast::string_view(s.data(), prefix.size()), beast::string_view(prefix.data(), prefix.size()));
+}
+
+// Decrements the in-flight counts of a replica and its model on scope exit.
+class InFlight {
+ public:
+  InFlight(Replica& r, ModelStats& m) : r_(r), m_(m) {
+    r_.outstanding.fetch_add(1, std::memory_order_relaxed);
+    m_.outstanding.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~InFlight() {
+    r_.outstanding.fetch_sub(1, std::memory_order_relaxed);
+    m_.outstanding.fetch_sub(1, std::memory_order_relaxed);
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  Replica& r_;
+  ModelStats& m_;
+};
+
+}  // namespace
+
+std::shared_ptr<const AuthEntry> GatewayImpl::Authenticate(std::string_view authorization, Status* err) {
+  if (authorization.empty()) {
+    Rejected("unauthenticated")->Inc();
+    *err = Unauthenticated("missing API key: send the header 'Authorization: Bearer <key>'");
+    return nullptr;
+  }
+  if (!StartsWithNoCase(authorization, "Bearer ")) {
+    Rejected("unauthenticated")->Inc();
+    *err = Unauthenticated("the Authorization header must be 'Bearer <key>'");
+    return nullptr;
+  }
+  std::string_view token = authorization.substr(7);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  if (token.empty() || token.size() > 4096) {
+    Rejected("unauthenticated")->Inc();
+    *err = Unauthenticated("incorrect API key provided");
+    return nullptr;
+  }
+  auto e = auth_.Lookup(token, NowNs());
+  if (e->status.ok()) return e;
+  Code c = e->status.code();
+  if (c == Code::kUnauthenticated || c == Code::kPermissionDenied || c == Code::kNotFound ||
+      c == Code::kInvalidArgument) {
+    Rejected("unauthenticated")->Inc();
+    *err = Unauthenticated("incorrect API key provided");
+  } else {
+    Rejected("unavailable")->Inc();
+    *err = Unavailable("the key service is unavailable: " + e->status.message());
+  }
+  return nullptr;
+}
+
+awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string_view param,
+                                       int64_t retry_after_s) {
+  ErrorShape s = ShapeFor(st.code());
+  std::string extra;
+  if (retry_after_s > 0) extra = "retry-after: " + std::to_string(retry_after_s) + "\r\n";
+  if (s.status == 401) extra += "WWW-Authenticate: Bearer\r\n";
+  co_return co_await sink.Whole(s.status, "application/json", ErrorJson(st.message(), s.type, s.code, param), extra);
+}
+
+awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker* w, const std::string& model,
+                                                                         ModelStats& stats) {
+  counters_.cold_starts->Inc();
+  stats.waiting.fetch_add(1, std::memory_order_relaxed);
+  const auto deadline = std::chrono::steady_clock::now() + Ms(options_.cold_start_wait_ms);
+  net::steady_timer timer(w->ioc);
+  w->cold_waiters.push_back(&timer);
+  struct Unregister {
+    Worker* w;
+    net::steady_timer* t;
+    ModelStats& stats;
+    ~Unregister() {
+      auto& v = w->cold_waiters;
+      v.erase(std::remove(v.begin(), v.end(), t), v.end());
+      stats.waiting.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } unregister{w, &timer, stats};
+  std::shared_ptr<const RouteTable> t = Table(w);
+  for (;;) {
+    auto it = t->models.find(model);
+    if (it == t->models.end() || !it->second.replicas.empty()) co_return t;
+    if (std::chrono::steady_clock::now() >= deadline) co_return t;
+    timer.expires_at(deadline);
+    beast::error_code ec;
+    co_await timer.async_wait(Await(ec));  // SetRoutes cancels it
+    t = Table(w);
+  }
+}
+
+awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string_view authorization,
+                                   std::string_view session_id, std::string body, Sink& sink,
+                                   bool force_stream) {
+  const int64_t t0 = NowNs();
+  Status err;
+  auto auth = Authenticate(authorization, &err);
+  if (!auth) {
+    co_await SendError(sink, err);
+    co_return;
+  }
+  std::string bad_param;
+  auto parsed = ParseRequest(body, &bad_param);
+  if (!parsed.ok()) {
+    Rejected("bad_request")->Inc();
+    co_await SendError(sink, parsed.status(), bad_param);
+    co_return;
+  }
+  RequestInfo& info = *parsed;
+  const bool embeddings = path == "/v1/embeddings";
+  if (embeddings && info.stream) {
+    Rejected("bad_request")->Inc();
+    co_await SendError(sink, InvalidArgument("embeddings cannot be streamed"), "stream");
+    co_return;
+  }
+  auto table = Table(w);
+  auto it = table->models.find(info.model);
+  if (it == table->models.end() ||
+      (!it->second.route.tenant.empty() && it->second.route.tenant != auth->info.tenant && !auth->info.admin)) {
+    Rejected("not_found")->Inc();
+    co_await SendError(sink, NotFound("the model '" + info.model + "' does not exist or you do not have access to it"),
+                       "model");
+    co_return;
+  }
+  int64_t retry_after = 0;
+  if (Status s = AdmitRequest(*auth, t0, &retry_after); !s.ok()) {
+    Rejected("rate_limited")->Inc();
+    co_await SendError(sink, s, {}, retry_after);
+    co_return;
+  }
+  UsageCell* cell = CellFor(w, auth->info.tenant, info.model, auth->info.token_id);
+  cell->requests.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<ModelStats> stats = it->second.stats;
+  stats->requests.fetch_add(1, std::memory_order_relaxed);
+
+  // Stream: ask the engine for usage if the client did not, and hide that chunk.
+  bool strip = false;
+  if (force_stream && !info.stream) {
+    info.stream = true;
+    info.doc["stream"] = true;
+    body.clear();
+  }
+  if (info.stream && !info.include_usage) {
+    info.doc["stream_options"]["include_usage"] = true;
+    strip = true;
+    body.clear();
+  }
+  if (body.empty()) body = info.doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+
+  if (it->second.replicas.empty() && it->second.route.scales_from_zero) {
+    table = co_await WaitForReplica(w, info.model, *stats);
+    it = table->models.find(info.model);
+    if (it == table->models.end()) {
+      co_await SendError(sink, NotFound("the model '" + info.model + "' is no longer served"), "model");
+      cell->errors.fetch_add(1, std::memory_order_relaxed);
+      co_return;
+    }
+  }
+  CallResult res;
+  if (it->second.replicas.empty()) {
+    Rejected("unavailable")->Inc();
+    std::string msg = "the model '" + info.model + "' has no ready replica";
+    if (it->second.route.scales_from_zero) {
+      msg += " (none started within " + std::to_string(options_.cold_start_wait_ms) + " ms)";
+    }
+    res.status = 503;
+    co_await SendError(sink, Unavailable(msg));
+  } else if (embeddings && options_.embeddings_batch_window_us > 0) {
+    co_await BatchEmbeddings(w, it->second, info, sink, res);
+  } else {
+    uint64_t affinity = 0;
+    if (options_.affinity) {
+      if (!info.user.empty()) affinity = Hash64(info.user);
+      else if (!session_id.empty()) affinity = Hash64(session_id);
+    }
+    co_await Route(w, it->second, path, body, strip, affinity, sink, res);
+  }
+  if (res.status >= 400 || res.stream_error) cell->errors.fetch_add(1, std::memory_order_relaxed);
+  if (res.usage.found) {
+    cell->prompt_tokens.fetch_add(res.usage.prompt_tokens, std::memory_order_relaxed);
+    cell->completion_tokens.fetch_add(res.usage.completion_tokens, std::memory_order_relaxed);
+    ChargeTokens(*auth, res.usage.prompt_tokens + res.usage.completion_tokens, NowNs());
+  }
+  cell->latency->Observe(static_cast<double>(NowNs() - t0) / 1e9);
+}
+
+awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path,
+                                   const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
+                                   CallResult& res) {
+  std::vector<Replica*> tried;
+  std::string why;
+  for (int attempt = 0; attempt <= options_.retries; ++attempt) {
+    Replica* r = PickReplica(entry.replicas, tried, affinity, w->rng);
+    if (r == nullptr) break;
+    tried.push_back(r);
+    if (attempt > 0) counters_.retries->Inc();
+    Outcome o;
+    {
+      InFlight in_flight(*r, *entry.stats);
+      o = co_await Forward(w, *r, path, body, strip_usage, sink, res, &why);
+    }
+    if (o == Outcome::kDone) {
+      if (res.client_gone) counters_.client_cancels->Inc();
+      if (res.stream_error) counters_.stream_errors->Inc();
+      co_return;
+    }
+  }
+  res.status = 502;
+  co_await SendError(sink, Status(Code::kAborted, "no replica of model '" + entry.route.model + "' answered (" +
+                                                      std::to_string(tried.size()) + " tried; last: " + why + ")"));
+}
+
+awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std::string_view path,
+                                                     const std::string& body, bool strip_usage, Sink& sink,
+                                                     CallResult& res, std::string* why) {
+  beast::error_code ec;
+  for (int round = 0; round < 2; ++round) {
+    // A pooled connection may have been closed by the engine meanwhile; a
+    // failure before the status line on one is tried again on a new one.
+    std::unique_ptr<UpConn> up;
+    bool reused = false;
+    if (auto p = w->idle.find(r.address); p != w->idle.end() && !p->second.empty()) {
+      up = std::move(p->second.back());
+      p->second.pop_back();
+      reused = true;
+    } else {
+      up = std::make_unique<UpConn>(w->ioc.get_executor());
+      up->s.expires_after(Ms(options_.connect_timeout_ms));
+      co_await up->s.async_connect(r.endpoint, Await(ec));
+      if (ec) {
+        *why = "replica '" + r.id + "' at " + r.address + ": connect: " + ec.message();
+        co_return Outcome::kRetry;
+      }
+      up->s.socket().set_option(tcp::no_delay(true), ec);
+    }
+    std::string head;
+    head.reserve(128);
+    head += "POST ";
+    head += path;
+    head += " HTTP/1.1\r\nHost: ";
+    head += r.address;
+    head += "\r\nContent-Type: application/json\r\nContent-Length: ";
+    head += std::to_string(body.size());
+    head += "\r\n\r\n";
+    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body)};
+    up->s.expires_after(Ms(options_.write_timeout_ms));
+    co_await net::async_write(up->s, bufs, Await(ec));
+    if (ec) {
+      if (reused) continue;
+      *why = "replica '" + r.id + "': sending the request: " + ec.message();
+      co_return Outcome::kRetry;
+    }
+    bhttp::response_parser<bhttp::empty_body> hp;
+    hp.header_limit(64 << 10);
+    up->s.expires_after(Ms(options_.upstream_timeout_ms));
+    co_await bhttp::async_read_header(up->s, up->buf, hp, Await(ec));
+    if (ec) {
+      if (reused && ec != beast::error::timeout) continue;
+      *why = "replica '" + r.id + "': no answer: " + ec.message();
+      co_return Outcome::kRetry;
+    }
+    const int status = static_cast<int>(hp.get().result_int());
+    if (status == 502 || status == 503) {
+      *why = "replica '" + r.id + "' answered " + std::to_string(status);
+      co_return Outcome::kRetry;
+    }
+    const bool sse = status == 200 && SV(hp.get()[bhttp::field::content_type]).find("text/event-stream") !=
+                                          std::string_view::npos;
+    if (!sse) {
+      bhttp::response_parser<bhttp::string_body> sp{std::move(hp)};
+      sp.body_limit(options_.max_upstream_body_bytes);
+      co_await bhttp::async_read(up->s, up->buf, sp, Await(ec));
+      if (ec) {
+        *why = "replica '" + r.id + "': reading the answer: " + ec.message();
+        co_return Outcome::kRetry;
+      }
+      const auto& resp = sp.get();
+      res.status = status;
+      if (status == 200) res.usage = FindUsage(resp.body());
+      beast::string_view ct = resp[bhttp::field::content_type];
+      bool keep = sp.keep_alive();
+      bool ok = co_await sink.Whole(status, ct.empty() ? "application/json" : std::string_view(ct.data(), ct.size()),
+                                    resp.body(), {});
+      res.client_gone = !ok;
+      if (keep) w->idle[r.address].push_back(std::move(up));
+      co_return Outcome::kDone;
+    }
+
+    // A stream: read as fast as the client takes it; events pass unchanged.
+    bhttp::response_parser<bhttp::buffer_body> bp{std::move(hp)};
+    bp.body_limit(boost::none);
+    SseFilter filter(strip_usage);
+    std::string out;
+    std::array<char, 16384> tmp;
+    bool gone = false;
+    bool broken = false;
+    UpConn* raw = up.get();
+    sink.Watch([&gone, raw] {
+      gone = true;
+      beast::error_code e;
+      raw->s.socket().close(e);
+    });
+    while (!bp.is_done()) {
+      bp.get().body().data = tmp.data();
+      bp.get().body().size = tmp.size();
+      up->s.expires_after(Ms(options_.upstream_timeout_ms));
+      co_await bhttp::async_read_some(up->s, up->buf, bp, Await(ec));
+      if (ec == bhttp::error::need_buffer) ec = {};
+      size_t n = tmp.size() - bp.get().body().size;
+      out.clear();
+      filter.Feed(std::string_view(tmp.data(), n), &out);
+      if (gone) break;
+      if (!out.empty() && !co_await sink.Events(out)) {
+        gone = true;
+        break;
+      }
+      if (ec) {
+        broken = true;
+        break;
+      }
+    }
+    sink.Unwatch();
+    res.status = 200;
+    res.usage = filter.usage();
+    if (gone) {
+      res.client_gone = true;
+      co_return Outcome::kDone;  // `up` closes: the engine sees the request cancelled
+    }
+    if (broken && !filter.saw_done()) {
+      if (!sink.started()) {
+        *why = "replica '" + r.id + "' ended the stream before any event: " + ec.message();
+        co_return Outcome::kRetry;
+      }
+      res.stream_error = true;
+      std::string ev = "data: " +
+                       ErrorJson("replica '" + r.id + "' failed mid-stream: " + ec.message(), "server_error",
+                                 "upstream_error") +
+                       "\n\n";
+      if (co_await sink.Events(ev)) co_await sink.EndStream();
+      co_return Outcome::kDone;
+    }
+    co_await sink.EndStream();
+    if (!broken && bp.keep_alive()) w->idle[r.address].push_back(std::move(up));
+    co_return Outcome::kDone;
+  }
+  *why = "replica '" + r.id + "': the connection failed twice";
+  co_return Outcome::kRetry;
+}
+
+}  // namespace drover::gateway

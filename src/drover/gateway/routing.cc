@@ -1,0 +1,110 @@
+#include "drover/gateway/routing.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace drover::gateway {
+
+uint64_t Hash64(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a, then a finalizer
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return h;
+}
+
+namespace {
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t h = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  h ^= h >> 31;
+  h *= 0x7fb5d329728ea185ULL;
+  h ^= h >> 27;
+  return h;
+}
+int64_t Score(const Replica& r) {
+  return r.outstanding.load(std::memory_order_relaxed) + r.engine_load.load(std::memory_order_relaxed);
+}
+}  // namespace
+
+Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas,
+                     const std::vector<Replica*>& tried, uint64_t affinity_key, FastRng& rng) {
+  // Candidates without allocating for the common case of nothing tried.
+  Replica* small[16];
+  std::vector<Replica*> big;
+  Replica** cand = small;
+  size_t n = 0;
+  if (replicas.size() > 16) {
+    big.resize(replicas.size());
+    cand = big.data();
+  }
+  for (const auto& r : replicas) {
+    if (std::find(tried.begin(), tried.end(), r.get()) == tried.end()) cand[n++] = r.get();
+  }
+  if (n == 0) return nullptr;
+  if (n == 1) return cand[0];
+  if (affinity_key != 0) {
+    Replica* best = nullptr;
+    uint64_t best_w = 0;
+    int64_t least = INT64_MAX;
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t w = Mix(affinity_key, cand[i]->id_hash);
+      if (best == nullptr || w > best_w) {
+        best = cand[i];
+        best_w = w;
+      }
+      least = std::min(least, Score(*cand[i]));
+    }
+    if (Score(*best) <= 2 * least + 2) return best;
+  }
+  size_t a = rng.Next() % n;
+  size_t b = rng.Next() % (n - 1);
+  if (b >= a) ++b;
+  return Score(*cand[b]) < Score(*cand[a]) ? cand[b] : cand[a];
+}
+
+UsageCell* Meter::Cell(const std::string& tenant, const std::string& model, const std::string& key) {
+  std::lock_guard lock(mu_);
+  auto& c = cells_[{tenant, model, key}];
+  if (!c) {
+    c = std::make_unique<UsageCell>();
+    c->latency = latency_->With({{"model", model}, {"tenant", tenant}});
+  }
+  return c.get();
+}
+
+std::string Meter::Json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  std::lock_guard lock(mu_);
+  for (const auto& [k, c] : cells_) {
+    rows.push_back({{"tenant", std::get<0>(k)},
+                    {"model", std::get<1>(k)},
+                    {"key", std::get<2>(k)},
+                    {"requests", c->requests.load()},
+                    {"errors", c->errors.load()},
+                    {"prompt_tokens", c->prompt_tokens.load()},
+                    {"completion_tokens", c->completion_tokens.load()}});
+  }
+  return nlohmann::json{{"usage", std::move(rows)}}.dump(-1, ' ', false,
+                                                         nlohmann::json::error_handler_t::replace);
+}
+
+void Meter::Collect(metrics::Exposition& out) const {
+  auto req = out.Counter("drover_gateway_requests_total", "Requests proxied, by tenant, model and key.");
+  auto err = out.Counter("drover_gateway_errors_total",
+                         "Requests that ended in an error (status >= 400 or a broken stream).");
+  auto pt = out.Counter("drover_gateway_prompt_tokens_total", "Prompt tokens the engines reported.");
+  auto ct = out.Counter("drover_gateway_completion_tokens_total",
+                        "Completion tokens the engines reported.");
+  std::lock_guard lock(mu_);
+  for (const auto& [k, c] : cells_) {
+    metrics::Labels l = {{"key", std::get<2>(k)}, {"model", std::get<1>(k)}, {"tenant", std::get<0>(k)}};
+    req.Add(l, static_cast<double>(c->requests.load()));
+    err.Add(l, static_cast<double>(c->errors.load()));
+    pt.Add(l, static_cast<double>(c->prompt_tokens.load()));
+    ct.Add(l, static_cast<double>(c->completion_tokens.load()));
+  }
+}
+
+}  // namespace drover::gateway

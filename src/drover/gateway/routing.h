@@ -1,0 +1,102 @@
+#pragma once
+// Replica choice and per-(tenant, model, key) metering of the gateway
+// (private).
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "drover/common/metrics.h"
+#include "drover/gateway/gateway.h"
+
+namespace drover::gateway {
+
+// One replica, shared by every route table that lists it (by job id and
+// address), so that its outstanding count survives SetRoutes.
+struct Replica {
+  std::string id;
+  std::string address;  // host:port
+  boost::asio::ip::tcp::endpoint endpoint;  // resolved by SetRoutes
+  std::atomic<int64_t> outstanding{0};  // requests in flight through this gateway
+  std::atomic<int64_t> engine_load{0};  // the engine's own queue (scraped), 0 if unknown
+  uint64_t id_hash = 0;
+};
+
+struct ModelStats {
+  std::atomic<int64_t> outstanding{0};
+  std::atomic<int64_t> waiting{0};
+  std::atomic<int64_t> requests{0};  // since the last TakeLoad
+};
+
+struct ModelEntry {
+  Route route;  // replicas as given
+  std::vector<std::shared_ptr<Replica>> replicas;
+  std::shared_ptr<ModelStats> stats;
+};
+
+// An immutable routing table; swapped whole by SetRoutes.
+struct RouteTable {
+  std::unordered_map<std::string, ModelEntry> models;
+};
+
+// Seeded xorshift64*: each io thread has its own.
+class FastRng {
+ public:
+  explicit FastRng(uint64_t seed) : s_(seed ? seed : 1) {}
+  uint64_t Next() {
+    s_ ^= s_ >> 12;
+    s_ ^= s_ << 25;
+    s_ ^= s_ >> 27;
+    return s_ * 0x2545F4914F6CDD1DULL;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+uint64_t Hash64(std::string_view s);
+
+// Picks a replica of `replicas` not in `tried`: with affinity_key != 0 the
+// rendezvous-hash winner (the same replica for the same key while the set is
+// unchanged) unless it has more than twice the least loaded one's load plus
+// 2; otherwise two distinct random candidates and the one with the lower
+// score (outstanding + engine_load), the first on a tie. nullptr if none.
+//
+// Example: outstanding {a:3, b:0, c:1}; the draws pick (a, c): c wins.
+Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas,
+                     const std::vector<Replica*>& tried, uint64_t affinity_key, FastRng& rng);
+
+// Counters of one (tenant, model, key). Lock-free updates.
+struct UsageCell {
+  std::atomic<int64_t> requests{0};
+  std::atomic<int64_t> errors{0};
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> completion_tokens{0};
+  metrics::Histogram* latency = nullptr;  // per (tenant, model)
+};
+
+// Usage per (tenant, model, key), for /metrics and UsageJson. Thread-safe:
+// Cell() takes a mutex (callers cache the pointer, valid for the meter's
+// life); the counters are atomics.
+class Meter {
+ public:
+  explicit Meter(metrics::HistogramFamily* latency) : latency_(latency) {}
+  UsageCell* Cell(const std::string& tenant, const std::string& model, const std::string& key);
+  std::string Json() const;
+  void Collect(metrics::Exposition& out) const;
+
+ private:
+  metrics::HistogramFamily* latency_;
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, std::string, std::string>, std::unique_ptr<UsageCell>> cells_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace drover::gateway
