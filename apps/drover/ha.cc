@@ -226,7 +226,9 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
     std::vector<std::string> server = {o.self_exe, "server", "--data-dir", fmt::format("{}/server-{}", dir, i),
                                        "--grpc-listen", fmt::format("127.0.0.1:{}", o.grpc_port + i), "--listen",
                                        fmt::format("127.0.0.1:{}", o.http_port + i), "--store",
-                                       "etcd://" + own_first + "/drover", "--log-level", o.log_level};
+                                       "etcd://" + own_first + "/drover", "--log-level", o.log_level,
+                                       // `up` runs the group's one gateway itself.
+                                       "--gateway-listen", "off"};
     // The group's settings, unless the caller's flags set them.
     for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
              {"--leader-ttl", "1s"}, {"--lease-ttl", "6s"}, {"--etcd-max-txn-ops", max_ops},

@@ -28,6 +28,7 @@
 #include "drover/agent/supervisor.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
+#include "gateway_role.h"
 #include "ha.h"
 #include "live_workload.h"
 #include "drover/cli/commands.h"
@@ -37,6 +38,7 @@
 #include "drover/common/ids.h"
 #include "drover/common/version.h"
 #include "drover/membership/udp_hub.h"
+#include "drover/rpc/channel.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/runtime/logging.h"
 #include "drover/server/scheduler_options.h"
@@ -304,7 +306,7 @@ Result<std::unique_ptr<drover::app::HaGroup>> StartHaGroup(const RoleFlags& f) {
   return group;
 }
 
-int RunServer(const RoleFlags& f, bool all_in_one) {
+int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_in_one) {
   if (Status s = drover::runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
   drover::app::LiveWorkloadOptions live;
   live.kind = f.workload;
@@ -395,6 +397,39 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
     server = std::move(*started);
     authority = server->authority();
     server_addr = server->grpc_address();
+  }
+  // The OpenAI-compatible gateway (docs/gateway.md), fed over the server's
+  // own channel (or, for `up --ha`, over gRPC to the group) with a token of
+  // its own.
+  std::unique_ptr<drover::app::GatewayRole> gateway;
+  if (!drover::app::GatewayOff(gw)) {
+    auto options = drover::app::GatewayOptionsFrom(gw, f.insecure);
+    if (!options.ok()) return BadConfig(options.status());
+    auto token = authority->MintInternal({"gateway", "default", drover::auth::Role::kAdmin, "", drover::Duration(0)});
+    if (!token.ok()) return Fatal(token.status());
+    drover::app::GatewayRoleOptions ro;
+    ro.gateway = *options;
+    if (server) {
+      ro.channel = [srv = server.get(), t = *token] { return srv->InProcessChannel(t); };
+    } else {
+      ro.channel = [addr = server_addr, t = *token] { return drover::rpc::MakeChannel(addr, t); };
+    }
+    auto started = drover::app::GatewayRole::Start(std::move(ro));
+    if (!started.ok() && !gw.listen_given) {
+      // The default port is taken (another cluster on this machine): the
+      // control plane runs without a gateway rather than not at all.
+      spdlog::warn("no gateway: {} (choose another address with --gateway-listen)", started.status().message());
+    } else if (!started.ok()) {
+      return Fatal(started.status());
+    } else {
+      gateway = std::move(*started);
+    }
+  }
+  if (gateway) {
+    const std::string host = gw.listen.substr(0, gw.listen.rfind(':'));
+    const std::string gateway_addr = fmt::format("{}:{}", host, gateway->port());
+    if (Status s = drover::app::AddGatewayToEndpoints(f.data_dir, gateway_addr); !s.ok()) return Fatal(s);
+    spdlog::info("OpenAI-compatible gateway on http://{}/v1 (docs/gateway.md)", gateway_addr);
   }
   // In-process agents and the live workload verify a TLS server like any client.
   const std::string ca_file = server ? server->ca_file() : "";
@@ -514,6 +549,7 @@ int RunServer(const RoleFlags& f, bool all_in_one) {
   }
   signals.Wait();
   if (workload) workload->Stop();
+  if (gateway) gateway->Stop();
   for (auto& a : agents) a->Stop();
   if (server) server->Stop();
   if (ha_group) ha_group->Stop();
@@ -715,7 +751,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   RoleFlags f;
 
-  auto add_server_flags = [&f](CLI::App* cmd) {
+  drover::app::GatewayFlags gw;
+  auto add_server_flags = [&f, &gw](CLI::App* cmd) {
+    drover::app::AddGatewayFlags(cmd, &gw, false);
     cmd->add_option("--data-dir", f.data_dir, "where state, logs and job directories live")->capture_default_str();
     cmd->add_option("--grpc-listen", f.grpc_listen, "gRPC listen address (port 0 picks one)")->capture_default_str();
     cmd->add_option("--listen", f.http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
@@ -799,12 +837,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   up->callback([&] {
     f.up_ha_server_flags = drover::app::PassedServerFlags(up_server_options);  // for `up --ha`
-    exit_code = RunServer(f, true);
+    gw.listen_given = up->count("--gateway-listen") > 0;
+    exit_code = RunServer(f, gw, true);
   });
 
   CLI::App* server = app.add_subcommand("server", "control plane: state, scheduler, APIs");
   add_server_flags(server);
-  server->callback([&] { exit_code = RunServer(f, false); });
+  server->callback([&] {
+    gw.listen_given = server->count("--gateway-listen") > 0;
+    exit_code = RunServer(f, gw, false);
+  });
 
   CLI::App* agent = app.add_subcommand("agent", "node agent: discovers devices and runs the node's jobs");
   agent->add_option("--server", f.server_addr, "server gRPC address; several, comma-separated, for a leader and its standbys (docs/ha.md)")->capture_default_str();
@@ -887,6 +929,8 @@ int main(int argc, char** argv) {
   certs_init->callback([&] { exit_code = RunCertsInit(certs_dir, certs_sans); });
 
   for (CLI::App* role : {up, server, agent}) drover::BindEnvironment(*role);
+  drover::app::StandaloneGatewayFlags sgw;
+  drover::app::AddStandaloneGatewayCommand(app, &sgw, &exit_code);
   drover::cli::AddClientCommands(app, &exit_code);
 
   // Roles wait for signals with sigwait: block them before any thread starts.
@@ -895,7 +939,7 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   bool is_role = argc > 1 && (std::string(argv[1]) == "up" || std::string(argv[1]) == "server" ||
-                              std::string(argv[1]) == "agent");
+                              std::string(argv[1]) == "agent" || std::string(argv[1]) == "gateway");
   if (is_role) {
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     signal(SIGPIPE, SIG_IGN);

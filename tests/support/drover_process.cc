@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +158,11 @@ bool DroverUp::Spawn() {
   std::filesystem::remove(data_dir_ + "/endpoints.json", ec);
   std::vector<std::string> args = {DroverBinary(), role_, "--data-dir", data_dir_, "--grpc-listen", grpc_listen_,
                                    "--listen", http_listen_, "--log-level", log_level_};
+  // A gateway on a port of its own (the default, 7080, would be shared by
+  // tests running at once); extra flags may name another.
+  if (std::find(extra_.begin(), extra_.end(), "--gateway-listen") == extra_.end()) {
+    args.insert(args.end(), {"--gateway-listen", "127.0.0.1:0"});
+  }
   args.insert(args.end(), extra_.begin(), extra_.end());
   pid_ = SpawnProcess(args, env_, data_dir_ + "/up.out", data_dir_ + "/up.err");
   return pid_ > 0;

@@ -66,6 +66,7 @@ int Login(const Common& c) {
 
 struct TokenArgs {
   std::string name, tenant, role = "user", ttl, id;
+  int64_t rpm = 0, tpm = 0;  // the gateway's limits for the key
 };
 
 int TokensCreate(const TokenArgs& a, const Common& c) {
@@ -75,6 +76,8 @@ int TokensCreate(const TokenArgs& a, const Common& c) {
   req.set_tenant(a.tenant);
   req.set_role(a.role);
   req.set_ttl(a.ttl);
+  req.set_requests_per_minute(a.rpm);
+  req.set_tokens_per_minute(a.tpm);
   v1::CreateTokenResponse resp;
   auto ctx = Context(c);
   if (grpc::Status s = stub->CreateToken(ctx.get(), req, &resp); !s.ok()) return Fail(s, c);
@@ -203,6 +206,11 @@ void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   create->add_option("--tenant", ta->tenant, "tenant it acts for (default: yours)");
   create->add_option("--role", ta->role, "admin, tenant-admin, user or viewer")->capture_default_str();
   create->add_option("--ttl", ta->ttl, "lifetime, e.g. 30d or 12h (default: until revoked)");
+  create->add_option("--requests-per-minute", ta->rpm, "gateway: requests per minute with this key (0: no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  create->add_option("--tokens-per-minute", ta->tpm,
+                     "gateway: prompt and completion tokens per minute with this key (0: no limit)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   create->callback(run([ta, common] { return TokensCreate(*ta, *common); }));
   CLI::App* list = tokens->add_subcommand("list", "tokens you may see");
   AddCommon(list, common.get(), true);

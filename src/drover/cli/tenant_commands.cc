@@ -23,6 +23,7 @@ struct TenantArgs {
   std::string max_gpu_memory, period, max_runtime;
   double gpu_hours = 0;
   int max_pending = 0, max_gpus_per_user = 0;
+  int64_t requests_per_minute = 0, tokens_per_minute = 0;  // the gateway's, for the whole tenant
 };
 
 // "H100 80GB=8" -> map entry; "*=16" counts every model.
@@ -76,6 +77,8 @@ Status Apply(const TenantArgs& a, const CLI::App* cmd, bool all, v1::Tenant* t) 
   }
   if (given("--max-pending")) q->set_max_pending_jobs(a.max_pending);
   if (given("--max-gpus-per-user")) q->set_max_gpus_per_user(a.max_gpus_per_user);
+  if (given("--requests-per-minute")) q->set_requests_per_minute(a.requests_per_minute);
+  if (given("--tokens-per-minute")) q->set_tokens_per_minute(a.tokens_per_minute);
   return Status::Ok();
 }
 
@@ -161,6 +164,12 @@ void AddTenantFlags(CLI::App* cmd, TenantArgs* a) {
   cmd->add_option("--max-pending", a->max_pending, "quota: pending jobs (0: none)");
   cmd->add_option("--max-runtime", a->max_runtime, "quota: longest job runtime, e.g. 24h; longer jobs are stopped (0: none)");
   cmd->add_option("--max-gpus-per-user", a->max_gpus_per_user, "quota: GPUs one user holds or queues (0: none)");
+  cmd->add_option("--requests-per-minute", a->requests_per_minute,
+                  "gateway: requests per minute for the whole tenant (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--tokens-per-minute", a->tokens_per_minute,
+                  "gateway: prompt and completion tokens per minute for the whole tenant (0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
 }
 
 }  // namespace
