@@ -164,6 +164,16 @@ export class Drover {
     return this;
   }
 
+  // The gateway's host:port once <data-dir>/endpoints.json names it (the
+  // server writes the file, then up adds its gateway); throws after
+  // `timeout` ms.
+  async waitGateway({ timeout = 15000 } = {}) {
+    const file = path.join(this.dataDir, 'endpoints.json');
+    this.gateway = await waitFor(() => JSON.parse(fs.readFileSync(file, 'utf8')).gateway || false,
+      { timeout, what: `a gateway address in ${file}` });
+    return this.gateway;
+  }
+
   dashboardUrlFile() {
     return path.join(this.dataDir, 'dashboard-url');
   }

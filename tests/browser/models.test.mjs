@@ -239,7 +239,7 @@ async function chat(drover, token, model, content) {
 }
 
 test('requests through the gateway show as rates and as the tenant\'s usage', { timeout: 240000 }, async (t) => {
-  const flags = ['--devices', 'none', '--simulate', '1', '--simulate-gpus', '1'];
+  const flags = ['--devices', 'none', '--simulate', '1', '--simulate-gpus', '1', '--gateway-listen', '127.0.0.1:0'];
   await withDashboard('models-usage', flags, async ({ drover, page }) => {
     const missing = await deploymentsMissing(drover);
     if (missing) {
@@ -249,12 +249,12 @@ test('requests through the gateway show as rates and as the tenant\'s usage', { 
     const usage = await drover.request('/api/v1/serving/usage');
     const why = [];
     if (usage.status !== 200) why.push(`GET /api/v1/serving/usage: HTTP ${usage.status}`);
-    if (!drover.gateway) why.push('drover up wrote no gateway address in endpoints.json');
     if (!testEngine()) why.push('no drover-test-engine next to the drover binary (or DROVER_TEST_ENGINE)');
     if (why.length) {
       t.skip(`no traffic to meter: ${why.join('; ')}`);
       return;
     }
+    await drover.waitGateway();
     await createDeployment(drover, { name: 'echo', replicas: 1, gpus: 1 });
     await waitReadyReplicas(drover, 'echo', 1);
     await openTab(page, 'models');
