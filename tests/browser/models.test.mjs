@@ -257,6 +257,15 @@ test('requests through the gateway show as rates and as the tenant\'s usage', { 
     await drover.waitGateway();
     await createDeployment(drover, { name: 'echo', replicas: 1, gpus: 1 });
     await waitReadyReplicas(drover, 'echo', 1);
+    // The gateway learns the ready replica from the server: until it lists
+    // the model, a request would be refused (and metered as an error).
+    await waitFor(async () => {
+      const res = await fetch(`http://${drover.gateway}/v1/models`, {
+        headers: { authorization: `Bearer ${drover.token}` }, signal: AbortSignal.timeout(10000),
+      });
+      const body = await res.json();
+      return res.status === 200 && (body.data ?? []).some((m) => m.id === 'echo');
+    }, { timeout: 30000, interval: 200, what: 'the gateway to list model echo' });
     await openTab(page, 'models');
     await page.waitForSelector(`${replicaSel('echo')} [data-testid=replica-ready][data-ready=true]`, { state: 'visible', timeout: 60000 });
 
