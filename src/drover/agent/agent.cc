@@ -27,6 +27,7 @@
 #include "drover/agent/isolation.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
+#include "drover/agent/service.h"
 #include "drover/agent/supervisor.h"
 #include "drover/auth/token.h"
 #include "drover/common/files.h"
@@ -106,7 +107,29 @@ struct LocalJob {
   int64_t checkpoint_said_ns = 0;  // the checkpoint directory's mtime last told the server
   int64_t launch_ns = 0;
   std::optional<JobCgroup> cgroup;  // its group, removed (with what is left in it) when forgotten
+  // Services only (service.h): the replica's state; the spec it runs under
+  // (kept in service.json); a restart waiting for its back-off (nothing runs,
+  // started.json and exit.json are gone) and the exit it follows; what the
+  // server was last told of it; the first start of its process.
+  std::unique_ptr<ServiceReplica> service;
+  v1::ServiceSpec service_spec;
+  bool restart_pending = false;
+  std::optional<ExitFile> last_exit;
+  ServiceView reported_service;
+  int64_t first_start_ns = 0;
 };
+
+// "exit code 1", "killed by signal 9", "failed to start: ...".
+std::string DescribeExit(const ExitFile& e) {
+  if (e.failed_to_start) return "failed to start: " + e.message;
+  if (e.signal != 0) return fmt::format("killed by signal {}", e.signal);
+  if (e.exit_code < 0 && !e.message.empty()) return e.message;  // no exit status: the agent's word
+  return fmt::format("exit code {}", e.exit_code);
+}
+
+ServiceView ViewOf(const v1::WorkloadStatus& ws) {
+  return {ws.port(), ws.endpoint(), ws.ready(), ws.restarts(), ws.not_ready_reason()};
+}
 
 class AgentImpl final : public Agent {
  public:
@@ -166,6 +189,8 @@ class AgentImpl final : public Agent {
       DROVER_ASSIGN_OR_RETURN(opts_.gossip_listen, membership::UdpNode::PickPort(opts_.gossip_listen));
     }
     loads_.assign(gpus_.size(), -1);
+    advertise_host_ = opts_.advertise_host.empty() ? DefaultAdvertiseHost(opts_.gossip_listen) : opts_.advertise_host;
+    ports_ = PortAllocator(opts_.service_port_first, opts_.service_port_last);
     std::vector<DeviceSlot> slots;
     for (size_t i = 0; i < gpus_.size(); ++i) slots.push_back({slot_backend_[i], vendor_index_[i]});
     TelemetryOptions telemetry = opts_.telemetry;
@@ -275,6 +300,7 @@ class AgentImpl final : public Agent {
       job.grace_seconds = spec->grace_seconds;
       job.sigterm_ns = dir.ReadStop();
       if (auto iso = dir.ReadIsolation(); iso.ok()) job.cgroup = iso->cgroup;
+      AdoptService(&job);
       jobs_.emplace(spec->job_id, std::move(job));
     };
     std::error_code ec;
@@ -306,6 +332,7 @@ class AgentImpl final : public Agent {
     if (connection_) connection_->Stop();
     if (metrics_http_) metrics_http_->Stop();
     loop_.Close();
+    if (prober_) prober_->Stop();  // a probe under way ends within its timeout; its result is dropped
     // Nothing of the agent runs on the loop any more: its watches are ours
     // to end, and no callback of theirs runs after.
     if (watcher_ != nullptr) {
@@ -610,15 +637,16 @@ class AgentImpl final : public Agent {
     for (auto& [id, job] : jobs_) {
       job.log_sent = 0;
       job.reported = v1::WORKLOAD_STATE_UNSPECIFIED;
+      job.reported_service = {};
       job.checkpoint_said_ns = 0;
-      Refresh(&job);
+      Look(id, &job);
       ShipLog(id, &job, /*all=*/true);
     }
     v1::AgentMessage m;
     m.mutable_status()->set_full(true);
     for (auto& [id, job] : jobs_) {
       *m.mutable_status()->add_workloads() = StatusOf(id, job);
-      job.reported = m.status().workloads().rbegin()->state();
+      MarkReported(*m.status().workloads().rbegin(), &job);
     }
     Send(m);
   }
@@ -862,27 +890,21 @@ class AgentImpl final : public Agent {
     }
     job.cgroup = iso.cgroup;
     std::map<std::string, std::string> env = EnvFor(w, iso.cpus);
+    std::unique_ptr<ServiceReplica> service;
+    Status svc = w.has_service() ? PrepareService(w, dir, &env, &service) : Status::Ok();
     // A GPU memory limit: the shim preloaded (job_env.h); the job fails to start without it.
     Status limit = AddGpuMemoryLimit(w.gpu_memory_limit_bytes(), dir.path() + "/gpu-memory", &env);
     JobSpecFile spec{key, {w.command().begin(), w.command().end()}, std::move(env), w.working_dir(),
                      job.grace_seconds, opts_.fencing ? LeaseFile() : "", job.output_dir};
     Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
-                  : !limit.ok() ? limit : dir.WriteSpec(spec);
+                  : !limit.ok() ? limit : !svc.ok() ? svc : dir.WriteSpec(spec);
     if (s.ok()) s = dir.WriteIsolation(iso);
-    if (s.ok()) {
-      Result<SupervisorPool::Launched> launched = StartSupervisor(dir.path());
-      if (launched.ok()) {
-        job.supervisor = launched->pid;
-        unreaped_.insert(launched->pid);
-        s = dir.WriteSupervisorPid(launched->pid);
-        if (launched->done_fd >= 0) {
-          WatchPooled(key, launched->pid, launched->done_fd);
-        } else {
-          WatchSupervisor(key, launched->pid);
-        }
-      } else {
-        s = launched.status();
-      }
+    if (s.ok()) s = SpawnSupervisorFor(key, &job);
+    if (service && s.ok()) {
+      job.service = std::move(service);
+      job.service_spec = w.service();
+    } else if (service) {
+      ports_.Release(service->port());
     }
     if (!s.ok()) {
       spdlog::error("node '{}' cannot start job '{}': {}", opts_.node_name, key, s.message());
@@ -900,6 +922,205 @@ class AgentImpl final : public Agent {
     if (supervisors_) return supervisors_->Launch(dir);
     DROVER_ASSIGN_OR_RETURN(pid_t pid, SpawnSupervisor(opts_.supervisor_exe, dir));
     return SupervisorPool::Launched{pid, -1};
+  }
+
+  // The job's supervisor started and watched (its first start, or a
+  // service's restart).
+  Status SpawnSupervisorFor(const std::string& key, LocalJob* job) {
+    DROVER_ASSIGN_OR_RETURN(SupervisorPool::Launched launched, StartSupervisor(job->dir.path()));
+    job->supervisor = launched.pid;
+    unreaped_.insert(launched.pid);
+    if (launched.done_fd >= 0) {
+      WatchPooled(key, launched.pid, launched.done_fd);
+    } else {
+      WatchSupervisor(key, launched.pid);
+    }
+    return job->dir.WriteSupervisorPid(launched.pid);
+  }
+
+  // ---- services (service.h, docs/deployments.md) ----
+
+  // A service's settings checked, its port given, its variables set and its
+  // record written; an error means the workload must not start.
+  Status PrepareService(const v1::Workload& w, const JobDir& dir, std::map<std::string, std::string>* env,
+                        std::unique_ptr<ServiceReplica>* out) {
+    auto settings = ServiceSettingsOf(w.service());
+    if (!settings.ok()) return InvalidArgument("invalid " + settings.status().message());
+    DROVER_ASSIGN_OR_RETURN(int port, ports_.Allocate());
+    (*env)["DROVER_PORT"] = std::to_string(port);
+    if (!settings->model.empty()) {
+      (*env)["DROVER_MODEL"] = settings->model;
+      (*env)["DROVER_SERVED_MODEL_NAME"] = settings->model;
+    }
+    if (Status s = WriteServiceFile(dir.path(), {port, 0, w.service()}); !s.ok()) {
+      ports_.Release(port);
+      return s;
+    }
+    *out = std::make_unique<ServiceReplica>(std::move(*settings), port, EndpointOf(advertise_host_, port));
+    return Status::Ok();
+  }
+
+  // A service an earlier agent started: its port, restarts and settings
+  // from service.json.
+  void AdoptService(LocalJob* job) {
+    auto file = ReadServiceFile(job->dir.path());
+    if (!file.ok()) {
+      spdlog::warn("node '{}': job directory '{}' is adopted as a plain job: {}", opts_.node_name,
+                   job->dir.path(), file.status().message());
+      return;
+    }
+    if (!file->has_value()) return;
+    ServiceFile& f = **file;
+    auto settings = ServiceSettingsOf(f.spec);
+    if (!settings.ok()) {
+      spdlog::warn("node '{}': job directory '{}' is adopted as a plain job: {}", opts_.node_name,
+                   job->dir.path(), settings.status().message());
+      return;
+    }
+    ports_.Hold(f.port);
+    job->service = std::make_unique<ServiceReplica>(std::move(*settings), f.port, EndpointOf(advertise_host_, f.port),
+                                                    f.restarts);
+    job->service_spec = std::move(f.spec);
+  }
+
+  // Refresh, and a service's part of it: its probes begin once its process
+  // has started, and its exit is held for a restart.
+  void Look(const std::string& id, LocalJob* job) {
+    if (job->restart_pending) return;  // nothing runs, and its files are gone
+    Refresh(job);
+    if (!job->service) return;
+    if (job->exited) {
+      HoldForRestart(id, job);
+    } else if (job->started && !job->service->running()) {
+      ServiceStarted(id, job);
+    }
+  }
+
+  void ServiceStarted(const std::string& id, LocalJob* job) {
+    job->service->Started(std::chrono::steady_clock::now());
+    if (job->first_start_ns == 0) job->first_start_ns = job->started->start_unix_nanos;
+    const uint64_t gen = job->service->generation();
+    const ServiceSettings& s = job->service->settings();
+    loop_.PostAfter(s.readiness.initial_delay, [this, id, gen] { ProbeTimer(id, gen, /*liveness=*/false); });
+    if (s.liveness.Checks()) {
+      loop_.PostAfter(s.liveness.initial_delay, [this, id, gen] { ProbeTimer(id, gen, /*liveness=*/true); });
+    }
+    (void)ReportIfChanged(id, job);
+  }
+
+  // A service whose process ended is started again after its back-off,
+  // still running as far as the server is concerned, unless the server
+  // stopped it (or no longer wants it) or the node fenced it.
+  void HoldForRestart(const std::string& id, LocalJob* job) {
+    const ExitFile e = *job->exited;
+    if (e.fenced || job->sigterm_ns || stopping_ || (have_desired_ && !desired_.contains(id))) return;
+    const std::string how = DescribeExit(e);
+    const std::chrono::milliseconds delay = job->service->Exited(how, std::chrono::steady_clock::now());
+    job->last_exit = e;
+    job->exited.reset();
+    job->started.reset();
+    job->restart_pending = true;
+    for (const char* f : {"exit.json", "started.json", "supervisor.pid"}) ::unlink(job->dir.File(f).c_str());
+    AppendToLog(*job, fmt::format("drover: the service's process ended ({}); restarting it in {}\n", how,
+                                  FormatDelay(delay)));
+    spdlog::info("node '{}': service '{}' ended ({}); restarting it in {}", opts_.node_name, id, how,
+                 FormatDelay(delay));
+    const uint64_t gen = job->service->generation();
+    loop_.PostAfter(delay, [this, id, gen] { Relaunch(id, gen); });
+    (void)ReportIfChanged(id, job);
+  }
+
+  void Relaunch(const std::string& id, uint64_t gen) {
+    auto it = jobs_.find(id);
+    if (stopping_ || it == jobs_.end()) return;
+    LocalJob& job = it->second;
+    if (!job.restart_pending || !job.service || job.service->generation() != gen) return;
+    if (have_desired_ && !desired_.contains(id)) {
+      EndPendingRestart(&job);
+      (void)ReportIfChanged(id, &job);
+      return;
+    }
+    job.restart_pending = false;
+    job.service->Restarting();
+    Status s = WriteServiceFile(job.dir.path(), {job.service->port(), job.service->restarts(), job.service_spec});
+    if (s.ok()) s = SpawnSupervisorFor(id, &job);
+    if (!s.ok()) {
+      // Tried again after the next back-off.
+      spdlog::error("node '{}' cannot restart service '{}': {}", opts_.node_name, id, s.message());
+      job.exited = ExitFile{127, 0, NowNanos(), "the agent cannot restart it: " + s.message(), true};
+      HoldForRestart(id, &job);
+      return;
+    }
+    spdlog::info("node '{}' restarted service '{}' (restart {})", opts_.node_name, id, job.service->restarts());
+    (void)ReportIfChanged(id, &job);
+  }
+
+  // The server stopped a service while it waited for its restart: it ends
+  // with the exit it had.
+  void EndPendingRestart(LocalJob* job) {
+    job->restart_pending = false;
+    ExitFile e = job->last_exit.value_or(ExitFile{});
+    e.message = "stopped while waiting for its restart after " + DescribeExit(e);
+    e.failed_to_start = false;
+    job->exited = e;
+    (void)job->dir.WriteExit(e);
+  }
+
+  // The service job `id` while its process of generation `gen` runs.
+  LocalJob* ServiceJob(const std::string& id, uint64_t gen) {
+    auto it = jobs_.find(id);
+    if (stopping_ || it == jobs_.end()) return nullptr;
+    LocalJob& job = it->second;
+    if (!job.service || job.service->generation() != gen || !job.started || job.exited || job.restart_pending) {
+      return nullptr;
+    }
+    return &job;
+  }
+
+  // Time for a probe of the process of generation `gen`: it runs on the
+  // probe thread; its result comes back to the loop.
+  void ProbeTimer(const std::string& id, uint64_t gen, bool liveness) {
+    LocalJob* job = ServiceJob(id, gen);
+    if (job == nullptr) return;
+    const ProbeSettings& p = liveness ? job->service->settings().liveness : job->service->settings().readiness;
+    if (!p.Checks()) {
+      OnProbeResult(id, gen, liveness, Status::Ok());
+      return;
+    }
+    if (!prober_) {
+      prober_ = std::make_unique<runtime::EventLoop>("agent-probes");
+      prober_->Start();
+    }
+    prober_->Post([this, p, port = job->service->port(), id, gen, liveness] {
+      if (stopping_) return;
+      Status r = CheckProbe(p, port);
+      loop_.Post([this, id, gen, liveness, r] { OnProbeResult(id, gen, liveness, r); });
+    });
+  }
+
+  void OnProbeResult(const std::string& id, uint64_t gen, bool liveness, const Status& r) {
+    LocalJob* job = ServiceJob(id, gen);
+    if (job == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (liveness && job->service->Liveness(r, now)) {
+      spdlog::warn("node '{}' kills service '{}': {}", opts_.node_name, id, job->service->not_ready_reason());
+      ::kill(-job->started->pid, SIGKILL);
+      (void)ReportIfChanged(id, job);
+      return;  // its exit restarts it
+    }
+    if (!liveness) job->service->Readiness(r, now);
+    (void)ReportIfChanged(id, job);
+    const ProbeSettings& p = liveness ? job->service->settings().liveness : job->service->settings().readiness;
+    loop_.PostAfter(p.period, [this, id, gen, liveness] { ProbeTimer(id, gen, liveness); });
+  }
+
+  // A line of the agent's own in the job's log (between two runs of a
+  // service's process, so nothing else writes then).
+  static void AppendToLog(const LocalJob& job, const std::string& line) {
+    int fd = ::open((job.output_dir + "/output.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    (void)!::write(fd, line.data(), line.size());
+    ::close(fd);
   }
 
   // The next spare supervisor and directories, once the job just launched
@@ -1042,7 +1263,7 @@ class AgentImpl final : public Agent {
   }
 
   void OnStarted(const std::string& id, LocalJob* job) {
-    Refresh(job);
+    Look(id, job);
     (void)ReportIfChanged(id, job);
   }
 
@@ -1050,11 +1271,20 @@ class AgentImpl final : public Agent {
   // when it was.
   bool ReportIfChanged(const std::string& id, LocalJob* job) {
     v1::WorkloadStatus ws = StatusOf(id, *job);
-    if (ws.state() == job->reported) return false;
+    if (!Unreported(ws, *job)) return false;
     v1::AgentMessage m;
     *m.mutable_status()->add_workloads() = ws;
-    if (Send(m)) job->reported = ws.state();
+    if (Send(m)) MarkReported(ws, job);
     return true;
+  }
+
+  // Whether `ws` says something the server was not told of `job`.
+  static bool Unreported(const v1::WorkloadStatus& ws, const LocalJob& job) {
+    return ws.state() != job.reported || (job.service && ViewOf(ws) != job.reported_service);
+  }
+  static void MarkReported(const v1::WorkloadStatus& ws, LocalJob* job) {
+    job->reported = ws.state();
+    job->reported_service = ViewOf(ws);
   }
 
   // Reaps a supervisor that no job needs any more once it has ended.
@@ -1068,7 +1298,7 @@ class AgentImpl final : public Agent {
     auto it = jobs_.find(id);
     if (stopping_ || it == jobs_.end()) return;
     LocalJob& job = it->second;
-    Refresh(&job);
+    Look(id, &job);
     ShipLog(id, &job, job.exited.has_value());
     if (ReportIfChanged(id, &job)) Reconcile();
   }
@@ -1087,6 +1317,15 @@ class AgentImpl final : public Agent {
       ws.set_fenced(job.exited->fenced);
     } else {
       ws.set_state(v1::WORKLOAD_STATE_RUNNING);
+    }
+    if (job.service) {
+      ServiceView v = job.service->View();
+      ws.set_port(v.port);
+      ws.set_endpoint(v.endpoint);
+      ws.set_restarts(v.restarts);
+      ws.set_ready(v.ready && !job.exited);
+      ws.set_not_ready_reason(job.exited ? "ended: " + DescribeExit(*job.exited) : v.not_ready_reason);
+      if (job.first_start_ns > 0) ws.set_start_time_unix_nanos(job.first_start_ns);
     }
     return ws;
   }
@@ -1126,6 +1365,10 @@ class AgentImpl final : public Agent {
     std::vector<std::string> forget;
     for (auto& [id, job] : jobs_) {
       if (desired_.contains(id)) continue;
+      if (job.restart_pending) {
+        EndPendingRestart(&job);
+        continue;
+      }
       if (job.exited) {
         // The server no longer wants it and has heard how it ended.
         if (job.reported == v1::WORKLOAD_STATE_EXITED || job.reported == v1::WORKLOAD_STATE_FAILED_TO_START) {
@@ -1156,6 +1399,10 @@ class AgentImpl final : public Agent {
         ::kill(-pgid, SIGTERM);
         job.sigterm_ns = now;
         (void)job.dir.WriteStop(now);
+        if (job.service) {
+          job.service->Stopping();
+          (void)ReportIfChanged(id, &job);
+        }
       } else if (now - *job.sigterm_ns > int64_t{grace} * 1'000'000'000) {
         ::kill(-pgid, SIGKILL);
       }
@@ -1164,6 +1411,7 @@ class AgentImpl final : public Agent {
       // The supervisor removes the group when the job ends; one that died
       // first leaves it (and perhaps the job's processes) behind.
       if (const auto& g = jobs_.at(id).cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
+      if (const auto& svc = jobs_.at(id).service) ports_.Release(svc->port());
       std::error_code ec;
       fs::remove_all(jobs_.at(id).dir.path(), ec);  // in memory: at once
       OffLoop([dir = jobs_.at(id).output_dir] {
@@ -1177,14 +1425,16 @@ class AgentImpl final : public Agent {
   void Tick() {
     if (stopping_) return;
     v1::AgentMessage m;
+    const ServiceTime now = std::chrono::steady_clock::now();
     for (auto& [id, job] : jobs_) {
-      Refresh(&job);
+      Look(id, &job);
+      if (job.service) job.service->CheckReadyTimeout(now);
       ShipLog(id, &job, job.exited.has_value());  // all of an ended job's output precedes its end
       v1::WorkloadStatus ws = StatusOf(id, job);
-      if (ws.state() != job.reported) *m.mutable_status()->add_workloads() = ws;
+      if (Unreported(ws, job)) *m.mutable_status()->add_workloads() = ws;
     }
     if (m.status().workloads_size() > 0 && Send(m)) {
-      for (const auto& ws : m.status().workloads()) jobs_.at(ws.workload_id()).reported = ws.state();
+      for (const auto& ws : m.status().workloads()) MarkReported(ws, &jobs_.at(ws.workload_id()));
     }
     Reconcile();
     UpdateLoads();
@@ -1367,6 +1617,11 @@ class AgentImpl final : public Agent {
   int64_t fence_after_ns_ = 0;  // from the server; 0: not yet told
   int64_t fence_grace_ms_ = 0;
   std::unique_ptr<membership::UdpNode> gossip_;  // started by the first session; then read-only pointer
+  std::string advertise_host_;  // services' endpoints name it (Init, then read-only)
+  PortAllocator ports_;         // services' ports
+  // Runs services' probes, one at a time, each within its timeout; made
+  // with the first service (agents without services have no such thread).
+  std::unique_ptr<runtime::EventLoop> prober_;
   int64_t peers_version_ = 0;
 };
 
@@ -1401,6 +1656,10 @@ Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options) {
   DROVER_RETURN_IF_ERROR(ValidateNodeName(options.node_name));
   DROVER_RETURN_IF_ERROR(CheckMetricsExposure(options));
   for (const auto& [k, v] : options.labels) DROVER_RETURN_IF_ERROR(rpc::ValidateLabel("--label", k, v));
+  if (options.service_port_first != 0 || options.service_port_last != 0) {
+    DROVER_RETURN_IF_ERROR(ParsePortRange(fmt::format("{}-{}", options.service_port_first,
+                                                      options.service_port_last)).status());
+  }
   auto agent = std::make_unique<AgentImpl>(std::move(options));
   DROVER_RETURN_IF_ERROR(agent->Init());
   return std::unique_ptr<Agent>(std::move(agent));

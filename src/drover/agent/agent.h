@@ -127,6 +127,16 @@ struct AgentOptions {
   // N simulated nodes on a few loops. Null: threads of its own. A shared
   // loop must run until the agent's Stop() returns.
   runtime::EventLoop* loop = nullptr;
+  // Services (docs/deployments.md): the ports their replicas get
+  // (DROVER_PORT), [service_port_first, service_port_last] (`drover agent
+  // --service-ports 20000-29999`, ParsePortRange in service.h); 0, 0: any
+  // free port the kernel picks.
+  int service_port_first = 0;
+  int service_port_last = 0;
+  // The host in a replica's endpoint ("host:port"), an address clients and
+  // gateways reach the node at. Empty: the host of gossip_listen when it
+  // names one (not 0.0.0.0), else 127.0.0.1.
+  std::string advertise_host;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC
