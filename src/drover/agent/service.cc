@@ -328,6 +328,7 @@ void ServiceReplica::Started(ServiceTime now) {
   ++generation_;
   running_ = true;
   ready_ = false;
+  been_ready_ = false;
   ready_since_.reset();
   started_at_ = now;
   readiness_failures_ = 0;
@@ -350,6 +351,7 @@ void ServiceReplica::Readiness(const Status& result, ServiceTime now) {
     readiness_failures_ = 0;
     if (!ready_) ready_since_ = now;
     ready_ = true;
+    been_ready_ = true;
     reason_.clear();
     return;
   }
@@ -367,7 +369,9 @@ void ServiceReplica::Readiness(const Status& result, ServiceTime now) {
 
 bool ServiceReplica::Liveness(const Status& result, ServiceTime now) {
   (void)now;
-  if (!running_ || stopping_ || !kill_reason_.empty()) return false;
+  // Before its first readiness the process may still be loading (a model's
+  // weights): its ready timeout, not liveness, speaks for it then.
+  if (!running_ || stopping_ || !kill_reason_.empty() || !been_ready_) return false;
   if (result.ok()) {
     liveness_failures_ = 0;
     return false;

@@ -140,6 +140,7 @@ struct ServiceView {
 // its process's starts and exits and its probes' results.
 //
 //   started ──readiness passes──► ready ──readiness fails N times──► not ready
+//                      (liveness failures count from here on)
 //      │                             │                                  │
 //      └────── process exits, or liveness fails N times (killed) ───────┘
 //                                    ▼
@@ -169,7 +170,9 @@ class ServiceReplica {
   // A readiness probe's result (Ok: it passed).
   void Readiness(const Status& result, ServiceTime now);
   // A liveness probe's result; true when the process must be killed now
-  // (its exit then says why: Exited uses the probe's reason).
+  // (its exit then says why: Exited uses the probe's reason). Failures
+  // count only once the process has been ready: one still loading (a
+  // model's weights, minutes) is not killed for it.
   bool Liveness(const Status& result, ServiceTime now);
   // Says when a replica that is not ready has been running longer than its
   // ready timeout.
@@ -193,6 +196,7 @@ class ServiceReplica {
   bool running_ = false;
   bool stopping_ = false;
   bool ready_ = false;
+  bool been_ready_ = false;  // in this run of the process: liveness counts from then
   std::string reason_ = "not started yet";
   ServiceTime started_at_{};
   std::optional<ServiceTime> ready_since_;

@@ -168,6 +168,8 @@ TEST(ServiceReplicaTest, LivenessFailuresKillAndTheExitSaysWhy) {
   ServiceTime t0{};
   ServiceReplica r(Settings(), 20001, "h:20001");
   r.Started(t0);
+  // Still loading: not killed, however long.
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(r.Liveness(Unavailable("connection refused"), t0));
   r.Readiness(Status::Ok(), t0);
   const uint64_t gen = r.generation();
   EXPECT_FALSE(r.Liveness(Unavailable("connection refused"), t0 + 1s));
@@ -405,6 +407,7 @@ class FakeServer final : public v1::AgentService::Service {
     {
       std::lock_guard lock(mu_);
       stream_ = stream;
+      ++sessions_;
     }
     cv_.notify_all();
     v1::AgentMessage m;
@@ -416,7 +419,7 @@ class FakeServer final : public v1::AgentService::Service {
     }
     std::lock_guard write(write_mu_);
     std::lock_guard lock(mu_);
-    stream_ = nullptr;
+    if (stream_ == stream) stream_ = nullptr;  // not a newer session's
     return grpc::Status::OK;
   }
 
@@ -433,6 +436,12 @@ class FakeServer final : public v1::AgentService::Service {
     server_.reset();
   }
   ~FakeServer() override { Stop(); }
+
+  // Waits until `n` sessions have opened.
+  bool WaitSessions(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, test_support::kDeadline, [&] { return sessions_ >= n; });
+  }
 
   // Sends the desired set once the agent's session is open.
   bool SendDesired(const std::vector<v1::Workload>& workloads) {
@@ -498,6 +507,7 @@ class FakeServer final : public v1::AgentService::Service {
   grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream_ = nullptr;  // GUARDED_BY(mu_)
   std::vector<v1::WorkloadStatus> reports_;                                            // GUARDED_BY(mu_)
   size_t seen_ = 0;                                                                    // GUARDED_BY(mu_)
+  int sessions_ = 0;                                                                   // GUARDED_BY(mu_)
   std::unique_ptr<grpc::Server> server_;
 };
 
@@ -551,13 +561,17 @@ class ServiceAgentTest : public TempDirTest {
     state_ = MakeDir("state");
     script_ = root_ + "/service.py";
     Spit(script_, kServiceScript);
-    const int port = server_.Start();
-    ASSERT_GT(port, 0);
+    server_port_ = server_.Start();
+    ASSERT_GT(server_port_, 0);
+    data_dir_ = MakeDir("data");
+    StartTheAgent();
+  }
+  void StartTheAgent() {
     AgentOptions o;
     o.node_name = "svc-node";
-    o.server_address = "127.0.0.1:" + std::to_string(port);
+    o.server_address = "127.0.0.1:" + std::to_string(server_port_);
     o.token = "a-node-token";
-    o.data_dir = MakeDir("data");
+    o.data_dir = data_dir_;
     o.supervisor_exe = DROVER_SUPERVISE_BINARY;
     o.discover_host_topology = false;
     o.fencing = false;
@@ -608,6 +622,8 @@ class ServiceAgentTest : public TempDirTest {
   static pid_t ServingPid(int port) { return static_cast<pid_t>(std::atoi(HttpGet(port, "/info").c_str())); }
 
   FakeServer server_;
+  int server_port_ = 0;
+  std::string data_dir_;
   std::unique_ptr<Agent> agent_;
   std::string state_, script_;
   std::vector<std::string> launched_;
@@ -722,7 +738,8 @@ TEST_F(ServiceAgentTest, ALivenessFailureRestartsTheProcess) {
   EXPECT_EQ(killed->not_ready_reason(), "restarting in 0.1s: liveness probe failed 2 times: http 500");
   EXPECT_EQ(killed->state(), v1::WORKLOAD_STATE_RUNNING);
   std::filesystem::remove(state_ + "/dead");
-  auto back = server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) { return Ready(ws) && ws.restarts() >= 1; });
+  auto back = server_.WaitFor(w.workload_id(),
+                              [](const v1::WorkloadStatus& ws) { return Ready(ws) && ws.restarts() >= 1; });
   ASSERT_TRUE(back);
   EXPECT_EQ(back->port(), ready->port());
   EXPECT_NE(ServingPid(back->port()), pid);
@@ -770,6 +787,52 @@ TEST_F(ServiceAgentTest, AStopDuringTheBackoffEndsItThere) {
   EXPECT_EQ(ended->signal(), SIGKILL);
   EXPECT_EQ(ended->restarts(), 0);
   EXPECT_NE(ended->message().find("stopped while waiting for its restart"), std::string::npos) << ended->message();
+}
+
+// The agent restarts (its replicas' processes run on under their
+// supervisors): the new agent adopts a running replica with its port and
+// restarts, and restarts one whose process ended while no agent ran.
+TEST_F(ServiceAgentTest, ARestartedAgentAdoptsItsReplicasWithTheirPorts) {
+  v1::Workload w = Service("j-000008", Spec());
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto ready = server_.WaitFor(w.workload_id(), Ready);
+  ASSERT_TRUE(ready);
+  const int port = ready->port();
+  ASSERT_EQ(::kill(ServingPid(port), SIGKILL), 0);
+  ASSERT_TRUE(server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) {
+    return Ready(ws) && ws.restarts() == 1;
+  }));
+  const pid_t pid = ServingPid(port);
+  ASSERT_GT(pid, 0);
+
+  agent_->Stop();
+  agent_.reset();
+  StartTheAgent();
+  ASSERT_TRUE(server_.WaitSessions(2));
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto adopted = server_.WaitFor(w.workload_id(), Ready);
+  ASSERT_TRUE(adopted);
+  EXPECT_EQ(adopted->port(), port);
+  EXPECT_EQ(adopted->endpoint(), ready->endpoint());
+  EXPECT_EQ(adopted->restarts(), 1);
+  EXPECT_EQ(ServingPid(port), pid) << "the running process was adopted, not started again";
+
+  // Its process ends while no agent runs.
+  agent_->Stop();
+  agent_.reset();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  StartTheAgent();
+  ASSERT_TRUE(server_.WaitSessions(3));
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto restarted = server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) {
+    return Ready(ws) && ws.restarts() == 2;
+  });
+  ASSERT_TRUE(restarted);
+  EXPECT_EQ(restarted->port(), port);
+  EXPECT_NE(ServingPid(port), pid);
+  for (const v1::WorkloadStatus& ws : server_.Reports(w.workload_id())) {
+    EXPECT_EQ(ws.state(), v1::WORKLOAD_STATE_RUNNING) << ws.ShortDebugString();
+  }
 }
 
 TEST_F(ServiceAgentTest, AnInvalidServiceFailsToStartAndSaysWhy) {
