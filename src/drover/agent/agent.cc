@@ -190,7 +190,7 @@ class AgentImpl final : public Agent {
     }
     loads_.assign(gpus_.size(), -1);
     advertise_host_ = opts_.advertise_host.empty() ? DefaultAdvertiseHost(opts_.gossip_listen) : opts_.advertise_host;
-    ports_ = PortAllocator(opts_.service_port_first, opts_.service_port_last);
+    ports_.SetRange(opts_.service_port_first, opts_.service_port_last);
     std::vector<DeviceSlot> slots;
     for (size_t i = 0; i < gpus_.size(); ++i) slots.push_back({slot_backend_[i], vendor_index_[i]});
     TelemetryOptions telemetry = opts_.telemetry;

@@ -15,6 +15,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "drover/common/files.h"
@@ -235,7 +236,57 @@ bool PortBindable(int port) {
   return ::bind(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
 }
 
-PortAllocator::PortAllocator(int first, int last) : first_(first), last_(last), next_(first) {}
+namespace {
+
+// The ports every PortAllocator of this process holds.
+struct ProcessPorts {
+  std::mutex mu;
+  std::set<int> held;  // GUARDED_BY(mu)
+};
+ProcessPorts& Ports() {
+  static ProcessPorts* p = new ProcessPorts;  // never destroyed: allocators may outlive statics
+  return *p;
+}
+
+}  // namespace
+
+PortAllocator::~PortAllocator() {
+  std::lock_guard lock(Ports().mu);
+  for (int p : held_) Ports().held.erase(p);
+}
+
+void PortAllocator::SetRange(int first, int last) {
+  first_ = first;
+  last_ = last;
+  next_ = first;
+}
+
+void PortAllocator::Hold(int port) {
+  held_.insert(port);
+  std::lock_guard lock(Ports().mu);
+  Ports().held.insert(port);
+}
+
+void PortAllocator::Release(int port) {
+  if (held_.erase(port) == 0) return;
+  std::lock_guard lock(Ports().mu);
+  Ports().held.erase(port);
+}
+
+bool PortAllocator::TryTake(int port) {
+  if (held_.contains(port)) return false;
+  {
+    std::lock_guard lock(Ports().mu);
+    if (!Ports().held.insert(port).second) return false;  // another agent of this process has it
+  }
+  if (!PortBindable(port)) {
+    std::lock_guard lock(Ports().mu);
+    Ports().held.erase(port);
+    return false;
+  }
+  held_.insert(port);
+  return true;
+}
 
 Result<int> PortAllocator::Allocate() {
   if (first_ > 0) {
@@ -243,9 +294,7 @@ Result<int> PortAllocator::Allocate() {
     for (int i = 0; i < n; ++i) {
       int port = next_;
       next_ = next_ >= last_ ? first_ : next_ + 1;
-      if (held_.contains(port) || !PortBindable(port)) continue;
-      held_.insert(port);
-      return port;
+      if (TryTake(port)) return port;
     }
     return ResourceExhausted(
         fmt::format("no free service port in {}-{} ({} held by this node's replicas)", first_, last_, held_.size()));
@@ -265,9 +314,7 @@ Result<int> PortAllocator::Allocate() {
     int port = ntohs(addr.sin_port);
     ::close(s.fd);
     s.fd = -1;
-    if (held_.contains(port) || !PortBindable(port)) continue;
-    held_.insert(port);
-    return port;
+    if (TryTake(port)) return port;
   }
   return ResourceExhausted("no free service port: the kernel's picks were all taken");
 }

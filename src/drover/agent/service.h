@@ -86,21 +86,33 @@ Result<std::pair<int, int>> ParsePortRange(std::string_view range);
 // A port is free only when it was given: a process of another user may
 // take it before the replica binds it; the replica then fails and is
 // restarted on the same port (the range should be kept for services).
+// The agents of one process (`drover up --simulate N`: one machine, many
+// nodes) never give the same port twice: what every allocator holds is
+// also kept process-wide.
 //
-// Not thread-safe: owned by the agent's loop.
+// Not thread-safe: owned by the agent's loop (the process-wide set has a
+// lock of its own).
 class PortAllocator {
  public:
-  explicit PortAllocator(int first = 0, int last = 0);
+  PortAllocator() = default;
+  ~PortAllocator();  // releases what it holds
+  PortAllocator(const PortAllocator&) = delete;
+  PortAllocator& operator=(const PortAllocator&) = delete;
+
+  // Ports from [first, last]; 0, 0: the kernel's picks. Before the first
+  // Allocate.
+  void SetRange(int first, int last);
   // ResourceExhausted when every port of the range is held or in use.
   Result<int> Allocate();
   // A port an adopted replica holds.
-  void Hold(int port) { held_.insert(port); }
-  void Release(int port) { held_.erase(port); }
+  void Hold(int port);
+  void Release(int port);
   bool held(int port) const { return held_.contains(port); }
 
  private:
-  int first_, last_;
-  int next_;
+  bool TryTake(int port);  // free here, in this process and on the machine: now held
+  int first_ = 0, last_ = 0;
+  int next_ = 0;
   std::set<int> held_;
 };
 

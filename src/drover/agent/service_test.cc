@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -258,7 +259,8 @@ TEST(ServicePortsTest, TheAllocatorSkipsHeldAndBusyPortsOfItsRange) {
   ASSERT_GT(busy.port, 0);
   // A range of three around the busy port (which is below 65535 - 2 in practice).
   const int first = busy.port;
-  PortAllocator ports(first, first + 2);
+  PortAllocator ports;
+  ports.SetRange(first, first + 2);
   std::vector<int> got;
   for (int i = 0; i < 2; ++i) {
     auto p = ports.Allocate();
@@ -286,6 +288,41 @@ TEST(ServicePortsTest, TheAllocatorSkipsHeldAndBusyPortsOfItsRange) {
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(*a, *b);
   EXPECT_TRUE(PortBindable(*a));
+}
+
+// The agents of one process (simulated nodes) never share a port.
+TEST(ServicePortsTest, AllocatorsOfOneProcessNeverGiveTheSamePort) {
+  Listener probe;
+  ASSERT_GT(probe.port, 0);
+  const int first = probe.port + 1;  // a small range just above a free port
+  ::close(probe.fd);
+  probe.fd = -1;
+  PortAllocator a, b;
+  a.SetRange(first, first + 3);
+  b.SetRange(first, first + 3);
+  std::set<int> given;
+  for (int i = 0; i < 2; ++i) {
+    for (PortAllocator* p : {&a, &b}) {
+      auto port = p->Allocate();
+      if (port.ok()) {
+        EXPECT_TRUE(given.insert(*port).second) << "port " << *port << " given twice";
+      }
+    }
+  }
+  b.Hold(first + 10);
+  {
+    PortAllocator c;
+    c.SetRange(first + 10, first + 10);
+    EXPECT_FALSE(c.Allocate().ok()) << "held by b";
+  }
+  b.Release(first + 10);
+  PortAllocator d;
+  d.SetRange(first + 10, first + 10);
+  auto freed = d.Allocate();
+  if (PortBindable(first + 10)) {
+    ASSERT_TRUE(freed.ok()) << freed.status().ToString();
+    EXPECT_EQ(*freed, first + 10);
+  }
 }
 
 TEST(ServicePortsTest, AdvertisedHostAndEndpoint) {
@@ -833,6 +870,29 @@ TEST_F(ServiceAgentTest, ARestartedAgentAdoptsItsReplicasWithTheirPorts) {
   for (const v1::WorkloadStatus& ws : server_.Reports(w.workload_id())) {
     EXPECT_EQ(ws.state(), v1::WORKLOAD_STATE_RUNNING) << ws.ShortDebugString();
   }
+}
+
+// A job that is not a service ends as it always did: once, with its exit
+// code, and none of a service's fields.
+TEST_F(ServiceAgentTest, APlainJobIsNotRestarted) {
+  v1::Workload w;
+  w.set_job_id("j-000009");
+  w.set_workload_id(rpc::WorkloadId("j-000009", 0, 1, 1));
+  w.add_command("/bin/sh");
+  w.add_command("-c");
+  w.add_command("echo \"port=${DROVER_PORT:-none}\"; exit 3");
+  launched_.push_back(w.workload_id());
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto ended = server_.WaitFor(w.workload_id(),
+                               [](const v1::WorkloadStatus& ws) { return ws.state() == v1::WORKLOAD_STATE_EXITED; });
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(ended->exit_code(), 3);
+  EXPECT_EQ(ended->port(), 0);
+  EXPECT_EQ(ended->endpoint(), "");
+  EXPECT_EQ(ended->restarts(), 0);
+  EXPECT_EQ(ended->not_ready_reason(), "");
+  const std::string log = Slurp(data_dir_ + "/jobs/" + w.workload_id() + "/output.log");
+  EXPECT_EQ(log, "port=none\n");
 }
 
 TEST_F(ServiceAgentTest, AnInvalidServiceFailsToStartAndSaysWhy) {
