@@ -981,6 +981,13 @@ class AgentImpl final : public Agent {
     job->service = std::make_unique<ServiceReplica>(std::move(*settings), f.port, EndpointOf(advertise_host_, f.port),
                                                     f.restarts);
     job->service_spec = std::move(f.spec);
+    // It was waiting for a restart (HoldForRestart): it ended as it said, and
+    // is restarted after its back-off.
+    std::error_code ec;
+    const std::string waiting = job->dir.File("restart.json");
+    if (fs::exists(waiting, ec) && !fs::exists(job->dir.File("started.json"), ec)) {
+      (void)::rename(waiting.c_str(), job->dir.File("exit.json").c_str());
+    }
   }
 
   // Refresh, and a service's part of it: its probes begin once its process
@@ -1020,7 +1027,10 @@ class AgentImpl final : public Agent {
     job->exited.reset();
     job->started.reset();
     job->restart_pending = true;
-    for (const char* f : {"exit.json", "started.json", "supervisor.pid"}) ::unlink(job->dir.File(f).c_str());
+    // The exit waits in restart.json: an agent that restarts meanwhile finds
+    // it (AdoptService) instead of a job whose supervisor vanished.
+    (void)::rename(job->dir.File("exit.json").c_str(), job->dir.File("restart.json").c_str());
+    for (const char* f : {"started.json", "supervisor.pid"}) ::unlink(job->dir.File(f).c_str());
     AppendToLog(*job, fmt::format("drover: the service's process ended ({}); restarting it in {}\n", how,
                                   FormatDelay(delay)));
     spdlog::info("node '{}': service '{}' ended ({}); restarting it in {}", opts_.node_name, id, how,
@@ -1043,6 +1053,7 @@ class AgentImpl final : public Agent {
     job.restart_pending = false;
     job.service->Restarting();
     Status s = WriteServiceFile(job.dir.path(), {job.service->port(), job.service->restarts(), job.service_spec});
+    ::unlink(job.dir.File("restart.json").c_str());
     if (s.ok()) s = SpawnSupervisorFor(id, &job);
     if (!s.ok()) {
       // Tried again after the next back-off.

@@ -895,6 +895,33 @@ TEST_F(ServiceAgentTest, APlainJobIsNotRestarted) {
   EXPECT_EQ(log, "port=none\n");
 }
 
+// The agent restarts while a replica waits for its restart: the new agent
+// knows how it ended and restarts it after its back-off.
+TEST_F(ServiceAgentTest, ARestartedAgentKeepsAPendingRestart) {
+  v1::ServiceSpec spec = Spec();
+  spec.set_restart_backoff_ms(600000);
+  spec.set_max_restart_backoff_ms(600000);
+  v1::Workload w = Service("j-000010", spec);
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto ready = server_.WaitFor(w.workload_id(), Ready);
+  ASSERT_TRUE(ready);
+  ASSERT_EQ(::kill(ServingPid(ready->port()), SIGKILL), 0);
+  const std::string waiting = "restarting in 600s: killed by signal 9";
+  ASSERT_TRUE(server_.WaitFor(w.workload_id(),
+                              [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == waiting; }));
+  agent_->Stop();
+  agent_.reset();
+  StartTheAgent();
+  ASSERT_TRUE(server_.WaitSessions(2));
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto adopted = server_.WaitFor(w.workload_id(),
+                                 [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == waiting; });
+  ASSERT_TRUE(adopted);
+  EXPECT_EQ(adopted->state(), v1::WORKLOAD_STATE_RUNNING);
+  EXPECT_EQ(adopted->port(), ready->port());
+  EXPECT_EQ(adopted->restarts(), 0);
+}
+
 TEST_F(ServiceAgentTest, AnInvalidServiceFailsToStartAndSaysWhy) {
   v1::ServiceSpec spec = Spec();
   spec.mutable_readiness()->set_http_path("ready");
