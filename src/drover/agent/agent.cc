@@ -127,6 +127,15 @@ std::string DescribeExit(const ExitFile& e) {
   return fmt::format("exit code {}", e.exit_code);
 }
 
+// `s` cut to at most `max` bytes, at a UTF-8 character's start.
+std::string Bounded(std::string s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  s.resize(n);
+  return s;
+}
+
 ServiceView ViewOf(const v1::WorkloadStatus& ws) {
   return {ws.port(), ws.endpoint(), ws.ready(), ws.restarts(), ws.not_ready_reason()};
 }
@@ -1335,7 +1344,8 @@ class AgentImpl final : public Agent {
       ws.set_endpoint(v.endpoint);
       ws.set_restarts(v.restarts);
       ws.set_ready(v.ready && !job.exited);
-      ws.set_not_ready_reason(job.exited ? "ended: " + DescribeExit(*job.exited) : v.not_ready_reason);
+      ws.set_not_ready_reason(
+          Bounded(job.exited ? "ended: " + DescribeExit(*job.exited) : v.not_ready_reason, rpc::kMaxReasonBytes));
       if (job.first_start_ns > 0) ws.set_start_time_unix_nanos(job.first_start_ns);
     }
     return ws;
