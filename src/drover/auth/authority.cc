@@ -41,6 +41,8 @@ Result<TokenInfo> ParseRecord(const std::string& text, std::string* hash) {
     t.expires_ns = j.value("expires_ns", int64_t{0});
     t.revoked = j.value("revoked", false);
     t.revoked_ns = j.value("revoked_ns", int64_t{0});
+    t.requests_per_minute = j.value("requests_per_minute", int64_t{0});
+    t.tokens_per_minute = j.value("tokens_per_minute", int64_t{0});
     if (hash != nullptr) *hash = j.at("hash").get<std::string>();
     return t;
   } catch (const std::exception& e) {
@@ -109,6 +111,8 @@ std::string TokenRecordJson(const TokenInfo& t, const std::string& secret_hash) 
          {"revoked", t.revoked},
          {"revoked_ns", t.revoked_ns},
          {"hash", secret_hash}};
+  if (t.requests_per_minute > 0) j["requests_per_minute"] = t.requests_per_minute;
+  if (t.tokens_per_minute > 0) j["tokens_per_minute"] = t.tokens_per_minute;
   return j.dump();
 }
 
@@ -116,6 +120,14 @@ Status Authority::CheckCanCreate(const Principal& by, const CreateTokenRequest& 
   DROVER_RETURN_IF_ERROR(ValidateName("token name", req.name));
   DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.tenant));
   if (req.ttl.count() < 0) return InvalidArgument("token ttl is negative");
+  if (req.requests_per_minute < 0 || req.requests_per_minute > kMaxPerMinute || req.tokens_per_minute < 0 ||
+      req.tokens_per_minute > kMaxPerMinute) {
+    return InvalidArgument(fmt::format("requests_per_minute and tokens_per_minute must be 0..{} (0: no limit)",
+                                       kMaxPerMinute));
+  }
+  if (req.role == Role::kNode && (req.requests_per_minute > 0 || req.tokens_per_minute > 0)) {
+    return InvalidArgument("node tokens carry no gateway limits");
+  }
   if (req.role == Role::kNode) {
     DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node));
     if (!by.IsAdmin()) return PermissionDenied("only an admin may create node tokens");
@@ -145,6 +157,8 @@ Result<std::pair<TokenInfo, std::string>> Authority::Create(const std::string& c
   t.created_by = created_by;
   t.created_ns = Nanos(clock_);
   t.expires_ns = req.ttl.count() > 0 ? t.created_ns + req.ttl.count() : 0;
+  t.requests_per_minute = req.requests_per_minute;
+  t.tokens_per_minute = req.tokens_per_minute;
   std::string key = std::string(kTokensPrefix) + t.id;
   DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store_->Txn({store::Compare::Missing(key)},
                                                           {store::Op::Put(key, TokenRecordJson(t, nt.secret_hash))}, {}));
@@ -235,6 +249,11 @@ Result<TokenInfo> Authority::RevokeToken(const Principal& by, const std::string&
 }
 
 Result<Principal> Authority::Authenticate(std::string_view token_text) const {
+  DROVER_ASSIGN_OR_RETURN(TokenInfo t, AuthenticateToken(token_text));
+  return ToPrincipal(t);
+}
+
+Result<TokenInfo> Authority::AuthenticateToken(std::string_view token_text) const {
   DROVER_ASSIGN_OR_RETURN(ParsedToken pt, ParseToken(token_text));
   DROVER_ASSIGN_OR_RETURN(std::optional<std::string> record, TokenRecord(pt.id));
   if (!record.has_value()) return Unauthenticated("unknown token");
@@ -245,7 +264,7 @@ Result<Principal> Authority::Authenticate(std::string_view token_text) const {
   if (t.expires_ns != 0 && Nanos(clock_) >= t.expires_ns) {
     return Unauthenticated(fmt::format("token '{}' ({}) has expired", t.name, t.id));
   }
-  return ToPrincipal(t);
+  return t;
 }
 
 Result<Principal> Authority::AuthenticateNode(const std::string& token_id, const std::string& node) const {

@@ -39,6 +39,9 @@ struct TokenInfo {
   int64_t expires_ns = 0;  // 0: never
   bool revoked = false;
   int64_t revoked_ns = 0;
+  // The gateway's limits for this key (docs/gateway.md); 0: none.
+  int64_t requests_per_minute = 0;
+  int64_t tokens_per_minute = 0;
 };
 
 struct CreateTokenRequest {
@@ -47,7 +50,13 @@ struct CreateTokenRequest {
   Role role = Role::kUser;
   std::string node;
   Duration ttl = Duration(0);  // 0: never expires
+  // 0..kMaxPerMinute; 0: no limit.
+  int64_t requests_per_minute = 0;
+  int64_t tokens_per_minute = 0;
 };
+
+// The largest per-minute limit a token or tenant may carry.
+inline constexpr int64_t kMaxPerMinute = int64_t{1'000'000'000'000};
 
 struct DashboardSession {
   std::string cookie;      // the cookie's value, shown once
@@ -78,6 +87,9 @@ class Authority {
   // Who presents `token_text`. kUnauthenticated with a one-line reason for a
   // malformed, unknown, wrong, expired or revoked token.
   Result<Principal> Authenticate(std::string_view token_text) const;
+  // The same checks, answering the whole record (its limits too): for the
+  // gateway, which keys its limits by token.
+  Result<TokenInfo> AuthenticateToken(std::string_view token_text) const;
 
   // The principal of a node certificate: the node token `token_id` it was
   // issued with must exist, be a node token for `node`, and be neither

@@ -114,6 +114,65 @@ Status ValidateSchedulingFields(v1::JobSpec* spec) {
 
 }  // namespace
 
+Status ValidateModelName(std::string_view what, std::string_view name) {
+  bool ok = !name.empty() && name.size() <= kMaxModelNameBytes && IsAsciiAlnum(name.front()) &&
+            std::all_of(name.begin(), name.end(), [](char c) {
+              return IsAsciiAlnum(c) || c == '-' || c == '_' || c == '.' || c == ':' || c == '/' || c == '@' ||
+                     c == '+';
+            });
+  if (!ok) {
+    return InvalidArgument(fmt::format(
+        "{} '{}' is not 1-{} letters, digits or '-_.:/@+' starting with a letter or digit", what, Excerpt(name),
+        kMaxModelNameBytes));
+  }
+  return Status::Ok();
+}
+
+Status ValidateProbe(std::string_view what, const v1::Probe& probe) {
+  const std::string& path = probe.http_path();
+  if (!path.empty()) {
+    bool printable = std::all_of(path.begin(), path.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    if (path[0] != '/' || path.size() > kMaxProbePathBytes || !printable) {
+      return InvalidArgument(fmt::format(
+          "{} probe path '{}' must start with '/' and be at most {} printable characters without spaces", what,
+          Excerpt(path), kMaxProbePathBytes));
+    }
+    if (probe.tcp()) return InvalidArgument(fmt::format("{} probe sets both http_path and tcp; choose one", what));
+  }
+  auto check = [&](const char* field, int32_t v, int32_t max) -> Status {
+    if (v < 0 || v > max) {
+      return InvalidArgument(fmt::format("{} probe {} {} is outside 0..{} (0 means the default)", what, field, v, max));
+    }
+    return Status::Ok();
+  };
+  DROVER_RETURN_IF_ERROR(check("initial_delay_ms", probe.initial_delay_ms(), kMaxProbeMs));
+  DROVER_RETURN_IF_ERROR(check("period_ms", probe.period_ms(), kMaxProbeMs));
+  DROVER_RETURN_IF_ERROR(check("timeout_ms", probe.timeout_ms(), kMaxProbeMs));
+  DROVER_RETURN_IF_ERROR(check("failure_threshold", probe.failure_threshold(), kMaxFailureThreshold));
+  return Status::Ok();
+}
+
+Status ValidateService(const v1::ServiceSpec& service) {
+  DROVER_RETURN_IF_ERROR(ValidateProbe("readiness", service.readiness()));
+  DROVER_RETURN_IF_ERROR(ValidateProbe("liveness", service.liveness()));
+  if (!service.model().empty()) DROVER_RETURN_IF_ERROR(ValidateModelName("service model", service.model()));
+  auto check = [](const char* field, int32_t v, int32_t max) -> Status {
+    if (v < 0 || v > max) {
+      return InvalidArgument(fmt::format("service {} {} is outside 0..{} (0 means the default)", field, v, max));
+    }
+    return Status::Ok();
+  };
+  DROVER_RETURN_IF_ERROR(check("restart_backoff_ms", service.restart_backoff_ms(), kMaxProbeMs));
+  DROVER_RETURN_IF_ERROR(check("max_restart_backoff_ms", service.max_restart_backoff_ms(), kMaxProbeMs));
+  DROVER_RETURN_IF_ERROR(check("ready_timeout_ms", service.ready_timeout_ms(), kMaxReadyTimeoutMs));
+  if (service.restart_backoff_ms() > 0 && service.max_restart_backoff_ms() > 0 &&
+      service.max_restart_backoff_ms() < service.restart_backoff_ms()) {
+    return InvalidArgument(fmt::format("service max_restart_backoff_ms {} is below restart_backoff_ms {}",
+                                       service.max_restart_backoff_ms(), service.restart_backoff_ms()));
+  }
+  return Status::Ok();
+}
+
 Status ValidateLabel(std::string_view what, std::string_view name, std::string_view value) {
   std::string_view local = name;
   if (size_t slash = name.find('/'); slash != std::string_view::npos) {
@@ -209,7 +268,19 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return InvalidArgument(fmt::format("termination_grace_seconds {} is outside 0..{}",
                                        spec->termination_grace_seconds(), kMaxGraceSeconds));
   }
-  return ValidateSchedulingFields(spec);
+  DROVER_RETURN_IF_ERROR(ValidateSchedulingFields(spec));
+  if (!spec->deployment().empty()) DROVER_RETURN_IF_ERROR(ValidateName("deployment", spec->deployment()));
+  if (spec->has_service()) {
+    DROVER_RETURN_IF_ERROR(ValidateService(spec->service()));
+    if (spec->replicas() != 1) {
+      return InvalidArgument(fmt::format(
+          "a service runs one process per job, but replicas is {} (a deployment runs replicas of a service)",
+          spec->replicas()));
+    }
+  } else if (!spec->deployment().empty()) {
+    return InvalidArgument("a deployment's replica must be a service");
+  }
+  return Status::Ok();
 }
 
 sched::JobRequest ToJobRequest(const v1::Job& job) {

@@ -45,8 +45,26 @@ inline constexpr int kDefaultMaxRestarts = 3;
 inline constexpr size_t kMaxReasonBytes = 1024;
 
 // Fills defaults (tenant "default", replicas 1, gpu_milli 1000 -> 0, the
-// topology's canonical name) and checks every field of `spec`.
+// topology's canonical name) and checks every field of `spec`, its service
+// (ValidateService) included: a service runs one process per job (replicas
+// 1; a deployment makes replicas of it as jobs of their own).
 Status NormalizeJobSpec(v1::JobSpec* spec);
+
+// Services (docs/deployments.md). Bounds of a probe and of a service's
+// times: a probe path is an absolute URL path ('/', then at most 255
+// printable characters without spaces); times are milliseconds from 0
+// (the agent's default) up to an hour (a day for ready_timeout_ms).
+inline constexpr size_t kMaxProbePathBytes = 256;
+inline constexpr int32_t kMaxProbeMs = 3'600'000;
+inline constexpr int32_t kMaxReadyTimeoutMs = 86'400'000;
+inline constexpr int32_t kMaxFailureThreshold = 100;
+// A served model name: 1-128 of letters, digits and "-_.:/@+", starting
+// with a letter or digit ("llama-3-8b", "Qwen/Qwen2.5-0.5B", "qwen2.5:7b").
+inline constexpr size_t kMaxModelNameBytes = 128;
+Status ValidateModelName(std::string_view what, std::string_view name);
+// `what` names the probe in errors ("readiness").
+Status ValidateProbe(std::string_view what, const v1::Probe& probe);
+Status ValidateService(const v1::ServiceSpec& service);
 // A heartbeat of node `node`, which registered `gpus` GPUs: GPU reports in
 // index order, each with a health, within size limits.
 Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat& hb);

@@ -88,6 +88,9 @@ Status PrepareSpec(const auth::Principal& who, v1::JobSpec* spec) {
                                         spec->tenant().substr(0, 63)));
   }
   spec->set_owner(who.name);
+  if (!spec->deployment().empty() || spec->deployment_revision() != 0) {
+    return InvalidArgument("deployment is set by the server for a deployment's replicas; apply a deployment instead");
+  }
   return rpc::NormalizeJobSpec(spec);
 }
 
@@ -419,6 +422,8 @@ v1::TokenInfo ToProto(const auth::TokenInfo& t) {
   out.set_created_unix_nanos(t.created_ns);
   out.set_expires_unix_nanos(t.expires_ns);
   out.set_revoked(t.revoked);
+  out.set_requests_per_minute(t.requests_per_minute);
+  out.set_tokens_per_minute(t.tokens_per_minute);
   return out;
 }
 
@@ -450,6 +455,8 @@ Result<v1::CreateTokenResponse> ApiService::CreateToken(const auth::Principal& w
     DROVER_ASSIGN_OR_RETURN(cr.role, auth::ParseRole(req.role().empty() ? "user" : req.role()));
     if (cr.role == auth::Role::kNode) return InvalidArgument("node tokens come from join tokens (drover join-token)");
     DROVER_ASSIGN_OR_RETURN(cr.ttl, ParseTtl(req.ttl(), Duration(0)));
+    cr.requests_per_minute = req.requests_per_minute();
+    cr.tokens_per_minute = req.tokens_per_minute();
     DROVER_ASSIGN_OR_RETURN(auto created, authority_->CreateToken(who, cr));
     v1::CreateTokenResponse resp;
     *resp.mutable_info() = ToProto(created.first);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "drover/auth/audit.h"
 #include "drover/auth/authority.h"
@@ -91,6 +92,26 @@ class ApiService {
   Result<v1::ListAuditResponse> ListAudit(const auth::Principal& who, const v1::ListAuditRequest& req);
   Result<v1::VerifyAuditResponse> VerifyAudit(const auth::Principal& who);
 
+  // Deployments (api_deployments.cc; docs/deployments.md). A user applies,
+  // scales and deletes deployments of its own tenant (an admin of any), a
+  // viewer reads them; another tenant's deployment is "not found". Every
+  // change is audited ("deployments.apply", ".scale", ".delete").
+  Result<v1::Deployment> ApplyDeployment(const auth::Principal& who, v1::ApplyDeploymentRequest req);
+  Result<v1::Deployment> GetDeployment(const auth::Principal& who, const v1::GetDeploymentRequest& req);
+  Result<v1::ListDeploymentsResponse> ListDeployments(const auth::Principal& who);
+  Result<v1::Deployment> ScaleDeployment(const auth::Principal& who, const v1::ScaleDeploymentRequest& req);
+  Result<v1::Deployment> DeleteDeployment(const auth::Principal& who, const v1::DeleteDeploymentRequest& req);
+  // For gateways: the models and ready replicas `who` may see (viewer and
+  // up; an admin sees every tenant's).
+  Result<v1::EndpointsResponse> Endpoints(const auth::Principal& who);
+  // For gateways (admin): their load per model, for auto-scaling.
+  Result<v1::ReportLoadResponse> ReportLoad(const auth::Principal& who, const v1::ReportLoadRequest& req);
+  // For gateways apart from the server (admin): an API key's tenant and
+  // limits. kUnauthenticated for a bad, revoked or expired key.
+  Result<v1::GatewayKey> ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req);
+  // The same for the in-process gateway (no caller to check).
+  Result<v1::GatewayKey> ResolveGatewayKey(std::string_view token);
+
   // Appends an entry (for the edges: refused logins, forged node identities).
   void Audit(const auth::Principal& who, std::string action, std::string target, const Status& result);
 
@@ -115,6 +136,10 @@ class ApiService {
   // Reads for every log follower (LogFollow), one thread for all of them.
   runtime::EventLoop follow_pump_;
 };
+
+// The principal of a gateway in the server's own process (an internal
+// admin: it sees every tenant's models and reports load).
+auth::Principal GatewayPrincipal();
 
 // What a role may call, checked before anything else. kPermissionDenied
 // names the role and what it lacks.

@@ -91,6 +91,7 @@ Status ControlLoop::Start() {
   ScheduleLimitChecks();
   ScheduleLeaseChecks();
   ScheduleArchiving();
+  ScheduleDeploymentChecks();
   return Status::Ok();
 }
 
@@ -249,11 +250,15 @@ Status ControlLoop::Recover() {
       ++bound;
     }
   }
+  std::map<std::string, DeploymentEntry> deployments;
+  DROVER_RETURN_IF_ERROR(LoadDeployments(jobs, &deployments));
   sched_ = std::move(sched);
   settled_generation_ = 0;  // a new scheduler counts from 0 again
   jobs_ = std::move(jobs);
   nodes_ = std::move(nodes);
   tenants_ = std::move(tenants);
+  deployments_ = std::move(deployments);
+  deployments_dirty_ = !deployments_.empty();
   active_on_node_ = std::move(active);
   gates_ = std::move(gates);
   held_ = std::move(held);
@@ -273,6 +278,7 @@ Status ControlLoop::Recover() {
 
 void ControlLoop::Persist(const v1::Job& job) {
   ops_.push_back(store::Op::Put(std::string(kJobsPrefix) + job.id(), job.SerializeAsString()));
+  if (!job.spec().deployment().empty()) deployments_dirty_ = true;
   auto seq = ParseJobId(job.id());
   if (!seq.ok()) return;
   persisted_.insert(*seq);
@@ -289,6 +295,8 @@ int64_t ControlLoop::NowMs() const { return NowNs() / 1'000'000; }
 
 void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
+  // Replicas to start or stop go into this batch's pass and commit.
+  if (deployments_dirty_) ReconcileDeployments();
   // A batch of reads, or of reports that change no job's claim on GPUs,
   // leaves the scheduler's inputs as the last pass saw them: that pass's
   // answer stands, and no pass runs (a `drover jobs`, a dashboard tick or
@@ -561,6 +569,7 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
     w->set_gpu_memory_limit_bytes(job.status().allocation().gpu_memory_bytes());
     w->set_array_id(job.array().array_id());
     w->set_array_index(job.array().index());
+    if (job.spec().has_service()) *w->mutable_service() = job.spec().service();
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
   }
@@ -718,4 +727,12 @@ template std::future<Result<v1::SubmitJobResponse>> ControlLoop::Call<v1::Submit
 template std::future<Result<std::vector<v1::Job>>> ControlLoop::Call<std::vector<v1::Job>>(
     std::function<Result<std::vector<v1::Job>>()>);
 template std::future<Result<int64_t>> ControlLoop::Call<int64_t>(std::function<Result<int64_t>()>);
+template std::future<Result<v1::Deployment>> ControlLoop::Call<v1::Deployment>(
+    std::function<Result<v1::Deployment>()>);
+template std::future<Result<std::vector<v1::Deployment>>> ControlLoop::Call<std::vector<v1::Deployment>>(
+    std::function<Result<std::vector<v1::Deployment>>()>);
+template std::future<Result<v1::TenantQuota>> ControlLoop::Call<v1::TenantQuota>(
+    std::function<Result<v1::TenantQuota>()>);
+template std::future<Result<v1::EndpointsResponse>> ControlLoop::Call<v1::EndpointsResponse>(
+    std::function<Result<v1::EndpointsResponse>()>);
 }  // namespace drover::server

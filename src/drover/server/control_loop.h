@@ -45,6 +45,7 @@
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
+#include "drover/server/deployments.h"
 #include "drover/server/job_replica.h"
 #include "drover/server/job_watch.h"
 #include "drover/server/loop_board.h"
@@ -126,6 +127,8 @@ struct ControlLoopOptions {
   // revisions (nothing reads it but a watch from an old revision); 0: never.
   // A revision is a group commit: 1,000 of them are seconds to minutes.
   int64_t keep_revisions = 1'000;
+  // Services and deployments (control_loop_deployments.cc).
+  DeploymentOptions deployments;
   // Where the calls that carry an AuditNote are recorded, in the commit of
   // the batch that answers them; null: nowhere (the caller audits).
   auth::AuditLog* audit = nullptr;
@@ -243,6 +246,7 @@ class ControlLoop {
   std::future<Result<Done>> CheckLimits();
 
   const LeaseOptions& lease() const { return options_.lease; }
+  const DeploymentOptions& deployment_options() const { return options_.deployments; }
   int64_t leader_epoch() const { return options_.leader_epoch; }
   // The gossip group's cluster id and key (made once, kept in the store);
   // set by Start().
@@ -259,6 +263,35 @@ class ControlLoop {
 
   // Resolves once every command posted before it has been applied and committed.
   std::future<Result<Done>> Barrier();
+
+  // Deployments (control_loop_deployments.cc; docs/deployments.md). The
+  // loop keeps each one's desired count of replica jobs of its current
+  // template revision alive, rolls them over on a template change (a new
+  // one ready before an old one stops) and scales on the gateways' load.
+  // `spec` must be normalized (NormalizeDeploymentSpec) with its tenant and
+  // owner set. kAlreadyExists without `replace` when it exists, kNotFound
+  // with `replace` when it does not; kAlreadyExists when another
+  // deployment serves the same model name.
+  std::future<Result<v1::Deployment>> ApplyDeployment(v1::DeploymentSpec spec, bool replace);
+  std::future<Result<v1::Deployment>> GetDeployment(std::string name);
+  std::future<Result<std::vector<v1::Deployment>>> ListDeployments();
+  // A fixed deployment runs `replicas` from now on; an auto-scaled one
+  // moves to it (clamped to min..max) and scales on from there.
+  std::future<Result<v1::Deployment>> ScaleDeployment(std::string name, int32_t replicas);
+  // Cancels every replica and forgets the deployment; answers its last view.
+  std::future<Result<v1::Deployment>> DeleteDeployment(std::string name);
+  // Every deployment's model and the ready replicas' endpoints (callers
+  // filter by tenant).
+  std::future<Result<v1::EndpointsResponse>> ServingEndpoints();
+  // A gateway's load report (validated: ValidateLoadReport); it counts for
+  // options.deployments.load_staleness_ms.
+  std::future<Result<Done>> ReportLoad(v1::ReportLoadRequest report);
+  // The stored quota of a tenant (empty for one that is only configured or
+  // unknown): the gateway's per-tenant limits.
+  std::future<Result<v1::TenantQuota>> TenantQuotaOf(std::string tenant);
+  // Runs the deployment controller now (it also runs every second and
+  // after every change of a replica): tests advance the clock, then call it.
+  std::future<Result<Done>> CheckDeployments();
 
  private:
   enum class Liveness { kAlive, kSuspect, kLost };
@@ -348,6 +381,9 @@ class ControlLoop {
   // Leaves the nodes the job ran on (they are told their new desired set).
   void Release(v1::Job* job);
   void ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws);
+  // A running service's port, endpoint, readiness and restarts into its
+  // replica_states[0]; true when any changed (the caller persists).
+  bool ApplyServiceStatus(v1::Job* job, const std::string& node, const v1::WorkloadStatus& ws);
   // A heartbeat's checkpoint mark: the job's last checkpoint, for the
   // preemption search (control_loop_nodes.cc).
   void NoteCheckpoint(const std::string& node, const v1::CheckpointMark& mark);
@@ -439,6 +475,42 @@ class ControlLoop {
   void EnforceRuntimeLimits();
   void ScheduleLimitChecks();
   v1::TenantStatus TenantStatusOf(const std::string& name) const;
+
+  // ---- deployments (control_loop_deployments.cc) ----
+  struct GatewayLoad {
+    int64_t outstanding = 0;
+    int64_t waiting = 0;
+    std::map<std::string, int64_t> by_replica;
+    int64_t at_ns = 0;  // when it came (clock_)
+  };
+  struct DeploymentEntry {
+    // As stored: the spec, and of the status revision, desired_replicas,
+    // created/updated and last_request times.
+    v1::Deployment record;
+    std::set<uint64_t> replicas;  // its unfinished replica jobs, by sequence number
+    // Replacing failed replicas backs off: failures in a row, the last one.
+    int failures = 0;
+    int64_t last_failure_ns = 0;
+    std::string last_failure;
+    // Auto-scaling: since when the wanted count stayed below desired, and
+    // the highest it wanted meanwhile.
+    int64_t low_since_ns = 0;
+    int32_t low_max = 0;
+    // Why a replica could not be submitted (its tenant's quota), if so.
+    std::string submit_error;
+  };
+  Status LoadDeployments(const std::map<uint64_t, v1::Job>& jobs, std::map<std::string, DeploymentEntry>* out);
+  void PersistDeployment(DeploymentEntry* d);
+  void ReconcileDeployments();
+  void Reconcile(DeploymentEntry* d, int64_t now_ns);
+  void Autoscale(DeploymentEntry* d, int64_t now_ns);
+  // The gateways' fresh reports for a model, summed.
+  GatewayLoad LoadOf(const std::string& model, int64_t now_ns) const;
+  v1::Deployment DeploymentView(const DeploymentEntry& d) const;
+  void ScheduleDeploymentChecks();
+  std::map<std::string, DeploymentEntry> deployments_;
+  std::map<std::string, std::map<std::string, GatewayLoad>> load_;  // by served model name, then gateway
+  bool deployments_dirty_ = false;  // a replica or a deployment changed: reconcile after this batch
 
   Status LoadGossipSecret();
   void FillPeers(const std::string& node, v1::HeartbeatAck* ack) const;

@@ -65,6 +65,9 @@ void ControlLoop::ApplyBinding(const sched::Binding& binding) {
   if (binding.replicas.size() > 1) {
     for (size_t i = 0; i < binding.replicas.size(); ++i) st->add_replica_states();
   }
+  // A service's one process: its port, endpoint and readiness as the agent
+  // reports them (ApplyServiceStatus).
+  if (job->spec().has_service()) st->add_replica_states();
   // A new generation: the agent starts it as a workload of its own, even on
   // the node that ran the last one.
   st->set_attempt(st->attempt() + 1);
@@ -151,8 +154,15 @@ void ControlLoop::Requeue(v1::Job* job) {
   // Stopped because its GPU failed: queued again while its restart policy
   // allows, else it ends here.
   bool failed = !st->failure().empty();
-  if (failed && (st->no_restart() || job->spec().restart_policy() != "on-failure" ||
-                 st->restarts() >= job->spec().max_restarts())) {
+  // A service runs until it is cancelled: a failure that was not its own
+  // (a lost node, a sick GPU, a fence) queues it again whatever its restart
+  // policy, without counting against max_restarts (its process restarts
+  // are the agent's, in replica_states[0].restarts); only a stop a restart
+  // cannot help (no_restart: its tenant's runtime limit) ends it.
+  const bool service = job->spec().has_service();
+  if (failed && (st->no_restart() ||
+                 (!service && (job->spec().restart_policy() != "on-failure" ||
+                               st->restarts() >= job->spec().max_restarts())))) {
     std::string why = st->failure();
     if (job->spec().restart_policy() == "on-failure" && !st->no_restart()) {
       why += fmt::format(" (restarted {} times, the most its restart policy allows)", st->restarts());
@@ -187,7 +197,10 @@ void ControlLoop::Requeue(v1::Job* job) {
   st->clear_replica_states();
   st->clear_gang_failed();
   st->clear_preempted_for();
-  if (failed) {
+  if (failed && service) {
+    st->set_message("queued again: " + st->failure());
+    st->clear_failure();
+  } else if (failed) {
     st->set_restarts(st->restarts() + 1);
     st->set_message(fmt::format("restart {} of {}: {}", st->restarts(), job->spec().max_restarts(), st->failure()));
     st->clear_failure();
@@ -224,19 +237,27 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
   }
   if (ref->gang || !RunsOn(*job, node)) return;
   v1::JobState state = job->status().state();
+  const bool service = job->spec().has_service();
   switch (ws.state()) {
-    case v1::WORKLOAD_STATE_RUNNING:
+    case v1::WORKLOAD_STATE_RUNNING: {
+      bool changed = service && ApplyServiceStatus(job, node, ws);
       if (state == v1::JOB_STATE_BOUND) {
         job->mutable_status()->set_state(v1::JOB_STATE_RUNNING);
         job->mutable_status()->set_start_time_unix_nanos(ws.start_time_unix_nanos());
         if (v1::Attempt* a = CurrentAttempt(job)) a->set_start_time_unix_nanos(ws.start_time_unix_nanos());
-        Persist(*job);
+        changed = true;
       }
+      if (changed) Persist(*job);
       break;
+    }
     case v1::WORKLOAD_STATE_EXITED:
     case v1::WORKLOAD_STATE_FAILED_TO_START: {
       bool clean_exit = ws.state() == v1::WORKLOAD_STATE_EXITED && ws.exit_code() == 0 && ws.signal() == 0;
-      if (state == v1::JOB_STATE_PREEMPTING && !clean_exit) {
+      // A service never succeeds: stopped for another job it runs again
+      // later, however its process ended. One that ends while nobody stops
+      // it (its agent gave up on it, or could not start it) ends FAILED: a
+      // deployment replaces it (with back-off).
+      if (state == v1::JOB_STATE_PREEMPTING && (!clean_exit || service)) {
         Requeue(job);  // stopped for another job: it runs again later
         break;
       }
@@ -248,8 +269,14 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
       }
       // A preempted job that finished on its own during its grace succeeded.
       v1::JobState end = state == v1::JOB_STATE_CANCELLING ? v1::JOB_STATE_CANCELLED
-                         : clean_exit                     ? v1::JOB_STATE_SUCCEEDED
+                         : clean_exit && !service         ? v1::JOB_STATE_SUCCEEDED
                                                           : v1::JOB_STATE_FAILED;
+      if (service && job->status().replica_states_size() > 0) {
+        v1::ReplicaState* rs = job->mutable_status()->mutable_replica_states(0);
+        rs->set_ready(false);
+        rs->set_running(false);
+        rs->set_ended(true);
+      }
       std::string message = ws.message();
       if (message.empty()) {
         message = ws.signal() != 0 ? fmt::format("killed by signal {}", ws.signal())
@@ -262,6 +289,34 @@ void ControlLoop::ApplyWorkloadStatus(const std::string& node, const v1::Workloa
       spdlog::warn("node '{}' sent job '{}' in unknown workload state {}", node, ws.job_id(),
                    static_cast<int>(ws.state()));
   }
+}
+
+bool ControlLoop::ApplyServiceStatus(v1::Job* job, const std::string& node, const v1::WorkloadStatus& ws) {
+  v1::JobStatus* st = job->mutable_status();
+  if (st->replica_states_size() == 0) st->add_replica_states();  // bound before it was a service record
+  v1::ReplicaState* rs = st->mutable_replica_states(0);
+  // Bounded: a report is the agent's word, not checked at the edge.
+  constexpr size_t kMaxEndpointBytes = 300;
+  int32_t port = ws.port() > 0 && ws.port() <= 65535 ? ws.port() : 0;
+  std::string endpoint = ws.endpoint().substr(0, kMaxEndpointBytes);
+  if (endpoint.empty() && port > 0) endpoint = fmt::format("{}:{}", node, port);
+  std::string reason = ws.not_ready_reason().substr(0, rpc::kMaxReasonBytes);
+  int32_t restarts = std::max(0, ws.restarts());
+  bool changed = !rs->running() || rs->port() != port || rs->endpoint() != endpoint || rs->ready() != ws.ready() ||
+                 rs->restarts() != restarts || rs->not_ready_reason() != reason;
+  if (!changed) return false;
+  if (rs->ready() != ws.ready()) {
+    spdlog::info("service '{}' on node '{}' is {}{}", job->id(), node, ws.ready() ? "ready" : "not ready",
+                 ws.ready() || reason.empty() ? "" : ": " + reason);
+  }
+  rs->set_running(true);
+  if (rs->start_time_unix_nanos() == 0) rs->set_start_time_unix_nanos(ws.start_time_unix_nanos());
+  rs->set_port(port);
+  rs->set_endpoint(std::move(endpoint));
+  rs->set_ready(ws.ready());
+  rs->set_restarts(restarts);
+  rs->set_not_ready_reason(ws.ready() ? std::string() : std::move(reason));
+  return true;
 }
 
 void ControlLoop::ApplyLost(const std::string& node, const std::set<std::string>& reported) {
@@ -290,6 +345,12 @@ void ControlLoop::ApplyLost(const std::string& node, const std::set<std::string>
         Finish(&job, v1::JOB_STATE_CANCELLED, -1, 0, NowNs(), fmt::format("node '{}' no longer knows the job", node));
         break;
       default:
+        if (job.spec().has_service()) {
+          // A service runs until cancelled: it starts again (Requeue).
+          job.mutable_status()->set_failure(fmt::format("node '{}' no longer knows the service", node));
+          Requeue(&job);
+          break;
+        }
         Finish(&job, v1::JOB_STATE_FAILED, -1, 0, NowNs(), fmt::format("node '{}' no longer knows the job", node));
     }
   }

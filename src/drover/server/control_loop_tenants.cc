@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "drover/auth/authority.h"
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/control_loop.h"
@@ -51,6 +52,12 @@ Result<sched::TenantInfo> ControlLoop::ToTenantInfo(const v1::Tenant& t) {
   if (q.max_gpu_memory_bytes() < 0 || q.max_pending_jobs() < 0 || q.max_runtime_seconds() < 0 ||
       q.max_gpus_per_user() < 0 || q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
     return InvalidArgument(fmt::format("tenant '{}': quotas must not be negative", t.name()));
+  }
+  if (q.requests_per_minute() < 0 || q.requests_per_minute() > auth::kMaxPerMinute || q.tokens_per_minute() < 0 ||
+      q.tokens_per_minute() > auth::kMaxPerMinute) {
+    return InvalidArgument(fmt::format("tenant '{}': requests_per_minute and tokens_per_minute must be 0..{} (0: no "
+                                       "limit)",
+                                       t.name(), auth::kMaxPerMinute));
   }
   sched::TenantInfo info;
   info.name = t.name();

@@ -414,6 +414,50 @@ class TenantServiceImpl final : public v1::TenantService::Service {
   Gate gate_;
 };
 
+// Deployments (api_deployments.cc): Endpoints, ReportLoad and ResolveKey
+// are for gateways; a gateway reports about once a second, so ReportLoad
+// is not a state change for the edge's write limiter.
+class DeploymentServiceImpl final : public v1::DeploymentService::Service {
+ public:
+  DeploymentServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
+  grpc::Status Apply(ServerContext* ctx, const v1::ApplyDeploymentRequest* req, v1::Deployment* resp) override {
+    return Authed(gate_, ctx, true, "Deployments.Apply",
+                  [&](const auth::Principal& who) { return Reply(api_->ApplyDeployment(who, *req), resp); });
+  }
+  grpc::Status Get(ServerContext* ctx, const v1::GetDeploymentRequest* req, v1::Deployment* resp) override {
+    return Authed(gate_, ctx, false, "Deployments.Get",
+                  [&](const auth::Principal& who) { return Reply(api_->GetDeployment(who, *req), resp); });
+  }
+  grpc::Status List(ServerContext* ctx, const v1::ListDeploymentsRequest*, v1::ListDeploymentsResponse* resp) override {
+    return Authed(gate_, ctx, false, "Deployments.List",
+                  [&](const auth::Principal& who) { return Reply(api_->ListDeployments(who), resp); });
+  }
+  grpc::Status Scale(ServerContext* ctx, const v1::ScaleDeploymentRequest* req, v1::Deployment* resp) override {
+    return Authed(gate_, ctx, true, "Deployments.Scale",
+                  [&](const auth::Principal& who) { return Reply(api_->ScaleDeployment(who, *req), resp); });
+  }
+  grpc::Status Delete(ServerContext* ctx, const v1::DeleteDeploymentRequest* req, v1::Deployment* resp) override {
+    return Authed(gate_, ctx, true, "Deployments.Delete",
+                  [&](const auth::Principal& who) { return Reply(api_->DeleteDeployment(who, *req), resp); });
+  }
+  grpc::Status Endpoints(ServerContext* ctx, const v1::EndpointsRequest*, v1::EndpointsResponse* resp) override {
+    return Authed(gate_, ctx, false, "Deployments.Endpoints",
+                  [&](const auth::Principal& who) { return Reply(api_->Endpoints(who), resp); });
+  }
+  grpc::Status ReportLoad(ServerContext* ctx, const v1::ReportLoadRequest* req, v1::ReportLoadResponse* resp) override {
+    return Authed(gate_, ctx, false, "Deployments.ReportLoad",
+                  [&](const auth::Principal& who) { return Reply(api_->ReportLoad(who, *req), resp); });
+  }
+  grpc::Status ResolveKey(ServerContext* ctx, const v1::ResolveKeyRequest* req, v1::GatewayKey* resp) override {
+    return Authed(gate_, ctx, false, "Deployments.ResolveKey",
+                  [&](const auth::Principal& who) { return Reply(api_->ResolveKey(who, *req), resp); });
+  }
+
+ private:
+  ApiService* api_;
+  Gate gate_;
+};
+
 class AuditServiceImpl final : public v1::AuditService::Service {
  public:
   AuditServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
@@ -443,6 +487,7 @@ std::vector<std::unique_ptr<grpc::Service>> MakeGrpcServices(ApiService* api, Co
   out.push_back(std::make_unique<AuthServiceImpl>(api, gate));
   out.push_back(std::make_unique<AuditServiceImpl>(api, gate));
   out.push_back(std::make_unique<TenantServiceImpl>(api, gate));
+  out.push_back(std::make_unique<DeploymentServiceImpl>(api, gate));
   out.push_back(MakeAgentService(loop, logs, api, edge, authority, tls));
   return out;
 }

@@ -251,6 +251,70 @@ http::Response HandleNodes(ApiService* api, const auth::Principal& who, const ht
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
+// /api/v1/deployments[/{name}[/scale]] (docs/deployments.md).
+http::Response HandleDeployments(ApiService* api, const auth::Principal& who, const http::Request& req,
+                                 const std::vector<std::string_view>& p) {
+  if (p.size() == 3) {
+    if (req.method == "GET") return JsonReply(api->ListDeployments(who));
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::ApplyDeploymentRequest ar;
+    if (Status s = FromJson(req.body, &ar); !s.ok()) return http::ErrorResponse(s);
+    const bool create = !ar.replace();
+    auto r = api->ApplyDeployment(who, std::move(ar));
+    http::Response resp = JsonReply(r);
+    if (r.ok() && create) resp.status = 201;
+    return resp;
+  }
+  std::string name(p[3]);
+  if (p.size() == 4) {
+    if (req.method == "GET") {
+      v1::GetDeploymentRequest gr;
+      gr.set_name(name);
+      return JsonReply(api->GetDeployment(who, gr));
+    }
+    if (req.method == "DELETE") {
+      v1::DeleteDeploymentRequest dr;
+      dr.set_name(name);
+      return JsonReply(api->DeleteDeployment(who, dr));
+    }
+    return MethodNotAllowed(req);
+  }
+  if (p.size() == 5 && p[4] == "scale") {
+    // POST /api/v1/deployments/{name}/scale {"replicas": N}
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::ScaleDeploymentRequest sr;
+    if (Status s = FromJson(req.body, &sr); !s.ok()) return http::ErrorResponse(s);
+    if (!sr.name().empty() && sr.name() != name) {
+      return http::ErrorResponse(InvalidArgument("the body names another deployment than the path"));
+    }
+    sr.set_name(name);
+    return JsonReply(api->ScaleDeployment(who, sr));
+  }
+  return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+}
+
+// /api/v1/serving/{endpoints,load,keys:resolve}: for gateways.
+http::Response HandleServing(ApiService* api, const auth::Principal& who, const http::Request& req,
+                             const std::vector<std::string_view>& p) {
+  if (p.size() == 4 && p[3] == "endpoints") {
+    if (req.method != "GET") return MethodNotAllowed(req);
+    return JsonReply(api->Endpoints(who));
+  }
+  if (p.size() == 4 && p[3] == "load") {
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::ReportLoadRequest lr;
+    if (Status s = FromJson(req.body, &lr); !s.ok()) return http::ErrorResponse(s);
+    return JsonReply(api->ReportLoad(who, lr));
+  }
+  if (p.size() == 4 && p[3] == "keys:resolve") {
+    if (req.method != "POST") return MethodNotAllowed(req);
+    v1::ResolveKeyRequest kr;
+    if (Status s = FromJson(req.body, &kr); !s.ok()) return http::ErrorResponse(s);
+    return JsonReply(api->ResolveKey(who, kr));
+  }
+  return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
+}
+
 // /api/v1/tokens[/{id}/revoke], /api/v1/whoami, /api/v1/login-codes,
 // /api/v1/join-tokens, /api/v1/audit[/verify].
 std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Principal& who, const http::Request& req,
@@ -426,6 +490,8 @@ http::Response Route(const RestContext& c, const http::Request& req) {
   if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
     if (p[2] == "jobs") return HandleJobs(api, c.streams, who, req, p);
     if (p[2] == "nodes") return HandleNodes(api, who, req, p);
+    if (p[2] == "deployments") return HandleDeployments(api, who, req, p);
+    if (p[2] == "serving") return HandleServing(api, who, req, p);
     if (auto r = HandleIdentity(api, who, req, p)) return *std::move(r);
     if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events" ||
                           p[2] == "watch")) {

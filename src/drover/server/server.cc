@@ -457,6 +457,7 @@ class ServerImpl final : public Server {
   }
 
   auth::Authority* authority() override { return authority_.get(); }
+  ApiService* api() override { return api_.get(); }
 
   Result<std::string> DashboardLoginUrl() override {
     std::ifstream in(admin_token_path_);

@@ -24,6 +24,7 @@
 
 #include "drover/common/status.h"
 #include "drover/auth/authority.h"
+#include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/edge.h"
 #include "drover/store/etcd/etcd_store.h"
@@ -79,6 +80,10 @@ class Server {
   virtual std::string ca_file() const = 0;
   // Tokens for in-process agents and the live workload (`drover up`).
   virtual auth::Authority* authority() = 0;
+  // The management API in this process, for the in-process gateway
+  // (docs/deployments.md): api()->ResolveGatewayKey(token), and
+  // api()->Endpoints / ReportLoad as GatewayPrincipal().
+  virtual ApiService* api() = 0;
   // A gRPC channel into this server from its own process, carrying `token`
   // (`drover up`'s own agent: no socket between the two). Valid while the
   // server runs; Stop() ends its calls.

@@ -1,0 +1,186 @@
+// ApiService's deployment calls (docs/deployments.md): the caller's role
+// and tenant are checked here, the spec is normalized here, and the
+// control loop keeps the replicas.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "drover/common/ids.h"
+#include "drover/rpc/convert.h"
+#include "drover/server/api_service.h"
+#include "drover/server/deployments.h"
+
+namespace drover::server {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(30);
+
+template <typename T>
+Result<T> Wait(std::future<Result<T>> f) {
+  if (f.wait_for(kTimeout) != std::future_status::ready) return Unavailable("the control loop did not answer in time");
+  return f.get();
+}
+
+constexpr int kMaxLoadModels = 1000;
+constexpr int kMaxLoadReplicas = 1024;
+constexpr int64_t kMaxLoadCount = 1'000'000'000;
+
+Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
+  const std::string& g = req.gateway();
+  if (g.empty() || g.size() > 128 ||
+      !std::all_of(g.begin(), g.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+    return InvalidArgument("gateway must be an id of 1-128 printable characters without spaces");
+  }
+  if (req.models_size() > kMaxLoadModels) {
+    return InvalidArgument(fmt::format("a load report names at most {} models, not {}", kMaxLoadModels,
+                                       req.models_size()));
+  }
+  for (const v1::ModelLoad& m : req.models()) {
+    DROVER_RETURN_IF_ERROR(rpc::ValidateModelName("model", m.model()));
+    for (int64_t v : {m.outstanding(), m.waiting(), m.requests()}) {
+      if (v < 0 || v > kMaxLoadCount) {
+        return InvalidArgument(fmt::format("model '{}': counts must be 0..{}", m.model(), kMaxLoadCount));
+      }
+    }
+    if (m.outstanding_by_replica_size() > kMaxLoadReplicas) {
+      return InvalidArgument(fmt::format("model '{}': at most {} replicas", m.model(), kMaxLoadReplicas));
+    }
+    for (const auto& [replica, n] : m.outstanding_by_replica()) {
+      DROVER_RETURN_IF_ERROR(ParseJobId(replica).status());
+      if (n < 0 || n > kMaxLoadCount) {
+        return InvalidArgument(fmt::format("model '{}': counts must be 0..{}", m.model(), kMaxLoadCount));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+auth::Principal GatewayPrincipal() {
+  auth::Principal p;
+  p.name = "gateway";
+  p.tenant = "default";
+  p.role = auth::Role::kAdmin;
+  p.source = "in-process";
+  return p;
+}
+
+Result<v1::Deployment> ApiService::ApplyDeployment(const auth::Principal& who, v1::ApplyDeploymentRequest req) {
+  auto run = [&]() -> Result<v1::Deployment> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "apply deployments"));
+    if (!req.has_spec()) return InvalidArgument("spec is missing");
+    v1::DeploymentSpec* spec = req.mutable_spec();
+    if (spec->tenant().empty()) {
+      spec->set_tenant(who.tenant);
+    } else if (spec->tenant() != who.tenant && !who.IsAdmin()) {
+      return PermissionDenied(fmt::format("a token of tenant '{}' may not deploy for tenant '{}'", who.tenant,
+                                          spec->tenant().substr(0, 63)));
+    }
+    spec->set_owner(who.name.empty() ? "drover" : who.name);
+    DROVER_RETURN_IF_ERROR(NormalizeDeploymentSpec(spec, loop_->deployment_options()));
+    if (req.replace() && !who.IsAdmin()) {
+      // Another tenant's deployment is "not found", as for a read.
+      auto current = Wait(loop_->GetDeployment(spec->name()));
+      if (!current.ok()) return current.status();
+      if (!who.CanChange(current->spec().tenant())) {
+        return NotFound(fmt::format("deployment '{}' not found", spec->name()));
+      }
+    }
+    return Wait(loop_->ApplyDeployment(std::move(*spec), req.replace()));
+  };
+  std::string name = req.spec().name().substr(0, 64);
+  return Audited(who, "deployments.apply", name, run());
+}
+
+Result<v1::Deployment> ApiService::GetDeployment(const auth::Principal& who, const v1::GetDeploymentRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read deployments"));
+  DROVER_RETURN_IF_ERROR(ValidateName("deployment name", req.name()));
+  auto d = Wait(loop_->GetDeployment(req.name()));
+  if (d.ok() && !who.CanSee(d->spec().tenant())) return NotFound(fmt::format("deployment '{}' not found", req.name()));
+  return d;
+}
+
+Result<v1::ListDeploymentsResponse> ApiService::ListDeployments(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "list deployments"));
+  DROVER_ASSIGN_OR_RETURN(std::vector<v1::Deployment> all, Wait(loop_->ListDeployments()));
+  v1::ListDeploymentsResponse resp;
+  for (v1::Deployment& d : all) {
+    if (who.CanSee(d.spec().tenant())) *resp.add_deployments() = std::move(d);
+  }
+  return resp;
+}
+
+Result<v1::Deployment> ApiService::ScaleDeployment(const auth::Principal& who, const v1::ScaleDeploymentRequest& req) {
+  auto run = [&]() -> Result<v1::Deployment> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "scale deployments"));
+    if (req.replicas() < 0 || req.replicas() > kMaxDeploymentReplicas) {
+      return InvalidArgument(fmt::format("replicas {} is outside 0..{}", req.replicas(), kMaxDeploymentReplicas));
+    }
+    v1::GetDeploymentRequest get;
+    get.set_name(req.name());
+    DROVER_ASSIGN_OR_RETURN(v1::Deployment d, GetDeployment(who, get));
+    if (!who.CanChange(d.spec().tenant())) return NotFound(fmt::format("deployment '{}' not found", req.name()));
+    return Wait(loop_->ScaleDeployment(req.name(), req.replicas()));
+  };
+  return Audited(who, "deployments.scale", fmt::format("{} {}", req.name().substr(0, 64), req.replicas()), run());
+}
+
+Result<v1::Deployment> ApiService::DeleteDeployment(const auth::Principal& who, const v1::DeleteDeploymentRequest& req) {
+  auto run = [&]() -> Result<v1::Deployment> {
+    DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "delete deployments"));
+    v1::GetDeploymentRequest get;
+    get.set_name(req.name());
+    DROVER_ASSIGN_OR_RETURN(v1::Deployment d, GetDeployment(who, get));
+    if (!who.CanChange(d.spec().tenant())) return NotFound(fmt::format("deployment '{}' not found", req.name()));
+    return Wait(loop_->DeleteDeployment(req.name()));
+  };
+  return Audited(who, "deployments.delete", req.name().substr(0, 64), run());
+}
+
+Result<v1::EndpointsResponse> ApiService::Endpoints(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read serving endpoints"));
+  DROVER_ASSIGN_OR_RETURN(v1::EndpointsResponse all, Wait(loop_->ServingEndpoints()));
+  if (who.IsAdmin()) return all;
+  v1::EndpointsResponse out;
+  for (v1::ServingModel& m : *all.mutable_models()) {
+    if (who.CanSee(m.tenant())) *out.add_models() = std::move(m);
+  }
+  for (v1::ServingEndpoint& e : *all.mutable_endpoints()) {
+    if (who.CanSee(e.tenant())) *out.add_endpoints() = std::move(e);
+  }
+  return out;
+}
+
+Result<v1::ReportLoadResponse> ApiService::ReportLoad(const auth::Principal& who, const v1::ReportLoadRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "report gateway load"));
+  DROVER_RETURN_IF_ERROR(ValidateLoadReport(req));
+  DROVER_RETURN_IF_ERROR(Wait(loop_->ReportLoad(req)).status());
+  return v1::ReportLoadResponse();
+}
+
+Result<v1::GatewayKey> ApiService::ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "resolve gateway keys"));
+  return ResolveGatewayKey(req.token());
+}
+
+Result<v1::GatewayKey> ApiService::ResolveGatewayKey(std::string_view token) {
+  if (authority_ == nullptr) return Unimplemented("this server has no authority to check keys");
+  DROVER_ASSIGN_OR_RETURN(auth::TokenInfo t, authority_->AuthenticateToken(token));
+  if (t.role == auth::Role::kNode) return PermissionDenied("a node token is not an API key");
+  v1::GatewayKey key;
+  key.set_token_id(t.id);
+  key.set_name(t.name);
+  key.set_tenant(t.tenant);
+  key.set_admin(t.role == auth::Role::kAdmin);
+  key.set_key_requests_per_minute(t.requests_per_minute);
+  key.set_key_tokens_per_minute(t.tokens_per_minute);
+  DROVER_ASSIGN_OR_RETURN(v1::TenantQuota q, Wait(loop_->TenantQuotaOf(t.tenant)));
+  key.set_tenant_requests_per_minute(q.requests_per_minute());
+  key.set_tenant_tokens_per_minute(q.tokens_per_minute());
+  return key;
+}
+
+}  // namespace drover::server

@@ -1,0 +1,530 @@
+// Services and deployments in the control loop (control_loop_deployments.cc,
+// docs/deployments.md): readiness into job status, replicas kept alive,
+// rolling updates, scaling, auto-scaling on an injected clock, endpoints,
+// and a restart of the server.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "drover/auth/authority.h"
+#include "drover/common/ids.h"
+#include "drover/server/api_service.h"
+#include "drover/server/control_loop_test_fixture.h"
+#include "drover/server/deployments.h"
+
+namespace drover::server::testing {
+namespace {
+
+class DeploymentTest : public ControlLoopTest {
+ protected:
+  static v1::DeploymentSpec DSpec(const std::string& name, int replicas, const std::string& tenant = "default") {
+    v1::DeploymentSpec spec;
+    spec.set_name(name);
+    spec.set_tenant(tenant);
+    spec.set_owner("alice");
+    spec.set_model("/models/" + name + ".gguf");
+    spec.set_engine("llama.cpp");
+    spec.set_gpus(1);
+    spec.set_replicas(replicas);
+    Status s = NormalizeDeploymentSpec(&spec, DeploymentOptions());
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return spec;
+  }
+  v1::Deployment Apply(const v1::DeploymentSpec& spec, bool replace = false) {
+    return Must(loop_->ApplyDeployment(spec, replace));
+  }
+  v1::Deployment GetD(const std::string& name) {
+    Must(loop_->Barrier());
+    return Must(loop_->GetDeployment(name));
+  }
+  // The unfinished replica jobs of a deployment, in submission order.
+  std::vector<v1::Job> Replicas(const std::string& name, bool include_stopping = false) {
+    Must(loop_->Barrier());
+    std::vector<v1::Job> out;
+    for (const v1::Job& j : Jobs()) {
+      if (j.spec().deployment() != name || rpc::IsTerminal(j.status().state())) continue;
+      if (!include_stopping && j.status().state() == v1::JOB_STATE_CANCELLING) continue;
+      out.push_back(j);
+    }
+    return out;
+  }
+  // The agent's report of a running service replica.
+  void ReportService(const std::string& job_id, bool ready, const std::string& reason = "", int restarts = 0) {
+    v1::Job job = Get(job_id);
+    const std::string node = job.status().allocation().node();
+    v1::StatusReport report;
+    v1::WorkloadStatus* ws = report.add_workloads();
+    ws->set_job_id(job_id);
+    ws->set_workload_id(WorkloadOf(job_id));
+    ws->set_state(v1::WORKLOAD_STATE_RUNNING);
+    ws->set_start_time_unix_nanos(ToUnixNanos(clock_.Now()));
+    ws->set_port(static_cast<int>(20000 + *ParseJobId(job_id)));
+    ws->set_endpoint(fmt::format("{}:{}", node, ws->port()));
+    ws->set_ready(ready);
+    ws->set_restarts(restarts);
+    ws->set_not_ready_reason(reason);
+    loop_->HandleStatus(node, report);
+    Must(loop_->Barrier());
+  }
+  // Ends a job the agent was told to stop (its process is gone).
+  void Gone(const std::string& job_id) {
+    v1::Job job = Get(job_id);
+    Report(job.status().allocation().node(), job_id, v1::WORKLOAD_STATE_EXITED, -1, 15);
+  }
+  int ReadyCount(const std::string& name) {
+    int n = 0;
+    for (const v1::Job& j : Replicas(name, true)) {
+      if (j.status().state() == v1::JOB_STATE_RUNNING && j.status().replica_states_size() > 0 &&
+          j.status().replica_states(0).ready()) {
+        ++n;
+      }
+    }
+    return n;
+  }
+  void Tick() { Must(loop_->CheckDeployments()); Must(loop_->Barrier()); }
+  v1::ReportLoadRequest Load(const std::string& model, int64_t outstanding, int64_t waiting, int64_t requests,
+                             const std::string& gateway = "gw-1") {
+    v1::ReportLoadRequest r;
+    r.set_gateway(gateway);
+    v1::ModelLoad* m = r.add_models();
+    m->set_model(model);
+    m->set_outstanding(outstanding);
+    m->set_waiting(waiting);
+    m->set_requests(requests);
+    return r;
+  }
+};
+
+TEST_F(DeploymentTest, ServiceReadinessIsStoredInTheJobStatus) {
+  auto sink = Connect("n1", 4);
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_service()->mutable_readiness()->set_http_path("/health");
+  spec.mutable_service()->set_model("tiny");
+  v1::Job job = Must(loop_->Submit(spec));
+  ASSERT_TRUE(sink->WaitForJob(0, job.id()).has_value());
+  auto desired = sink->WaitForJob(0, job.id());
+  const v1::Workload& w = desired->workloads(0);
+  EXPECT_EQ(w.service().readiness().http_path(), "/health");
+  EXPECT_EQ(w.service().model(), "tiny");
+  ASSERT_EQ(Get(job.id()).status().replica_states_size(), 1);
+
+  ReportService(job.id(), false, "probe: connection refused");
+  v1::Job running = Get(job.id());
+  EXPECT_EQ(running.status().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_FALSE(running.status().replica_states(0).ready());
+  EXPECT_EQ(running.status().replica_states(0).not_ready_reason(), "probe: connection refused");
+
+  ReportService(job.id(), true, "", 2);
+  v1::Job ready = Get(job.id());
+  EXPECT_TRUE(ready.status().replica_states(0).ready());
+  EXPECT_EQ(ready.status().replica_states(0).restarts(), 2);
+  EXPECT_EQ(ready.status().replica_states(0).port(), 20000 + static_cast<int>(*ParseJobId(job.id())));
+  EXPECT_EQ(ready.status().replica_states(0).endpoint(), fmt::format("n1:{}", ready.status().replica_states(0).port()));
+  EXPECT_TRUE(ready.status().replica_states(0).not_ready_reason().empty());
+  // Committed: the store holds the readiness.
+  bool stored = false;
+  for (const v1::Job& j : StoredJobs()) {
+    if (j.id() == job.id()) stored = j.status().replica_states(0).ready();
+  }
+  EXPECT_TRUE(stored);
+}
+
+TEST_F(DeploymentTest, ServiceNeverSucceedsAndIsQueuedAgainWhenItsNodeForgetsIt) {
+  auto sink = Connect("n1", 1);
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_service();
+  v1::Job job = Must(loop_->Submit(spec));
+  ReportService(job.id(), true);
+  // A full report without it: the node lost it. A batch job would fail; a
+  // service starts again (attempt 2), restarts not counted.
+  v1::StatusReport full;
+  full.set_full(true);
+  loop_->HandleStatus("n1", full);
+  Must(loop_->Barrier());
+  v1::Job again = Get(job.id());
+  EXPECT_EQ(again.status().state(), v1::JOB_STATE_BOUND);
+  EXPECT_EQ(again.status().attempt(), 2);
+  EXPECT_EQ(again.status().restarts(), 0);
+  // Its agent gives up on it (exit 0 included): it ends FAILED, not SUCCEEDED.
+  Report("n1", job.id(), v1::WORKLOAD_STATE_EXITED, 0, 0, "gave up after 10 restarts");
+  EXPECT_EQ(StateOf(job.id()), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(DeploymentTest, AServiceOnALostNodeIsQueuedAgainWhateverItsRestartPolicy) {
+  Connect("n1", 1);
+  v1::JobSpec spec = Spec(1);  // restart_policy never
+  spec.mutable_service();
+  v1::Job job = Must(loop_->Submit(spec));
+  ReportService(job.id(), true);
+  lease_clock_.Advance(loop_->lease().ttl + std::chrono::milliseconds(1));
+  Must(loop_->CheckLeases());
+  v1::Job after = Get(job.id());
+  EXPECT_EQ(after.status().state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(after.status().restarts(), 0);
+  EXPECT_EQ(after.status().node_losses(), 1);
+  EXPECT_NE(after.status().message().find("node lost"), std::string::npos) << after.status().message();
+}
+
+TEST_F(DeploymentTest, ADeploymentRunsItsReplicasAndSaysWhyItIsNotReady) {
+  Connect("n1", 4);
+  v1::Deployment d = Apply(DSpec("llama", 2));
+  EXPECT_EQ(d.status().revision(), 1);
+  EXPECT_EQ(d.status().desired_replicas(), 2);
+  std::vector<v1::Job> replicas = Replicas("llama");
+  ASSERT_EQ(replicas.size(), 2u);
+  for (const v1::Job& j : replicas) {
+    EXPECT_TRUE(j.spec().has_service());
+    EXPECT_EQ(j.spec().priority(), DeploymentOptions().service_priority);
+    EXPECT_EQ(j.spec().service().model(), "llama");
+    EXPECT_EQ(j.spec().service().readiness().http_path(), "/health");
+    EXPECT_EQ(j.spec().deployment_revision(), 1);
+    EXPECT_EQ(j.spec().command(0), "sh");
+    EXPECT_NE(j.spec().command(2).find("llama-server -m \"$m\" --port \"$DROVER_PORT\""), std::string::npos);
+    EXPECT_EQ(j.spec().command(4), "/models/llama.gguf");
+  }
+  ReportService(replicas[0].id(), true);
+  ReportService(replicas[1].id(), false, "probe: GET /health: 503 (never became ready in 600s)");
+  v1::Deployment view = GetD("llama");
+  EXPECT_EQ(view.status().ready_replicas(), 1);
+  EXPECT_NE(view.status().message().find("replica " + replicas[1].id() +
+                                         " not ready: probe: GET /health: 503 (never became ready in 600s)"),
+            std::string::npos)
+      << view.status().message();
+  ReportService(replicas[1].id(), true);
+  view = GetD("llama");
+  EXPECT_EQ(view.status().ready_replicas(), 2);
+  EXPECT_TRUE(view.status().message().empty()) << view.status().message();
+  v1::EndpointsResponse eps = Must(loop_->ServingEndpoints());
+  ASSERT_EQ(eps.models_size(), 1);
+  EXPECT_EQ(eps.models(0).model(), "llama");
+  EXPECT_FALSE(eps.models(0).scales_from_zero());
+  EXPECT_EQ(eps.endpoints_size(), 2);
+}
+
+TEST_F(DeploymentTest, AFailedReplicaIsReplacedAfterABackOff) {
+  Connect("n1", 4);
+  Apply(DSpec("svc", 2));
+  std::vector<v1::Job> replicas = Replicas("svc");
+  ASSERT_EQ(replicas.size(), 2u);
+  Report("n1", replicas[0].id(), v1::WORKLOAD_STATE_FAILED_TO_START, 127, 0, "llama-server: not found");
+  EXPECT_EQ(StateOf(replicas[0].id()), v1::JOB_STATE_FAILED);
+  Tick();
+  EXPECT_EQ(Replicas("svc").size(), 1u);  // backing off
+  EXPECT_NE(GetD("svc").status().message().find("llama-server: not found"), std::string::npos);
+  clock_.Advance(std::chrono::seconds(1));
+  Tick();
+  std::vector<v1::Job> now = Replicas("svc");
+  ASSERT_EQ(now.size(), 2u);
+  EXPECT_NE(now[1].id(), replicas[0].id());
+}
+
+TEST_F(DeploymentTest, ARollingUpdateKeepsTheReadyCountAndEndsOnTheNewRevision) {
+  Connect("n1", 4);
+  v1::DeploymentSpec spec = DSpec("roll", 2);
+  Apply(spec);
+  for (const v1::Job& j : Replicas("roll")) ReportService(j.id(), true);
+  ASSERT_EQ(ReadyCount("roll"), 2);
+  (*spec.mutable_env())["VERSION"] = "2";
+  v1::Deployment d = Apply(spec, true);
+  EXPECT_EQ(d.status().revision(), 2);
+  for (int step = 0; step < 20; ++step) {
+    ASSERT_GE(ReadyCount("roll"), 2) << "step " << step;
+    std::vector<v1::Job> all = Replicas("roll", true);
+    bool done = all.size() == 2 && std::all_of(all.begin(), all.end(), [](const v1::Job& j) {
+                  return j.spec().deployment_revision() == 2 && j.status().replica_states_size() > 0 &&
+                         j.status().replica_states(0).ready();
+                });
+    if (done) break;
+    ASSERT_LE(Replicas("roll").size(), 3u) << "more than one surge replica";
+    // The agent: stopped replicas exit, new ones turn ready, one at a time.
+    bool acted = false;
+    for (const v1::Job& j : all) {
+      if (j.status().state() == v1::JOB_STATE_CANCELLING) {
+        Gone(j.id());
+        acted = true;
+        break;
+      }
+    }
+    if (acted) continue;
+    for (const v1::Job& j : all) {
+      if (j.spec().deployment_revision() == 2 && rpc::HoldsGpus(j.status().state()) &&
+          !(j.status().replica_states_size() > 0 && j.status().replica_states(0).ready())) {
+        ReportService(j.id(), true);
+        acted = true;
+        break;
+      }
+    }
+    ASSERT_TRUE(acted) << "the rollout is stuck at step " << step;
+  }
+  std::vector<v1::Job> final_set = Replicas("roll", true);
+  ASSERT_EQ(final_set.size(), 2u);
+  for (const v1::Job& j : final_set) EXPECT_EQ(j.spec().deployment_revision(), 2);
+  EXPECT_EQ(GetD("roll").status().ready_replicas(), 2);
+}
+
+TEST_F(DeploymentTest, ScalesUpAndDownStoppingNotReadyReplicasFirst) {
+  Connect("n1", 4);
+  Apply(DSpec("s", 1));
+  std::vector<v1::Job> first = Replicas("s");
+  ASSERT_EQ(first.size(), 1u);
+  ReportService(first[0].id(), true);
+  Must(loop_->ScaleDeployment("s", 3));
+  std::vector<v1::Job> three = Replicas("s");
+  ASSERT_EQ(three.size(), 3u);
+  ReportService(three[1].id(), true);
+  // three[2] is not ready, three[1] is the newest ready one.
+  Must(loop_->ScaleDeployment("s", 1));
+  std::vector<v1::Job> one = Replicas("s");
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].id(), first[0].id());
+  EXPECT_EQ(StateOf(three[2].id()), v1::JOB_STATE_CANCELLING);
+  EXPECT_EQ(Fails(loop_->ScaleDeployment("nope", 1)).code(), Code::kNotFound);
+  EXPECT_EQ(Fails(loop_->ScaleDeployment("s", -1)).code(), Code::kInvalidArgument);
+}
+
+TEST_F(DeploymentTest, DeleteStopsEveryReplicaAndForgetsTheDeployment) {
+  Connect("n1", 4);
+  Apply(DSpec("gone", 2));
+  std::vector<v1::Job> replicas = Replicas("gone");
+  ASSERT_EQ(replicas.size(), 2u);
+  Must(loop_->DeleteDeployment("gone"));
+  EXPECT_TRUE(Replicas("gone").empty());
+  for (const v1::Job& j : replicas) EXPECT_EQ(StateOf(j.id()), v1::JOB_STATE_CANCELLING);
+  EXPECT_EQ(Fails(loop_->GetDeployment("gone")).code(), Code::kNotFound);
+  auto stored = store_->Range("/deployments/");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->kvs.empty());
+  // The name is free again.
+  Apply(DSpec("gone", 1));
+}
+
+TEST_F(DeploymentTest, ApplyRefusesDuplicatesAndWhatCanNeverFit) {
+  Connect("n1", 2);
+  Apply(DSpec("a", 1));
+  EXPECT_EQ(Fails(loop_->ApplyDeployment(DSpec("a", 1), false)).code(), Code::kAlreadyExists);
+  EXPECT_EQ(Fails(loop_->ApplyDeployment(DSpec("b", 1), true)).code(), Code::kNotFound);
+  v1::DeploymentSpec same_model = DSpec("c", 1);
+  same_model.set_served_model_name("a");
+  Status dup = Fails(loop_->ApplyDeployment(same_model, false));
+  EXPECT_EQ(dup.code(), Code::kAlreadyExists);
+  EXPECT_NE(dup.message().find("model name 'a'"), std::string::npos) << dup.message();
+  v1::DeploymentSpec big = DSpec("big", 1);
+  big.set_gpus(8);
+  EXPECT_EQ(Fails(loop_->ApplyDeployment(big, false)).code(), Code::kFailedPrecondition);
+}
+
+TEST_F(DeploymentTest, AutoScalesOnLoadAndDownAfterTheWindow) {
+  Connect("n1", 8);
+  v1::DeploymentSpec spec = DSpec("auto", 1);
+  spec.set_min_replicas(1);
+  spec.set_max_replicas(4);
+  spec.set_target_outstanding(2);
+  Apply(spec);
+  ASSERT_EQ(Replicas("auto").size(), 1u);
+  Must(loop_->ReportLoad(Load("auto", 7, 0, 10)));
+  Tick();
+  EXPECT_EQ(GetD("auto").status().desired_replicas(), 4);  // ceil(7 / 2)
+  EXPECT_EQ(Replicas("auto").size(), 4u);
+  EXPECT_EQ(GetD("auto").status().outstanding(), 7);
+  // Two gateways add up.
+  Must(loop_->ReportLoad(Load("auto", 1, 0, 1, "gw-1")));
+  Must(loop_->ReportLoad(Load("auto", 2, 0, 1, "gw-2")));
+  Tick();
+  EXPECT_EQ(GetD("auto").status().outstanding(), 3);
+  // Lower load: not before the window.
+  EXPECT_EQ(GetD("auto").status().desired_replicas(), 4);
+  clock_.Advance(std::chrono::seconds(10));
+  Must(loop_->ReportLoad(Load("auto", 1, 0, 1, "gw-1")));
+  Tick();
+  EXPECT_EQ(GetD("auto").status().desired_replicas(), 4);
+  clock_.Advance(std::chrono::seconds(25));
+  Must(loop_->ReportLoad(Load("auto", 1, 0, 1, "gw-1")));
+  Tick();
+  // The highest it wanted in the window: ceil(3 / 2) = 2.
+  EXPECT_EQ(GetD("auto").status().desired_replicas(), 2);
+  EXPECT_EQ(Replicas("auto").size(), 2u);
+}
+
+TEST_F(DeploymentTest, ScalesToZeroWhenIdleAndBackWhenARequestWaits) {
+  Connect("n1", 4);
+  v1::DeploymentSpec spec = DSpec("zero", 1);
+  spec.set_min_replicas(0);
+  spec.set_max_replicas(2);
+  spec.set_scale_down_idle_seconds(60);
+  Apply(spec);
+  ASSERT_EQ(Replicas("zero").size(), 1u);
+  clock_.Advance(std::chrono::seconds(30));
+  Tick();
+  EXPECT_EQ(Replicas("zero").size(), 1u);  // not idle long enough
+  clock_.Advance(std::chrono::seconds(31));
+  Tick();
+  EXPECT_EQ(GetD("zero").status().desired_replicas(), 0);
+  EXPECT_TRUE(Replicas("zero").empty());
+  v1::EndpointsResponse eps = Must(loop_->ServingEndpoints());
+  ASSERT_EQ(eps.models_size(), 1);
+  EXPECT_TRUE(eps.models(0).scales_from_zero());
+  EXPECT_EQ(eps.endpoints_size(), 0);
+  // A request waits at a gateway: one replica at once.
+  Must(loop_->ReportLoad(Load("zero", 0, 1, 0)));
+  Must(loop_->Barrier());
+  EXPECT_EQ(GetD("zero").status().desired_replicas(), 1);
+  EXPECT_EQ(Replicas("zero").size(), 1u);
+}
+
+TEST_F(DeploymentTest, DeploymentsAndReplicasSurviveARestart) {
+  Connect("n1", 4);
+  v1::DeploymentSpec spec = DSpec("keep", 2);
+  Apply(spec);
+  std::vector<v1::Job> replicas = Replicas("keep");
+  ASSERT_EQ(replicas.size(), 2u);
+  ReportService(replicas[0].id(), true);
+  (*spec.mutable_env())["V"] = "2";
+  Apply(spec, true);  // revision 2 rolls
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  Must(loop_->Barrier());
+  v1::Deployment d = GetD("keep");
+  EXPECT_EQ(d.status().revision(), 2);
+  EXPECT_EQ(d.status().desired_replicas(), 2);
+  std::vector<v1::Job> after = Replicas("keep");
+  // The same replicas (and the surge one), not new ones.
+  for (const v1::Job& j : replicas) {
+    EXPECT_TRUE(std::any_of(after.begin(), after.end(), [&](const v1::Job& a) { return a.id() == j.id(); }));
+  }
+  EXPECT_EQ(after.size(), 3u);
+  EXPECT_TRUE(after[0].status().replica_states(0).ready());
+}
+
+TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
+  Connect("n1", 4);
+  ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+  auth::Principal alice{"t1", "alice", "team-a", auth::Role::kUser, "", ""};
+  auth::Principal bob{"t2", "bob", "team-b", auth::Role::kUser, "", ""};
+  auth::Principal viewer{"t3", "val", "team-a", auth::Role::kViewer, "", ""};
+  auth::Principal admin{"t4", "root", "default", auth::Role::kAdmin, "", ""};
+  v1::ApplyDeploymentRequest req;
+  req.mutable_spec()->set_name("chat");
+  req.mutable_spec()->set_model("/m/chat.gguf");
+  req.mutable_spec()->set_engine("vllm");
+  req.mutable_spec()->set_replicas(1);
+  EXPECT_EQ(api.ApplyDeployment(viewer, req).status().code(), Code::kPermissionDenied);
+  auto created = api.ApplyDeployment(alice, req);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->spec().tenant(), "team-a");
+  EXPECT_EQ(created->spec().owner(), "alice");
+  // Bob's tenant sees nothing of it.
+  v1::GetDeploymentRequest get;
+  get.set_name("chat");
+  EXPECT_EQ(api.GetDeployment(bob, get).status().code(), Code::kNotFound);
+  EXPECT_TRUE(api.GetDeployment(viewer, get).ok());
+  v1::ScaleDeploymentRequest scale;
+  scale.set_name("chat");
+  scale.set_replicas(2);
+  EXPECT_EQ(api.ScaleDeployment(bob, scale).status().code(), Code::kNotFound);
+  v1::ApplyDeploymentRequest replace = req;
+  replace.set_replace(true);
+  EXPECT_EQ(api.ApplyDeployment(bob, replace).status().code(), Code::kNotFound);
+  EXPECT_EQ(api.ListDeployments(bob)->deployments_size(), 0);
+  EXPECT_EQ(api.ListDeployments(admin)->deployments_size(), 1);
+  // Endpoints: the model for its tenant and admins only.
+  EXPECT_EQ(api.Endpoints(alice)->models_size(), 1);
+  EXPECT_EQ(api.Endpoints(bob)->models_size(), 0);
+  EXPECT_EQ(api.Endpoints(admin)->models_size(), 1);
+  // Load reports and key resolution are for gateways (admins).
+  v1::ReportLoadRequest load;
+  load.set_gateway("gw");
+  EXPECT_EQ(api.ReportLoad(alice, load).status().code(), Code::kPermissionDenied);
+  EXPECT_TRUE(api.ReportLoad(admin, load).ok());
+  v1::ReportLoadRequest bad_load = load;
+  bad_load.add_models()->set_model("chat");
+  bad_load.mutable_models(0)->set_outstanding(-1);
+  EXPECT_EQ(api.ReportLoad(admin, bad_load).status().code(), Code::kInvalidArgument);
+  v1::ResolveKeyRequest key;
+  EXPECT_EQ(api.ResolveKey(alice, key).status().code(), Code::kPermissionDenied);
+  // Bad specs: clear messages, nothing stored.
+  auto bad = [&](const std::function<void(v1::DeploymentSpec*)>& edit, const std::string& words) {
+    v1::ApplyDeploymentRequest r = req;
+    r.mutable_spec()->set_name("bad");
+    edit(r.mutable_spec());
+    auto got = api.ApplyDeployment(alice, r);
+    EXPECT_EQ(got.status().code(), Code::kInvalidArgument) << words;
+    EXPECT_NE(got.status().message().find(words), std::string::npos) << got.status().message();
+  };
+  bad([](v1::DeploymentSpec* s) { s->set_name("Bad_Name"); }, "deployment name");
+  bad([](v1::DeploymentSpec* s) { s->set_engine("tgi"); }, "engine 'tgi' is unknown");
+  bad([](v1::DeploymentSpec* s) { s->set_engine(""); }, "engine is missing");
+  bad([](v1::DeploymentSpec* s) { s->set_model(""); }, "model ''");
+  bad([](v1::DeploymentSpec* s) { s->mutable_readiness()->set_http_path("health"); }, "must start with '/'");
+  bad([](v1::DeploymentSpec* s) { s->mutable_liveness()->set_period_ms(-5); }, "period_ms -5");
+  bad([](v1::DeploymentSpec* s) { s->set_served_model_name("a b"); }, "served_model_name");
+  bad([](v1::DeploymentSpec* s) { s->set_replicas(100000); }, "replicas 100000");
+  bad([](v1::DeploymentSpec* s) { s->set_min_replicas(3);
+    s->set_max_replicas(2); }, "above max_replicas");
+  bad([](v1::DeploymentSpec* s) { s->set_target_outstanding(-1); }, "target_outstanding");
+  bad([](v1::DeploymentSpec* s) { (*s->mutable_env())["DROVER_PORT"] = "1"; }, "DROVER_PORT");
+  bad([](v1::DeploymentSpec* s) { s->set_engine("custom"); }, "needs a command");
+  EXPECT_EQ(api.GetDeployment(admin, [] { v1::GetDeploymentRequest g; g.set_name("bad"); return g; }()).status().code(),
+            Code::kNotFound);
+  // A job may not claim to be a replica.
+  v1::SubmitJobRequest sneaky;
+  *sneaky.mutable_spec() = Spec(1);
+  sneaky.mutable_spec()->set_tenant("team-a");
+  sneaky.mutable_spec()->set_deployment("chat");
+  EXPECT_EQ(api.Submit(alice, sneaky).status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(DeploymentTest, GatewayKeysCarryTheirOwnAndTheirTenantsLimits) {
+  v1::Tenant t;
+  t.set_name("team-a");
+  t.mutable_quota()->set_requests_per_minute(-1);
+  EXPECT_EQ(Fails(loop_->SetTenant(t, true)).code(), Code::kInvalidArgument);
+  t.mutable_quota()->set_requests_per_minute(600);
+  t.mutable_quota()->set_tokens_per_minute(100000);
+  Must(loop_->SetTenant(t, true));
+  auth::Authority authority(store_.get(), &clock_);
+  ApiService api(loop_.get(), nullptr, &authority, nullptr);
+  auth::Principal admin{"t0", "root", "default", auth::Role::kAdmin, "", ""};
+  v1::CreateTokenRequest cr;
+  cr.set_name("app");
+  cr.set_tenant("team-a");
+  cr.set_role("user");
+  cr.set_requests_per_minute(60);
+  cr.set_tokens_per_minute(5000);
+  auto created = api.CreateToken(admin, cr);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->info().requests_per_minute(), 60);
+  EXPECT_EQ(created->info().tokens_per_minute(), 5000);
+  auto key = api.ResolveGatewayKey(created->token());
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(key->token_id(), created->info().id());
+  EXPECT_EQ(key->name(), "app");
+  EXPECT_EQ(key->tenant(), "team-a");
+  EXPECT_FALSE(key->admin());
+  EXPECT_EQ(key->key_requests_per_minute(), 60);
+  EXPECT_EQ(key->key_tokens_per_minute(), 5000);
+  EXPECT_EQ(key->tenant_requests_per_minute(), 600);
+  EXPECT_EQ(key->tenant_tokens_per_minute(), 100000);
+  // Listed with its limits; the same through ResolveKey for an admin.
+  auto listed = api.ListTokens(admin);
+  ASSERT_TRUE(listed.ok());
+  bool found = false;
+  for (const v1::TokenInfo& i : listed->tokens()) found |= i.id() == key->token_id() && i.requests_per_minute() == 60;
+  EXPECT_TRUE(found);
+  v1::ResolveKeyRequest rk;
+  rk.set_token(created->token());
+  EXPECT_TRUE(api.ResolveKey(admin, rk).ok());
+  EXPECT_EQ(api.ResolveGatewayKey("drv_nonsense").status().code(), Code::kUnauthenticated);
+  cr.set_requests_per_minute(-5);
+  EXPECT_EQ(api.CreateToken(admin, cr).status().code(), Code::kInvalidArgument);
+  v1::RevokeTokenRequest rv;
+  rv.set_id(key->token_id());
+  ASSERT_TRUE(api.RevokeToken(admin, rv).ok());
+  EXPECT_EQ(api.ResolveGatewayKey(created->token()).status().code(), Code::kUnauthenticated);
+}
+
+}  // namespace
+}  // namespace drover::server::testing

@@ -1,0 +1,176 @@
+#include "drover/server/deployments.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "drover/common/ids.h"
+#include "drover/rpc/convert.h"
+
+namespace drover::server {
+namespace {
+
+bool Printable(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+std::string Excerpt(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return s.size() > 64 ? out + "..." : out;
+}
+
+}  // namespace
+
+Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions& options) {
+  DROVER_RETURN_IF_ERROR(ValidateName("deployment name", spec->name()));
+  DROVER_RETURN_IF_ERROR(ValidateName("tenant", spec->tenant()));
+  if (spec->model().empty() || spec->model().size() > kMaxModelPathBytes || !Printable(spec->model())) {
+    return InvalidArgument(fmt::format("model '{}' must be 1-{} printable characters (a path or an engine's model id)",
+                                       Excerpt(spec->model()), kMaxModelPathBytes));
+  }
+  if (spec->served_model_name().empty()) spec->set_served_model_name(spec->name());
+  DROVER_RETURN_IF_ERROR(rpc::ValidateModelName("served_model_name", spec->served_model_name()));
+  if (spec->engine().empty()) {
+    if (spec->command().empty()) {
+      return InvalidArgument("engine is missing: use vllm, llama.cpp, sglang, or custom with a command");
+    }
+    spec->set_engine("custom");
+  }
+  static const std::set<std::string> kEngines = {"vllm", "llama.cpp", "sglang", "custom"};
+  if (!kEngines.contains(spec->engine())) {
+    return InvalidArgument(
+        fmt::format("engine '{}' is unknown (use vllm, llama.cpp, sglang or custom)", Excerpt(spec->engine())));
+  }
+  if (spec->engine() == "custom" && spec->command().empty()) {
+    return InvalidArgument("engine custom needs a command that serves the OpenAI API on $DROVER_PORT");
+  }
+  if (spec->gpus() == 0 && spec->gpu_milli() == 0) spec->set_gpus(1);
+  if (spec->gpus() == 0) spec->set_gpus(1);  // a share of one GPU
+  if (spec->priority() < 0 || spec->priority() > rpc::kMaxPriority) {
+    return InvalidArgument(fmt::format("priority {} is outside 0..{} (0 means the service priority {})",
+                                       spec->priority(), rpc::kMaxPriority, options.service_priority));
+  }
+  auto count = [](const char* field, int32_t v) -> Status {
+    if (v < 0 || v > kMaxDeploymentReplicas) {
+      return InvalidArgument(fmt::format("{} {} is outside 0..{}", field, v, kMaxDeploymentReplicas));
+    }
+    return Status::Ok();
+  };
+  DROVER_RETURN_IF_ERROR(count("replicas", spec->replicas()));
+  DROVER_RETURN_IF_ERROR(count("min_replicas", spec->min_replicas()));
+  DROVER_RETURN_IF_ERROR(count("max_replicas", spec->max_replicas()));
+  if (spec->max_replicas() == 0 && spec->min_replicas() > 0) {
+    return InvalidArgument(fmt::format("min_replicas {} needs max_replicas (auto-scaling); a fixed deployment sets "
+                                       "replicas",
+                                       spec->min_replicas()));
+  }
+  if (spec->max_replicas() > 0 && spec->min_replicas() > spec->max_replicas()) {
+    return InvalidArgument(
+        fmt::format("min_replicas {} is above max_replicas {}", spec->min_replicas(), spec->max_replicas()));
+  }
+  if (spec->target_outstanding() == 0) spec->set_target_outstanding(kDefaultTargetOutstanding);
+  if (!(spec->target_outstanding() > 0) || !(spec->target_outstanding() <= 100'000)) {
+    return InvalidArgument(fmt::format("target_outstanding {} is outside (0, 100000]", spec->target_outstanding()));
+  }
+  if (spec->scale_down_idle_seconds() == 0) spec->set_scale_down_idle_seconds(kDefaultScaleDownIdleSeconds);
+  if (spec->scale_down_idle_seconds() < 0 || spec->scale_down_idle_seconds() > kMaxScaleDownIdleSeconds) {
+    return InvalidArgument(fmt::format("scale_down_idle_seconds {} is outside 0..{} (0 means {})",
+                                       spec->scale_down_idle_seconds(), kMaxScaleDownIdleSeconds,
+                                       kDefaultScaleDownIdleSeconds));
+  }
+  if (!spec->readiness().tcp() && spec->readiness().http_path().empty()) {
+    spec->mutable_readiness()->set_http_path(std::string(kDefaultReadinessPath));
+  }
+  DROVER_RETURN_IF_ERROR(rpc::ValidateProbe("readiness", spec->readiness()));
+  DROVER_RETURN_IF_ERROR(rpc::ValidateProbe("liveness", spec->liveness()));
+  // Everything the replica job carries (command, env, GPUs, selector) is
+  // checked as a job's would be.
+  return ReplicaSpec(*spec, 1, options).status();
+}
+
+Result<std::vector<std::string>> EngineCommand(const v1::DeploymentSpec& spec) {
+  const std::string& engine = spec.engine();
+  if (engine == "custom") return std::vector<std::string>(spec.command().begin(), spec.command().end());
+  const int gpus = std::max(1, spec.gpus());
+  std::string script;
+  if (engine == "vllm") {
+    script = fmt::format(
+        "m=$1; n=$2; shift 2; exec vllm serve \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" "
+        "--tensor-parallel-size {} \"$@\"",
+        gpus);
+  } else if (engine == "llama.cpp") {
+    script =
+        "m=$1; n=$2; shift 2; exec llama-server -m \"$m\" --port \"$DROVER_PORT\" --alias \"$n\" --n-gpu-layers 999 "
+        "\"$@\"";
+  } else if (engine == "sglang") {
+    script = fmt::format(
+        "m=$1; n=$2; shift 2; exec python3 -m sglang.launch_server --model-path \"$m\" --port \"$DROVER_PORT\" "
+        "--served-model-name \"$n\" --tp {} \"$@\"",
+        gpus);
+  } else {
+    return InvalidArgument(fmt::format("engine '{}' is unknown", Excerpt(engine)));
+  }
+  std::vector<std::string> argv = {"sh", "-c", script, "drover-engine", spec.model(), spec.served_model_name()};
+  argv.insert(argv.end(), spec.command().begin(), spec.command().end());
+  return argv;
+}
+
+Result<v1::JobSpec> ReplicaSpec(const v1::DeploymentSpec& spec, int64_t revision, const DeploymentOptions& options) {
+  v1::JobSpec job;
+  job.set_name(spec.name());
+  job.set_tenant(spec.tenant());
+  job.set_owner(spec.owner());
+  job.set_priority(spec.priority() > 0 ? spec.priority() : options.service_priority);
+  job.set_gpus(spec.gpus());
+  job.set_gpu_milli(spec.gpu_milli());
+  job.set_gpu_memory_bytes(spec.gpu_memory_bytes());
+  job.set_gpu_model(spec.gpu_model());
+  job.set_cpu_millis(spec.cpu_millis());
+  job.set_memory_bytes(spec.memory_bytes());
+  *job.mutable_node_selector() = spec.node_selector();
+  *job.mutable_env() = spec.env();
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::string> argv, EngineCommand(spec));
+  for (std::string& a : argv) job.add_command(std::move(a));
+  job.set_preemptible(false);
+  v1::ServiceSpec* svc = job.mutable_service();
+  *svc->mutable_readiness() = spec.readiness();
+  *svc->mutable_liveness() = spec.liveness();
+  svc->set_model(spec.served_model_name());
+  job.set_deployment(spec.name());
+  job.set_deployment_revision(revision);
+  DROVER_RETURN_IF_ERROR(rpc::NormalizeJobSpec(&job));
+  return job;
+}
+
+bool TemplateChanged(const v1::DeploymentSpec& a, const v1::DeploymentSpec& b) {
+  v1::DeploymentSpec x = a;
+  v1::DeploymentSpec y = b;
+  for (v1::DeploymentSpec* s : {&x, &y}) {
+    s->clear_replicas();
+    s->clear_min_replicas();
+    s->clear_max_replicas();
+    s->clear_target_outstanding();
+    s->clear_scale_down_idle_seconds();
+    s->clear_owner();
+  }
+  return !google::protobuf::util::MessageDifferencer::Equals(x, y);
+}
+
+int32_t AutoscaleWant(const v1::DeploymentSpec& spec, int64_t outstanding, int64_t waiting, int64_t now_ns,
+                      int64_t last_request_ns) {
+  const double load = static_cast<double>(std::max<int64_t>(0, outstanding) + std::max<int64_t>(0, waiting));
+  double target = spec.target_outstanding() > 0 ? spec.target_outstanding() : kDefaultTargetOutstanding;
+  double raw = std::ceil(load / target);
+  int32_t want = raw >= kMaxDeploymentReplicas ? kMaxDeploymentReplicas : static_cast<int32_t>(raw);
+  const int64_t idle_ns = int64_t{spec.scale_down_idle_seconds() > 0 ? spec.scale_down_idle_seconds()
+                                                                     : kDefaultScaleDownIdleSeconds} *
+                          1'000'000'000;
+  if (want == 0 && (waiting > 0 || now_ns - last_request_ns < idle_ns)) want = 1;
+  return std::clamp(want, spec.min_replicas(), std::max(spec.min_replicas(), spec.max_replicas()));
+}
+
+}  // namespace drover::server

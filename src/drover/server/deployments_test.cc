@@ -1,0 +1,165 @@
+#include "drover/server/deployments.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "drover/rpc/convert.h"
+
+namespace drover::server {
+namespace {
+
+v1::DeploymentSpec Base(const std::string& engine) {
+  v1::DeploymentSpec s;
+  s.set_name("llm");
+  s.set_tenant("default");
+  s.set_owner("alice");
+  s.set_model("/models/x y.gguf");  // a space: never split by the shell
+  s.set_engine(engine);
+  s.set_gpus(2);
+  s.set_replicas(1);
+  return s;
+}
+
+TEST(DeploymentSpecTest, FillsDefaults) {
+  v1::DeploymentSpec s = Base("vllm");
+  s.clear_gpus();
+  ASSERT_TRUE(NormalizeDeploymentSpec(&s, DeploymentOptions()).ok());
+  EXPECT_EQ(s.served_model_name(), "llm");
+  EXPECT_EQ(s.gpus(), 1);
+  EXPECT_EQ(s.readiness().http_path(), "/health");
+  EXPECT_EQ(s.target_outstanding(), 4.0);
+  EXPECT_EQ(s.scale_down_idle_seconds(), 300);
+  v1::DeploymentSpec custom = Base("");
+  custom.add_command("my-server");
+  ASSERT_TRUE(NormalizeDeploymentSpec(&custom, DeploymentOptions()).ok());
+  EXPECT_EQ(custom.engine(), "custom");
+  EXPECT_EQ(custom.readiness().http_path(), "/health");
+  v1::DeploymentSpec tcp = Base("vllm");
+  tcp.mutable_readiness()->set_tcp(true);
+  ASSERT_TRUE(NormalizeDeploymentSpec(&tcp, DeploymentOptions()).ok());
+  EXPECT_TRUE(tcp.readiness().http_path().empty());
+}
+
+TEST(DeploymentSpecTest, EngineTemplates) {
+  struct Case {
+    std::string engine;
+    std::string script_part;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"vllm", "exec vllm serve \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" --tensor-parallel-size 2 \"$@\""},
+           {"llama.cpp", "exec llama-server -m \"$m\" --port \"$DROVER_PORT\" --alias \"$n\" --n-gpu-layers 999 \"$@\""},
+           {"sglang",
+            "exec python3 -m sglang.launch_server --model-path \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" "
+            "--tp 2 \"$@\""}}) {
+    v1::DeploymentSpec s = Base(c.engine);
+    s.set_served_model_name("chat");
+    s.add_command("--max-model-len");
+    s.add_command("4096");
+    auto argv = EngineCommand(s);
+    ASSERT_TRUE(argv.ok()) << argv.status().ToString();
+    ASSERT_EQ(argv->size(), 8u) << c.engine;
+    EXPECT_EQ((*argv)[0], "sh");
+    EXPECT_EQ((*argv)[1], "-c");
+    EXPECT_NE((*argv)[2].find(c.script_part), std::string::npos) << (*argv)[2];
+    EXPECT_EQ((*argv)[4], "/models/x y.gguf");
+    EXPECT_EQ((*argv)[5], "chat");
+    EXPECT_EQ((*argv)[6], "--max-model-len");
+    EXPECT_EQ((*argv)[7], "4096");
+  }
+  v1::DeploymentSpec custom = Base("custom");
+  custom.add_command("python3");
+  custom.add_command("serve.py");
+  EXPECT_EQ(*EngineCommand(custom), (std::vector<std::string>{"python3", "serve.py"}));
+}
+
+TEST(DeploymentSpecTest, ReplicaSpecIsANormalizedService) {
+  v1::DeploymentSpec s = Base("vllm");
+  ASSERT_TRUE(NormalizeDeploymentSpec(&s, DeploymentOptions()).ok());
+  DeploymentOptions o;
+  o.service_priority = 250;
+  auto job = ReplicaSpec(s, 3, o);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->priority(), 250);
+  EXPECT_EQ(job->deployment(), "llm");
+  EXPECT_EQ(job->deployment_revision(), 3);
+  EXPECT_EQ(job->gpus(), 2);
+  EXPECT_FALSE(job->preemptible());
+  EXPECT_EQ(job->service().model(), "llm");
+  EXPECT_EQ(job->owner(), "alice");
+  s.set_priority(900);
+  EXPECT_EQ(ReplicaSpec(s, 3, o)->priority(), 900);
+}
+
+TEST(DeploymentSpecTest, OnlyTemplateChangesMakeARevision) {
+  v1::DeploymentSpec a = Base("vllm");
+  ASSERT_TRUE(NormalizeDeploymentSpec(&a, DeploymentOptions()).ok());
+  v1::DeploymentSpec b = a;
+  b.set_replicas(5);
+  b.set_max_replicas(8);
+  b.set_target_outstanding(2);
+  EXPECT_FALSE(TemplateChanged(a, b));
+  b.set_model("/models/other");
+  EXPECT_TRUE(TemplateChanged(a, b));
+}
+
+TEST(DeploymentSpecTest, AutoscaleRule) {
+  v1::DeploymentSpec s = Base("vllm");
+  s.set_min_replicas(0);
+  s.set_max_replicas(10);
+  s.set_target_outstanding(4);
+  s.set_scale_down_idle_seconds(60);
+  const int64_t now = int64_t{1000} * 1'000'000'000;
+  const int64_t recent = now - int64_t{10} * 1'000'000'000;
+  const int64_t long_ago = now - int64_t{61} * 1'000'000'000;
+  EXPECT_EQ(AutoscaleWant(s, 9, 0, now, recent), 3);      // ceil(9 / 4)
+  EXPECT_EQ(AutoscaleWant(s, 8, 0, now, recent), 2);
+  EXPECT_EQ(AutoscaleWant(s, 400, 0, now, recent), 10);   // max
+  EXPECT_EQ(AutoscaleWant(s, 0, 0, now, recent), 1);      // not idle yet
+  EXPECT_EQ(AutoscaleWant(s, 0, 0, now, long_ago), 0);    // idle: zero
+  EXPECT_EQ(AutoscaleWant(s, 0, 1, now, long_ago), 1);    // one waits
+  s.set_min_replicas(2);
+  EXPECT_EQ(AutoscaleWant(s, 0, 0, now, long_ago), 2);    // min
+}
+
+TEST(ServiceSpecTest, ServiceJobsAreChecked) {
+  auto job = [] {
+    v1::JobSpec j;
+    j.set_gpus(1);
+    j.add_command("serve");
+    j.mutable_service()->mutable_readiness()->set_http_path("/ready");
+    return j;
+  };
+  v1::JobSpec ok = job();
+  EXPECT_TRUE(rpc::NormalizeJobSpec(&ok).ok());
+  auto refused = [&](const std::function<void(v1::JobSpec*)>& edit, const std::string& words) {
+    v1::JobSpec j = job();
+    edit(&j);
+    Status s = rpc::NormalizeJobSpec(&j);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << words;
+    EXPECT_NE(s.message().find(words), std::string::npos) << s.message();
+  };
+  refused([](v1::JobSpec* j) { j->set_replicas(2); }, "a service runs one process per job");
+  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_http_path("/a b"); }, "must start with '/'");
+  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_http_path(std::string(300, 'a').insert(0, "/")); },
+          "at most 256");
+  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_tcp(true); }, "both http_path and tcp");
+  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_liveness()->set_timeout_ms(-1); }, "timeout_ms -1");
+  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_liveness()->set_failure_threshold(1000); },
+          "failure_threshold 1000");
+  refused([](v1::JobSpec* j) { j->mutable_service()->set_ready_timeout_ms(-3); }, "ready_timeout_ms -3");
+  refused([](v1::JobSpec* j) {
+    j->mutable_service()->set_restart_backoff_ms(5000);
+    j->mutable_service()->set_max_restart_backoff_ms(1000);
+  }, "below restart_backoff_ms");
+  refused([](v1::JobSpec* j) { j->mutable_service()->set_model("bad model"); }, "service model 'bad model'");
+  refused([](v1::JobSpec* j) {
+    j->clear_service();
+    j->set_deployment("x");
+  }, "must be a service");
+}
+
+}  // namespace
+}  // namespace drover::server
