@@ -25,6 +25,7 @@
 #include "drover/agent/agent.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/exit_watcher.h"
+#include "drover/agent/service.h"
 #include "drover/agent/supervisor.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
@@ -94,6 +95,8 @@ struct RoleFlags {
   std::string rate_limit_reads = "5000:20000";
   std::string join_token;
   std::string token_file;
+  std::string service_ports;   // agent: "20000-29999" (empty: any free port)
+  std::string advertise_host;  // agent: the host its services are reached at
   // TLS (docs/security.md, "Across machines").
   std::string tls_cert;
   std::string tls_key;
@@ -586,6 +589,13 @@ int RunAgentRole(const RoleFlags& f) {
   o.gossip_listen = f.gossip_listen;
   o.checkpoint_root = f.checkpoint_root;
   o.state_dir = f.state_dir;
+  if (!f.service_ports.empty()) {
+    auto range = drover::agent::ParsePortRange(f.service_ports);
+    if (!range.ok()) return BadConfig(range.status());
+    o.service_port_first = range->first;
+    o.service_port_last = range->second;
+  }
+  o.advertise_host = f.advertise_host;
   auto retention = drover::ParseDurationMs(f.checkpoint_retention);
   if (!retention.ok()) return BadConfig(retention.status());
   o.checkpoint_retention = std::chrono::seconds(*retention / 1000);
@@ -886,6 +896,11 @@ int main(int argc, char** argv) {
   agent->add_option("--gossip-listen", f.gossip_listen,
                     "join the nodes' gossip group on this UDP address, one its peers can reach (10.0.0.7:7946; "
                     "docs/failures.md)");
+  agent->add_option("--service-ports", f.service_ports,
+                    "the ports services' replicas get (DROVER_PORT), FIRST-LAST (default: any free port)");
+  agent->add_option("--advertise-host", f.advertise_host,
+                    "the host the gateway reaches this node's services at (default: the --gossip-listen host, else "
+                    "127.0.0.1)");
   agent->add_option("--fault", f.faults, "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY] (repeatable)");
   agent->callback([&] { exit_code = RunAgentRole(f); });
 
