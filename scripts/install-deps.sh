@@ -30,6 +30,8 @@ PACKAGES=(
   iproute2 nftables python3
   # HA control plane: a real etcd (the store contract suite, `drover up --ha`)
   etcd-server etcd-client
+  # the gateway's benchmark baseline (bench/gateway_bench): a reverse proxy
+  nginx
   # metrics: a real Prometheus scrapes /metrics; promtool checks the format
   prometheus
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)

@@ -14,7 +14,8 @@
 // /v1/completions (usage: prompt_tokens = words of the prompt,
 // completion_tokens = max_tokens or the default; "stream": SSE, one token
 // per event, token_delay between them, stream_options.include_usage) and
-// /v1/embeddings (deterministic unit vectors, batch input).
+// /v1/embeddings (deterministic unit vectors, batch input; encoding_format
+// float or base64).
 //
 // Not a model: the words are "w<n>" derived from a hash of the prompt.
 
@@ -134,6 +135,21 @@ std::string PromptText(const json& req, bool chat) {
     add(req["prompt"]);
   }
   return text;
+}
+
+std::string Base64(const unsigned char* p, size_t n) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = static_cast<uint32_t>(p[i]) << 16;
+    if (i + 1 < n) v |= static_cast<uint32_t>(p[i + 1]) << 8;
+    if (i + 2 < n) v |= p[i + 2];
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[v & 63] : '=';
+  }
+  return out;
 }
 
 std::string Token(uint64_t h, int64_t i) { return "w" + std::to_string((h + static_cast<uint64_t>(i) * 7919) % 1000); }
@@ -296,6 +312,12 @@ class Session {
     } else {
       co_return co_await Send(400, "application/json", Error("'input' must be a string or a non-empty array", "invalid_request_error", "invalid_input"), keep);
     }
+    std::string format = r.contains("encoding_format") && r["encoding_format"].is_string()
+                             ? r["encoding_format"].get<std::string>() : "float";
+    if (format != "float" && format != "base64") {
+      co_return co_await Send(400, "application/json", Error("'encoding_format' must be float or base64", "invalid_request_error", "invalid_encoding_format"), keep);
+    }
+    const bool base64 = format == "base64";
     json data = json::array();
     int64_t tokens = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -309,7 +331,13 @@ class Session {
         norm += x * x;
       }
       for (auto& x : v) x /= std::sqrt(norm);
-      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", v}});
+      if (base64) {  // what the openai clients ask for by default: float32, little-endian
+        std::vector<float> f(v.begin(), v.end());
+        data.push_back({{"object", "embedding"}, {"index", i},
+                        {"embedding", Base64(reinterpret_cast<const unsigned char*>(f.data()), f.size() * sizeof(float))}});
+      } else {
+        data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", v}});
+      }
     }
     json out = {{"object", "list"}, {"data", data}, {"model", cfg.model},
                 {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};

@@ -255,12 +255,15 @@ Status GatewayImpl::Start() {
     auto waiting = out.Gauge("drover_gateway_waiting_requests", "Requests waiting for a replica, by model.");
     auto replicas = out.Gauge("drover_gateway_ready_replicas", "Ready replicas the gateway routes to, by model.");
     auto per = out.Gauge("drover_gateway_replica_outstanding_requests", "Requests in flight, by replica.");
+    auto engine = out.Gauge("drover_gateway_replica_engine_load",
+                            "The engine's own running + waiting requests, scraped (0 if unknown), by replica.");
     for (const auto& [model, e] : t->models) {
       outstanding.Add({{"model", model}}, static_cast<double>(e.stats->outstanding.load()));
       waiting.Add({{"model", model}}, static_cast<double>(e.stats->waiting.load()));
       replicas.Add({{"model", model}}, static_cast<double>(e.replicas.size()));
       for (const auto& r : e.replicas) {
         per.Add({{"model", model}, {"replica", r->id}}, static_cast<double>(r->outstanding.load()));
+        engine.Add({{"model", model}, {"replica", r->id}}, static_cast<double>(r->engine_load.load()));
       }
     }
   });
@@ -436,6 +439,12 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     if (ec == bhttp::error::header_limit) {
       Rejected("too_large")->Inc();
       co_await SendError(early, Status(Code::kOutOfRange, "the request header is too large"));
+      break;
+    }
+    if (ec == bhttp::error::body_limit) {  // a Content-Length over the limit
+      Rejected("too_large")->Inc();
+      co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
+                                                               std::to_string(options_.max_body_bytes) + " bytes"));
       break;
     }
     if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&

@@ -297,7 +297,7 @@ TEST_F(GatewayTest, EngineDyingMidStreamGivesAnErrorEvent) {
   json err = json::parse(r.body.substr(at + 6, r.body.find("\n\n", at) - at - 6));
   EXPECT_EQ(err["error"]["code"], "upstream_error");
   EXPECT_EQ(r.body.find("[DONE]"), std::string::npos);
-  EXPECT_EQ(Outstanding("m"), 0);
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));  // freed after the last write
   json u = json::parse(gw_->UsageJson());
   EXPECT_EQ(u["usage"][0]["errors"], 1);
 }
@@ -347,8 +347,8 @@ TEST_F(GatewayTest, LoadIsSpreadAndReported) {
   EXPECT_EQ(gw_->TakeLoad()[0].requests, 0);  // reset by the take
   auto served = [](ChildProcess& p) {
     std::string m = Http(p.port(), "GET", "/metrics").body;
-    size_t at = m.find("drover_test_engine_requests_total ");
-    return std::atoll(m.c_str() + at + 34);
+    size_t at = m.find("\ndrover_test_engine_requests_total ");
+    return at == std::string::npos ? -1 : std::atoll(m.c_str() + at + 35);
   };
   EXPECT_GT(served(*a), 1);  // plus the metrics request itself
   EXPECT_GT(served(*b), 1);
@@ -404,6 +404,60 @@ TEST_F(GatewayTest, WebSocketStreamsEachEventAsAMessage) {
   ASSERT_GE(messages.size(), 5u);  // role + 3 tokens + finish, then [DONE]
   EXPECT_EQ(json::parse(messages[0])["object"], "chat.completion.chunk");
   for (const auto& m : messages) EXPECT_EQ(m.find("\"usage\""), std::string::npos);
+}
+
+TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
+  auto e = Engine();
+  GatewayOptions o;
+  o.io_threads = 1;
+  o.embeddings_batch_window_us = 60'000'000;  // sent when full, not by time
+  o.embeddings_batch_max_inputs = 4;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  const std::vector<json> inputs = {"one", json::array({"two words", "three more words"}), "four"};
+  std::vector<HttpResponse> got(inputs.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    clients.emplace_back([&, i] { got[i] = Post("/v1/embeddings", {{"model", "m"}, {"input", inputs[i]}}); });
+  }
+  for (auto& t : clients) t.join();
+  int64_t tokens = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSERT_EQ(got[i].status, 200) << got[i].raw;
+    json alone = json::parse(Http(e->port(), "POST", "/v1/embeddings", json{{"model", "m"}, {"input", inputs[i]}}.dump()).body);
+    json batched = json::parse(got[i].body);
+    EXPECT_EQ(batched["data"], alone["data"]) << "request " << i;
+    tokens += batched["usage"]["prompt_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(tokens, 7);  // the merged call's usage, apportioned
+  std::string m = Http(gw_->port(), "GET", "/metrics").body;
+  EXPECT_NE(m.find("drover_gateway_embeddings_batches_total 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("drover_gateway_embeddings_batched_requests_total 3\n"), std::string::npos);
+  // Not mergeable (another field): goes alone, at once.
+  EXPECT_EQ(Post("/v1/embeddings", {{"model", "m"}, {"input", "x"}, {"dimensions", 4}}).status, 200);
+}
+
+TEST_F(GatewayTest, EngineMetricsAreScraped) {
+  auto e = Engine({"--token-delay-us", "20000"});
+  GatewayOptions o;
+  o.scrape_engine_metrics = true;
+  o.scrape_interval_ms = 5;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  // A long stream straight to the engine: running 1, plus the scrape itself.
+  Conn c(e->port());
+  json req = Chat("m", 100000);
+  req["stream"] = true;
+  ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", req.dump())));
+  EXPECT_TRUE(WaitFor([&] {
+    return Http(gw_->port(), "GET", "/metrics").body.find(
+               "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 2") != std::string::npos;
+  }));
+  c.Close();
+  EXPECT_TRUE(WaitFor([&] {
+    return Http(gw_->port(), "GET", "/metrics").body.find(
+               "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 1") != std::string::npos;
+  }));
 }
 
 // --- the pure parts ---

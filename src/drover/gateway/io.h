@@ -79,6 +79,16 @@ struct CallResult {
   bool stream_error = false;
   bool client_gone = false;
   Usage usage;
+  // Meters the call; run once, just before the answer's last write, so that
+  // a client that has its answer also finds it counted.
+  std::function<void(const CallResult&)> commit;
+  void Commit() {
+    if (commit) {
+      auto fn = std::move(commit);
+      commit = nullptr;
+      fn(*this);
+    }
+  }
 };
 
 }  // namespace drover::gateway

@@ -169,12 +169,21 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
     table = co_await WaitForReplica(w, info.model, *stats);
     it = table->models.find(info.model);
     if (it == table->models.end()) {
-      co_await SendError(sink, NotFound("the model '" + info.model + "' is no longer served"), "model");
       cell->errors.fetch_add(1, std::memory_order_relaxed);
+      co_await SendError(sink, NotFound("the model '" + info.model + "' is no longer served"), "model");
       co_return;
     }
   }
   CallResult res;
+  res.commit = [cell, auth, t0](const CallResult& r) {
+    if (r.status >= 400 || r.stream_error) cell->errors.fetch_add(1, std::memory_order_relaxed);
+    if (r.usage.found) {
+      cell->prompt_tokens.fetch_add(r.usage.prompt_tokens, std::memory_order_relaxed);
+      cell->completion_tokens.fetch_add(r.usage.completion_tokens, std::memory_order_relaxed);
+      ChargeTokens(*auth, r.usage.prompt_tokens + r.usage.completion_tokens, NowNs());
+    }
+    cell->latency->Observe(static_cast<double>(NowNs() - t0) / 1e9);
+  };
   if (it->second.replicas.empty()) {
     Rejected("unavailable")->Inc();
     std::string msg = "the model '" + info.model + "' has no ready replica";
@@ -182,6 +191,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
       msg += " (none started within " + std::to_string(options_.cold_start_wait_ms) + " ms)";
     }
     res.status = 503;
+    res.Commit();
     co_await SendError(sink, Unavailable(msg));
   } else if (embeddings && options_.embeddings_batch_window_us > 0) {
     co_await BatchEmbeddings(w, it->second, info, sink, res);
@@ -193,13 +203,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
     }
     co_await Route(w, it->second, path, body, strip, affinity, sink, res);
   }
-  if (res.status >= 400 || res.stream_error) cell->errors.fetch_add(1, std::memory_order_relaxed);
-  if (res.usage.found) {
-    cell->prompt_tokens.fetch_add(res.usage.prompt_tokens, std::memory_order_relaxed);
-    cell->completion_tokens.fetch_add(res.usage.completion_tokens, std::memory_order_relaxed);
-    ChargeTokens(*auth, res.usage.prompt_tokens + res.usage.completion_tokens, NowNs());
-  }
-  cell->latency->Observe(static_cast<double>(NowNs() - t0) / 1e9);
+  res.Commit();  // if no path did before its last write
 }
 
 awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path,
@@ -217,13 +221,10 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
       InFlight in_flight(*r, *entry.stats);
       o = co_await Forward(w, *r, path, body, strip_usage, sink, res, &why);
     }
-    if (o == Outcome::kDone) {
-      if (res.client_gone) counters_.client_cancels->Inc();
-      if (res.stream_error) counters_.stream_errors->Inc();
-      co_return;
-    }
+    if (o == Outcome::kDone) co_return;
   }
   res.status = 502;
+  res.Commit();
   co_await SendError(sink, Status(Code::kAborted, "no replica of model '" + entry.route.model + "' answered (" +
                                                       std::to_string(tried.size()) + " tried; last: " + why + ")"));
 }
@@ -297,6 +298,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       if (status == 200) res.usage = FindUsage(resp.body());
       beast::string_view ct = resp[bhttp::field::content_type];
       bool keep = sp.keep_alive();
+      res.Commit();
       bool ok = co_await sink.Whole(status, ct.empty() ? "application/json" : std::string_view(ct.data(), ct.size()),
                                     resp.body(), {});
       res.client_gone = !ok;
@@ -342,6 +344,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     res.usage = filter.usage();
     if (gone) {
       res.client_gone = true;
+      counters_.client_cancels->Inc();  // before the in-flight count drops
       co_return Outcome::kDone;  // `up` closes: the engine sees the request cancelled
     }
     if (broken && !filter.saw_done()) {
@@ -350,6 +353,8 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
         co_return Outcome::kRetry;
       }
       res.stream_error = true;
+      counters_.stream_errors->Inc();
+      res.Commit();
       std::string ev = "data: " +
                        ErrorJson("replica '" + r.id + "' failed mid-stream: " + ec.message(), "server_error",
                                  "upstream_error") +
@@ -357,6 +362,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       if (co_await sink.Events(ev)) co_await sink.EndStream();
       co_return Outcome::kDone;
     }
+    res.Commit();
     co_await sink.EndStream();
     if (!broken && bp.keep_alive()) w->idle[r.address].push_back(std::move(up));
     co_return Outcome::kDone;

@@ -1,0 +1,368 @@
+// gateway_bench: the gateway's own cost (issue 18), against a fast engine.
+//
+//   gateway_bench [--duration-s 3] [--rates 1000,10000] [--io-threads 1]
+//                 [--connections 64] [--engine PATH] [--nginx /usr/sbin/nginx]
+//                 [--no-nginx] [--no-search] [--p99-goal-us 1000]
+//
+// One drover-test-engine process (non-streamed chat completions, 1 token);
+// in front of it the gateway (in this process, its own io threads) and
+// Debian's nginx (a config generated into a temp dir: upstream keepalive,
+// as many workers as the gateway has io threads). An open-loop generator
+// (one thread, epoll, keep-alive connections) sends requests at a fixed
+// rate; latency runs from each request's scheduled send time, so a
+// stalled server is charged for the requests queued behind it (no
+// coordinated omission).
+//
+// 1. Added latency: at each rate, direct to the engine, then through the
+//    gateway, then through nginx, each for --duration-s, twice in turn;
+//    added = via - direct (p50, p99).
+// 2. Throughput at a p99 goal: the highest rate (searched) at which the
+//    p99 stays within --p99-goal-us, for the gateway and for nginx.
+//
+// Results: docs/gateway.md ("Performance").
+
+#include <sys/epoll.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "drover/gateway/gateway.h"
+#include "gateway/engine_process.h"
+
+namespace {
+
+using drover::gateway::testing::ChildProcess;
+
+int64_t Now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+struct Result {
+  std::vector<int64_t> lat_ns;  // sorted
+  int64_t unfinished = 0;
+  int64_t errors = 0;
+  double achieved_rps = 0;
+  int64_t P(double q) const {
+    if (lat_ns.empty()) return -1;
+    size_t i = std::min(lat_ns.size() - 1, static_cast<size_t>(q * static_cast<double>(lat_ns.size())));
+    return lat_ns[i];
+  }
+};
+
+struct Client {
+  int fd = -1;
+  bool busy = false;
+  int64_t sched = 0;
+  std::string in;
+};
+
+// Whether `b` holds a whole response; its length in *n, status ok in *ok.
+bool WholeResponse(const std::string& b, size_t* n, bool* ok) {
+  size_t he = b.find("\r\n\r\n");
+  if (he == std::string::npos) return false;
+  *ok = b.compare(9, 3, "200") == 0;
+  // Content-Length, case-insensitively.
+  size_t pos = 0;
+  while (pos < he) {
+    size_t le = b.find("\r\n", pos);
+    if (le - pos > 15 && strncasecmp(b.data() + pos, "content-length:", 15) == 0) {
+      size_t len = std::strtoull(b.c_str() + pos + 15, nullptr, 10);
+      if (b.size() < he + 4 + len) return false;
+      *n = he + 4 + len;
+      return true;
+    }
+    if (le - pos > 18 && strncasecmp(b.data() + pos, "transfer-encoding:", 18) == 0) {
+      size_t end = b.find("\r\n0\r\n\r\n", he);
+      if (end == std::string::npos) return false;
+      *n = end + 7;
+      return true;
+    }
+    pos = le + 2;
+  }
+  *n = he + 4;
+  return true;
+}
+
+// Sends `rate` requests a second for `seconds` over `conns` keep-alive
+// connections to 127.0.0.1:port.
+Result Run(int port, double rate, double seconds, int conns, const std::string& request) {
+  Result res;
+  int ep = epoll_create1(0);
+  std::vector<Client> clients(static_cast<size_t>(conns));
+  std::vector<Client*> idle;
+  for (auto& c : clients) {
+    drover::gateway::testing::Conn tmp(port);
+    if (!tmp.ok()) {
+      std::fprintf(stderr, "gateway_bench: cannot connect to port %d\n", port);
+      std::exit(1);
+    }
+    c.fd = ::dup(tmp.fd());
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &c;
+    epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
+    idle.push_back(&c);
+  }
+  std::deque<int64_t> pending;
+  const int64_t t0 = Now() + 1'000'000;
+  const int64_t interval = static_cast<int64_t>(1e9 / rate);
+  const int64_t total = static_cast<int64_t>(rate * seconds);
+  const int64_t end_by = t0 + static_cast<int64_t>(seconds * 1e9) + 2'000'000'000;  // drain 2 s at most
+  int64_t issued = 0, done = 0;
+  res.lat_ns.reserve(static_cast<size_t>(total));
+  epoll_event events[256];
+  while (done + res.errors < total) {
+    int64_t now = Now();
+    if (now > end_by) break;
+    while (issued < total && t0 + issued * interval <= now) pending.push_back(t0 + issued++ * interval);
+    while (!pending.empty() && !idle.empty()) {
+      Client* c = idle.back();
+      idle.pop_back();
+      c->busy = true;
+      c->sched = pending.front();
+      pending.pop_front();
+      if (::send(c->fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+        ++res.errors;
+      }
+    }
+    int64_t next = issued < total ? t0 + issued * interval : now + 1'000'000;
+    int64_t wait = std::max<int64_t>(0, next - Now());
+    timespec ts{static_cast<time_t>(wait / 1'000'000'000), static_cast<long>(wait % 1'000'000'000)};
+    int n = epoll_pwait2(ep, events, 256, &ts, nullptr);
+    for (int i = 0; i < n; ++i) {
+      auto* c = static_cast<Client*>(events[i].data.ptr);
+      char tmp[65536];
+      ssize_t r = ::recv(c->fd, tmp, sizeof tmp, 0);
+      if (r <= 0) {
+        std::fprintf(stderr, "gateway_bench: the server closed a connection\n");
+        epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
+        ++res.errors;
+        continue;
+      }
+      c->in.append(tmp, static_cast<size_t>(r));
+      size_t len;
+      bool ok;
+      if (c->busy && WholeResponse(c->in, &len, &ok)) {
+        int64_t t = Now();
+        c->in.erase(0, len);
+        c->busy = false;
+        ++done;
+        if (ok) res.lat_ns.push_back(t - c->sched);
+        else ++res.errors;
+        idle.push_back(c);
+      }
+    }
+  }
+  res.unfinished = total - done - res.errors;
+  res.achieved_rps = static_cast<double>(done) / ((static_cast<double>(Now() - t0)) / 1e9);
+  for (auto& c : clients) ::close(c.fd);
+  ::close(ep);
+  std::sort(res.lat_ns.begin(), res.lat_ns.end());
+  return res;
+}
+
+struct Nginx {
+  std::string dir;
+  std::unique_ptr<ChildProcess> proc;
+  int port = 0;
+};
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::optional<Nginx> StartNginx(const std::string& binary, int workers, int engine_port) {
+  Nginx n;
+  char tmpl[] = "/tmp/gateway_bench_nginx.XXXXXX";
+  if (!::mkdtemp(tmpl)) return std::nullopt;
+  n.dir = tmpl;
+  n.port = FreePort();
+  std::ofstream conf(n.dir + "/nginx.conf");
+  conf << "daemon off;\nmaster_process on;\nuser root root;\nworker_processes " << workers << ";\n"
+       << "pid " << n.dir << "/nginx.pid;\nerror_log " << n.dir << "/error.log warn;\n"
+       << "events { worker_connections 4096; }\n"
+       << "http {\n  access_log off;\n  client_body_temp_path " << n.dir << "/body;\n"
+       << "  proxy_temp_path " << n.dir << "/proxy;\n  fastcgi_temp_path " << n.dir << "/fcgi;\n"
+       << "  uwsgi_temp_path " << n.dir << "/uwsgi;\n  scgi_temp_path " << n.dir << "/scgi;\n"
+       << "  keepalive_requests 1000000;\n"
+       << "  upstream engine { server 127.0.0.1:" << engine_port << "; keepalive 256; }\n"
+       << "  server {\n    listen 127.0.0.1:" << n.port << " reuseport;\n"
+       << "    location / {\n      proxy_pass http://engine;\n      proxy_http_version 1.1;\n"
+       << "      proxy_set_header Connection \"\";\n      proxy_buffering on;\n    }\n  }\n}\n";
+  conf.close();
+  // nginx prints nothing when it starts: a shell prints the line once the port answers.
+  std::string script = "'" + binary + "' -p '" + n.dir + "' -c '" + n.dir + "/nginx.conf' & pid=$!; " +
+                       "for i in $(seq 500); do (exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(n.port) +
+                       ") 2>/dev/null && break; sleep 0.01; done; echo \"listening on " + std::to_string(n.port) +
+                       "\"; wait $pid";
+  n.proc = std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/bash", "-c", script});
+  if (n.proc->port() != n.port) return std::nullopt;
+  return n;
+}
+
+void Print(const char* what, double rate, const Result& r) {
+  std::printf("  %-8s %7.0f req/s offered, %7.0f done: p50 %7.1f us  p99 %8.1f us  p99.9 %8.1f us  errors %" PRId64
+              " unfinished %" PRId64 "\n",
+              what, rate, r.achieved_rps, static_cast<double>(r.P(0.5)) / 1e3, static_cast<double>(r.P(0.99)) / 1e3,
+              static_cast<double>(r.P(0.999)) / 1e3, r.errors, r.unfinished);
+  std::fflush(stdout);
+}
+
+Result Merge(const Result& a, const Result& b) {
+  Result m = a;
+  m.lat_ns.insert(m.lat_ns.end(), b.lat_ns.begin(), b.lat_ns.end());
+  std::sort(m.lat_ns.begin(), m.lat_ns.end());
+  m.errors += b.errors;
+  m.unfinished += b.unfinished;
+  m.achieved_rps = (a.achieved_rps + b.achieved_rps) / 2;
+  return m;
+}
+
+// The highest rate with p99 <= goal (and nothing unfinished), by doubling then bisecting.
+double Search(int port, double seconds, int conns, const std::string& req, int64_t goal_ns, const char* what) {
+  double good = 0, bad = 0, rate = 2000;
+  for (int i = 0; i < 12; ++i) {
+    Result r = Run(port, rate, seconds, conns, req);
+    bool ok = r.unfinished == 0 && r.errors == 0 && r.P(0.99) <= goal_ns && r.P(0.99) >= 0;
+    Print(what, rate, r);
+    if (ok) good = rate;
+    else bad = rate;
+    if (bad == 0) rate *= 2;
+    else if (bad - good <= std::max(500.0, good * 0.05)) break;
+    else rate = (good + bad) / 2;
+  }
+  return good;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 3;
+  std::vector<double> rates = {1000, 10000};
+  int io_threads = 1, conns = 64;
+  int64_t goal_us = 1000;
+  std::string engine = TEST_ENGINE_BINARY, nginx = "/usr/sbin/nginx";
+  bool use_nginx = true, search = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gateway_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--duration-s") seconds = std::stod(next());
+    else if (a == "--io-threads") io_threads = std::stoi(next());
+    else if (a == "--connections") conns = std::stoi(next());
+    else if (a == "--engine") engine = next();
+    else if (a == "--nginx") nginx = next();
+    else if (a == "--no-nginx") use_nginx = false;
+    else if (a == "--no-search") search = false;
+    else if (a == "--p99-goal-us") goal_us = std::stoll(next());
+    else if (a == "--rates") {
+      rates.clear();
+      std::string s = next();
+      for (size_t p = 0; p < s.size();) {
+        size_t c = s.find(',', p);
+        rates.push_back(std::stod(s.substr(p, c - p)));
+        p = c == std::string::npos ? s.size() : c + 1;
+      }
+    } else {
+      std::fprintf(stderr, "gateway_bench: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  ChildProcess eng({engine, "--port", "0", "--model", "bench", "--default-max-tokens", "1"});
+  if (eng.port() == 0) {
+    std::fprintf(stderr, "gateway_bench: the engine did not start\n");
+    return 1;
+  }
+  drover::gateway::GatewayOptions o;
+  o.io_threads = io_threads;
+  auto gw = drover::gateway::StartGateway(
+      o, [](std::string_view) -> drover::Result<drover::gateway::KeyInfo> { return drover::gateway::KeyInfo{"k", "bench", "t"}; },
+      nullptr);
+  if (!gw.ok()) {
+    std::fprintf(stderr, "gateway_bench: %s\n", gw.status().ToString().c_str());
+    return 1;
+  }
+  (*gw)->SetRoutes({{"bench", "bench", "", false, {{"j-1", eng.address()}}}});
+  std::optional<Nginx> ngx;
+  if (use_nginx) {
+    ngx = StartNginx(nginx, io_threads, eng.port());
+    if (!ngx) {
+      std::fprintf(stderr, "gateway_bench: nginx (%s) did not start; --no-nginx to skip it\n", nginx.c_str());
+      return 1;
+    }
+  }
+  const std::string body = R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})";
+  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer sk-bench\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::printf("gateway_bench: engine :%d, gateway :%d (%d io threads)%s, %d connections, %.1f s a run\n", eng.port(),
+              (*gw)->port(), io_threads, ngx ? (", nginx :" + std::to_string(ngx->port)).c_str() : "", conns, seconds);
+  // Warm up every path (connections, pools, caches).
+  Run(eng.port(), 2000, 0.5, conns, req);
+  Run((*gw)->port(), 2000, 0.5, conns, req);
+  if (ngx) Run(ngx->port, 2000, 0.5, conns, req);
+
+  std::printf("\n1. added latency (open loop, two rounds each)\n");
+  for (double rate : rates) {
+    Result d, g, n;
+    for (int round = 0; round < 2; ++round) {
+      d = round ? Merge(d, Run(eng.port(), rate, seconds, conns, req)) : Run(eng.port(), rate, seconds, conns, req);
+      g = round ? Merge(g, Run((*gw)->port(), rate, seconds, conns, req)) : Run((*gw)->port(), rate, seconds, conns, req);
+      if (ngx) n = round ? Merge(n, Run(ngx->port, rate, seconds, conns, req)) : Run(ngx->port, rate, seconds, conns, req);
+    }
+    Print("direct", rate, d);
+    Print("gateway", rate, g);
+    if (ngx) Print("nginx", rate, n);
+    std::printf("  => gateway adds p50 %+.1f us, p99 %+.1f us", static_cast<double>(g.P(0.5) - d.P(0.5)) / 1e3,
+                static_cast<double>(g.P(0.99) - d.P(0.99)) / 1e3);
+    if (ngx) {
+      std::printf("; nginx adds p50 %+.1f us, p99 %+.1f us", static_cast<double>(n.P(0.5) - d.P(0.5)) / 1e3,
+                  static_cast<double>(n.P(0.99) - d.P(0.99)) / 1e3);
+    }
+    std::printf("\n");
+  }
+  if (search) {
+    std::printf("\n2. highest rate with p99 <= %" PRId64 " us\n", goal_us);
+    double e = Search(eng.port(), seconds, conns, req, goal_us * 1000, "direct");
+    double gr = Search((*gw)->port(), seconds, conns, req, goal_us * 1000, "gateway");
+    double nr = ngx ? Search(ngx->port, seconds, conns, req, goal_us * 1000, "nginx") : 0;
+    std::printf("  => direct %.0f req/s, gateway %.0f req/s%s\n", e, gr,
+                ngx ? (", nginx " + std::to_string(static_cast<int64_t>(nr)) + " req/s").c_str() : "");
+  }
+  (*gw)->Stop();
+  if (ngx) {
+    ngx->proc->Kill();
+    // The master's workers exit with it; the pid file names the master.
+    std::ifstream pidf(ngx->dir + "/nginx.pid");
+    pid_t pid = 0;
+    if (pidf >> pid && pid > 0) ::kill(pid, SIGTERM);
+    std::string rm = "rm -rf '" + ngx->dir + "'";
+    if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "gateway_bench: could not remove %s\n", ngx->dir.c_str());
+  }
+  return 0;
+}
