@@ -84,6 +84,7 @@ ControlLoop::~ControlLoop() { Stop(); }
 
 Status ControlLoop::Start() {
   DROVER_RETURN_IF_ERROR(options_.lease.Validate());
+  DROVER_RETURN_IF_ERROR(ValidateDeploymentOptions(options_.deployments));
   DROVER_RETURN_IF_ERROR(LoadGossipSecret());
   DROVER_RETURN_IF_ERROR(Recover());
   archiver_.Start();

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -16,6 +18,9 @@
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop_test_fixture.h"
 #include "drover/server/deployments.h"
+#include "drover/server/edge.h"
+#include "drover/server/rest.h"
+#include "drover/server/rest_streams.h"
 
 namespace drover::server::testing {
 namespace {
@@ -524,6 +529,69 @@ TEST_F(DeploymentTest, GatewayKeysCarryTheirOwnAndTheirTenantsLimits) {
   rv.set_id(key->token_id());
   ASSERT_TRUE(api.RevokeToken(admin, rv).ok());
   EXPECT_EQ(api.ResolveGatewayKey(created->token()).status().code(), Code::kUnauthenticated);
+}
+
+TEST_F(DeploymentTest, TheRestRoutes) {
+  Connect("n1", 4);
+  auth::Authority authority(store_.get(), &clock_);
+  auth::CreateTokenRequest cr;
+  cr.name = "root";
+  cr.tenant = "default";
+  cr.role = auth::Role::kAdmin;
+  auto admin = authority.MintInternal(cr);
+  cr.name = "ann";
+  cr.tenant = "team-a";
+  cr.role = auth::Role::kUser;
+  auto user = authority.MintInternal(cr);
+  ASSERT_TRUE(admin.ok() && user.ok());
+  ApiService api(loop_.get(), nullptr, &authority, nullptr);
+  Edge edge(&authority, &clock_, SecurityOptions{});
+  metrics::Registry metrics;
+  RestStreams streams(&api);
+  http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &metrics, &streams});
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body,
+                  const std::string& token) {
+    http::Request r;
+    r.method = method;
+    r.path = path;
+    r.body = body;
+    r.headers["authorization"] = "Bearer " + token;
+    if (!body.empty()) r.headers["content-type"] = "application/json";
+    r.remote = "127.0.0.1:5555";
+    http::Response resp = handler(r);
+    Must(loop_->Barrier());
+    return resp;
+  };
+  auto json = [](const http::Response& r) { return nlohmann::json::parse(r.body, nullptr, false); };
+  const std::string apply = R"({"spec": {"name": "web", "model": "/m/web", "engine": "vllm", "replicas": 1}})";
+  http::Response created = call("POST", "/api/v1/deployments", apply, *user);
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(json(created)["spec"]["tenant"], "team-a");
+  EXPECT_EQ(call("POST", "/api/v1/deployments", apply, *user).status, 409);
+  EXPECT_EQ(call("GET", "/api/v1/deployments/web", "", *user).status, 200);
+  http::Response scaled = call("POST", "/api/v1/deployments/web/scale", R"({"replicas": 2})", *user);
+  ASSERT_EQ(scaled.status, 200) << scaled.body;
+  EXPECT_EQ(json(scaled)["status"]["desiredReplicas"], 2);
+  EXPECT_EQ(Replicas("web").size(), 2u);
+  EXPECT_EQ(call("POST", "/api/v1/deployments/web/scale", R"({"replicas": -2})", *user).status, 400);
+  EXPECT_EQ(json(call("GET", "/api/v1/deployments", "", *admin))["deployments"].size(), 1u);
+  EXPECT_EQ(json(call("GET", "/api/v1/serving/endpoints", "", *user))["models"].size(), 1u);
+  const std::string load = R"({"gateway": "gw-1", "models": [{"model": "web", "outstanding": "3"}]})";
+  EXPECT_EQ(call("POST", "/api/v1/serving/load", load, *user).status, 403);
+  EXPECT_EQ(call("POST", "/api/v1/serving/load", load, *admin).status, 200);
+  EXPECT_EQ(json(call("GET", "/api/v1/deployments/web", "", *user))["status"]["outstanding"], "3");
+  http::Response key = call("POST", "/api/v1/serving/keys:resolve", R"({"token": ")" + *user + R"("})", *admin);
+  ASSERT_EQ(key.status, 200) << key.body;
+  EXPECT_EQ(json(key)["tenant"], "team-a");
+  EXPECT_EQ(call("POST", "/api/v1/serving/keys:resolve", R"({"token": "drv_x"})", *admin).status, 401);
+  http::Response bad = call("POST", "/api/v1/deployments", R"({"spec": {"name": "x", "model": "m", "engine": "tgi"}})",
+                            *user);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("engine 'tgi' is unknown"), std::string::npos) << bad.body;
+  EXPECT_EQ(call("POST", "/api/v1/deployments", "{", *user).status, 400);
+  EXPECT_EQ(call("PUT", "/api/v1/deployments/web", apply, *user).status, 405);
+  EXPECT_EQ(call("DELETE", "/api/v1/deployments/web", "", *user).status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/deployments/web", "", *user).status, 404);
 }
 
 }  // namespace

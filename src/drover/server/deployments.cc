@@ -25,6 +25,18 @@ std::string Excerpt(std::string_view s) {
 
 }  // namespace
 
+Status ValidateDeploymentOptions(const DeploymentOptions& o) {
+  if (o.service_priority < 0 || o.service_priority > rpc::kMaxPriority) {
+    return InvalidArgument(
+        fmt::format("--service-priority {} is outside 0..{}", o.service_priority, rpc::kMaxPriority));
+  }
+  if (o.load_staleness_ms <= 0 || o.scale_down_window_ms < 0 || o.max_replace_backoff_ms < 1000) {
+    return InvalidArgument("deployment options: load staleness must be positive, the scale-down window not negative "
+                           "and the replace back-off at least 1 s");
+  }
+  return Status::Ok();
+}
+
 Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions& options) {
   DROVER_RETURN_IF_ERROR(ValidateName("deployment name", spec->name()));
   DROVER_RETURN_IF_ERROR(ValidateName("tenant", spec->tenant()));

@@ -32,6 +32,10 @@ struct DeploymentOptions {
   int64_t max_replace_backoff_ms = 60'000;
 };
 
+// kInvalidArgument naming the flag: a service priority outside 0..1000, a
+// time that is not positive. ControlLoop::Start checks it.
+Status ValidateDeploymentOptions(const DeploymentOptions& options);
+
 inline constexpr int32_t kMaxDeploymentReplicas = 256;
 inline constexpr double kDefaultTargetOutstanding = 4.0;
 inline constexpr int32_t kDefaultScaleDownIdleSeconds = 300;

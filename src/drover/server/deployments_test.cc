@@ -124,6 +124,15 @@ TEST(DeploymentSpecTest, AutoscaleRule) {
   EXPECT_EQ(AutoscaleWant(s, 0, 0, now, long_ago), 2);    // min
 }
 
+TEST(DeploymentSpecTest, OptionsAreChecked) {
+  EXPECT_TRUE(ValidateDeploymentOptions(DeploymentOptions()).ok());
+  DeploymentOptions o;
+  o.service_priority = 5000;
+  Status s = ValidateDeploymentOptions(o);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("--service-priority 5000"), std::string::npos) << s.message();
+}
+
 TEST(ServiceSpecTest, ServiceJobsAreChecked) {
   auto job = [] {
     v1::JobSpec j;
