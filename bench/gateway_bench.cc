@@ -4,6 +4,11 @@
 //                 [--connections 64] [--engine PATH] [--nginx /usr/sbin/nginx]
 //                 [--no-nginx] [--no-search] [--p99-goal-us 1000]
 //
+// --rates "" skips part 1. CPU per request (user + system time of the
+// gateway's io threads, of nginx's workers, of the engine, from /proc) is
+// printed with part 1: unlike latency, it says little about the machine's
+// other load.
+//
 // One drover-test-engine process (non-streamed chat completions, 1 token);
 // in front of it the gateway (in this process, its own io threads) and
 // Debian's nginx (a config generated into a temp dir: upstream keepalive,
@@ -21,6 +26,7 @@
 //
 // Results: docs/gateway.md ("Performance").
 
+#include <dirent.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 
@@ -33,6 +39,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -173,6 +180,54 @@ Result Run(int port, double rate, double seconds, int conns, const std::string& 
   return res;
 }
 
+// CPU seconds (user + system) of the threads of `pid` whose name starts
+// with `prefix` (all threads when empty), from /proc.
+double CpuSeconds(pid_t pid, const std::string& prefix = {}) {
+  double total = 0;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return 0;
+  while (dirent* e = ::readdir(d.get())) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream stat(dir + "/" + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::string comm = line.substr(open + 1, close - open - 1);
+    if (!prefix.empty() && comm.rfind(prefix, 0) != 0) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string f;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> f; ++i) {
+      if (i == 14) utime = std::stod(f);
+      if (i == 15) stime = std::stod(f);
+    }
+    total += (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  return total;
+}
+
+// The pids of the children of `parent` (nginx's workers).
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir("/proc"), ::closedir);
+  while (dirent* e = ::readdir(d.get())) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
+  }
+  return out;
+}
+
 struct Nginx {
   std::string dir;
   std::unique_ptr<ChildProcess> proc;
@@ -241,14 +296,14 @@ Result Merge(const Result& a, const Result& b) {
 // The highest rate with p99 <= goal (and nothing unfinished), by doubling then bisecting.
 double Search(int port, double seconds, int conns, const std::string& req, int64_t goal_ns, const char* what) {
   double good = 0, bad = 0, rate = 2000;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < 12 && rate >= 250; ++i) {
     Result r = Run(port, rate, seconds, conns, req);
     bool ok = r.unfinished == 0 && r.errors == 0 && r.P(0.99) <= goal_ns && r.P(0.99) >= 0;
     Print(what, rate, r);
     if (ok) good = rate;
     else bad = rate;
     if (bad == 0) rate *= 2;
-    else if (bad - good <= std::max(500.0, good * 0.05)) break;
+    else if (bad - good <= std::max(250.0, good * 0.05)) break;
     else rate = (good + bad) / 2;
   }
   return good;
@@ -327,14 +382,46 @@ int main(int argc, char** argv) {
   Run((*gw)->port(), 2000, 0.5, conns, req);
   if (ngx) Run(ngx->port, 2000, 0.5, conns, req);
 
+  pid_t nginx_master = 0;
+  if (ngx) {
+    std::ifstream pidf(ngx->dir + "/nginx.pid");
+    pidf >> nginx_master;
+  }
+  auto nginx_cpu = [&] {
+    double c = 0;
+    if (nginx_master > 0) {
+      for (pid_t p : Children(nginx_master)) c += CpuSeconds(p);
+    }
+    return c;
+  };
   std::printf("\n1. added latency (open loop, two rounds each)\n");
   for (double rate : rates) {
     Result d, g, n;
+    double gw_cpu = 0, ngx_cpu = 0, eng_cpu = 0;
+    int64_t gw_n = 0, ngx_n = 0, eng_n = 0;
     for (int round = 0; round < 2; ++round) {
-      d = round ? Merge(d, Run(eng.port(), rate, seconds, conns, req)) : Run(eng.port(), rate, seconds, conns, req);
-      g = round ? Merge(g, Run((*gw)->port(), rate, seconds, conns, req)) : Run((*gw)->port(), rate, seconds, conns, req);
-      if (ngx) n = round ? Merge(n, Run(ngx->port, rate, seconds, conns, req)) : Run(ngx->port, rate, seconds, conns, req);
+      double c0 = CpuSeconds(eng.pid());
+      Result rd = Run(eng.port(), rate, seconds, conns, req);
+      eng_cpu += CpuSeconds(eng.pid()) - c0;
+      eng_n += static_cast<int64_t>(rd.lat_ns.size());
+      d = round ? Merge(d, rd) : rd;
+      c0 = CpuSeconds(::getpid(), "drover-gw-");
+      Result rg = Run((*gw)->port(), rate, seconds, conns, req);
+      gw_cpu += CpuSeconds(::getpid(), "drover-gw-") - c0;
+      gw_n += static_cast<int64_t>(rg.lat_ns.size());
+      g = round ? Merge(g, rg) : rg;
+      if (ngx) {
+        c0 = nginx_cpu();
+        Result rn = Run(ngx->port, rate, seconds, conns, req);
+        ngx_cpu += nginx_cpu() - c0;
+        ngx_n += static_cast<int64_t>(rn.lat_ns.size());
+        n = round ? Merge(n, rn) : rn;
+      }
     }
+    std::printf("  CPU per request: engine %.1f us; gateway io threads %.1f us", eng_cpu / static_cast<double>(std::max<int64_t>(1, eng_n)) * 1e6,
+                gw_cpu / static_cast<double>(std::max<int64_t>(1, gw_n)) * 1e6);
+    if (ngx) std::printf("; nginx workers %.1f us", ngx_cpu / static_cast<double>(std::max<int64_t>(1, ngx_n)) * 1e6);
+    std::printf("\n");
     Print("direct", rate, d);
     Print("gateway", rate, g);
     if (ngx) Print("nginx", rate, n);

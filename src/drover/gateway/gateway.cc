@@ -2,6 +2,7 @@
 // (HTTP/1.1 keep-alive and WebSocket), the routing table. The proxy path is
 // in proxy.cc.
 
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -92,12 +93,12 @@ class HttpSink final : public Sink {
     watching_ = std::make_shared<bool>(true);
     auto flag = watching_;
     auto c = c_;
-    c_->stream.socket().async_wait(
+    c_->stream.socket.async_wait(
         tcp::socket::wait_read, [flag, c, fn = std::move(on_gone)](const beast::error_code& ec) {
           if (!*flag || ec) return;
           beast::error_code e2;
           // Readable with nothing to read: the peer closed (or reset).
-          if (c->stream.socket().available(e2) == 0 || e2) fn();
+          if (c->stream.socket.available(e2) == 0 || e2) fn();
         });
   }
   void Unwatch() override {
@@ -105,7 +106,7 @@ class HttpSink final : public Sink {
     *watching_ = false;
     watching_.reset();
     beast::error_code ec;
-    c_->stream.socket().cancel(ec);
+    c_->stream.socket.cancel(ec);
   }
 
  private:
@@ -113,8 +114,9 @@ class HttpSink final : public Sink {
   awaitable<bool> Write(const Buffers& bufs) {
     if (!ok_) co_return false;
     beast::error_code ec;
-    c_->stream.expires_after(Ms(write_timeout_ms_));
-    co_await net::async_write(c_->stream, bufs, Await(ec));
+    c_->stream.ExpiresAfterMs(write_timeout_ms_);
+    co_await net::async_write(c_->stream.socket, bufs, Await(ec));
+    c_->stream.Never();
     if (ec) ok_ = false;
     co_return ok_;
   }
@@ -291,8 +293,11 @@ Status GatewayImpl::Start() {
   for (auto& w : workers_) {
     Worker* wp = w.get();
     net::co_spawn(wp->ioc, Accept(wp), net::detached);
+    net::co_spawn(wp->ioc, Sweep(wp), net::detached);
     if (wp->index == 0 && options_.scrape_engine_metrics) net::co_spawn(wp->ioc, ScrapeLoop(wp), net::detached);
     wp->thread = std::thread([wp] {
+      std::string name = "drover-gw-" + std::to_string(wp->index);
+      ::pthread_setname_np(::pthread_self(), name.c_str());
       auto guard = net::make_work_guard(wp->ioc);
       wp->ioc.run();
     });
@@ -422,7 +427,28 @@ awaitable<void> GatewayImpl::Accept(Worker* w) {
       continue;
     }
     s.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(w->ioc, Serve(w, std::make_shared<Conn>(std::move(s))), net::detached);
+    net::co_spawn(w->ioc, Serve(w, std::make_shared<Conn>(w, std::move(s))), net::detached);
+  }
+}
+
+awaitable<void> GatewayImpl::Sweep(Worker* w) {
+  net::steady_timer timer(w->ioc);
+  std::vector<TimedSocket*> late;
+  for (;;) {
+    timer.expires_after(Ms(kSweepPeriodMs));
+    beast::error_code ec;
+    co_await timer.async_wait(Await(ec));
+    if (ec) co_return;
+    const int64_t now = NowNs();
+    late.clear();
+    for (TimedSocket* t : w->timed) {
+      if (t->deadline_ns < now) late.push_back(t);
+    }
+    for (TimedSocket* t : late) {
+      t->timed_out = true;
+      t->Never();
+      t->socket.close(ec);
+    }
   }
 }
 
@@ -433,8 +459,8 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     bhttp::request_parser<bhttp::string_body> parser;
     parser.header_limit(static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
     parser.body_limit(options_.max_body_bytes);
-    c->stream.expires_after(Ms(first ? options_.header_timeout_ms : options_.idle_timeout_ms));
-    co_await bhttp::async_read_header(c->stream, c->buf, parser, Await(ec));
+    c->stream.ExpiresAfterMs(first ? options_.header_timeout_ms : options_.idle_timeout_ms);
+    co_await bhttp::async_read_header(c->stream.socket, c->buf, parser, Await(ec));
     HttpSink early(c, false, options_.write_timeout_ms);
     if (ec == bhttp::error::header_limit) {
       Rejected("too_large")->Inc();
@@ -473,11 +499,11 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
         break;
       }
       static constexpr std::string_view k100 = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await net::async_write(c->stream, net::buffer(k100.data(), k100.size()), Await(ec));
+      co_await net::async_write(c->stream.socket, net::buffer(k100.data(), k100.size()), Await(ec));
       if (ec) break;
     }
-    c->stream.expires_after(Ms(options_.header_timeout_ms));
-    co_await bhttp::async_read(c->stream, c->buf, parser, Await(ec));
+    c->stream.ExpiresAfterMs(options_.header_timeout_ms);
+    co_await bhttp::async_read(c->stream.socket, c->buf, parser, Await(ec));
     if (ec == bhttp::error::body_limit) {
       Rejected("too_large")->Inc();
       co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
@@ -491,13 +517,14 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
       break;
     }
     if (ec) break;
+    c->stream.Never();  // while the answer is being made (a stream may take minutes)
     const auto& req = parser.get();
     HttpSink sink(c, req.keep_alive(), options_.write_timeout_ms);
     co_await Handle(w, req, sink);
     if (!sink.keep_alive()) break;
   }
-  c->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  c->stream.close();
+  c->stream.socket.shutdown(tcp::socket::shutdown_send, ec);
+  c->stream.socket.close(ec);
 }
 
 awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::string_body>& req, Sink& sink) {
@@ -589,7 +616,8 @@ awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c,
     co_return;
   }
   std::string session(req["x-session-id"]);
-  ws::stream<beast::tcp_stream> wss(std::move(c->stream));
+  c->stream.Never();
+  ws::stream<beast::tcp_stream> wss(std::move(c->stream.socket));
   wss.set_option(ws::stream_base::timeout::suggested(beast::role_type::server));
   wss.read_message_max(options_.max_body_bytes);
   beast::error_code ec;

@@ -49,6 +49,7 @@ struct Worker {
   std::unordered_map<std::string, UsageCell*> cells;  // tenant \0 model \0 key
   std::vector<net::steady_timer*> cold_waiters;
   std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches;  // by model
+  std::unordered_set<TimedSocket*> timed;  // every socket with a deadline
   std::thread thread;
   // Last: destroyed first, so that the coroutine frames it destroys may
   // still touch the members above.
@@ -69,6 +70,8 @@ class GatewayImpl final : public Gateway {
 
   // --- used by the connection code (gateway.cc) ---
   awaitable<void> Accept(Worker* w);
+  // Closes the sockets of `w` past their deadline, every kSweepPeriodMs.
+  awaitable<void> Sweep(Worker* w);
   awaitable<void> Serve(Worker* w, std::shared_ptr<struct Conn> c);
   awaitable<void> ServeWebSocket(Worker* w, std::shared_ptr<struct Conn> c,
                                  bhttp::request<bhttp::string_body> req);
@@ -130,8 +133,8 @@ class GatewayImpl final : public Gateway {
 
 // A client connection, on one worker for its life.
 struct Conn : std::enable_shared_from_this<Conn> {
-  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
-  beast::tcp_stream stream;
+  Conn(Worker* w, tcp::socket s) : stream(w->timed, std::move(s)) {}
+  TimedSocket stream;
   beast::flat_buffer buf;
 };
 

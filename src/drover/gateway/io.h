@@ -3,6 +3,7 @@
 // sinks and upstream connections, shared by gateway.cc and batching.cc.
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>  // before asio: its awaitable.hpp uses std::exchange
 #include <vector>
 
@@ -43,10 +45,38 @@ inline int64_t NowNs() {
 inline std::string_view SV(beast::string_view s) { return {s.data(), s.size()}; }
 inline auto Await(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
 
+// A socket whose deadline the io thread's sweeper enforces: past it the
+// sweeper closes the socket, and the pending operation fails. Cheaper than
+// a timer per operation (Beast's tcp_stream arms and cancels one each
+// time); the price is the sweep period's slack (kSweepPeriodMs).
+// Registered with its worker for its whole life. Not thread-safe: used on
+// its worker's thread only.
+struct TimedSocket {
+  TimedSocket(std::unordered_set<TimedSocket*>& registry, tcp::socket s)
+      : socket(std::move(s)), registry_(registry) {
+    registry_.insert(this);
+  }
+  ~TimedSocket() { registry_.erase(this); }
+  TimedSocket(const TimedSocket&) = delete;
+  TimedSocket& operator=(const TimedSocket&) = delete;
+
+  void ExpiresAfterMs(int64_t ms) { deadline_ns = NowNs() + ms * 1'000'000; }
+  void Never() { deadline_ns = INT64_MAX; }
+
+  tcp::socket socket;
+  int64_t deadline_ns = INT64_MAX;
+  bool timed_out = false;
+
+ private:
+  std::unordered_set<TimedSocket*>& registry_;
+};
+inline constexpr int64_t kSweepPeriodMs = 100;
+
 // A keep-alive connection to a replica, with its read buffer.
 struct UpConn {
-  explicit UpConn(const net::any_io_executor& ex) : s(ex) {}
-  beast::tcp_stream s;
+  UpConn(std::unordered_set<TimedSocket*>& registry, const net::any_io_executor& ex)
+      : s(registry, tcp::socket(ex)) {}
+  TimedSocket s;
   beast::flat_buffer buf;
 };
 

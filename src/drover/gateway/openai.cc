@@ -1,5 +1,7 @@
 #include "drover/gateway/openai.h"
 
+#include <climits>
+
 namespace drover::gateway {
 
 std::string ErrorJson(std::string_view message, std::string_view type, std::string_view code,
@@ -28,39 +30,118 @@ ErrorShape ShapeFor(Code code) {
   }
 }
 
+namespace {
+
+// Reads the routed fields with nlohmann's SAX parser: the whole body is
+// checked as JSON, but no document is built (a DOM costs an allocation per
+// value; most requests never need one).
+class RequestSax {
+ public:
+  using json = nlohmann::json;
+  explicit RequestSax(RequestInfo* r) : r_(r) {}
+
+  bool null() { return Scalar(Kind::kNull, 0, {}); }
+  bool boolean(bool v) { return Scalar(Kind::kBool, v ? 1 : 0, {}); }
+  bool number_integer(json::number_integer_t v) { return Scalar(Kind::kInt, v, {}); }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return Scalar(Kind::kInt, v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v), {});
+  }
+  bool number_float(json::number_float_t, const json::string_t&) { return Scalar(Kind::kOther, 0, {}); }
+  bool string(json::string_t& v) { return Scalar(Kind::kString, 0, v); }
+  bool binary(json::binary_t&) { return Scalar(Kind::kOther, 0, {}); }
+  bool start_object(std::size_t) {
+    if (depth_ == 0) top_is_object_ = true;
+    if (depth_ == 1) Scalar(Kind::kOther, 0, {});  // a nested value of a top-level key
+    if (depth_ == 1) in_stream_options_ = key_ == "stream_options";
+    ++depth_;
+    return true;
+  }
+  bool end_object() {
+    --depth_;
+    if (depth_ <= 1) in_stream_options_ = false;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (depth_ == 1) Scalar(Kind::kOther, 0, {});
+    ++depth_;
+    return true;
+  }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+  bool key(json::string_t& k) {
+    if (depth_ == 1) key_ = k;
+    if (depth_ == 2 && in_stream_options_) inner_key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+  bool top_is_object() const { return top_is_object_; }
+  bool seen_model = false, model_ok = false, stream_ok = true;
+  std::string bad_int;
+
+ private:
+  enum class Kind { kNull, kBool, kInt, kString, kOther };
+  bool Scalar(Kind kind, int64_t n, std::string_view str) {
+    if (depth_ == 2 && in_stream_options_ && inner_key_ == "include_usage") {
+      r_->include_usage = kind == Kind::kBool && n == 1;
+      return true;
+    }
+    if (depth_ != 1) return true;
+    if (key_ == "model") {
+      seen_model = true;
+      model_ok = kind == Kind::kString && !str.empty();
+      if (model_ok) r_->model.assign(str);
+    } else if (key_ == "stream") {
+      stream_ok = kind == Kind::kBool || kind == Kind::kNull;
+      r_->stream = kind == Kind::kBool && n == 1;
+    } else if (key_ == "user") {
+      if (kind == Kind::kString) r_->user.assign(str);
+    } else if (key_ == "max_tokens" || key_ == "max_completion_tokens") {
+      if (kind != Kind::kInt || n < 0) {
+        if (bad_int.empty()) bad_int = key_;
+      } else {
+        r_->max_tokens = n;
+      }
+    }
+    return true;
+  }
+
+  RequestInfo* r_;
+  int depth_ = 0;
+  bool top_is_object_ = false;
+  bool in_stream_options_ = false;
+  std::string key_, inner_key_;
+};
+
+}  // namespace
+
 Result<RequestInfo> ParseRequest(std::string_view body, std::string* bad_param) {
   RequestInfo r;
-  r.doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (r.doc.is_discarded()) return InvalidArgument("the request body is not valid JSON");
-  if (!r.doc.is_object()) return InvalidArgument("the request body must be a JSON object");
-  auto it = r.doc.find("model");
-  if (it == r.doc.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) {
+  RequestSax sax(&r);
+  bool ok = nlohmann::json::sax_parse(body.begin(), body.end(), &sax, nlohmann::json::input_format_t::json, true);
+  if (!ok) return InvalidArgument("the request body is not valid JSON");
+  if (!sax.top_is_object()) return InvalidArgument("the request body must be a JSON object");
+  if (!sax.seen_model || !sax.model_ok) {
     *bad_param = "model";
     return InvalidArgument("you must provide a model parameter (a non-empty string)");
   }
-  r.model = it->get<std::string>();
-  if (auto s = r.doc.find("stream"); s != r.doc.end() && !s->is_null()) {
-    if (!s->is_boolean()) {
-      *bad_param = "stream";
-      return InvalidArgument("'stream' must be a boolean");
-    }
-    r.stream = s->get<bool>();
+  if (!sax.stream_ok) {
+    *bad_param = "stream";
+    return InvalidArgument("'stream' must be a boolean");
   }
-  if (auto so = r.doc.find("stream_options"); so != r.doc.end() && so->is_object()) {
-    auto iu = so->find("include_usage");
-    r.include_usage = iu != so->end() && iu->is_boolean() && iu->get<bool>();
-  }
-  if (auto u = r.doc.find("user"); u != r.doc.end() && u->is_string()) r.user = u->get<std::string>();
-  for (const char* f : {"max_tokens", "max_completion_tokens"}) {
-    if (auto m = r.doc.find(f); m != r.doc.end()) {
-      if (!m->is_number_integer() || m->get<int64_t>() < 0) {
-        *bad_param = f;
-        return InvalidArgument(std::string("'") + f + "' must be a non-negative integer");
-      }
-      r.max_tokens = m->get<int64_t>();
-    }
+  if (!sax.bad_int.empty()) {
+    *bad_param = sax.bad_int;
+    return InvalidArgument("'" + sax.bad_int + "' must be a non-negative integer");
   }
   return r;
+}
+
+Status ParseDocument(std::string_view body, RequestInfo* info) {
+  info->doc = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!info->doc.is_object()) return InvalidArgument("the request body must be a JSON object");
+  return Status::Ok();
 }
 
 namespace {
@@ -92,14 +173,20 @@ Usage FindUsage(std::string_view text) {
   if (i >= text.size() || text[i] != '{') return u;
   size_t end = ObjectEnd(text, i);
   if (end == std::string_view::npos) return u;
-  auto j = nlohmann::json::parse(text.substr(i, end - i), nullptr, false);
-  if (!j.is_object()) return u;
-  auto num = [&](const char* k) -> int64_t {
-    auto it = j.find(k);
-    return it != j.end() && it->is_number_integer() ? std::max<int64_t>(0, it->get<int64_t>()) : 0;
+  // The usage object: flat integers, maybe nested *_details objects, whose
+  // keys differ from the two read here.
+  std::string_view obj = text.substr(i, end - i);
+  auto num = [&](std::string_view key) -> int64_t {
+    size_t k = obj.find(key);
+    if (k == std::string_view::npos) return 0;
+    size_t p = k + key.size();
+    while (p < obj.size() && (obj[p] == ' ' || obj[p] == ':')) ++p;
+    int64_t v = 0;
+    while (p < obj.size() && obj[p] >= '0' && obj[p] <= '9' && v < (INT64_MAX / 10 - 10)) v = v * 10 + (obj[p++] - '0');
+    return v;
   };
-  u.prompt_tokens = num("prompt_tokens");
-  u.completion_tokens = num("completion_tokens");
+  u.prompt_tokens = num("\"prompt_tokens\"");
+  u.completion_tokens = num("\"completion_tokens\"");
   u.found = true;
   return u;
 }

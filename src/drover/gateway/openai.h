@@ -27,17 +27,20 @@ ErrorShape ShapeFor(Code code);
 
 // The fields of a request body the gateway reads.
 struct RequestInfo {
-  nlohmann::json doc;   // the parsed body (an object)
+  nlohmann::json doc;   // the parsed body, only after ParseDocument
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage asked by the client
   std::string user;
   int64_t max_tokens = 0;
 };
-// Errors (InvalidArgument, with the param in the message's first word
-// position as "param: message"): not JSON, not an object, no string "model",
-// a "stream" that is not a boolean.
+// Errors (InvalidArgument; *bad_param names the field): not JSON, not an
+// object, no non-empty string "model", a "stream" that is not a boolean, a
+// max_tokens that is not a non-negative integer.
+// Reads the fields without building a document (SAX).
 Result<RequestInfo> ParseRequest(std::string_view body, std::string* bad_param);
+// Fills info->doc, for the requests the gateway rewrites or merges.
+Status ParseDocument(std::string_view body, RequestInfo* info);
 
 struct Usage {
   int64_t prompt_tokens = 0;

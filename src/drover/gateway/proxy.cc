@@ -153,6 +153,14 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
 
   // Stream: ask the engine for usage if the client did not, and hide that chunk.
   bool strip = false;
+  const bool rewrite = (force_stream && !info.stream) || (!embeddings && info.stream && !info.include_usage) ||
+                       (embeddings && options_.embeddings_batch_window_us > 0);
+  if (rewrite) {
+    if (Status s = ParseDocument(body, &info); !s.ok()) {
+      co_await SendError(sink, s);
+      co_return;
+    }
+  }
   if (force_stream && !info.stream) {
     info.stream = true;
     info.doc["stream"] = true;
@@ -243,14 +251,14 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       p->second.pop_back();
       reused = true;
     } else {
-      up = std::make_unique<UpConn>(w->ioc.get_executor());
-      up->s.expires_after(Ms(options_.connect_timeout_ms));
-      co_await up->s.async_connect(r.endpoint, Await(ec));
+      up = std::make_unique<UpConn>(w->timed, w->ioc.get_executor());
+      up->s.ExpiresAfterMs(options_.connect_timeout_ms);
+      co_await up->s.socket.async_connect(r.endpoint, Await(ec));
       if (ec) {
         *why = "replica '" + r.id + "' at " + r.address + ": connect: " + ec.message();
         co_return Outcome::kRetry;
       }
-      up->s.socket().set_option(tcp::no_delay(true), ec);
+      up->s.socket.set_option(tcp::no_delay(true), ec);
     }
     std::string head;
     head.reserve(128);
@@ -262,8 +270,8 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     head += std::to_string(body.size());
     head += "\r\n\r\n";
     std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body)};
-    up->s.expires_after(Ms(options_.write_timeout_ms));
-    co_await net::async_write(up->s, bufs, Await(ec));
+    up->s.ExpiresAfterMs(options_.write_timeout_ms);
+    co_await net::async_write(up->s.socket, bufs, Await(ec));
     if (ec) {
       if (reused) continue;
       *why = "replica '" + r.id + "': sending the request: " + ec.message();
@@ -271,10 +279,10 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     }
     bhttp::response_parser<bhttp::empty_body> hp;
     hp.header_limit(64 << 10);
-    up->s.expires_after(Ms(options_.upstream_timeout_ms));
-    co_await bhttp::async_read_header(up->s, up->buf, hp, Await(ec));
+    up->s.ExpiresAfterMs(options_.upstream_timeout_ms);
+    co_await bhttp::async_read_header(up->s.socket, up->buf, hp, Await(ec));
     if (ec) {
-      if (reused && ec != beast::error::timeout) continue;
+      if (reused && !up->s.timed_out) continue;
       *why = "replica '" + r.id + "': no answer: " + ec.message();
       co_return Outcome::kRetry;
     }
@@ -288,7 +296,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     if (!sse) {
       bhttp::response_parser<bhttp::string_body> sp{std::move(hp)};
       sp.body_limit(options_.max_upstream_body_bytes);
-      co_await bhttp::async_read(up->s, up->buf, sp, Await(ec));
+      co_await bhttp::async_read(up->s.socket, up->buf, sp, Await(ec));
       if (ec) {
         *why = "replica '" + r.id + "': reading the answer: " + ec.message();
         co_return Outcome::kRetry;
@@ -302,7 +310,10 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       bool ok = co_await sink.Whole(status, ct.empty() ? "application/json" : std::string_view(ct.data(), ct.size()),
                                     resp.body(), {});
       res.client_gone = !ok;
-      if (keep) w->idle[r.address].push_back(std::move(up));
+      if (keep) {
+        up->s.Never();
+        w->idle[r.address].push_back(std::move(up));
+      }
       co_return Outcome::kDone;
     }
 
@@ -318,13 +329,13 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     sink.Watch([&gone, raw] {
       gone = true;
       beast::error_code e;
-      raw->s.socket().close(e);
+      raw->s.socket.close(e);
     });
     while (!bp.is_done()) {
       bp.get().body().data = tmp.data();
       bp.get().body().size = tmp.size();
-      up->s.expires_after(Ms(options_.upstream_timeout_ms));
-      co_await bhttp::async_read_some(up->s, up->buf, bp, Await(ec));
+      up->s.ExpiresAfterMs(options_.upstream_timeout_ms);
+      co_await bhttp::async_read_some(up->s.socket, up->buf, bp, Await(ec));
       if (ec == bhttp::error::need_buffer) ec = {};
       size_t n = tmp.size() - bp.get().body().size;
       out.clear();
@@ -364,7 +375,10 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     }
     res.Commit();
     co_await sink.EndStream();
-    if (!broken && bp.keep_alive()) w->idle[r.address].push_back(std::move(up));
+    if (!broken && bp.keep_alive()) {
+      up->s.Never();
+      w->idle[r.address].push_back(std::move(up));
+    }
     co_return Outcome::kDone;
   }
   *why = "replica '" + r.id + "': the connection failed twice";
