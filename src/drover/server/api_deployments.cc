@@ -3,6 +3,7 @@
 // control loop keeps the replicas.
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -159,6 +160,36 @@ Result<v1::ReportLoadResponse> ApiService::ReportLoad(const auth::Principal& who
   DROVER_RETURN_IF_ERROR(ValidateLoadReport(req));
   DROVER_RETURN_IF_ERROR(Wait(loop_->ReportLoad(req)).status());
   return v1::ReportLoadResponse();
+}
+
+void ApiService::SetServingUsage(std::function<std::string()> usage) {
+  std::lock_guard lock(usage_mu_);
+  serving_usage_ = std::move(usage);
+}
+
+Result<std::string> ApiService::ServingUsage(const auth::Principal& who) {
+  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read serving usage"));
+  std::function<std::string()> source;
+  {
+    std::lock_guard lock(usage_mu_);
+    source = serving_usage_;
+  }
+  if (!source) return NotFound("this server runs no gateway: no serving usage here");
+  std::string text = source();
+  if (who.IsAdmin()) return text;
+  nlohmann::json all = nlohmann::json::parse(text, nullptr, false);
+  if (all.is_discarded() || !all.is_object() || !all.contains("usage") || !all["usage"].is_array()) {
+    return Internal("the gateway's usage snapshot is not {\"usage\": [...]}");
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const nlohmann::json& row : all["usage"]) {
+    if (row.is_object() && row.contains("tenant") && row["tenant"].is_string() &&
+        row["tenant"].get<std::string>() == who.tenant) {
+      rows.push_back(row);
+    }
+  }
+  all["usage"] = std::move(rows);
+  return all.dump();
 }
 
 Result<v1::GatewayKey> ApiService::ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req) {

@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -111,6 +112,12 @@ class ApiService {
   Result<v1::GatewayKey> ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req);
   // The same for the in-process gateway (no caller to check).
   Result<v1::GatewayKey> ResolveGatewayKey(std::string_view token);
+  // The gateway in this process, if any, tells where its usage snapshot
+  // comes from (Gateway::UsageJson: {"usage": [{"tenant", ...}, ...]}).
+  void SetServingUsage(std::function<std::string()> usage);
+  // GET /api/v1/serving/usage (viewer): that snapshot, only `who`'s
+  // tenant's rows unless an admin; kNotFound when no gateway runs here.
+  Result<std::string> ServingUsage(const auth::Principal& who);
 
   // Appends an entry (for the edges: refused logins, forged node identities).
   void Audit(const auth::Principal& who, std::string action, std::string target, const Status& result);
@@ -133,6 +140,10 @@ class ApiService {
   auth::AuditLog* audit_;
   JobWatch* watch_;
   std::string http_base_;
+  // The usage source of SetServingUsage. A leaf lock: the edge's, never
+  // taken on the control loop.
+  std::mutex usage_mu_;
+  std::function<std::string()> serving_usage_;  // GUARDED_BY(usage_mu_)
   // Reads for every log follower (LogFollow), one thread for all of them.
   runtime::EventLoop follow_pump_;
 };

@@ -590,6 +590,18 @@ TEST_F(DeploymentTest, TheRestRoutes) {
   EXPECT_NE(bad.body.find("engine 'tgi' is unknown"), std::string::npos) << bad.body;
   EXPECT_EQ(call("POST", "/api/v1/deployments", "{", *user).status, 400);
   EXPECT_EQ(call("PUT", "/api/v1/deployments/web", apply, *user).status, 405);
+  // Usage: 404 until a gateway says where it comes from; then a user sees
+  // its tenant's rows only.
+  EXPECT_EQ(call("GET", "/api/v1/serving/usage", "", *user).status, 404);
+  api.SetServingUsage([] {
+    return std::string(R"({"usage": [{"tenant": "team-a", "model": "web", "key": "k1", "requests": 3},)"
+                       R"( {"tenant": "team-b", "model": "x", "key": "k2", "requests": 5}]})");
+  });
+  http::Response usage = call("GET", "/api/v1/serving/usage", "", *user);
+  ASSERT_EQ(usage.status, 200) << usage.body;
+  ASSERT_EQ(json(usage)["usage"].size(), 1u);
+  EXPECT_EQ(json(usage)["usage"][0]["tenant"], "team-a");
+  EXPECT_EQ(json(call("GET", "/api/v1/serving/usage", "", *admin))["usage"].size(), 2u);
   EXPECT_EQ(call("DELETE", "/api/v1/deployments/web", "", *user).status, 200);
   EXPECT_EQ(call("GET", "/api/v1/deployments/web", "", *user).status, 404);
 }

@@ -293,12 +293,19 @@ http::Response HandleDeployments(ApiService* api, const auth::Principal& who, co
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
-// /api/v1/serving/{endpoints,load,keys:resolve}: for gateways.
+// /api/v1/serving/{endpoints,load,keys:resolve}: for gateways; /usage for the dashboard.
 http::Response HandleServing(ApiService* api, const auth::Principal& who, const http::Request& req,
                              const std::vector<std::string_view>& p) {
   if (p.size() == 4 && p[3] == "endpoints") {
     if (req.method != "GET") return MethodNotAllowed(req);
     return JsonReply(api->Endpoints(who));
+  }
+  if (p.size() == 4 && p[3] == "usage") {
+    // The in-process gateway's usage (the dashboard's Models tab).
+    if (req.method != "GET") return MethodNotAllowed(req);
+    auto usage = api->ServingUsage(who);
+    if (!usage.ok()) return http::ErrorResponse(usage.status());
+    return http::Response{200, "application/json", std::move(*usage), {{"Cache-Control", "no-store"}}, {}};
   }
   if (p.size() == 4 && p[3] == "load") {
     if (req.method != "POST") return MethodNotAllowed(req);
