@@ -42,6 +42,7 @@
 #include "drover/rpc/channel.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/runtime/logging.h"
+#include "drover/server/deployments.h"
 #include "drover/server/scheduler_options.h"
 #include "drover/server/server.h"
 #include "drover/sim/engine.h"
@@ -95,6 +96,8 @@ struct RoleFlags {
   std::string rate_limit_reads = "5000:20000";
   std::string join_token;
   std::string token_file;
+  int service_priority = 100;  // server: deployments' replicas
+  bool services_preempt = true;
   std::string service_ports;   // agent: "20000-29999" (empty: any free port)
   std::string advertise_host;  // agent: the host its services are reached at
   // TLS (docs/security.md, "Across machines").
@@ -343,6 +346,9 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
   if (!archive_retention.ok()) return BadConfig(archive_retention.status());
   so.control.archive_after = std::chrono::milliseconds(*archive_after);
   so.control.archive_retention = std::chrono::milliseconds(*archive_retention);
+  so.control.deployments.service_priority = f.service_priority;
+  so.control.deployments.services_preempt = f.services_preempt;
+  if (Status s = drover::server::ValidateDeploymentOptions(so.control.deployments); !s.ok()) return BadConfig(s);
   so.insecure = f.insecure;
   so.tls_cert = f.tls_cert;
   so.tls_key = f.tls_key;
@@ -769,6 +775,12 @@ int main(int argc, char** argv) {
   drover::app::GatewayFlags gw;
   auto add_server_flags = [&f, &gw](CLI::App* cmd) {
     drover::app::AddGatewayFlags(cmd, &gw, false);
+    cmd->add_option("--service-priority", f.service_priority,
+                    "priority of deployments' replicas that do not name one (0..1000; docs/deployments.md)")
+        ->capture_default_str();
+    cmd->add_option("--services-preempt", f.services_preempt,
+                    "deployments' replicas may preempt lower-priority preemptible batch jobs")
+        ->capture_default_str();
     cmd->add_option("--data-dir", f.data_dir, "where state, logs and job directories live")->capture_default_str();
     cmd->add_option("--grpc-listen", f.grpc_listen, "gRPC listen address (port 0 picks one)")->capture_default_str();
     cmd->add_option("--listen", f.http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
