@@ -296,6 +296,7 @@ sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec) {
   r.id = id;
   r.tenant = spec.tenant().empty() ? std::string(kDefaultTenant) : spec.tenant();
   r.priority = spec.priority();
+  r.may_preempt = !spec.never_preempt();
   r.replicas = spec.replicas() > 0 ? spec.replicas() : 1;
   r.gpus = spec.gpus();
   r.gpu_milli = spec.gpu_milli() > 0 && spec.gpu_milli() < sched::kWholeGpu ? spec.gpu_milli() : sched::kWholeGpu;

@@ -89,6 +89,8 @@ struct JobRequest {
   int64_t runtime_estimate_ms = 0;  // 0 = unknown
   Topology topology = Topology::kBestEffort;
   bool preemptible = false;
+  // False: it waits for free GPUs rather than preempt others.
+  bool may_preempt = true;
   std::vector<std::string> gpu_models;  // any of these (and gpu_model if set); empty = any
   std::string gpu_model;   // exact, empty = any
   std::string gpu_vendor;  // exact, empty = any

@@ -522,7 +522,7 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   }
   // Preemption is searched for after every placement of the pass, so that
   // it judges tenants' usage as the pass leaves it.
-  if (config.preemption && !quota && HasCandidates(job)) preempt_later->push_back(job);
+  if (config.preemption && !quota && j.req.may_preempt && HasCandidates(job)) preempt_later->push_back(job);
   if (config.backfill && !quota && reservation_job < 0 && Reserve(job, now)) return;
   j.why = Why{quota ? WhyCode::kQuota : WhyCode::kNoFit, -1, 0, 0, -1, now};
   // Would it fit but for the reservation? Then say so. Only a placement

@@ -360,6 +360,28 @@ TEST(SchedulerPreemptionTest, ASearchThatFailedInThePassThatBoundTheVictimRunsAg
   EXPECT_TRUE(s.CheckInvariants().ok());
 }
 
+TEST(SchedulerPreemptionTest, AJobThatMayNotPreemptWaitsForFreeGpus) {
+  Config c;
+  c.queue = QueuePolicy::kFifo;
+  Scheduler s(c);
+  ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8)).ok());
+  ASSERT_TRUE(s.Enqueue(Job("low", 8, 10, true), 0).ok());
+  ASSERT_EQ(s.Schedule(0).bindings.size(), 1u);
+  // Higher priority, but it declines to preempt (a service with
+  // --services-preempt=false): no search, no victim; it binds once "low" ends.
+  JobRequest polite = Job("polite", 8, 100);
+  polite.may_preempt = false;
+  ASSERT_TRUE(s.Enqueue(polite, kMinute).ok());
+  Decisions d = s.Schedule(kMinute);
+  EXPECT_TRUE(d.preemptions.empty());
+  EXPECT_EQ(d.preemption_searches, 0);
+  s.Remove("low", 2 * kMinute);
+  d = s.Schedule(2 * kMinute);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "polite");
+  EXPECT_TRUE(s.CheckInvariants().ok());
+}
+
 TEST_F(SchedulerTest, QuotaReclaimTakesBorrowedGpusFirst) {
   Add(MakeNode("a", 8));
   Add(MakeNode("b", 8));

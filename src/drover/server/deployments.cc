@@ -148,6 +148,7 @@ Result<v1::JobSpec> ReplicaSpec(const v1::DeploymentSpec& spec, int64_t revision
   DROVER_ASSIGN_OR_RETURN(std::vector<std::string> argv, EngineCommand(spec));
   for (std::string& a : argv) job.add_command(std::move(a));
   job.set_preemptible(false);
+  job.set_never_preempt(!options.services_preempt);
   v1::ServiceSpec* svc = job.mutable_service();
   *svc->mutable_readiness() = spec.readiness();
   *svc->mutable_liveness() = spec.liveness();

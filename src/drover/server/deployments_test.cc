@@ -91,6 +91,14 @@ TEST(DeploymentSpecTest, ReplicaSpecIsANormalizedService) {
   EXPECT_EQ(job->owner(), "alice");
   s.set_priority(900);
   EXPECT_EQ(ReplicaSpec(s, 3, o)->priority(), 900);
+  // --services-preempt=false: its replicas wait rather than preempt.
+  EXPECT_FALSE(job->never_preempt());
+  EXPECT_TRUE(rpc::ToJobRequest("j-1", *job).may_preempt);
+  o.services_preempt = false;
+  auto polite = ReplicaSpec(s, 3, o);
+  ASSERT_TRUE(polite.ok());
+  EXPECT_TRUE(polite->never_preempt());
+  EXPECT_FALSE(rpc::ToJobRequest("j-1", *polite).may_preempt);
 }
 
 TEST(DeploymentSpecTest, OnlyTemplateChangesMakeARevision) {
