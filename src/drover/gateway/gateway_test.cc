@@ -496,6 +496,37 @@ TEST(Usage, FoundInAnswersAndStreams) {
   EXPECT_TRUE(f.saw_done());
 }
 
+TEST(ParseRequest, ReadsTheRoutedFieldsAndRefusesBadOnes) {
+  std::string param;
+  auto r = ParseRequest(R"({"messages":[{"role":"user","content":"x","model":"inner"}],"model":"m","stream":true,)"
+                        R"("stream_options":{"x":{"include_usage":false},"include_usage":true},"user":"u","max_tokens":7})",
+                        &param);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->model, "m");
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->user, "u");
+  EXPECT_EQ(r->max_tokens, 7);
+  EXPECT_TRUE(r->doc.is_null());  // no document unless asked for
+  ASSERT_TRUE(ParseDocument(R"({"model":"m"})", &*r).ok());
+  EXPECT_EQ(r->doc["model"], "m");
+  for (const char* bad : {"", "{", "[]", "{\"model\":\"m\"} x", "\"m\""}) {
+    EXPECT_FALSE(ParseRequest(bad, &param).ok()) << bad;
+  }
+  const std::pair<const char*, const char*> bad_fields[] = {
+      {R"({"model":""})", "model"},           {R"({"model":5})", "model"},
+      {R"({"model":{"a":1}})", "model"},      {R"({"model":"m","stream":"yes"})", "stream"},
+      {R"({"model":"m","stream":[]})", "stream"}, {R"({"model":"m","max_tokens":-1})", "max_tokens"},
+      {R"({"model":"m","max_tokens":1.5})", "max_tokens"},
+  };
+  for (const auto& [body, field] : bad_fields) {
+    param.clear();
+    EXPECT_FALSE(ParseRequest(body, &param).ok()) << body;
+    EXPECT_EQ(param, field) << body;
+  }
+  EXPECT_TRUE(ParseRequest(R"({"model":"m","stream":null})", &param).ok());
+}
+
 TEST(PickReplica, PowerOfTwoPrefersTheLessLoadedAndAffinityIsStable) {
   auto make = [](const std::string& id) {
     auto r = std::make_shared<Replica>();
