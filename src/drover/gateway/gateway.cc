@@ -115,7 +115,7 @@ class HttpSink final : public Sink {
     if (!ok_) co_return false;
     beast::error_code ec;
     c_->stream.ExpiresAfterMs(write_timeout_ms_);
-    co_await net::async_write(c_->stream.socket, bufs, Await(ec));
+    co_await WriteAll(c_->stream.socket, bufs, ec);
     c_->stream.Never();
     if (ec) ok_ = false;
     co_return ok_;
@@ -427,6 +427,7 @@ awaitable<void> GatewayImpl::Accept(Worker* w) {
       continue;
     }
     s.set_option(tcp::no_delay(true), ec);
+    s.non_blocking(true, ec);  // for WriteAll's first try
     net::co_spawn(w->ioc, Serve(w, std::make_shared<Conn>(w, std::move(s))), net::detached);
   }
 }

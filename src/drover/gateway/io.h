@@ -72,6 +72,22 @@ struct TimedSocket {
 };
 inline constexpr int64_t kSweepPeriodMs = 100;
 
+// Writes `bufs` whole: first at once, without the scheduler (most answers
+// fit the socket's send buffer, and an asynchronous write that completes at
+// once still costs a trip through Asio's queue and an extra epoll_wait),
+// then what is left asynchronously. The socket must be non-blocking.
+template <typename Buffers>
+awaitable<void> WriteAll(tcp::socket& s, const Buffers& bufs, beast::error_code& ec) {
+  const size_t total = net::buffer_size(bufs);
+  size_t n = s.write_some(bufs, ec);
+  if (!ec && n == total) co_return;
+  if (ec && ec != net::error::would_block && ec != net::error::try_again) co_return;
+  ec = {};
+  beast::buffers_suffix<Buffers> rest(bufs);
+  rest.consume(n);
+  co_await net::async_write(s, rest, Await(ec));
+}
+
 // A keep-alive connection to a replica, with its read buffer.
 struct UpConn {
   UpConn(std::unordered_set<TimedSocket*>& registry, const net::any_io_executor& ex)

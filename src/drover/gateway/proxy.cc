@@ -259,6 +259,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
         co_return Outcome::kRetry;
       }
       up->s.socket.set_option(tcp::no_delay(true), ec);
+      up->s.socket.non_blocking(true, ec);  // for WriteAll's first try
     }
     std::string head;
     head.reserve(128);
@@ -271,7 +272,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     head += "\r\n\r\n";
     std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body)};
     up->s.ExpiresAfterMs(options_.write_timeout_ms);
-    co_await net::async_write(up->s.socket, bufs, Await(ec));
+    co_await WriteAll(up->s.socket, bufs, ec);
     if (ec) {
       if (reused) continue;
       *why = "replica '" + r.id + "': sending the request: " + ec.message();
