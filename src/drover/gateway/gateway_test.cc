@@ -354,6 +354,47 @@ TEST_F(GatewayTest, LoadIsSpreadAndReported) {
   EXPECT_GT(served(*b), 1);
 }
 
+TEST_F(GatewayTest, AffinitySendsAUsersRequestsToOneReplica) {
+  std::vector<std::unique_ptr<ChildProcess>> engines;
+  for (int i = 0; i < 3; ++i) engines.push_back(Engine());
+  GatewayOptions o;
+  o.affinity = true;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", false,
+                   {{"j-0", engines[0]->address()}, {"j-1", engines[1]->address()}, {"j-2", engines[2]->address()}}}});
+  auto served = [&] {
+    std::vector<int64_t> n;
+    for (auto& e : engines) {
+      std::string m = Http(e->port(), "GET", "/metrics").body;
+      size_t at = m.find("\ndrover_test_engine_requests_total ");
+      n.push_back(std::atoll(m.c_str() + at + 35));
+    }
+    return n;
+  };
+  auto before = served();
+  json req = Chat();
+  req["user"] = "alice";
+  for (int i = 0; i < 12; ++i) ASSERT_EQ(Post("/v1/chat/completions", req).status, 200);
+  auto after = served();
+  int replicas_used = 0;
+  for (size_t i = 0; i < engines.size(); ++i) {
+    // +1: the previous metrics request itself.
+    int64_t got = after[i] - before[i] - 1;
+    if (got > 0) {
+      ++replicas_used;
+      EXPECT_EQ(got, 12);
+    }
+  }
+  EXPECT_EQ(replicas_used, 1);
+  // The session header does the same for requests without a user.
+  before = served();
+  for (int i = 0; i < 12; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat(), "k-a", "x-session-id: s-42\r\n").status, 200);
+  after = served();
+  replicas_used = 0;
+  for (size_t i = 0; i < engines.size(); ++i) replicas_used += after[i] - before[i] - 1 > 0 ? 1 : 0;
+  EXPECT_EQ(replicas_used, 1);
+}
+
 TEST_F(GatewayTest, WebSocketStreamsEachEventAsAMessage) {
   auto e = Engine();
   Start();
