@@ -504,7 +504,7 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
       if (ec) break;
     }
     c->stream.ExpiresAfterMs(options_.header_timeout_ms);
-    co_await bhttp::async_read(c->stream.socket, c->buf, parser, Await(ec));
+    co_await ReadRest(c->stream.socket, c->buf, parser, ec);
     if (ec == bhttp::error::body_limit) {
       Rejected("too_large")->Inc();
       co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +

@@ -88,6 +88,20 @@ awaitable<void> WriteAll(tcp::socket& s, const Buffers& bufs, beast::error_code&
   co_await net::async_write(s, rest, Await(ec));
 }
 
+// Reads the rest of a message: first from what is already buffered (and
+// the socket, without waiting), then asynchronously if more must come. A
+// body that arrived with its header, the common case, then costs no trip
+// through Asio's queue (an asynchronous read that completes at once is
+// posted). The socket must be non-blocking.
+template <typename Parser>
+awaitable<void> ReadRest(tcp::socket& s, beast::flat_buffer& buf, Parser& p, beast::error_code& ec) {
+  bhttp::read(s, buf, p, ec);
+  if (ec == net::error::would_block || ec == net::error::try_again) {
+    ec = {};
+    co_await bhttp::async_read(s, buf, p, Await(ec));
+  }
+}
+
 // A keep-alive connection to a replica, with its read buffer.
 struct UpConn {
   UpConn(std::unordered_set<TimedSocket*>& registry, const net::any_io_executor& ex)

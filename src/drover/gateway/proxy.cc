@@ -297,7 +297,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     if (!sse) {
       bhttp::response_parser<bhttp::string_body> sp{std::move(hp)};
       sp.body_limit(options_.max_upstream_body_bytes);
-      co_await bhttp::async_read(up->s.socket, up->buf, sp, Await(ec));
+      co_await ReadRest(up->s.socket, up->buf, sp, ec);
       if (ec) {
         *why = "replica '" + r.id + "': reading the answer: " + ec.message();
         co_return Outcome::kRetry;
