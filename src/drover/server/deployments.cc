@@ -40,10 +40,6 @@ Status ValidateDeploymentOptions(const DeploymentOptions& o) {
 Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions& options) {
   DROVER_RETURN_IF_ERROR(ValidateName("deployment name", spec->name()));
   DROVER_RETURN_IF_ERROR(ValidateName("tenant", spec->tenant()));
-  if (spec->model().empty() || spec->model().size() > kMaxModelPathBytes || !Printable(spec->model())) {
-    return InvalidArgument(fmt::format("model '{}' must be 1-{} printable characters (a path or an engine's model id)",
-                                       Excerpt(spec->model()), kMaxModelPathBytes));
-  }
   if (spec->served_model_name().empty()) spec->set_served_model_name(spec->name());
   DROVER_RETURN_IF_ERROR(rpc::ValidateModelName("served_model_name", spec->served_model_name()));
   if (spec->engine().empty()) {
@@ -59,6 +55,12 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
   }
   if (spec->engine() == "custom" && spec->command().empty()) {
     return InvalidArgument("engine custom needs a command that serves the OpenAI API on $DROVER_PORT");
+  }
+  // A custom command names its model itself: the model is then only a label.
+  if (spec->engine() == "custom" && spec->model().empty()) spec->set_model(spec->served_model_name());
+  if (spec->model().empty() || spec->model().size() > kMaxModelPathBytes || !Printable(spec->model())) {
+    return InvalidArgument(fmt::format("model '{}' must be 1-{} printable characters (a path or an engine's model id)",
+                                       Excerpt(spec->model()), kMaxModelPathBytes));
   }
   if (spec->gpus() == 0 && spec->gpu_milli() == 0) spec->set_gpus(1);
   if (spec->gpus() == 0) spec->set_gpus(1);  // a share of one GPU

@@ -37,6 +37,14 @@ TEST(DeploymentSpecTest, FillsDefaults) {
   ASSERT_TRUE(NormalizeDeploymentSpec(&custom, DeploymentOptions()).ok());
   EXPECT_EQ(custom.engine(), "custom");
   EXPECT_EQ(custom.readiness().http_path(), "/health");
+  // A custom command needs no model (it is then the served name); an engine template does.
+  v1::DeploymentSpec unnamed = custom;
+  unnamed.clear_model();
+  ASSERT_TRUE(NormalizeDeploymentSpec(&unnamed, DeploymentOptions()).ok());
+  EXPECT_EQ(unnamed.model(), "llm");
+  v1::DeploymentSpec vllm = Base("vllm");
+  vllm.clear_model();
+  EXPECT_EQ(NormalizeDeploymentSpec(&vllm, DeploymentOptions()).code(), Code::kInvalidArgument);
   v1::DeploymentSpec tcp = Base("vllm");
   tcp.mutable_readiness()->set_tcp(true);
   ASSERT_TRUE(NormalizeDeploymentSpec(&tcp, DeploymentOptions()).ok());
