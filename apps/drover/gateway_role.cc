@@ -249,6 +249,7 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
   cmd->add_option("--ca-file", f->ca_file, "the cluster CA: talk TLS to the server")->envname("DROVER_CA_FILE");
   cmd->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")->capture_default_str();
   cmd->add_flag("--insecure", f->insecure, "allow listening beyond loopback (the gateway speaks plain HTTP)");
+  cmd->add_flag("--metrics-public", f->metrics_public, "serve /metrics (usage by tenant and key) without an admin key");
   cmd->callback([f, exit_code] {
     auto fail = [exit_code](const Status& s, int code) {
       spdlog::error("{}", s.message());
@@ -278,6 +279,7 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
     std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel(f->server, token, creds);
     GatewayRoleOptions ro;
     ro.gateway = *options;
+    ro.gateway.metrics_public = f->metrics_public;
     ro.channel = [channel] { return channel; };
     SignalWaiter signals;
     auto role = GatewayRole::Start(std::move(ro));

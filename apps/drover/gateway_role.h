@@ -90,6 +90,7 @@ struct StandaloneGatewayFlags {
   std::string ca_file;     // TLS to the server
   std::string log_level = "info";
   bool insecure = false;
+  bool metrics_public = false;
 };
 void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* exit_code);
 

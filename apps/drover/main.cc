@@ -418,6 +418,7 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
     if (!token.ok()) return Fatal(token.status());
     drover::app::GatewayRoleOptions ro;
     ro.gateway = *options;
+    ro.gateway.metrics_public = f.metrics_public;
     if (server) {
       ro.channel = [srv = server.get(), t = *token] { return srv->InProcessChannel(t); };
     } else {

@@ -536,6 +536,19 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
     co_return;
   }
   if (path == "/metrics" && get) {
+    // Usage by tenant and key is an operator's view: an admin key's, unless public.
+    if (!options_.metrics_public) {
+      Status err;
+      auto auth = Authenticate(SV(req[bhttp::field::authorization]), &err);
+      if (!auth) {
+        co_await SendError(sink, err);
+        co_return;
+      }
+      if (!auth->info.admin) {
+        co_await SendError(sink, PermissionDenied("/metrics needs an admin key (or a gateway run with public metrics)"));
+        co_return;
+      }
+    }
     std::string text = registry_->Render();
     co_await sink.Whole(200, "text/plain; version=0.0.4; charset=utf-8", text, {});
     co_return;

@@ -115,6 +115,9 @@ struct GatewayOptions {
 
   // Authenticator answers are cached this long (failures: auth_fail_ttl_ms),
   // at most auth_cache_max_entries tokens.
+  // GET /metrics (usage by tenant and key) without an admin key.
+  bool metrics_public = false;
+
   int64_t auth_cache_ttl_ms = 1'000;
   int64_t auth_fail_ttl_ms = 200;
   size_t auth_cache_max_entries = 100'000;

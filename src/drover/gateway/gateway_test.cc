@@ -99,6 +99,18 @@ class GatewayTest : public ::testing::Test {
   std::unique_ptr<Gateway> gw_;
 };
 
+TEST_F(GatewayTest, MetricsNeedAnAdminKeyUnlessPublic) {
+  Start();
+  EXPECT_EQ(Http(gw_->port(), "GET", "/metrics").status, 401);
+  EXPECT_EQ(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-a\r\n").status, 403);
+  EXPECT_EQ(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").status, 200);
+  gw_->Stop();
+  GatewayOptions o;
+  o.metrics_public = true;
+  Start(o);
+  EXPECT_EQ(Http(gw_->port(), "GET", "/metrics").status, 200);
+}
+
 TEST_F(GatewayTest, ChatCompletionIsProxiedAndMetered) {
   auto e = Engine();
   Start();
@@ -119,7 +131,7 @@ TEST_F(GatewayTest, ChatCompletionIsProxiedAndMetered) {
   EXPECT_EQ(u["usage"][0]["requests"], 2);
   EXPECT_EQ(u["usage"][0]["prompt_tokens"], 6);
   EXPECT_EQ(u["usage"][0]["completion_tokens"], 8);
-  HttpResponse m = Http(gw_->port(), "GET", "/metrics");
+  HttpResponse m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n");
   EXPECT_NE(m.body.find("drover_gateway_requests_total{key=\"id-a\",model=\"m\",tenant=\"a\"} 2"), std::string::npos)
       << m.body;
   EXPECT_NE(m.body.find("drover_gateway_request_duration_seconds_count{model=\"m\",tenant=\"a\"} 2"), std::string::npos);
@@ -280,7 +292,7 @@ TEST_F(GatewayTest, ClientCancelFreesTheSlotAndCancelsUpstream) {
     return m.find("drover_test_engine_cancelled_total 1") != std::string::npos &&
            m.find("vllm:num_requests_running{model_name=\"m\"} 1\n") != std::string::npos;  // this scrape only
   }));
-  EXPECT_NE(Http(gw_->port(), "GET", "/metrics").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+  EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
 }
 
 TEST_F(GatewayTest, EngineDyingMidStreamGivesAnErrorEvent) {
@@ -471,7 +483,7 @@ TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
     tokens += batched["usage"]["prompt_tokens"].get<int64_t>();
   }
   EXPECT_EQ(tokens, 7);  // the merged call's usage, apportioned
-  std::string m = Http(gw_->port(), "GET", "/metrics").body;
+  std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
   EXPECT_NE(m.find("drover_gateway_embeddings_batches_total 1\n"), std::string::npos) << m;
   EXPECT_NE(m.find("drover_gateway_embeddings_batched_requests_total 3\n"), std::string::npos);
   // Not mergeable (another field): goes alone, at once.
@@ -491,12 +503,12 @@ TEST_F(GatewayTest, EngineMetricsAreScraped) {
   req["stream"] = true;
   ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", req.dump())));
   EXPECT_TRUE(WaitFor([&] {
-    return Http(gw_->port(), "GET", "/metrics").body.find(
+    return Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find(
                "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 2") != std::string::npos;
   }));
   c.Close();
   EXPECT_TRUE(WaitFor([&] {
-    return Http(gw_->port(), "GET", "/metrics").body.find(
+    return Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find(
                "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 1") != std::string::npos;
   }));
 }
