@@ -52,7 +52,7 @@ function engineCommand(model) {
 async function createDeployment(drover, spec) {
   const r = await drover.request('/api/v1/deployments', {
     method: 'POST',
-    body: { spec: { engine: 'custom', command: engineCommand(spec.name), replicas: 1, gpus: 1, ...spec } },
+    body: { spec: { engine: 'custom', model: 'drover-test-engine', command: engineCommand(spec.name), replicas: 1, gpus: 1, ...spec } },
   });
   if (r.status !== 200 && r.status !== 201) {
     throw new Error(`POST /api/v1/deployments ${spec.name}: HTTP ${r.status}: ${r.text}`);
