@@ -6,8 +6,7 @@
 // with the custom engine: a replica is any process that serves on
 // $DROVER_PORT. Here that is the test engine of apps/drover-test-engine
 // (DROVER_TEST_ENGINE, or built next to the drover binary), else
-// `python3 -m http.server` (the readiness probe of a custom engine is TCP
-// by default).
+// `python3 -m http.server`.
 //
 // A server without the deployments API (GET /api/v1/deployments: 404) skips
 // these tests, saying so; any other failure fails them.
@@ -41,18 +40,22 @@ export function testEngine() {
   return fs.existsSync(built) ? built : '';
 }
 
-// The command of a replica serving `model`: the test engine when there is
-// one, else python's HTTP server, on the port the agent gives.
-function engineCommand(model) {
-  const engine = testEngine();
-  if (engine) return ['sh', '-c', `exec "${engine}" --port "$DROVER_PORT" --model "${model}"`];
-  return ['sh', '-c', 'exec python3 -m http.server "$DROVER_PORT" --bind 127.0.0.1'];
+// How a replica serving `model` runs: the test engine when there is one,
+// else python's HTTP server (which has no /health, the default readiness
+// path: it is probed at /), on the port the agent gives.
+function engine(model) {
+  const bin = testEngine();
+  if (bin) return { command: ['sh', '-c', `exec "${bin}" --port "$DROVER_PORT" --model "${model}"`] };
+  return {
+    command: ['sh', '-c', 'exec python3 -m http.server "$DROVER_PORT" --bind 127.0.0.1'],
+    readiness: { httpPath: '/' },
+  };
 }
 
 async function createDeployment(drover, spec) {
   const r = await drover.request('/api/v1/deployments', {
     method: 'POST',
-    body: { spec: { engine: 'custom', model: 'drover-test-engine', command: engineCommand(spec.name), replicas: 1, gpus: 1, ...spec } },
+    body: { spec: { engine: 'custom', model: 'drover-test-engine', ...engine(spec.name), replicas: 1, gpus: 1, ...spec } },
   });
   if (r.status !== 200 && r.status !== 201) {
     throw new Error(`POST /api/v1/deployments ${spec.name}: HTTP ${r.status}: ${r.text}`);
