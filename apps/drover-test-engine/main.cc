@@ -174,10 +174,14 @@ class Session {
       if (ec) break;
       auto req = p.release();
       bool keep = req.keep_alive();
-      requests_total.fetch_add(1, std::memory_order_relaxed);
-      outstanding.fetch_add(1, std::memory_order_relaxed);
+      // The API's requests, not the probes' and scrapers' (/health, /metrics).
+      const bool api = std::string_view(req.target().data(), req.target().size()).starts_with("/v1/");
+      if (api) {
+        requests_total.fetch_add(1, std::memory_order_relaxed);
+        outstanding.fetch_add(1, std::memory_order_relaxed);
+      }
       bool ok = co_await Handle(req, keep);
-      outstanding.fetch_sub(1, std::memory_order_relaxed);
+      if (api) outstanding.fetch_sub(1, std::memory_order_relaxed);
       if (!ok || !keep) break;
     }
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);

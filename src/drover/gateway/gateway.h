@@ -134,7 +134,9 @@ class Gateway {
   // Per model of the current routes; resets the `requests` counters.
   virtual std::vector<ModelLoad> TakeLoad() = 0;
   // {"usage":[{"tenant","model","key","requests","errors","prompt_tokens",
-  //   "completion_tokens"}...]} (key: token_id), sorted.
+  //   "completion_tokens","latency_p50_ms","latency_p99_ms"}...]} (key:
+  // token_id), sorted; the latencies (since start, of the tenant's requests
+  // for the model) only once there is one.
   virtual std::string UsageJson() const = 0;
   // Closes the listeners and every connection and joins the threads.
   // Idempotent; the destructor calls it.

@@ -86,18 +86,23 @@ class GatewayImpl final : public Gateway {
   awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, const std::string& body,
                              bool strip_usage, Sink& sink, CallResult& res, std::string* why);
   // Forward with retries on other replicas, then an error if all failed.
+  // For a model that scales from zero, when every replica failed before a
+  // byte went out (the routes were stale: it had just scaled down), waits
+  // once, as a cold start does, for one not tried (`waited` stops a second).
   awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path,
                         const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
-                        CallResult& res);
+                        CallResult& res, bool waited = false);
   awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {},
                             int64_t retry_after_s = 0);
   std::shared_ptr<const AuthEntry> Authenticate(std::string_view authorization, Status* err);
   std::shared_ptr<const RouteTable> Table(Worker* w);
   UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model,
                      const std::string& key);
-  // Waits (bounded by cold_start_wait_ms) until `model` has a replica.
+  // Waits (bounded by cold_start_wait_ms) until `model` has a replica
+  // whose id is not in `dead`.
   awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& model,
-                                                              ModelStats& stats);
+                                                              ModelStats& stats,
+                                                              const std::vector<std::string>& dead = {});
 
   // --- embeddings batching (batching.cc) ---
   awaitable<void> BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info,

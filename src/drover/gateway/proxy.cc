@@ -79,7 +79,8 @@ awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string
 }
 
 awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker* w, const std::string& model,
-                                                                         ModelStats& stats) {
+                                                                         ModelStats& stats,
+                                                                         const std::vector<std::string>& dead) {
   counters_.cold_starts->Inc();
   stats.waiting.fetch_add(1, std::memory_order_relaxed);
   const auto deadline = std::chrono::steady_clock::now() + Ms(options_.cold_start_wait_ms);
@@ -98,7 +99,10 @@ awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker*
   std::shared_ptr<const RouteTable> t = Table(w);
   for (;;) {
     auto it = t->models.find(model);
-    if (it == t->models.end() || !it->second.replicas.empty()) co_return t;
+    if (it == t->models.end()) co_return t;
+    for (const auto& r : it->second.replicas) {
+      if (std::find(dead.begin(), dead.end(), r->id) == dead.end()) co_return t;
+    }
     if (std::chrono::steady_clock::now() >= deadline) co_return t;
     timer.expires_at(deadline);
     beast::error_code ec;
@@ -216,7 +220,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
 
 awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path,
                                    const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
-                                   CallResult& res) {
+                                   CallResult& res, bool waited) {
   std::vector<Replica*> tried;
   std::string why;
   for (int attempt = 0; attempt <= options_.retries; ++attempt) {
@@ -230,6 +234,16 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
       o = co_await Forward(w, *r, path, body, strip_usage, sink, res, &why);
     }
     if (o == Outcome::kDone) co_return;
+  }
+  if (entry.route.scales_from_zero && !waited) {
+    std::vector<std::string> dead;
+    for (const Replica* r : tried) dead.push_back(r->id);
+    std::shared_ptr<const RouteTable> fresh = co_await WaitForReplica(w, entry.route.model, *entry.stats, dead);
+    auto it = fresh->models.find(entry.route.model);
+    if (it != fresh->models.end() && !it->second.replicas.empty()) {
+      co_await Route(w, it->second, path, body, strip_usage, affinity, sink, res, true);
+      co_return;
+    }
   }
   res.status = 502;
   res.Commit();

@@ -74,17 +74,46 @@ UsageCell* Meter::Cell(const std::string& tenant, const std::string& model, cons
   return c.get();
 }
 
+namespace {
+
+// The q-quantile of a histogram in milliseconds, interpolated within its
+// bucket as Prometheus' histogram_quantile does; -1 when it has no
+// observation (or only beyond the last bound).
+double QuantileMs(const metrics::Histogram::Snapshot& h, const std::vector<double>& bounds, double q) {
+  if (h.count == 0) return -1;
+  const double rank = q * static_cast<double>(h.count);
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (static_cast<double>(h.cumulative[i]) < rank) continue;
+    const double lo = i == 0 ? 0.0 : bounds[i - 1];
+    const double below = i == 0 ? 0.0 : static_cast<double>(h.cumulative[i - 1]);
+    const double in = static_cast<double>(h.cumulative[i]) - below;
+    return 1000.0 * (lo + (bounds[i] - lo) * (in > 0 ? (rank - below) / in : 1.0));
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::string Meter::Json() const {
   nlohmann::json rows = nlohmann::json::array();
   std::lock_guard lock(mu_);
   for (const auto& [k, c] : cells_) {
-    rows.push_back({{"tenant", std::get<0>(k)},
-                    {"model", std::get<1>(k)},
-                    {"key", std::get<2>(k)},
-                    {"requests", c->requests.load()},
-                    {"errors", c->errors.load()},
-                    {"prompt_tokens", c->prompt_tokens.load()},
-                    {"completion_tokens", c->completion_tokens.load()}});
+    nlohmann::json row = {{"tenant", std::get<0>(k)},
+                          {"model", std::get<1>(k)},
+                          {"key", std::get<2>(k)},
+                          {"requests", c->requests.load()},
+                          {"errors", c->errors.load()},
+                          {"prompt_tokens", c->prompt_tokens.load()},
+                          {"completion_tokens", c->completion_tokens.load()}};
+    // Since the gateway started, of the tenant's requests for the model (all its keys).
+    if (c->latency != nullptr && latency_ != nullptr) {
+      const metrics::Histogram::Snapshot h = c->latency->Read();
+      const double p50 = QuantileMs(h, latency_->bounds(), 0.5);
+      const double p99 = QuantileMs(h, latency_->bounds(), 0.99);
+      if (p50 >= 0) row["latency_p50_ms"] = p50;
+      if (p99 >= 0) row["latency_p99_ms"] = p99;
+    }
+    rows.push_back(std::move(row));
   }
   return nlohmann::json{{"usage", std::move(rows)}}.dump(-1, ' ', false,
                                                          nlohmann::json::error_handler_t::replace);

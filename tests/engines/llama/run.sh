@@ -5,7 +5,7 @@
 # model is a tiny random-weight GGUF that the test writes itself
 # (make_gguf.mjs). See README.md.
 #
-#   tests/engines/llama/run.sh
+#   tests/engines/llama/run.sh [--install-only]
 #
 # Installs the pinned packages into tests/engines/llama/node_modules (npm ci)
 # when they are missing or older than package-lock.json, under a lock so that
@@ -48,4 +48,6 @@ if install_needed; then
   ) 9>"$here/node_modules.lock" || exit 1
 fi
 
+# --install-only: only the packages (tests/serving deploys this engine).
+[ "${1:-}" = "--install-only" ] && exit 0
 cd "$here" && exec node --test --test-reporter=spec --test-timeout=100000 "$here/test.mjs"
