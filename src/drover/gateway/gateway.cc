@@ -453,6 +453,10 @@ awaitable<void> GatewayImpl::Sweep(Worker* w) {
   }
 }
 
+Status GatewayImpl::BodyTooLarge() const {
+  return Status(Code::kOutOfRange, "the request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
+}
+
 awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
   beast::error_code ec;
   bool first = true;
@@ -463,24 +467,24 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     c->stream.ExpiresAfterMs(first ? options_.header_timeout_ms : options_.idle_timeout_ms);
     co_await bhttp::async_read_header(c->stream.socket, c->buf, parser, Await(ec));
     HttpSink early(c, false, options_.write_timeout_ms);
-    if (ec == bhttp::error::header_limit) {
-      Rejected("too_large")->Inc();
-      co_await SendError(early, Status(Code::kOutOfRange, "the request header is too large"));
+    // A read that failed: the error to answer with (none when the peer went).
+    auto refuse = [&](const beast::error_code& e) -> Status {
+      if (e == bhttp::error::header_limit) return Status(Code::kOutOfRange, "the request header is too large");
+      if (e == bhttp::error::body_limit) return BodyTooLarge();  // Content-Length or the body over the limit
+      if (e.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
+          e != bhttp::error::end_of_stream && e != bhttp::error::partial_message) {
+        return InvalidArgument("malformed HTTP request: " + e.message());
+      }
+      return Status::Ok();
+    };
+    auto reject = [&](const Status& why) -> awaitable<void> {
+      Rejected(why.code() == Code::kOutOfRange ? "too_large" : "bad_request")->Inc();
+      co_await SendError(early, why);
+    };
+    if (ec) {
+      if (Status why = refuse(ec); !why.ok()) co_await reject(why);
       break;
     }
-    if (ec == bhttp::error::body_limit) {  // a Content-Length over the limit
-      Rejected("too_large")->Inc();
-      co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
-                                                               std::to_string(options_.max_body_bytes) + " bytes"));
-      break;
-    }
-    if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
-        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-      Rejected("bad_request")->Inc();
-      co_await SendError(early, InvalidArgument("malformed HTTP request: " + ec.message()));
-      break;
-    }
-    if (ec) break;
     first = false;
     auto& h = parser.get();
     if (ws::is_upgrade(h)) {
@@ -494,9 +498,7 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     }
     if (beast::iequals(h[bhttp::field::expect], "100-continue") && !parser.is_done()) {
       if (parser.content_length() && *parser.content_length() > options_.max_body_bytes) {
-        Rejected("too_large")->Inc();
-        co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
-                                                                 std::to_string(options_.max_body_bytes) + " bytes"));
+        co_await reject(BodyTooLarge());
         break;
       }
       static constexpr std::string_view k100 = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -505,19 +507,10 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     }
     c->stream.ExpiresAfterMs(options_.header_timeout_ms);
     co_await ReadRest(c->stream.socket, c->buf, parser, ec);
-    if (ec == bhttp::error::body_limit) {
-      Rejected("too_large")->Inc();
-      co_await SendError(early, Status(Code::kOutOfRange, "the request body is larger than " +
-                                                               std::to_string(options_.max_body_bytes) + " bytes"));
+    if (ec) {
+      if (Status why = refuse(ec); !why.ok()) co_await reject(why);
       break;
     }
-    if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() &&
-        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
-      Rejected("bad_request")->Inc();
-      co_await SendError(early, InvalidArgument("malformed HTTP request: " + ec.message()));
-      break;
-    }
-    if (ec) break;
     c->stream.Never();  // while the answer is being made (a stream may take minutes)
     const auto& req = parser.get();
     HttpSink sink(c, req.keep_alive(), options_.write_timeout_ms);

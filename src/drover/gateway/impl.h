@@ -92,6 +92,7 @@ class GatewayImpl final : public Gateway {
   awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path,
                         const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
                         CallResult& res, bool waited = false);
+  Status BodyTooLarge() const;  // 413 with the limit
   awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {},
                             int64_t retry_after_s = 0);
   std::shared_ptr<const AuthEntry> Authenticate(std::string_view authorization, Status* err);
