@@ -30,7 +30,8 @@ std::vector<std::string> PassedServerFlags(const std::vector<CLI::Option*>& opti
   for (const CLI::Option* opt : options) {
     const std::string name = "--" + opt->get_single_name();
     if (opt->count() == 0 || name == "--data-dir" || name == "--grpc-listen" || name == "--listen" ||
-        name == "--log-level" || name == "--store" || name == "--config") {
+        name == "--log-level" || name == "--store" || name == "--config" ||
+        name.starts_with("--gateway-")) {  // `up` runs the group's one gateway; its servers none
       continue;
     }
     if (opt->get_expected_min() == 0) {  // a flag
