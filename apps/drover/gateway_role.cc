@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "drover/common/address.h"
 #include "drover/common/config.h"
 #include "drover/common/files.h"
 #include "drover/common/quantity.h"
@@ -158,15 +159,6 @@ void GatewayRole::Stop() {
 }  // namespace drover::app
 
 namespace drover::app {
-namespace {
-
-bool IsLoopbackHost(const std::string& listen) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  return host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
-}
-
-}  // namespace
-
 Status AddGatewayToEndpoints(const std::string& data_dir, const std::string& address) {
   const std::string path = data_dir + "/endpoints.json";
   auto text = ReadTextFile(path);
@@ -203,7 +195,7 @@ Result<gateway::GatewayOptions> GatewayOptionsFrom(const GatewayFlags& f, bool i
   gateway::GatewayOptions o;
   o.listen = f.listen;
   if (o.listen.rfind(':') == std::string::npos) return InvalidArgument("gateway listen '" + f.listen + "' is not HOST:PORT");
-  if (!insecure && !IsLoopbackHost(o.listen)) {
+  if (!insecure && !IsLoopbackHost(HostOf(o.listen))) {
     return InvalidArgument("gateway listen " + f.listen +
                            " is beyond loopback and the gateway speaks plain HTTP: API keys would cross the network in "
                            "the clear; put a TLS terminator in front and pass --insecure");
@@ -284,7 +276,7 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
     SignalWaiter signals;
     auto role = GatewayRole::Start(std::move(ro));
     if (!role.ok()) return fail(role.status(), 1);
-    spdlog::info("gateway: OpenAI API on {}:{} for the servers at {}", f->gateway.listen.substr(0, f->gateway.listen.rfind(':')),
+    spdlog::info("gateway: OpenAI API on {}:{} for the servers at {}", HostOf(f->gateway.listen),
                  (*role)->port(), f->server);
     signals.Wait();
     (*role)->Stop();

@@ -33,6 +33,7 @@
 #include "ha.h"
 #include "live_workload.h"
 #include "drover/cli/commands.h"
+#include "drover/common/address.h"
 #include "drover/common/config.h"
 #include "drover/common/fault.h"
 #include "drover/common/files.h"
@@ -436,8 +437,7 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
     }
   }
   if (gateway) {
-    const std::string host = gw.listen.substr(0, gw.listen.rfind(':'));
-    const std::string gateway_addr = fmt::format("{}:{}", host, gateway->port());
+    const std::string gateway_addr = fmt::format("{}:{}", drover::HostOf(gw.listen), gateway->port());
     if (Status s = drover::app::AddGatewayToEndpoints(f.data_dir, gateway_addr); !s.ok()) return Fatal(s);
     // The dashboard's Models tab reads its usage through the server.
     if (server) server->api()->SetServingUsage([g = gateway.get()] { return g->UsageJson(); });

@@ -30,6 +30,7 @@
 #include "drover/agent/service.h"
 #include "drover/agent/supervisor.h"
 #include "drover/auth/token.h"
+#include "drover/common/address.h"
 #include "drover/common/files.h"
 #include "drover/common/hash.h"
 #include "drover/common/ids.h"
@@ -1663,9 +1664,7 @@ HostTopology SimulatedHostTopology() {
 
 Status CheckMetricsExposure(const AgentOptions& o) {
   if (o.metrics_listen.empty() || !o.metrics_token.empty() || o.metrics_insecure) return Status::Ok();
-  std::string host = o.metrics_listen.substr(0, o.metrics_listen.rfind(':'));
-  bool loopback = host == "localhost" || host == "[::1]" || host.starts_with("127.");
-  if (loopback) return Status::Ok();
+  if (IsLoopbackHost(HostOf(o.metrics_listen))) return Status::Ok();
   return FailedPrecondition(fmt::format(
       "refusing to serve metrics on '{}' to anyone who asks: the node's GPUs, jobs and tenants would be readable "
       "from the network; give a scrape token with --metrics-token-file, listen on 127.0.0.1, or pass "

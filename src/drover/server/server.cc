@@ -23,6 +23,7 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include "drover/common/address.h"
 #include "drover/common/files.h"
 #include "drover/common/metrics.h"
 #include "drover/http/server.h"
@@ -47,11 +48,6 @@ namespace {
 
 // Largest request a client may send over gRPC; bigger ones get RESOURCE_EXHAUSTED.
 constexpr int kMaxGrpcMessageBytes = 4 << 20;
-
-std::string HostOf(const std::string& listen) {
-  size_t colon = listen.rfind(':');
-  return colon == std::string::npos ? listen : listen.substr(0, colon);
-}
 
 const char* CodeName(grpc::StatusCode code) {
   static constexpr const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
@@ -130,16 +126,12 @@ void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
   }
 }
 
-bool IsLoopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host.starts_with("127.");
-}
-
 // Without TLS, a token crosses the network in the clear: listening beyond
 // loopback needs TLS, or --insecure said in so many words. (Tokens are
 // required on every listener either way.)
 Status CheckExposure(const ServerOptions& o, bool tls) {
   for (const std::string& listen : {o.grpc_listen, o.http_listen}) {
-    if (!IsLoopback(HostOf(listen)) && !tls && !o.insecure) {
+    if (!IsLoopbackHost(HostOf(listen)) && !tls && !o.insecure) {
       return FailedPrecondition(fmt::format(
           "refusing to listen on '{}' without TLS: tokens would cross the network in the clear; run `drover "
           "certs init --data-dir {}` (or pass --tls-cert, --tls-key and --tls-ca), listen on 127.0.0.1, or pass "
