@@ -129,6 +129,32 @@ Status Scheduler::CheckInvariants() const {
     }
     if (free != d.free_by_class) return Internal(fmt::format("domain '{}' free counts are stale", d.value));
   }
+  for (size_t di = 0; di < s.domains.size(); ++di) {
+    const Domain& d = s.domains[di];
+    if (d.rank_dirty) {
+      if (std::find(s.rank_dirty.begin(), s.rank_dirty.end(), static_cast<int>(di)) == s.rank_dirty.end()) {
+        return Internal(fmt::format("domain '{}' is marked for ranking but not listed", d.value));
+      }
+      continue;
+    }
+    const DomainRank& r = s.domain_rank[d.level];
+    int64_t total = 0;
+    for (int64_t f : d.free_by_class) total += f;
+    const auto has = [&](const std::set<std::pair<int64_t, int>>& set, int64_t key) {
+      return set.count({key, static_cast<int>(di)}) == 1;
+    };
+    bool ok = d.ranked_total == total && has(r.total, total) && d.ranked_by_class.size() == d.free_by_class.size();
+    for (size_t c = 0; ok && c < d.free_by_class.size(); ++c) {
+      ok = d.ranked_by_class[c] == d.free_by_class[c] && c < r.by_class.size() && has(r.by_class[c], d.free_by_class[c]);
+    }
+    if (!ok) return Internal(fmt::format("domain '{}' is ranked by stale free counts", d.value));
+  }
+  for (const DomainRank& r : s.domain_rank) {
+    size_t ranked = r.total.size();
+    for (const auto& set : r.by_class) {
+      if (set.size() != ranked) return Internal("the domain ranking's class and total sets differ in size");
+    }
+  }
   for (size_t t = 0; t < s.tenants.size(); ++t) {
     const TenantState& ts = s.tenants[t];
     if (ts.milli != tenant_milli[t] || ts.by_model != tenant_model[t]) {

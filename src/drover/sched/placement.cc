@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <tuple>
 
 #include "drover/sched/scheduler_state.h"
@@ -48,6 +49,7 @@ int State::ClassFor(const GpuInfo& g) {
   c.memory_bytes = g.memory_bytes;
   classes.push_back(std::move(c));
   for (Domain& d : domains) d.free_by_class.resize(classes.size(), 0);
+  for (size_t d = 0; d < domains.size(); ++d) MarkRankDirty(static_cast<int>(d));  // a key for the new class
   return static_cast<int>(classes.size()) - 1;
 }
 
@@ -71,8 +73,10 @@ int State::DomainFor(const std::string& label, const std::string& value) {
     Domain d;
     d.value = value;
     d.free_by_class.assign(classes.size(), 0);
+    d.level = label == "switch" ? 0 : 1;
     domains.push_back(std::move(d));
     level_domains[label == "switch" ? 0 : 1].push_back(it->second);
+    MarkRankDirty(it->second);
   }
   return it->second;
 }
@@ -168,7 +172,9 @@ void State::SetBucket(int node, ClassSlot& slot, int slot_index, int count) {
   }
   int delta = count - slot.count;
   for (int d : {n.switch_domain, n.rack_domain}) {
-    if (d >= 0) domains[d].free_by_class[slot.cls] += delta;
+    if (d < 0) continue;
+    domains[d].free_by_class[slot.cls] += delta;
+    MarkRankDirty(d);
   }
   slot.count = count;
   slot.pos = -1;
@@ -178,6 +184,59 @@ void State::SetBucket(int node, ClassSlot& slot, int slot_index, int count) {
     b.emplace_back(node, slot_index);
     c.nonempty |= uint64_t{1} << (count - 1);
   }
+}
+
+void State::MarkRankDirty(int domain) {
+  Domain& d = domains[domain];
+  if (d.rank_dirty) return;
+  d.rank_dirty = true;
+  rank_dirty.push_back(domain);
+}
+
+void State::RankDomains() {
+  for (DomainRank& r : domain_rank) r.by_class.resize(classes.size());
+  for (int d : rank_dirty) {
+    Domain& dm = domains[d];
+    dm.rank_dirty = false;
+    DomainRank& r = domain_rank[dm.level];
+    const auto rekey = [d](std::set<std::pair<int64_t, int>>& set, int64_t& ranked, int64_t free) {
+      if (free == ranked) return;
+      if (ranked >= 0) set.erase({ranked, d});
+      set.emplace(free, d);
+      ranked = free;
+    };
+    int64_t total = 0;
+    for (int64_t f : dm.free_by_class) total += f;
+    rekey(r.total, dm.ranked_total, total);
+    dm.ranked_by_class.resize(classes.size(), -1);
+    for (size_t c = 0; c < classes.size(); ++c) rekey(r.by_class[c], dm.ranked_by_class[c], dm.free_by_class[c]);
+  }
+  rank_dirty.clear();
+}
+
+bool State::RankedDomains(int level, const std::vector<int>& matching, bool all, int64_t need, bool spread, size_t max,
+                          std::vector<int>* out) {
+  out->clear();
+  if (!all && matching.size() != 1) return false;
+  RankDomains();
+  const DomainRank& r = domain_rank[level];
+  const auto& set = all ? r.total : r.by_class[matching[0]];
+  constexpr int kLowest = std::numeric_limits<int>::min();
+  if (!spread) {
+    for (auto it = set.lower_bound({need, kLowest}); it != set.end() && out->size() < max; ++it) out->push_back(it->second);
+    return true;
+  }
+  // Most free first; among equal counts the lowest index first, as the scan
+  // ranks them: each run of one count is read forwards.
+  auto hi = set.end();
+  while (hi != set.begin() && out->size() < max) {
+    const int64_t free = std::prev(hi)->first;
+    if (free < need) break;
+    auto lo = set.lower_bound({free, kLowest});
+    for (auto it = lo; it != hi && out->size() < max; ++it) out->push_back(it->second);
+    hi = lo;
+  }
+  return true;
 }
 
 void State::UpdateShared(int node, int gpu) {
@@ -590,33 +649,38 @@ bool State::PlaceJob(int job, int64_t now, std::vector<Held>* out) {
   if (req.replicas == 1) return PlaceReplicas(job, now, nullptr, out);
   bool spread = config.placement == PlacementPolicy::kSpread;
   // Gangs: the tightest domain level first. Domains are ranked by their free
-  // GPUs of the classes the job accepts (binpack: fewest that suffice).
-  std::vector<int> levels;
-  if (req.topology == Topology::kSwitch) {
-    levels = {0};
-  } else if (req.topology == Topology::kRack) {
-    levels = {1};
-  } else {
-    levels = {0, 1, -1};
+  // GPUs of the classes the job accepts (binpack: fewest that suffice), from
+  // the index of domains by free count where one serves the job's classes.
+  std::array<int, 3> levels{0, 1, -1};
+  size_t level_count = 3;
+  if (req.topology == Topology::kSwitch || req.topology == Topology::kRack) {
+    levels[0] = req.topology == Topology::kSwitch ? 0 : 1;
+    level_count = 1;
   }
   int64_t need = int64_t{req.replicas} * req.gpus;
   std::vector<int> matching;
   for (size_t c = 0; c < classes.size(); ++c) {
     if (ClassMatches(req, static_cast<int>(c))) matching.push_back(static_cast<int>(c));
   }
-  for (int level : levels) {
+  const bool all = matching.size() == classes.size();
+  std::vector<int> ranked;
+  for (size_t l = 0; l < level_count; ++l) {
+    const int level = levels[l];
     if (level < 0) return PlaceReplicas(job, now, nullptr, out);
-    std::vector<std::pair<int64_t, int>> ranked;
-    for (int d : level_domains[level]) {
-      int64_t free = 0;
-      for (int c : matching) free += domains[d].free_by_class[c];
-      if (free >= need) ranked.emplace_back(spread ? -free : free, d);
+    if (!RankedDomains(level, matching, all, need, spread, static_cast<size_t>(kMaxDomains), &ranked)) {
+      std::vector<std::pair<int64_t, int>> scan;
+      for (int d : level_domains[level]) {
+        int64_t free = 0;
+        for (int c : matching) free += domains[d].free_by_class[c];
+        if (free >= need) scan.emplace_back(spread ? -free : free, d);
+      }
+      // Only the first kMaxDomains are tried: order just those.
+      size_t head = std::min(scan.size(), static_cast<size_t>(kMaxDomains));
+      std::partial_sort(scan.begin(), scan.begin() + static_cast<std::ptrdiff_t>(head), scan.end());
+      for (size_t i = 0; i < head; ++i) ranked.push_back(scan[i].second);
     }
-    // Only the first kMaxDomains are tried: order just those.
-    size_t head = std::min(ranked.size(), static_cast<size_t>(kMaxDomains));
-    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(head), ranked.end());
-    for (size_t i = 0; i < head; ++i) {
-      if (PlaceReplicas(job, now, &domains[ranked[i].second].nodes, out)) return true;
+    for (int d : ranked) {
+      if (PlaceReplicas(job, now, &domains[d].nodes, out)) return true;
     }
   }
   return false;

@@ -103,6 +103,21 @@ struct Domain {
   std::string value;
   std::vector<int> nodes;
   std::vector<int64_t> free_by_class;  // whole free healthy GPUs on schedulable nodes
+  // The keys this domain has in its level's DomainRank (-1: none yet), and
+  // whether free_by_class changed since they were set.
+  int level = 0;  // 0: "switch", 1: "rack"
+  int64_t ranked_total = -1;
+  std::vector<int64_t> ranked_by_class;
+  bool rank_dirty = false;
+};
+
+// The domains of one level ordered by their free GPUs, over all classes and
+// per class, so that a gang finds the fewest (or most) that suffice without
+// a scan of every domain. Kept lazily: SetBucket only marks a domain dirty;
+// State::RankDomains brings the sets up to date before a gang reads them.
+struct DomainRank {
+  std::set<std::pair<int64_t, int>> total;                  // (free over all classes, domain)
+  std::vector<std::set<std::pair<int64_t, int>>> by_class;  // [class]: (free of the class, domain)
 };
 
 // Where one replica sits, by index.
@@ -223,6 +238,8 @@ struct State {
   std::vector<Domain> domains;
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
   std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
+  std::array<DomainRank, 2> domain_rank;          // by level, as level_domains
+  std::vector<int> rank_dirty;                    // domains whose free counts changed since RankDomains
   // Nodes by label (key, value), for node selectors (SelectedNodes).
   // Invariant: node i is in the list of each of its labels, once, and in no
   // other; each list is in ascending node index.
@@ -332,6 +349,14 @@ struct State {
   bool PickHostOnly(int job, const std::vector<int>* within, Pick* out) const;
   void Recount(int node);  // buckets, domains and shared GPUs of one node
   void SetBucket(int node, ClassSlot& slot, int slot_index, int count);
+  void MarkRankDirty(int domain);
+  void RankDomains();  // brings domain_rank up to date (the dirty domains only)
+  // The first `max` domains of `level` with at least `need` free GPUs of the
+  // classes in `matching` (every class if `all`), fewest first (most first
+  // if `spread`), ties by domain index; false when no index serves the
+  // class set (several classes but not all): the caller scans.
+  bool RankedDomains(int level, const std::vector<int>& matching, bool all, int64_t need, bool spread, size_t max,
+                     std::vector<int>* out);
   void UpdateShared(int node, int gpu);
   // Adds (sign +1) or removes a replica of a preemptible job, not being
   // preempted, to its node's victim_gpus and victim_jobs.
