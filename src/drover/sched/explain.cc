@@ -75,24 +75,6 @@ int64_t HostReplicas(const JobRequest& job, int64_t cpu_cap, int64_t cpu, int64_
 // NeverFits remembers answers for this many request shapes at most.
 constexpr size_t kNeverFitsCacheMax = 1024;
 
-// The fields of `req` that ShapeHash and ShapeEq read, and nothing else: the
-// key NeverFits stores.
-JobRequest ShapeOf(const JobRequest& req) {
-  JobRequest shape;
-  shape.replicas = req.replicas;
-  shape.gpus = req.gpus;
-  shape.gpu_milli = req.gpu_milli;
-  shape.gpu_memory_bytes = req.gpu_memory_bytes;
-  shape.gpu_model = req.gpu_model;
-  shape.gpu_models = req.gpu_models;
-  shape.gpu_vendor = req.gpu_vendor;
-  shape.node_selector = req.node_selector;
-  shape.cpu_milli = req.cpu_milli;
-  shape.memory_bytes = req.memory_bytes;
-  shape.topology = req.topology;
-  return shape;
-}
-
 // Whether NodeTopology::Choose finds `g` GPUs of a mask meeting `within`,
 // asked once per distinct (topology, mask) in one NeverFits scan: nodes of
 // one kind share both, so a cluster of 16,384 HGX boxes asks once, not
@@ -134,6 +116,24 @@ std::string Within(Topology t) {
 }
 
 }  // namespace
+
+// The fields of `req` that ShapeHash and ShapeEq read, and nothing else: the
+// key NeverFits stores.
+JobRequest ShapeOf(const JobRequest& req) {
+  JobRequest shape;
+  shape.replicas = req.replicas;
+  shape.gpus = req.gpus;
+  shape.gpu_milli = req.gpu_milli;
+  shape.gpu_memory_bytes = req.gpu_memory_bytes;
+  shape.gpu_model = req.gpu_model;
+  shape.gpu_models = req.gpu_models;
+  shape.gpu_vendor = req.gpu_vendor;
+  shape.node_selector = req.node_selector;
+  shape.cpu_milli = req.cpu_milli;
+  shape.memory_bytes = req.memory_bytes;
+  shape.topology = req.topology;
+  return shape;
+}
 
 std::string State::Reason(int job) const {
   const JobState& j = jobs[job];
@@ -300,7 +300,9 @@ std::string State::Shortfall(int job) const {
 
 std::optional<std::string> Scheduler::NeverFits(const JobRequest& req) const { return s_->NeverFits(req); }
 
-size_t ShapeHash::operator()(const JobRequest& r) const {
+namespace {
+
+size_t HashShape(const JobRequest& r, bool host) {
   size_t h = 0;
   auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
   std::hash<int64_t> num;
@@ -309,8 +311,10 @@ size_t ShapeHash::operator()(const JobRequest& r) const {
   mix(num(r.gpus));
   mix(num(r.gpu_milli));
   mix(num(r.gpu_memory_bytes));
-  mix(num(r.cpu_milli));
-  mix(num(r.memory_bytes));
+  if (host) {
+    mix(num(r.cpu_milli));
+    mix(num(r.memory_bytes));
+  }
   mix(num(static_cast<int64_t>(r.topology)));
   mix(str(r.gpu_vendor));
   mix(str(r.gpu_model));
@@ -324,12 +328,23 @@ size_t ShapeHash::operator()(const JobRequest& r) const {
   return h;
 }
 
-bool ShapeEq::operator()(const JobRequest& a, const JobRequest& b) const {
+bool SameGpuShape(const JobRequest& a, const JobRequest& b) {
   return a.replicas == b.replicas && a.gpus == b.gpus && a.gpu_milli == b.gpu_milli &&
-         a.gpu_memory_bytes == b.gpu_memory_bytes && a.cpu_milli == b.cpu_milli && a.memory_bytes == b.memory_bytes &&
-         a.topology == b.topology && a.gpu_vendor == b.gpu_vendor && a.gpu_model == b.gpu_model &&
-         a.gpu_models == b.gpu_models && a.node_selector == b.node_selector;
+         a.gpu_memory_bytes == b.gpu_memory_bytes && a.topology == b.topology && a.gpu_vendor == b.gpu_vendor &&
+         a.gpu_model == b.gpu_model && a.gpu_models == b.gpu_models && a.node_selector == b.node_selector;
 }
+
+}  // namespace
+
+size_t ShapeHash::operator()(const JobRequest& r) const { return HashShape(r, true); }
+
+bool ShapeEq::operator()(const JobRequest& a, const JobRequest& b) const {
+  return SameGpuShape(a, b) && a.cpu_milli == b.cpu_milli && a.memory_bytes == b.memory_bytes;
+}
+
+size_t GpuShapeHash::operator()(const JobRequest& r) const { return HashShape(r, false); }
+
+bool GpuShapeEq::operator()(const JobRequest& a, const JobRequest& b) const { return SameGpuShape(a, b); }
 
 std::optional<std::string> State::NeverFits(const JobRequest& req) const {
   const State& s = *this;

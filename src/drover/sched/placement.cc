@@ -111,8 +111,13 @@ bool State::NodeMatches(const JobRequest& job, const NodeState& node) const {
 }
 
 bool State::HostFits(const JobRequest& job, const NodeState& node) const {
-  if (node.info.cpu_milli > 0 && node.free_cpu < job.cpu_milli) return false;
-  return node.info.memory_bytes <= 0 || node.free_host_mem >= job.memory_bytes;
+  const bool cpu = node.info.cpu_milli <= 0 || node.free_cpu >= job.cpu_milli;
+  const bool mem = node.info.memory_bytes <= 0 || node.free_host_mem >= job.memory_bytes;
+  if (cpu && mem) return true;
+  // The most CPU and memory left on a node that refused (RecordNoFit).
+  host_miss_cpu = std::max(host_miss_cpu, node.info.cpu_milli > 0 ? node.free_cpu : kUnbounded);
+  host_miss_mem = std::max(host_miss_mem, node.info.memory_bytes > 0 ? node.free_host_mem : kUnbounded);
+  return false;
 }
 
 int64_t State::Stranded(const NodeState& n, int64_t gpu_milli, int64_t cpu) const {

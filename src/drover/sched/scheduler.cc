@@ -500,11 +500,21 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   const bool checked_first = limited && j.req.gpus > 0 && !baseline;
   bool quota = checked_first && refused_everywhere();
   if (!quota) {
+    // A job of a shape whose placement already found nothing this pass
+    // fails too (no_fit): not for the random baseline (its draws would
+    // shift) nor a job with GPUs promised to it (it may use them).
+    const bool memo = config.placement != PlacementPolicy::kRandom && j.nomination.empty();
+    const bool known = memo && NoFitKnown(j.req);
     std::vector<Held> held;
-    if (PlaceJob(job, now, &held)) {
+    host_miss_cpu = host_miss_mem = -1;
+    if ((!known || config.verify_memos) && PlaceJob(job, now, &held)) {
+      if (known && memo_mismatch.empty()) {
+        memo_mismatch = fmt::format("'{}' was placed after a job of its shape found no fit in the pass", j.req.id);
+      }
       Bind(job, std::move(held), now, d);
       return;
     }
+    if (memo && !known && !quota_hit && !reserved_hit) RecordNoFit(j.req);
     // A failed placement charges nothing: a check made before stands.
     quota = quota_hit || (limited && !checked_first && refused_everywhere());
   }
@@ -547,6 +557,46 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   // A job held by its own tenant's limit does not hold up other tenants'
   // jobs behind it (as Slurm's QOS limits): nothing it waits for is theirs.
   if (!quota) block();
+}
+
+// Within a pass placements only take capacity (bindings; preemption comes
+// after every placement), so a shape that found no node finds none later in
+// the pass, and neither does one asking for as much CPU and memory or more,
+// or more than any node that refused it for its host request had left: a
+// node refused it either for its GPUs (as it refuses this job) or for its
+// CPU or memory. A gang's search is not exact (greedy per replica, a few
+// domains), so for a gang only the same request counts.
+bool State::NoFitKnown(const JobRequest& req) {
+  if (no_fit_pass != pass || no_fit.empty()) return false;
+  auto it = no_fit.find(req);
+  if (it == no_fit.end()) return false;
+  for (const NoFit& f : it->second) {
+    if (req.replicas > 1) {
+      if (req.cpu_milli == f.cpu && req.memory_bytes == f.mem) return true;
+      continue;
+    }
+    if ((req.cpu_milli >= f.cpu && req.memory_bytes >= f.mem) || req.cpu_milli > f.cpu_left || req.memory_bytes > f.mem_left) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void State::RecordNoFit(const JobRequest& req) {
+  // Shapes and requests remembered per pass, at most (the memo only saves
+  // work; what it does not hold is placed as usual).
+  constexpr size_t kMaxShapes = 1024;
+  constexpr size_t kMaxRequests = 8;
+  if (no_fit_pass != pass) {
+    no_fit.clear();
+    no_fit_pass = pass;
+  }
+  auto it = no_fit.find(req);
+  if (it == no_fit.end()) {
+    if (no_fit.size() >= kMaxShapes) return;
+    it = no_fit.emplace(ShapeOf(req), std::vector<NoFit>{}).first;
+  }
+  if (it->second.size() < kMaxRequests) it->second.push_back(NoFit{req.cpu_milli, req.memory_bytes, host_miss_cpu, host_miss_mem});
 }
 
 Decisions Scheduler::Schedule(int64_t now_ms) {

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -216,6 +217,20 @@ struct ShapeHash {
 struct ShapeEq {
   bool operator()(const JobRequest& a, const JobRequest& b) const;
 };
+// The same without the host resources (CPU, memory): the key of the pass's
+// memo of placements that found nothing (State::no_fit).
+struct GpuShapeHash {
+  size_t operator()(const JobRequest& r) const;
+};
+struct GpuShapeEq {
+  bool operator()(const JobRequest& a, const JobRequest& b) const;
+};
+
+// The fields of `req` that ShapeHash and ShapeEq read, and nothing else.
+JobRequest ShapeOf(const JobRequest& req);
+
+// A host resource a node does not limit.
+constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
 
 // What Release() undoes and Hold() redoes during tentative searches.
 struct State {
@@ -291,6 +306,25 @@ struct State {
   // schedulability, which a pass's placements do not touch).
   uint64_t reserve_failed_pass = 0;
   std::vector<uint64_t> reserve_failed;
+  // Placements that found nothing in pass `no_fit_pass`, by GPU shape: the
+  // (CPU, memory) requests that failed, the least of them only. Within a
+  // pass placements only take capacity, so a job of the shape that asks as
+  // much or more (exactly as much for a gang, whose search is not exact)
+  // fails too, and is not placed again: a stream of pending jobs that no
+  // node can host costs one walk of the nodes per shape, not one per job.
+  // Kept only for failures that no tenant limit, reservation or nomination
+  // had a part in (NoFitKnown, RecordNoFit; scheduler.cc).
+  struct NoFit {
+    int64_t cpu = 0, mem = 0;  // the failed request
+    // The most CPU and memory left on any node that refused it for its
+    // host request (kUnbounded: one without that limit): a request above
+    // either is refused by those nodes too. -1: none refused so.
+    int64_t cpu_left = -1, mem_left = -1;
+  };
+  uint64_t no_fit_pass = 0;
+  std::unordered_map<JobRequest, std::vector<NoFit>, GpuShapeHash, GpuShapeEq> no_fit;
+  mutable int64_t host_miss_cpu = -1;  // HostFits' refusals since Consider reset them
+  mutable int64_t host_miss_mem = -1;
   // Raised by every change a preemption search reads: bindings (tenant
   // usage, who runs where), victims marked stopping, nominations, nodes and
   // tenants, and the end of a pass that bound jobs (a job is not preempted
@@ -391,6 +425,8 @@ struct State {
   bool WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected, Pick* out) const;
   // Places every replica (held on success, nothing held on failure).
   bool PlaceJob(int job, int64_t now, std::vector<Held>* out);
+  bool NoFitKnown(const JobRequest& req);
+  void RecordNoFit(const JobRequest& req);
   bool PlaceReplicas(int job, int64_t now, const std::vector<int>* within, std::vector<Held>* out);
   void Bind(int job, std::vector<Held> held, int64_t now, Decisions* d);
   void Unbind(int job, int64_t now);

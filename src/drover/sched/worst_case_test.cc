@@ -281,5 +281,60 @@ TEST(WorstCaseTest, AShapeThatFailedToReserveIsNotWalkedAgainInThePass) {
   EXPECT_NE(s.PendingReason("gang-0").find("reserved"), std::string::npos) << s.PendingReason("gang-0");
 }
 
+// Jobs that no node can host for lack of CPU (every node with a free GPU
+// has too few cores left): within a pass the first of a shape walks the
+// nodes, and jobs of the shape asking as much CPU or more, or more than any
+// refusing node had left, are known to fail (verify_memos walks anyway and
+// checks that they do); a job asking less is
+// placed, in the same pass, behind them (backfill). The next pass after a
+// node frees its cores places the next of them.
+TEST(WorstCaseTest, JobsNoNodeCanHostCostOneWalkPerShapeAndStillStartWhenCoresFree) {
+  for (bool verify : {false, true}) {
+    Config c;
+    c.queue = QueuePolicy::kFifo;
+    c.verify_memos = verify;
+    Scheduler s(c);
+    for (const char* name : {"a", "b", "c"}) {
+      NodeInfo n = Node(name, 4);
+      n.cpu_milli = 32'000;
+      ASSERT_TRUE(s.UpsertNode(n).ok());
+      JobRequest holder = Job(std::string("holder-") + name, 2);
+      holder.cpu_milli = 24'000;  // 8 cores left beside 2 free GPUs
+      ASSERT_TRUE(Bind(s, holder, name).ok());
+    }
+    for (int i = 0; i < 40; ++i) {
+      JobRequest big = Job("big-" + std::to_string(i), 1);
+      big.cpu_milli = (i % 2 == 0 ? 12'000 : 16'000);  // the odd ones ask more: known from the even ones
+      ASSERT_TRUE(s.Enqueue(big, 0).ok());
+    }
+    for (int cores = 30; cores > 12; --cores) {  // each asks less: known from the most any refusing node had left
+      JobRequest down = Job("down-" + std::to_string(cores), 1);
+      down.cpu_milli = cores * 1000;
+      ASSERT_TRUE(s.Enqueue(down, 0).ok());
+    }
+    JobRequest gang = Job("gang", 1);
+    gang.replicas = 2;
+    gang.cpu_milli = 12'000;
+    ASSERT_TRUE(s.Enqueue(gang, 0).ok());
+    JobRequest small = Job("small", 1);
+    small.cpu_milli = 8'000;
+    ASSERT_TRUE(s.Enqueue(small, 0).ok());
+    Decisions d = s.Schedule(1);
+    ASSERT_EQ(d.bindings.size(), 1u) << "verify " << verify;
+    EXPECT_EQ(d.bindings[0].job_id, "small");
+    EXPECT_EQ(d.considered, 60);
+    ExpectInvariants(s);
+    for (const std::string id : {"big-0", "big-1", "gang"}) EXPECT_TRUE(s.IsPending(id)) << id;
+    // Node b's holder ends: its 32 cores and 4 GPUs are free; big-0 (the
+    // first in the queue) takes one GPU and 12 cores, big-1 another with 16.
+    s.Remove("holder-b", 2);
+    d = s.Schedule(2);
+    ASSERT_EQ(d.bindings.size(), 2u) << "verify " << verify;
+    EXPECT_EQ(d.bindings[0].job_id, "big-0");
+    EXPECT_EQ(d.bindings[1].job_id, "big-1");
+    ExpectInvariants(s);
+  }
+}
+
 }  // namespace
 }  // namespace drover::sched
