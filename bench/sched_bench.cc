@@ -50,7 +50,10 @@
 // blocked_head/strict (a 16 x 8 GPU gang under one switch that cannot start
 // ahead of it, EASY backfill on and off), gang_preempt_switch (an 8 x 8 GPU
 // gang under one switch, priority 10, on a cluster of preemptible jobs: it
-// preempts the jobs of 8 nodes under one switch, the least work lost there).
+// preempts the jobs of 8 nodes under one switch, the least work lost there),
+// hostfit10k (nodes with 64 cores, 8 per GPU held: 10,000 pending 1-GPU jobs
+// asking 63-64 cores, which no node with a free GPU has left, ahead of the
+// measured 1-GPU job that asks none).
 //
 // Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
 // p999_ns, max_ns (nearest rank over every iteration) and items_per_second
@@ -475,12 +478,18 @@ struct WorstCluster {
   std::string error;
 };
 
-WorstCluster& GetWorst(int gpus, bool backfill, bool preemptible) {
-  static std::map<std::tuple<int, bool, bool>, std::unique_ptr<WorstCluster>> cache;
+// With `cpu`, every node has kWorstNodeCores cores and every running job
+// takes kWorstCoresPerGpu per GPU it holds (shares: in proportion), so a
+// node's free cores are kWorstCoresPerGpu x its free GPUs.
+constexpr int64_t kWorstCoresPerGpu = 8;
+constexpr int64_t kWorstNodeCores = kWorstCoresPerGpu * kGpusPerNode;
+
+WorstCluster& GetWorst(int gpus, bool backfill, bool preemptible, bool cpu = false) {
+  static std::map<std::tuple<int, bool, bool, bool>, std::unique_ptr<WorstCluster>> cache;
   for (auto it = cache.begin(); it != cache.end();) {
     it = std::get<0>(it->first) != gpus ? cache.erase(it) : std::next(it);
   }
-  auto& slot = cache[{gpus, backfill, preemptible}];
+  auto& slot = cache[{gpus, backfill, preemptible, cpu}];
   if (slot) return *slot;
   slot = std::make_unique<WorstCluster>();
   WorstCluster& w = *slot;
@@ -493,12 +502,15 @@ WorstCluster& GetWorst(int gpus, bool backfill, bool preemptible) {
   config.backfill = backfill;
   w.sched = std::make_unique<Scheduler>(config);
   for (int n = 0; n < gpus / kGpusPerNode && w.error.empty(); ++n) {
-    if (Status st = w.sched->UpsertNode(MakeNode(n)); !st.ok()) w.error = "upsert node: " + st.ToString();
+    NodeInfo node = MakeNode(n);
+    if (cpu) node.cpu_milli = kWorstNodeCores * 1000;
+    if (Status st = w.sched->UpsertNode(node); !st.ok()) w.error = "upsert node: " + st.ToString();
   }
   for (const Cluster::Running& r : c.running) {
     if (!w.error.empty()) break;
     auto [req, binding] = c.bound.at(r.id);
     req.preemptible = preemptible;
+    if (cpu) req.cpu_milli = int64_t{req.gpus} * req.gpu_milli * kWorstCoresPerGpu;  // per replica
     if (Status st = w.sched->Restore(req, binding, w.now_ms); !st.ok()) w.error = "restore: " + st.ToString();
   }
   return w;
@@ -510,6 +522,7 @@ enum class Worst : uint8_t {
   kSelectorFull,  // the same, once other jobs have taken every GPU of those nodes
   kBlockedHead,   // a 16 x 8 GPU gang under one switch (priority 10) cannot start, ahead of it
   kGangPreempt,   // an 8 x 8 GPU gang under one switch (priority 10) that must preempt
+  kHostFit10k,    // 10,000 pending 1-GPU jobs that no node has the cores for, ahead of the measured job
 };
 
 struct WorstCase {
@@ -530,7 +543,7 @@ struct WorstCase {
 // per pass (kGangPreempt: all under one switch, or the case is void),
 // `searches` the preemption searches per pass.
 void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
-  WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt);
+  WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt, wc.kind == Worst::kHostFit10k);
   if (!w.error.empty()) {
     state.SkipWithError(w.error.c_str());
     return;
@@ -579,6 +592,40 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
       sched.Remove(id, w.now_ms);
       return true;
     });
+  } else if (wc.kind == Worst::kHostFit10k) {
+    // Idle nodes are taken by whole-node jobs of no estimate (removed after
+    // the case), so a node with a free GPU has at most 7 whole GPUs free
+    // and one at most 750 milli-GPU free (shares are 250 or 500): 62 cores.
+    // Then 10,000 jobs of one GPU and 63.001-64 cores (each asking less
+    // than the one before, in runs of 1,000) that every node with a free
+    // GPU refuses for its cores.
+    for (int round = 0; error.empty(); ++round) {
+      for (int k = 0; k < 64; ++k) {
+        JobRequest f;
+        f.id = "hf-" + std::to_string(round) + "-" + std::to_string(k);
+        f.tenant = "t-2";
+        f.gpus = kGpusPerNode;
+        f.cpu_milli = kWorstNodeCores * 1000;
+        enqueue(f);
+        background.push_back(f.id);
+      }
+      if (sched.Schedule(w.now_ms).bindings.empty()) break;
+      ++w.now_ms;
+    }
+    std::erase_if(background, [&](const std::string& id) {
+      if (!sched.IsPending(id)) return false;
+      sched.Remove(id, w.now_ms);
+      return true;
+    });
+    for (int k = 0; k < 10'000; ++k) {
+      JobRequest q;
+      q.id = "h-" + std::to_string(k);
+      q.tenant = "hungry";
+      q.runtime_estimate_ms = 600'000;
+      q.cpu_milli = kWorstNodeCores * 1000 - k % 1'000;
+      enqueue(q);
+      background.push_back(q.id);
+    }
   } else if (wc.kind == Worst::kBlockedHead) {
     JobRequest head;
     head.id = "head";
@@ -881,7 +928,7 @@ void RegisterAll() {
       {"quota10k", Worst::kQuota10k},         {"selector1pct", Worst::kSelector1pct},
       {"selector1pct_full", Worst::kSelectorFull},
       {"blocked_head/backfill", Worst::kBlockedHead, true}, {"blocked_head/strict", Worst::kBlockedHead, false},
-      {"gang_preempt_switch", Worst::kGangPreempt}};
+      {"gang_preempt_switch", Worst::kGangPreempt},  {"hostfit10k", Worst::kHostFit10k}};
   for (int gpus : {16'384, 131'072}) {
     for (const WorstCase& wc : worst) {
       const std::string name = std::string("BM_Worst/") + wc.name + "/" + std::to_string(gpus);
