@@ -237,7 +237,8 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
   AddGatewayFlags(cmd, &f->gateway, true);
   cmd->add_option("--server", f->server, "a server's gRPC address")->capture_default_str();
   cmd->add_option("--token-file", f->token_file,
-                  "file holding an admin token (reads deployments, resolves keys, reports load); else DROVER_TOKEN");
+                  "file holding a gateway token (drover tokens create NAME --role gateway: reads every tenant's "
+                  "endpoints, resolves keys, reports load; an admin token works too); else DROVER_TOKEN");
   cmd->add_option("--ca-file", f->ca_file, "the cluster CA: talk TLS to the server")->envname("DROVER_CA_FILE");
   cmd->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")->capture_default_str();
   cmd->add_flag("--insecure", f->insecure, "allow listening beyond loopback (the gateway speaks plain HTTP)");
@@ -259,7 +260,7 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
     } else if (const char* env = std::getenv("DROVER_TOKEN"); env != nullptr) {
       token = env;
     }
-    if (token.empty()) return fail(InvalidArgument("no token: give --token-file or DROVER_TOKEN (an admin's)"), 2);
+    if (token.empty()) return fail(InvalidArgument("no token: give --token-file or DROVER_TOKEN (a gateway token or an admin's)"), 2);
     std::shared_ptr<grpc::ChannelCredentials> creds;
     if (!f->ca_file.empty()) {
       auto pem = ReadTextFile(f->ca_file);

@@ -415,7 +415,7 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
   if (!drover::app::GatewayOff(gw)) {
     auto options = drover::app::GatewayOptionsFrom(gw, f.insecure);
     if (!options.ok()) return BadConfig(options.status());
-    auto token = authority->MintInternal({"gateway", "default", drover::auth::Role::kAdmin, "", drover::Duration(0)});
+    auto token = authority->MintInternal({"gateway", "default", drover::auth::Role::kGateway, "", drover::Duration(0)});
     if (!token.ok()) return Fatal(token.status());
     drover::app::GatewayRoleOptions ro;
     ro.gateway = *options;

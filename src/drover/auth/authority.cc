@@ -125,8 +125,13 @@ Status Authority::CheckCanCreate(const Principal& by, const CreateTokenRequest& 
     return InvalidArgument(fmt::format("requests_per_minute and tokens_per_minute must be 0..{} (0: no limit)",
                                        kMaxPerMinute));
   }
-  if (req.role == Role::kNode && (req.requests_per_minute > 0 || req.tokens_per_minute > 0)) {
-    return InvalidArgument("node tokens carry no gateway limits");
+  if ((req.role == Role::kNode || req.role == Role::kGateway) && (req.requests_per_minute > 0 || req.tokens_per_minute > 0)) {
+    return InvalidArgument(fmt::format("{} tokens carry no gateway limits (they are not API keys)", RoleName(req.role)));
+  }
+  if (req.role == Role::kGateway) {
+    if (!req.node.empty()) return InvalidArgument("only node tokens name a node");
+    if (!by.IsAdmin()) return PermissionDenied("only an admin may create gateway tokens");
+    return Status::Ok();
   }
   if (req.role == Role::kNode) {
     DROVER_RETURN_IF_ERROR(ValidateNodeName(req.node));
@@ -233,7 +238,8 @@ Result<TokenInfo> Authority::RevokeToken(const Principal& by, const std::string&
   std::string hash;
   DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, &hash));
   bool may = by.IsAdmin() || t.id == by.token_id ||
-             (by.role == Role::kTenantAdmin && t.tenant == by.tenant && t.role != Role::kAdmin && t.role != Role::kNode);
+             (by.role == Role::kTenantAdmin && t.tenant == by.tenant && t.role != Role::kAdmin && t.role != Role::kNode &&
+              t.role != Role::kGateway);
   if (!may) return not_found;
   if (t.revoked) return t;
   t.revoked = true;
@@ -327,7 +333,7 @@ Result<std::string> Authority::Join(std::string_view join_token, const std::stri
 }
 
 Result<DashboardSession> Authority::OpenSession(const Principal& p) {
-  if (p.role == Role::kNode) return PermissionDenied("node tokens cannot open dashboard sessions");
+  if (p.IsService()) return PermissionDenied(fmt::format("{} tokens cannot open dashboard sessions", RoleName(p.role)));
   DashboardSession s;
   DROVER_ASSIGN_OR_RETURN(s.cookie, RandomBase64Url(32));
   DROVER_ASSIGN_OR_RETURN(s.csrf_token, RandomBase64Url(32));

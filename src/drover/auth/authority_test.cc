@@ -92,6 +92,32 @@ TEST_F(AuthorityTest, UsersAndViewersCannotCreateTokens) {
   }
 }
 
+// A gateway token (for `drover gateway` apart from the servers): only an
+// admin makes one, it carries no per-minute limits (it is no API key), a
+// tenant-admin can neither make nor revoke one, and it opens no dashboard.
+TEST_F(AuthorityTest, GatewayTokensAreMadeByAdminsAloneAndAreNoApiKeys) {
+  auto [info, text] = Make(admin_, {"gw-1", "default", Role::kGateway, "", Duration(0)});
+  auto p = auth_.Authenticate(text);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->role, Role::kGateway);
+  EXPECT_EQ(RoleName(p->role), "gateway");
+  CreateTokenRequest limited{"gw-2", "default", Role::kGateway, "", Duration(0)};
+  limited.requests_per_minute = 100;
+  EXPECT_EQ(auth_.CreateToken(admin_, limited).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(auth_.CreateToken(admin_, {"gw-3", "default", Role::kGateway, "n1", Duration(0)}).status().code(),
+            Code::kInvalidArgument);
+  auto [ta_info, ta_text] = Make(admin_, {"lead", "default", Role::kTenantAdmin, "", Duration(0)});
+  auto ta = auth_.Authenticate(ta_text);
+  ASSERT_TRUE(ta.ok());
+  EXPECT_EQ(auth_.CreateToken(*ta, {"gw-4", "default", Role::kGateway, "", Duration(0)}).status().code(),
+            Code::kPermissionDenied);
+  EXPECT_EQ(auth_.RevokeToken(*ta, info.id).status().code(), Code::kNotFound);
+  EXPECT_EQ(auth_.CreateToken(*p, {"t", "default", Role::kViewer, "", Duration(0)}).status().code(),
+            Code::kPermissionDenied);
+  EXPECT_EQ(auth_.OpenSession(*p).status().code(), Code::kPermissionDenied);
+  EXPECT_TRUE(auth_.Authenticate(text).ok());
+}
+
 TEST_F(AuthorityTest, BootstrapAdminFileIsPrivateAndStable) {
   std::string path = store_.dir() + "/admin.token";
   auto first = auth_.EnsureBootstrapAdmin(path);

@@ -64,20 +64,22 @@ std::string_view RoleName(Role role) {
     case Role::kTenantAdmin: return "tenant-admin";
     case Role::kAdmin: return "admin";
     case Role::kNode: return "node";
+    case Role::kGateway: return "gateway";
   }
   return "unknown";
 }
 
 Result<Role> ParseRole(std::string_view text) {
-  for (Role r : {Role::kViewer, Role::kUser, Role::kTenantAdmin, Role::kAdmin, Role::kNode}) {
+  for (Role r : {Role::kViewer, Role::kUser, Role::kTenantAdmin, Role::kAdmin, Role::kNode, Role::kGateway}) {
     if (RoleName(r) == text) return r;
   }
-  return InvalidArgument(fmt::format("role '{}' is unknown (use admin, tenant-admin, user or viewer)",
+  return InvalidArgument(fmt::format("role '{}' is unknown (use admin, tenant-admin, user, viewer or gateway)",
                                      text.substr(0, 32)));
 }
 
 bool AtLeast(Role role, Role needed) {
-  if (role == Role::kNode || needed == Role::kNode) return role == needed;
+  const auto outside = [](Role r) { return r == Role::kNode || r == Role::kGateway; };
+  if (outside(role) || outside(needed)) return role == needed;
   return static_cast<int>(role) >= static_cast<int>(needed);
 }
 

@@ -23,7 +23,10 @@ namespace drover::auth {
 //   tenant-admin user + tokens of its own tenant (roles up to tenant-admin)
 //   admin        everything, every tenant: nodes, tenants, tokens, audit
 //   node         an agent: only the agent protocol, as the node it is bound to
-enum class Role { kViewer = 0, kUser = 1, kTenantAdmin = 2, kAdmin = 3, kNode = 4 };
+//   gateway      an OpenAI gateway apart from the servers: reads every
+//                tenant's serving endpoints, resolves API keys, reports load;
+//                nothing else (no jobs, deployments, tokens or dashboard)
+enum class Role { kViewer = 0, kUser = 1, kTenantAdmin = 2, kAdmin = 3, kNode = 4, kGateway = 5 };
 
 std::string_view RoleName(Role role);
 Result<Role> ParseRole(std::string_view text);
@@ -39,16 +42,18 @@ struct Principal {
   bool IsAdmin() const { return role == Role::kAdmin; }
   // May act (read) on `tenant`'s objects: admins on all, others on their own.
   bool CanSee(std::string_view tenant_of_object) const {
-    return role == Role::kAdmin || (role != Role::kNode && tenant_of_object == tenant);
+    return role == Role::kAdmin || (role != Role::kNode && role != Role::kGateway && tenant_of_object == tenant);
   }
+  // Outside the ladder of viewer..admin: a node or a gateway.
+  bool IsService() const { return role == Role::kNode || role == Role::kGateway; }
   // May change: CanSee and at least a user.
   bool CanChange(std::string_view tenant_of_object) const {
     return CanSee(tenant_of_object) && role != Role::kViewer;
   }
 };
 
-// True when `role` has at least `needed`'s rights (node is outside the
-// ladder: it satisfies only kNode).
+// True when `role` has at least `needed`'s rights (node and gateway are
+// outside the ladder: each satisfies only itself).
 bool AtLeast(Role role, Role needed);
 
 struct ParsedToken {

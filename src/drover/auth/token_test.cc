@@ -49,7 +49,13 @@ TEST(TokenTest, RolesLadder) {
   EXPECT_FALSE(AtLeast(Role::kNode, Role::kViewer));
   EXPECT_FALSE(AtLeast(Role::kAdmin, Role::kNode));
   EXPECT_TRUE(AtLeast(Role::kNode, Role::kNode));
-  for (Role r : {Role::kViewer, Role::kUser, Role::kTenantAdmin, Role::kAdmin, Role::kNode}) {
+  // A gateway is outside the ladder too: it is no viewer, and no admin is a gateway.
+  EXPECT_FALSE(AtLeast(Role::kGateway, Role::kViewer));
+  EXPECT_FALSE(AtLeast(Role::kAdmin, Role::kGateway));
+  EXPECT_FALSE(AtLeast(Role::kNode, Role::kGateway));
+  EXPECT_TRUE(AtLeast(Role::kGateway, Role::kGateway));
+  EXPECT_FALSE((Principal{"g", "gw", "default", Role::kGateway, "", ""}.CanSee("default")));
+  for (Role r : {Role::kViewer, Role::kUser, Role::kTenantAdmin, Role::kAdmin, Role::kNode, Role::kGateway}) {
     auto parsed = ParseRole(RoleName(r));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, r);

@@ -204,7 +204,7 @@ void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   AddCommon(create, common.get(), true);
   create->add_option("name", ta->name, "what the token is for (a person, a pipeline)")->required();
   create->add_option("--tenant", ta->tenant, "tenant it acts for (default: yours)");
-  create->add_option("--role", ta->role, "admin, tenant-admin, user or viewer")->capture_default_str();
+  create->add_option("--role", ta->role, "admin, tenant-admin, user, viewer or gateway (an OpenAI gateway apart from the servers)")->capture_default_str();
   create->add_option("--ttl", ta->ttl, "lifetime, e.g. 30d or 12h (default: until revoked)");
   create->add_option("--requests-per-minute", ta->rpm, "gateway: requests per minute with this key (0: no limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));

@@ -58,13 +58,19 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
   return Status::Ok();
 }
 
+// What only a gateway (or an admin) may call.
+Status RequireGatewayOrAdmin(const auth::Principal& who, std::string_view what) {
+  if (who.role == auth::Role::kGateway || who.IsAdmin()) return Status::Ok();
+  return PermissionDenied(fmt::format("role {} may not {} (needs gateway or admin)", auth::RoleName(who.role), what));
+}
+
 }  // namespace
 
 auth::Principal GatewayPrincipal() {
   auth::Principal p;
   p.name = "gateway";
   p.tenant = "default";
-  p.role = auth::Role::kAdmin;
+  p.role = auth::Role::kGateway;
   p.source = "in-process";
   return p;
 }
@@ -142,9 +148,10 @@ Result<v1::Deployment> ApiService::DeleteDeployment(const auth::Principal& who, 
 }
 
 Result<v1::EndpointsResponse> ApiService::Endpoints(const auth::Principal& who) {
-  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read serving endpoints"));
+  const bool gateway = who.role == auth::Role::kGateway;
+  if (!gateway) DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read serving endpoints"));
   DROVER_ASSIGN_OR_RETURN(v1::EndpointsResponse all, Wait(loop_->ServingEndpoints()));
-  if (who.IsAdmin()) return all;
+  if (who.IsAdmin() || gateway) return all;  // a gateway routes every tenant's models
   v1::EndpointsResponse out;
   for (v1::ServingModel& m : *all.mutable_models()) {
     if (who.CanSee(m.tenant())) *out.add_models() = std::move(m);
@@ -156,7 +163,7 @@ Result<v1::EndpointsResponse> ApiService::Endpoints(const auth::Principal& who) 
 }
 
 Result<v1::ReportLoadResponse> ApiService::ReportLoad(const auth::Principal& who, const v1::ReportLoadRequest& req) {
-  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "report gateway load"));
+  DROVER_RETURN_IF_ERROR(RequireGatewayOrAdmin(who, "report gateway load"));
   DROVER_RETURN_IF_ERROR(ValidateLoadReport(req));
   DROVER_RETURN_IF_ERROR(Wait(loop_->ReportLoad(req)).status());
   return v1::ReportLoadResponse();
@@ -193,14 +200,16 @@ Result<std::string> ApiService::ServingUsage(const auth::Principal& who) {
 }
 
 Result<v1::GatewayKey> ApiService::ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req) {
-  DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "resolve gateway keys"));
+  DROVER_RETURN_IF_ERROR(RequireGatewayOrAdmin(who, "resolve gateway keys"));
   return ResolveGatewayKey(req.token());
 }
 
 Result<v1::GatewayKey> ApiService::ResolveGatewayKey(std::string_view token) {
   if (authority_ == nullptr) return Unimplemented("this server has no authority to check keys");
   DROVER_ASSIGN_OR_RETURN(auth::TokenInfo t, authority_->AuthenticateToken(token));
-  if (t.role == auth::Role::kNode) return PermissionDenied("a node token is not an API key");
+  if (t.role == auth::Role::kNode || t.role == auth::Role::kGateway) {
+    return PermissionDenied(fmt::format("a {} token is not an API key", auth::RoleName(t.role)));
+  }
   v1::GatewayKey key;
   key.set_token_id(t.id);
   key.set_name(t.name);

@@ -450,6 +450,20 @@ TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
   EXPECT_EQ(api.ReportLoad(admin, bad_load).status().code(), Code::kInvalidArgument);
   v1::ResolveKeyRequest key;
   EXPECT_EQ(api.ResolveKey(alice, key).status().code(), Code::kPermissionDenied);
+  // A gateway token: every tenant's endpoints, load reports and keys (this
+  // ApiService has no authority: the key is refused past the role check),
+  // and nothing else.
+  auth::Principal gateway{"t5", "gw", "default", auth::Role::kGateway, "", ""};
+  auto routed = api.Endpoints(gateway);
+  ASSERT_TRUE(routed.ok()) << routed.status().ToString();
+  EXPECT_EQ(routed->models_size(), 1);
+  EXPECT_TRUE(api.ReportLoad(gateway, load).ok());
+  EXPECT_EQ(api.ResolveKey(gateway, key).status().code(), Code::kUnimplemented);
+  EXPECT_EQ(api.ListDeployments(gateway).status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(api.GetDeployment(gateway, get).status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(api.ApplyDeployment(gateway, req).status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(api.ScaleDeployment(gateway, scale).status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(api.ServingUsage(gateway).status().code(), Code::kPermissionDenied);
   // Bad specs: clear messages, nothing stored.
   auto bad = [&](const std::function<void(v1::DeploymentSpec*)>& edit, const std::string& words) {
     v1::ApplyDeploymentRequest r = req;
