@@ -439,8 +439,6 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
   if (gateway) {
     const std::string gateway_addr = fmt::format("{}:{}", drover::HostOf(gw.listen), gateway->port());
     if (Status s = drover::app::AddGatewayToEndpoints(f.data_dir, gateway_addr); !s.ok()) return Fatal(s);
-    // The dashboard's Models tab reads its usage through the server.
-    if (server) server->api()->SetServingUsage([g = gateway.get()] { return g->UsageJson(); });
     spdlog::info("OpenAI-compatible gateway on http://{}/v1 (docs/gateway.md)", gateway_addr);
   }
   // In-process agents and the live workload verify a TLS server like any client.
@@ -561,10 +559,7 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
   }
   signals.Wait();
   if (workload) workload->Stop();
-  if (gateway) {
-    if (server) server->api()->SetServingUsage(nullptr);
-    gateway->Stop();
-  }
+  if (gateway) gateway->Stop();
   for (auto& a : agents) a->Stop();
   if (server) server->Stop();
   if (ha_group) ha_group->Stop();

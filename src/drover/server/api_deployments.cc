@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
+#include <tuple>
 
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
@@ -27,6 +30,10 @@ Result<T> Wait(std::future<Result<T>> f) {
 constexpr int kMaxLoadModels = 1000;
 constexpr int kMaxLoadReplicas = 1024;
 constexpr int64_t kMaxLoadCount = 1'000'000'000;
+constexpr int kMaxUsageRows = 10'000;
+constexpr int64_t kMaxUsageCount = int64_t{1} << 53;  // exact in a JSON number
+constexpr double kMaxLatencyMs = 1e9;
+constexpr size_t kMaxUsageGateways = 256;
 
 Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
   const std::string& g = req.gateway();
@@ -52,6 +59,30 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
       DROVER_RETURN_IF_ERROR(ParseJobId(replica).status());
       if (n < 0 || n > kMaxLoadCount) {
         return InvalidArgument(fmt::format("model '{}': counts must be 0..{}", m.model(), kMaxLoadCount));
+      }
+    }
+  }
+  if (req.usage_size() > kMaxUsageRows) {
+    return InvalidArgument(fmt::format("a load report carries at most {} usage rows, not {}", kMaxUsageRows,
+                                       req.usage_size()));
+  }
+  for (const v1::GatewayUsage& u : req.usage()) {
+    // Names as the gateway saw them (a tenant, a model a client asked for,
+    // a token id): bounded and printable, not checked against what exists.
+    for (const std::string* text : {&u.tenant(), &u.model(), &u.key()}) {
+      if (text->size() > 256 || !std::all_of(text->begin(), text->end(), [](char c) { return c >= 0x20 && c < 0x7f; })) {
+        return InvalidArgument("usage rows name tenants, models and keys of at most 256 printable characters");
+      }
+    }
+    for (int64_t v : {u.requests(), u.errors(), u.prompt_tokens(), u.completion_tokens()}) {
+      if (v < 0 || v > kMaxUsageCount) {
+        return InvalidArgument(fmt::format("usage of model '{}': counts must be 0..2^53", u.model().substr(0, 64)));
+      }
+    }
+    for (double ms : {u.latency_p50_ms(), u.latency_p99_ms()}) {
+      if (!std::isfinite(ms) || ms > kMaxLatencyMs) {
+        return InvalidArgument(fmt::format("usage of model '{}': latencies must be finite, at most 1e9 ms",
+                                           u.model().substr(0, 64)));
       }
     }
   }
@@ -166,37 +197,63 @@ Result<v1::ReportLoadResponse> ApiService::ReportLoad(const auth::Principal& who
   DROVER_RETURN_IF_ERROR(RequireGatewayOrAdmin(who, "report gateway load"));
   DROVER_RETURN_IF_ERROR(ValidateLoadReport(req));
   DROVER_RETURN_IF_ERROR(Wait(loop_->ReportLoad(req)).status());
-  return v1::ReportLoadResponse();
-}
-
-void ApiService::SetServingUsage(std::function<std::string()> usage) {
   std::lock_guard lock(usage_mu_);
-  serving_usage_ = std::move(usage);
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(gateway_usage_, [&](const auto& e) { return now - e.second.at > kUsageStale; });
+  if (gateway_usage_.size() >= kMaxUsageGateways && !gateway_usage_.contains(req.gateway())) {
+    return ResourceExhausted(fmt::format("usage is kept for {} gateways at most", kMaxUsageGateways));
+  }
+  GatewayReport& r = gateway_usage_[req.gateway()];
+  r.at = now;
+  r.rows.assign(req.usage().begin(), req.usage().end());
+  return v1::ReportLoadResponse();
 }
 
 Result<std::string> ApiService::ServingUsage(const auth::Principal& who) {
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read serving usage"));
-  std::function<std::string()> source;
+  struct Sum {
+    int64_t requests = 0, errors = 0, prompt = 0, completion = 0;
+    double p50_weighted = 0;  // latency_p50_ms x requests, over the gateways that have one
+    int64_t p50_requests = 0;
+    double p99 = -1;
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, Sum> sums;
+  int gateways = 0;
   {
     std::lock_guard lock(usage_mu_);
-    source = serving_usage_;
-  }
-  if (!source) return NotFound("this server runs no gateway: no serving usage here");
-  std::string text = source();
-  if (who.IsAdmin()) return text;
-  nlohmann::json all = nlohmann::json::parse(text, nullptr, false);
-  if (all.is_discarded() || !all.is_object() || !all.contains("usage") || !all["usage"].is_array()) {
-    return Internal("the gateway's usage snapshot is not {\"usage\": [...]}");
-  }
-  nlohmann::json rows = nlohmann::json::array();
-  for (const nlohmann::json& row : all["usage"]) {
-    if (row.is_object() && row.contains("tenant") && row["tenant"].is_string() &&
-        row["tenant"].get<std::string>() == who.tenant) {
-      rows.push_back(row);
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(gateway_usage_, [&](const auto& e) { return now - e.second.at > kUsageStale; });
+    gateways = static_cast<int>(gateway_usage_.size());
+    for (const auto& [id, report] : gateway_usage_) {
+      for (const v1::GatewayUsage& u : report.rows) {
+        if (!who.IsAdmin() && u.tenant() != who.tenant) continue;
+        Sum& s = sums[{u.tenant(), u.model(), u.key()}];
+        s.requests += u.requests();
+        s.errors += u.errors();
+        s.prompt += u.prompt_tokens();
+        s.completion += u.completion_tokens();
+        if (u.latency_p50_ms() >= 0 && u.requests() > 0) {
+          s.p50_weighted += u.latency_p50_ms() * static_cast<double>(u.requests());
+          s.p50_requests += u.requests();
+        }
+        s.p99 = std::max(s.p99, u.latency_p99_ms());
+      }
     }
   }
-  all["usage"] = std::move(rows);
-  return all.dump();
+  // Percentiles do not add up: the median is the gateways' medians weighed
+  // by their requests, the p99 the highest gateway's (one gateway: its own).
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [k, s] : sums) {
+    nlohmann::json row = {{"tenant", std::get<0>(k)},  {"model", std::get<1>(k)},
+                          {"key", std::get<2>(k)},     {"requests", s.requests},
+                          {"errors", s.errors},        {"prompt_tokens", s.prompt},
+                          {"completion_tokens", s.completion}};
+    if (s.p50_requests > 0) row["latency_p50_ms"] = s.p50_weighted / static_cast<double>(s.p50_requests);
+    if (s.p99 >= 0) row["latency_p99_ms"] = s.p99;
+    rows.push_back(std::move(row));
+  }
+  return nlohmann::json{{"usage", std::move(rows)}, {"gateways", gateways}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Result<v1::GatewayKey> ApiService::ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req) {

@@ -12,7 +12,9 @@
 //
 // Thread-safety: thread-safe; it forwards to the control loop and waits.
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -105,19 +107,22 @@ class ApiService {
   // For gateways: the models and ready replicas `who` may see (viewer and
   // up; an admin sees every tenant's).
   Result<v1::EndpointsResponse> Endpoints(const auth::Principal& who);
-  // For gateways (admin): their load per model, for auto-scaling.
+  // For gateways (gateway or admin): their load per model, for
+  // auto-scaling, and their usage, for ServingUsage.
   Result<v1::ReportLoadResponse> ReportLoad(const auth::Principal& who, const v1::ReportLoadRequest& req);
   // For gateways apart from the server (admin): an API key's tenant and
   // limits. kUnauthenticated for a bad, revoked or expired key.
   Result<v1::GatewayKey> ResolveKey(const auth::Principal& who, const v1::ResolveKeyRequest& req);
   // The same for the in-process gateway (no caller to check).
   Result<v1::GatewayKey> ResolveGatewayKey(std::string_view token);
-  // The gateway in this process, if any, tells where its usage snapshot
-  // comes from (Gateway::UsageJson: {"usage": [{"tenant", ...}, ...]}).
-  void SetServingUsage(std::function<std::string()> usage);
-  // GET /api/v1/serving/usage (viewer): that snapshot, only `who`'s
-  // tenant's rows unless an admin; kNotFound when no gateway runs here.
+  // GET /api/v1/serving/usage (viewer): the usage the gateways reported
+  // here (the in-process one and any apart), summed per (tenant, model,
+  // key): {"usage": [{"tenant", "model", "key", "requests", "errors",
+  // "prompt_tokens", "completion_tokens", "latency_p50_ms",
+  // "latency_p99_ms"}], "gateways": N}; only `who`'s tenant's rows unless
+  // an admin. A gateway silent for kUsageStale drops out.
   Result<std::string> ServingUsage(const auth::Principal& who);
+  static constexpr std::chrono::minutes kUsageStale{5};
 
   // Appends an entry (for the edges: refused logins, forged node identities).
   void Audit(const auth::Principal& who, std::string action, std::string target, const Status& result);
@@ -140,10 +145,14 @@ class ApiService {
   auth::AuditLog* audit_;
   JobWatch* watch_;
   std::string http_base_;
-  // The usage source of SetServingUsage. A leaf lock: the edge's, never
-  // taken on the control loop.
+  // The last usage each gateway reported, by its id. A leaf lock: the
+  // edge's, never taken on the control loop.
+  struct GatewayReport {
+    std::chrono::steady_clock::time_point at;
+    std::vector<v1::GatewayUsage> rows;
+  };
   std::mutex usage_mu_;
-  std::function<std::string()> serving_usage_;  // GUARDED_BY(usage_mu_)
+  std::map<std::string, GatewayReport> gateway_usage_;  // GUARDED_BY(usage_mu_)
   // Reads for every log follower (LogFollow), one thread for all of them.
   runtime::EventLoop follow_pump_;
 };

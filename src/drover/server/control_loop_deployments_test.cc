@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -464,6 +466,61 @@ TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
   EXPECT_EQ(api.ApplyDeployment(gateway, req).status().code(), Code::kPermissionDenied);
   EXPECT_EQ(api.ScaleDeployment(gateway, scale).status().code(), Code::kPermissionDenied);
   EXPECT_EQ(api.ServingUsage(gateway).status().code(), Code::kPermissionDenied);
+  // Usage: each gateway's last report, summed per (tenant, model, key); a
+  // tenant's viewer sees its rows only; bad rows are refused and change
+  // nothing.
+  auto row = [](v1::ReportLoadRequest* r, const std::string& tenant, const std::string& key_id, int64_t requests,
+                int64_t prompt, double p50, double p99) {
+    v1::GatewayUsage* u = r->add_usage();
+    u->set_tenant(tenant);
+    u->set_model("chat");
+    u->set_key(key_id);
+    u->set_requests(requests);
+    u->set_errors(1);
+    u->set_prompt_tokens(prompt);
+    u->set_completion_tokens(2 * prompt);
+    u->set_latency_p50_ms(p50);
+    u->set_latency_p99_ms(p99);
+  };
+  v1::ReportLoadRequest gw1;
+  gw1.set_gateway("gw-1");
+  row(&gw1, "team-a", "k1", 10, 100, 2.0, 9.0);
+  row(&gw1, "team-b", "k2", 5, 50, 1.0, 3.0);
+  v1::ReportLoadRequest gw2;
+  gw2.set_gateway("gw-2");
+  row(&gw2, "team-a", "k1", 30, 300, 4.0, 7.0);
+  ASSERT_TRUE(api.ReportLoad(gateway, gw1).ok());
+  ASSERT_TRUE(api.ReportLoad(gateway, gw2).ok());
+  gw1.mutable_usage(0)->set_requests(12);  // gw-1's next report replaces its last
+  ASSERT_TRUE(api.ReportLoad(gateway, gw1).ok());
+  auto all = api.ServingUsage(admin);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  nlohmann::json u = nlohmann::json::parse(*all);
+  EXPECT_EQ(u["gateways"], 3);  // gw (no usage yet), gw-1, gw-2
+  ASSERT_EQ(u["usage"].size(), 2u) << *all;
+  const nlohmann::json& a = u["usage"][0];
+  EXPECT_EQ(a["tenant"], "team-a");
+  EXPECT_EQ(a["requests"], 42);
+  EXPECT_EQ(a["errors"], 2);
+  EXPECT_EQ(a["prompt_tokens"], 400);
+  EXPECT_EQ(a["completion_tokens"], 800);
+  EXPECT_DOUBLE_EQ(a["latency_p50_ms"].get<double>(), (2.0 * 12 + 4.0 * 30) / 42);
+  EXPECT_DOUBLE_EQ(a["latency_p99_ms"].get<double>(), 9.0);
+  auto own = api.ServingUsage(viewer);
+  ASSERT_TRUE(own.ok());
+  nlohmann::json v = nlohmann::json::parse(*own);
+  ASSERT_EQ(v["usage"].size(), 1u) << *own;
+  EXPECT_EQ(v["usage"][0]["tenant"], "team-a");
+  for (auto spoil : std::vector<std::function<void(v1::GatewayUsage*)>>{
+           [](v1::GatewayUsage* x) { x->set_requests(-1); },
+           [](v1::GatewayUsage* x) { x->set_tenant(std::string(300, 'a')); },
+           [](v1::GatewayUsage* x) { x->set_model("bad\nname"); },
+           [](v1::GatewayUsage* x) { x->set_latency_p99_ms(std::numeric_limits<double>::infinity()); }}) {
+    v1::ReportLoadRequest bad_usage = gw2;
+    spoil(bad_usage.mutable_usage(0));
+    EXPECT_EQ(api.ReportLoad(gateway, bad_usage).status().code(), Code::kInvalidArgument);
+  }
+  EXPECT_EQ(api.ServingUsage(admin).value(), *all);
   // Bad specs: clear messages, nothing stored.
   auto bad = [&](const std::function<void(v1::DeploymentSpec*)>& edit, const std::string& words) {
     v1::ApplyDeploymentRequest r = req;
@@ -604,13 +661,17 @@ TEST_F(DeploymentTest, TheRestRoutes) {
   EXPECT_NE(bad.body.find("engine 'tgi' is unknown"), std::string::npos) << bad.body;
   EXPECT_EQ(call("POST", "/api/v1/deployments", "{", *user).status, 400);
   EXPECT_EQ(call("PUT", "/api/v1/deployments/web", apply, *user).status, 405);
-  // Usage: 404 until a gateway says where it comes from; then a user sees
-  // its tenant's rows only.
-  EXPECT_EQ(call("GET", "/api/v1/serving/usage", "", *user).status, 404);
-  api.SetServingUsage([] {
-    return std::string(R"({"usage": [{"tenant": "team-a", "model": "web", "key": "k1", "requests": 3},)"
-                       R"( {"tenant": "team-b", "model": "x", "key": "k2", "requests": 5}]})");
-  });
+  // Usage: none until a gateway reports some with its load; then a user
+  // sees its tenant's rows only.
+  http::Response none = call("GET", "/api/v1/serving/usage", "", *user);
+  ASSERT_EQ(none.status, 200) << none.body;
+  EXPECT_EQ(json(none)["usage"].size(), 0u);
+  EXPECT_EQ(call("POST", "/api/v1/serving/load",
+                 R"({"gateway": "gw-9", "usage": [{"tenant": "team-a", "model": "web", "key": "k1", "requests": 3},)"
+                 R"( {"tenant": "team-b", "model": "x", "key": "k2", "requests": 5}]})",
+                 *admin)
+                .status,
+            200);
   http::Response usage = call("GET", "/api/v1/serving/usage", "", *user);
   ASSERT_EQ(usage.status, 200) << usage.body;
   ASSERT_EQ(json(usage)["usage"].size(), 1u);

@@ -301,7 +301,7 @@ http::Response HandleServing(ApiService* api, const auth::Principal& who, const 
     return JsonReply(api->Endpoints(who));
   }
   if (p.size() == 4 && p[3] == "usage") {
-    // The in-process gateway's usage (the dashboard's Models tab).
+    // The usage the gateways report (the dashboard's Models tab).
     if (req.method != "GET") return MethodNotAllowed(req);
     auto usage = api->ServingUsage(who);
     if (!usage.ok()) return http::ErrorResponse(usage.status());
