@@ -152,7 +152,7 @@ void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* f) {
   cmd->add_option("--queue-policy", f->queue_policy,
                   "queue order: fifo, priority, fair-share, las or sjf (default priority; config scheduler.queue)");
   cmd->add_option("--placement-policy", f->placement_policy,
-                  "placement: binpack or spread (default binpack; config scheduler.placement)");
+                  "placement: frag, binpack, spread, best-fit or random (default frag; config scheduler.placement)");
   cmd->add_option("--backfill", f->backfill, "true or false: EASY backfill (default true; config scheduler.backfill)");
   cmd->add_option("--preemption", f->preemption,
                   "true or false: preempt for priority and reclaimed guarantees (default true; config scheduler.preemption)");

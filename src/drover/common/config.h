@@ -47,7 +47,7 @@ void BindEnvironment(CLI::App& app);
 // (server/scheduler_options.h). Empty means the scheduler's default.
 struct SchedulerFlags {
   std::string queue_policy;      // fifo | priority | fair-share | las | sjf
-  std::string placement_policy;  // binpack | spread
+  std::string placement_policy;  // frag | binpack | spread | best-fit | random
   std::string backfill;          // true | false
   std::string preemption;        // true | false
   std::string aging;             // a duration: 60s

@@ -55,6 +55,21 @@ void ShapeStats::Observe(const JobRequest& req) {
   }
 }
 
+double ShapeStats::HostShare(int cls, int gpus, int64_t cpu_milli, int64_t memory_bytes) const {
+  for (const HostKey& k : host_share_) {
+    if (k.cls == cls && k.gpus == gpus && k.cpu_milli == cpu_milli && k.memory_bytes == memory_bytes) return k.share;
+  }
+  double share = 0;
+  for (const Seen& x : all_) {
+    if (x.gpus > gpus || static_cast<size_t>(cls) >= x.accepts.size() || x.accepts[static_cast<size_t>(cls)] == 0) continue;
+    if (cpu_milli > 0 && x.cpu_milli > cpu_milli) continue;
+    if (memory_bytes > 0 && x.memory_bytes > memory_bytes) continue;
+    share += x.p;
+  }
+  host_share_.push_back(HostKey{cls, gpus, cpu_milli, memory_bytes, share});
+  return share;
+}
+
 std::vector<const ShapeStats::Entry*> ShapeStats::Ranked() const {
   std::vector<std::pair<const std::string*, const Entry*>> all;
   all.reserve(entries_.size());

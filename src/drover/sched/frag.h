@@ -12,7 +12,8 @@
 // the expected fragment over the distribution of request shapes. FGD scores
 // every placement by the rise it causes; the `frag` policy
 // (frag_placement.cc) does so for CPU-only jobs, and chooses between GPU
-// classes by the "no access" part of it (ShapeStats::accept_share).
+// classes by the "no access" part of it (ShapeStats::accept_share, then,
+// on a tie, ShapeStats::HostShare: the same for a node's host capacity).
 //
 // Worked example: a node with 8 GPUs of which GPU 0 has 300 milli free and
 // GPUs 1-7 are fully free, 20 cores left; shapes {1 GPU, 16 cores, p 0.5}
@@ -113,6 +114,18 @@ class ShapeStats {
       }
     }
     for (double& a : accept_share_) a /= static_cast<double>(total_);
+    all_.clear();
+    for (const Entry* e : order) {
+      Seen x;
+      x.gpus = e->rep.gpus;
+      x.cpu_milli = e->rep.cpu_milli;
+      x.memory_bytes = e->mem_sum / e->count;
+      x.p = static_cast<double>(e->count) / static_cast<double>(total_);
+      x.accepts.resize(static_cast<size_t>(classes));
+      for (int c = 0; c < classes; ++c) x.accepts[static_cast<size_t>(c)] = accepts(e->rep, c) ? 1 : 0;
+      all_.push_back(std::move(x));
+    }
+    host_share_.clear();
     next_build_ = total_ + std::max<int64_t>(16, total_ / 16);
     ++version_;
     return typical_;
@@ -123,6 +136,14 @@ class ShapeStats {
   double accept_share(int cls) const {
     return cls < static_cast<int>(accept_share_.size()) ? accept_share_[static_cast<size_t>(cls)] : 1.0;
   }
+  // At the last Build: the share of the GPU arrivals (every shape seen) that
+  // an empty node would serve with its `gpus` GPUs of class `cls`, `cpu_milli`
+  // cores and `memory_bytes` of memory (<= 0: untracked, any request fits):
+  // shapes that accept the class, ask for at most `gpus` GPUs, and whose CPU
+  // and mean memory fit. 0 before the first Build. The answer is kept per
+  // (class, GPUs, CPU, memory) until the next Build, so a cluster of a few
+  // node types pays O(shapes) once per type per Build, then a lookup.
+  double HostShare(int cls, int gpus, int64_t cpu_milli, int64_t memory_bytes) const;
   // Raised by every Build: cached fragmentation under an older set is stale.
   uint64_t version() const { return version_; }
 
@@ -154,6 +175,22 @@ class ShapeStats {
   uint64_t version_ = 0;
   std::vector<FragShape> typical_;
   std::vector<double> accept_share_;
+  struct Seen {
+    int gpus = 0;
+    int64_t cpu_milli = 0;
+    int64_t memory_bytes = 0;
+    double p = 0;
+    std::vector<uint8_t> accepts;
+  };
+  std::vector<Seen> all_;  // every shape at the last Build
+  struct HostKey {
+    int cls;
+    int gpus;
+    int64_t cpu_milli;
+    int64_t memory_bytes;
+    double share;
+  };
+  mutable std::vector<HostKey> host_share_;  // HostShare's answers since the last Build
   int64_t cpu_arrivals_ = 0;  // GPU arrivals that ask for CPU
   double gpu_per_cpu_ = 0;     // their sum of milli-GPU per milli-core
 };

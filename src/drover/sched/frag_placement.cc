@@ -13,13 +13,31 @@
 //    have used the class. Over every shape seen, not only the typical ones:
 //    the shapes bound to one GPU model are rare and are the point. On a
 //    workload where every job accepts every model all shares are 1 and the
-//    choice is bin-pack's.
+//    choice is bin-pack's, up to two last keys for the candidates that tie
+//    on all of these (bin-pack keeps the first class on a tie):
+//  - the share of the arrivals that the candidate's node could serve if it
+//    were empty (ShapeStats::HostShare: its GPUs of the class, CPU and
+//    memory), lowest first: the same "no access" argument for the node's
+//    host capacity and GPU count, so that a node only the large shapes fit
+//    stays free for them; then its CPU, then its memory, smallest first: a
+//    node that has less of both serves a subset of what the larger one
+//    serves, so the larger is kept for requests not seen yet (before the
+//    first large request arrives, the shares tie).
 //  - A CPU-only job goes where its CPU and memory raise the node's expected
 //    fragmentation least (free GPUs that the typical shapes can no longer
 //    use for lack of CPU), then where the fewest GPUs are free, then the
 //    least CPU left: a scan, like bin-pack's CPU-only placement. A node's
 //    current fragmentation is cached (keyed by the node's version and the
 //    typical set's), so a node costs one evaluation: O(typical shapes x GPUs).
+//
+// Worked example of the last keys (cpu300 of the FGD experiment): a 1-GPU
+// job fits an empty G2 node (8 GPUs, 96 cores, 384 GiB) and an empty G3 node
+// (8 GPUs, 128 cores, 768 GiB) alike. Every arrival so far that asks for 8
+// GPUs and 120 cores fits only the G3, so the G3's host share is higher and
+// the job goes to the G2. Before any such arrival, the shares tie and the
+// G2 has the less CPU. (G3 is the second class in the node list's order:
+// before these keys the G3s were filled first, and the 8-GPU, 120-core pods
+// failed from a third of the way in.)
 //
 // Worked example (gpuspec lists of the FGD experiment): 10 % of the arrivals
 // accept only T4s, everything else accepts any model. An unconstrained 1-GPU
@@ -106,7 +124,16 @@ bool State::PickFrag(int job, int64_t now, const std::vector<int>* within, Pick*
   if (req.gpus == 0) return PickFragHostOnly(job, within, out);
   bool found = false;
   auto key = [this](const Pick& p) {
-    return std::make_tuple(-static_cast<int>(p.quality), p.stranded, shapes.accept_share(p.cls), p.fill);
+    const NodeState& n = nodes[p.node];
+    int gpus = 0;
+    for (const ClassSlot& slot : n.classes) {
+      if (slot.cls == p.cls) gpus = std::popcount(slot.mask);
+    }
+    // Untracked CPU or memory serves any request: largest.
+    const int64_t cpu = n.info.cpu_milli > 0 ? n.info.cpu_milli : INT64_MAX;
+    const int64_t mem = n.info.memory_bytes > 0 ? n.info.memory_bytes : INT64_MAX;
+    return std::make_tuple(-static_cast<int>(p.quality), p.stranded, shapes.accept_share(p.cls), p.fill,
+                           shapes.HostShare(p.cls, gpus, n.info.cpu_milli, n.info.memory_bytes), cpu, mem);
   };
   for (size_t c = 0; c < classes.size(); ++c) {
     if (!ClassMatches(req, static_cast<int>(c))) continue;

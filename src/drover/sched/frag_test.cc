@@ -139,6 +139,30 @@ TEST(ShapeStats, StrandingCpuIsTheHarmonicMeanOfCpuPerGpu) {
   EXPECT_NEAR(stats.StrandCpuPerMilli(), 8.0, 1e-9);
 }
 
+TEST(ShapeStats, HostShareIsTheShareOfArrivalsAnEmptyNodeWouldServe) {
+  ShapeStats stats;
+  // 6 arrivals of 1 GPU and 8 cores, 2 of 8 GPUs and 120 cores with 512
+  // bytes of memory (mean of 256 and 768), 2 T4-only arrivals of 2 GPUs.
+  for (int i = 0; i < 6; ++i) stats.Observe(Req(1, kWholeGpu, 8'000));
+  JobRequest big = Req(8, kWholeGpu, 120'000);
+  big.memory_bytes = 256;
+  stats.Observe(big);
+  big.memory_bytes = 768;
+  stats.Observe(big);
+  for (int i = 0; i < 2; ++i) stats.Observe(Req(2, 500, 4'000, "T4"));
+  EXPECT_EQ(stats.HostShare(0, 8, 0, 0), 0);  // before the first build: nothing known
+  // Class 0 is a T4, class 1 is not.
+  stats.Build(0.6, 2, [](const JobRequest& r, int cls) { return r.gpu_models.empty() || cls == 0; });
+  EXPECT_NEAR(stats.HostShare(0, 8, 0, 0), 1.0, 1e-12);  // untracked CPU and memory: everything fits
+  EXPECT_NEAR(stats.HostShare(1, 8, 0, 0), 0.8, 1e-12);  // not the T4-only ones
+  EXPECT_NEAR(stats.HostShare(0, 8, 96'000, 0), 0.8, 1e-12);  // not the 120-core ones
+  EXPECT_NEAR(stats.HostShare(0, 8, 128'000, 511), 0.8, 1e-12);  // their mean memory is 512
+  EXPECT_NEAR(stats.HostShare(0, 8, 128'000, 512), 1.0, 1e-12);
+  EXPECT_NEAR(stats.HostShare(0, 2, 128'000, 512), 0.8, 1e-12);  // 2 GPUs: not the 8-GPU ones
+  EXPECT_NEAR(stats.HostShare(1, 1, 4'000, 0), 0.0, 1e-12);
+  EXPECT_NEAR(stats.HostShare(0, 8, 96'000, 0), 0.8, 1e-12);  // asked again: the same answer
+}
+
 // ---- the policy, through the scheduler ----
 
 NodeInfo GpuNode(const std::string& name, int gpus, const std::string& model, int64_t cpu) {
@@ -220,6 +244,43 @@ TEST_F(FragPlacementTest, RecoveredJobsTeachTheShapesToo) {
     ASSERT_TRUE(s.Restore(r, b, 0).ok());
   }
   EXPECT_EQ(Node("any", Req(1, kWholeGpu, 0)).substr(0, 3), "g2/");
+}
+
+TEST_F(FragPlacementTest, TheLargeNodeStaysForTheShapesOnlyItFits) {
+  // "g3" comes first (its class is the first), has more CPU and is the
+  // only node a 120-core job fits; every job accepts both models, so the
+  // class shares tie, and so does the fill of the two empty nodes.
+  Add(GpuNode("g3", 8, "G3", 128'000));
+  Add(GpuNode("g2", 8, "G2", 96'000));
+  // Before any large request the node with less CPU is taken first.
+  EXPECT_EQ(Node("first", Req(1, kWholeGpu, 8'000)).substr(0, 3), "g2/");
+  Teach(Req(1, kWholeGpu, 8'000), 30);
+  Teach(Req(8, kWholeGpu, 120'000), 2);
+  // The g2 is now fuller (bin-pack's fill) and takes the next 1-GPU jobs;
+  // the g3 stays whole for the job only it fits.
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(Node("small-" + std::to_string(i), Req(1, kWholeGpu, 8'000)).substr(0, 3), "g2/");
+  EXPECT_EQ(Node("large", Req(8, kWholeGpu, 120'000)).substr(0, 3), "g3/");
+}
+
+TEST_F(FragPlacementTest, TheNodeFewerArrivalsCouldUseGoesFirst) {
+  // Two empty 2-GPU nodes of two models that every job accepts, so class
+  // shares and fill tie. Half the arrivals ask for 2 GPUs and 100 GiB of
+  // memory, which only "roomy" has; "cramped" has more CPU but would serve
+  // only the other half, so it takes the 1-GPU job (the CPU tie-break alone
+  // would pick "roomy").
+  NodeInfo roomy = GpuNode("roomy", 2, "A", 32'000);
+  roomy.memory_bytes = 1LL << 40;
+  NodeInfo cramped = GpuNode("cramped", 2, "B", 64'000);
+  cramped.memory_bytes = 16LL << 30;
+  Add(roomy);
+  Add(cramped);
+  Teach(Req(1, kWholeGpu, 8'000), 10);
+  JobRequest two = Req(2, kWholeGpu, 16'000);
+  two.memory_bytes = 100LL << 30;
+  Teach(two, 10);
+  EXPECT_EQ(Node("one", Req(1, kWholeGpu, 8'000)).substr(0, 8), "cramped/");
+  two.id.clear();
+  EXPECT_EQ(Node("two", two).substr(0, 6), "roomy/");
 }
 
 TEST(FragPlacement, OnOneGpuModelItPlacesAsBinpack) {

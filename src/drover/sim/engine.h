@@ -45,7 +45,7 @@ Result<Mode> ParseMode(std::string_view s);  // time | packing
 // server's scheduler: section (docs/configuration.md). Items are separated
 // by commas; each is key=value or a bare word:
 //   fifo|priority|fair-share|las|sjf       the queue policy
-//   binpack|spread                         the placement policy
+//   frag|binpack|spread|best-fit|random    the placement policy (default frag)
 //   backfill, no-backfill                  backfill=on / off
 //   preemption, no-preemption              preemption=on / off
 //   queue=Q  placement=P  backfill=B  preemption=B  aging=D  preemption-grace=D
@@ -53,7 +53,7 @@ Result<Mode> ParseMode(std::string_view s);  // time | packing
 // "fair-share", "fair-share,spread", "queue=las,backfill=off,aging=5m".
 Result<sched::Config> ParsePolicy(std::string_view spec);
 // The canonical form of a Config, every key named:
-// "queue=priority,placement=binpack,backfill=on,preemption=on,aging=60s,preemption-grace=30s".
+// "queue=priority,placement=frag,backfill=on,preemption=on,aging=60s,preemption-grace=30s,frag-coverage=0.6".
 std::string PolicyString(const sched::Config& c);
 
 struct EngineOptions {

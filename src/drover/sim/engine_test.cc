@@ -260,8 +260,8 @@ TEST(Policy, ParsesWordsAndKeys) {
   EXPECT_EQ(b->aging_ms, 300'000);
   EXPECT_EQ(b->preemption_grace_ms, 10'000);
   EXPECT_EQ(PolicyString(*b),
-            "queue=las,placement=binpack,backfill=off,preemption=off,aging=5m,preemption-grace=10s,"
-            "las-thresholds=1h:10h,las-starvation=4");
+            "queue=las,placement=frag,backfill=off,preemption=off,aging=5m,preemption-grace=10s,"
+            "las-thresholds=1h:10h,las-starvation=4,frag-coverage=0.6");
   auto l = ParsePolicy("las,las-thresholds=30m:2h:1d,las-starvation=2.5");
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->las_thresholds, (std::vector<int64_t>{1'800'000, 7'200'000, 86'400'000}));

@@ -32,15 +32,14 @@ std::vector<Policy> AllPolicies() {
   std::vector<Policy> out;
   for (QueuePolicy q : {QueuePolicy::kFifo, QueuePolicy::kPriority, QueuePolicy::kFairShare, QueuePolicy::kLas,
                         QueuePolicy::kSjf}) {
-    for (PlacementPolicy p : {PlacementPolicy::kBinpack, PlacementPolicy::kSpread}) {
+    for (PlacementPolicy p : {PlacementPolicy::kFrag, PlacementPolicy::kBinpack, PlacementPolicy::kSpread}) {
       for (bool backfill : {true, false}) {
         for (bool preemption : {true, false}) out.push_back({q, p, backfill, preemption});
       }
     }
   }
-  // The reference baselines and the fragmentation-aware placement under one
-  // queue policy, with everything on.
-  for (PlacementPolicy p : {PlacementPolicy::kBestFit, PlacementPolicy::kRandom, PlacementPolicy::kFrag}) {
+  // The reference baselines under one queue policy, with everything on.
+  for (PlacementPolicy p : {PlacementPolicy::kBestFit, PlacementPolicy::kRandom}) {
     out.push_back({QueuePolicy::kPriority, p, true, true});
   }
   return out;
