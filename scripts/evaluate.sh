@@ -82,12 +82,15 @@ sim() {
 }
 
 T0=$(date +%s)
+# `drover` is a launcher that runs drover-core beside it: the code is there.
+CODE=$DROVER
+[[ -x "$(dirname "$DROVER")/drover-core" ]] && CODE="$(dirname "$DROVER")/drover-core"
 {
   echo "# Drover simulator evaluation"
   echo
-  echo "- binary: \`$DROVER\` (sha256 $(sha256sum "$DROVER" | cut -c1-16), built $(date -u -r "$DROVER" '+%Y-%m-%d %H:%M:%S UTC'))"
+  echo "- binary: \`$CODE\` (sha256 $(sha256sum "$CODE" | cut -c1-16), built $(date -u -r "$CODE" '+%Y-%m-%d %H:%M:%S UTC'))"
   echo "- sources: sha256 of src/drover/{sched,sim}/*.{h,cc} $(cat src/drover/sched/*.h src/drover/sched/*.cc src/drover/sim/*.h src/drover/sim/*.cc | sha256sum | cut -c1-16)"
-  newer=$(find src apps -newer "$DROVER" -type f \( -name '*.cc' -o -name '*.h' \) | awk 'NR <= 3' | tr '\n' ' ')
+  newer=$(find src apps -newer "$CODE" -type f \( -name '*.cc' -o -name '*.h' \) | awk 'NR <= 3' | tr '\n' ' ')
   [[ -z $newer ]] || echo "- **warning: sources newer than the binary** (rebuild first): $newer"
   echo "- machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(free -g | awk '/^Mem:/{print $2}') GiB memory"
   echo "- traces: \`$TRACES\`; experiments: ${EXPERIMENTS[*]}"
