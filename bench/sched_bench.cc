@@ -53,7 +53,9 @@
 // preempts the jobs of 8 nodes under one switch, the least work lost there),
 // hostfit10k (nodes with 64 cores, 8 per GPU held: 10,000 pending 1-GPU jobs
 // asking 63-64 cores, which no node with a free GPU has left, ahead of the
-// measured 1-GPU job that asks none).
+// measured 1-GPU job that asks none), hostfit_walk (the same cluster; the
+// measured 1-GPU job asks 40 cores, which only nodes with 5 or more free
+// GPUs have: the fuller nodes placement walks first all refuse it).
 //
 // Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
 // p999_ns, max_ns (nearest rank over every iteration) and items_per_second
@@ -523,6 +525,7 @@ enum class Worst : uint8_t {
   kBlockedHead,   // a 16 x 8 GPU gang under one switch (priority 10) cannot start, ahead of it
   kGangPreempt,   // an 8 x 8 GPU gang under one switch (priority 10) that must preempt
   kHostFit10k,    // 10,000 pending 1-GPU jobs that no node has the cores for, ahead of the measured job
+  kHostFitWalk,   // the measured job asks 40 cores: only nodes with 5 or more free GPUs have them
 };
 
 struct WorstCase {
@@ -543,7 +546,8 @@ struct WorstCase {
 // per pass (kGangPreempt: all under one switch, or the case is void),
 // `searches` the preemption searches per pass.
 void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
-  WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt, wc.kind == Worst::kHostFit10k);
+  const bool cpu = wc.kind == Worst::kHostFit10k || wc.kind == Worst::kHostFitWalk;
+  WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt, cpu);
   if (!w.error.empty()) {
     state.SkipWithError(w.error.c_str());
     return;
@@ -592,13 +596,16 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
       sched.Remove(id, w.now_ms);
       return true;
     });
-  } else if (wc.kind == Worst::kHostFit10k) {
+  } else if (cpu) {
     // Idle nodes are taken by whole-node jobs of no estimate (removed after
     // the case), so a node with a free GPU has at most 7 whole GPUs free
     // and one at most 750 milli-GPU free (shares are 250 or 500): 62 cores.
-    // Then 10,000 jobs of one GPU and 63.001-64 cores (each asking less
-    // than the one before, in runs of 1,000) that every node with a free
-    // GPU refuses for its cores.
+    // kHostFit10k: then 10,000 jobs of one GPU and 63.001-64 cores (each
+    // asking less than the one before, in runs of 1,000) that every node
+    // with a free GPU refuses for its cores. kHostFitWalk: the measured job
+    // asks 40 cores, which only nodes with 5 or more free GPUs have; binpack
+    // and frag walk the fullest nodes first, which all refuse it.
+    if (wc.kind == Worst::kHostFitWalk) job.cpu_milli = 40'000;
     for (int round = 0; error.empty(); ++round) {
       for (int k = 0; k < 64; ++k) {
         JobRequest f;
@@ -617,7 +624,7 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
       sched.Remove(id, w.now_ms);
       return true;
     });
-    for (int k = 0; k < 10'000; ++k) {
+    for (int k = 0; k < (wc.kind == Worst::kHostFit10k ? 10'000 : 0); ++k) {
       JobRequest q;
       q.id = "h-" + std::to_string(k);
       q.tenant = "hungry";
@@ -928,7 +935,8 @@ void RegisterAll() {
       {"quota10k", Worst::kQuota10k},         {"selector1pct", Worst::kSelector1pct},
       {"selector1pct_full", Worst::kSelectorFull},
       {"blocked_head/backfill", Worst::kBlockedHead, true}, {"blocked_head/strict", Worst::kBlockedHead, false},
-      {"gang_preempt_switch", Worst::kGangPreempt},  {"hostfit10k", Worst::kHostFit10k}};
+      {"gang_preempt_switch", Worst::kGangPreempt},  {"hostfit10k", Worst::kHostFit10k},
+      {"hostfit_walk", Worst::kHostFitWalk}};
   for (int gpus : {16'384, 131'072}) {
     for (const WorstCase& wc : worst) {
       const std::string name = std::string("BM_Worst/") + wc.name + "/" + std::to_string(gpus);

@@ -119,6 +119,15 @@ Status Scheduler::CheckInvariants() const {
   }
   for (const GpuClass& c : s.classes) {
     for (int k = 1; k <= kMaxGpusPerNode; ++k) {
+      const auto& b = c.buckets[k];
+      for (size_t p = 0; p < b.size() + 4; ++p) {  // every node's host resources, and none beyond
+        const HostTree::Max want = p < b.size() ? s.HostLeft(s.nodes[b[p].first]) : HostTree::Max{};
+        const HostTree::Max got = c.host[k].At(p);
+        if (want.cpu != got.cpu || want.mem != got.mem) {
+          return Internal(fmt::format("class '{}' bucket {}: the host tree is stale at {}", c.model, k, p));
+        }
+      }
+      if (!c.host[k].Consistent()) return Internal(fmt::format("class '{}' bucket {}: the host tree's maxima are stale", c.model, k));
       if (c.buckets[k].empty() == (((c.nonempty >> (k - 1)) & 1) != 0)) return Internal(fmt::format("class '{}' bucket bitmap is stale at {}", c.model, k));
     }
   }

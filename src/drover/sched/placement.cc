@@ -38,6 +38,77 @@ Topology WithinNode(Topology t) {
 
 // ---- indexes ----
 
+void HostTree::Set(size_t pos, int64_t cpu, int64_t mem) {
+  if (pos >= size_) {
+    if (cpu == kNone && mem == kNone) return;  // beyond the leaves: already none
+    size_t size = std::max<size_t>(16, size_);
+    while (size <= pos) size *= 2;
+    std::vector<Max> tree(2 * size);
+    for (size_t i = 0; i < size_; ++i) tree[size + i] = tree_[size_ + i];
+    for (size_t i = size; i-- > 1;) {
+      tree[i] = Max{std::max(tree[2 * i].cpu, tree[2 * i + 1].cpu), std::max(tree[2 * i].mem, tree[2 * i + 1].mem)};
+    }
+    tree_ = std::move(tree);
+    size_ = size;
+  }
+  size_t i = size_ + pos;
+  tree_[i] = Max{cpu, mem};
+  for (i /= 2; i >= 1; i /= 2) {
+    const Max m{std::max(tree_[2 * i].cpu, tree_[2 * i + 1].cpu), std::max(tree_[2 * i].mem, tree_[2 * i + 1].mem)};
+    if (m.cpu == tree_[i].cpu && m.mem == tree_[i].mem) break;  // nothing above changes
+    tree_[i] = m;
+  }
+}
+
+int64_t HostTree::Find(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const {
+  if (static_cast<int64_t>(lo) > pos) return -1;
+  const Max& m = tree_[node];
+  if (m.cpu < cpu || m.mem < mem) {
+    // Nothing here fits: passed over whole (only the part at or below pos
+    // is the walk's, but the maxima of the whole bound it).
+    if (m.cpu != kNone || m.mem != kNone) {
+      skipped->cpu = std::max(skipped->cpu, m.cpu);
+      skipped->mem = std::max(skipped->mem, m.mem);
+    }
+    return -1;
+  }
+  if (hi - lo == 1) return static_cast<int64_t>(lo);
+  const size_t mid = (lo + hi) / 2;
+  const int64_t right = Find(2 * node + 1, mid, hi, pos, cpu, mem, skipped);
+  return right >= 0 ? right : Find(2 * node, lo, mid, pos, cpu, mem, skipped);
+}
+
+int64_t HostTree::Prev(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const {
+  if (size_ == 0 || pos < 0) return -1;
+  pos = std::min<int64_t>(pos, static_cast<int64_t>(size_) - 1);
+  const Max& leaf = tree_[size_ + static_cast<size_t>(pos)];
+  if (leaf.cpu >= cpu && leaf.mem >= mem) return pos;  // the usual case: no descent
+  return Find(1, 0, size_, pos, cpu, mem, skipped);
+}
+
+bool HostTree::Consistent() const {
+  for (size_t i = 1; i < size_; ++i) {
+    if (tree_[i].cpu != std::max(tree_[2 * i].cpu, tree_[2 * i + 1].cpu) ||
+        tree_[i].mem != std::max(tree_[2 * i].mem, tree_[2 * i + 1].mem)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+HostTree::Max State::HostLeft(const NodeState& n) const {
+  return HostTree::Max{n.info.cpu_milli > 0 ? n.free_cpu : kUnbounded,
+                       n.info.memory_bytes > 0 ? n.free_host_mem : kUnbounded};
+}
+
+void State::RefreshHostLeft(int node) {
+  const NodeState& n = nodes[node];
+  const HostTree::Max left = HostLeft(n);
+  for (const ClassSlot& slot : n.classes) {
+    if (slot.count > 0) classes[slot.cls].host[slot.count].Set(static_cast<size_t>(slot.pos), left.cpu, left.mem);
+  }
+}
+
 int State::ClassFor(const GpuInfo& g) {
   for (size_t i = 0; i < classes.size(); ++i) {
     const GpuClass& c = classes[i];
@@ -172,7 +243,10 @@ void State::SetBucket(int node, ClassSlot& slot, int slot_index, int count) {
     auto moved = b.back();
     b[slot.pos] = moved;
     nodes[moved.first].classes[moved.second].pos = slot.pos;
+    HostTree& host = c.host[slot.count];
+    host.Set(static_cast<size_t>(slot.pos), host.At(b.size() - 1).cpu, host.At(b.size() - 1).mem);
     b.pop_back();
+    host.Clear(b.size());
     if (b.empty()) c.nonempty &= ~(uint64_t{1} << (slot.count - 1));
   }
   int delta = count - slot.count;
@@ -188,6 +262,8 @@ void State::SetBucket(int node, ClassSlot& slot, int slot_index, int count) {
     slot.pos = static_cast<int>(b.size());
     b.emplace_back(node, slot_index);
     c.nonempty |= uint64_t{1} << (count - 1);
+    const HostTree::Max left = HostLeft(n);
+    c.host[count].Set(static_cast<size_t>(slot.pos), left.cpu, left.mem);
   }
 }
 
@@ -351,6 +427,7 @@ void State::Hold(int job, const Held& h) {
     SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
   }
   for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
+  RefreshHostLeft(h.node);
   if (jobs[job].preemptible && !jobs[job].preempting) CountVictim(h, +1);
   Charge(job, h, +1);
 }
@@ -378,6 +455,7 @@ void State::Release(int job, const Held& h) {
     SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
   }
   for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
+  RefreshHostLeft(h.node);
   if (jobs[job].preemptible && !jobs[job].preempting) CountVictim(h, -1);  // else MarkStopping did
   Charge(job, h, -1);
 }
@@ -470,15 +548,24 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
   // below), so that nodes the selector rejects cost nothing.
   const std::vector<int>* selected = SelectedNodes(req);
   found = WalkBuckets(job, req, now, selected, out);
-  if (selected != nullptr && config.verify_memos && memo_mismatch.empty()) {
+  // Config::verify_memos: the same walk node by node (no selector index, no
+  // HostTree) must find the same.
+  const bool host = req.cpu_milli > 0 || req.memory_bytes > 0;
+  if ((selected != nullptr || host) && config.verify_memos && memo_mismatch.empty()) {
     const bool quota = quota_hit, reserved = reserved_hit;
+    const int64_t miss_cpu = host_miss_cpu, miss_mem = host_miss_mem;
     Pick walked;
+    plain_walk = true;
     const bool walked_found = WalkBuckets(job, req, now, nullptr, &walked);
+    plain_walk = false;
     if (walked_found != found || (found && (walked.node != out->node || walked.mask != out->mask))) {
-      memo_mismatch = fmt::format("'{}': the walk of its selector's nodes and of the buckets disagree", jobs[job].req.id);
+      memo_mismatch = fmt::format("'{}': the walk of {} and of every node in the buckets disagree", jobs[job].req.id,
+                                  selected != nullptr ? "its selector's nodes" : "the nodes with room for its host request");
     }
     quota_hit = quota;
     reserved_hit = reserved;
+    host_miss_cpu = miss_cpu;
+    host_miss_mem = miss_mem;
   }
   return found;
 }
@@ -517,12 +604,24 @@ bool State::WalkBuckets(int job, const JobRequest& req, int64_t now, const std::
     }
     uint64_t bits = req.gpus > kMaxGpusPerNode ? 0 : cls.nonempty & ~((uint64_t{1} << (req.gpus - 1)) - 1);
     bool done = false;
+    // A host request: the nodes that would refuse it for their CPU or
+    // memory are skipped by the bucket's HostTree, not visited one by one
+    // (what they had left still counts toward host_miss_*, as HostFits'
+    // refusals do: RecordNoFit reads it).
+    const bool host = (req.cpu_milli > 0 || req.memory_bytes > 0) && !plain_walk;
     while (bits != 0 && !done) {
       int k = spread ? 64 - std::countl_zero(bits) : std::countr_zero(bits) + 1;
       bits &= ~(uint64_t{1} << (k - 1));
       const auto& bucket = cls.buckets[k];
-      for (size_t i = bucket.size(); i-- > 0;) {
-        if (visit(bucket[i].first)) {
+      for (int64_t i = static_cast<int64_t>(bucket.size()) - 1; i >= 0; --i) {
+        if (host) {
+          HostTree::Max skipped;
+          i = cls.host[k].Prev(i, req.cpu_milli, req.memory_bytes, &skipped);
+          host_miss_cpu = std::max(host_miss_cpu, skipped.cpu);
+          host_miss_mem = std::max(host_miss_mem, skipped.mem);
+          if (i < 0) break;
+        }
+        if (visit(bucket[static_cast<size_t>(i)].first)) {
           done = true;
           break;
         }

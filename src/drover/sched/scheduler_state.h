@@ -28,11 +28,40 @@ namespace drover::sched {
 // ClassSlot records); bit k-1 of `nonempty` is set iff buckets[k] is
 // non-empty; `shared` holds (free milli, node * 64 + gpu) for each healthy,
 // partly held GPU with free share left on a schedulable node.
+// The CPU and memory left on the nodes of one bucket, by position, as a max
+// tree: a job's walk of the bucket skips, a subtree at a time, the nodes
+// whose host resources are too few for it (every node it would refuse for
+// its CPU or memory request), so their number does not add to its cost.
+// A node that does not limit a resource counts as kUnbounded.
+class HostTree {
+ public:
+  struct Max {
+    int64_t cpu = kNone;
+    int64_t mem = kNone;
+  };
+  static constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  void Set(size_t pos, int64_t cpu, int64_t mem);
+  void Clear(size_t pos) { Set(pos, kNone, kNone); }
+  Max At(size_t pos) const { return pos < size_ ? tree_[size_ + pos] : Max{}; }
+  // The highest position <= `pos` whose node has at least `cpu` and `mem`
+  // left, or -1; `skipped` gets the most left over every node passed over
+  // (an upper bound: whole subtrees are skipped by their maxima).
+  int64_t Prev(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
+  // Whether every inner entry is the max of its two children.
+  bool Consistent() const;
+
+ private:
+  int64_t Find(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
+  size_t size_ = 0;          // leaves: a power of two
+  std::vector<Max> tree_;    // [1, size_): inner, [size_, 2 size_): leaves
+};
+
 struct GpuClass {
   std::string vendor;
   std::string model;
   int64_t memory_bytes = 0;
   std::array<std::vector<std::pair<int, int>>, kMaxGpusPerNode + 1> buckets;  // (node, slot)
+  std::array<HostTree, kMaxGpusPerNode + 1> host;  // per bucket, by position
   uint64_t nonempty = 0;
   std::set<std::pair<int, int>> shared;
 };
@@ -323,6 +352,7 @@ struct State {
   };
   uint64_t no_fit_pass = 0;
   std::unordered_map<JobRequest, std::vector<NoFit>, GpuShapeHash, GpuShapeEq> no_fit;
+  mutable bool plain_walk = false;     // WalkBuckets visits every node (Config::verify_memos' check)
   mutable int64_t host_miss_cpu = -1;  // HostFits' refusals since Consider reset them
   mutable int64_t host_miss_mem = -1;
   // Raised by every change a preemption search reads: bindings (tenant
@@ -383,6 +413,8 @@ struct State {
   bool PickHostOnly(int job, const std::vector<int>* within, Pick* out) const;
   void Recount(int node);  // buckets, domains and shared GPUs of one node
   void SetBucket(int node, ClassSlot& slot, int slot_index, int count);
+  HostTree::Max HostLeft(const NodeState& n) const;
+  void RefreshHostLeft(int node);  // the node's entries in its buckets' HostTrees
   void MarkRankDirty(int domain);
   void RankDomains();  // brings domain_rank up to date (the dirty domains only)
   // The first `max` domains of `level` with at least `need` free GPUs of the
