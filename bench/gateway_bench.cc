@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
     }
     return c;
   };
-  std::printf("\n1. added latency (open loop, two rounds each)\n");
+  std::printf("\n1. added latency (open loop, --rounds rounds each)\n");
   for (double rate : rates) {
     Result d, g, n;
     double gw_cpu = 0, ngx_cpu = 0, eng_cpu = 0;
