@@ -623,7 +623,8 @@ TEST(ParseRequest, FastScanAgreesWithTheFullParser) {
   const std::vector<std::string> scalars = {
       "\"m\"", "\"\"", "\"a b\"", "\"\\u00e9\"", "\"q\\\"\"", "\"\xc3\xa9\"", "true", "false", "null", "0", "-0",
       "7", "-1", "1.5", "2e3", "1E-2", "01", "-", "1.", "123456789012345678", "1234567890123456789",
-      "18446744073709551616", "tru", "nul"};
+      "18446744073709551616", "tru", "nul", "1e400", "-1E+999", "1e99", "1e-400",
+      "123456789012345678901234567890.5", "1.5e300"};
   std::function<std::string(int)> value = [&](int depth) -> std::string {
     size_t k = pick(depth > 3 ? 1 : 4);
     if (k == 0) return scalars[pick(scalars.size())];
@@ -668,6 +669,9 @@ TEST(ParseRequest, FastScanAgreesWithTheFullParser) {
     }
   }
   EXPECT_GT(fast, 2000);  // the scan took many of them itself
+  std::string bad;
+  EXPECT_FALSE(ParseRequest(R"({"model":"m","x":1e400})", &bad).ok());  // a double's overflow is an error
+  EXPECT_TRUE(ParseRequest(R"({"model":"m","x":1e99})", &bad).ok());
   std::string param;
   EXPECT_TRUE(ParseRequestFast(R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})", &param));
 }

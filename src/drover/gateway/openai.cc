@@ -191,6 +191,7 @@ bool FastScan(std::string_view s, RequestSax& sax) {
         if (c == 'n') sax.null();
         else sax.boolean(c == 't');
       } else if (c == '-' || (c >= '0' && c <= '9')) {
+        const size_t start = i;
         const bool neg = c == '-';
         if (neg) ++i;
         if (i >= n) return false;
@@ -210,9 +211,13 @@ bool FastScan(std::string_view s, RequestSax& sax) {
         if (i < n && (s[i] == 'e' || s[i] == 'E')) {
           ++i;
           if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
-          if (digits() == 0) return false;
+          const size_t exp_digits = digits();
+          // nlohmann refuses a float that overflows a double: leave any
+          // that might (more than 2 exponent digits) to it.
+          if (exp_digits == 0 || exp_digits > 2) return false;
           fraction = true;
         }
+        if (fraction && i - start > 24) return false;  // the same, by length
         if (fraction) {
           sax.number_float(0.0, empty);  // the handler reads no float's value
         } else {
