@@ -34,6 +34,7 @@
 
 #include <dirent.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -397,6 +398,7 @@ int main(int argc, char** argv) {
     if (::pipe(fds) != 0) return 1;
     gw_pid = ::fork();
     if (gw_pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the bench, however it ends
       ::close(fds[0]);
       auto child = start_gateway();
       int port = child->port();
