@@ -3,6 +3,8 @@
 //   gateway_bench [--duration-s 3] [--rates 1000,10000] [--io-threads 1]
 //                 [--connections 64] [--engine PATH] [--nginx /usr/sbin/nginx]
 //                 [--no-nginx] [--no-search] [--p99-goal-us 1000]
+//                 [--rounds 2] [--per-round] [--gateway-process]
+//                 [--latencies FILE]
 //
 // --rates "" skips part 1. CPU per request (user + system time of the
 // gateway's io threads, of nginx's workers, of the engine, from /proc) is
@@ -18,8 +20,12 @@
 // stalled server is charged for the requests queued behind it (no
 // coordinated omission).
 //
+// --gateway-process runs the gateway in a child process of its own (as
+// nginx and the engine are) instead of beside the generator's thread.
+//
 // 1. Added latency: at each rate, direct to the engine, then through the
-//    gateway, then through nginx, each for --duration-s, twice in turn;
+//    gateway, then through nginx, each for --duration-s, --rounds times in
+//    turn (--per-round prints each round's p99);
 //    added = via - direct (p50, p99).
 // 2. Throughput at a p99 goal: the highest rate (searched) at which the
 //    p99 stays within --p99-goal-us, for the gateway and for nginx.
@@ -28,6 +34,7 @@
 
 #include <dirent.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -55,6 +62,10 @@ int64_t Now() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+// --latencies FILE: every request as "port scheduled_ns latency_ns", the
+// scheduled time from the run's start (to see when the slow ones happen).
+FILE* g_latencies = nullptr;
 
 struct Result {
   std::vector<int64_t> lat_ns;  // sorted
@@ -168,6 +179,7 @@ Result Run(int port, double rate, double seconds, int conns, const std::string& 
         ++done;
         if (ok) res.lat_ns.push_back(t - c->sched);
         else ++res.errors;
+        if (g_latencies) std::fprintf(g_latencies, "%d %lld %lld\n", port, static_cast<long long>(c->sched - t0), static_cast<long long>(t - c->sched));
         idle.push_back(c);
       }
     }
@@ -314,10 +326,10 @@ double Search(int port, double seconds, int conns, const std::string& req, int64
 int main(int argc, char** argv) {
   double seconds = 3;
   std::vector<double> rates = {1000, 10000};
-  int io_threads = 1, conns = 64;
+  int io_threads = 1, conns = 64, rounds = 2;
   int64_t goal_us = 1000;
   std::string engine = TEST_ENGINE_BINARY, nginx = "/usr/sbin/nginx";
-  bool use_nginx = true, search = true;
+  bool use_nginx = true, search = true, gateway_process = false, per_round = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -334,6 +346,16 @@ int main(int argc, char** argv) {
     else if (a == "--nginx") nginx = next();
     else if (a == "--no-nginx") use_nginx = false;
     else if (a == "--no-search") search = false;
+    else if (a == "--rounds") rounds = std::max(1, std::stoi(next()));
+    else if (a == "--gateway-process") gateway_process = true;
+    else if (a == "--per-round") per_round = true;
+    else if (a == "--latencies") {
+      g_latencies = std::fopen(next().c_str(), "w");
+      if (!g_latencies) {
+        std::fprintf(stderr, "gateway_bench: cannot write %s\n", argv[i]);
+        return 2;
+      }
+    }
     else if (a == "--p99-goal-us") goal_us = std::stoll(next());
     else if (a == "--rates") {
       rates.clear();
@@ -355,14 +377,44 @@ int main(int argc, char** argv) {
   }
   drover::gateway::GatewayOptions o;
   o.io_threads = io_threads;
-  auto gw = drover::gateway::StartGateway(
-      o, [](std::string_view) -> drover::Result<drover::gateway::KeyInfo> { return drover::gateway::KeyInfo{"k", "bench", "t"}; },
-      nullptr);
-  if (!gw.ok()) {
-    std::fprintf(stderr, "gateway_bench: %s\n", gw.status().ToString().c_str());
-    return 1;
+  auto start_gateway = [&]() -> std::unique_ptr<drover::gateway::Gateway> {
+    auto gw = drover::gateway::StartGateway(
+        o, [](std::string_view) -> drover::Result<drover::gateway::KeyInfo> { return drover::gateway::KeyInfo{"k", "bench", "t"}; },
+        nullptr);
+    if (!gw.ok()) {
+      std::fprintf(stderr, "gateway_bench: %s\n", gw.status().ToString().c_str());
+      std::exit(1);
+    }
+    (*gw)->SetRoutes({{"bench", "bench", "", false, {{"j-1", eng.address()}}}});
+    return std::move(*gw);
+  };
+  // The gateway in this process (its io threads beside the generator), or
+  // in a child of its own, as nginx and the engine are (--gateway-process).
+  std::unique_ptr<drover::gateway::Gateway> gw;
+  pid_t gw_pid = ::getpid();
+  int gw_port = 0;
+  if (gateway_process) {
+    int fds[2];
+    if (::pipe(fds) != 0) return 1;
+    gw_pid = ::fork();
+    if (gw_pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the bench, however it ends
+      ::close(fds[0]);
+      auto child = start_gateway();
+      int port = child->port();
+      if (::write(fds[1], &port, sizeof port) != sizeof port) ::_exit(1);
+      for (;;) ::pause();
+    }
+    ::close(fds[1]);
+    if (::read(fds[0], &gw_port, sizeof gw_port) != sizeof gw_port) {
+      std::fprintf(stderr, "gateway_bench: the gateway process did not start\n");
+      return 1;
+    }
+    ::close(fds[0]);
+  } else {
+    gw = start_gateway();
+    gw_port = gw->port();
   }
-  (*gw)->SetRoutes({{"bench", "bench", "", false, {{"j-1", eng.address()}}}});
   std::optional<Nginx> ngx;
   if (use_nginx) {
     ngx = StartNginx(nginx, io_threads, eng.port());
@@ -376,10 +428,10 @@ int main(int argc, char** argv) {
                           "Content-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
   std::printf("gateway_bench: engine :%d, gateway :%d (%d io threads)%s, %d connections, %.1f s a run\n", eng.port(),
-              (*gw)->port(), io_threads, ngx ? (", nginx :" + std::to_string(ngx->port)).c_str() : "", conns, seconds);
+              gw_port, io_threads, ngx ? (", nginx :" + std::to_string(ngx->port)).c_str() : "", conns, seconds);
   // Warm up every path (connections, pools, caches).
   Run(eng.port(), 2000, 0.5, conns, req);
-  Run((*gw)->port(), 2000, 0.5, conns, req);
+  Run(gw_port, 2000, 0.5, conns, req);
   if (ngx) Run(ngx->port, 2000, 0.5, conns, req);
 
   pid_t nginx_master = 0;
@@ -394,20 +446,20 @@ int main(int argc, char** argv) {
     }
     return c;
   };
-  std::printf("\n1. added latency (open loop, two rounds each)\n");
+  std::printf("\n1. added latency (open loop, --rounds rounds each)\n");
   for (double rate : rates) {
     Result d, g, n;
     double gw_cpu = 0, ngx_cpu = 0, eng_cpu = 0;
     int64_t gw_n = 0, ngx_n = 0, eng_n = 0;
-    for (int round = 0; round < 2; ++round) {
+    for (int round = 0; round < rounds; ++round) {
       double c0 = CpuSeconds(eng.pid());
       Result rd = Run(eng.port(), rate, seconds, conns, req);
       eng_cpu += CpuSeconds(eng.pid()) - c0;
       eng_n += static_cast<int64_t>(rd.lat_ns.size());
       d = round ? Merge(d, rd) : rd;
-      c0 = CpuSeconds(::getpid(), "drover-gw-");
-      Result rg = Run((*gw)->port(), rate, seconds, conns, req);
-      gw_cpu += CpuSeconds(::getpid(), "drover-gw-") - c0;
+      c0 = CpuSeconds(gw_pid, "drover-gw-");
+      Result rg = Run(gw_port, rate, seconds, conns, req);
+      gw_cpu += CpuSeconds(gw_pid, "drover-gw-") - c0;
       gw_n += static_cast<int64_t>(rg.lat_ns.size());
       g = round ? Merge(g, rg) : rg;
       if (ngx) {
@@ -416,6 +468,11 @@ int main(int argc, char** argv) {
         ngx_cpu += nginx_cpu() - c0;
         ngx_n += static_cast<int64_t>(rn.lat_ns.size());
         n = round ? Merge(n, rn) : rn;
+        if (per_round) {
+          std::printf("    round %d p99: direct %.0f us, gateway %.0f us, nginx %.0f us\n", round,
+                      static_cast<double>(rd.P(0.99)) / 1e3, static_cast<double>(rg.P(0.99)) / 1e3,
+                      static_cast<double>(rn.P(0.99)) / 1e3);
+        }
       }
     }
     std::printf("  CPU per request: engine %.1f us; gateway io threads %.1f us", eng_cpu / static_cast<double>(std::max<int64_t>(1, eng_n)) * 1e6,
@@ -436,12 +493,16 @@ int main(int argc, char** argv) {
   if (search) {
     std::printf("\n2. highest rate with p99 <= %" PRId64 " us\n", goal_us);
     double e = Search(eng.port(), seconds, conns, req, goal_us * 1000, "direct");
-    double gr = Search((*gw)->port(), seconds, conns, req, goal_us * 1000, "gateway");
+    double gr = Search(gw_port, seconds, conns, req, goal_us * 1000, "gateway");
     double nr = ngx ? Search(ngx->port, seconds, conns, req, goal_us * 1000, "nginx") : 0;
     std::printf("  => direct %.0f req/s, gateway %.0f req/s%s\n", e, gr,
                 ngx ? (", nginx " + std::to_string(static_cast<int64_t>(nr)) + " req/s").c_str() : "");
   }
-  (*gw)->Stop();
+  if (gw) gw->Stop();
+  if (gateway_process && gw_pid > 0) {
+    ::kill(gw_pid, SIGKILL);
+    ::waitpid(gw_pid, nullptr, 0);
+  }
   if (ngx) {
     ngx->proc->Kill();
     // The master's workers exit with it; the pid file names the master.

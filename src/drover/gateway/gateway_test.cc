@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
+#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -609,6 +611,69 @@ TEST(ParseRequest, ReadsTheRoutedFieldsAndRefusesBadOnes) {
     EXPECT_EQ(param, field) << body;
   }
   EXPECT_TRUE(ParseRequest(R"({"model":"m","stream":null})", &param).ok());
+}
+
+// The fast scan answers as the full parser does, on well-formed bodies and
+// on mangled ones (seeded), and takes the usual body itself.
+TEST(ParseRequest, FastScanAgreesWithTheFullParser) {
+  std::mt19937_64 rng(18);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::string> keys = {"model", "stream", "user", "max_tokens", "max_completion_tokens",
+                                         "stream_options", "include_usage", "messages", "x"};
+  const std::vector<std::string> scalars = {
+      "\"m\"", "\"\"", "\"a b\"", "\"\\u00e9\"", "\"q\\\"\"", "\"\xc3\xa9\"", "true", "false", "null", "0", "-0",
+      "7", "-1", "1.5", "2e3", "1E-2", "01", "-", "1.", "123456789012345678", "1234567890123456789",
+      "18446744073709551616", "tru", "nul", "1e400", "-1E+999", "1e99", "1e-400",
+      "123456789012345678901234567890.5", "1.5e300"};
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    size_t k = pick(depth > 3 ? 1 : 4);
+    if (k == 0) return scalars[pick(scalars.size())];
+    if (k == 1) {
+      std::string a = "[";
+      for (size_t i = 0, m = pick(3); i < m; ++i) a += (i ? "," : "") + value(depth + 1);
+      return a + "]";
+    }
+    std::string o = "{";
+    for (size_t i = 0, m = pick(5); i < m; ++i) {
+      o += (i ? ", " : " ") + ("\"" + keys[pick(keys.size())] + "\"") + ":" + value(depth + 1);
+    }
+    return o + "}";
+  };
+  const std::string noise = "{}[],:\" \\x0-\n\t";
+  int fast = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string body = value(0);
+    if (round % 3 == 0 && !body.empty()) {  // mangle it
+      size_t at = pick(body.size());
+      switch (pick(3)) {
+        case 0: body.erase(at, 1); break;
+        case 1: body.insert(at, 1, noise[pick(noise.size())]); break;
+        default: body.resize(at); break;
+      }
+    }
+    std::string p1, p2;
+    auto a = ParseRequest(body, &p1);
+    auto b = ParseRequestFull(body, &p2);
+    std::string p3;
+    if (ParseRequestFast(body, &p3)) ++fast;
+    ASSERT_EQ(a.ok(), b.ok()) << body;
+    if (a.ok()) {
+      EXPECT_EQ(a->model, b->model) << body;
+      EXPECT_EQ(a->stream, b->stream) << body;
+      EXPECT_EQ(a->include_usage, b->include_usage) << body;
+      EXPECT_EQ(a->user, b->user) << body;
+      EXPECT_EQ(a->max_tokens, b->max_tokens) << body;
+    } else {
+      EXPECT_EQ(a.status().message(), b.status().message()) << body;
+      EXPECT_EQ(p1, p2) << body;
+    }
+  }
+  EXPECT_GT(fast, 2000);  // the scan took many of them itself
+  std::string bad;
+  EXPECT_FALSE(ParseRequest(R"({"model":"m","x":1e400})", &bad).ok());  // a double's overflow is an error
+  EXPECT_TRUE(ParseRequest(R"({"model":"m","x":1e99})", &bad).ok());
+  std::string param;
+  EXPECT_TRUE(ParseRequestFast(R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})", &param));
 }
 
 TEST(PickReplica, PowerOfTwoPrefersTheLessLoadedAndAffinityIsStable) {

@@ -80,17 +80,17 @@ class GatewayImpl final : public Gateway {
   // --- the proxy path (proxy.cc) ---
   // One OpenAI call: authenticate, parse, limit, route, forward, meter.
   awaitable<void> Proxy(Worker* w, std::string_view path, std::string_view authorization,
-                        std::string_view session_id, std::string body, Sink& sink, bool force_stream);
+                        std::string_view session_id, std::string_view body, Sink& sink, bool force_stream);
   enum class Outcome { kDone, kRetry };
   // One attempt on one replica; kRetry when nothing reached the client.
-  awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, const std::string& body,
+  awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, std::string_view body,
                              bool strip_usage, Sink& sink, CallResult& res, std::string* why);
   // Forward with retries on other replicas, then an error if all failed.
   // For a model that scales from zero, when every replica failed before a
   // byte went out (the routes were stale: it had just scaled down), waits
   // once, as a cold start does, for one not tried (`waited` stops a second).
   awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path,
-                        const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
+                        std::string_view body, bool strip_usage, uint64_t affinity, Sink& sink,
                         CallResult& res, bool waited = false);
   Status BodyTooLarge() const;  // 413 with the limit
   awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {},

@@ -115,13 +115,142 @@ class RequestSax {
   std::string key_, inner_key_;
 };
 
-}  // namespace
+// The usual body, read without nlohmann's lexer: JSON whose strings are
+// printable ASCII without escapes. It drives the same SAX handler, in the
+// same order, so it reads the same fields; on anything else (an escape, any
+// other byte in a string, an integer of more than 18 digits, nesting deeper
+// than 64, a UTF-8 byte-order mark, any syntax error) it gives up (false)
+// and the full parser reads the body again, and words the error.
+// Example: {"model":"m","max_tokens":1,"messages":[{"role":"user"}]} is
+// start_object, key model, string m, key max_tokens, number_unsigned 1, key
+// messages, start_array, start_object, key role, string user, end_object,
+// end_array, end_object.
+bool FastScan(std::string_view s, RequestSax& sax) {
+  const size_t n = s.size();
+  size_t i = 0;
+  std::string tmp;          // the handler takes strings by reference
+  std::string empty;
+  bool in_object[64];       // per open container: object (true) or array
+  int depth = 0;
+  auto ws = [&] {
+    while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
+  };
+  auto string = [&]() -> bool {  // at '"': into tmp
+    size_t b = ++i;
+    while (i < n) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c == '"') break;
+      if (c < 0x20 || c >= 0x7f || c == '\\') return false;
+      ++i;
+    }
+    if (i >= n) return false;
+    tmp.assign(s.substr(b, i - b));
+    ++i;
+    return true;
+  };
+  auto key = [&]() -> bool {  // a key and its colon
+    ws();
+    if (i >= n || s[i] != '"' || !string()) return false;
+    sax.key(tmp);
+    ws();
+    if (i >= n || s[i] != ':') return false;
+    ++i;
+    return true;
+  };
+  auto digits = [&] {
+    size_t b = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') ++i;
+    return i - b;
+  };
+  ws();
+  if (i >= n || s[i] != '{') return false;
+  bool expect_value = true;
+  for (;;) {
+    ws();
+    if (i >= n) return false;
+    const char c = s[i];
+    if (expect_value) {
+      expect_value = false;
+      if (c == '{' || c == '[') {
+        if (depth == 64) return false;
+        ++i;
+        in_object[depth++] = c == '{';
+        if (c == '{') sax.start_object(static_cast<std::size_t>(-1));
+        else sax.start_array(static_cast<std::size_t>(-1));
+        ws();
+        if (i < n && s[i] == (c == '{' ? '}' : ']')) continue;  // empty: closed below
+        if (c == '{' && !key()) return false;
+        expect_value = true;
+      } else if (c == '"') {
+        if (!string()) return false;
+        sax.string(tmp);
+      } else if (c == 't' || c == 'f' || c == 'n') {
+        const std::string_view word = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        if (s.substr(i, word.size()) != word) return false;
+        i += word.size();
+        if (c == 'n') sax.null();
+        else sax.boolean(c == 't');
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        const size_t start = i;
+        const bool neg = c == '-';
+        if (neg) ++i;
+        if (i >= n) return false;
+        const size_t b = i;
+        if (s[i] == '0') {
+          ++i;
+        } else if (digits() == 0) {
+          return false;
+        }
+        const size_t int_digits = i - b;
+        bool fraction = false;
+        if (i < n && s[i] == '.') {
+          ++i;
+          if (digits() == 0) return false;
+          fraction = true;
+        }
+        if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+          ++i;
+          if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
+          const size_t exp_digits = digits();
+          // nlohmann refuses a float that overflows a double: leave any
+          // that might (more than 2 exponent digits) to it.
+          if (exp_digits == 0 || exp_digits > 2) return false;
+          fraction = true;
+        }
+        if (fraction && i - start > 24) return false;  // the same, by length
+        if (fraction) {
+          sax.number_float(0.0, empty);  // the handler reads no float's value
+        } else {
+          if (int_digits > 18) return false;
+          int64_t v = 0;
+          for (size_t k = b; k < b + int_digits; ++k) v = v * 10 + (s[k] - '0');
+          if (neg) sax.number_integer(-v);
+          else sax.number_unsigned(static_cast<uint64_t>(v));
+        }
+      } else {
+        return false;
+      }
+      continue;
+    }
+    // After a value: a comma, or the end of the open container.
+    if (c == ',') {
+      ++i;
+      if (in_object[depth - 1] && !key()) return false;
+      expect_value = true;
+      continue;
+    }
+    if (c != (in_object[depth - 1] ? '}' : ']')) return false;
+    ++i;
+    if (in_object[--depth]) sax.end_object();
+    else sax.end_array();
+    if (depth == 0) break;
+  }
+  ws();
+  return i == n;
+}
 
-Result<RequestInfo> ParseRequest(std::string_view body, std::string* bad_param) {
-  RequestInfo r;
-  RequestSax sax(&r);
-  bool ok = nlohmann::json::sax_parse(body.begin(), body.end(), &sax, nlohmann::json::input_format_t::json, true);
-  if (!ok) return InvalidArgument("the request body is not valid JSON");
+// The checks after either parser.
+Result<RequestInfo> Checked(RequestInfo r, const RequestSax& sax, std::string* bad_param) {
   if (!sax.top_is_object()) return InvalidArgument("the request body must be a JSON object");
   if (!sax.seen_model || !sax.model_ok) {
     *bad_param = "model";
@@ -136,6 +265,28 @@ Result<RequestInfo> ParseRequest(std::string_view body, std::string* bad_param) 
     return InvalidArgument("'" + sax.bad_int + "' must be a non-negative integer");
   }
   return r;
+}
+
+}  // namespace
+
+Result<RequestInfo> ParseRequestFull(std::string_view body, std::string* bad_param) {
+  RequestInfo r;
+  RequestSax sax(&r);
+  bool ok = nlohmann::json::sax_parse(body.begin(), body.end(), &sax, nlohmann::json::input_format_t::json, true);
+  if (!ok) return InvalidArgument("the request body is not valid JSON");
+  return Checked(std::move(r), sax, bad_param);
+}
+
+std::optional<Result<RequestInfo>> ParseRequestFast(std::string_view body, std::string* bad_param) {
+  RequestInfo r;
+  RequestSax sax(&r);
+  if (!FastScan(body, sax)) return std::nullopt;
+  return Checked(std::move(r), sax, bad_param);
+}
+
+Result<RequestInfo> ParseRequest(std::string_view body, std::string* bad_param) {
+  if (auto r = ParseRequestFast(body, bad_param)) return std::move(*r);
+  return ParseRequestFull(body, bad_param);
 }
 
 Status ParseDocument(std::string_view body, RequestInfo* info) {

@@ -112,7 +112,7 @@ awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker*
 }
 
 awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string_view authorization,
-                                   std::string_view session_id, std::string body, Sink& sink,
+                                   std::string_view session_id, std::string_view body, Sink& sink,
                                    bool force_stream) {
   const int64_t t0 = NowNs();
   Status err;
@@ -165,17 +165,23 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
       co_return;
     }
   }
+  // The body goes upstream as the client sent it (no copy) unless rewritten.
+  std::string rewritten;
+  bool redump = false;
   if (force_stream && !info.stream) {
     info.stream = true;
     info.doc["stream"] = true;
-    body.clear();
+    redump = true;
   }
   if (info.stream && !info.include_usage) {
     info.doc["stream_options"]["include_usage"] = true;
     strip = true;
-    body.clear();
+    redump = true;
   }
-  if (body.empty()) body = info.doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (redump) {
+    rewritten = info.doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    body = rewritten;
+  }
 
   if (it->second.replicas.empty() && it->second.route.scales_from_zero) {
     table = co_await WaitForReplica(w, info.model, *stats);
@@ -219,7 +225,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
 }
 
 awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path,
-                                   const std::string& body, bool strip_usage, uint64_t affinity, Sink& sink,
+                                   std::string_view body, bool strip_usage, uint64_t affinity, Sink& sink,
                                    CallResult& res, bool waited) {
   std::vector<Replica*> tried;
   std::string why;
@@ -252,7 +258,7 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
 }
 
 awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std::string_view path,
-                                                     const std::string& body, bool strip_usage, Sink& sink,
+                                                     std::string_view body, bool strip_usage, Sink& sink,
                                                      CallResult& res, std::string* why) {
   beast::error_code ec;
   for (int round = 0; round < 2; ++round) {
@@ -284,7 +290,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     head += "\r\nContent-Type: application/json\r\nContent-Length: ";
     head += std::to_string(body.size());
     head += "\r\n\r\n";
-    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body)};
+    std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body.data(), body.size())};
     up->s.ExpiresAfterMs(options_.write_timeout_ms);
     co_await WriteAll(up->s.socket, bufs, ec);
     if (ec) {
