@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "drover/auth/token.h"
 #include "drover/common/address.h"
 #include "drover/common/config.h"
 #include "drover/common/files.h"
@@ -144,6 +145,8 @@ Result<std::unique_ptr<GatewayRole>> GatewayRole::Start(GatewayRoleOptions optio
   // with it every call) before the state goes.
   State* raw = s.get();
   auto authenticate = [raw](std::string_view token) -> Result<gateway::KeyInfo> {
+    // Not a Drover token at all: refused here, without a call.
+    DROVER_RETURN_IF_ERROR(auth::ParseToken(token).status());
     v1::ResolveKeyRequest req;
     req.set_token(std::string(token));
     v1::GatewayKey key;

@@ -196,7 +196,8 @@ std::string_view PathOf(std::string_view target) {
 GatewayImpl::GatewayImpl(GatewayOptions options, Authenticator authenticator, metrics::Registry* registry)
     : options_(std::move(options)),
       auth_(std::move(authenticator), options_.auth_cache_ttl_ms, options_.auth_fail_ttl_ms,
-            options_.auth_cache_max_entries) {
+            options_.auth_cache_max_entries),
+      auth_pool_(std::make_unique<net::thread_pool>(kAuthThreads)) {
   if (registry == nullptr) {
     own_registry_ = std::make_unique<metrics::Registry>();
     registry = own_registry_.get();
@@ -311,6 +312,10 @@ void GatewayImpl::Stop() {
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }
+  // A key lookup under way finishes (its answer is posted to a stopped io
+  // context, never run) before the io contexts go.
+  auth_pool_->stop();
+  auth_pool_->join();
   workers_.clear();  // closes the listeners and every connection
 }
 
@@ -532,7 +537,7 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
     // Usage by tenant and key is an operator's view: an admin key's, unless public.
     if (!options_.metrics_public) {
       Status err;
-      auto auth = Authenticate(SV(req[bhttp::field::authorization]), &err);
+      auto auth = co_await Authenticate(SV(req[bhttp::field::authorization]), &err);
       if (!auth) {
         co_await SendError(sink, err);
         co_return;
@@ -554,7 +559,7 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
       co_return;
     }
     Status err;
-    auto auth = Authenticate(SV(req[bhttp::field::authorization]), &err);
+    auto auth = co_await Authenticate(SV(req[bhttp::field::authorization]), &err);
     if (!auth) {
       co_await SendError(sink, err);
       co_return;
@@ -617,7 +622,7 @@ awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c,
     }
   }
   Status err;
-  if (!Authenticate(authorization, &err)) {
+  if (!(co_await Authenticate(authorization, &err))) {
     HttpSink sink(c, false, options_.write_timeout_ms);
     co_await SendError(sink, err);
     co_return;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <random>
 #include <thread>
@@ -100,6 +101,46 @@ class GatewayTest : public ::testing::Test {
   metrics::Registry registry_;
   std::unique_ptr<Gateway> gw_;
 };
+
+// A key the cache does not hold is asked of the authenticator off the io
+// thread: while one lookup is stuck (a control plane that does not answer),
+// the same io thread serves other keys, and the stuck request ends once the
+// answer comes.
+TEST(GatewayAuthTest, AStuckKeyLookupDoesNotHoldUpTheIoThread) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> once{false};
+  auto keys = [&](std::string_view token) -> Result<KeyInfo> {
+    if (token == "k-stuck") {
+      if (!once.exchange(true)) entered.set_value();
+      released.wait();
+      return KeyInfo{"id-stuck", "stuck key", "a", false, 0, 0, 0, 0};
+    }
+    return Keys(token);
+  };
+  GatewayOptions o;
+  o.listen = "127.0.0.1:0";
+  o.io_threads = 1;
+  metrics::Registry registry;
+  auto g = StartGateway(o, keys, &registry);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const int port = (*g)->port();
+  auto stuck = std::async(std::launch::async, [port] {
+    return Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-stuck\r\n");
+  });
+  entered.get_future().wait();  // the lookup is under way, and will not return
+  auto other = std::async(std::launch::async, [port] {
+    return Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-a\r\n");
+  });
+  // A guard against a hang, not a timing: a blocked io thread never answers.
+  const bool answered = other.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  release.set_value();
+  ASSERT_TRUE(answered) << "a request with another key waited for the stuck lookup";
+  EXPECT_EQ(other.get().status, 200);
+  EXPECT_EQ(stuck.get().status, 200);
+  // An unknown key is still refused, through the same path.
+  EXPECT_EQ(Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-none\r\n").status, 401);
+}
 
 TEST_F(GatewayTest, MetricsNeedAnAdminKeyUnlessPublic) {
   Start();

@@ -56,6 +56,9 @@ struct Worker {
   net::io_context ioc{1};
 };
 
+// Threads that run the authenticator's calls for keys not in the cache.
+inline constexpr int kAuthThreads = 4;
+
 class GatewayImpl final : public Gateway {
  public:
   GatewayImpl(GatewayOptions options, Authenticator authenticator, metrics::Registry* registry);
@@ -95,7 +98,11 @@ class GatewayImpl final : public Gateway {
   Status BodyTooLarge() const;  // 413 with the limit
   awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {},
                             int64_t retry_after_s = 0);
-  std::shared_ptr<const AuthEntry> Authenticate(std::string_view authorization, Status* err);
+  // The key of an Authorization header, or null with *err set. A key not
+  // in the cache is asked of the authenticator on auth_pool_, not on this
+  // io thread: its call to the control plane may block.
+  awaitable<std::shared_ptr<const AuthEntry>> Authenticate(std::string_view authorization, Status* err);
+  awaitable<std::shared_ptr<const AuthEntry>> LookupKey(std::string token);  // on auth_pool_
   std::shared_ptr<const RouteTable> Table(Worker* w);
   UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model,
                      const std::string& key);
@@ -129,6 +136,7 @@ class GatewayImpl final : public Gateway {
  private:
   const GatewayOptions options_;
   AuthCache auth_;
+  std::unique_ptr<net::thread_pool> auth_pool_;  // the authenticator's calls (kAuthThreads)
   std::unique_ptr<metrics::Registry> own_registry_;
   metrics::Registry* registry_;
   std::shared_ptr<SharedState> shared_;

@@ -63,13 +63,16 @@ std::shared_ptr<Buckets> AuthCache::BucketsFor(
   return b;
 }
 
-std::shared_ptr<const AuthEntry> AuthCache::Lookup(std::string_view token, int64_t now_ns) {
+std::shared_ptr<const AuthEntry> AuthCache::Cached(std::string_view token, int64_t now_ns) {
   Shard& shard = shards_[std::hash<std::string_view>{}(token) % shards_.size()];
-  {
-    std::lock_guard lock(shard.mu);
-    auto it = shard.entries.find(std::string(token));
-    if (it != shard.entries.end() && it->second->expires_ns > now_ns) return it->second;
-  }
+  std::lock_guard lock(shard.mu);
+  auto it = shard.entries.find(std::string(token));
+  return it != shard.entries.end() && it->second->expires_ns > now_ns ? it->second : nullptr;
+}
+
+std::shared_ptr<const AuthEntry> AuthCache::Lookup(std::string_view token, int64_t now_ns) {
+  if (auto hit = Cached(token, now_ns)) return hit;
+  Shard& shard = shards_[std::hash<std::string_view>{}(token) % shards_.size()];
   // A miss: ask outside the lock (two concurrent misses may both ask).
   auto entry = std::make_shared<AuthEntry>();
   Result<KeyInfo> r = authenticator_ ? authenticator_(token)

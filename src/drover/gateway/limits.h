@@ -62,6 +62,9 @@ struct AuthEntry {
 class AuthCache {
  public:
   AuthCache(Authenticator authenticator, int64_t ttl_ms, int64_t fail_ttl_ms, size_t max_entries);
+  // The cached answer while it is fresh, else null (never asks).
+  std::shared_ptr<const AuthEntry> Cached(std::string_view token, int64_t now_ns);
+  // The cached answer, or the authenticator's (which may block).
   std::shared_ptr<const AuthEntry> Lookup(std::string_view token, int64_t now_ns);
 
  private:

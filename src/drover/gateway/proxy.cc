@@ -36,16 +36,20 @@ class InFlight {
 
 }  // namespace
 
-std::shared_ptr<const AuthEntry> GatewayImpl::Authenticate(std::string_view authorization, Status* err) {
+awaitable<std::shared_ptr<const AuthEntry>> GatewayImpl::LookupKey(std::string token) {
+  co_return auth_.Lookup(token, NowNs());
+}
+
+awaitable<std::shared_ptr<const AuthEntry>> GatewayImpl::Authenticate(std::string_view authorization, Status* err) {
   if (authorization.empty()) {
     Rejected("unauthenticated")->Inc();
     *err = Unauthenticated("missing API key: send the header 'Authorization: Bearer <key>'");
-    return nullptr;
+    co_return nullptr;
   }
   if (!StartsWithNoCase(authorization, "Bearer ")) {
     Rejected("unauthenticated")->Inc();
     *err = Unauthenticated("the Authorization header must be 'Bearer <key>'");
-    return nullptr;
+    co_return nullptr;
   }
   std::string_view token = authorization.substr(7);
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
@@ -53,10 +57,15 @@ std::shared_ptr<const AuthEntry> GatewayImpl::Authenticate(std::string_view auth
   if (token.empty() || token.size() > 4096) {
     Rejected("unauthenticated")->Inc();
     *err = Unauthenticated("incorrect API key provided");
-    return nullptr;
+    co_return nullptr;
   }
-  auto e = auth_.Lookup(token, NowNs());
-  if (e->status.ok()) return e;
+  auto e = auth_.Cached(token, NowNs());
+  if (e == nullptr) {
+    // A coroutine with the token as its parameter, not a lambda with a
+    // capture: GCC 12 frees a coroutine lambda's captures twice.
+    e = co_await net::co_spawn(auth_pool_->get_executor(), LookupKey(std::string(token)), net::use_awaitable);
+  }
+  if (e->status.ok()) co_return e;
   Code c = e->status.code();
   if (c == Code::kUnauthenticated || c == Code::kPermissionDenied || c == Code::kNotFound ||
       c == Code::kInvalidArgument) {
@@ -66,7 +75,7 @@ std::shared_ptr<const AuthEntry> GatewayImpl::Authenticate(std::string_view auth
     Rejected("unavailable")->Inc();
     *err = Unavailable("the key service is unavailable: " + e->status.message());
   }
-  return nullptr;
+  co_return nullptr;
 }
 
 awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string_view param,
@@ -116,7 +125,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
                                    bool force_stream) {
   const int64_t t0 = NowNs();
   Status err;
-  auto auth = Authenticate(authorization, &err);
+  auto auth = co_await Authenticate(authorization, &err);
   if (!auth) {
     co_await SendError(sink, err);
     co_return;
