@@ -51,8 +51,8 @@ struct KeyInfo {
 
 // Maps a bearer token to its key. An Unauthenticated/PermissionDenied/
 // NotFound status means a bad key (401); any other error is a 503. Called
-// on an io thread on a cache miss, so it should be quick; the gateway
-// caches answers for auth_cache_ttl_ms.
+// on a cache miss, on a small pool of the gateway's (not an io thread: it
+// may block); the gateway caches answers for auth_cache_ttl_ms.
 using Authenticator = std::function<Result<KeyInfo>(std::string_view token)>;
 
 struct Upstream {
