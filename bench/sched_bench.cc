@@ -55,7 +55,9 @@
 // asking 63-64 cores, which no node with a free GPU has left, ahead of the
 // measured 1-GPU job that asks none), hostfit_walk (the same cluster; the
 // measured 1-GPU job asks 40 cores, which only nodes with 5 or more free
-// GPUs have: the fuller nodes placement walks first all refuse it).
+// GPUs have: the fuller nodes placement walks first all refuse it),
+// hostfit_share (the same for a 250 milli-GPU share: every partly shared
+// GPU's node refuses it, then a whole GPU of a node with the cores).
 //
 // Counters (per decision, or per pass for BM_FullPass): p50_ns, p99_ns,
 // p999_ns, max_ns (nearest rank over every iteration) and items_per_second
@@ -526,6 +528,7 @@ enum class Worst : uint8_t {
   kGangPreempt,   // an 8 x 8 GPU gang under one switch (priority 10) that must preempt
   kHostFit10k,    // 10,000 pending 1-GPU jobs that no node has the cores for, ahead of the measured job
   kHostFitWalk,   // the measured job asks 40 cores: only nodes with 5 or more free GPUs have them
+  kHostFitShare,  // the same for a share of a GPU (250 milli-GPU, 10 GiB): the shared GPUs' walk
 };
 
 struct WorstCase {
@@ -546,7 +549,7 @@ struct WorstCase {
 // per pass (kGangPreempt: all under one switch, or the case is void),
 // `searches` the preemption searches per pass.
 void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
-  const bool cpu = wc.kind == Worst::kHostFit10k || wc.kind == Worst::kHostFitWalk;
+  const bool cpu = wc.kind == Worst::kHostFit10k || wc.kind == Worst::kHostFitWalk || wc.kind == Worst::kHostFitShare;
   WorstCluster& w = GetWorst(gpus, wc.backfill, wc.kind == Worst::kGangPreempt, cpu);
   if (!w.error.empty()) {
     state.SkipWithError(w.error.c_str());
@@ -605,7 +608,11 @@ void BM_Worst(benchmark::State& state, const WorstCase& wc, int gpus) {
     // with a free GPU refuses for its cores. kHostFitWalk: the measured job
     // asks 40 cores, which only nodes with 5 or more free GPUs have; binpack
     // and frag walk the fullest nodes first, which all refuse it.
-    if (wc.kind == Worst::kHostFitWalk) job.cpu_milli = 40'000;
+    if (wc.kind == Worst::kHostFitWalk || wc.kind == Worst::kHostFitShare) job.cpu_milli = 40'000;
+    if (wc.kind == Worst::kHostFitShare) {
+      job.gpu_milli = 250;
+      job.gpu_memory_bytes = 10 * kGiB;
+    }
     for (int round = 0; error.empty(); ++round) {
       for (int k = 0; k < 64; ++k) {
         JobRequest f;
@@ -936,7 +943,7 @@ void RegisterAll() {
       {"selector1pct_full", Worst::kSelectorFull},
       {"blocked_head/backfill", Worst::kBlockedHead, true}, {"blocked_head/strict", Worst::kBlockedHead, false},
       {"gang_preempt_switch", Worst::kGangPreempt},  {"hostfit10k", Worst::kHostFit10k},
-      {"hostfit_walk", Worst::kHostFitWalk}};
+      {"hostfit_walk", Worst::kHostFitWalk},   {"hostfit_share", Worst::kHostFitShare}};
   for (int gpus : {16'384, 131'072}) {
     for (const WorstCase& wc : worst) {
       const std::string name = std::string("BM_Worst/") + wc.name + "/" + std::to_string(gpus);

@@ -128,6 +128,21 @@ Status Scheduler::CheckInvariants() const {
         }
       }
       if (!c.host[k].Consistent()) return Internal(fmt::format("class '{}' bucket {}: the host tree's maxima are stale", c.model, k));
+    }
+    {
+      std::vector<int> on(s.nodes.size(), 0);
+      for (const auto& [free, key] : c.shared) ++on[static_cast<size_t>(key / kMaxGpusPerNode)];
+      for (size_t ni = 0; ni < s.nodes.size(); ++ni) {
+        const int have = ni < c.shared_on.size() ? c.shared_on[ni] : 0;
+        const HostTree::Max want = on[ni] > 0 ? s.HostLeft(s.nodes[ni]) : HostTree::Max{};
+        const HostTree::Max got = c.shared_host.At(ni);
+        if (have != on[ni] || want.cpu != got.cpu || want.mem != got.mem) {
+          return Internal(fmt::format("class '{}': the shared GPUs' host tree is stale at node {}", c.model, ni));
+        }
+      }
+      if (!c.shared_host.Consistent()) return Internal(fmt::format("class '{}': the shared host tree's maxima are stale", c.model));
+    }
+    for (int k = 1; k <= kMaxGpusPerNode; ++k) {
       if (c.buckets[k].empty() == (((c.nonempty >> (k - 1)) & 1) != 0)) return Internal(fmt::format("class '{}' bucket bitmap is stale at {}", c.model, k));
     }
   }

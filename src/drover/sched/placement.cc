@@ -86,6 +86,31 @@ int64_t HostTree::Prev(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) cons
   return Find(1, 0, size_, pos, cpu, mem, skipped);
 }
 
+int64_t HostTree::FindNext(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem,
+                           Max* skipped) const {
+  if (static_cast<int64_t>(hi) <= pos) return -1;
+  const Max& m = tree_[node];
+  if (m.cpu < cpu || m.mem < mem) {
+    if (m.cpu != kNone || m.mem != kNone) {
+      skipped->cpu = std::max(skipped->cpu, m.cpu);
+      skipped->mem = std::max(skipped->mem, m.mem);
+    }
+    return -1;
+  }
+  if (hi - lo == 1) return static_cast<int64_t>(lo);
+  const size_t mid = (lo + hi) / 2;
+  const int64_t left = FindNext(2 * node, lo, mid, pos, cpu, mem, skipped);
+  return left >= 0 ? left : FindNext(2 * node + 1, mid, hi, pos, cpu, mem, skipped);
+}
+
+int64_t HostTree::Next(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const {
+  if (size_ == 0 || pos >= static_cast<int64_t>(size_)) return -1;
+  pos = std::max<int64_t>(pos, 0);
+  const Max& leaf = tree_[size_ + static_cast<size_t>(pos)];
+  if (leaf.cpu >= cpu && leaf.mem >= mem) return pos;
+  return FindNext(1, 0, size_, pos, cpu, mem, skipped);
+}
+
 bool HostTree::Consistent() const {
   for (size_t i = 1; i < size_; ++i) {
     if (tree_[i].cpu != std::max(tree_[2 * i].cpu, tree_[2 * i + 1].cpu) ||
@@ -105,7 +130,11 @@ void State::RefreshHostLeft(int node) {
   const NodeState& n = nodes[node];
   const HostTree::Max left = HostLeft(n);
   for (const ClassSlot& slot : n.classes) {
-    if (slot.count > 0) classes[slot.cls].host[slot.count].Set(static_cast<size_t>(slot.pos), left.cpu, left.mem);
+    GpuClass& c = classes[slot.cls];
+    if (slot.count > 0) c.host[slot.count].Set(static_cast<size_t>(slot.pos), left.cpu, left.mem);
+    if (static_cast<size_t>(node) < c.shared_on.size() && c.shared_on[node] > 0) {
+      c.shared_host.Set(static_cast<size_t>(node), left.cpu, left.mem);
+    }
   }
 }
 
@@ -329,9 +358,21 @@ void State::UpdateShared(int node, int gpu) {
   }
   if (want == n.shared_key[gpu]) return;
   if ((n.present & bit) == 0) return;
-  auto& shared = classes[n.gpu_class[gpu]].shared;
-  if (n.shared_key[gpu] >= 0) shared.erase({n.shared_key[gpu], node * kMaxGpusPerNode + gpu});
-  if (want >= 0) shared.insert({want, node * kMaxGpusPerNode + gpu});
+  GpuClass& c = classes[n.gpu_class[gpu]];
+  auto& shared = c.shared;
+  if (c.shared_on.size() <= static_cast<size_t>(node)) c.shared_on.resize(static_cast<size_t>(node) + 1, 0);
+  uint16_t& on = c.shared_on[static_cast<size_t>(node)];
+  if (n.shared_key[gpu] >= 0) {
+    shared.erase({n.shared_key[gpu], node * kMaxGpusPerNode + gpu});
+    if (--on == 0) c.shared_host.Clear(static_cast<size_t>(node));
+  }
+  if (want >= 0) {
+    shared.insert({want, node * kMaxGpusPerNode + gpu});
+    if (on++ == 0) {
+      const HostTree::Max left = HostLeft(n);
+      c.shared_host.Set(static_cast<size_t>(node), left.cpu, left.mem);
+    }
+  }
   n.shared_key[gpu] = static_cast<int16_t>(want);
 }
 
@@ -551,7 +592,7 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
   // Config::verify_memos: the same walk node by node (no selector index, no
   // HostTree) must find the same.
   const bool host = req.cpu_milli > 0 || req.memory_bytes > 0;
-  if ((selected != nullptr || host) && config.verify_memos && memo_mismatch.empty()) {
+  if ((selected != nullptr || host) && config.verify_memos && !plain_walk && memo_mismatch.empty()) {
     const bool quota = quota_hit, reserved = reserved_hit;
     const int64_t miss_cpu = host_miss_cpu, miss_mem = host_miss_mem;
     Pick walked;
@@ -650,6 +691,29 @@ const std::vector<int>* State::SelectedNodes(const JobRequest& req) const {
 
 bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const {
   const JobRequest& req = jobs[job].req;
+  const bool host = req.cpu_milli > 0 || req.memory_bytes > 0;
+  if (!host || !config.verify_memos || plain_walk || !memo_mismatch.empty()) return PickFractionWalk(job, now, within, out);
+  // Config::verify_memos: the walk that skips nodes by shared_host and the
+  // one that visits every shared GPU must find the same.
+  const bool found = PickFractionWalk(job, now, within, out);
+  const bool quota = quota_hit, reserved = reserved_hit;
+  const int64_t miss_cpu = host_miss_cpu, miss_mem = host_miss_mem;
+  plain_walk = true;
+  Pick plain;
+  const bool plain_found = PickFractionWalk(job, now, within, &plain);
+  plain_walk = false;
+  if (plain_found != found || (found && (plain.node != out->node || plain.mask != out->mask))) {
+    memo_mismatch = fmt::format("'{}': the shares' walk by shared_host and of every shared GPU disagree", req.id);
+  }
+  quota_hit = quota;
+  reserved_hit = reserved;
+  host_miss_cpu = miss_cpu;
+  host_miss_mem = miss_mem;
+  return found;
+}
+
+bool State::PickFractionWalk(int job, int64_t now, const std::vector<int>* within, Pick* out) const {
+  const JobRequest& req = jobs[job].req;
   bool spread = config.placement == PlacementPolicy::kSpread;
   bool may_reserved = MayUseReserved(job, now);
   bool found = false;
@@ -694,8 +758,26 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
       // Best fit: the shared GPU with the least free share that still fits,
       // unless that strands GPUs of its node for lack of CPU; then the next
       // candidates in best-fit order are weighed too.
+      // A host request skips, by the class's shared_host tree, the nodes
+      // whose CPU or memory is too little for it (in the same order: a
+      // node's GPUs are consecutive keys), as the whole-GPU walk does.
+      const bool host = (req.cpu_milli > 0 || req.memory_bytes > 0) && !plain_walk;
       int examined = 0;
       for (auto it = shared.lower_bound({req.gpu_milli, -1}); it != shared.end(); ++it) {
+        if (host && !HostFits(req, nodes[it->second / kMaxGpusPerNode])) {
+          HostTree::Max skipped;
+          const int64_t next =
+              classes[c].shared_host.Next(it->second / kMaxGpusPerNode + 1, req.cpu_milli, req.memory_bytes, &skipped);
+          host_miss_cpu = std::max(host_miss_cpu, skipped.cpu);
+          host_miss_mem = std::max(host_miss_mem, skipped.mem);
+          // The first entry of a fitting node at this free share, else of
+          // the next share; one before it, for the loop's ++it.
+          it = next >= 0 ? shared.lower_bound({it->first, static_cast<int>(next) * kMaxGpusPerNode})
+                         : shared.lower_bound({it->first + 1, -1});
+          if (it == shared.end()) break;
+          --it;
+          continue;
+        }
         if (!ok(it->second)) continue;
         int64_t stranded = Stranded(nodes[it->second / kMaxGpusPerNode], req.gpu_milli, req.cpu_milli);
         take(it->first, it->second, stranded);

@@ -47,11 +47,14 @@ class HostTree {
   // left, or -1; `skipped` gets the most left over every node passed over
   // (an upper bound: whole subtrees are skipped by their maxima).
   int64_t Prev(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
+  // The lowest position >= `pos` so, or -1.
+  int64_t Next(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
   // Whether every inner entry is the max of its two children.
   bool Consistent() const;
 
  private:
   int64_t Find(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
+  int64_t FindNext(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
   size_t size_ = 0;          // leaves: a power of two
   std::vector<Max> tree_;    // [1, size_): inner, [size_, 2 size_): leaves
 };
@@ -62,6 +65,10 @@ struct GpuClass {
   int64_t memory_bytes = 0;
   std::array<std::vector<std::pair<int, int>>, kMaxGpusPerNode + 1> buckets;  // (node, slot)
   std::array<HostTree, kMaxGpusPerNode + 1> host;  // per bucket, by position
+  // By node index: the host resources left of each node with a GPU in
+  // `shared` (how many in shared_on), for the shares' walk.
+  HostTree shared_host;
+  std::vector<uint16_t> shared_on;
   uint64_t nonempty = 0;
   std::set<std::pair<int, int>> shared;
 };
@@ -447,6 +454,7 @@ struct State {
   // `req` is the job's request or a variant of it (one GPU of a share).
   bool PickOnNode(int job, const JobRequest& req, int node, int64_t now, Pick* out) const;
   bool PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
+  bool PickFractionWalk(int job, int64_t now, const std::vector<int>* within, Pick* out) const;
   bool PickWhole(int job, const JobRequest& req, int64_t now, const std::vector<int>* within, Pick* out) const;
   // The nodes carrying the rarest label of `req`'s node selector (empty when
   // no node has one of them), or nullptr: no selector, or even its rarest

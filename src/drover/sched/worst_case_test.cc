@@ -4,7 +4,9 @@
 // reads changes. Their cost is measured by bench/sched_bench (BM_Worst).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "drover/sched/scheduler.h"
 
@@ -334,6 +336,60 @@ TEST(WorstCaseTest, JobsNoNodeCanHostCostOneWalkPerShapeAndStillStartWhenCoresFr
     EXPECT_EQ(d.bindings[1].job_id, "big-1");
     ExpectInvariants(s);
   }
+}
+
+// Shares with a host request: the walk of the shared GPUs in best-fit order
+// skips the nodes whose CPU is too little (by the class's shared_host tree).
+// Under verify_memos every placement is also made by visiting every shared
+// GPU, and a difference fails CheckInvariants; without it the placements
+// are the same, and each lands on a node with the cores.
+TEST(WorstCaseTest, ASharesWalkSkipsNodesWithoutTheCoresAndLandsWhereTheFullWalkDoes) {
+  std::vector<std::string> placed[2];
+  for (bool verify : {false, true}) {
+    Config c;
+    c.verify_memos = verify;
+    Scheduler s(c);
+    // n<i>: one GPU, half of it held by a share that leaves 1 core (i even)
+    // or 10 + i (i odd); m<i>: a quarter held, 16 cores left (a less full
+    // share).
+    std::map<std::string, int64_t> cores_left;
+    auto add = [&](const std::string& name, int64_t held_milli, int64_t left) {
+      NodeInfo n = Node(name, 1);
+      n.cpu_milli = 32'000;
+      ASSERT_TRUE(s.UpsertNode(n).ok());
+      JobRequest holder = Job("holder-" + name, 1);
+      holder.gpu_milli = static_cast<int>(held_milli);
+      holder.gpu_memory_bytes = 10 * kGiB;
+      holder.cpu_milli = 32'000 - left * 1000;
+      Placement p;
+      p.node = name;
+      p.gpu_indices = {0};
+      p.gpu_milli = static_cast<int>(held_milli);
+      p.gpu_memory_bytes = 10 * kGiB;
+      ASSERT_TRUE(s.Restore(holder, Binding{holder.id, {p}}, 0).ok());
+      cores_left[name] = left;
+    };
+    for (int i = 0; i < 20; ++i) add("n" + std::to_string(i), 500, i % 2 == 0 ? 1 : 10 + i);
+    for (int i = 0; i < 3; ++i) add("m" + std::to_string(i), 250, 16);
+    int k = 0;
+    for (int64_t cores : {5, 7, 12, 3, 18, 16, 9, 40}) {
+      JobRequest share = Job("s-" + std::to_string(k++), 1);
+      share.gpu_milli = 250;
+      share.gpu_memory_bytes = 10 * kGiB;
+      share.cpu_milli = cores * 1000;
+      ASSERT_TRUE(s.Enqueue(share, kMinute).ok());
+      Decisions d = s.Schedule(kMinute);
+      ExpectInvariants(s);
+      const std::string node = d.bindings.size() == 1 ? d.bindings[0].replicas[0].node : "none";
+      placed[verify].push_back(node);
+      if (node != "none") {
+        EXPECT_GE(cores_left[node], cores) << share.id << " on " << node;
+        cores_left[node] -= cores;
+      }
+    }
+    EXPECT_EQ(placed[verify].back(), "none");  // 40 cores: no node has them
+  }
+  EXPECT_EQ(placed[0], placed[1]);
 }
 
 }  // namespace
