@@ -692,9 +692,12 @@ const std::vector<int>* State::SelectedNodes(const JobRequest& req) const {
 bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, Pick* out) const {
   const JobRequest& req = jobs[job].req;
   const bool host = req.cpu_milli > 0 || req.memory_bytes > 0;
-  if (!host || !config.verify_memos || plain_walk || !memo_mismatch.empty()) return PickFractionWalk(job, now, within, out);
-  // Config::verify_memos: the walk that skips nodes by shared_host and the
-  // one that visits every shared GPU must find the same.
+  if ((!host && req.node_selector.empty()) || !config.verify_memos || plain_walk || !memo_mismatch.empty()) {
+    return PickFractionWalk(job, now, within, out);
+  }
+  // Config::verify_memos: the walk that skips nodes by shared_host or by
+  // the selector's label and the one that visits every shared GPU must find
+  // the same.
   const bool found = PickFractionWalk(job, now, within, out);
   const bool quota = quota_hit, reserved = reserved_hit;
   const int64_t miss_cpu = host_miss_cpu, miss_mem = host_miss_mem;
@@ -703,7 +706,7 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
   const bool plain_found = PickFractionWalk(job, now, within, &plain);
   plain_walk = false;
   if (plain_found != found || (found && (plain.node != out->node || plain.mask != out->mask))) {
-    memo_mismatch = fmt::format("'{}': the shares' walk by shared_host and of every shared GPU disagree", req.id);
+    memo_mismatch = fmt::format("'{}': the shares' walk by shared_host or its selector's nodes and of every shared GPU disagree", req.id);
   }
   quota_hit = quota;
   reserved_hit = reserved;
@@ -763,6 +766,28 @@ bool State::PickFractionWalk(int job, int64_t now, const std::vector<int>* withi
       // node's GPUs are consecutive keys), as the whole-GPU walk does.
       const bool host = (req.cpu_milli > 0 || req.memory_bytes > 0) && !plain_walk;
       int examined = 0;
+      // A rare node selector: only its nodes' shared GPUs, in the walk's
+      // order (free share, then key), as PickWhole walks its nodes.
+      if (const std::vector<int>* selected = plain_walk ? nullptr : SelectedNodes(req); selected != nullptr) {
+        std::vector<std::pair<int, int>> order;  // (free milli, key)
+        for (int node : *selected) {
+          const NodeState& n = nodes[node];
+          for (uint64_t m = n.present; m != 0; m &= m - 1) {
+            const int g = std::countr_zero(m);
+            if (n.gpu_class[g] == static_cast<int>(c) && n.shared_key[g] >= req.gpu_milli) {
+              order.emplace_back(n.shared_key[g], node * kMaxGpusPerNode + g);
+            }
+          }
+        }
+        std::sort(order.begin(), order.end());
+        for (const auto& [free, key] : order) {
+          if (!ok(key)) continue;
+          int64_t stranded = Stranded(nodes[key / kMaxGpusPerNode], req.gpu_milli, req.cpu_milli);
+          take(free, key, stranded);
+          if (stranded == 0 || ++examined >= kMaxFractionCandidates) break;
+        }
+        continue;
+      }
       for (auto it = shared.lower_bound({req.gpu_milli, -1}); it != shared.end(); ++it) {
         if (host && !HostFits(req, nodes[it->second / kMaxGpusPerNode])) {
           HostTree::Max skipped;

@@ -339,7 +339,8 @@ TEST(WorstCaseTest, JobsNoNodeCanHostCostOneWalkPerShapeAndStillStartWhenCoresFr
 }
 
 // Shares with a host request: the walk of the shared GPUs in best-fit order
-// skips the nodes whose CPU is too little (by the class's shared_host tree).
+// skips the nodes whose CPU is too little (by the class's shared_host tree);
+// with a node selector it walks only its label's nodes.
 // Under verify_memos every placement is also made by visiting every shared
 // GPU, and a difference fails CheckInvariants; without it the placements
 // are the same, and each lands on a node with the cores.
@@ -356,6 +357,7 @@ TEST(WorstCaseTest, ASharesWalkSkipsNodesWithoutTheCoresAndLandsWhereTheFullWalk
     auto add = [&](const std::string& name, int64_t held_milli, int64_t left) {
       NodeInfo n = Node(name, 1);
       n.cpu_milli = 32'000;
+      n.labels["pool"] = cores_left.size() % 3 == 0 ? "x" : "y";  // a selector walks its label's nodes
       ASSERT_TRUE(s.UpsertNode(n).ok());
       JobRequest holder = Job("holder-" + name, 1);
       holder.gpu_milli = static_cast<int>(held_milli);
@@ -372,11 +374,12 @@ TEST(WorstCaseTest, ASharesWalkSkipsNodesWithoutTheCoresAndLandsWhereTheFullWalk
     for (int i = 0; i < 20; ++i) add("n" + std::to_string(i), 500, i % 2 == 0 ? 1 : 10 + i);
     for (int i = 0; i < 3; ++i) add("m" + std::to_string(i), 250, 16);
     int k = 0;
-    for (int64_t cores : {5, 7, 12, 3, 18, 16, 9, 40}) {
+    for (int64_t cores : {5, 7, 12, 3, 18, 16, 9, 2, 4, 40}) {
       JobRequest share = Job("s-" + std::to_string(k++), 1);
       share.gpu_milli = 250;
       share.gpu_memory_bytes = 10 * kGiB;
       share.cpu_milli = cores * 1000;
+      if (k % 2 == 0) share.node_selector["pool"] = "x";
       ASSERT_TRUE(s.Enqueue(share, kMinute).ok());
       Decisions d = s.Schedule(kMinute);
       ExpectInvariants(s);
