@@ -60,12 +60,13 @@ void HostTree::Set(size_t pos, int64_t cpu, int64_t mem) {
   }
 }
 
-int64_t HostTree::Find(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const {
-  if (static_cast<int64_t>(lo) > pos) return -1;
+int64_t HostTree::Find(size_t node, size_t lo, size_t hi, int64_t pos, bool forward, int64_t cpu, int64_t mem,
+                       Max* skipped) const {
+  if (forward ? static_cast<int64_t>(hi) <= pos : static_cast<int64_t>(lo) > pos) return -1;
   const Max& m = tree_[node];
   if (m.cpu < cpu || m.mem < mem) {
-    // Nothing here fits: passed over whole (only the part at or below pos
-    // is the walk's, but the maxima of the whole bound it).
+    // Nothing here fits: passed over whole (only the part on the walk's
+    // side of pos is the walk's, but the maxima of the whole bound it).
     if (m.cpu != kNone || m.mem != kNone) {
       skipped->cpu = std::max(skipped->cpu, m.cpu);
       skipped->mem = std::max(skipped->mem, m.mem);
@@ -74,8 +75,11 @@ int64_t HostTree::Find(size_t node, size_t lo, size_t hi, int64_t pos, int64_t c
   }
   if (hi - lo == 1) return static_cast<int64_t>(lo);
   const size_t mid = (lo + hi) / 2;
-  const int64_t right = Find(2 * node + 1, mid, hi, pos, cpu, mem, skipped);
-  return right >= 0 ? right : Find(2 * node, lo, mid, pos, cpu, mem, skipped);
+  const int64_t first = forward ? Find(2 * node, lo, mid, pos, forward, cpu, mem, skipped)
+                                : Find(2 * node + 1, mid, hi, pos, forward, cpu, mem, skipped);
+  if (first >= 0) return first;
+  return forward ? Find(2 * node + 1, mid, hi, pos, forward, cpu, mem, skipped)
+                 : Find(2 * node, lo, mid, pos, forward, cpu, mem, skipped);
 }
 
 int64_t HostTree::Prev(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const {
@@ -83,24 +87,7 @@ int64_t HostTree::Prev(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) cons
   pos = std::min<int64_t>(pos, static_cast<int64_t>(size_) - 1);
   const Max& leaf = tree_[size_ + static_cast<size_t>(pos)];
   if (leaf.cpu >= cpu && leaf.mem >= mem) return pos;  // the usual case: no descent
-  return Find(1, 0, size_, pos, cpu, mem, skipped);
-}
-
-int64_t HostTree::FindNext(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem,
-                           Max* skipped) const {
-  if (static_cast<int64_t>(hi) <= pos) return -1;
-  const Max& m = tree_[node];
-  if (m.cpu < cpu || m.mem < mem) {
-    if (m.cpu != kNone || m.mem != kNone) {
-      skipped->cpu = std::max(skipped->cpu, m.cpu);
-      skipped->mem = std::max(skipped->mem, m.mem);
-    }
-    return -1;
-  }
-  if (hi - lo == 1) return static_cast<int64_t>(lo);
-  const size_t mid = (lo + hi) / 2;
-  const int64_t left = FindNext(2 * node, lo, mid, pos, cpu, mem, skipped);
-  return left >= 0 ? left : FindNext(2 * node + 1, mid, hi, pos, cpu, mem, skipped);
+  return Find(1, 0, size_, pos, false, cpu, mem, skipped);
 }
 
 int64_t HostTree::Next(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const {
@@ -108,7 +95,7 @@ int64_t HostTree::Next(int64_t pos, int64_t cpu, int64_t mem, Max* skipped) cons
   pos = std::max<int64_t>(pos, 0);
   const Max& leaf = tree_[size_ + static_cast<size_t>(pos)];
   if (leaf.cpu >= cpu && leaf.mem >= mem) return pos;
-  return FindNext(1, 0, size_, pos, cpu, mem, skipped);
+  return Find(1, 0, size_, pos, true, cpu, mem, skipped);
 }
 
 bool HostTree::Consistent() const {

@@ -53,8 +53,10 @@ class HostTree {
   bool Consistent() const;
 
  private:
-  int64_t Find(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
-  int64_t FindNext(size_t node, size_t lo, size_t hi, int64_t pos, int64_t cpu, int64_t mem, Max* skipped) const;
+  // The last (forward: first) position on the walk's side of `pos` that
+  // fits, within node's range [lo, hi).
+  int64_t Find(size_t node, size_t lo, size_t hi, int64_t pos, bool forward, int64_t cpu, int64_t mem,
+               Max* skipped) const;
   size_t size_ = 0;          // leaves: a power of two
   std::vector<Max> tree_;    // [1, size_): inner, [size_, 2 size_): leaves
 };
