@@ -246,24 +246,12 @@ struct Nginx {
   int port = 0;
 };
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::optional<Nginx> StartNginx(const std::string& binary, int workers, int engine_port) {
   Nginx n;
   char tmpl[] = "/tmp/gateway_bench_nginx.XXXXXX";
   if (!::mkdtemp(tmpl)) return std::nullopt;
   n.dir = tmpl;
-  n.port = FreePort();
+  n.port = drover::gateway::testing::FreePort();
   std::ofstream conf(n.dir + "/nginx.conf");
   conf << "daemon off;\nmaster_process on;\nuser root root;\nworker_processes " << workers << ";\n"
        << "pid " << n.dir << "/nginx.pid;\nerror_log " << n.dir << "/error.log warn;\n"

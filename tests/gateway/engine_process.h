@@ -216,6 +216,20 @@ inline HttpResponse Http(int port, std::string_view method, std::string_view tar
 }
 
 // Polls pred until it holds or timeout; the condition, not a fixed delay.
+// A loopback port free a moment ago (nothing listens on it: connects are
+// refused until someone binds it).
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!pred()) {

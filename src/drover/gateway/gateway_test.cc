@@ -38,19 +38,6 @@ std::unique_ptr<ChildProcess> Engine(std::vector<std::string> extra = {}, const 
   return p;
 }
 
-// A port nothing listens on: connects are refused.
-int DeadPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 Result<KeyInfo> Keys(std::string_view token) {
   static const std::map<std::string, KeyInfo, std::less<>> keys = {
       {"k-a", {"id-a", "key a", "a", false, 0, 0, 0, 0}},
@@ -94,6 +81,12 @@ class GatewayTest : public ::testing::Test {
   int64_t Outstanding(const std::string& model) {
     for (const auto& l : gw_->TakeLoad()) {
       if (l.model == model) return l.outstanding;
+    }
+    return -1;
+  }
+  int64_t Waiting(const std::string& model) {
+    for (const auto& l : gw_->TakeLoad()) {
+      if (l.model == model) return l.waiting;
     }
     return -1;
   }
@@ -304,7 +297,7 @@ TEST_F(GatewayTest, RetriesOnAnotherReplicaBeforeTheFirstByte) {
   GatewayOptions o;
   o.retries = 2;
   Start(o);
-  std::string dead = "127.0.0.1:" + std::to_string(DeadPort());
+  std::string dead = "127.0.0.1:" + std::to_string(testing::FreePort());
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-dead", dead}, {"j-503", failing->address()}, {"j-ok", good->address()}}}});
   for (int i = 0; i < 20; ++i) {
     HttpResponse r = Post("/v1/chat/completions", Chat());
@@ -370,12 +363,7 @@ TEST_F(GatewayTest, ScaleFromZeroWaitsForAReplica) {
   ExpectError(Post("/v1/chat/completions", Chat("n")), 503, "server_error", "model_unavailable");
   std::atomic<int> status{0};
   std::thread client([&] { status = Post("/v1/chat/completions", Chat("m")).status; });
-  ASSERT_TRUE(WaitFor([&] {
-    for (const auto& l : gw_->TakeLoad()) {
-      if (l.model == "m" && l.waiting == 1) return true;
-    }
-    return false;
-  }));
+  ASSERT_TRUE(WaitFor([&] { return Waiting("m") == 1; }));
   gw_->SetRoutes({{"m", "dep-m", "", true, {{"j-1", e->address()}}}});
   client.join();
   EXPECT_EQ(status.load(), 200);
@@ -396,12 +384,7 @@ TEST_F(GatewayTest, AStaleReplicaOfAModelThatScalesFromZeroWaitsForAFreshOne) {
   gw_->SetRoutes({{"m", "dep-m", "", true, {{"j-old", gone}}}});
   std::atomic<int> status{0};
   std::thread client([&] { status = Post("/v1/chat/completions", Chat("m")).status; });
-  ASSERT_TRUE(WaitFor([&] {
-    for (const auto& l : gw_->TakeLoad()) {
-      if (l.model == "m" && l.waiting == 1) return true;
-    }
-    return false;
-  }));
+  ASSERT_TRUE(WaitFor([&] { return Waiting("m") == 1; }));
   gw_->SetRoutes({{"m", "dep-m", "", true, {{"j-new", e->address()}}}});
   client.join();
   EXPECT_EQ(status.load(), 200);
