@@ -64,32 +64,20 @@ std::vector<gateway::Route> RoutesFrom(const v1::EndpointsResponse& resp) {
   return routes;
 }
 
-// The gateway's usage rows (Gateway::UsageJson), every one in each report:
-// the server sums the gateways' for the dashboard (GET /api/v1/serving/usage).
-void AddUsage(const std::string& usage_json, v1::ReportLoadRequest* req) {
-  const nlohmann::json all = nlohmann::json::parse(usage_json, nullptr, false);
-  if (all.is_discarded() || !all.contains("usage") || !all["usage"].is_array()) return;
-  const auto text = [](const nlohmann::json& row, const char* field) {
-    return row.contains(field) && row[field].is_string() ? row[field].get<std::string>() : std::string();
-  };
-  const auto count = [](const nlohmann::json& row, const char* field) {
-    return row.contains(field) && row[field].is_number_integer() ? row[field].get<int64_t>() : int64_t{0};
-  };
-  const auto ms = [](const nlohmann::json& row, const char* field) {
-    return row.contains(field) && row[field].is_number() ? row[field].get<double>() : -1.0;
-  };
-  for (const nlohmann::json& row : all["usage"]) {
-    if (!row.is_object()) continue;
+// The gateway's usage rows, every one in each report: the server sums the
+// gateways' for the dashboard (GET /api/v1/serving/usage).
+void AddUsage(const std::vector<gateway::UsageRow>& rows, v1::ReportLoadRequest* req) {
+  for (const gateway::UsageRow& r : rows) {
     v1::GatewayUsage* u = req->add_usage();
-    u->set_tenant(text(row, "tenant"));
-    u->set_model(text(row, "model"));
-    u->set_key(text(row, "key"));
-    u->set_requests(count(row, "requests"));
-    u->set_errors(count(row, "errors"));
-    u->set_prompt_tokens(count(row, "prompt_tokens"));
-    u->set_completion_tokens(count(row, "completion_tokens"));
-    u->set_latency_p50_ms(ms(row, "latency_p50_ms"));
-    u->set_latency_p99_ms(ms(row, "latency_p99_ms"));
+    u->set_tenant(r.tenant);
+    u->set_model(r.model);
+    u->set_key(r.key);
+    u->set_requests(r.requests);
+    u->set_errors(r.errors);
+    u->set_prompt_tokens(r.prompt_tokens);
+    u->set_completion_tokens(r.completion_tokens);
+    u->set_latency_p50_ms(r.latency_p50_ms);
+    u->set_latency_p99_ms(r.latency_p99_ms);
   }
 }
 
@@ -125,7 +113,7 @@ void Feed(GatewayRole::State* s) {
       m->set_requests(l.requests);
       for (const auto& [replica, n] : l.outstanding_by_replica) (*m->mutable_outstanding_by_replica())[replica] = n;
     }
-    AddUsage(s->gw->UsageJson(), &req);
+    AddUsage(s->gw->Usage(), &req);
     v1::ReportLoadResponse out;
     auto rctx = Deadline(std::chrono::seconds(5));
     if (grpc::Status rs = s->stub->ReportLoad(rctx.get(), req, &out); !rs.ok() && st.ok()) {
@@ -176,7 +164,6 @@ GatewayRole::~GatewayRole() { Stop(); }
 
 uint16_t GatewayRole::port() const { return state_->gw->port(); }
 
-std::string GatewayRole::UsageJson() const { return state_->gw->UsageJson(); }
 
 void GatewayRole::Stop() {
   {

@@ -46,8 +46,6 @@ class GatewayRole {
   GatewayRole& operator=(const GatewayRole&) = delete;
 
   uint16_t port() const;
-  // The gateway's per-tenant usage (Gateway::UsageJson).
-  std::string UsageJson() const;
   void Stop();
 
   struct State;

@@ -55,6 +55,15 @@ struct KeyInfo {
 // may block); the gateway caches answers for auth_cache_ttl_ms.
 using Authenticator = std::function<Result<KeyInfo>(std::string_view token)>;
 
+// Usage of one (tenant, model, key) since the gateway started (key: the
+// key's token_id).
+struct UsageRow {
+  std::string tenant, model, key;
+  int64_t requests = 0, errors = 0, prompt_tokens = 0, completion_tokens = 0;
+  // Of the tenant's requests for the model (all its keys); < 0: none yet.
+  double latency_p50_ms = -1, latency_p99_ms = -1;
+};
+
 struct Upstream {
   std::string id;       // job id of the replica
   std::string address;  // "host:port"
@@ -133,10 +142,11 @@ class Gateway {
   virtual void SetRoutes(std::vector<Route> routes) = 0;
   // Per model of the current routes; resets the `requests` counters.
   virtual std::vector<ModelLoad> TakeLoad() = 0;
-  // {"usage":[{"tenant","model","key","requests","errors","prompt_tokens",
-  //   "completion_tokens","latency_p50_ms","latency_p99_ms"}...]} (key:
-  // token_id), sorted; the latencies (since start, of the tenant's requests
-  // for the model) only once there is one.
+  // Every (tenant, model, key) row since the gateway started, sorted.
+  virtual std::vector<UsageRow> Usage() const = 0;
+  // The same as {"usage":[{"tenant","model","key","requests","errors",
+  //   "prompt_tokens","completion_tokens","latency_p50_ms","latency_p99_ms"}
+  //   ...]}; the latencies only once there is one.
   virtual std::string UsageJson() const = 0;
   // Closes the listeners and every connection and joins the threads.
   // Idempotent; the destructor calls it.

@@ -68,6 +68,7 @@ class GatewayImpl final : public Gateway {
   uint16_t port() const override { return port_; }
   void SetRoutes(std::vector<Route> routes) override;
   std::vector<ModelLoad> TakeLoad() override;
+  std::vector<UsageRow> Usage() const override { return shared_->meter.Rows(); }
   std::string UsageJson() const override { return shared_->meter.Json(); }
   void Stop() override;
 

@@ -94,25 +94,36 @@ double QuantileMs(const metrics::Histogram::Snapshot& h, const std::vector<doubl
 
 }  // namespace
 
-std::string Meter::Json() const {
-  nlohmann::json rows = nlohmann::json::array();
+std::vector<UsageRow> Meter::Rows() const {
+  std::vector<UsageRow> rows;
   std::lock_guard lock(mu_);
   for (const auto& [k, c] : cells_) {
-    nlohmann::json row = {{"tenant", std::get<0>(k)},
-                          {"model", std::get<1>(k)},
-                          {"key", std::get<2>(k)},
-                          {"requests", c->requests.load()},
-                          {"errors", c->errors.load()},
-                          {"prompt_tokens", c->prompt_tokens.load()},
-                          {"completion_tokens", c->completion_tokens.load()}};
+    UsageRow r{std::get<0>(k),          std::get<1>(k),       std::get<2>(k),
+               c->requests.load(),      c->errors.load(),     c->prompt_tokens.load(),
+               c->completion_tokens.load()};
     // Since the gateway started, of the tenant's requests for the model (all its keys).
     if (c->latency != nullptr && latency_ != nullptr) {
       const metrics::Histogram::Snapshot h = c->latency->Read();
-      const double p50 = QuantileMs(h, latency_->bounds(), 0.5);
-      const double p99 = QuantileMs(h, latency_->bounds(), 0.99);
-      if (p50 >= 0) row["latency_p50_ms"] = p50;
-      if (p99 >= 0) row["latency_p99_ms"] = p99;
+      r.latency_p50_ms = QuantileMs(h, latency_->bounds(), 0.5);
+      r.latency_p99_ms = QuantileMs(h, latency_->bounds(), 0.99);
     }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string Meter::Json() const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const UsageRow& r : Rows()) {
+    nlohmann::json row = {{"tenant", r.tenant},
+                          {"model", r.model},
+                          {"key", r.key},
+                          {"requests", r.requests},
+                          {"errors", r.errors},
+                          {"prompt_tokens", r.prompt_tokens},
+                          {"completion_tokens", r.completion_tokens}};
+    if (r.latency_p50_ms >= 0) row["latency_p50_ms"] = r.latency_p50_ms;
+    if (r.latency_p99_ms >= 0) row["latency_p99_ms"] = r.latency_p99_ms;
     rows.push_back(std::move(row));
   }
   return nlohmann::json{{"usage", std::move(rows)}}.dump(-1, ' ', false,

@@ -90,7 +90,8 @@ class Meter {
  public:
   explicit Meter(metrics::HistogramFamily* latency) : latency_(latency) {}
   UsageCell* Cell(const std::string& tenant, const std::string& model, const std::string& key);
-  std::string Json() const;
+  std::vector<UsageRow> Rows() const;
+  std::string Json() const;  // Rows() as Gateway::UsageJson says
   void Collect(metrics::Exposition& out) const;
 
  private:
