@@ -318,6 +318,20 @@ test('a tenant over its tokens per minute gets 429 with retry-after; its usage i
     const forTeam = (labels) => labels.includes('tenant="team"');
     assert.equal(sumMetric(m, 'drover_gateway_prompt_tokens_total', forTeam), reported.prompt);
     assert.equal(sumMetric(m, 'drover_gateway_completion_tokens_total', forTeam), reported.completion);
+    // The server's usage (the dashboard's), from the gateway's load reports:
+    // the same tokens, and the tenant's own token sees only its rows.
+    const usage = async (token) => {
+      const res = await fetch(`http://${up.http}/api/v1/serving/usage`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(res.status, 200, 'GET /api/v1/serving/usage');
+      return (await res.json()).usage ?? [];
+    };
+    const teamRows = await waitFor(async () => {
+      const rows = (await usage(up.token)).filter((r) => r.tenant === 'team');
+      const prompt = rows.reduce((a, r) => a + Number(r.prompt_tokens), 0);
+      return prompt === reported.prompt ? rows : null;
+    }, { timeout: 30000, what: 'the server\'s usage to show the tenant\'s tokens' });
+    assert.equal(teamRows.reduce((a, r) => a + Number(r.completion_tokens), 0), reported.completion);
+    assert.ok((await usage(teamToken)).every((r) => r.tenant === 'team'), 'a tenant\'s token sees its own rows only');
   });
 
 test('a deployment scaled to zero starts again on the first request', { timeout: 240000 }, async () => {
