@@ -3,7 +3,7 @@
 // engine). Same prompt, same answer.
 //
 //   drover-test-engine --port 0 --model m [--token-delay-us N]
-//       [--die-after-tokens N] [--never-ready | --ready-after-ms N]
+//       [--answer-delay-ms N] [--die-after-tokens N] [--never-ready | --ready-after-ms N]
 //       [--fail-status 503] [--threads N] [--dim 8] [--default-max-tokens 16]
 //
 // Prints "listening on PORT" on stdout once it accepts connections.
@@ -13,12 +13,15 @@
 // the gateway's scraper reads it), POST /v1/chat/completions,
 // /v1/completions (usage: prompt_tokens = words of the prompt,
 // completion_tokens = max_tokens or the default; "stream": SSE, one token
-// per event, token_delay between them, stream_options.include_usage) and
+// per event, token_delay between them, stream_options.include_usage; not
+// streamed: the answer after answer_delay, dropped and counted as cancelled
+// if the client closes first, as vLLM aborts a request whose client left) and
 // /v1/embeddings (deterministic unit vectors, batch input; encoding_format
 // float or base64).
 //
 // Not a model: the words are "w<n>" derived from a hash of the prompt.
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <array>
@@ -57,6 +60,7 @@ struct Config {
   int port = 0;
   std::string model = "test-model";
   int64_t token_delay_us = 0;
+  int64_t answer_delay_ms = 0;
   int64_t die_after_tokens = -1;
   bool never_ready = false;
   int64_t ready_after_ms = 0;
@@ -262,6 +266,10 @@ class Session {
     json usage = {{"prompt_tokens", pt}, {"completion_tokens", n}, {"total_tokens", pt + n}};
     const char* object = chat ? "chat.completion" : "text_completion";
     if (!stream) {
+      if (cfg.answer_delay_ms > 0 && !co_await Think(std::chrono::milliseconds(cfg.answer_delay_ms))) {
+        cancelled_total.fetch_add(1);
+        co_return false;
+      }
       std::string text;
       for (int64_t i = 0; i < n; ++i) text += (i ? " " : "") + Token(h, i);
       json choice = {{"index", 0}, {"finish_reason", "length"}};
@@ -304,6 +312,22 @@ class Session {
     }
     if (!co_await Chunk("data: [DONE]\n\n")) co_return false;
     co_return co_await Write("0\r\n\r\n");
+  }
+
+  // Waits `d` as a request being generated would; false if the client
+  // closed its connection meanwhile (looked at every 10 ms).
+  awaitable<bool> Think(std::chrono::milliseconds d) {
+    net::steady_timer timer(stream_.get_executor());
+    const auto end = std::chrono::steady_clock::now() + d;
+    for (;;) {
+      pollfd p{stream_.socket().native_handle(), POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) co_return false;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= end) co_return true;
+      timer.expires_after(std::min<std::chrono::steady_clock::duration>(end - now, std::chrono::milliseconds(10)));
+      beast::error_code ec;
+      co_await timer.async_wait(Await(ec));
+    }
   }
 
   awaitable<bool> Embeddings(const json& r, bool keep) {
@@ -370,7 +394,7 @@ awaitable<void> Accept(tcp::acceptor& a) {
 int Usage(const char* msg) {
   std::cerr << "drover-test-engine: " << msg
             << "\nusage: drover-test-engine [--host H] [--port P] [--model M] [--token-delay-us N] "
-               "[--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
+               "[--answer-delay-ms N] [--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
                "[--dim N] [--default-max-tokens N]\n";
   return 2;
 }
@@ -404,6 +428,8 @@ int main(int argc, char** argv) {
       cfg.port = static_cast<int>(n);
     } else if (a == "--token-delay-us") {
       if (!num(&cfg.token_delay_us) || cfg.token_delay_us < 0) return Usage("--token-delay-us needs N >= 0");
+    } else if (a == "--answer-delay-ms") {
+      if (!num(&cfg.answer_delay_ms) || cfg.answer_delay_ms < 0) return Usage("--answer-delay-ms needs N >= 0");
     } else if (a == "--die-after-tokens") {
       if (!num(&cfg.die_after_tokens) || cfg.die_after_tokens < 0) return Usage("--die-after-tokens needs N >= 0");
     } else if (a == "--never-ready") {

@@ -334,6 +334,49 @@ TEST_F(GatewayTest, ClientCancelFreesTheSlotAndCancelsUpstream) {
   EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
 }
 
+// A client that leaves while a non-streamed answer is being made (the
+// engine takes a minute): the upstream request is cancelled (the engine
+// sees its client close) and the replica's slot is free at once.
+TEST_F(GatewayTest, ClientLeavingBeforeAWholeAnswerCancelsUpstream) {
+  auto e = Engine({"--answer-delay-ms", "60000"});
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  {
+    Conn c(gw_->port());
+    ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n")));
+    ASSERT_TRUE(WaitFor([&] { return Outstanding("m") == 1; }));
+  }  // the client goes away before the answer
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
+  EXPECT_TRUE(WaitFor([&] {
+    std::string m = Http(e->port(), "GET", "/metrics").body;
+    return m.find("drover_test_engine_cancelled_total 1") != std::string::npos &&
+           m.find("vllm:num_requests_running{model_name=\"m\"} 0\n") != std::string::npos;
+  }));
+  EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+  // Not counted as an error of the tenant's, and the gateway still serves.
+  json u = json::parse(gw_->UsageJson());
+  EXPECT_EQ(u["usage"][0]["errors"], 0) << u.dump();
+  auto fast = Engine();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-2", fast->address()}}}});
+  EXPECT_EQ(Post("/v1/chat/completions", Chat()).status, 200);
+}
+
+// A client that leaves while its request waits for a cold start is no
+// longer counted waiting (the autoscaler reads that count).
+TEST_F(GatewayTest, ClientLeavingDuringAColdStartStopsWaiting) {
+  GatewayOptions o;
+  o.cold_start_wait_ms = 600'000;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", true, {}}});
+  {
+    Conn c(gw_->port());
+    ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n")));
+    ASSERT_TRUE(WaitFor([&] { return Waiting("m") == 1; }));
+  }
+  EXPECT_TRUE(WaitFor([&] { return Waiting("m") == 0; }));
+  EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+}
+
 TEST_F(GatewayTest, EngineDyingMidStreamGivesAnErrorEvent) {
   auto e = Engine({"--die-after-tokens", "3"});
   Start();

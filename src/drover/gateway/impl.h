@@ -108,10 +108,16 @@ class GatewayImpl final : public Gateway {
   UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model,
                      const std::string& key);
   // Waits (bounded by cold_start_wait_ms) until `model` has a replica
-  // whose id is not in `dead`.
+  // whose id is not in `dead`; null if the client left meanwhile.
   awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& model,
-                                                              ModelStats& stats,
+                                                              ModelStats& stats, Sink& sink,
                                                               const std::vector<std::string>& dead = {});
+  // A client that left while its call was upstream: counted, not retried.
+  Outcome ClientLeft(CallResult& res) {
+    res.client_gone = true;
+    counters_.client_cancels->Inc();  // before the in-flight count drops
+    return Outcome::kDone;
+  }
 
   // --- embeddings batching (batching.cc) ---
   awaitable<void> BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info,

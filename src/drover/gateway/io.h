@@ -121,14 +121,23 @@ class Sink {
   // Complete SSE events; the first call also starts the response.
   virtual awaitable<bool> Events(std::string_view events) = 0;
   virtual awaitable<bool> EndStream() = 0;
-  // While a stream waits on the replica: on_gone runs (on the io thread)
-  // if the client goes away. Unwatch() before the callback's captures die.
+  // While a call waits (for a replica, for its answer, between events):
+  // on_gone runs (on the io thread) if the client goes away (it closed or
+  // reset the connection, or half-closed it as nginx also takes for
+  // leaving). Unwatch() before the callback's captures die; idempotent.
   virtual void Watch(std::function<void()> on_gone) { (void)on_gone; }
   virtual void Unwatch() {}
   bool started() const { return started_; }
 
  protected:
   bool started_ = false;
+};
+
+// Unwatch()es its sink when it goes out of scope (however the coroutine
+// leaves).
+struct UnwatchAtExit {
+  Sink& sink;
+  ~UnwatchAtExit() { sink.Unwatch(); }
 };
 
 struct Worker;

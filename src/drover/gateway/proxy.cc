@@ -88,7 +88,7 @@ awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string
 }
 
 awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker* w, const std::string& model,
-                                                                         ModelStats& stats,
+                                                                         ModelStats& stats, Sink& sink,
                                                                          const std::vector<std::string>& dead) {
   counters_.cold_starts->Inc();
   stats.waiting.fetch_add(1, std::memory_order_relaxed);
@@ -105,8 +105,19 @@ awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker*
       stats.waiting.fetch_sub(1, std::memory_order_relaxed);
     }
   } unregister{w, &timer, stats};
+  // A client that leaves stops the wait (and is no longer counted waiting).
+  bool gone = false;
+  sink.Watch([&gone, &timer] {
+    gone = true;
+    timer.cancel();
+  });
+  UnwatchAtExit unwatch{sink};
   std::shared_ptr<const RouteTable> t = Table(w);
   for (;;) {
+    if (gone) {
+      counters_.client_cancels->Inc();
+      co_return nullptr;
+    }
     auto it = t->models.find(model);
     if (it == t->models.end()) co_return t;
     for (const auto& r : it->second.replicas) {
@@ -193,7 +204,8 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   }
 
   if (it->second.replicas.empty() && it->second.route.scales_from_zero) {
-    table = co_await WaitForReplica(w, info.model, *stats);
+    table = co_await WaitForReplica(w, info.model, *stats, sink);
+    if (!table) co_return;  // the client left
     it = table->models.find(info.model);
     if (it == table->models.end()) {
       cell->errors.fetch_add(1, std::memory_order_relaxed);
@@ -253,7 +265,11 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
   if (entry.route.scales_from_zero && !waited) {
     std::vector<std::string> dead;
     for (const Replica* r : tried) dead.push_back(r->id);
-    std::shared_ptr<const RouteTable> fresh = co_await WaitForReplica(w, entry.route.model, *entry.stats, dead);
+    std::shared_ptr<const RouteTable> fresh = co_await WaitForReplica(w, entry.route.model, *entry.stats, sink, dead);
+    if (!fresh) {
+      res.client_gone = true;
+      co_return;
+    }
     auto it = fresh->models.find(entry.route.model);
     if (it != fresh->models.end() && !it->second.replicas.empty()) {
       co_await Route(w, it->second, path, body, strip_usage, affinity, sink, res, true);
@@ -307,10 +323,22 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       *why = "replica '" + r.id + "': sending the request: " + ec.message();
       co_return Outcome::kRetry;
     }
+    // While the replica works, a client that leaves closes the upstream
+    // connection: the engine sees the request cancelled, and the
+    // replica's outstanding count drops when this returns.
+    bool gone = false;
+    UpConn* raw = up.get();
+    sink.Watch([&gone, raw] {
+      gone = true;
+      beast::error_code e;
+      raw->s.socket.close(e);
+    });
+    UnwatchAtExit unwatch{sink};
     bhttp::response_parser<bhttp::empty_body> hp;
     hp.header_limit(64 << 10);
     up->s.ExpiresAfterMs(options_.upstream_timeout_ms);
     co_await bhttp::async_read_header(up->s.socket, up->buf, hp, Await(ec));
+    if (gone) co_return ClientLeft(res);
     if (ec) {
       if (reused && !up->s.timed_out) continue;
       *why = "replica '" + r.id + "': no answer: " + ec.message();
@@ -327,6 +355,8 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       bhttp::response_parser<bhttp::string_body> sp{std::move(hp)};
       sp.body_limit(options_.max_upstream_body_bytes);
       co_await ReadRest(up->s.socket, up->buf, sp, ec);
+      if (gone) co_return ClientLeft(res);
+      sink.Unwatch();
       if (ec) {
         *why = "replica '" + r.id + "': reading the answer: " + ec.message();
         co_return Outcome::kRetry;
@@ -353,14 +383,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     SseFilter filter(strip_usage);
     std::string out;
     std::array<char, 16384> tmp;
-    bool gone = false;
     bool broken = false;
-    UpConn* raw = up.get();
-    sink.Watch([&gone, raw] {
-      gone = true;
-      beast::error_code e;
-      raw->s.socket.close(e);
-    });
     while (!bp.is_done()) {
       bp.get().body().data = tmp.data();
       bp.get().body().size = tmp.size();
@@ -383,11 +406,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     sink.Unwatch();
     res.status = 200;
     res.usage = filter.usage();
-    if (gone) {
-      res.client_gone = true;
-      counters_.client_cancels->Inc();  // before the in-flight count drops
-      co_return Outcome::kDone;  // `up` closes: the engine sees the request cancelled
-    }
+    if (gone) co_return ClientLeft(res);  // `up` closes: the engine sees the request cancelled
     if (broken && !filter.saw_done()) {
       if (!sink.started()) {
         *why = "replica '" + r.id + "' ended the stream before any event: " + ec.message();
