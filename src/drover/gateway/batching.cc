@@ -1,7 +1,7 @@
-// Embeddings batching: concurrent /v1/embeddings requests of one model on one
-// io thread within options.embeddings_batch_window_us become one upstream
-// call; the answer is split back with each request's indices and its share
-// of the usage.
+// Embeddings batching: concurrent /v1/embeddings requests of one model
+// within options.embeddings_batch_window_us become one upstream call,
+// whichever io thread each arrived on; the answer is split back with each
+// request's indices and its share of the usage.
 //
 // Example: A asks ["x y"], B asks ["p", "q r s"] within the window. The
 // first to arrive (A) leads: it waits out the window (or until the batch
@@ -11,8 +11,14 @@
 //
 // Only plain requests are merged: input a string or an array of strings,
 // no fields but model, input, user and encoding_format (requests with
-// different encodings are not merged); others go upstream alone. Batches are per io thread (no lock; with N threads there
-// are up to N batches per window).
+// different encodings are not merged); others go upstream alone.
+//
+// Threads: the open batches are in a map under batches_mu_; a batch taken
+// out of it (full, or its window over) is closed and no longer changes.
+// The leader's window timer is touched on the leader's thread only (a
+// follower that fills the batch posts the cancel there), and a follower's
+// result is handed over by a post to the follower's thread, which marks it
+// done and wakes it.
 
 #include <limits>
 
@@ -24,14 +30,16 @@ struct EmbeddingsBatch {
   struct Item {
     size_t n = 0;       // inputs
     int64_t chars = 0;  // their length, for the usage split
+    net::any_io_executor ex;            // the thread of the request's connection
     net::steady_timer* wake = nullptr;  // the follower's; nullptr for the leader
-    bool done = false;
+    bool done = false;                  // set on `ex`'s thread
     int status = 0;
     std::string body;
     Usage usage;
   };
   explicit EmbeddingsBatch(net::io_context& ioc) : window(ioc) {}
-  net::steady_timer window;
+  net::steady_timer window;  // the leader's thread only
+  // Guarded by GatewayImpl::batches_mu_ until the batch is closed.
   std::vector<Item*> items;
   nlohmann::json inputs = nlohmann::json::array();
   bool closed = false;
@@ -100,7 +108,6 @@ void Split(EmbeddingsBatch& b, const std::string& model, int status, const std::
       it->body = status == 200 ? ErrorJson("the replica's merged embeddings answer could not be split", "server_error",
                                            "upstream_error")
                                : body;
-      it->done = true;
     }
     return;
   }
@@ -126,7 +133,6 @@ void Split(EmbeddingsBatch& b, const std::string& model, int status, const std::
     it->status = 200;
     it->body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     it->usage = {share, 0, total.found};
-    it->done = true;
   }
 }
 
@@ -143,32 +149,51 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
   }
   EmbeddingsBatch::Item item;
   item.n = inputs.size();
+  item.ex = w->ioc.get_executor();
+  for (const auto& in : inputs) item.chars += static_cast<int64_t>(in.size());
   const std::string key = info.model + '\0' + format;  // one batch per model and encoding
-  auto& slot = w->batches[key];
-  const bool leader = !slot || slot->closed;
-  if (leader) slot = std::make_shared<EmbeddingsBatch>(w->ioc);
-  std::shared_ptr<EmbeddingsBatch> batch = slot;
-  for (auto& s : inputs) {
-    item.chars += static_cast<int64_t>(s.size());
-    batch->inputs.push_back(std::move(s));
-  }
-  batch->items.push_back(&item);
-  auto close = [&] {
-    batch->closed = true;
-    auto it = w->batches.find(key);
-    if (it != w->batches.end() && it->second == batch) w->batches.erase(it);
-  };
-  if (batch->inputs.size() >= options_.embeddings_batch_max_inputs) {
-    close();
-    batch->window.cancel();  // full: the leader sends now
+  std::shared_ptr<EmbeddingsBatch> batch;
+  bool leader = false;
+  {
+    std::lock_guard lock(batches_mu_);
+    auto& slot = batches_[key];
+    leader = !slot;  // a closed batch is out of the map
+    if (leader) slot = std::make_shared<EmbeddingsBatch>(w->ioc);
+    batch = slot;
+    for (auto& in : inputs) batch->inputs.push_back(std::move(in));
+    batch->items.push_back(&item);
+    if (batch->inputs.size() >= options_.embeddings_batch_max_inputs) {
+      batch->closed = true;  // full: the leader sends now
+      batches_.erase(key);
+    }
   }
   beast::error_code ec;
-  if (leader) {
-    if (!batch->closed) {
-      batch->window.expires_after(std::chrono::microseconds(options_.embeddings_batch_window_us));
-      co_await batch->window.async_wait(Await(ec));
-      close();
+  if (!leader) {
+    if (batch->closed) net::post(batch->window.get_executor(), [batch] { batch->window.cancel(); });
+    net::steady_timer wake(w->ioc);
+    item.wake = &wake;  // before this suspends: the leader's post runs after that
+    batch.reset();
+    while (!item.done) {
+      wake.expires_after(std::chrono::hours(24));
+      co_await wake.async_wait(Await(ec));
     }
+  } else {
+    bool closed;
+    {
+      std::lock_guard lock(batches_mu_);
+      closed = batch->closed;
+    }
+    if (!closed) {
+      batch->window.expires_after(std::chrono::microseconds(options_.embeddings_batch_window_us));
+      co_await batch->window.async_wait(Await(ec));  // the window, or cancelled when full
+      std::lock_guard lock(batches_mu_);
+      if (!batch->closed) {
+        batch->closed = true;
+        auto it = batches_.find(key);
+        if (it != batches_.end() && it->second == batch) batches_.erase(it);
+      }
+    }
+    // Closed: nobody else touches items or inputs now.
     if (batch->items.size() > 1) {
       counters_.batches->Inc();
       counters_.batched_requests->Inc(static_cast<double>(batch->items.size()));
@@ -185,14 +210,11 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
                    false, 0, capture, merged_res);
     Split(*batch, info.model, capture.status, capture.body);
     for (auto* it : batch->items) {
-      if (it->wake) it->wake->cancel();
-    }
-  } else {
-    net::steady_timer wake(w->ioc);
-    item.wake = &wake;
-    while (!item.done) {
-      wake.expires_after(std::chrono::hours(24));
-      co_await wake.async_wait(Await(ec));
+      if (it == &item) continue;
+      net::post(it->ex, [it] {
+        it->done = true;
+        it->wake->cancel();
+      });
     }
   }
   res.status = item.status;

@@ -316,6 +316,10 @@ void GatewayImpl::Stop() {
   // context, never run) before the io contexts go.
   auth_pool_->stop();
   auth_pool_->join();
+  {
+    std::lock_guard lock(batches_mu_);
+    batches_.clear();  // their timers belong to the io contexts about to go
+  }
   workers_.clear();  // closes the listeners and every connection
 }
 

@@ -562,12 +562,13 @@ TEST_F(GatewayTest, WebSocketStreamsEachEventAsAMessage) {
 TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
   auto e = Engine();
   GatewayOptions o;
-  o.io_threads = 1;
+  o.io_threads = 2;  // the requests' connections land on both: one batch all the same
   o.embeddings_batch_window_us = 60'000'000;  // sent when full, not by time
-  o.embeddings_batch_max_inputs = 4;
+  o.embeddings_batch_max_inputs = 8;
   Start(o);
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
-  const std::vector<json> inputs = {"one", json::array({"two words", "three more words"}), "four"};
+  const std::vector<json> inputs = {"one", json::array({"two words", "three more words"}), "four", "five",
+                                    "six", "seven", "eight"};
   std::vector<HttpResponse> got(inputs.size());
   std::vector<std::thread> clients;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -582,10 +583,10 @@ TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
     EXPECT_EQ(batched["data"], alone["data"]) << "request " << i;
     tokens += batched["usage"]["prompt_tokens"].get<int64_t>();
   }
-  EXPECT_EQ(tokens, 7);  // the merged call's usage, apportioned
+  EXPECT_EQ(tokens, 11);  // the merged call's usage, apportioned
   std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
   EXPECT_NE(m.find("drover_gateway_embeddings_batches_total 1\n"), std::string::npos) << m;
-  EXPECT_NE(m.find("drover_gateway_embeddings_batched_requests_total 3\n"), std::string::npos);
+  EXPECT_NE(m.find("drover_gateway_embeddings_batched_requests_total 7\n"), std::string::npos);
   // Not mergeable (another field): goes alone, at once.
   EXPECT_EQ(Post("/v1/embeddings", {{"model", "m"}, {"input", "x"}, {"dimensions", 4}}).status, 200);
 }

@@ -48,7 +48,6 @@ struct Worker {
   uint64_t table_version = 0;
   std::unordered_map<std::string, UsageCell*> cells;  // tenant \0 model \0 key
   std::vector<net::steady_timer*> cold_waiters;
-  std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches;  // by model
   std::unordered_set<TimedSocket*> timed;  // every socket with a deadline
   std::thread thread;
   // Last: destroyed first, so that the coroutine frames it destroys may
@@ -148,6 +147,9 @@ class GatewayImpl final : public Gateway {
   metrics::Registry* registry_;
   std::shared_ptr<SharedState> shared_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  // The open embeddings batches, by model and encoding (batching.cc).
+  std::mutex batches_mu_;
+  std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches_;  // GUARDED_BY(batches_mu_)
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
 };
