@@ -3,12 +3,46 @@
 // session whose token may not change deployments gets no buttons.
 //
 // The page is waited on (its polls and the rows they bring), never slept on.
+// Who gets the buttons and what a refusal says are checked first without a
+// browser, on the page's own functions.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { ApiError } from '../../web/src/api.js';
+import { canChange, failureText, parseReplicas } from '../../web/src/deployment_actions.js';
 import {
   cellText, createDeployment, deployment, deploymentsMissing, replicaSel, rowSel, waitPolls,
 } from './deployments.mjs';
 import { artifactPath, loginWithToken, openTab, withDashboard } from './harness.mjs';
+
+test('the buttons go to whoever the server lets change the deployment', () => {
+  const who = (role, tenant = 'team-a') => ({ name: 'x', tenant, role });
+  assert.equal(canChange(who('admin', 'default'), 'team-a'), true, 'an admin, any tenant');
+  assert.equal(canChange(who('user'), 'team-a'), true);
+  assert.equal(canChange(who('tenant-admin'), 'team-a'), true);
+  assert.equal(canChange(who('user'), 'team-b'), false, 'another tenant\'s');
+  assert.equal(canChange(who('viewer'), 'team-a'), false, 'a viewer');
+  assert.equal(canChange(who('user', 'default'), ''), true, 'no tenant is the default tenant');
+  assert.equal(canChange(who('gateway', 'default'), 'default'), false);
+  assert.equal(canChange(null, 'default'), false, 'logged out');
+});
+
+test('a replica count is a whole number; the range is the server\'s to refuse', () => {
+  assert.deepEqual(parseReplicas(' 2 '), { replicas: 2 });
+  assert.deepEqual(parseReplicas('300'), { replicas: 300 });
+  assert.deepEqual(parseReplicas('-1'), { replicas: -1 });
+  for (const bad of ['', '1.5', 'two', '2e3']) assert.ok(parseReplicas(bad).error, `'${bad}' is refused`);
+});
+
+test('a refusal names what failed, the server\'s message and the status', () => {
+  assert.equal(failureText('cannot scale echo to 300', new ApiError('replicas 300 is outside 0..256', 400)),
+    'cannot scale echo to 300: replicas 300 is outside 0..256 (HTTP 400)');
+  assert.equal(failureText('cannot undeploy echo', new ApiError('role viewer may not delete deployments', 403)),
+    'cannot undeploy echo: not allowed (HTTP 403): role viewer may not delete deployments');
+  assert.equal(failureText('cannot undeploy echo', new ApiError('deployment \'echo\' not found', 404)),
+    'cannot undeploy echo: deployment \'echo\' not found (HTTP 404)');
+  assert.equal(failureText('cannot scale echo to 2', new ApiError('cannot reach the server: x', 0)),
+    'cannot scale echo to 2: cannot reach the server: x');
+});
 
 const actionsSel = (name) => `[data-testid=deployment-actions][data-deployment="${name}"]`;
 

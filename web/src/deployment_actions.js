@@ -35,7 +35,9 @@ export function parseReplicas(text) {
   return { replicas: Number(t) };
 }
 
-function failure(what, err) {
+// What a refused call shows: 'cannot scale echo to 300: replicas 300 is
+// outside 0..256 (HTTP 400)'; a 403 says first that it is not allowed.
+export function failureText(what, err) {
   const status = err && err.httpStatus;
   const message = err ? err.message : 'unknown error';
   if (status === 403) return `${what}: not allowed (HTTP 403): ${message}`;
@@ -137,7 +139,7 @@ export class DeploymentActions {
       this.dirty = false;
       this.onChanged(this.name, d);
     } catch (err) {
-      this.showError(failure(`cannot scale ${this.name} to ${parsed.replicas}`, err));
+      this.showError(failureText(`cannot scale ${this.name} to ${parsed.replicas}`, err));
     } finally {
       this.setBusy(false);
     }
@@ -152,7 +154,7 @@ export class DeploymentActions {
       this.onChanged(this.name, null);
     } catch (err) {
       this.showConfirm(false);
-      this.showError(failure(`cannot undeploy ${this.name}`, err));
+      this.showError(failureText(`cannot undeploy ${this.name}`, err));
     } finally {
       this.setBusy(false);
     }
