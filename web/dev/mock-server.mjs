@@ -19,8 +19,9 @@
 // drover server instead (try a new bundle without rebuilding the binary).
 //
 // Model deployments and the gateway's usage (issue 18, the Models tab):
-// GET /api/v1/deployments and GET /api/v1/serving/usage, with counters that
-// grow every tick; --deployments 0 starts with none (the empty state). A
+// GET /api/v1/deployments (and scale, delete) and GET /api/v1/serving/usage,
+// with counters that grow every tick; --deployments 0 starts with none (the
+// empty state). A
 // second token, printed at start, is a plain user of tenant "research": it
 // sees that tenant's deployments and usage only.
 import { createServer, request as httpRequest } from 'node:http';
@@ -435,6 +436,32 @@ createServer((req, res) => {
     });
     return undefined;
   }
+  // Scale (POST .../scale {"replicas": N}) and undeploy (DELETE), checked as the server does.
+  let m = p.match(/^\/api\/v1\/deployments\/([^/]+)(\/scale)?$/);
+  if (m && (m[2] ? req.method === 'POST' : req.method === 'DELETE')) {
+    const name = decodeURIComponent(m[1]);
+    const d = deployments.find((x) => x.spec.name === name && visible(principal, x.spec.tenant));
+    if (principal.role === 'viewer') return refuse(res, 403, 'PERMISSION_DENIED', 7, 'role viewer may not change deployments');
+    if (!d) return notFound(res, `deployment '${name}'`);
+    if (!m[2]) {
+      deployments.splice(deployments.indexOf(d), 1);
+      return send(res, 200, d);
+    }
+    readJson(req, (body) => {
+      const n = body && body.replicas;
+      if (!Number.isInteger(n) || n < 0 || n > 256) return refuse(res, 400, 'INVALID_ARGUMENT', 3, `replicas ${n} is outside 0..256`);
+      const auto = d.spec.maxReplicas > 0;
+      const desired = auto ? Math.min(Math.max(n, d.spec.minReplicas), d.spec.maxReplicas) : n;
+      d.spec.replicas = n;
+      d.status.desiredReplicas = desired;
+      const rs = d.status.replicas;
+      while (rs.length < desired) rs.push(replica(nodes[rs.length % nodes.length].name, 32000 + rs.length, { ready: false, state: 'JOB_STATE_BOUND' }));
+      rs.splice(desired);
+      d.status.readyReplicas = rs.filter((r) => r.ready).length;
+      send(res, 200, d);
+    });
+    return undefined;
+  }
   if (p === '/api/v1/serving/usage') return send(res, 200, usageFor(principal));
   if (p === '/api/v1/fleet') return send(res, 200, fleet());
   if (p === '/api/v1/scheduler') return send(res, 200, schedulerStats());
@@ -453,7 +480,7 @@ createServer((req, res) => {
     });
     return undefined;
   }
-  let m = p.match(/^\/api\/v1\/jobs\/([^/]+)$/);
+  m = p.match(/^\/api\/v1\/jobs\/([^/]+)$/);
   if (m && req.method === 'GET') {
     const job = jobs.find((j) => j.id === m[1]);
     return job ? send(res, 200, job) : notFound(res, `job '${m[1]}'`);

@@ -8,10 +8,12 @@
 // the difference between polls over the last few seconds (serving.js), and
 // the page says over how many. A non-admin sees only its tenant's
 // deployments (the server filters); usage is whatever the server gives the
-// session.
+// session. A session that may change a deployment gets its actions (scale,
+// undeploy: deployment_actions.js) above its replicas.
 
 import { api } from './api.js';
 import { TimeChart } from './charts.js';
+import { DeploymentActions, canChange } from './deployment_actions.js';
 import { dateFromNanos, duration, el, enumLabel, num, setAttr, setText } from './format.js';
 import { RateWindow, mergedLatency, parseUsage, totals } from './serving.js';
 
@@ -149,6 +151,15 @@ export class Models {
     this.render();
     $('models-empty').hidden = true;
     $('models-error').hidden = true;
+  }
+
+  // A scale or an undeploy from the page succeeded: show its answer now (an
+  // undeployed one goes), and drop a poll on its way, which may predate it.
+  changed(name, d) {
+    this.generation++;
+    const named = (x) => ((x.spec || {}).name || '') === name;
+    this.deployments = d ? this.deployments.map((x) => (named(x) ? d : x)) : this.deployments.filter((x) => !named(x));
+    this.render();
   }
 
   // Both lists at once; one poll at a time.
@@ -292,7 +303,9 @@ export class Models {
         ...['Replica', 'Rev', 'Node', 'Endpoint', 'Ready', 'State', 'Restarts', 'Outstanding', 'Reason']
           .map((h, i) => el('th', { class: [6, 7].includes(i) ? 'num' : undefined }, h)))),
       g.replicaBody);
-    g.replicaRow = el('tr', { class: 'replica-holder' }, el('td', { colspan: '14' }, g.replicaTable));
+    g.actions = null;  // DeploymentActions, while this session may change the deployment
+    g.holder = el('td', { colspan: '14' }, g.replicaTable);
+    g.replicaRow = el('tr', { class: 'replica-holder' }, g.holder);
     g.body = el('tbody', { class: 'deployment', 'data-testid': 'deployment', 'data-deployment': name }, g.row, g.replicaRow);
     return g;
   }
@@ -344,6 +357,16 @@ export class Models {
     setAttr(g.outstanding, 'title', last ? `last request ${duration(Date.now() - last.getTime())} ago` : 'no request yet');
     setText(g.message, s.message || '');
     setAttr(g.message, 'title', s.message || '');
+
+    const may = canChange(this.principal, spec.tenant);
+    if (may && !g.actions) {
+      g.actions = new DeploymentActions(spec.name || '', { onChanged: (n, answer) => this.changed(n, answer) });
+      g.holder.insertBefore(g.actions.root, g.replicaTable);
+    } else if (!may && g.actions) {
+      g.actions.root.remove();
+      g.actions = null;
+    }
+    if (g.actions) g.actions.fill(d);
 
     const replicas = [...(s.replicas || [])].sort((a, b) =>
       String(a.jobId).localeCompare(String(b.jobId), undefined, { numeric: true }));
