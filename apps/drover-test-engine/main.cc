@@ -3,7 +3,8 @@
 // engine). Same prompt, same answer.
 //
 //   drover-test-engine --port 0 --model m [--token-delay-us N]
-//       [--answer-delay-ms N] [--die-after-tokens N] [--never-ready | --ready-after-ms N]
+//       [--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N]
+//       [--die-after-tokens N] [--never-ready | --ready-after-ms N]
 //       [--fail-status 503] [--threads N] [--dim 8] [--default-max-tokens 16]
 //
 // Prints "listening on PORT" on stdout once it accepts connections.
@@ -17,7 +18,9 @@
 // streamed: the answer after answer_delay, dropped and counted as cancelled
 // if the client closes first, as vLLM aborts a request whose client left) and
 // /v1/embeddings (deterministic unit vectors, batch input; encoding_format
-// float or base64).
+// float or base64; with --embed-call-us an accelerator's cost: calls run
+// one at a time, each taking embed_call_us + embed_input_us per input, as a
+// GPU's forward pass costs about the same for one input as for a batch).
 //
 // Not a model: the words are "w<n>" derived from a hash of the prompt.
 
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>  // before asio: its awaitable.hpp uses std::exchange
@@ -61,6 +65,8 @@ struct Config {
   std::string model = "test-model";
   int64_t token_delay_us = 0;
   int64_t answer_delay_ms = 0;
+  int64_t embed_call_us = 0;
+  int64_t embed_input_us = 0;
   int64_t die_after_tokens = -1;
   bool never_ready = false;
   int64_t ready_after_ms = 0;
@@ -76,6 +82,10 @@ std::atomic<int64_t> outstanding{0};
 std::atomic<int64_t> requests_total{0};
 std::atomic<int64_t> cancelled_total{0};
 std::atomic<int64_t> tokens_streamed{0};
+std::atomic<int64_t> embed_calls_total{0};
+// When the simulated accelerator is free again (--embed-call-us).
+std::mutex accel_mu;
+std::chrono::steady_clock::time_point accel_free;
 
 auto Await(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
 
@@ -220,7 +230,9 @@ class Session {
                       "\"} 0\n# TYPE drover_test_engine_requests_total counter\ndrover_test_engine_requests_total " +
                       std::to_string(requests_total.load()) +
                       "\n# TYPE drover_test_engine_cancelled_total counter\ndrover_test_engine_cancelled_total " +
-                      std::to_string(cancelled_total.load()) + "\n";
+                      std::to_string(cancelled_total.load()) +
+                      "\n# TYPE drover_test_engine_embedding_calls_total counter\ndrover_test_engine_embedding_calls_total " +
+                      std::to_string(embed_calls_total.load()) + "\n";
       co_return co_await Send(200, "text/plain; version=0.0.4", m, keep);
     }
     if (path == "/v1/models") {
@@ -345,6 +357,20 @@ class Session {
     if (format != "float" && format != "base64") {
       co_return co_await Send(400, "application/json", Error("'encoding_format' must be float or base64", "invalid_request_error", "invalid_encoding_format"), keep);
     }
+    embed_calls_total.fetch_add(1);
+    if (cfg.embed_call_us > 0) {  // queue for the accelerator, then run
+      std::chrono::steady_clock::time_point done;
+      {
+        std::lock_guard lock(accel_mu);
+        done = std::max(accel_free, std::chrono::steady_clock::now()) +
+               std::chrono::microseconds(cfg.embed_call_us + cfg.embed_input_us * static_cast<int64_t>(inputs.size()));
+        accel_free = done;
+      }
+      net::steady_timer timer(stream_.get_executor());
+      timer.expires_at(done);
+      beast::error_code ec;
+      co_await timer.async_wait(Await(ec));
+    }
     const bool base64 = format == "base64";
     json data = json::array();
     int64_t tokens = 0;
@@ -394,7 +420,7 @@ awaitable<void> Accept(tcp::acceptor& a) {
 int Usage(const char* msg) {
   std::cerr << "drover-test-engine: " << msg
             << "\nusage: drover-test-engine [--host H] [--port P] [--model M] [--token-delay-us N] "
-               "[--answer-delay-ms N] [--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
+               "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
                "[--dim N] [--default-max-tokens N]\n";
   return 2;
 }
@@ -430,6 +456,10 @@ int main(int argc, char** argv) {
       if (!num(&cfg.token_delay_us) || cfg.token_delay_us < 0) return Usage("--token-delay-us needs N >= 0");
     } else if (a == "--answer-delay-ms") {
       if (!num(&cfg.answer_delay_ms) || cfg.answer_delay_ms < 0) return Usage("--answer-delay-ms needs N >= 0");
+    } else if (a == "--embed-call-us") {
+      if (!num(&cfg.embed_call_us) || cfg.embed_call_us < 0) return Usage("--embed-call-us needs N >= 0");
+    } else if (a == "--embed-input-us") {
+      if (!num(&cfg.embed_input_us) || cfg.embed_input_us < 0) return Usage("--embed-input-us needs N >= 0");
     } else if (a == "--die-after-tokens") {
       if (!num(&cfg.die_after_tokens) || cfg.die_after_tokens < 0) return Usage("--die-after-tokens needs N >= 0");
     } else if (a == "--never-ready") {
