@@ -4,14 +4,16 @@
 //
 //   drover-test-engine --port 0 --model m [--token-delay-us N]
 //       [--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N]
-//       [--die-after-tokens N] [--never-ready | --ready-after-ms N]
+//       [--max-running N] [--die-after-tokens N] [--never-ready | --ready-after-ms N]
 //       [--fail-status 503] [--threads N] [--dim 8] [--default-max-tokens 16]
 //
 // Prints "listening on PORT" on stdout once it accepts connections.
 //
 // Endpoints: GET /health (200 once ready, else 503), GET /v1/models,
-// GET /metrics (vllm:num_requests_running/waiting, as vLLM names them, so
-// the gateway's scraper reads it), POST /v1/chat/completions,
+// GET /metrics (vllm:num_requests_running/waiting and
+// vllm:request_queue_time_seconds, as vLLM names them, so the gateway's
+// scraper reads them; with --max-running N at most N completions run at
+// once, the others wait in a FIFO queue), POST /v1/chat/completions,
 // /v1/completions (usage: prompt_tokens = words of the prompt,
 // completion_tokens = max_tokens or the default; "stream": SSE, one token
 // per event, token_delay between them, stream_options.include_usage; not
@@ -33,6 +35,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -67,6 +70,7 @@ struct Config {
   int64_t answer_delay_ms = 0;
   int64_t embed_call_us = 0;
   int64_t embed_input_us = 0;
+  int64_t max_running = 0;  // 0: no limit
   int64_t die_after_tokens = -1;
   bool never_ready = false;
   int64_t ready_after_ms = 0;
@@ -86,6 +90,34 @@ std::atomic<int64_t> embed_calls_total{0};
 // When the simulated accelerator is free again (--embed-call-us).
 std::mutex accel_mu;
 std::chrono::steady_clock::time_point accel_free;
+
+// The completions' slots (--max-running) and the queue for them, as vLLM's
+// scheduler has: running, waiting, and the time each request waited.
+struct Waiter {
+  net::any_io_executor ex;
+  net::steady_timer* wake;
+  bool* admitted;
+};
+std::mutex slots_mu;
+int64_t running = 0;               // GUARDED_BY(slots_mu)
+std::deque<Waiter> waiters;        // GUARDED_BY(slots_mu)
+double queue_seconds_sum = 0;      // GUARDED_BY(slots_mu)
+int64_t queue_count = 0;           // GUARDED_BY(slots_mu)
+
+// Frees a slot: to the first waiter, else back to the pool.
+void ReleaseSlot() {
+  std::lock_guard lock(slots_mu);
+  if (waiters.empty()) {
+    --running;
+    return;
+  }
+  Waiter w = waiters.front();
+  waiters.pop_front();
+  net::post(w.ex, [w] {
+    *w.admitted = true;
+    w.wake->cancel();
+  });
+}
 
 auto Await(beast::error_code& ec) { return net::redirect_error(net::use_awaitable, ec); }
 
@@ -224,10 +256,24 @@ class Session {
       co_return co_await Send(Ready() ? 200 : 503, "text/plain", Ready() ? "ok\n" : "not ready\n", keep);
     }
     if (path == "/metrics") {
-      std::string m = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"" + cfg.model +
-                      "\"} " + std::to_string(outstanding.load()) +
-                      "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"" + cfg.model +
-                      "\"} 0\n# TYPE drover_test_engine_requests_total counter\ndrover_test_engine_requests_total " +
+      int64_t queued = 0, queue_n = 0;
+      double queue_s = 0;
+      {
+        std::lock_guard lock(slots_mu);
+        queued = static_cast<int64_t>(waiters.size());
+        queue_n = queue_count;
+        queue_s = queue_seconds_sum;
+      }
+      const std::string label = "{model_name=\"" + cfg.model + "\"}";
+      std::string m = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running" + label + " " +
+                      std::to_string(std::max<int64_t>(0, outstanding.load() - queued)) +
+                      "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting" + label + " " +
+                      std::to_string(queued) +
+                      "\n# TYPE vllm:request_queue_time_seconds histogram\nvllm:request_queue_time_seconds_bucket{model_name=\"" +
+                      cfg.model + "\",le=\"+Inf\"} " + std::to_string(queue_n) + "\nvllm:request_queue_time_seconds_sum" +
+                      label + " " + std::to_string(queue_s) + "\nvllm:request_queue_time_seconds_count" + label + " " +
+                      std::to_string(queue_n) +
+                      "\n# TYPE drover_test_engine_requests_total counter\ndrover_test_engine_requests_total " +
                       std::to_string(requests_total.load()) +
                       "\n# TYPE drover_test_engine_cancelled_total counter\ndrover_test_engine_cancelled_total " +
                       std::to_string(cancelled_total.load()) +
@@ -266,6 +312,12 @@ class Session {
                               keep);
     }
     if (embed) co_return co_await Embeddings(r, keep);
+    co_await Admit();
+    struct Release {
+      ~Release() {
+        if (cfg.max_running > 0) ReleaseSlot();
+      }
+    } release;
     std::string prompt = PromptText(r, chat);
     int64_t pt = Words(prompt);
     int64_t n = cfg.default_max_tokens;
@@ -324,6 +376,31 @@ class Session {
     }
     if (!co_await Chunk("data: [DONE]\n\n")) co_return false;
     co_return co_await Write("0\r\n\r\n");
+  }
+
+  // Takes a slot (--max-running), waiting in the queue for one.
+  awaitable<void> Admit() {
+    if (cfg.max_running <= 0) co_return;
+    const auto t0 = std::chrono::steady_clock::now();
+    net::steady_timer wake(stream_.get_executor());
+    bool admitted = false;
+    {
+      std::lock_guard lock(slots_mu);
+      if (running < cfg.max_running) {
+        ++running;
+        admitted = true;
+      } else {
+        waiters.push_back({stream_.get_executor(), &wake, &admitted});
+      }
+    }
+    while (!admitted) {
+      wake.expires_after(std::chrono::hours(24));
+      beast::error_code ec;
+      co_await wake.async_wait(Await(ec));
+    }
+    std::lock_guard lock(slots_mu);
+    queue_seconds_sum += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++queue_count;
   }
 
   // Waits `d` as a request being generated would; false if the client
@@ -420,7 +497,7 @@ awaitable<void> Accept(tcp::acceptor& a) {
 int Usage(const char* msg) {
   std::cerr << "drover-test-engine: " << msg
             << "\nusage: drover-test-engine [--host H] [--port P] [--model M] [--token-delay-us N] "
-               "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
+               "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--max-running N] [--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
                "[--dim N] [--default-max-tokens N]\n";
   return 2;
 }
@@ -460,6 +537,8 @@ int main(int argc, char** argv) {
       if (!num(&cfg.embed_call_us) || cfg.embed_call_us < 0) return Usage("--embed-call-us needs N >= 0");
     } else if (a == "--embed-input-us") {
       if (!num(&cfg.embed_input_us) || cfg.embed_input_us < 0) return Usage("--embed-input-us needs N >= 0");
+    } else if (a == "--max-running") {
+      if (!num(&cfg.max_running) || cfg.max_running < 0) return Usage("--max-running needs N >= 0");
     } else if (a == "--die-after-tokens") {
       if (!num(&cfg.die_after_tokens) || cfg.die_after_tokens < 0) return Usage("--die-after-tokens needs N >= 0");
     } else if (a == "--never-ready") {

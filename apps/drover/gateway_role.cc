@@ -111,6 +111,8 @@ void Feed(GatewayRole::State* s) {
       m->set_outstanding(l.outstanding);
       m->set_waiting(l.waiting);
       m->set_requests(l.requests);
+      m->set_engine_waiting(l.engine_waiting);
+      m->set_queue_ms(l.queue_ms);
       for (const auto& [replica, n] : l.outstanding_by_replica) (*m->mutable_outstanding_by_replica())[replica] = n;
     }
     AddUsage(s->gw->Usage(), &req);
@@ -201,7 +203,7 @@ void AddGatewayFlags(CLI::App* cmd, GatewayFlags* f, bool standalone) {
   cmd->add_flag(p + "affinity", f->affinity,
                 "gateway: requests with a \"user\" field or an x-session-id header stick to one replica");
   cmd->add_flag(p + "scrape-engine-metrics", f->scrape_engine_metrics,
-                "gateway: read each replica's /metrics (vLLM, llama.cpp) and route by the engines' own queues too");
+                "gateway: read each replica's /metrics (vLLM, llama.cpp): route by the engines' own queues too, and report their queue time (a deployment's --target-queue)");
   cmd->add_option(p + "embeddings-batch", f->embeddings_batch,
                   "gateway: merge concurrent embedding requests of a model arriving within this window (e.g. 2ms; 0: off)")
       ->capture_default_str();

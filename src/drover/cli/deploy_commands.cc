@@ -24,7 +24,7 @@ struct DeployArgs {
   std::string gpus = "1", gpu_memory = "0", cpus = "0", memory = "0";
   int replicas = 1, priority = 0, min_replicas = 0, max_replicas = 0;
   double target_outstanding = 0;
-  std::string scale_down_idle;
+  std::string scale_down_idle, target_queue;
   std::string readiness_path, liveness_path;
   bool readiness_tcp = false, replace = false;
   std::vector<std::string> env, selector, command;
@@ -75,6 +75,11 @@ Result<v1::DeploymentSpec> SpecFrom(const DeployArgs& a) {
   s.set_min_replicas(a.min_replicas);
   s.set_max_replicas(a.max_replicas);
   s.set_target_outstanding(a.target_outstanding);
+  if (!a.target_queue.empty()) {
+    auto ms = ParseDurationMs(a.target_queue);
+    if (!ms.ok()) return InvalidArgument("--target-queue: " + ms.status().message());
+    s.set_target_queue_ms(static_cast<double>(*ms));
+  }
   if (!a.scale_down_idle.empty()) {
     auto ms = ParseDurationMs(a.scale_down_idle);
     if (!ms.ok()) return InvalidArgument("--scale-down-idle: " + ms.status().message());
@@ -116,7 +121,12 @@ void PrintOne(const v1::Deployment& d) {
                            s.gpus() == 1 && s.gpu_milli() == 0 ? "" : "s",
                            s.gpu_memory_bytes() > 0 ? ", " + FormatBytes(s.gpu_memory_bytes()) + " GPU memory" : "");
   std::cout << fmt::format("revision:    {}\n", st.revision());
-  std::cout << fmt::format("load:        {} outstanding, {} waiting\n", st.outstanding(), st.waiting());
+  std::cout << fmt::format("load:        {} outstanding, {} waiting", st.outstanding(), st.waiting());
+  if (st.engine_waiting() > 0 || st.queue_ms() >= 0) {
+    std::cout << fmt::format("; engines: {} queued, queue time {}", std::max<int64_t>(0, st.engine_waiting()),
+                             st.queue_ms() < 0 ? std::string("-") : fmt::format("{:.0f} ms", st.queue_ms()));
+  }
+  std::cout << "\n";
   if (!st.message().empty()) std::cout << fmt::format("message:     {}\n", st.message());
   std::cout << "\n";
   Table t({"REPLICA", "REV", "STATE", "READY", "NODE", "ENDPOINT", "RESTARTS", "OUTSTANDING", "REASON"});
@@ -253,6 +263,9 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
   cmd->add_option("--min-replicas", a->min_replicas, "auto-scaling: fewest replicas (0: scale to zero when idle)");
   cmd->add_option("--max-replicas", a->max_replicas, "auto-scaling: most replicas (0: no auto-scaling)");
   cmd->add_option("--target-outstanding", a->target_outstanding, "auto-scaling: requests in flight per replica to aim for (default 4)");
+  cmd->add_option("--target-queue", a->target_queue,
+                  "auto-scaling: add a replica while the engines' mean queue time is above this, e.g. 500ms (needs "
+                  "gateways with --scrape-engine-metrics; default: off)");
   cmd->add_option("--scale-down-idle", a->scale_down_idle, "auto-scaling to zero: idle time before the last replica stops (default 5m)");
   cmd->add_option("--readiness-path", a->readiness_path, "readiness probe: HTTP path (default /health)");
   cmd->add_flag("--readiness-tcp", a->readiness_tcp, "readiness probe: a TCP connect to the port");

@@ -393,7 +393,13 @@ std::vector<ModelLoad> GatewayImpl::TakeLoad() {
     l.outstanding = e.stats->outstanding.load();
     l.waiting = e.stats->waiting.load();
     l.requests = e.stats->requests.exchange(0);
-    for (const auto& r : e.replicas) l.outstanding_by_replica.emplace_back(r->id, r->outstanding.load());
+    for (const auto& r : e.replicas) {
+      l.outstanding_by_replica.emplace_back(r->id, r->outstanding.load());
+      if (int64_t q = r->engine_waiting.load(); q >= 0) l.engine_waiting = std::max<int64_t>(l.engine_waiting, 0) + q;
+    }
+    const int64_t queued = e.stats->queued.exchange(0);
+    const int64_t queue_us = e.stats->queue_us.exchange(0);
+    if (queued > 0) l.queue_ms = static_cast<double>(queue_us) / 1000.0 / static_cast<double>(queued);
     out.push_back(std::move(l));
   }
   std::sort(out.begin(), out.end(), [](const ModelLoad& a, const ModelLoad& b) { return a.model < b.model; });

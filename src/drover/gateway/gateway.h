@@ -87,6 +87,13 @@ struct ModelLoad {
   int64_t waiting = 0;      // requests waiting for a replica (cold start) now
   int64_t requests = 0;     // requests routed or waiting since the last call
   std::vector<std::pair<std::string, int64_t>> outstanding_by_replica;  // (job id, n)
+  // From the engines' own metrics (scrape_engine_metrics): requests queued
+  // in the replicas now (vLLM num_requests_waiting, llama.cpp
+  // requests_deferred), and the mean time the requests that left the
+  // engines' queues since the last call waited there (vLLM
+  // request_queue_time_seconds); -1: not known.
+  int64_t engine_waiting = -1;
+  double queue_ms = -1;
 };
 
 struct GatewayOptions {

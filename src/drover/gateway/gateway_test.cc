@@ -616,6 +616,40 @@ TEST_F(GatewayTest, EngineMetricsAreScraped) {
 
 // --- the pure parts ---
 
+// The engines' own queue, for the autoscaler: an engine that runs one
+// request at a time (--max-running 1) gets three; TakeLoad reports the
+// two waiting in its queue, and the time they waited there once they run.
+TEST_F(GatewayTest, EngineQueueIsReportedForTheAutoscaler) {
+  auto e = Engine({"--token-delay-us", "20000", "--max-running", "1"});
+  GatewayOptions o;
+  o.scrape_engine_metrics = true;
+  o.scrape_interval_ms = 5;
+  Start(o);
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  ModelLoad first = gw_->TakeLoad().at(0);
+  EXPECT_EQ(first.queue_ms, -1);  // nothing left the queue yet
+  std::vector<std::unique_ptr<Conn>> clients;
+  json req = Chat("m", 10);  // about 200 ms each
+  req["stream"] = true;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<Conn>(gw_->port()));
+    ASSERT_TRUE(clients.back()->Send(testing::Request("POST", "/v1/chat/completions", req.dump(), "Authorization: Bearer k-a\r\n")));
+  }
+  int64_t most_waiting = -1;
+  double longest_ms = -1;
+  EXPECT_TRUE(WaitFor([&] {
+    ModelLoad l = gw_->TakeLoad().at(0);
+    most_waiting = std::max(most_waiting, l.engine_waiting);
+    longest_ms = std::max(longest_ms, l.queue_ms);
+    return most_waiting == 2 && longest_ms >= 100;  // the second waited for the first's ~200 ms
+  })) << "engine waiting " << most_waiting << ", queue " << longest_ms << " ms";
+  for (auto& c : clients) {
+    std::string raw;
+    EXPECT_TRUE(c->ReadUntil(&raw, [](const std::string& b) { return b.find("[DONE]") != std::string::npos; }));
+  }
+  EXPECT_TRUE(WaitFor([&] { return gw_->TakeLoad().at(0).engine_waiting == 0; }));
+}
+
 TEST(TokenBucket, AdmitsUpToTheLimitThenSaysWhenToRetry) {
   TokenBucket b;
   int64_t retry = 0;

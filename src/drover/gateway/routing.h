@@ -27,6 +27,10 @@ struct Replica {
   boost::asio::ip::tcp::endpoint endpoint;  // resolved by SetRoutes
   std::atomic<int64_t> outstanding{0};  // requests in flight through this gateway
   std::atomic<int64_t> engine_load{0};  // the engine's own queue (scraped), 0 if unknown
+  std::atomic<int64_t> engine_waiting{-1};  // of which waiting for a slot; -1 if unknown
+  // The scraper's last reading of the engine's queue-time histogram (sum
+  // in seconds, count); -1: none yet. Touched by the scraper only.
+  double queue_sum_s = -1, queue_count = -1;
   uint64_t id_hash = 0;
 };
 
@@ -34,6 +38,10 @@ struct ModelStats {
   std::atomic<int64_t> outstanding{0};
   std::atomic<int64_t> waiting{0};
   std::atomic<int64_t> requests{0};  // since the last TakeLoad
+  // The engines' queue time since the last TakeLoad (scraped): the sum in
+  // microseconds and the requests it covers.
+  std::atomic<int64_t> queue_us{0};
+  std::atomic<int64_t> queued{0};
 };
 
 struct ModelEntry {

@@ -4,8 +4,11 @@
 // replica's engine_load, added to its routing score (so the requests other
 // gateways, or clients going straight to the engine, sent count too). A
 // replica that does not answer, or publishes none of these, counts 0.
-// Runs on io thread 0, one replica at a time.
+// The waiting ones alone, and vLLM's request_queue_time_seconds (sum and
+// count, the change since the last scrape), are the queue that TakeLoad
+// reports for the autoscaler. Runs on io thread 0, one replica at a time.
 
+#include <cmath>
 #include <set>
 
 #include "drover/gateway/impl.h"
@@ -15,12 +18,18 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
-// Sum of the known queue gauges in a Prometheus text page; -1 if none.
-double EngineLoad(std::string_view text) {
-  static constexpr std::string_view kNames[] = {"vllm:num_requests_running", "vllm:num_requests_waiting",
-                                                "llamacpp:requests_processing", "llamacpp:requests_deferred"};
-  double sum = 0;
-  bool found = false;
+struct EngineMetrics {
+  double load = -1;     // running + waiting
+  double waiting = -1;  // waiting only
+  double queue_sum_s = -1, queue_count = -1;
+};
+
+void Add(double* into, double v) { *into = std::max(*into, 0.0) + v; }
+
+// The known gauges and the queue-time histogram in a Prometheus text page
+// (summed over label sets); -1 where absent.
+EngineMetrics ReadEngineMetrics(std::string_view text) {
+  EngineMetrics m;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
@@ -30,20 +39,37 @@ double EngineLoad(std::string_view text) {
     if (line.empty() || line.front() == '#') continue;
     size_t name_end = line.find_first_of("{ ");
     std::string_view name = line.substr(0, name_end);
-    bool known = false;
-    for (auto k : kNames) known = known || name == k;
-    if (!known) continue;
+    const bool running = name == "vllm:num_requests_running" || name == "llamacpp:requests_processing";
+    const bool waiting = name == "vllm:num_requests_waiting" || name == "llamacpp:requests_deferred";
+    const bool qsum = name == "vllm:request_queue_time_seconds_sum";
+    const bool qcount = name == "vllm:request_queue_time_seconds_count";
+    if (!running && !waiting && !qsum && !qcount) continue;
     size_t sp = line.rfind(' ');
     if (sp == std::string_view::npos) continue;
     std::string v(line.substr(sp + 1));
     char* e = nullptr;
     double d = std::strtod(v.c_str(), &e);
-    if (e != v.c_str()) {
-      sum += d;
-      found = true;
-    }
+    if (e == v.c_str() || !std::isfinite(d) || d < 0) continue;
+    if (running || waiting) Add(&m.load, d);
+    if (waiting) Add(&m.waiting, d);
+    if (qsum) Add(&m.queue_sum_s, d);
+    if (qcount) Add(&m.queue_count, d);
   }
-  return found ? sum : -1;
+  return m;
+}
+
+// The queue time the engine added since the last scrape into `stats`;
+// nothing on the first reading or after a restart (its counters fell).
+void AddQueueTime(Replica& r, const EngineMetrics& m, ModelStats& stats) {
+  if (m.queue_sum_s < 0 || m.queue_count < 0) return;
+  const double d_sum = m.queue_sum_s - r.queue_sum_s;
+  const double d_count = m.queue_count - r.queue_count;
+  const bool had = r.queue_sum_s >= 0 && r.queue_count >= 0;
+  r.queue_sum_s = m.queue_sum_s;
+  r.queue_count = m.queue_count;
+  if (!had || d_sum < 0 || d_count <= 0) return;
+  stats.queue_us.fetch_add(static_cast<int64_t>(d_sum * 1e6), std::memory_order_relaxed);
+  stats.queued.fetch_add(static_cast<int64_t>(d_count), std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -63,7 +89,7 @@ awaitable<void> GatewayImpl::ScrapeLoop(Worker* w) {
         beast::tcp_stream s(w->ioc);
         s.expires_after(Ms(std::min<int64_t>(options_.scrape_interval_ms, 1000)));
         co_await s.async_connect(r->endpoint, Await(ec));
-        double load = -1;
+        EngineMetrics m;
         if (!ec) {
           bhttp::request<bhttp::empty_body> req{bhttp::verb::get, "/metrics", 11};
           req.set(bhttp::field::host, r->address);
@@ -75,9 +101,11 @@ awaitable<void> GatewayImpl::ScrapeLoop(Worker* w) {
           bhttp::response_parser<bhttp::string_body> p;
           p.body_limit(4 << 20);
           co_await bhttp::async_read(s, b, p, Await(ec));
-          if (!ec && p.get().result_int() == 200) load = EngineLoad(p.get().body());
+          if (!ec && p.get().result_int() == 200) m = ReadEngineMetrics(p.get().body());
         }
-        r->engine_load.store(load > 0 ? static_cast<int64_t>(load + 0.5) : 0, std::memory_order_relaxed);
+        r->engine_load.store(m.load > 0 ? static_cast<int64_t>(m.load + 0.5) : 0, std::memory_order_relaxed);
+        r->engine_waiting.store(m.waiting >= 0 ? static_cast<int64_t>(m.waiting + 0.5) : -1, std::memory_order_relaxed);
+        AddQueueTime(*r, m, *e.stats);
         s.close();
       }
     }

@@ -52,6 +52,12 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
         return InvalidArgument(fmt::format("model '{}': counts must be 0..{}", m.model(), kMaxLoadCount));
       }
     }
+    if (m.engine_waiting() < -1 || m.engine_waiting() > kMaxLoadCount) {
+      return InvalidArgument(fmt::format("model '{}': engine_waiting must be -1..{}", m.model(), kMaxLoadCount));
+    }
+    if (!std::isfinite(m.queue_ms()) || m.queue_ms() < -1 || m.queue_ms() > 1e9) {
+      return InvalidArgument(fmt::format("model '{}': queue_ms must be -1 (not known) or 0..1e9", m.model()));
+    }
     if (m.outstanding_by_replica_size() > kMaxLoadReplicas) {
       return InvalidArgument(fmt::format("model '{}': at most {} replicas", m.model(), kMaxLoadReplicas));
     }

@@ -482,6 +482,10 @@ class ControlLoop {
     int64_t waiting = 0;
     std::map<std::string, int64_t> by_replica;
     int64_t at_ns = 0;  // when it came (clock_)
+    // The engines' queue (-1: not known). Every gateway scrapes the same
+    // engines: LoadOf takes the highest, not the sum.
+    int64_t engine_waiting = -1;
+    double queue_ms = -1;
   };
   struct DeploymentEntry {
     // As stored: the spec, and of the status revision, desired_replicas,

@@ -131,6 +131,8 @@ ControlLoop::GatewayLoad ControlLoop::LoadOf(const std::string& model, int64_t n
     sum.waiting += l.waiting;
     for (const auto& [replica, n] : l.by_replica) sum.by_replica[replica] += n;
     sum.at_ns = std::max(sum.at_ns, l.at_ns);
+    sum.engine_waiting = std::max(sum.engine_waiting, l.engine_waiting);
+    sum.queue_ms = std::max(sum.queue_ms, l.queue_ms);
   }
   return sum;
 }
@@ -139,13 +141,20 @@ void ControlLoop::Autoscale(DeploymentEntry* d, int64_t now_ns) {
   const v1::DeploymentSpec& spec = d->record.spec();
   v1::DeploymentStatus* st = d->record.mutable_status();
   GatewayLoad load = LoadOf(spec.served_model_name(), now_ns);
-  const int32_t want = AutoscaleWant(spec, load.outstanding, load.waiting, now_ns, st->last_request_unix_nanos());
   const int32_t desired = st->desired_replicas();
+  int32_t ready = 0;
+  for (uint64_t seq : d->replicas) {
+    auto j = jobs_.find(seq);
+    if (j != jobs_.end() && !Stopping(j->second) && Ready(j->second)) ++ready;
+  }
+  const int32_t want = AutoscaleWant(spec, {load.outstanding, load.waiting, load.queue_ms}, now_ns,
+                                     st->last_request_unix_nanos(), ready, desired);
   if (want >= desired) {
     d->low_since_ns = 0;
     if (want > desired) {
-      spdlog::info("deployment '{}' scales up from {} to {} replicas (outstanding {}, waiting {})", spec.name(),
-                   desired, want, load.outstanding, load.waiting);
+      spdlog::info("deployment '{}' scales up from {} to {} replicas (outstanding {}, waiting {}, engine queue {})",
+                   spec.name(), desired, want, load.outstanding, load.waiting,
+                   load.queue_ms < 0 ? std::string("unknown") : fmt::format("{:.1f} ms", load.queue_ms));
       st->set_desired_replicas(want);
       PersistDeployment(d);
     }
@@ -269,6 +278,8 @@ v1::Deployment ControlLoop::DeploymentView(const DeploymentEntry& d) const {
   GatewayLoad load = LoadOf(d.record.spec().served_model_name(), now);
   st->set_outstanding(load.outstanding);
   st->set_waiting(load.waiting);
+  st->set_engine_waiting(load.engine_waiting);
+  st->set_queue_ms(load.queue_ms);
   int32_t ready = 0;
   std::vector<std::string> why;
   for (uint64_t seq : d.replicas) {
@@ -484,6 +495,8 @@ std::future<Result<Done>> ControlLoop::ReportLoad(v1::ReportLoadRequest report) 
       l.outstanding = std::max<int64_t>(0, m.outstanding());
       l.waiting = std::max<int64_t>(0, m.waiting());
       l.by_replica = {m.outstanding_by_replica().begin(), m.outstanding_by_replica().end()};
+      l.engine_waiting = m.engine_waiting();
+      l.queue_ms = m.queue_ms();
       l.at_ns = now;
       if (m.requests() > 0 || m.waiting() > 0 || m.outstanding() > 0) {
         it->second->record.mutable_status()->set_last_request_unix_nanos(now);

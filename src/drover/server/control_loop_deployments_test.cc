@@ -357,6 +357,46 @@ TEST_F(DeploymentTest, AutoScalesOnLoadAndDownAfterTheWindow) {
   EXPECT_EQ(Replicas("auto").size(), 2u);
 }
 
+// Few requests in flight but long queues in the engines (each replica
+// batches few requests): the queue time adds replicas one at a time, each
+// once the one before is ready, and the outstanding rule takes over again
+// when the queues are short.
+TEST_F(DeploymentTest, AutoScalesOnTheEnginesQueueTime) {
+  Connect("n1", 8);
+  v1::DeploymentSpec spec = DSpec("q", 1);
+  spec.set_min_replicas(1);
+  spec.set_max_replicas(3);
+  spec.set_target_outstanding(100);
+  spec.set_target_queue_ms(500);
+  Apply(spec);
+  ASSERT_EQ(Replicas("q").size(), 1u);
+  ReportService(Replicas("q")[0].id(), true);
+  auto report = [&](double queue_ms) {
+    v1::ReportLoadRequest r = Load("q", 2, 0, 5);
+    r.mutable_models(0)->set_queue_ms(queue_ms);
+    r.mutable_models(0)->set_engine_waiting(3);
+    Must(loop_->ReportLoad(r));
+    Tick();
+    return GetD("q").status().desired_replicas();
+  };
+  EXPECT_EQ(report(900), 2);
+  EXPECT_EQ(GetD("q").status().queue_ms(), 900);
+  EXPECT_EQ(GetD("q").status().engine_waiting(), 3);
+  EXPECT_EQ(report(900), 2);  // the second is not ready yet: wait for it
+  ASSERT_EQ(Replicas("q").size(), 2u);
+  ReportService(Replicas("q")[1].id(), true);
+  EXPECT_EQ(report(900), 3);
+  ReportService(Replicas("q")[2].id(), true);
+  EXPECT_EQ(report(900), 3);  // max
+  // Short queues: ceil(2 / 100) = 1 after the scale-down window.
+  EXPECT_EQ(report(100), 3);
+  clock_.Advance(std::chrono::seconds(35));
+  EXPECT_EQ(report(100), 1);
+  // A gateway that does not scrape the engines: no queue time, no step.
+  EXPECT_EQ(report(-1), 1);
+  EXPECT_EQ(GetD("q").status().queue_ms(), -1);
+}
+
 TEST_F(DeploymentTest, ScalesToZeroWhenIdleAndBackWhenARequestWaits) {
   Connect("n1", 4);
   v1::DeploymentSpec spec = DSpec("zero", 1);

@@ -90,6 +90,13 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
   if (!(spec->target_outstanding() > 0) || !(spec->target_outstanding() <= 100'000)) {
     return InvalidArgument(fmt::format("target_outstanding {} is outside (0, 100000]", spec->target_outstanding()));
   }
+  if (!std::isfinite(spec->target_queue_ms()) || spec->target_queue_ms() < 0 ||
+      spec->target_queue_ms() > 3'600'000) {
+    return InvalidArgument(fmt::format("target_queue_ms {} is outside 0..3600000 (0: off)", spec->target_queue_ms()));
+  }
+  if (spec->target_queue_ms() > 0 && spec->max_replicas() == 0) {
+    return InvalidArgument("target_queue_ms needs max_replicas (auto-scaling)");
+  }
   if (spec->scale_down_idle_seconds() == 0) spec->set_scale_down_idle_seconds(kDefaultScaleDownIdleSeconds);
   if (spec->scale_down_idle_seconds() < 0 || spec->scale_down_idle_seconds() > kMaxScaleDownIdleSeconds) {
     return InvalidArgument(fmt::format("scale_down_idle_seconds {} is outside 0..{} (0 means {})",
@@ -169,15 +176,17 @@ bool TemplateChanged(const v1::DeploymentSpec& a, const v1::DeploymentSpec& b) {
     s->clear_min_replicas();
     s->clear_max_replicas();
     s->clear_target_outstanding();
+    s->clear_target_queue_ms();
     s->clear_scale_down_idle_seconds();
     s->clear_owner();
   }
   return !google::protobuf::util::MessageDifferencer::Equals(x, y);
 }
 
-int32_t AutoscaleWant(const v1::DeploymentSpec& spec, int64_t outstanding, int64_t waiting, int64_t now_ns,
-                      int64_t last_request_ns) {
-  const double load = static_cast<double>(std::max<int64_t>(0, outstanding) + std::max<int64_t>(0, waiting));
+int32_t AutoscaleWant(const v1::DeploymentSpec& spec, const AutoscaleLoad& in, int64_t now_ns,
+                      int64_t last_request_ns, int32_t ready, int32_t desired) {
+  const int64_t waiting = in.waiting;
+  const double load = static_cast<double>(std::max<int64_t>(0, in.outstanding) + std::max<int64_t>(0, waiting));
   double target = spec.target_outstanding() > 0 ? spec.target_outstanding() : kDefaultTargetOutstanding;
   double raw = std::ceil(load / target);
   int32_t want = raw >= kMaxDeploymentReplicas ? kMaxDeploymentReplicas : static_cast<int32_t>(raw);
@@ -185,6 +194,9 @@ int32_t AutoscaleWant(const v1::DeploymentSpec& spec, int64_t outstanding, int64
                                                                      : kDefaultScaleDownIdleSeconds} *
                           1'000'000'000;
   if (want == 0 && (waiting > 0 || now_ns - last_request_ns < idle_ns)) want = 1;
+  if (spec.target_queue_ms() > 0 && in.queue_ms > spec.target_queue_ms()) {
+    want = std::max(want, ready >= desired ? std::min(desired + 1, kMaxDeploymentReplicas) : desired);
+  }
   return std::clamp(want, spec.min_replicas(), std::max(spec.min_replicas(), spec.max_replicas()));
 }
 

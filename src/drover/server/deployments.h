@@ -82,8 +82,16 @@ bool TemplateChanged(const v1::DeploymentSpec& a, const v1::DeploymentSpec& b);
 //   clamped to min_replicas..max_replicas.
 // The controller scales up to `want` at once and down to it only when it
 // stayed below the current count for the scale-down window.
-int32_t AutoscaleWant(const v1::DeploymentSpec& spec, int64_t outstanding, int64_t waiting, int64_t now_ns,
-                      int64_t last_request_ns);
+// With target_queue_ms set, an engine queue time above it (queue_ms, -1 if
+// not known) asks for desired + 1 once `ready` reaches `desired` (a
+// replica still starting is awaited first), and never fewer than desired.
+struct AutoscaleLoad {
+  int64_t outstanding = 0;
+  int64_t waiting = 0;
+  double queue_ms = -1;
+};
+int32_t AutoscaleWant(const v1::DeploymentSpec& spec, const AutoscaleLoad& load, int64_t now_ns,
+                      int64_t last_request_ns, int32_t ready = 0, int32_t desired = 0);
 
 // Whether the deployment scales on load.
 inline bool Autoscaled(const v1::DeploymentSpec& spec) { return spec.max_replicas() > 0; }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -130,14 +131,44 @@ TEST(DeploymentSpecTest, AutoscaleRule) {
   const int64_t now = int64_t{1000} * 1'000'000'000;
   const int64_t recent = now - int64_t{10} * 1'000'000'000;
   const int64_t long_ago = now - int64_t{61} * 1'000'000'000;
-  EXPECT_EQ(AutoscaleWant(s, 9, 0, now, recent), 3);      // ceil(9 / 4)
-  EXPECT_EQ(AutoscaleWant(s, 8, 0, now, recent), 2);
-  EXPECT_EQ(AutoscaleWant(s, 400, 0, now, recent), 10);   // max
-  EXPECT_EQ(AutoscaleWant(s, 0, 0, now, recent), 1);      // not idle yet
-  EXPECT_EQ(AutoscaleWant(s, 0, 0, now, long_ago), 0);    // idle: zero
-  EXPECT_EQ(AutoscaleWant(s, 0, 1, now, long_ago), 1);    // one waits
+  EXPECT_EQ(AutoscaleWant(s, {9, 0}, now, recent), 3);      // ceil(9 / 4)
+  EXPECT_EQ(AutoscaleWant(s, {8, 0}, now, recent), 2);
+  EXPECT_EQ(AutoscaleWant(s, {400, 0}, now, recent), 10);   // max
+  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, recent), 1);      // not idle yet
+  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, long_ago), 0);    // idle: zero
+  EXPECT_EQ(AutoscaleWant(s, {0, 1}, now, long_ago), 1);    // one waits
+  // Queue time: ignored without a target.
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 1), 1);
+  s.set_target_queue_ms(500);
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 1), 2);    // above: one more
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 2), 2);    // one still starting: hold
+  EXPECT_EQ(AutoscaleWant(s, {0, 0, 900}, now, recent, 3, 3), 4);    // few requests, long queues
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 10, 10), 10); // max
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 400}, now, recent, 3, 3), 1);    // below: outstanding decides
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, -1}, now, recent, 3, 3), 1);     // not known: the same
   s.set_min_replicas(2);
-  EXPECT_EQ(AutoscaleWant(s, 0, 0, now, long_ago), 2);    // min
+  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, long_ago), 2);    // min
+}
+
+TEST(DeploymentSpecTest, TargetQueueTimeIsChecked) {
+  v1::DeploymentSpec fixed = Base("vllm");
+  fixed.set_target_queue_ms(500);
+  Status s = NormalizeDeploymentSpec(&fixed, DeploymentOptions());
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("needs max_replicas"), std::string::npos) << s.message();
+  for (double bad : {-1.0, 3'600'001.0, std::nan("")}) {
+    v1::DeploymentSpec a = Base("vllm");
+    a.set_max_replicas(4);
+    a.set_target_queue_ms(bad);
+    EXPECT_EQ(NormalizeDeploymentSpec(&a, DeploymentOptions()).code(), Code::kInvalidArgument) << bad;
+  }
+  v1::DeploymentSpec ok = Base("vllm");
+  ok.set_max_replicas(4);
+  ok.set_target_queue_ms(250);
+  ASSERT_TRUE(NormalizeDeploymentSpec(&ok, DeploymentOptions()).ok());
+  v1::DeploymentSpec other = ok;
+  other.set_target_queue_ms(1000);
+  EXPECT_FALSE(TemplateChanged(ok, other));  // a scaling setting: no new revision
 }
 
 TEST(DeploymentSpecTest, OptionsAreChecked) {
