@@ -9,6 +9,9 @@
 //   - a tenant over its tokens-per-minute gets 429 with retry-after, and the
 //     gateway's usage for it is what the engine reported;
 //   - a deployment scaled to zero starts again on the first request;
+//   - a deployment whose engine queues requests (one at a time) gets a
+//     second replica on its queue time (--target-queue), with few requests
+//     outstanding;
 //   - a real engine (llama.cpp through node-llama-cpp, tests/engines/llama,
 //     on a tiny model the test writes) deployed the same way answers
 //     through the gateway, streaming included, with its own token counts.
@@ -88,7 +91,8 @@ class Up {
   async start() {
     const err = fs.openSync(path.join(this.dir, 'up.err'), 'w');
     this.child = spawn(DROVER, ['up', '--data-dir', this.dir, '--grpc-listen', '127.0.0.1:0', '--listen', '127.0.0.1:0',
-      '--gateway-listen', '127.0.0.1:0', '--devices', 'simulated', '--simulate-gpus', '8', '--log-level', 'warn'],
+      '--gateway-listen', '127.0.0.1:0', '--gateway-scrape-engine-metrics', '--devices', 'simulated',
+      '--simulate-gpus', '8', '--log-level', 'warn'],
     { stdio: ['ignore', 'ignore', err] });
     fs.closeSync(err);
     this.exited = null;
@@ -349,6 +353,35 @@ test('a deployment scaled to zero starts again on the first request', { timeout:
   assert.ok(r.choices[0].message.content.length > 0);
   const d = await up.deployment('sleepy');
   assert.equal(d.status.desiredReplicas, 1);
+});
+
+test('a deployment whose engine queues scales up on the queue time', { timeout: 240000 }, async () => {
+  // One request at a time in the engine; 6 in flight are far below
+  // target-outstanding 100, but each waits ~0.5 s and more in its queue.
+  await up.ok(['deploy', 'queued', '--engine', 'custom', '--gpus', '1', '--min-replicas', '1', '--max-replicas', '2',
+    '--target-outstanding', '100', '--target-queue', '100ms', '--', ENGINE, '--max-running', '1',
+    '--token-delay-us', '20000']);
+  await readyReplicas('queued', 1);
+  await servable(admin, 'queued');
+  assert.equal((await up.deployment('queued')).status.desiredReplicas, 1);
+  const streams = [];
+  for (let i = 0; i < 6; i++) {
+    streams.push((async () => {
+      const s = await admin.chat.completions.create({ model: 'queued', stream: true, max_tokens: 25,
+        messages: [{ role: 'user', content: `queue ${i}` }] });
+      let n = 0;
+      for await (const chunk of s) n += chunk.choices?.length ?? 0;
+      return n;
+    })());
+  }
+  const d = await waitFor(async () => {
+    const x = await up.deployment('queued');
+    return x.status.desiredReplicas === 2 ? x : null;
+  }, { timeout: 60000, what: 'a second replica for the queue time' });
+  assert.ok(Number(d.status.outstanding ?? 0) < 100, 'scaled by queue time, not by outstanding requests');
+  for (const n of await Promise.all(streams)) assert.ok(n > 0, 'every queued stream got its tokens');
+  await readyReplicas('queued', 2);
+  await up.ok(['undeploy', 'queued']);
 });
 
 test('a real llama.cpp engine deployed by drover answers through the gateway', { timeout: 240000 }, async () => {
