@@ -352,9 +352,15 @@ export class Models {
     setAttr(g.p50, 'title', latTitle);
     setAttr(g.p99, 'title', latTitle);
     const waiting = num(s.waiting);
-    setText(g.outstanding, waiting > 0 ? `${num(s.outstanding)} (+${waiting} waiting)` : String(num(s.outstanding)));
+    // The engines' own queue, when a gateway scrapes their metrics (-1: not known).
+    const queueMs = s.queueMs === undefined ? 0 : Number(s.queueMs);
+    const queued = s.engineWaiting === undefined ? 0 : Number(s.engineWaiting);
+    let text = waiting > 0 ? `${num(s.outstanding)} (+${waiting} waiting)` : String(num(s.outstanding));
+    if (queued > 0) text += `, ${queued} queued in engines`;
+    setText(g.outstanding, text);
     const last = dateFromNanos(s.lastRequestUnixNanos);
-    setAttr(g.outstanding, 'title', last ? `last request ${duration(Date.now() - last.getTime())} ago` : 'no request yet');
+    const engines = queueMs >= 0 && s.queueMs !== undefined ? `; engine queue time ${msText(queueMs)}` : '';
+    setAttr(g.outstanding, 'title', (last ? `last request ${duration(Date.now() - last.getTime())} ago` : 'no request yet') + engines);
     setText(g.message, s.message || '');
     setAttr(g.message, 'title', s.message || '');
 
