@@ -490,6 +490,20 @@ TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
   bad_load.add_models()->set_model("chat");
   bad_load.mutable_models(0)->set_outstanding(-1);
   EXPECT_EQ(api.ReportLoad(admin, bad_load).status().code(), Code::kInvalidArgument);
+  // The engines' queue: -1 (not known) or a sane value.
+  for (double queue_ms : {-2.0, 2e9, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    v1::ReportLoadRequest q = load;
+    q.add_models()->set_model("chat");
+    q.mutable_models(q.models_size() - 1)->set_queue_ms(queue_ms);
+    EXPECT_EQ(api.ReportLoad(admin, q).status().code(), Code::kInvalidArgument) << queue_ms;
+  }
+  v1::ReportLoadRequest waiting = load;
+  waiting.add_models()->set_model("chat");
+  waiting.mutable_models(waiting.models_size() - 1)->set_engine_waiting(-5);
+  EXPECT_EQ(api.ReportLoad(admin, waiting).status().code(), Code::kInvalidArgument);
+  waiting.mutable_models(waiting.models_size() - 1)->set_engine_waiting(-1);
+  waiting.mutable_models(waiting.models_size() - 1)->set_queue_ms(-1);
+  EXPECT_TRUE(api.ReportLoad(admin, waiting).ok());
   v1::ResolveKeyRequest key;
   EXPECT_EQ(api.ResolveKey(alice, key).status().code(), Code::kPermissionDenied);
   // A gateway token: every tenant's endpoints, load reports and keys (this
