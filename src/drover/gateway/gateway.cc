@@ -237,6 +237,15 @@ Status GatewayImpl::Start() {
                                                               "Embeddings requests answered by a merged upstream call."));
   DROVER_ASSIGN_OR_RETURN(counters_.cold_starts, counter("drover_gateway_cold_start_waits_total",
                                                          "Requests that waited for a replica of a model scaled to zero."));
+  auto fine = metrics::ExponentialBuckets(0.000001, 1.5, 30);  // 1 us .. ~0.13 s
+  DROVER_ASSIGN_OR_RETURN(
+      metrics::HistogramFamily * overhead,
+      registry_->AddHistogram("drover_gateway_overhead_seconds",
+                              "The gateway's own time on a call that went to its first replica without waiting: from "
+                              "the request's arrival to its upstream write, plus from the answer (a stream: its first "
+                              "event) read to its write to the client.",
+                              *fine));
+  counters_.overhead = overhead->With({});
   DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * rejected,
                           registry_->AddCounter("drover_gateway_rejected_total",
                                                 "Requests refused before reaching a replica, by reason."));

@@ -174,6 +174,16 @@ TEST_F(GatewayTest, ChatCompletionIsProxiedAndMetered) {
   EXPECT_NE(m.body.find("drover_gateway_requests_total{key=\"id-a\",model=\"m\",tenant=\"a\"} 2"), std::string::npos)
       << m.body;
   EXPECT_NE(m.body.find("drover_gateway_request_duration_seconds_count{model=\"m\",tenant=\"a\"} 2"), std::string::npos);
+  // The gateway's own time on each: counted, and less than the whole call.
+  EXPECT_NE(m.body.find("drover_gateway_overhead_seconds_count 2\n"), std::string::npos) << m.body;
+  size_t at = m.body.find("drover_gateway_overhead_seconds_sum ");
+  ASSERT_NE(at, std::string::npos);
+  const double own = std::stod(m.body.substr(at + 36));
+  at = m.body.find("drover_gateway_request_duration_seconds_sum{model=\"m\",tenant=\"a\"} ");
+  ASSERT_NE(at, std::string::npos);
+  const double whole = std::stod(m.body.substr(m.body.find("} ", at) + 2));
+  EXPECT_GT(own, 0.0);
+  EXPECT_LT(own, whole);
   EXPECT_EQ(Http(gw_->port(), "GET", "/healthz").status, 200);
 }
 

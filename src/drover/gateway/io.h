@@ -148,6 +148,13 @@ struct CallResult {
   bool stream_error = false;
   bool client_gone = false;
   Usage usage;
+  // The gateway's own time on the call (drover_gateway_overhead_seconds):
+  // from the request's arrival to its upstream write, plus from the answer
+  // (a stream: its first event) read to its write to the client. `clean`:
+  // no cold-start wait, no retry, so that the sum is the gateway's work only.
+  int64_t mark_ns = 0;
+  int64_t own_ns = 0;
+  bool clean = true;
   // Meters the call; run once, just before the answer's last write, so that
   // a client that has its answer also finds it counted.
   std::function<void(const CallResult&)> commit;

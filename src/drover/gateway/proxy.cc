@@ -203,7 +203,9 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
     body = rewritten;
   }
 
+  bool waited = false;
   if (it->second.replicas.empty() && it->second.route.scales_from_zero) {
+    waited = true;
     table = co_await WaitForReplica(w, info.model, *stats, sink);
     if (!table) co_return;  // the client left
     it = table->models.find(info.model);
@@ -214,6 +216,8 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
     }
   }
   CallResult res;
+  res.mark_ns = t0;
+  res.clean = !waited;
   res.commit = [cell, auth, t0](const CallResult& r) {
     if (r.status >= 400 || r.stream_error) cell->errors.fetch_add(1, std::memory_order_relaxed);
     if (r.usage.found) {
@@ -254,7 +258,10 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
     Replica* r = PickReplica(entry.replicas, tried, affinity, w->rng);
     if (r == nullptr) break;
     tried.push_back(r);
-    if (attempt > 0) counters_.retries->Inc();
+    if (attempt > 0) {
+      counters_.retries->Inc();
+      res.clean = false;
+    }
     Outcome o;
     {
       InFlight in_flight(*r, *entry.stats);
@@ -319,10 +326,12 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     up->s.ExpiresAfterMs(options_.write_timeout_ms);
     co_await WriteAll(up->s.socket, bufs, ec);
     if (ec) {
+      res.clean = false;
       if (reused) continue;
       *why = "replica '" + r.id + "': sending the request: " + ec.message();
       co_return Outcome::kRetry;
     }
+    Own(res);
     // While the replica works, a client that leaves closes the upstream
     // connection: the engine sees the request cancelled, and the
     // replica's outstanding count drops when this returns.
@@ -340,6 +349,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     co_await bhttp::async_read_header(up->s.socket, up->buf, hp, Await(ec));
     if (gone) co_return ClientLeft(res);
     if (ec) {
+      res.clean = false;
       if (reused && !up->s.timed_out) continue;
       *why = "replica '" + r.id + "': no answer: " + ec.message();
       co_return Outcome::kRetry;
@@ -356,6 +366,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       sp.body_limit(options_.max_upstream_body_bytes);
       co_await ReadRest(up->s.socket, up->buf, sp, ec);
       if (gone) co_return ClientLeft(res);
+      res.mark_ns = NowNs();
       sink.Unwatch();
       if (ec) {
         *why = "replica '" + r.id + "': reading the answer: " + ec.message();
@@ -370,6 +381,8 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       bool ok = co_await sink.Whole(status, ct.empty() ? "application/json" : std::string_view(ct.data(), ct.size()),
                                     resp.body(), {});
       res.client_gone = !ok;
+      Own(res);
+      ObserveOverhead(res);
       if (keep) {
         up->s.Never();
         w->idle[r.address].push_back(std::move(up));
@@ -389,14 +402,22 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       bp.get().body().size = tmp.size();
       up->s.ExpiresAfterMs(options_.upstream_timeout_ms);
       co_await bhttp::async_read_some(up->s.socket, up->buf, bp, Await(ec));
+      if (!sink.started()) res.mark_ns = NowNs();  // the first event's own time starts here
       if (ec == bhttp::error::need_buffer) ec = {};
       size_t n = tmp.size() - bp.get().body().size;
       out.clear();
       filter.Feed(std::string_view(tmp.data(), n), &out);
       if (gone) break;
-      if (!out.empty() && !co_await sink.Events(out)) {
-        gone = true;
-        break;
+      if (!out.empty()) {
+        const bool first = !sink.started();
+        if (!co_await sink.Events(out)) {
+          gone = true;
+          break;
+        }
+        if (first) {
+          Own(res);
+          ObserveOverhead(res);
+        }
       }
       if (ec) {
         broken = true;
