@@ -181,13 +181,14 @@ void GatewayRole::Stop() {
 }  // namespace drover::app
 
 namespace drover::app {
-Status AddGatewayToEndpoints(const std::string& data_dir, const std::string& address) {
+Status AddGatewayToEndpoints(const std::string& data_dir, const std::string& address, bool tls) {
   const std::string path = data_dir + "/endpoints.json";
   auto text = ReadTextFile(path);
   if (!text.ok()) return text.status();
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (!j.is_object()) return Internal(path + " is not a JSON object");
   j["gateway"] = address;
+  j["gateway_url"] = (tls ? "https://" : "http://") + address + "/v1";
   return WriteFileAtomic(path, j.dump() + "\n", 0644);
 }
 
@@ -211,16 +212,32 @@ void AddGatewayFlags(CLI::App* cmd, GatewayFlags* f, bool standalone) {
                   "gateway: how long a request for a model scaled to zero waits for a replica")
       ->capture_default_str();
   cmd->add_option(p + "max-body", f->max_body, "gateway: the largest request body")->capture_default_str();
+  if (standalone) {  // up and server serve the gateway with their own --tls-cert
+    cmd->add_option("--tls-cert", f->tls_cert,
+                    "serve HTTPS (and wss) with this certificate (PEM: the leaf, then any intermediates)");
+    cmd->add_option("--tls-key", f->tls_key, "the private key of --tls-cert (PEM)");
+  }
 }
 
 Result<gateway::GatewayOptions> GatewayOptionsFrom(const GatewayFlags& f, bool insecure) {
   gateway::GatewayOptions o;
   o.listen = f.listen;
   if (o.listen.rfind(':') == std::string::npos) return InvalidArgument("gateway listen '" + f.listen + "' is not HOST:PORT");
-  if (!insecure && !IsLoopbackHost(HostOf(o.listen))) {
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return InvalidArgument("gateway TLS needs both a certificate and its key (--tls-cert and --tls-key)");
+  }
+  if (!f.tls_cert.empty()) {
+    auto cert = ReadTextFile(f.tls_cert);
+    if (!cert.ok()) return InvalidArgument("gateway TLS certificate: " + cert.status().message());
+    auto key = ReadTextFile(f.tls_key);
+    if (!key.ok()) return InvalidArgument("gateway TLS key: " + key.status().message());
+    o.tls_cert_pem = std::move(*cert);
+    o.tls_key_pem = std::move(*key);
+  }
+  if (!insecure && o.tls_cert_pem.empty() && !IsLoopbackHost(HostOf(o.listen))) {
     return InvalidArgument("gateway listen " + f.listen +
-                           " is beyond loopback and the gateway speaks plain HTTP: API keys would cross the network in "
-                           "the clear; put a TLS terminator in front and pass --insecure");
+                           " is beyond loopback without TLS: API keys would cross the network in the clear; give "
+                           "--tls-cert and --tls-key (or put a TLS terminator in front and pass --insecure)");
   }
   o.io_threads = f.threads;
   o.affinity = f.affinity;
@@ -263,7 +280,7 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
                   "endpoints, resolves keys, reports load; an admin token works too); else DROVER_TOKEN");
   cmd->add_option("--ca-file", f->ca_file, "the cluster CA: talk TLS to the server")->envname("DROVER_CA_FILE");
   cmd->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")->capture_default_str();
-  cmd->add_flag("--insecure", f->insecure, "allow listening beyond loopback (the gateway speaks plain HTTP)");
+  cmd->add_flag("--insecure", f->insecure, "allow listening beyond loopback without --tls-cert (plain HTTP)");
   cmd->add_flag("--metrics-public", f->metrics_public, "serve /metrics (usage by tenant and key) without an admin key");
   cmd->callback([f, exit_code] {
     auto fail = [exit_code](const Status& s, int code) {
@@ -299,8 +316,8 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
     SignalWaiter signals;
     auto role = GatewayRole::Start(std::move(ro));
     if (!role.ok()) return fail(role.status(), 1);
-    spdlog::info("gateway: OpenAI API on {}:{} for the servers at {}", HostOf(f->gateway.listen),
-                 (*role)->port(), f->server);
+    spdlog::info("gateway: OpenAI API on {}://{}:{}/v1 for the servers at {}",
+                 f->gateway.tls_cert.empty() ? "http" : "https", HostOf(f->gateway.listen), (*role)->port(), f->server);
     signals.Wait();
     (*role)->Stop();
     *exit_code = 0;

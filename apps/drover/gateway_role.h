@@ -64,21 +64,27 @@ struct GatewayFlags {
   std::string embeddings_batch = "0";  // a window, e.g. 2ms
   std::string cold_start_wait = "2m";
   std::string max_body = "4MiB";
+  // Serve TLS with this certificate and key (PEM files): `drover gateway
+  // --tls-cert/--tls-key`; for `up` and `server`, the server's own when it
+  // serves TLS. Both empty: plaintext.
+  std::string tls_cert;
+  std::string tls_key;
   bool listen_given = false;  // the flag was given (else a busy default port is not fatal)
 };
 // `standalone`: the flags of `drover gateway` (its --listen); otherwise
 // --gateway-listen and --gateway-* beside a server's flags.
 void AddGatewayFlags(CLI::App* cmd, GatewayFlags* f, bool standalone);
-// The options the flags ask for. A listen address beyond loopback needs
-// `insecure`: the gateway speaks plain HTTP and keys would cross the
-// network in the clear (put a TLS terminator in front).
+// The options the flags ask for (it reads the TLS files). A listen address
+// beyond loopback needs TLS or `insecure`: without TLS, keys would cross
+// the network in the clear.
 Result<gateway::GatewayOptions> GatewayOptionsFrom(const GatewayFlags& f, bool insecure);
 // Whether the flags turn the gateway off.
 bool GatewayOff(const GatewayFlags& f);
 
-// Adds "gateway": ADDRESS to <data_dir>/endpoints.json (written by the
-// server when it serves), where clients and tests find it.
-Status AddGatewayToEndpoints(const std::string& data_dir, const std::string& address);
+// Adds "gateway": ADDRESS (host:port) and "gateway_url": the API's base URL
+// (http://ADDRESS/v1, or https:// with `tls`) to <data_dir>/endpoints.json
+// (written by the server when it serves), where clients and tests find it.
+Status AddGatewayToEndpoints(const std::string& data_dir, const std::string& address, bool tls);
 
 // `drover gateway`: a gateway apart from the servers, until SIGINT/SIGTERM.
 struct StandaloneGatewayFlags {

@@ -412,8 +412,16 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
   // own channel (or, for `up --ha`, over gRPC to the group) with a token of
   // its own.
   std::unique_ptr<drover::app::GatewayRole> gateway;
+  // A server that serves TLS serves the gateway with the same certificate
+  // (the --tls-* files, else those of `drover certs init`).
+  drover::app::GatewayFlags gw_tls = gw;
+  if (server && !server->ca_file().empty()) {
+    drover::auth::TlsPaths paths = drover::auth::TlsPathsIn(f.data_dir + "/tls");
+    gw_tls.tls_cert = f.tls_cert.empty() ? paths.server_cert : f.tls_cert;
+    gw_tls.tls_key = f.tls_cert.empty() ? paths.server_key : f.tls_key;
+  }
   if (!drover::app::GatewayOff(gw)) {
-    auto options = drover::app::GatewayOptionsFrom(gw, f.insecure);
+    auto options = drover::app::GatewayOptionsFrom(gw_tls, f.insecure);
     if (!options.ok()) return BadConfig(options.status());
     auto token = authority->MintInternal({"gateway", "default", drover::auth::Role::kGateway, "", drover::Duration(0)});
     if (!token.ok()) return Fatal(token.status());
@@ -438,8 +446,9 @@ int RunServer(const RoleFlags& f, const drover::app::GatewayFlags& gw, bool all_
   }
   if (gateway) {
     const std::string gateway_addr = fmt::format("{}:{}", drover::HostOf(gw.listen), gateway->port());
-    if (Status s = drover::app::AddGatewayToEndpoints(f.data_dir, gateway_addr); !s.ok()) return Fatal(s);
-    spdlog::info("OpenAI-compatible gateway on http://{}/v1 (docs/gateway.md)", gateway_addr);
+    if (Status s = drover::app::AddGatewayToEndpoints(f.data_dir, gateway_addr, !gw_tls.tls_cert.empty()); !s.ok()) return Fatal(s);
+    spdlog::info("OpenAI-compatible gateway on {}://{}/v1 (docs/gateway.md)", gw_tls.tls_cert.empty() ? "http" : "https",
+                 gateway_addr);
   }
   // In-process agents and the live workload verify a TLS server like any client.
   const std::string ca_file = server ? server->ca_file() : "";

@@ -1,8 +1,9 @@
 // A standalone gateway for the openai-client tests (tests/gateway/*.test.mjs):
 // static keys, static routes to drover-test-engine processes it starts.
 //
-//   gateway_harness --engine PATH
+//   gateway_harness --engine PATH [--tls-cert PEM-FILE --tls-key PEM-FILE]
 //
+// With --tls-cert and --tls-key it serves HTTPS (and wss) with them.
 // Prints "listening on PORT" once serving; runs until stdin closes (the
 // test's end) or SIGTERM. Keys (Authorization: Bearer ...):
 //   sk-a        tenant a, unlimited
@@ -13,8 +14,10 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "drover/gateway/gateway.h"
@@ -24,10 +27,19 @@ using drover::Result;
 using drover::gateway::KeyInfo;
 
 int main(int argc, char** argv) {
-  std::string engine;
+  std::string engine, tls_cert, tls_key;
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--engine") engine = argv[++i];
+    std::string a = argv[i];
+    if (a == "--engine") engine = argv[++i];
+    if (a == "--tls-cert") tls_cert = argv[++i];
+    if (a == "--tls-key") tls_key = argv[++i];
   }
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
   if (engine.empty()) {
     std::cerr << "usage: gateway_harness --engine PATH\n";
     return 2;
@@ -49,6 +61,8 @@ int main(int argc, char** argv) {
   drover::gateway::GatewayOptions o;
   o.listen = "127.0.0.1:0";
   o.io_threads = 2;
+  if (!tls_cert.empty()) o.tls_cert_pem = slurp(tls_cert);
+  if (!tls_key.empty()) o.tls_key_pem = slurp(tls_key);
   auto gw = drover::gateway::StartGateway(
       o,
       [](std::string_view token) -> Result<KeyInfo> {

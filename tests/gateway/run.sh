@@ -22,4 +22,14 @@ if [ ! -f "$stamp" ] || [ "$here/package-lock.json" -nt "$stamp" ]; then
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci failed in $here"
 fi
 export GATEWAY_HARNESS TEST_ENGINE
-exec node --test --test-reporter=spec "$here"/*.test.mjs
+# A certificate for 127.0.0.1 for the HTTPS tests (gateway_tls.test.mjs),
+# which Node trusts through NODE_EXTRA_CA_CERTS; without openssl they skip.
+tls_dir="$(mktemp -d)"
+trap 'rm -rf "$tls_dir"' EXIT
+if command -v openssl >/dev/null 2>&1 &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$tls_dir/key.pem" -out "$tls_dir/cert.pem" \
+    >/dev/null 2>&1; then
+  export GATEWAY_TLS_CERT="$tls_dir/cert.pem" GATEWAY_TLS_KEY="$tls_dir/key.pem" NODE_EXTRA_CA_CERTS="$tls_dir/cert.pem"
+fi
+node --test --test-reporter=spec "$here"/*.test.mjs

@@ -16,6 +16,8 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "drover/auth/certs.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
@@ -394,6 +396,30 @@ TEST_F(TlsTest, HttpsServesHealthAndRequiresTokens) {
   EXPECT_EQ(downgraded.status, 403);
   // The dashboard link points at https.
   EXPECT_TRUE(Slurp(data_ + "/dashboard-url").starts_with("https://")) << Slurp(data_ + "/dashboard-url");
+}
+
+// The in-process OpenAI gateway serves TLS with the server's certificate
+// (docs/gateway.md, "TLS"), and endpoints.json says https; plaintext to it
+// gets no answer.
+TEST_F(TlsTest, GatewayServesHttpsWithTheServersCertificate) {
+  std::string url;
+  ASSERT_TRUE(WaitUntil([&] {
+    nlohmann::json j = nlohmann::json::parse(Slurp(data_ + "/endpoints.json"), nullptr, false);
+    if (!j.is_object() || !j.contains("gateway_url")) return false;
+    url = j["gateway_url"].get<std::string>();
+    return true;
+  }));
+  ASSERT_TRUE(url.starts_with("https://") && url.ends_with("/v1")) << url;
+  const std::string address = url.substr(8, url.size() - 8 - 3);
+  http::ClientTls tls{ca_pem_, "", "", ""};
+  auto health = http::HttpsRequest(&tls, address, "GET", "/healthz");
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_EQ(health->body, "ok\n");
+  auto models = http::HttpsRequest(&tls, address, "GET", "/v1/models");  // no key: an OpenAI-shaped 401
+  ASSERT_TRUE(models.ok()) << models.status().ToString();
+  EXPECT_EQ(models->status, 401) << models->body;
+  auto plain = http::HttpRequest(address, "GET", "/healthz");
+  EXPECT_FALSE(plain.ok() && plain->status == 200);
 }
 
 TEST_F(TlsTest, ExposureNeedsTlsOrInsecure) {

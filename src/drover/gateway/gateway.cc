@@ -1,6 +1,6 @@
 // The gateway's server side: io threads, listeners, client connections
-// (HTTP/1.1 keep-alive and WebSocket), the routing table. The proxy path is
-// in proxy.cc.
+// (HTTP/1.1 keep-alive and WebSocket, in plaintext or TLS), the routing
+// table. The proxy path is in proxy.cc.
 
 #include <pthread.h>
 #include <sys/socket.h>
@@ -11,9 +11,11 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <nlohmann/json.hpp>
 
 #include "drover/gateway/impl.h"
+#include "drover/http/tls.h"
 
 namespace drover::gateway {
 namespace {
@@ -22,6 +24,37 @@ namespace ws = beast::websocket;
 using Ms = std::chrono::milliseconds;
 
 constexpr std::string_view kWsPath = "/v1/chat/completions/ws";
+// How long a closing TLS connection waits for the client's close_notify
+// after sending its own (most clients answer or close at once).
+constexpr int64_t kTlsShutdownMs = 1'000;
+
+template <typename Stream>
+inline constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
+
+// ReadRest (io.h) over TLS: no synchronous first try, which OpenSSL on a
+// non-blocking socket cannot resume.
+template <typename Parser>
+awaitable<void> ReadRest(TlsStream& s, beast::flat_buffer& buf, Parser& p, beast::error_code& ec) {
+  co_await bhttp::async_read(s, buf, p, Await(ec));
+}
+
+// Whether the bytes waiting on a TLS client's socket, while its answer
+// streams and it has nothing to say, are the client leaving: an alert
+// record (TLS 1.2's close_notify or a fatal alert) or, in TLS 1.3, where
+// alerts travel encrypted as application data, a record of an alert's size
+// (2 bytes + the content type byte + a 16-byte AEAD tag = 19). Anything
+// else (a pipelined request, a KeyUpdate) is not: the watch ends as it does
+// for plaintext bytes, and a client that then closes is seen at the next
+// write.
+bool TlsClientLeaving(tcp::socket& s) {
+  unsigned char h[5];
+  ssize_t n = ::recv(s.native_handle(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;  // closed
+  if (n < static_cast<ssize_t>(sizeof h)) return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+  constexpr unsigned char kAlert = 21, kApplicationData = 23;
+  const size_t length = (size_t{h[3]} << 8) | h[4];
+  return h[0] == kAlert || (h[0] == kApplicationData && length == 19);
+}
 
 std::string Head(int status, std::string_view content_type, int64_t content_length, bool keep_alive,
                  std::string_view extra) {
@@ -47,10 +80,12 @@ std::string Head(int status, std::string_view content_type, int64_t content_leng
 }
 
 // An HTTP/1.1 client: whole answers with Content-Length, streams chunked.
+// `Stream`: the client's tcp::socket, or its TlsStream.
+template <typename Stream>
 class HttpSink final : public Sink {
  public:
-  HttpSink(std::shared_ptr<Conn> c, bool keep_alive, int64_t write_timeout_ms)
-      : c_(std::move(c)), keep_alive_(keep_alive), write_timeout_ms_(write_timeout_ms) {}
+  HttpSink(std::shared_ptr<Conn> c, Stream& s, bool keep_alive, int64_t write_timeout_ms)
+      : c_(std::move(c)), s_(s), keep_alive_(keep_alive), write_timeout_ms_(write_timeout_ms) {}
   ~HttpSink() override { Unwatch(); }
 
   bool keep_alive() const { return keep_alive_ && ok_; }
@@ -98,7 +133,11 @@ class HttpSink final : public Sink {
           if (!*flag || ec) return;
           beast::error_code e2;
           // Readable with nothing to read: the peer closed (or reset).
-          if (c->stream.socket.available(e2) == 0 || e2) fn();
+          if (c->stream.socket.available(e2) == 0 || e2) {
+            fn();
+          } else if constexpr (kIsTls<Stream>) {
+            if (TlsClientLeaving(c->stream.socket)) fn();  // close_notify before the close
+          }
         });
   }
   void Unwatch() override {
@@ -115,24 +154,35 @@ class HttpSink final : public Sink {
     if (!ok_) co_return false;
     beast::error_code ec;
     c_->stream.ExpiresAfterMs(write_timeout_ms_);
-    co_await WriteAll(c_->stream.socket, bufs, ec);
+    if constexpr (kIsTls<Stream>) {
+      // One TLS record for the lot, not one per buffer (and per syscall).
+      out_.clear();
+      for (const net::const_buffer& b : bufs) out_.append(static_cast<const char*>(b.data()), b.size());
+      co_await net::async_write(s_, net::buffer(out_), Await(ec));
+    } else {
+      co_await WriteAll(s_, bufs, ec);
+    }
     c_->stream.Never();
     if (ec) ok_ = false;
     co_return ok_;
   }
 
+  struct None {};
   std::shared_ptr<Conn> c_;
+  Stream& s_;
   bool keep_alive_;
   int64_t write_timeout_ms_;
   bool ok_ = true;
   std::shared_ptr<bool> watching_;
+  [[no_unique_address]] std::conditional_t<kIsTls<Stream>, std::string, None> out_;  // TLS: what Write sends
 };
 
 // A WebSocket client: each SSE data payload (and "[DONE]") is one text
 // message; a whole answer (an error or a non-streamed one) is one message.
+template <typename WsStream>
 class WsSink final : public Sink {
  public:
-  explicit WsSink(ws::stream<beast::tcp_stream>& s) : ws_(s) {}
+  explicit WsSink(WsStream& s) : ws_(s) {}
   bool ok() const { return ok_; }
 
   awaitable<bool> Whole(int, std::string_view, std::string_view body, std::string_view) override {
@@ -159,7 +209,7 @@ class WsSink final : public Sink {
     if (ec) ok_ = false;
     co_return ok_;
   }
-  ws::stream<beast::tcp_stream>& ws_;
+  WsStream& ws_;
   bool ok_ = true;
 };
 
@@ -280,6 +330,13 @@ Status GatewayImpl::Start() {
     }
   });
 
+  if (!options_.tls_cert_pem.empty() || !options_.tls_key_pem.empty()) {
+    tls_.emplace(net::ssl::context::tls_server);
+    if (Status s = http::ConfigureServerContext(tls_->native_handle(), options_.tls_cert_pem, options_.tls_key_pem);
+        !s.ok()) {
+      return Status(s.code(), "gateway: " + s.message());
+    }
+  }
   DROVER_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseHostPort(options_.listen, true));
   for (int i = 0; i < options_.io_threads; ++i) {
     auto w = std::make_unique<Worker>(i, options_.seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
@@ -452,8 +509,27 @@ awaitable<void> GatewayImpl::Accept(Worker* w) {
     }
     s.set_option(tcp::no_delay(true), ec);
     s.non_blocking(true, ec);  // for WriteAll's first try
-    net::co_spawn(w->ioc, Serve(w, std::make_shared<Conn>(w, std::move(s))), net::detached);
+    auto c = std::make_shared<Conn>(w, std::move(s));
+    if (tls_) {
+      c->tls.emplace(c->stream.socket, *tls_);
+      net::co_spawn(w->ioc, ServeTls(w, std::move(c)), net::detached);
+    } else {
+      tcp::socket& plain = c->stream.socket;
+      net::co_spawn(w->ioc, ServeOn(w, std::move(c), plain), net::detached);
+    }
   }
+}
+
+awaitable<void> GatewayImpl::ServeTls(Worker* w, std::shared_ptr<Conn> c) {
+  beast::error_code ec;
+  c->stream.ExpiresAfterMs(options_.header_timeout_ms);
+  co_await c->tls->async_handshake(net::ssl::stream_base::server, Await(ec));
+  if (ec) {  // a plaintext client, one that distrusts the certificate, or one too slow: no answer
+    c->stream.socket.close(ec);
+    co_return;
+  }
+  TlsStream& tls = *c->tls;
+  co_await ServeOn(w, std::move(c), tls);
 }
 
 awaitable<void> GatewayImpl::Sweep(Worker* w) {
@@ -481,7 +557,8 @@ Status GatewayImpl::BodyTooLarge() const {
   return Status(Code::kOutOfRange, "the request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
 }
 
-awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
+template <typename Stream>
+awaitable<void> GatewayImpl::ServeOn(Worker* w, std::shared_ptr<Conn> c, Stream& s) {
   beast::error_code ec;
   bool first = true;
   for (;;) {
@@ -489,8 +566,8 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     parser.header_limit(static_cast<uint32_t>(std::min<size_t>(options_.max_header_bytes, UINT32_MAX)));
     parser.body_limit(options_.max_body_bytes);
     c->stream.ExpiresAfterMs(first ? options_.header_timeout_ms : options_.idle_timeout_ms);
-    co_await bhttp::async_read_header(c->stream.socket, c->buf, parser, Await(ec));
-    HttpSink early(c, false, options_.write_timeout_ms);
+    co_await bhttp::async_read_header(s, c->buf, parser, Await(ec));
+    HttpSink<Stream> early(c, s, false, options_.write_timeout_ms);
     // A read that failed: the error to answer with (none when the peer went).
     auto refuse = [&](const beast::error_code& e) -> Status {
       if (e == bhttp::error::header_limit) return Status(Code::kOutOfRange, "the request header is too large");
@@ -513,7 +590,7 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
     auto& h = parser.get();
     if (ws::is_upgrade(h)) {
       if (PathOf(SV(h.target())) == kWsPath) {
-        co_await ServeWebSocket(w, c, parser.release());
+        co_await ServeWebSocket(w, c, s, parser.release());
         co_return;
       }
       co_await SendError(early, NotFound("no WebSocket endpoint at " + std::string(PathOf(SV(h.target()))) +
@@ -526,20 +603,25 @@ awaitable<void> GatewayImpl::Serve(Worker* w, std::shared_ptr<Conn> c) {
         break;
       }
       static constexpr std::string_view k100 = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await net::async_write(c->stream.socket, net::buffer(k100.data(), k100.size()), Await(ec));
+      co_await net::async_write(s, net::buffer(k100.data(), k100.size()), Await(ec));
       if (ec) break;
     }
     c->stream.ExpiresAfterMs(options_.header_timeout_ms);
-    co_await ReadRest(c->stream.socket, c->buf, parser, ec);
+    co_await ReadRest(s, c->buf, parser, ec);
     if (ec) {
       if (Status why = refuse(ec); !why.ok()) co_await reject(why);
       break;
     }
     c->stream.Never();  // while the answer is being made (a stream may take minutes)
     const auto& req = parser.get();
-    HttpSink sink(c, req.keep_alive(), options_.write_timeout_ms);
+    HttpSink<Stream> sink(c, s, req.keep_alive(), options_.write_timeout_ms);
     co_await Handle(w, req, sink);
     if (!sink.keep_alive()) break;
+  }
+  if constexpr (kIsTls<Stream>) {
+    // close_notify, so that the client can tell the end from a cut.
+    c->stream.ExpiresAfterMs(kTlsShutdownMs);
+    co_await s.async_shutdown(Await(ec));
   }
   c->stream.socket.shutdown(tcp::socket::shutdown_send, ec);
   c->stream.socket.close(ec);
@@ -626,7 +708,32 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
                       {});
 }
 
-awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c,
+// The messages of one WebSocket, each a chat completion streamed back.
+template <typename WsStream>
+awaitable<void> ServeWebSocketOn(GatewayImpl* g, Worker* w, WsStream& wss, const bhttp::request<bhttp::string_body>& req,
+                                 const std::string& authorization) {
+  std::string session(req["x-session-id"]);
+  wss.set_option(ws::stream_base::timeout::suggested(beast::role_type::server));
+  wss.read_message_max(g->options().max_body_bytes);
+  beast::error_code ec;
+  co_await wss.async_accept(req, Await(ec));
+  if (ec) co_return;
+  for (;;) {
+    beast::flat_buffer b;
+    co_await wss.async_read(b, Await(ec));
+    if (ec) break;
+    WsSink<WsStream> sink(wss);
+    co_await g->Proxy(w, "/v1/chat/completions", authorization, session, beast::buffers_to_string(b.data()), sink,
+                      /*force_stream=*/true);
+    if (!sink.ok()) break;
+  }
+  if (wss.is_open()) {
+    co_await wss.async_close(ws::close_code::normal, Await(ec));
+  }
+}
+
+template <typename Stream>
+awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c, Stream& s,
                                             bhttp::request<bhttp::string_body> req) {
   // The key: the Authorization header, or ?api_key= for browsers, which
   // cannot set headers on a WebSocket.
@@ -642,29 +749,19 @@ awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c,
   }
   Status err;
   if (!(co_await Authenticate(authorization, &err))) {
-    HttpSink sink(c, false, options_.write_timeout_ms);
+    HttpSink<Stream> sink(c, s, false, options_.write_timeout_ms);
     co_await SendError(sink, err);
     co_return;
   }
-  std::string session(req["x-session-id"]);
   c->stream.Never();
-  ws::stream<beast::tcp_stream> wss(std::move(c->stream.socket));
-  wss.set_option(ws::stream_base::timeout::suggested(beast::role_type::server));
-  wss.read_message_max(options_.max_body_bytes);
-  beast::error_code ec;
-  co_await wss.async_accept(req, Await(ec));
-  if (ec) co_return;
-  for (;;) {
-    beast::flat_buffer b;
-    co_await wss.async_read(b, Await(ec));
-    if (ec) break;
-    WsSink sink(wss);
-    co_await Proxy(w, "/v1/chat/completions", authorization, session, beast::buffers_to_string(b.data()), sink,
-                   /*force_stream=*/true);
-    if (!sink.ok()) break;
-  }
-  if (wss.is_open()) {
-    co_await wss.async_close(ws::close_code::normal, Await(ec));
+  if constexpr (kIsTls<Stream>) {
+    // wss: the WebSocket over the connection's TLS stream, which the
+    // connection (and its deadlines) keeps owning.
+    ws::stream<TlsStream&> wss(s);
+    co_await ServeWebSocketOn(this, w, wss, req, authorization);
+  } else {
+    ws::stream<beast::tcp_stream> wss(std::move(c->stream.socket));
+    co_await ServeWebSocketOn(this, w, wss, req, authorization);
   }
 }
 

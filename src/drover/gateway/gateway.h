@@ -20,8 +20,12 @@
 // from accept to close, so the proxy path takes no lock except the sharded
 // auth cache and token buckets. Every public method is thread-safe.
 //
-// Not done here: TLS (put it behind a TLS terminator), HTTP/2, request
-// queueing beyond the cold-start wait.
+// TLS: with options.tls_cert_pem and tls_key_pem every client connection
+// is TLS 1.2 or newer (https, and wss for the WebSocket); a client that
+// does not handshake gets no answer. Connections to the replicas stay
+// plain TCP (they are inside the cluster).
+//
+// Not done here: HTTP/2, request queueing beyond the cold-start wait.
 
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +102,11 @@ struct ModelLoad {
 
 struct GatewayOptions {
   std::string listen = "127.0.0.1:0";  // "host:port"; port 0 picks one
+  // Serve TLS with this certificate (PEM: the leaf, then any intermediates)
+  // and its private key (PEM). Both empty: plaintext. StartGateway fails
+  // (InvalidArgument) on a certificate or key that is not usable.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
   int io_threads = 2;
   size_t max_header_bytes = 16 << 10;   // larger: 431
   size_t max_body_bytes = 4 << 20;      // larger: 413

@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/ssl.hpp>
+
 #include "drover/gateway/gateway.h"
 #include "drover/gateway/io.h"
 #include "drover/gateway/limits.h"
@@ -75,8 +77,14 @@ class GatewayImpl final : public Gateway {
   awaitable<void> Accept(Worker* w);
   // Closes the sockets of `w` past their deadline, every kSweepPeriodMs.
   awaitable<void> Sweep(Worker* w);
-  awaitable<void> Serve(Worker* w, std::shared_ptr<struct Conn> c);
-  awaitable<void> ServeWebSocket(Worker* w, std::shared_ptr<struct Conn> c,
+  // A TLS connection: the handshake (within header_timeout_ms), then
+  // ServeOn over TLS. A plaintext one goes to ServeOn directly.
+  awaitable<void> ServeTls(Worker* w, std::shared_ptr<struct Conn> c);
+  // The requests of one connection; `s` is its socket or its TLS stream.
+  template <typename Stream>
+  awaitable<void> ServeOn(Worker* w, std::shared_ptr<struct Conn> c, Stream& s);
+  template <typename Stream>
+  awaitable<void> ServeWebSocket(Worker* w, std::shared_ptr<struct Conn> c, Stream& s,
                                  bhttp::request<bhttp::string_body> req);
   awaitable<void> Handle(Worker* w, const bhttp::request<bhttp::string_body>& req, Sink& sink);
 
@@ -158,13 +166,21 @@ class GatewayImpl final : public Gateway {
   std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches_;  // GUARDED_BY(batches_mu_)
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
+  // options_.tls_cert_pem given: every client connection is TLS with it.
+  // Thread-safe (OpenSSL's SSL_CTX), shared by the workers.
+  std::optional<net::ssl::context> tls_;
 };
+
+// TLS over a client's socket (the socket stays the TimedSocket's, so that
+// the sweeper's deadlines and the disconnect watch work as for plaintext).
+using TlsStream = net::ssl::stream<tcp::socket&>;
 
 // A client connection, on one worker for its life.
 struct Conn : std::enable_shared_from_this<Conn> {
   Conn(Worker* w, tcp::socket s) : stream(w->timed, std::move(s)) {}
   TimedSocket stream;
   beast::flat_buffer buf;
+  std::optional<TlsStream> tls;  // set on a TLS gateway's connections; over stream.socket
 };
 
 }  // namespace drover::gateway
