@@ -200,7 +200,39 @@ class WsSink final : public Sink {
   }
   awaitable<bool> EndStream() override { co_return ok_; }
 
+  // As HttpSink's, on the socket under the WebSocket (and its TLS): the
+  // client closed the connection, or (plain) its next frame is a close.
+  void Watch(std::function<void()> on_gone) override {
+    Unwatch();
+    watching_ = std::make_shared<bool>(true);
+    auto flag = watching_;
+    tcp::socket* s = &RawSocket(beast::get_lowest_layer(ws_));
+    s->async_wait(tcp::socket::wait_read, [flag, s, fn = std::move(on_gone)](const beast::error_code& ec) {
+      if (!*flag || ec) return;
+      beast::error_code e2;
+      if (s->available(e2) == 0 || e2) {
+        fn();
+      } else if constexpr (kIsTls<std::remove_cvref_t<decltype(ws_.next_layer())>>) {
+        if (TlsClientLeaving(*s)) fn();
+      } else {
+        unsigned char first = 0;  // FIN and the opcode, unmasked
+        if (::recv(s->native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && (first & 0x0f) == 0x8) fn();
+      }
+    });
+  }
+  void Unwatch() override {
+    if (!watching_) return;
+    *watching_ = false;
+    watching_.reset();
+    beast::error_code ec;
+    RawSocket(beast::get_lowest_layer(ws_)).cancel(ec);
+  }
+  ~WsSink() override { Unwatch(); }
+
  private:
+  static tcp::socket& RawSocket(tcp::socket& s) { return s; }
+  static tcp::socket& RawSocket(beast::tcp_stream& s) { return s.socket(); }
+
   awaitable<bool> Send(std::string_view text) {
     if (!ok_) co_return false;
     beast::error_code ec;
@@ -211,6 +243,7 @@ class WsSink final : public Sink {
   }
   WsStream& ws_;
   bool ok_ = true;
+  std::shared_ptr<bool> watching_;
 };
 
 Result<tcp::endpoint> ParseHostPort(const std::string& s, bool resolve) {

@@ -569,6 +569,40 @@ TEST_F(GatewayTest, WebSocketStreamsEachEventAsAMessage) {
   for (const auto& m : messages) EXPECT_EQ(m.find("\"usage\""), std::string::npos);
 }
 
+// A WebSocket client that leaves while its stream waits on the engine (an
+// hour to the next token): by closing the connection, or by a close frame
+// with the connection left open. Either frees the replica at once.
+TEST_F(GatewayTest, WebSocketClientLeavingMidStreamFreesTheReplica) {
+  auto e = Engine({"--token-delay-us", "3600000000"});
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  auto open_stream = [&](Conn& c) {
+    ASSERT_TRUE(c.Send("GET /v1/chat/completions/ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                       "Authorization: Bearer k-a\r\n\r\n"));
+    std::string raw;
+    ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }));
+    ASSERT_EQ(raw.substr(0, 12), "HTTP/1.1 101") << raw;
+    std::string payload = Chat("m", 3).dump();
+    ASSERT_LT(payload.size(), 126u);
+    std::string frame = {static_cast<char>(0x81), static_cast<char>(0x80 | payload.size()), 0, 0, 0, 0};
+    frame += payload;  // mask 0: the payload as is
+    ASSERT_TRUE(c.Send(frame));
+    ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("chat.completion.chunk") != std::string::npos; }));
+    ASSERT_EQ(Outstanding("m"), 1);
+  };
+  {
+    Conn c(gw_->port());
+    open_stream(c);
+  }  // closed
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
+  Conn c(gw_->port());
+  open_stream(c);
+  const char close_frame[] = {static_cast<char>(0x88), static_cast<char>(0x82), 0, 0, 0, 0, 0x03, static_cast<char>(0xe8)};
+  ASSERT_TRUE(c.Send(std::string_view(close_frame, sizeof close_frame)));  // 1000, normal closure
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
+}
+
 TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
   auto e = Engine();
   GatewayOptions o;
