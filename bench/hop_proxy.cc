@@ -25,7 +25,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <signal.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -38,7 +37,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <string>
 #include <vector>
 
 namespace {
@@ -51,9 +49,8 @@ constexpr size_t kBuf = 64 * 1024;
 struct Framer {
   bool response = false;
   bool in_header = true;
-  bool has_length = false;
   uint64_t body_left = 0;
-  uint64_t content_length = 0;
+  int64_t content_length = -1;  // -1: none in this header
   char line[40] = {};
   size_t line_len = 0;
 
@@ -79,23 +76,21 @@ struct Framer {
   }
 
  private:
-  // A whole header line is in `line` (its first bytes); false if the
+  // A header line ended (`line` holds its first bytes); false if the
   // message cannot be framed.
   bool EndOfLine() {
     size_t len = line_len;
     line[std::min(len, sizeof line - 1)] = '\0';
     line_len = 0;
     if (len == 0 || (len == 1 && line[0] == '\r')) {  // the header's end
-      if (response && !has_length) return false;
-      body_left = content_length;
+      if (response && content_length < 0) return false;
+      body_left = static_cast<uint64_t>(std::max<int64_t>(0, content_length));
       in_header = body_left == 0;
-      content_length = 0;
-      has_length = false;
+      content_length = -1;
       return true;
     }
     if (strncasecmp(line, "content-length:", 15) == 0) {
-      content_length = std::strtoull(line + 15, nullptr, 10);
-      has_length = true;
+      content_length = std::strtoll(line + 15, nullptr, 10);
     } else if (strncasecmp(line, "transfer-encoding:", 18) == 0) {
       return false;
     }
@@ -148,6 +143,14 @@ bool Flush(Pair* p, int s, bool waiting) {
   return true;
 }
 
+sockaddr_in Loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
 void NoDelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -157,10 +160,7 @@ void Accept(int listener, int upstream_port) {
   int c = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (c < 0) return;
   int u = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(upstream_port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = Loopback(upstream_port);
   // Blocking connect (loopback, once per client), then non-blocking.
   if (::connect(u, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     std::fprintf(stderr, "hop_proxy: cannot connect to upstream port %d: %s\n", upstream_port, std::strerror(errno));
@@ -180,27 +180,40 @@ void Accept(int listener, int upstream_port) {
   Watch(p, 1, EPOLL_CTL_ADD);
 }
 
+// An event on fd[s]; false if the pair is to be closed.
+bool OnEvent(Pair* p, int s, uint32_t events) {
+  if (events & (EPOLLERR | EPOLLHUP)) return false;
+  // Room on fd[s]: send what the other side read.
+  if ((events & EPOLLOUT) && p->len[1 - s] != 0 && !Flush(p, 1 - s, true)) return false;
+  if (!(events & EPOLLIN) || p->len[s] != 0) return true;
+  ssize_t r = ::recv(p->fd[s], p->buf[s].get(), kBuf, 0);
+  if (r < 0 && errno == EAGAIN) return true;
+  if (r <= 0) return false;
+  if (!p->framer[s].Feed(p->buf[s].get(), static_cast<size_t>(r))) {
+    std::fprintf(stderr, "hop_proxy: a %s it cannot frame (chunked or without Content-Length); closing\n",
+                 s ? "response" : "request");
+    return false;
+  }
+  p->len[s] = static_cast<size_t>(r);
+  return Flush(p, s, false);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int port = 0, upstream_port = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--port") port = std::atoi(argv[i + 1]);
-    else if (a == "--upstream-port") upstream_port = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--port") == 0) port = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--upstream-port") == 0) upstream_port = std::atoi(argv[i + 1]);
   }
   if (upstream_port <= 0) {
     std::fprintf(stderr, "usage: hop_proxy --upstream-port N [--port 0]\n");
     return 2;
   }
-  ::signal(SIGPIPE, SIG_IGN);
   int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = Loopback(port);
   socklen_t alen = sizeof a;
   if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1024) != 0 ||
       ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
@@ -208,9 +221,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_ep = ::epoll_create1(EPOLL_CLOEXEC);
-  epoll_event lev{};
+  epoll_event lev{};  // data.ptr nullptr: the listener
   lev.events = EPOLLIN;
-  lev.data.ptr = nullptr;
   epoll_ctl(g_ep, EPOLL_CTL_ADD, l, &lev);
   std::printf("listening on %d\n", ntohs(a.sin_port));
   std::fflush(stdout);
@@ -226,31 +238,7 @@ int main(int argc, char** argv) {
       auto tag = reinterpret_cast<uintptr_t>(events[i].data.ptr);
       auto* p = reinterpret_cast<Pair*>(tag & ~uintptr_t{1});
       int s = static_cast<int>(tag & 1);
-      if (p->dead) continue;  // killed earlier in this batch
-      if (events[i].events & (EPOLLERR | EPOLLHUP)) {
-        Kill(p);
-        continue;
-      }
-      // Room on fd[s]: send what the other side read.
-      if ((events[i].events & EPOLLOUT) && p->len[1 - s] != 0 && !Flush(p, 1 - s, true)) {
-        Kill(p);
-        continue;
-      }
-      if (!(events[i].events & EPOLLIN) || p->len[s] != 0) continue;
-      ssize_t r = ::recv(p->fd[s], p->buf[s].get(), kBuf, 0);
-      if (r < 0 && errno == EAGAIN) continue;
-      if (r <= 0) {
-        Kill(p);
-        continue;
-      }
-      if (!p->framer[s].Feed(p->buf[s].get(), static_cast<size_t>(r))) {
-        std::fprintf(stderr, "hop_proxy: a %s it cannot frame (chunked or without Content-Length); closing\n",
-                     s ? "response" : "request");
-        Kill(p);
-        continue;
-      }
-      p->len[s] = static_cast<size_t>(r);
-      if (!Flush(p, s, false)) Kill(p);
+      if (!p->dead && !OnEvent(p, s, events[i].events)) Kill(p);  // dead: killed earlier in this batch
     }
     for (Pair* p : g_dead) delete p;
     g_dead.clear();
