@@ -2,19 +2,22 @@
 //
 //   gateway_bench [--duration-s 3] [--rates 1000,10000] [--io-threads 1]
 //                 [--connections 64] [--engine PATH] [--nginx /usr/sbin/nginx]
-//                 [--no-nginx] [--no-search] [--p99-goal-us 1000]
+//                 [--no-nginx] [--floor PATH] [--no-floor] [--no-search]
+//                 [--p99-goal-us 1000]
 //                 [--rounds 2] [--per-round] [--gateway-process]
-//                 [--latencies FILE]
+//                 [--latencies FILE] [--pin G,E,P]
 //
 // --rates "" skips part 1. CPU per request (user + system time of the
-// gateway's io threads, of nginx's workers, of the engine, from /proc) is
-// printed with part 1: unlike latency, it says little about the machine's
-// other load.
+// gateway's io threads, of nginx's workers, of the floor proxy, of the
+// engine, from /proc) is printed with part 1: unlike latency, it says
+// little about the machine's other load.
 //
 // One drover-test-engine process (non-streamed chat completions, 1 token);
-// in front of it the gateway (in this process, its own io threads) and
+// in front of it the gateway (in this process, its own io threads),
 // Debian's nginx (a config generated into a temp dir: upstream keepalive,
-// as many workers as the gateway has io threads). An open-loop generator
+// as many workers as the gateway has io threads) and the floor, hop_proxy
+// (one thread that forwards bytes and finds message ends by Content-Length:
+// the least any proxy adds on this machine). An open-loop generator
 // (one thread, epoll, keep-alive connections) sends requests at a fixed
 // rate; latency runs from each request's scheduled send time, so a
 // stalled server is charged for the requests queued behind it (no
@@ -23,16 +26,22 @@
 // --gateway-process runs the gateway in a child process of its own (as
 // nginx and the engine are) instead of beside the generator's thread.
 //
+// --pin G,E,P pins the generator's thread to CPU G, every thread of the
+// engine to CPU E and every proxy's serving threads (the gateway's io
+// threads, nginx's workers, the floor) to CPU P, to see what sharing the
+// CPUs costs.
+//
 // 1. Added latency: at each rate, direct to the engine, then through the
-//    gateway, then through nginx, each for --duration-s, --rounds times in
+//    floor, the gateway and nginx, each for --duration-s, --rounds times in
 //    turn (--per-round prints each round's p99);
 //    added = via - direct (p50, p99).
 // 2. Throughput at a p99 goal: the highest rate (searched) at which the
-//    p99 stays within --p99-goal-us, for the gateway and for nginx.
+//    p99 stays within --p99-goal-us, for each of them.
 //
 // Results: docs/gateway.md ("Performance").
 
 #include <dirent.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -44,6 +53,7 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -240,6 +250,27 @@ std::vector<pid_t> Children(pid_t parent) {
   return out;
 }
 
+// Pins the threads of `pid` whose name starts with `prefix` (all when
+// empty) to `cpu`; how many it pinned.
+int Pin(pid_t pid, int cpu, const std::string& prefix = {}) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int pinned = 0;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return 0;
+  while (dirent* e = ::readdir(d.get())) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(dir + "/" + e->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (!prefix.empty() && name.rfind(prefix, 0) != 0) continue;
+    if (::sched_setaffinity(static_cast<pid_t>(std::atoi(e->d_name)), sizeof set, &set) == 0) ++pinned;
+  }
+  return pinned;
+}
+
 struct Nginx {
   std::string dir;
   std::unique_ptr<ChildProcess> proc;
@@ -317,7 +348,9 @@ int main(int argc, char** argv) {
   int io_threads = 1, conns = 64, rounds = 2;
   int64_t goal_us = 1000;
   std::string engine = TEST_ENGINE_BINARY, nginx = "/usr/sbin/nginx";
-  bool use_nginx = true, search = true, gateway_process = false, per_round = false;
+  std::string floor_binary = HOP_PROXY_BINARY;
+  bool use_nginx = true, use_floor = true, search = true, gateway_process = false, per_round = false;
+  std::vector<int> pin;  // CPUs of the generator, the engine, the proxies
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -333,6 +366,20 @@ int main(int argc, char** argv) {
     else if (a == "--engine") engine = next();
     else if (a == "--nginx") nginx = next();
     else if (a == "--no-nginx") use_nginx = false;
+    else if (a == "--floor") floor_binary = next();
+    else if (a == "--no-floor") use_floor = false;
+    else if (a == "--pin") {
+      std::string v = next();
+      for (size_t p = 0; p < v.size();) {
+        size_t c = v.find(',', p);
+        pin.push_back(std::stoi(v.substr(p, c - p)));
+        p = c == std::string::npos ? v.size() : c + 1;
+      }
+      if (pin.size() != 3) {
+        std::fprintf(stderr, "gateway_bench: --pin needs three CPUs: generator,engine,proxies\n");
+        return 2;
+      }
+    }
     else if (a == "--no-search") search = false;
     else if (a == "--rounds") rounds = std::max(1, std::stoi(next()));
     else if (a == "--gateway-process") gateway_process = true;
@@ -411,80 +458,111 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<ChildProcess> floor_proxy;
+  if (use_floor) {
+    floor_proxy = std::make_unique<ChildProcess>(
+        std::vector<std::string>{floor_binary, "--upstream-port", std::to_string(eng.port())});
+    if (floor_proxy->port() == 0) {
+      std::fprintf(stderr, "gateway_bench: the floor proxy (%s) did not start; --no-floor to skip it\n",
+                   floor_binary.c_str());
+      return 1;
+    }
+  }
   const std::string body = R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})";
   const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer sk-bench\r\n"
                           "Content-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
-  std::printf("gateway_bench: engine :%d, gateway :%d (%d io threads)%s, %d connections, %.1f s a run\n", eng.port(),
-              gw_port, io_threads, ngx ? (", nginx :" + std::to_string(ngx->port)).c_str() : "", conns, seconds);
-  // Warm up every path (connections, pools, caches).
-  Run(eng.port(), 2000, 0.5, conns, req);
-  Run(gw_port, 2000, 0.5, conns, req);
-  if (ngx) Run(ngx->port, 2000, 0.5, conns, req);
+  std::printf("gateway_bench: engine :%d, gateway :%d (%d io threads)%s%s, %d connections, %.1f s a run\n", eng.port(),
+              gw_port, io_threads, ngx ? (", nginx :" + std::to_string(ngx->port)).c_str() : "",
+              floor_proxy ? (", floor :" + std::to_string(floor_proxy->port())).c_str() : "", conns, seconds);
 
   pid_t nginx_master = 0;
   if (ngx) {
     std::ifstream pidf(ngx->dir + "/nginx.pid");
     pidf >> nginx_master;
   }
-  auto nginx_cpu = [&] {
-    double c = 0;
-    if (nginx_master > 0) {
-      for (pid_t p : Children(nginx_master)) c += CpuSeconds(p);
-    }
-    return c;
+  // What each target's CPU time is: the serving process's or threads'.
+  struct Target {
+    const char* name;
+    int port;
+    std::function<double()> cpu;
   };
+  std::vector<Target> targets = {{"direct", eng.port(), [&] { return CpuSeconds(eng.pid()); }}};
+  if (floor_proxy) targets.push_back({"floor", floor_proxy->port(), [&] { return CpuSeconds(floor_proxy->pid()); }});
+  targets.push_back({"gateway", gw_port, [&] { return CpuSeconds(gw_pid, "drover-gw-"); }});
+  if (ngx) {
+    targets.push_back({"nginx", ngx->port, [&] {
+                         double c = 0;
+                         for (pid_t p : Children(nginx_master)) c += CpuSeconds(p);
+                         return c;
+                       }});
+  }
+  if (!pin.empty()) {
+    int n = Pin(eng.pid(), pin[1]);
+    int p = Pin(gw_pid, pin[2], "drover-gw-");
+    if (floor_proxy) p += Pin(floor_proxy->pid(), pin[2]);
+    if (nginx_master > 0) {
+      for (pid_t w : Children(nginx_master)) p += Pin(w, pin[2]);
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(pin[0], &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+      std::fprintf(stderr, "gateway_bench: cannot pin the generator to CPU %d\n", pin[0]);
+      return 1;
+    }
+    std::printf("pinned: generator to CPU %d, %d engine threads to CPU %d, %d proxy threads to CPU %d\n", pin[0], n,
+                pin[1], p, pin[2]);
+  }
+  // Warm up every path (connections, pools, caches).
+  for (const Target& t : targets) Run(t.port, 2000, 0.5, conns, req);
+
   std::printf("\n1. added latency (open loop, --rounds rounds each)\n");
   for (double rate : rates) {
-    Result d, g, n;
-    double gw_cpu = 0, ngx_cpu = 0, eng_cpu = 0;
-    int64_t gw_n = 0, ngx_n = 0, eng_n = 0;
+    std::vector<Result> merged(targets.size());
+    std::vector<double> cpu(targets.size(), 0);
+    std::vector<int64_t> served(targets.size(), 0);
     for (int round = 0; round < rounds; ++round) {
-      double c0 = CpuSeconds(eng.pid());
-      Result rd = Run(eng.port(), rate, seconds, conns, req);
-      eng_cpu += CpuSeconds(eng.pid()) - c0;
-      eng_n += static_cast<int64_t>(rd.lat_ns.size());
-      d = round ? Merge(d, rd) : rd;
-      c0 = CpuSeconds(gw_pid, "drover-gw-");
-      Result rg = Run(gw_port, rate, seconds, conns, req);
-      gw_cpu += CpuSeconds(gw_pid, "drover-gw-") - c0;
-      gw_n += static_cast<int64_t>(rg.lat_ns.size());
-      g = round ? Merge(g, rg) : rg;
-      if (ngx) {
-        c0 = nginx_cpu();
-        Result rn = Run(ngx->port, rate, seconds, conns, req);
-        ngx_cpu += nginx_cpu() - c0;
-        ngx_n += static_cast<int64_t>(rn.lat_ns.size());
-        n = round ? Merge(n, rn) : rn;
-        if (per_round) {
-          std::printf("    round %d p99: direct %.0f us, gateway %.0f us, nginx %.0f us\n", round,
-                      static_cast<double>(rd.P(0.99)) / 1e3, static_cast<double>(rg.P(0.99)) / 1e3,
-                      static_cast<double>(rn.P(0.99)) / 1e3);
+      std::vector<int64_t> p99(targets.size());
+      for (size_t i = 0; i < targets.size(); ++i) {
+        double c0 = targets[i].cpu();
+        Result r = Run(targets[i].port, rate, seconds, conns, req);
+        cpu[i] += targets[i].cpu() - c0;
+        served[i] += static_cast<int64_t>(r.lat_ns.size());
+        p99[i] = r.P(0.99);
+        merged[i] = round ? Merge(merged[i], r) : r;
+      }
+      if (per_round) {
+        std::printf("    round %d p99:", round);
+        for (size_t i = 0; i < targets.size(); ++i) {
+          std::printf("%s %s %.0f us", i ? "," : "", targets[i].name, static_cast<double>(p99[i]) / 1e3);
         }
+        std::printf("\n");
       }
     }
-    std::printf("  CPU per request: engine %.1f us; gateway io threads %.1f us", eng_cpu / static_cast<double>(std::max<int64_t>(1, eng_n)) * 1e6,
-                gw_cpu / static_cast<double>(std::max<int64_t>(1, gw_n)) * 1e6);
-    if (ngx) std::printf("; nginx workers %.1f us", ngx_cpu / static_cast<double>(std::max<int64_t>(1, ngx_n)) * 1e6);
+    std::printf("  CPU per request:");
+    for (size_t i = 0; i < targets.size(); ++i) {
+      std::printf("%s %s %.1f us", i ? ";" : "", i ? targets[i].name : "engine",
+                  cpu[i] / static_cast<double>(std::max<int64_t>(1, served[i])) * 1e6);
+    }
     std::printf("\n");
-    Print("direct", rate, d);
-    Print("gateway", rate, g);
-    if (ngx) Print("nginx", rate, n);
-    std::printf("  => gateway adds p50 %+.1f us, p99 %+.1f us", static_cast<double>(g.P(0.5) - d.P(0.5)) / 1e3,
-                static_cast<double>(g.P(0.99) - d.P(0.99)) / 1e3);
-    if (ngx) {
-      std::printf("; nginx adds p50 %+.1f us, p99 %+.1f us", static_cast<double>(n.P(0.5) - d.P(0.5)) / 1e3,
-                  static_cast<double>(n.P(0.99) - d.P(0.99)) / 1e3);
+    for (size_t i = 0; i < targets.size(); ++i) Print(targets[i].name, rate, merged[i]);
+    const Result& d = merged[0];
+    std::printf("  =>");
+    for (size_t i = 1; i < targets.size(); ++i) {
+      std::printf("%s %s adds p50 %+.1f us, p99 %+.1f us", i > 1 ? ";" : "", targets[i].name,
+                  static_cast<double>(merged[i].P(0.5) - d.P(0.5)) / 1e3,
+                  static_cast<double>(merged[i].P(0.99) - d.P(0.99)) / 1e3);
     }
     std::printf("\n");
   }
   if (search) {
     std::printf("\n2. highest rate with p99 <= %" PRId64 " us\n", goal_us);
-    double e = Search(eng.port(), seconds, conns, req, goal_us * 1000, "direct");
-    double gr = Search(gw_port, seconds, conns, req, goal_us * 1000, "gateway");
-    double nr = ngx ? Search(ngx->port, seconds, conns, req, goal_us * 1000, "nginx") : 0;
-    std::printf("  => direct %.0f req/s, gateway %.0f req/s%s\n", e, gr,
-                ngx ? (", nginx " + std::to_string(static_cast<int64_t>(nr)) + " req/s").c_str() : "");
+    std::vector<double> best;
+    for (const Target& t : targets) best.push_back(Search(t.port, seconds, conns, req, goal_us * 1000, t.name));
+    std::printf("  =>");
+    for (size_t i = 0; i < targets.size(); ++i) std::printf("%s %s %.0f req/s", i ? "," : "", targets[i].name, best[i]);
+    std::printf("\n");
   }
   if (gw) gw->Stop();
   if (gateway_process && gw_pid > 0) {
