@@ -306,6 +306,37 @@ std::optional<Nginx> StartNginx(const std::string& binary, int workers, int engi
   return n;
 }
 
+// The gateway's drover_gateway_overhead_seconds buckets from its /metrics:
+// (upper bound in seconds, cumulative count); +Inf last.
+std::vector<std::pair<double, double>> Overhead(int gateway_port) {
+  std::vector<std::pair<double, double>> out;
+  const std::string page = drover::gateway::testing::Http(gateway_port, "GET", "/metrics").body;
+  const std::string name = "drover_gateway_overhead_seconds_bucket{le=\"";
+  for (size_t at = page.find(name); at != std::string::npos; at = page.find(name, at + 1)) {
+    size_t le = at + name.size();
+    size_t q = page.find('"', le);
+    size_t sp = page.find(' ', q);
+    if (q == std::string::npos || sp == std::string::npos) break;
+    std::string bound = page.substr(le, q - le);
+    out.emplace_back(bound == "+Inf" ? 1e300 : std::strtod(bound.c_str(), nullptr),
+                     std::strtod(page.c_str() + sp + 1, nullptr));
+  }
+  return out;
+}
+
+// The bucket bound (us) below which a fraction `p` of the calls between two
+// Overhead() readings fell; -1 if none.
+double OverheadBoundUs(const std::vector<std::pair<double, double>>& before,
+                       const std::vector<std::pair<double, double>>& after, double p) {
+  if (after.empty() || after.size() != before.size()) return -1;
+  const double total = after.back().second - before.back().second;
+  if (total <= 0) return -1;
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (after[i].second - before[i].second >= p * total) return after[i].first * 1e6;
+  }
+  return -1;
+}
+
 void Print(const char* what, double rate, const Result& r) {
   std::printf("  %-8s %7.0f req/s offered, %7.0f done: p50 %7.1f us  p99 %8.1f us  p99.9 %8.1f us  errors %" PRId64
               " unfinished %" PRId64 "\n",
@@ -412,6 +443,7 @@ int main(int argc, char** argv) {
   }
   drover::gateway::GatewayOptions o;
   o.io_threads = io_threads;
+  o.metrics_public = true;  // for the overhead histogram below
   auto start_gateway = [&]() -> std::unique_ptr<drover::gateway::Gateway> {
     auto gw = drover::gateway::StartGateway(
         o, [](std::string_view) -> drover::Result<drover::gateway::KeyInfo> { return drover::gateway::KeyInfo{"k", "bench", "t"}; },
@@ -522,6 +554,7 @@ int main(int argc, char** argv) {
     std::vector<Result> merged(targets.size());
     std::vector<double> cpu(targets.size(), 0);
     std::vector<int64_t> served(targets.size(), 0);
+    const auto own_before = Overhead(gw_port);
     for (int round = 0; round < rounds; ++round) {
       std::vector<int64_t> p99(targets.size());
       for (size_t i = 0; i < targets.size(); ++i) {
@@ -546,6 +579,9 @@ int main(int argc, char** argv) {
                   cpu[i] / static_cast<double>(std::max<int64_t>(1, served[i])) * 1e6);
     }
     std::printf("\n");
+    const auto own_after = Overhead(gw_port);
+    std::printf("  gateway's own time (drover_gateway_overhead_seconds): p50 <= %.1f us, p99 <= %.1f us (bucket bounds)\n",
+                OverheadBoundUs(own_before, own_after, 0.5), OverheadBoundUs(own_before, own_after, 0.99));
     for (size_t i = 0; i < targets.size(); ++i) Print(targets[i].name, rate, merged[i]);
     const Result& d = merged[0];
     std::printf("  =>");

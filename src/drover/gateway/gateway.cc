@@ -326,7 +326,7 @@ Status GatewayImpl::Start() {
       registry_->AddHistogram("drover_gateway_overhead_seconds",
                               "The gateway's own time on a call that went to its first replica without waiting: from "
                               "the request's arrival to its upstream write, plus from the answer (a stream: its first "
-                              "event) read to its write to the client.",
+                              "event) read to its write to the client, the writes' system calls not included.",
                               *fine));
   counters_.overhead = overhead->With({});
   DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * rejected,

@@ -149,9 +149,11 @@ struct CallResult {
   bool client_gone = false;
   Usage usage;
   // The gateway's own time on the call (drover_gateway_overhead_seconds):
-  // from the request's arrival to its upstream write, plus from the answer
-  // (a stream: its first event) read to its write to the client. `clean`:
-  // no cold-start wait, no retry, so that the sum is the gateway's work only.
+  // from the request's arrival (read) to its upstream write, plus from the
+  // answer (a stream: its first event) read to its write to the client,
+  // the writes' system calls not included (any proxy makes them; the
+  // bench's floor has them). `clean`: no cold-start wait, no retry, so that
+  // the sum is the gateway's work only.
   int64_t mark_ns = 0;
   int64_t own_ns = 0;
   bool clean = true;

@@ -323,6 +323,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     head += std::to_string(body.size());
     head += "\r\n\r\n";
     std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body.data(), body.size())};
+    Own(res);  // up to the write: the system call and what it wakes are the hop's
     up->s.ExpiresAfterMs(options_.write_timeout_ms);
     co_await WriteAll(up->s.socket, bufs, ec);
     if (ec) {
@@ -331,7 +332,6 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       *why = "replica '" + r.id + "': sending the request: " + ec.message();
       co_return Outcome::kRetry;
     }
-    Own(res);
     // While the replica works, a client that leaves closes the upstream
     // connection: the engine sees the request cancelled, and the
     // replica's outstanding count drops when this returns.
@@ -378,11 +378,11 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       beast::string_view ct = resp[bhttp::field::content_type];
       bool keep = sp.keep_alive();
       res.Commit();
+      Own(res);
+      ObserveOverhead(res);
       bool ok = co_await sink.Whole(status, ct.empty() ? "application/json" : std::string_view(ct.data(), ct.size()),
                                     resp.body(), {});
       res.client_gone = !ok;
-      Own(res);
-      ObserveOverhead(res);
       if (keep) {
         up->s.Never();
         w->idle[r.address].push_back(std::move(up));
@@ -409,14 +409,13 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       filter.Feed(std::string_view(tmp.data(), n), &out);
       if (gone) break;
       if (!out.empty()) {
-        const bool first = !sink.started();
+        if (!sink.started()) {
+          Own(res);
+          ObserveOverhead(res);
+        }
         if (!co_await sink.Events(out)) {
           gone = true;
           break;
-        }
-        if (first) {
-          Own(res);
-          ObserveOverhead(res);
         }
       }
       if (ec) {
