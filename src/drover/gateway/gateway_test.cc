@@ -728,6 +728,23 @@ TEST(Usage, FoundInAnswersAndStreams) {
   EXPECT_TRUE(f.saw_done());
 }
 
+// An engine that never ends an event cannot make the gateway hold more
+// than kMaxEventBytes of it: the filter says so and the stream is broken.
+TEST(SseFilter, AnEndlessEventOverflows) {
+  SseFilter f(false);
+  std::string out;
+  f.Feed("data: {\"a\":1}\n\n", &out);
+  EXPECT_EQ(out, "data: {\"a\":1}\n\n");
+  const std::string chunk(1 << 20, 'x');
+  f.Feed("data: ", &out);
+  for (size_t held = 6; held <= SseFilter::kMaxEventBytes; held += chunk.size()) {
+    EXPECT_FALSE(f.overflowed());
+    f.Feed(chunk, &out);
+  }
+  EXPECT_TRUE(f.overflowed());
+  EXPECT_EQ(out, "data: {\"a\":1}\n\n");  // nothing of it passed on
+}
+
 TEST(ParseRequest, ReadsTheRoutedFieldsAndRefusesBadOnes) {
   std::string param;
   auto r = ParseRequest(R"({"messages":[{"role":"user","content":"x","model":"inner"}],"model":"m","stream":true,)"

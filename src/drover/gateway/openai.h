@@ -71,6 +71,10 @@ class SseFilter {
   bool saw_done() const { return done_; }
   // Bytes of an incomplete event still held.
   size_t pending() const { return pending_.size(); }
+  // An event longer than any an engine sends: the stream is broken (and the
+  // filter holds no more than this, plus one read).
+  static constexpr size_t kMaxEventBytes = 16 << 20;
+  bool overflowed() const { return pending_.size() > kMaxEventBytes; }
 
  private:
   void Event(std::string_view ev, std::string* out);

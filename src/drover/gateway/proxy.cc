@@ -397,6 +397,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     std::string out;
     std::array<char, 16384> tmp;
     bool broken = false;
+    std::string fault;  // why the stream broke, when not the connection's error
     while (!bp.is_done()) {
       bp.get().body().data = tmp.data();
       bp.get().body().size = tmp.size();
@@ -407,6 +408,10 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       size_t n = tmp.size() - bp.get().body().size;
       out.clear();
       filter.Feed(std::string_view(tmp.data(), n), &out);
+      if (filter.overflowed()) {
+        fault = "an event over " + std::to_string(SseFilter::kMaxEventBytes >> 20) + " MiB";
+        broken = true;
+      }
       if (gone) break;
       if (!out.empty()) {
         if (!sink.started()) {
@@ -418,25 +423,26 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
           break;
         }
       }
-      if (ec) {
+      if (ec || broken) {
         broken = true;
         break;
       }
     }
     sink.Unwatch();
+    if (fault.empty()) fault = ec.message();
     res.status = 200;
     res.usage = filter.usage();
     if (gone) co_return ClientLeft(res);  // `up` closes: the engine sees the request cancelled
-    if (broken && !filter.saw_done()) {
+    if (broken && (!filter.saw_done() || filter.overflowed())) {
       if (!sink.started()) {
-        *why = "replica '" + r.id + "' ended the stream before any event: " + ec.message();
+        *why = "replica '" + r.id + "' ended the stream before any event: " + fault;
         co_return Outcome::kRetry;
       }
       res.stream_error = true;
       counters_.stream_errors->Inc();
       res.Commit();
       std::string ev = "data: " +
-                       ErrorJson("replica '" + r.id + "' failed mid-stream: " + ec.message(), "server_error",
+                       ErrorJson("replica '" + r.id + "' failed mid-stream: " + fault, "server_error",
                                  "upstream_error") +
                        "\n\n";
       if (co_await sink.Events(ev)) co_await sink.EndStream();
