@@ -56,6 +56,49 @@ bool TlsClientLeaving(tcp::socket& s) {
   return h[0] == kAlert || (h[0] == kApplicationData && length == 19);
 }
 
+// Whether a plaintext WebSocket client's next frame is a close (its first
+// byte, FIN and the opcode, is not masked).
+bool WsCloseFrameNext(tcp::socket& s) {
+  unsigned char first = 0;
+  return ::recv(s.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && (first & 0x0f) == 0x8;
+}
+
+// Watches a client's socket while a call waits (Sink::Watch): when it turns
+// readable, on_gone runs (on the io thread) if the client closed or reset
+// it, or if `leaving(socket)` reads what waits there as the client leaving;
+// other bytes (a pipelined request) end the watch. Stop() (or the
+// destructor) ends it; the socket must outlive the watch.
+class GoneWatch {
+ public:
+  GoneWatch() = default;
+  GoneWatch(const GoneWatch&) = delete;
+  GoneWatch& operator=(const GoneWatch&) = delete;
+  ~GoneWatch() { Stop(); }
+
+  void Start(tcp::socket& socket, std::function<void()> on_gone, bool (*leaving)(tcp::socket&)) {
+    Stop();
+    socket_ = &socket;
+    flag_ = std::make_shared<bool>(true);
+    socket.async_wait(tcp::socket::wait_read, [flag = flag_, s = socket_, leaving,
+                                               fn = std::move(on_gone)](const beast::error_code& ec) {
+      if (!*flag || ec) return;  // stopped: the socket may be gone
+      beast::error_code e2;
+      if (s->available(e2) == 0 || e2 || (leaving && leaving(*s))) fn();
+    });
+  }
+  void Stop() {
+    if (!flag_) return;
+    *flag_ = false;
+    flag_.reset();
+    beast::error_code ec;
+    socket_->cancel(ec);
+  }
+
+ private:
+  tcp::socket* socket_ = nullptr;
+  std::shared_ptr<bool> flag_;
+};
+
 std::string Head(int status, std::string_view content_type, int64_t content_length, bool keep_alive,
                  std::string_view extra) {
   std::string h;
@@ -86,7 +129,6 @@ class HttpSink final : public Sink {
  public:
   HttpSink(std::shared_ptr<Conn> c, Stream& s, bool keep_alive, int64_t write_timeout_ms)
       : c_(std::move(c)), s_(s), keep_alive_(keep_alive), write_timeout_ms_(write_timeout_ms) {}
-  ~HttpSink() override { Unwatch(); }
 
   bool keep_alive() const { return keep_alive_ && ok_; }
 
@@ -124,29 +166,9 @@ class HttpSink final : public Sink {
   }
 
   void Watch(std::function<void()> on_gone) override {
-    Unwatch();
-    watching_ = std::make_shared<bool>(true);
-    auto flag = watching_;
-    auto c = c_;
-    c_->stream.socket.async_wait(
-        tcp::socket::wait_read, [flag, c, fn = std::move(on_gone)](const beast::error_code& ec) {
-          if (!*flag || ec) return;
-          beast::error_code e2;
-          // Readable with nothing to read: the peer closed (or reset).
-          if (c->stream.socket.available(e2) == 0 || e2) {
-            fn();
-          } else if constexpr (kIsTls<Stream>) {
-            if (TlsClientLeaving(c->stream.socket)) fn();  // close_notify before the close
-          }
-        });
+    watch_.Start(c_->stream.socket, std::move(on_gone), kIsTls<Stream> ? TlsClientLeaving : nullptr);
   }
-  void Unwatch() override {
-    if (!watching_) return;
-    *watching_ = false;
-    watching_.reset();
-    beast::error_code ec;
-    c_->stream.socket.cancel(ec);
-  }
+  void Unwatch() override { watch_.Stop(); }
 
  private:
   template <typename Buffers>
@@ -173,8 +195,8 @@ class HttpSink final : public Sink {
   bool keep_alive_;
   int64_t write_timeout_ms_;
   bool ok_ = true;
-  std::shared_ptr<bool> watching_;
   [[no_unique_address]] std::conditional_t<kIsTls<Stream>, std::string, None> out_;  // TLS: what Write sends
+  GoneWatch watch_;  // last: stopped before c_ (the socket) goes
 };
 
 // A WebSocket client: each SSE data payload (and "[DONE]") is one text
@@ -201,33 +223,14 @@ class WsSink final : public Sink {
   awaitable<bool> EndStream() override { co_return ok_; }
 
   // As HttpSink's, on the socket under the WebSocket (and its TLS): the
-  // client closed the connection, or (plain) its next frame is a close.
+  // client closed the connection, or its next frame is a close (plain) or
+  // an alert (TLS).
   void Watch(std::function<void()> on_gone) override {
-    Unwatch();
-    watching_ = std::make_shared<bool>(true);
-    auto flag = watching_;
-    tcp::socket* s = &RawSocket(beast::get_lowest_layer(ws_));
-    s->async_wait(tcp::socket::wait_read, [flag, s, fn = std::move(on_gone)](const beast::error_code& ec) {
-      if (!*flag || ec) return;
-      beast::error_code e2;
-      if (s->available(e2) == 0 || e2) {
-        fn();
-      } else if constexpr (kIsTls<std::remove_cvref_t<decltype(ws_.next_layer())>>) {
-        if (TlsClientLeaving(*s)) fn();
-      } else {
-        unsigned char first = 0;  // FIN and the opcode, unmasked
-        if (::recv(s->native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && (first & 0x0f) == 0x8) fn();
-      }
-    });
+    constexpr bool kTls = kIsTls<std::remove_cvref_t<decltype(ws_.next_layer())>>;
+    watch_.Start(RawSocket(beast::get_lowest_layer(ws_)), std::move(on_gone),
+                 kTls ? TlsClientLeaving : WsCloseFrameNext);
   }
-  void Unwatch() override {
-    if (!watching_) return;
-    *watching_ = false;
-    watching_.reset();
-    beast::error_code ec;
-    RawSocket(beast::get_lowest_layer(ws_)).cancel(ec);
-  }
-  ~WsSink() override { Unwatch(); }
+  void Unwatch() override { watch_.Stop(); }
 
  private:
   static tcp::socket& RawSocket(tcp::socket& s) { return s; }
@@ -243,7 +246,7 @@ class WsSink final : public Sink {
   }
   WsStream& ws_;
   bool ok_ = true;
-  std::shared_ptr<bool> watching_;
+  GoneWatch watch_;
 };
 
 Result<tcp::endpoint> ParseHostPort(const std::string& s, bool resolve) {
