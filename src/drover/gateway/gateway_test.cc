@@ -84,6 +84,17 @@ class GatewayTest : public ::testing::Test {
     }
     return -1;
   }
+  // The gateway's /metrics, as an admin reads them.
+  std::string AdminMetrics() {
+    return Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
+  }
+  // The test engine saw one request cancelled (its client, the gateway,
+  // closed) and runs none now.
+  static bool CancelledOnceAndIdle(const ChildProcess& engine) {
+    std::string m = Http(engine.port(), "GET", "/metrics").body;
+    return m.find("drover_test_engine_cancelled_total 1") != std::string::npos &&
+           m.find("vllm:num_requests_running{model_name=\"m\"} 0\n") != std::string::npos;
+  }
   int64_t Waiting(const std::string& model) {
     for (const auto& l : gw_->TakeLoad()) {
       if (l.model == model) return l.waiting;
@@ -336,12 +347,8 @@ TEST_F(GatewayTest, ClientCancelFreesTheSlotAndCancelsUpstream) {
   }  // the client goes away mid-stream
   EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
   // The engine saw its request cancelled (its write failed) and is idle.
-  EXPECT_TRUE(WaitFor([&] {
-    std::string m = Http(e->port(), "GET", "/metrics").body;
-    return m.find("drover_test_engine_cancelled_total 1") != std::string::npos &&
-           m.find("vllm:num_requests_running{model_name=\"m\"} 0\n") != std::string::npos;
-  }));
-  EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+  EXPECT_TRUE(WaitFor([&] { return CancelledOnceAndIdle(*e); }));
+  EXPECT_NE(AdminMetrics().find("drover_gateway_client_cancels_total 1"), std::string::npos);
 }
 
 // A client that leaves while a non-streamed answer is being made (the
@@ -357,12 +364,8 @@ TEST_F(GatewayTest, ClientLeavingBeforeAWholeAnswerCancelsUpstream) {
     ASSERT_TRUE(WaitFor([&] { return Outstanding("m") == 1; }));
   }  // the client goes away before the answer
   EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
-  EXPECT_TRUE(WaitFor([&] {
-    std::string m = Http(e->port(), "GET", "/metrics").body;
-    return m.find("drover_test_engine_cancelled_total 1") != std::string::npos &&
-           m.find("vllm:num_requests_running{model_name=\"m\"} 0\n") != std::string::npos;
-  }));
-  EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+  EXPECT_TRUE(WaitFor([&] { return CancelledOnceAndIdle(*e); }));
+  EXPECT_NE(AdminMetrics().find("drover_gateway_client_cancels_total 1"), std::string::npos);
   // Not counted as an error of the tenant's, and the gateway still serves.
   json u = json::parse(gw_->UsageJson());
   EXPECT_EQ(u["usage"][0]["errors"], 0) << u.dump();
@@ -384,7 +387,7 @@ TEST_F(GatewayTest, ClientLeavingDuringAColdStartStopsWaiting) {
     ASSERT_TRUE(WaitFor([&] { return Waiting("m") == 1; }));
   }
   EXPECT_TRUE(WaitFor([&] { return Waiting("m") == 0; }));
-  EXPECT_NE(Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find("drover_gateway_client_cancels_total 1"), std::string::npos);
+  EXPECT_NE(AdminMetrics().find("drover_gateway_client_cancels_total 1"), std::string::npos);
 }
 
 TEST_F(GatewayTest, EngineDyingMidStreamGivesAnErrorEvent) {
@@ -628,7 +631,7 @@ TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
     tokens += batched["usage"]["prompt_tokens"].get<int64_t>();
   }
   EXPECT_EQ(tokens, 11);  // the merged call's usage, apportioned
-  std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
+  std::string m = AdminMetrics();
   EXPECT_NE(m.find("drover_gateway_embeddings_batches_total 1\n"), std::string::npos) << m;
   EXPECT_NE(m.find("drover_gateway_embeddings_batched_requests_total 7\n"), std::string::npos);
   // Not mergeable (another field): goes alone, at once.
@@ -648,12 +651,12 @@ TEST_F(GatewayTest, EngineMetricsAreScraped) {
   req["stream"] = true;
   ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", req.dump())));
   EXPECT_TRUE(WaitFor([&] {
-    return Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find(
+    return AdminMetrics().find(
                "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 1") != std::string::npos;
   }));
   c.Close();
   EXPECT_TRUE(WaitFor([&] {
-    return Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body.find(
+    return AdminMetrics().find(
                "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 0") != std::string::npos;
   }));
 }
