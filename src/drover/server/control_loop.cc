@@ -13,7 +13,6 @@
 namespace drover::server {
 namespace {
 
-constexpr std::string_view kNodesPrefix = "/nodes/";
 constexpr int64_t kRecoverPage = 1000;
 
 // Every record under `prefix`, a page at a time: start-up holds one page of
@@ -46,7 +45,14 @@ int64_t ThreadCpuNs() {
 }  // namespace
 
 ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions options)
-    : store_(store), clock_(clock), options_(WithDerivedLease(std::move(options))), loop_("control-loop"), sched_(options_.scheduler) {
+    : store_(store),
+      clock_(clock),
+      options_(WithDerivedLease(std::move(options))),
+      loop_("control-loop"),
+      sched_(options_.scheduler),
+      lifecycle_(&sched_, &batch_, clock,
+                 [this](const v1::Job& job, const std::set<std::string>& nodes) { JobEndedOn(job, nodes); }),
+      jobs_(lifecycle_.table()) {
   loop_.SetBatchHook([this] { AfterBatch(); });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
@@ -101,39 +107,6 @@ void ControlLoop::Stop() {
   loop_.Stop();
 }
 
-template <typename T>
-std::future<Result<T>> ControlLoop::Call(std::function<Result<T>()> fn) {
-  auto promise = std::make_shared<std::promise<Result<T>>>();
-  auto future = promise->get_future();
-  CallThen<T>(std::move(fn), [promise](Result<T> r) { promise->set_value(std::move(r)); });
-  return future;
-}
-
-template <typename T>
-void ControlLoop::CallThen(std::function<Result<T>()> fn, std::function<void(Result<T>)> done) {
-  auto answer = std::make_shared<std::function<void(Result<T>)>>(std::move(done));
-  bool posted = loop_.Post([this, answer, fn = std::move(fn)] {
-    if (Status s = EnsureRecovered(); !s.ok()) {
-      (*answer)(s);
-      return;
-    }
-    Result<T> r = fn();
-    // Nothing to commit and no node view to publish: the answer needs no wait.
-    if (ops_.empty() && acks_.empty() && touched_nodes_.empty() && audit_entries_.empty()) {
-      (*answer)(std::move(r));
-      return;
-    }
-    acks_.push_back([answer, r](const Status& committed) {
-      if (committed.ok()) {
-        (*answer)(r);
-      } else {
-        (*answer)(committed);
-      }
-    });
-  });
-  if (!posted) (*answer)(Unavailable("the control loop is stopped"));
-}
-
 Status ControlLoop::EnsureRecovered() {
   if (!degraded_) return Status::Ok();
   if (Status s = Recover(); !s.ok()) {
@@ -156,11 +129,8 @@ Status ControlLoop::Recover() {
   }
   std::map<std::string, v1::Tenant> tenants;
   DROVER_RETURN_IF_ERROR(LoadTenants(&sched, &tenants));
-  std::map<uint64_t, v1::Job> jobs;
+  JobTable::Map jobs;
   std::map<std::string, NodeEntry> nodes;
-  std::map<std::string, std::set<uint64_t>> active;
-  std::map<std::string, ArrayGate> gates;
-  std::set<uint64_t> held;
   uint64_t next_seq = 1;
 
   // Everything is read before anything live is touched: a read that fails
@@ -212,83 +182,33 @@ Status ControlLoop::Recover() {
     DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
     nodes[entry.node.name()] = std::move(entry);
   }
-  std::vector<std::pair<int64_t, uint64_t>> ended;
-  size_t queued = 0;
-  size_t bound = 0;
-  constexpr int64_t kNsPerMs = 1'000'000;
-  // Tasks that hold GPUs count against their array's limit before any
-  // pending one is queued.
-  for (const auto& [seq, job] : jobs) {
-    if (job.array().max_running() > 0 && rpc::HoldsGpus(job.status().state())) ++gates[job.array().array_id()].active;
-  }
-  for (auto& [seq, job] : jobs) {  // submission order, so the queue keeps its order
-    v1::JobState state = job.status().state();
-    if (options_.archive != nullptr && rpc::IsTerminal(state)) {
-      int64_t end = job.status().end_time_unix_nanos();
-      ended.emplace_back(end > 0 ? end : NowNs(), seq);
-    }
-    if (state == v1::JOB_STATE_PENDING) {
-      DROVER_RETURN_IF_ERROR(
-          Queue(job, seq, job.status().submit_time_unix_nanos() / kNsPerMs, &sched, &gates, &held));
-      ++queued;
-    } else if (rpc::HoldsGpus(state)) {
-      sched::Binding b = rpc::ToBinding(job);
-      if (Status st = sched.Restore(rpc::ToJobRequest(job), b, job.status().bind_time_unix_nanos() / kNsPerMs);
-          !st.ok()) {
-        spdlog::error("job '{}' could not be restored on node '{}': {}", job.id(), job.status().allocation().node(),
-                      st.message());
-        continue;
-      }
-      if (int64_t ckpt = job.status().checkpoint_time_unix_nanos(); ckpt > 0) {
-        (void)sched.SetCheckpoint(job.id(), ckpt / kNsPerMs);  // bound: cannot fail
-      }
-      if (state == v1::JOB_STATE_PREEMPTING) {
-        if (Status st = sched.MarkPreempting(job.id(), job.status().preempted_for()); !st.ok()) {
-          spdlog::error("job '{}' could not be marked as being preempted: {}", job.id(), st.message());
-        }
-      }
-      for (const sched::Placement& p : b.replicas) active[p.node].insert(seq);
-      ++bound;
-    }
-  }
+  next_seq = std::max(next_seq, jobs_.next_seq());
   std::map<std::string, DeploymentEntry> deployments;
   DROVER_RETURN_IF_ERROR(LoadDeployments(jobs, &deployments));
+  DROVER_ASSIGN_OR_RETURN(JobLifecycle::Rebuilt rebuilt, JobLifecycle::Rebuild(std::move(jobs), next_seq, &sched, NowNs()));
   sched_ = std::move(sched);
   settled_generation_ = 0;  // a new scheduler counts from 0 again
-  jobs_ = std::move(jobs);
+  lifecycle_.Replace(std::move(rebuilt.table));
   nodes_ = std::move(nodes);
   tenants_ = std::move(tenants);
   deployments_ = std::move(deployments);
   deployments_dirty_ = !deployments_.empty();
-  active_on_node_ = std::move(active);
-  gates_ = std::move(gates);
-  held_ = std::move(held);
-  next_seq_ = std::max(next_seq_, next_seq);
+  std::vector<std::pair<int64_t, uint64_t>>& ended = rebuilt.ended;
+  if (options_.archive == nullptr) ended.clear();
   std::sort(ended.begin(), ended.end());
   ended_.assign(ended.begin(), ended.end());
-  persisted_.clear();
-  unlisted_.clear();
   ReplaceReplica();
   for (const auto& [name, entry] : nodes_) {
-    if (entry.sink) dirty_nodes_.insert(name);
+    if (entry.sink) batch_.MarkDesired(name);
   }
   spdlog::info("recovered {} nodes and {} jobs ({} queued, {} bound or running) at store revision {}",
-               nodes_.size(), jobs_.size(), queued, bound, revision);
+               nodes_.size(), jobs_.size(), rebuilt.queued, rebuilt.bound, revision);
   return Status::Ok();
 }
 
-void ControlLoop::Persist(const v1::Job& job) {
-  ops_.push_back(store::Op::Put(std::string(kJobsPrefix) + job.id(), job.SerializeAsString()));
-  if (!job.spec().deployment().empty()) deployments_dirty_ = true;
-  auto seq = ParseJobId(job.id());
-  if (!seq.ok()) return;
-  persisted_.insert(*seq);
-}
-
 void ControlLoop::Persist(const v1::Node& node) {
-  TouchNode(node.name());
   if (auto it = nodes_.find(node.name()); it != nodes_.end()) it->second.record.reset();  // it changed
-  ops_.push_back(store::Op::Put(std::string(kNodesPrefix) + node.name(), node.SerializeAsString()));
+  batch_.PutNode(node);
 }
 
 int64_t ControlLoop::NowNs() const { return ToUnixNanos(clock_->Now()); }
@@ -297,6 +217,7 @@ int64_t ControlLoop::NowMs() const { return NowNs() / 1'000'000; }
 void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
   // Replicas to start or stop go into this batch's pass and commit.
+  if (batch_.TakeDeploymentJobsChanged()) deployments_dirty_ = true;
   if (deployments_dirty_) ReconcileDeployments();
   // A batch of reads, or of reports that change no job's claim on GPUs,
   // leaves the scheduler's inputs as the last pass saw them: that pass's
@@ -343,27 +264,39 @@ void ControlLoop::AfterBatch() {
   }
   // Victims first: a binding never waits on them (their GPUs are free only
   // once they are requeued), but the records of one pass go out together.
-  for (const sched::Preemption& p : decisions.preemptions) ApplyPreemption(p);
-  for (const sched::Binding& b : decisions.bindings) ApplyBinding(b);
+  for (const sched::Preemption& p : decisions.preemptions) {
+    v1::Job* job = lifecycle_.Find(p.job_id);
+    if (job == nullptr || !rpc::HoldsGpus(job->status().state())) {
+      spdlog::error("scheduler preempted job '{}', which holds no GPUs here", p.job_id);
+      continue;
+    }
+    // Already on its way out (cancelled, preempted, a failed gang): it ends
+    // or is requeued as it was going to; the refusal says so.
+    if (Status s = lifecycle_.Stop(job, StopCause::Preempted(p.for_job, p.reason, p.grace_ms)); !s.ok()) {
+      spdlog::debug("preemption of '{}' not applied: {}", p.job_id, s.message());
+    }
+  }
+  for (const sched::Binding& b : decisions.bindings) {
+    if (Status s = lifecycle_.Bind(b); !s.ok()) spdlog::debug("binding not applied: {}", s.message());
+  }
   Commit();
 }
 
 void ControlLoop::Commit() {
+  // A job of a deployment changed after its controller ran: it runs again
+  // after the next batch.
+  if (batch_.TakeDeploymentJobsChanged()) deployments_dirty_ = true;
+  Batch::Sealed sealed = batch_.Seal();
   bool with_audit = false;
-  Status committed = WriteBatch(&with_audit);
-  ops_.clear();
-  std::vector<std::shared_ptr<std::atomic<bool>>> audited = std::move(audit_recorded_);
-  audit_recorded_.clear();
-  std::vector<Ack> acks = std::move(acks_);
-  acks_.clear();
-  std::set<uint64_t> persisted = std::move(persisted_);
-  persisted_.clear();
-  std::vector<uint64_t> unlisted = std::move(unlisted_);
-  unlisted_.clear();
+  Status committed = WriteBatch(&sealed, &with_audit);
+  std::vector<std::shared_ptr<std::atomic<bool>>> audited = std::move(sealed.audit_recorded);
+  std::vector<Ack> acks = std::move(sealed.acks);
+  std::set<uint64_t> persisted = std::move(sealed.persisted);
+  std::vector<uint64_t> unlisted = std::move(sealed.unlisted);
   if (!committed.ok()) {
     spdlog::error("commit failed, rebuilding state from the store: {}", committed.ToString());
-    dirty_nodes_.clear();
-    touched_nodes_.clear();  // Recover publishes every node
+    batch_.ClearDesired();
+    batch_.ClearTouched();  // Recover publishes every node
     // Agent reports of this batch were lost with it: restart every session so
     // that each agent reports its full state again.
     for (auto& [name, entry] : nodes_) {
@@ -381,7 +314,7 @@ void ControlLoop::Commit() {
   } else {
     // Nodes first: a job bound in this batch starts while the rest of the
     // commit's work (replicas, answers, watchers) goes on. (PublishNodes
-    // still reads dirty_nodes_.)
+    // still reads the batch's resends.)
     SendDesired();
     // Readers see the batch before its commands are answered.
     std::vector<std::pair<uint64_t, JobReplica::JobPtr>> copies;
@@ -413,10 +346,12 @@ void ControlLoop::Commit() {
       }
     }
   }
-  dirty_nodes_.clear();
+  batch_.ClearDesired();
 }
 
-Status ControlLoop::WriteBatch(bool* with_audit) {
+Status ControlLoop::WriteBatch(Batch::Sealed* sealed, bool* with_audit) {
+  std::vector<store::Op>& ops = sealed->ops;
+  std::vector<auth::AuditEntry>& audit_entries = sealed->audit;
   auto applied = [](const Result<store::TxnResult>& r) {
     return !r.ok() ? r.status() : r->succeeded ? Status::Ok() : Aborted("store transaction did not apply");
   };
@@ -426,10 +361,10 @@ Status ControlLoop::WriteBatch(bool* with_audit) {
   // transactions of their own. Atomic per transaction only; docs/ha.md says
   // how to size etcd's limits so that this does not happen.
   const store::Limits limits = store_->limits();
-  size_t audit_ops = audit_entries_.empty() ? 0 : audit_entries_.size() + 1;
+  size_t audit_ops = audit_entries.empty() ? 0 : audit_entries.size() + 1;
   if (audit_ops + 1 > limits.max_ops) {
     // Too many to chain in one transaction: the callers record their own.
-    audit_entries_.clear();
+    audit_entries.clear();
     audit_ops = 0;
   }
   if (limits.max_ops != SIZE_MAX || limits.max_bytes != SIZE_MAX) {
@@ -437,31 +372,31 @@ Status ControlLoop::WriteBatch(bool* with_audit) {
     const size_t byte_budget = limits.max_bytes - std::min(limits.max_bytes / 2, audit_ops * 2048);
     size_t keep = 0;
     size_t bytes = 0;
-    while (keep < ops_.size() && keep < op_budget && bytes + store::OpBytes(ops_[ops_.size() - 1 - keep]) <= byte_budget) {
-      bytes += store::OpBytes(ops_[ops_.size() - 1 - keep]);
+    while (keep < ops.size() && keep < op_budget && bytes + store::OpBytes(ops[ops.size() - 1 - keep]) <= byte_budget) {
+      bytes += store::OpBytes(ops[ops.size() - 1 - keep]);
       ++keep;
     }
-    if (keep < ops_.size()) {
-      const auto split = ops_.end() - static_cast<std::ptrdiff_t>(keep);
-      DROVER_RETURN_IF_ERROR(store_->WriteInChunks(std::vector<store::Op>(ops_.begin(), split)));
-      ops_.erase(ops_.begin(), split);
+    if (keep < ops.size()) {
+      const auto split = ops.end() - static_cast<std::ptrdiff_t>(keep);
+      DROVER_RETURN_IF_ERROR(store_->WriteInChunks(std::vector<store::Op>(ops.begin(), split)));
+      ops.erase(ops.begin(), split);
     }
   }
-  if (!audit_entries_.empty()) {
+  if (!audit_entries.empty()) {
     // The calls' audit entries in the same transaction: one durable write.
-    const auto count = static_cast<int64_t>(audit_entries_.size());
+    const auto count = static_cast<int64_t>(audit_entries.size());
     int64_t last_seq = 0;
-    const size_t records = ops_.size();
+    const size_t records = ops.size();
     auto r = options_.audit->CommitWith(
-        std::move(audit_entries_),
+        std::move(audit_entries),
         [&](std::vector<store::Compare> compares, std::vector<store::Op> entries) {
           *with_audit = true;
-          ops_.resize(records);  // a second call (the audit head moved) replaces the first call's entries
-          ops_.insert(ops_.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
-          return store_->Txn(compares, ops_, {});
+          ops.resize(records);  // a second call (the audit head moved) replaces the first call's entries
+          ops.insert(ops.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
+          return store_->Txn(compares, ops, {});
         },
         &last_seq);
-    audit_entries_.clear();
+    audit_entries.clear();
     if (*with_audit) {
       Status written = applied(r);
       // Moving old entries to the archive takes a while: not on this thread.
@@ -476,23 +411,16 @@ Status ControlLoop::WriteBatch(bool* with_audit) {
     // alone, and the recording to the callers.
     spdlog::error("audit entries not written with the batch: {}", r.status().ToString());
   }
-  if (ops_.empty()) return Status::Ok();
-  return applied(store_->Txn({}, ops_, {}));
+  if (ops.empty()) return Status::Ok();
+  return applied(store_->Txn({}, ops, {}));
 }
 
 void ControlLoop::SendDesired() {
   if (options_.leading && !options_.leading()) return;
-  for (const std::string& name : dirty_nodes_) {
+  for (const std::string& name : batch_.desired()) {
     auto it = nodes_.find(name);
     if (it != nodes_.end() && it->second.sink) it->second.sink->SendDesired(DesiredFor(name));
   }
-}
-
-v1::Job* ControlLoop::FindJob(const std::string& id) {
-  auto seq = ParseJobId(id);
-  if (!seq.ok()) return nullptr;
-  auto it = jobs_.find(*seq);
-  return it == jobs_.end() ? nullptr : &it->second;
 }
 
 v1::Job ControlLoop::View(const v1::Job& job) const {
@@ -513,25 +441,11 @@ std::string ControlLoop::WithOwnMessage(std::string reason, const v1::Job& job) 
 
 std::string ControlLoop::WaitReason(const v1::Job& job) const {
   auto seq = ParseJobId(job.id());
-  if (seq.ok() && held_.contains(*seq)) {
+  if (seq.ok() && jobs_.held().contains(*seq)) {
     return fmt::format("waiting: array {} runs at most {} tasks at once", job.array().array_id(),
                        job.array().max_running());
   }
   return sched_.PendingReason(job.id());
-}
-
-void ControlLoop::FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop) {
-  stop->set_job_id(job.id());
-  stop->set_workload_id(workload_id);
-  stop->set_grace_seconds(job.status().stop_grace_seconds());
-  stop->set_reason(job.status().message());
-  // A failure (a sick GPU, a lost node) leaves nothing worth saving.
-  if (job.status().state() != v1::JOB_STATE_PREEMPTING || !job.status().failure().empty()) return;
-  auto sig = rpc::ParseSignal(job.spec().checkpoint_signal().empty() ? "SIGUSR1" : job.spec().checkpoint_signal());
-  if (!sig.ok() || *sig == 0) return;
-  stop->set_checkpoint_signal(*sig);
-  int grace = job.spec().checkpoint_grace_seconds();
-  stop->set_checkpoint_grace_seconds(grace > 0 ? grace : rpc::kDefaultCheckpointGraceSeconds);
 }
 
 v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
@@ -539,42 +453,18 @@ v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
   if (auto n = nodes_.find(node); n != nodes_.end()) {
     for (const std::string& id : n->second.ended_jobs) out.add_ended_jobs(id);
   }
-  auto it = active_on_node_.find(node);
-  if (it == active_on_node_.end()) return out;
-  for (uint64_t seq : it->second) {
-    const v1::Job& job = jobs_.at(seq);
-    if (job.spec().replicas() > 1) {
-      AddGangWorkloads(job, node, &out);
-      continue;
-    }
-    v1::JobState state = job.status().state();
-    bool cancelled_while_preempted = state == v1::JOB_STATE_CANCELLING && job.status().stop_grace_seconds() > 0;
-    if (state == v1::JOB_STATE_PREEMPTING || cancelled_while_preempted) {
-      // Not desired, so the agent stops it, with the grace of the preemption
-      // (kept when a user cancels it meanwhile: the agent may already have
-      // sent SIGTERM, and the shorter grace was promised).
-      FillStop(job, rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()), out.add_stops());
-      continue;
-    }
-    if (state != v1::JOB_STATE_BOUND && state != v1::JOB_STATE_RUNNING) continue;  // cancelling: stop it
-    v1::Workload* w = out.add_workloads();
-    w->set_job_id(job.id());
-    w->set_workload_id(rpc::WorkloadId(job.id(), 0, 1, job.status().attempt()));
-    w->set_tenant(job.spec().tenant());
-    *w->mutable_command() = job.spec().command();
-    *w->mutable_env() = job.spec().env();
-    w->set_working_dir(job.spec().working_dir());
-    *w->mutable_gpu_indices() = job.status().allocation().gpu_indices();
-    w->set_cpu_millis(job.spec().cpu_millis());
-    w->set_memory_bytes(job.spec().memory_bytes());
-    w->set_gpu_memory_limit_bytes(job.status().allocation().gpu_memory_bytes());
-    w->set_array_id(job.array().array_id());
-    w->set_array_index(job.array().index());
-    if (job.spec().has_service()) *w->mutable_service() = job.spec().service();
-    int grace = job.spec().termination_grace_seconds();
-    w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
-  }
+  lifecycle_.AddDesired(node, &out);
   return out;
+}
+
+void ControlLoop::JobEndedOn(const v1::Job& job, const std::set<std::string>& nodes) {
+  constexpr size_t kEndedJobsPerNode = 256;
+  for (const std::string& node : nodes) {
+    auto n = nodes_.find(node);
+    if (n == nodes_.end()) continue;
+    n->second.ended_jobs.push_back(job.id());
+    if (n->second.ended_jobs.size() > kEndedJobsPerNode) n->second.ended_jobs.pop_front();
+  }
 }
 
 void ControlLoop::UpdateSchedulable(const std::string& name) {
@@ -629,7 +519,7 @@ std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
     Persist(node);
     spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
     for (const v1::Gpu& g : node.gpus()) {
-      if (g.health() == v1::GPU_HEALTH_UNHEALTHY) StopJobsOnGpu(node.name(), g.index(), g.health_reason());
+      if (g.health() == v1::GPU_HEALTH_UNHEALTHY) lifecycle_.StopJobsOnGpu(node.name(), g.index(), g.health_reason());
     }
     return Done{};
   });
@@ -658,7 +548,7 @@ void ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sin
     entry.heard_direct_ns = LeaseNowNs();
     entry.full_report_seen = false;
     UpdateSchedulable(node);
-    dirty_nodes_.insert(node);
+    batch_.MarkDesired(node);
     spdlog::info("node '{}' is ready{}", node,
                  entry.awaiting_clean_report ? "; it takes work once its report shows it runs nothing it should not" : "");
     return Done{};
@@ -666,18 +556,19 @@ void ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sin
 }
 
 void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {
-  loop_.Post([this, node = std::move(node), sink] {
+  Run([this, node = std::move(node), sink] {
     auto it = nodes_.find(node);
     if (it == nodes_.end() || it->second.sink.get() != sink) return;  // a newer session took over
     it->second.sink.reset();
     UpdateSchedulable(node);
     spdlog::warn("node '{}' lost its session; not ready", node);
-  });
+  }, Needs::kAnyState);
 }
 
 void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
-  loop_.Post([this, node = std::move(node), report = std::move(report)] {
-    if (!EnsureRecovered().ok()) return;  // the session is reset; the agent reports again
+  // While the state cannot be read the report is dropped: the session is
+  // reset, and the agent reports again.
+  Run([this, node = std::move(node), report = std::move(report)] {
     auto it = nodes_.find(node);
     // A lost node's reports are not trusted until it registers again.
     if (it == nodes_.end() || it->second.liveness == Liveness::kLost) return;
@@ -685,9 +576,9 @@ void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
     std::set<std::string> reported;
     for (const v1::WorkloadStatus& ws : report.workloads()) {
       reported.insert(ws.workload_id().empty() ? ws.job_id() : ws.workload_id());
-      ApplyWorkloadStatus(node, ws);
+      lifecycle_.ApplyWorkloadStatus(node, ws);
     }
-    if (report.full()) ApplyLost(node, reported);
+    if (report.full()) lifecycle_.ApplyLost(node, reported);
     NoteUndesired(&it->second, report);
   });
 }
@@ -696,44 +587,10 @@ std::future<Result<Done>> ControlLoop::Barrier() {
   // Answered after the batch it lands in has passed and committed (even a
   // batch that changed nothing), so that reads, which the replica serves,
   // see what everything posted before it led to.
-  auto promise = std::make_shared<std::promise<Result<Done>>>();
-  auto future = promise->get_future();
-  bool posted = loop_.Post([this, promise] {
-    if (Status s = EnsureRecovered(); !s.ok()) {
-      promise->set_value(s);
-      return;
-    }
-    acks_.push_back([promise](const Status& committed) {
-      promise->set_value(committed.ok() ? Result<Done>(Done{}) : Result<Done>(committed));
-    });
+  return Call<Done>([this]() -> Result<Done> {
+    batch_.OnCommit([](const Status&) {});  // the answer waits for the commit
+    return Done{};
   });
-  if (!posted) promise->set_value(Unavailable("the control loop is stopped"));
-  return future;
 }
 
-}  // namespace drover::server
-
-namespace drover::server {
-// Call<T> is defined in this file; control_loop_nodes.cc uses these.
-template std::future<Result<Done>> ControlLoop::Call<Done>(std::function<Result<Done>()>);
-template std::future<Result<v1::Job>> ControlLoop::Call<v1::Job>(std::function<Result<v1::Job>()>);
-template std::future<Result<v1::Node>> ControlLoop::Call<v1::Node>(std::function<Result<v1::Node>()>);
-template std::future<Result<std::pair<int64_t, std::vector<v1::Peer>>>>
-ControlLoop::Call<std::pair<int64_t, std::vector<v1::Peer>>>(
-    std::function<Result<std::pair<int64_t, std::vector<v1::Peer>>>()>);
-template std::future<Result<v1::TenantStatus>> ControlLoop::Call<v1::TenantStatus>(
-    std::function<Result<v1::TenantStatus>()>);
-template std::future<Result<v1::SubmitJobResponse>> ControlLoop::Call<v1::SubmitJobResponse>(
-    std::function<Result<v1::SubmitJobResponse>()>);
-template std::future<Result<std::vector<v1::Job>>> ControlLoop::Call<std::vector<v1::Job>>(
-    std::function<Result<std::vector<v1::Job>>()>);
-template std::future<Result<int64_t>> ControlLoop::Call<int64_t>(std::function<Result<int64_t>()>);
-template std::future<Result<v1::Deployment>> ControlLoop::Call<v1::Deployment>(
-    std::function<Result<v1::Deployment>()>);
-template std::future<Result<std::vector<v1::Deployment>>> ControlLoop::Call<std::vector<v1::Deployment>>(
-    std::function<Result<std::vector<v1::Deployment>>()>);
-template std::future<Result<v1::TenantQuota>> ControlLoop::Call<v1::TenantQuota>(
-    std::function<Result<v1::TenantQuota>()>);
-template std::future<Result<v1::EndpointsResponse>> ControlLoop::Call<v1::EndpointsResponse>(
-    std::function<Result<v1::EndpointsResponse>()>);
 }  // namespace drover::server

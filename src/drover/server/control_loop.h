@@ -45,7 +45,9 @@
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
+#include "drover/server/batch.h"
 #include "drover/server/deployments.h"
+#include "drover/server/job_lifecycle.h"
 #include "drover/server/job_replica.h"
 #include "drover/server/job_watch.h"
 #include "drover/server/loop_board.h"
@@ -149,11 +151,6 @@ struct AuditNote {
   std::string action;
   std::shared_ptr<std::atomic<bool>> recorded = std::make_shared<std::atomic<bool>>(false);
 };
-
-// Store keys: one record per job, by id; the next job sequence number
-// (written when jobs leave for the archive).
-inline constexpr std::string_view kJobsPrefix = "/jobs/";
-inline constexpr std::string_view kNextJobKey = "/meta/next-job";
 
 // Whether `job` passes every filter of `f` (state, tenant, array, node,
 // end time; paging aside).
@@ -327,81 +324,64 @@ class ControlLoop {
     mutable std::shared_ptr<const std::vector<v1::GpuTelemetry>> readings;
   };
   static constexpr int64_t kPublishReadingsEveryNs = 1'000'000'000;
-  using Ack = std::function<void(const Status&)>;
+  using Ack = Batch::Ack;
 
-  // Runs `fn` on the loop. Its answer is released at once when the batch has
-  // written nothing so far, else only after the batch commits.
+  // The one way to run code on the loop: `fn` runs there once the state is
+  // readable (else `done` gets kUnavailable; with kAnyState, such as a
+  // heartbeat that must not make the loop reread the store, it runs
+  // anyway); its answer goes to `done` (may be null) on the loop's thread
+  // at once when the batch has written nothing so far, else only after the
+  // batch commits. Call is the same with a future.
+  enum class Needs { kState, kAnyState };
   template <typename T>
-  std::future<Result<T>> Call(std::function<Result<T>()> fn);
-  // As Call, the answer given to `done` on the loop's thread.
+  void CallThen(std::function<Result<T>()> fn, std::function<void(Result<T>)> done, Needs needs = Needs::kState);
   template <typename T>
-  void CallThen(std::function<Result<T>()> fn, std::function<void(Result<T>)> done);
+  std::future<Result<T>> Call(std::function<Result<T>()> fn) {
+    auto promise = std::make_shared<std::promise<Result<T>>>();
+    auto future = promise->get_future();
+    CallThen<T>(std::move(fn), [promise](Result<T> r) { promise->set_value(std::move(r)); });
+    return future;
+  }
+  // A command that answers nothing (agents' reports, timers).
+  void Run(std::function<void()> fn, Needs needs = Needs::kState) {
+    CallThen<Done>([fn = std::move(fn)]() -> Result<Done> {
+      fn();
+      return Done{};
+    }, nullptr, needs);
+  }
 
   Status Recover();
   // Retries Recover() while the last one failed; kUnavailable until it works.
   Status EnsureRecovered();
   void AfterBatch();
   void Commit();
-  // Writes the open batch: ops_, with audit_entries_ chained onto the audit
-  // log in the same transaction (`with_audit` tells whether they went in).
-  Status WriteBatch(bool* with_audit);
-  // The new desired state to every node in dirty_nodes_ (left as it is).
+  // Writes the sealed batch: its records, with its audit entries chained
+  // onto the audit log in the same transaction (`with_audit` tells whether
+  // they went in).
+  Status WriteBatch(Batch::Sealed* sealed, bool* with_audit);
+  // The new desired state to every node the batch marked (left marked).
   void SendDesired();
-  void Persist(const v1::Job& job);
   void Persist(const v1::Node& node);
   int64_t NowNs() const;
   int64_t NowMs() const;
 
-  v1::Job* FindJob(const std::string& id);
-  // Cancels one unfinished job (Cancel's work on the loop).
-  void CancelOne(v1::Job* job);
-  // ---- arrays (control_loop_arrays.cc) ----
-  // An array with a limit on how many of its tasks hold GPUs at once: tasks
-  // past it wait here, outside the scheduler, until one ends.
-  struct ArrayGate {
-    int64_t active = 0;          // tasks in the scheduler (queued or holding GPUs)
-    std::deque<uint64_t> held;   // by sequence number, submission order
-  };
-  // Queues a pending job in `sched`, or holds it when its array is at its
-  // limit.
-  static Status Queue(const v1::Job& job, uint64_t seq, int64_t now_ms, sched::Scheduler* sched,
-                      std::map<std::string, ArrayGate>* gates, std::set<uint64_t>* held);
-  // A task ended: queue the next held one of its array.
-  void TaskEnded(const v1::Job& job);
-  // Checks the quotas for `count` more jobs like `spec`, and stores them
-  // with consecutive sequence numbers (all, or none on an error).
+  // The jobs' submits (control_loop_jobs.cc): checks the quotas and the
+  // fit of `specs` (an array repeats its one spec), then stores them (all,
+  // or none on an error).
   Result<std::vector<uint64_t>> AddJobs(const std::vector<v1::JobSpec>& specs, const v1::ArraySpec* array);
-  // ---- job lifecycle (control_loop_jobs.cc) ----
-  void ApplyBinding(const sched::Binding& binding);
-  void ApplyPreemption(const sched::Preemption& preemption);
-  // Ends a job for good and frees its GPUs.
-  void Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns, std::string message);
-  // A preempted job's process is gone: it waits in the queue again.
-  void Requeue(v1::Job* job);
-  // Leaves the nodes the job ran on (they are told their new desired set).
-  void Release(v1::Job* job);
-  void ApplyWorkloadStatus(const std::string& node, const v1::WorkloadStatus& ws);
-  // A running service's port, endpoint, readiness and restarts into its
-  // replica_states[0]; true when any changed (the caller persists).
-  bool ApplyServiceStatus(v1::Job* job, const std::string& node, const v1::WorkloadStatus& ws);
-  // A heartbeat's checkpoint mark: the job's last checkpoint, for the
-  // preemption search (control_loop_nodes.cc).
-  void NoteCheckpoint(const std::string& node, const v1::CheckpointMark& mark);
-  // A full report from `node` lacked these jobs that should run there.
-  void ApplyLost(const std::string& node, const std::set<std::string>& reported);
-  // ---- gangs: one workload per replica (control_loop_gangs.cc) ----
-  void AddGangWorkloads(const v1::Job& job, const std::string& node, v1::DesiredWorkloads* out) const;
-  void ApplyGangStatus(v1::Job* job, int replica, const v1::WorkloadStatus& ws);
-  void ApplyGangLost(v1::Job* job, const std::string& node, const std::set<std::string>& reported);
-  // Marks one replica ended; ends, requeues or keeps stopping the gang.
-  void EndReplica(v1::Job* job, int replica, bool failed_to_start, int exit_code, int signal, int64_t end_ns,
-                  std::string message);
+  // Cancels one unfinished job, logging a refusal.
+  void CancelOne(const v1::Job& job);
+  // The node registry's part of a job's end: its nodes may drop its
+  // checkpoints now.
+  void JobEndedOn(const v1::Job& job, const std::set<std::string>& nodes);
   void UpdateSchedulable(const std::string& name);
   bool Schedulable(const NodeEntry& entry) const;
   // ---- leases (control_loop_leases.cc) ----
   int64_t LeaseNowNs() const;
   void ScheduleLeaseChecks();
   void EnforceLeases();
+  // Suspect -> Alive: its own heartbeat came in time again.
+  void HeardAgain(const std::string& name, NodeEntry* entry);
   // The node's lease expired: its jobs are queued again (or fail, by their
   // restart policy), its session is reset and it must rejoin clean.
   void DeclareLost(const std::string& name, std::string reason);
@@ -411,18 +391,6 @@ class ControlLoop {
   void RenewViaPeers(const std::string& reporter, const v1::Heartbeat& hb, v1::HeartbeatAck* ack);
   // Tracks what a node runs that it should not; it takes work once none.
   void NoteUndesired(NodeEntry* entry, const v1::StatusReport& report);
-  // The current attempt of `job` (its last Attempt record), when bound.
-  static v1::Attempt* CurrentAttempt(v1::Job* job);
-  static void EndAttempt(v1::Job* job, int64_t end_ns, std::string outcome);
-  // A stop with the job's checkpoint signal (preemptions and drains only).
-  static void FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop);
-  // GPU `gpu` of `node` turned unhealthy: stop the jobs on it (Requeue then
-  // queues them again or fails them, by their restart policy).
-  void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);
-  // Stops a job for `failure` (SIGTERM, its grace, SIGKILL); once its
-  // process is gone, Requeue queues it again by its restart policy, or ends
-  // it FAILED with the failure (always, with no_restart).
-  void StopForFailure(v1::Job* job, std::string failure, bool no_restart);
   v1::Job View(const v1::Job& job) const;
   // Why a pending job waits, as View puts it in its status message: the
   // scheduler's (or its array's) reason, then the job's own message.
@@ -453,7 +421,6 @@ class ControlLoop {
   // what ArchiveDue looks at.
   std::deque<std::pair<int64_t, uint64_t>> ended_;
   bool archiving_ = false;           // a batch is with archiver_
-  std::vector<uint64_t> unlisted_;   // archived and deleted in the open batch: out of replica_ at commit
   uint64_t archived_total_ = 0;
   int archive_ticks_ = 0;
   runtime::EventLoop archiver_{"archiver"};
@@ -465,6 +432,10 @@ class ControlLoop {
   // ---- tenants and quotas (control_loop_tenants.cc) ----
   static Result<sched::TenantInfo> ToTenantInfo(const v1::Tenant& t);
   Status LoadTenants(sched::Scheduler* sched, std::map<std::string, v1::Tenant>* out);
+  // A tenant's runtime limit in seconds (0: none).
+  int64_t RuntimeLimitOf(const std::string& tenant) const;
+  // Stops the jobs past their tenant's runtime limit.
+  void EnforceRuntimeLimits();
   // kResourceExhausted when `count` more jobs like `spec` would pass an
   // admission quota of its tenant.
   Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
@@ -472,7 +443,6 @@ class ControlLoop {
   // GPU-nanoseconds `job` used in the quota's period that holds `now`.
   static double GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now);
   static double GpuHours(double gpu_ns);
-  void EnforceRuntimeLimits();
   void ScheduleLimitChecks();
   v1::TenantStatus TenantStatusOf(const std::string& name) const;
 
@@ -531,32 +501,25 @@ class ControlLoop {
 
   // Owned by the loop thread.
   sched::Scheduler sched_;
-  std::map<uint64_t, v1::Job> jobs_;  // by sequence number: submission order
-  uint64_t next_seq_ = 1;
+  // The open group commit: every owner below writes through it.
+  Batch batch_;
+  // The jobs and their state: changed only by lifecycle_'s edges, read
+  // here through jobs_.
+  JobLifecycle lifecycle_;
+  const JobTable& jobs_;
   std::map<std::string, NodeEntry> nodes_;
   std::map<std::string, v1::Tenant> tenants_;  // stored tenants, by name
-  std::map<std::string, std::set<uint64_t>> active_on_node_;  // jobs holding GPUs there (rpc::HoldsGpus)
-  std::map<std::string, ArrayGate> gates_;  // arrays with max_running, by array id
-  std::set<uint64_t> held_;                 // tasks an ArrayGate holds back
-  std::set<uint64_t> persisted_;            // every job changed in the open batch, for replica_ and watchers
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
   // Nodes whose view the open batch changed (their record, session,
   // liveness or reports; their readings and lease times at most once per
-  // kPublishReadingsEveryNs; dirty_nodes_ adds the jobs on their GPUs):
-  // republished in node_replica_ at commit.
-  std::set<std::string> touched_nodes_;
-  void TouchNode(const std::string& name) { touched_nodes_.insert(name); }
-  // Snapshots of the touched and dirty nodes into node_replica_.
+  // kPublishReadingsEveryNs; the batch's resends add the jobs on their
+  // GPUs): republished in node_replica_ at commit.
+  void TouchNode(const std::string& name) { batch_.Touch(name); }
+  // Snapshots of the touched and resent nodes into node_replica_.
   void PublishNodes();
-  // The open batch.
-  std::vector<store::Op> ops_;
-  std::vector<Ack> acks_;
-  std::vector<auth::AuditEntry> audit_entries_;  // committed with ops_ (options_.audit)
-  std::vector<std::shared_ptr<std::atomic<bool>>> audit_recorded_;
   // Adds the call `note` names (when it names one) to the open batch.
   void NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result);
-  std::set<std::string> dirty_nodes_;  // whose desired workloads may have changed
   bool degraded_ = false;              // the last rebuild from the store failed
   // Series of options_.metrics; null when it is.
   metrics::Histogram* pass_seconds_ = nullptr;
@@ -588,5 +551,36 @@ class ControlLoop {
   int64_t last_pass_ms_ = 0;
   uint64_t passes_run_ = 0, passes_skipped_ = 0;
 };
+
+template <typename T>
+void ControlLoop::CallThen(std::function<Result<T>()> fn, std::function<void(Result<T>)> done, Needs needs) {
+  auto answer = std::make_shared<std::function<void(Result<T>)>>(std::move(done));
+  auto give = [answer](Result<T> r) {
+    if (*answer) (*answer)(std::move(r));
+  };
+  bool posted = loop_.Post([this, answer, give, needs, fn = std::move(fn)] {
+    if (needs == Needs::kState) {
+      if (Status s = EnsureRecovered(); !s.ok()) {
+        give(s);
+        return;
+      }
+    }
+    Result<T> r = fn();
+    if (!*answer) return;
+    // Nothing to commit and no node view to publish: the answer needs no wait.
+    if (!batch_.Pending()) {
+      give(std::move(r));
+      return;
+    }
+    batch_.OnCommit([give, r](const Status& committed) {
+      if (committed.ok()) {
+        give(r);
+      } else {
+        give(committed);
+      }
+    });
+  });
+  if (!posted) give(Unavailable("the control loop is stopped"));
+}
 
 }  // namespace drover::server

@@ -80,7 +80,14 @@ std::future<Result<int64_t>> ControlLoop::ArchiveDueNow() {
   auto promise = std::make_shared<std::promise<Result<int64_t>>>();
   auto future = promise->get_future();
   auto done = [promise](Result<int64_t> r) { promise->set_value(std::move(r)); };
-  if (!loop_.Post([this, done] { ArchiveWhenIdle(done); })) done(Unavailable("the control loop is stopped"));
+  // ArchiveWhenIdle answers `done` itself once the state is readable; only a
+  // stopped loop answers here.
+  CallThen<Done>([this, done]() -> Result<Done> {
+    ArchiveWhenIdle(done);
+    return Done{};
+  }, [done](Result<Done> r) {
+    if (!r.ok()) done(r.status());
+  }, Needs::kAnyState);
   return future;
 }
 
@@ -116,8 +123,12 @@ void ControlLoop::ArchiveDue(std::function<void(Result<int64_t>)> done) {
   archiving_ = true;
   bool posted = archiver_.Post([this, seqs = std::move(seqs), records = std::move(records), done]() mutable {
     Status written = options_.archive->PutJobs(records);
-    bool back = loop_.Post([this, seqs = std::move(seqs), written, done] { ArchiveWritten(std::move(seqs), written, done); });
-    if (!back && done) done(Unavailable("the control loop is stopped"));
+    CallThen<Done>([this, seqs = std::move(seqs), written, done]() mutable -> Result<Done> {
+      ArchiveWritten(std::move(seqs), written, done);
+      return Done{};
+    }, [done](Result<Done> r) {
+      if (!r.ok() && done) done(r.status());
+    }, Needs::kAnyState);
   });
   if (!posted) {
     archiving_ = false;
@@ -141,23 +152,17 @@ void ControlLoop::ArchiveWritten(std::vector<uint64_t> seqs, const Status& writt
   }
   size_t removed = 0;
   for (uint64_t seq : seqs) {
-    auto it = jobs_.find(seq);
     // A job that changed meanwhile is still finished (nothing reopens one);
     // its archived copy is the one it had when it was picked.
-    if (it == jobs_.end() || !rpc::IsTerminal(it->second.status().state())) continue;
-    ops_.push_back(store::Op::Delete(std::string(kJobsPrefix) + it->second.id()));
-    jobs_.erase(it);
-    persisted_.erase(seq);
-    unlisted_.push_back(seq);
-    ++removed;
+    if (lifecycle_.Archive(seq).ok()) ++removed;
   }
   if (removed > 0) {
-    ops_.push_back(store::Op::Put(std::string(kNextJobKey), std::to_string(next_seq_)));
+    batch_.Put(std::string(kNextJobKey), std::to_string(jobs_.next_seq()));
     archived_total_ += removed;
   }
   // Committed with the batch this task belongs to (AfterBatch); answered after.
   if (done) {
-    acks_.push_back([done, removed](const Status& committed) {
+    batch_.OnCommit([done, removed](const Status& committed) {
       done(committed.ok() ? Result<int64_t>(static_cast<int64_t>(removed)) : Result<int64_t>(committed));
     });
   }

@@ -93,7 +93,7 @@ void ControlLoop::PersistDeployment(DeploymentEntry* d) {
   stored.mutable_status()->set_created_unix_nanos(st.created_unix_nanos());
   stored.mutable_status()->set_updated_unix_nanos(st.updated_unix_nanos());
   stored.mutable_status()->set_last_request_unix_nanos(st.last_request_unix_nanos());
-  ops_.push_back(store::Op::Put(std::string(kDeploymentsPrefix) + d->record.spec().name(), stored.SerializeAsString()));
+  batch_.Put(std::string(kDeploymentsPrefix) + d->record.spec().name(), stored.SerializeAsString());
   deployments_dirty_ = true;
 }
 
@@ -187,7 +187,7 @@ void ControlLoop::Reconcile(DeploymentEntry* d, int64_t now_ns) {
   const int32_t want = Desired(d->record);
 
   // 1. Drop the replicas that ended; count failures.
-  std::vector<v1::Job*> current, old;
+  std::vector<const v1::Job*> current, old;
   for (auto it = d->replicas.begin(); it != d->replicas.end();) {
     auto j = jobs_.find(*it);
     if (j == jobs_.end() || rpc::IsTerminal(j->second.status().state())) {
@@ -201,19 +201,19 @@ void ControlLoop::Reconcile(DeploymentEntry* d, int64_t now_ns) {
       it = d->replicas.erase(it);
       continue;
     }
-    v1::Job* job = &j->second;
+    const v1::Job* job = &j->second;
     if (!Stopping(*job)) (job->spec().deployment_revision() == revision ? current : old).push_back(job);
     ++it;
   }
-  auto count_ready = [](const std::vector<v1::Job*>& v) {
+  auto count_ready = [](const std::vector<const v1::Job*>& v) {
     return static_cast<int32_t>(std::count_if(v.begin(), v.end(), [](const v1::Job* j) { return Ready(*j); }));
   };
   int32_t ready_current = count_ready(current);
   int32_t ready = ready_current + count_ready(old);
   if (ready_current > 0) d->failures = 0;
-  auto cancel = [&](v1::Job* job, const char* why) {
+  auto cancel = [&](const v1::Job* job, const char* why) {
     spdlog::info("deployment '{}': stopping replica {} ({})", spec.name(), job->id(), why);
-    CancelOne(job);
+    CancelOne(*job);
   };
 
   // 2. Surplus replicas of this revision: not-ready first, then the newest.
@@ -235,7 +235,7 @@ void ControlLoop::Reconcile(DeploymentEntry* d, int64_t now_ns) {
   // 3. Older replicas: never below `want` ready.
   std::stable_sort(old.begin(), old.end(), [](const v1::Job* a, const v1::Job* b) { return !Ready(*a) && Ready(*b); });
   for (auto it = old.begin(); it != old.end();) {
-    v1::Job* job = *it;
+    const v1::Job* job = *it;
     bool stop = Ready(*job) ? ready - 1 >= want : (ready_current > 0 || ready >= want);
     if (!stop) {
       ++it;
@@ -437,11 +437,11 @@ std::future<Result<v1::Deployment>> ControlLoop::DeleteDeployment(std::string na
     DeploymentEntry& d = it->second;
     for (uint64_t seq : d.replicas) {
       auto j = jobs_.find(seq);
-      if (j != jobs_.end() && !rpc::IsTerminal(j->second.status().state())) CancelOne(&j->second);
+      if (j != jobs_.end() && !rpc::IsTerminal(j->second.status().state())) CancelOne(j->second);
     }
     d.record.mutable_status()->set_desired_replicas(0);
     v1::Deployment last = DeploymentView(d);
-    ops_.push_back(store::Op::Delete(std::string(kDeploymentsPrefix) + name));
+    batch_.Delete(std::string(kDeploymentsPrefix) + name);
     load_.erase(d.record.spec().served_model_name());
     deployments_.erase(it);
     spdlog::info("deployment '{}' deleted; its replicas are stopping", name);

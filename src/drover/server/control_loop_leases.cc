@@ -119,10 +119,7 @@ void ControlLoop::EnforceLeases() {
       spdlog::warn("node '{}' is suspect: {}", name, entry.liveness_reason);
       UpdateSchedulable(name);
     } else if (!suspect && entry.liveness == Liveness::kSuspect) {
-      entry.liveness = Liveness::kAlive;
-      entry.liveness_reason.clear();
-      spdlog::info("node '{}' is heard again", name);
-      UpdateSchedulable(name);
+      HeardAgain(name, &entry);
     }
     if (entry.liveness == Liveness::kSuspect && entry.heard_via_peer_ns > entry.heard_direct_ns) {
       entry.liveness_reason = fmt::format("no heartbeat for {}; its peers hear it (lease kept)", Seconds(direct));
@@ -130,6 +127,13 @@ void ControlLoop::EnforceLeases() {
     }
   }
   for (auto& [name, reason] : lost) DeclareLost(name, std::move(reason));
+}
+
+void ControlLoop::HeardAgain(const std::string& name, NodeEntry* entry) {
+  entry->liveness = Liveness::kAlive;
+  entry->liveness_reason.clear();
+  spdlog::info("node '{}' is heard again", name);
+  UpdateSchedulable(name);
 }
 
 void ControlLoop::DeclareLost(const std::string& name, std::string reason) {
@@ -144,46 +148,7 @@ void ControlLoop::DeclareLost(const std::string& name, std::string reason) {
     entry.sink.reset();
   }
   UpdateSchedulable(name);
-  std::string failure = fmt::format("node lost: '{}' {}", name, reason);
-  std::vector<uint64_t> hit(active_on_node_[name].begin(), active_on_node_[name].end());
-  for (uint64_t seq : hit) {
-    v1::Job& job = jobs_.at(seq);
-    v1::JobStatus* st = job.mutable_status();
-    if (!rpc::HoldsGpus(st->state())) continue;
-    if (job.spec().replicas() > 1) {
-      // The gang runs whole or not at all: the replicas elsewhere are
-      // stopped, those on the lost node end now (fenced), and once every one
-      // is gone the job is queued again as a gang (or fails).
-      if (st->state() != v1::JOB_STATE_CANCELLING && st->state() != v1::JOB_STATE_PREEMPTING &&
-          !st->gang_failed()) {
-        StopForFailure(&job, failure, false);
-        st->set_node_losses(st->node_losses() + 1);
-      }
-      for (int r = 0; r < st->replicas_size(); ++r) {
-        if (st->replicas(r).node() != name) continue;
-        while (st->replica_states_size() < st->replicas_size()) st->add_replica_states();
-        if (st->replica_states(r).ended()) continue;
-        EndReplica(&job, r, false, -1, 0, NowNs(), failure);
-        if (!rpc::HoldsGpus(job.status().state())) break;  // that was the last replica
-      }
-      continue;
-    }
-    switch (st->state()) {
-      case v1::JOB_STATE_CANCELLING:
-        Finish(&job, v1::JOB_STATE_CANCELLED, -1, 0, NowNs(), "cancelled; " + failure);
-        break;
-      case v1::JOB_STATE_PREEMPTING:
-        if (st->failure().empty()) {
-          Requeue(&job);  // it was being stopped for another job anyway
-          break;
-        }
-        [[fallthrough]];
-      default:
-        st->set_failure(failure);
-        st->set_node_losses(st->node_losses() + 1);
-        Requeue(&job);
-    }
-  }
+  lifecycle_.NodeLost(name, fmt::format("node lost: '{}' {}", name, reason));
   Persist(entry.node);
 }
 
@@ -244,19 +209,6 @@ void ControlLoop::NoteUndesired(NodeEntry* entry, const v1::StatusReport& report
   }
   entry->awaiting_clean_report = false;
   UpdateSchedulable(entry->node.name());
-}
-
-v1::Attempt* ControlLoop::CurrentAttempt(v1::Job* job) {
-  v1::JobStatus* st = job->mutable_status();
-  if (st->attempts_size() == 0 || st->attempts(st->attempts_size() - 1).number() != st->attempt()) return nullptr;
-  return st->mutable_attempts(st->attempts_size() - 1);
-}
-
-void ControlLoop::EndAttempt(v1::Job* job, int64_t end_ns, std::string outcome) {
-  v1::Attempt* a = CurrentAttempt(job);
-  if (a == nullptr || !a->outcome().empty()) return;
-  a->set_end_time_unix_nanos(end_ns);
-  a->set_outcome(std::move(outcome));
 }
 
 }  // namespace drover::server

@@ -25,31 +25,10 @@ constexpr int64_t kPeersPerNodeNs = 1'000'000;
 constexpr int64_t kPeersEveryMaxNs = 1'000'000'000;
 }  // namespace
 
-// A checkpoint a workload on `node` saved: only for the current attempt of
-// a job that runs there (a node speaks for its own workloads only), at no
-// later than now (a node's clock ahead of ours would make its jobs look
-// cheaper to stop than they are).
-void ControlLoop::NoteCheckpoint(const std::string& node, const v1::CheckpointMark& mark) {
-  auto ref = rpc::ParseWorkloadId(mark.workload_id());
-  if (!ref.ok()) return;
-  v1::Job* job = FindJob(ref->job_id);
-  if (job == nullptr || !rpc::HoldsGpus(job->status().state()) || ref->attempt != job->status().attempt()) return;
-  const v1::JobStatus& st = job->status();
-  const std::string& where = ref->gang ? (ref->replica < st.replicas_size() ? st.replicas(ref->replica).node() : "")
-                                       : st.allocation().node();
-  if (where != node) return;
-  const int64_t at_ns = std::min(mark.time_unix_nanos(), NowNs());
-  if (at_ns <= st.checkpoint_time_unix_nanos()) return;
-  if (Status s = sched_.SetCheckpoint(job->id(), at_ns / 1'000'000); !s.ok()) {
-    spdlog::debug("checkpoint of '{}' not recorded: {}", mark.workload_id(), s.message());
-    return;
-  }
-  job->mutable_status()->set_checkpoint_time_unix_nanos(at_ns);
-  Persist(*job);
-}
-
 void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<AgentSink> sink) {
-  loop_.Post([this, node = std::move(node), hb = std::move(hb), sink = std::move(sink)] {
+  // Renewals must not wait for the store (a degraded loop rereads it per
+  // command): heartbeats run whatever the state.
+  Run([this, node = std::move(node), hb = std::move(hb), sink = std::move(sink)] {
     auto it = nodes_.find(node);
     if (it == nodes_.end()) return;
     NodeEntry& entry = it->second;
@@ -74,12 +53,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
         entry.heard_direct_ns - entry.published_ns >= kPublishReadingsEveryNs) {
       TouchNode(node);
     }
-    if (entry.liveness == Liveness::kSuspect) {
-      entry.liveness = Liveness::kAlive;
-      entry.liveness_reason.clear();
-      spdlog::info("node '{}' is heard again", node);
-      UpdateSchedulable(node);
-    }
+    if (entry.liveness == Liveness::kSuspect) HeardAgain(node, &entry);
     v1::HeartbeatAck ack;
     ack.set_seq(hb.seq());
     RenewViaPeers(node, hb, &ack);
@@ -89,7 +63,7 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
       entry.peers_sent_ns = entry.heard_direct_ns;
     }
     if (entry.sink && (!options_.leading || options_.leading())) entry.sink->SendHeartbeatAck(ack);
-    for (const v1::CheckpointMark& c : hb.checkpoints()) NoteCheckpoint(node, c);
+    for (const v1::CheckpointMark& c : hb.checkpoints()) lifecycle_.NoteCheckpoint(node, c);
     if (hb.gpus_size() == 0) return;
     entry.telemetry.resize(static_cast<size_t>(entry.node.gpus_size()));
     entry.readings.reset();  // new readings: the next capture copies them
@@ -119,43 +93,8 @@ void ControlLoop::Heartbeat(std::string node, v1::Heartbeat hb, std::shared_ptr<
       spdlog::error("node '{}': the scheduler refused its new GPU health: {}", node, s.message());
     }
     Persist(entry.node);
-    for (const auto& [gpu, reason] : newly_sick) StopJobsOnGpu(node, gpu, reason);
-  });
-}
-
-void ControlLoop::StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason) {
-  auto active = active_on_node_.find(node);
-  if (active == active_on_node_.end()) return;
-  std::vector<uint64_t> hit;
-  for (uint64_t seq : active->second) {
-    for (const sched::Placement& p : rpc::ToBinding(jobs_.at(seq)).replicas) {
-      if (p.node == node && std::find(p.gpu_indices.begin(), p.gpu_indices.end(), gpu) != p.gpu_indices.end()) {
-        hit.push_back(seq);
-        break;
-      }
-    }
-  }
-  for (uint64_t seq : hit) {
-    v1::Job& job = jobs_.at(seq);
-    v1::JobState state = job.status().state();
-    // Already on its way out: it ends (or is requeued) as it was going to.
-    if (state == v1::JOB_STATE_CANCELLING || state == v1::JOB_STATE_PREEMPTING || job.status().gang_failed()) continue;
-    StopForFailure(&job, fmt::format("gpu {} of node '{}' became unhealthy: {}", gpu, node, reason), false);
-  }
-}
-
-void ControlLoop::StopForFailure(v1::Job* job, std::string failure, bool no_restart) {
-  v1::JobStatus* st = job->mutable_status();
-  st->set_state(v1::JOB_STATE_PREEMPTING);
-  st->set_failure(std::move(failure));
-  st->set_no_restart(no_restart);
-  st->set_message("stopping: " + st->failure());
-  st->clear_preempted_for();
-  st->set_stop_grace_seconds(job->spec().termination_grace_seconds() > 0 ? job->spec().termination_grace_seconds()
-                                                                         : rpc::kDefaultGraceSeconds);
-  for (const sched::Placement& p : rpc::ToBinding(*job).replicas) dirty_nodes_.insert(p.node);
-  spdlog::warn("job '{}' is stopped: {}", job->id(), st->failure());
-  Persist(*job);
+    for (const auto& [gpu, reason] : newly_sick) lifecycle_.StopJobsOnGpu(node, gpu, reason);
+  }, Needs::kAnyState);
 }
 
 std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, std::string fault) {
@@ -191,24 +130,9 @@ std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool dra
       UpdateSchedulable(name);
       Persist(it->second.node);
     }
-    if (requeue) {
-      // As a preemption for nobody: the checkpoint signal, the job's own
-      // grace, then queued again in its submission order.
-      for (uint64_t seq : std::vector<uint64_t>(active_on_node_[name].begin(), active_on_node_[name].end())) {
-        v1::Job& job = jobs_.at(seq);
-        v1::JobStatus* st = job.mutable_status();
-        if (st->state() != v1::JOB_STATE_BOUND && st->state() != v1::JOB_STATE_RUNNING) continue;
-        if (st->gang_failed()) continue;
-        (void)sched_.MarkPreempting(job.id());
-        st->set_state(v1::JOB_STATE_PREEMPTING);
-        st->set_message(fmt::format("drained off node '{}'", name));
-        st->clear_preempted_for();
-        int grace = job.spec().termination_grace_seconds();
-        st->set_stop_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
-        for (const sched::Placement& p : rpc::ToBinding(job).replicas) dirty_nodes_.insert(p.node);
-        Persist(job);
-      }
-    }
+    // As a preemption for nobody: the checkpoint signal, the job's own
+    // grace, then queued again in its submission order.
+    if (requeue) lifecycle_.Drain(name);
     return View(it->second);
   });
 }

@@ -143,7 +143,7 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
         rendered.reserve(pending.size());
         for (size_t i : pending) {
           v1::Job& job = (*shared)[i];
-          const v1::Job* live = FindJob(job.id());
+          const v1::Job* live = jobs_.Find(job.id());
           if (live == nullptr || live->status().state() != v1::JOB_STATE_PENDING) continue;
           std::string reason = WaitReason(*live);
           rendered.emplace_back(*ParseJobId(job.id()), reason);
@@ -168,12 +168,12 @@ void ControlLoop::ReplaceReplica() {
   std::map<std::string, NodeReplica::SnapshotPtr> nodes;
   for (const auto& [name, entry] : nodes_) nodes.emplace_hint(nodes.end(), name, Capture(entry));
   node_replica_.Replace(std::move(nodes));
-  touched_nodes_.clear();
+  batch_.ClearTouched();
   // A state rebuilt from the store: every reason and tenant anew, and a
   // new reason epoch with the rebuilt scheduler's next change.
   board_.ClearReasons();
   reason_generation_ = sched_.generation();
-  reason_held_ = held_.size();
+  reason_held_ = jobs_.held().size();
   tenants_changed_ = true;
   PublishBoard({});
 }
@@ -313,11 +313,11 @@ void ControlLoop::PublishNodes() {
     views.push_back(Capture(it->second));
     it->second.published_ns = now;
   };
-  for (const std::string& name : touched_nodes_) publish(name);
-  for (const std::string& name : dirty_nodes_) {
-    if (!touched_nodes_.contains(name)) publish(name);
+  for (const std::string& name : batch_.touched()) publish(name);
+  for (const std::string& name : batch_.desired()) {
+    if (!batch_.touched().contains(name)) publish(name);
   }
-  touched_nodes_.clear();
+  batch_.ClearTouched();
   node_replica_.Update(std::move(views));
 }
 
@@ -357,8 +357,8 @@ NodeReplica::SnapshotPtr ControlLoop::Capture(const NodeEntry& entry) const {
   out->lease_via_peers = entry.heard_via_peer_ns > entry.heard_direct_ns;
   out->last_heartbeat_unix_nanos = entry.last_heartbeat_ns;
   const std::string& name = entry.node.name();
-  if (auto it = active_on_node_.find(name); it != active_on_node_.end()) {
-    for (uint64_t seq : it->second) {
+  {
+    for (uint64_t seq : jobs_.ActiveOn(name)) {
       const v1::Job& job = jobs_.at(seq);
       auto add = [&](const v1::Allocation& a) {
         if (a.node() != name) return;

@@ -151,27 +151,17 @@ Status ControlLoop::Admit(const v1::JobSpec& spec, int64_t count) const {
   return Status::Ok();
 }
 
+int64_t ControlLoop::RuntimeLimitOf(const std::string& tenant) const {
+  auto t = tenants_.find(tenant);
+  return t == tenants_.end() ? 0 : t->second.quota().max_runtime_seconds();
+}
+
 void ControlLoop::EnforceRuntimeLimits() {
   if (std::none_of(tenants_.begin(), tenants_.end(),
                    [](const auto& t) { return t.second.quota().max_runtime_seconds() > 0; })) {
     return;
   }
-  int64_t now = NowNs();
-  // Only jobs holding GPUs can run too long (a gang is on several nodes: once).
-  std::set<uint64_t> active;
-  for (const auto& [node, seqs] : active_on_node_) active.insert(seqs.begin(), seqs.end());
-  for (uint64_t seq : active) {
-    v1::Job& job = jobs_.at(seq);
-    v1::JobStatus* st = job.mutable_status();
-    if (st->state() != v1::JOB_STATE_RUNNING && st->state() != v1::JOB_STATE_BOUND) continue;
-    auto t = tenants_.find(job.spec().tenant());
-    if (t == tenants_.end() || t->second.quota().max_runtime_seconds() <= 0) continue;
-    int64_t limit = t->second.quota().max_runtime_seconds();
-    int64_t began = st->start_time_unix_nanos() > 0 ? st->start_time_unix_nanos() : st->bind_time_unix_nanos();
-    if (began <= 0 || now - began < limit * kNsPerSecond) continue;
-    StopForFailure(&job, fmt::format("ran longer than tenant '{}''s runtime limit of {}s", job.spec().tenant(), limit),
-                   /*no_restart=*/true);
-  }
+  lifecycle_.EnforceRuntimeLimits([this](const std::string& tenant) { return RuntimeLimitOf(tenant); }, NowNs());
 }
 
 std::future<Result<Done>> ControlLoop::CheckLimits() {
@@ -199,7 +189,7 @@ std::future<Result<v1::TenantStatus>> ControlLoop::SetTenant(v1::Tenant tenant, 
     DROVER_RETURN_IF_ERROR(sched_.SetTenant(info));
     tenants_[tenant.name()] = tenant;
     tenants_changed_ = true;
-    ops_.push_back(store::Op::Put(std::string(kTenantsPrefix) + tenant.name(), tenant.SerializeAsString()));
+    batch_.Put(std::string(kTenantsPrefix) + tenant.name(), tenant.SerializeAsString());
     return TenantStatusOf(tenant.name());
   });
 }
@@ -220,7 +210,7 @@ std::future<Result<Done>> ControlLoop::DeleteTenant(std::string name) {
     DROVER_RETURN_IF_ERROR(sched_.SetTenant(fallback));
     tenants_.erase(name);
     tenants_changed_ = true;
-    ops_.push_back(store::Op::Delete(std::string(kTenantsPrefix) + name));
+    batch_.Delete(std::string(kTenantsPrefix) + name);
     return Done{};
   });
 }

@@ -44,9 +44,9 @@ void ControlLoop::PublishBoard(const std::set<uint64_t>& persisted) {
   }
   if (!gone.empty()) board_.DropReasons(gone);
   // (A pass raises the generation too: its reservation moved.)
-  if (sched_.generation() != reason_generation_ || held_.size() != reason_held_) {
+  if (sched_.generation() != reason_generation_ || jobs_.held().size() != reason_held_) {
     reason_generation_ = sched_.generation();
-    reason_held_ = held_.size();
+    reason_held_ = jobs_.held().size();
     board_.SetReasonEpoch(++reason_epoch_);
   }
   RecordSchedulerStats();
