@@ -51,8 +51,9 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
       loop_("control-loop"),
       sched_(options_.scheduler),
       lifecycle_(&sched_, &batch_, clock,
-                 [this](const v1::Job& job, const std::set<std::string>& nodes) { JobEndedOn(job, nodes); }),
-      jobs_(lifecycle_.table()) {
+                 [this](const v1::Job& job, const std::set<std::string>& nodes) { nodes_.JobEndedOn(job, nodes); }),
+      jobs_(lifecycle_.table()),
+      nodes_({options_.lease, clock, options_.lease_clock, options_.leading}, &sched_, &batch_, &lifecycle_, &board_) {
   loop_.SetBatchHook([this] { AfterBatch(); });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
@@ -130,7 +131,6 @@ Status ControlLoop::Recover() {
   std::map<std::string, v1::Tenant> tenants;
   DROVER_RETURN_IF_ERROR(LoadTenants(&sched, &tenants));
   JobTable::Map jobs;
-  std::map<std::string, NodeEntry> nodes;
   uint64_t next_seq = 1;
 
   // Everything is read before anything live is touched: a read that fails
@@ -167,21 +167,7 @@ Status ControlLoop::Recover() {
     DROVER_ASSIGN_OR_RETURN(uint64_t archived_max, options_.archive->MaxJobSeq());
     next_seq = std::max(next_seq, archived_max + 1);
   }
-  for (v1::Node& stored : stored_nodes) {
-    NodeEntry entry;
-    if (auto it = nodes_.find(stored.name()); it != nodes_.end()) {
-      // Rebuilt after a failed commit: what was live stays.
-      entry = std::move(it->second);
-    } else {
-      // A fresh start: every node gets a full lease to reconnect in.
-      entry.heard_direct_ns = LeaseNowNs();
-    }
-    entry.node = std::move(stored);
-    entry.record.reset();
-    bool schedulable = Schedulable(entry);
-    DROVER_RETURN_IF_ERROR(sched.UpsertNode(rpc::ToNodeInfo(entry.node, schedulable)));
-    nodes[entry.node.name()] = std::move(entry);
-  }
+  DROVER_ASSIGN_OR_RETURN(NodeRegistry::Map nodes, nodes_.Rebuild(std::move(stored_nodes), &sched));
   next_seq = std::max(next_seq, jobs_.next_seq());
   std::map<std::string, DeploymentEntry> deployments;
   DROVER_RETURN_IF_ERROR(LoadDeployments(jobs, &deployments));
@@ -189,7 +175,7 @@ Status ControlLoop::Recover() {
   sched_ = std::move(sched);
   settled_generation_ = 0;  // a new scheduler counts from 0 again
   lifecycle_.Replace(std::move(rebuilt.table));
-  nodes_ = std::move(nodes);
+  nodes_.Replace(std::move(nodes));
   tenants_ = std::move(tenants);
   deployments_ = std::move(deployments);
   deployments_dirty_ = !deployments_.empty();
@@ -198,17 +184,9 @@ Status ControlLoop::Recover() {
   std::sort(ended.begin(), ended.end());
   ended_.assign(ended.begin(), ended.end());
   ReplaceReplica();
-  for (const auto& [name, entry] : nodes_) {
-    if (entry.sink) batch_.MarkDesired(name);
-  }
   spdlog::info("recovered {} nodes and {} jobs ({} queued, {} bound or running) at store revision {}",
-               nodes_.size(), jobs_.size(), rebuilt.queued, rebuilt.bound, revision);
+               nodes_.nodes().size(), jobs_.size(), rebuilt.queued, rebuilt.bound, revision);
   return Status::Ok();
-}
-
-void ControlLoop::Persist(const v1::Node& node) {
-  if (auto it = nodes_.find(node.name()); it != nodes_.end()) it->second.record.reset();  // it changed
-  batch_.PutNode(node);
 }
 
 int64_t ControlLoop::NowNs() const { return ToUnixNanos(clock_->Now()); }
@@ -299,23 +277,21 @@ void ControlLoop::Commit() {
     batch_.ClearTouched();  // Recover publishes every node
     // Agent reports of this batch were lost with it: restart every session so
     // that each agent reports its full state again.
-    for (auto& [name, entry] : nodes_) {
-      if (entry.sink) entry.sink->Reset();
-    }
+    nodes_.ResetSessions();
     if (Status s = Recover(); !s.ok()) {
       degraded_ = true;
       replica_.SetUnavailable(Unavailable("the store is unavailable; state cannot be read: " + s.message()));
       node_replica_.SetUnavailable(Unavailable("the store is unavailable; state cannot be read: " + s.message()));
       spdlog::critical("cannot rebuild state from the store; refusing commands until it can: {}", s.ToString());
     }
-    SendDesired();  // Recover marked every node with a session
+    nodes_.SendDesired();  // Recover marked every node with a session
     Status answer = Unavailable("the change was not persisted: " + committed.message());
     for (Ack& ack : acks) ack(answer);
   } else {
     // Nodes first: a job bound in this batch starts while the rest of the
     // commit's work (replicas, answers, watchers) goes on. (PublishNodes
     // still reads the batch's resends.)
-    SendDesired();
+    nodes_.SendDesired();
     // Readers see the batch before its commands are answered.
     std::vector<std::pair<uint64_t, JobReplica::JobPtr>> copies;
     copies.reserve(persisted.size() + unlisted.size());
@@ -328,7 +304,7 @@ void ControlLoop::Commit() {
     }
     for (uint64_t seq : unlisted) copies.emplace_back(seq, nullptr);  // in the archive now
     replica_.Update(std::move(copies));
-    PublishNodes();
+    nodes_.Publish(&node_replica_);
     PublishBoard(persisted);
     if (with_audit) {
       for (const auto& recorded : audited) recorded->store(true);
@@ -415,14 +391,6 @@ Status ControlLoop::WriteBatch(Batch::Sealed* sealed, bool* with_audit) {
   return applied(store_->Txn({}, ops, {}));
 }
 
-void ControlLoop::SendDesired() {
-  if (options_.leading && !options_.leading()) return;
-  for (const std::string& name : batch_.desired()) {
-    auto it = nodes_.find(name);
-    if (it != nodes_.end() && it->second.sink) it->second.sink->SendDesired(DesiredFor(name));
-  }
-}
-
 v1::Job ControlLoop::View(const v1::Job& job) const {
   v1::Job out = job;
   if (job.status().state() == v1::JOB_STATE_PENDING) out.mutable_status()->set_message(PendingMessage(job));
@@ -446,141 +414,6 @@ std::string ControlLoop::WaitReason(const v1::Job& job) const {
                        job.array().max_running());
   }
   return sched_.PendingReason(job.id());
-}
-
-v1::DesiredWorkloads ControlLoop::DesiredFor(const std::string& node) const {
-  v1::DesiredWorkloads out;
-  if (auto n = nodes_.find(node); n != nodes_.end()) {
-    for (const std::string& id : n->second.ended_jobs) out.add_ended_jobs(id);
-  }
-  lifecycle_.AddDesired(node, &out);
-  return out;
-}
-
-void ControlLoop::JobEndedOn(const v1::Job& job, const std::set<std::string>& nodes) {
-  constexpr size_t kEndedJobsPerNode = 256;
-  for (const std::string& node : nodes) {
-    auto n = nodes_.find(node);
-    if (n == nodes_.end()) continue;
-    n->second.ended_jobs.push_back(job.id());
-    if (n->second.ended_jobs.size() > kEndedJobsPerNode) n->second.ended_jobs.pop_front();
-  }
-}
-
-void ControlLoop::UpdateSchedulable(const std::string& name) {
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) return;
-  TouchNode(name);
-  sched_.SetSchedulable(name, Schedulable(it->second));
-}
-
-// ---- agents ----
-
-std::future<Result<Done>> ControlLoop::RegisterNode(v1::RegisterRequest req) {
-  return Call<Done>([this, req = std::move(req)]() -> Result<Done> {
-    auto it = nodes_.find(req.node_name());
-    bool is_new = it == nodes_.end();
-    // Changed on a copy: an inventory the scheduler refuses changes nothing.
-    v1::Node node = is_new ? v1::Node() : it->second.node;
-    node.set_name(req.node_name());
-    *node.mutable_gpus() = req.gpus();
-    node.set_cpu_millis(req.cpu_millis());
-    node.set_memory_bytes(req.memory_bytes());
-    node.set_agent_version(req.agent_version());
-    *node.mutable_labels() = req.labels();
-    *node.mutable_links() = req.links();
-    *node.mutable_topology() = req.topology();
-    if (req.has_isolation()) {
-      *node.mutable_isolation() = req.isolation();
-    } else {
-      node.clear_isolation();  // an agent that does not report it
-    }
-    if (is_new) node.set_registered_unix_nanos(NowNs());
-    if (node.gossip_address() != req.gossip_address()) ++peers_version_;
-    node.set_gossip_address(req.gossip_address());
-    for (v1::Gpu& g : *node.mutable_gpus()) g.set_health_changed_unix_nanos(NowNs());
-    bool schedulable = !is_new && Schedulable(it->second);
-    DROVER_RETURN_IF_ERROR(sched_.UpsertNode(rpc::ToNodeInfo(node, schedulable)));
-    NodeEntry& entry = nodes_[req.node_name()];
-    entry.node = node;
-    if (is_new || entry.liveness == Liveness::kLost) {
-      // It (re)joins with a fresh lease; back from Lost, it takes work only
-      // once its first full report shows it runs nothing it should not.
-      entry.awaiting_clean_report = !is_new;
-      if (!is_new) spdlog::warn("node '{}', declared lost, registers again", node.name());
-      entry.liveness = Liveness::kAlive;
-      entry.liveness_reason.clear();
-      entry.heard_direct_ns = LeaseNowNs();
-      ++peers_version_;
-    }
-    entry.telemetry.clear();
-    entry.readings.reset();
-    board_.DropHistory(node.name());
-    Persist(node);
-    spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
-    for (const v1::Gpu& g : node.gpus()) {
-      if (g.health() == v1::GPU_HEALTH_UNHEALTHY) lifecycle_.StopJobsOnGpu(node.name(), g.index(), g.health_reason());
-    }
-    return Done{};
-  });
-}
-
-std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sink) {
-  auto promise = std::make_shared<std::promise<Result<Done>>>();
-  auto future = promise->get_future();
-  SessionOpened(std::move(node), std::move(sink), [promise](Result<Done> r) { promise->set_value(std::move(r)); });
-  return future;
-}
-
-void ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sink,
-                                std::function<void(Result<Done>)> done) {
-  CallThen<Done>([this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
-    auto it = nodes_.find(node);
-    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", node));
-    NodeEntry& entry = it->second;
-    if (entry.liveness == Liveness::kLost) {
-      return FailedPrecondition(fmt::format("node '{}' was declared lost ({}); it must register again",
-                                            node, entry.liveness_reason));
-    }
-    if (entry.sink && entry.sink != sink) entry.sink->Reset();  // the older session is stale
-    entry.sink = sink;
-    entry.last_heartbeat_ns = ToUnixNanos(clock_->Now());
-    entry.heard_direct_ns = LeaseNowNs();
-    entry.full_report_seen = false;
-    UpdateSchedulable(node);
-    batch_.MarkDesired(node);
-    spdlog::info("node '{}' is ready{}", node,
-                 entry.awaiting_clean_report ? "; it takes work once its report shows it runs nothing it should not" : "");
-    return Done{};
-  }, std::move(done));
-}
-
-void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {
-  Run([this, node = std::move(node), sink] {
-    auto it = nodes_.find(node);
-    if (it == nodes_.end() || it->second.sink.get() != sink) return;  // a newer session took over
-    it->second.sink.reset();
-    UpdateSchedulable(node);
-    spdlog::warn("node '{}' lost its session; not ready", node);
-  }, Needs::kAnyState);
-}
-
-void ControlLoop::HandleStatus(std::string node, v1::StatusReport report) {
-  // While the state cannot be read the report is dropped: the session is
-  // reset, and the agent reports again.
-  Run([this, node = std::move(node), report = std::move(report)] {
-    auto it = nodes_.find(node);
-    // A lost node's reports are not trusted until it registers again.
-    if (it == nodes_.end() || it->second.liveness == Liveness::kLost) return;
-    TouchNode(node);
-    std::set<std::string> reported;
-    for (const v1::WorkloadStatus& ws : report.workloads()) {
-      reported.insert(ws.workload_id().empty() ? ws.job_id() : ws.workload_id());
-      lifecycle_.ApplyWorkloadStatus(node, ws);
-    }
-    if (report.full()) lifecycle_.ApplyLost(node, reported);
-    NoteUndesired(&it->second, report);
-  });
 }
 
 std::future<Result<Done>> ControlLoop::Barrier() {

@@ -52,6 +52,7 @@
 #include "drover/server/job_watch.h"
 #include "drover/server/loop_board.h"
 #include "drover/server/loop_stats.h"
+#include "drover/server/node_registry.h"
 #include "drover/server/node_replica.h"
 #include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
@@ -59,44 +60,6 @@
 #include "drover/v1/api.pb.h"
 
 namespace drover::server {
-
-// Where the loop sends a node's desired workloads: the agent's session.
-class AgentSink {
- public:
-  virtual ~AgentSink() = default;
-  // Replaces whatever was not yet sent (level-triggered: the latest wins).
-  virtual void SendDesired(const v1::DesiredWorkloads& desired) = 0;
-  // Ends the session; the agent reconnects and reports its full state.
-  virtual void Reset() = 0;
-  // Relays an administrator's fault injection (simulated GPUs only).
-  virtual void SendInjectFault(const v1::InjectFault& fault) { (void)fault; }
-  // Tells the agent that its heartbeat renewed its lease (and its peers').
-  virtual void SendHeartbeatAck(const v1::HeartbeatAck& ack) { (void)ack; }
-};
-
-// Node leases (docs/failures.md). A node's lease is renewed by each
-// heartbeat of its session, or by a peer that heard it directly through the
-// gossip group. Unrenewed for suspect_after the node is Suspect (no new
-// work); for ttl it is Lost: its jobs are queued again at once. The agent
-// fences itself (stops its jobs) after fence_after without acknowledged
-// contact and kills them fence_grace later; LeaseOptions::Validate keeps
-// fence_after + fence_grace + a margin below ttl, so that a job is gone
-// before the server may start it elsewhere.
-struct LeaseOptions {
-  std::chrono::milliseconds heartbeat_interval{250};
-  std::chrono::milliseconds ttl{1500};
-  // Derived from ttl by Derive() unless set: 2/5, 2/3 and 2/15 of it.
-  std::chrono::milliseconds suspect_after{0};
-  std::chrono::milliseconds fence_after{0};
-  std::chrono::milliseconds fence_grace{0};
-
-  // Fills the derived intervals.
-  LeaseOptions Derive() const;
-  // kInvalidArgument unless heartbeat < suspect_after < ttl and the fence
-  // (with its grace, the agent's 100 ms check and 1% clock-rate drift)
-  // ends before ttl.
-  Status Validate() const;
-};
 
 // The value of a command that answers only "done".
 struct Done {};
@@ -291,39 +254,6 @@ class ControlLoop {
   std::future<Result<Done>> CheckDeployments();
 
  private:
-  enum class Liveness { kAlive, kSuspect, kLost };
-  struct NodeEntry {
-    v1::Node node;  // as persisted (state and heartbeat are filled on read)
-    std::shared_ptr<AgentSink> sink;  // null while no session
-    int64_t last_heartbeat_ns = 0;
-    // Lease (on the lease clock): last renewed by the node's own heartbeat,
-    // by a peer's report; the newest beat a peer reported.
-    int64_t heard_direct_ns = 0;
-    int64_t heard_via_peer_ns = 0;
-    int64_t peer_beat = -1;
-    // When the node was last sent the peer list (lease clock): at most once
-    // per 1 ms times the cluster's size (1 s at most), however often the
-    // list changes (a thousand nodes registering would otherwise send every
-    // node a thousand lists).
-    int64_t peers_sent_ns = std::numeric_limits<int64_t>::min() / 2;
-    Liveness liveness = Liveness::kAlive;
-    std::string liveness_reason;
-    // Back from Lost: no new work until a full report shows nothing
-    // running there that should not (its fence may not have fired).
-    bool awaiting_clean_report = false;
-    bool full_report_seen = false;
-    std::set<std::string> undesired_running;  // workload ids it reported running that it should not run
-    std::deque<std::string> ended_jobs;        // ran here, ended for good (newest last; checkpoint cleanup)
-    std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
-    // When its view was last published to node_replica_ (lease clock).
-    int64_t published_ns = std::numeric_limits<int64_t>::min() / 2;
-    // `node` as last persisted, shared with the snapshots in node_replica_;
-    // null once it changed (Persist), copied again at the next capture.
-    mutable std::shared_ptr<const v1::Node> record;
-    // `telemetry` shared the same way (null once new readings came).
-    mutable std::shared_ptr<const std::vector<v1::GpuTelemetry>> readings;
-  };
-  static constexpr int64_t kPublishReadingsEveryNs = 1'000'000'000;
   using Ack = Batch::Ack;
 
   // The one way to run code on the loop: `fn` runs there once the state is
@@ -359,9 +289,6 @@ class ControlLoop {
   // onto the audit log in the same transaction (`with_audit` tells whether
   // they went in).
   Status WriteBatch(Batch::Sealed* sealed, bool* with_audit);
-  // The new desired state to every node the batch marked (left marked).
-  void SendDesired();
-  void Persist(const v1::Node& node);
   int64_t NowNs() const;
   int64_t NowMs() const;
 
@@ -371,26 +298,8 @@ class ControlLoop {
   Result<std::vector<uint64_t>> AddJobs(const std::vector<v1::JobSpec>& specs, const v1::ArraySpec* array);
   // Cancels one unfinished job, logging a refusal.
   void CancelOne(const v1::Job& job);
-  // The node registry's part of a job's end: its nodes may drop its
-  // checkpoints now.
-  void JobEndedOn(const v1::Job& job, const std::set<std::string>& nodes);
-  void UpdateSchedulable(const std::string& name);
-  bool Schedulable(const NodeEntry& entry) const;
-  // ---- leases (control_loop_leases.cc) ----
-  int64_t LeaseNowNs() const;
+  // ---- leases (control_loop_nodes.cc; the registry's in node_leases.cc) ----
   void ScheduleLeaseChecks();
-  void EnforceLeases();
-  // Suspect -> Alive: its own heartbeat came in time again.
-  void HeardAgain(const std::string& name, NodeEntry* entry);
-  // The node's lease expired: its jobs are queued again (or fail, by their
-  // restart policy), its session is reset and it must rejoin clean.
-  void DeclareLost(const std::string& name, std::string reason);
-  // How late a node's own heartbeat may be before its peers' renewals are
-  // relayed to it.
-  int64_t LagNs() const;
-  void RenewViaPeers(const std::string& reporter, const v1::Heartbeat& hb, v1::HeartbeatAck* ack);
-  // Tracks what a node runs that it should not; it takes work once none.
-  void NoteUndesired(NodeEntry* entry, const v1::StatusReport& report);
   v1::Job View(const v1::Job& job) const;
   // Why a pending job waits, as View puts it in its status message: the
   // scheduler's (or its array's) reason, then the job's own message.
@@ -424,11 +333,6 @@ class ControlLoop {
   uint64_t archived_total_ = 0;
   int archive_ticks_ = 0;
   runtime::EventLoop archiver_{"archiver"};
-  v1::Node View(const NodeEntry& entry) const;
-  // What the node's view is made of, for node_replica_ (RenderNode makes
-  // the view of it).
-  NodeReplica::SnapshotPtr Capture(const NodeEntry& entry) const;
-  v1::DesiredWorkloads DesiredFor(const std::string& node) const;
   // ---- tenants and quotas (control_loop_tenants.cc) ----
   static Result<sched::TenantInfo> ToTenantInfo(const v1::Tenant& t);
   Status LoadTenants(sched::Scheduler* sched, std::map<std::string, v1::Tenant>* out);
@@ -487,15 +391,11 @@ class ControlLoop {
   bool deployments_dirty_ = false;  // a replica or a deployment changed: reconcile after this batch
 
   Status LoadGossipSecret();
-  void FillPeers(const std::string& node, v1::HeartbeatAck* ack) const;
 
   store::Store* store_;
   Clock* clock_;
   uint64_t gossip_cluster_ = 0;
   std::string gossip_key_;
-  uint64_t renewals_direct_ = 0, renewals_via_peers_ = 0, node_losses_ = 0;  // LoopStats
-  int64_t peers_version_ = 1;
-  int64_t last_lease_check_ns_ = 0;  // SteadyClock: when the loop last looked at leases  // bumped when a node's gossip endpoint or liveness changes
   const ControlLoopOptions options_;
   runtime::EventLoop loop_;
 
@@ -507,17 +407,11 @@ class ControlLoop {
   // here through jobs_.
   JobLifecycle lifecycle_;
   const JobTable& jobs_;
-  std::map<std::string, NodeEntry> nodes_;
+  // The nodes, their sessions and leases.
+  NodeRegistry nodes_;
   std::map<std::string, v1::Tenant> tenants_;  // stored tenants, by name
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
-  // Nodes whose view the open batch changed (their record, session,
-  // liveness or reports; their readings and lease times at most once per
-  // kPublishReadingsEveryNs; the batch's resends add the jobs on their
-  // GPUs): republished in node_replica_ at commit.
-  void TouchNode(const std::string& name) { batch_.Touch(name); }
-  // Snapshots of the touched and resent nodes into node_replica_.
-  void PublishNodes();
   // Adds the call `note` names (when it names one) to the open batch.
   void NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result);
   bool degraded_ = false;              // the last rebuild from the store failed

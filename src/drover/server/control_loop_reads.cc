@@ -165,9 +165,7 @@ void ControlLoop::ReplaceReplica() {
   std::map<uint64_t, JobReplica::JobPtr> all;
   for (const auto& [seq, job] : jobs_) all.emplace_hint(all.end(), seq, std::make_shared<const v1::Job>(job));
   replica_.Replace(std::move(all));
-  std::map<std::string, NodeReplica::SnapshotPtr> nodes;
-  for (const auto& [name, entry] : nodes_) nodes.emplace_hint(nodes.end(), name, Capture(entry));
-  node_replica_.Replace(std::move(nodes));
+  node_replica_.Replace(nodes_.CaptureAll());
   batch_.ClearTouched();
   // A state rebuilt from the store: every reason and tenant anew, and a
   // new reason epoch with the rebuilt scheduler's next change.
@@ -302,76 +300,6 @@ std::future<Result<std::vector<v1::Node>>> ControlLoop::ListNodes() {
     promise.set_value(std::move(out));
   }
   return promise.get_future();
-}
-
-void ControlLoop::PublishNodes() {
-  std::vector<NodeReplica::SnapshotPtr> views;
-  const int64_t now = LeaseNowNs();
-  auto publish = [&](const std::string& name) {
-    auto it = nodes_.find(name);
-    if (it == nodes_.end()) return;
-    views.push_back(Capture(it->second));
-    it->second.published_ns = now;
-  };
-  for (const std::string& name : batch_.touched()) publish(name);
-  for (const std::string& name : batch_.desired()) {
-    if (!batch_.touched().contains(name)) publish(name);
-  }
-  batch_.ClearTouched();
-  node_replica_.Update(std::move(views));
-}
-
-v1::Node ControlLoop::View(const NodeEntry& entry) const { return RenderNode(*Capture(entry)); }
-
-NodeReplica::SnapshotPtr ControlLoop::Capture(const NodeEntry& entry) const {
-  auto out = std::make_shared<NodeSnapshot>();
-  // Copied once per change of the record (Persist drops the shared copy).
-  if (entry.record == nullptr) entry.record = std::make_shared<const v1::Node>(entry.node);
-  out->record = entry.record;
-  switch (entry.liveness) {
-    case Liveness::kLost:
-      out->state = v1::NODE_STATE_LOST;
-      break;
-    case Liveness::kSuspect:
-      out->state = v1::NODE_STATE_SUSPECT;
-      break;
-    case Liveness::kAlive:
-      out->state = entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY;
-  }
-  if (!entry.liveness_reason.empty()) {
-    out->state_reason = entry.liveness_reason;
-  } else if (entry.sink && entry.awaiting_clean_report) {
-    out->state_reason = entry.undesired_running.empty()
-                            ? "waiting for the agent's first report"
-                            : fmt::format("stopping {} workloads it should not run", entry.undesired_running.size());
-  }
-  out->session = entry.sink != nullptr;
-  // Telemetry of a node whose session is down is stale: left out.
-  if (entry.sink && !entry.telemetry.empty()) {
-    if (entry.readings == nullptr) entry.readings = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
-    out->telemetry = entry.readings;
-  }
-  // On the wall clock: the lease clock's time means nothing outside.
-  int64_t renewed = std::max(entry.heard_direct_ns, entry.heard_via_peer_ns);
-  out->lease_renewed_unix_nanos = NowNs() - (LeaseNowNs() - renewed);
-  out->lease_via_peers = entry.heard_via_peer_ns > entry.heard_direct_ns;
-  out->last_heartbeat_unix_nanos = entry.last_heartbeat_ns;
-  const std::string& name = entry.node.name();
-  {
-    for (uint64_t seq : jobs_.ActiveOn(name)) {
-      const v1::Job& job = jobs_.at(seq);
-      auto add = [&](const v1::Allocation& a) {
-        if (a.node() != name) return;
-        out->jobs.push_back({job.id(), job.spec().tenant(), {a.gpu_indices().begin(), a.gpu_indices().end()}});
-      };
-      if (job.status().replicas_size() > 0) {
-        for (const v1::Allocation& a : job.status().replicas()) add(a);
-      } else {
-        add(job.status().allocation());
-      }
-    }
-  }
-  return out;
 }
 
 }  // namespace drover::server

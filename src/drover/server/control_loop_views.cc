@@ -22,9 +22,7 @@ float OrUnknown(bool has, double v) { return has ? static_cast<float>(v) : -1.0f
 
 void ControlLoop::RecordSchedulerStats() {
   LoopStats counters;
-  counters.renewals_direct = renewals_direct_;
-  counters.renewals_via_peers = renewals_via_peers_;
-  counters.node_losses = node_losses_;
+  nodes_.AddCounters(&counters);
   counters.passes_run = passes_run_;
   counters.passes_skipped = passes_skipped_;
   board_.SetCounters(counters);
