@@ -21,8 +21,10 @@
 // exact search over subsets of its victims, cheapest first, under the
 // lowest priority threshold at which the job may fit, then a knapsack over
 // the nodes for a gang; for a gang under one switch or rack, the freest few
-// domains. preemption_property_test checks minimality against an
-// exhaustive search (single-node victims, a few switches).
+// domains. Exact but for those limits and for victims on several nodes
+// (preemption_search.h says why). preemption_property_test checks
+// minimality against an exhaustive search (single-node victims, a few
+// switches).
 //
 // Worked example: node a runs p=10 x4 GPUs and p=20 x2 GPUs, node b runs
 // p=10 x8 GPUs, all preemptible and started an hour ago. A p=100 job
