@@ -17,7 +17,7 @@
 // least is exact where every running job runs on one node; where some run
 // on two (VictimsOnSeveralNodes...), the set must still let the job start
 // and exist whenever one does, but may cost more than the least (about 1
-// case in 40 here; preemption.cc says why).
+// case in 40 here; preemption_search.h says why).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -276,7 +276,7 @@ struct Outcomes {
 
 // `count` random cases from `seed`. With `spanning` victims the set must
 // still let the job start, and cost no less than the least (it may cost
-// more: preemption.cc); without, exactly the least.
+// more: preemption_search.h); without, exactly the least.
 void CheckCases(uint64_t seed, int count, bool spanning, Outcomes* out) {
   Rng rng(seed);
   int cases = 0;
