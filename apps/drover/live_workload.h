@@ -12,7 +12,7 @@
 // max_pending jobs are pending, so it never floods the queue. One log line a
 // minute says what it did.
 //
-// Owned by RunServer: Start after the server and agents, Stop before them.
+// Owned by RunUp (up.cc): Start after the server and agents, Stop before them.
 // Start, Stop and the destructor are for one thread; the submitting thread
 // is private. Stop returns promptly (a condition variable, and an RPC in
 // flight is cancelled).
