@@ -24,7 +24,7 @@
 //
 // The macros carry a DROVER_ prefix: gRPC's headers pull in Abseil's legacy
 // absl/base/internal/thread_annotations.h, which defines GUARDED_BY and
-// PT_GUARDED_BY itself. scripts/check-thread-safety.sh runs the analysis
+// PT_GUARDED_BY itself. scripts/check-thread-safety.py runs the analysis
 // (`clang++ -Wthread-safety -Werror`) over every file that uses them; it is
 // the `thread_safety` test of `make test`. See docs/style.md.
 //
