@@ -154,7 +154,10 @@ std::string JobStateRoot(const std::string& data_dir, const std::vector<std::str
     std::string root = fmt::format("{}/{:016x}", base, h);
     if (!PrivateDir(root)) continue;
     // Whose it is, for SweepJobStateRoots.
-    if (OwnerOf(root) != name) (void)WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false);
+    if (OwnerOf(root) != name) {
+      WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false)
+          .IgnoreError("best effort: a root without an owner is kept, never swept");
+    }
     return root;
   }
   return data_dir + "/run";

@@ -240,7 +240,7 @@ Status ControlLoop::Recover() {
         continue;
       }
       if (int64_t ckpt = job.status().checkpoint_time_unix_nanos(); ckpt > 0) {
-        (void)sched.SetCheckpoint(job.id(), ckpt / kNsPerMs);  // bound: cannot fail
+        sched.SetCheckpoint(job.id(), ckpt / kNsPerMs).IgnoreError("the job was just bound: cannot fail");
       }
       if (state == v1::JOB_STATE_PREEMPTING) {
         if (Status st = sched.MarkPreempting(job.id(), job.status().preempted_for()); !st.ok()) {

@@ -199,7 +199,7 @@ std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool dra
         v1::JobStatus* st = job.mutable_status();
         if (st->state() != v1::JOB_STATE_BOUND && st->state() != v1::JOB_STATE_RUNNING) continue;
         if (st->gang_failed()) continue;
-        (void)sched_.MarkPreempting(job.id());
+        sched_.MarkPreempting(job.id()).IgnoreError("bound or running (checked above): the scheduler holds it");
         st->set_state(v1::JOB_STATE_PREEMPTING);
         st->set_message(fmt::format("drained off node '{}'", name));
         st->clear_preempted_for();

@@ -101,7 +101,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
     spdlog::debug("campaign: lease {} and transaction {} in {} ms", lease.ok() ? "granted" : lease.status().ToString(),
                   r.ok() ? (r->succeeded ? "won" : "lost") : r.status().ToString(), (SteadyNs() - started) / 1'000'000);
     if (!r.ok()) {
-      if (lease.ok()) (void)store->RevokeLease(*lease);
+      if (lease.ok()) store->RevokeLease(*lease).IgnoreError("best effort: the lease ends with its TTL anyway");
       if (stopped()) break;
       if (r.status().code() != Code::kUnavailable && r.status().code() != Code::kDeadlineExceeded) return r.status();
       // No quorum (or no etcd): a standby waits for it, however long,
@@ -121,7 +121,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
       spdlog::info("elected leader (epoch {})", l->epoch_);
       return l;
     }
-    (void)store->RevokeLease(*lease);
+    store->RevokeLease(*lease).IgnoreError("best effort: the lease ends with its TTL anyway");
     // Someone leads: wait until its key goes (watched from the revision
     // read), then campaign again. Every TTL the key is read again anyway, in
     // case the watch missed the end.

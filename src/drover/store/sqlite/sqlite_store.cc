@@ -163,7 +163,7 @@ Status SqliteStore::Init() {
     version = FailedPrecondition(fmt::format("store schema version {} is not the supported {}", *version, kSchemaVersion));
   }
   if (!version.ok()) {
-    (void)ExecLocked("ROLLBACK");
+    ExecLocked("ROLLBACK").IgnoreError("the error that matters is the one returned");
     return version.status();
   }
   return ExecLocked("COMMIT");
@@ -190,7 +190,7 @@ Result<int64_t> SqliteStore::WriteTxnLocked(Body&& body) {
   if (status.ok() && !ws.events.empty()) status = WriteMetaLocked("revision", ws.revision);
   if (status.ok()) status = ExecLocked("COMMIT");
   if (!status.ok()) {
-    (void)ExecLocked("ROLLBACK");  // fails harmlessly when COMMIT already rolled back
+    ExecLocked("ROLLBACK").IgnoreError("fails harmlessly when COMMIT already rolled back");
     return status;
   }
   if (ws.events.empty()) return *current;
