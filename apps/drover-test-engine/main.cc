@@ -53,11 +53,15 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "drover/common/mutex.h"
+
 namespace {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
+using drover::Mutex;
+using drover::MutexLock;
 using tcp = net::ip::tcp;
 using net::awaitable;
 using json = nlohmann::json;
@@ -88,7 +92,7 @@ std::atomic<int64_t> cancelled_total{0};
 std::atomic<int64_t> tokens_streamed{0};
 std::atomic<int64_t> embed_calls_total{0};
 // When the simulated accelerator is free again (--embed-call-us).
-std::mutex accel_mu;
+Mutex accel_mu;
 std::chrono::steady_clock::time_point accel_free;
 
 // The completions' slots (--max-running) and the queue for them, as vLLM's
@@ -98,15 +102,15 @@ struct Waiter {
   net::steady_timer* wake;
   bool* admitted;
 };
-std::mutex slots_mu;
-int64_t running = 0;               // GUARDED_BY(slots_mu)
-std::deque<Waiter> waiters;        // GUARDED_BY(slots_mu)
-double queue_seconds_sum = 0;      // GUARDED_BY(slots_mu)
-int64_t queue_count = 0;           // GUARDED_BY(slots_mu)
+Mutex slots_mu;
+int64_t running DROVER_GUARDED_BY(slots_mu) = 0;
+std::deque<Waiter> waiters DROVER_GUARDED_BY(slots_mu);
+double queue_seconds_sum DROVER_GUARDED_BY(slots_mu) = 0;
+int64_t queue_count DROVER_GUARDED_BY(slots_mu) = 0;
 
 // Frees a slot: to the first waiter, else back to the pool.
 void ReleaseSlot() {
-  std::lock_guard lock(slots_mu);
+  MutexLock lock(&slots_mu);
   if (waiters.empty()) {
     --running;
     return;
@@ -259,7 +263,7 @@ class Session {
       int64_t queued = 0, queue_n = 0;
       double queue_s = 0;
       {
-        std::lock_guard lock(slots_mu);
+        MutexLock lock(&slots_mu);
         queued = static_cast<int64_t>(waiters.size());
         queue_n = queue_count;
         queue_s = queue_seconds_sum;
@@ -385,7 +389,7 @@ class Session {
     net::steady_timer wake(stream_.get_executor());
     bool admitted = false;
     {
-      std::lock_guard lock(slots_mu);
+      MutexLock lock(&slots_mu);
       if (running < cfg.max_running) {
         ++running;
         admitted = true;
@@ -398,7 +402,7 @@ class Session {
       beast::error_code ec;
       co_await wake.async_wait(Await(ec));
     }
-    std::lock_guard lock(slots_mu);
+    MutexLock lock(&slots_mu);
     queue_seconds_sum += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++queue_count;
   }
@@ -438,7 +442,7 @@ class Session {
     if (cfg.embed_call_us > 0) {  // queue for the accelerator, then run
       std::chrono::steady_clock::time_point done;
       {
-        std::lock_guard lock(accel_mu);
+        MutexLock lock(&accel_mu);
         done = std::max(accel_free, std::chrono::steady_clock::now()) +
                std::chrono::microseconds(cfg.embed_call_us + cfg.embed_input_us * static_cast<int64_t>(inputs.size()));
         accel_free = done;

@@ -292,8 +292,8 @@ void HaGroup::Supervise() {
       c.died_ns = MonoNs();
     }
   };
-  std::unique_lock lock(mu_);
-  while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+  MutexLock lock(&mu_);
+  while (!wake_.WaitFor(&mu_, std::chrono::milliseconds(100), [this]() DROVER_REQUIRES(mu_) { return stopping_; })) {
     for (std::vector<Child>* group : {&etcd_, &server_children_}) {
       for (Child& c : *group) {
         reap(c);
@@ -301,7 +301,7 @@ void HaGroup::Supervise() {
       }
     }
   }
-  lock.unlock();
+  lock.Unlock();
   // Servers first (a leader that stops gives its lease up), then etcd; each
   // gets 5 s after SIGTERM.
   for (std::vector<Child>* group : {&server_children_, &etcd_}) {
@@ -324,10 +324,10 @@ void HaGroup::Supervise() {
 
 void HaGroup::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   if (supervisor_.joinable()) supervisor_.join();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "drover/auth/authority.h"
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/server/server.h"
 #include "drover/store/store.h"
@@ -110,9 +111,9 @@ class HaGroup {
   std::vector<Child> server_children_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<auth::Authority> authority_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar wake_;
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
   std::thread supervisor_;
 };
 

@@ -1,5 +1,6 @@
 #include "live_workload.h"
 
+#include "drover/common/mutex.h"
 #include "drover/rpc/channel.h"
 
 #include <fmt/format.h>
@@ -119,11 +120,11 @@ struct LiveWorkload::State {
   std::unique_ptr<v1::NodeService::Stub> nodes;
   std::thread thread;
 
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;                      // GUARDED_BY(mu)
-  std::shared_ptr<grpc::ClientContext> call;  // GUARDED_BY(mu): the RPC in flight
-  Totals totals;                              // GUARDED_BY(mu)
+  mutable Mutex mu;
+  CondVar cv;
+  bool stopping DROVER_GUARDED_BY(mu) = false;
+  std::shared_ptr<grpc::ClientContext> call DROVER_GUARDED_BY(mu);  // the RPC in flight
+  Totals totals DROVER_GUARDED_BY(mu);
 
   // The thread's own.
   bool send_load = true;  // false once the server refused DROVER_SIM_LOAD
@@ -141,14 +142,14 @@ struct LiveWorkload::State {
   } minute;
 
   Totals totals_now() const {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     return totals;
   }
 
   // Waits until `until` or Stop; false on Stop.
   bool WaitUntil(Clock::time_point until) {
-    std::unique_lock<std::mutex> lock(mu);
-    return !cv.wait_until(lock, until, [this] { return stopping; });
+    MutexLock lock(&mu);
+    return !cv.WaitUntil(&mu, until, [this]() DROVER_REQUIRES(mu) { return stopping; });
   }
 
   // Runs one RPC with a deadline, cancellable by Stop.
@@ -157,12 +158,12 @@ struct LiveWorkload::State {
     auto ctx = std::make_shared<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + kRpcDeadline);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       if (stopping) return grpc::Status(grpc::StatusCode::CANCELLED, "stopping");
       call = ctx;
     }
     grpc::Status s = fn(ctx.get());
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     call.reset();
     return s;
   }
@@ -246,12 +247,12 @@ struct LiveWorkload::State {
     if (!s.ok()) {
       ++minute.failed;
       minute.last_error = s.error_message();
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ++totals.failed;
       return;
     }
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ++totals.submitted;
     }
     ++minute.by_tenant[j.req.tenant];
@@ -303,7 +304,7 @@ struct LiveWorkload::State {
       RefreshPending(now);
       if (pending > max_pending) {
         ++minute.held_back;
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         ++totals.held_back;
       } else {
         Submit(*next);
@@ -344,11 +345,11 @@ LiveWorkload::~LiveWorkload() { Stop(); }
 
 void LiveWorkload::Stop() {
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     state_->stopping = true;
     if (state_->call) state_->call->TryCancel();
   }
-  state_->cv.notify_all();
+  state_->cv.SignalAll();
   if (state_->thread.joinable()) state_->thread.join();
 }
 

@@ -332,7 +332,7 @@ class AgentImpl final : public Agent {
       LocalJob job(dir);
       job.output_dir = entry.path().string();
       job.exited = ExitFile{-1, 0, NowNanos(), "its state was lost: the machine restarted while it ran", false};
-      (void)dir.WriteExit(*job.exited);
+      dir.WriteExit(*job.exited).IgnoreError("best effort: job.exited is what gets reported");
       jobs_.emplace(key, std::move(job));
     }
   }
@@ -671,7 +671,9 @@ class AgentImpl final : public Agent {
         peers_version_ = ack.peers_version();
       }
       // Tell each peer whose beat this heartbeat carried that its lease holds.
-      for (const v1::PeerBeat& p : ack.renewed()) (void)gossip_->SendLeaseAck(p.node_name(), p.beat());
+      for (const v1::PeerBeat& p : ack.renewed()) {
+        gossip_->SendLeaseAck(p.node_name(), p.beat()).IgnoreError("a datagram: the next heartbeat renews it");
+      }
     }
     while (!unacked_.empty() && unacked_.front().first < ack.seq()) unacked_.pop_front();
     if (unacked_.empty() || unacked_.front().first != ack.seq()) return;  // not one of this session's
@@ -919,7 +921,7 @@ class AgentImpl final : public Agent {
     if (!s.ok()) {
       spdlog::error("node '{}' cannot start job '{}': {}", opts_.node_name, key, s.message());
       job.exited = ExitFile{127, 0, NowNanos(), s.message(), true};
-      (void)dir.WriteExit(*job.exited);
+      dir.WriteExit(*job.exited).IgnoreError("best effort: job.exited is what gets reported");
     } else {
       spdlog::info("node '{}' started job '{}' on GPUs [{}]", opts_.node_name, key,
                    fmt::join(w.gpu_indices(), ","));
@@ -1084,7 +1086,7 @@ class AgentImpl final : public Agent {
     e.message = "stopped while waiting for its restart after " + DescribeExit(e);
     e.failed_to_start = false;
     job->exited = e;
-    (void)job->dir.WriteExit(e);
+    job->dir.WriteExit(e).IgnoreError("best effort: job.exited is what gets reported");
   }
 
   // The service job `id` while its process of generation `gen` runs.
@@ -1204,7 +1206,7 @@ class AgentImpl final : public Agent {
       if (job->started) ::kill(-job->started->pid, SIGKILL);
       if (job->cgroup) RemoveJobCgroup(job->cgroup->dir, job->cgroup->parent, std::chrono::seconds(2));
       job->exited = ExitFile{-1, 0, NowNanos(), "the job's supervisor died without recording an exit", false};
-      (void)job->dir.WriteExit(*job->exited);
+      job->dir.WriteExit(*job->exited).IgnoreError("best effort: job.exited is what gets reported");
     }
   }
 
@@ -1311,7 +1313,8 @@ class AgentImpl final : public Agent {
   // Reaps a supervisor that no job needs any more once it has ended.
   void WatchRetired(pid_t pid) {
     if (watcher_ == nullptr) return;  // the minute sweep reaps it
-    (void)watcher_->Watch(pid, [this, pid] { loop_.Post([this, pid] { Reap(pid); }); });
+    watcher_->Watch(pid, [this, pid] { loop_.Post([this, pid] { Reap(pid); }); })
+        .IgnoreError("unwatched, the minute sweep reaps it");
   }
 
   void OnSupervisorEnded(const std::string& id) {
@@ -1420,7 +1423,7 @@ class AgentImpl final : public Agent {
                      stop != stops_.end() ? ": " + stop->second.reason() : "");
         ::kill(-pgid, SIGTERM);
         job.sigterm_ns = now;
-        (void)job.dir.WriteStop(now);
+        job.dir.WriteStop(now).IgnoreError("best effort: an agent restarted without it sends SIGTERM again");
         if (job.service) {
           job.service->Stopping();
           (void)ReportIfChanged(id, &job);

@@ -15,6 +15,7 @@
 
 #include "drover/auth/certs.h"
 #include "drover/common/files.h"
+#include "drover/common/mutex.h"
 #include "drover/rpc/channel.h"
 #include "drover/v1/agent.grpc.pb.h"
 
@@ -57,7 +58,7 @@ class SessionCall final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::S
     size_t n = m.ByteSizeLong();
     bool overflow = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (closed_) return false;
       if (queued_bytes_ + n > ServerConnection::kMaxQueuedBytes) {
         overflow = true;
@@ -80,12 +81,12 @@ class SessionCall final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::S
   }
 
   size_t queued_bytes() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return queued_bytes_;
   }
 
   bool closed() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return closed_;
   }
 
@@ -97,7 +98,7 @@ class SessionCall final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::S
   void OnWriteDone(bool ok) override {
     bool release = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       queued_bytes_ -= queue_.front().ByteSizeLong();
       queue_.pop_front();
       if (!ok) closed_ = true;
@@ -116,7 +117,7 @@ class SessionCall final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::S
 
  private:
   // True once: the stream will start no more writes, so the hold can go.
-  bool ReleaseLocked() {
+  bool ReleaseLocked() DROVER_REQUIRES(mu_) {
     if (!closed_ || writing_ || released_) return false;
     released_ = true;
     return true;
@@ -127,10 +128,12 @@ class SessionCall final : public grpc::ClientBidiReactor<v1::AgentMessage, v1::S
   v1::ServerMessage in_;  // the read in flight
   std::atomic<bool> heard_{false};
   std::shared_ptr<SessionCall> self_;  // until OnDone
-  std::mutex mu_;
-  std::deque<v1::AgentMessage> queue_;  // GUARDED_BY(mu_) front: the write in flight
-  size_t queued_bytes_ = 0;             // GUARDED_BY(mu_)
-  bool writing_ = false, closed_ = false, released_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::deque<v1::AgentMessage> queue_ DROVER_GUARDED_BY(mu_);  // front: the write in flight
+  size_t queued_bytes_ DROVER_GUARDED_BY(mu_) = 0;
+  bool writing_ DROVER_GUARDED_BY(mu_) = false;
+  bool closed_ DROVER_GUARDED_BY(mu_) = false;
+  bool released_ DROVER_GUARDED_BY(mu_) = false;
 };
 
 // A unary call in flight (Join, Register).
@@ -190,15 +193,15 @@ class ConnectionImpl final : public ServerConnection {
   void Stop() override {
     std::vector<std::function<void()>> cancels;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_) return;
       stopping_ = true;
       for (auto& [key, cancel] : cancels_) cancels.push_back(cancel);
     }
     for (auto& cancel : cancels) cancel();
     {
-      std::unique_lock lock(mu_);
-      idle_.wait(lock, [this] { return in_flight_ == 0; });
+      MutexLock lock(&mu_);
+      idle_.Wait(&mu_, [this]() DROVER_REQUIRES(mu_) { return in_flight_ == 0; });
     }
     tasks_.Close();
     session_.reset();
@@ -224,23 +227,23 @@ class ConnectionImpl final : public ServerConnection {
 
   // False when stopping: the call must not start.
   bool Track(const void* key, std::function<void()> cancel) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return false;
     cancels_.emplace(key, std::move(cancel));
     ++in_flight_;
     return true;
   }
   void Forget(const void* key) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     cancels_.erase(key);
   }
   // The last thing a call's completion does: `this` may go right after.
   void Done() {
-    std::lock_guard lock(mu_);
-    if (--in_flight_ == 0) idle_.notify_all();
+    MutexLock lock(&mu_);
+    if (--in_flight_ == 0) idle_.SignalAll();
   }
   bool stopping() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return stopping_;
   }
 
@@ -474,11 +477,11 @@ class ConnectionImpl final : public ServerConnection {
   const ConnectionEvents events_;
   std::string ca_pem_;  // the cluster CA; "" for plaintext. Set by LoadCa, then read-only.
 
-  std::mutex mu_;
-  std::condition_variable idle_;
-  bool stopping_ = false;                                 // GUARDED_BY(mu_)
-  std::map<const void*, std::function<void()>> cancels_;  // GUARDED_BY(mu_) calls in flight
-  int in_flight_ = 0;                                     // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar idle_;
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
+  std::map<const void*, std::function<void()>> cancels_ DROVER_GUARDED_BY(mu_);  // calls in flight
+  int in_flight_ DROVER_GUARDED_BY(mu_) = 0;
 
   // Owned by the loop.
   std::string token_;
@@ -504,7 +507,7 @@ void SessionCall::OnReadDone(bool ok) {
   }
   bool release = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     closed_ = true;
     release = ReleaseLocked();
   }

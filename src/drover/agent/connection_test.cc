@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/v1/agent.grpc.pb.h"
 
 namespace drover::agent {
@@ -26,10 +27,10 @@ class FakeServer final : public v1::AgentService::Service {
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*, v1::RegisterResponse* resp) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       ++registrations_;
     }
-    registered_.notify_all();
+    registered_.SignalAll();
     resp->set_leader_epoch(epoch_);
     resp->set_heartbeat_interval_ms(250);
     return grpc::Status::OK;
@@ -59,14 +60,15 @@ class FakeServer final : public v1::AgentService::Service {
 
   // Whether `n` registrations arrived within 20 s.
   bool WaitRegistrations(int n) {
-    std::unique_lock lock(mu_);
-    return registered_.wait_for(lock, std::chrono::seconds(20), [&] { return registrations_ >= n; });
+    MutexLock lock(&mu_);
+    return registered_.WaitFor(&mu_, std::chrono::seconds(20),
+                               [&]() DROVER_REQUIRES(mu_) { return registrations_ >= n; });
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable registered_;
-  int registrations_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar registered_;
+  int registrations_ DROVER_GUARDED_BY(mu_) = 0;
   const int64_t epoch_;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -85,8 +87,8 @@ TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
   ASSERT_GT(leader_port, 0);
   ASSERT_GT(deposed_port, 0);
 
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   std::vector<int64_t> followed;  // the epoch of each session opened
   runtime::EventLoop loop("connection-test");
   loop.Start();
@@ -98,17 +100,17 @@ TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
   ConnectionEvents events;
   events.make_register = [] { return v1::RegisterRequest(); };
   events.connected = [&](const v1::RegisterResponse& r, int64_t) {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     followed.push_back(r.leader_epoch());
-    cv.notify_all();
+    cv.SignalAll();
   };
   events.message = [](v1::ServerMessage) {};
   auto connection = ServerConnection::Create(options, &loop, events);
   ASSERT_TRUE(connection.ok()) << connection.status().ToString();
   (*connection)->Begin();
   auto wait_followed = [&](size_t n) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(20), [&] { return followed.size() >= n; });
+    MutexLock lock(&mu);
+    return cv.WaitFor(&mu, std::chrono::seconds(20), [&]() DROVER_REQUIRES(mu) { return followed.size() >= n; });
   };
   ASSERT_TRUE(wait_followed(1));
 
@@ -116,7 +118,7 @@ TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
   leader->Stop();
   ASSERT_TRUE(deposed.WaitRegistrations(3)) << "the other server was not tried";
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     EXPECT_EQ(followed, std::vector<int64_t>({5})) << "a session was opened with the deposed server";
   }
 
@@ -125,7 +127,7 @@ TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
   ASSERT_EQ(next.Start("127.0.0.1:" + std::to_string(leader_port)), leader_port);
   ASSERT_TRUE(wait_followed(2));
   {
-    std::lock_guard lock(mu);
+    MutexLock lock(&mu);
     EXPECT_EQ(followed, std::vector<int64_t>({5, 7}));
   }
   (*connection)->Stop();

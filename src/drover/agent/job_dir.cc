@@ -96,10 +96,14 @@ std::error_code SpareDirs::Take(const std::string& target) {
     std::string spare;
     {
       // Busy (Refill, on a thread that may not run soon): make it here.
-      std::unique_lock lock(mu_, std::try_to_lock);
-      if (!lock.owns_lock() || ready_.empty()) break;
+      if (!mu_.TryLock()) break;
+      if (ready_.empty()) {
+        mu_.Unlock();
+        break;
+      }
       spare = std::move(ready_.back());
       ready_.pop_back();
+      mu_.Unlock();
     }
     if (::rename(spare.c_str(), target.c_str()) == 0) return {};
     // Gone, or the target appeared meanwhile: the next, or make it.
@@ -114,14 +118,14 @@ void SpareDirs::Refill() {
   for (;;) {
     std::string dir;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (static_cast<int>(ready_.size()) >= count_) return;
       dir = fmt::format("{}/{}{}", root_, prefix_, next_++);
     }
     std::error_code ec;
     if (!std::filesystem::create_directory(dir, ec) || ec) return;
     if (fill_) fill_(dir);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ready_.push_back(std::move(dir));
   }
 }
@@ -150,7 +154,10 @@ std::string JobStateRoot(const std::string& data_dir, const std::vector<std::str
     std::string root = fmt::format("{}/{:016x}", base, h);
     if (!PrivateDir(root)) continue;
     // Whose it is, for SweepJobStateRoots.
-    if (OwnerOf(root) != name) (void)WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false);
+    if (OwnerOf(root) != name) {
+      WriteFileAtomic(root + "/owner", name, 0600, /*durable=*/false)
+          .IgnoreError("best effort: a root without an owner is kept, never swept");
+    }
     return root;
   }
   return data_dir + "/run";

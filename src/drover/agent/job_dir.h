@@ -36,6 +36,7 @@
 
 #include "drover/agent/cgroup.h"
 #include "drover/common/files.h"
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 
 namespace drover::agent {
@@ -127,9 +128,9 @@ class SpareDirs {
   std::string root_, prefix_;
   int count_;
   std::function<void(const std::string&)> fill_;
-  std::mutex mu_;
-  std::vector<std::string> ready_;  // GUARDED_BY(mu_)
-  uint64_t next_ = 0;               // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<std::string> ready_ DROVER_GUARDED_BY(mu_);
+  uint64_t next_ DROVER_GUARDED_BY(mu_) = 0;
 };
 
 class JobDir {

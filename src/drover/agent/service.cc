@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drover/common/files.h"
+#include "drover/common/mutex.h"
 
 namespace drover::agent {
 namespace {
@@ -240,8 +241,8 @@ namespace {
 
 // The ports every PortAllocator of this process holds.
 struct ProcessPorts {
-  std::mutex mu;
-  std::set<int> held;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::set<int> held DROVER_GUARDED_BY(mu);
 };
 ProcessPorts& Ports() {
   static ProcessPorts* p = new ProcessPorts;  // never destroyed: allocators may outlive statics
@@ -251,8 +252,9 @@ ProcessPorts& Ports() {
 }  // namespace
 
 PortAllocator::~PortAllocator() {
-  std::lock_guard lock(Ports().mu);
-  for (int p : held_) Ports().held.erase(p);
+  ProcessPorts& ports = Ports();
+  MutexLock lock(&ports.mu);
+  for (int p : held_) ports.held.erase(p);
 }
 
 void PortAllocator::SetRange(int first, int last) {
@@ -263,25 +265,28 @@ void PortAllocator::SetRange(int first, int last) {
 
 void PortAllocator::Hold(int port) {
   held_.insert(port);
-  std::lock_guard lock(Ports().mu);
-  Ports().held.insert(port);
+  ProcessPorts& ports = Ports();
+  MutexLock lock(&ports.mu);
+  ports.held.insert(port);
 }
 
 void PortAllocator::Release(int port) {
   if (held_.erase(port) == 0) return;
-  std::lock_guard lock(Ports().mu);
-  Ports().held.erase(port);
+  ProcessPorts& ports = Ports();
+  MutexLock lock(&ports.mu);
+  ports.held.erase(port);
 }
 
 bool PortAllocator::TryTake(int port) {
   if (held_.contains(port)) return false;
+  ProcessPorts& ports = Ports();
   {
-    std::lock_guard lock(Ports().mu);
-    if (!Ports().held.insert(port).second) return false;  // another agent of this process has it
+    MutexLock lock(&ports.mu);
+    if (!ports.held.insert(port).second) return false;  // another agent of this process has it
   }
   if (!PortBindable(port)) {
-    std::lock_guard lock(Ports().mu);
-    Ports().held.erase(port);
+    MutexLock lock(&ports.mu);
+    ports.held.erase(port);
     return false;
   }
   held_.insert(port);

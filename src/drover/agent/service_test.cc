@@ -21,6 +21,7 @@
 
 #include "drover/agent/agent.h"
 #include "drover/agent/agent_test_support.h"
+#include "drover/common/mutex.h"
 #include "drover/rpc/convert.h"
 #include "drover/v1/agent.grpc.pb.h"
 
@@ -442,20 +443,20 @@ class FakeServer final : public v1::AgentService::Service {
   grpc::Status Session(grpc::ServerContext*,
                        grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stream_ = stream;
       ++sessions_;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     v1::AgentMessage m;
     while (stream->Read(&m)) {
       if (!m.has_status()) continue;
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (const v1::WorkloadStatus& ws : m.status().workloads()) reports_.push_back(ws);
-      cv_.notify_all();
+      cv_.SignalAll();
     }
-    std::lock_guard write(write_mu_);
-    std::lock_guard lock(mu_);
+    MutexLock write(&write_mu_);
+    MutexLock lock(&mu_);
     if (stream_ == stream) stream_ = nullptr;  // not a newer session's
     return grpc::Status::OK;
   }
@@ -476,8 +477,8 @@ class FakeServer final : public v1::AgentService::Service {
 
   // Waits until `n` sessions have opened.
   bool WaitSessions(int n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, test_support::kDeadline, [&] { return sessions_ >= n; });
+    MutexLock lock(&mu_);
+    return cv_.WaitFor(&mu_, test_support::kDeadline, [&]() DROVER_REQUIRES(mu_) { return sessions_ >= n; });
   }
 
   // Sends the desired set once the agent's session is open.
@@ -485,11 +486,13 @@ class FakeServer final : public v1::AgentService::Service {
     v1::ServerMessage m;
     for (const v1::Workload& w : workloads) *m.mutable_desired()->add_workloads() = w;
     m.mutable_desired();
-    std::lock_guard write(write_mu_);
+    MutexLock write(&write_mu_);
     grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream = nullptr;
     {
-      std::unique_lock lock(mu_);
-      if (!cv_.wait_for(lock, test_support::kDeadline, [&] { return stream_ != nullptr; })) return false;
+      MutexLock lock(&mu_);
+      if (!cv_.WaitFor(&mu_, test_support::kDeadline, [&]() DROVER_REQUIRES(mu_) { return stream_ != nullptr; })) {
+        return false;
+      }
       stream = stream_;
     }
     return stream->Write(m);
@@ -499,9 +502,9 @@ class FakeServer final : public v1::AgentService::Service {
   // returns it; nothing after the (failure) deadline.
   std::optional<v1::WorkloadStatus> WaitFor(const std::string& id,
                                             const std::function<bool(const v1::WorkloadStatus&)>& pred) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     std::optional<v1::WorkloadStatus> found;
-    cv_.wait_for(lock, std::chrono::seconds(60), [&] {
+    cv_.WaitFor(&mu_, std::chrono::seconds(60), [&]() DROVER_REQUIRES(mu_) {
       for (size_t i = seen_; i < reports_.size(); ++i) {
         if (reports_[i].workload_id() == id && pred(reports_[i])) {
           found = reports_[i];
@@ -516,8 +519,8 @@ class FakeServer final : public v1::AgentService::Service {
 
   // Waits until some report of `id`, of any time, says it ended.
   bool WaitEnded(const std::string& id) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(60), [&] {
+    MutexLock lock(&mu_);
+    return cv_.WaitFor(&mu_, std::chrono::seconds(60), [&]() DROVER_REQUIRES(mu_) {
       for (const v1::WorkloadStatus& ws : reports_) {
         if (ws.workload_id() == id && (ws.state() == v1::WORKLOAD_STATE_EXITED ||
                                        ws.state() == v1::WORKLOAD_STATE_FAILED_TO_START)) {
@@ -529,7 +532,7 @@ class FakeServer final : public v1::AgentService::Service {
   }
 
   std::vector<v1::WorkloadStatus> Reports(const std::string& id) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<v1::WorkloadStatus> out;
     for (const auto& ws : reports_) {
       if (ws.workload_id() == id) out.push_back(ws);
@@ -538,13 +541,13 @@ class FakeServer final : public v1::AgentService::Service {
   }
 
  private:
-  std::mutex write_mu_;  // one writer at a time
-  std::mutex mu_;
-  std::condition_variable cv_;
-  grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream_ = nullptr;  // GUARDED_BY(mu_)
-  std::vector<v1::WorkloadStatus> reports_;                                            // GUARDED_BY(mu_)
-  size_t seen_ = 0;                                                                    // GUARDED_BY(mu_)
-  int sessions_ = 0;                                                                   // GUARDED_BY(mu_)
+  Mutex write_mu_;  // one writer at a time
+  Mutex mu_;
+  CondVar cv_;
+  grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream_ DROVER_GUARDED_BY(mu_) = nullptr;
+  std::vector<v1::WorkloadStatus> reports_ DROVER_GUARDED_BY(mu_);
+  size_t seen_ DROVER_GUARDED_BY(mu_) = 0;
+  int sessions_ DROVER_GUARDED_BY(mu_) = 0;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -267,7 +267,8 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   JobDir job(dir);
   auto spec = job.ReadSpec();
   if (!spec.ok()) {
-    (void)job.WriteExit(ExitFile{127, 0, NowNanos(), spec.status().message(), true});
+    job.WriteExit(ExitFile{127, 0, NowNanos(), spec.status().message(), true})
+        .IgnoreError("if it fails, the agent reports a supervisor that died without an exit");
     return 1;
   }
   const int kForwarded[] = {SIGTERM, SIGINT, SIGHUP};
@@ -285,7 +286,8 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   auto not_started = [&](std::string_view why) {
     std::string message = fmt::format("cannot start '{}': {}", spec->command[0], why);
     std::ofstream(log, std::ios::app) << "drover: " << message << "\n";
-    (void)job.WriteExit(ExitFile{127, 0, NowNanos(), message, true});
+    job.WriteExit(ExitFile{127, 0, NowNanos(), message, true})
+        .IgnoreError("if it fails, the agent reports a supervisor that died without an exit");
     return 0;
   };
   struct stat st{};
@@ -502,7 +504,7 @@ int RunSpareSupervisor() {
     // end (its rename made it whole already): a crash of the machine in
     // between loses the exit as one while the job ran would. The agent may
     // have removed the directory by now, its end being on record.
-    (void)JobDir(dir).SyncExit();
+    JobDir(dir).SyncExit().IgnoreError("best effort: exit.json is whole already, only its durability is at stake");
     if (!told) return 0;
   }
 }

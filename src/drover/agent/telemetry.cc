@@ -103,7 +103,7 @@ void Telemetry::SampleAll(int64_t now_ns) {
     }
   }
   int64_t wall = WallNs();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < slots_.size(); ++i) {
     PerGpu& g = gpus_[i];
     auto& [sample, events] = results[i];
@@ -144,7 +144,7 @@ void Telemetry::SampleAll(int64_t now_ns) {
 void Telemetry::CheckHealth(int64_t now_ns) {
   bool changed = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (size_t i = 0; i < gpus_.size(); ++i) {
       PerGpu& g = gpus_[i];
       HealthCheckInput in;
@@ -174,7 +174,7 @@ void Telemetry::CheckHealth(int64_t now_ns) {
 }
 
 std::vector<GpuReading> Telemetry::TakeReadings(bool summarise) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<GpuReading> out;
   out.reserve(gpus_.size());
   for (PerGpu& g : gpus_) {
@@ -194,7 +194,7 @@ std::vector<GpuReading> Telemetry::TakeReadings(bool summarise) {
 }
 
 std::vector<GpuSample> Telemetry::History(int gpu, size_t max) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (gpu < 0 || static_cast<size_t>(gpu) >= gpus_.size()) return {};
   const PerGpu& g = gpus_[static_cast<size_t>(gpu)];
   size_t n = std::min(max, g.size);

@@ -21,6 +21,7 @@
 
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/health.h"
+#include "drover/common/mutex.h"
 #include "drover/runtime/event_loop.h"
 
 namespace drover::agent {
@@ -111,8 +112,8 @@ class Telemetry {
   std::unique_ptr<runtime::EventLoop> own_loop_;  // when not given one
   runtime::LoopClient tasks_;
 
-  mutable std::mutex mu_;
-  std::vector<PerGpu> gpus_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<PerGpu> gpus_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::agent

@@ -98,7 +98,7 @@ bool AuditLog::TrimDue(int64_t last_seq, int64_t count) const {
 }
 
 Result<store::TxnResult> AuditLog::CommitWith(std::vector<AuditEntry> entries, const Txn& txn, int64_t* last_seq) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (int attempt = 0;; ++attempt) {
     const bool cached = head_.has_value();
     if (!cached) {
@@ -142,7 +142,7 @@ Result<store::TxnResult> AuditLog::CommitWith(std::vector<AuditEntry> entries, c
 
 Status AuditLog::Trim() {
   if (archive_ == nullptr) return Status::Ok();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(auto head, store_->Get(std::string(kHeadKey)));
   if (!head.has_value()) return Status::Ok();
   json h = json::parse(head->value, nullptr, false);

@@ -25,6 +25,7 @@
 
 #include "drover/auth/token.h"
 #include "drover/common/clock.h"
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
@@ -102,13 +103,13 @@ class AuditLog {
   static Result<AuditEntry> FromJson(const std::string& text);
 
  private:
-  Status TrimLocked(int64_t head_seq);
+  Status TrimLocked(int64_t head_seq) DROVER_REQUIRES(mu_);
 
   store::Store* store_;
   const Clock* clock_;
   store::Archive* archive_ = nullptr;
   int64_t keep_ = 0;
-  std::mutex mu_;
+  Mutex mu_;
   // The head as of this log's last commit: its seq, hash and mod revision
   // (0 when there is none yet). Empty until read, and after a failure.
   struct Head {
@@ -116,7 +117,7 @@ class AuditLog {
     std::string hash;
     int64_t mod_revision = 0;
   };
-  std::optional<Head> head_;  // GUARDED_BY(mu_)
+  std::optional<Head> head_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::auth

@@ -188,13 +188,13 @@ Result<std::string> Authority::MintInternal(const CreateTokenRequest& req) {
 Result<std::optional<std::string>> Authority::TokenRecord(const std::string& id) const {
   uint64_t generation = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (auto it = token_records_.find(id); it != token_records_.end()) return std::optional<std::string>(it->second);
     generation = token_generation_;
   }
   DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(std::string(kTokensPrefix) + id));
   if (!kv.has_value()) return std::optional<std::string>();  // unknown ids are not cached: the cache stays bounded by real tokens
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   // A record written while this one was read may be older than the store's
   // now: not cached.
   if (generation == token_generation_) {
@@ -205,7 +205,7 @@ Result<std::optional<std::string>> Authority::TokenRecord(const std::string& id)
 }
 
 void Authority::ForgetToken(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   token_records_.erase(id);
   ++token_generation_;
 }
@@ -340,7 +340,7 @@ Result<DashboardSession> Authority::OpenSession(const Principal& p) {
   s.principal = p;
   int64_t now = Nanos(clock_);
   s.expires_ns = now + kSessionLifetime.count();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (sessions_.size() >= kMaxSessions) {
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       it = it->second.expires_ns <= now ? sessions_.erase(it) : std::next(it);
@@ -385,7 +385,7 @@ Result<DashboardSession> Authority::FindSession(std::string_view cookie) const {
   std::string key = Sha256Hex(cookie);
   DashboardSession s;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = sessions_.find(key);
     if (it == sessions_.end()) return Unauthenticated("no valid session; log in again");
     s = it->second;
@@ -401,7 +401,7 @@ Result<DashboardSession> Authority::FindSession(std::string_view cookie) const {
 }
 
 void Authority::CloseSession(std::string_view cookie) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   sessions_.erase(Sha256Hex(cookie));
 }
 

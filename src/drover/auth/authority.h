@@ -23,6 +23,7 @@
 
 #include "drover/auth/token.h"
 #include "drover/common/clock.h"
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/store/store.h"
 
@@ -135,12 +136,12 @@ class Authority {
 
   store::Store* store_;
   const Clock* clock_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // Keyed by SHA-256 of the cookie value.
-  std::map<std::string, DashboardSession> sessions_;  // GUARDED_BY(mu_)
+  std::map<std::string, DashboardSession> sessions_ DROVER_GUARDED_BY(mu_);
   static constexpr size_t kMaxCachedTokens = 100'000;
-  mutable std::unordered_map<std::string, std::string> token_records_;  // GUARDED_BY(mu_), by token id
-  mutable uint64_t token_generation_ = 0;                               // GUARDED_BY(mu_), +1 per ForgetToken
+  mutable std::unordered_map<std::string, std::string> token_records_ DROVER_GUARDED_BY(mu_);  // by token id
+  mutable uint64_t token_generation_ DROVER_GUARDED_BY(mu_) = 0;  // +1 per ForgetToken
 };
 
 // Token records as JSON (exposed for tests).

@@ -8,7 +8,7 @@ namespace drover::auth {
 Duration RateLimiter::Take(const std::string& key) {
   if (limit_.per_second <= 0) return Duration(0);
   const int64_t now = ToUnixNanos(clock_->Now());
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (buckets_.size() >= kMaxKeys && buckets_.find(key) == buckets_.end()) {
     for (auto it = buckets_.begin(); it != buckets_.end();) {
       double refilled = it->second.tokens + (now - it->second.updated_ns) * 1e-9 * limit_.per_second;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "drover/common/clock.h"
+#include "drover/common/mutex.h"
 
 namespace drover::auth {
 
@@ -36,8 +37,8 @@ class RateLimiter {
   };
   RateLimit limit_;
   const Clock* clock_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Bucket> buckets_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unordered_map<std::string, Bucket> buckets_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::auth

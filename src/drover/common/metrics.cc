@@ -239,7 +239,7 @@ std::optional<Labels> internal::Family::Canonical(const Labels& labels) const {
 Counter* CounterFamily::With(const Labels& labels) {
   std::optional<Labels> key = Canonical(labels);
   if (!key) return &discarded_;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::unique_ptr<Counter>& slot = series_[std::move(*key)];
   if (!slot) slot = std::make_unique<Counter>();
   return slot.get();
@@ -247,7 +247,7 @@ Counter* CounterFamily::With(const Labels& labels) {
 
 void CounterFamily::Collect(Exposition& out) const {
   out.Open(name(), help(), type());
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [labels, counter] : series_) {
     out.AddSeries(name(), labels, {Exposition::Line{"", {}, counter->Value()}});
   }
@@ -262,39 +262,39 @@ const std::shared_ptr<Gauge>& GaugeFamily::Slot(Labels canonical) {
 std::shared_ptr<Gauge> GaugeFamily::With(const Labels& labels) {
   std::optional<Labels> key = Canonical(labels);
   if (!key) return discarded_;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return Slot(std::move(*key));
 }
 
 void GaugeFamily::Set(const Labels& labels, double v) {
   std::optional<Labels> key = Canonical(labels);
   if (!key) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Slot(std::move(*key))->Set(v);
 }
 
 void GaugeFamily::Add(const Labels& labels, double delta) {
   std::optional<Labels> key = Canonical(labels);
   if (!key) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Slot(std::move(*key))->Add(delta);
 }
 
 void GaugeFamily::Remove(const Labels& labels) {
   std::optional<Labels> key = Canonical(labels);
   if (!key) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   series_.erase(*key);
 }
 
 void GaugeFamily::Clear() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   series_.clear();
 }
 
 void GaugeFamily::Collect(Exposition& out) const {
   out.Open(name(), help(), type());
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [labels, gauge] : series_) {
     out.AddSeries(name(), labels, {Exposition::Line{"", {}, gauge->Value()}});
   }
@@ -303,7 +303,7 @@ void GaugeFamily::Collect(Exposition& out) const {
 Histogram* HistogramFamily::With(const Labels& labels) {
   std::optional<Labels> key = Canonical(labels);
   if (!key) return &discarded_;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::unique_ptr<Histogram>& slot = series_[std::move(*key)];
   if (!slot) slot = std::make_unique<Histogram>(&bounds_);
   return slot.get();
@@ -315,7 +315,7 @@ void HistogramFamily::Collect(Exposition& out) const {
   les.reserve(bounds_.size() + 1);
   for (double b : bounds_) les.push_back(FormatValue(b));
   les.emplace_back("+Inf");
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [labels, histogram] : series_) {
     Histogram::Snapshot s = histogram->Read();
     std::vector<Exposition::Line> lines;
@@ -419,7 +419,7 @@ Result<internal::Family*> Registry::Existing(std::string_view name, std::string_
 }
 
 Result<CounterFamily*> Registry::AddCounter(std::string_view name, std::string_view help) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(internal::Family * existing, Existing(name, help, MetricType::kCounter));
   if (existing != nullptr) return static_cast<CounterFamily*>(existing);
   auto* family = new CounterFamily(std::string(name), std::string(help));
@@ -428,7 +428,7 @@ Result<CounterFamily*> Registry::AddCounter(std::string_view name, std::string_v
 }
 
 Result<GaugeFamily*> Registry::AddGauge(std::string_view name, std::string_view help) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(internal::Family * existing, Existing(name, help, MetricType::kGauge));
   if (existing != nullptr) return static_cast<GaugeFamily*>(existing);
   auto* family = new GaugeFamily(std::string(name), std::string(help));
@@ -438,7 +438,7 @@ Result<GaugeFamily*> Registry::AddGauge(std::string_view name, std::string_view 
 
 Result<HistogramFamily*> Registry::AddHistogram(std::string_view name, std::string_view help,
                                                 std::vector<double> bounds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(internal::Family * existing,
                           Existing(name, help, MetricType::kHistogram));
   DROVER_RETURN_IF_ERROR(ValidateBounds(name, bounds));
@@ -456,16 +456,16 @@ Result<HistogramFamily*> Registry::AddHistogram(std::string_view name, std::stri
 }
 
 void Registry::AddCollector(Collector collector) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
 std::string Registry::Render() const {
-  std::lock_guard render_lock(render_mu_);
+  MutexLock render_lock(&render_mu_);
   std::vector<const internal::Family*> families;
   std::vector<Collector> collectors;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     families.reserve(families_.size());
     for (const auto& [name, family] : families_) families.push_back(family.get());
     collectors = collectors_;

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 
 namespace drover::metrics {
@@ -160,7 +161,7 @@ class Family {
   // Sorted by name; nullopt (counted) when the set is invalid for this family.
   std::optional<Labels> Canonical(const Labels& labels) const;
 
-  mutable std::mutex mu_;  // guards each subclass's series map
+  mutable Mutex mu_;  // guards each subclass's series map
 
  private:
   const std::string name_;
@@ -187,7 +188,7 @@ class CounterFamily final : public internal::Family {
   CounterFamily(std::string name, std::string help)
       : Family(std::move(name), std::move(help), MetricType::kCounter) {}
 
-  std::map<Labels, std::unique_ptr<Counter>> series_;  // GUARDED_BY(mu_)
+  std::map<Labels, std::unique_ptr<Counter>> series_ DROVER_GUARDED_BY(mu_);
   Counter discarded_;
 };
 
@@ -212,9 +213,9 @@ class GaugeFamily final : public internal::Family {
   friend class Registry;
   GaugeFamily(std::string name, std::string help)
       : Family(std::move(name), std::move(help), MetricType::kGauge) {}
-  const std::shared_ptr<Gauge>& Slot(Labels canonical);  // requires mu_
+  const std::shared_ptr<Gauge>& Slot(Labels canonical) DROVER_REQUIRES(mu_);
 
-  std::map<Labels, std::shared_ptr<Gauge>> series_;  // GUARDED_BY(mu_)
+  std::map<Labels, std::shared_ptr<Gauge>> series_ DROVER_GUARDED_BY(mu_);
   const std::shared_ptr<Gauge> discarded_ = std::make_shared<Gauge>();
 };
 
@@ -236,7 +237,7 @@ class HistogramFamily final : public internal::Family {
         bounds_(std::move(bounds)) {}
 
   const std::vector<double> bounds_;
-  std::map<Labels, std::unique_ptr<Histogram>> series_;  // GUARDED_BY(mu_)
+  std::map<Labels, std::unique_ptr<Histogram>> series_ DROVER_GUARDED_BY(mu_);
   Histogram discarded_{&bounds_};
 };
 
@@ -335,18 +336,16 @@ class Registry {
 
  private:
   // The existing family `name` if it has `type`; nullptr if there is none.
-  Result<internal::Family*> Existing(std::string_view name, std::string_view help,
-                                     MetricType type) const;  // requires mu_
+  Result<internal::Family*> Existing(std::string_view name, std::string_view help, MetricType type) const
+      DROVER_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  // GUARDED_BY(mu_)
-  std::map<std::string, std::unique_ptr<internal::Family>, std::less<>> families_;
-  std::vector<Collector> collectors_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::unique_ptr<internal::Family>, std::less<>> families_ DROVER_GUARDED_BY(mu_);
+  std::vector<Collector> collectors_ DROVER_GUARDED_BY(mu_);
 
-  mutable std::mutex render_mu_;  // one Render at a time; taken before mu_
+  mutable Mutex render_mu_ DROVER_ACQUIRED_BEFORE(mu_);  // one Render at a time
   // Samples collectors had dropped in past renders, so the count only grows.
-  // GUARDED_BY(render_mu_)
-  mutable std::map<std::pair<std::string, std::string>, uint64_t> collector_dropped_;
+  mutable std::map<std::pair<std::string, std::string>, uint64_t> collector_dropped_ DROVER_GUARDED_BY(render_mu_);
 };
 
 // Self-metric counting dropped samples and updates, by family and reason

@@ -45,6 +45,10 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // "not found: job 'j-1' not found"
   std::string ToString() const;
+  // Drops this status on purpose; `why` says why no error here can matter
+  // (the model: RocksDB's PermitUncheckedError). Never a bare (void) cast:
+  //   dir.WriteExit(e).IgnoreError("best effort: the caller reports the exit itself");
+  void IgnoreError(const char* why) const { static_cast<void>(why); }
 
  private:
   Code code_ = Code::kOk;
@@ -85,6 +89,8 @@ class [[nodiscard]] Result {
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
+  // Drops the value or the error on purpose; see Status::IgnoreError.
+  void IgnoreError(const char* why) const { static_cast<void>(why); }
 
  private:
   std::variant<T, Status> v_;
@@ -104,7 +110,9 @@ class [[nodiscard]] Result {
 // DROVER_ASSIGN_OR_RETURN(auto x, F()); declares x from a Result or returns its Status.
 #define DROVER_ASSIGN_OR_RETURN(lhs, expr) \
   DROVER_ASSIGN_OR_RETURN_IMPL(DROVER_CONCAT(drover_result_, __LINE__), lhs, expr)
+// NOLINTBEGIN(bugprone-macro-parentheses): tmp is a name and lhs a declaration
 #define DROVER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return tmp.status();                \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -29,6 +29,13 @@ TEST(StatusTest, ResultPropagates) {
   EXPECT_TRUE(Quarter(4).status().ok());
 }
 
+TEST(StatusTest, IgnoreErrorDropsOnPurpose) {
+  // Compiles without a [[nodiscard]] warning, and does nothing.
+  NotFound("job 'j-1' not found").IgnoreError("a test: nothing to handle");
+  Result<int>(Internal("broken")).IgnoreError("a test: nothing to handle");
+  Result<int>(7).IgnoreError("a test: nothing to handle");
+}
+
 TEST(StatusTest, HttpMapping) {
   EXPECT_EQ(HttpStatusFor(Code::kOk), 200);
   EXPECT_EQ(HttpStatusFor(Code::kInvalidArgument), 400);

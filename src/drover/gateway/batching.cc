@@ -155,7 +155,7 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
   std::shared_ptr<EmbeddingsBatch> batch;
   bool leader = false;
   {
-    std::lock_guard lock(batches_mu_);
+    MutexLock lock(&batches_mu_);
     auto& slot = batches_[key];
     leader = !slot;  // a closed batch is out of the map
     if (leader) slot = std::make_shared<EmbeddingsBatch>(w->ioc);
@@ -180,13 +180,13 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
   } else {
     bool closed;
     {
-      std::lock_guard lock(batches_mu_);
+      MutexLock lock(&batches_mu_);
       closed = batch->closed;
     }
     if (!closed) {
       batch->window.expires_after(std::chrono::microseconds(options_.embeddings_batch_window_us));
       co_await batch->window.async_wait(Await(ec));  // the window, or cancelled when full
-      std::lock_guard lock(batches_mu_);
+      MutexLock lock(&batches_mu_);
       if (!batch->closed) {
         batch->closed = true;
         auto it = batches_.find(key);

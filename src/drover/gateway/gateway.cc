@@ -306,7 +306,10 @@ Status GatewayImpl::Start() {
                                                   "Time from a request's arrival to its last byte, by tenant and model.",
                                                   *bounds));
   shared_ = std::make_shared<SharedState>(latency);
-  shared_->routes = std::make_shared<RouteTable>();
+  {
+    MutexLock lock(&shared_->routes_mu);  // not yet shared: for the analysis
+    shared_->routes = std::make_shared<RouteTable>();
+  }
   auto counter = [&](const char* name, const char* help) -> Result<metrics::Counter*> {
     DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * f, registry_->AddCounter(name, help));
     return f->With({});
@@ -346,7 +349,7 @@ Status GatewayImpl::Start() {
     s->meter.Collect(out);
     std::shared_ptr<const RouteTable> t;
     {
-      std::lock_guard lock(s->routes_mu);
+      MutexLock lock(&s->routes_mu);
       t = s->routes;
     }
     auto outstanding = out.Gauge("drover_gateway_outstanding_requests", "Requests in flight upstream, by model.");
@@ -419,7 +422,7 @@ void GatewayImpl::Stop() {
   auth_pool_->stop();
   auth_pool_->join();
   {
-    std::lock_guard lock(batches_mu_);
+    MutexLock lock(&batches_mu_);
     batches_.clear();  // their timers belong to the io contexts about to go
   }
   workers_.clear();  // closes the listeners and every connection
@@ -428,7 +431,7 @@ void GatewayImpl::Stop() {
 void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
   std::shared_ptr<const RouteTable> old;
   {
-    std::lock_guard lock(shared_->routes_mu);
+    MutexLock lock(&shared_->routes_mu);
     old = shared_->routes;
   }
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Replica>> known;
@@ -468,7 +471,7 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
     }
   }
   {
-    std::lock_guard lock(shared_->routes_mu);
+    MutexLock lock(&shared_->routes_mu);
     shared_->routes = std::move(table);
     shared_->routes_version.fetch_add(1, std::memory_order_release);
   }
@@ -484,7 +487,7 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
 std::vector<ModelLoad> GatewayImpl::TakeLoad() {
   std::shared_ptr<const RouteTable> t;
   {
-    std::lock_guard lock(shared_->routes_mu);
+    MutexLock lock(&shared_->routes_mu);
     t = shared_->routes;
   }
   std::vector<ModelLoad> out;
@@ -511,7 +514,7 @@ std::vector<ModelLoad> GatewayImpl::TakeLoad() {
 std::shared_ptr<const RouteTable> GatewayImpl::Table(Worker* w) {
   uint64_t v = shared_->routes_version.load(std::memory_order_acquire);
   if (w->table_version != v) {
-    std::lock_guard lock(shared_->routes_mu);
+    MutexLock lock(&shared_->routes_mu);
     w->table = shared_->routes;
     w->table_version = shared_->routes_version.load(std::memory_order_relaxed);
   }

@@ -15,6 +15,7 @@
 
 #include <boost/asio/ssl.hpp>
 
+#include "drover/common/mutex.h"
 #include "drover/gateway/gateway.h"
 #include "drover/gateway/io.h"
 #include "drover/gateway/limits.h"
@@ -27,8 +28,8 @@ namespace drover::gateway {
 struct SharedState {
   explicit SharedState(metrics::HistogramFamily* latency) : meter(latency) {}
   Meter meter;
-  std::mutex routes_mu;
-  std::shared_ptr<const RouteTable> routes;  // GUARDED_BY(routes_mu), never null
+  Mutex routes_mu;
+  std::shared_ptr<const RouteTable> routes DROVER_GUARDED_BY(routes_mu);  // never null
   std::atomic<uint64_t> routes_version{1};
 };
 
@@ -162,8 +163,8 @@ class GatewayImpl final : public Gateway {
   std::shared_ptr<SharedState> shared_;
   std::vector<std::unique_ptr<Worker>> workers_;
   // The open embeddings batches, by model and encoding (batching.cc).
-  std::mutex batches_mu_;
-  std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches_;  // GUARDED_BY(batches_mu_)
+  Mutex batches_mu_;
+  std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches_ DROVER_GUARDED_BY(batches_mu_);
   uint16_t port_ = 0;
   std::atomic<bool> stopped_{false};
   // options_.tls_cert_pem given: every client connection is TLS with it.

@@ -24,7 +24,7 @@ void TokenBucket::Refill(int64_t per_minute, int64_t now_ns) {
 bool TokenBucket::Admit(double take, double need, int64_t per_minute, int64_t now_ns,
                         int64_t* retry_after_s) {
   if (per_minute <= 0) return true;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Refill(per_minute, now_ns);
   if (tokens_ >= need) {
     tokens_ -= take;
@@ -37,14 +37,14 @@ bool TokenBucket::Admit(double take, double need, int64_t per_minute, int64_t no
 
 void TokenBucket::Charge(double n, int64_t per_minute, int64_t now_ns) {
   if (per_minute <= 0 || n <= 0) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Refill(per_minute, now_ns);
   tokens_ -= n;
 }
 
 void TokenBucket::Refund(double n, int64_t per_minute) {
   if (per_minute <= 0) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   tokens_ = std::min(static_cast<double>(per_minute), tokens_ + n);
 }
 
@@ -55,17 +55,16 @@ AuthCache::AuthCache(Authenticator authenticator, int64_t ttl_ms, int64_t fail_t
       fail_ttl_ns_(fail_ttl_ms * 1'000'000),
       max_per_shard_(std::max<size_t>(1, max_entries / 16)) {}
 
-std::shared_ptr<Buckets> AuthCache::BucketsFor(
-    std::unordered_map<std::string, std::shared_ptr<Buckets>>& m, const std::string& name) {
-  std::lock_guard lock(buckets_mu_);
-  auto& b = m[name];
+std::shared_ptr<Buckets> AuthCache::BucketsFor(BucketMap AuthCache::*map, const std::string& name) {
+  MutexLock lock(&buckets_mu_);
+  auto& b = (this->*map)[name];
   if (!b) b = std::make_shared<Buckets>();
   return b;
 }
 
 std::shared_ptr<const AuthEntry> AuthCache::Cached(std::string_view token, int64_t now_ns) {
   Shard& shard = shards_[std::hash<std::string_view>{}(token) % shards_.size()];
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(&shard.mu);
   auto it = shard.entries.find(std::string(token));
   return it != shard.entries.end() && it->second->expires_ns > now_ns ? it->second : nullptr;
 }
@@ -79,14 +78,14 @@ std::shared_ptr<const AuthEntry> AuthCache::Lookup(std::string_view token, int64
                                      : Result<KeyInfo>(Unauthenticated("no authenticator"));
   if (r.ok()) {
     entry->info = std::move(r).value();
-    entry->key = BucketsFor(key_buckets_, entry->info.token_id);
-    entry->tenant = BucketsFor(tenant_buckets_, entry->info.tenant);
+    entry->key = BucketsFor(&AuthCache::key_buckets_, entry->info.token_id);
+    entry->tenant = BucketsFor(&AuthCache::tenant_buckets_, entry->info.tenant);
     entry->expires_ns = now_ns + ttl_ns_;
   } else {
     entry->status = r.status();
     entry->expires_ns = now_ns + fail_ttl_ns_;
   }
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(&shard.mu);
   if (shard.entries.size() >= max_per_shard_) shard.entries.clear();
   shard.entries[std::string(token)] = entry;
   return entry;

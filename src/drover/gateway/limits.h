@@ -9,6 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "drover/common/mutex.h"
 #include "drover/gateway/gateway.h"
 
 namespace drover::gateway {
@@ -31,12 +32,12 @@ class TokenBucket {
   void Refund(double n, int64_t per_minute);
 
  private:
-  void Refill(int64_t per_minute, int64_t now_ns);  // requires mu_
+  void Refill(int64_t per_minute, int64_t now_ns) DROVER_REQUIRES(mu_);
 
-  std::mutex mu_;
-  double tokens_ = 0;  // GUARDED_BY(mu_)
-  int64_t last_ns_ = 0;  // GUARDED_BY(mu_)
-  bool started_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  double tokens_ DROVER_GUARDED_BY(mu_) = 0;
+  int64_t last_ns_ DROVER_GUARDED_BY(mu_) = 0;
+  bool started_ DROVER_GUARDED_BY(mu_) = false;
 };
 
 // Requests and tokens of one key or one tenant.
@@ -69,20 +70,22 @@ class AuthCache {
 
  private:
   struct Shard {
-    std::mutex mu;
-    std::unordered_map<std::string, std::shared_ptr<const AuthEntry>> entries;  // GUARDED_BY(mu)
+    Mutex mu;
+    std::unordered_map<std::string, std::shared_ptr<const AuthEntry>> entries DROVER_GUARDED_BY(mu);
   };
-  std::shared_ptr<Buckets> BucketsFor(std::unordered_map<std::string, std::shared_ptr<Buckets>>& m,
-                                      const std::string& name);
+  using BucketMap = std::unordered_map<std::string, std::shared_ptr<Buckets>>;
+  // The buckets of `name` in this->*map (key_buckets_ or tenant_buckets_).
+  std::shared_ptr<Buckets> BucketsFor(BucketMap AuthCache::*map, const std::string& name)
+      DROVER_EXCLUDES(buckets_mu_);
 
   const Authenticator authenticator_;
   const int64_t ttl_ns_;
   const int64_t fail_ttl_ns_;
   const size_t max_per_shard_;
   std::array<Shard, 16> shards_;
-  std::mutex buckets_mu_;
-  std::unordered_map<std::string, std::shared_ptr<Buckets>> key_buckets_;     // GUARDED_BY(buckets_mu_)
-  std::unordered_map<std::string, std::shared_ptr<Buckets>> tenant_buckets_;  // GUARDED_BY(buckets_mu_)
+  Mutex buckets_mu_;
+  BucketMap key_buckets_ DROVER_GUARDED_BY(buckets_mu_);
+  BucketMap tenant_buckets_ DROVER_GUARDED_BY(buckets_mu_);
 };
 
 // The limits check of one request: key rpm, tenant rpm (a request each),

@@ -65,7 +65,7 @@ Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas,
 }
 
 UsageCell* Meter::Cell(const std::string& tenant, const std::string& model, const std::string& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto& c = cells_[{tenant, model, key}];
   if (!c) {
     c = std::make_unique<UsageCell>();
@@ -96,7 +96,7 @@ double QuantileMs(const metrics::Histogram::Snapshot& h, const std::vector<doubl
 
 std::vector<UsageRow> Meter::Rows() const {
   std::vector<UsageRow> rows;
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [k, c] : cells_) {
     UsageRow r{std::get<0>(k),          std::get<1>(k),       std::get<2>(k),
                c->requests.load(),      c->errors.load(),     c->prompt_tokens.load(),
@@ -137,7 +137,7 @@ void Meter::Collect(metrics::Exposition& out) const {
   auto pt = out.Counter("drover_gateway_prompt_tokens_total", "Prompt tokens the engines reported.");
   auto ct = out.Counter("drover_gateway_completion_tokens_total",
                         "Completion tokens the engines reported.");
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (const auto& [k, c] : cells_) {
     metrics::Labels l = {{"key", std::get<2>(k)}, {"model", std::get<1>(k)}, {"tenant", std::get<0>(k)}};
     req.Add(l, static_cast<double>(c->requests.load()));

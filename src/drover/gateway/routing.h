@@ -15,6 +15,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "drover/common/metrics.h"
+#include "drover/common/mutex.h"
 #include "drover/gateway/gateway.h"
 
 namespace drover::gateway {
@@ -104,8 +105,8 @@ class Meter {
 
  private:
   metrics::HistogramFamily* latency_;
-  mutable std::mutex mu_;
-  std::map<std::tuple<std::string, std::string, std::string>, std::unique_ptr<UsageCell>> cells_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::tuple<std::string, std::string, std::string>, std::unique_ptr<UsageCell>> cells_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::gateway

@@ -1,3 +1,4 @@
+#include "drover/common/mutex.h"
 #include "drover/membership/udp_hub.h"
 
 #include <fmt/format.h>
@@ -49,15 +50,15 @@ struct UdpHub::Core {
     }
   }
 
-  std::mutex mu;
-  std::condition_variable served;  // serving changed
+  Mutex mu;
+  CondVar served;  // serving changed
   int epoll_fd = -1;               // read unlocked by the hub's thread only while it runs
   int wake_fd = -1;
   int timer_fd = -1;
-  std::thread::id hub_thread;                                    // GUARDED_BY(mu)
-  uint64_t next_id = kFirstAttachmentId;                         // GUARDED_BY(mu)
-  std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries;  // GUARDED_BY(mu)
-  uint64_t serving = 0;                                          // GUARDED_BY(mu)
+  std::thread::id hub_thread DROVER_GUARDED_BY(mu);
+  uint64_t next_id DROVER_GUARDED_BY(mu) = kFirstAttachmentId;
+  std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries DROVER_GUARDED_BY(mu);
+  uint64_t serving DROVER_GUARDED_BY(mu) = 0;
 
   std::atomic<uint64_t> sweeps{0};
   std::atomic<uint64_t> missed_ticks{0};
@@ -68,7 +69,7 @@ UdpHub::Attachment::~Attachment() { Detach(); }
 
 void UdpHub::Attachment::Detach() {
   std::shared_ptr<Core::Entry> entry;  // released after the lock
-  std::unique_lock lock(core_->mu);
+  MutexLock lock(&core_->mu);
   auto it = core_->entries.find(id_);
   if (it == core_->entries.end()) return;  // detached already, or the hub is gone
   ::epoll_ctl(core_->epoll_fd, EPOLL_CTL_DEL, it->second->fd, nullptr);
@@ -77,7 +78,7 @@ void UdpHub::Attachment::Detach() {
   // On the hub's thread the serve function of this id may be what called
   // us: waiting for it to return would never end.
   if (std::this_thread::get_id() != core_->hub_thread) {
-    core_->served.wait(lock, [&] { return core_->serving != id_; });
+    core_->served.Wait(&core_->mu, [&]() DROVER_REQUIRES(core_->mu) { return core_->serving != id_; });
   }
 }
 
@@ -107,7 +108,7 @@ Result<std::unique_ptr<UdpHub>> UdpHub::Start(UdpHubOptions options) {
   }
   std::unique_ptr<UdpHub> hub(new UdpHub(core, options.tick_interval_ns));
   hub->thread_ = std::thread([h = hub.get()] { h->Run(); });
-  std::lock_guard lock(core->mu);
+  MutexLock lock(&core->mu);
   core->hub_thread = hub->thread_.get_id();
   return hub;
 }
@@ -121,13 +122,13 @@ UdpHub::~UdpHub() {
   [[maybe_unused]] const ssize_t n = ::write(core_->wake_fd, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   std::unordered_map<uint64_t, std::shared_ptr<Core::Entry>> left;  // released after the lock
-  std::lock_guard lock(core_->mu);
+  MutexLock lock(&core_->mu);
   left.swap(core_->entries);
   core_->CloseFds();
 }
 
 Result<std::unique_ptr<UdpHub::Attachment>> UdpHub::Attach(int fd, ServeFn serve) {
-  std::lock_guard lock(core_->mu);
+  MutexLock lock(&core_->mu);
   const uint64_t id = core_->next_id++;
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -142,7 +143,7 @@ Result<std::unique_ptr<UdpHub::Attachment>> UdpHub::Attach(int fd, ServeFn serve
 UdpHubStats UdpHub::Stats() const {
   UdpHubStats s;
   {
-    std::lock_guard lock(core_->mu);
+    MutexLock lock(&core_->mu);
     s.attached = core_->entries.size();
   }
   s.sweeps = core_->sweeps.load(std::memory_order_relaxed);
@@ -175,7 +176,7 @@ void UdpHub::Run() {
     }
     if (!sweep || stop_.load()) continue;
     {
-      std::lock_guard lock(core_->mu);
+      MutexLock lock(&core_->mu);
       ids.clear();
       for (const auto& [id, entry] : core_->entries) ids.push_back(id);
     }
@@ -187,7 +188,7 @@ void UdpHub::Run() {
 void UdpHub::Serve(uint64_t id, bool readable) {
   std::shared_ptr<Core::Entry> entry;
   {
-    std::lock_guard lock(core_->mu);
+    MutexLock lock(&core_->mu);
     auto it = core_->entries.find(id);
     if (it == core_->entries.end()) return;  // detached since epoll_wait or the sweep's snapshot
     entry = it->second;
@@ -196,10 +197,10 @@ void UdpHub::Serve(uint64_t id, bool readable) {
   entry->serve(readable);
   entry.reset();  // the last reference may be ours, when detached meanwhile: drop it before saying so
   {
-    std::lock_guard lock(core_->mu);
+    MutexLock lock(&core_->mu);
     core_->serving = 0;
   }
-  core_->served.notify_all();
+  core_->served.SignalAll();
 }
 
 }  // namespace drover::membership

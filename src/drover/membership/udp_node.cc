@@ -142,11 +142,16 @@ Result<std::unique_ptr<UdpNode>> UdpNode::Start(UdpNodeOptions options) {
 
   std::unique_ptr<UdpNode> node(
       new UdpNode(fd, FormatAddress(bound), options.tick_interval_ns, std::move(options.on_lease_ack)));
-  DROVER_ASSIGN_OR_RETURN(node->group_,
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<Group> group,
                           Group::Create(std::move(options.name), std::move(options.config), node->transport_.get()));
-  node->group_->set_on_lease_ack([n = node.get()](int64_t beat, int64_t started_ns) {
-    n->lease_acks_.push_back(LeaseAck{beat, started_ns});  // under mu_: called from OnPacket
+  group->set_on_lease_ack([n = node.get()](int64_t beat, int64_t started_ns) {
+    n->mu_.AssertHeld();  // called from OnPacket, under mu_
+    n->lease_acks_.push_back(LeaseAck{beat, started_ns});
   });
+  {
+    MutexLock lock(&node->mu_);  // not yet shared: for the analysis
+    node->group_ = std::move(group);
+  }
   if (options.hub) {
     DROVER_ASSIGN_OR_RETURN(node->attachment_,
                             options.hub->Attach(fd, [n = node.get()](bool readable) { n->Serve(readable); }));
@@ -168,7 +173,7 @@ void UdpNode::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
   if (attachment_) attachment_->Detach();  // before the close: the hub must not poll a reused descriptor
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   transport_->Close();
 }
 
@@ -188,7 +193,7 @@ void UdpNode::Serve(bool drain) {
   thread_local std::string buffer;
   std::vector<LeaseAck> acks;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     const int fd = transport_->fd();  // -1 once stopped (a hub round that began before Stop)
     // A bounded batch, so that a flood cannot starve the ticks (or, on a
     // hub, the other nodes).
@@ -216,42 +221,42 @@ Status UdpNode::SetPeers(const std::map<std::string, std::string>& peers) {
     auto parsed = ParseAddress(address);
     if (!parsed.ok()) return InvalidArgument(fmt::format("member '{}': {}", name, parsed.status().message()));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return group_->SetPeers(peers);
 }
 
 std::vector<MemberView> UdpNode::Members() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return group_->Members();
 }
 
 std::map<std::string, int64_t> UdpNode::TakeHeardDirectly() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return group_->TakeHeardDirectly();
 }
 
 Status UdpNode::SendLeaseAck(const std::string& member, int64_t beat) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return group_->SendLeaseAck(member, beat);
 }
 
 void UdpNode::Announce(size_t fanout) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   group_->Announce(NowNs(), fanout);
 }
 
 UdpNodeStats UdpNode::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return UdpNodeStats{group_->stats(), transport_->send_errors()};
 }
 
 int64_t UdpNode::Beat() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return group_->beat();
 }
 
 uint64_t UdpNode::Incarnation() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return group_->incarnation();
 }
 

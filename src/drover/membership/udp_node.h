@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/membership/protocol.h"
 #include "drover/membership/udp_hub.h"
@@ -109,13 +110,13 @@ class UdpNode {
   const int64_t tick_interval_ns_;
   const Group::LeaseAckFn on_lease_ack_;
   std::unique_ptr<SocketTransport> transport_;
-  mutable std::mutex mu_;
-  std::unique_ptr<Group> group_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unique_ptr<Group> group_ DROVER_GUARDED_BY(mu_);
   struct LeaseAck {
     int64_t beat;
     int64_t started_ns;
   };
-  std::vector<LeaseAck> lease_acks_;  // GUARDED_BY(mu_): for on_lease_ack_, outside the lock
+  std::vector<LeaseAck> lease_acks_ DROVER_GUARDED_BY(mu_);  // for on_lease_ack_, outside the lock
   std::atomic<bool> stop_{false};
   std::thread thread_;                             // own-thread mode
   std::unique_ptr<UdpHub::Attachment> attachment_;  // hub mode

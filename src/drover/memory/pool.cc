@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "drover/memory/backend.h"
+#include "drover/common/mutex.h"
 #include "drover/memory/drover_mem.h"
 #include "drover/memory/pool_state.h"
 
@@ -39,14 +40,14 @@ constexpr uint32_t kDefaultMaxTags = 256;
 constexpr uint32_t kMaxTags = 65536;
 
 struct alignas(64) Slot {
-  std::mutex mu;
-  uint64_t generation = 1;  // GUARDED_BY(mu)
-  PoolState* pool = nullptr;     // GUARDED_BY(mu)
+  Mutex mu;
+  uint64_t generation DROVER_GUARDED_BY(mu) = 1;
+  PoolState* pool DROVER_GUARDED_BY(mu) = nullptr;
 };
 
 Slot g_slots[DROVER_MEM_MAX_POOLS];
-std::mutex g_registry_mu;
-bool g_taken[DROVER_MEM_MAX_POOLS];  // GUARDED_BY(g_registry_mu)
+Mutex g_registry_mu;
+bool g_taken[DROVER_MEM_MAX_POOLS] DROVER_GUARDED_BY(g_registry_mu);
 
 // Runs f(pool) under the pool's mutex when handle names a live pool.
 template <typename F>
@@ -55,7 +56,7 @@ int WithPool(drover_mem_pool_t handle, F&& f) {
   const uint64_t generation = handle.id >> kSlotBits;
   if (generation == 0) return DROVER_MEM_ERR_INVALID_POOL;
   Slot& slot = g_slots[index];
-  std::lock_guard<std::mutex> lock(slot.mu);
+  MutexLock lock(&slot.mu);
   if (slot.pool == nullptr || slot.generation != generation) return DROVER_MEM_ERR_INVALID_POOL;
   try {
     return f(*slot.pool);
@@ -127,13 +128,13 @@ int CreatePool(std::unique_ptr<MemoryBackend> backend, const drover_mem_options_
 
     uint32_t index = 0;
     {
-      std::lock_guard<std::mutex> lock(g_registry_mu);
+      MutexLock lock(&g_registry_mu);
       while (index < DROVER_MEM_MAX_POOLS && g_taken[index]) ++index;
       if (index == DROVER_MEM_MAX_POOLS) return DROVER_MEM_ERR_TOO_MANY_POOLS;
       g_taken[index] = true;
     }
     Slot& slot = g_slots[index];
-    std::lock_guard<std::mutex> lock(slot.mu);
+    MutexLock lock(&slot.mu);
     slot.pool = p.release();
     pool->id = (slot.generation << kSlotBits) | index;
     return DROVER_MEM_OK;
@@ -154,14 +155,14 @@ int drover_mem_pool_destroy(drover_mem_pool_t pool) {
   m::Slot& slot = m::g_slots[index];
   PoolState* doomed = nullptr;
   {
-    std::lock_guard<std::mutex> lock(slot.mu);
+    drover::MutexLock lock(&slot.mu);
     if (slot.pool == nullptr || slot.generation != generation) return DROVER_MEM_ERR_INVALID_POOL;
     doomed = slot.pool;
     slot.pool = nullptr;
     ++slot.generation;
   }
   delete doomed;  // releases the segments outside the lock
-  std::lock_guard<std::mutex> lock(m::g_registry_mu);
+  drover::MutexLock lock(&m::g_registry_mu);
   m::g_taken[index] = false;
   return DROVER_MEM_OK;
 }

@@ -25,7 +25,7 @@ void EventLoop::Stop() {
     return;
   }
   {
-    std::lock_guard lock(post_mu_);
+    MutexLock lock(&post_mu_);
     queue_.enqueue(producer_, Task{});  // wakes the loop
   }
   if (thread_.joinable() && !InLoopThread()) thread_.join();
@@ -33,7 +33,7 @@ void EventLoop::Stop() {
 
 bool EventLoop::Post(Task task) {
   if (stopping_.load(std::memory_order_relaxed)) return false;
-  std::lock_guard lock(post_mu_);
+  MutexLock lock(&post_mu_);
   queue_.enqueue(producer_, std::move(task));
   return true;
 }

@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "drover/common/mutex.h"
+
 namespace drover::runtime {
 
 class EventLoop {
@@ -69,8 +71,8 @@ class EventLoop {
 
   std::string name_;
   moodycamel::BlockingConcurrentQueue<Task> queue_;
-  std::mutex post_mu_;
-  moodycamel::ProducerToken producer_{queue_};  // GUARDED_BY(post_mu_)
+  Mutex post_mu_;
+  moodycamel::ProducerToken producer_ DROVER_GUARDED_BY(post_mu_){queue_};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> started_{false};
   std::atomic<std::thread::id> thread_id_{};

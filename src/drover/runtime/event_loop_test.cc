@@ -91,7 +91,7 @@ TEST(EventLoopTest, PostsFromThreadsTakingTurnsRunInTheirOrder) {
   std::vector<int> seen;  // loop thread only
   std::mutex mu;
   std::condition_variable cv;
-  int turn = 0;  // GUARDED_BY(mu): the next number to post
+  int turn = 0;  // under mu (a local: the analysis cannot check it): the next number to post
   constexpr int kPosts = 4000;
   auto poster = [&](int parity) {
     for (;;) {

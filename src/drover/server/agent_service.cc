@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "drover/auth/certs.h"
+#include "drover/common/mutex.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/grpc_services.h"
 #include "drover/v1/agent.grpc.pb.h"
@@ -54,7 +55,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   // The reactor keeps itself alive until OnDone.
   static SessionReactor* Start(grpc::CallbackServerContext* ctx, SessionHost* host) {
     auto r = std::shared_ptr<SessionReactor>(new SessionReactor(ctx, host));
-    r->self_ = r;
+    {
+      MutexLock lock(&r->mu_);  // not yet shared: for the analysis
+      r->self_ = r;
+    }
     r->StartRead(&r->in_);
     return r.get();
   }
@@ -62,7 +66,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   // ---- AgentSink (any thread) ----
 
   void SendDesired(const v1::DesiredWorkloads& desired) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (const v1::Workload& w : desired.workloads()) {
       auto ref = rpc::ParseWorkloadId(w.workload_id().empty() ? w.job_id() : w.workload_id());
       if (!ref.ok()) continue;
@@ -78,19 +82,19 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   }
 
   void SendInjectFault(const v1::InjectFault& fault) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (faults_.size() < kMaxQueuedFaults) faults_.push_back(fault);
     WriteNextLocked();
   }
 
   void SendHeartbeatAck(const v1::HeartbeatAck& ack) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ack_ = ack;
     WriteNextLocked();
   }
 
   void Reset() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!done_) ctx_->TryCancel();  // the context goes with the call
   }
 
@@ -110,7 +114,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) broken_ = true;  // the read side sees the end too
     WriteNextLocked();
@@ -119,7 +123,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   void OnDone() override {
     std::shared_ptr<SessionReactor> keep;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       done_ = true;
       keep = std::move(self_);
     }
@@ -150,7 +154,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       }
       self->node_ = node;  // before the next read: StartRead below orders it
       {
-        std::lock_guard lock(self->mu_);
+        MutexLock lock(&self->mu_);
         self->open_ = true;
         self->WriteNextLocked();  // what the loop sent while it opened the session
       }
@@ -189,14 +193,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   }
 
   std::shared_ptr<SessionReactor> Self() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return self_;
   }
 
   // The newest attempt of `job_id` this session was told to run (-1: none).
   // Only its output may be written: an older attempt's is dropped.
   int LatestSent(const std::string& job_id) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     auto it = sent_attempt_.find(job_id);
     return it == sent_attempt_.end() ? -1 : it->second;
   }
@@ -205,13 +209,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   // finishes once no write is in flight (Finish may not overtake one).
   void End(grpc::Status status) {
     if (!node_.empty()) host_->loop()->SessionClosed(node_, this);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ending_ = true;
     status_ = std::move(status);
     WriteNextLocked();
   }
 
-  void WriteNextLocked() {
+  void WriteNextLocked() DROVER_REQUIRES(mu_) {
     if (writing_ || finished_ || done_) return;
     if (ending_) {
       finished_ = true;
@@ -247,14 +251,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   std::string node_;  // set once the session opened
   int64_t refused_logs_ = 0;
 
-  std::mutex mu_;
-  std::shared_ptr<SessionReactor> self_;          // GUARDED_BY(mu_) until OnDone
-  v1::ServerMessage out_;                          // GUARDED_BY(mu_) the write in flight
-  std::optional<v1::DesiredWorkloads> pending_;    // GUARDED_BY(mu_)
-  std::deque<v1::InjectFault> faults_;             // GUARDED_BY(mu_)
-  std::optional<v1::HeartbeatAck> ack_;            // GUARDED_BY(mu_)
-  std::map<std::string, int> sent_attempt_;        // GUARDED_BY(mu_) job id -> newest attempt sent
-  grpc::Status status_;                            // GUARDED_BY(mu_) what Finish says
+  Mutex mu_;
+  std::shared_ptr<SessionReactor> self_ DROVER_GUARDED_BY(mu_);  // until OnDone
+  v1::ServerMessage out_ DROVER_GUARDED_BY(mu_);  // the write in flight
+  std::optional<v1::DesiredWorkloads> pending_ DROVER_GUARDED_BY(mu_);
+  std::deque<v1::InjectFault> faults_ DROVER_GUARDED_BY(mu_);
+  std::optional<v1::HeartbeatAck> ack_ DROVER_GUARDED_BY(mu_);
+  std::map<std::string, int> sent_attempt_ DROVER_GUARDED_BY(mu_);  // job id -> newest attempt sent
+  grpc::Status status_ DROVER_GUARDED_BY(mu_);  // what Finish says
   bool open_ = false, writing_ = false, broken_ = false, ending_ = false, finished_ = false, done_ = false;
 };
 

@@ -203,7 +203,7 @@ Result<v1::ReportLoadResponse> ApiService::ReportLoad(const auth::Principal& who
   DROVER_RETURN_IF_ERROR(RequireGatewayOrAdmin(who, "report gateway load"));
   DROVER_RETURN_IF_ERROR(ValidateLoadReport(req));
   DROVER_RETURN_IF_ERROR(Wait(loop_->ReportLoad(req)).status());
-  std::lock_guard lock(usage_mu_);
+  MutexLock lock(&usage_mu_);
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(gateway_usage_, [&](const auto& e) { return now - e.second.at > kUsageStale; });
   if (gateway_usage_.size() >= kMaxUsageGateways && !gateway_usage_.contains(req.gateway())) {
@@ -226,7 +226,7 @@ Result<std::string> ApiService::ServingUsage(const auth::Principal& who) {
   std::map<std::tuple<std::string, std::string, std::string>, Sum> sums;
   int gateways = 0;
   {
-    std::lock_guard lock(usage_mu_);
+    MutexLock lock(&usage_mu_);
     const auto now = std::chrono::steady_clock::now();
     std::erase_if(gateway_usage_, [&](const auto& e) { return now - e.second.at > kUsageStale; });
     gateways = static_cast<int>(gateway_usage_.size());

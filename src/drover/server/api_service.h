@@ -23,6 +23,7 @@
 
 #include "drover/auth/audit.h"
 #include "drover/auth/authority.h"
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/log_follow.h"
@@ -151,8 +152,8 @@ class ApiService {
     std::chrono::steady_clock::time_point at;
     std::vector<v1::GatewayUsage> rows;
   };
-  std::mutex usage_mu_;
-  std::map<std::string, GatewayReport> gateway_usage_;  // GUARDED_BY(usage_mu_)
+  Mutex usage_mu_;
+  std::map<std::string, GatewayReport> gateway_usage_ DROVER_GUARDED_BY(usage_mu_);
   // Reads for every log follower (LogFollow), one thread for all of them.
   runtime::EventLoop follow_pump_;
 };

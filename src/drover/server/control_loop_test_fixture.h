@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "drover/common/clock.h"
+#include "drover/common/mutex.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/control_loop.h"
 #include "drover/store/sqlite/sqlite_store.h"
@@ -97,43 +98,43 @@ class FakeSink : public AgentSink {
   std::atomic<int> resets_{0};
 
   void SendDesired(const v1::DesiredWorkloads& desired) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     sets_.push_back(desired);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   void Reset() override { resets_.fetch_add(1); }
   void SendHeartbeatAck(const v1::HeartbeatAck& ack) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     last_ack_ = ack;
   }
   v1::HeartbeatAck last_ack() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return last_ack_;
   }
   void SendInjectFault(const v1::InjectFault& fault) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     faults_.push_back(fault);
   }
   std::vector<v1::InjectFault> faults() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return faults_;
   }
   int resets() const { return resets_.load(); }
 
   size_t count() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return sets_.size();
   }
   std::vector<v1::DesiredWorkloads> sets() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return sets_;
   }
 
   // Waits for a set, the `from`-th or later, that satisfies `pred`.
   std::optional<v1::DesiredWorkloads> WaitFor(size_t from, const std::function<bool(const v1::DesiredWorkloads&)>& pred) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     std::optional<v1::DesiredWorkloads> found;
-    bool ok = cv_.wait_for(lock, kDeadline, [&] {
+    bool ok = cv_.WaitFor(&mu_, kDeadline, [&]() DROVER_REQUIRES(mu_) {
       for (size_t i = from; i < sets_.size(); ++i) {
         if (pred(sets_[i])) {
           found = sets_[i];
@@ -150,11 +151,11 @@ class FakeSink : public AgentSink {
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<v1::DesiredWorkloads> sets_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<v1::DesiredWorkloads> sets_ DROVER_GUARDED_BY(mu_);
   std::vector<v1::InjectFault> faults_;
-  v1::HeartbeatAck last_ack_;     // GUARDED_BY(mu_)
+  v1::HeartbeatAck last_ack_ DROVER_GUARDED_BY(mu_);
 };
 
 // A Store whose writes (and, separately, reads) can be made to fail.
@@ -166,7 +167,7 @@ class FlakyStore : public store::ForwardingStore {
   std::atomic<bool> fail_range{false};
   // `hook` runs at the start of every Txn, on the loop's thread.
   void SetBeforeTxn(std::function<void()> hook) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     before_txn_ = std::move(hook);
   }
 
@@ -191,7 +192,7 @@ class FlakyStore : public store::ForwardingStore {
                                const std::vector<store::Op>& f) override {
     std::function<void()> hook;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       hook = before_txn_;
     }
     if (hook) hook();
@@ -204,8 +205,8 @@ class FlakyStore : public store::ForwardingStore {
   }
 
  private:
-  std::mutex mu_;
-  std::function<void()> before_txn_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::function<void()> before_txn_ DROVER_GUARDED_BY(mu_);
 };
 
 class ControlLoopTest : public ::testing::Test {

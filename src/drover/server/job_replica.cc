@@ -6,7 +6,7 @@
 namespace drover::server {
 
 void JobReplica::Replace(std::map<uint64_t, JobPtr> jobs) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   jobs_.swap(jobs);
   counts_.clear();
   by_tenant_.clear();
@@ -19,7 +19,7 @@ void JobReplica::Replace(std::map<uint64_t, JobPtr> jobs) {
 void JobReplica::Update(std::vector<std::pair<uint64_t, JobPtr>> changed) {
   if (changed.empty()) return;
   {
-    std::unique_lock lock(mu_);
+    WriterMutexLock lock(&mu_);
     for (auto& [seq, job] : changed) {
       auto it = jobs_.find(seq);
       if (it != jobs_.end()) Count(*it->second, -1);
@@ -39,12 +39,12 @@ void JobReplica::Update(std::vector<std::pair<uint64_t, JobPtr>> changed) {
 }
 
 void JobReplica::SetUnavailable(Status why) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   available_ = std::move(why);
 }
 
 Result<JobReplica::JobPtr> JobReplica::Get(uint64_t seq) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   auto it = jobs_.find(seq);
   return it == jobs_.end() ? nullptr : it->second;
@@ -52,7 +52,7 @@ Result<JobReplica::JobPtr> JobReplica::Get(uint64_t seq) const {
 
 Result<std::vector<JobReplica::JobPtr>> JobReplica::Scan(uint64_t from, const std::function<bool(const v1::Job&)>& more,
                                                          const std::function<bool(const v1::Job&)>& keep) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   std::vector<JobPtr> out;
   for (auto it = jobs_.lower_bound(from); it != jobs_.end() && more(*it->second); ++it) {
@@ -63,7 +63,7 @@ Result<std::vector<JobReplica::JobPtr>> JobReplica::Scan(uint64_t from, const st
 
 Result<std::vector<JobReplica::JobPtr>> JobReplica::ScanBack(uint64_t before, uint64_t min, size_t limit,
                                                              const std::function<bool(const v1::Job&)>& keep) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   std::vector<JobPtr> out;
   for (auto it = jobs_.lower_bound(before); it != jobs_.begin() && out.size() < limit;) {
@@ -89,13 +89,13 @@ void JobReplica::Count(const v1::Job& job, int delta) {
 }
 
 Result<std::map<std::string, std::map<v1::JobState, int64_t>>> JobReplica::CountsByTenant() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   return by_tenant_;
 }
 
 Result<std::map<v1::JobState, int64_t>> JobReplica::Counts() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   std::map<v1::JobState, int64_t> out = counts_;
   for (int st = v1::JobState_MIN; st <= v1::JobState_MAX; ++st) {
@@ -105,7 +105,7 @@ Result<std::map<v1::JobState, int64_t>> JobReplica::Counts() const {
 }
 
 uint64_t JobReplica::version() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   return version_;
 }
 

@@ -22,9 +22,9 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <shared_mutex>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/v1/common.pb.h"
 
@@ -63,14 +63,14 @@ class JobReplica {
   Result<std::map<std::string, std::map<v1::JobState, int64_t>>> CountsByTenant() const;
 
  private:
-  void Count(const v1::Job& job, int delta);  // under the exclusive lock
+  void Count(const v1::Job& job, int delta) DROVER_REQUIRES(mu_);
 
-  mutable std::shared_mutex mu_;
-  std::map<uint64_t, JobPtr> jobs_;  // GUARDED_BY(mu_)
-  Status available_;                 // GUARDED_BY(mu_)
-  uint64_t version_ = 0;             // GUARDED_BY(mu_)
-  std::map<v1::JobState, int64_t> counts_;  // GUARDED_BY(mu_): jobs_ by state
-  std::map<std::string, std::map<v1::JobState, int64_t>> by_tenant_;  // GUARDED_BY(mu_): by tenant, then state
+  mutable SharedMutex mu_;
+  std::map<uint64_t, JobPtr> jobs_ DROVER_GUARDED_BY(mu_);
+  Status available_ DROVER_GUARDED_BY(mu_);
+  uint64_t version_ DROVER_GUARDED_BY(mu_) = 0;
+  std::map<v1::JobState, int64_t> counts_ DROVER_GUARDED_BY(mu_);  // jobs_ by state
+  std::map<std::string, std::map<v1::JobState, int64_t>> by_tenant_ DROVER_GUARDED_BY(mu_);  // by tenant, then state
 };
 
 }  // namespace drover::server

@@ -38,7 +38,7 @@ std::shared_ptr<LogFollow> LogFollow::Start(LogStore* logs, JobWatch* watch, run
       });
     }
   }
-  std::lock_guard lock(f->mu_);
+  MutexLock lock(&f->mu_);
   f->log_watch_ = log_watch;
   f->job_watch_ = job_watch;
   // Subscribed before the first read: nothing written in between is missed.
@@ -49,7 +49,7 @@ std::shared_ptr<LogFollow> LogFollow::Start(LogStore* logs, JobWatch* watch, run
 void LogFollow::Update(const v1::Job& job) { Wake(&job); }
 
 void LogFollow::Wake(const v1::Job* changed) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (finished_) return;
   if (changed != nullptr) {
     // A late read never goes back to an older attempt, nor undoes an end.
@@ -64,7 +64,7 @@ void LogFollow::Wake(const v1::Job* changed) {
 }
 
 void LogFollow::Sent() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   in_flight_ = false;
   woken_ = true;  // the chunk may not have been the last one
   ScheduleLocked();
@@ -72,7 +72,7 @@ void LogFollow::Sent() {
 
 void LogFollow::Cancel() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     finished_ = true;
   }
@@ -89,7 +89,7 @@ void LogFollow::ScheduleLocked() {
 
 void LogFollow::Pump() {
   for (;;) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     woken_ = false;
     // The state before the bytes: output a job wrote before it ended reached
@@ -102,7 +102,7 @@ void LogFollow::Pump() {
     }
     std::string log_id = LogStore::LogId(id_, attempt_);
     int64_t offset = offset_;
-    lock.unlock();
+    lock.Unlock();
 
     auto data = logs_->Read(log_id, offset, kLogChunkBytes);
     if (!data.ok()) return Finish(data.status());
@@ -110,17 +110,17 @@ void LogFollow::Pump() {
       v1::LogChunk chunk;
       chunk.set_offset(offset);
       chunk.set_data(std::move(*data));
-      lock.lock();
+      lock.Lock();
       if (finished_) return;
       offset_ = offset + static_cast<int64_t>(chunk.data().size());
       in_flight_ = true;
       scheduled_ = false;
-      lock.unlock();
+      lock.Unlock();
       if (!send_(shared_from_this(), std::move(chunk))) Finish(Status::Ok());  // the client is gone
       return;
     }
     if (ended || !follow_) return Finish(Status::Ok());
-    lock.lock();
+    lock.Lock();
     if (!woken_) {
       scheduled_ = false;  // the next write or change of the job wakes it
       return;
@@ -130,7 +130,7 @@ void LogFollow::Pump() {
 
 void LogFollow::Finish(const Status& s) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     finished_ = true;
   }
@@ -141,7 +141,7 @@ void LogFollow::Finish(const Status& s) {
 void LogFollow::Unsubscribe() {
   uint64_t log_watch = 0, job_watch = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     std::swap(log_watch, log_watch_);
     std::swap(job_watch, job_watch_);
   }

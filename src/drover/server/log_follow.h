@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/server/job_watch.h"
@@ -58,7 +59,7 @@ class LogFollow : public std::enable_shared_from_this<LogFollow> {
   LogFollow(LogStore* logs, JobWatch* watch, runtime::EventLoop* pump, v1::Job job, int64_t offset, bool follow,
             Send send, Done done);
   void Wake(const v1::Job* changed);
-  void ScheduleLocked();
+  void ScheduleLocked() DROVER_REQUIRES(mu_);
   void Pump();
   void Finish(const Status& s);
   void Unsubscribe();
@@ -71,15 +72,16 @@ class LogFollow : public std::enable_shared_from_this<LogFollow> {
   const std::string id_;
   const bool follow_;
 
-  std::mutex mu_;
-  v1::Job job_;                       // GUARDED_BY(mu_): newest known state
-  int attempt_;                       // GUARDED_BY(mu_)
-  int64_t offset_;                    // GUARDED_BY(mu_)
-  bool woken_ = true;                 // GUARDED_BY(mu_): something may be new
-  bool scheduled_ = false;            // GUARDED_BY(mu_): a Pump is posted or running
-  bool in_flight_ = false;            // GUARDED_BY(mu_): a chunk awaits Sent()
-  bool finished_ = false;             // GUARDED_BY(mu_)
-  uint64_t log_watch_ = 0, job_watch_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  v1::Job job_ DROVER_GUARDED_BY(mu_);  // newest known state
+  int attempt_ DROVER_GUARDED_BY(mu_);
+  int64_t offset_ DROVER_GUARDED_BY(mu_);
+  bool woken_ DROVER_GUARDED_BY(mu_) = true;  // something may be new
+  bool scheduled_ DROVER_GUARDED_BY(mu_) = false;  // a Pump is posted or running
+  bool in_flight_ DROVER_GUARDED_BY(mu_) = false;  // a chunk awaits Sent()
+  bool finished_ DROVER_GUARDED_BY(mu_) = false;
+  uint64_t log_watch_ DROVER_GUARDED_BY(mu_) = 0;
+  uint64_t job_watch_ DROVER_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace drover::server

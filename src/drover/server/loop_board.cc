@@ -14,29 +14,29 @@ constexpr int64_t kGpuHistoryStepNs = 2 * kSecondNs;
 }  // namespace
 
 void LoopBoard::SetReasonEpoch(uint64_t epoch) {
-  std::lock_guard lock(reasons_mu_);  // not between a reader's check and its copy
+  MutexLock lock(&reasons_mu_);  // not between a reader's check and its copy
   reason_epoch_.store(epoch, std::memory_order_release);
 }
 
 void LoopBoard::PutReasons(uint64_t epoch, std::vector<std::pair<uint64_t, std::string>> reasons) {
-  std::lock_guard lock(reasons_mu_);
+  MutexLock lock(&reasons_mu_);
   for (auto& [seq, text] : reasons) reasons_[seq] = Rendered{epoch, std::move(text)};
 }
 
 std::optional<std::string> LoopBoard::Reason(uint64_t seq) const {
-  std::lock_guard lock(reasons_mu_);
+  MutexLock lock(&reasons_mu_);
   auto it = reasons_.find(seq);
   if (it == reasons_.end() || it->second.epoch != reason_epoch_.load(std::memory_order_acquire)) return std::nullopt;
   return it->second.text;
 }
 
 void LoopBoard::ClearReasons() {
-  std::lock_guard lock(reasons_mu_);
+  MutexLock lock(&reasons_mu_);
   reasons_.clear();
 }
 
 void LoopBoard::DropReasons(const std::vector<uint64_t>& seqs) {
-  std::lock_guard lock(reasons_mu_);
+  MutexLock lock(&reasons_mu_);
   for (uint64_t seq : seqs) reasons_.erase(seq);
 }
 
@@ -48,7 +48,7 @@ void LoopBoard::SetCounts(int64_t decisions, int64_t preemptions, int64_t queue_
 }
 
 void LoopBoard::Sample(int64_t now_ns) {
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   if (decision_samples_.empty() || now_ns - decision_samples_.back().first >= kSecondNs) {
     decision_samples_.emplace_back(now_ns, decisions_.load(std::memory_order_relaxed));
     while (decision_samples_.size() > kDecisionSamples) decision_samples_.pop_front();
@@ -64,12 +64,12 @@ void LoopBoard::Sample(int64_t now_ns) {
 }
 
 void LoopBoard::SetCounters(const LoopStats& counters) {
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   counters_ = counters;
 }
 
 LoopStats LoopBoard::Counters() const {
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   return counters_;
 }
 
@@ -79,7 +79,7 @@ v1::SchedulerStats LoopBoard::Stats(int64_t now_ns) const {
   out.set_decisions_total(decisions);
   out.set_preemptions_total(preemptions_.load(std::memory_order_relaxed));
   out.set_queue_depth(queue_depth_.load(std::memory_order_relaxed));
-  std::lock_guard lock(stats_mu_);
+  MutexLock lock(&stats_mu_);
   // The rate from the oldest sample of the last ten seconds or so to now
   // (the loop samples only when it passes: an idle scheduler's count
   // stands until now); with none that recent, from the newest.
@@ -107,12 +107,12 @@ v1::SchedulerStats LoopBoard::Stats(int64_t now_ns) const {
 }
 
 void LoopBoard::SetTenants(std::map<std::string, Tenant> tenants) {
-  std::lock_guard lock(tenants_mu_);
+  MutexLock lock(&tenants_mu_);
   tenants_ = std::move(tenants);
 }
 
 void LoopBoard::SetUsage(const std::vector<std::pair<std::string, sched::Scheduler::TenantUsage>>& usage) {
-  std::lock_guard lock(tenants_mu_);
+  MutexLock lock(&tenants_mu_);
   for (const auto& [name, u] : usage) {
     auto it = tenants_.find(name);
     if (it == tenants_.end()) {
@@ -127,12 +127,12 @@ void LoopBoard::SetUsage(const std::vector<std::pair<std::string, sched::Schedul
 }
 
 std::map<std::string, LoopBoard::Tenant> LoopBoard::Tenants() const {
-  std::lock_guard lock(tenants_mu_);
+  MutexLock lock(&tenants_mu_);
   return tenants_;
 }
 
 void LoopBoard::AppendHistory(const std::string& node, int gpus, const v1::Heartbeat& hb) {
-  std::lock_guard lock(history_mu_);
+  MutexLock lock(&history_mu_);
   std::vector<std::deque<v1::GpuPoint>>& per_gpu = history_[node];
   per_gpu.resize(static_cast<size_t>(gpus));
   for (const v1::GpuReport& r : hb.gpus()) {
@@ -151,12 +151,12 @@ void LoopBoard::AppendHistory(const std::string& node, int gpus, const v1::Heart
 }
 
 void LoopBoard::DropHistory(const std::string& node) {
-  std::lock_guard lock(history_mu_);
+  MutexLock lock(&history_mu_);
   history_.erase(node);
 }
 
 std::vector<v1::GpuPoint> LoopBoard::History(const std::string& node, int gpu) const {
-  std::lock_guard lock(history_mu_);
+  MutexLock lock(&history_mu_);
   auto it = history_.find(node);
   if (it == history_.end() || gpu < 0 || static_cast<size_t>(gpu) >= it->second.size()) return {};
   const std::deque<v1::GpuPoint>& h = it->second[static_cast<size_t>(gpu)];

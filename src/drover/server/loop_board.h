@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/sched/scheduler.h"
 #include "drover/server/loop_stats.h"
 #include "drover/v1/agent.pb.h"
@@ -93,20 +94,20 @@ class LoopBoard {
     std::string text;
   };
   std::atomic<uint64_t> reason_epoch_{1};
-  mutable std::mutex reasons_mu_;
-  std::map<uint64_t, Rendered> reasons_;  // GUARDED_BY(reasons_mu_)
+  mutable Mutex reasons_mu_;
+  std::map<uint64_t, Rendered> reasons_ DROVER_GUARDED_BY(reasons_mu_);
 
   std::atomic<int64_t> decisions_{0}, preemptions_{0}, queue_depth_{0}, bound_{0};
-  mutable std::mutex stats_mu_;
-  std::deque<std::pair<int64_t, int64_t>> decision_samples_;  // GUARDED_BY(stats_mu_): (ns, decisions)
-  std::deque<v1::QueuePoint> queue_history_;                  // GUARDED_BY(stats_mu_)
-  LoopStats counters_;                                        // GUARDED_BY(stats_mu_)
+  mutable Mutex stats_mu_;
+  std::deque<std::pair<int64_t, int64_t>> decision_samples_ DROVER_GUARDED_BY(stats_mu_);  // (ns, decisions)
+  std::deque<v1::QueuePoint> queue_history_ DROVER_GUARDED_BY(stats_mu_);
+  LoopStats counters_ DROVER_GUARDED_BY(stats_mu_);
 
-  mutable std::mutex tenants_mu_;
-  std::map<std::string, Tenant> tenants_;  // GUARDED_BY(tenants_mu_)
+  mutable Mutex tenants_mu_;
+  std::map<std::string, Tenant> tenants_ DROVER_GUARDED_BY(tenants_mu_);
 
-  mutable std::mutex history_mu_;
-  std::map<std::string, std::vector<std::deque<v1::GpuPoint>>> history_;  // GUARDED_BY(history_mu_)
+  mutable Mutex history_mu_;
+  std::map<std::string, std::vector<std::deque<v1::GpuPoint>>> history_ DROVER_GUARDED_BY(history_mu_);
 };
 
 }  // namespace drover::server

@@ -57,7 +57,7 @@ v1::Node RenderNode(const NodeSnapshot& s) {
 }
 
 void NodeReplica::Replace(std::map<std::string, SnapshotPtr> nodes) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   nodes_.swap(nodes);
   available_ = Status::Ok();
   // The older snapshots go out with `nodes`, after the lock.
@@ -66,7 +66,7 @@ void NodeReplica::Replace(std::map<std::string, SnapshotPtr> nodes) {
 void NodeReplica::Update(std::vector<SnapshotPtr> changed) {
   if (changed.empty()) return;
   {
-    std::unique_lock lock(mu_);
+    WriterMutexLock lock(&mu_);
     for (SnapshotPtr& node : changed) {
       auto [it, inserted] = nodes_.try_emplace(node->record->name(), nullptr);
       // The older snapshot goes out in `changed`: freed after the lock.
@@ -77,19 +77,19 @@ void NodeReplica::Update(std::vector<SnapshotPtr> changed) {
 }
 
 void NodeReplica::SetUnavailable(Status why) {
-  std::unique_lock lock(mu_);
+  WriterMutexLock lock(&mu_);
   available_ = std::move(why);
 }
 
 Result<NodeReplica::SnapshotPtr> NodeReplica::Get(const std::string& name) const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   auto it = nodes_.find(name);
   return it == nodes_.end() ? nullptr : it->second;
 }
 
 Result<std::vector<NodeReplica::SnapshotPtr>> NodeReplica::List() const {
-  std::shared_lock lock(mu_);
+  ReaderMutexLock lock(&mu_);
   if (!available_.ok()) return available_;
   std::vector<SnapshotPtr> out;
   out.reserve(nodes_.size());

@@ -22,10 +22,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/v1/common.pb.h"
 
@@ -72,9 +72,9 @@ class NodeReplica {
   Result<std::vector<SnapshotPtr>> List() const;
 
  private:
-  mutable std::shared_mutex mu_;
-  std::map<std::string, SnapshotPtr> nodes_;  // GUARDED_BY(mu_)
-  Status available_;                          // GUARDED_BY(mu_)
+  mutable SharedMutex mu_;
+  std::map<std::string, SnapshotPtr> nodes_ DROVER_GUARDED_BY(mu_);
+  Status available_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::server

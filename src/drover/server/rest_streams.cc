@@ -1,4 +1,5 @@
 #include "drover/server/rest_streams.h"
+#include "drover/common/mutex.h"
 
 #include <fmt/format.h>
 
@@ -31,14 +32,14 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
   }
 
   void set_subscription(uint64_t id) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     subscription_ = id;
   }
   // The jobs' state when the watch began: what the stream waits to end.
   void Begin(const std::vector<v1::Job>& current) {
     bool finished = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (const v1::Job& j : current) {
         if (!ended_.contains(j.id())) remaining_.insert(j.id());
       }
@@ -50,13 +51,13 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
   void Push(const v1::Job& job) {
     bool finished = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       finished = EmitLocked(job);
     }
     if (finished) Unsubscribe();
   }
   void Attach(std::shared_ptr<http::StreamSink> sink) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     sink_ = std::move(sink);
     for (std::string& chunk : backlog_) {
       if (!sink_->Write(std::move(chunk))) done_ = true;
@@ -64,11 +65,11 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
     backlog_.clear();
     if (done_) {
       sink_->Close();
-      lock.unlock();
+      lock.Unlock();
       Unsubscribe();
       return;
     }
-    lock.unlock();
+    lock.Unlock();
     sink_->OnClosed([weak = weak_from_this()] {
       if (auto self = weak.lock()) self->Unsubscribe();
     });
@@ -76,14 +77,14 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
   // The watch could not begin: the stream says why and ends.
   void Fail(std::string why) {
     std::replace(why.begin(), why.end(), '\n', ' ');  // one data line
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     backlog_.push_back("event: error\ndata: " + why + "\n\n");
     done_ = true;
   }
   // The stream will never be sent (the client left first): stop the pushes.
   void Abandon() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       if (sink_) return;
       done_ = true;
     }
@@ -92,7 +93,7 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
   void Unsubscribe() {
     uint64_t id = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       std::swap(id, subscription_);
     }
     api_->Unwatch(id);
@@ -124,7 +125,7 @@ class WatchState : public std::enable_shared_from_this<WatchState> {
   ApiService* api_;
   const bool bounded_;
   const bool only_ended_;
-  std::mutex mu_;
+  Mutex mu_;
   uint64_t subscription_ = 0;
   bool ready_ = false, done_ = false;
   std::set<std::string> remaining_, ended_;
@@ -141,11 +142,11 @@ RestStreams::RestStreams(ApiService* api, std::chrono::milliseconds tick) : api_
 RestStreams::~RestStreams() {
   std::vector<Subscriber> subs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     subs.swap(subscribers_);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   ticker_.join();
   for (Subscriber& s : subs) s.sink->Close();
 }
@@ -166,26 +167,26 @@ http::Response RestStreams::Events(const auth::Principal& who) {
     sink->OnClosed([closed] { closed->store(true); });
     // The first pair at once, on this handler thread; then the ticker's.
     if (!sink->Write(FleetEvent(api_, who))) return;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) {
       sink->Close();
       return;
     }
     subscribers_.push_back({who, std::move(sink), std::move(closed)});
-    cv_.notify_all();
+    cv_.SignalAll();
   };
   return r;
 }
 
 void RestStreams::Run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !subscribers_.empty(); });
+    cv_.Wait(&mu_, [&]() DROVER_REQUIRES(mu_) { return stopping_ || !subscribers_.empty(); });
     if (stopping_) return;
-    cv_.wait_for(lock, tick_, [&] { return stopping_; });
+    cv_.WaitFor(&mu_, tick_, [&]() DROVER_REQUIRES(mu_) { return stopping_; });
     if (stopping_) return;
     std::vector<Subscriber> subs = subscribers_;
-    lock.unlock();
+    lock.Unlock();
     // Computed once per view (an admin sees every tenant's jobs, a tenant its
     // own), however many streams share it.
     std::map<std::string, std::string> by_view;
@@ -196,7 +197,7 @@ void RestStreams::Run() {
       if (it == by_view.end()) it = by_view.emplace(view, FleetEvent(api_, s.who)).first;
       if (s.closed->load() || !s.sink->Write(it->second)) gone.insert(s.sink.get());
     }
-    lock.lock();
+    lock.Lock();
     std::erase_if(subscribers_, [&](const Subscriber& s) { return gone.contains(s.sink.get()); });
   }
 }

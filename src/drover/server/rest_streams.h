@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "drover/auth/authority.h"
+#include "drover/common/mutex.h"
 #include "drover/http/server.h"
 #include "drover/server/api_service.h"
 
@@ -56,10 +57,10 @@ class RestStreams {
 
   ApiService* api_;
   const std::chrono::milliseconds tick_;
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Mutex mu_;
+  CondVar cv_;
   bool stopping_ = false;
-  std::vector<Subscriber> subscribers_;  // GUARDED_BY(mu_)
+  std::vector<Subscriber> subscribers_ DROVER_GUARDED_BY(mu_);
   std::thread ticker_;                   // runs while there are subscribers
 };
 

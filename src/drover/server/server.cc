@@ -1,3 +1,4 @@
+#include "drover/common/mutex.h"
 #include "drover/server/server.h"
 
 #include <fmt/format.h>
@@ -255,14 +256,14 @@ Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o, c
 class StandbyAnswer {
  public:
   void SetLeader(std::string identity) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     leader_ = std::move(identity);
   }
   http::Response operator()(const http::Request& req) {
     if (req.path == "/healthz") return http::Response{200, "text/plain", "ok (standing by)\n"};
     std::string leader;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       leader = leader_;
     }
     std::map<std::string, std::string> headers{{"Retry-After", "1"}};
@@ -285,7 +286,7 @@ class StandbyAnswer {
   }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::string leader_;  // the leader key's value; "" when unknown
 };
 
@@ -435,14 +436,15 @@ class ServerImpl final : public Server {
       // etcd's leader elsewhere than this machine: checked now and every
       // second (store::MoveEtcdLeaderAway; docs/ha.md).
       etcd_mover_ = std::thread([this] {
-        std::unique_lock lock(mover_mu_);
+        MutexLock lock(&mover_mu_);
         do {
-          lock.unlock();
+          lock.Unlock();
           if (auto moved = store::MoveEtcdLeaderAway(store_.get()); !moved.ok()) {
             spdlog::debug("cannot move etcd's leadership away: {}", moved.status().ToString());
           }
-          lock.lock();
-        } while (!mover_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return mover_stop_; }));
+          lock.Lock();
+        } while (!mover_cv_.WaitFor(&mover_mu_, std::chrono::seconds(1),
+                                    [this]() DROVER_REQUIRES(mover_mu_) { return mover_stop_; }));
       });
     }
     return Status::Ok();
@@ -469,10 +471,10 @@ class ServerImpl final : public Server {
 
   void Stop() override {
     {
-      std::lock_guard lock(mover_mu_);
+      MutexLock lock(&mover_mu_);
       mover_stop_ = true;
     }
-    mover_cv_.notify_all();
+    mover_cv_.SignalAll();
     if (etcd_mover_.joinable()) etcd_mover_.join();
     if (http_) http_->Stop();
     // Long streams (agent sessions, followed logs) are cancelled after the deadline.
@@ -487,9 +489,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<store::Store> leader_store_;  // the campaign's (etcd only)
   std::unique_ptr<store::Leadership> leadership_;  // with an etcd store; everything below writes through it
   std::thread etcd_mover_;  // while leading on etcd: keeps etcd's leader on another machine
-  std::mutex mover_mu_;
-  std::condition_variable mover_cv_;
-  bool mover_stop_ = false;  // GUARDED_BY(mover_mu_)
+  Mutex mover_mu_;
+  CondVar mover_cv_;
+  bool mover_stop_ DROVER_GUARDED_BY(mover_mu_) = false;
   std::unique_ptr<store::Archive> archive_;  // after store_: the loop (destroyed first) writes to it
   std::unique_ptr<LogStore> logs_;
   JobWatch watch_;  // outlives the loop that publishes to it and the services that subscribe

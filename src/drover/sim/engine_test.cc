@@ -22,6 +22,7 @@
 #include "drover/sched/scheduler.h"
 #include "drover/sim/loaders.h"
 #include "drover/sim/report.h"
+#include "drover/sim/test_traces.h"
 
 namespace drover::sim {
 namespace {
@@ -502,7 +503,8 @@ TEST(SameDecisionsAsServer, WorkloadExercisesPreemption) {
 
 // ---------------------------------------------------------- golden summaries --
 //
-// Small runs over the public traces (../shared/traces) and a YAML case,
+// Small runs over the public traces ($DROVER_TRACES, default ../shared/traces;
+// test_traces.h) and a YAML case,
 // each compared with tests/testdata/sim/golden/NAME.golden: the summary's
 // machine-independent fields (report.h StableSummary), not the wall clock.
 // To accept new behaviour (a scheduler change moves these numbers):
@@ -525,7 +527,7 @@ struct GoldenCase {
 
 std::string Expand(std::string spec) {
   namespace fs = std::filesystem;
-  for (auto [key, dir] : {std::pair<std::string, std::string>{"{traces}", DROVER_TRACES_DIR},
+  for (auto [key, dir] : {std::pair<std::string, std::string>{"{traces}", TracesDir()},
                           {"{golden}", std::string(DROVER_SIM_TESTDATA_DIR) + "/golden"}}) {
     if (size_t at = spec.find(key); at != std::string::npos) spec.replace(at, key.size(), dir);
   }
@@ -534,7 +536,7 @@ std::string Expand(std::string spec) {
 
 void CheckGolden(const GoldenCase& g) {
   namespace fs = std::filesystem;
-  if (!fs::exists(DROVER_TRACES_DIR)) GTEST_SKIP() << "no traces at " << DROVER_TRACES_DIR;
+  if (!fs::exists(TracesDir())) GTEST_SKIP() << NoTracesMessage();
   auto cluster = LoadCluster(Expand(g.cluster));
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   auto workload = LoadWorkload(Expand(g.workload));

@@ -11,23 +11,19 @@
 #include <set>
 #include <string>
 
+#include "drover/sim/test_traces.h"
+
 namespace drover::sim {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kTraces = DROVER_TRACES_DIR;
+const std::string kTraces = TracesDir();
 const std::string kData = DROVER_SIM_TESTDATA_DIR;
 
-// The public traces are copied in beside the repository; without them the
-// trace tests have nothing to check.
-bool HaveTraces() { return std::filesystem::exists(kTraces + "/README.md"); }
-#define REQUIRE_TRACES()                                \
-  do {                                                  \
-    if (!HaveTraces()) {                                \
-      GTEST_SKIP() << "no trace folder at " << kTraces; \
-    }                                                   \
-  } while (0)
+// The public traces are not in the repository (test_traces.h); without them
+// the trace tests have nothing to check.
+#define REQUIRE_TRACES() DROVER_REQUIRE_TRACES()
 
 Workload MustLoad(const std::string& spec) {
   auto w = LoadWorkload(spec);

@@ -1,3 +1,4 @@
+#include "drover/common/mutex.h"
 #include "drover/store/leader.h"
 
 #include <algorithm>
@@ -100,7 +101,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
     spdlog::debug("campaign: lease {} and transaction {} in {} ms", lease.ok() ? "granted" : lease.status().ToString(),
                   r.ok() ? (r->succeeded ? "won" : "lost") : r.status().ToString(), (SteadyNs() - started) / 1'000'000);
     if (!r.ok()) {
-      if (lease.ok()) (void)store->RevokeLease(*lease);
+      if (lease.ok()) store->RevokeLease(*lease).IgnoreError("best effort: the lease ends with its TTL anyway");
       if (stopped()) break;
       if (r.status().code() != Code::kUnavailable && r.status().code() != Code::kDeadlineExceeded) return r.status();
       // No quorum (or no etcd): a standby waits for it, however long,
@@ -120,7 +121,7 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
       spdlog::info("elected leader (epoch {})", l->epoch_);
       return l;
     }
-    (void)store->RevokeLease(*lease);
+    store->RevokeLease(*lease).IgnoreError("best effort: the lease ends with its TTL anyway");
     // Someone leads: wait until its key goes (watched from the revision
     // read), then campaign again. Every TTL the key is read again anyway, in
     // case the watch missed the end.
@@ -129,25 +130,25 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
       last_leader = current->value;
       if (standby) standby(current->value);
     }
-    std::mutex mu;
-    std::condition_variable cv;
+    Mutex mu;
+    CondVar cv;
     bool gone = !current.has_value();
     auto watch = store->Watch(options.key, r->revision + 1, [&](const std::vector<Event>& batch) {
       for (const Event& e : batch) {
         if (e.kv.key == options.key && e.type == Event::Type::kDelete) {
-          std::lock_guard lock(mu);
+          MutexLock lock(&mu);
           gone = true;
-          cv.notify_all();
+          cv.SignalAll();
         }
       }
     });
-    std::unique_lock lock(mu);
+    MutexLock lock(&mu);
     const auto until = std::chrono::steady_clock::now() + ttl;
     while (!gone && !stopped() && std::chrono::steady_clock::now() < until) {
-      cv.wait_for(lock, std::min<std::chrono::milliseconds>(ttl, std::chrono::milliseconds(100)));
+      cv.WaitFor(&mu, std::min<std::chrono::milliseconds>(ttl, std::chrono::milliseconds(100)));
     }
     spdlog::debug("campaign: the leader key {} after {} ms", gone ? "went" : "stays", (SteadyNs() - started) / 1'000'000);
-    lock.unlock();
+    lock.Unlock();
     if (watch.ok()) watch->reset();  // ends the watch (waits for a running callback)
   }
   return Status(Code::kCancelled, "campaign stopped");
@@ -155,10 +156,10 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
 
 Leadership::~Leadership() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   if (keepalive_.joinable()) keepalive_.join();
   if (watchdog_.joinable()) watchdog_.join();
   StepDown();
@@ -183,10 +184,10 @@ void Leadership::StepDown() {
 
 void Leadership::KeepAlives() {
   const auto period = std::max(options_.ttl / 3, std::chrono::milliseconds(1));
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
-    if (wake_.wait_for(lock, period, [this] { return stopping_; })) return;
-    lock.unlock();
+    if (wake_.WaitFor(&mu_, period, [this]() DROVER_REQUIRES(mu_) { return stopping_; })) return;
+    lock.Unlock();
     const int64_t sent = SteadyNs();
     Status s = store_->KeepAlive(lease_);
     if (s.ok()) {
@@ -198,7 +199,7 @@ void Leadership::KeepAlives() {
     } else {
       spdlog::warn("leader keep-alive failed: {}", s.ToString());
     }
-    lock.lock();
+    lock.Lock();
     if (!leading_.load()) return;
   }
 }
@@ -206,15 +207,15 @@ void Leadership::KeepAlives() {
 // A keep-alive can hang for the store's whole request timeout (etcd without
 // a quorum on this side of a partition): the TTL is watched here, apart.
 void Leadership::Watchdog() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_ && leading_.load()) {
     const int64_t left_ns = valid_until_ns_.load() - SteadyNs();
     if (left_ns <= 0) {
-      lock.unlock();
+      lock.Unlock();
       Lose(Status(Code::kDeadlineExceeded, "no successful keep-alive for a whole TTL"));
       return;
     }
-    wake_.wait_for(lock, std::chrono::nanoseconds(left_ns));
+    wake_.WaitFor(&mu_, std::chrono::nanoseconds(left_ns));
   }
 }
 

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "drover/common/clock.h"
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/store/store.h"
 
@@ -98,9 +99,9 @@ class Leadership {
   std::atomic<bool> leading_{true};
   std::atomic<int64_t> valid_until_ns_;  // steady clock
   std::once_flag lost_once_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar wake_;
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
   std::thread keepalive_;
   std::thread watchdog_;
 

@@ -1,3 +1,4 @@
+#include "drover/common/mutex.h"
 #include "drover/store/etcd/etcd_store.h"
 
 #include <grpcpp/grpcpp.h>
@@ -470,11 +471,11 @@ class EtcdWatch final : public WatchHandle {
 
   ~EtcdWatch() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
       if (context_ != nullptr) context_->TryCancel();
     }
-    wake_.notify_all();
+    wake_.SignalAll();
     if (thread_.get_id() == std::this_thread::get_id()) {
       thread_.detach();  // destroyed by its own callback (the contract forbids it): do not deadlock
     } else {
@@ -492,7 +493,7 @@ class EtcdWatch final : public WatchHandle {
       context->AddMetadata("hasleader", "true");
       size_t index = members_->Pick();
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         if (stopping_) return;
         context_ = context;
       }
@@ -501,8 +502,8 @@ class EtcdWatch final : public WatchHandle {
       if (outcome == Outcome::kEnded) return;
       if (delivered) backoff = std::chrono::milliseconds(50);
       members_->Failed(index);
-      std::unique_lock lock(mu_);
-      if (wake_.wait_for(lock, backoff, [this] { return stopping_; })) return;
+      MutexLock lock(&mu_);
+      if (wake_.WaitFor(&mu_, backoff, [this]() DROVER_REQUIRES(mu_) { return stopping_; })) return;
       backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     }
   }
@@ -565,7 +566,7 @@ class EtcdWatch final : public WatchHandle {
   }
 
   bool Stopping() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return stopping_;
   }
 
@@ -575,10 +576,10 @@ class EtcdWatch final : public WatchHandle {
   const size_t prefix_bytes_;
   int64_t next_revision_;  // owned by thread_
   const WatchCallback callback_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;                          // GUARDED_BY(mu_)
-  std::shared_ptr<grpc::ClientContext> context_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar wake_;
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
+  std::shared_ptr<grpc::ClientContext> context_ DROVER_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -59,8 +59,9 @@ Result<std::unique_ptr<Archive>> Archive::Open(const std::string& path) {
 }
 
 Status Archive::Init() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return conn_->InTransaction([&]() -> Status {
+    mu_.AssertHeld();  // InTransaction runs it here, under the lock
     DROVER_RETURN_IF_ERROR(conn_->Exec(kSchema));
     DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT value FROM archive_meta WHERE name = 'schema_version'"));
     DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
@@ -76,8 +77,9 @@ Status Archive::PutJobs(const std::vector<ArchivedJob>& jobs) {
   if (jobs.empty()) return Status::Ok();
   const std::string sql =
       fmt::format("INSERT OR REPLACE INTO jobs({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", kJobColumns);
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return conn_->InTransaction([&]() -> Status {
+    mu_.AssertHeld();  // InTransaction runs it here, under the lock
     for (const ArchivedJob& j : jobs) {
       DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare(sql));
       DROVER_RETURN_IF_ERROR(stmt.Bind(1, ToSqlSeq(j.seq))
@@ -95,7 +97,7 @@ Status Archive::PutJobs(const std::vector<ArchivedJob>& jobs) {
 }
 
 Result<std::optional<ArchivedJob>> Archive::GetJob(uint64_t seq) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare(fmt::format("SELECT {} FROM jobs WHERE seq = ?1", kJobColumns)));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Bind(1, ToSqlSeq(seq)).Step());
   if (!row) return std::optional<ArchivedJob>();
@@ -115,7 +117,7 @@ Result<std::vector<ArchivedJob>> Archive::QueryJobs(const ArchiveQuery& q) {
   if (!q.group.empty()) where += " AND grp = ?6";
   if (q.ended_after_ns != 0) where += " AND end_ns >= ?7";
   if (q.ended_before_ns != 0) where += " AND end_ns < ?8";
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(
       Stmt stmt, conn_->Prepare(fmt::format("SELECT {} FROM jobs WHERE {} ORDER BY seq DESC LIMIT ?9", kJobColumns, where)));
   stmt.Bind(1, ToSqlSeq(q.before_seq)).Bind(2, ToSqlSeq(q.min_seq)).Bind(9, q.limit);
@@ -135,21 +137,21 @@ Result<std::vector<ArchivedJob>> Archive::QueryJobs(const ArchiveQuery& q) {
 }
 
 Result<uint64_t> Archive::MaxJobSeq() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT COALESCE(MAX(seq), 0) FROM jobs"));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
   return row ? static_cast<uint64_t>(stmt.Int(0)) : 0;
 }
 
 Result<int64_t> Archive::CountJobs() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT COUNT(*) FROM jobs"));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
   return row ? stmt.Int(0) : 0;
 }
 
 Result<int64_t> Archive::DropJobsEndedBefore(int64_t ns) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("DELETE FROM jobs WHERE end_ns < ?1"));
   DROVER_RETURN_IF_ERROR(stmt.Bind(1, ns).Run());
   return static_cast<int64_t>(conn_->Changes());
@@ -157,8 +159,9 @@ Result<int64_t> Archive::DropJobsEndedBefore(int64_t ns) {
 
 Status Archive::PutAudit(const std::vector<ArchivedAudit>& entries) {
   if (entries.empty()) return Status::Ok();
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return conn_->InTransaction([&]() -> Status {
+    mu_.AssertHeld();  // InTransaction runs it here, under the lock
     for (const ArchivedAudit& e : entries) {
       DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("INSERT OR REPLACE INTO audit(seq, entry) VALUES (?1, ?2)"));
       DROVER_RETURN_IF_ERROR(stmt.Bind(1, e.seq).BindBlob(2, e.entry).Run());
@@ -171,7 +174,7 @@ Result<std::vector<ArchivedAudit>> Archive::ReadAudit(int64_t from, int limit) {
   if (limit < 1 || limit > kMaxQueryLimit) {
     return InvalidArgument(fmt::format("audit page of {} is outside 1..{}", limit, kMaxQueryLimit));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT seq, entry FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2"));
   stmt.Bind(1, from).Bind(2, limit);
   std::vector<ArchivedAudit> out;

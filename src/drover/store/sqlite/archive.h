@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/store/sqlite/statement.h"
 
@@ -85,8 +86,8 @@ class Archive {
   explicit Archive(std::unique_ptr<Connection> conn) : conn_(std::move(conn)) {}
   Status Init();
 
-  std::mutex mu_;
-  std::unique_ptr<Connection> conn_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unique_ptr<Connection> conn_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::store

@@ -1,4 +1,5 @@
 #include "drover/store/sqlite/sqlite_store.h"
+#include "drover/common/mutex.h"
 
 #include <sqlite3.h>
 
@@ -113,28 +114,28 @@ class SqliteStore final : public Store {
   Result<std::string> Pragma(const std::string& name);
 
  private:
-  Status ExecLocked(const std::string& sql) { return conn_->Exec(sql); }
-  Result<Stmt> PrepareLocked(const std::string& sql) { return conn_->Prepare(sql); }
-  Result<int64_t> ReadMetaLocked(const char* name);
-  Status WriteMetaLocked(const char* name, int64_t value);
+  Status ExecLocked(const std::string& sql) DROVER_REQUIRES(mu_) { return conn_->Exec(sql); }
+  Result<Stmt> PrepareLocked(const std::string& sql) DROVER_REQUIRES(mu_) { return conn_->Prepare(sql); }
+  Result<int64_t> ReadMetaLocked(const char* name) DROVER_REQUIRES(mu_);
+  Status WriteMetaLocked(const char* name, int64_t value) DROVER_REQUIRES(mu_);
 
   // Runs `body` in BEGIN IMMEDIATE..COMMIT. When body recorded events they
   // form revision current+1, which is committed and then published to
   // watchers; otherwise the revision stays. Returns the revision after.
   template <typename Body>
-  Result<int64_t> WriteTxnLocked(Body&& body);
+  Result<int64_t> WriteTxnLocked(Body&& body) DROVER_REQUIRES(mu_);
 
-  Result<std::optional<KeyValue>> LookupLocked(const std::string& key);
-  Status PutLocked(WriteSet& ws, const Op& op);
-  Status DeleteLocked(WriteSet& ws, const std::string& key);
-  Status DeletePrefixLocked(WriteSet& ws, const std::string& prefix);
-  Status AppendHistoryLocked(WriteSet& ws, Event event);
+  Result<std::optional<KeyValue>> LookupLocked(const std::string& key) DROVER_REQUIRES(mu_);
+  Status PutLocked(WriteSet& ws, const Op& op) DROVER_REQUIRES(mu_);
+  Status DeleteLocked(WriteSet& ws, const std::string& key) DROVER_REQUIRES(mu_);
+  Status DeletePrefixLocked(WriteSet& ws, const std::string& prefix) DROVER_REQUIRES(mu_);
+  Status AppendHistoryLocked(WriteSet& ws, Event event) DROVER_REQUIRES(mu_);
   // Deletes the lease and its keys; false when there is no such lease.
-  Result<bool> RevokeInTxnLocked(WriteSet& ws, LeaseId lease);
-  Status ExpireLeasesLocked();
+  Result<bool> RevokeInTxnLocked(WriteSet& ws, LeaseId lease) DROVER_REQUIRES(mu_);
+  Status ExpireLeasesLocked() DROVER_REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::unique_ptr<Connection> conn_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unique_ptr<Connection> conn_ DROVER_GUARDED_BY(mu_);
   Clock* const clock_;
   const std::shared_ptr<WatchHub> hub_;
 };
@@ -154,7 +155,7 @@ Status SqliteStore::WriteMetaLocked(const char* name, int64_t value) {
 }
 
 Status SqliteStore::Init() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExecLocked("BEGIN IMMEDIATE"));
   Status status = ExecLocked(kSchema);
   Result<int64_t> version = status.ok() ? ReadMetaLocked("schema_version") : Result<int64_t>(status);
@@ -162,14 +163,14 @@ Status SqliteStore::Init() {
     version = FailedPrecondition(fmt::format("store schema version {} is not the supported {}", *version, kSchemaVersion));
   }
   if (!version.ok()) {
-    (void)ExecLocked("ROLLBACK");
+    ExecLocked("ROLLBACK").IgnoreError("the error that matters is the one returned");
     return version.status();
   }
   return ExecLocked("COMMIT");
 }
 
 Result<std::string> SqliteStore::Pragma(const std::string& name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("PRAGMA " + name));
   DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) return NotFound(fmt::format("pragma '{}' returned no row", name));
@@ -189,7 +190,7 @@ Result<int64_t> SqliteStore::WriteTxnLocked(Body&& body) {
   if (status.ok() && !ws.events.empty()) status = WriteMetaLocked("revision", ws.revision);
   if (status.ok()) status = ExecLocked("COMMIT");
   if (!status.ok()) {
-    (void)ExecLocked("ROLLBACK");  // fails harmlessly when COMMIT already rolled back
+    ExecLocked("ROLLBACK").IgnoreError("fails harmlessly when COMMIT already rolled back");
     return status;
   }
   if (ws.events.empty()) return *current;
@@ -305,7 +306,10 @@ Status SqliteStore::ExpireLeasesLocked() {
     }
   }
   for (LeaseId lease : ended) {
-    Result<int64_t> revision = WriteTxnLocked([&](WriteSet& ws) { return RevokeInTxnLocked(ws, lease).status(); });
+    Result<int64_t> revision = WriteTxnLocked([&](WriteSet& ws) {
+      mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
+      return RevokeInTxnLocked(ws, lease).status();
+    });
     DROVER_RETURN_IF_ERROR(revision.status());
   }
   return Status::Ok();
@@ -315,11 +319,12 @@ Result<TxnResult> SqliteStore::Txn(const std::vector<Compare>& compares, const s
                                    const std::vector<Op>& failure) {
   DROVER_RETURN_IF_ERROR(ValidateTxn(compares, success, failure));
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   TxnResult result;
   // Ops run in order, each seeing the ones before it; all writes share ws.revision.
   auto body = [&](WriteSet& ws) -> Status {
+    mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
     result.succeeded = true;
     for (const Compare& compare : compares) {
       DROVER_ASSIGN_OR_RETURN(std::optional<KeyValue> kv, LookupLocked(compare.key));
@@ -349,7 +354,7 @@ Result<TxnResult> SqliteStore::Txn(const std::vector<Compare>& compares, const s
 Result<RangeResult> SqliteStore::Range(const std::string& prefix, int64_t limit, const std::string& start) {
   DROVER_RETURN_IF_ERROR(ValidatePrefix(prefix));
   DROVER_RETURN_IF_ERROR(ValidatePrefix(start));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   std::optional<std::string> end = PrefixEnd(prefix);
   RangeResult result;
@@ -381,7 +386,7 @@ Result<std::unique_ptr<WatchHandle>> SqliteStore::Watch(const std::string& prefi
   if (start_revision < 0) return InvalidArgument(fmt::format("watch start revision {} is negative", start_revision));
   if (!callback) return InvalidArgument("watch without a callback");
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   DROVER_ASSIGN_OR_RETURN(int64_t current, ReadMetaLocked("revision"));
   DROVER_ASSIGN_OR_RETURN(int64_t compacted, ReadMetaLocked("compacted"));
@@ -416,9 +421,10 @@ Result<std::unique_ptr<WatchHandle>> SqliteStore::Watch(const std::string& prefi
 }
 
 Status SqliteStore::Compact(int64_t revision) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   return WriteTxnLocked([&](WriteSet&) -> Status {
+           mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
            DROVER_ASSIGN_OR_RETURN(int64_t current, ReadMetaLocked("revision"));
            if (revision > current) {
              return OutOfRange(fmt::format("compact to revision {} beyond the current {}", revision, current));
@@ -434,11 +440,12 @@ Status SqliteStore::Compact(int64_t revision) {
 
 Result<LeaseId> SqliteStore::GrantLease(Duration ttl) {
   if (ttl.count() <= 0) return InvalidArgument(fmt::format("lease ttl of {} ns is not positive", ttl.count()));
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   LeaseId id = 0;
   // next_lease only grows, so ids are never reused, even after a restart.
   Result<int64_t> written = WriteTxnLocked([&](WriteSet&) -> Status {
+    mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
     DROVER_ASSIGN_OR_RETURN(id, ReadMetaLocked("next_lease"));
     DROVER_RETURN_IF_ERROR(WriteMetaLocked("next_lease", id + 1));
     DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("INSERT INTO leases(id, ttl_ns, deadline_ns) VALUES (?1, ?2, ?3)"));
@@ -449,9 +456,10 @@ Result<LeaseId> SqliteStore::GrantLease(Duration ttl) {
 }
 
 Status SqliteStore::KeepAlive(LeaseId lease) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   return WriteTxnLocked([&](WriteSet&) -> Status {
+           mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
            int64_t ttl_ns = 0;
            {
              DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("SELECT ttl_ns FROM leases WHERE id = ?1"));
@@ -466,9 +474,10 @@ Status SqliteStore::KeepAlive(LeaseId lease) {
 }
 
 Status SqliteStore::RevokeLease(LeaseId lease) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   return WriteTxnLocked([&](WriteSet& ws) -> Status {
+           mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
            DROVER_ASSIGN_OR_RETURN(bool found, RevokeInTxnLocked(ws, lease));
            return found ? Status::Ok() : NotFound(fmt::format("lease {} not found", lease));
          })
@@ -476,7 +485,7 @@ Status SqliteStore::RevokeLease(LeaseId lease) {
 }
 
 Result<int64_t> SqliteStore::CurrentRevision() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   DROVER_RETURN_IF_ERROR(ExpireLeasesLocked());
   return ReadMetaLocked("revision");
 }

@@ -94,7 +94,7 @@ class Connection {
     if (Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
     Status s = body();
     if (s.ok()) s = Exec("COMMIT");
-    if (!s.ok()) (void)Exec("ROLLBACK");  // fails harmlessly when COMMIT already rolled back
+    if (!s.ok()) Exec("ROLLBACK").IgnoreError("fails harmlessly when COMMIT already rolled back");
     return s;
   }
 

@@ -15,15 +15,15 @@ class HubWatchHandle final : public WatchHandle {
 };
 
 void WatchHub::Publish(Batch batch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (watchers_.empty() || stopping_) return;
   queue_.push_back(std::move(batch));
-  work_cv_.notify_one();
+  work_cv_.Signal();
 }
 
 std::unique_ptr<WatchHandle> WatchHub::Add(std::string prefix, int64_t live_from, std::vector<Batch> history,
                                            WatchCallback callback) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   auto watcher = std::make_shared<Watcher>();
   watcher->id = next_id_++;
   watcher->prefix = std::move(prefix);
@@ -35,41 +35,41 @@ std::unique_ptr<WatchHandle> WatchHub::Add(std::string prefix, int64_t live_from
     thread_ = std::thread([this] { Run(); });
     dispatcher_id_ = thread_.get_id();
   }
-  work_cv_.notify_one();
+  work_cv_.Signal();
   return std::make_unique<HubWatchHandle>(shared_from_this(), watcher->id);
 }
 
 void WatchHub::Stop() {
   std::thread thread;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     queue_.clear();
     thread = std::move(thread_);
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   if (thread.joinable()) thread.join();
 }
 
 void WatchHub::Cancel(uint64_t id) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (auto it = watchers_.find(id); it != watchers_.end()) {
     it->second->cancelled = true;
     watchers_.erase(it);
   }
   if (std::this_thread::get_id() == dispatcher_id_) return;  // inside some other watcher's callback
-  idle_cv_.wait(lock, [&] { return running_ != id; });
+  idle_cv_.Wait(&mu_, [&]() DROVER_REQUIRES(mu_) { return running_ != id; });
 }
 
 void WatchHub::Run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    work_cv_.Wait(&mu_, [&]() DROVER_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
     auto item = std::move(queue_.front());
     queue_.pop_front();
     if (auto* start = std::get_if<Start>(&item)) {
-      for (const Batch& batch : start->history) Deliver(lock, *start->watcher, batch.events);
+      for (const Batch& batch : start->history) Deliver(*start->watcher, batch.events);
       start->watcher->active = true;
       continue;
     }
@@ -81,26 +81,26 @@ void WatchHub::Run() {
     }
     for (const auto& watcher : targets) {
       if (watcher->prefix.empty()) {
-        Deliver(lock, *watcher, batch.events);
+        Deliver(*watcher, batch.events);
         continue;
       }
       std::vector<Event> mine;
       for (const Event& event : batch.events) {
         if (event.kv.key.starts_with(watcher->prefix)) mine.push_back(event);
       }
-      Deliver(lock, *watcher, mine);
+      Deliver(*watcher, mine);
     }
   }
 }
 
-void WatchHub::Deliver(std::unique_lock<std::mutex>& lock, Watcher& watcher, const std::vector<Event>& events) {
+void WatchHub::Deliver(Watcher& watcher, const std::vector<Event>& events) {
   if (watcher.cancelled || stopping_ || events.empty()) return;
   running_ = watcher.id;
-  lock.unlock();
+  mu_.Unlock();
   watcher.callback(events);
-  lock.lock();
+  mu_.Lock();
   running_ = 0;
-  idle_cv_.notify_all();
+  idle_cv_.SignalAll();
 }
 
 }  // namespace drover::store

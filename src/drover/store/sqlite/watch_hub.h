@@ -31,6 +31,7 @@
 #include <variant>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/store/store.h"
 
 namespace drover::store {
@@ -75,18 +76,19 @@ class WatchHub : public std::enable_shared_from_this<WatchHub> {
 
   void Cancel(uint64_t id);
   void Run();
-  void Deliver(std::unique_lock<std::mutex>& lock, Watcher& watcher, const std::vector<Event>& events);
+  // Runs the callback with mu_ released, and holds it again on return.
+  void Deliver(Watcher& watcher, const std::vector<Event>& events) DROVER_REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;  // the queue grew or stopping_ was set
-  std::condition_variable idle_cv_;  // a callback returned
-  std::deque<std::variant<Batch, Start>> queue_;            // GUARDED_BY(mu_)
-  std::map<uint64_t, std::shared_ptr<Watcher>> watchers_;  // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)
-  uint64_t running_ = 0;  // GUARDED_BY(mu_): the watcher whose callback runs now, 0 if none
-  bool stopping_ = false;          // GUARDED_BY(mu_)
-  std::thread thread_;             // GUARDED_BY(mu_), started by the first Add
-  std::thread::id dispatcher_id_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar work_cv_;  // the queue grew or stopping_ was set
+  CondVar idle_cv_;  // a callback returned
+  std::deque<std::variant<Batch, Start>> queue_ DROVER_GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<Watcher>> watchers_ DROVER_GUARDED_BY(mu_);
+  uint64_t next_id_ DROVER_GUARDED_BY(mu_) = 1;
+  uint64_t running_ DROVER_GUARDED_BY(mu_) = 0;  // the watcher whose callback runs now, 0 if none
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
+  std::thread thread_ DROVER_GUARDED_BY(mu_);  // started by the first Add
+  std::thread::id dispatcher_id_ DROVER_GUARDED_BY(mu_);
 };
 
 }  // namespace drover::store

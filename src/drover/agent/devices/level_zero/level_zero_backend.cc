@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "drover/common/mutex.h"
 #include "drover/common/quantity.h"
 #include "drover/runtime/dynamic_library.h"
 
@@ -39,10 +40,10 @@ constexpr zes_event_type_flags_t kWatchedEvents =
 // ZES_ENABLE_SYSMAN only in its first zeInit), which do not survive dlclose.
 // A failure to load is not remembered, so IsAvailable() stays cheap to retry.
 Result<runtime::DynamicLibrary*> OpenLibrary(const std::vector<std::string>& names) {
-  static std::mutex mu;
-  static auto* const kOpened = new std::map<std::vector<std::string>,
-                                            std::unique_ptr<runtime::DynamicLibrary>>();  // GUARDED_BY(mu)
-  std::lock_guard<std::mutex> lock(mu);
+  static Mutex mu;
+  static auto* const kOpened DROVER_PT_GUARDED_BY(mu) =
+      new std::map<std::vector<std::string>, std::unique_ptr<runtime::DynamicLibrary>>();
+  MutexLock lock(&mu);
   auto it = kOpened->find(names);
   if (it != kOpened->end()) return it->second.get();
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DynamicLibrary> library,
