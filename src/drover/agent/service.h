@@ -9,9 +9,10 @@
 // This header holds the parts that need no agent: the settings (validated,
 // with common.proto's defaults), the probe itself, the port allocator, the
 // record kept in the job directory, and ServiceReplica, the pure state
-// machine of one replica (time comes in as an argument). agent.cc drives
-// them: it runs probes on a thread of their own and feeds the results, the
-// process's starts and exits to the replica's ServiceReplica on its loop.
+// machine of one replica (time comes in as an argument). ServiceLifecycle
+// (service_lifecycle.h) drives them: it runs probes on a thread of their
+// own and feeds the results, the process's starts and exits to the
+// replica's ServiceReplica on the agent's loop.
 
 #include <chrono>
 #include <optional>
