@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fails when a production file in the folders named below is over 800 lines
 or holds a function over 150 lines (issue 36: the control loop, the agent and
-the role wiring stay small enough to change). A function is counted from the
+the role wiring stay small enough to change), or when the quoted includes of
+src/drover and apps/drover make a cycle. A function is counted from the
 line that opens it at the file's top level (or one indent inside a class
 body) to its closing brace; lambdas count toward the function that holds them.
 
@@ -51,6 +52,43 @@ def functions(lines):
     return out
 
 
+def include_cycles(root):
+    """Cycles among the quoted includes ("drover/..." from src/, a bare name
+    beside the including file)."""
+    graph = {}
+    for top in ("src/drover", "apps/drover"):
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for n in names:
+                if not n.endswith((".h", ".cc")):
+                    continue
+                path = os.path.join(dirpath, n)
+                rel = os.path.relpath(path, root)
+                edges = []
+                with open(path, encoding="utf-8") as f:
+                    for inc in re.findall(r'^#include "([^"]+)"', f.read(), re.M):
+                        target = os.path.join("src", inc) if inc.startswith("drover/") else os.path.join(os.path.dirname(rel), inc)
+                        edges.append(os.path.normpath(target))
+                graph[rel] = edges
+    state, cycles = {}, []
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for m in graph.get(n, []):
+            if state.get(m) == 1:
+                cycles.append(stack[stack.index(m):] + [m])
+            elif not state.get(m):
+                visit(m, stack)
+        stack.pop()
+        state[n] = 2
+
+    sys.setrecursionlimit(10000)
+    for n in sorted(graph):
+        if not state.get(n):
+            visit(n, [])
+    return len(graph), cycles
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
@@ -78,9 +116,13 @@ def main():
             longest = max(longest, (length, f"{rel}:{line} {sig[:80]}"))
             if length > MAX_FUNCTION_LINES:
                 errors.append(f"{rel}:{line}: a function of {length} lines, over {MAX_FUNCTION_LINES}: {sig[:100]}")
+    files, cycles = include_cycles(args.root)
+    for c in cycles:
+        errors.append("include cycle: " + " -> ".join(c))
     if args.report or errors:
         print(f"largest file: {biggest[1]} ({biggest[0]} lines)")
         print(f"longest function: {longest[1]} ({longest[0]} lines)")
+        print(f"include graph: {files} files, {len(cycles)} cycles")
     for e in errors:
         print(e, file=sys.stderr)
     return 1 if errors else 0
