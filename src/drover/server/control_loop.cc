@@ -53,7 +53,8 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
       lifecycle_(&sched_, &batch_, clock,
                  [this](const v1::Job& job, const std::set<std::string>& nodes) { nodes_.JobEndedOn(job, nodes); }),
       jobs_(lifecycle_.table()),
-      nodes_({options_.lease, clock, options_.lease_clock, options_.leading}, &sched_, &batch_, &lifecycle_, &board_) {
+      nodes_({options_.lease, clock, options_.lease_clock, options_.leading}, &sched_, &batch_, &lifecycle_, &board_),
+      tenants_(&options_.tenants, &sched_, &batch_, &lifecycle_.table(), clock) {
   loop_.SetBatchHook([this] { AfterBatch(); });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
@@ -128,8 +129,7 @@ Status ControlLoop::Recover() {
       return Status(s.code(), fmt::format("tenant '{}': {}", t.name, s.message()));
     }
   }
-  std::map<std::string, v1::Tenant> tenants;
-  DROVER_RETURN_IF_ERROR(LoadTenants(&sched, &tenants));
+  DROVER_ASSIGN_OR_RETURN(TenantBook::Map tenants, TenantBook::Load(store_, &sched));
   JobTable::Map jobs;
   uint64_t next_seq = 1;
 
@@ -176,7 +176,7 @@ Status ControlLoop::Recover() {
   settled_generation_ = 0;  // a new scheduler counts from 0 again
   lifecycle_.Replace(std::move(rebuilt.table));
   nodes_.Replace(std::move(nodes));
-  tenants_ = std::move(tenants);
+  tenants_.Replace(std::move(tenants));
   deployments_ = std::move(deployments);
   deployments_dirty_ = !deployments_.empty();
   std::vector<std::pair<int64_t, uint64_t>>& ended = rebuilt.ended;

@@ -54,6 +54,7 @@
 #include "drover/server/loop_stats.h"
 #include "drover/server/node_registry.h"
 #include "drover/server/node_replica.h"
+#include "drover/server/tenant_book.h"
 #include "drover/store/sqlite/archive.h"
 #include "drover/store/store.h"
 #include "drover/v1/agent.pb.h"
@@ -333,22 +334,10 @@ class ControlLoop {
   uint64_t archived_total_ = 0;
   int archive_ticks_ = 0;
   runtime::EventLoop archiver_{"archiver"};
-  // ---- tenants and quotas (control_loop_tenants.cc) ----
-  static Result<sched::TenantInfo> ToTenantInfo(const v1::Tenant& t);
-  Status LoadTenants(sched::Scheduler* sched, std::map<std::string, v1::Tenant>* out);
-  // A tenant's runtime limit in seconds (0: none).
-  int64_t RuntimeLimitOf(const std::string& tenant) const;
+  // ---- tenants (control_loop_tenants.cc; the book's in tenant_book.cc) ----
   // Stops the jobs past their tenant's runtime limit.
   void EnforceRuntimeLimits();
-  // kResourceExhausted when `count` more jobs like `spec` would pass an
-  // admission quota of its tenant.
-  Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
-  double GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const;
-  // GPU-nanoseconds `job` used in the quota's period that holds `now`.
-  static double GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now);
-  static double GpuHours(double gpu_ns);
   void ScheduleLimitChecks();
-  v1::TenantStatus TenantStatusOf(const std::string& name) const;
 
   // ---- deployments (control_loop_deployments.cc) ----
   struct GatewayLoad {
@@ -409,7 +398,8 @@ class ControlLoop {
   const JobTable& jobs_;
   // The nodes, their sessions and leases.
   NodeRegistry nodes_;
-  std::map<std::string, v1::Tenant> tenants_;  // stored tenants, by name
+  // The stored tenants and their quotas.
+  TenantBook tenants_;
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
   // Adds the call `note` names (when it names one) to the open batch.

@@ -477,8 +477,7 @@ std::future<Result<v1::EndpointsResponse>> ControlLoop::ServingEndpoints() {
 
 std::future<Result<v1::TenantQuota>> ControlLoop::TenantQuotaOf(std::string tenant) {
   return Call<v1::TenantQuota>([this, tenant = std::move(tenant)]() -> Result<v1::TenantQuota> {
-    auto it = tenants_.find(tenant);
-    return it == tenants_.end() ? v1::TenantQuota() : it->second.quota();
+    return tenants_.QuotaOf(tenant);
   });
 }
 

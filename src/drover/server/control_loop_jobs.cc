@@ -44,7 +44,7 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
     if (t.first == nullptr) t.first = &spec;
     t.second += array != nullptr ? count : 1;
   }
-  for (const auto& [tenant, t] : per_tenant) DROVER_RETURN_IF_ERROR(Admit(*t.first, t.second));
+  for (const auto& [tenant, t] : per_tenant) DROVER_RETURN_IF_ERROR(tenants_.Admit(*t.first, t.second));
 
   const uint64_t first = jobs_.next_seq();
   std::string array_id = array != nullptr ? FormatArrayId(first) : "";

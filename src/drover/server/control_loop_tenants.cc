@@ -1,167 +1,16 @@
-// Tenants as data: records in the store (/tenants/<name>) that override the
-// config file's tenants: section, changed at run time; admission quotas
-// (pending jobs, GPUs per user, a GPU-hour budget per period) checked at
-// submission; the runtime limit enforced by a once-a-second check. The
-// GPU and GPU-memory caps are the scheduler's (sched::TenantInfo): a job
-// that would cross one waits, with the reason.
+// The tenant commands of the control loop; the tenants are the tenant
+// book's (tenant_book.h). The runtime limit is checked every second.
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
-#include <algorithm>
-#include <cmath>
-
-#include "drover/auth/authority.h"
-#include "drover/common/ids.h"
-#include "drover/rpc/convert.h"
 #include "drover/server/control_loop.h"
 
 namespace drover::server {
-namespace {
-
-constexpr std::string_view kTenantsPrefix = "/tenants/";
-constexpr int64_t kNsPerSecond = 1'000'000'000;
-constexpr int64_t kDefaultPeriodSeconds = 30LL * 24 * 3600;
-constexpr int kMaxQuotaEntries = 64;
-
-int64_t PeriodNs(const v1::TenantQuota& q) {
-  return (q.period_seconds() > 0 ? q.period_seconds() : kDefaultPeriodSeconds) * kNsPerSecond;
-}
-
-}  // namespace
-
-Result<sched::TenantInfo> ControlLoop::ToTenantInfo(const v1::Tenant& t) {
-  DROVER_RETURN_IF_ERROR(ValidateName("tenant", t.name()));
-  if (t.weight() < 0 || t.weight() > 1e6 || std::isnan(t.weight())) {
-    return InvalidArgument(fmt::format("tenant '{}': weight {} is outside (0, 1e6]", t.name(), t.weight()));
-  }
-  if (t.borrow_limit() < -1) return InvalidArgument(fmt::format("tenant '{}': borrow limit {} (use -1 for none)", t.name(), t.borrow_limit()));
-  const v1::TenantQuota& q = t.quota();
-  if (t.guaranteed_gpus_size() > kMaxQuotaEntries || q.max_gpus_size() > kMaxQuotaEntries) {
-    return InvalidArgument(fmt::format("tenant '{}': at most {} models per map", t.name(), kMaxQuotaEntries));
-  }
-  auto check_models = [&](const auto& map, const char* what) -> Status {
-    for (const auto& [model, n] : map) {
-      if (model.empty() || model.size() > 128) return InvalidArgument(fmt::format("tenant '{}': {} has a bad model name", t.name(), what));
-      if (n < 0 || n > 1'000'000) return InvalidArgument(fmt::format("tenant '{}': {} '{}' = {} is outside 0..1000000", t.name(), what, model, n));
-    }
-    return Status::Ok();
-  };
-  DROVER_RETURN_IF_ERROR(check_models(t.guaranteed_gpus(), "guarantee"));
-  DROVER_RETURN_IF_ERROR(check_models(q.max_gpus(), "max-gpus"));
-  if (q.max_gpu_memory_bytes() < 0 || q.max_pending_jobs() < 0 || q.max_runtime_seconds() < 0 ||
-      q.max_gpus_per_user() < 0 || q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
-    return InvalidArgument(fmt::format("tenant '{}': quotas must not be negative", t.name()));
-  }
-  if (q.requests_per_minute() < 0 || q.requests_per_minute() > auth::kMaxPerMinute || q.tokens_per_minute() < 0 ||
-      q.tokens_per_minute() > auth::kMaxPerMinute) {
-    return InvalidArgument(fmt::format("tenant '{}': requests_per_minute and tokens_per_minute must be 0..{} (0: no "
-                                       "limit)",
-                                       t.name(), auth::kMaxPerMinute));
-  }
-  sched::TenantInfo info;
-  info.name = t.name();
-  info.weight = t.weight() > 0 ? t.weight() : 1.0;
-  info.guaranteed_gpus = {t.guaranteed_gpus().begin(), t.guaranteed_gpus().end()};
-  info.borrow_limit = t.borrow_limit();
-  info.max_gpus = {q.max_gpus().begin(), q.max_gpus().end()};
-  info.max_gpu_memory_bytes = q.max_gpu_memory_bytes() > 0 ? q.max_gpu_memory_bytes() : -1;
-  return info;
-}
-
-Status ControlLoop::LoadTenants(sched::Scheduler* sched, std::map<std::string, v1::Tenant>* out) {
-  DROVER_ASSIGN_OR_RETURN(store::RangeResult range, store_->Range(std::string(kTenantsPrefix)));
-  for (const store::KeyValue& kv : range.kvs) {
-    v1::Tenant t;
-    if (!t.ParseFromString(kv.value) || kv.key != std::string(kTenantsPrefix) + t.name()) {
-      spdlog::error("skipping unreadable tenant record '{}'", kv.key);
-      continue;
-    }
-    auto info = ToTenantInfo(t);
-    if (!info.ok()) {
-      spdlog::error("skipping tenant record '{}': {}", kv.key, info.status().message());
-      continue;
-    }
-    DROVER_RETURN_IF_ERROR(sched->SetTenant(*info));
-    (*out)[t.name()] = std::move(t);
-  }
-  return Status::Ok();
-}
-
-double ControlLoop::GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const {
-  double gpu_ns = 0;
-  for (const auto& [seq, job] : jobs_) {
-    if (job.spec().tenant() == tenant) gpu_ns += GpuNsInPeriod(job, q, now);
-  }
-  return GpuHours(gpu_ns);
-}
-
-double ControlLoop::GpuHours(double gpu_ns) { return gpu_ns / (3600.0 * kNsPerSecond); }
-
-double ControlLoop::GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now) {
-  int64_t period = PeriodNs(q);
-  int64_t start = now - now % period;
-  const v1::JobStatus& st = job.status();
-  int64_t began = st.start_time_unix_nanos() > 0 ? st.start_time_unix_nanos() : st.bind_time_unix_nanos();
-  if (began <= 0) return 0;
-  int64_t ended = st.end_time_unix_nanos() > 0 ? st.end_time_unix_nanos() : (rpc::HoldsGpus(st.state()) ? now : 0);
-  if (ended <= start) return 0;
-  double gpus = job.spec().gpu_milli() > 0 ? job.spec().gpu_milli() / 1000.0 : job.spec().gpus();
-  gpus *= std::max(1, job.spec().replicas());
-  return gpus * static_cast<double>(ended - std::max(began, start));
-}
-
-Status ControlLoop::Admit(const v1::JobSpec& spec, int64_t count) const {
-  auto it = tenants_.find(spec.tenant());
-  if (it == tenants_.end()) return Status::Ok();
-  const v1::TenantQuota& q = it->second.quota();
-  const std::string& name = spec.tenant();
-  int64_t now = NowNs();
-  if (q.max_pending_jobs() > 0 || q.max_gpus_per_user() > 0) {
-    int64_t pending = 0;
-    double user_gpus = 0;
-    for (const auto& [seq, job] : jobs_) {
-      if (job.spec().tenant() != name || rpc::IsTerminal(job.status().state())) continue;
-      if (job.status().state() == v1::JOB_STATE_PENDING) ++pending;
-      if (job.spec().owner() == spec.owner()) {
-        double g = job.spec().gpu_milli() > 0 ? job.spec().gpu_milli() / 1000.0 : job.spec().gpus();
-        user_gpus += g * std::max(1, job.spec().replicas());
-      }
-    }
-    if (q.max_pending_jobs() > 0 && pending + count > q.max_pending_jobs()) {
-      return ResourceExhausted(fmt::format("tenant '{}' has {} pending jobs; {} more would pass its limit of {}", name,
-                                           pending, count, q.max_pending_jobs()));
-    }
-    double want =
-        (spec.gpu_milli() > 0 ? spec.gpu_milli() / 1000.0 : spec.gpus()) * std::max(1, spec.replicas()) * count;
-    if (q.max_gpus_per_user() > 0 && user_gpus + want > q.max_gpus_per_user() + 1e-9) {
-      return ResourceExhausted(fmt::format("user '{}' of tenant '{}' holds or queues {:g} GPUs; {:g} more would pass its "
-                                           "limit of {}", spec.owner(), name, user_gpus, want, q.max_gpus_per_user()));
-    }
-  }
-  if (q.gpu_hours() > 0) {
-    double used = GpuHoursUsed(name, q, now);
-    if (used >= q.gpu_hours()) {
-      int64_t period = PeriodNs(q);
-      return ResourceExhausted(fmt::format("tenant '{}' has spent its budget of {:g} GPU-hours for this period ({:.3f} "
-                                           "used); new jobs are refused until the period ends in {}s",
-                                           name, q.gpu_hours(), used, (period - now % period) / kNsPerSecond));
-    }
-  }
-  return Status::Ok();
-}
-
-int64_t ControlLoop::RuntimeLimitOf(const std::string& tenant) const {
-  auto t = tenants_.find(tenant);
-  return t == tenants_.end() ? 0 : t->second.quota().max_runtime_seconds();
-}
 
 void ControlLoop::EnforceRuntimeLimits() {
-  if (std::none_of(tenants_.begin(), tenants_.end(),
-                   [](const auto& t) { return t.second.quota().max_runtime_seconds() > 0; })) {
-    return;
-  }
-  lifecycle_.EnforceRuntimeLimits([this](const std::string& tenant) { return RuntimeLimitOf(tenant); }, NowNs());
+  if (!tenants_.AnyRuntimeLimit()) return;
+  lifecycle_.EnforceRuntimeLimits([this](const std::string& tenant) { return tenants_.RuntimeLimitOf(tenant); },
+                                  NowNs());
 }
 
 std::future<Result<Done>> ControlLoop::CheckLimits() {
@@ -180,37 +29,16 @@ void ControlLoop::ScheduleLimitChecks() {
 
 std::future<Result<v1::TenantStatus>> ControlLoop::SetTenant(v1::Tenant tenant, bool create) {
   return Call<v1::TenantStatus>([this, tenant = std::move(tenant), create]() -> Result<v1::TenantStatus> {
-    DROVER_ASSIGN_OR_RETURN(sched::TenantInfo info, ToTenantInfo(tenant));
-    bool exists = tenants_.count(tenant.name()) != 0 ||
-                  std::any_of(options_.tenants.begin(), options_.tenants.end(),
-                              [&](const sched::TenantInfo& t) { return t.name == tenant.name(); });
-    if (create && exists) return AlreadyExists(fmt::format("tenant '{}' already exists", tenant.name()));
-    if (!create && !exists) return NotFound(fmt::format("tenant '{}' not found", tenant.name()));
-    DROVER_RETURN_IF_ERROR(sched_.SetTenant(info));
-    tenants_[tenant.name()] = tenant;
+    DROVER_ASSIGN_OR_RETURN(v1::TenantStatus status, tenants_.Set(tenant, create));
     tenants_changed_ = true;
-    batch_.Put(std::string(kTenantsPrefix) + tenant.name(), tenant.SerializeAsString());
-    return TenantStatusOf(tenant.name());
+    return status;
   });
 }
 
 std::future<Result<Done>> ControlLoop::DeleteTenant(std::string name) {
   return Call<Done>([this, name = std::move(name)]() -> Result<Done> {
-    if (tenants_.count(name) == 0) return NotFound(fmt::format("tenant '{}' not found (or only configured in the config file)", name));
-    for (const auto& [seq, job] : jobs_) {
-      if (job.spec().tenant() == name && !rpc::IsTerminal(job.status().state())) {
-        return FailedPrecondition(fmt::format("tenant '{}' has unfinished jobs ({} is one); cancel them first", name, job.id()));
-      }
-    }
-    sched::TenantInfo fallback;
-    fallback.name = name;
-    for (const sched::TenantInfo& t : options_.tenants) {
-      if (t.name == name) fallback = t;
-    }
-    DROVER_RETURN_IF_ERROR(sched_.SetTenant(fallback));
-    tenants_.erase(name);
+    DROVER_RETURN_IF_ERROR(tenants_.Delete(name));
     tenants_changed_ = true;
-    batch_.Delete(std::string(kTenantsPrefix) + name);
     return Done{};
   });
 }

@@ -63,9 +63,9 @@ void ControlLoop::PublishBoard(const std::set<uint64_t>& persisted) {
     all[t.name].info = t;
     all[t.name].configured = true;
   }
-  for (const auto& [name, t] : tenants_) {
+  for (const auto& [name, t] : tenants_.stored()) {
     LoopBoard::Tenant& row = all[name];
-    if (auto info = ToTenantInfo(t); info.ok()) row.info = *info;
+    if (auto info = TenantBook::ToInfo(t); info.ok()) row.info = *info;
     row.info.name = name;
     row.configured = true;
     row.stored_quota = t.quota();
@@ -211,7 +211,7 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
           replica_.Scan(0, [](const v1::Job&) { return true; },
                         [&](const v1::Job& j) { return gpu_ns.contains(j.spec().tenant()); }));
       for (const JobReplica::JobPtr& j : jobs) {
-        gpu_ns[j->spec().tenant()] += GpuNsInPeriod(*j, *rows.at(j->spec().tenant()).t.stored_quota, now);
+        gpu_ns[j->spec().tenant()] += TenantBook::GpuNsInPeriod(*j, *rows.at(j->spec().tenant()).t.stored_quota, now);
       }
     }
     v1::ListTenantsResponse out;
@@ -234,30 +234,12 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       if (r.t.stored_quota) {
         t->set_stored(true);
         *t->mutable_quota() = *r.t.stored_quota;
-        t->set_gpu_hours_used(GpuHours(gpu_ns[name]));
+        t->set_gpu_hours_used(TenantBook::GpuHours(gpu_ns[name]));
       }
     }
     return out;
   }());
   return promise.get_future();
-}
-
-v1::TenantStatus ControlLoop::TenantStatusOf(const std::string& name) const {
-  v1::TenantStatus t;
-  t.set_name(name);
-  auto stored = tenants_.find(name);
-  if (stored == tenants_.end()) return t;
-  const v1::Tenant& rec = stored->second;
-  t.set_weight(rec.weight() > 0 ? rec.weight() : 1.0);
-  *t.mutable_guaranteed_gpus() = rec.guaranteed_gpus();
-  t.set_borrow_limit(rec.borrow_limit());
-  *t.mutable_quota() = rec.quota();
-  t.set_stored(true);
-  sched::Scheduler::TenantUsage u = sched_.Usage(name);
-  t.set_usage_milli(u.milli_gpus);
-  t.set_borrowed_milli(u.borrowed_milli);
-  t.set_gpu_hours_used(GpuHoursUsed(name, rec.quota(), NowNs()));
-  return t;
 }
 
 std::future<Result<v1::GpuHistory>> ControlLoop::GpuHistory(std::string node, int gpu) {

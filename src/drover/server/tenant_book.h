@@ -1,0 +1,75 @@
+#pragma once
+// TenantBook: the tenants as data. It owns the stored tenants (records under
+// /tenants/<name> that override the configuration's tenants: section,
+// changed at run time), tells the scheduler their weights, guarantees and
+// caps, and checks their admission quotas (pending jobs, GPUs per user, a
+// GPU-hour budget per period) at submission. The GPU and GPU-memory caps
+// are the scheduler's (sched::TenantInfo): a job that would cross one
+// waits, with the reason. The runtime limit is enforced through the job
+// lifecycle (ControlLoop::EnforceRuntimeLimits).
+//
+// Not thread-safe: owned by the control loop, on its thread.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "drover/common/clock.h"
+#include "drover/common/status.h"
+#include "drover/sched/scheduler.h"
+#include "drover/server/batch.h"
+#include "drover/server/job_table.h"
+#include "drover/store/store.h"
+#include "drover/v1/api.pb.h"
+
+namespace drover::server {
+
+class TenantBook {
+ public:
+  using Map = std::map<std::string, v1::Tenant>;  // stored tenants, by name
+
+  TenantBook(const std::vector<sched::TenantInfo>* configured, sched::Scheduler* sched, Batch* batch,
+             const JobTable* jobs, Clock* clock)
+      : configured_(configured), sched_(sched), batch_(batch), jobs_(jobs), clock_(clock) {}
+
+  // A stored tenant as the scheduler takes it; kInvalidArgument for a bad one.
+  static Result<sched::TenantInfo> ToInfo(const v1::Tenant& t);
+  // The stored tenants of `store`, set in `sched` (a fresh scheduler).
+  static Result<Map> Load(store::Store* store, sched::Scheduler* sched);
+  void Replace(Map stored) { stored_ = std::move(stored); }
+  const Map& stored() const { return stored_; }
+
+  // kResourceExhausted when `count` more jobs like `spec` would pass an
+  // admission quota of its tenant.
+  Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
+  // A tenant's runtime limit in seconds (0: none), and whether any has one.
+  int64_t RuntimeLimitOf(const std::string& tenant) const;
+  bool AnyRuntimeLimit() const;
+  // The stored quota of a tenant (empty for one only configured or unknown).
+  v1::TenantQuota QuotaOf(const std::string& tenant) const;
+
+  // Stores `tenant` (kAlreadyExists with `create` when it exists, kNotFound
+  // without it when it does not) and tells the scheduler.
+  Result<v1::TenantStatus> Set(const v1::Tenant& tenant, bool create);
+  // Forgets a stored tenant without unfinished jobs; its configured
+  // settings, if any, apply again.
+  Status Delete(const std::string& name);
+  v1::TenantStatus StatusOf(const std::string& name) const;
+
+  double GpuHoursUsed(const std::string& tenant, const v1::TenantQuota& q, int64_t now) const;
+  // GPU-nanoseconds `job` used in the quota's period that holds `now`.
+  static double GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now);
+  static double GpuHours(double gpu_ns);
+
+ private:
+  int64_t NowNs() const { return ToUnixNanos(clock_->Now()); }
+
+  const std::vector<sched::TenantInfo>* configured_;
+  sched::Scheduler* sched_;
+  Batch* batch_;
+  const JobTable* jobs_;
+  Clock* clock_;
+  Map stored_;
+};
+
+}  // namespace drover::server
