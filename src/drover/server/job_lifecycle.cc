@@ -475,12 +475,9 @@ void JobLifecycle::EndAttempt(v1::Job* job, int64_t end_ns, std::string outcome)
 }
 
 bool JobLifecycle::StopUnlessStopping(v1::Job* job, std::string failure, bool node_loss) {
-  v1::JobState state = job->status().state();
-  // Already on its way out: it ends (or is requeued) as it was going to.
-  if (state == v1::JOB_STATE_CANCELLING || state == v1::JOB_STATE_PREEMPTING || job->status().gang_failed() ||
-      !Allowed(Edge::kStop, state)) {
-    return false;
-  }
+  // Already on its way out (cancelling, preempting, a failing gang): it
+  // ends (or is requeued) as it was going to.
+  if (job->status().gang_failed() || !Allowed(Edge::kStop, job->status().state())) return false;
   // Counted in the record the stop persists.
   if (node_loss) job->mutable_status()->set_node_losses(job->status().node_losses() + 1);
   if (Status s = Stop(job, StopCause::Failure(std::move(failure))); !s.ok()) {
