@@ -108,6 +108,15 @@ class Up {
     this.http = j.http;
     this.gateway = j.gateway;
     this.token = fs.readFileSync(path.join(this.dir, 'admin.token'), 'utf8').trim();
+    // The gateway is in endpoints.json before the local agent has
+    // registered: a deploy made before then is refused (no nodes).
+    await waitFor(async () => {
+      const r = await this.cli(['nodes', '-o', 'json']);
+      if (r.code !== 0) return null;
+      const nodes = JSON.parse(r.out).nodes ?? [];
+      const gpus = nodes.filter((n) => n.state === 'NODE_STATE_READY').reduce((s, n) => s + (n.gpus?.length ?? 0), 0);
+      return gpus >= 8;
+    }, { what: 'the local node Ready with its 8 GPUs' });
   }
 
   stderr() {
