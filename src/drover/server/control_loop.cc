@@ -54,7 +54,8 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
                  [this](const v1::Job& job, const std::set<std::string>& nodes) { nodes_.JobEndedOn(job, nodes); }),
       jobs_(lifecycle_.table()),
       nodes_({options_.lease, clock, options_.lease_clock, options_.leading}, &sched_, &batch_, &lifecycle_, &board_),
-      tenants_(&options_.tenants, &sched_, &batch_, &lifecycle_.table(), clock) {
+      tenants_(&options_.tenants, &sched_, &batch_, &lifecycle_.table(), clock),
+      deployments_(&options_.deployments, &sched_, &batch_, &lifecycle_.table(), clock, DeploymentHooks()) {
   loop_.SetBatchHook([this] { AfterBatch(); });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
@@ -169,16 +170,14 @@ Status ControlLoop::Recover() {
   }
   DROVER_ASSIGN_OR_RETURN(NodeRegistry::Map nodes, nodes_.Rebuild(std::move(stored_nodes), &sched));
   next_seq = std::max(next_seq, jobs_.next_seq());
-  std::map<std::string, DeploymentEntry> deployments;
-  DROVER_RETURN_IF_ERROR(LoadDeployments(jobs, &deployments));
+  DROVER_ASSIGN_OR_RETURN(DeploymentController::Map deployments, DeploymentController::Load(store_, jobs, NowNs()));
   DROVER_ASSIGN_OR_RETURN(JobLifecycle::Rebuilt rebuilt, JobLifecycle::Rebuild(std::move(jobs), next_seq, &sched, NowNs()));
   sched_ = std::move(sched);
   settled_generation_ = 0;  // a new scheduler counts from 0 again
   lifecycle_.Replace(std::move(rebuilt.table));
   nodes_.Replace(std::move(nodes));
   tenants_.Replace(std::move(tenants));
-  deployments_ = std::move(deployments);
-  deployments_dirty_ = !deployments_.empty();
+  deployments_.Replace(std::move(deployments));
   std::vector<std::pair<int64_t, uint64_t>>& ended = rebuilt.ended;
   if (options_.archive == nullptr) ended.clear();
   std::sort(ended.begin(), ended.end());
@@ -195,8 +194,8 @@ int64_t ControlLoop::NowMs() const { return NowNs() / 1'000'000; }
 void ControlLoop::AfterBatch() {
   if (!EnsureRecovered().ok()) return;
   // Replicas to start or stop go into this batch's pass and commit.
-  if (batch_.TakeDeploymentJobsChanged()) deployments_dirty_ = true;
-  if (deployments_dirty_) ReconcileDeployments();
+  if (batch_.TakeDeploymentJobsChanged()) deployments_.MarkDirty();
+  deployments_.ReconcileIfDirty();
   // A batch of reads, or of reports that change no job's claim on GPUs,
   // leaves the scheduler's inputs as the last pass saw them: that pass's
   // answer stands, and no pass runs (a `drover jobs`, a dashboard tick or
@@ -263,7 +262,7 @@ void ControlLoop::AfterBatch() {
 void ControlLoop::Commit() {
   // A job of a deployment changed after its controller ran: it runs again
   // after the next batch.
-  if (batch_.TakeDeploymentJobsChanged()) deployments_dirty_ = true;
+  if (batch_.TakeDeploymentJobsChanged()) deployments_.MarkDirty();
   Batch::Sealed sealed = batch_.Seal();
   bool with_audit = false;
   Status committed = WriteBatch(&sealed, &with_audit);

@@ -46,6 +46,7 @@
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
 #include "drover/server/batch.h"
+#include "drover/server/deployment_controller.h"
 #include "drover/server/deployments.h"
 #include "drover/server/job_lifecycle.h"
 #include "drover/server/job_replica.h"
@@ -339,45 +340,10 @@ class ControlLoop {
   void EnforceRuntimeLimits();
   void ScheduleLimitChecks();
 
-  // ---- deployments (control_loop_deployments.cc) ----
-  struct GatewayLoad {
-    int64_t outstanding = 0;
-    int64_t waiting = 0;
-    std::map<std::string, int64_t> by_replica;
-    int64_t at_ns = 0;  // when it came (clock_)
-    // The engines' queue (-1: not known). Every gateway scrapes the same
-    // engines: LoadOf takes the highest, not the sum.
-    int64_t engine_waiting = -1;
-    double queue_ms = -1;
-  };
-  struct DeploymentEntry {
-    // As stored: the spec, and of the status revision, desired_replicas,
-    // created/updated and last_request times.
-    v1::Deployment record;
-    std::set<uint64_t> replicas;  // its unfinished replica jobs, by sequence number
-    // Replacing failed replicas backs off: failures in a row, the last one.
-    int failures = 0;
-    int64_t last_failure_ns = 0;
-    std::string last_failure;
-    // Auto-scaling: since when the wanted count stayed below desired, and
-    // the highest it wanted meanwhile.
-    int64_t low_since_ns = 0;
-    int32_t low_max = 0;
-    // Why a replica could not be submitted (its tenant's quota), if so.
-    std::string submit_error;
-  };
-  Status LoadDeployments(const std::map<uint64_t, v1::Job>& jobs, std::map<std::string, DeploymentEntry>* out);
-  void PersistDeployment(DeploymentEntry* d);
-  void ReconcileDeployments();
-  void Reconcile(DeploymentEntry* d, int64_t now_ns);
-  void Autoscale(DeploymentEntry* d, int64_t now_ns);
-  // The gateways' fresh reports for a model, summed.
-  GatewayLoad LoadOf(const std::string& model, int64_t now_ns) const;
-  v1::Deployment DeploymentView(const DeploymentEntry& d) const;
+  // ---- deployments (control_loop_deployments.cc; the controller's in deployment_controller.cc) ----
+  // The controller's submit, cancel and pending reason: the loop's.
+  DeploymentController::Hooks DeploymentHooks();
   void ScheduleDeploymentChecks();
-  std::map<std::string, DeploymentEntry> deployments_;
-  std::map<std::string, std::map<std::string, GatewayLoad>> load_;  // by served model name, then gateway
-  bool deployments_dirty_ = false;  // a replica or a deployment changed: reconcile after this batch
 
   Status LoadGossipSecret();
 
@@ -400,6 +366,8 @@ class ControlLoop {
   NodeRegistry nodes_;
   // The stored tenants and their quotas.
   TenantBook tenants_;
+  // The deployments and their replicas.
+  DeploymentController deployments_;
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
   // Adds the call `note` names (when it names one) to the open batch.
