@@ -55,7 +55,9 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
       jobs_(lifecycle_.table()),
       nodes_({options_.lease, clock, options_.lease_clock, options_.leading}, &sched_, &batch_, &lifecycle_, &board_),
       tenants_(&options_.tenants, &sched_, &batch_, &lifecycle_.table(), clock),
-      deployments_(&options_.deployments, &sched_, &batch_, &lifecycle_.table(), clock, DeploymentHooks()) {
+      deployments_(&options_.deployments, &sched_, &batch_, &lifecycle_.table(), clock, DeploymentHooks()),
+      archiver_({options_.archive, options_.archive_after, options_.archive_retention, options_.keep_revisions}, store,
+                clock, &lifecycle_, &batch_, ArchiverHooks()) {
   loop_.SetBatchHook([this] { AfterBatch(); });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
@@ -164,10 +166,8 @@ Status ControlLoop::Recover() {
     auto [end, ec] = std::from_chars(next_kv->value.data(), next_kv->value.data() + next_kv->value.size(), stored);
     if (ec == std::errc()) next_seq = std::max(next_seq, stored);
   }
-  if (options_.archive != nullptr) {
-    DROVER_ASSIGN_OR_RETURN(uint64_t archived_max, options_.archive->MaxJobSeq());
-    next_seq = std::max(next_seq, archived_max + 1);
-  }
+  DROVER_ASSIGN_OR_RETURN(uint64_t archived_max, archiver_.MaxJobSeq());
+  next_seq = std::max(next_seq, archived_max + 1);
   DROVER_ASSIGN_OR_RETURN(NodeRegistry::Map nodes, nodes_.Rebuild(std::move(stored_nodes), &sched));
   next_seq = std::max(next_seq, jobs_.next_seq());
   DROVER_ASSIGN_OR_RETURN(DeploymentController::Map deployments, DeploymentController::Load(store_, jobs, NowNs()));
@@ -178,10 +178,7 @@ Status ControlLoop::Recover() {
   nodes_.Replace(std::move(nodes));
   tenants_.Replace(std::move(tenants));
   deployments_.Replace(std::move(deployments));
-  std::vector<std::pair<int64_t, uint64_t>>& ended = rebuilt.ended;
-  if (options_.archive == nullptr) ended.clear();
-  std::sort(ended.begin(), ended.end());
-  ended_.assign(ended.begin(), ended.end());
+  archiver_.Replace(std::move(rebuilt.ended));
   ReplaceReplica();
   spdlog::info("recovered {} nodes and {} jobs ({} queued, {} bound or running) at store revision {}",
                nodes_.nodes().size(), jobs_.size(), rebuilt.queued, rebuilt.bound, revision);
@@ -299,7 +296,7 @@ void ControlLoop::Commit() {
       if (it == jobs_.end()) continue;
       copies.emplace_back(seq, std::make_shared<const v1::Job>(it->second));
       // Due for the archive archive_after from now.
-      if (options_.archive != nullptr && rpc::IsTerminal(it->second.status().state())) ended_.emplace_back(NowNs(), seq);
+      if (rpc::IsTerminal(it->second.status().state())) archiver_.Ended(seq);
     }
     for (uint64_t seq : unlisted) copies.emplace_back(seq, nullptr);  // in the archive now
     replica_.Update(std::move(copies));
@@ -376,7 +373,7 @@ Status ControlLoop::WriteBatch(Batch::Sealed* sealed, bool* with_audit) {
       Status written = applied(r);
       // Moving old entries to the archive takes a while: not on this thread.
       if (written.ok() && options_.audit->TrimDue(last_seq, count)) {
-        archiver_.Post([audit = options_.audit] {
+        archiver_.Background([audit = options_.audit] {
           if (Status s = audit->Trim(); !s.ok()) spdlog::warn("audit log trim failed: {}", s.ToString());
         });
       }

@@ -45,6 +45,7 @@
 #include "drover/common/status.h"
 #include "drover/runtime/event_loop.h"
 #include "drover/sched/scheduler.h"
+#include "drover/server/archiver.h"
 #include "drover/server/batch.h"
 #include "drover/server/deployment_controller.h"
 #include "drover/server/deployments.h"
@@ -81,7 +82,7 @@ struct ControlLoopOptions {
   JobWatch* watch = nullptr;
   // Where a finished job goes once it has been finished for archive_after:
   // out of the store and the loop's memory, still found by GetJob and
-  // ListJobsPage (control_loop_archive.cc). Null: finished jobs stay.
+  // ListJobsPage (archiver.h). Null: finished jobs stay.
   store::Archive* archive = nullptr;
   std::chrono::milliseconds archive_after{std::chrono::minutes(5)};
   // The epoch of the leadership this loop serves under (0: none); agents
@@ -94,7 +95,7 @@ struct ControlLoopOptions {
   // revisions (nothing reads it but a watch from an old revision); 0: never.
   // A revision is a group commit: 1,000 of them are seconds to minutes.
   int64_t keep_revisions = 1'000;
-  // Services and deployments (control_loop_deployments.cc).
+  // Services and deployments (deployment_controller.h).
   DeploymentOptions deployments;
   // Where the calls that carry an AuditNote are recorded, in the commit of
   // the batch that answers them; null: nowhere (the caller audits).
@@ -315,26 +316,11 @@ class ControlLoop {
                          std::function<void(Result<std::vector<v1::Job>>)> done);
   // The whole job set into replica_ (after Recover).
   void ReplaceReplica();
-  // ---- archive (control_loop_archive.cc; its reads in control_loop_reads.cc) ----
-  // Every second: the jobs finished for archive_after go to the archive
-  // (on archiver_), then out of the store and memory (on the loop).
+  // ---- archive (control_loop_archive.cc; the archiver's in archiver.cc) ----
+  // The archiver's way onto the loop.
+  Archiver::Hooks ArchiverHooks();
+  // Every second: the archiver's Tick.
   void ScheduleArchiving();
-  // `done` (may be null) gets how many jobs left the store, once committed.
-  void ArchiveDue(std::function<void(Result<int64_t>)> done);
-  // ArchiveDue once no batch is with archiver_ (ArchiveDueNow).
-  void ArchiveWhenIdle(std::function<void(Result<int64_t>)> done);
-  void ArchiveWritten(std::vector<uint64_t> seqs, const Status& written, std::function<void(Result<int64_t>)> done);
-  // The archive's copy of a job; null when it has none.
-  Result<JobReplica::JobPtr> ArchivedJob(uint64_t seq) const;
-  // The archived tasks of an array (sequence numbers from `first`).
-  Result<std::vector<JobReplica::JobPtr>> ArchivedTasks(const std::string& array_id, uint64_t first) const;
-  // Finished jobs (end ns, seq), in the order their end was committed:
-  // what ArchiveDue looks at.
-  std::deque<std::pair<int64_t, uint64_t>> ended_;
-  bool archiving_ = false;           // a batch is with archiver_
-  uint64_t archived_total_ = 0;
-  int archive_ticks_ = 0;
-  runtime::EventLoop archiver_{"archiver"};
   // ---- tenants (control_loop_tenants.cc; the book's in tenant_book.cc) ----
   // Stops the jobs past their tenant's runtime limit.
   void EnforceRuntimeLimits();
@@ -368,6 +354,8 @@ class ControlLoop {
   TenantBook tenants_;
   // The deployments and their replicas.
   DeploymentController deployments_;
+  // The finished jobs on their way to the archive, and the archive's reads.
+  Archiver archiver_;
   JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
   NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
   // Adds the call `note` names (when it names one) to the open batch.

@@ -52,6 +52,24 @@ class ControlLoopArchiveTest : public ControlLoopTest {
   std::unique_ptr<store::Archive> archive_;
 };
 
+// A second ArchiveDueNow while the first one's batch is with the archive
+// waits for it: it is answered once the first batch left the store.
+TEST_F(ControlLoopArchiveTest, ArchiveDueNowDuringAMoveIsAnsweredAfterTheMoveCommitted) {
+  auto sink = Connect("gpu-01", 8);
+  RunToEnd(0);
+  RunToEnd(0);
+  std::string live = Submit(1).id();
+  clock_.Advance(std::chrono::seconds(61));
+  auto first = loop_->ArchiveDueNow();
+  auto second = loop_->ArchiveDueNow();
+  Result<int64_t> later = second.get();
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_EQ(*later, 0);  // the first took both
+  EXPECT_THAT(StoredIds(), ElementsAre(live));
+  EXPECT_EQ(Must(std::move(first)), 2);
+  EXPECT_EQ(*archive_->CountJobs(), 2);
+}
+
 TEST_F(ControlLoopArchiveTest, FinishedJobsLeaveTheStoreOnceDueAndAreStillFoundListedAndPaged) {
   auto sink = Connect("gpu-01", 8);
   std::string a = RunToEnd(0), b = RunToEnd(3), c = RunToEnd(0);

@@ -139,7 +139,7 @@ std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
       // Archived: it ended long ago (a read of the archive on the loop, for
       // this rare answer only).
       auto seq = ParseJobId(id);
-      auto archived = seq.ok() ? ArchivedJob(*seq) : Result<JobReplica::JobPtr>(JobReplica::JobPtr());
+      auto archived = seq.ok() ? archiver_.Get(*seq) : Result<JobReplica::JobPtr>(JobReplica::JobPtr());
       if (archived.ok() && *archived != nullptr) {
         return FailedPrecondition(
             fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay((*archived)->status().state())));

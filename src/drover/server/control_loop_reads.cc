@@ -18,14 +18,6 @@
 namespace drover::server {
 namespace {
 
-constexpr int kArchivePage = 10'000;  // the archive's largest page
-
-Result<JobReplica::JobPtr> FromArchived(const store::ArchivedJob& a) {
-  auto job = std::make_shared<v1::Job>();
-  if (!job->ParseFromString(a.value)) return Internal(fmt::format("archived job {} is unreadable", a.seq));
-  return JobReplica::JobPtr(std::move(job));
-}
-
 // Page tokens are the last listed job's sequence number, in decimal.
 Result<uint64_t> ParsePageToken(const std::string& token) {
   if (token.empty()) return std::numeric_limits<uint64_t>::max();
@@ -62,7 +54,7 @@ std::future<Result<v1::Job>> ControlLoop::GetJob(std::string id) {
     return future;
   }
   auto job = replica_.Get(*seq);
-  if (job.ok() && *job == nullptr) job = ArchivedJob(*seq);  // not live (any more): finished long ago?
+  if (job.ok() && *job == nullptr) job = archiver_.Get(*seq);  // not live (any more): finished long ago?
   if (!job.ok() || *job == nullptr) {
     promise->set_value(!job.ok() ? job.status() : NotFound(fmt::format("job '{}' not found", id)));
     return future;
@@ -89,9 +81,9 @@ std::future<Result<std::vector<v1::Job>>> ControlLoop::ListJobs(v1::ListJobsRequ
   auto jobs = replica_.Scan(
       from, [&](const v1::Job& job) { return filter.array_id().empty() || job.array().array_id() == filter.array_id(); },
       [&](const v1::Job& job) { return JobMatches(filter, job); });
-  if (jobs.ok() && !filter.array_id().empty() && options_.archive != nullptr) {
+  if (jobs.ok() && !filter.array_id().empty() && archiver_.enabled()) {
     // The tasks that went to the archive, in their place (live copies win).
-    auto archived = ArchivedTasks(filter.array_id(), from);
+    auto archived = archiver_.Tasks(filter.array_id(), from);
     if (!archived.ok()) {
       jobs = archived.status();
     } else if (!archived->empty()) {
@@ -176,33 +168,6 @@ void ControlLoop::ReplaceReplica() {
   PublishBoard({});
 }
 
-Result<JobReplica::JobPtr> ControlLoop::ArchivedJob(uint64_t seq) const {
-  if (options_.archive == nullptr) return JobReplica::JobPtr();
-  DROVER_ASSIGN_OR_RETURN(std::optional<store::ArchivedJob> a, options_.archive->GetJob(seq));
-  if (!a) return JobReplica::JobPtr();
-  return FromArchived(*a);
-}
-
-Result<std::vector<JobReplica::JobPtr>> ControlLoop::ArchivedTasks(const std::string& array_id, uint64_t first) const {
-  std::vector<JobReplica::JobPtr> out;
-  if (options_.archive == nullptr) return out;
-  store::ArchiveQuery q;
-  q.group = array_id;
-  q.min_seq = first;
-  q.limit = kArchivePage;
-  while (true) {
-    DROVER_ASSIGN_OR_RETURN(std::vector<store::ArchivedJob> page, options_.archive->QueryJobs(q));
-    for (const store::ArchivedJob& a : page) {
-      DROVER_ASSIGN_OR_RETURN(JobReplica::JobPtr job, FromArchived(a));
-      out.push_back(std::move(job));
-    }
-    if (page.size() < static_cast<size_t>(q.limit)) break;
-    q.before_seq = page.back().seq;
-  }
-  std::reverse(out.begin(), out.end());  // submission order
-  return out;
-}
-
 std::future<Result<v1::ListJobsResponse>> ControlLoop::ListJobsPage(v1::ListJobsRequest req) {
   auto promise = std::make_shared<std::promise<Result<v1::ListJobsResponse>>>();
   auto future = promise->get_future();
@@ -224,7 +189,7 @@ std::future<Result<v1::ListJobsResponse>> ControlLoop::ListJobsPage(v1::ListJobs
       if (seq.ok()) merged.emplace(*seq, std::move(j));
     }
     bool archived_can_match = req.state() == v1::JOB_STATE_UNSPECIFIED || rpc::IsTerminal(req.state());
-    if (options_.archive != nullptr && archived_can_match) {
+    if (archiver_.enabled() && archived_can_match) {
       store::ArchiveQuery q;
       q.before_seq = before;
       q.min_seq = min;
@@ -235,11 +200,10 @@ std::future<Result<v1::ListJobsResponse>> ControlLoop::ListJobsPage(v1::ListJobs
       q.ended_after_ns = req.ended_after_unix_nanos();
       q.ended_before_ns = req.ended_before_unix_nanos();
       q.limit = static_cast<int>(want);
-      DROVER_ASSIGN_OR_RETURN(std::vector<store::ArchivedJob> archived, options_.archive->QueryJobs(q));
-      for (const store::ArchivedJob& a : archived) {
-        if (merged.count(a.seq) != 0) continue;  // live wins: listed once
-        DROVER_ASSIGN_OR_RETURN(JobReplica::JobPtr job, FromArchived(a));
-        merged.emplace(a.seq, std::move(job));
+      DROVER_ASSIGN_OR_RETURN(std::vector<JobReplica::JobPtr> archived, archiver_.Query(q));
+      for (JobReplica::JobPtr& j : archived) {
+        auto seq = ParseJobId(j->id());
+        if (seq.ok()) merged.emplace(*seq, std::move(j));  // live wins: listed once
       }
     }
     std::vector<JobReplica::JobPtr> out;
