@@ -54,13 +54,13 @@ class AddrTable {
 
 // Snapshot of an allocator for the fragmentation replay.
 struct AllocatorState {
-  uint64_t held = 0;               // bytes its live blocks hold (after rounding and unsplit remainders)
-  uint64_t footprint = 0;          // bytes taken from the device now (see the file comment)
-  uint64_t peak_footprint = 0;     // the high-water mark of footprint
-  uint64_t largest_allocation = 0; // the largest request that would succeed now
-  bool footprint_known = true;     // false: the high-water mark misses some blocks (stitched ones)
-  uint64_t stitches = 0;           // libdrover_mem only: stitched ranges made so far
-  uint64_t failed_stitches = 0;    // libdrover_mem only: stitches tried and refused
+  uint64_t held = 0;                // bytes its live blocks hold (after rounding and unsplit remainders)
+  uint64_t footprint = 0;           // bytes taken from the device now (see the file comment)
+  uint64_t peak_footprint = 0;      // the high-water mark of footprint
+  uint64_t largest_allocation = 0;  // the largest request that would succeed now
+  bool footprint_known = true;      // false: the high-water mark misses some blocks (stitched ones)
+  uint64_t stitches = 0;            // libdrover_mem only: stitched ranges made so far
+  uint64_t failed_stitches = 0;     // libdrover_mem only: stitches tried and refused
 };
 
 // Invariants:

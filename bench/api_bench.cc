@@ -6,9 +6,9 @@
 // in that etcd instead, as the leader of an HA group (one member, so it leads
 // at once; every write fenced): bench/ha_throughput.sh.
 
+#include <arpa/inet.h>
 #include <benchmark/benchmark.h>
 #include <grpcpp/grpcpp.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -68,8 +68,8 @@ struct Fixture {
       return *token;
     };
     channel = drover::rpc::MakeChannel(server->grpc_address(), mint("bench", drover::auth::Role::kAdmin, ""));
-    auto node_channel = drover::rpc::MakeChannel(server->grpc_address(),
-                                                 mint("gpu-01", drover::auth::Role::kNode, "gpu-01"));
+    auto node_channel =
+        drover::rpc::MakeChannel(server->grpc_address(), mint("gpu-01", drover::auth::Role::kNode, "gpu-01"));
     // A node that is registered but never connects: jobs fit, and stay pending.
     drover::v1::RegisterRequest reg;
     reg.set_node_name("gpu-01");

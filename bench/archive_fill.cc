@@ -32,9 +32,8 @@ int main(int argc, char** argv) {
   }
   auto max = (*archive)->MaxJobSeq();
   if (!max.ok()) return 1;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   constexpr int64_t kBatch = 10'000;
   auto started = std::chrono::steady_clock::now();
   std::vector<drover::store::ArchivedJob> batch;

@@ -63,7 +63,8 @@ void BM_AuditVerify(benchmark::State& state) {
   Fixture f;
   drover::auth::AuditLog log(f.store.get(), drover::SystemClock::Get());
   drover::auth::Principal p{"0123456789abcdef", "alice", "team", drover::auth::Role::kUser, "", "127.0.0.1:5000"};
-  for (int i = 0; i < state.range(0); ++i) (void)log.Append(p, "jobs.submit", "j-" + std::to_string(i), drover::Status::Ok());
+  for (int i = 0; i < state.range(0); ++i)
+    (void)log.Append(p, "jobs.submit", "j-" + std::to_string(i), drover::Status::Ok());
   for (auto _ : state) benchmark::DoNotOptimize(log.Verify());
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }

@@ -133,12 +133,18 @@ int main(int argc, char** argv) {
       return 2;
     }
     ++i;
-    if (a == "--clients") clients = std::atoi(v);
-    else if (a == "--seconds") seconds = std::atof(v);
-    else if (a == "--windows") windows = v;
-    else if (a == "--call-us") call_us = std::atoll(v);
-    else if (a == "--input-us") input_us = std::atoll(v);
-    else if (a == "--io-threads") io_threads = std::atoi(v);
+    if (a == "--clients")
+      clients = std::atoi(v);
+    else if (a == "--seconds")
+      seconds = std::atof(v);
+    else if (a == "--windows")
+      windows = v;
+    else if (a == "--call-us")
+      call_us = std::atoll(v);
+    else if (a == "--input-us")
+      input_us = std::atoll(v);
+    else if (a == "--io-threads")
+      io_threads = std::atoi(v);
     else {
       std::fprintf(stderr, "embeddings_bench: unknown flag %s\n", a.c_str());
       return 2;
@@ -148,15 +154,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "embeddings_bench: --clients, --seconds and --io-threads must be positive\n");
     return 2;
   }
-  t::ChildProcess engine({TEST_ENGINE_BINARY, "--port", "0", "--model", "m", "--embed-call-us",
-                          std::to_string(call_us), "--embed-input-us", std::to_string(input_us)});
+  t::ChildProcess engine({TEST_ENGINE_BINARY, "--port", "0", "--model", "m", "--embed-call-us", std::to_string(call_us),
+                          "--embed-input-us", std::to_string(input_us)});
   if (engine.port() <= 0) {
     std::fprintf(stderr, "embeddings_bench: the test engine did not start\n");
     return 1;
   }
-  std::printf("engine: a call costs %lld us + %lld us per input, one call at a time; %d clients, %.1f s per run, "
-              "gateway io threads %d\n",
-              static_cast<long long>(call_us), static_cast<long long>(input_us), clients, seconds, io_threads);
+  std::printf(
+      "engine: a call costs %lld us + %lld us per input, one call at a time; %d clients, %.1f s per run, "
+      "gateway io threads %d\n",
+      static_cast<long long>(call_us), static_cast<long long>(input_us), clients, seconds, io_threads);
   std::printf("%-8s %9s %10s %9s %9s %8s %9s %10s\n", "via", "window_us", "req/s", "p50_us", "p99_us", "failed",
               "calls", "req/call");
   double before = EngineCalls(engine.port());

@@ -189,9 +189,13 @@ Result Run(int port, double rate, double seconds, int conns, const std::string& 
         c->in.erase(0, len);
         c->busy = false;
         ++done;
-        if (ok) res.lat_ns.push_back(t - c->sched);
-        else ++res.errors;
-        if (g_latencies) std::fprintf(g_latencies, "%d %lld %lld\n", port, static_cast<long long>(c->sched - t0), static_cast<long long>(t - c->sched));
+        if (ok)
+          res.lat_ns.push_back(t - c->sched);
+        else
+          ++res.errors;
+        if (g_latencies)
+          std::fprintf(g_latencies, "%d %lld %lld\n", port, static_cast<long long>(c->sched - t0),
+                       static_cast<long long>(t - c->sched));
         idle.push_back(c);
       }
     }
@@ -393,11 +397,16 @@ std::vector<double> Search(const std::vector<std::pair<const char*, int>>& targe
       std::printf("  %-8s %7.0f req/s: median p99 %8.1f us of %d runs (%.1f-%.1f)%s\n", targets[i].first, t.rate,
                   static_cast<double>(median) / 1e3, repeats, static_cast<double>(p99[i].front()) / 1e3,
                   static_cast<double>(p99[i].back()) / 1e3, ok ? "" : "  over");
-      if (ok) t.good = t.rate;
-      else t.bad = t.rate;
-      if (t.bad == 0) t.rate *= 2;
-      else if (t.bad - t.good <= std::max(250.0, t.good * 0.05)) t.done = true;
-      else t.rate = (t.good + t.bad) / 2;
+      if (ok)
+        t.good = t.rate;
+      else
+        t.bad = t.rate;
+      if (t.bad == 0)
+        t.rate *= 2;
+      else if (t.bad - t.good <= std::max(250.0, t.good * 0.05))
+        t.done = true;
+      else
+        t.rate = (t.good + t.bad) / 2;
       if (t.rate < 250) t.done = true;
     }
     std::fflush(stdout);
@@ -428,14 +437,22 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--duration-s") seconds = std::stod(next());
-    else if (a == "--io-threads") io_threads = std::stoi(next());
-    else if (a == "--connections") conns = std::stoi(next());
-    else if (a == "--engine") engine = next();
-    else if (a == "--nginx") nginx = next();
-    else if (a == "--no-nginx") use_nginx = false;
-    else if (a == "--floor") floor_binary = next();
-    else if (a == "--no-floor") use_floor = false;
+    if (a == "--duration-s")
+      seconds = std::stod(next());
+    else if (a == "--io-threads")
+      io_threads = std::stoi(next());
+    else if (a == "--connections")
+      conns = std::stoi(next());
+    else if (a == "--engine")
+      engine = next();
+    else if (a == "--nginx")
+      nginx = next();
+    else if (a == "--no-nginx")
+      use_nginx = false;
+    else if (a == "--floor")
+      floor_binary = next();
+    else if (a == "--no-floor")
+      use_floor = false;
     else if (a == "--pin") {
       std::string v = next();
       for (size_t p = 0; p < v.size();) {
@@ -447,21 +464,26 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "gateway_bench: --pin needs three CPUs: generator,engine,proxies\n");
         return 2;
       }
-    }
-    else if (a == "--no-search") search = false;
-    else if (a == "--rounds") rounds = std::max(1, std::stoi(next()));
-    else if (a == "--gateway-process") gateway_process = true;
-    else if (a == "--per-round") per_round = true;
+    } else if (a == "--no-search")
+      search = false;
+    else if (a == "--rounds")
+      rounds = std::max(1, std::stoi(next()));
+    else if (a == "--gateway-process")
+      gateway_process = true;
+    else if (a == "--per-round")
+      per_round = true;
     else if (a == "--latencies") {
       g_latencies = std::fopen(next().c_str(), "w");
       if (!g_latencies) {
         std::fprintf(stderr, "gateway_bench: cannot write %s\n", argv[i]);
         return 2;
       }
-    }
-    else if (a == "--p99-goal-us") goal_us = std::stoll(next());
-    else if (a == "--search-repeats") search_repeats = std::max(1, std::stoi(next()));
-    else if (a == "--search-duration-s") search_seconds = std::stod(next());
+    } else if (a == "--p99-goal-us")
+      goal_us = std::stoll(next());
+    else if (a == "--search-repeats")
+      search_repeats = std::max(1, std::stoi(next()));
+    else if (a == "--search-duration-s")
+      search_seconds = std::stod(next());
     else if (a == "--rates") {
       rates.clear();
       std::string s = next();
@@ -485,7 +507,10 @@ int main(int argc, char** argv) {
   o.metrics_public = true;  // for the overhead histogram below
   auto start_gateway = [&]() -> std::unique_ptr<drover::gateway::Gateway> {
     auto gw = drover::gateway::StartGateway(
-        o, [](std::string_view) -> drover::Result<drover::gateway::KeyInfo> { return drover::gateway::KeyInfo{"k", "bench", "t"}; },
+        o,
+        [](std::string_view) -> drover::Result<drover::gateway::KeyInfo> {
+          return drover::gateway::KeyInfo{"k", "bench", "t"};
+        },
         nullptr);
     if (!gw.ok()) {
       std::fprintf(stderr, "gateway_bench: %s\n", gw.status().ToString().c_str());
@@ -540,9 +565,10 @@ int main(int argc, char** argv) {
     }
   }
   const std::string body = R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})";
-  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer sk-bench\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer sk-bench\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   std::printf("gateway_bench: engine :%d, gateway :%d (%d io threads)%s%s, %d connections, %.1f s a run\n", eng.port(),
               gw_port, io_threads, ngx ? (", nginx :" + std::to_string(ngx->port)).c_str() : "",
               floor_proxy ? (", floor :" + std::to_string(floor_proxy->port())).c_str() : "", conns, seconds);
@@ -619,8 +645,9 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
     const auto own_after = Overhead(gw_port);
-    std::printf("  gateway's own time (drover_gateway_overhead_seconds): p50 <= %.1f us, p99 <= %.1f us (bucket bounds)\n",
-                OverheadBoundUs(own_before, own_after, 0.5), OverheadBoundUs(own_before, own_after, 0.99));
+    std::printf(
+        "  gateway's own time (drover_gateway_overhead_seconds): p50 <= %.1f us, p99 <= %.1f us (bucket bounds)\n",
+        OverheadBoundUs(own_before, own_after, 0.5), OverheadBoundUs(own_before, own_after, 0.99));
     for (size_t i = 0; i < targets.size(); ++i) Print(targets[i].name, rate, merged[i]);
     const Result& d = merged[0];
     std::printf("  =>");

@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
     const Totals now = Sum(nodes, false);
     const UdpHubStats hub_now = (*hub)->Stats();
     const double dt = wall_now - wall_previous;
-    std::printf("%6.1f %8.3f %9.0f %9.0f %11llu %7llu %7llu %9llu\n", wall_now - wall0,
-                (cpu_now - cpu_previous) / dt, (now.sent - previous.sent) / dt, (now.received - previous.received) / dt,
+    std::printf("%6.1f %8.3f %9.0f %9.0f %11llu %7llu %7llu %9llu\n", wall_now - wall0, (cpu_now - cpu_previous) / dt,
+                (now.sent - previous.sent) / dt, (now.received - previous.received) / dt,
                 static_cast<unsigned long long>(now.suspicions - previous.suspicions),
                 static_cast<unsigned long long>(now.deaths - previous.deaths),
                 static_cast<unsigned long long>(hub_now.sweeps - hub_previous.sweeps),
@@ -242,9 +242,9 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(previous.dropped), static_cast<unsigned long long>(previous.send_errors));
   std::printf(
       "since start-up: false suspicions %llu, false deaths %llu; at the end not alive %llu (dead %llu) of %llu views\n",
-              static_cast<unsigned long long>(previous.suspicions), static_cast<unsigned long long>(previous.deaths),
-              static_cast<unsigned long long>(previous.not_alive), static_cast<unsigned long long>(previous.dead),
-              static_cast<unsigned long long>(nodes.size() * (nodes.size() - 1)));
+      static_cast<unsigned long long>(previous.suspicions), static_cast<unsigned long long>(previous.deaths),
+      static_cast<unsigned long long>(previous.not_alive), static_cast<unsigned long long>(previous.dead),
+      static_cast<unsigned long long>(nodes.size() * (nodes.size() - 1)));
   std::printf("any false death: %s\n", previous.deaths > 0 ? "YES" : "no");
   nodes.clear();
   return 0;

@@ -30,11 +30,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -110,7 +110,9 @@ struct Pair {
 
 int g_ep = -1;
 
-void* Tag(Pair* p, int side) { return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(side)); }
+void* Tag(Pair* p, int side) {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(side));
+}
 
 // Reads fd[s] unless its bytes still wait to be sent; writes when bytes wait for it.
 void Watch(Pair* p, int s, int op) {
@@ -203,8 +205,10 @@ bool OnEvent(Pair* p, int s, uint32_t events) {
 int main(int argc, char** argv) {
   int port = 0, upstream_port = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--port") == 0) port = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--upstream-port") == 0) upstream_port = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--port") == 0)
+      port = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--upstream-port") == 0)
+      upstream_port = std::atoi(argv[i + 1]);
   }
   if (upstream_port <= 0) {
     std::fprintf(stderr, "usage: hop_proxy --upstream-port N [--port 0]\n");

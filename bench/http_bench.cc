@@ -191,15 +191,16 @@ class Load {
     int idle_ok = 0, sse_ok = 0, other = 0, closed = 0;
     uint64_t sse_bytes = 0;
     for (const Conn& c : conns_) {
-      if (c.status == 200) ++(c.stream ? sse_ok : idle_ok);
-      else if (c.status != 0) ++other;
+      if (c.status == 200)
+        ++(c.stream ? sse_ok : idle_ok);
+      else if (c.status != 0)
+        ++other;
       if (c.closed) ++closed;
       if (c.stream) sse_bytes += c.bytes;
     }
     std::ostringstream out;
-    out << o_.idle << " idle (" << idle_ok << " answered 200), " << o_.sse << " sse (" << sse_ok
-        << " answered 200, " << sse_bytes / 1024 << " KiB read), " << other << " other answers, " << closed
-        << " closed by the server";
+    out << o_.idle << " idle (" << idle_ok << " answered 200), " << o_.sse << " sse (" << sse_ok << " answered 200, "
+        << sse_bytes / 1024 << " KiB read), " << other << " other answers, " << closed << " closed by the server";
     return out.str();
   }
 
@@ -290,8 +291,8 @@ Latency Measure(const Options& o, const std::string& host, uint16_t port) {
 }
 
 void Report(const char* phase, const Latency& l, int pid) {
-  std::printf("%-8s GET p50 %8.1f us  p99 %8.1f us  max %9.1f us  failures %d   server %s\n", phase, l.p50_us,
-              l.p99_us, l.max_us, l.failures, ProcessFigures(pid).c_str());
+  std::printf("%-8s GET p50 %8.1f us  p99 %8.1f us  max %9.1f us  failures %d   server %s\n", phase, l.p50_us, l.p99_us,
+              l.max_us, l.failures, ProcessFigures(pid).c_str());
   std::fflush(stdout);
 }
 
@@ -354,13 +355,20 @@ int RunInProcess(Options o, const char* self) {
   pid_t child = fork();
   if (child == 0) {
     std::vector<std::string> args = {self,
-                                     "--target", target,
-                                     "--pid", std::to_string(getppid()),
-                                     "--idle", std::to_string(o.idle),
-                                     "--sse", std::to_string(o.sse),
-                                     "--requests", std::to_string(o.requests),
-                                     "--path", o.path,
-                                     "--sse-path", o.sse_path};
+                                     "--target",
+                                     target,
+                                     "--pid",
+                                     std::to_string(getppid()),
+                                     "--idle",
+                                     std::to_string(o.idle),
+                                     "--sse",
+                                     std::to_string(o.sse),
+                                     "--requests",
+                                     std::to_string(o.requests),
+                                     "--path",
+                                     o.path,
+                                     "--sse-path",
+                                     o.sse_path};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -390,15 +398,24 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (arg == "--idle") o.idle = std::atoi(value().c_str());
-    else if (arg == "--sse") o.sse = std::atoi(value().c_str());
-    else if (arg == "--requests") o.requests = std::atoi(value().c_str());
-    else if (arg == "--per-source") o.per_source = std::max(1, std::atoi(value().c_str()));
-    else if (arg == "--target") o.target = value();
-    else if (arg == "--token-file") token_file = value();
-    else if (arg == "--pid") o.pid = std::atoi(value().c_str());
-    else if (arg == "--path") o.path = value();
-    else if (arg == "--sse-path") o.sse_path = value();
+    if (arg == "--idle")
+      o.idle = std::atoi(value().c_str());
+    else if (arg == "--sse")
+      o.sse = std::atoi(value().c_str());
+    else if (arg == "--requests")
+      o.requests = std::atoi(value().c_str());
+    else if (arg == "--per-source")
+      o.per_source = std::max(1, std::atoi(value().c_str()));
+    else if (arg == "--target")
+      o.target = value();
+    else if (arg == "--token-file")
+      token_file = value();
+    else if (arg == "--pid")
+      o.pid = std::atoi(value().c_str());
+    else if (arg == "--path")
+      o.path = value();
+    else if (arg == "--sse-path")
+      o.sse_path = value();
     else {
       std::fprintf(stderr,
                    "usage: %s [--idle N] [--sse N] [--requests N] [--path P] [--sse-path P] [--per-source N]\n"

@@ -55,7 +55,8 @@ void BM_List(benchmark::State& state) {
     }
     jobs += resp.jobs_size();
   }
-  state.counters["jobs_per_page"] = benchmark::Counter(static_cast<double>(jobs) / std::max<int64_t>(state.iterations(), 1));
+  state.counters["jobs_per_page"] =
+      benchmark::Counter(static_cast<double>(jobs) / std::max<int64_t>(state.iterations(), 1));
 }
 BENCHMARK(BM_List)
     ->ArgNames({"page", "filter"})

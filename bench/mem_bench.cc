@@ -26,9 +26,9 @@
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 
-#include <cmath>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -146,7 +146,8 @@ void BM_PoolMixed(benchmark::State& state) {
 BENCHMARK(BM_PoolMixed);
 
 void BM_MallocMixed(benchmark::State& state) {
-  RunMixed(state, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
+  RunMixed(
+      state, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
 }
 BENCHMARK(BM_MallocMixed);
 
@@ -220,7 +221,8 @@ void BM_PoolLatency(benchmark::State& state) {
 BENCHMARK(BM_PoolLatency)->Iterations(1 << 20);
 
 void BM_MallocLatency(benchmark::State& state) {
-  RunLatency(state, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
+  RunLatency(
+      state, [](size_t n) { return malloc(n); }, [](void* p) { free(p); });
 }
 BENCHMARK(BM_MallocLatency)->Iterations(1 << 20);
 

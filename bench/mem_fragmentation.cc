@@ -75,8 +75,7 @@ class PoolTarget final : public Target {
  public:
   // segment == 0: one reservation of the whole capacity. remap: the pool's
   // default on a VMM backend (stitching); else DROVER_MEM_FLAG_NO_REMAP.
-  PoolTarget(uint64_t segment, bool remap, uint64_t capacity)
-      : segment_(segment), remap_(remap), capacity_(capacity) {
+  PoolTarget(uint64_t segment, bool remap, uint64_t capacity) : segment_(segment), remap_(remap), capacity_(capacity) {
     drover_mem_options_t o;
     drover_mem_options_init(&o);
     o.reserve_bytes = segment == 0 ? capacity : segment;
@@ -191,12 +190,9 @@ std::unique_ptr<Target> MakeTarget(int i, uint64_t capacity, std::string* error)
       *error = fmt::format("{}: create failed: {}", pool->Name(), drover_mem_strerror(pool->error()));
       return nullptr;
     }
-    case 4:
-      return std::make_unique<ListTarget>(FreeListAllocator::Fit::kFirst, capacity);
-    case 5:
-      return std::make_unique<ListTarget>(FreeListAllocator::Fit::kBest, capacity);
-    default:
-      return std::make_unique<CachingTarget>(capacity);
+    case 4: return std::make_unique<ListTarget>(FreeListAllocator::Fit::kFirst, capacity);
+    case 5: return std::make_unique<ListTarget>(FreeListAllocator::Fit::kBest, capacity);
+    default: return std::make_unique<CachingTarget>(capacity);
   }
 }
 
@@ -238,7 +234,7 @@ ReplayResult Replay(const Trace& trace, Target& t) {
 // seen to work (0: none).
 uint64_t NeededCapacity(const Trace& trace, int i, uint64_t known_ok) {
   uint64_t lo = (trace.peak_live + kStep - 1) / kStep * kStep;  // may work
-  uint64_t hi = known_ok != 0 ? known_ok : kMaxCapacity;       // works if anything does
+  uint64_t hi = known_ok != 0 ? known_ok : kMaxCapacity;        // works if anything does
   std::string error;
   auto ok = [&](uint64_t capacity) {
     std::unique_ptr<Target> t = MakeTarget(i, capacity, &error);
@@ -276,8 +272,9 @@ int FragmentationMain(int argc, char** argv) {
   for (const Trace& trace : traces) {
     fmt::print("\n{} (seed {}): {} events, {} allocations, peak live {:.2f} GiB of {:.0f} GiB\n\n", trace.name, seed,
                trace.events.size(), trace.allocations, GiB(trace.peak_live), GiB(kCapacity));
-    fmt::print("| allocator | peak reserved (GiB) | waste | largest free at peak (GiB) | ext. frag at peak | failed "
-               "allocs | failed GiB | needed (GiB) | stitches (refused) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    fmt::print(
+        "| allocator | peak reserved (GiB) | waste | largest free at peak (GiB) | ext. frag at peak | failed "
+        "allocs | failed GiB | needed (GiB) | stitches (refused) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     std::string times;
     for (int i = 0; i < kTargets; ++i) {
       std::string error;
@@ -293,20 +290,23 @@ int FragmentationMain(int argc, char** argv) {
       const uint64_t largest = std::min(r.at_peak.largest_allocation, free_at_peak);
       const double ext =
           free_at_peak == 0 ? 0.0 : 1.0 - static_cast<double>(largest) / static_cast<double>(free_at_peak);
-      const double waste = r.end.peak_footprint == 0 ? 0.0
-                                                     : 1.0 - static_cast<double>(trace.peak_live) /
-                                                                 static_cast<double>(r.end.peak_footprint);
+      const double waste = r.end.peak_footprint == 0
+                               ? 0.0
+                               : 1.0 - static_cast<double>(trace.peak_live) / static_cast<double>(r.end.peak_footprint);
       const uint64_t needed = sweep ? NeededCapacity(trace, i, r.failed == 0 ? kCapacity : 0) : 0;
       const bool known = r.end.footprint_known;
       fmt::print("| {} | {} | {} | {:.2f} | {:.1f} % | {} | {} | {} | {} |\n", name,
                  known ? fmt::format("{:.2f}", GiB(r.end.peak_footprint)) : std::string("n/a"),
                  known ? fmt::format("{:.1f} %", 100.0 * waste) : std::string("n/a"), GiB(largest), 100.0 * ext,
                  r.failed, r.failed == 0 ? std::string("0") : fmt::format("{:.2f}", GiB(r.failed_bytes)),
-                 !sweep ? std::string("-") : needed == 0 ? fmt::format("> {:.0f}", GiB(kMaxCapacity))
-                                                         : fmt::format("{:.2f}", GiB(needed)),
-                 name.find("stitching") != std::string::npos ? fmt::format("{} ({})", r.end.stitches, r.end.failed_stitches) : std::string("-"));
-      times += fmt::format("{}{} {:.0f}", times.empty() ? "" : ", ", name,
-                           r.ns / static_cast<double>(trace.events.size()));
+                 !sweep        ? std::string("-")
+                 : needed == 0 ? fmt::format("> {:.0f}", GiB(kMaxCapacity))
+                               : fmt::format("{:.2f}", GiB(needed)),
+                 name.find("stitching") != std::string::npos
+                     ? fmt::format("{} ({})", r.end.stitches, r.end.failed_stitches)
+                     : std::string("-"));
+      times +=
+          fmt::format("{}{} {:.0f}", times.empty() ? "" : ", ", name, r.ns / static_cast<double>(trace.events.size()));
     }
     // The pool's rows include the replay's drover_mem_usable_size per
     // allocation (and drover_mem_stats, for the growing pool's reservation).

@@ -73,9 +73,7 @@ inline uint64_t Tick() {
 }
 constexpr const char* kTimerName = "rdtsc, lfence before and after";
 #else
-inline uint64_t Tick() {
-  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
+inline uint64_t Tick() { return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()); }
 constexpr const char* kTimerName = "steady_clock";
 #endif
 
@@ -122,7 +120,7 @@ const std::vector<uint64_t>& Sizes() {
 
 struct Result {
   std::string name;
-  std::vector<uint64_t> alloc, free;  // ticks, timer overhead subtracted
+  std::vector<uint64_t> alloc, free;              // ticks, timer overhead subtracted
   std::vector<uint64_t> batch_alloc, batch_free;  // ticks per batch of kBatch calls
   std::string error;
 };
@@ -418,11 +416,12 @@ int LatencyMain(int argc, char** argv) {
              rounds / 2 * kBatch, kTimerName, tpn, step, ns(step));
   fmt::print("its overhead {} ticks = {:.1f} ns (median) subtracted from each sample; batch columns:\n", overhead,
              ns(overhead));
-  fmt::print("(time of {} calls in one timer pair) / {}, the median over the other rounds: a mean of {} calls\n", kBatch,
-             kBatch, kBatch);
+  fmt::print("(time of {} calls in one timer pair) / {}, the median over the other rounds: a mean of {} calls\n",
+             kBatch, kBatch, kBatch);
   fmt::print("with no timer overhead or step (a heavy tail lifts it above p50).\n\n");
-  fmt::print("| allocator | alloc p50 | alloc p99 | alloc p99.9 | alloc batch | free p50 | free p99 | free p99.9 "
-             "| free batch |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+  fmt::print(
+      "| allocator | alloc p50 | alloc p99 | alloc p99.9 | alloc batch | free p50 | free p99 | free p99.9 "
+      "| free batch |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n");
 
   {
     drover_mem_options_t o;

@@ -84,12 +84,12 @@ Trace TrainingTrace(uint64_t seed) {
       s.push_back(b.Alloc(tokens * h * bf16));  // ln1 out
       s.push_back(b.Alloc(tokens * 3 * h * bf16));
       const uint32_t workspace = b.Alloc(batch * heads * seq * fp32 + tokens * h * bf16);
-      s.push_back(b.Alloc(tokens * h * bf16));             // attention out
-      s.push_back(b.Alloc(batch * heads * seq * fp32));    // log-sum-exp
+      s.push_back(b.Alloc(tokens * h * bf16));           // attention out
+      s.push_back(b.Alloc(batch * heads * seq * fp32));  // log-sum-exp
       b.Free(workspace);
-      s.push_back(b.Alloc(tokens * h * bf16));  // projection out (residual)
-      s.push_back(b.Alloc(tokens * fp32 * 2));  // ln2 statistics
-      s.push_back(b.Alloc(tokens * h * bf16));  // ln2 out
+      s.push_back(b.Alloc(tokens * h * bf16));      // projection out (residual)
+      s.push_back(b.Alloc(tokens * fp32 * 2));      // ln2 statistics
+      s.push_back(b.Alloc(tokens * h * bf16));      // ln2 out
       s.push_back(b.Alloc(tokens * 4 * h * bf16));  // fc1
       s.push_back(b.Alloc(tokens * 4 * h * bf16));  // gelu
       s.push_back(b.Alloc(tokens * h * bf16));      // fc2 out (residual)
@@ -156,10 +156,10 @@ Trace KvCacheTrace(uint64_t seed, KvLayout layout, uint64_t grow_tokens, uint64_
   const uint64_t budget_tokens = (capacity - weights - 2 * kGiB) / kv_per_token * 3 / 4;
 
   struct Request {
-    uint64_t tokens = 0;  // in cache
-    uint64_t left = 0;    // tokens still to generate
-    uint64_t cap = 0;     // contiguous: tokens the buffer holds
-    uint32_t buffer = 0;  // contiguous
+    uint64_t tokens = 0;           // in cache
+    uint64_t left = 0;             // tokens still to generate
+    uint64_t cap = 0;              // contiguous: tokens the buffer holds
+    uint32_t buffer = 0;           // contiguous
     std::vector<uint32_t> blocks;  // paged
   };
   // Grows r's cache to hold r.tokens.

@@ -895,8 +895,8 @@ std::vector<NeverFitsShape> NeverFitsShapes() {
   gang17sw.gpus = 8;
   gang17sw.replicas = kNodesPerSwitch + 1;
   gang17sw.topology = Topology::kSwitch;
-  return {{"single", single, true}, {"island8", island8, true}, {"never16", never16, false},
-          {"gang17sw", gang17sw, false}};
+  return {
+      {"single", single, true}, {"island8", island8, true}, {"never16", never16, false}, {"gang17sw", gang17sw, false}};
 }
 
 void BM_NeverFits(benchmark::State& state, const NeverFitsShape& shape, bool cold) {
@@ -928,7 +928,8 @@ void RegisterAll() {
       for (const Shape& shape : shapes) {
         const std::string name =
             std::string("BM_Place/") + shape.name + "/" + std::to_string(gpus) + "/" + std::to_string(percent);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Place, shape, gpus, percent, false)->Unit(benchmark::kMicrosecond);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Place, shape, gpus, percent, false)
+            ->Unit(benchmark::kMicrosecond);
         if (gpus == 512) {
           benchmark::RegisterBenchmark((name + "/cold").c_str(), BM_Place, shape, gpus, percent, true)
               ->Unit(benchmark::kMicrosecond)
@@ -938,12 +939,15 @@ void RegisterAll() {
     }
   }
   benchmark::RegisterBenchmark("BM_FullPass/10000", BM_FullPass, 16'384, 95, 10'000)->Unit(benchmark::kMillisecond);
-  static const std::vector<WorstCase> worst = {
-      {"quota10k", Worst::kQuota10k},         {"selector1pct", Worst::kSelector1pct},
-      {"selector1pct_full", Worst::kSelectorFull},
-      {"blocked_head/backfill", Worst::kBlockedHead, true}, {"blocked_head/strict", Worst::kBlockedHead, false},
-      {"gang_preempt_switch", Worst::kGangPreempt},  {"hostfit10k", Worst::kHostFit10k},
-      {"hostfit_walk", Worst::kHostFitWalk},   {"hostfit_share", Worst::kHostFitShare}};
+  static const std::vector<WorstCase> worst = {{"quota10k", Worst::kQuota10k},
+                                               {"selector1pct", Worst::kSelector1pct},
+                                               {"selector1pct_full", Worst::kSelectorFull},
+                                               {"blocked_head/backfill", Worst::kBlockedHead, true},
+                                               {"blocked_head/strict", Worst::kBlockedHead, false},
+                                               {"gang_preempt_switch", Worst::kGangPreempt},
+                                               {"hostfit10k", Worst::kHostFit10k},
+                                               {"hostfit_walk", Worst::kHostFitWalk},
+                                               {"hostfit_share", Worst::kHostFitShare}};
   for (int gpus : {16'384, 131'072}) {
     for (const WorstCase& wc : worst) {
       const std::string name = std::string("BM_Worst/") + wc.name + "/" + std::to_string(gpus);

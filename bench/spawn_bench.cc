@@ -78,7 +78,8 @@ bool RunOnce(const Launch& launch, SupervisorPool* pool, const std::string& dir,
   const std::string name = fs::path(dir).filename().string();
   drover::agent::JobSpecFile spec{name, {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""};
   drover::agent::JobIsolation iso;
-  if (!cgroup_parent.empty()) iso.cgroup = drover::agent::JobCgroup{cgroup_parent, cgroup_parent + "/" + name, {}, 0, 0, {}};
+  if (!cgroup_parent.empty())
+    iso.cgroup = drover::agent::JobCgroup{cgroup_parent, cgroup_parent + "/" + name, {}, 0, 0, {}};
   if (!job.WriteSpec(spec).ok() || !job.WriteIsolation(iso).ok()) return false;
   const int64_t t0 = UnixNanos();
   SupervisorPool::Launched l = launch(dir);
@@ -163,11 +164,16 @@ int main(int argc, char** argv) {
   std::string supervise = DROVER_SUPERVISE_BINARY;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string_view flag = argv[i];
-    if (flag == "--runs") runs = std::atoi(argv[i + 1]);
-    else if (flag == "--gap-ms") gap_ms = std::atoi(argv[i + 1]);
-    else if (flag == "--root") root = argv[i + 1];
-    else if (flag == "--drover") drover = argv[i + 1];
-    else if (flag == "--supervise") supervise = argv[i + 1];
+    if (flag == "--runs")
+      runs = std::atoi(argv[i + 1]);
+    else if (flag == "--gap-ms")
+      gap_ms = std::atoi(argv[i + 1]);
+    else if (flag == "--root")
+      root = argv[i + 1];
+    else if (flag == "--drover")
+      drover = argv[i + 1];
+    else if (flag == "--supervise")
+      supervise = argv[i + 1];
     else {
       std::fprintf(stderr,
                    "usage: spawn_bench [--runs N] [--gap-ms MS] [--root DIR] [--drover PATH] [--supervise PATH]\n");
@@ -203,15 +209,16 @@ int main(int argc, char** argv) {
       {"drover-supervise, SupervisorPool", pooled, ""},
   };
   if (const auto& home = drover::agent::ProcessCgroupHome(); !home.dir.empty()) {
-    variants.push_back({"pooled, job in a cgroup", pooled, home.dir + "/drover-spawn-bench-" + std::to_string(::getpid())});
+    variants.push_back(
+        {"pooled, job in a cgroup", pooled, home.dir + "/drover-spawn-bench-" + std::to_string(::getpid())});
   } else {
     std::printf("(no cgroup variant: %s)\n", home.problem.c_str());
   }
 
   std::printf("%d runs of `true`, one at a time, %d ms apart, in %s; ms after SpawnSupervisor()\n", runs, gap_ms,
               base.c_str());
-  std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "supervisor", "runs", "start", "p99", "exit", "p99",
-              "ended", "p99");
+  std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "supervisor", "runs", "start", "p99", "exit", "p99", "ended",
+              "p99");
   std::printf("%-34s %5s   %7s %7s   %7s %7s   %7s %7s\n", "", "", "p50", "", "p50", "", "p50", "");
   // Interleaved (run i of every variant, then run i+1), so that whatever
   // else the machine does falls on every variant alike; a few runs first

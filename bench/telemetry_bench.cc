@@ -13,7 +13,8 @@
 namespace {
 
 void BM_SimulatedSample(benchmark::State& state) {
-  auto backend = drover::agent::MakeSimulatedBackend({.count = 8, .model = "H100 80GB", .node_name = "n", .step_seconds = 0.01});
+  auto backend =
+      drover::agent::MakeSimulatedBackend({.count = 8, .model = "H100 80GB", .node_name = "n", .step_seconds = 0.01});
   (void)(*backend)->Discover();
   (*backend)->SetLoad(0, 0.8);
   for (auto _ : state) benchmark::DoNotOptimize((*backend)->Sample(0));

@@ -263,9 +263,9 @@ TEST_P(StoreContractTest, RangeIsSortedAndPrefixExact) {
 
 TEST_P(StoreContractTest, RangeHandlesBinaryKeysAndFfBytes) {
   const std::string nul_key("x\0y", 3);
-  for (const std::string& key : {std::string("\xff"), std::string("\xff\xff"), std::string("\xff\x00", 2),
-                                 std::string("a\xff"), std::string("a\xff\x01"), std::string("b"), nul_key,
-                                 std::string("x")}) {
+  for (const std::string& key :
+       {std::string("\xff"), std::string("\xff\xff"), std::string("\xff\x00", 2), std::string("a\xff"),
+        std::string("a\xff\x01"), std::string("b"), nul_key, std::string("x")}) {
     MustPut(key, "v");
   }
   // Bytes order as unsigned: 'a' < 'b' < 'x' < 0xff.
@@ -380,8 +380,8 @@ TEST_P(StoreContractTest, AllComparesMustHold) {
 TEST_P(StoreContractTest, FailureBranchRunsItsOps) {
   MustPut("other", "o");
   int64_t before = Rev();
-  Result<TxnResult> result = store().Txn({Compare::Exists("nope")}, {Op::Put("a", "1")},
-                                         {Op::Put("b", "2"), Op::Get("other"), Op::Get("a")});
+  Result<TxnResult> result =
+      store().Txn({Compare::Exists("nope")}, {Op::Put("a", "1")}, {Op::Put("b", "2"), Op::Get("other"), Op::Get("a")});
   ASSERT_TRUE(result.ok());
   EXPECT_FALSE(result->succeeded);
   EXPECT_EQ(result->revision, before + 1);

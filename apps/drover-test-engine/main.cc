@@ -148,10 +148,15 @@ std::string Error(std::string_view msg, std::string_view type, std::string_view 
 
 std::string Head(int status, std::string_view type, int64_t len, bool keep) {
   std::string h = "HTTP/1.1 " + std::to_string(status) + " " +
-                  [&] { auto r = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status))); return std::string(r.data(), r.size()); }() +
+                  [&] {
+                    auto r = bhttp::obsolete_reason(bhttp::int_to_status(static_cast<unsigned>(status)));
+                    return std::string(r.data(), r.size());
+                  }() +
                   "\r\nContent-Type: " + std::string(type);
-  if (len >= 0) h += "\r\nContent-Length: " + std::to_string(len);
-  else h += "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache";
+  if (len >= 0)
+    h += "\r\nContent-Length: " + std::to_string(len);
+  else
+    h += "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache";
   if (!keep) h += "\r\nConnection: close";
   return h + "\r\n\r\n";
 }
@@ -170,8 +175,10 @@ std::string PromptText(const json& req, bool chat) {
       text += ' ';
     } else if (v.is_array()) {
       for (const auto& p : v) {
-        if (p.is_string()) text += p.get<std::string>() + " ";
-        else if (p.is_object() && p.contains("text") && p["text"].is_string()) text += p["text"].get<std::string>() + " ";
+        if (p.is_string())
+          text += p.get<std::string>() + " ";
+        else if (p.is_object() && p.contains("text") && p["text"].is_string())
+          text += p["text"].get<std::string>() + " ";
       }
     }
   };
@@ -269,25 +276,26 @@ class Session {
         queue_s = queue_seconds_sum;
       }
       const std::string label = "{model_name=\"" + cfg.model + "\"}";
-      std::string m = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running" + label + " " +
-                      std::to_string(std::max<int64_t>(0, outstanding.load() - queued)) +
-                      "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting" + label + " " +
-                      std::to_string(queued) +
-                      "\n# TYPE vllm:request_queue_time_seconds histogram\nvllm:request_queue_time_seconds_bucket{model_name=\"" +
-                      cfg.model + "\",le=\"+Inf\"} " + std::to_string(queue_n) + "\nvllm:request_queue_time_seconds_sum" +
-                      label + " " + std::to_string(queue_s) + "\nvllm:request_queue_time_seconds_count" + label + " " +
-                      std::to_string(queue_n) +
-                      "\n# TYPE drover_test_engine_requests_total counter\ndrover_test_engine_requests_total " +
-                      std::to_string(requests_total.load()) +
-                      "\n# TYPE drover_test_engine_cancelled_total counter\ndrover_test_engine_cancelled_total " +
-                      std::to_string(cancelled_total.load()) +
-                      "\n# TYPE drover_test_engine_embedding_calls_total counter\ndrover_test_engine_embedding_calls_total " +
-                      std::to_string(embed_calls_total.load()) + "\n";
+      std::string m =
+          "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running" + label + " " +
+          std::to_string(std::max<int64_t>(0, outstanding.load() - queued)) +
+          "\n# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting" + label + " " + std::to_string(queued) +
+          "\n# TYPE vllm:request_queue_time_seconds histogram\nvllm:request_queue_time_seconds_bucket{model_name=\"" +
+          cfg.model + "\",le=\"+Inf\"} " + std::to_string(queue_n) + "\nvllm:request_queue_time_seconds_sum" + label +
+          " " + std::to_string(queue_s) + "\nvllm:request_queue_time_seconds_count" + label + " " +
+          std::to_string(queue_n) +
+          "\n# TYPE drover_test_engine_requests_total counter\ndrover_test_engine_requests_total " +
+          std::to_string(requests_total.load()) +
+          "\n# TYPE drover_test_engine_cancelled_total counter\ndrover_test_engine_cancelled_total " +
+          std::to_string(cancelled_total.load()) +
+          "\n# TYPE drover_test_engine_embedding_calls_total counter\ndrover_test_engine_embedding_calls_total " +
+          std::to_string(embed_calls_total.load()) + "\n";
       co_return co_await Send(200, "text/plain; version=0.0.4", m, keep);
     }
     if (path == "/v1/models") {
-      json models = {{"object", "list"},
-                     {"data", {{{"id", cfg.model}, {"object", "model"}, {"created", 0}, {"owned_by", "drover-test-engine"}}}}};
+      json models = {
+          {"object", "list"},
+          {"data", {{{"id", cfg.model}, {"object", "model"}, {"created", 0}, {"owned_by", "drover-test-engine"}}}}};
       std::string body = models.dump();
       co_return co_await Send(200, "application/json", body, keep);
     }
@@ -295,10 +303,12 @@ class Session {
     const bool completion = path == "/v1/completions";
     const bool embed = path == "/v1/embeddings";
     if (!chat && !completion && !embed) {
-      co_return co_await Send(404, "application/json", Error("unknown path " + path, "invalid_request_error", "unknown_url"), keep);
+      co_return co_await Send(404, "application/json",
+                              Error("unknown path " + path, "invalid_request_error", "unknown_url"), keep);
     }
     if (!Ready()) {
-      co_return co_await Send(503, "application/json", Error("the engine is not ready", "server_error", "not_ready"), keep);
+      co_return co_await Send(503, "application/json", Error("the engine is not ready", "server_error", "not_ready"),
+                              keep);
     }
     if (cfg.fail_status != 0) {
       co_return co_await Send(cfg.fail_status, "application/json",
@@ -306,7 +316,8 @@ class Session {
     }
     json r = json::parse(req.body(), nullptr, false);
     if (r.is_discarded() || !r.is_object()) {
-      co_return co_await Send(400, "application/json", Error("the body is not a JSON object", "invalid_request_error", "invalid_json"), keep);
+      co_return co_await Send(400, "application/json",
+                              Error("the body is not a JSON object", "invalid_request_error", "invalid_json"), keep);
     }
     std::string model = r.value("model", std::string());
     if (model != cfg.model) {
@@ -341,10 +352,16 @@ class Session {
       std::string text;
       for (int64_t i = 0; i < n; ++i) text += (i ? " " : "") + Token(h, i);
       json choice = {{"index", 0}, {"finish_reason", "length"}};
-      if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-      else choice["text"] = text;
-      json out = {{"id", "cmpl-test"}, {"object", object}, {"created", 0}, {"model", cfg.model},
-                  {"choices", json::array({choice})}, {"usage", usage}};
+      if (chat)
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+      else
+        choice["text"] = text;
+      json out = {{"id", "cmpl-test"},
+                  {"object", object},
+                  {"created", 0},
+                  {"model", cfg.model},
+                  {"choices", json::array({choice})},
+                  {"usage", usage}};
       co_return co_await Send(200, "application/json", out.dump(), keep);
     }
     bool include_usage = r.contains("stream_options") && r["stream_options"].is_object() &&
@@ -355,9 +372,14 @@ class Session {
     for (int64_t i = 0; i <= n; ++i) {
       json choice = {{"index", 0}, {"finish_reason", i == n ? json("length") : json(nullptr)}};
       std::string tok = i < n ? (i ? " " : "") + Token(h, i) : "";
-      if (chat) choice["delta"] = i == 0 ? json{{"role", "assistant"}, {"content", tok}} : json{{"content", tok}};
-      else choice["text"] = tok;
-      json ev = {{"id", "cmpl-test"}, {"object", chunk_object}, {"created", 0}, {"model", cfg.model},
+      if (chat)
+        choice["delta"] = i == 0 ? json{{"role", "assistant"}, {"content", tok}} : json{{"content", tok}};
+      else
+        choice["text"] = tok;
+      json ev = {{"id", "cmpl-test"},
+                 {"object", chunk_object},
+                 {"created", 0},
+                 {"model", cfg.model},
                  {"choices", json::array({choice})}};
       if (i > 0 && cfg.token_delay_us > 0) {
         timer.expires_after(std::chrono::microseconds(cfg.token_delay_us));
@@ -374,8 +396,8 @@ class Session {
       }
     }
     if (include_usage) {
-      json ev = {{"id", "cmpl-test"}, {"object", chunk_object}, {"created", 0}, {"model", cfg.model},
-                 {"choices", json::array()}, {"usage", usage}};
+      json ev = {{"id", "cmpl-test"},  {"object", chunk_object},   {"created", 0},
+                 {"model", cfg.model}, {"choices", json::array()}, {"usage", usage}};
       if (!co_await Chunk("data: " + ev.dump() + "\n\n")) co_return false;
     }
     if (!co_await Chunk("data: [DONE]\n\n")) co_return false;
@@ -431,12 +453,17 @@ class Session {
     } else if (in.is_array() && !in.empty()) {
       for (const auto& v : in) inputs.push_back(v.is_string() ? v.get<std::string>() : v.dump());
     } else {
-      co_return co_await Send(400, "application/json", Error("'input' must be a string or a non-empty array", "invalid_request_error", "invalid_input"), keep);
+      co_return co_await Send(
+          400, "application/json",
+          Error("'input' must be a string or a non-empty array", "invalid_request_error", "invalid_input"), keep);
     }
     std::string format = r.contains("encoding_format") && r["encoding_format"].is_string()
-                             ? r["encoding_format"].get<std::string>() : "float";
+                             ? r["encoding_format"].get<std::string>()
+                             : "float";
     if (format != "float" && format != "base64") {
-      co_return co_await Send(400, "application/json", Error("'encoding_format' must be float or base64", "invalid_request_error", "invalid_encoding_format"), keep);
+      co_return co_await Send(
+          400, "application/json",
+          Error("'encoding_format' must be float or base64", "invalid_request_error", "invalid_encoding_format"), keep);
     }
     embed_calls_total.fetch_add(1);
     if (cfg.embed_call_us > 0) {  // queue for the accelerator, then run
@@ -468,13 +495,17 @@ class Session {
       for (auto& x : v) x /= std::sqrt(norm);
       if (base64) {  // what the openai clients ask for by default: float32, little-endian
         std::vector<float> f(v.begin(), v.end());
-        data.push_back({{"object", "embedding"}, {"index", i},
-                        {"embedding", Base64(reinterpret_cast<const unsigned char*>(f.data()), f.size() * sizeof(float))}});
+        data.push_back(
+            {{"object", "embedding"},
+             {"index", i},
+             {"embedding", Base64(reinterpret_cast<const unsigned char*>(f.data()), f.size() * sizeof(float))}});
       } else {
         data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", v}});
       }
     }
-    json out = {{"object", "list"}, {"data", data}, {"model", cfg.model},
+    json out = {{"object", "list"},
+                {"data", data},
+                {"model", cfg.model},
                 {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
     co_return co_await Send(200, "application/json", out.dump(), keep);
   }
@@ -501,7 +532,8 @@ awaitable<void> Accept(tcp::acceptor& a) {
 int Usage(const char* msg) {
   std::cerr << "drover-test-engine: " << msg
             << "\nusage: drover-test-engine [--host H] [--port P] [--model M] [--token-delay-us N] "
-               "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--max-running N] [--die-after-tokens N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
+               "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--max-running N] [--die-after-tokens "
+               "N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
                "[--dim N] [--default-max-tokens N]\n";
   return 2;
 }
@@ -559,7 +591,8 @@ int main(int argc, char** argv) {
       if (!num(&n) || n < 1 || n > 65536) return Usage("--dim needs 1..65536");
       cfg.dim = static_cast<int>(n);
     } else if (a == "--default-max-tokens") {
-      if (!num(&cfg.default_max_tokens) || cfg.default_max_tokens < 0) return Usage("--default-max-tokens needs N >= 0");
+      if (!num(&cfg.default_max_tokens) || cfg.default_max_tokens < 0)
+        return Usage("--default-max-tokens needs N >= 0");
     } else {
       return Usage(("unknown flag " + a).c_str());
     }

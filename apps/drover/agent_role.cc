@@ -67,7 +67,9 @@ int RunAgent(const AgentFlags& f) {
 
 CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("agent", "node agent: discovers devices and runs the node's jobs");
-  cmd->add_option("--server", f->server_addr, "server gRPC address; several, comma-separated, for a leader and its standbys (docs/ha.md)")->capture_default_str();
+  cmd->add_option("--server", f->server_addr,
+                  "server gRPC address; several, comma-separated, for a leader and its standbys (docs/ha.md)")
+      ->capture_default_str();
   cmd->add_option("--data-dir", f->data_dir, "where job directories live")->capture_default_str();
   cmd->add_option("--node-name", f->node_name, "node name (default: hostname)");
   cmd->add_option("--devices", f->devices, "device backends: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")
@@ -88,8 +90,9 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f, int* exit_code) {
   cmd->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")->capture_default_str();
   cmd->add_option("--label", f->labels, "node label, NAME=VALUE, repeatable (e.g. rack=r12)");
   cmd->add_option("--config", "YAML file of this role's flags");
-  cmd->add_option("--join-token", f->join_token,
-                  "one-time join token (`drover join-token`); the node credential it buys is kept in <data-dir>/node.token");
+  cmd->add_option(
+      "--join-token", f->join_token,
+      "one-time join token (`drover join-token`); the node credential it buys is kept in <data-dir>/node.token");
   cmd->add_option("--token-file", f->token_file, "file holding this node's token (instead of a join)");
   AddTelemetryFlags(cmd, &f->telemetry);
   cmd->add_option("--checkpoint-root", f->checkpoint_root,

@@ -34,8 +34,8 @@ struct AgentFlags {
   std::string state_dir;
   std::string checkpoint_retention = "1h";
   std::string gossip_listen;
-  std::string service_ports;   // "20000-29999" (empty: any free port)
-  std::string advertise_host;  // the host its services are reached at
+  std::string service_ports;        // "20000-29999" (empty: any free port)
+  std::string advertise_host;       // the host its services are reached at
   std::vector<std::string> faults;  // NODE:GPU:FAULT[@DELAY]
 };
 

@@ -25,7 +25,8 @@ std::string Date(int64_t unix_seconds) {
 
 int RunCertsInit(const CertsFlags& f) {
   const std::string& data_dir = f.data_dir;
-  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto r = auth::InitClusterTls(data_dir + "/tls", f.sans, now);
   if (!r.ok()) {
     std::cerr << "error: " << r.status().message() << "\n";

@@ -1,9 +1,9 @@
 #include "gateway_role.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <condition_variable>
 #include <map>
@@ -19,8 +19,8 @@
 #include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
 #include "drover/runtime/logging.h"
-#include "ha.h"
 #include "drover/v1/api.grpc.pb.h"
+#include "ha.h"
 
 namespace drover::app {
 
@@ -166,7 +166,6 @@ GatewayRole::~GatewayRole() { Stop(); }
 
 uint16_t GatewayRole::port() const { return state_->gw->port(); }
 
-
 void GatewayRole::Stop() {
   {
     std::lock_guard lock(state_->mu);
@@ -204,9 +203,11 @@ void AddGatewayFlags(CLI::App* cmd, GatewayFlags* f, bool standalone) {
   cmd->add_flag(p + "affinity", f->affinity,
                 "gateway: requests with a \"user\" field or an x-session-id header stick to one replica");
   cmd->add_flag(p + "scrape-engine-metrics", f->scrape_engine_metrics,
-                "gateway: read each replica's /metrics (vLLM, llama.cpp): route by the engines' own queues too, and report their queue time (a deployment's --target-queue)");
-  cmd->add_option(p + "embeddings-batch", f->embeddings_batch,
-                  "gateway: merge concurrent embedding requests of a model arriving within this window (e.g. 2ms; 0: off)")
+                "gateway: read each replica's /metrics (vLLM, llama.cpp): route by the engines' own queues too, and "
+                "report their queue time (a deployment's --target-queue)");
+  cmd->add_option(
+         p + "embeddings-batch", f->embeddings_batch,
+         "gateway: merge concurrent embedding requests of a model arriving within this window (e.g. 2ms; 0: off)")
       ->capture_default_str();
   cmd->add_option(p + "cold-start-wait", f->cold_start_wait,
                   "gateway: how long a request for a model scaled to zero waits for a replica")
@@ -222,7 +223,8 @@ void AddGatewayFlags(CLI::App* cmd, GatewayFlags* f, bool standalone) {
 Result<gateway::GatewayOptions> GatewayOptionsFrom(const GatewayFlags& f, bool insecure) {
   gateway::GatewayOptions o;
   o.listen = f.listen;
-  if (o.listen.rfind(':') == std::string::npos) return InvalidArgument("gateway listen '" + f.listen + "' is not HOST:PORT");
+  if (o.listen.rfind(':') == std::string::npos)
+    return InvalidArgument("gateway listen '" + f.listen + "' is not HOST:PORT");
   if (f.tls_cert.empty() != f.tls_key.empty()) {
     return InvalidArgument("gateway TLS needs both a certificate and its key (--tls-cert and --tls-key)");
   }
@@ -272,7 +274,8 @@ Result<gateway::GatewayOptions> GatewayOptionsFrom(const GatewayFlags& f, bool i
 
 void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
-      "gateway", "the OpenAI-compatible gateway apart from the servers (stateless: run several behind a load balancer)");
+      "gateway",
+      "the OpenAI-compatible gateway apart from the servers (stateless: run several behind a load balancer)");
   AddGatewayFlags(cmd, &f->gateway, true);
   cmd->add_option("--server", f->server, "a server's gRPC address")->capture_default_str();
   cmd->add_option("--token-file", f->token_file,
@@ -299,7 +302,8 @@ void AddStandaloneGatewayCommand(CLI::App& app, StandaloneGatewayFlags* f, int* 
     } else if (const char* env = std::getenv("DROVER_TOKEN"); env != nullptr) {
       token = env;
     }
-    if (token.empty()) return fail(InvalidArgument("no token: give --token-file or DROVER_TOKEN (a gateway token or an admin's)"), 2);
+    if (token.empty())
+      return fail(InvalidArgument("no token: give --token-file or DROVER_TOKEN (a gateway token or an admin's)"), 2);
     std::shared_ptr<grpc::ChannelCredentials> creds;
     if (!f->ca_file.empty()) {
       auto pem = ReadTextFile(f->ca_file);

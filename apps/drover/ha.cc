@@ -44,14 +44,16 @@ std::vector<std::string> PassedServerFlags(const std::vector<CLI::Option*>& opti
 }
 
 void AddHaFlags(CLI::App* cmd, HaFlags* f) {
-  cmd->add_option("--store", f->store,
-                  "where the state lives: sqlite:PATH (default <data-dir>/drover.db) or "
-                  "etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]; with etcd, several servers elect a leader (docs/ha.md)");
+  cmd->add_option(
+      "--store", f->store,
+      "where the state lives: sqlite:PATH (default <data-dir>/drover.db) or "
+      "etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]; with etcd, several servers elect a leader (docs/ha.md)");
   cmd->add_option("--etcd-cacert", f->etcd_cacert, "CA that signed the etcd members' certificates (TLS to etcd)");
   cmd->add_option("--etcd-cert", f->etcd_cert, "client certificate for etcd (PEM)");
   cmd->add_option("--etcd-key", f->etcd_key, "the private key of --etcd-cert (PEM)");
   cmd->add_option("--etcd-timeout", f->etcd_timeout, "deadline of one etcd request")->capture_default_str();
-  cmd->add_option("--etcd-max-txn-ops", f->etcd_max_txn_ops, "the etcd cluster's --max-txn-ops (a batch is split to fit)")
+  cmd->add_option("--etcd-max-txn-ops", f->etcd_max_txn_ops,
+                  "the etcd cluster's --max-txn-ops (a batch is split to fit)")
       ->capture_default_str();
   cmd->add_option("--etcd-max-request-bytes", f->etcd_max_request_bytes,
                   "the etcd cluster's --max-request-bytes (a batch is split to fit)")
@@ -69,7 +71,8 @@ Status ApplyHaFlags(const HaFlags& f, server::ServerOptions* so) {
   so->store = f.store;
   so->advertise_host = f.advertise_host;
   if (!f.store.empty() && !store::IsEtcdSpec(f.store) && f.store.rfind("sqlite:", 0) != 0) {
-    return InvalidArgument("--store '" + f.store + "' is neither sqlite:PATH nor etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]");
+    return InvalidArgument("--store '" + f.store +
+                           "' is neither sqlite:PATH nor etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]");
   }
   DROVER_ASSIGN_OR_RETURN(int64_t ttl_ms, ParseDurationMs(f.leader_ttl));
   DROVER_ASSIGN_OR_RETURN(int64_t timeout_ms, ParseDurationMs(f.etcd_timeout));
@@ -211,12 +214,38 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
     const std::string client = fmt::format("http://127.0.0.1:{}", o.etcd_port + 2 * i);
     const std::string peer = fmt::format("http://127.0.0.1:{}", o.etcd_port + 2 * i + 1);
     g->etcd_.push_back({fmt::format("etcd member m{}", i),
-                        {etcd, "--name", fmt::format("m{}", i), "--data-dir", fmt::format("{}/etcd-{}", dir, i),
-                         "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                         "--initial-advertise-peer-urls", peer, "--initial-cluster", initial,
-                         "--initial-cluster-state", "new", "--initial-cluster-token", "drover-ha",
-                         "--heartbeat-interval", "100", "--election-timeout", "500", "--pre-vote", "--max-txn-ops", max_ops,
-                         "--max-request-bytes", max_bytes, "--logger", "zap", "--log-level", "warn"},
+                        {etcd,
+                         "--name",
+                         fmt::format("m{}", i),
+                         "--data-dir",
+                         fmt::format("{}/etcd-{}", dir, i),
+                         "--listen-client-urls",
+                         client,
+                         "--advertise-client-urls",
+                         client,
+                         "--listen-peer-urls",
+                         peer,
+                         "--initial-advertise-peer-urls",
+                         peer,
+                         "--initial-cluster",
+                         initial,
+                         "--initial-cluster-state",
+                         "new",
+                         "--initial-cluster-token",
+                         "drover-ha",
+                         "--heartbeat-interval",
+                         "100",
+                         "--election-timeout",
+                         "500",
+                         "--pre-vote",
+                         "--max-txn-ops",
+                         max_ops,
+                         "--max-request-bytes",
+                         max_bytes,
+                         "--logger",
+                         "zap",
+                         "--log-level",
+                         "warn"},
                         fmt::format("{}/etcd-{}.log", dir, i)});
     // Each server lists "its own" member first, as on separate machines
     // (the store prefers it; the leader keeps etcd's leader elsewhere).
@@ -231,15 +260,18 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
                                        // `up` runs the group's one gateway itself.
                                        "--gateway-listen", "off"};
     // The group's settings, unless the caller's flags set them.
-    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-             {"--leader-ttl", "1s"}, {"--lease-ttl", "6s"}, {"--etcd-max-txn-ops", max_ops},
-             {"--etcd-max-request-bytes", max_bytes}}) {
+    for (const auto& [flag, value] :
+         std::vector<std::pair<std::string, std::string>>{{"--leader-ttl", "1s"},
+                                                          {"--lease-ttl", "6s"},
+                                                          {"--etcd-max-txn-ops", max_ops},
+                                                          {"--etcd-max-request-bytes", max_bytes}}) {
       if (std::find(o.server_flags.begin(), o.server_flags.end(), flag) == o.server_flags.end()) {
         server.insert(server.end(), {flag, value});
       }
     }
     server.insert(server.end(), o.server_flags.begin(), o.server_flags.end());
-    g->server_children_.push_back({fmt::format("server {}", i), std::move(server), fmt::format("{}/server-{}.log", dir, i)});
+    g->server_children_.push_back(
+        {fmt::format("server {}", i), std::move(server), fmt::format("{}/server-{}.log", dir, i)});
   }
   g->options_ = std::move(o);
   std::promise<void> started;
@@ -263,7 +295,8 @@ Result<std::unique_ptr<HaGroup>> HaGroup::Start(HaGroupOptions o) {
     last = opened.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  if (!g->store_) return Unavailable(fmt::format("etcd did not come up in 30 s ({}; logs in {}): {}", clients, dir, last.message()));
+  if (!g->store_)
+    return Unavailable(fmt::format("etcd did not come up in 30 s ({}; logs in {}): {}", clients, dir, last.message()));
   g->authority_ = std::make_unique<auth::Authority>(g->store_.get(), SystemClock::Get());
   spdlog::info("HA control plane: {} etcd members ({}) and {} servers ({}); logs in {}", g->options_.members, clients,
                g->options_.members, g->servers_, dir);

@@ -72,8 +72,8 @@ struct HaGroupOptions {
   int grpc_port = 7070;
   int http_port = 8080;
   std::string log_level = "info";
-  std::string self_exe;                     // this program (the servers run `<self_exe> server ...`)
-  std::vector<std::string> server_flags;    // passed on to every server
+  std::string self_exe;                   // this program (the servers run `<self_exe> server ...`)
+  std::vector<std::string> server_flags;  // passed on to every server
 };
 
 class HaGroup {

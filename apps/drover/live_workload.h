@@ -28,17 +28,17 @@
 namespace drover::app {
 
 struct LiveWorkloadOptions {
-  std::string kind = "mixed";  // "mixed" or "none" (Start then does nothing)
-  std::string grpc_address;    // the server's, e.g. server->grpc_address()
-  std::string token;           // an admin token: it submits for several tenants
-  std::string ca_pem;          // the cluster CA when the server serves TLS ("" for plaintext)
-  int nodes = 0;               // --simulate
-  int gpus_per_node = 8;       // --simulate-gpus
+  std::string kind = "mixed";           // "mixed" or "none" (Start then does nothing)
+  std::string grpc_address;             // the server's, e.g. server->grpc_address()
+  std::string token;                    // an admin token: it submits for several tenants
+  std::string ca_pem;                   // the cluster CA when the server serves TLS ("" for plaintext)
+  int nodes = 0;                        // --simulate
+  int gpus_per_node = 8;                // --simulate-gpus
   std::string gpu_model = "H100 80GB";  // --simulate-model (any case)
-  double time_scale = 60;      // simulated seconds per wall second: a 30-minute job sleeps 30 s
+  double time_scale = 60;               // simulated seconds per wall second: a 30-minute job sleeps 30 s
   uint64_t seed = 1;
-  double target_load = 1.3;    // offered GPU demand / capacity, so queues form
-  int max_pending = 0;         // hold arrivals back above this many pending jobs; 0 = 2 x nodes
+  double target_load = 1.3;  // offered GPU demand / capacity, so queues form
+  int max_pending = 0;       // hold arrivals back above this many pending jobs; 0 = 2 x nodes
 };
 
 // "mixed" or "none"; else kInvalidArgument "workload 'x' is unknown (use

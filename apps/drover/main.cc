@@ -3,8 +3,8 @@
 // agent_role.h, up.h, gateway_role.h, sim_role.h, certs_verb.h; the
 // client verbs in drover/cli).
 
-#include <CLI/CLI.hpp>
 #include <signal.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdlib>

@@ -61,7 +61,8 @@ Result<std::vector<FaultFlag>> ParseFaultFlags(const std::vector<std::string>& f
   std::vector<FaultFlag> out;
   for (const std::string& text : flags) {
     auto bad = [&](const std::string& why) {
-      return InvalidArgument("--fault '" + text + "': " + why + " (expected NODE:GPU:FAULT[@DELAY], e.g. sim-1:0:xid:79@30s)");
+      return InvalidArgument("--fault '" + text + "': " + why +
+                             " (expected NODE:GPU:FAULT[@DELAY], e.g. sim-1:0:xid:79@30s)");
     };
     size_t c1 = text.find(':');
     size_t c2 = c1 == std::string::npos ? c1 : text.find(':', c1 + 1);
@@ -97,7 +98,7 @@ std::vector<agent::ScheduledFault> FaultsFor(const std::vector<FaultFlag>& all, 
 }
 
 Result<std::vector<std::unique_ptr<agent::DeviceBackend>>> Backends(const std::vector<std::string>& names,
-                                                                     const agent::SimulatedSpec& simulated) {
+                                                                    const agent::SimulatedSpec& simulated) {
   std::vector<std::unique_ptr<agent::DeviceBackend>> out;
   for (const std::string& name : names) {
     if (name == "auto") {

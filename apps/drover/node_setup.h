@@ -44,7 +44,7 @@ std::vector<agent::ScheduledFault> FaultsFor(const std::vector<FaultFlag>& all, 
 // The backends --devices names (auto, nvml, rocm-smi, level-zero, opencl,
 // simulated, none); `simulated` describes the simulated one.
 Result<std::vector<std::unique_ptr<agent::DeviceBackend>>> Backends(const std::vector<std::string>& names,
-                                                                     const agent::SimulatedSpec& simulated);
+                                                                    const agent::SimulatedSpec& simulated);
 
 // Starts an agent for `node` on `server`, its jobs under `dir`, with the
 // supervisor beside this binary; `o` carries the telemetry, metrics and

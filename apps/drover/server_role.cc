@@ -28,14 +28,16 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--data-dir", f->data_dir, "where state, logs and job directories live")->capture_default_str();
   cmd->add_option("--grpc-listen", f->grpc_listen, "gRPC listen address (port 0 picks one)")->capture_default_str();
-  cmd->add_option("--listen", f->http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")->capture_default_str();
+  cmd->add_option("--listen", f->http_listen, "HTTP listen address for /api/v1, /healthz, /readyz")
+      ->capture_default_str();
   cmd->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")->capture_default_str();
   AddSchedulerFlags(cmd, &f->sched);
   AddHaFlags(cmd, &f->ha);
   cmd->add_flag("--insecure", f->insecure,
                 "allow listening beyond loopback without TLS (tokens cross the network in the clear)");
-  cmd->add_option("--tls-cert", f->tls_cert,
-                  "serve TLS with this certificate (PEM; default: <data-dir>/tls/server.crt when `drover certs init` made one)");
+  cmd->add_option(
+      "--tls-cert", f->tls_cert,
+      "serve TLS with this certificate (PEM; default: <data-dir>/tls/server.crt when `drover certs init` made one)");
   cmd->add_option("--tls-key", f->tls_key, "the private key of --tls-cert (PEM)");
   cmd->add_option("--tls-ca", f->tls_ca, "the cluster CA certificate: client certificates must chain to it (PEM)");
   cmd->add_option("--tls-ca-key", f->tls_ca_key, "the CA's private key: issue node certificates at join (optional)");
@@ -58,8 +60,9 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--rate-limit-reads", f->rate_limit_reads, "reads per token, RATE:BURST per second (a tenant: 4x)")
       ->capture_default_str();
-  cmd->add_option("--http-host-name", f->http_host_names,
-                  "a DNS name the HTTP listener answers to besides IP addresses, localhost and the hostname (repeatable)");
+  cmd->add_option(
+      "--http-host-name", f->http_host_names,
+      "a DNS name the HTTP listener answers to besides IP addresses, localhost and the hostname (repeatable)");
   // Only for the help text: main() moves it in front of the role.
   cmd->add_option("--config", "YAML file of this role's flags, scheduler: and tenants: (docs/configuration.md)");
 }
@@ -174,8 +177,8 @@ std::optional<int> ControlPlane::StartGatewayAndReadCa(const ServerFlags& f) {
   if (gateway) {
     const std::string gateway_addr = fmt::format("{}:{}", HostOf(gw.listen), gateway->port());
     if (Status s = AddGatewayToEndpoints(f.data_dir, gateway_addr, !gw_tls.tls_cert.empty()); !s.ok()) return Fatal(s);
-    spdlog::info("OpenAI-compatible gateway on {}://{}/v1 (docs/gateway.md)", gw_tls.tls_cert.empty() ? "http" : "https",
-                 gateway_addr);
+    spdlog::info("OpenAI-compatible gateway on {}://{}/v1 (docs/gateway.md)",
+                 gw_tls.tls_cert.empty() ? "http" : "https", gateway_addr);
   }
   ca_file = server ? server->ca_file() : "";
   if (!ca_file.empty()) {

@@ -47,8 +47,8 @@ void RaiseOpenFileLimit(int nodes) {
     (void)::setrlimit(RLIMIT_NOFILE, &r);
   }
   if (r.rlim_cur < want) {
-    spdlog::warn("{} simulated nodes want about {} open files; the limit is {} (raise it with ulimit -n)", nodes,
-                 want, r.rlim_cur);
+    spdlog::warn("{} simulated nodes want about {} open files; the limit is {} (raise it with ulimit -n)", nodes, want,
+                 r.rlim_cur);
   }
 }
 
@@ -70,10 +70,9 @@ Result<std::unique_ptr<HaGroup>> StartHaGroup(const UpFlags& f) {
   DROVER_ASSIGN_OR_RETURN(std::string leader, group->WaitForLeader(std::chrono::seconds(60)));
   DROVER_RETURN_IF_ERROR(group->authority()->EnsureBootstrapAdmin(s.data_dir + "/admin.token").status());
   // The CLI run from here finds every server (and the token) in the data dir.
-  DROVER_RETURN_IF_ERROR(WriteFileAtomic(s.data_dir + "/endpoints.json",
-                                         fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", group->servers(),
-                                                     group->http_servers()),
-                                         0644));
+  DROVER_RETURN_IF_ERROR(WriteFileAtomic(
+      s.data_dir + "/endpoints.json",
+      fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", group->servers(), group->http_servers()), 0644));
   spdlog::info("the leader is {}; elsewhere: export DROVER_ADDR={}", leader, group->servers());
   return group;
 }
@@ -202,8 +201,8 @@ std::optional<int> UpNodes::StartSimulatedNode(int i) {
   auto sim_token = cp_->MintInternal(name, auth::Role::kNode, name);
   if (!sim_token.ok()) return Fatal(sim_token.status());
   o.token = *sim_token;
-  auto started = StartAgent(std::move(o), name, cp_->grpc_address, f_.server.data_dir + "/agents/" + name, std::move(bs),
-                        SimulatedLabels(i));
+  auto started = StartAgent(std::move(o), name, cp_->grpc_address, f_.server.data_dir + "/agents/" + name,
+                            std::move(bs), SimulatedLabels(i));
   if (!started.ok()) return Fatal(started.status());
   agents_.push_back(std::move(*started));
   return std::nullopt;
@@ -292,7 +291,8 @@ CLI::App* AddUpCommand(CLI::App& app, UpFlags* f, int* exit_code) {
   const size_t before_server_flags = up->get_options().size();
   AddServerFlags(up, &f->server);
   std::vector<CLI::Option*> server_options = up->get_options();
-  server_options.erase(server_options.begin(), server_options.begin() + static_cast<std::ptrdiff_t>(before_server_flags));
+  server_options.erase(server_options.begin(),
+                       server_options.begin() + static_cast<std::ptrdiff_t>(before_server_flags));
   up->add_option("--node-name", f->node_name, "name of this machine's node (default: hostname)");
   up->add_option("--devices", f->devices,
                  "device backends for this machine: auto, nvml, rocm-smi, level-zero, opencl, simulated, none")
@@ -308,9 +308,12 @@ CLI::App* AddUpCommand(CLI::App& app, UpFlags* f, int* exit_code) {
       ->check(CLI::Range(0, 7));
   up->add_option("--ha-etcd-port", f->ha_etcd_port, "first etcd client port of --ha (peers and members follow)")
       ->capture_default_str();
-  up->add_option("--simulate-gpus", f->sim_gpus, "GPUs per simulated node")->check(CLI::Range(0, 64))->capture_default_str();
+  up->add_option("--simulate-gpus", f->sim_gpus, "GPUs per simulated node")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   up->add_option("--simulate-model", f->sim_model, "GPU model of simulated nodes")->capture_default_str();
-  up->add_option("--label", f->labels, "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");
+  up->add_option("--label", f->labels,
+                 "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");
   AddTelemetryFlags(up, &f->telemetry);
   up->add_option("--workload", f->workload,
                  "keep submitting a synthetic workload to the simulated nodes: mixed or none")

@@ -18,19 +18,17 @@
 #include <string_view>
 #include <system_error>
 
-#define FUZZ_CHECK(cond)                                                                        \
-  do {                                                                                          \
-    if (!(cond)) {                                                                              \
-      std::fprintf(stderr, "%s:%d: property violated: %s\n", __FILE__, __LINE__, #cond);      \
-      std::abort();                                                                             \
-    }                                                                                           \
+#define FUZZ_CHECK(cond)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::fprintf(stderr, "%s:%d: property violated: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                      \
+    }                                                                                    \
   } while (false)
 
 namespace drover::fuzz {
 
-inline std::string_view AsText(const uint8_t* data, size_t size) {
-  return {reinterpret_cast<const char*>(data), size};
-}
+inline std::string_view AsText(const uint8_t* data, size_t size) { return {reinterpret_cast<const char*>(data), size}; }
 
 // The folder of this process's temporary files: in /dev/shm when it exists
 // (no disk writes per input), else $TMPDIR or /tmp.

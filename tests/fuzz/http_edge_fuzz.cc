@@ -23,10 +23,10 @@
 
 #include <map>
 
+#include "beast_input.h"
 #include "drover/auth/authority.h"
 #include "drover/server/edge.h"
 #include "drover/store/store.h"
-#include "beast_input.h"
 #include "fuzz_util.h"
 
 namespace {

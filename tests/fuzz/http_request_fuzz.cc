@@ -18,9 +18,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "beast_input.h"
 #include "drover/http/request_parse.h"
 #include "drover/http/server.h"  // Request (a struct; nothing of the server is linked)
-#include "beast_input.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -31,7 +31,7 @@ namespace bhttp = boost::beast::http;
 using boost::system::error_code;
 using drover::fuzz::AsText;
 
-constexpr size_t kMaxBodyBytes = 1 << 20;   // ServerOptions::max_body_bytes
+constexpr size_t kMaxBodyBytes = 1 << 20;       // ServerOptions::max_body_bytes
 constexpr uint32_t kMaxHeaderBytes = 64 << 10;  // server.cc kMaxHeaderBytes
 
 std::string ToString(beast::string_view text) { return std::string(text.data(), text.size()); }

@@ -3,15 +3,15 @@
 // program that prints "listening on PORT") as a child process, and a small
 // blocking HTTP/1.1 client over loopback. Header-only.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
 
 #include <chrono>
 #include <cstring>

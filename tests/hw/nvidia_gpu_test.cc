@@ -19,14 +19,10 @@ namespace {
 
 const char* LinkName(DeviceLink link) {
   switch (link) {
-    case DeviceLink::kCrossSocket:
-      return "SYS";
-    case DeviceLink::kSameNuma:
-      return "NODE";
-    case DeviceLink::kPcieSwitch:
-      return "PIX";
-    case DeviceLink::kFabric:
-      return "NV";
+    case DeviceLink::kCrossSocket: return "SYS";
+    case DeviceLink::kSameNuma: return "NODE";
+    case DeviceLink::kPcieSwitch: return "PIX";
+    case DeviceLink::kFabric: return "NV";
   }
   return "?";
 }
@@ -95,8 +91,8 @@ TEST_F(NVIDIA_GPU, DiscoversEveryDevice) {
     const GpuDevice& d = devices[i];
     std::printf("  [%d] %s  %s  %.1f GiB  pci %s  %s  numa %d  mig %s (%zu instances)\n", d.index, d.model.c_str(),
                 d.uuid.c_str(), static_cast<double>(d.memory_bytes) / (1ull << 30), d.pci_bus_id.c_str(),
-                d.architecture.empty() ? "arch ?" : d.architecture.c_str(), d.numa_node,
-                d.mig_enabled ? "on" : "off", d.mig_instances.size());
+                d.architecture.empty() ? "arch ?" : d.architecture.c_str(), d.numa_node, d.mig_enabled ? "on" : "off",
+                d.mig_instances.size());
     for (const MigInstance& m : d.mig_instances) {
       std::printf("      %s  gi %d ci %d  %.1f GiB\n", m.uuid.c_str(), m.gpu_instance_id, m.compute_instance_id,
                   static_cast<double>(m.memory_bytes) / (1ull << 30));
@@ -136,15 +132,15 @@ TEST_F(NVIDIA_GPU, SamplesEveryDevice) {
     Result<GpuSample> sample = backend_->Sample(d.index);
     ASSERT_TRUE(sample.ok()) << "device " << d.index << ": " << sample.status().ToString();
     const GpuSample& s = *sample;
-    std::printf("  [%d] util %s  mem util %s  memory %.2f / %.2f GiB  temp %s  power %s / %s  clocks sm %d mem %d MHz"
-                "  throttle 0x%x  ecc %lld/%lld  processes %s (%zu)\n",
-                d.index, Maybe(s.utilization_pct, "%").c_str(), Maybe(s.memory_utilization_pct, "%").c_str(),
-                static_cast<double>(s.memory_used_bytes) / (1ull << 30),
-                static_cast<double>(s.memory_total_bytes) / (1ull << 30), Maybe(s.temperature_c, "C").c_str(),
-                Maybe(s.power_w, "W").c_str(), Maybe(s.power_limit_w, "W").c_str(), s.sm_clock_mhz,
-                s.memory_clock_mhz, s.throttle, static_cast<long long>(s.ecc_corrected),
-                static_cast<long long>(s.ecc_uncorrected), s.processes_known ? "known" : "unknown",
-                s.processes.size());
+    std::printf(
+        "  [%d] util %s  mem util %s  memory %.2f / %.2f GiB  temp %s  power %s / %s  clocks sm %d mem %d MHz"
+        "  throttle 0x%x  ecc %lld/%lld  processes %s (%zu)\n",
+        d.index, Maybe(s.utilization_pct, "%").c_str(), Maybe(s.memory_utilization_pct, "%").c_str(),
+        static_cast<double>(s.memory_used_bytes) / (1ull << 30),
+        static_cast<double>(s.memory_total_bytes) / (1ull << 30), Maybe(s.temperature_c, "C").c_str(),
+        Maybe(s.power_w, "W").c_str(), Maybe(s.power_limit_w, "W").c_str(), s.sm_clock_mhz, s.memory_clock_mhz,
+        s.throttle, static_cast<long long>(s.ecc_corrected), static_cast<long long>(s.ecc_uncorrected),
+        s.processes_known ? "known" : "unknown", s.processes.size());
     EXPECT_TRUE(Known(s.temperature_c)) << "device " << d.index;
     EXPECT_GT(s.temperature_c, 0);
     EXPECT_LT(s.temperature_c, 120);

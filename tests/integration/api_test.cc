@@ -74,7 +74,8 @@ TEST_F(ApiTest, HealthAndReadiness) {
 }
 
 TEST_F(ApiTest, RestSubmitGetListCancelAndLogs) {
-  auto created = Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": 2, "command": ["sh", "-c", "echo hello; sleep 0.3; echo bye"]}})");
+  auto created = Http("POST", "/api/v1/jobs",
+                      R"({"spec": {"gpus": 2, "command": ["sh", "-c", "echo hello; sleep 0.3; echo bye"]}})");
   ASSERT_EQ(created.status, 201) << created.body;
   std::string id = nlohmann::json::parse(created.body)["job"]["id"];
 
@@ -149,7 +150,8 @@ TEST_F(ApiTest, SubmitThatWatchesStreamsItsJobsOnTheSameConnection) {
   EXPECT_EQ(evs[2].first, "end");
 
   // An array: every task's end, then the end.
-  auto array = Http("POST", "/api/v1/jobs?watch=ended", R"({"spec": {"gpus": 1, "command": ["true"]}, "array": {"first": 1, "last": 3}})");
+  auto array = Http("POST", "/api/v1/jobs?watch=ended",
+                    R"({"spec": {"gpus": 1, "command": ["true"]}, "array": {"first": 1, "last": 3}})");
   ASSERT_EQ(array.status, 201) << array.body;
   evs = events(array.body);
   ASSERT_EQ(evs.size(), 5u) << array.body;
@@ -181,7 +183,8 @@ int Threads(pid_t pid) {
 // thread count stays where it was. They come from five loopback addresses
 // (the server takes 64 connections from one address).
 TEST_F(ApiTest, ManyLogFollowersHoldNoThreads) {
-  auto created = Http("POST", "/api/v1/jobs", R"({"spec": {"gpus": 1, "command": ["sh", "-c", "echo start; sleep 300; echo never"]}})");
+  auto created = Http("POST", "/api/v1/jobs",
+                      R"({"spec": {"gpus": 1, "command": ["sh", "-c", "echo start; sleep 300; echo never"]}})");
   ASSERT_EQ(created.status, 201) << created.body;
   std::string id = nlohmann::json::parse(created.body)["job"]["id"];
   ASSERT_TRUE(WaitUntil([&] { return Http("GET", "/api/v1/jobs/" + id + "/logs").body == "start\n"; }));
@@ -269,14 +272,17 @@ TEST_F(ApiTest, BadJobSpecsAreRejectedOnBothTransportsAndNothingIsStored) {
       {"negative gpus", [](v1::JobSpec* s) { s->set_gpus(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
       {"absurd gpus", [](v1::JobSpec* s) { s->set_gpus(1 << 30); }, grpc::StatusCode::INVALID_ARGUMENT},
       {"negative memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
-      {"absurd memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{1} << 60); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"absurd memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{1} << 60); },
+       grpc::StatusCode::INVALID_ARGUMENT},
       {"empty command", [](v1::JobSpec* s) { s->clear_command(); }, grpc::StatusCode::INVALID_ARGUMENT},
-      {"oversized command", [](v1::JobSpec* s) { s->add_command(std::string(100000, 'x')); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"oversized command", [](v1::JobSpec* s) { s->add_command(std::string(100000, 'x')); },
+       grpc::StatusCode::INVALID_ARGUMENT},
       {"bad tenant", [](v1::JobSpec* s) { s->set_tenant("Bad Tenant"); }, grpc::StatusCode::INVALID_ARGUMENT},
       {"unknown vendor", [](v1::JobSpec* s) { s->set_gpu_vendor("voodoo"); }, grpc::StatusCode::INVALID_ARGUMENT},
       {"never fits", [](v1::JobSpec* s) { s->set_gpus(9); }, grpc::StatusCode::FAILED_PRECONDITION},
       {"no such model", [](v1::JobSpec* s) { s->set_gpu_model("B200"); }, grpc::StatusCode::FAILED_PRECONDITION},
-      {"too much memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{100} << 30); }, grpc::StatusCode::FAILED_PRECONDITION},
+      {"too much memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(int64_t{100} << 30); },
+       grpc::StatusCode::FAILED_PRECONDITION},
       {"share without memory", [](v1::JobSpec* s) { s->set_gpu_milli(250); }, grpc::StatusCode::INVALID_ARGUMENT},
       {"share over one", [](v1::JobSpec* s) { s->set_gpu_milli(2000); }, grpc::StatusCode::INVALID_ARGUMENT},
       {"negative replicas", [](v1::JobSpec* s) { s->set_replicas(-2); }, grpc::StatusCode::INVALID_ARGUMENT},
@@ -286,10 +292,13 @@ TEST_F(ApiTest, BadJobSpecsAreRejectedOnBothTransportsAndNothingIsStored) {
          s->set_gpus(8);
        },
        grpc::StatusCode::FAILED_PRECONDITION},
-      {"bad selector", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "a b"; }, grpc::StatusCode::INVALID_ARGUMENT},
-      {"no such rack", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "rack-9"; }, grpc::StatusCode::FAILED_PRECONDITION},
+      {"bad selector", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "a b"; },
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"no such rack", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "rack-9"; },
+       grpc::StatusCode::FAILED_PRECONDITION},
       {"bad topology", [](v1::JobSpec* s) { s->set_topology("mesh"); }, grpc::StatusCode::INVALID_ARGUMENT},
-      {"negative estimate", [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(-1); }, grpc::StatusCode::INVALID_ARGUMENT},
+      {"negative estimate", [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT},
   };
   int before = JobCount();
   for (const Case& c : cases) {
@@ -310,7 +319,8 @@ TEST_F(ApiTest, BadJobSpecsAreRejectedOnBothTransportsAndNothingIsStored) {
   }
   v1::JobSpec never = Good();
   never.set_gpus(9);
-  EXPECT_NE(GrpcSubmit(never).error_message().find("no node has 9 GPUs (the most any node has is 8)"), std::string::npos);
+  EXPECT_NE(GrpcSubmit(never).error_message().find("no node has 9 GPUs (the most any node has is 8)"),
+            std::string::npos);
   EXPECT_EQ(JobCount(), before);
 }
 

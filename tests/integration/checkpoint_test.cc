@@ -30,9 +30,9 @@ class CheckpointTest : public ::testing::Test {
                              "  queue: priority\n"
                              "  preemption: true\n"
                              "  preemption-grace: 5s\n";
-    up_ = std::make_unique<DroverUp>(dir_.path() + "/data",
-                                     std::vector<std::string>{"--config", config, "--devices", "none", "--simulate",
-                                                              "1", "--simulate-gpus", "1"});
+    up_ = std::make_unique<DroverUp>(
+        dir_.path() + "/data",
+        std::vector<std::string>{"--config", config, "--devices", "none", "--simulate", "1", "--simulate-gpus", "1"});
     ASSERT_TRUE(up_->Start());
     ASSERT_TRUE(up_->WaitForReadyNodes(2));
   }

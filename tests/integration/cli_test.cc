@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -139,7 +139,8 @@ TEST_F(CliTest, SubmitRunsInTheFrontProgramAlone) {
   // `drover jobs` too runs there.
   CommandResult jobs = run({"jobs", "-o", "wide"}, {http});
   ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
-  EXPECT_TRUE(std::regex_search(jobs.out, std::regex(id + " +<none> +default +Failed +1 .* 5 +sh -c echo out; exit 5 +exited with code 5")))
+  EXPECT_TRUE(std::regex_search(
+      jobs.out, std::regex(id + " +<none> +default +Failed +1 .* 5 +sh -c echo out; exit 5 +exited with code 5")))
       << jobs.out;
   EXPECT_EQ(run({"jobs", "--state", "exploded"}, {http}).exit_code, 2);
 
@@ -221,10 +222,10 @@ class FakeHttp {
 // sent on.
 TEST_F(CliTest, TheFrontProgramFindsTheLeaderInAListOfServers) {
   const std::string leader = up_->http_address();
-  FakeHttp standby(fmt::format(
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nX-Drover-Leader: {}\r\n"
-      "Retry-After: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
-      leader));
+  FakeHttp standby(
+      fmt::format("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nX-Drover-Leader: {}\r\n"
+                  "Retry-After: 1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+                  leader));
   FakeHttp nobody_leads(
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
       "Connection: close\r\n\r\n{}");
@@ -239,8 +240,8 @@ TEST_F(CliTest, TheFrontProgramFindsTheLeaderInAListOfServers) {
 
   // Unreachable, then a standby that names the leader (the bystander after
   // it is never asked), then the leader.
-  CommandResult r =
-      RunCli(up_->grpc_address(), {"submit", "--wait", "--", "true"}, {list({refused, standby.address(), bystander.address(), leader})});
+  CommandResult r = RunCli(up_->grpc_address(), {"submit", "--wait", "--", "true"},
+                           {list({refused, standby.address(), bystander.address(), leader})});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(std::regex_match(r.out, std::regex("j-[0-9]{6}\n"))) << r.out;
   EXPECT_EQ(standby.requests(), 1);
@@ -268,7 +269,8 @@ TEST_F(CliTest, TheFrontProgramFindsTheLeaderInAListOfServers) {
 // `drover jobs` prints the same from the front program over REST as from
 // drover-core over gRPC: rows, columns, paging hint, exit codes and JSON.
 TEST_F(CliTest, JobsIsTheSameOverRestAndGrpc) {
-  ASSERT_EQ(Cli({"submit", "--array", "1-4%2", "--wait", "--", "sh", "-c", "exit $((DROVER_ARRAY_INDEX % 2))"}).exit_code, 1);
+  ASSERT_EQ(
+      Cli({"submit", "--array", "1-4%2", "--wait", "--", "sh", "-c", "exit $((DROVER_ARRAY_INDEX % 2))"}).exit_code, 1);
   CommandResult held = Cli({"submit", "--name", "held", "--gpus", "0.5", "--gpu-memory", "1GiB", "--", "sleep", "300"});
   ASSERT_EQ(held.exit_code, 0) << held.err;
   const std::string held_id = held.out.substr(0, held.out.find('\n'));
@@ -279,10 +281,16 @@ TEST_F(CliTest, JobsIsTheSameOverRestAndGrpc) {
   auto without_ages = [](const std::string& text) {
     return std::regex_replace(text, std::regex(R"(\b[0-9]+[smhd]\b)"), "AGE");
   };
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"jobs"}, {"jobs", "-o", "wide"}, {"jobs", "--expand", "--page-size", "2"}, {"jobs", "--state", "failed"},
-           {"jobs", "--page-size", "2", "--page-token", "3", "--all"}, {"jobs", "--ended-within", "1h", "--expand"},
-           {"jobs", "--tenant", "nobody"}, {"jobs", "--ended-within", "soon"}, {"jobs", "--state", "exploded"}}) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"jobs"},
+                                             {"jobs", "-o", "wide"},
+                                             {"jobs", "--expand", "--page-size", "2"},
+                                             {"jobs", "--state", "failed"},
+                                             {"jobs", "--page-size", "2", "--page-token", "3", "--all"},
+                                             {"jobs", "--ended-within", "1h", "--expand"},
+                                             {"jobs", "--tenant", "nobody"},
+                                             {"jobs", "--ended-within", "soon"},
+                                             {"jobs", "--state", "exploded"}}) {
     CommandResult rest = Cli(args);
     CommandResult grpc = GrpcCli(args);
     const std::string what = fmt::format("{}", fmt::join(args, " "));
@@ -293,7 +301,8 @@ TEST_F(CliTest, JobsIsTheSameOverRestAndGrpc) {
   CommandResult listed = Cli({"jobs", "--expand"});
   EXPECT_TRUE(std::regex_search(listed.out, std::regex("held +default +Running +0.5 "))) << listed.out;
   EXPECT_NE(Cli({"jobs", "--page-size", "2"}).err.find("More jobs: add --page-token"), std::string::npos);
-  EXPECT_EQ(nlohmann::json::parse(Cli({"jobs", "-o", "json"}).out), nlohmann::json::parse(GrpcCli({"jobs", "-o", "json"}).out));
+  EXPECT_EQ(nlohmann::json::parse(Cli({"jobs", "-o", "json"}).out),
+            nlohmann::json::parse(GrpcCli({"jobs", "-o", "json"}).out));
   // Nothing left running after the test (supervisors outlive their server).
   EXPECT_EQ(Cli({"cancel", held_id}).exit_code, 0);
   EXPECT_TRUE(WaitUntil([&] { return GetJob(up_->jobs(), held_id).status().state() == v1::JOB_STATE_CANCELLED; }));
@@ -468,8 +477,8 @@ TEST_F(CliTest, GangRunsOneProcessPerReplica) {
   EXPECT_NE(job.status().replicas(0).node(), job.status().replicas(1).node());
 
   // One replica fails: the other is stopped and the job fails with its code.
-  r = Cli({"submit", "--replicas", "2", "--gpus", "4", "--gpu-model", "H100 80GB", "--grace", "1", "--wait", "--",
-           "sh", "-c", "if [ \"$DROVER_REPLICA\" = 1 ]; then exit 3; fi; exec sleep 300"});
+  r = Cli({"submit", "--replicas", "2", "--gpus", "4", "--gpu-model", "H100 80GB", "--grace", "1", "--wait", "--", "sh",
+           "-c", "if [ \"$DROVER_REPLICA\" = 1 ]; then exit 3; fi; exec sleep 300"});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("replica 1 failed: exited with code 3"), std::string::npos) << r.err;
 }
@@ -555,12 +564,13 @@ TEST_F(CliTelemetryTest, GpusWideShowsLiveTelemetry) {
     std::vector<std::string> power = Column(wide.out, "POWER-W", "sim-1 ");
     if (temp.size() != 2 || power.size() != 2) return false;
     for (int i = 0; i < 2; ++i) {
-      bool numbers = std::regex_match(temp[i], std::regex("[0-9]+")) &&
-                     std::regex_match(power[i], std::regex("[0-9]+/[0-9]+"));
+      bool numbers =
+          std::regex_match(temp[i], std::regex("[0-9]+")) && std::regex_match(power[i], std::regex("[0-9]+/[0-9]+"));
       if (!numbers) return false;
     }
     return true;
-  })) << wide.out << wide.err;
+  })) << wide.out
+      << wide.err;
   EXPECT_EQ(wide.exit_code, 0);
   EXPECT_EQ(Column(wide.out, "ECC", "sim-1 "), (std::vector<std::string>{"0/0", "0/0"})) << wide.out;
   EXPECT_EQ(Column(wide.out, "ARCH", "sim-1 "), (std::vector<std::string>{"sm_90", "sm_90"})) << wide.out;

@@ -41,16 +41,14 @@ TEST_F(GpuMemoryTest, AHalfGpuJobIsHeldToItsGigabyte) {
   CommandResult r =
       Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--env",
            std::string("LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR, "--env", "LD_PRELOAD=libm.so.6", "--wait", "--",
-           "sh", "-c",
-           "echo preload=$LD_PRELOAD limit=$DROVER_GPU_MEMORY_LIMIT; exec " + probe + " driver 256 16"});
+           "sh", "-c", "echo preload=$LD_PRELOAD limit=$DROVER_GPU_MEMORY_LIMIT; exec " + probe + " driver 256 16"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   CommandResult logs = Cli({"logs", Id(r)});
   ASSERT_EQ(logs.exit_code, 0) << logs.err;
   EXPECT_TRUE(
       std::regex_search(logs.out, std::regex("preload=/\\S*/libdrover_cuda_shim.so:libm.so.6 limit=1073741824")))
       << logs.out;
-  EXPECT_NE(logs.out.find("mem_get_info=CUDA_SUCCESS total=1073741824 free=1073741824"), std::string::npos)
-      << logs.out;
+  EXPECT_NE(logs.out.find("mem_get_info=CUDA_SUCCESS total=1073741824 free=1073741824"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("alloc 3 of 268435456 bytes: CUDA_SUCCESS"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("first_failure=4 CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("done status=0"), std::string::npos) << logs.out;
@@ -61,9 +59,9 @@ TEST_F(GpuMemoryTest, AHalfGpuJobIsHeldToItsGigabyte) {
 TEST_F(GpuMemoryTest, TheJobsUsageReachesTheMetric) {
   std::string probe = DROVER_CUDA_PROBE;
   if (probe.empty() || !std::filesystem::exists(probe)) GTEST_SKIP() << "nvcc was not found at configure time";
-  CommandResult r = Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--env",
-                         std::string("LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR, "--", probe, "driver", "256", "2",
-                         "hold"});
+  CommandResult r =
+      Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--env",
+           std::string("LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR, "--", probe, "driver", "256", "2", "hold"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::string id = Id(r);
   std::regex series("drover_gpu_job_memory_used_bytes\\{[^}]*job_id=\"" + id + "\"[^}]*\\} (\\S+)");
@@ -77,7 +75,9 @@ TEST_F(GpuMemoryTest, TheJobsUsageReachesTheMetric) {
     if (!std::regex_search(text, m, series)) return false;
     value = std::stod(m[1].str());
     return value == 512.0 * 1024 * 1024;
-  })) << "last value " << value << "\n" << text.substr(0, 2000);
+  })) << "last value "
+      << value << "\n"
+      << text.substr(0, 2000);
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
 }
 

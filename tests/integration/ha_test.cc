@@ -3,15 +3,15 @@
 // lost, and a leader paused past its lease is fenced out and starts over as
 // a standby.
 
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -82,9 +82,23 @@ class HaTest : public ::testing::Test {
   void StartAgent(DroverUp* leader, const std::string& servers) {
     CommandResult join = RunCli(leader->grpc_address(), {"join-token", "--node", "gpu-01"});
     ASSERT_EQ(join.exit_code, 0) << join.err;
-    std::vector<std::string> args = {"agent", "--server", servers, "--data-dir", dir_.path() + "/agent", "--node-name", "gpu-01",
-                   "--devices", "simulated", "--simulate-gpus", "2", "--log-level", "info", "--metrics-listen",
-                   "127.0.0.1:0", "--join-token", join.out.substr(0, join.out.find('\n'))};
+    std::vector<std::string> args = {"agent",
+                                     "--server",
+                                     servers,
+                                     "--data-dir",
+                                     dir_.path() + "/agent",
+                                     "--node-name",
+                                     "gpu-01",
+                                     "--devices",
+                                     "simulated",
+                                     "--simulate-gpus",
+                                     "2",
+                                     "--log-level",
+                                     "info",
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
+                                     "--join-token",
+                                     join.out.substr(0, join.out.find('\n'))};
     agent_ = SpawnDrover(args, dir_.path() + "/agent.out", dir_.path() + "/agent.err");
     ASSERT_GT(agent_, 0);
     ASSERT_TRUE(leader->WaitForReadyNodes(1));
@@ -205,8 +219,11 @@ TEST_F(HaTest, ALeaderPausedPastItsLeaseIsFencedOutAndStartsOverAsAStandby) {
 
   // B still leads, with every job, and its agent runs them.
   std::string third = Submit(b->jobs(), "by-b-after");
-  EXPECT_TRUE(
-      WaitUntil([&] { return CheckAgent(), AllSucceeded(b->jobs(), {first, second, third}); }, std::chrono::seconds(60)))
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return CheckAgent(), AllSucceeded(b->jobs(), {first, second, third});
+      },
+      std::chrono::seconds(60)))
       << ReadAll(dir_.path() + "/agent.err");
 }
 
@@ -306,7 +323,11 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
     after = resp.job().id();
     return true;
   })) << ReadAll(dir.path() + "/data/up.err");
-  EXPECT_TRUE(WaitUntil([&] { return AllSucceeded(jobs.get(), {spanning, after}); }, std::chrono::seconds(60)))
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return AllSucceeded(jobs.get(), {spanning, after});
+      },
+      std::chrono::seconds(60)))
       << ReadAll(dir.path() + "/data/up.err");
   EXPECT_EQ(ReadAll(marker), "started\n");
 
@@ -317,8 +338,8 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
   const std::string front = lone.path() + "/drover";
   std::filesystem::copy_file(DroverBinary(), front);
   std::filesystem::permissions(front, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
-  CommandResult found = RunCli(up.grpc_address(), {"submit", "--wait", "--", "true"},
-                               {"DROVER_DATA_DIR=" + dir.path() + "/data"}, front);
+  CommandResult found =
+      RunCli(up.grpc_address(), {"submit", "--wait", "--", "true"}, {"DROVER_DATA_DIR=" + dir.path() + "/data"}, front);
   EXPECT_EQ(found.exit_code, 0) << found.err;
   // The leader now: a standby, or the killed server itself, restarted by
   // the supervisor, when it won the campaign.
@@ -332,9 +353,9 @@ TEST(UpHaTest, ThreeServersOnOneMachineSurviveTheirLeader) {
   const int old_leader = leader - grpc;
   // A server that stood by all along.
   const int standby = new_leader == old_leader ? (new_leader + 1) % 3 : 3 - new_leader - old_leader;
-  CommandResult via_standby = RunCli(
-      up.grpc_address(), {"jobs", "-o", "json"},
-      {fmt::format("DROVER_HTTP_ADDR=127.0.0.1:{},127.0.0.1:{}", http + standby, http + new_leader)}, front);
+  CommandResult via_standby =
+      RunCli(up.grpc_address(), {"jobs", "-o", "json"},
+             {fmt::format("DROVER_HTTP_ADDR=127.0.0.1:{},127.0.0.1:{}", http + standby, http + new_leader)}, front);
   ASSERT_EQ(via_standby.exit_code, 0) << via_standby.err;
   EXPECT_NE(via_standby.out.find(after), std::string::npos) << via_standby.out;
 

@@ -126,9 +126,8 @@ TEST_F(HealthTest, JobsOnAFailedGpuFollowTheirRestartPolicy) {
   EXPECT_EQ(again.status().restarts(), 1);
   EXPECT_EQ(again.status().preemptions(), 0);
   // Both GPUs healed after their clean checks.
-  ASSERT_TRUE(WaitUntil([&] {
-    return Gpu(0).health() == v1::GPU_HEALTH_HEALTHY && Gpu(1).health() == v1::GPU_HEALTH_HEALTHY;
-  }));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Gpu(0).health() == v1::GPU_HEALTH_HEALTHY && Gpu(1).health() == v1::GPU_HEALTH_HEALTHY; }));
 }
 
 TEST_F(HealthTest, FaultsAreValidated) {

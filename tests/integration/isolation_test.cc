@@ -87,7 +87,8 @@ std::string After(const std::string& text, const std::string& key) {
   size_t at = text.find(key);
   if (at == std::string::npos) return "<none>";
   size_t end = text.find('\n', at);
-  std::string value = text.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
+  std::string value =
+      text.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
   while (!value.empty() && (value.front() == '\t' || value.front() == ' ')) value.erase(0, 1);
   return value;
 }
@@ -139,7 +140,8 @@ class IsolationTest : public ::testing::Test {
 TEST_F(IsolationTest, JobSeesOnlyItsSpecDroversAndAllowListedVariables) {
   std::string id = Submit({"--gpu-model", "H100 80GB", "--cpus", "0.5", "--memory", "64Mi", "-e", "MY_VAR=mine", "-e",
                            "DROVER_SIM_LOAD=0.5", "--wait", "--", "env"});
-  EXPECT_NE(Cli({"job", id}).out.find("500m CPU, 64MiB of memory per replica"), std::string::npos) << Cli({"job", id}).out;
+  EXPECT_NE(Cli({"job", id}).out.find("500m CPU, 64MiB of memory per replica"), std::string::npos)
+      << Cli({"job", id}).out;
   std::string log = Logs(id);
   std::map<std::string, std::string> env = EnvLines(log);
   // What the agent had and the spec did not give: absent.
@@ -162,8 +164,18 @@ TEST_F(IsolationTest, JobSeesOnlyItsSpecDroversAndAllowListedVariables) {
     }
   }
   // And nothing else.
-  const std::set<std::string> allowed = {"MY_VAR", "DROVER_SIM_LOAD", "CUDA_VISIBLE_DEVICES", "PATH", "HOME", "USER",
-                                         "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR"};
+  const std::set<std::string> allowed = {"MY_VAR",
+                                         "DROVER_SIM_LOAD",
+                                         "CUDA_VISIBLE_DEVICES",
+                                         "PATH",
+                                         "HOME",
+                                         "USER",
+                                         "LOGNAME",
+                                         "SHELL",
+                                         "LANG",
+                                         "LANGUAGE",
+                                         "TZ",
+                                         "TMPDIR"};
   for (const auto& [name, value] : env) {
     bool ok = allowed.contains(name) || name.starts_with("DROVER_") || name.starts_with("LC_");
     EXPECT_TRUE(ok) << "the job got '" << name << "=" << value << "'";
@@ -211,8 +223,8 @@ TEST_F(IsolationTest, JobsArePinnedToTheirGpusNumaNode) {
   }));
 
   // Both GPUs: both NUMA nodes' CPUs, which is all of them.
-  std::string id = Submit({"--gpus", "2", "--gpu-model", "H100 80GB", "--wait", "--", "grep", "Cpus_allowed_list",
-                           "/proc/self/status"});
+  std::string id = Submit(
+      {"--gpus", "2", "--gpu-model", "H100 80GB", "--wait", "--", "grep", "Cpus_allowed_list", "/proc/self/status"});
   EXPECT_EQ(Cpus(After(Logs(id), "Cpus_allowed_list:")), own) << Logs(id);
 }
 

@@ -4,9 +4,9 @@
 // HTTP API. `promtool check metrics` reads both endpoints.
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -63,9 +63,9 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
   }
   TempDir dir;
   std::string agent_metrics = "127.0.0.1:" + std::to_string(FreePort());
-  DroverUp up(dir.path() + "/data", {"--devices", "simulated", "--simulate-gpus", "2", "--simulate", "1",
-                                     "--agent-metrics-listen", agent_metrics, "--node-name", "local-1",
-                                     "--telemetry-period", "100ms"});
+  DroverUp up(dir.path() + "/data",
+              {"--devices", "simulated", "--simulate-gpus", "2", "--simulate", "1", "--agent-metrics-listen",
+               agent_metrics, "--node-name", "local-1", "--telemetry-period", "100ms"});
   ASSERT_TRUE(up.Start());
   ASSERT_TRUE(up.WaitForReadyNodes(2));
   // Telemetry reaches the server with the first heartbeats.
@@ -117,7 +117,8 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
                            "scrape_configs:\n"
                            "  - job_name: drover-server\n"
                            "    authorization:\n      type: Bearer\n      credentials_file: "
-                        << up.data_dir() << "/admin.token\n"
+                        << up.data_dir()
+                        << "/admin.token\n"
                            "    static_configs:\n      - targets: ['"
                         << up.http_address()
                         << "']\n"
@@ -152,12 +153,13 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
     return j["data"]["result"];
   };
   // The simulated node's GPU temperature, through the server's endpoint.
-  bool server_seen = WaitUntil([&] { return query("DCGM_FI_DEV_GPU_TEMP{job=\"drover-server\",Hostname=\"sim-1\"}").size() == 2; },
-                               std::chrono::seconds(60));
+  bool server_seen =
+      WaitUntil([&] { return query("DCGM_FI_DEV_GPU_TEMP{job=\"drover-server\",Hostname=\"sim-1\"}").size() == 2; },
+                std::chrono::seconds(60));
   // This machine's simulated GPUs, through its agent's own endpoint.
-  bool agent_seen = WaitUntil(
-      [&] { return query("DCGM_FI_DEV_POWER_USAGE{job=\"drover-agent\",Hostname=\"local-1\"}").size() == 2; },
-      std::chrono::seconds(60));
+  bool agent_seen =
+      WaitUntil([&] { return query("DCGM_FI_DEV_POWER_USAGE{job=\"drover-agent\",Hostname=\"local-1\"}").size() == 2; },
+                std::chrono::seconds(60));
   nlohmann::json temps = query("DCGM_FI_DEV_GPU_TEMP{job=\"drover-server\",Hostname=\"sim-1\"}");
   nlohmann::json depth = query("drover_scheduler_queue_depth");
   ::kill(pid, SIGTERM);

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -48,8 +48,7 @@ void RunningJobSurvivesSigkillAndCompletesOnce(const std::vector<std::string>& f
   std::string quick = Submit(up->jobs(), {"true"});
   ASSERT_TRUE(WaitUntil([&] { return GetJob(up->jobs(), quick).status().state() == v1::JOB_STATE_SUCCEEDED; }));
   // Sleeps long enough to span the kill and the restart.
-  std::string sleeper =
-      Submit(up->jobs(), {"sh", "-c", "echo started >> " + marker + "; sleep 5; echo finished"});
+  std::string sleeper = Submit(up->jobs(), {"sh", "-c", "echo started >> " + marker + "; sleep 5; echo finished"});
   ASSERT_TRUE(WaitUntil([&] { return GetJob(up->jobs(), sleeper).status().state() == v1::JOB_STATE_RUNNING; }));
   std::string queued = Submit(up->jobs(), {"sh", "-c", "echo second"}, 2);  // waits for the sleeper's GPU
 
@@ -82,7 +81,8 @@ TEST(RestartTest, RunningJobSurvivesSigkillAndCompletesOnce) {
 // the quick job; it outlives the agent, finishes the job, cannot tell the
 // dead agent and exits, which the next agent sees.
 TEST(RestartTest, PooledSupervisorFinishesItsJobAcrossAnAgentKill) {
-  RunningJobSurvivesSigkillAndCompletesOnce({"--devices", "simulated", "--simulate-gpus", "2", "--workload", "none"}, 1);
+  RunningJobSurvivesSigkillAndCompletesOnce({"--devices", "simulated", "--simulate-gpus", "2", "--workload", "none"},
+                                            1);
 }
 
 TEST(RestartTest, ThousandAcknowledgedSubmitsSurviveSigkill) {
@@ -145,10 +145,23 @@ TEST(RestartTest, SeparateServerAndAgentSurviveEachOthersCrash) {
   CommandResult join = RunCli(grpc, {"join-token", "--node", "gpu-01"});
   ASSERT_EQ(join.exit_code, 0) << join.err;
   std::string join_token = join.out.substr(0, join.out.find('\n'));
-  std::vector<std::string> agent_args = {"agent",          "--server",  grpc,        "--data-dir",
-                                         dir.path() + "/agent", "--node-name", "gpu-01",    "--devices",
-                                         "simulated",      "--simulate-gpus", "2",  "--log-level", "warn",
-                                         "--metrics-listen", "127.0.0.1:0", "--join-token", join_token};
+  std::vector<std::string> agent_args = {"agent",
+                                         "--server",
+                                         grpc,
+                                         "--data-dir",
+                                         dir.path() + "/agent",
+                                         "--node-name",
+                                         "gpu-01",
+                                         "--devices",
+                                         "simulated",
+                                         "--simulate-gpus",
+                                         "2",
+                                         "--log-level",
+                                         "warn",
+                                         "--metrics-listen",
+                                         "127.0.0.1:0",
+                                         "--join-token",
+                                         join_token};
   auto start_agent = [&] { return SpawnDrover(agent_args, dir.path() + "/agent.out", dir.path() + "/agent.err"); };
   pid_t agent = start_agent();
   ASSERT_GT(agent, 0);
@@ -193,10 +206,25 @@ TEST(RestartTest, JobWhoseStateARebootTookIsReportedEndedNotRunAgain) {
   ASSERT_TRUE(server->Start());
   CommandResult join = RunCli(grpc, {"join-token", "--node", "gpu-01"});
   ASSERT_EQ(join.exit_code, 0) << join.err;
-  std::vector<std::string> agent_args = {"agent", "--server", grpc, "--data-dir", dir.path() + "/agent",
-                                         "--state-dir", state, "--node-name", "gpu-01", "--devices", "simulated",
-                                         "--simulate-gpus", "1", "--log-level", "warn", "--metrics-listen",
-                                         "127.0.0.1:0", "--join-token", join.out.substr(0, join.out.find('\n'))};
+  std::vector<std::string> agent_args = {"agent",
+                                         "--server",
+                                         grpc,
+                                         "--data-dir",
+                                         dir.path() + "/agent",
+                                         "--state-dir",
+                                         state,
+                                         "--node-name",
+                                         "gpu-01",
+                                         "--devices",
+                                         "simulated",
+                                         "--simulate-gpus",
+                                         "1",
+                                         "--log-level",
+                                         "warn",
+                                         "--metrics-listen",
+                                         "127.0.0.1:0",
+                                         "--join-token",
+                                         join.out.substr(0, join.out.find('\n'))};
   auto start_agent = [&] { return SpawnDrover(agent_args, dir.path() + "/agent.out", dir.path() + "/agent.err"); };
   pid_t agent = start_agent();
   ASSERT_GT(agent, 0);

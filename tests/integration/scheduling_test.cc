@@ -66,7 +66,8 @@ class SchedulingTest : public ::testing::Test {
   }
   v1::Job Get(const std::string& id) { return GetJob(up_->jobs(), id); }
   bool AllIn(const std::vector<std::string>& ids, v1::JobState state) {
-    return std::all_of(ids.begin(), ids.end(), [&](const std::string& id) { return Get(id).status().state() == state; });
+    return std::all_of(ids.begin(), ids.end(),
+                       [&](const std::string& id) { return Get(id).status().state() == state; });
   }
   CommandResult Cli(std::vector<std::string> args) { return RunCli(up_->grpc_address(), std::move(args)); }
 
@@ -96,7 +97,8 @@ TEST_F(SchedulingTest, HighPriorityJobPreemptsLowOnesWhichRunAgainAfterIt) {
       if (j.status().preemptions() > 0 && j.status().state() == v1::JOB_STATE_PENDING) preempted.push_back(id);
     }
     return preempted.size() == 8;
-  })) << preempted.size() << " preempted";
+  })) << preempted.size()
+      << " preempted";
   for (const std::string& id : preempted) {
     v1::Job j = Get(id);
     EXPECT_NE(j.status().message().find("waiting"), std::string::npos) << j.status().message();
@@ -132,8 +134,7 @@ TEST_F(SchedulingTest, TenantReclaimsItsGuaranteeFromABorrower) {
   // b asks for 8 GPUs, within its guarantee of 16: 8 of a's borrowed GPUs
   // come back; a keeps the rest.
   std::string b = Submit("b", 0, 8, false);
-  ASSERT_TRUE(WaitUntil([&] { return Get(b).status().state() == v1::JOB_STATE_RUNNING; }))
-      << Get(b).status().message();
+  ASSERT_TRUE(WaitUntil([&] { return Get(b).status().state() == v1::JOB_STATE_RUNNING; })) << Get(b).status().message();
   int preempted = 0;
   for (const std::string& id : a) {
     v1::Job j = Get(id);

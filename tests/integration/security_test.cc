@@ -44,7 +44,8 @@ class SecurityTest : public ::testing::Test {
     // Bob's long job, with some output, and Alice's own.
     bob_job_ = Submit(*bob_, {"sh", "-c", "echo bob-secret-output; sleep 600"}, "");
     alice_job_ = Submit(*alice_, {"sleep", "600"}, "");
-    ASSERT_TRUE(WaitUntil([] { return GetJob(admin_->jobs.get(), bob_job_).status().state() == v1::JOB_STATE_RUNNING; }));
+    ASSERT_TRUE(
+        WaitUntil([] { return GetJob(admin_->jobs.get(), bob_job_).status().state() == v1::JOB_STATE_RUNNING; }));
     ASSERT_TRUE(WaitUntil([] { return Logs(*admin_, bob_job_).find("bob-secret-output") != std::string::npos; }));
   }
   static void TearDownTestSuite() {
@@ -161,11 +162,11 @@ class SecurityTest : public ::testing::Test {
   static inline std::string alice_job_;
 };
 
-#define EXPECT_CODE(call, code)                                 \
-  do {                                                          \
-    grpc::Status st_ = (call);                                  \
-    EXPECT_EQ(st_.error_code(), code) << st_.error_message();   \
-    ++attempts;                                                 \
+#define EXPECT_CODE(call, code)                               \
+  do {                                                        \
+    grpc::Status st_ = (call);                                \
+    EXPECT_EQ(st_.error_code(), code) << st_.error_message(); \
+    ++attempts;                                               \
   } while (0)
 
 TEST_F(SecurityTest, TenantIsolationBattery) {
@@ -180,35 +181,43 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
 
   // Read, list, cancel and log another tenant's job: "not found", as if it did not exist.
   EXPECT_CODE(alice_->jobs->Get(ctx().get(), get_b, &job), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/jobs/" + bob_job_).status, 404); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/jobs/" + bob_job_).status, 404);
+  ++attempts;
   v1::ListJobsRequest list_b;
   list_b.set_tenant("team-b");
   v1::ListJobsResponse listed;
   EXPECT_CODE(alice_->jobs->List(ctx().get(), list_b, &listed), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/jobs?tenant=team-b").status, 403); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/jobs?tenant=team-b").status, 403);
+  ++attempts;
   EXPECT_CODE(alice_->jobs->List(ctx().get(), v1::ListJobsRequest(), &listed), grpc::StatusCode::OK);
   for (const v1::Job& j : listed.jobs()) EXPECT_EQ(j.spec().tenant(), "team-a") << j.id();
-  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/jobs").body.find(bob_job_), std::string::npos); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/jobs").body.find(bob_job_), std::string::npos);
+  ++attempts;
   EXPECT_CODE(alice_->jobs->Cancel(ctx().get(), cancel_b, &job), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/jobs/" + bob_job_ + "/cancel").status, 404); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/jobs/" + bob_job_ + "/cancel").status, 404);
+  ++attempts;
   grpc::Status log_status;
   EXPECT_EQ(Logs(*alice_, bob_job_, &log_status), "");
   EXPECT_CODE(log_status, grpc::StatusCode::NOT_FOUND);
   auto rest_log = Http(alice_->token, "GET", "/api/v1/jobs/" + bob_job_ + "/logs");
-  EXPECT_EQ(rest_log.status, 404); ++attempts;
+  EXPECT_EQ(rest_log.status, 404);
+  ++attempts;
   EXPECT_EQ(rest_log.body.find("bob-secret"), std::string::npos);
   // The fleet and node views do not name another tenant's job.
   v1::Fleet fleet;
   EXPECT_CODE(alice_->cluster->GetFleet(ctx().get(), v1::FleetRequest(), &fleet), grpc::StatusCode::OK);
   EXPECT_EQ(fleet.DebugString().find(bob_job_), std::string::npos);
-  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/nodes/sim-1").body.find(bob_job_), std::string::npos); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "GET", "/api/v1/nodes/sim-1").body.find(bob_job_), std::string::npos);
+  ++attempts;
 
   // Submit as another tenant.
   grpc::Status submit_status;
   Submit(*alice_, {"true"}, "team-b", &submit_status);
   EXPECT_CODE(submit_status, grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/jobs",
-                 R"({"spec":{"tenant":"team-b","gpus":1,"command":["true"]}})").status, 403); ++attempts;
+  EXPECT_EQ(
+      Http(alice_->token, "POST", "/api/v1/jobs", R"({"spec":{"tenant":"team-b","gpus":1,"command":["true"]}})").status,
+      403);
+  ++attempts;
   // A viewer changes nothing, even in its own tenant.
   Submit(*viewer_, {"true"}, "", &submit_status);
   EXPECT_CODE(submit_status, grpc::StatusCode::PERMISSION_DENIED);
@@ -221,7 +230,8 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
   drain.set_name("sim-1");
   v1::Node node;
   EXPECT_CODE(alice_->nodes->Drain(ctx().get(), drain, &node), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/nodes/sim-1/drain").status, 403); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/nodes/sim-1/drain").status, 403);
+  ++attempts;
   EXPECT_CODE(lead_->nodes->Drain(ctx().get(), drain, &node), grpc::StatusCode::PERMISSION_DENIED);
   v1::InjectFaultRequest fault;
   fault.set_node("sim-1");
@@ -229,8 +239,10 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
   v1::InjectFaultResponse fault_resp;
   EXPECT_CODE(alice_->nodes->InjectFault(ctx().get(), fault, &fault_resp), grpc::StatusCode::PERMISSION_DENIED);
   v1::ListAuditResponse audit_list;
-  EXPECT_CODE(alice_->audit->List(ctx().get(), v1::ListAuditRequest(), &audit_list), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Http(lead_->token, "GET", "/api/v1/audit/verify").status, 403); ++attempts;
+  EXPECT_CODE(alice_->audit->List(ctx().get(), v1::ListAuditRequest(), &audit_list),
+              grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Http(lead_->token, "GET", "/api/v1/audit/verify").status, 403);
+  ++attempts;
   v1::CreateJoinTokenResponse join_resp;
   EXPECT_CODE(lead_->auth->CreateJoinToken(ctx().get(), v1::CreateJoinTokenRequest(), &join_resp),
               grpc::StatusCode::PERMISSION_DENIED);
@@ -245,7 +257,8 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
   escalate.set_role("user");
   escalate.set_tenant("team-b");
   EXPECT_CODE(lead_->auth->CreateToken(ctx().get(), escalate, &created), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/tokens", R"({"name":"x","role":"tenant-admin"})").status, 403); ++attempts;
+  EXPECT_EQ(Http(alice_->token, "POST", "/api/v1/tokens", R"({"name":"x","role":"tenant-admin"})").status, 403);
+  ++attempts;
   // Revoke another tenant's token: not found, and it still works.
   v1::ListTokensResponse lead_tokens;
   EXPECT_CODE(lead_->auth->ListTokens(ctx().get(), v1::ListTokensRequest(), &lead_tokens), grpc::StatusCode::OK);
@@ -263,8 +276,10 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
   Caller nobody = Connect("");
   Submit(nobody, {"true"}, "", &submit_status);
   EXPECT_CODE(submit_status, grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(Http("", "POST", "/api/v1/jobs", R"({"spec":{"gpus":1,"command":["true"]}})").status, 401); ++attempts;
-  EXPECT_EQ(Http("", "GET", "/api/v1/jobs/" + bob_job_).status, 401); ++attempts;
+  EXPECT_EQ(Http("", "POST", "/api/v1/jobs", R"({"spec":{"gpus":1,"command":["true"]}})").status, 401);
+  ++attempts;
+  EXPECT_EQ(Http("", "GET", "/api/v1/jobs/" + bob_job_).status, 401);
+  ++attempts;
   Caller garbage = Connect("drv_not-a-token");
   EXPECT_CODE(garbage.jobs->Get(ctx().get(), get_b, &job), grpc::StatusCode::UNAUTHENTICATED);
   std::string wrong = alice_->token;
@@ -397,7 +412,8 @@ TEST_F(SecurityTest, TenantIsolationBattery) {
 }
 
 TEST_F(SecurityTest, CliTokensWhoamiAndLogin) {
-  CommandResult created = RunCli(up_->grpc_address(), {"tokens", "create", "ci-bot", "--tenant", "team-c", "--role", "user"});
+  CommandResult created =
+      RunCli(up_->grpc_address(), {"tokens", "create", "ci-bot", "--tenant", "team-c", "--role", "user"});
   ASSERT_EQ(created.exit_code, 0) << created.err;
   std::string token = created.out.substr(0, created.out.find('\n'));
   ASSERT_TRUE(token.starts_with("drv_")) << created.out;
@@ -405,7 +421,8 @@ TEST_F(SecurityTest, CliTokensWhoamiAndLogin) {
   EXPECT_EQ(who.exit_code, 0) << who.err;
   EXPECT_NE(who.out.find("tenant: team-c"), std::string::npos) << who.out;
   // The token's tenant wins over nothing: the CLI's submit lands in team-c.
-  CommandResult submitted = RunCli(up_->grpc_address(), {"submit", "--gpus", "1", "--", "true"}, {"DROVER_TOKEN=" + token});
+  CommandResult submitted =
+      RunCli(up_->grpc_address(), {"submit", "--gpus", "1", "--", "true"}, {"DROVER_TOKEN=" + token});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   std::string id = submitted.out.substr(0, submitted.out.find('\n'));
   EXPECT_EQ(GetJob(admin_->jobs.get(), id).spec().tenant(), "team-c");
@@ -451,15 +468,16 @@ TEST_F(SecurityTest, BrowserRulesOnTheWire) {
   EXPECT_EQ(post({{"Host", "evil.example:8080"}}, "application/json"), 403);
   EXPECT_EQ(JobCount(), jobs);
   // A session cookie without its CSRF token changes nothing.
-  auto login = http::HttpRequest(up_->http_address(), "POST", "/api/v1/session",
-                                 R"({"token":")" + up_->token() + R"("})");
+  auto login =
+      http::HttpRequest(up_->http_address(), "POST", "/api/v1/session", R"({"token":")" + up_->token() + R"("})");
   ASSERT_TRUE(login.ok());
   ASSERT_EQ(login->status, 200);
   std::string cookie = login->headers["set-cookie"].substr(0, login->headers["set-cookie"].find(';'));
   std::string csrf = nlohmann::json::parse(login->body)["csrfToken"];
   auto with_cookie = [&](std::map<std::string, std::string> headers) {
     headers["Cookie"] = cookie;
-    auto r = http::HttpRequest(up_->http_address(), "POST", "/api/v1/nodes/sim-1/drain", "{}", "application/json", headers);
+    auto r =
+        http::HttpRequest(up_->http_address(), "POST", "/api/v1/nodes/sim-1/drain", "{}", "application/json", headers);
     return r.ok() ? r->status : 0;
   };
   EXPECT_EQ(with_cookie({}), 403);
@@ -493,8 +511,8 @@ TEST_F(SecurityTest, TenantQuotasFromTheCli) {
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
   std::string user = CreateToken("quinn", "team-q", "user");
-  CommandResult denied = RunCli(up_->grpc_address(), {"tenants", "set", "team-q", "--max-runtime", "0"},
-                                {"DROVER_TOKEN=" + user});
+  CommandResult denied =
+      RunCli(up_->grpc_address(), {"tenants", "set", "team-q", "--max-runtime", "0"}, {"DROVER_TOKEN=" + user});
   EXPECT_NE(denied.exit_code, 0);
   EXPECT_NE(denied.err.find("may not change tenants"), std::string::npos) << denied.err;
 
@@ -513,7 +531,8 @@ TEST_F(SecurityTest, TenantQuotasFromTheCli) {
   EXPECT_NE(GetJob(admin_->jobs.get(), id).status().message().find("runtime limit of 2s"), std::string::npos)
       << GetJob(admin_->jobs.get(), id).status().message();
   std::string second_id = second.out.substr(0, second.out.find('\n'));
-  EXPECT_TRUE(WaitUntil([&] { return GetJob(admin_->jobs.get(), second_id).status().state() == v1::JOB_STATE_SUCCEEDED; }));
+  EXPECT_TRUE(
+      WaitUntil([&] { return GetJob(admin_->jobs.get(), second_id).status().state() == v1::JOB_STATE_SUCCEEDED; }));
 
   CommandResult listed = RunCli(up_->grpc_address(), {"tenants", "list", "-o", "json"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
@@ -545,9 +564,10 @@ TEST_F(SecurityTest, AuditVerifyFailsAfterAnEntryIsEdited) {
   EXPECT_NE(listed.out.find("nodes.drain"), std::string::npos);
   // Rewrite who drained the node, straight in the SQLite file.
   std::string db = up_->data_dir() + "/drover.db";
-  std::string sql = "PRAGMA busy_timeout=5000; UPDATE kv SET value = CAST(replace(CAST(value AS TEXT), '\"action\":\"nodes.drain\"', "
-                    "'\"action\":\"nodes.look\"') AS BLOB) WHERE CAST(key AS TEXT) LIKE '/audit/%' "
-                    "AND CAST(value AS TEXT) LIKE '%nodes.drain%';";
+  std::string sql =
+      "PRAGMA busy_timeout=5000; UPDATE kv SET value = CAST(replace(CAST(value AS TEXT), '\"action\":\"nodes.drain\"', "
+      "'\"action\":\"nodes.look\"') AS BLOB) WHERE CAST(key AS TEXT) LIKE '/audit/%' "
+      "AND CAST(value AS TEXT) LIKE '%nodes.drain%';";
   std::string script = up_->data_dir() + "/tamper.sql";
   std::ofstream(script) << sql << "\n";
   ASSERT_EQ(std::system(("sqlite3 '" + db + "' < '" + script + "'").c_str()), 0);

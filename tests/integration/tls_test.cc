@@ -134,7 +134,8 @@ class TlsTest : public ::testing::Test {
 
   static bool Audited(const std::string& action, const std::string& target, const std::string& result_part) {
     for (const v1::AuditEntry& e : Audit()) {
-      if (e.action() == action && e.target() == target && e.result().find(result_part) != std::string::npos) return true;
+      if (e.action() == action && e.target() == target && e.result().find(result_part) != std::string::npos)
+        return true;
     }
     return false;
   }
@@ -181,10 +182,27 @@ TEST_F(TlsTest, AgentJoinsWithACertificateAndRunsAJob) {
   const std::string token_file = dir_->path() + "/scrape.token";
   std::ofstream(token_file) << "scrape-secret-0123456789\n";
   const std::string join = JoinToken("tls-node-1");
-  agent_pid_ = SpawnDrover({"agent", "--server", up_->grpc_address(), "--ca-file", ca_file_, "--node-name", "tls-node-1",
-                            "--join-token", join, "--data-dir", agent_dir, "--devices", "simulated",
-                            "--simulate-gpus", "2", "--metrics-listen", "127.0.0.1:0", "--metrics-token-file",
-                            token_file, "--log-level", "info"},
+  agent_pid_ = SpawnDrover({"agent",
+                            "--server",
+                            up_->grpc_address(),
+                            "--ca-file",
+                            ca_file_,
+                            "--node-name",
+                            "tls-node-1",
+                            "--join-token",
+                            join,
+                            "--data-dir",
+                            agent_dir,
+                            "--devices",
+                            "simulated",
+                            "--simulate-gpus",
+                            "2",
+                            "--metrics-listen",
+                            "127.0.0.1:0",
+                            "--metrics-token-file",
+                            token_file,
+                            "--log-level",
+                            "info"},
                            agent_dir + ".out", agent_dir + ".err");
   ASSERT_GT(agent_pid_, 0);
   ASSERT_TRUE(up_->WaitForReadyNodes(1)) << Slurp(agent_dir + ".err");
@@ -206,7 +224,8 @@ TEST_F(TlsTest, AgentJoinsWithACertificateAndRunsAJob) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(Slurp(agent_dir + "/ca.crt"), ca_pem_);
   EXPECT_TRUE(Audited("agent.join+certificate", "tls-node-1", "ok"));
-  EXPECT_NE((Slurp(agent_dir + ".err") + Slurp(agent_dir + ".out")).find("presents its certificate"), std::string::npos);
+  EXPECT_NE((Slurp(agent_dir + ".err") + Slurp(agent_dir + ".out")).find("presents its certificate"),
+            std::string::npos);
 
   // A job runs on it, and its output comes back through the TLS session.
   v1::SubmitJobRequest req;
@@ -236,7 +255,8 @@ TEST_F(TlsTest, AgentJoinsWithACertificateAndRunsAJob) {
   auto wrong = http::HttpRequest(metrics, "GET", "/metrics", "", "", {{"Authorization", "Bearer scrape-secret-x"}});
   ASSERT_TRUE(wrong.ok());
   EXPECT_EQ(wrong->status, 401);
-  auto scraped = http::HttpRequest(metrics, "GET", "/metrics", "", "", {{"Authorization", "Bearer scrape-secret-0123456789"}});
+  auto scraped =
+      http::HttpRequest(metrics, "GET", "/metrics", "", "", {{"Authorization", "Bearer scrape-secret-0123456789"}});
   ASSERT_TRUE(scraped.ok());
   EXPECT_EQ(scraped->status, 200);
   EXPECT_NE(scraped->body.find("DCGM_FI_DEV_GPU_UTIL"), std::string::npos);
@@ -299,7 +319,8 @@ TEST_F(TlsTest, NodeCertificateSpeaksOnlyForItsNode) {
   // Revoking A's node token revokes its certificate.
   auto a_token = auth::ParseToken(a.token);
   ASSERT_TRUE(a_token.ok());
-  CommandResult revoked = RunCli(up_->grpc_address(), {"tokens", "revoke", a_token->id}, {"DROVER_CA_FILE=" + ca_file_});
+  CommandResult revoked =
+      RunCli(up_->grpc_address(), {"tokens", "revoke", a_token->id}, {"DROVER_CA_FILE=" + ca_file_});
   ASSERT_EQ(revoked.exit_code, 0) << revoked.err;
   reg.set_node_name("node-a");
   auto c5 = Ctx();
@@ -339,8 +360,8 @@ TEST_F(TlsTest, CertificateFromAnotherCaIsRefusedAtTheHandshake) {
   other.ca_key_pem = *other_key;
   other.ca_pem = *auth::MakeCaCertPem(*other_key, ca);
   auto key = auth::GenerateKeyPem();
-  auto cert = auth::IssueNodeCertificate(other, *auth::MakeCsrPem(*key, "x"), "node-forged", "0123456789abcdef",
-                                         NowUnix());
+  auto cert =
+      auth::IssueNodeCertificate(other, *auth::MakeCsrPem(*key, "x"), "node-forged", "0123456789abcdef", NowUnix());
   ASSERT_TRUE(cert.ok()) << cert.status().ToString();
 
   // Even an admin token does not get a call through that connection.
@@ -350,8 +371,9 @@ TEST_F(TlsTest, CertificateFromAnotherCaIsRefusedAtTheHandshake) {
   grpc::Status s = stub->Version(ctx.get(), v1::VersionRequest(), &version);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_TRUE(WaitUntil([] { return Audited("tls.handshake", "node-forged", "does not verify"); }));
-  EXPECT_NE((Slurp(data_ + "/up.err") + Slurp(data_ + "/up.out")).find("refused a TLS client certificate 'node-forged'"),
-            std::string::npos);
+  EXPECT_NE(
+      (Slurp(data_ + "/up.err") + Slurp(data_ + "/up.out")).find("refused a TLS client certificate 'node-forged'"),
+      std::string::npos);
 
   // The same over HTTPS.
   http::ClientTls tls{ca_pem_, "", *cert, *key};
@@ -359,8 +381,8 @@ TEST_F(TlsTest, CertificateFromAnotherCaIsRefusedAtTheHandshake) {
   EXPECT_TRUE(r.ok()) << "the HTTP listener does not ask for client certificates";
 
   // And a client that does not trust the cluster CA does not talk to the server.
-  auto untrusting = v1::InfoService::NewStub(
-      rpc::MakeChannel(up_->grpc_address(), up_->token(), Tls("", "", other.ca_pem)));
+  auto untrusting =
+      v1::InfoService::NewStub(rpc::MakeChannel(up_->grpc_address(), up_->token(), Tls("", "", other.ca_pem)));
   auto ctx2 = Ctx(std::chrono::seconds(10));
   EXPECT_EQ(untrusting->Version(ctx2.get(), v1::VersionRequest(), &version).error_code(),
             grpc::StatusCode::UNAVAILABLE);
@@ -436,8 +458,8 @@ TEST_F(TlsTest, ExposureNeedsTlsOrInsecure) {
   DroverUp server(secure, {}, "server", "0.0.0.0:0");
   ASSERT_TRUE(server.Start());
   std::string port = server.grpc_address().substr(server.grpc_address().rfind(':') + 1);
-  auto stub = v1::InfoService::NewStub(rpc::MakeChannel("127.0.0.1:" + port, server.token(),
-                                                        Tls("", "", Slurp(secure + "/tls/ca.crt"))));
+  auto stub = v1::InfoService::NewStub(
+      rpc::MakeChannel("127.0.0.1:" + port, server.token(), Tls("", "", Slurp(secure + "/tls/ca.crt"))));
   v1::VersionResponse version;
   auto ctx = Ctx();
   grpc::Status v = stub->Version(ctx.get(), v1::VersionRequest(), &version);

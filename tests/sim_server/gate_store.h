@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "drover/store/store.h"
-#include "support/forwarding_store.h"
 #include "drover/v1/common.pb.h"
+#include "support/forwarding_store.h"
 
 namespace drover::server::testing {
 

@@ -75,7 +75,7 @@ constexpr int64_t kT0Ms = 1'700'000'000'000;  // the run's start, Unix ms, on bo
 constexpr int kNodes = 3;
 constexpr int kGpusPerNode = 8;
 constexpr const char* kModel = "H100 80GB";  // the fixture's Inventory()
-constexpr int kGraceSeconds = 60;           // every job's termination grace
+constexpr int kGraceSeconds = 60;            // every job's termination grace
 constexpr int64_t kShareMemory = int64_t{16} << 30;
 
 // ------------------------------------------------------------- the workload --
@@ -90,7 +90,7 @@ struct JobDesc {
   int64_t estimate_s = 0;
   int64_t cpu_milli = 0;     // host resources per replica, against 64 cores
   int64_t memory_bytes = 0;  // and 512 GiB per node
-  int64_t submit_ms = 0;  // after kT0Ms
+  int64_t submit_ms = 0;     // after kT0Ms
   int64_t duration_ms = 0;
 };
 
@@ -258,15 +258,9 @@ std::vector<Pass> SimPasses(const sim::RunResult& r) {
   size_t k = 0;
   for (const sim::SchedCall& c : r.calls) {
     switch (c.kind) {
-      case sim::SchedCall::Kind::kEnqueue:
-        next.events.push_back("submit " + label.at(c.job.id));
-        break;
-      case sim::SchedCall::Kind::kRemove:
-        next.events.push_back("exit " + label.at(c.job.id));
-        break;
-      case sim::SchedCall::Kind::kRequeue:
-        next.events.push_back("gone " + label.at(c.job.id));
-        break;
+      case sim::SchedCall::Kind::kEnqueue: next.events.push_back("submit " + label.at(c.job.id)); break;
+      case sim::SchedCall::Kind::kRemove: next.events.push_back("exit " + label.at(c.job.id)); break;
+      case sim::SchedCall::Kind::kRequeue: next.events.push_back("gone " + label.at(c.job.id)); break;
       case sim::SchedCall::Kind::kSchedule: {
         const sched::Decisions& d = r.decisions.at(k++);
         next.at_ms = c.now_ms - kT0Ms;
@@ -317,8 +311,7 @@ struct Committed {
   std::vector<Preempted> preemptions;
 };
 
-Committed ReadDecisions(const std::vector<v1::Job>& written, size_t jobs,
-                        std::map<std::string, v1::JobState>* stored) {
+Committed ReadDecisions(const std::vector<v1::Job>& written, size_t jobs, std::map<std::string, v1::JobState>* stored) {
   Committed out;
   for (const v1::Job& job : written) {
     auto it = stored->find(job.id());
@@ -339,8 +332,8 @@ Committed ReadDecisions(const std::vector<v1::Job>& written, size_t jobs,
       std::string prefix = "preempted for " + st.preempted_for() + ": ";  // ApplyPreemption's message
       std::string reason = st.message();
       if (reason.starts_with(prefix)) reason.erase(0, prefix.size());
-      out.preemptions.push_back({j, for_seq.ok() ? Label(*for_seq - 1) : "?" + st.preempted_for(), reason,
-                                 st.stop_grace_seconds()});
+      out.preemptions.push_back(
+          {j, for_seq.ok() ? Label(*for_seq - 1) : "?" + st.preempted_for(), reason, st.stop_grace_seconds()});
     }
   }
   return out;
@@ -376,8 +369,7 @@ class SimServerTest : public ControlLoopTest {
     return req;
   }
 
-  static sim::RunResult Simulate(const std::vector<JobDesc>& jobs, const sched::Config& config,
-                                 int64_t stop_delay_ms) {
+  static sim::RunResult Simulate(const std::vector<JobDesc>& jobs, const sched::Config& config, int64_t stop_delay_ms) {
     sim::Cluster cluster;
     cluster.name = "sim-server";
     for (int n = 0; n < kNodes; ++n) cluster.nodes.push_back(SimNode(n));
@@ -605,7 +597,8 @@ INSTANTIATE_TEST_SUITE_P(Policies, SimServerPolicyTest,
                                            Case{"priority,no-backfill,aging=200ms", 3'000}),
                          [](const ::testing::TestParamInfo<Case>& test) {
                            std::string name = test.param.policy.empty() ? "defaults" : test.param.policy;
-                           std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+                           std::replace_if(
+                               name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
                            return fmt::format("{}_stop{}ms", name, test.param.stop_delay_ms);
                          });
 

@@ -4,12 +4,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,8 +56,8 @@ std::string ReadAll(const std::string& path) {
 
 namespace {
 
-pid_t SpawnProcess(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const std::string& out,
-            const std::string& err) {
+pid_t SpawnProcess(const std::vector<std::string>& args, const std::vector<std::string>& extra_env,
+                   const std::string& out, const std::string& err) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
   for (const auto& e : extra_env) env.push_back(e);
@@ -88,8 +88,8 @@ std::string& CliToken() {
 
 void SetCliToken(const std::string& token) { CliToken() = token; }
 
-CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args,
-                     const std::vector<std::string>& env, const std::string& binary) {
+CommandResult RunCli(const std::string& addr, const std::vector<std::string>& args, const std::vector<std::string>& env,
+                     const std::string& binary) {
   TempDir dir;
   std::vector<std::string> argv = {binary.empty() ? DroverBinary() : binary};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -156,8 +156,8 @@ bool DroverUp::Spawn() {
   std::error_code ec;
   std::filesystem::create_directories(data_dir_, ec);
   std::filesystem::remove(data_dir_ + "/endpoints.json", ec);
-  std::vector<std::string> args = {DroverBinary(), role_, "--data-dir", data_dir_, "--grpc-listen", grpc_listen_,
-                                   "--listen", http_listen_, "--log-level", log_level_};
+  std::vector<std::string> args = {DroverBinary(), role_,      "--data-dir", data_dir_,     "--grpc-listen",
+                                   grpc_listen_,   "--listen", http_listen_, "--log-level", log_level_};
   // A gateway on a port of its own (the default, 7080, would be shared by
   // tests running at once); extra flags may name another.
   if (std::find(extra_.begin(), extra_.end(), "--gateway-listen") == extra_.end()) {
@@ -170,14 +170,16 @@ bool DroverUp::Spawn() {
 
 bool DroverUp::WaitServing(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return false;
-  bool up = WaitUntil([&] {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = 0;
-      return true;  // exited: stop waiting
-    }
-    return std::filesystem::exists(data_dir_ + "/endpoints.json");
-  }, timeout);
+  bool up = WaitUntil(
+      [&] {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+          pid_ = 0;
+          return true;  // exited: stop waiting
+        }
+        return std::filesystem::exists(data_dir_ + "/endpoints.json");
+      },
+      timeout);
   if (!up || pid_ == 0) {
     ADD_FAILURE() << "drover up did not start: " << ReadAll(data_dir_ + "/up.err");
     return false;

@@ -2,8 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -71,18 +71,30 @@ std::unique_ptr<EtcdCluster> EtcdCluster::Start(int members) {
     const std::string name = "m" + std::to_string(i);
     const std::string client = "http://" + cluster->endpoints_[i];
     std::vector<std::string> args = {binary,
-                                     "--name", name,
-                                     "--data-dir", cluster->dir_ + "/" + name,
-                                     "--listen-client-urls", client,
-                                     "--advertise-client-urls", client,
-                                     "--listen-peer-urls", peers[i],
-                                     "--initial-advertise-peer-urls", peers[i],
-                                     "--initial-cluster", initial,
-                                     "--initial-cluster-state", "new",
-                                     "--initial-cluster-token", "drover-test",
-                                     "--logger", "zap",
-                                     "--log-level", "error",
-                                     "--log-outputs", cluster->dir_ + "/" + name + ".log"};
+                                     "--name",
+                                     name,
+                                     "--data-dir",
+                                     cluster->dir_ + "/" + name,
+                                     "--listen-client-urls",
+                                     client,
+                                     "--advertise-client-urls",
+                                     client,
+                                     "--listen-peer-urls",
+                                     peers[i],
+                                     "--initial-advertise-peer-urls",
+                                     peers[i],
+                                     "--initial-cluster",
+                                     initial,
+                                     "--initial-cluster-state",
+                                     "new",
+                                     "--initial-cluster-token",
+                                     "drover-test",
+                                     "--logger",
+                                     "zap",
+                                     "--log-level",
+                                     "error",
+                                     "--log-outputs",
+                                     cluster->dir_ + "/" + name + ".log"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

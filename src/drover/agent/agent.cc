@@ -21,13 +21,13 @@
 #include <map>
 
 #include "drover/agent/connection.h"
+#include "drover/agent/gpu_report.h"
 #include "drover/agent/lease_keeper.h"
 #include "drover/agent/node_inventory.h"
 #include "drover/agent/service.h"
 #include "drover/agent/service_lifecycle.h"
 #include "drover/agent/workload_runner.h"
 #include "drover/auth/token.h"
-#include "drover/agent/gpu_report.h"
 #include "drover/common/address.h"
 #include "drover/common/ids.h"
 #include "drover/common/metrics.h"
@@ -67,10 +67,9 @@ class AgentImpl final : public Agent {
     events.make_register = [this] { return MakeRegister(); };
     events.connected = [this](const v1::RegisterResponse& lease, int64_t contact) { OnConnected(lease, contact); };
     events.message = [this](v1::ServerMessage m) { OnMessage(std::move(m)); };
-    auto connection = ServerConnection::Create(
-        {opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token, opts_.join_token, opts_.ca_file,
-         opts_.channel},
-        opts_.loop == nullptr ? own_loop_.get() : opts_.loop, std::move(events));
+    auto connection = ServerConnection::Create({opts_.node_name, opts_.server_address, opts_.data_dir, opts_.token,
+                                                opts_.join_token, opts_.ca_file, opts_.channel},
+                                               opts_.loop == nullptr ? own_loop_.get() : opts_.loop, std::move(events));
     if (!connection.ok()) return connection.status();
     connection_ = std::move(*connection);
     lease_->SetConnection(connection_.get());
@@ -118,8 +117,7 @@ class AgentImpl final : public Agent {
   void MakeParts() {
     ServiceLifecycleOptions so;
     so.node_name = opts_.node_name;
-    so.advertise_host =
-        opts_.advertise_host.empty() ? DefaultAdvertiseHost(opts_.gossip_listen) : opts_.advertise_host;
+    so.advertise_host = opts_.advertise_host.empty() ? DefaultAdvertiseHost(opts_.gossip_listen) : opts_.advertise_host;
     so.port_first = opts_.service_port_first;
     so.port_last = opts_.service_port_last;
     services_ = std::make_unique<ServiceLifecycle>(std::move(so), &loop_, &stopping_);
@@ -133,7 +131,8 @@ class AgentImpl final : public Agent {
     lo.gossip_period = opts_.gossip_period;
     lo.telemetry_period = opts_.telemetry.period;
     lease_ = std::make_unique<LeaseKeeper>(std::move(lo), &loop_, &stopping_, [this](v1::Heartbeat* h) {
-      inventory_.AddGpuReports(h, runner_->JobsByProcessGroup(), [this](int gpu) { return runner_->ShimReportsOn(gpu); });
+      inventory_.AddGpuReports(h, runner_->JobsByProcessGroup(),
+                               [this](int gpu) { return runner_->ShimReportsOn(gpu); });
       runner_->AddCheckpoints(h);
     });
 
@@ -323,8 +322,8 @@ Result<std::unique_ptr<Agent>> StartAgent(AgentOptions options) {
   DROVER_RETURN_IF_ERROR(CheckMetricsExposure(options));
   for (const auto& [k, v] : options.labels) DROVER_RETURN_IF_ERROR(rpc::ValidateLabel("--label", k, v));
   if (options.service_port_first != 0 || options.service_port_last != 0) {
-    DROVER_RETURN_IF_ERROR(ParsePortRange(fmt::format("{}-{}", options.service_port_first,
-                                                      options.service_port_last)).status());
+    DROVER_RETURN_IF_ERROR(
+        ParsePortRange(fmt::format("{}-{}", options.service_port_first, options.service_port_last)).status());
   }
   auto agent = std::make_unique<AgentImpl>(std::move(options));
   DROVER_RETURN_IF_ERROR(agent->Init());

@@ -53,7 +53,7 @@ struct AgentOptions {
   // Set: the agent's channel to the server for a token (an agent in the
   // server's process: Server::InProcessChannel) instead of server_address.
   std::function<std::shared_ptr<grpc::Channel>(const std::string& token)> channel;
-  std::string data_dir;        // jobs' output lives under <data_dir>/jobs/
+  std::string data_dir;  // jobs' output lives under <data_dir>/jobs/
   // Their state files (job_dir.h); empty: JobStateRoot(data_dir), in memory.
   std::string state_dir;
   std::string supervisor_exe;  // the drover binary (it has the `supervise` verb)

@@ -294,7 +294,9 @@ Status CreateJobCgroup(const JobCgroup& g) {
     ::rmdir(g.dir.c_str());
     return Unavailable(std::move(why));
   };
-  auto has = [&](std::string_view c) { return std::find(g.controllers.begin(), g.controllers.end(), c) != g.controllers.end(); };
+  auto has = [&](std::string_view c) {
+    return std::find(g.controllers.begin(), g.controllers.end(), c) != g.controllers.end();
+  };
   if (g.cpu_millis > 0 && has("cpu")) {
     if (int err = WriteFile(g.dir + "/cpu.max", CpuMax(g.cpu_millis)); err != 0) {
       return fail(fmt::format("cannot set cpu.max of cgroup '{}': {}", g.dir, std::strerror(err)));
@@ -314,7 +316,7 @@ Status CreateJobCgroup(const JobCgroup& g) {
 }
 
 void RemoveJobCgroup(const std::string& dir, const std::string& parent, std::chrono::milliseconds wait) {
-  struct stat st{};
+  struct stat st {};
   if (!dir.empty() && ::stat(dir.c_str(), &st) == 0) {
     if (WriteFile(dir + "/cgroup.kill", "1") != 0) {
       // Kernels before 5.14: one by one.

@@ -75,8 +75,8 @@ int64_t OomKills(std::string_view memory_events);
 // What this process may do with cgroup v2, found once (see the layout).
 struct CgroupHome {
   CgroupMount mount;
-  std::string dir;      // H, where agent groups go; empty: jobs get no group
-  bool cpu = false;     // enabled for H's children
+  std::string dir;   // H, where agent groups go; empty: jobs get no group
+  bool cpu = false;  // enabled for H's children
   bool memory = false;
   std::string problem;  // why a part is off, in words; empty when none is
 };

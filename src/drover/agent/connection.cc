@@ -171,15 +171,17 @@ class ConnectionImpl final : public ServerConnection {
     if (!pem.ok()) return InvalidArgument(fmt::format("the cluster CA: {}", pem.status().message()));
     auto info = auth::ParseCertPem(*pem);
     if (!info.ok() || !info->is_ca) {
-      return InvalidArgument(fmt::format("'{}' is not a CA certificate{}", path,
-                                         info.ok() ? "" : ": " + info.status().message()));
+      return InvalidArgument(
+          fmt::format("'{}' is not a CA certificate{}", path, info.ok() ? "" : ": " + info.status().message()));
     }
     ca_pem_ = std::move(*pem);
     spdlog::info("node '{}' verifies the server with the cluster CA {} ({})", opts_.node_name, path, info->fingerprint);
     return Status::Ok();
   }
 
-  void Begin() override { tasks_.Post([this] { Connect(); }); }
+  void Begin() override {
+    tasks_.Post([this] { Connect(); });
+  }
 
   bool Send(const v1::AgentMessage& m) override { return session_ != nullptr && session_->Write(m); }
   bool connected() const override { return session_ != nullptr && !session_->closed(); }
@@ -331,7 +333,8 @@ class ConnectionImpl final : public ServerConnection {
     }
     call->own_stub = v1::AgentService::NewStub(rpc::MakeChannel(Server(), "", ChannelCredentials(false)));
     auto* api = call->own_stub->async();
-    StartUnary(call, [api](auto... args) { api->Join(args...); }, &ConnectionImpl::OnJoined);
+    StartUnary(
+        call, [api](auto... args) { api->Join(args...); }, &ConnectionImpl::OnJoined);
   }
 
   void OnJoined(UnaryCall<v1::JoinRequest, v1::JoinResponse>& call, const grpc::Status& s) {
@@ -351,7 +354,8 @@ class ConnectionImpl final : public ServerConnection {
       if (ok.ok()) ok = WriteFileAtomic(DataFile("node.crt"), resp.certificate_pem(), 0644);
       if (ok.ok() && !opts_.ca_file.empty()) ok = WriteFileAtomic(DataFile("ca.crt"), ca_pem_, 0644);
       if (!ok.ok()) {
-        spdlog::error("node '{}' joined but cannot use the certificate it was issued: {}", opts_.node_name, ok.message());
+        spdlog::error("node '{}' joined but cannot use the certificate it was issued: {}", opts_.node_name,
+                      ok.message());
       } else {
         spdlog::info("node '{}' was issued a certificate, kept in {}", opts_.node_name, DataFile("node.crt"));
       }
@@ -413,8 +417,7 @@ class ConnectionImpl final : public ServerConnection {
     // A fresh channel after a failure: the certificate is looked at again.
     if (!stub_) {
       stub_ = v1::AgentService::NewStub(opts_.channel ? opts_.channel(token_)
-                                                      : rpc::MakeChannel(Server(), token_,
-                                                                         ChannelCredentials(true)));
+                                                      : rpc::MakeChannel(Server(), token_, ChannelCredentials(true)));
     }
     using Call = UnaryCall<v1::RegisterRequest, v1::RegisterResponse>;
     auto call = std::make_shared<Call>();
@@ -423,7 +426,8 @@ class ConnectionImpl final : public ServerConnection {
     // renews it when the session opens, after this.
     call->sent_ns = MonoNanos();
     auto* api = stub_->async();
-    StartUnary(call, [api](auto... args) { api->Register(args...); }, &ConnectionImpl::OnRegistered);
+    StartUnary(
+        call, [api](auto... args) { api->Register(args...); }, &ConnectionImpl::OnRegistered);
   }
 
   void OnRegistered(UnaryCall<v1::RegisterRequest, v1::RegisterResponse>& call, const grpc::Status& s) {
@@ -440,8 +444,9 @@ class ConnectionImpl final : public ServerConnection {
     // A server that leads an older epoch than one already seen was deposed
     // and does not know it yet (docs/ha.md): it is not followed.
     if (call.resp.leader_epoch() < highest_epoch_) {
-      spdlog::warn("node '{}': {} leads epoch {}, older than epoch {} seen before: a deposed leader; trying the next server",
-                   opts_.node_name, Server(), call.resp.leader_epoch(), highest_epoch_);
+      spdlog::warn(
+          "node '{}': {} leads epoch {}, older than epoch {} seen before: a deposed leader; trying the next server",
+          opts_.node_name, Server(), call.resp.leader_epoch(), highest_epoch_);
       DropStub();
       Retry(false);
       return;
@@ -491,7 +496,7 @@ class ConnectionImpl final : public ServerConnection {
   std::vector<std::string> servers_;  // set by the constructor
   size_t server_ = 0;                 // which of servers_ the next stub dials
   size_t failed_in_round_ = 0;
-  bool moving_on_ = false;  // MoveOn ended the session
+  bool moving_on_ = false;     // MoveOn ended the session
   int64_t highest_epoch_ = 0;  // the newest leadership a registration was answered by
 
   runtime::LoopClient tasks_;  // last: closed (Stop) before the rest goes

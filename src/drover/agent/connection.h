@@ -33,10 +33,10 @@ namespace drover::agent {
 struct ConnectionOptions {
   std::string node_name;
   std::string server_address;  // host:port, or several comma-separated (the leader and its standbys)
-  std::string data_dir;    // node.token, node.key, node.crt, ca.crt live here
-  std::string token;       // the node credential; empty: <data_dir>/node.token, else a join
-  std::string join_token;  // one-time, from `drover join-token`
-  std::string ca_file;     // the cluster CA; empty: <data_dir>/ca.crt when a join kept one, else plaintext
+  std::string data_dir;        // node.token, node.key, node.crt, ca.crt live here
+  std::string token;           // the node credential; empty: <data_dir>/node.token, else a join
+  std::string join_token;      // one-time, from `drover join-token`
+  std::string ca_file;         // the cluster CA; empty: <data_dir>/ca.crt when a join kept one, else plaintext
   // Set: the channel to the server for `token` (an agent in the server's
   // own process, rpc::MakeInProcessChannel) instead of one to server_address.
   std::function<std::shared_ptr<grpc::Channel>(const std::string& token)> channel;

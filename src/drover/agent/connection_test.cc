@@ -78,7 +78,8 @@ class FakeServer final : public v1::AgentService::Service {
 // know it yet), however often it is the only one that answers; it follows
 // the next leader, of epoch 7, at once.
 TEST(ConnectionTest, AServerOfAnOlderEpochIsNotFollowed) {
-  const std::string dir = std::filesystem::temp_directory_path() / ("drover-connection-test-" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("drover-connection-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto leader = std::make_unique<FakeServer>(5);
   const int leader_port = leader->Start("127.0.0.1:0");

@@ -123,7 +123,7 @@ std::string Slurp(const std::string& path) {
 }  // namespace
 
 std::optional<DeviceRule> DeviceRuleOf(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode)) return std::nullopt;
   return DeviceRule{S_ISBLK(st.st_mode) ? 'b' : 'c', major(st.st_rdev), minor(st.st_rdev)};
@@ -148,7 +148,8 @@ int NvidiaDeviceMinor(std::string_view information) {
   return minor;
 }
 
-std::vector<std::string> GpuDeviceFiles(const std::string& pci_bus_id, const std::string& proc, const std::string& sys) {
+std::vector<std::string> GpuDeviceFiles(const std::string& pci_bus_id, const std::string& proc,
+                                        const std::string& sys) {
   std::vector<std::string> out;
   const std::string bus = NormalizePciBusId(pci_bus_id);
   if (bus.empty()) return out;

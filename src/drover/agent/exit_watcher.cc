@@ -1,7 +1,7 @@
 #include "drover/agent/exit_watcher.h"
 
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -143,7 +143,7 @@ class EpollExitWatcher final : public ExitWatcher {
   std::atomic<bool> stopping_{false};
   std::mutex calling_;  // held while a callback runs
   std::mutex mu_;
-  uint64_t next_ = 1;   // 0 is the wake-up fd's
+  uint64_t next_ = 1;  // 0 is the wake-up fd's
   std::map<uint64_t, Entry> watches_;
   std::map<uint64_t, std::function<void()>> gone_;
 };

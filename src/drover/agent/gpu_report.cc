@@ -84,8 +84,7 @@ http::Response SamplesResponse(const Telemetry& telemetry, size_t gpus, const ht
   std::string_view digits = path.substr(kPrefix.size(), path.size() - kPrefix.size() - kSuffix.size());
   int gpu = -1;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), gpu);
-  if (ec != std::errc() || end != digits.data() + digits.size() || gpu < 0 ||
-      static_cast<size_t>(gpu) >= gpus) {
+  if (ec != std::errc() || end != digits.data() + digits.size() || gpu < 0 || static_cast<size_t>(gpu) >= gpus) {
     return http::ErrorResponse(NotFound(fmt::format("gpu '{}' does not exist (the node has {})", digits, gpus)));
   }
   size_t max = 6000;

@@ -72,15 +72,9 @@ bool HealthTracker::Check(int gpu, const HealthCheckInput& in, int64_t now_ns) {
         g.last_xid = e.code;
         if (IsCriticalXid(e.code)) p = DescribeXid(e.code);
         break;
-      case HealthEvent::Kind::kEccUncorrected:
-        p = "uncorrected (double-bit) ECC error";
-        break;
-      case HealthEvent::Kind::kDeviceLost:
-        p = e.message.empty() ? "device lost" : "device lost: " + e.message;
-        break;
-      case HealthEvent::Kind::kThermal:
-        p = e.message.empty() ? "thermal fault" : "thermal fault: " + e.message;
-        break;
+      case HealthEvent::Kind::kEccUncorrected: p = "uncorrected (double-bit) ECC error"; break;
+      case HealthEvent::Kind::kDeviceLost: p = e.message.empty() ? "device lost" : "device lost: " + e.message; break;
+      case HealthEvent::Kind::kThermal: p = e.message.empty() ? "thermal fault" : "thermal fault: " + e.message; break;
     }
     if (problem.empty()) problem = std::move(p);
   }

@@ -33,8 +33,8 @@ struct HealthOptions {
 
 // What one health check saw for one GPU.
 struct HealthCheckInput {
-  bool answered = true;       // the latest sample worked
-  std::string sample_error;   // why not, when it did not
+  bool answered = true;      // the latest sample worked
+  std::string sample_error;  // why not, when it did not
   bool thermal_throttled = false;
   std::vector<HealthEvent> events;  // since the previous check
 };

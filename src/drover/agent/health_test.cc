@@ -28,7 +28,7 @@ TEST(HealthTrackerTest, CriticalXidTakesTheGpuOutUntilCleanChecks) {
   EXPECT_TRUE(t.Check(0, WithEvent(HealthEvent::Kind::kXid, 79), 2 * kSec));
   EXPECT_FALSE(t.healthy(0));
   EXPECT_EQ(t.reason(0), "xid 79 (GPU has fallen off the bus) (0 of 3 clean checks)");
-  EXPECT_TRUE(t.healthy(1));  // only that one
+  EXPECT_TRUE(t.healthy(1));                   // only that one
   EXPECT_TRUE(t.Check(0, Clean(), 3 * kSec));  // the progress is news
   EXPECT_THAT(t.reason(0), HasSubstr("1 of 3"));
   EXPECT_TRUE(t.Check(0, Clean(), 4 * kSec));

@@ -31,9 +31,11 @@ std::string IsolationMessage(const NodeIsolation& iso, const std::string& cgroup
   } else {
     off.push_back("cpu and memory limits off" + why(cgroup_problem));
   }
-  (iso.device_limits ? on : off).push_back(iso.device_limits ? "device limits on" : "device limits off" + why(device_problem));
+  (iso.device_limits ? on : off)
+      .push_back(iso.device_limits ? "device limits on" : "device limits off" + why(device_problem));
   (iso.cpu_pinning ? on : off).push_back(iso.cpu_pinning ? "CPU pinning on" : "CPU pinning off" + why(pinning_problem));
-  (iso.clean_environment ? on : off).push_back(iso.clean_environment ? "clean environment on" : "clean environment off");
+  (iso.clean_environment ? on : off)
+      .push_back(iso.clean_environment ? "clean environment on" : "clean environment off");
   off.insert(off.end(), on.begin(), on.end());
   return fmt::format("{}", fmt::join(off, "; "));
 }

@@ -56,8 +56,8 @@ TEST(JobEnvTest, AllowListNamesAndPrefixes) {
 }
 
 TEST(JobEnvTest, OnlyAllowListedAgentVariablesReachTheJob) {
-  Env agent = {{"PATH", "/agent/bin"},          {"HOME", "/root"},       {"AWS_SECRET_ACCESS_KEY", "s3cr3t"},
-               {"DROVER_TOKEN", "drv_admin"},   {"LANG", "C.UTF-8"},     {"LD_PRELOAD", "/evil.so"},
+  Env agent = {{"PATH", "/agent/bin"},        {"HOME", "/root"},   {"AWS_SECRET_ACCESS_KEY", "s3cr3t"},
+               {"DROVER_TOKEN", "drv_admin"}, {"LANG", "C.UTF-8"}, {"LD_PRELOAD", "/evil.so"},
                {"DROVER_SIM_LOAD", "0.1"}};
   Env job = {{"MY_VAR", "mine"}, {"HOME", "/job-home"}, {"DROVER_SIM_LOAD", "0.5"}};
   Env drover = {{"DROVER_JOB_ID", "j-000001"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
@@ -72,8 +72,8 @@ TEST(JobEnvTest, OnlyAllowListedAgentVariablesReachTheJob) {
 }
 
 TEST(JobEnvTest, DroverVariablesWinAndPathHasADefault) {
-  Env env = BuildJobEnv({}, kDefaultEnvAllowList, {{"DROVER_JOB_ID", "forged"}, {"A", "1"}},
-                        {{"DROVER_JOB_ID", "j-000002"}});
+  Env env =
+      BuildJobEnv({}, kDefaultEnvAllowList, {{"DROVER_JOB_ID", "forged"}, {"A", "1"}}, {{"DROVER_JOB_ID", "j-000002"}});
   EXPECT_EQ(env.at("DROVER_JOB_ID"), "j-000002");
   EXPECT_EQ(env.at("PATH"), kDefaultPath);
   EXPECT_EQ(env.at("A"), "1");

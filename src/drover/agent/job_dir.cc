@@ -70,8 +70,7 @@ bool InMemory(const std::string& path) {
 bool PrivateDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return false;
   struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
-         (st.st_mode & 077) == 0;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
 }
 
 }  // namespace
@@ -177,9 +176,12 @@ void SweepJobStateRoots(const std::string& keep, const std::vector<std::string>&
 }
 
 Status JobDir::WriteSpec(const JobSpecFile& s) const {
-  json j{{"job_id", s.job_id},           {"command", s.command},
-         {"env", s.env},                 {"working_dir", s.working_dir},
-         {"grace_seconds", s.grace_seconds}, {"lease_file", s.lease_file},
+  json j{{"job_id", s.job_id},
+         {"command", s.command},
+         {"env", s.env},
+         {"working_dir", s.working_dir},
+         {"grace_seconds", s.grace_seconds},
+         {"lease_file", s.lease_file},
          {"output_dir", s.output_dir}};
   return WriteFileAtomic(File("spec.json"), j.dump(), 0644, kWhileAlive);
 }
@@ -205,9 +207,12 @@ Status JobDir::WriteIsolation(const JobIsolation& iso) const {
     const JobCgroup& g = *iso.cgroup;
     json deny = json::array();
     for (const DeviceRule& r : g.deny_devices) deny.push_back(json{std::string(1, r.type), r.major, r.minor});
-    j["cgroup"] = json{{"parent", g.parent},         {"dir", g.dir},
-                       {"controllers", g.controllers}, {"cpu_millis", g.cpu_millis},
-                       {"memory_bytes", g.memory_bytes}, {"deny_devices", deny}};
+    j["cgroup"] = json{{"parent", g.parent},
+                       {"dir", g.dir},
+                       {"controllers", g.controllers},
+                       {"cpu_millis", g.cpu_millis},
+                       {"memory_bytes", g.memory_bytes},
+                       {"deny_devices", deny}};
   }
   return WriteFileAtomic(File("isolation.json"), j.dump(), 0644, kWhileAlive);
 }
@@ -253,8 +258,12 @@ std::optional<StartedFile> JobDir::ReadStarted() const {
 }
 
 Status JobDir::WriteExit(const ExitFile& e, bool durable) const {
-  json j{{"exit_code", e.exit_code}, {"signal", e.signal}, {"end_unix_nanos", e.end_unix_nanos},
-         {"message", e.message}, {"failed_to_start", e.failed_to_start}, {"fenced", e.fenced}};
+  json j{{"exit_code", e.exit_code},
+         {"signal", e.signal},
+         {"end_unix_nanos", e.end_unix_nanos},
+         {"message", e.message},
+         {"failed_to_start", e.failed_to_start},
+         {"fenced", e.fenced}};
   return WriteFileAtomic(File("exit.json"), j.dump(), 0644, durable);
 }
 
@@ -263,8 +272,8 @@ Status JobDir::SyncExit() const { return SyncFile(File("exit.json")); }
 std::optional<ExitFile> JobDir::ReadExit() const {
   auto j = ReadJson(File("exit.json"));
   if (!j) return std::nullopt;
-  return ExitFile{Get<int>(*j, "exit_code", -1),       Get<int>(*j, "signal", 0),
-                  Get<int64_t>(*j, "end_unix_nanos", 0),  Get<std::string>(*j, "message", ""),
+  return ExitFile{Get<int>(*j, "exit_code", -1),           Get<int>(*j, "signal", 0),
+                  Get<int64_t>(*j, "end_unix_nanos", 0),   Get<std::string>(*j, "message", ""),
                   Get<bool>(*j, "failed_to_start", false), Get<bool>(*j, "fenced", false)};
 }
 

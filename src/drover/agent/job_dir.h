@@ -100,7 +100,7 @@ struct StartedFile {
 };
 
 struct ExitFile {
-  int exit_code = 0;   // -1 when killed by a signal
+  int exit_code = 0;  // -1 when killed by a signal
   int signal = 0;
   int64_t end_unix_nanos = 0;
   std::string message;

@@ -65,9 +65,9 @@ TEST_F(JobDirTest, MissingCorruptOrIncompleteSpecIsAnError) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), Code::kNotFound);
   }
-  for (const char* incomplete : {"{}", R"({"job_id": "j-000002"})", R"({"command": ["true"]})",
-                                 R"({"job_id": "j-000002", "command": []})", R"({"job_id": 7, "command": ["true"]})",
-                                 R"({"job_id": "j-000002", "command": "true"})"}) {
+  for (const char* incomplete :
+       {"{}", R"({"job_id": "j-000002"})", R"({"command": ["true"]})", R"({"job_id": "j-000002", "command": []})",
+        R"({"job_id": 7, "command": ["true"]})", R"({"job_id": "j-000002", "command": "true"})"}) {
     SCOPED_TRACE(incomplete);
     Spit(dir.File("spec.json"), incomplete);
     auto r = dir.ReadSpec();
@@ -92,8 +92,9 @@ TEST_F(JobDirTest, IsolationRoundTripsAndIsOptional) {
 
   JobIsolation iso;
   iso.cpus = {0, 2, 3};
-  iso.cgroup = JobCgroup{"/sys/fs/cgroup/drover-n-1", "/sys/fs/cgroup/drover-n-1/j-000008.1", {"cpu", "memory"},
-                         1500, int64_t{3} << 30, {{'c', 195, 1}, {'b', 8, 0}}};
+  iso.cgroup = JobCgroup{
+      "/sys/fs/cgroup/drover-n-1", "/sys/fs/cgroup/drover-n-1/j-000008.1", {"cpu", "memory"}, 1500, int64_t{3} << 30,
+      {{'c', 195, 1}, {'b', 8, 0}}};
   ASSERT_TRUE(dir.WriteIsolation(iso).ok());
   auto back = dir.ReadIsolation();
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -240,7 +241,7 @@ TEST_F(JobDirTest, StateRootIsPrivateInMemoryAndTheSameForTheSameDataDirectory) 
   fs::create_directories(root_ + "/b");
   std::string a = JobStateRoot(root_ + "/a", {base});
   ASSERT_TRUE(a.starts_with(base + "/")) << a;
-  EXPECT_EQ(JobStateRoot(root_ + "/a/", {base}), a);        // one directory, one place
+  EXPECT_EQ(JobStateRoot(root_ + "/a/", {base}), a);  // one directory, one place
   EXPECT_EQ(JobStateRoot(root_ + "/b/../a", {base}), a);
   std::string b = JobStateRoot(root_ + "/b", {base});
   EXPECT_NE(b, a);

@@ -3,8 +3,8 @@
 #include <signal.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 

@@ -129,7 +129,7 @@ TEST_F(JobEnvTest, ReportsOfLiveProcessesAreSummed) {
   Touch(r / std::to_string(getpid()), "1048576\n");
   Touch(r / std::to_string(getppid()), "2048\n");
   Touch(r / std::to_string(dead), "999999\n");  // died without removing it: not counted
-  Touch(r / ".123.tmp", "5\n");                  // a report being written
+  Touch(r / ".123.tmp", "5\n");                 // a report being written
   Touch(r / "notes", "7\n");
   EXPECT_EQ(ReadGpuMemoryReports(r.string()), 1048576 + 2048);
   EXPECT_EQ(ReadGpuMemoryReports((dir_ / "none").string()), 0);
@@ -138,8 +138,8 @@ TEST_F(JobEnvTest, ReportsOfLiveProcessesAreSummed) {
 TEST_F(JobEnvTest, ReportsBecomeTheGpusProcessesWhereTheVendorNamesNone) {
   Touch(dir_ / "a" / std::to_string(getpid()), "4194304\n");
   Touch(dir_ / "b" / std::to_string(getppid()), "1024\n");
-  std::vector<ShimReport> jobs = {{"j-000001", (dir_ / "a").string()}, {"j-000002", (dir_ / "b").string()},
-                                  {"j-000003", (dir_ / "none").string()}};
+  std::vector<ShimReport> jobs = {
+      {"j-000001", (dir_ / "a").string()}, {"j-000002", (dir_ / "b").string()}, {"j-000003", (dir_ / "none").string()}};
   v1::GpuTelemetry t;
   AddGpuMemoryReports(jobs, &t);
   EXPECT_TRUE(t.processes_known());

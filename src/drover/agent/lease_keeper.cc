@@ -69,8 +69,7 @@ void LeaseKeeper::NoteContact(int64_t contact) {
   if (!opts_.fencing || fence_after_ns_ <= 0) return;
   NodeLease lease{contact_ns_ + fence_after_ns_, fence_grace_ms_};
   if (Status s = WriteNodeLease(lease_file(), lease); !s.ok()) {
-    spdlog::error("node '{}' cannot renew its lease file: {}; its jobs fence themselves", opts_.node_name,
-                  s.message());
+    spdlog::error("node '{}' cannot renew its lease file: {}; its jobs fence themselves", opts_.node_name, s.message());
   }
 }
 
@@ -137,9 +136,9 @@ void LeaseKeeper::HeartbeatTimer(uint64_t generation) {
 void LeaseKeeper::LeaveASilentServer() {
   if (!Connected() || unacked_.empty()) return;
   const int64_t silent_ns = MonoNanos() - unacked_.front().second;
-  const int64_t limit_ns = std::max(std::chrono::nanoseconds(heartbeat_every_ * kSilentHeartbeats),
-                                    std::chrono::nanoseconds(kSilentAtLeast))
-                               .count();
+  const int64_t limit_ns =
+      std::max(std::chrono::nanoseconds(heartbeat_every_ * kSilentHeartbeats), std::chrono::nanoseconds(kSilentAtLeast))
+          .count();
   if (silent_ns < limit_ns) return;
   spdlog::warn("node '{}': no heartbeat acknowledged for {} ms; trying the next server", opts_.node_name,
                silent_ns / 1'000'000);

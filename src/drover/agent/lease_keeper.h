@@ -92,8 +92,8 @@ class LeaseKeeper {
   std::chrono::steady_clock::time_point last_gpu_report_;
   int64_t heartbeat_seq_ = 0;
   std::deque<std::pair<int64_t, int64_t>> unacked_;  // (seq, monotonic send time), oldest first
-  int64_t contact_ns_ = 0;      // monotonic: the last acknowledged contact
-  int64_t fence_after_ns_ = 0;  // from the server; 0: not yet told
+  int64_t contact_ns_ = 0;                           // monotonic: the last acknowledged contact
+  int64_t fence_after_ns_ = 0;                       // from the server; 0: not yet told
   int64_t fence_grace_ms_ = 0;
   std::unique_ptr<membership::UdpNode> gossip_;  // started by the first session
   int64_t peers_version_ = 0;

@@ -124,7 +124,7 @@ TEST_F(LeaseKeeperTest, WithoutFencingThereIsNoLeaseFile) {
 TEST_F(LeaseKeeperTest, GpuReportsRideAlongOncePerPeriodOrWhenAsked) {
   auto k = Make(/*fencing=*/true);
   k->OnConnected(Lease(/*heartbeat_ms=*/60'000), MonoNanos());  // with GPUs
-  k->SendHeartbeat();                                            // within the period: without
+  k->SendHeartbeat();                                           // within the period: without
   EXPECT_EQ(reports_, 1);
   k->SendHeartbeat(/*with_gpus=*/true);  // a GPU's health changed
   EXPECT_EQ(reports_, 2);

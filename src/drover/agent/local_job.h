@@ -26,7 +26,7 @@ struct LocalJob {
   explicit LocalJob(JobDir d) : dir(std::move(d)) {}
   JobDir dir;
   std::string output_dir;  // its output.log (spec.json's output_dir)
-  pid_t supervisor = 0;  // 0 when adopted (not our child) or unknown; -1 once gone
+  pid_t supervisor = 0;    // 0 when adopted (not our child) or unknown; -1 once gone
   std::optional<StartedFile> started;
   std::optional<ExitFile> exited;
   std::optional<int64_t> sigterm_ns;

@@ -99,7 +99,7 @@ std::vector<int32_t> NodeInventory::LinkMatrix() const {
   std::vector<int32_t> out(n * n);
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      DeviceLink l = merged.size() == n * n ? merged[i * n + j]
+      DeviceLink l = merged.size() == n * n                     ? merged[i * n + j]
                      : gpus_[i].numa_node == gpus_[j].numa_node ? DeviceLink::kSameNuma
                                                                 : DeviceLink::kCrossSocket;
       out[i * n + j] = static_cast<int32_t>(l);

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "drover/agent/agent.h"
+#include "drover/agent/device_filter.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/devices/topology/host_topology.h"
-#include "drover/agent/device_filter.h"
 #include "drover/agent/isolation.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
@@ -108,7 +108,7 @@ class NodeInventory {
   std::vector<int> allowed_cpus_;                     // the agent's own affinity, ascending
   std::map<std::string, std::string> agent_env_;      // the allow-listed part of the agent's environment
   std::vector<std::vector<DeviceRule>> gpu_devices_;  // per GPU: its device files
-  std::vector<double> loads_;  // what SetLoad was last told, per GPU (-1: nothing yet)
+  std::vector<double> loads_;                         // what SetLoad was last told, per GPU (-1: nothing yet)
 };
 
 }  // namespace drover::agent

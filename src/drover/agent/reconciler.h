@@ -26,15 +26,15 @@ namespace drover::agent {
 // How to stop a workload the server no longer wants when not with its own
 // grace (v1::Stop: a preemption, a drain).
 struct StopOrder {
-  int grace_seconds = 0;             // SIGTERM to SIGKILL
+  int grace_seconds = 0;  // SIGTERM to SIGKILL
   std::string reason;
   int checkpoint_signal = 0;         // sent first (0: none) ...
   int checkpoint_grace_seconds = 0;  // ... this long before SIGTERM
 };
 
 struct DesiredView {
-  std::set<std::string> keys;             // what should run
-  std::map<std::string, StopOrder> stops; // how to stop some of what should not
+  std::set<std::string> keys;              // what should run
+  std::map<std::string, StopOrder> stops;  // how to stop some of what should not
   // A desired set just arrived: what it lists and the node lacks is started.
   // Otherwise (a tick, a job's end) only stops are reconciled: a workload
   // that could not be taken in (a malformed id) waits for the next set.
@@ -44,13 +44,13 @@ struct DesiredView {
 // What the runner knows of one workload on the node.
 struct ObservedWorkload {
   std::string key;
-  bool started = false;          // its process runs or ran (started.json)
-  bool exited = false;           // its end is on record
-  bool reported_ended = false;   // ... and the server was told of it
-  bool restart_pending = false;  // a service waiting out its restart back-off
+  bool started = false;                  // its process runs or ran (started.json)
+  bool exited = false;                   // its end is on record
+  bool reported_ended = false;           // ... and the server was told of it
+  bool restart_pending = false;          // a service waiting out its restart back-off
   std::optional<int64_t> sigterm_ns;     // when it was sent SIGTERM
   std::optional<int64_t> checkpoint_ns;  // when it was asked to checkpoint
-  int grace_seconds = 10;        // its own termination grace
+  int grace_seconds = 10;                // its own termination grace
 };
 
 enum class ActionKind {
@@ -65,9 +65,9 @@ enum class ActionKind {
 struct Action {
   ActionKind kind = ActionKind::kStart;
   std::string key;
-  int signal = 0;              // kCheckpoint
-  int grace_seconds = 0;       // kTerminate, kCheckpoint (the checkpoint's grace)
-  std::string reason;          // kTerminate: the stop's reason, empty for none
+  int signal = 0;         // kCheckpoint
+  int grace_seconds = 0;  // kTerminate, kCheckpoint (the checkpoint's grace)
+  std::string reason;     // kTerminate: the stop's reason, empty for none
   bool operator==(const Action&) const = default;
 };
 

@@ -60,8 +60,7 @@ Result<ProbeSettings> ProbeOf(const char* which, const v1::Probe& p, millisecond
           fmt::format("service: the {} probe's http_path is {} bytes; at most {}", which, path.size(), kMaxProbePath));
     }
     if (path[0] != '/') {
-      return InvalidArgument(
-          fmt::format("service: the {} probe's http_path '{}' must start with '/'", which, path));
+      return InvalidArgument(fmt::format("service: the {} probe's http_path '{}' must start with '/'", which, path));
     }
     for (unsigned char c : path) {
       if (c <= 0x20 || c >= 0x7f) {
@@ -108,7 +107,9 @@ int RemainingMs(std::chrono::steady_clock::time_point deadline) {
 // Waits for `events` on `fd` until `deadline`; false on a timeout.
 bool WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) {
   for (;;) {
-    struct pollfd p {fd, events, 0};
+    struct pollfd p {
+      fd, events, 0
+    };
     int r = ::poll(&p, 1, RemainingMs(deadline));
     if (r > 0) return true;
     if (r == 0) return false;
@@ -391,8 +392,7 @@ void ServiceReplica::Started(ServiceTime now) {
 
 std::string ServiceReplica::NotReadyYet(const std::string& why, ServiceTime now) const {
   if (now - started_at_ >= settings_.ready_timeout) {
-    return fmt::format("not ready {} after its start (ready timeout): {}",
-                       FormatDelay(settings_.ready_timeout), why);
+    return fmt::format("not ready {} after its start (ready timeout): {}", FormatDelay(settings_.ready_timeout), why);
   }
   return why;
 }

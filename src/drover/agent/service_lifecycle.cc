@@ -131,10 +131,9 @@ void ServiceLifecycle::HoldForRestart(const std::string& id, LocalJob* job) {
   // it (Adopt) instead of a job whose supervisor vanished.
   (void)::rename(job->dir.File("exit.json").c_str(), job->dir.File("restart.json").c_str());
   for (const char* f : {"started.json", "supervisor.pid"}) ::unlink(job->dir.File(f).c_str());
-  AppendToLog(*job, fmt::format("drover: the service's process ended ({}); restarting it in {}\n", how,
-                                FormatDelay(delay)));
-  spdlog::info("node '{}': service '{}' ended ({}); restarting it in {}", opts_.node_name, id, how,
-               FormatDelay(delay));
+  AppendToLog(*job,
+              fmt::format("drover: the service's process ended ({}); restarting it in {}\n", how, FormatDelay(delay)));
+  spdlog::info("node '{}': service '{}' ended ({}); restarting it in {}", opts_.node_name, id, how, FormatDelay(delay));
   const uint64_t gen = job->service->generation();
   loop_->PostAfter(delay, [this, id, gen] { Relaunch(id, gen); });
   (void)host_->Report(id, job);

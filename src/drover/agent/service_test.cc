@@ -522,8 +522,8 @@ class FakeServer final : public v1::AgentService::Service {
     MutexLock lock(&mu_);
     return cv_.WaitFor(&mu_, std::chrono::seconds(60), [&]() DROVER_REQUIRES(mu_) {
       for (const v1::WorkloadStatus& ws : reports_) {
-        if (ws.workload_id() == id && (ws.state() == v1::WORKLOAD_STATE_EXITED ||
-                                       ws.state() == v1::WORKLOAD_STATE_FAILED_TO_START)) {
+        if (ws.workload_id() == id &&
+            (ws.state() == v1::WORKLOAD_STATE_EXITED || ws.state() == v1::WORKLOAD_STATE_FAILED_TO_START)) {
           return true;
         }
       }
@@ -705,8 +705,8 @@ TEST_F(ServiceAgentTest, AFailingReadinessProbeSaysWhy) {
   // Not ready 0.3 s after its start: said with the probe's answer.
   const std::string late = "not ready 0.3s after its start (ready timeout): readiness probe: http 503";
   if (failing->not_ready_reason() != late) {
-    ASSERT_TRUE(server_.WaitFor(w.workload_id(),
-                                [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == late; }));
+    ASSERT_TRUE(
+        server_.WaitFor(w.workload_id(), [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == late; }));
   }
   // It becomes ready once its probe passes, and not ready again after three failures.
   std::filesystem::remove(state_ + "/unready");
@@ -771,15 +771,14 @@ TEST_F(ServiceAgentTest, ALivenessFailureRestartsTheProcess) {
   ASSERT_TRUE(ready);
   const pid_t pid = ServingPid(ready->port());
   Spit(state_ + "/dead", "");
-  auto killed = server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) {
-    return ws.not_ready_reason().starts_with("restarting in");
-  });
+  auto killed = server_.WaitFor(
+      w.workload_id(), [](const v1::WorkloadStatus& ws) { return ws.not_ready_reason().starts_with("restarting in"); });
   ASSERT_TRUE(killed);
   EXPECT_EQ(killed->not_ready_reason(), "restarting in 0.1s: liveness probe failed 2 times: http 500");
   EXPECT_EQ(killed->state(), v1::WORKLOAD_STATE_RUNNING);
   std::filesystem::remove(state_ + "/dead");
-  auto back = server_.WaitFor(w.workload_id(),
-                              [](const v1::WorkloadStatus& ws) { return Ready(ws) && ws.restarts() >= 1; });
+  auto back =
+      server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) { return Ready(ws) && ws.restarts() >= 1; });
   ASSERT_TRUE(back);
   EXPECT_EQ(back->port(), ready->port());
   EXPECT_NE(ServingPid(back->port()), pid);
@@ -839,9 +838,8 @@ TEST_F(ServiceAgentTest, ARestartedAgentAdoptsItsReplicasWithTheirPorts) {
   ASSERT_TRUE(ready);
   const int port = ready->port();
   ASSERT_EQ(::kill(ServingPid(port), SIGKILL), 0);
-  ASSERT_TRUE(server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) {
-    return Ready(ws) && ws.restarts() == 1;
-  }));
+  ASSERT_TRUE(
+      server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) { return Ready(ws) && ws.restarts() == 1; }));
   const pid_t pid = ServingPid(port);
   ASSERT_GT(pid, 0);
 
@@ -864,9 +862,8 @@ TEST_F(ServiceAgentTest, ARestartedAgentAdoptsItsReplicasWithTheirPorts) {
   StartTheAgent();
   ASSERT_TRUE(server_.WaitSessions(3));
   ASSERT_TRUE(server_.SendDesired({w}));
-  auto restarted = server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) {
-    return Ready(ws) && ws.restarts() == 2;
-  });
+  auto restarted =
+      server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) { return Ready(ws) && ws.restarts() == 2; });
   ASSERT_TRUE(restarted);
   EXPECT_EQ(restarted->port(), port);
   EXPECT_NE(ServingPid(port), pid);
@@ -910,15 +907,15 @@ TEST_F(ServiceAgentTest, ARestartedAgentKeepsAPendingRestart) {
   ASSERT_TRUE(ready);
   ASSERT_EQ(::kill(ServingPid(ready->port()), SIGKILL), 0);
   const std::string waiting = "restarting in 600s: killed by signal 9";
-  ASSERT_TRUE(server_.WaitFor(w.workload_id(),
-                              [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == waiting; }));
+  ASSERT_TRUE(
+      server_.WaitFor(w.workload_id(), [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == waiting; }));
   agent_->Stop();
   agent_.reset();
   StartTheAgent();
   ASSERT_TRUE(server_.WaitSessions(2));
   ASSERT_TRUE(server_.SendDesired({w}));
-  auto adopted = server_.WaitFor(w.workload_id(),
-                                 [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == waiting; });
+  auto adopted =
+      server_.WaitFor(w.workload_id(), [&](const v1::WorkloadStatus& ws) { return ws.not_ready_reason() == waiting; });
   ASSERT_TRUE(adopted);
   EXPECT_EQ(adopted->state(), v1::WORKLOAD_STATE_RUNNING);
   EXPECT_EQ(adopted->port(), ready->port());
@@ -930,9 +927,8 @@ TEST_F(ServiceAgentTest, AnInvalidServiceFailsToStartAndSaysWhy) {
   spec.mutable_readiness()->set_http_path("ready");
   v1::Workload w = Service("j-000007", spec);
   ASSERT_TRUE(server_.SendDesired({w}));
-  auto failed = server_.WaitFor(w.workload_id(), [](const v1::WorkloadStatus& ws) {
-    return ws.state() == v1::WORKLOAD_STATE_FAILED_TO_START;
-  });
+  auto failed = server_.WaitFor(
+      w.workload_id(), [](const v1::WorkloadStatus& ws) { return ws.state() == v1::WORKLOAD_STATE_FAILED_TO_START; });
   ASSERT_TRUE(failed);
   EXPECT_NE(failed->message().find("invalid service: the readiness probe's http_path 'ready' must start with '/'"),
             std::string::npos)

@@ -1,12 +1,12 @@
 #include "drover/agent/supervisor.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <fmt/format.h>
+#include <linux/sched.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
-#include <linux/sched.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -244,12 +244,9 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
       return Unavailable(fmt::format("cannot join its cgroup '{}': {}", iso.cgroup->dir, why));
     case ChildError::kPin:
       return Unavailable(fmt::format("cannot pin it to CPUs {}: {}", FormatCpuList(iso.cpus), why));
-    case ChildError::kChdir:
-      return Unavailable(fmt::format("cannot enter its working directory '{}': {}", work, why));
-    case ChildError::kExec:
-      return Unavailable(why);
-    default:
-      return Unavailable(fmt::format("cannot set up its process: {}", why));
+    case ChildError::kChdir: return Unavailable(fmt::format("cannot enter its working directory '{}': {}", work, why));
+    case ChildError::kExec: return Unavailable(why);
+    default: return Unavailable(fmt::format("cannot set up its process: {}", why));
   }
 }
 
@@ -290,7 +287,7 @@ int RunSupervisor(const std::string& dir, int started_fd) {
         .IgnoreError("if it fails, the agent reports a supervisor that died without an exit");
     return 0;
   };
-  struct stat st{};
+  struct stat st {};
   if (::stat(work.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return not_started(fmt::format("working directory '{}' does not exist", work));
   }
@@ -343,7 +340,9 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     if (spec->lease_file.empty()) {
       sig = sigwaitinfo(&waitset, &info);
     } else {
-      struct timespec wait {0, kLeaseCheckNs};
+      struct timespec wait {
+        0, kLeaseCheckNs
+      };
       sig = sigtimedwait(&waitset, &info, &wait);
       int64_t now = MonotonicNanos();
       auto lease = ReadNodeLease(spec->lease_file);
@@ -447,8 +446,8 @@ bool SupervisorAlive(pid_t pid, const std::string& job_dir) {
   // idle spare in "/"). Compared as files, since the kernel's name for the
   // directory may differ from the caller's (symlinks, "..").
   if (argv.size() != 3 || argv[1] != "supervise" || argv[2] != "--spare") return false;
-  struct stat cwd{};
-  struct stat dir{};
+  struct stat cwd {};
+  struct stat dir {};
   return ::stat(fmt::format("/proc/{}/cwd", pid).c_str(), &cwd) == 0 && ::stat(job_dir.c_str(), &dir) == 0 &&
          cwd.st_dev == dir.st_dev && cwd.st_ino == dir.st_ino;
 }

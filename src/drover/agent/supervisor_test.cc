@@ -3,17 +3,17 @@
 #include "drover/agent/supervisor.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -55,8 +55,13 @@ class SupervisorTest : public TempDirTest, public ::testing::WithParamInterface<
   // Writes the spec of `command` and spawns its supervisor.
   pid_t Start(const std::string& dir, std::vector<std::string> command, std::map<std::string, std::string> env = {},
               std::string working_dir = "", std::string lease_file = "", std::string output_dir = "") {
-    JobSpecFile spec{fs::path(dir).filename().string(), std::move(command), std::move(env), std::move(working_dir), 10,
-                     std::move(lease_file), std::move(output_dir)};
+    JobSpecFile spec{fs::path(dir).filename().string(),
+                     std::move(command),
+                     std::move(env),
+                     std::move(working_dir),
+                     10,
+                     std::move(lease_file),
+                     std::move(output_dir)};
     EXPECT_TRUE(JobDir(dir).WriteSpec(spec).ok());
     return Spawn(dir);
   }
@@ -454,7 +459,8 @@ class SupervisorPoolTest : public TempDirTest {
  protected:
   std::string Prepare(const std::string& name, std::vector<std::string> command) {
     std::string dir = MakeDir(name);
-    EXPECT_TRUE(JobDir(dir).WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""}).ok());
+    EXPECT_TRUE(
+        JobDir(dir).WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""}).ok());
     return dir;
   }
   static std::optional<int> Reap(pid_t pid) {
@@ -561,7 +567,7 @@ TEST_F(SupervisorPoolTest, KeepsAtMostItsIdleLimit) {
   ASSERT_GE(first->done_fd, 0);
   ASSERT_GE(second->done_fd, 0);
   EXPECT_NE(first->pid, second->pid);
-  EXPECT_EQ(HearEnd(pool, *first), SupervisorPool::Heard::kDone);  // kept: none was idle
+  EXPECT_EQ(HearEnd(pool, *first), SupervisorPool::Heard::kDone);      // kept: none was idle
   EXPECT_EQ(HearEnd(pool, *second), SupervisorPool::Heard::kRetired);  // one is idle already
   ASSERT_TRUE(Reap(second->pid));
   EXPECT_EQ(JobDir(b).ReadExit()->exit_code, 1);
@@ -601,7 +607,8 @@ TEST_F(SupervisorPoolTest, PoolOfDroverSpawnsAsSpawnSupervisor) {
 
 INSTANTIATE_TEST_SUITE_P(Programs, SupervisorTest, ::testing::Values(DROVER_BINARY, DROVER_SUPERVISE_BINARY),
                          [](const ::testing::TestParamInfo<std::string>& program) {
-                           return program.param == DROVER_BINARY ? std::string("Drover") : std::string("DroverSupervise");
+                           return program.param == DROVER_BINARY ? std::string("Drover")
+                                                                 : std::string("DroverSupervise");
                          });
 
 }  // namespace

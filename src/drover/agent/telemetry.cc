@@ -90,7 +90,8 @@ void Telemetry::Tick() {
 void Telemetry::SampleAll(int64_t now_ns) {
   std::vector<std::pair<Result<GpuSample>, std::vector<HealthEvent>>> results;
   results.reserve(slots_.size());
-  for (const DeviceSlot& slot : slots_) results.emplace_back(slot.backend->Sample(slot.index), std::vector<HealthEvent>{});
+  for (const DeviceSlot& slot : slots_)
+    results.emplace_back(slot.backend->Sample(slot.index), std::vector<HealthEvent>{});
   // Events come per backend: hand each to the node GPU it names.
   for (auto& backend : backends_) {
     for (HealthEvent& e : backend->TakeEvents()) {
@@ -124,12 +125,12 @@ void Telemetry::SampleAll(int64_t now_ns) {
     if (Known(sample->utilization_pct)) {
       g.util_sum += sample->utilization_pct;
       ++g.util_n;
-      r.utilization_max = Known(r.utilization_max) ? std::max(r.utilization_max, sample->utilization_pct)
-                                                   : sample->utilization_pct;
+      r.utilization_max =
+          Known(r.utilization_max) ? std::max(r.utilization_max, sample->utilization_pct) : sample->utilization_pct;
     }
     if (Known(sample->temperature_c)) {
-      r.temperature_max = Known(r.temperature_max) ? std::max(r.temperature_max, sample->temperature_c)
-                                                   : sample->temperature_c;
+      r.temperature_max =
+          Known(r.temperature_max) ? std::max(r.temperature_max, sample->temperature_c) : sample->temperature_c;
     }
     if (Known(sample->power_w)) {
       g.power_sum += sample->power_w;

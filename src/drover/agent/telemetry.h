@@ -47,10 +47,10 @@ struct DeviceSlot {
 // What the agent reports of one GPU.
 struct GpuReading {
   bool healthy = true;
-  std::string reason;            // why not, with the recovery progress
+  std::string reason;  // why not, with the recovery progress
   bool have_sample = false;
-  GpuSample latest;              // time_ns is CLOCK_MONOTONIC
-  int64_t latest_wall_ns = 0;    // the same moment on the wall clock
+  GpuSample latest;            // time_ns is CLOCK_MONOTONIC
+  int64_t latest_wall_ns = 0;  // the same moment on the wall clock
   int64_t xid_errors = 0;
   int64_t last_xid = 0;
   // Since the previous TakeReadings(summarise = true).

@@ -187,12 +187,17 @@ void WorkloadRunner::Launch(const v1::Workload& w) {
   Status svc = w.has_service() ? services_->Prepare(w, dir, &env, &service) : Status::Ok();
   // A GPU memory limit: the shim preloaded (job_env.h); the job fails to start without it.
   Status limit = AddGpuMemoryLimit(w.gpu_memory_limit_bytes(), dir.path() + "/gpu-memory", &env);
-  JobSpecFile spec{key, {w.command().begin(), w.command().end()}, std::move(env), w.working_dir(),
-                   job.grace_seconds, opts_.lease_file, job.output_dir};
-  Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
-                : !limit.ok() ? limit
-                : !svc.ok()   ? svc
-                              : dir.WriteSpec(spec);
+  JobSpecFile spec{key,
+                   {w.command().begin(), w.command().end()},
+                   std::move(env),
+                   w.working_dir(),
+                   job.grace_seconds,
+                   opts_.lease_file,
+                   job.output_dir};
+  Status s = ec            ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
+             : !limit.ok() ? limit
+             : !svc.ok()   ? svc
+                           : dir.WriteSpec(spec);
   if (s.ok()) s = dir.WriteIsolation(iso);
   if (s.ok()) s = StartProcess(key, &job);
   if (service && s.ok()) {
@@ -248,7 +253,8 @@ void WorkloadRunner::OffLoop(std::function<void()> work) {
 }
 
 void WorkloadRunner::RefillDirs() {
-  if (janitor_) janitor_->Post([this] {
+  if (janitor_)
+    janitor_->Post([this] {
       output_spares_->Refill();
       checkpoint_spares_->Refill();
     });
@@ -283,8 +289,7 @@ void WorkloadRunner::Reconcile(bool fresh) {
     o.key = key;
     o.started = job.started.has_value();
     o.exited = job.exited.has_value();
-    o.reported_ended =
-        job.reported == v1::WORKLOAD_STATE_EXITED || job.reported == v1::WORKLOAD_STATE_FAILED_TO_START;
+    o.reported_ended = job.reported == v1::WORKLOAD_STATE_EXITED || job.reported == v1::WORKLOAD_STATE_FAILED_TO_START;
     o.restart_pending = job.restart_pending;
     o.sigterm_ns = job.sigterm_ns;
     o.checkpoint_ns = job.checkpoint_ns;
@@ -328,11 +333,8 @@ void WorkloadRunner::Apply(const Action& a, int64_t now) {
         (void)ReportIfChanged(a.key, &job);
       }
       break;
-    case ActionKind::kKill:
-      ::kill(-pgid, SIGKILL);
-      break;
-    default:
-      break;
+    case ActionKind::kKill: ::kill(-pgid, SIGKILL); break;
+    default: break;
   }
 }
 

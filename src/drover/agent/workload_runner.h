@@ -55,13 +55,13 @@ namespace drover::agent {
 
 struct WorkloadRunnerOptions {
   std::string node_name;
-  std::string data_dir;        // outputs under <data_dir>/jobs/
-  std::string state_dir;       // empty: JobStateRoot(data_dir)
+  std::string data_dir;   // outputs under <data_dir>/jobs/
+  std::string state_dir;  // empty: JobStateRoot(data_dir)
   std::string supervisor_exe;
   bool spare_supervisor = true;
-  bool shared_loop = false;    // the loop is shared with other agents: no janitor, no spares
-  std::string lease_file;      // what supervisors fence by; empty: no fencing
-  std::string checkpoint_root; // empty: <data_dir>/checkpoints
+  bool shared_loop = false;     // the loop is shared with other agents: no janitor, no spares
+  std::string lease_file;       // what supervisors fence by; empty: no fencing
+  std::string checkpoint_root;  // empty: <data_dir>/checkpoints
   std::chrono::seconds checkpoint_retention{3600};
   std::vector<std::string> job_env_allow;
   ExitWatcher* exit_watcher = nullptr;  // shared; null: one of its own

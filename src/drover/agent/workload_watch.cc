@@ -145,9 +145,8 @@ void WorkloadRunner::WatchSupervisor(const std::string& id, pid_t pid) {
 // of ending itself: its socket becomes readable then, or when it dies.
 void WorkloadRunner::WatchPooled(const std::string& id, pid_t pid, int fd) {
   if (watcher_ == nullptr) return;  // Refresh looks: exit.json, or the process gone
-  KeepWatch(id, watcher_->WatchReadable(fd, [this, id, pid, fd] {
-    loop_->Post([this, id, pid, fd] { OnPooledReady(id, pid, fd); });
-  }));
+  KeepWatch(id, watcher_->WatchReadable(
+                    fd, [this, id, pid, fd] { loop_->Post([this, id, pid, fd] { OnPooledReady(id, pid, fd); }); }));
 }
 
 // The job's one watch (a new one replaces the old); without one, its end
@@ -178,8 +177,7 @@ void WorkloadRunner::OnPooledReady(const std::string& id, pid_t pid, int fd) {
       Observe(id, &it->second);
       (void)ReportIfChanged(id, &it->second);
       return;
-    case WorkloadLauncher::Heard::kDone:
-      break;  // it waits for the next job, still our child
+    case WorkloadLauncher::Heard::kDone: break;  // it waits for the next job, still our child
     case WorkloadLauncher::Heard::kRetired:
     case WorkloadLauncher::Heard::kGone:
       // It exits (or has): reaped when it has, through its pidfd.

@@ -76,13 +76,13 @@ Status AuditLog::Append(const Principal& who, std::string action, std::string ta
   std::vector<AuditEntry> one{EntryFor(who, std::move(action), std::move(target), result)};
   for (int attempt = 0; attempt < kAppendAttempts; ++attempt) {
     int64_t seq = 0;
-    DROVER_ASSIGN_OR_RETURN(store::TxnResult r, CommitWith(
-                                                    one,
-                                                    [this](std::vector<store::Compare> compares,
-                                                           std::vector<store::Op> ops) {
-                                                      return store_->Txn(compares, ops, {});
-                                                    },
-                                                    &seq));
+    DROVER_ASSIGN_OR_RETURN(store::TxnResult r,
+                            CommitWith(
+                                one,
+                                [this](std::vector<store::Compare> compares, std::vector<store::Op> ops) {
+                                  return store_->Txn(compares, ops, {});
+                                },
+                                &seq));
     if (!r.succeeded) continue;
     // The entry is in: a failed trim is retried at the next batch.
     if (TrimDue(seq, 1)) {
@@ -127,7 +127,8 @@ Result<store::TxnResult> AuditLog::CommitWith(std::vector<AuditEntry> entries, c
       compares.push_back(store::Compare::Missing(Key(e.seq)));
       ops.push_back(store::Op::Put(Key(e.seq), ToJson(e)));
     }
-    if (!entries.empty()) ops.push_back(store::Op::Put(std::string(kHeadKey), json{{"seq", last}, {"hash", prev}}.dump()));
+    if (!entries.empty())
+      ops.push_back(store::Op::Put(std::string(kHeadKey), json{{"seq", last}, {"hash", prev}}.dump()));
     if (last_seq != nullptr) *last_seq = last;
     Result<store::TxnResult> r = txn(std::move(compares), std::move(ops));
     if (r.ok() && r->succeeded) {
@@ -224,8 +225,10 @@ Result<AuditVerdict> AuditLog::Verify() {
       return fail(expect, fmt::format("expected entry {} but found entry {} at {} (dropped or reordered)", expect,
                                       e->seq, kv.key));
     }
-    if (e->prev != prev) return fail(e->seq, fmt::format("entry {} does not follow entry {} (prev hash differs)", e->seq, e->seq - 1));
-    if (HashOf(*e) != e->hash) return fail(e->seq, fmt::format("entry {} was edited (its hash does not match)", e->seq));
+    if (e->prev != prev)
+      return fail(e->seq, fmt::format("entry {} does not follow entry {} (prev hash differs)", e->seq, e->seq - 1));
+    if (HashOf(*e) != e->hash)
+      return fail(e->seq, fmt::format("entry {} was edited (its hash does not match)", e->seq));
     prev = e->hash;
     ++expect;
     ++v.entries;

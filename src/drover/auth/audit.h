@@ -35,14 +35,14 @@ namespace drover::auth {
 struct AuditEntry {
   int64_t seq = 0;
   int64_t time_ns = 0;
-  std::string who;       // token name, or "anonymous"
+  std::string who;  // token name, or "anonymous"
   std::string token_id;
   std::string tenant;
   std::string role;
-  std::string action;    // "jobs.submit", "nodes.drain", "tokens.create", "agent.session" ...
-  std::string target;    // "j-000042", "sim-1", a token id ...
-  std::string result;    // "ok" or the status ("permission denied: ...")
-  std::string source;    // the caller's address
+  std::string action;  // "jobs.submit", "nodes.drain", "tokens.create", "agent.session" ...
+  std::string target;  // "j-000042", "sim-1", a token id ...
+  std::string result;  // "ok" or the status ("permission denied: ...")
+  std::string source;  // the caller's address
   std::string prev;
   std::string hash;
 };

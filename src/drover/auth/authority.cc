@@ -61,8 +61,11 @@ Principal ToPrincipal(const TokenInfo& t) {
 }
 
 json PrincipalJson(const Principal& p) {
-  return json{{"token_id", p.token_id}, {"name", p.name}, {"tenant", p.tenant},
-              {"role", std::string(RoleName(p.role))}, {"node", p.node}};
+  return json{{"token_id", p.token_id},
+              {"name", p.name},
+              {"tenant", p.tenant},
+              {"role", std::string(RoleName(p.role))},
+              {"node", p.node}};
 }
 
 Result<Principal> PrincipalFromJson(const json& j) {
@@ -90,9 +93,8 @@ Status CheckCode(std::string_view code, std::string_view what) {
 Result<std::optional<std::string>> Consume(store::Store* store, const std::string& key) {
   DROVER_ASSIGN_OR_RETURN(auto kv, store->Get(key));
   if (!kv.has_value()) return std::optional<std::string>();
-  DROVER_ASSIGN_OR_RETURN(store::TxnResult r,
-                          store->Txn({store::Compare::ModRevisionIs(key, kv->mod_revision)},
-                                     {store::Op::Delete(key)}, {}));
+  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store->Txn({store::Compare::ModRevisionIs(key, kv->mod_revision)},
+                                                         {store::Op::Delete(key)}, {}));
   if (!r.succeeded) return std::optional<std::string>();
   return std::optional<std::string>(kv->value);
 }
@@ -122,11 +124,13 @@ Status Authority::CheckCanCreate(const Principal& by, const CreateTokenRequest& 
   if (req.ttl.count() < 0) return InvalidArgument("token ttl is negative");
   if (req.requests_per_minute < 0 || req.requests_per_minute > kMaxPerMinute || req.tokens_per_minute < 0 ||
       req.tokens_per_minute > kMaxPerMinute) {
-    return InvalidArgument(fmt::format("requests_per_minute and tokens_per_minute must be 0..{} (0: no limit)",
-                                       kMaxPerMinute));
+    return InvalidArgument(
+        fmt::format("requests_per_minute and tokens_per_minute must be 0..{} (0: no limit)", kMaxPerMinute));
   }
-  if ((req.role == Role::kNode || req.role == Role::kGateway) && (req.requests_per_minute > 0 || req.tokens_per_minute > 0)) {
-    return InvalidArgument(fmt::format("{} tokens carry no gateway limits (they are not API keys)", RoleName(req.role)));
+  if ((req.role == Role::kNode || req.role == Role::kGateway) &&
+      (req.requests_per_minute > 0 || req.tokens_per_minute > 0)) {
+    return InvalidArgument(
+        fmt::format("{} tokens carry no gateway limits (they are not API keys)", RoleName(req.role)));
   }
   if (req.role == Role::kGateway) {
     if (!req.node.empty()) return InvalidArgument("only node tokens name a node");
@@ -151,7 +155,7 @@ Status Authority::CheckCanCreate(const Principal& by, const CreateTokenRequest& 
 }
 
 Result<std::pair<TokenInfo, std::string>> Authority::Create(const std::string& created_by,
-                                                           const CreateTokenRequest& req) {
+                                                            const CreateTokenRequest& req) {
   DROVER_ASSIGN_OR_RETURN(NewToken nt, GenerateToken());
   TokenInfo t;
   t.id = nt.id;
@@ -165,8 +169,9 @@ Result<std::pair<TokenInfo, std::string>> Authority::Create(const std::string& c
   t.requests_per_minute = req.requests_per_minute;
   t.tokens_per_minute = req.tokens_per_minute;
   std::string key = std::string(kTokensPrefix) + t.id;
-  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store_->Txn({store::Compare::Missing(key)},
-                                                          {store::Op::Put(key, TokenRecordJson(t, nt.secret_hash))}, {}));
+  DROVER_ASSIGN_OR_RETURN(
+      store::TxnResult r,
+      store_->Txn({store::Compare::Missing(key)}, {store::Op::Put(key, TokenRecordJson(t, nt.secret_hash))}, {}));
   if (!r.succeeded) return Internal("token id collision; try again");
   return std::make_pair(std::move(t), std::move(nt.text));
 }
@@ -193,7 +198,8 @@ Result<std::optional<std::string>> Authority::TokenRecord(const std::string& id)
     generation = token_generation_;
   }
   DROVER_ASSIGN_OR_RETURN(auto kv, store_->Get(std::string(kTokensPrefix) + id));
-  if (!kv.has_value()) return std::optional<std::string>();  // unknown ids are not cached: the cache stays bounded by real tokens
+  if (!kv.has_value())
+    return std::optional<std::string>();  // unknown ids are not cached: the cache stays bounded by real tokens
   MutexLock lock(&mu_);
   // A record written while this one was read may be older than the store's
   // now: not cached.
@@ -238,8 +244,8 @@ Result<TokenInfo> Authority::RevokeToken(const Principal& by, const std::string&
   std::string hash;
   DROVER_ASSIGN_OR_RETURN(TokenInfo t, ParseRecord(kv->value, &hash));
   bool may = by.IsAdmin() || t.id == by.token_id ||
-             (by.role == Role::kTenantAdmin && t.tenant == by.tenant && t.role != Role::kAdmin && t.role != Role::kNode &&
-              t.role != Role::kGateway);
+             (by.role == Role::kTenantAdmin && t.tenant == by.tenant && t.role != Role::kAdmin &&
+              t.role != Role::kNode && t.role != Role::kGateway);
   if (!may) return not_found;
   if (t.revoked) return t;
   t.revoked = true;
@@ -276,7 +282,8 @@ Result<TokenInfo> Authority::AuthenticateToken(std::string_view token_text) cons
 Result<Principal> Authority::AuthenticateNode(const std::string& token_id, const std::string& node) const {
   if (token_id.size() != kTokenIdChars) return Unauthenticated("certificate names no node token");
   DROVER_ASSIGN_OR_RETURN(auto t, ReadToken(token_id));
-  if (!t.has_value()) return Unauthenticated(fmt::format("the node token '{}' of this certificate is unknown", token_id));
+  if (!t.has_value())
+    return Unauthenticated(fmt::format("the node token '{}' of this certificate is unknown", token_id));
   if (t->role != Role::kNode || t->node != node) {
     return Unauthenticated(fmt::format("the node token '{}' of this certificate is not node '{}''s", token_id, node));
   }
@@ -360,7 +367,8 @@ Result<DashboardSession> Authority::OpenSession(const Principal& p) {
 Result<DashboardSession> Authority::OpenSessionWithCode(std::string_view code) {
   DROVER_RETURN_IF_ERROR(CheckCode(code, "login code"));
   DROVER_ASSIGN_OR_RETURN(auto value, Consume(store_, std::string(kLoginPrefix) + Sha256Hex(code)));
-  if (!value.has_value()) return Unauthenticated("login code is unknown or was already used; run `drover ui` for a new one");
+  if (!value.has_value())
+    return Unauthenticated("login code is unknown or was already used; run `drover ui` for a new one");
   json j = json::parse(*value, nullptr, false);
   if (j.is_discarded() || !j.contains("principal")) return Internal("login code record is corrupt");
   if (Nanos(clock_) >= j.value("expires_ns", int64_t{0})) return Unauthenticated("login code has expired");

@@ -17,8 +17,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "drover/auth/token.h"
@@ -141,7 +141,7 @@ class Authority {
   std::map<std::string, DashboardSession> sessions_ DROVER_GUARDED_BY(mu_);
   static constexpr size_t kMaxCachedTokens = 100'000;
   mutable std::unordered_map<std::string, std::string> token_records_ DROVER_GUARDED_BY(mu_);  // by token id
-  mutable uint64_t token_generation_ DROVER_GUARDED_BY(mu_) = 0;  // +1 per ForgetToken
+  mutable uint64_t token_generation_ DROVER_GUARDED_BY(mu_) = 0;                               // +1 per ForgetToken
 };
 
 // Token records as JSON (exposed for tests).

@@ -75,7 +75,8 @@ Result<std::string> BioText(BIO* bio) {
 Result<PkeyPtr> ReadKey(std::string_view pem) {
   DROVER_ASSIGN_OR_RETURN(BioPtr bio, ReadBio(pem, "private key"));
   // A null password callback with no default: an encrypted key fails instead of prompting.
-  PkeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr));
+  PkeyPtr key(PEM_read_bio_PrivateKey(
+      bio.get(), nullptr, [](char*, int, int, void*) { return 0; }, nullptr));
   if (!key) return InvalidArgument(fmt::format("private key is not a PEM private key: {}", SslError()));
   return key;
 }
@@ -103,7 +104,8 @@ Result<std::string> CheckKey(EVP_PKEY* key) {
     return InvalidArgument(fmt::format("EC curve '{}' is not accepted (use P-256 or P-384)", name.substr(0, 32)));
   }
   if (EVP_PKEY_is_a(key, "RSA")) {
-    if (bits < 2048 || bits > 8192) return InvalidArgument(fmt::format("an RSA key of {} bits is not accepted (2048..8192)", bits));
+    if (bits < 2048 || bits > 8192)
+      return InvalidArgument(fmt::format("an RSA key of {} bits is not accepted (2048..8192)", bits));
     return fmt::format("RSA {}", bits);
   }
   return InvalidArgument("the key type is not accepted (use EC P-256, P-384 or RSA 2048+)");
@@ -144,7 +146,8 @@ bool Printable(std::string_view s) {
 
 Status AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const char* value) {
   ExtPtr ext(X509V3_EXT_conf_nid(nullptr, ctx, nid, value));
-  if (!ext || X509_add_ext(cert, ext.get(), -1) != 1) return Failed(fmt::format("cannot add extension {}", OBJ_nid2sn(nid)));
+  if (!ext || X509_add_ext(cert, ext.get(), -1) != 1)
+    return Failed(fmt::format("cannot add extension {}", OBJ_nid2sn(nid)));
   return Status::Ok();
 }
 
@@ -206,7 +209,8 @@ Status SetSerialAndValidity(X509* cert, const IssueOptions& o) {
   bytes[0] &= 0x7f;
   bytes[0] |= 0x40;
   BnPtr bn(BN_bin2bn(bytes, sizeof(bytes), nullptr));
-  if (!bn || BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert)) == nullptr) return Failed("cannot set the serial");
+  if (!bn || BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert)) == nullptr)
+    return Failed("cannot set the serial");
   // Valid from a few minutes ago: a peer whose clock runs a little behind
   // must not see a certificate from the future.
   constexpr int64_t kBackdate = 300;
@@ -268,7 +272,8 @@ Result<ReqPtr> ReadCsr(std::string_view pem, CsrInfo* info) {
     return InvalidArgument(fmt::format("certificate signing request is not a PEM CSR: {}", SslError()));
   }
   EVP_PKEY* key = X509_REQ_get0_pubkey(req.get());
-  if (key == nullptr) return InvalidArgument(fmt::format("certificate signing request has no public key: {}", SslError()));
+  if (key == nullptr)
+    return InvalidArgument(fmt::format("certificate signing request has no public key: {}", SslError()));
   auto type = CheckKey(key);
   if (!type.ok()) return InvalidArgument("certificate signing request: " + type.status().message());
   if (X509_REQ_verify(req.get(), key) != 1) {
@@ -394,7 +399,8 @@ Result<std::string> SignCsrPem(std::string_view ca_cert_pem, std::string_view ca
     return InvalidArgument("the CA key does not belong to the CA certificate");
   }
   X509Ptr cert(X509_new());
-  if (!cert || X509_set_pubkey(cert.get(), X509_REQ_get0_pubkey(req.get())) != 1) return Failed("cannot make a certificate");
+  if (!cert || X509_set_pubkey(cert.get(), X509_REQ_get0_pubkey(req.get())) != 1)
+    return Failed("cannot make a certificate");
   DROVER_RETURN_IF_ERROR(Finish(cert.get(), ca.get(), ca_key.get(), o, /*ca=*/false));
   return CertPem(cert.get());
 }
@@ -411,8 +417,8 @@ Status VerifyCertPem(std::string_view cert_pem, std::string_view ca_pem, int64_t
   }
   X509_STORE_CTX_set_time(ctx.get(), 0, static_cast<time_t>(now_unix));
   if (purpose != Purpose::kAny &&
-      X509_STORE_CTX_set_purpose(ctx.get(), purpose == Purpose::kServer ? X509_PURPOSE_SSL_SERVER
-                                                                        : X509_PURPOSE_SSL_CLIENT) != 1) {
+      X509_STORE_CTX_set_purpose(
+          ctx.get(), purpose == Purpose::kServer ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT) != 1) {
     return Failed("cannot set the certificate purpose");
   }
   if (X509_verify_cert(ctx.get()) != 1) {

@@ -133,9 +133,10 @@ TEST(CertsTest, ServerCertificateCarriesItsNames) {
 }
 
 TEST(CertsTest, GarbageIsRefusedWithAReason) {
-  for (std::string_view junk : {std::string_view(""), std::string_view("hello"),
-                                std::string_view("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
-                                std::string_view("-----BEGIN CERTIFICATE REQUEST-----\n!!!\n-----END CERTIFICATE REQUEST-----\n")}) {
+  for (std::string_view junk :
+       {std::string_view(""), std::string_view("hello"),
+        std::string_view("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+        std::string_view("-----BEGIN CERTIFICATE REQUEST-----\n!!!\n-----END CERTIFICATE REQUEST-----\n")}) {
     auto cert = ParseCertPem(junk);
     EXPECT_EQ(cert.status().code(), Code::kInvalidArgument) << junk;
     auto csr = ParseCsrPem(junk);
@@ -216,8 +217,8 @@ TEST_F(ClusterTlsTest, InitIsIdempotentAndKeepsTheCa) {
               first->server.ip_addresses.end())
         << ip;
   }
-  auto loaded = LoadServerTls(first->paths.server_cert, first->paths.server_key, first->paths.ca_cert,
-                              first->paths.ca_key, kNow);
+  auto loaded =
+      LoadServerTls(first->paths.server_cert, first->paths.server_key, first->paths.ca_cert, first->paths.ca_key, kNow);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_TRUE(loaded->can_issue());
   EXPECT_EQ(loaded->ca_fingerprint, first->ca.fingerprint);

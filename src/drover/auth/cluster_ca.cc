@@ -105,9 +105,10 @@ Result<InitReport> InitClusterTls(const std::string& dir, const std::vector<std:
   // The CA: made once, never replaced (every node certificate hangs off it).
   bool have_cert = Exists(p.ca_cert), have_key = Exists(p.ca_key);
   if (have_cert != have_key) {
-    return FailedPrecondition(fmt::format("'{}' exists without '{}': restore the missing file or remove both to "
-                                          "start a new CA (every node must then join again)",
-                                          have_cert ? p.ca_cert : p.ca_key, have_cert ? p.ca_key : p.ca_cert));
+    return FailedPrecondition(
+        fmt::format("'{}' exists without '{}': restore the missing file or remove both to "
+                    "start a new CA (every node must then join again)",
+                    have_cert ? p.ca_cert : p.ca_key, have_cert ? p.ca_key : p.ca_cert));
   }
   std::string ca_pem, ca_key_pem;
   if (!have_cert) {
@@ -125,7 +126,8 @@ Result<InitReport> InitClusterTls(const std::string& dir, const std::vector<std:
     DROVER_ASSIGN_OR_RETURN(ca_pem, ReadTextFile(p.ca_cert));
     DROVER_ASSIGN_OR_RETURN(ca_key_pem, ReadTextFile(p.ca_key));
     if (Status s = CheckKeyMatchesCert(ca_key_pem, ca_pem); !s.ok()) {
-      return FailedPrecondition(fmt::format("'{}' and '{}' do not belong together: {}", p.ca_key, p.ca_cert, s.message()));
+      return FailedPrecondition(
+          fmt::format("'{}' and '{}' do not belong together: {}", p.ca_key, p.ca_cert, s.message()));
     }
   }
   DROVER_ASSIGN_OR_RETURN(report.ca, ParseCertPem(ca_pem));

@@ -22,7 +22,7 @@
 
 namespace drover::auth {
 
-constexpr int64_t kCaValiditySeconds = int64_t{3653} * 24 * 3600;   // ~10 years
+constexpr int64_t kCaValiditySeconds = int64_t{3653} * 24 * 3600;  // ~10 years
 constexpr int64_t kServerValiditySeconds = int64_t{365} * 24 * 3600;
 constexpr int64_t kNodeValiditySeconds = int64_t{365} * 24 * 3600;
 // `certs init` reissues a server certificate that expires sooner than this.

@@ -73,8 +73,8 @@ Result<Role> ParseRole(std::string_view text) {
   for (Role r : {Role::kViewer, Role::kUser, Role::kTenantAdmin, Role::kAdmin, Role::kNode, Role::kGateway}) {
     if (RoleName(r) == text) return r;
   }
-  return InvalidArgument(fmt::format("role '{}' is unknown (use admin, tenant-admin, user, viewer or gateway)",
-                                     text.substr(0, 32)));
+  return InvalidArgument(
+      fmt::format("role '{}' is unknown (use admin, tenant-admin, user, viewer or gateway)", text.substr(0, 32)));
 }
 
 bool AtLeast(Role role, Role needed) {

@@ -36,8 +36,8 @@ struct Principal {
   std::string name;      // the token's name (a person or a program)
   std::string tenant;    // the tenant it acts for
   Role role = Role::kViewer;
-  std::string node;      // for Role::kNode: the node it is
-  std::string source;    // the peer address, for the audit log
+  std::string node;    // for Role::kNode: the node it is
+  std::string source;  // the peer address, for the audit log
 
   bool IsAdmin() const { return role == Role::kAdmin; }
   // May act (read) on `tenant`'s objects: admins on all, others on their own.
@@ -47,9 +47,7 @@ struct Principal {
   // Outside the ladder of viewer..admin: a node or a gateway.
   bool IsService() const { return role == Role::kNode || role == Role::kGateway; }
   // May change: CanSee and at least a user.
-  bool CanChange(std::string_view tenant_of_object) const {
-    return CanSee(tenant_of_object) && role != Role::kViewer;
-  }
+  bool CanChange(std::string_view tenant_of_object) const { return CanSee(tenant_of_object) && role != Role::kViewer; }
 };
 
 // True when `role` has at least `needed`'s rights (node and gateway are

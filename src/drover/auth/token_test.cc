@@ -25,8 +25,13 @@ TEST(TokenTest, MalformedTokensAreUnauthenticatedAndNotEchoed) {
   auto good = GenerateToken();
   ASSERT_TRUE(good.ok());
   std::string text = good->text;
-  std::vector<std::string> bad = {"", "drv_", "Bearer " + text, text + "x", text.substr(1),
-                                  "drx_" + text.substr(4), text.substr(0, 20) + "!" + text.substr(21)};
+  std::vector<std::string> bad = {"",
+                                  "drv_",
+                                  "Bearer " + text,
+                                  text + "x",
+                                  text.substr(1),
+                                  "drx_" + text.substr(4),
+                                  text.substr(0, 20) + "!" + text.substr(21)};
   std::string upper = text;
   upper[5] = 'A';  // id must be lower-case hex
   bad.push_back(upper);

@@ -60,7 +60,8 @@ int Login(const Common& c) {
     std::cerr << "error: " << w.message() << "\n";
     return kExitFailure;
   }
-  std::cout << fmt::format("logged in as {} ({} of tenant {}); token kept in {}\n", p.name(), p.role(), p.tenant(), path);
+  std::cout << fmt::format("logged in as {} ({} of tenant {}); token kept in {}\n", p.name(), p.role(), p.tenant(),
+                           path);
   return 0;
 }
 
@@ -106,7 +107,9 @@ int TokensList(const Common& c) {
     bool expired = i.expires_unix_nanos() != 0 && i.expires_unix_nanos() <= NowNanos();
     t.AddRow({i.id(), i.name(), i.tenant(), i.role() + (i.node().empty() ? "" : ":" + i.node()),
               Time(i.created_unix_nanos()), Time(i.expires_unix_nanos()),
-              i.revoked() ? "revoked" : expired ? "expired" : "active"});
+              i.revoked() ? "revoked"
+              : expired   ? "expired"
+                          : "active"});
   }
   t.Print(std::cout);
   return 0;
@@ -169,7 +172,8 @@ int Ui(const Common& c) {
   auto stub = v1::AuthService::NewStub(Channel(c));
   v1::CreateLoginCodeResponse resp;
   auto ctx = Context(c);
-  if (grpc::Status s = stub->CreateLoginCode(ctx.get(), v1::CreateLoginCodeRequest(), &resp); !s.ok()) return Fail(s, c);
+  if (grpc::Status s = stub->CreateLoginCode(ctx.get(), v1::CreateLoginCodeRequest(), &resp); !s.ok())
+    return Fail(s, c);
   std::cout << resp.url() << "\n";
   return 0;
 }
@@ -204,12 +208,16 @@ void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   AddCommon(create, common.get(), true);
   create->add_option("name", ta->name, "what the token is for (a person, a pipeline)")->required();
   create->add_option("--tenant", ta->tenant, "tenant it acts for (default: yours)");
-  create->add_option("--role", ta->role, "admin, tenant-admin, user, viewer or gateway (an OpenAI gateway apart from the servers)")->capture_default_str();
+  create
+      ->add_option("--role", ta->role,
+                   "admin, tenant-admin, user, viewer or gateway (an OpenAI gateway apart from the servers)")
+      ->capture_default_str();
   create->add_option("--ttl", ta->ttl, "lifetime, e.g. 30d or 12h (default: until revoked)");
   create->add_option("--requests-per-minute", ta->rpm, "gateway: requests per minute with this key (0: no limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  create->add_option("--tokens-per-minute", ta->tpm,
-                     "gateway: prompt and completion tokens per minute with this key (0: no limit)")
+  create
+      ->add_option("--tokens-per-minute", ta->tpm,
+                   "gateway: prompt and completion tokens per minute with this key (0: no limit)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   create->callback(run([ta, common] { return TokensCreate(*ta, *common); }));
   CLI::App* list = tokens->add_subcommand("list", "tokens you may see");
@@ -225,7 +233,8 @@ void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   CLI::App* audit = app.add_subcommand("audit", "admin: the audit log of state-changing calls");
   AddCommon(audit, common.get(), true);
   audit->add_option("--since", *since, "only entries newer than this, e.g. 1h");
-  CLI::App* verify = audit->add_subcommand("verify", "check the hash chain: exit 1 when an entry was edited, dropped or reordered");
+  CLI::App* verify =
+      audit->add_subcommand("verify", "check the hash chain: exit 1 when an entry was edited, dropped or reordered");
   AddCommon(verify, common.get(), false);
   verify->add_option("--expect-head", *head, "the head hash recorded earlier (detects a rewritten chain)");
   // One callback for both: CLI11 runs the parent's after the subcommand's.

@@ -148,8 +148,8 @@ int Jobs(const JobsArgs& a, const Common& c) {
   }
   // The table is printed from the answer's JSON, as the front program
   // prints GET /api/v1/jobs (job_table.h).
-  PrintJobList(nlohmann::ordered_json::parse(rpc::ToJson(resp), JobTableFilter()), a, c.output == "wide", NowNanos(), std::cout,
-               std::cerr);
+  PrintJobList(nlohmann::ordered_json::parse(rpc::ToJson(resp), JobTableFilter()), a, c.output == "wide", NowNanos(),
+               std::cout, std::cerr);
   return 0;
 }
 
@@ -171,7 +171,8 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
     gpus = fmt::format("{} of one GPU ({} milli-GPU), {} of its memory", GpusOf(spec), spec.gpu_milli(),
                        FormatBytes(spec.gpu_memory_bytes()));
   } else {
-    gpus = spec.replicas() > 1 ? fmt::format("{} replicas x {}", spec.replicas(), spec.gpus()) : std::to_string(spec.gpus());
+    gpus = spec.replicas() > 1 ? fmt::format("{} replicas x {}", spec.replicas(), spec.gpus())
+                               : std::to_string(spec.gpus());
     if (spec.gpu_memory_bytes() > 0) gpus += fmt::format(", at least {} each", FormatBytes(spec.gpu_memory_bytes()));
   }
   if (!spec.gpu_model().empty()) gpus += fmt::format(", model '{}'", spec.gpu_model());
@@ -190,7 +191,8 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
     rows.emplace_back("Selector", fmt::format("{}", fmt::join(kvs, ",")));
   }
   if (!spec.topology().empty()) rows.emplace_back("Topology", spec.topology());
-  if (spec.runtime_estimate_seconds() > 0) rows.emplace_back("Estimate", FormatSeconds(spec.runtime_estimate_seconds()));
+  if (spec.runtime_estimate_seconds() > 0)
+    rows.emplace_back("Estimate", FormatSeconds(spec.runtime_estimate_seconds()));
   rows.emplace_back("Command", fmt::format("{}", fmt::join(spec.command(), " ")));
   rows.emplace_back("Submitted", Age(st.submit_time_unix_nanos(), now) + " ago");
   if (st.replicas_size() > 0) {
@@ -205,8 +207,8 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
   // The server fills in the default policy and bound; "never" with no
   // restarts is the common case and not worth a line.
   if (spec.restart_policy() == "on-failure") {
-    rows.emplace_back("Restarts", fmt::format("{} of at most {} (restart policy on-failure)", st.restarts(),
-                                              spec.max_restarts()));
+    rows.emplace_back("Restarts",
+                      fmt::format("{} of at most {} (restart policy on-failure)", st.restarts(), spec.max_restarts()));
   } else if (st.restarts() > 0) {
     rows.emplace_back("Restarts", std::to_string(st.restarts()));
   }
@@ -220,7 +222,8 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
                       fmt::format("{} on {}; {}", when, fmt::join(a.nodes(), ","), Or(a.outcome(), "running")));
   }
   if (rpc::IsTerminal(st.state())) {
-    rows.emplace_back("Exit", st.signal() != 0 ? fmt::format("signal {}", st.signal()) : std::to_string(st.exit_code()));
+    rows.emplace_back("Exit",
+                      st.signal() != 0 ? fmt::format("signal {}", st.signal()) : std::to_string(st.exit_code()));
   }
   rows.emplace_back("Message", Or(st.message(), ""));
   size_t width = 0;
@@ -318,8 +321,9 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   submit->callback(run([sa, common] { return Submit(*sa, *common); }));
 
   auto ja = std::make_shared<JobsArgs>();
-  CLI::App* jobs = app.add_subcommand(
-      "jobs", "list live and archived jobs, newest first, a page at a time (a job array is one row; --array ID lists its tasks)");
+  CLI::App* jobs = app.add_subcommand("jobs",
+                                      "list live and archived jobs, newest first, a page at a time (a job array is one "
+                                      "row; --array ID lists its tasks)");
   AddCommon(jobs, common.get(), true);
   AddJobsFlags(jobs, ja.get());
   jobs->callback(run([ja, common] { return Jobs(*ja, *common); }));

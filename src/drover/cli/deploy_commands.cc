@@ -53,7 +53,8 @@ Result<v1::DeploymentSpec> SpecFrom(const DeployArgs& a) {
   for (const std::string& c : a.command) s.add_command(c);
   DROVER_ASSIGN_OR_RETURN(int64_t milli, ParseMilliGpu(a.gpus));
   if (milli >= kMilliGpuPerGpu) {
-    if (milli % kMilliGpuPerGpu != 0) return InvalidArgument(fmt::format("--gpus {}: whole GPUs or a share of one", a.gpus));
+    if (milli % kMilliGpuPerGpu != 0)
+      return InvalidArgument(fmt::format("--gpus {}: whole GPUs or a share of one", a.gpus));
     s.set_gpus(static_cast<int32_t>(std::min<int64_t>(milli / kMilliGpuPerGpu, 1 << 20)));
   } else if (milli > 0) {
     s.set_gpus(1);
@@ -117,7 +118,8 @@ void PrintOne(const v1::Deployment& d) {
   std::cout << fmt::format("engine:      {}\n", Or(s.engine()));
   std::cout << fmt::format("replicas:    {} ready of {} desired{}\n", st.ready_replicas(), st.desired_replicas(),
                            s.max_replicas() > 0 ? fmt::format(" (auto-scaling {})", Scaling(s)) : "");
-  std::cout << fmt::format("per replica: {} GPU{}{}\n", s.gpu_milli() > 0 ? FormatMilliGpu(s.gpu_milli()) : std::to_string(s.gpus()),
+  std::cout << fmt::format("per replica: {} GPU{}{}\n",
+                           s.gpu_milli() > 0 ? FormatMilliGpu(s.gpu_milli()) : std::to_string(s.gpus()),
                            s.gpus() == 1 && s.gpu_milli() == 0 ? "" : "s",
                            s.gpu_memory_bytes() > 0 ? ", " + FormatBytes(s.gpu_memory_bytes()) + " GPU memory" : "");
   std::cout << fmt::format("revision:    {}\n", st.revision());
@@ -132,7 +134,8 @@ void PrintOne(const v1::Deployment& d) {
   Table t({"REPLICA", "REV", "STATE", "READY", "NODE", "ENDPOINT", "RESTARTS", "OUTSTANDING", "REASON"});
   for (const v1::DeploymentReplica& r : st.replicas()) {
     t.AddRow({r.job_id(), std::to_string(r.revision()), StateName(r.state()), r.ready() ? "yes" : "no", Or(r.node()),
-              Or(r.endpoint()), std::to_string(r.restarts()), std::to_string(r.outstanding()), r.reason().empty() ? "-" : r.reason()});
+              Or(r.endpoint()), std::to_string(r.restarts()), std::to_string(r.outstanding()),
+              r.reason().empty() ? "-" : r.reason()});
   }
   t.Print(std::cout);
 }
@@ -151,8 +154,8 @@ int Deploy(const DeployArgs& a, const Common& c) {
     std::cout << Json(out) << "\n";
   } else {
     std::cout << fmt::format("deployment {} {} (revision {}, {} replica{})\n", out.spec().name(),
-                             a.replace ? "applied" : "created", out.status().revision(), out.status().desired_replicas(),
-                             out.status().desired_replicas() == 1 ? "" : "s");
+                             a.replace ? "applied" : "created", out.status().revision(),
+                             out.status().desired_replicas(), out.status().desired_replicas() == 1 ? "" : "s");
   }
   return 0;
 }
@@ -172,8 +175,9 @@ int List(const Common& c) {
     const v1::DeploymentSpec& s = d.spec();
     const v1::DeploymentStatus& st = d.status();
     t.AddRow({s.name(), s.tenant(), Or(s.served_model_name(), s.name().c_str()), Or(s.engine()),
-              fmt::format("{}/{}", st.ready_replicas(), st.desired_replicas()), Scaling(s), std::to_string(st.outstanding()),
-              Age(st.created_unix_nanos(), now), st.message().empty() ? "-" : st.message()});
+              fmt::format("{}/{}", st.ready_replicas(), st.desired_replicas()), Scaling(s),
+              std::to_string(st.outstanding()), Age(st.created_unix_nanos(), now),
+              st.message().empty() ? "-" : st.message()});
   }
   t.Print(std::cout);
   return 0;
@@ -241,7 +245,8 @@ int Models(const Common& c) {
       where += fmt::format("{}{}", where.empty() ? "" : ",", e.address());
     }
     t.AddRow({m.model(), m.deployment(), m.tenant(),
-              ready == 0 && m.scales_from_zero() ? "0 (starts on demand)" : std::to_string(ready), where.empty() ? "-" : where});
+              ready == 0 && m.scales_from_zero() ? "0 (starts on demand)" : std::to_string(ready),
+              where.empty() ? "-" : where});
   }
   t.Print(std::cout);
   return 0;
@@ -262,11 +267,13 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
   cmd->add_option("--priority", a->priority, "priority of its replicas (default: the server's service priority)");
   cmd->add_option("--min-replicas", a->min_replicas, "auto-scaling: fewest replicas (0: scale to zero when idle)");
   cmd->add_option("--max-replicas", a->max_replicas, "auto-scaling: most replicas (0: no auto-scaling)");
-  cmd->add_option("--target-outstanding", a->target_outstanding, "auto-scaling: requests in flight per replica to aim for (default 4)");
+  cmd->add_option("--target-outstanding", a->target_outstanding,
+                  "auto-scaling: requests in flight per replica to aim for (default 4)");
   cmd->add_option("--target-queue", a->target_queue,
                   "auto-scaling: add a replica while the engines' mean queue time is above this, e.g. 500ms (needs "
                   "gateways with --scrape-engine-metrics; default: off)");
-  cmd->add_option("--scale-down-idle", a->scale_down_idle, "auto-scaling to zero: idle time before the last replica stops (default 5m)");
+  cmd->add_option("--scale-down-idle", a->scale_down_idle,
+                  "auto-scaling to zero: idle time before the last replica stops (default 5m)");
   cmd->add_option("--readiness-path", a->readiness_path, "readiness probe: HTTP path (default /health)");
   cmd->add_flag("--readiness-tcp", a->readiness_tcp, "readiness probe: a TCP connect to the port");
   cmd->add_option("--liveness-path", a->liveness_path, "liveness probe: HTTP path (default: none)");
@@ -280,8 +287,9 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
 
 void AddDeployCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common) {
   auto da = std::make_shared<DeployArgs>();
-  CLI::App* deploy = app.add_subcommand(
-      "deploy", "deploy a model: drover deploy NAME --model M --replicas N --gpus G [--engine vllm|llama.cpp|sglang|custom] [-- CMD...]");
+  CLI::App* deploy = app.add_subcommand("deploy",
+                                        "deploy a model: drover deploy NAME --model M --replicas N --gpus G [--engine "
+                                        "vllm|llama.cpp|sglang|custom] [-- CMD...]");
   AddCommon(deploy, common.get(), true);
   AddDeployFlags(deploy, da.get());
   deploy->callback(run([da, common] { return Deploy(*da, *common); }));
@@ -291,7 +299,8 @@ void AddDeployCommands(CLI::App& app, const Runner& run, const std::shared_ptr<C
   list->callback(run([common] { return List(*common); }));
 
   auto name = std::make_shared<std::string>();
-  CLI::App* show = app.add_subcommand("deployment", "show one deployment: its replicas, where they run, readiness and load");
+  CLI::App* show =
+      app.add_subcommand("deployment", "show one deployment: its replicas, where they run, readiness and load");
   AddCommon(show, common.get(), true);
   show->add_option("name", *name, "deployment name")->required();
   show->callback(run([name, common] { return Show(*name, *common); }));

@@ -271,7 +271,9 @@ int Jobs(const JobsArgs& a, const Common& c, const Target& t) {
 
 }  // namespace
 
-std::optional<int> FastSubmit(int argc, char** argv) { return RunFast<SubmitArgs>(argc, argv, "submit", AddSubmitFlags, Submit); }
+std::optional<int> FastSubmit(int argc, char** argv) {
+  return RunFast<SubmitArgs>(argc, argv, "submit", AddSubmitFlags, Submit);
+}
 
 std::optional<int> FastJobs(int argc, char** argv) { return RunFast<JobsArgs>(argc, argv, "jobs", AddJobsFlags, Jobs); }
 

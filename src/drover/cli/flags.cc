@@ -103,12 +103,13 @@ int Fail(Code code, const std::string& message, const Common& c) {
   std::string msg = message;
   if (code == Code::kUnavailable) {
     std::string ca = ResolveCaFile(c);
-    msg = fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR){}", c.addr, msg,
-                      ca.empty() ? "; a server with TLS needs --ca-file or DROVER_CA_FILE"
-                                 : fmt::format("; talking TLS, verifying the server with {}", ca));
+    msg =
+        fmt::format("cannot reach the drover server at {} ({}); is it running? (--addr or DROVER_ADDR){}", c.addr, msg,
+                    ca.empty() ? "; a server with TLS needs --ca-file or DROVER_CA_FILE"
+                               : fmt::format("; talking TLS, verifying the server with {}", ca));
   } else if (code == Code::kUnauthenticated) {
-    msg = fmt::format("{} (the CLI looks in DROVER_TOKEN, --token-file, {}, then {}/admin.token)", msg, LoginTokenPath(),
-                      DataDir());
+    msg = fmt::format("{} (the CLI looks in DROVER_TOKEN, --token-file, {}, then {}/admin.token)", msg,
+                      LoginTokenPath(), DataDir());
   }
   std::cerr << "error: " << msg << "\n";
   return ExitCodeFor(code);

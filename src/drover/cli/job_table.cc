@@ -75,13 +75,17 @@ void PrintJobs(const std::vector<const Json*>& jobs, bool wide, int64_t now, std
     const Json& st = Field(*j, "status");
     const Json& alloc = Field(st, "allocation");
     std::string state = Str(st, "state");
-    std::vector<std::string> row = {Str(*j, "id"),       Or(Str(spec, "name")),         Str(spec, "tenant"),
-                                    StateDisplay(state), GpusOf(spec),                  Or(Str(alloc, "node")),
+    std::vector<std::string> row = {Str(*j, "id"),
+                                    Or(Str(spec, "name")),
+                                    Str(spec, "tenant"),
+                                    StateDisplay(state),
+                                    GpusOf(spec),
+                                    Or(Str(alloc, "node")),
                                     Age(Int(st, "submitTimeUnixNanos"), now)};
     if (wide) {
-      std::string exit = !IsTerminal(state)           ? "<none>"
-                         : Int(st, "signal") != 0     ? fmt::format("signal {}", Int(st, "signal"))
-                                                      : std::to_string(Int(st, "exitCode"));
+      std::string exit = !IsTerminal(state)       ? "<none>"
+                         : Int(st, "signal") != 0 ? fmt::format("signal {}", Int(st, "signal"))
+                                                  : std::to_string(Int(st, "exitCode"));
       std::vector<std::string> command;
       if (const Json& c = Field(spec, "command"); c.is_array()) {
         for (const Json& arg : c) command.push_back(arg.get<std::string>());
@@ -130,7 +134,8 @@ void PrintArrays(const std::vector<const Json*>& jobs, int64_t now, std::vector<
     const Json& spec = Field(*g.first, "spec");
     std::string tasks = std::to_string(Int(array, "tasks"));
     if (Int(array, "maxRunning") > 0) tasks += fmt::format(" (%{})", Int(array, "maxRunning"));
-    t.AddRow({id, Or(Str(spec, "name")), Str(spec, "tenant"), tasks, GpusOf(spec), fmt::format("{}", fmt::join(states, ", ")),
+    t.AddRow({id, Or(Str(spec, "name")), Str(spec, "tenant"), tasks, GpusOf(spec),
+              fmt::format("{}", fmt::join(states, ", ")),
               Age(Int(Field(*g.first, "status"), "submitTimeUnixNanos"), now)});
   }
   t.Print(out);
@@ -144,7 +149,8 @@ void AddJobsFlags(CLI::App* jobs, JobsArgs* a) {
   jobs->add_option("--array", a->array, "only the tasks of this job array (a-000042)");
   jobs->add_option("--node", a->node, "only jobs that run, or last ran, on this node");
   jobs->add_option("--ended-within", a->ended_within, "only jobs that ended within this long (90s, 2h, 7d)");
-  jobs->add_option("--page-size", a->page_size, "jobs per page (default 500, at most 5000)")->check(CLI::Range(1, 5000));
+  jobs->add_option("--page-size", a->page_size, "jobs per page (default 500, at most 5000)")
+      ->check(CLI::Range(1, 5000));
   jobs->add_option("--page-token", a->page_token, "the page after the one that printed this token");
   jobs->add_flag("--all", a->all, "every page, not only the first");
   jobs->add_flag("--expand", a->expand, "list every task of job arrays instead of one row per array");
@@ -160,24 +166,24 @@ Result<int64_t> EndedAfter(const JobsArgs& a, int64_t now_nanos) {
 std::string StateDisplay(std::string name) {
   constexpr std::string_view kPrefix = "JOB_STATE_";
   if (name.starts_with(kPrefix)) name = name.substr(kPrefix.size());
-  for (size_t i = 1; i < name.size(); ++i) name[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+  for (size_t i = 1; i < name.size(); ++i)
+    name[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
   return name.empty() ? "Unknown" : name;
 }
 
 const std::vector<std::string>& JobStateNames() {
   static const std::vector<std::string> kNames = {
-      "JOB_STATE_UNSPECIFIED", "JOB_STATE_PENDING",    "JOB_STATE_BOUND",     "JOB_STATE_RUNNING",
-      "JOB_STATE_SUCCEEDED",   "JOB_STATE_FAILED",     "JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED",
-      "JOB_STATE_PREEMPTING"};
+      "JOB_STATE_UNSPECIFIED", "JOB_STATE_PENDING",   "JOB_STATE_BOUND",
+      "JOB_STATE_RUNNING",     "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED",
+      "JOB_STATE_CANCELLING",  "JOB_STATE_CANCELLED", "JOB_STATE_PREEMPTING"};
   return kNames;
 }
 
 nlohmann::ordered_json::parser_callback_t JobTableFilter() {
   static const std::set<std::string, std::less<>> kKeys = {
-      "jobs",   "nextPageToken", "id",       "spec",       "name",      "tenant",   "gpus",
-      "gpuMilli", "replicas",    "command",  "status",     "state",     "allocation", "node",
-      "gpuIndices", "submitTimeUnixNanos", "exitCode", "signal", "message", "array", "arrayId",
-      "tasks",  "maxRunning"};
+      "jobs",     "nextPageToken", "id",      "spec",  "name",       "tenant", "gpus",       "gpuMilli",
+      "replicas", "command",       "status",  "state", "allocation", "node",   "gpuIndices", "submitTimeUnixNanos",
+      "exitCode", "signal",        "message", "array", "arrayId",    "tasks",  "maxRunning"};
   return [](int, nlohmann::json::parse_event_t event, Json& parsed) {
     return event != nlohmann::json::parse_event_t::key || kKeys.contains(parsed.get_ref<const std::string&>());
   };

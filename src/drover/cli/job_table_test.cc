@@ -56,7 +56,8 @@ TEST(JobTableTest, StateNamesFollowTheEnum) {
 TEST(JobTableTest, ArraysAreOneRowAndOtherJobsFollow) {
   v1::ListJobsResponse resp;
   for (int i = 0; i < 3; ++i) {
-    v1::Job* t = AddJob(&resp, "j-00001" + std::to_string(i), i == 0 ? v1::JOB_STATE_FAILED : v1::JOB_STATE_RUNNING, 30);
+    v1::Job* t =
+        AddJob(&resp, "j-00001" + std::to_string(i), i == 0 ? v1::JOB_STATE_FAILED : v1::JOB_STATE_RUNNING, 30);
     t->mutable_array()->set_array_id("a-000010");
     t->mutable_array()->set_index(i + 1);
     t->mutable_array()->set_tasks(3);

@@ -176,9 +176,10 @@ void PrintGpuTable(const v1::ListNodesResponse& resp, bool wide, std::ostream& o
   Table t(headers);
   for (const v1::Node* n : SortedNodes(resp)) {
     for (const v1::Gpu* g : SortedGpus(*n)) {
-      std::vector<std::string> row = {n->name(),     std::to_string(g->index()), g->vendor(),
-                                      g->model(),    FormatBytes(g->memory_bytes()),
-                                      GpuHealthText(*g, wide ? 0 : kPlainHealth), Or(g->job_id())};
+      std::vector<std::string> row = {
+          n->name(),      std::to_string(g->index()),     g->vendor(),
+          g->model(),     FormatBytes(g->memory_bytes()), GpuHealthText(*g, wide ? 0 : kPlainHealth),
+          Or(g->job_id())};
       if (wide) {
         row.insert(row.end(), {UtilText(*g), MemUsedText(*g), TempText(*g), PowerText(*g), SmClockText(*g),
                                ThrottleText(*g), EccText(*g), XidText(*g), Or(g->pci_bus_id(), kAbsent),

@@ -172,8 +172,8 @@ TEST(NodeViewTest, GpuTablePlainIsCompactWideHasTelemetry) {
   std::ostringstream wide;
   PrintGpuTable(resp, true, wide);
   std::string w = wide.str();
-  for (const char* header : {"UTIL", "MEM-USED", "TEMP-C", "POWER-W", "SM-MHZ", "THROTTLE", "ECC", "XIDS", "PCI-BUS",
-                             "ARCH", "TENANT"}) {
+  for (const char* header :
+       {"UTIL", "MEM-USED", "TEMP-C", "POWER-W", "SM-MHZ", "THROTTLE", "ECC", "XIDS", "PCI-BUS", "ARCH", "TENANT"}) {
     EXPECT_THAT(w, HasSubstr(header));
   }
   EXPECT_THAT(w, HasSubstr("67%    40.5GiB/80GiB   45       250/700   1980     thermal,power   12/0   2 (last 48)"));

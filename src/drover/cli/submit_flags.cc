@@ -113,10 +113,8 @@ Result<nlohmann::json> SubmitRequestJson(const SubmitArgs& a) {
   if (!a.array.empty()) {
     auto array = ParseArrayRange(a.array);
     if (!array.ok()) return InvalidArgument("--array: " + array.status().message());
-    req["array"] = {{"first", array->first},
-                    {"last", array->last},
-                    {"step", array->step},
-                    {"max_running", array->max_running}};
+    req["array"] = {
+        {"first", array->first}, {"last", array->last}, {"step", array->step}, {"max_running", array->max_running}};
   }
   return req;
 }

@@ -48,7 +48,8 @@ Status Apply(const TenantArgs& a, const CLI::App* cmd, bool all, v1::Tenant* t) 
   auto given = [&](const char* flag) { return all || cmd->count(flag) > 0; };
   t->set_name(a.name);
   if (given("--weight")) t->set_weight(a.weight);
-  if (given("--guarantee")) DROVER_RETURN_IF_ERROR(ParseModelCounts(a.guarantees, "--guarantee", t->mutable_guaranteed_gpus()));
+  if (given("--guarantee"))
+    DROVER_RETURN_IF_ERROR(ParseModelCounts(a.guarantees, "--guarantee", t->mutable_guaranteed_gpus()));
   if (given("--borrow-limit")) t->set_borrow_limit(a.borrow_limit);
   v1::TenantQuota* q = t->mutable_quota();
   if (given("--max-gpus")) DROVER_RETURN_IF_ERROR(ParseModelCounts(a.max_gpus, "--max-gpus", q->mutable_max_gpus()));
@@ -159,10 +160,12 @@ void AddTenantFlags(CLI::App* cmd, TenantArgs* a) {
   cmd->add_option("--borrow-limit", a->borrow_limit, "GPUs beyond its guarantees, all models (-1: no limit)");
   cmd->add_option("--max-gpus", a->max_gpus, "quota: GPUs held at once, MODEL=N or *=N for all models (repeatable)");
   cmd->add_option("--max-gpu-memory", a->max_gpu_memory, "quota: GPU memory held at once, e.g. 640GiB (0: none)");
-  cmd->add_option("--gpu-hours", a->gpu_hours, "quota: GPU-hours per period; new jobs are refused when spent (0: none)");
+  cmd->add_option("--gpu-hours", a->gpu_hours,
+                  "quota: GPU-hours per period; new jobs are refused when spent (0: none)");
   cmd->add_option("--period", a->period, "the budget's period (default 30d)");
   cmd->add_option("--max-pending", a->max_pending, "quota: pending jobs (0: none)");
-  cmd->add_option("--max-runtime", a->max_runtime, "quota: longest job runtime, e.g. 24h; longer jobs are stopped (0: none)");
+  cmd->add_option("--max-runtime", a->max_runtime,
+                  "quota: longest job runtime, e.g. 24h; longer jobs are stopped (0: none)");
   cmd->add_option("--max-gpus-per-user", a->max_gpus_per_user, "quota: GPUs one user holds or queues (0: none)");
   cmd->add_option("--requests-per-minute", a->requests_per_minute,
                   "gateway: requests per minute for the whole tenant (0: none)")

@@ -79,9 +79,9 @@ std::string UtilBar(std::optional<double> pct, int cells) {
 std::vector<TopLine> RenderTopLines(const TopSnapshot& s, const TopFrameOptions& o) {
   using Kind = TopLine::Kind;
   std::vector<TopLine> lines;
-  std::string title = fmt::format("drover top  {}  every {}", o.addr,
-                                  o.interval_ms % 1000 == 0 ? fmt::format("{}s", o.interval_ms / 1000)
-                                                            : fmt::format("{}ms", o.interval_ms));
+  std::string title = fmt::format(
+      "drover top  {}  every {}", o.addr,
+      o.interval_ms % 1000 == 0 ? fmt::format("{}s", o.interval_ms / 1000) : fmt::format("{}ms", o.interval_ms));
   if (o.interactive) title += "  (q to quit)";
   lines.push_back({Kind::kTitle, title});
   lines.push_back({Kind::kSummary, Header(s)});
@@ -90,8 +90,8 @@ std::vector<TopLine> RenderTopLines(const TopSnapshot& s, const TopFrameOptions&
 
   // GPU rows as cells first, so that every node's rows share column widths.
   constexpr size_t kColumns = 8;
-  const std::array<std::string, kColumns> headers = {"GPU",   "MODEL", "UTIL", "MEMORY",
-                                                     "TEMP",  "POWER", "JOB",  "HEALTH"};
+  const std::array<std::string, kColumns> headers = {"GPU",  "MODEL", "UTIL", "MEMORY",
+                                                     "TEMP", "POWER", "JOB",  "HEALTH"};
   struct Row {
     const v1::Node* node = nullptr;  // set on a node's header line
     bool unhealthy = false;
@@ -131,9 +131,9 @@ std::vector<TopLine> RenderTopLines(const TopSnapshot& s, const TopFrameOptions&
       const v1::Node& n = *r.node;
       std::string state = n.state() == v1::NODE_STATE_READY ? "Ready" : "NotReady";
       if (n.drained()) state += ",Drained";
-      std::string line = Printable(fmt::format("{}  {}  {}  {}", n.name(), state,
-                                               n.gpus().empty() ? "no GPUs" : GpuHealthSummary(n),
-                                               TopologySummary(n.topology())));
+      std::string line =
+          Printable(fmt::format("{}  {}  {}  {}", n.name(), state, n.gpus().empty() ? "no GPUs" : GpuHealthSummary(n),
+                                TopologySummary(n.topology())));
       lines.push_back({Kind::kNode, line});
       continue;
     }

@@ -20,9 +20,7 @@ class Clock {
 
 class SystemClock final : public Clock {
  public:
-  Timestamp Now() const override {
-    return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now());
-  }
+  Timestamp Now() const override { return std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()); }
   static SystemClock* Get();
 };
 
@@ -40,7 +38,8 @@ class SteadyClock final : public Clock {
 // A clock that moves only when told. Thread-safe.
 class ManualClock final : public Clock {
  public:
-  explicit ManualClock(Timestamp start = Timestamp(std::chrono::seconds(1'700'000'000))) : now_(start.time_since_epoch().count()) {}
+  explicit ManualClock(Timestamp start = Timestamp(std::chrono::seconds(1'700'000'000)))
+      : now_(start.time_since_epoch().count()) {}
   Timestamp Now() const override { return Timestamp(Duration(now_.load())); }
   void Advance(Duration d) { now_.fetch_add(d.count()); }
   void Set(Timestamp t) { now_.store(t.time_since_epoch().count()); }

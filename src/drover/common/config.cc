@@ -17,10 +17,14 @@ namespace {
 
 // The keys of the scheduler: section and the flags they set.
 const std::map<std::string, std::string>& SchedulerKeys() {
-  static const std::map<std::string, std::string> kKeys = {
-      {"queue", "queue-policy"}, {"placement", "placement-policy"}, {"backfill", "backfill"},
-      {"preemption", "preemption"}, {"aging", "aging"}, {"preemption-grace", "preemption-grace"},
-      {"las-thresholds", "las-thresholds"}, {"las-starvation", "las-starvation"}};
+  static const std::map<std::string, std::string> kKeys = {{"queue", "queue-policy"},
+                                                           {"placement", "placement-policy"},
+                                                           {"backfill", "backfill"},
+                                                           {"preemption", "preemption"},
+                                                           {"aging", "aging"},
+                                                           {"preemption-grace", "preemption-grace"},
+                                                           {"las-thresholds", "las-thresholds"},
+                                                           {"las-starvation", "las-starvation"}};
   return kKeys;
 }
 
@@ -82,10 +86,10 @@ class YamlConfig final : public CLI::Config {
       std::string key = KeyName(kv.first);
       auto it = SchedulerKeys().find(key);
       if (it == SchedulerKeys().end()) {
-        throw CLI::ConversionError(fmt::format(
-            "config key 'scheduler.{}' is unknown (use queue, placement, backfill, preemption, aging, "
-            "preemption-grace, las-thresholds, las-starvation)",
-            key));
+        throw CLI::ConversionError(
+            fmt::format("config key 'scheduler.{}' is unknown (use queue, placement, backfill, preemption, aging, "
+                        "preemption-grace, las-thresholds, las-starvation)",
+                        key));
       }
       if (!kv.second.IsScalar()) {
         throw CLI::ConversionError(fmt::format("config key 'scheduler.{}' must be a single value", key));
@@ -154,8 +158,9 @@ void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* f) {
   cmd->add_option("--placement-policy", f->placement_policy,
                   "placement: frag, binpack, spread, best-fit or random (default frag; config scheduler.placement)");
   cmd->add_option("--backfill", f->backfill, "true or false: EASY backfill (default true; config scheduler.backfill)");
-  cmd->add_option("--preemption", f->preemption,
-                  "true or false: preempt for priority and reclaimed guarantees (default true; config scheduler.preemption)");
+  cmd->add_option(
+      "--preemption", f->preemption,
+      "true or false: preempt for priority and reclaimed guarantees (default true; config scheduler.preemption)");
   cmd->add_option("--aging", f->aging,
                   "priority policy: a waiting job gains one priority level per this duration, 0 = none (default 60s)");
   cmd->add_option("--preemption-grace", f->preemption_grace,
@@ -236,7 +241,8 @@ Result<std::vector<TenantConfig>> ParseTenants(std::string_view yaml) {
       } else if (key == "guaranteed") {
         if (v.IsNull()) continue;
         if (!v.IsMap()) {
-          return InvalidArgument(fmt::format("{}: must map GPU models to GPU counts, e.g. {{\"H100 80GB\": 8}}", where));
+          return InvalidArgument(
+              fmt::format("{}: must map GPU models to GPU counts, e.g. {{\"H100 80GB\": 8}}", where));
         }
         for (const auto& g : v) {
           DROVER_ASSIGN_OR_RETURN(std::string model, KeyText(g.first, where));
@@ -282,7 +288,12 @@ Result<int64_t> ParseDurationMs(std::string_view text) {
     size_t unit_start = i;
     while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
     std::string_view unit = text.substr(unit_start, i - unit_start);
-    double scale = unit == "ms" ? 1 : unit == "s" ? 1e3 : unit == "m" ? 60e3 : unit == "h" ? 3600e3 : unit == "d" ? 86400e3 : 0;
+    double scale = unit == "ms"  ? 1
+                   : unit == "s" ? 1e3
+                   : unit == "m" ? 60e3
+                   : unit == "h" ? 3600e3
+                   : unit == "d" ? 86400e3
+                                 : 0;
     if (scale == 0) return bad();
     total += v * scale;
   }

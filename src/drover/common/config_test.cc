@@ -103,9 +103,10 @@ std::string ParseScheduler(std::vector<std::string> args, SchedulerFlags* out) {
 
 TEST_F(ConfigTest, SchedulerSectionSetsTheSchedulerFlags) {
   unsetenv("DROVER_QUEUE_POLICY");
-  Write("scheduler:\n  queue: fair-share\n  placement: spread\n  backfill: false\n  preemption: true\n"
-        "  aging: 2m\n  preemption-grace: 5s\n  las-thresholds: 30m,5h\n"
-        "tenants:\n  - name: a\n    weight: 2\n    guaranteed: {\"H100 80GB\": 8}\n    borrow-limit: 4\n  - name: b\n");
+  Write(
+      "scheduler:\n  queue: fair-share\n  placement: spread\n  backfill: false\n  preemption: true\n"
+      "  aging: 2m\n  preemption-grace: 5s\n  las-thresholds: 30m,5h\n"
+      "tenants:\n  - name: a\n    weight: 2\n    guaranteed: {\"H100 80GB\": 8}\n    borrow-limit: 4\n  - name: b\n");
   SchedulerFlags f;
   ASSERT_EQ(ParseScheduler({"--config", path_}, &f), "");
   EXPECT_EQ(f.queue_policy, "fair-share");

@@ -38,11 +38,16 @@ Result<Fault> ParseFault(std::string_view text) {
     return f;
   }
   if (has_arg) return InvalidArgument("fault '" + std::string(text) + "': only xid takes an argument");
-  if (kind == "ecc") f.kind = Fault::Kind::kEccUncorrected;
-  else if (kind == "lost") f.kind = Fault::Kind::kLost;
-  else if (kind == "overheat") f.kind = Fault::Kind::kOverheat;
-  else if (kind == "clear") f.kind = Fault::Kind::kClear;
-  else return InvalidArgument("fault '" + std::string(text) + "' is unknown (use xid[:N], ecc, lost, overheat or clear)");
+  if (kind == "ecc")
+    f.kind = Fault::Kind::kEccUncorrected;
+  else if (kind == "lost")
+    f.kind = Fault::Kind::kLost;
+  else if (kind == "overheat")
+    f.kind = Fault::Kind::kOverheat;
+  else if (kind == "clear")
+    f.kind = Fault::Kind::kClear;
+  else
+    return InvalidArgument("fault '" + std::string(text) + "' is unknown (use xid[:N], ecc, lost, overheat or clear)");
   return f;
 }
 

@@ -33,12 +33,12 @@ Result<uint64_t> ParseArrayId(std::string_view id) { return ParseSequence("array
 
 Status ValidateName(std::string_view what, std::string_view name) {
   if (name.empty()) return InvalidArgument(fmt::format("{} is empty", what));
-  if (name.size() > 63) return InvalidArgument(fmt::format("{} '{}...' is longer than 63 characters", what, name.substr(0, 20)));
+  if (name.size() > 63)
+    return InvalidArgument(fmt::format("{} '{}...' is longer than 63 characters", what, name.substr(0, 20)));
   auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   for (char c : name) {
     if (!alnum(c) && c != '-' && c != '.') {
-      return InvalidArgument(fmt::format(
-          "{} '{}' may hold only lower-case letters, digits, '-' and '.'", what, name));
+      return InvalidArgument(fmt::format("{} '{}' may hold only lower-case letters, digits, '-' and '.'", what, name));
     }
   }
   if (!alnum(name.front()) || !alnum(name.back())) {

@@ -31,8 +31,7 @@ bool IsValidLabelName(std::string_view name) {
 // Sorted by name; nullopt when a name is invalid, repeated or (histograms) "le".
 std::optional<Labels> CanonicalLabels(const Labels& labels, bool reserve_le) {
   Labels sorted = labels;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < sorted.size(); ++i) {
     const std::string& name = sorted[i].first;
     if (!IsValidLabelName(name) || (reserve_le && name == "le")) return std::nullopt;
@@ -121,13 +120,12 @@ void AppendLabels(std::string& out, const Labels& labels, const std::string& le)
 Status ValidateBounds(std::string_view name, const std::vector<double>& bounds) {
   for (size_t i = 0; i < bounds.size(); ++i) {
     if (!std::isfinite(bounds[i])) {
-      return InvalidArgument(fmt::format("histogram '{}': bucket bound {} is not finite", name,
-                                         FormatValue(bounds[i])));
+      return InvalidArgument(
+          fmt::format("histogram '{}': bucket bound {} is not finite", name, FormatValue(bounds[i])));
     }
     if (i > 0 && !(bounds[i] > bounds[i - 1])) {
-      return InvalidArgument(
-          fmt::format("histogram '{}': bucket bounds are not strictly increasing ({} after {})",
-                      name, FormatValue(bounds[i]), FormatValue(bounds[i - 1])));
+      return InvalidArgument(fmt::format("histogram '{}': bucket bounds are not strictly increasing ({} after {})",
+                                         name, FormatValue(bounds[i]), FormatValue(bounds[i - 1])));
     }
   }
   return Status::Ok();
@@ -148,8 +146,7 @@ const char* MetricTypeName(MetricType type) {
 
 Status ValidateMetricName(std::string_view name) {
   if (IsValidMetricName(name)) return Status::Ok();
-  return InvalidArgument(
-      fmt::format("metric name '{}' is invalid: want [a-zA-Z_:][a-zA-Z0-9_:]*", name));
+  return InvalidArgument(fmt::format("metric name '{}' is invalid: want [a-zA-Z_:][a-zA-Z0-9_:]*", name));
 }
 
 Status ValidateLabelName(std::string_view name) {
@@ -157,8 +154,7 @@ Status ValidateLabelName(std::string_view name) {
   if (name.starts_with("__")) {
     return InvalidArgument(fmt::format("label name '{}' is reserved: it starts with \"__\"", name));
   }
-  return InvalidArgument(
-      fmt::format("label name '{}' is invalid: want [a-zA-Z_][a-zA-Z0-9_]*", name));
+  return InvalidArgument(fmt::format("label name '{}' is invalid: want [a-zA-Z_][a-zA-Z0-9_]*", name));
 }
 
 std::string FormatValue(double v) {
@@ -181,16 +177,14 @@ std::string EscapeHelp(std::string_view help) {
 
 Result<std::vector<double>> ExponentialBuckets(double start, double factor, int count) {
   if (!(start > 0.0) || !std::isfinite(start)) {
-    return InvalidArgument(fmt::format("exponential buckets: start {} is not positive and finite",
-                                       FormatValue(start)));
+    return InvalidArgument(fmt::format("exponential buckets: start {} is not positive and finite", FormatValue(start)));
   }
   if (!(factor > 1.0) || !std::isfinite(factor)) {
-    return InvalidArgument(fmt::format(
-        "exponential buckets: factor {} is not finite and greater than 1", FormatValue(factor)));
+    return InvalidArgument(
+        fmt::format("exponential buckets: factor {} is not finite and greater than 1", FormatValue(factor)));
   }
   if (count < 1 || count > 1000) {
-    return InvalidArgument(
-        fmt::format("exponential buckets: count {} is not between 1 and 1000", count));
+    return InvalidArgument(fmt::format("exponential buckets: count {} is not between 1 and 1000", count));
   }
   std::vector<double> bounds;
   bounds.reserve(static_cast<size_t>(count));
@@ -353,8 +347,7 @@ Exposition::Writer Exposition::Gauge(std::string_view name, std::string_view hel
   return Open(name, help, MetricType::kGauge);
 }
 
-Exposition::Writer Exposition::Open(std::string_view name, std::string_view help,
-                                    MetricType type) {
+Exposition::Writer Exposition::Open(std::string_view name, std::string_view help, MetricType type) {
   if (!IsValidMetricName(name)) return Writer(this, std::string(name), "invalid_name");
   auto it = families_.find(name);
   if (it == families_.end()) {
@@ -405,8 +398,7 @@ std::string Exposition::Text() const {
 
 // ---- Registry ----
 
-Result<internal::Family*> Registry::Existing(std::string_view name, std::string_view help,
-                                             MetricType type) const {
+Result<internal::Family*> Registry::Existing(std::string_view name, std::string_view help, MetricType type) const {
   DROVER_RETURN_IF_ERROR(ValidateMetricName(name));
   if (help.empty()) return InvalidArgument(fmt::format("metric '{}' has no help text", name));
   auto it = families_.find(name);
@@ -439,14 +431,12 @@ Result<GaugeFamily*> Registry::AddGauge(std::string_view name, std::string_view 
 Result<HistogramFamily*> Registry::AddHistogram(std::string_view name, std::string_view help,
                                                 std::vector<double> bounds) {
   MutexLock lock(&mu_);
-  DROVER_ASSIGN_OR_RETURN(internal::Family * existing,
-                          Existing(name, help, MetricType::kHistogram));
+  DROVER_ASSIGN_OR_RETURN(internal::Family * existing, Existing(name, help, MetricType::kHistogram));
   DROVER_RETURN_IF_ERROR(ValidateBounds(name, bounds));
   if (existing != nullptr) {
     auto* family = static_cast<HistogramFamily*>(existing);
     if (family->bounds() != bounds) {
-      return AlreadyExists(
-          fmt::format("histogram '{}' is already registered with other bucket bounds", name));
+      return AlreadyExists(fmt::format("histogram '{}' is already registered with other bucket bounds", name));
     }
     return family;
   }
@@ -484,8 +474,8 @@ std::string Registry::Render() const {
     }
   }
   if (!dropped.empty()) {
-    Exposition::Writer writer = out.Counter(
-        kDroppedMetricName, "Metric samples and updates dropped, by family and reason.");
+    Exposition::Writer writer =
+        out.Counter(kDroppedMetricName, "Metric samples and updates dropped, by family and reason.");
     for (const auto& [key, n] : dropped) {
       writer.Add({{"family", key.first}, {"reason", key.second}}, static_cast<double>(n));
     }

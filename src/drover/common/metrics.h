@@ -185,8 +185,7 @@ class CounterFamily final : public internal::Family {
 
  private:
   friend class Registry;
-  CounterFamily(std::string name, std::string help)
-      : Family(std::move(name), std::move(help), MetricType::kCounter) {}
+  CounterFamily(std::string name, std::string help) : Family(std::move(name), std::move(help), MetricType::kCounter) {}
 
   std::map<Labels, std::unique_ptr<Counter>> series_ DROVER_GUARDED_BY(mu_);
   Counter discarded_;
@@ -211,8 +210,7 @@ class GaugeFamily final : public internal::Family {
 
  private:
   friend class Registry;
-  GaugeFamily(std::string name, std::string help)
-      : Family(std::move(name), std::move(help), MetricType::kGauge) {}
+  GaugeFamily(std::string name, std::string help) : Family(std::move(name), std::move(help), MetricType::kGauge) {}
   const std::shared_ptr<Gauge>& Slot(Labels canonical) DROVER_REQUIRES(mu_);
 
   std::map<Labels, std::shared_ptr<Gauge>> series_ DROVER_GUARDED_BY(mu_);
@@ -233,8 +231,7 @@ class HistogramFamily final : public internal::Family {
  private:
   friend class Registry;
   HistogramFamily(std::string name, std::string help, std::vector<double> bounds)
-      : Family(std::move(name), std::move(help), MetricType::kHistogram),
-        bounds_(std::move(bounds)) {}
+      : Family(std::move(name), std::move(help), MetricType::kHistogram), bounds_(std::move(bounds)) {}
 
   const std::vector<double> bounds_;
   std::map<Labels, std::unique_ptr<Histogram>> series_ DROVER_GUARDED_BY(mu_);
@@ -272,9 +269,7 @@ class Exposition {
   std::string Text() const;
 
   // Samples dropped so far, by (family, reason).
-  const std::map<std::pair<std::string, std::string>, uint64_t>& dropped() const {
-    return dropped_;
-  }
+  const std::map<std::pair<std::string, std::string>, uint64_t>& dropped() const { return dropped_; }
 
  private:
   friend class CounterFamily;
@@ -326,8 +321,7 @@ class Registry {
   Result<CounterFamily*> AddCounter(std::string_view name, std::string_view help);
   Result<GaugeFamily*> AddGauge(std::string_view name, std::string_view help);
   // `bounds`: finite, strictly increasing upper bounds (+Inf is implied).
-  Result<HistogramFamily*> AddHistogram(std::string_view name, std::string_view help,
-                                        std::vector<double> bounds);
+  Result<HistogramFamily*> AddHistogram(std::string_view name, std::string_view help, std::vector<double> bounds);
 
   // Runs at every Render(), after the registry's families are written.
   void AddCollector(Collector collector);

@@ -81,7 +81,7 @@ TEST(MetricsRegistryTest, GaugeExpositionAndRemoval) {
             "drover_gpu_temperature_celsius{gpu=\"2\",node=\"n1\"} -3\n");
 
   temp->Remove({{"node", "n1"}, {"gpu", "2"}});
-  gone->Set(99);  // a handle kept after Remove() is valid but exports nothing
+  gone->Set(99);                   // a handle kept after Remove() is valid but exports nothing
   temp->Remove({{"node", "n9"}});  // no such series: no-op
   EXPECT_EQ(registry.Render(),
             "# HELP drover_gpu_temperature_celsius GPU temperature.\n"
@@ -100,8 +100,8 @@ TEST(MetricsRegistryTest, GaugeExpositionAndRemoval) {
 
 TEST(MetricsRegistryTest, HistogramExposition) {
   Registry registry;
-  HistogramFamily* latency = Must(registry.AddHistogram("drover_schedule_duration_seconds",
-                                                        "Time to schedule a job.", {0.5, 1, 4}));
+  HistogramFamily* latency =
+      Must(registry.AddHistogram("drover_schedule_duration_seconds", "Time to schedule a job.", {0.5, 1, 4}));
   ASSERT_NE(latency, nullptr);
   Histogram* fifo = latency->With({{"queue", "fifo"}});
   for (double v : {0.25, 0.5, 2.0, 8.0}) fifo->Observe(v);  // 0.5 falls in le="0.5"
@@ -149,8 +149,8 @@ TEST(MetricsRegistryTest, HistogramBucketsAreCumulative) {
 TEST(MetricsRegistryTest, HistogramBoundsAreValidated) {
   Registry registry;
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const std::vector<double>& bad : std::vector<std::vector<double>>{
-           {1, 1}, {2, 1}, {1, kInf}, {-kInf, 0}, {nan}, {0, nan, 1}}) {
+  for (const std::vector<double>& bad :
+       std::vector<std::vector<double>>{{1, 1}, {2, 1}, {1, kInf}, {-kInf, 0}, {nan}, {0, nan, 1}}) {
     Result<HistogramFamily*> r = registry.AddHistogram("h_seconds", "Help.", bad);
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
   }
@@ -167,7 +167,7 @@ TEST(MetricsRegistryTest, HistogramBoundsAreValidated) {
   EXPECT_FALSE(ExponentialBuckets(1, nan, 3).ok());
   EXPECT_FALSE(ExponentialBuckets(1, 2, 0).ok());
   EXPECT_FALSE(ExponentialBuckets(1, 2, 1001).ok());
-  EXPECT_FALSE(ExponentialBuckets(1e300, 10, 10).ok());  // overflows to +Inf
+  EXPECT_FALSE(ExponentialBuckets(1e300, 10, 10).ok());         // overflows to +Inf
   EXPECT_FALSE(ExponentialBuckets(5e-324, 1.0000001, 2).ok());  // not increasing
 }
 
@@ -203,9 +203,9 @@ TEST(MetricsRegistryTest, InvalidLabelSetsAreDroppedAndCounted) {
   Counter* bad = c->With({{"a-b", "x"}});
   ASSERT_NE(bad, nullptr);
   bad->Inc();
-  c->Inc({{"a", "1"}, {"a", "2"}});   // repeated name
-  c->Inc({{"__name__", "x"}});        // reserved
-  h->Observe({{"le", "1"}}, 0.5);     // le belongs to the buckets
+  c->Inc({{"a", "1"}, {"a", "2"}});  // repeated name
+  c->Inc({{"__name__", "x"}});       // reserved
+  h->Observe({{"le", "1"}}, 0.5);    // le belongs to the buckets
   EXPECT_EQ(c->invalid_label_sets(), 3u);
   EXPECT_EQ(registry.Render(),
             "# HELP drover_metrics_dropped_total Metric samples and updates dropped, by family "
@@ -221,14 +221,12 @@ TEST(MetricsRegistryTest, DuplicateRegistration) {
   EXPECT_EQ(Must(registry.AddCounter("x_total", "Other help is ignored.")), a);
   Result<GaugeFamily*> as_gauge = registry.AddGauge("x_total", "G.");
   EXPECT_EQ(as_gauge.status().code(), Code::kAlreadyExists);
-  EXPECT_NE(as_gauge.status().message().find("already registered as a counter"),
-            std::string::npos);
+  EXPECT_NE(as_gauge.status().message().find("already registered as a counter"), std::string::npos);
   EXPECT_EQ(registry.AddHistogram("x_total", "H.", {1}).status().code(), Code::kAlreadyExists);
 
   HistogramFamily* h = Must(registry.AddHistogram("h_seconds", "H.", {1, 2}));
   EXPECT_EQ(Must(registry.AddHistogram("h_seconds", "H.", {1, 2})), h);
-  EXPECT_EQ(registry.AddHistogram("h_seconds", "H.", {1, 3}).status().code(),
-            Code::kAlreadyExists);
+  EXPECT_EQ(registry.AddHistogram("h_seconds", "H.", {1, 3}).status().code(), Code::kAlreadyExists);
   GaugeFamily* g = Must(registry.AddGauge("g", "G."));
   EXPECT_EQ(Must(registry.AddGauge("g", "G.")), g);
   EXPECT_EQ(registry.AddCounter("g", "C.").status().code(), Code::kAlreadyExists);
@@ -266,8 +264,8 @@ TEST(MetricsRegistryTest, CollectorsMergeIntoOneFamily) {
         .Add({{"node", "b"}}, 0.75);  // duplicate of the registry's series: dropped
     out.Counter("drover_gpu_resets_total", "").Add({{"node", "a"}}, 2);
     out.Counter("drover_gpu_utilization_ratio", "Wrong type.").Add({}, 1);  // dropped
-    out.Gauge("bad-name", "Bad.").Add({}, 1);                                // dropped
-    out.Gauge("drover_queue_jobs", "Jobs.").Add({{"a-b", "x"}}, 1);          // dropped
+    out.Gauge("bad-name", "Bad.").Add({}, 1);                               // dropped
+    out.Gauge("drover_queue_jobs", "Jobs.").Add({{"a-b", "x"}}, 1);         // dropped
   });
   const std::string expected =
       "# HELP drover_gpu_resets_total GPU resets.\n"
@@ -325,7 +323,7 @@ TEST(MetricsRegistryTest, ConcurrentUpdatesSumExactly) {
         handle->Inc();
         c->Inc({{"kind", "lookup"}}, 3);
         level->Add(1);
-        hist->Observe(static_cast<double>(i % 3));  // 0, 1, 2: sums are integers
+        hist->Observe(static_cast<double>(i % 3));             // 0, 1, 2: sums are integers
         if (t == 0 && i % 5000 == 0) (void)registry.Render();  // scrapes race the updates
       }
     });
@@ -351,11 +349,9 @@ TEST(MetricsRegistryTest, PromtoolAcceptsExposition) {
   constexpr const char* kPromtool = "/usr/bin/promtool";
   if (access(kPromtool, X_OK) != 0) GTEST_SKIP() << kPromtool << " is not installed";
   Registry registry;
-  CounterFamily* jobs = Must(
-      registry.AddCounter("drover_jobs_submitted_total", "Jobs \\ submitted.\nPer tenant."));
+  CounterFamily* jobs = Must(registry.AddCounter("drover_jobs_submitted_total", "Jobs \\ submitted.\nPer tenant."));
   GaugeFamily* mem = Must(registry.AddGauge("drover_gpu_memory_used_bytes", "GPU memory in use."));
-  HistogramFamily* wait = Must(registry.AddHistogram("drover_job_wait_seconds",
-                                                     "Time from submission to start.",
+  HistogramFamily* wait = Must(registry.AddHistogram("drover_job_wait_seconds", "Time from submission to start.",
                                                      *ExponentialBuckets(0.01, 4, 6)));
   ASSERT_TRUE(jobs != nullptr && mem != nullptr && wait != nullptr);
   jobs->Inc({{"tenant", "ml \"vision\"\nteam\\a"}}, 3);

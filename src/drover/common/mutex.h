@@ -203,16 +203,16 @@ class CondVar {
     lock.release();
   }
   template <typename Rep, typename Period, typename Predicate>
-  bool WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout, Predicate ready) DROVER_REQUIRES(mu)
-      DROVER_NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout, Predicate ready)
+      DROVER_REQUIRES(mu) DROVER_NO_THREAD_SAFETY_ANALYSIS {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool ok = cv_.wait_for(lock, timeout, std::move(ready));
     lock.release();
     return ok;
   }
   template <typename Clock, typename Duration, typename Predicate>
-  bool WaitUntil(Mutex* mu, std::chrono::time_point<Clock, Duration> deadline, Predicate ready) DROVER_REQUIRES(mu)
-      DROVER_NO_THREAD_SAFETY_ANALYSIS {
+  bool WaitUntil(Mutex* mu, std::chrono::time_point<Clock, Duration> deadline, Predicate ready)
+      DROVER_REQUIRES(mu) DROVER_NO_THREAD_SAFETY_ANALYSIS {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool ok = cv_.wait_until(lock, deadline, std::move(ready));
     lock.release();

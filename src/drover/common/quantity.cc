@@ -46,11 +46,26 @@ Result<int64_t> ParseBytes(std::string_view text) {
     double factor;
   };
   static constexpr Unit kUnits[] = {
-      {"", 1},          {"B", 1},
-      {"Ki", 1024.0},   {"KiB", 1024.0},   {"K", 1e3},  {"KB", 1e3},  {"k", 1e3}, {"kB", 1e3},
-      {"Mi", 1048576.0}, {"MiB", 1048576.0}, {"M", 1e6}, {"MB", 1e6},
-      {"Gi", 1073741824.0}, {"GiB", 1073741824.0}, {"G", 1e9}, {"GB", 1e9},
-      {"Ti", 1099511627776.0}, {"TiB", 1099511627776.0}, {"T", 1e12}, {"TB", 1e12},
+      {"", 1},
+      {"B", 1},
+      {"Ki", 1024.0},
+      {"KiB", 1024.0},
+      {"K", 1e3},
+      {"KB", 1e3},
+      {"k", 1e3},
+      {"kB", 1e3},
+      {"Mi", 1048576.0},
+      {"MiB", 1048576.0},
+      {"M", 1e6},
+      {"MB", 1e6},
+      {"Gi", 1073741824.0},
+      {"GiB", 1073741824.0},
+      {"G", 1e9},
+      {"GB", 1e9},
+      {"Ti", 1099511627776.0},
+      {"TiB", 1099511627776.0},
+      {"T", 1e12},
+      {"TB", 1e12},
   };
   for (const Unit& u : kUnits) {
     if (u.name != unit) continue;
@@ -109,8 +124,8 @@ std::string FormatMilliGpu(int64_t milli) {
 
 Result<ArrayRange> ParseArrayRange(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgument(fmt::format("array '{}': {} (expected FIRST-LAST[:STEP][%MAX], e.g. 1-100%10)",
-                                       text.substr(0, 64), why));
+    return InvalidArgument(
+        fmt::format("array '{}': {} (expected FIRST-LAST[:STEP][%MAX], e.g. 1-100%10)", text.substr(0, 64), why));
   };
   auto number = [](std::string_view s, int64_t* out) {
     if (s.empty() || s.size() > 18) return false;
@@ -121,7 +136,8 @@ Result<ArrayRange> ParseArrayRange(std::string_view text) {
   std::string_view rest = text;
   if (size_t pct = rest.find('%'); pct != std::string_view::npos) {
     int64_t max = 0;
-    if (!number(rest.substr(pct + 1), &max) || max < 1 || max > INT32_MAX) return bad("the limit after % is not a positive number");
+    if (!number(rest.substr(pct + 1), &max) || max < 1 || max > INT32_MAX)
+      return bad("the limit after % is not a positive number");
     a.max_running = static_cast<int32_t>(max);
     rest = rest.substr(0, pct);
   }

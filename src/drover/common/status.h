@@ -72,7 +72,7 @@ inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied,
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T v) : v_(std::move(v)) {}  // NOLINT(google-explicit-constructor)
+  Result(T v) : v_(std::move(v)) {}                // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status");
   }
@@ -99,9 +99,9 @@ class [[nodiscard]] Result {
 }  // namespace drover
 
 // Propagates a non-OK Status from an expression returning Status.
-#define DROVER_RETURN_IF_ERROR(expr)            \
-  do {                                          \
-    ::drover::Status drover_status_ = (expr);   \
+#define DROVER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::drover::Status drover_status_ = (expr);        \
     if (!drover_status_.ok()) return drover_status_; \
   } while (0)
 

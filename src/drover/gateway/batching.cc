@@ -28,8 +28,8 @@ namespace drover::gateway {
 
 struct EmbeddingsBatch {
   struct Item {
-    size_t n = 0;       // inputs
-    int64_t chars = 0;  // their length, for the usage split
+    size_t n = 0;                       // inputs
+    int64_t chars = 0;                  // their length, for the usage split
     net::any_io_executor ex;            // the thread of the request's connection
     net::steady_timer* wake = nullptr;  // the follower's; nullptr for the leader
     bool done = false;                  // set on `ex`'s thread
@@ -126,9 +126,11 @@ void Split(EmbeddingsBatch& b, const std::string& model, int status, const std::
     }
     offset += it->n;
     int64_t share = k + 1 == b.items.size() ? total.prompt_tokens - given
-                                           : (all_chars > 0 ? total.prompt_tokens * it->chars / all_chars : 0);
+                                            : (all_chars > 0 ? total.prompt_tokens * it->chars / all_chars : 0);
     given += share;
-    nlohmann::json out = {{"object", "list"}, {"data", std::move(data)}, {"model", j.value("model", model)},
+    nlohmann::json out = {{"object", "list"},
+                          {"data", std::move(data)},
+                          {"model", j.value("model", model)},
                           {"usage", {{"prompt_tokens", share}, {"total_tokens", share}}}};
     it->status = 200;
     it->body = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -138,8 +140,8 @@ void Split(EmbeddingsBatch& b, const std::string& model, int status, const std::
 
 }  // namespace
 
-awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info,
-                                             Sink& sink, CallResult& res) {
+awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info, Sink& sink,
+                                             CallResult& res) {
   std::vector<std::string> inputs;
   std::string format;
   if (!Mergeable(info.doc, &inputs, &format) || inputs.size() >= options_.embeddings_batch_max_inputs) {

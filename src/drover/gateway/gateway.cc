@@ -79,12 +79,12 @@ class GoneWatch {
     Stop();
     socket_ = &socket;
     flag_ = std::make_shared<bool>(true);
-    socket.async_wait(tcp::socket::wait_read, [flag = flag_, s = socket_, leaving,
-                                               fn = std::move(on_gone)](const beast::error_code& ec) {
-      if (!*flag || ec) return;  // stopped: the socket may be gone
-      beast::error_code e2;
-      if (s->available(e2) == 0 || e2 || (leaving && leaving(*s))) fn();
-    });
+    socket.async_wait(tcp::socket::wait_read,
+                      [flag = flag_, s = socket_, leaving, fn = std::move(on_gone)](const beast::error_code& ec) {
+                        if (!*flag || ec) return;  // stopped: the socket may be gone
+                        beast::error_code e2;
+                        if (s->available(e2) == 0 || e2 || (leaving && leaving(*s))) fn();
+                      });
   }
   void Stop() {
     if (!flag_) return;
@@ -150,8 +150,7 @@ class HttpSink final : public Sink {
       head = Head(200, "text/event-stream", -1, keep_alive_, {});
     }
     std::array<net::const_buffer, 4> bufs{net::buffer(head), net::buffer(size, static_cast<size_t>(n)),
-                                          net::buffer(events.data(), events.size()),
-                                          net::buffer("\r\n", 2)};
+                                          net::buffer(events.data(), events.size()), net::buffer("\r\n", 2)};
     co_return co_await Write(bufs);
   }
 
@@ -301,10 +300,10 @@ Status GatewayImpl::Start() {
     return InvalidArgument("gateway io_threads must be 1..256, not " + std::to_string(options_.io_threads));
   }
   auto bounds = metrics::ExponentialBuckets(0.0001, 2.5, 18);  // 100 us .. ~1.5 h
-  DROVER_ASSIGN_OR_RETURN(metrics::HistogramFamily * latency,
-                          registry_->AddHistogram("drover_gateway_request_duration_seconds",
-                                                  "Time from a request's arrival to its last byte, by tenant and model.",
-                                                  *bounds));
+  DROVER_ASSIGN_OR_RETURN(
+      metrics::HistogramFamily * latency,
+      registry_->AddHistogram("drover_gateway_request_duration_seconds",
+                              "Time from a request's arrival to its last byte, by tenant and model.", *bounds));
   shared_ = std::make_shared<SharedState>(latency);
   {
     MutexLock lock(&shared_->routes_mu);  // not yet shared: for the analysis
@@ -314,18 +313,23 @@ Status GatewayImpl::Start() {
     DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * f, registry_->AddCounter(name, help));
     return f->With({});
   };
-  DROVER_ASSIGN_OR_RETURN(counters_.retries, counter("drover_gateway_upstream_retries_total",
-                                                     "Attempts that failed before the first byte and were tried on another replica."));
-  DROVER_ASSIGN_OR_RETURN(counters_.client_cancels, counter("drover_gateway_client_cancels_total",
-                                                            "Streams the client left mid-way (the upstream request was cancelled)."));
-  DROVER_ASSIGN_OR_RETURN(counters_.stream_errors, counter("drover_gateway_stream_errors_total",
-                                                           "Streams a replica broke after the first byte (the client got an error event)."));
+  DROVER_ASSIGN_OR_RETURN(counters_.retries,
+                          counter("drover_gateway_upstream_retries_total",
+                                  "Attempts that failed before the first byte and were tried on another replica."));
+  DROVER_ASSIGN_OR_RETURN(counters_.client_cancels,
+                          counter("drover_gateway_client_cancels_total",
+                                  "Streams the client left mid-way (the upstream request was cancelled)."));
+  DROVER_ASSIGN_OR_RETURN(counters_.stream_errors,
+                          counter("drover_gateway_stream_errors_total",
+                                  "Streams a replica broke after the first byte (the client got an error event)."));
   DROVER_ASSIGN_OR_RETURN(counters_.batches, counter("drover_gateway_embeddings_batches_total",
                                                      "Upstream embeddings calls that merged requests."));
-  DROVER_ASSIGN_OR_RETURN(counters_.batched_requests, counter("drover_gateway_embeddings_batched_requests_total",
-                                                              "Embeddings requests answered by a merged upstream call."));
-  DROVER_ASSIGN_OR_RETURN(counters_.cold_starts, counter("drover_gateway_cold_start_waits_total",
-                                                         "Requests that waited for a replica of a model scaled to zero."));
+  DROVER_ASSIGN_OR_RETURN(counters_.batched_requests,
+                          counter("drover_gateway_embeddings_batched_requests_total",
+                                  "Embeddings requests answered by a merged upstream call."));
+  DROVER_ASSIGN_OR_RETURN(counters_.cold_starts,
+                          counter("drover_gateway_cold_start_waits_total",
+                                  "Requests that waited for a replica of a model scaled to zero."));
   auto fine = metrics::ExponentialBuckets(0.000001, 1.5, 30);  // 1 us .. ~0.13 s
   DROVER_ASSIGN_OR_RETURN(
       metrics::HistogramFamily * overhead,
@@ -335,11 +339,11 @@ Status GatewayImpl::Start() {
                               "event) read to its write to the client, the writes' system calls not included.",
                               *fine));
   counters_.overhead = overhead->With({});
-  DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * rejected,
-                          registry_->AddCounter("drover_gateway_rejected_total",
-                                                "Requests refused before reaching a replica, by reason."));
-  for (const char* r : {"unauthenticated", "rate_limited", "bad_request", "not_found", "too_large",
-                        "unavailable", "other"}) {
+  DROVER_ASSIGN_OR_RETURN(
+      metrics::CounterFamily * rejected,
+      registry_->AddCounter("drover_gateway_rejected_total", "Requests refused before reaching a replica, by reason."));
+  for (const char* r :
+       {"unauthenticated", "rate_limited", "bad_request", "not_found", "too_large", "unavailable", "other"}) {
     counters_.rejected[r] = rejected->With({{"reason", r}});
   }
   std::weak_ptr<SharedState> weak = shared_;
@@ -593,7 +597,8 @@ awaitable<void> GatewayImpl::Sweep(Worker* w) {
 }
 
 Status GatewayImpl::BodyTooLarge() const {
-  return Status(Code::kOutOfRange, "the request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
+  return Status(Code::kOutOfRange,
+                "the request body is larger than " + std::to_string(options_.max_body_bytes) + " bytes");
 }
 
 template <typename Stream>
@@ -683,7 +688,8 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
         co_return;
       }
       if (!auth->info.admin) {
-        co_await SendError(sink, PermissionDenied("/metrics needs an admin key (or a gateway run with public metrics)"));
+        co_await SendError(sink,
+                           PermissionDenied("/metrics needs an admin key (or a gateway run with public metrics)"));
         co_return;
       }
     }
@@ -715,14 +721,17 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
     if (path.size() > 11) {  // /v1/models/{id}
       std::string id(path.substr(11));
       if (std::find(names.begin(), names.end(), id) == names.end()) {
-        co_await SendError(sink, NotFound("the model '" + id + "' does not exist or you do not have access to it"), "model");
+        co_await SendError(sink, NotFound("the model '" + id + "' does not exist or you do not have access to it"),
+                           "model");
         co_return;
       }
       names = {id};
     }
     for (const auto& m : names) {
       const auto& e = t->models.at(m);
-      data.push_back({{"id", m}, {"object", "model"}, {"created", 0},
+      data.push_back({{"id", m},
+                      {"object", "model"},
+                      {"created", 0},
                       {"owned_by", e.route.tenant.empty() ? std::string("drover") : e.route.tenant}});
     }
     std::string body = path.size() > 11 ? data[0].dump() : nlohmann::json{{"object", "list"}, {"data", data}}.dump();
@@ -740,17 +749,18 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
     co_return;
   }
   Rejected("not_found")->Inc();
-  co_await sink.Whole(404, "application/json",
-                      ErrorJson("unknown path " + std::string(path) +
-                                    " (the gateway serves /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings)",
-                                "invalid_request_error", "unknown_url"),
-                      {});
+  co_await sink.Whole(
+      404, "application/json",
+      ErrorJson("unknown path " + std::string(path) +
+                    " (the gateway serves /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings)",
+                "invalid_request_error", "unknown_url"),
+      {});
 }
 
 // The messages of one WebSocket, each a chat completion streamed back.
 template <typename WsStream>
-awaitable<void> ServeWebSocketOn(GatewayImpl* g, Worker* w, WsStream& wss, const bhttp::request<bhttp::string_body>& req,
-                                 const std::string& authorization) {
+awaitable<void> ServeWebSocketOn(GatewayImpl* g, Worker* w, WsStream& wss,
+                                 const bhttp::request<bhttp::string_body>& req, const std::string& authorization) {
   std::string session(req["x-session-id"]);
   wss.set_option(ws::stream_base::timeout::suggested(beast::role_type::server));
   wss.read_message_max(g->options().max_body_bytes);

@@ -108,15 +108,15 @@ struct GatewayOptions {
   std::string tls_cert_pem;
   std::string tls_key_pem;
   int io_threads = 2;
-  size_t max_header_bytes = 16 << 10;   // larger: 431
-  size_t max_body_bytes = 4 << 20;      // larger: 413
+  size_t max_header_bytes = 16 << 10;         // larger: 431
+  size_t max_body_bytes = 4 << 20;            // larger: 413
   size_t max_upstream_body_bytes = 64 << 20;  // a non-streamed answer larger: 502
 
   // Deadlines (milliseconds).
-  int64_t header_timeout_ms = 10'000;    // a request's header and body
-  int64_t idle_timeout_ms = 60'000;      // keep-alive between requests
-  int64_t write_timeout_ms = 30'000;     // one write to a client
-  int64_t connect_timeout_ms = 2'000;    // to a replica
+  int64_t header_timeout_ms = 10'000;     // a request's header and body
+  int64_t idle_timeout_ms = 60'000;       // keep-alive between requests
+  int64_t write_timeout_ms = 30'000;      // one write to a client
+  int64_t connect_timeout_ms = 2'000;     // to a replica
   int64_t upstream_timeout_ms = 600'000;  // first byte, and between two stream reads
 
   // Other replicas tried when one fails before any byte reached the client

@@ -66,7 +66,9 @@ class GatewayTest : public ::testing::Test {
     return Http(gw_->port(), "POST", path, body.dump(), h + std::string(extra));
   }
   static json Chat(const std::string& model = "m", int max_tokens = 4) {
-    return {{"model", model}, {"max_tokens", max_tokens}, {"messages", {{{"role", "user"}, {"content", "hello there world"}}}}};
+    return {{"model", model},
+            {"max_tokens", max_tokens},
+            {"messages", {{{"role", "user"}, {"content", "hello there world"}}}}};
   }
   static void ExpectError(const HttpResponse& r, int status, const std::string& type, const std::string& code) {
     EXPECT_EQ(r.status, status) << r.raw;
@@ -129,13 +131,11 @@ TEST(GatewayAuthTest, AStuckKeyLookupDoesNotHoldUpTheIoThread) {
   auto g = StartGateway(o, keys, &registry);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   const int port = (*g)->port();
-  auto stuck = std::async(std::launch::async, [port] {
-    return Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-stuck\r\n");
-  });
+  auto stuck = std::async(std::launch::async,
+                          [port] { return Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-stuck\r\n"); });
   entered.get_future().wait();  // the lookup is under way, and will not return
-  auto other = std::async(std::launch::async, [port] {
-    return Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-a\r\n");
-  });
+  auto other = std::async(std::launch::async,
+                          [port] { return Http(port, "GET", "/v1/models", "", "Authorization: Bearer k-a\r\n"); });
   // A guard against a hang, not a timing: a blocked io thread never answers.
   const bool answered = other.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   release.set_value();
@@ -184,7 +184,8 @@ TEST_F(GatewayTest, ChatCompletionIsProxiedAndMetered) {
   HttpResponse m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n");
   EXPECT_NE(m.body.find("drover_gateway_requests_total{key=\"id-a\",model=\"m\",tenant=\"a\"} 2"), std::string::npos)
       << m.body;
-  EXPECT_NE(m.body.find("drover_gateway_request_duration_seconds_count{model=\"m\",tenant=\"a\"} 2"), std::string::npos);
+  EXPECT_NE(m.body.find("drover_gateway_request_duration_seconds_count{model=\"m\",tenant=\"a\"} 2"),
+            std::string::npos);
   // The gateway's own time on each: counted, and less than the whole call.
   EXPECT_NE(m.body.find("drover_gateway_overhead_seconds_count 2\n"), std::string::npos) << m.body;
   size_t at = m.body.find("drover_gateway_overhead_seconds_sum ");
@@ -218,8 +219,8 @@ TEST_F(GatewayTest, BadInputGetsOpenAiShapedErrors) {
   GatewayOptions o;
   o.max_body_bytes = 4096;
   Start(o);
-  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}},
-                  {"private", "dep-p", "b", false, {{"j-2", e->address()}}}});
+  gw_->SetRoutes(
+      {{"m", "dep-m", "", false, {{"j-1", e->address()}}}, {"private", "dep-p", "b", false, {{"j-2", e->address()}}}});
   ExpectError(Post("/v1/chat/completions", Chat(), ""), 401, "authentication_error", "invalid_api_key");
   ExpectError(Post("/v1/chat/completions", Chat(), "nope"), 401, "authentication_error", "invalid_api_key");
   ExpectError(Http(gw_->port(), "POST", "/v1/chat/completions", "{not json", "Authorization: Bearer k-a\r\n"), 400,
@@ -247,7 +248,8 @@ TEST_F(GatewayTest, BadInputGetsOpenAiShapedErrors) {
   Conn c(gw_->port());
   ASSERT_TRUE(c.Send("THIS IS NOT HTTP\r\n\r\n"));
   std::string raw;
-  c.ReadUntil(&raw, [](const std::string&) { return false; }, std::chrono::seconds(10));
+  c.ReadUntil(
+      &raw, [](const std::string&) { return false; }, std::chrono::seconds(10));
   EXPECT_EQ(raw.substr(0, 12), "HTTP/1.1 400") << raw;
 }
 
@@ -260,7 +262,9 @@ TEST_F(GatewayTest, ModelsListsWhatTheKeysTenantMayUse) {
   std::vector<std::string> ids;
   for (const auto& m : j["data"]) ids.push_back(m["id"]);
   EXPECT_EQ(ids, (std::vector<std::string>{"mine", "pub"}));
-  EXPECT_EQ(json::parse(Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-admin\r\n").body)["data"].size(), 3u);
+  EXPECT_EQ(
+      json::parse(Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-admin\r\n").body)["data"].size(),
+      3u);
   ExpectError(Http(gw_->port(), "GET", "/v1/models"), 401, "authentication_error", "invalid_api_key");
 }
 
@@ -319,7 +323,8 @@ TEST_F(GatewayTest, RetriesOnAnotherReplicaBeforeTheFirstByte) {
   o.retries = 2;
   Start(o);
   std::string dead = "127.0.0.1:" + std::to_string(testing::FreePort());
-  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-dead", dead}, {"j-503", failing->address()}, {"j-ok", good->address()}}}});
+  gw_->SetRoutes(
+      {{"m", "dep-m", "", false, {{"j-dead", dead}, {"j-503", failing->address()}, {"j-ok", good->address()}}}});
   for (int i = 0; i < 20; ++i) {
     HttpResponse r = Post("/v1/chat/completions", Chat());
     ASSERT_EQ(r.status, 200) << r.raw;
@@ -360,7 +365,8 @@ TEST_F(GatewayTest, ClientLeavingBeforeAWholeAnswerCancelsUpstream) {
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
   {
     Conn c(gw_->port());
-    ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n")));
+    ASSERT_TRUE(
+        c.Send(testing::Request("POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n")));
     ASSERT_TRUE(WaitFor([&] { return Outstanding("m") == 1; }));
   }  // the client goes away before the answer
   EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
@@ -383,7 +389,8 @@ TEST_F(GatewayTest, ClientLeavingDuringAColdStartStopsWaiting) {
   gw_->SetRoutes({{"m", "dep-m", "", true, {}}});
   {
     Conn c(gw_->port());
-    ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n")));
+    ASSERT_TRUE(
+        c.Send(testing::Request("POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n")));
     ASSERT_TRUE(WaitFor([&] { return Waiting("m") == 1; }));
   }
   EXPECT_TRUE(WaitFor([&] { return Waiting("m") == 0; }));
@@ -486,7 +493,10 @@ TEST_F(GatewayTest, AffinitySendsAUsersRequestsToOneReplica) {
   GatewayOptions o;
   o.affinity = true;
   Start(o);
-  gw_->SetRoutes({{"m", "dep-m", "", false,
+  gw_->SetRoutes({{"m",
+                   "dep-m",
+                   "",
+                   false,
                    {{"j-0", engines[0]->address()}, {"j-1", engines[1]->address()}, {"j-2", engines[2]->address()}}}});
   auto served = [&] {
     std::vector<int64_t> n;
@@ -513,7 +523,8 @@ TEST_F(GatewayTest, AffinitySendsAUsersRequestsToOneReplica) {
   EXPECT_EQ(replicas_used, 1);
   // The session header does the same for requests without a user.
   before = served();
-  for (int i = 0; i < 12; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat(), "k-a", "x-session-id: s-42\r\n").status, 200);
+  for (int i = 0; i < 12; ++i)
+    ASSERT_EQ(Post("/v1/chat/completions", Chat(), "k-a", "x-session-id: s-42\r\n").status, 200);
   after = served();
   replicas_used = 0;
   for (size_t i = 0; i < engines.size(); ++i) replicas_used += after[i] - before[i] - 1 > 0 ? 1 : 0;
@@ -525,9 +536,10 @@ TEST_F(GatewayTest, WebSocketStreamsEachEventAsAMessage) {
   Start();
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
   Conn c(gw_->port());
-  ASSERT_TRUE(c.Send("GET /v1/chat/completions/ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                     "Authorization: Bearer k-a\r\n\r\n"));
+  ASSERT_TRUE(
+      c.Send("GET /v1/chat/completions/ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+             "Authorization: Bearer k-a\r\n\r\n"));
   std::string raw;
   ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }));
   ASSERT_EQ(raw.substr(0, 12), "HTTP/1.1 101") << raw;
@@ -580,9 +592,10 @@ TEST_F(GatewayTest, WebSocketClientLeavingMidStreamFreesTheReplica) {
   Start();
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
   auto open_stream = [&](Conn& c) {
-    ASSERT_TRUE(c.Send("GET /v1/chat/completions/ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                       "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                       "Authorization: Bearer k-a\r\n\r\n"));
+    ASSERT_TRUE(
+        c.Send("GET /v1/chat/completions/ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+               "Authorization: Bearer k-a\r\n\r\n"));
     std::string raw;
     ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; }));
     ASSERT_EQ(raw.substr(0, 12), "HTTP/1.1 101") << raw;
@@ -591,7 +604,8 @@ TEST_F(GatewayTest, WebSocketClientLeavingMidStreamFreesTheReplica) {
     std::string frame = {static_cast<char>(0x81), static_cast<char>(0x80 | payload.size()), 0, 0, 0, 0};
     frame += payload;  // mask 0: the payload as is
     ASSERT_TRUE(c.Send(frame));
-    ASSERT_TRUE(c.ReadUntil(&raw, [](const std::string& b) { return b.find("chat.completion.chunk") != std::string::npos; }));
+    ASSERT_TRUE(
+        c.ReadUntil(&raw, [](const std::string& b) { return b.find("chat.completion.chunk") != std::string::npos; }));
     ASSERT_EQ(Outstanding("m"), 1);
   };
   {
@@ -601,7 +615,8 @@ TEST_F(GatewayTest, WebSocketClientLeavingMidStreamFreesTheReplica) {
   EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
   Conn c(gw_->port());
   open_stream(c);
-  const char close_frame[] = {static_cast<char>(0x88), static_cast<char>(0x82), 0, 0, 0, 0, 0x03, static_cast<char>(0xe8)};
+  const char close_frame[] = {static_cast<char>(0x88), static_cast<char>(0x82), 0, 0, 0, 0, 0x03,
+                              static_cast<char>(0xe8)};
   ASSERT_TRUE(c.Send(std::string_view(close_frame, sizeof close_frame)));  // 1000, normal closure
   EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
 }
@@ -609,13 +624,13 @@ TEST_F(GatewayTest, WebSocketClientLeavingMidStreamFreesTheReplica) {
 TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
   auto e = Engine();
   GatewayOptions o;
-  o.io_threads = 2;  // the requests' connections land on both: one batch all the same
+  o.io_threads = 2;                           // the requests' connections land on both: one batch all the same
   o.embeddings_batch_window_us = 60'000'000;  // sent when full, not by time
   o.embeddings_batch_max_inputs = 8;
   Start(o);
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
-  const std::vector<json> inputs = {"one", json::array({"two words", "three more words"}), "four", "five",
-                                    "six", "seven", "eight"};
+  const std::vector<json> inputs = {
+      "one", json::array({"two words", "three more words"}), "four", "five", "six", "seven", "eight"};
   std::vector<HttpResponse> got(inputs.size());
   std::vector<std::thread> clients;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -625,7 +640,8 @@ TEST_F(GatewayTest, EmbeddingsAreBatchedAndSplitBack) {
   int64_t tokens = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     ASSERT_EQ(got[i].status, 200) << got[i].raw;
-    json alone = json::parse(Http(e->port(), "POST", "/v1/embeddings", json{{"model", "m"}, {"input", inputs[i]}}.dump()).body);
+    json alone =
+        json::parse(Http(e->port(), "POST", "/v1/embeddings", json{{"model", "m"}, {"input", inputs[i]}}.dump()).body);
     json batched = json::parse(got[i].body);
     EXPECT_EQ(batched["data"], alone["data"]) << "request " << i;
     tokens += batched["usage"]["prompt_tokens"].get<int64_t>();
@@ -651,13 +667,13 @@ TEST_F(GatewayTest, EngineMetricsAreScraped) {
   req["stream"] = true;
   ASSERT_TRUE(c.Send(testing::Request("POST", "/v1/chat/completions", req.dump())));
   EXPECT_TRUE(WaitFor([&] {
-    return AdminMetrics().find(
-               "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 1") != std::string::npos;
+    return AdminMetrics().find("drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 1") !=
+           std::string::npos;
   }));
   c.Close();
   EXPECT_TRUE(WaitFor([&] {
-    return AdminMetrics().find(
-               "drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 0") != std::string::npos;
+    return AdminMetrics().find("drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 0") !=
+           std::string::npos;
   }));
 }
 
@@ -680,7 +696,8 @@ TEST_F(GatewayTest, EngineQueueIsReportedForTheAutoscaler) {
   req["stream"] = true;
   for (int i = 0; i < 3; ++i) {
     clients.push_back(std::make_unique<Conn>(gw_->port()));
-    ASSERT_TRUE(clients.back()->Send(testing::Request("POST", "/v1/chat/completions", req.dump(), "Authorization: Bearer k-a\r\n")));
+    ASSERT_TRUE(clients.back()->Send(
+        testing::Request("POST", "/v1/chat/completions", req.dump(), "Authorization: Bearer k-a\r\n")));
   }
   int64_t most_waiting = -1;
   double longest_ms = -1;
@@ -689,7 +706,8 @@ TEST_F(GatewayTest, EngineQueueIsReportedForTheAutoscaler) {
     most_waiting = std::max(most_waiting, l.engine_waiting);
     longest_ms = std::max(longest_ms, l.queue_ms);
     return most_waiting == 2 && longest_ms >= 100;  // the second waited for the first's ~200 ms
-  })) << "engine waiting " << most_waiting << ", queue " << longest_ms << " ms";
+  })) << "engine waiting "
+      << most_waiting << ", queue " << longest_ms << " ms";
   for (auto& c : clients) {
     std::string raw;
     EXPECT_TRUE(c->ReadUntil(&raw, [](const std::string& b) { return b.find("[DONE]") != std::string::npos; }));
@@ -713,7 +731,8 @@ TEST(TokenBucket, AdmitsUpToTheLimitThenSaysWhenToRetry) {
 }
 
 TEST(Usage, FoundInAnswersAndStreams) {
-  Usage u = FindUsage(R"({"choices":[{"text":"\"usage\":{\"prompt_tokens\":99}"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+  Usage u = FindUsage(
+      R"({"choices":[{"text":"\"usage\":{\"prompt_tokens\":99}"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
   EXPECT_TRUE(u.found);
   EXPECT_EQ(u.prompt_tokens, 3);
   EXPECT_EQ(u.completion_tokens, 4);
@@ -750,9 +769,10 @@ TEST(SseFilter, AnEndlessEventOverflows) {
 
 TEST(ParseRequest, ReadsTheRoutedFieldsAndRefusesBadOnes) {
   std::string param;
-  auto r = ParseRequest(R"({"messages":[{"role":"user","content":"x","model":"inner"}],"model":"m","stream":true,)"
-                        R"("stream_options":{"x":{"include_usage":false},"include_usage":true},"user":"u","max_tokens":7})",
-                        &param);
+  auto r =
+      ParseRequest(R"({"messages":[{"role":"user","content":"x","model":"inner"}],"model":"m","stream":true,)"
+                   R"("stream_options":{"x":{"include_usage":false},"include_usage":true},"user":"u","max_tokens":7})",
+                   &param);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->model, "m");
   EXPECT_TRUE(r->stream);
@@ -766,9 +786,12 @@ TEST(ParseRequest, ReadsTheRoutedFieldsAndRefusesBadOnes) {
     EXPECT_FALSE(ParseRequest(bad, &param).ok()) << bad;
   }
   const std::pair<const char*, const char*> bad_fields[] = {
-      {R"({"model":""})", "model"},           {R"({"model":5})", "model"},
-      {R"({"model":{"a":1}})", "model"},      {R"({"model":"m","stream":"yes"})", "stream"},
-      {R"({"model":"m","stream":[]})", "stream"}, {R"({"model":"m","max_tokens":-1})", "max_tokens"},
+      {R"({"model":""})", "model"},
+      {R"({"model":5})", "model"},
+      {R"({"model":{"a":1}})", "model"},
+      {R"({"model":"m","stream":"yes"})", "stream"},
+      {R"({"model":"m","stream":[]})", "stream"},
+      {R"({"model":"m","max_tokens":-1})", "max_tokens"},
       {R"({"model":"m","max_tokens":1.5})", "max_tokens"},
   };
   for (const auto& [body, field] : bad_fields) {
@@ -784,13 +807,39 @@ TEST(ParseRequest, ReadsTheRoutedFieldsAndRefusesBadOnes) {
 TEST(ParseRequest, FastScanAgreesWithTheFullParser) {
   std::mt19937_64 rng(18);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
-  const std::vector<std::string> keys = {"model", "stream", "user", "max_tokens", "max_completion_tokens",
-                                         "stream_options", "include_usage", "messages", "x"};
-  const std::vector<std::string> scalars = {
-      "\"m\"", "\"\"", "\"a b\"", "\"\\u00e9\"", "\"q\\\"\"", "\"\xc3\xa9\"", "true", "false", "null", "0", "-0",
-      "7", "-1", "1.5", "2e3", "1E-2", "01", "-", "1.", "123456789012345678", "1234567890123456789",
-      "18446744073709551616", "tru", "nul", "1e400", "-1E+999", "1e99", "1e-400",
-      "123456789012345678901234567890.5", "1.5e300"};
+  const std::vector<std::string> keys = {
+      "model",          "stream",        "user",     "max_tokens", "max_completion_tokens",
+      "stream_options", "include_usage", "messages", "x"};
+  const std::vector<std::string> scalars = {"\"m\"",
+                                            "\"\"",
+                                            "\"a b\"",
+                                            "\"\\u00e9\"",
+                                            "\"q\\\"\"",
+                                            "\"\xc3\xa9\"",
+                                            "true",
+                                            "false",
+                                            "null",
+                                            "0",
+                                            "-0",
+                                            "7",
+                                            "-1",
+                                            "1.5",
+                                            "2e3",
+                                            "1E-2",
+                                            "01",
+                                            "-",
+                                            "1.",
+                                            "123456789012345678",
+                                            "1234567890123456789",
+                                            "18446744073709551616",
+                                            "tru",
+                                            "nul",
+                                            "1e400",
+                                            "-1E+999",
+                                            "1e99",
+                                            "1e-400",
+                                            "123456789012345678901234567890.5",
+                                            "1.5e300"};
   std::function<std::string(int)> value = [&](int depth) -> std::string {
     size_t k = pick(depth > 3 ? 1 : 4);
     if (k == 0) return scalars[pick(scalars.size())];
@@ -839,7 +888,8 @@ TEST(ParseRequest, FastScanAgreesWithTheFullParser) {
   EXPECT_FALSE(ParseRequest(R"({"model":"m","x":1e400})", &bad).ok());  // a double's overflow is an error
   EXPECT_TRUE(ParseRequest(R"({"model":"m","x":1e99})", &bad).ok());
   std::string param;
-  EXPECT_TRUE(ParseRequestFast(R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})", &param));
+  EXPECT_TRUE(
+      ParseRequestFast(R"({"model":"bench","max_tokens":1,"messages":[{"role":"user","content":"hi"}]})", &param));
 }
 
 TEST(PickReplica, PowerOfTwoPrefersTheLessLoadedAndAffinityIsStable) {

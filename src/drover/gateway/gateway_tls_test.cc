@@ -277,9 +277,8 @@ TEST_F(GatewayTlsTest, ClientSendingCloseNotifyMidStreamFreesTheReplica) {
   auto c = Streaming();
   c->CloseNotify();  // the alert alone: the TCP connection stays open
   EXPECT_TRUE(WaitFor([&] { return Outstanding() == 0; }));
-  EXPECT_TRUE(WaitFor([&] {
-    return registry_.Render().find("drover_gateway_client_cancels_total 1") != std::string::npos;
-  }));
+  EXPECT_TRUE(
+      WaitFor([&] { return registry_.Render().find("drover_gateway_client_cancels_total 1") != std::string::npos; }));
 }
 
 }  // namespace

@@ -91,35 +91,31 @@ class GatewayImpl final : public Gateway {
 
   // --- the proxy path (proxy.cc) ---
   // One OpenAI call: authenticate, parse, limit, route, forward, meter.
-  awaitable<void> Proxy(Worker* w, std::string_view path, std::string_view authorization,
-                        std::string_view session_id, std::string_view body, Sink& sink, bool force_stream);
+  awaitable<void> Proxy(Worker* w, std::string_view path, std::string_view authorization, std::string_view session_id,
+                        std::string_view body, Sink& sink, bool force_stream);
   enum class Outcome { kDone, kRetry };
   // One attempt on one replica; kRetry when nothing reached the client.
-  awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, std::string_view body,
-                             bool strip_usage, Sink& sink, CallResult& res, std::string* why);
+  awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, std::string_view body, bool strip_usage,
+                             Sink& sink, CallResult& res, std::string* why);
   // Forward with retries on other replicas, then an error if all failed.
   // For a model that scales from zero, when every replica failed before a
   // byte went out (the routes were stale: it had just scaled down), waits
   // once, as a cold start does, for one not tried (`waited` stops a second).
-  awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path,
-                        std::string_view body, bool strip_usage, uint64_t affinity, Sink& sink,
-                        CallResult& res, bool waited = false);
+  awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path, std::string_view body,
+                        bool strip_usage, uint64_t affinity, Sink& sink, CallResult& res, bool waited = false);
   Status BodyTooLarge() const;  // 413 with the limit
-  awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {},
-                            int64_t retry_after_s = 0);
+  awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {}, int64_t retry_after_s = 0);
   // The key of an Authorization header, or null with *err set. A key not
   // in the cache is asked of the authenticator on auth_pool_, not on this
   // io thread: its call to the control plane may block.
   awaitable<std::shared_ptr<const AuthEntry>> Authenticate(std::string_view authorization, Status* err);
   awaitable<std::shared_ptr<const AuthEntry>> LookupKey(std::string token);  // on auth_pool_
   std::shared_ptr<const RouteTable> Table(Worker* w);
-  UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model,
-                     const std::string& key);
+  UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model, const std::string& key);
   // Waits (bounded by cold_start_wait_ms) until `model` has a replica
   // whose id is not in `dead`; null if the client left meanwhile.
-  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& model,
-                                                              ModelStats& stats, Sink& sink,
-                                                              const std::vector<std::string>& dead = {});
+  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& model, ModelStats& stats,
+                                                              Sink& sink, const std::vector<std::string>& dead = {});
   // A client that left while its call was upstream: counted, not retried.
   // Adds the time since res.mark_ns to the call's own time.
   static void Own(CallResult& res) { res.own_ns += NowNs() - res.mark_ns; }
@@ -133,8 +129,8 @@ class GatewayImpl final : public Gateway {
   }
 
   // --- embeddings batching (batching.cc) ---
-  awaitable<void> BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info,
-                                  Sink& sink, CallResult& res);
+  awaitable<void> BatchEmbeddings(Worker* w, const ModelEntry& entry, const RequestInfo& info, Sink& sink,
+                                  CallResult& res);
 
   // --- engine metrics (scrape.cc) ---
   awaitable<void> ScrapeLoop(Worker* w);
@@ -148,7 +144,7 @@ class GatewayImpl final : public Gateway {
     metrics::Counter* batches;
     metrics::Counter* batched_requests;
     metrics::Counter* cold_starts;
-    metrics::Histogram* overhead;  // CallResult::own_ns of clean calls
+    metrics::Histogram* overhead;                       // CallResult::own_ns of clean calls
     std::map<std::string, metrics::Counter*> rejected;  // by reason, fixed at start
   };
   Counters counters_{};

@@ -37,8 +37,7 @@ using tcp = net::ip::tcp;
 using net::awaitable;
 
 inline int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 // Beast 1.74 speaks boost::string_view.
@@ -52,8 +51,7 @@ inline auto Await(beast::error_code& ec) { return net::redirect_error(net::use_a
 // Registered with its worker for its whole life. Not thread-safe: used on
 // its worker's thread only.
 struct TimedSocket {
-  TimedSocket(std::unordered_set<TimedSocket*>& registry, tcp::socket s)
-      : socket(std::move(s)), registry_(registry) {
+  TimedSocket(std::unordered_set<TimedSocket*>& registry, tcp::socket s) : socket(std::move(s)), registry_(registry) {
     registry_.insert(this);
   }
   ~TimedSocket() { registry_.erase(this); }
@@ -104,8 +102,7 @@ awaitable<void> ReadRest(tcp::socket& s, beast::flat_buffer& buf, Parser& p, bea
 
 // A keep-alive connection to a replica, with its read buffer.
 struct UpConn {
-  UpConn(std::unordered_set<TimedSocket*>& registry, const net::any_io_executor& ex)
-      : s(registry, tcp::socket(ex)) {}
+  UpConn(std::unordered_set<TimedSocket*>& registry, const net::any_io_executor& ex) : s(registry, tcp::socket(ex)) {}
   TimedSocket s;
   beast::flat_buffer buf;
 };

@@ -21,8 +21,7 @@ void TokenBucket::Refill(int64_t per_minute, int64_t now_ns) {
   tokens_ = std::min(cap, tokens_);  // the limit may have been lowered
 }
 
-bool TokenBucket::Admit(double take, double need, int64_t per_minute, int64_t now_ns,
-                        int64_t* retry_after_s) {
+bool TokenBucket::Admit(double take, double need, int64_t per_minute, int64_t now_ns, int64_t* retry_after_s) {
   if (per_minute <= 0) return true;
   MutexLock lock(&mu_);
   Refill(per_minute, now_ns);
@@ -48,8 +47,7 @@ void TokenBucket::Refund(double n, int64_t per_minute) {
   tokens_ = std::min(static_cast<double>(per_minute), tokens_ + n);
 }
 
-AuthCache::AuthCache(Authenticator authenticator, int64_t ttl_ms, int64_t fail_ttl_ms,
-                     size_t max_entries)
+AuthCache::AuthCache(Authenticator authenticator, int64_t ttl_ms, int64_t fail_ttl_ms, size_t max_entries)
     : authenticator_(std::move(authenticator)),
       ttl_ns_(ttl_ms * 1'000'000),
       fail_ttl_ns_(fail_ttl_ms * 1'000'000),
@@ -74,8 +72,7 @@ std::shared_ptr<const AuthEntry> AuthCache::Lookup(std::string_view token, int64
   Shard& shard = shards_[std::hash<std::string_view>{}(token) % shards_.size()];
   // A miss: ask outside the lock (two concurrent misses may both ask).
   auto entry = std::make_shared<AuthEntry>();
-  Result<KeyInfo> r = authenticator_ ? authenticator_(token)
-                                     : Result<KeyInfo>(Unauthenticated("no authenticator"));
+  Result<KeyInfo> r = authenticator_ ? authenticator_(token) : Result<KeyInfo>(Unauthenticated("no authenticator"));
   if (r.ok()) {
     entry->info = std::move(r).value();
     entry->key = BucketsFor(&AuthCache::key_buckets_, entry->info.token_id);
@@ -94,26 +91,26 @@ std::shared_ptr<const AuthEntry> AuthCache::Lookup(std::string_view token, int64
 Status AdmitRequest(const AuthEntry& auth, int64_t now_ns, int64_t* retry_after_s) {
   const KeyInfo& k = auth.info;
   if (!auth.key->rpm.Admit(1, 1, k.key_rpm, now_ns, retry_after_s)) {
-    return ResourceExhausted("rate limit reached for key '" + k.name + "': " +
-                             std::to_string(k.key_rpm) + " requests per minute");
+    return ResourceExhausted("rate limit reached for key '" + k.name + "': " + std::to_string(k.key_rpm) +
+                             " requests per minute");
   }
   if (!auth.tenant->rpm.Admit(1, 1, k.tenant_rpm, now_ns, retry_after_s)) {
     auth.key->rpm.Refund(1, k.key_rpm);
-    return ResourceExhausted("rate limit reached for tenant '" + k.tenant + "': " +
-                             std::to_string(k.tenant_rpm) + " requests per minute");
+    return ResourceExhausted("rate limit reached for tenant '" + k.tenant + "': " + std::to_string(k.tenant_rpm) +
+                             " requests per minute");
   }
   // Tokens are known after the answer: admit while the bucket is above zero.
   if (!auth.key->tpm.Admit(0, 1e-9, k.key_tpm, now_ns, retry_after_s)) {
     auth.key->rpm.Refund(1, k.key_rpm);
     auth.tenant->rpm.Refund(1, k.tenant_rpm);
-    return ResourceExhausted("rate limit reached for key '" + k.name + "': " +
-                             std::to_string(k.key_tpm) + " tokens per minute");
+    return ResourceExhausted("rate limit reached for key '" + k.name + "': " + std::to_string(k.key_tpm) +
+                             " tokens per minute");
   }
   if (!auth.tenant->tpm.Admit(0, 1e-9, k.tenant_tpm, now_ns, retry_after_s)) {
     auth.key->rpm.Refund(1, k.key_rpm);
     auth.tenant->rpm.Refund(1, k.tenant_rpm);
-    return ResourceExhausted("rate limit reached for tenant '" + k.tenant + "': " +
-                             std::to_string(k.tenant_tpm) + " tokens per minute");
+    return ResourceExhausted("rate limit reached for tenant '" + k.tenant + "': " + std::to_string(k.tenant_tpm) +
+                             " tokens per minute");
   }
   return Status::Ok();
 }

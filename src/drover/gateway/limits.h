@@ -75,8 +75,7 @@ class AuthCache {
   };
   using BucketMap = std::unordered_map<std::string, std::shared_ptr<Buckets>>;
   // The buckets of `name` in this->*map (key_buckets_ or tenant_buckets_).
-  std::shared_ptr<Buckets> BucketsFor(BucketMap AuthCache::*map, const std::string& name)
-      DROVER_EXCLUDES(buckets_mu_);
+  std::shared_ptr<Buckets> BucketsFor(BucketMap AuthCache::*map, const std::string& name) DROVER_EXCLUDES(buckets_mu_);
 
   const Authenticator authenticator_;
   const int64_t ttl_ns_;

@@ -4,15 +4,13 @@
 
 namespace drover::gateway {
 
-std::string ErrorJson(std::string_view message, std::string_view type, std::string_view code,
-                      std::string_view param) {
+std::string ErrorJson(std::string_view message, std::string_view type, std::string_view code, std::string_view param) {
   nlohmann::json e = {{"message", message},
                       {"type", type},
                       {"param", nullptr},
                       {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code)}};
   if (!param.empty()) e["param"] = param;
-  return nlohmann::json{{"error", std::move(e)}}.dump(-1, ' ', false,
-                                                      nlohmann::json::error_handler_t::replace);
+  return nlohmann::json{{"error", std::move(e)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 ErrorShape ShapeFor(Code code) {
@@ -128,9 +126,9 @@ class RequestSax {
 bool FastScan(std::string_view s, RequestSax& sax) {
   const size_t n = s.size();
   size_t i = 0;
-  std::string tmp;          // the handler takes strings by reference
+  std::string tmp;  // the handler takes strings by reference
   std::string empty;
-  bool in_object[64];       // per open container: object (true) or array
+  bool in_object[64];  // per open container: object (true) or array
   int depth = 0;
   auto ws = [&] {
     while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) ++i;
@@ -175,8 +173,10 @@ bool FastScan(std::string_view s, RequestSax& sax) {
         if (depth == 64) return false;
         ++i;
         in_object[depth++] = c == '{';
-        if (c == '{') sax.start_object(static_cast<std::size_t>(-1));
-        else sax.start_array(static_cast<std::size_t>(-1));
+        if (c == '{')
+          sax.start_object(static_cast<std::size_t>(-1));
+        else
+          sax.start_array(static_cast<std::size_t>(-1));
         ws();
         if (i < n && s[i] == (c == '{' ? '}' : ']')) continue;  // empty: closed below
         if (c == '{' && !key()) return false;
@@ -188,8 +188,10 @@ bool FastScan(std::string_view s, RequestSax& sax) {
         const std::string_view word = c == 't' ? "true" : c == 'f' ? "false" : "null";
         if (s.substr(i, word.size()) != word) return false;
         i += word.size();
-        if (c == 'n') sax.null();
-        else sax.boolean(c == 't');
+        if (c == 'n')
+          sax.null();
+        else
+          sax.boolean(c == 't');
       } else if (c == '-' || (c >= '0' && c <= '9')) {
         const size_t start = i;
         const bool neg = c == '-';
@@ -224,8 +226,10 @@ bool FastScan(std::string_view s, RequestSax& sax) {
           if (int_digits > 18) return false;
           int64_t v = 0;
           for (size_t k = b; k < b + int_digits; ++k) v = v * 10 + (s[k] - '0');
-          if (neg) sax.number_integer(-v);
-          else sax.number_unsigned(static_cast<uint64_t>(v));
+          if (neg)
+            sax.number_integer(-v);
+          else
+            sax.number_unsigned(static_cast<uint64_t>(v));
         }
       } else {
         return false;
@@ -241,8 +245,10 @@ bool FastScan(std::string_view s, RequestSax& sax) {
     }
     if (c != (in_object[depth - 1] ? '}' : ']')) return false;
     ++i;
-    if (in_object[--depth]) sax.end_object();
-    else sax.end_array();
+    if (in_object[--depth])
+      sax.end_object();
+    else
+      sax.end_array();
     if (depth == 0) break;
   }
   ws();
@@ -303,13 +309,18 @@ size_t ObjectEnd(std::string_view s, size_t i) {
   for (; i < s.size(); ++i) {
     char c = s[i];
     if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
-    if (c == '"') in_str = true;
-    else if (c == '{') ++depth;
-    else if (c == '}' && --depth == 0) return i + 1;
+    if (c == '"')
+      in_str = true;
+    else if (c == '{')
+      ++depth;
+    else if (c == '}' && --depth == 0)
+      return i + 1;
   }
   return std::string_view::npos;
 }
@@ -320,7 +331,8 @@ Usage FindUsage(std::string_view text) {
   size_t at = text.rfind("\"usage\"");
   if (at == std::string_view::npos) return u;
   size_t i = at + 7;
-  while (i < text.size() && (text[i] == ' ' || text[i] == ':' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r')) ++i;
+  while (i < text.size() && (text[i] == ' ' || text[i] == ':' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
+    ++i;
   if (i >= text.size() || text[i] != '{') return u;
   size_t end = ObjectEnd(text, i);
   if (end == std::string_view::npos) return u;

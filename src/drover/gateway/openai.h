@@ -27,7 +27,7 @@ ErrorShape ShapeFor(Code code);
 
 // The fields of a request body the gateway reads.
 struct RequestInfo {
-  nlohmann::json doc;   // the parsed body, only after ParseDocument
+  nlohmann::json doc;  // the parsed body, only after ParseDocument
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage asked by the client

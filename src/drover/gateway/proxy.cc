@@ -12,7 +12,8 @@ namespace {
 using Ms = std::chrono::milliseconds;
 
 bool StartsWithNoCase(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && beast::iequals(beast::string_view(s.data(), prefix.size()), beast::string_view(prefix.data(), prefix.size()));
+  return s.size() >= prefix.size() &&
+         beast::iequals(beast::string_view(s.data(), prefix.size()), beast::string_view(prefix.data(), prefix.size()));
 }
 
 // Decrements the in-flight counts of a replica and its model on scope exit.
@@ -78,8 +79,7 @@ awaitable<std::shared_ptr<const AuthEntry>> GatewayImpl::Authenticate(std::strin
   co_return nullptr;
 }
 
-awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string_view param,
-                                       int64_t retry_after_s) {
+awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string_view param, int64_t retry_after_s) {
   ErrorShape s = ShapeFor(st.code());
   std::string extra;
   if (retry_after_s > 0) extra = "retry-after: " + std::to_string(retry_after_s) + "\r\n";
@@ -132,8 +132,7 @@ awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker*
 }
 
 awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string_view authorization,
-                                   std::string_view session_id, std::string_view body, Sink& sink,
-                                   bool force_stream) {
+                                   std::string_view session_id, std::string_view body, Sink& sink, bool force_stream) {
   const int64_t t0 = NowNs();
   Status err;
   auto auth = co_await Authenticate(authorization, &err);
@@ -241,17 +240,18 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   } else {
     uint64_t affinity = 0;
     if (options_.affinity) {
-      if (!info.user.empty()) affinity = Hash64(info.user);
-      else if (!session_id.empty()) affinity = Hash64(session_id);
+      if (!info.user.empty())
+        affinity = Hash64(info.user);
+      else if (!session_id.empty())
+        affinity = Hash64(session_id);
     }
     co_await Route(w, it->second, path, body, strip, affinity, sink, res);
   }
   res.Commit();  // if no path did before its last write
 }
 
-awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path,
-                                   std::string_view body, bool strip_usage, uint64_t affinity, Sink& sink,
-                                   CallResult& res, bool waited) {
+awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path, std::string_view body,
+                                   bool strip_usage, uint64_t affinity, Sink& sink, CallResult& res, bool waited) {
   std::vector<Replica*> tried;
   std::string why;
   for (int attempt = 0; attempt <= options_.retries; ++attempt) {
@@ -359,8 +359,8 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       *why = "replica '" + r.id + "' answered " + std::to_string(status);
       co_return Outcome::kRetry;
     }
-    const bool sse = status == 200 && SV(hp.get()[bhttp::field::content_type]).find("text/event-stream") !=
-                                          std::string_view::npos;
+    const bool sse =
+        status == 200 && SV(hp.get()[bhttp::field::content_type]).find("text/event-stream") != std::string_view::npos;
     if (!sse) {
       bhttp::response_parser<bhttp::string_body> sp{std::move(hp)};
       sp.body_limit(options_.max_upstream_body_bytes);
@@ -441,10 +441,9 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       res.stream_error = true;
       counters_.stream_errors->Inc();
       res.Commit();
-      std::string ev = "data: " +
-                       ErrorJson("replica '" + r.id + "' failed mid-stream: " + fault, "server_error",
-                                 "upstream_error") +
-                       "\n\n";
+      std::string ev =
+          "data: " + ErrorJson("replica '" + r.id + "' failed mid-stream: " + fault, "server_error", "upstream_error") +
+          "\n\n";
       if (co_await sink.Events(ev)) co_await sink.EndStream();
       co_return Outcome::kDone;
     }

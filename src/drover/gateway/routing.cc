@@ -28,8 +28,8 @@ int64_t Score(const Replica& r) {
 }
 }  // namespace
 
-Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas,
-                     const std::vector<Replica*>& tried, uint64_t affinity_key, FastRng& rng) {
+Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,
+                     uint64_t affinity_key, FastRng& rng) {
   // Candidates without allocating for the common case of nothing tried.
   Replica* small[16];
   std::vector<Replica*> big;
@@ -98,8 +98,12 @@ std::vector<UsageRow> Meter::Rows() const {
   std::vector<UsageRow> rows;
   MutexLock lock(&mu_);
   for (const auto& [k, c] : cells_) {
-    UsageRow r{std::get<0>(k),          std::get<1>(k),       std::get<2>(k),
-               c->requests.load(),      c->errors.load(),     c->prompt_tokens.load(),
+    UsageRow r{std::get<0>(k),
+               std::get<1>(k),
+               std::get<2>(k),
+               c->requests.load(),
+               c->errors.load(),
+               c->prompt_tokens.load(),
                c->completion_tokens.load()};
     // Since the gateway started, of the tenant's requests for the model (all its keys).
     if (c->latency != nullptr && latency_ != nullptr) {
@@ -126,17 +130,15 @@ std::string Meter::Json() const {
     if (r.latency_p99_ms >= 0) row["latency_p99_ms"] = r.latency_p99_ms;
     rows.push_back(std::move(row));
   }
-  return nlohmann::json{{"usage", std::move(rows)}}.dump(-1, ' ', false,
-                                                         nlohmann::json::error_handler_t::replace);
+  return nlohmann::json{{"usage", std::move(rows)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void Meter::Collect(metrics::Exposition& out) const {
   auto req = out.Counter("drover_gateway_requests_total", "Requests proxied, by tenant, model and key.");
-  auto err = out.Counter("drover_gateway_errors_total",
-                         "Requests that ended in an error (status >= 400 or a broken stream).");
+  auto err =
+      out.Counter("drover_gateway_errors_total", "Requests that ended in an error (status >= 400 or a broken stream).");
   auto pt = out.Counter("drover_gateway_prompt_tokens_total", "Prompt tokens the engines reported.");
-  auto ct = out.Counter("drover_gateway_completion_tokens_total",
-                        "Completion tokens the engines reported.");
+  auto ct = out.Counter("drover_gateway_completion_tokens_total", "Completion tokens the engines reported.");
   MutexLock lock(&mu_);
   for (const auto& [k, c] : cells_) {
     metrics::Labels l = {{"key", std::get<2>(k)}, {"model", std::get<1>(k)}, {"tenant", std::get<0>(k)}};

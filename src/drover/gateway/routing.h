@@ -24,10 +24,10 @@ namespace drover::gateway {
 // address), so that its outstanding count survives SetRoutes.
 struct Replica {
   std::string id;
-  std::string address;  // host:port
+  std::string address;                      // host:port
   boost::asio::ip::tcp::endpoint endpoint;  // resolved by SetRoutes
-  std::atomic<int64_t> outstanding{0};  // requests in flight through this gateway
-  std::atomic<int64_t> engine_load{0};  // the engine's own queue (scraped), 0 if unknown
+  std::atomic<int64_t> outstanding{0};      // requests in flight through this gateway
+  std::atomic<int64_t> engine_load{0};      // the engine's own queue (scraped), 0 if unknown
   std::atomic<int64_t> engine_waiting{-1};  // of which waiting for a slot; -1 if unknown
   // The scraper's last reading of the engine's queue-time histogram (sum
   // in seconds, count); -1: none yet. Touched by the scraper only.
@@ -80,8 +80,8 @@ uint64_t Hash64(std::string_view s);
 // score (outstanding + engine_load), the first on a tie. nullptr if none.
 //
 // Example: outstanding {a:3, b:0, c:1}; the draws pick (a, c): c wins.
-Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas,
-                     const std::vector<Replica*>& tried, uint64_t affinity_key, FastRng& rng);
+Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,
+                     uint64_t affinity_key, FastRng& rng);
 
 // Counters of one (tenant, model, key). Lock-free updates.
 struct UsageCell {

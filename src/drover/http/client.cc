@@ -1,9 +1,9 @@
 #include "drover/http/client.h"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <chrono>
@@ -43,8 +43,7 @@ Result<HostPort> SplitHostPort(const std::string& host_port) {
   size_t colon;
   if (host_port.starts_with("[")) {
     size_t close = host_port.find(']');
-    if (close == std::string::npos || close + 1 >= host_port.size() ||
-        host_port[close + 1] != ':') {
+    if (close == std::string::npos || close + 1 >= host_port.size() || host_port[close + 1] != ':') {
       return InvalidArgument("address '" + host_port + "' is not [host]:port");
     }
     result.host = host_port.substr(1, close - 1);
@@ -90,23 +89,21 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
 
 }  // namespace
 
-Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
-                                   const std::string& target, const std::string& body,
-                                   const std::string& content_type,
+Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method, const std::string& target,
+                                   const std::string& body, const std::string& content_type,
                                    const std::map<std::string, std::string>& headers) {
   return HttpsRequest(nullptr, host_port, method, target, body, content_type, headers);
 }
 
 Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& host_port, const std::string& method,
-                                    const std::string& target, const std::string& body,
-                                    const std::string& content_type,
+                                    const std::string& target, const std::string& body, const std::string& content_type,
                                     const std::map<std::string, std::string>& headers) {
   return Exchange(tls, host_port, method, target, body, content_type, headers, nullptr);
 }
 
 Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
-                                   const std::string& target, const std::string& body,
-                                   const std::string& content_type, const std::map<std::string, std::string>& headers,
+                                   const std::string& target, const std::string& body, const std::string& content_type,
+                                   const std::map<std::string, std::string>& headers,
                                    const std::function<bool(std::string_view)>& on_body) {
   return Exchange(tls, host_port, method, target, body, content_type, headers, &on_body);
 }
@@ -153,8 +150,7 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
   request.set(bhttp::field::user_agent, "drover-http-client");
   request.keep_alive(false);
   for (const auto& [name, value] : headers) request.set(name, value);
-  if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put ||
-      verb == bhttp::verb::patch) {
+  if (!body.empty() || verb == bhttp::verb::post || verb == bhttp::verb::put || verb == bhttp::verb::patch) {
     if (!content_type.empty()) request.set(bhttp::field::content_type, content_type);
     request.body() = body;
     request.prepare_payload();
@@ -223,8 +219,8 @@ Result<ClientResponse> Exchange(const ClientTls* tls, const std::string& host_po
   }
   ioc.run();
   if (failure) {
-    return Unavailable(std::string("http ") + method + " " + target + ": " + stage + " '" +
-                       host_port + "' failed: " + failure.message());
+    return Unavailable(std::string("http ") + method + " " + target + ": " + stage + " '" + host_port +
+                       "' failed: " + failure.message());
   }
 
   const auto& message = parser.get();

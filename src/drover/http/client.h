@@ -27,9 +27,8 @@ struct ClientResponse {
 // kInvalidArgument a bad host_port.
 // `headers` are sent as given (e.g. Authorization, Origin, Host); an empty
 // content_type sends none.
-Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method,
-                                   const std::string& target, const std::string& body = "",
-                                   const std::string& content_type = "application/json",
+Result<ClientResponse> HttpRequest(const std::string& host_port, const std::string& method, const std::string& target,
+                                   const std::string& body = "", const std::string& content_type = "application/json",
                                    const std::map<std::string, std::string>& headers = {});
 
 // TLS for HttpsRequest: the server must present a certificate that chains to
@@ -55,8 +54,8 @@ Result<ClientResponse> HttpsRequest(const ClientTls* tls, const std::string& hos
 // read whole into `body`, as HttpsRequest does.
 // `body` (with `content_type`) may be empty.
 Result<ClientResponse> HttpsStream(const ClientTls* tls, const std::string& host_port, const std::string& method,
-                                   const std::string& target, const std::string& body,
-                                   const std::string& content_type, const std::map<std::string, std::string>& headers,
+                                   const std::string& target, const std::string& body, const std::string& content_type,
+                                   const std::map<std::string, std::string>& headers,
                                    const std::function<bool(std::string_view)>& on_body);
 
 // Whether a failed HttpsRequest or HttpsStream may have delivered its

@@ -1,9 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -11,12 +8,15 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -42,12 +42,13 @@ Response Echo(const Request& request) {
   nlohmann::json headers = nlohmann::json::object();
   for (const auto& [key, value] : request.headers) headers[key] = value;
   Response response;
-  response.body = nlohmann::json{{"method", request.method},
-                                 {"path", request.path},
-                                 {"query", query},
-                                 {"headers", headers},
-                                 {"body", request.body}}
-                      .dump();
+  response.body = nlohmann::json{
+      {"method", request.method},
+      {"path", request.path},
+      {"query", query},
+      {"headers", headers},
+      {"body",
+       request.body}}.dump();
   response.headers["X-Drover-Test"] = "yes";
   return response;
 }
@@ -106,13 +107,11 @@ TEST(HttpServerTest, RoutesRequestsToTheHandler) {
 TEST(HttpServerTest, DecodesTheQueryString) {
   auto server = StartOrDie(Echo);
   ASSERT_NE(server, nullptr);
-  auto response =
-      HttpRequest(Address(*server), "GET", "/api/v1/jobs?state=running&name=a%20b%2Fc&q=x+y&flag");
+  auto response = HttpRequest(Address(*server), "GET", "/api/v1/jobs?state=running&name=a%20b%2Fc&q=x+y&flag");
   ASSERT_TRUE(response.ok()) << response.status().ToString();
   auto echoed = nlohmann::json::parse(response->body);
   EXPECT_EQ(echoed["path"], "/api/v1/jobs");
-  EXPECT_EQ(echoed["query"],
-            (nlohmann::json{{"state", "running"}, {"name", "a b/c"}, {"q", "x y"}, {"flag", ""}}));
+  EXPECT_EQ(echoed["query"], (nlohmann::json{{"state", "running"}, {"name", "a b/c"}, {"q", "x y"}, {"flag", ""}}));
 
   auto bad = HttpRequest(Address(*server), "GET", "/api/v1/jobs?name=%zz");
   ASSERT_TRUE(bad.ok()) << bad.status().ToString();
@@ -138,17 +137,14 @@ TEST(HttpServerTest, OversizedBodyGets413) {
 }
 
 TEST(HttpServerTest, ErrorResponseCarriesCodeAndName) {
-  auto server = StartOrDie(
-      [](const Request&) { return ErrorResponse(NotFound("job 'j-000042' not found")); });
+  auto server = StartOrDie([](const Request&) { return ErrorResponse(NotFound("job 'j-000042' not found")); });
   ASSERT_NE(server, nullptr);
   auto response = HttpRequest(Address(*server), "GET", "/api/v1/jobs/j-000042");
   ASSERT_TRUE(response.ok()) << response.status().ToString();
   EXPECT_EQ(response->status, 404);
   EXPECT_EQ(response->headers["content-type"], "application/json");
   auto error = nlohmann::json::parse(response->body);
-  EXPECT_EQ(error, (nlohmann::json{{"code", 5},
-                                   {"status", "NOT_FOUND"},
-                                   {"message", "job 'j-000042' not found"}}));
+  EXPECT_EQ(error, (nlohmann::json{{"code", 5}, {"status", "NOT_FOUND"}, {"message", "job 'j-000042' not found"}}));
 }
 
 TEST(HttpServerTest, ErrorResponseSurvivesInvalidUtf8) {
@@ -304,8 +300,8 @@ TEST(HttpServerTest, ListensOnIpv6Loopback) {
 }
 
 TEST(HttpServerTest, BadListenAddressesFailCleanly) {
-  for (const char* listen : {"nonsense", "256.1.1.1:80", "127.0.0.1:99999", "127.0.0.1:",
-                             "127.0.0.1:http", "::1:80", "[::1:80", "example.com:80"}) {
+  for (const char* listen : {"nonsense", "256.1.1.1:80", "127.0.0.1:99999", "127.0.0.1:", "127.0.0.1:http", "::1:80",
+                             "[::1:80", "example.com:80"}) {
     auto server = StartServer(listen, Echo);
     ASSERT_FALSE(server.ok()) << listen;
     EXPECT_EQ(server.status().code(), Code::kInvalidArgument) << listen;
@@ -368,7 +364,8 @@ TEST(HttpServerTest, OversizedHeaderGets431) {
   auto server = StartOrDie(Echo, options);
   ASSERT_NE(server, nullptr);
   RawConnection client(server->port());
-  net::write(client.socket(), net::buffer("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n"));
+  net::write(client.socket(),
+             net::buffer("GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n"));
   bhttp::response<bhttp::string_body> response;
   bhttp::read(client.socket(), client.buffer(), response);
   EXPECT_EQ(response.result_int(), 431u);
@@ -381,8 +378,9 @@ TEST(HttpServerTest, ExpectContinueGetsAnInterimAnswer) {
   auto server = StartOrDie(Echo);
   ASSERT_NE(server, nullptr);
   RawConnection client(server->port());
-  net::write(client.socket(), net::buffer(std::string(
-                                  "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")));
+  net::write(
+      client.socket(),
+      net::buffer(std::string("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")));
   bhttp::response<bhttp::empty_body> interim;
   bhttp::read(client.socket(), client.buffer(), interim);
   EXPECT_EQ(interim.result_int(), 100u);
@@ -708,8 +706,11 @@ ServerOptions TlsOptions() {
 }
 
 TEST(HttpsServerTest, ServesOverTlsAndSaysSo) {
-  auto server = StartOrDie([](const Request& req) { return Response{200, "text/plain", req.tls ? "tls" : "plain", {}, {}}; },
-                           TlsOptions());
+  auto server = StartOrDie(
+      [](const Request& req) {
+        return Response{200, "text/plain", req.tls ? "tls" : "plain", {}, {}};
+      },
+      TlsOptions());
   ASSERT_NE(server, nullptr);
   ClientTls tls{Cert().cert_pem, "", "", ""};
   for (int i = 0; i < 3; ++i) {

@@ -82,8 +82,7 @@ Result<tcp::endpoint> ParseListen(const std::string& listen) {
   error_code ec;
   net::ip::address address = net::ip::make_address(host, ec);
   if (ec) {
-    return InvalidArgument("listen address '" + listen + "': host '" + host +
-                           "' is not an IP address or localhost");
+    return InvalidArgument("listen address '" + listen + "': host '" + host + "' is not an IP address or localhost");
   }
   return tcp::endpoint(address, port);
 }

@@ -27,16 +27,16 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -213,8 +213,8 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual net::any_io_executor executor() = 0;
   virtual void Respond(Response response) = 0;
   virtual void StartStream(Response head, std::shared_ptr<AsyncSink> sink) = 0;
-  virtual void Pump() = 0;   // sends what the sink holds
-  virtual void Close() = 0;  // closes the connection at once; ends its stream
+  virtual void Pump() = 0;                                     // sends what the sink holds
+  virtual void Close() = 0;                                    // closes the connection at once; ends its stream
   std::list<std::weak_ptr<SessionBase>>::iterator registered;  // set once by Shared::Register
 };
 
@@ -356,18 +356,18 @@ class AsyncSink final : public StreamSink {
   std::condition_variable cv_;
   std::shared_ptr<SessionBase> session_;  // guarded by mu_
   const size_t limit_;
-  std::deque<std::string> queue_;   // guarded by mu_
+  std::deque<std::string> queue_;  // guarded by mu_
   // WriteThen's notices: run once sent_total_ reaches the first; guarded by mu_.
   std::deque<std::pair<uint64_t, std::function<void()>>> on_sent_;
-  size_t pending_ = 0;              // guarded by mu_
-  uint64_t queued_total_ = 0;       // guarded by mu_
-  uint64_t sent_total_ = 0;         // guarded by mu_
-  bool kicked_ = false;             // guarded by mu_
-  bool closing_ = false;            // guarded by mu_: Close() called
-  bool failed_ = false;             // guarded by mu_: overflow or Abort(); a close is on its way
-  bool ended_ = false;              // guarded by mu_
-  bool gone_ = false;               // guarded by mu_: ended other than by Close()
-  bool fired_ = false;              // guarded by mu_
+  size_t pending_ = 0;               // guarded by mu_
+  uint64_t queued_total_ = 0;        // guarded by mu_
+  uint64_t sent_total_ = 0;          // guarded by mu_
+  bool kicked_ = false;              // guarded by mu_
+  bool closing_ = false;             // guarded by mu_: Close() called
+  bool failed_ = false;              // guarded by mu_: overflow or Abort(); a close is on its way
+  bool ended_ = false;               // guarded by mu_
+  bool gone_ = false;                // guarded by mu_: ended other than by Close()
+  bool fired_ = false;               // guarded by mu_
   std::function<void()> on_closed_;  // guarded by mu_
 };
 
@@ -488,11 +488,11 @@ class Shared {
   }
 
   std::mutex mu_;
-  bool stopping_ = false;                              // guarded by mu_
-  int active_ = 0;                                     // guarded by mu_
-  int rejecting_ = 0;                                  // guarded by mu_
-  std::unordered_map<std::string, int> per_source_;    // guarded by mu_: open connections by peer address
-  std::list<std::weak_ptr<SessionBase>> sessions_;     // guarded by mu_
+  bool stopping_ = false;                            // guarded by mu_
+  int active_ = 0;                                   // guarded by mu_
+  int rejecting_ = 0;                                // guarded by mu_
+  std::unordered_map<std::string, int> per_source_;  // guarded by mu_: open connections by peer address
+  std::list<std::weak_ptr<SessionBase>> sessions_;   // guarded by mu_
 };
 
 template <typename Message>
@@ -618,7 +618,7 @@ class Session final : public SessionBase {
   void ReadNext() {
     parser_.reset();
     if (buffer_.size() > 0) return ReadHeader(/*reset_deadline=*/true);  // pipelined
-    buffer_.shrink_to_fit();  // an idle connection holds no buffer
+    buffer_.shrink_to_fit();                                             // an idle connection holds no buffer
     Lowest().expires_after(Millis(shared_.options.idle_timeout_ms));
     stream_.async_read_some(net::buffer(&byte_, 1), [self = Self()](error_code ec, size_t n) {
       if (self->closed_) return;
@@ -654,11 +654,12 @@ class Session final : public SessionBase {
     if (parser_->is_done()) return OnRequest();
     Lowest().expires_after(Millis(shared_.options.write_timeout_ms));
     if (version_ >= 11 && beast::iequals(header[bhttp::field::expect], "100-continue")) {
-      net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()), [self = Self()](error_code ec, size_t) {
-        if (self->closed_) return;
-        if (ec) return self->Close();
-        self->ReadBody();
-      });
+      net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                       [self = Self()](error_code ec, size_t) {
+                         if (self->closed_) return;
+                         if (ec) return self->Close();
+                         self->ReadBody();
+                       });
       return;
     }
     ReadBody();
@@ -682,13 +683,13 @@ class Session final : public SessionBase {
     linger_ = true;
     const ServerOptions& o = shared_.options;
     if (ec == bhttp::error::body_limit) {
-      return Respond(ErrorWithHttpStatus(
-          413, Code::kResourceExhausted, "request body is larger than " + std::to_string(o.max_body_bytes) + " bytes"));
+      return Respond(ErrorWithHttpStatus(413, Code::kResourceExhausted,
+                                         "request body is larger than " + std::to_string(o.max_body_bytes) + " bytes"));
     }
     if (ec == bhttp::error::header_limit) {
-      return Respond(ErrorWithHttpStatus(431, Code::kInvalidArgument,
-                                         "request headers are larger than " + std::to_string(o.max_header_bytes) +
-                                             " bytes"));
+      return Respond(
+          ErrorWithHttpStatus(431, Code::kInvalidArgument,
+                              "request headers are larger than " + std::to_string(o.max_header_bytes) + " bytes"));
     }
     Respond(ErrorResponse(InvalidArgument("malformed http request: " + ec.message())));
   }
@@ -889,7 +890,7 @@ class BeastServer final : public Server {
                                               : source + ":" + std::to_string(ep.port());
     if (shared_.tls) {
       Start(std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(shared_, std::move(socket), source,
-                                                                             std::move(remote), rejecting),
+                                                                            std::move(remote), rejecting),
             source, rejecting);
     } else {
       Start(std::make_shared<Session<beast::tcp_stream>>(shared_, std::move(socket), source, std::move(remote),
@@ -908,7 +909,7 @@ class BeastServer final : public Server {
   net::io_context ioc_;
   net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(ioc_);
   net::strand<net::io_context::executor_type> accept_strand_ = net::make_strand(ioc_);
-  tcp::acceptor acceptor_{accept_strand_};       // accept_strand_ (and Listen() before the threads start)
+  tcp::acceptor acceptor_{accept_strand_};         // accept_strand_ (and Listen() before the threads start)
   net::steady_timer retry_timer_{accept_strand_};  // accept_strand_
   std::vector<std::thread> io_threads_;
   uint16_t port_ = 0;
@@ -921,8 +922,8 @@ Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler h
   if (!handler) return InvalidArgument("http server on '" + listen + "' has no handler");
   auto at_least = [&](const char* name, int64_t value, int64_t min) -> Status {
     if (value >= min) return Status::Ok();
-    return InvalidArgument("http server " + std::string(name) + " must be at least " + std::to_string(min) +
-                           ", got " + std::to_string(value));
+    return InvalidArgument("http server " + std::string(name) + " must be at least " + std::to_string(min) + ", got " +
+                           std::to_string(value));
   };
   DROVER_RETURN_IF_ERROR(at_least("max_connections", options.max_connections, 1));
   DROVER_RETURN_IF_ERROR(at_least("io_threads", options.io_threads, 1));
@@ -946,9 +947,8 @@ Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler h
 }
 
 Response ErrorResponse(const Status& status) {
-  nlohmann::json body = {{"code", static_cast<int>(status.code())},
-                         {"status", GrpcName(status.code())},
-                         {"message", status.message()}};
+  nlohmann::json body = {
+      {"code", static_cast<int>(status.code())}, {"status", GrpcName(status.code())}, {"message", status.message()}};
   Response response;
   response.status = HttpStatusFor(status.code());
   response.content_type = "application/json";

@@ -30,9 +30,9 @@
 namespace drover::http {
 
 struct Request {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // "/api/v1/jobs" (no query)
-  std::map<std::string, std::string> query;  // decoded ?a=b&c=d
+  std::string method;                          // "GET", "POST", ...
+  std::string path;                            // "/api/v1/jobs" (no query)
+  std::map<std::string, std::string> query;    // decoded ?a=b&c=d
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
   std::string remote;  // the peer, "ip:port"
@@ -102,8 +102,8 @@ struct Response {
 using Handler = std::function<Response(const Request&)>;
 
 struct ServerOptions {
-  int io_threads = 2;        // threads doing socket work
-  int handler_threads = 8;   // threads calling the handler
+  int io_threads = 2;       // threads doing socket work
+  int handler_threads = 8;  // threads calling the handler
   // Requests waiting for a free handler thread; more get 503 at once
   // (0: only when a handler thread is idle).
   int max_queued_requests = 1024;
@@ -146,8 +146,7 @@ class Server {
 };
 
 // `listen` is "host:port"; port 0 picks a free port (see port()).
-Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler handler,
-                                            ServerOptions options = {});
+Result<std::unique_ptr<Server>> StartServer(const std::string& listen, Handler handler, ServerOptions options = {});
 
 // A JSON error body: {"code": 5, "status": "NOT_FOUND", "message": "..."}.
 Response ErrorResponse(const Status& status);

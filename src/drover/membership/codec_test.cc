@@ -113,8 +113,7 @@ TEST(Codec, StrictParsingBehindTheMac) {
   };
   EXPECT_EQ(ReasonOf(Resigned(with_update(Update{"gpu-03", MemberState::kAlive, 1, "gpu-01"}))),
             DropReason::kMalformed);
-  EXPECT_EQ(ReasonOf(Resigned(with_update(Update{"gpu-03", MemberState::kSuspect, 1, ""}))),
-            DropReason::kMalformed);
+  EXPECT_EQ(ReasonOf(Resigned(with_update(Update{"gpu-03", MemberState::kSuspect, 1, ""}))), DropReason::kMalformed);
   std::string state = with_update(Update{"gpu-03", MemberState::kDead, 1, "gpu-01"});
   const size_t state_at = state.size() - (1 + 6) - 8 - 1;  // before the incarnation and "gpu-01"
   state[state_at] = 3;

@@ -68,8 +68,8 @@ class HostilePacketTest : public ::testing::Test {
     EXPECT_EQ(Beliefs(), before) << DropReasonName(reason);
     for (size_t i = 0; i < kDropReasonCount; ++i) {
       const uint64_t want = stats.dropped[i] + (i == static_cast<size_t>(reason) ? 1 : 0);
-      EXPECT_EQ(b().stats().dropped[i], want) << "expected " << DropReasonName(reason) << ", counted "
-                                              << DropReasonName(static_cast<DropReason>(i));
+      EXPECT_EQ(b().stats().dropped[i], want)
+          << "expected " << DropReasonName(reason) << ", counted " << DropReasonName(static_cast<DropReason>(i));
     }
     EXPECT_EQ(b().stats().packets_received, stats.packets_received);
     EXPECT_EQ(b().stats().refutations, stats.refutations);

@@ -45,8 +45,7 @@ std::optional<MemberView> ViewOf(const Group& observer, const std::string& membe
 
 MemberState StateOf(const Group& observer, const std::string& member) { return ViewOf(observer, member)->state; }
 
-bool AllSee(FakeNetwork& net, const std::vector<std::string>& observers, const std::string& member,
-            MemberState state) {
+bool AllSee(FakeNetwork& net, const std::vector<std::string>& observers, const std::string& member, MemberState state) {
   for (const std::string& o : observers) {
     if (StateOf(net[o], member) != state) return false;
   }
@@ -126,8 +125,8 @@ TEST(Group, DetectsDeadMemberAsSuspectThenDead) {
   // periods each); then at most the longest suspicion; then one period of
   // gossip.
   const Config c = TestConfig(1);
-  const int64_t bound = 2 * (kN - 1) * c.protocol_period_ns + c.protocol_period_ns +
-                        SuspicionTimeoutNs(c, kN, 0) + c.protocol_period_ns;
+  const int64_t bound =
+      2 * (kN - 1) * c.protocol_period_ns + c.protocol_period_ns + SuspicionTimeoutNs(c, kN, 0) + c.protocol_period_ns;
   EXPECT_LE(net.now() - down_at, bound);
   for (const std::string& o : live) {
     EXPECT_EQ(StateOf(net[o], victim), MemberState::kDead);
@@ -248,7 +247,7 @@ TEST(Group, BeatsHeardDirectlyAndLeaseAck) {
   ASSERT_TRUE(heard.contains(c));
   EXPECT_GT(heard[a], 0);
   EXPECT_LE(heard[a], net[a].beat());
-  EXPECT_GE(heard[a], net[a].beat() - 3);  // a ping or ack of a's from the last few periods
+  EXPECT_GE(heard[a], net[a].beat() - 3);           // a ping or ack of a's from the last few periods
   EXPECT_TRUE(net[b].TakeHeardDirectly().empty());  // only news since the previous call
 
   // b loses its link to a; c still hears a and relays for it.
@@ -330,7 +329,8 @@ TEST(Group, SetPeersAddsAndRemoves) {
   net.RunFor(1 * kS);
   Group& g = net[Name(0)];
   // Removing node-2 forgets it; an invalid list changes nothing.
-  ASSERT_TRUE(g.SetPeers({{Name(0), FakeNetwork::AddressOf(Name(0))}, {Name(1), FakeNetwork::AddressOf(Name(1))}}).ok());
+  ASSERT_TRUE(
+      g.SetPeers({{Name(0), FakeNetwork::AddressOf(Name(0))}, {Name(1), FakeNetwork::AddressOf(Name(1))}}).ok());
   ASSERT_EQ(g.Members().size(), 1u);
   EXPECT_EQ(g.Members()[0].name, Name(1));
   EXPECT_FALSE(g.SetPeers({{"Bad_Name", "x:1"}}).ok());
@@ -410,9 +410,9 @@ TEST(Group, GossipBacklogGoesLeastSentFirstAndDrains) {
     Packet bare;  // what SendLeaseAck sends, without updates
     bare.type = MessageType::kLeaseAck;
     bare.sender = "a";
-    const size_t per_packet = std::min(
-        kMaxUpdatesPerPacket,
-        (max_bytes - EncodedSize(bare)) / EncodedSize(Update{names[0], MemberState::kAlive, 5, ""}));
+    const size_t per_packet =
+        std::min(kMaxUpdatesPerPacket,
+                 (max_bytes - EncodedSize(bare)) / EncodedSize(Update{names[0], MemberState::kAlive, 5, ""}));
     const int limit = RetransmitLimit(c, kMembers + 2);
     const size_t total = static_cast<size_t>(kMembers * limit);
     std::map<std::string, int> carried;

@@ -19,8 +19,8 @@ constexpr size_t kMaxAddressBytes = 64;
 
 Status ValidateAddress(const std::string& member, const std::string& address) {
   if (address.empty() || address.size() > kMaxAddressBytes) {
-    return InvalidArgument(fmt::format("member '{}' has address of {} bytes, want 1 to {}", member, address.size(),
-                                       kMaxAddressBytes));
+    return InvalidArgument(
+        fmt::format("member '{}' has address of {} bytes, want 1 to {}", member, address.size(), kMaxAddressBytes));
   }
   for (char c : address) {
     if (c <= ' ' || c > '~') {
@@ -45,8 +45,8 @@ Status ValidateConfig(const Config& c) {
   }
   // Room for the largest header and one update with 63-byte names.
   if (c.max_packet_bytes < 512 || c.max_packet_bytes > kMaxDatagramBytes) {
-    return InvalidArgument(fmt::format("membership max packet bytes {} not in 512..{}", c.max_packet_bytes,
-                                       kMaxDatagramBytes));
+    return InvalidArgument(
+        fmt::format("membership max packet bytes {} not in 512..{}", c.max_packet_bytes, kMaxDatagramBytes));
   }
   if (c.replay_window_beats < 0) return InvalidArgument("membership replay window must not be negative");
   // Beats go on the wire as non-negative int64; leave centuries of headroom.
@@ -58,7 +58,8 @@ Status ValidateConfig(const Config& c) {
 
 int64_t SuspicionTimeoutNs(const Config& config, size_t group_size, size_t confirmations) {
   const double n = static_cast<double>(std::max<size_t>(group_size, 1));
-  const double min = config.suspicion_mult * std::max(1.0, std::log10(n)) * static_cast<double>(config.protocol_period_ns);
+  const double min =
+      config.suspicion_mult * std::max(1.0, std::log10(n)) * static_cast<double>(config.protocol_period_ns);
   const double max = config.suspicion_max_mult * min;
   // Lifeguard expects up to k independent suspicions: the probers' own
   // and those of the members they asked. Without any to expect, no decay.
@@ -147,8 +148,8 @@ void Group::StartPeriod(int64_t now_ns) {
   beat_started_ns_[static_cast<size_t>(beat_) % kBeatHistory] = now_ns;
   // Keep the schedule when a Tick is a little late; after a long stall
   // start afresh rather than run the missed periods back to back.
-  next_period_ns_ = (next_period_ns_ < 0 || now_ns - next_period_ns_ >= period) ? now_ns + period
-                                                                                : next_period_ns_ + period;
+  next_period_ns_ =
+      (next_period_ns_ < 0 || now_ns - next_period_ns_ >= period) ? now_ns + period : next_period_ns_ + period;
 
   if (probe_order_.empty()) return;
   if (probe_next_ >= probe_order_.size()) {
@@ -311,8 +312,7 @@ std::optional<DropReason> Group::Screen(const Packet& p, const Member& sender) c
         return DropReason::kBadLeaseAck;
       }
       break;
-    case MessageType::kAck:
-      break;
+    case MessageType::kAck: break;
   }
   return std::nullopt;
 }
@@ -383,12 +383,11 @@ void Group::OnPacket(const std::string& from_address, std::string_view bytes, in
       Send(members_.at(p.target).address, p.target, std::move(ping));
       break;
     }
-    case MessageType::kAck:
-      HandleAck(p);
-      break;
+    case MessageType::kAck: HandleAck(p); break;
     case MessageType::kLeaseAck:
       ++stats_.lease_acks;
-      if (on_lease_ack_) on_lease_ack_(p.lease_beat, beat_started_ns_[static_cast<size_t>(p.lease_beat) % kBeatHistory]);
+      if (on_lease_ack_)
+        on_lease_ack_(p.lease_beat, beat_started_ns_[static_cast<size_t>(p.lease_beat) % kBeatHistory]);
       break;
   }
 }
@@ -432,7 +431,8 @@ void Group::Announce(int64_t now_ns, size_t fanout) {
   for (const auto& [n, m] : members_) (m.state == MemberState::kAlive ? alive : others).push_back(n);
   std::vector<std::string> to;
   std::sample(alive.begin(), alive.end(), std::back_inserter(to), fanout, rng_.engine());
-  if (to.size() < fanout) std::sample(others.begin(), others.end(), std::back_inserter(to), fanout - to.size(), rng_.engine());
+  if (to.size() < fanout)
+    std::sample(others.begin(), others.end(), std::back_inserter(to), fanout - to.size(), rng_.engine());
   for (const std::string& member : to) {
     Packet ping;
     ping.type = MessageType::kPing;
@@ -447,7 +447,8 @@ std::map<std::string, int64_t> Group::TakeHeardDirectly() { return std::exchange
 std::vector<MemberView> Group::Members() const {
   std::vector<MemberView> out;
   out.reserve(members_.size());
-  for (const auto& [n, m] : members_) out.push_back(MemberView{n, m.address, m.state, m.incarnation, m.heard_beat, m.counters});
+  for (const auto& [n, m] : members_)
+    out.push_back(MemberView{n, m.address, m.state, m.incarnation, m.heard_beat, m.counters});
   return out;
 }
 

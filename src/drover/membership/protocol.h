@@ -54,20 +54,20 @@ class Transport {
 
 struct Config {
   uint64_t cluster_id = 0;
-  std::string key;                               // shared cluster key; empty: no authentication (tests)
-  int64_t protocol_period_ns = 200'000'000;      // one probe per member per period
-  int64_t probe_timeout_ns = 100'000'000;        // direct ack wait; ping-reqs get the rest of the period
-  int indirect_probes = 3;                       // k: members asked to ping-req a silent target
-  int suspicion_mult = 4;                        // min timeout = mult * max(1, log10 N) * period
-  int suspicion_max_mult = 6;                    // max timeout = max_mult * min timeout
-  int retransmit_mult = 4;                       // each update sent mult * ceil(log10(N + 1)) times
-  size_t max_packet_bytes = 1400;                // below a 1500-byte MTU with IP and UDP headers
-  int64_t replay_window_beats = 2;               // older beats than newest - window are replays
+  std::string key;                           // shared cluster key; empty: no authentication (tests)
+  int64_t protocol_period_ns = 200'000'000;  // one probe per member per period
+  int64_t probe_timeout_ns = 100'000'000;    // direct ack wait; ping-reqs get the rest of the period
+  int indirect_probes = 3;                   // k: members asked to ping-req a silent target
+  int suspicion_mult = 4;                    // min timeout = mult * max(1, log10 N) * period
+  int suspicion_max_mult = 6;                // max timeout = max_mult * min timeout
+  int retransmit_mult = 4;                   // each update sent mult * ceil(log10(N + 1)) times
+  size_t max_packet_bytes = 1400;            // below a 1500-byte MTU with IP and UDP headers
+  int64_t replay_window_beats = 2;           // older beats than newest - window are replays
   // Where this life starts counting. Both must exceed any value of an
   // earlier life of the same member (UdpNode uses the wall clock in ms).
   uint64_t initial_incarnation = 0;
   int64_t initial_beat = 0;
-  uint64_t seed = 1;                             // probe order and ping-req helpers
+  uint64_t seed = 1;  // probe order and ping-req helpers
 };
 
 Status ValidateConfig(const Config& config);
@@ -82,12 +82,12 @@ int64_t SuspicionTimeoutNs(const Config& config, size_t group_size, size_t confi
 int RetransmitLimit(const Config& config, size_t group_size);
 
 struct MemberCounters {
-  uint64_t probes = 0;          // pings we sent it as the probe of a period
-  uint64_t acks = 0;            // its acks to our probes, first-hand
-  uint64_t indirect_acks = 0;   // acks to our probes relayed by another member
-  uint64_t failed_probes = 0;   // periods that ended without an ack
-  uint64_t suspected = 0;       // times it went from Alive to Suspect here
-  uint64_t packets = 0;         // valid packets from it
+  uint64_t probes = 0;         // pings we sent it as the probe of a period
+  uint64_t acks = 0;           // its acks to our probes, first-hand
+  uint64_t indirect_acks = 0;  // acks to our probes relayed by another member
+  uint64_t failed_probes = 0;  // periods that ended without an ack
+  uint64_t suspected = 0;      // times it went from Alive to Suspect here
+  uint64_t packets = 0;        // valid packets from it
 };
 
 struct MemberView {
@@ -95,7 +95,7 @@ struct MemberView {
   std::string address;
   MemberState state = MemberState::kAlive;
   uint64_t incarnation = 0;
-  int64_t last_beat = -1;       // newest beat heard directly; -1: never
+  int64_t last_beat = -1;  // newest beat heard directly; -1: never
   MemberCounters counters;
 };
 
@@ -105,11 +105,11 @@ struct GroupStats {
   uint64_t packets_sent = 0;
   uint64_t probes = 0;
   uint64_t ping_reqs_sent = 0;
-  uint64_t relays = 0;           // ping-reqs we served for others
-  uint64_t suspicions = 0;       // members we suspected ourselves
-  uint64_t deaths = 0;           // suspicions that timed out here
-  uint64_t refutations = 0;      // times we raised our incarnation
-  uint64_t lease_acks = 0;       // accepted LeaseAcks
+  uint64_t relays = 0;       // ping-reqs we served for others
+  uint64_t suspicions = 0;   // members we suspected ourselves
+  uint64_t deaths = 0;       // suspicions that timed out here
+  uint64_t refutations = 0;  // times we raised our incarnation
+  uint64_t lease_acks = 0;   // accepted LeaseAcks
 };
 
 class Group {
@@ -259,7 +259,7 @@ class Group {
   // carries, not the whole backlog (a thousand members each learning the
   // others' incarnations at start-up is a backlog of a thousand).
   std::set<GossipMap::iterator, LeastSent> gossip_order_;
-  std::map<std::string, int64_t> heard_;   // since the last TakeHeardDirectly
+  std::map<std::string, int64_t> heard_;  // since the last TakeHeardDirectly
   GroupStats stats_;
 };
 

@@ -1,5 +1,5 @@
-#include "drover/common/mutex.h"
 #include "drover/membership/udp_hub.h"
+#include "drover/common/mutex.h"
 
 #include <fmt/format.h>
 #include <sys/epoll.h>
@@ -51,8 +51,8 @@ struct UdpHub::Core {
   }
 
   Mutex mu;
-  CondVar served;  // serving changed
-  int epoll_fd = -1;               // read unlocked by the hub's thread only while it runs
+  CondVar served;     // serving changed
+  int epoll_fd = -1;  // read unlocked by the hub's thread only while it runs
   int wake_fd = -1;
   int timer_fd = -1;
   std::thread::id hub_thread DROVER_GUARDED_BY(mu);

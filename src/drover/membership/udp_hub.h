@@ -42,10 +42,10 @@ struct UdpHubOptions {
 };
 
 struct UdpHubStats {
-  size_t attached = 0;            // serve functions attached now
-  uint64_t sweeps = 0;            // timer rounds that served every node
-  uint64_t missed_ticks = 0;      // timer periods that passed during a round: the thread is saturated
-  uint64_t readable_serves = 0;   // serve calls for a readable socket
+  size_t attached = 0;           // serve functions attached now
+  uint64_t sweeps = 0;           // timer rounds that served every node
+  uint64_t missed_ticks = 0;     // timer periods that passed during a round: the thread is saturated
+  uint64_t readable_serves = 0;  // serve calls for a readable socket
 };
 
 class UdpHub {

@@ -111,7 +111,8 @@ TEST(UdpHub, StoppedNodeIsSeenNotAliveByTheRest) {
         if (m.name == "n0") return m.state != MemberState::kAlive;
       }
       return false;
-    })) << "n" << i;
+    })) << "n"
+        << i;
   }
 }
 

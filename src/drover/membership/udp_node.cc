@@ -134,9 +134,9 @@ Result<std::unique_ptr<UdpNode>> UdpNode::Start(UdpNodeOptions options) {
     ::close(fd);
     return Unavailable(fmt::format("membership cannot bind '{}': {}", options.bind_address, std::strerror(err)));
   }
-  const auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count();
+  const auto wall_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   options.config.initial_incarnation = static_cast<uint64_t>(wall_ms);
   options.config.initial_beat = wall_ms;
 
@@ -203,8 +203,8 @@ void UdpNode::Serve(bool drain) {
       buffer.resize(kMaxDatagramBytes + 1);
       sockaddr_storage from{};
       socklen_t from_len = sizeof(from);
-      const ssize_t n = ::recvfrom(fd, buffer.data(), buffer.size(), MSG_DONTWAIT,
-                                   reinterpret_cast<sockaddr*>(&from), &from_len);
+      const ssize_t n =
+          ::recvfrom(fd, buffer.data(), buffer.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
       if (n < 0) break;  // EAGAIN: drained; anything else: retry next round
       group_->OnPacket(FormatAddress(from), std::string_view(buffer.data(), static_cast<size_t>(n)), NowNs());
     }

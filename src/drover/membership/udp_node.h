@@ -46,8 +46,8 @@ struct UdpNodeOptions {
   // initial_incarnation and initial_beat are set from the wall clock (ms
   // since the epoch), so that a restarted agent outranks its earlier life.
   Config config;
-  int64_t tick_interval_ns = 5'000'000;    // how late a timeout may fire; ignored with a hub
-  Group::LeaseAckFn on_lease_ack;          // beat_started_ns is on NowNs()'s clock
+  int64_t tick_interval_ns = 5'000'000;  // how late a timeout may fire; ignored with a hub
+  Group::LeaseAckFn on_lease_ack;        // beat_started_ns is on NowNs()'s clock
   // Not owned. Set: served by the hub's thread (and ticked at its
   // interval) instead of a thread of the node's own.
   UdpHub* hub = nullptr;
@@ -118,7 +118,7 @@ class UdpNode {
   };
   std::vector<LeaseAck> lease_acks_ DROVER_GUARDED_BY(mu_);  // for on_lease_ack_, outside the lock
   std::atomic<bool> stop_{false};
-  std::thread thread_;                             // own-thread mode
+  std::thread thread_;                              // own-thread mode
   std::unique_ptr<UdpHub::Attachment> attachment_;  // hub mode
 };
 

@@ -63,7 +63,7 @@ TEST(UdpNode, TwoNodesOnLoopbackHearEachOtherAndRelayLeaseAcks) {
   EXPECT_EQ(stats.send_errors, 0u);
 
   (*a)->Stop();
-  (*a)->Stop();  // idempotent
+  (*a)->Stop();                                  // idempotent
   EXPECT_TRUE((*a)->SendLeaseAck("b", 0).ok());  // a no-op once stopped
 }
 

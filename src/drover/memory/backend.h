@@ -104,8 +104,7 @@ std::unique_ptr<MemoryBackend> MakeCudaBackend(const CudaBackendOptions& options
 // HIP (hip_backend.cc): libamdhip64 from library, $DROVER_LIBAMDHIP64 or
 // "libamdhip64.so"; hipMemAddressReserve / hipMemCreate / hipMemMap /
 // hipMemSetAccess where the device has VMM, hipMalloc otherwise.
-std::unique_ptr<MemoryBackend> MakeHipBackend(int device, const std::string& library, int* error,
-                                              std::string* detail);
+std::unique_ptr<MemoryBackend> MakeHipBackend(int device, const std::string& library, int* error, std::string* detail);
 
 // OpenCL (opencl_backend.cc): segments are coarse-grained shared virtual
 // memory (clSVMAlloc, OpenCL 2.0), so pointers from the pool are what

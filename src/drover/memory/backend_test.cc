@@ -123,8 +123,8 @@ std::unique_ptr<MemoryBackend> Host() {
 
 TEST(StitchingTest, PlainSubAllocationCannotServeWhatIsFreeOnlyInScatteredChunks) {
   for (bool plain_backend : {true, false}) {
-    Fragmented f = plain_backend ? MakeFragmented(MakePlainHostBackend(), 0)
-                                 : MakeFragmented(Host(), DROVER_MEM_FLAG_NO_REMAP);
+    Fragmented f =
+        plain_backend ? MakeFragmented(MakePlainHostBackend(), 0) : MakeFragmented(Host(), DROVER_MEM_FLAG_NO_REMAP);
     EXPECT_EQ(Remap(f.pool).remaps, 0);
     EXPECT_EQ(Remap(f.pool).chunk, 0u);
     void* p = nullptr;

@@ -28,7 +28,7 @@ namespace {
 
 using CUresult = int;
 using CUdevice = int;
-using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): cuda.h's type
+using CUdeviceptr = unsigned long long;                   // NOLINT(runtime/int): cuda.h's type
 using CUmemGenericAllocationHandle = unsigned long long;  // NOLINT(runtime/int)
 struct CUctx_st;
 using CUcontext = CUctx_st*;

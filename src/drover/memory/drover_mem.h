@@ -65,7 +65,7 @@ enum {
 #define DROVER_MEM_MAX_POOLS 4096
 
 typedef enum {
-  DROVER_MEM_BACKEND_HOST = 0,  /* host memory (memfd mappings, remaps): tests and CPU devices */
+  DROVER_MEM_BACKEND_HOST = 0, /* host memory (memfd mappings, remaps): tests and CPU devices */
   /* CUDA driver API, libcuda.so.1 (or $DROVER_LIBCUDA) loaded at run time:
    * VMM (remaps) where the device has it, cuMemAlloc otherwise */
   DROVER_MEM_BACKEND_CUDA = 1,
@@ -86,7 +86,7 @@ typedef struct {
   /* A drover_mem_backend_t (an int, so that any value a C caller passes is
    * checked, not undefined). Default DROVER_MEM_BACKEND_HOST. */
   int backend;
-  int device;                   /* device ordinal for device backends; 0 */
+  int device; /* device ordinal for device backends; 0 */
   /* Bytes reserved at creation (the first segment), rounded up to the
    * backend's granule. Default 64 MiB. */
   size_t reserve_bytes;
@@ -110,19 +110,19 @@ typedef struct {
 } drover_mem_options_t;
 
 typedef struct {
-  uint64_t bytes_in_use;        /* sum of the usable sizes of live allocations */
-  uint64_t bytes_requested;     /* sum of the sizes asked for by live allocations */
-  uint64_t bytes_reserved;      /* physical bytes held: the segments' sizes less decommitted chunks */
-  uint64_t peak_bytes_in_use;   /* highest bytes_in_use since creation */
-  uint64_t bytes_free;          /* bytes_reserved - bytes_in_use */
-  uint64_t largest_free_block;  /* the largest allocation that fits without growing */
-  double fragmentation;         /* 1 - largest_free_block / bytes_free; 0 when nothing is free */
-  uint64_t allocations;         /* live allocations */
-  uint64_t total_allocations;   /* successful allocations since creation */
-  uint64_t failed_allocations;  /* allocations refused (any error) since creation */
-  uint64_t segments;            /* segments reserved from the backend */
-  uint64_t limit_bytes;         /* the pool's limit after rounding */
-  uint64_t granule;             /* the backend's granule */
+  uint64_t bytes_in_use;       /* sum of the usable sizes of live allocations */
+  uint64_t bytes_requested;    /* sum of the sizes asked for by live allocations */
+  uint64_t bytes_reserved;     /* physical bytes held: the segments' sizes less decommitted chunks */
+  uint64_t peak_bytes_in_use;  /* highest bytes_in_use since creation */
+  uint64_t bytes_free;         /* bytes_reserved - bytes_in_use */
+  uint64_t largest_free_block; /* the largest allocation that fits without growing */
+  double fragmentation;        /* 1 - largest_free_block / bytes_free; 0 when nothing is free */
+  uint64_t allocations;        /* live allocations */
+  uint64_t total_allocations;  /* successful allocations since creation */
+  uint64_t failed_allocations; /* allocations refused (any error) since creation */
+  uint64_t segments;           /* segments reserved from the backend */
+  uint64_t limit_bytes;        /* the pool's limit after rounding */
+  uint64_t granule;            /* the backend's granule */
   uint64_t min_alignment;
 } drover_mem_stats_t;
 
@@ -136,19 +136,19 @@ typedef struct {
  * the free chunks of segments (counted in bytes_reserved once), so
  * drover_mem_stats' bytes_free = bytes_reserved - bytes_in_use still holds. */
 typedef struct {
-  int remaps;                     /* 1 when the pool stitches (the backend has VMM and the flag allows) */
-  uint64_t chunk;                 /* the unit of remapping (the backend's granule); 0 when remaps is 0 */
-  uint64_t free_chunk_bytes;      /* free bytes in whole chunks of the segments: the most one stitch can gather */
-  uint64_t largest_allocation;    /* the largest allocation that fits without growing, stitching included */
-  double fragmentation;           /* 1 - largest_allocation / bytes_free; 0 when nothing is free */
+  int remaps;                  /* 1 when the pool stitches (the backend has VMM and the flag allows) */
+  uint64_t chunk;              /* the unit of remapping (the backend's granule); 0 when remaps is 0 */
+  uint64_t free_chunk_bytes;   /* free bytes in whole chunks of the segments: the most one stitch can gather */
+  uint64_t largest_allocation; /* the largest allocation that fits without growing, stitching included */
+  double fragmentation;        /* 1 - largest_allocation / bytes_free; 0 when nothing is free */
   /* Stitched ranges held, including ranges whose allocations were all freed:
    * those are kept for reuse until an allocation finds no room or a trim. */
   uint64_t stitched_ranges;
-  uint64_t stitched_bytes;        /* bytes of segment memory mapped into them */
-  uint64_t stitched_allocations;  /* live allocations inside stitched ranges */
-  uint64_t total_stitches;        /* stitched ranges made since creation */
-  uint64_t failed_stitches;       /* stitches tried and refused (too few free chunks, or the backend) */
-  uint64_t decommitted_bytes;     /* free chunks whose physical memory drover_mem_release_free gave back */
+  uint64_t stitched_bytes;       /* bytes of segment memory mapped into them */
+  uint64_t stitched_allocations; /* live allocations inside stitched ranges */
+  uint64_t total_stitches;       /* stitched ranges made since creation */
+  uint64_t failed_stitches;      /* stitches tried and refused (too few free chunks, or the backend) */
+  uint64_t decommitted_bytes;    /* free chunks whose physical memory drover_mem_release_free gave back */
 } drover_mem_remap_stats_t;
 
 /* Fills *options with the defaults. */

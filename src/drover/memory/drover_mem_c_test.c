@@ -9,12 +9,12 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                 \
-  do {                                                              \
-    if (!(cond)) {                                                  \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                   \
-    }                                                               \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 int main(void) {
@@ -52,7 +52,8 @@ int main(void) {
   CHECK(s.failed_allocations == 4);
   CHECK(drover_mem_pool_destroy(pool) == DROVER_MEM_OK);
   CHECK(drover_mem_alloc(pool, 64, 0, 0, &q) == DROVER_MEM_ERR_INVALID_POOL);
-  CHECK(strcmp(drover_mem_strerror(DROVER_MEM_ERR_DOUBLE_FREE), "pointer into free memory of the pool (double free)") == 0);
+  CHECK(strcmp(drover_mem_strerror(DROVER_MEM_ERR_DOUBLE_FREE), "pointer into free memory of the pool (double free)") ==
+        0);
 
   if (failures != 0) return 1;
   printf("drover_mem C API: ok\n");

@@ -120,8 +120,7 @@ void* Ptr(uint64_t address) { return reinterpret_cast<void*>(address); }
 
 }  // namespace
 
-std::unique_ptr<MemoryBackend> MakeHipBackend(int device, const std::string& library, int* error,
-                                              std::string* detail) {
+std::unique_ptr<MemoryBackend> MakeHipBackend(int device, const std::string& library, int* error, std::string* detail) {
   *error = DROVER_MEM_OK;
   std::vector<std::string> names;
   if (!library.empty()) {

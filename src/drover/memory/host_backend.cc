@@ -208,10 +208,8 @@ std::unique_ptr<MemoryBackend> MakeBackend(int kind, int device, int* error, std
       o.device = device;
       return MakeCudaBackend(o, error, detail);
     }
-    case DROVER_MEM_BACKEND_HIP:
-      return MakeHipBackend(device, "", error, detail);
-    case DROVER_MEM_BACKEND_OPENCL:
-      return MakeOpenClBackendOnDevice(device, error, detail);
+    case DROVER_MEM_BACKEND_HIP: return MakeHipBackend(device, "", error, detail);
+    case DROVER_MEM_BACKEND_OPENCL: return MakeOpenClBackendOnDevice(device, error, detail);
   }
   *error = DROVER_MEM_ERR_INVALID_ARGUMENT;
   SetDetail(detail, "unknown backend " + std::to_string(kind));

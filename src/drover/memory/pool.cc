@@ -24,8 +24,8 @@
 #include <new>
 #include <vector>
 
-#include "drover/memory/backend.h"
 #include "drover/common/mutex.h"
+#include "drover/memory/backend.h"
 #include "drover/memory/drover_mem.h"
 #include "drover/memory/pool_state.h"
 
@@ -100,14 +100,13 @@ int drover_mem_pool_create(const drover_mem_options_t* options, drover_mem_pool_
 
 namespace drover::memory {
 
-int CreatePool(std::unique_ptr<MemoryBackend> backend, const drover_mem_options_t& options,
-               drover_mem_pool_t* pool) {
+int CreatePool(std::unique_ptr<MemoryBackend> backend, const drover_mem_options_t& options, drover_mem_pool_t* pool) {
   if (backend == nullptr || pool == nullptr) return DROVER_MEM_ERR_INVALID_ARGUMENT;
   pool->id = 0;
   if (options.max_tags == 0 || options.max_tags > kMaxTags) return DROVER_MEM_ERR_INVALID_ARGUMENT;
   if ((options.flags & ~uint32_t{DROVER_MEM_FLAG_NO_REMAP}) != 0) return DROVER_MEM_ERR_INVALID_ARGUMENT;
-  if (options.reserve_bytes == 0 || options.reserve_bytes >= kMaxSize ||
-      options.limit_bytes >= kMaxSize || options.grow_bytes >= kMaxSize) {
+  if (options.reserve_bytes == 0 || options.reserve_bytes >= kMaxSize || options.limit_bytes >= kMaxSize ||
+      options.grow_bytes >= kMaxSize) {
     return DROVER_MEM_ERR_INVALID_SIZE;
   }
   try {
@@ -178,7 +177,8 @@ int drover_mem_alloc(drover_mem_pool_t pool, size_t size, size_t alignment, uint
 }
 
 int drover_mem_free(drover_mem_pool_t pool, void* ptr) {
-  return WithPool(pool, [&](PoolState& p) { return ptr == nullptr ? DROVER_MEM_OK : p.Free(reinterpret_cast<uint64_t>(ptr)); });
+  return WithPool(
+      pool, [&](PoolState& p) { return ptr == nullptr ? DROVER_MEM_OK : p.Free(reinterpret_cast<uint64_t>(ptr)); });
 }
 
 int drover_mem_usable_size(drover_mem_pool_t pool, const void* ptr, size_t* size, uint32_t* tag) {

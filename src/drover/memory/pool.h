@@ -27,16 +27,11 @@ inline Status StatusFromCode(int code, const std::string& what) {
   std::string message = what + ": " + drover_mem_strerror(code);
   switch (code) {
     case DROVER_MEM_ERR_OUT_OF_MEMORY:
-    case DROVER_MEM_ERR_TOO_MANY_POOLS:
-      return ResourceExhausted(std::move(message));
-    case DROVER_MEM_ERR_INVALID_POOL:
-      return FailedPrecondition(std::move(message));
-    case DROVER_MEM_ERR_UNSUPPORTED:
-      return Unimplemented(std::move(message));
-    case DROVER_MEM_ERR_BACKEND:
-      return Internal(std::move(message));
-    default:
-      return InvalidArgument(std::move(message));
+    case DROVER_MEM_ERR_TOO_MANY_POOLS: return ResourceExhausted(std::move(message));
+    case DROVER_MEM_ERR_INVALID_POOL: return FailedPrecondition(std::move(message));
+    case DROVER_MEM_ERR_UNSUPPORTED: return Unimplemented(std::move(message));
+    case DROVER_MEM_ERR_BACKEND: return Internal(std::move(message));
+    default: return InvalidArgument(std::move(message));
   }
 }
 

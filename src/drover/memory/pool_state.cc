@@ -55,8 +55,7 @@ void PoolState::Stats(drover_mem_stats_t* s) const {
   s->bytes_free = reserved_ - in_use_;
   s->largest_free_block = tlsf_.LargestFree();
   s->fragmentation =
-      s->bytes_free == 0 ? 0.0
-                         : 1.0 - static_cast<double>(s->largest_free_block) / static_cast<double>(s->bytes_free);
+      s->bytes_free == 0 ? 0.0 : 1.0 - static_cast<double>(s->largest_free_block) / static_cast<double>(s->bytes_free);
   s->allocations = allocations_;
   s->total_allocations = total_allocations_;
   s->failed_allocations = failed_allocations_;
@@ -137,8 +136,7 @@ void PoolState::RemapStats(drover_mem_remap_stats_t* s) const {
     s->largest_allocation = std::max(largest_free, s->free_chunk_bytes);
   }
   const uint64_t free = reserved_ - in_use_;
-  s->fragmentation =
-      free == 0 ? 0.0 : 1.0 - static_cast<double>(s->largest_allocation) / static_cast<double>(free);
+  s->fragmentation = free == 0 ? 0.0 : 1.0 - static_cast<double>(s->largest_allocation) / static_cast<double>(free);
   s->stitched_ranges = stitches_.size();
   for (const Stitch& st : stitches_) {
     s->stitched_bytes += st.size;
@@ -262,8 +260,7 @@ int PoolState::ClassifyBad(uint64_t addr) const {
     case Tlsf::Where::kInsideLive:
     case Tlsf::Where::kLiveStart:  // not reached: a live start is in the hash table
       return DROVER_MEM_ERR_INTERIOR_POINTER;
-    case Tlsf::Where::kOutside:
-      break;
+    case Tlsf::Where::kOutside: break;
   }
   return DROVER_MEM_ERR_FOREIGN_POINTER;
 }

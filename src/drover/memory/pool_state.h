@@ -75,7 +75,11 @@ class PoolState {
 
   PoolState(std::unique_ptr<MemoryBackend> backend, uint64_t min_alignment, uint64_t limit, uint64_t grow,
             uint32_t max_tags, bool remap)
-      : backend_(std::move(backend)), tlsf_(min_alignment), limit_(limit), grow_(grow), tags_(max_tags),
+      : backend_(std::move(backend)),
+        tlsf_(min_alignment),
+        limit_(limit),
+        grow_(grow),
+        tags_(max_tags),
         remap_(remap && backend_->SupportsRemap()) {}
 
   ~PoolState();

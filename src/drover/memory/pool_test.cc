@@ -225,8 +225,7 @@ TEST(PoolTest, BadOptionsAreRejected) {
   EXPECT_EQ(create([&](auto& x) { x.device = 3; }), DROVER_MEM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(create([&](auto& x) { x.backend = DROVER_MEM_BACKEND_CUDA; }), DROVER_MEM_ERR_UNSUPPORTED);
   EXPECT_EQ(create([&](auto& x) { x.backend = -1; }), DROVER_MEM_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create([&](auto& x) { x.backend = 42; }),
-            DROVER_MEM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create([&](auto& x) { x.backend = 42; }), DROVER_MEM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(pool.id, 0u);
   EXPECT_EQ(drover_mem_pool_create(nullptr, &pool), DROVER_MEM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(drover_mem_pool_create(&o, nullptr), DROVER_MEM_ERR_INVALID_ARGUMENT);

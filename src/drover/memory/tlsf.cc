@@ -190,9 +190,9 @@ uint64_t Tlsf::Allocate(uint64_t size, uint64_t alignment, uint32_t tag, Allocat
     // predecessor is live: free neighbours are always merged).
     const uint64_t gap = aligned - start;
     const uint32_t front = b;
-    SplitTail(front, gap);        // files the rest as free ...
+    SplitTail(front, gap);  // files the rest as free ...
     b = blocks_[front].next_phys;
-    RemoveFree(b);                // ... take it back out
+    RemoveFree(b);  // ... take it back out
     InsertFree(front);
   }
   if (blocks_[b].size > need) SplitTail(b, need);
@@ -236,7 +236,8 @@ bool Tlsf::Free(uint64_t addr, Allocation* out) {
   return true;
 }
 
-[[gnu::cold]] void Tlsf::FreeChunks(uint32_t range, uint64_t chunk, std::vector<std::pair<uint64_t, uint64_t>>* out) const {
+[[gnu::cold]] void Tlsf::FreeChunks(uint32_t range, uint64_t chunk,
+                                    std::vector<std::pair<uint64_t, uint64_t>>* out) const {
   const Range& r = ranges_[range];
   if (r.size == 0) return;
   for (uint32_t b = r.first; b != kNil; b = blocks_[b].next_phys) {

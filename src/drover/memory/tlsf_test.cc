@@ -97,9 +97,9 @@ TEST(TlsfTest, PinnedChunksAreTakenOutAndUnpinMergesThemBack) {
   // Pin two chunks from the middle of the free block.
   const uint64_t pin = kBase + 512 * 1024;
   ASSERT_TRUE(t.Pin(pin, 2 * kChunk));
-  EXPECT_FALSE(t.Pin(pin, kChunk));              // no longer free
-  EXPECT_FALSE(t.Pin(kBase + 4096, kChunk));     // inside a live block
-  EXPECT_FALSE(t.Pin(kBase + 960 * 1024, kMiB)); // runs past the free block
+  EXPECT_FALSE(t.Pin(pin, kChunk));               // no longer free
+  EXPECT_FALSE(t.Pin(kBase + 4096, kChunk));      // inside a live block
+  EXPECT_FALSE(t.Pin(kBase + 960 * 1024, kMiB));  // runs past the free block
   EXPECT_EQ(t.Classify(pin), Tlsf::Where::kPinned);
   EXPECT_EQ(t.Classify(pin + kChunk), Tlsf::Where::kPinned);
   Tlsf::Allocation x;

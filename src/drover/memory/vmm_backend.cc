@@ -158,7 +158,9 @@ class PlainDeviceBackend final : public MemoryBackend {
 
 }  // namespace
 
-std::unique_ptr<MemoryBackend> MakeVmmBackend(VmmDriver driver) { return std::make_unique<VmmBackend>(std::move(driver)); }
+std::unique_ptr<MemoryBackend> MakeVmmBackend(VmmDriver driver) {
+  return std::make_unique<VmmBackend>(std::move(driver));
+}
 
 std::unique_ptr<MemoryBackend> MakePlainDeviceBackend(PlainDriver driver) {
   return std::make_unique<PlainDeviceBackend>(std::move(driver));

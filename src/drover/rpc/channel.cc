@@ -45,7 +45,8 @@ std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterfac
 }
 
 // "a:7070,b:7070" -> "ipv4:10.0.0.1:7070,10.0.0.2:7070": gRPC's own list of
-// addresses (standbys do not listen, so the leader is the one that answers). Names are resolved here, once, to IPv4. Returns
+// addresses (standbys do not listen, so the leader is the one that answers). Names are resolved here, once, to IPv4.
+// Returns
 // "" when an entry cannot be (the caller then dials the first as it is).
 std::string AddressList(const std::string& addresses, std::string* first_host) {
   std::string target = "ipv4:";
@@ -108,7 +109,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std
       return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds, list_args, Interceptors(token));
     }
     return grpc::experimental::CreateCustomChannelWithInterceptors(address.substr(0, address.find(',')), creds, args,
-                                                                     Interceptors(token));
+                                                                   Interceptors(token));
   }
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args, Interceptors(token));
 }

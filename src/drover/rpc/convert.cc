@@ -19,14 +19,15 @@ constexpr int64_t kMaxBytes = 1024 * kTiB;
 bool IsEnvName(std::string_view s) {
   if (s.empty() || s.size() > 256) return false;
   if (!(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 // Variables the agent sets to confine a job to its GPUs; a job may not set them.
 bool IsReservedEnv(std::string_view s) {
-  static const std::set<std::string_view> kReserved = {
-      "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-      "GPU_DEVICE_ORDINAL", "ZE_AFFINITY_MASK"};
+  static const std::set<std::string_view> kReserved = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+                                                       "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                                       "GPU_DEVICE_ORDINAL",   "ZE_AFFINITY_MASK"};
   // DROVER_SIM_LOAD is the job's own word to a simulated GPU (how busy it
   // keeps it), DROVER_GPU_MEMORY_LIMIT its request for the memory-limit shim
   // (docs/memory.md; a share's own limit wins); every other DROVER_ name is
@@ -87,15 +88,15 @@ Status ValidateSchedulingFields(v1::JobSpec* spec) {
   if (!spec->topology().empty()) {
     auto topology = sched::ParseTopology(spec->topology());
     if (!topology.ok()) {
-      return InvalidArgument(fmt::format(
-          "topology '{}' is unknown (use best-effort, island, numa, switch or rack)", Excerpt(spec->topology())));
+      return InvalidArgument(fmt::format("topology '{}' is unknown (use best-effort, island, numa, switch or rack)",
+                                         Excerpt(spec->topology())));
     }
     spec->set_topology(std::string(sched::TopologyName(*topology)));
   }
   if (spec->restart_policy().empty()) spec->set_restart_policy("never");
   if (spec->restart_policy() != "never" && spec->restart_policy() != "on-failure") {
-    return InvalidArgument(fmt::format("restart_policy '{}' is unknown (use never or on-failure)",
-                                       Excerpt(spec->restart_policy())));
+    return InvalidArgument(
+        fmt::format("restart_policy '{}' is unknown (use never or on-failure)", Excerpt(spec->restart_policy())));
   }
   if (spec->max_restarts() < 0 || spec->max_restarts() > kMaxRestarts) {
     return InvalidArgument(fmt::format("max_restarts {} is outside 0..{} (0 means {})", spec->max_restarts(),
@@ -115,15 +116,15 @@ Status ValidateSchedulingFields(v1::JobSpec* spec) {
 }  // namespace
 
 Status ValidateModelName(std::string_view what, std::string_view name) {
-  bool ok = !name.empty() && name.size() <= kMaxModelNameBytes && IsAsciiAlnum(name.front()) &&
-            std::all_of(name.begin(), name.end(), [](char c) {
-              return IsAsciiAlnum(c) || c == '-' || c == '_' || c == '.' || c == ':' || c == '/' || c == '@' ||
-                     c == '+';
-            });
+  bool ok =
+      !name.empty() && name.size() <= kMaxModelNameBytes && IsAsciiAlnum(name.front()) &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return IsAsciiAlnum(c) || c == '-' || c == '_' || c == '.' || c == ':' || c == '/' || c == '@' || c == '+';
+      });
   if (!ok) {
-    return InvalidArgument(fmt::format(
-        "{} '{}' is not 1-{} letters, digits or '-_.:/@+' starting with a letter or digit", what, Excerpt(name),
-        kMaxModelNameBytes));
+    return InvalidArgument(
+        fmt::format("{} '{}' is not 1-{} letters, digits or '-_.:/@+' starting with a letter or digit", what,
+                    Excerpt(name), kMaxModelNameBytes));
   }
   return Status::Ok();
 }
@@ -133,9 +134,9 @@ Status ValidateProbe(std::string_view what, const v1::Probe& probe) {
   if (!path.empty()) {
     bool printable = std::all_of(path.begin(), path.end(), [](char c) { return c > 0x20 && c < 0x7f; });
     if (path[0] != '/' || path.size() > kMaxProbePathBytes || !printable) {
-      return InvalidArgument(fmt::format(
-          "{} probe path '{}' must start with '/' and be at most {} printable characters without spaces", what,
-          Excerpt(path), kMaxProbePathBytes));
+      return InvalidArgument(
+          fmt::format("{} probe path '{}' must start with '/' and be at most {} printable characters without spaces",
+                      what, Excerpt(path), kMaxProbePathBytes));
     }
     if (probe.tcp()) return InvalidArgument(fmt::format("{} probe sets both http_path and tcp; choose one", what));
   }
@@ -188,8 +189,8 @@ Status ValidateLabel(std::string_view what, std::string_view name, std::string_v
       if (dot == prefix.size() - 1) ok = false;  // a trailing dot
     }
     if (!ok) {
-      return InvalidArgument(fmt::format("{} label '{}' has a bad prefix (expected a DNS name like example.com/)",
-                                         what, Excerpt(name)));
+      return InvalidArgument(
+          fmt::format("{} label '{}' has a bad prefix (expected a DNS name like example.com/)", what, Excerpt(name)));
     }
   }
   if (!IsLabelToken(local)) {
@@ -198,9 +199,10 @@ Status ValidateLabel(std::string_view what, std::string_view name, std::string_v
         what, Excerpt(name)));
   }
   if (!value.empty() && !IsLabelToken(value)) {
-    return InvalidArgument(fmt::format(
-        "{} label '{}' has value '{}': not 0-63 letters, digits, '-', '_' or '.' starting and ending with a letter or digit",
-        what, Excerpt(name), Excerpt(value)));
+    return InvalidArgument(
+        fmt::format("{} label '{}' has value '{}': not 0-63 letters, digits, '-', '_' or '.' starting and ending with "
+                    "a letter or digit",
+                    what, Excerpt(name), Excerpt(value)));
   }
   return Status::Ok();
 }
@@ -223,11 +225,13 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   }
   static const std::set<std::string_view> kVendors = {"", "nvidia", "amd", "intel", "opencl"};
   if (!kVendors.contains(spec->gpu_vendor())) {
-    return InvalidArgument(fmt::format("gpu_vendor '{}' is unknown (use nvidia, amd, intel or opencl)", spec->gpu_vendor()));
+    return InvalidArgument(
+        fmt::format("gpu_vendor '{}' is unknown (use nvidia, amd, intel or opencl)", spec->gpu_vendor()));
   }
   if (spec->command().empty()) return InvalidArgument("command is empty");
   if (spec->command_size() > kMaxCommandArgs) {
-    return InvalidArgument(fmt::format("command has {} arguments, more than {}", spec->command_size(), kMaxCommandArgs));
+    return InvalidArgument(
+        fmt::format("command has {} arguments, more than {}", spec->command_size(), kMaxCommandArgs));
   }
   size_t total = 0;
   for (const std::string& arg : spec->command()) {
@@ -242,17 +246,20 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return InvalidArgument(fmt::format("env has {} variables, more than {}", spec->env_size(), kMaxEnvVars));
   }
   for (const auto& [k, v] : spec->env()) {
-    if (!IsEnvName(k)) return InvalidArgument(fmt::format("env name '{}' is not a valid variable name", k.substr(0, 64)));
-    if (IsReservedEnv(k)) return InvalidArgument(fmt::format("env name '{}' is set by drover and may not be overridden", k));
-    if (HasNul(v) || v.size() > 32 * 1024) return InvalidArgument(fmt::format("env value of '{}' holds a NUL byte or is over 32KiB", k));
+    if (!IsEnvName(k))
+      return InvalidArgument(fmt::format("env name '{}' is not a valid variable name", k.substr(0, 64)));
+    if (IsReservedEnv(k))
+      return InvalidArgument(fmt::format("env name '{}' is set by drover and may not be overridden", k));
+    if (HasNul(v) || v.size() > 32 * 1024)
+      return InvalidArgument(fmt::format("env value of '{}' holds a NUL byte or is over 32KiB", k));
   }
   if (!spec->working_dir().empty() &&
       (spec->working_dir()[0] != '/' || spec->working_dir().size() > 4096 || HasNul(spec->working_dir()))) {
     return InvalidArgument(fmt::format("working_dir '{}' is not an absolute path", spec->working_dir().substr(0, 128)));
   }
   if (spec->cpu_millis() < 0 || spec->cpu_millis() > kMaxCpuMillis) {
-    return InvalidArgument(fmt::format("cpu_millis {} is outside 0..{} (0 means not asked)", spec->cpu_millis(),
-                                       kMaxCpuMillis));
+    return InvalidArgument(
+        fmt::format("cpu_millis {} is outside 0..{} (0 means not asked)", spec->cpu_millis(), kMaxCpuMillis));
   }
   if (spec->memory_bytes() < 0 || spec->memory_bytes() > kMaxBytes) {
     return InvalidArgument(fmt::format("memory_bytes {} is outside 0..1PiB (0 means not asked)", spec->memory_bytes()));
@@ -287,7 +294,8 @@ sched::JobRequest ToJobRequest(const v1::Job& job) {
   sched::JobRequest r = ToJobRequest(job.id(), job.spec());
   const v1::JobStatus& st = job.status();
   r.attained_gpu_ms = std::max<int64_t>(0, st.attained_gpu_ms());
-  if (st.attempts_size() > 0) r.queued_ms = std::max<int64_t>(0, st.attempts(st.attempts_size() - 1).end_time_unix_nanos() / 1'000'000);
+  if (st.attempts_size() > 0)
+    r.queued_ms = std::max<int64_t>(0, st.attempts(st.attempts_size() - 1).end_time_unix_nanos() / 1'000'000);
   return r;
 }
 
@@ -362,7 +370,8 @@ sched::NodeInfo ToNodeInfo(const v1::Node& node, bool schedulable) {
   // then derives links from the NUMA nodes.
   if (node.links_size() == node.gpus_size() * node.gpus_size()) {
     for (int32_t l : node.links()) {
-      out.links.push_back(static_cast<sched::Link>(std::clamp<int32_t>(l, 0, static_cast<int32_t>(sched::Link::kFabric))));
+      out.links.push_back(
+          static_cast<sched::Link>(std::clamp<int32_t>(l, 0, static_cast<int32_t>(sched::Link::kFabric))));
     }
   }
   out.labels = {node.labels().begin(), node.labels().end()};
@@ -384,10 +393,12 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
       return InvalidArgument(fmt::format("node '{}' reported GPU {} with index {}", req.node_name(), i, g.index()));
     }
     if (g.memory_bytes() < 0 || g.memory_bytes() > kMaxBytes) {
-      return InvalidArgument(fmt::format("node '{}' GPU {} reported {} bytes of memory", req.node_name(), i, g.memory_bytes()));
+      return InvalidArgument(
+          fmt::format("node '{}' GPU {} reported {} bytes of memory", req.node_name(), i, g.memory_bytes()));
     }
     if (g.model().empty() || g.model().size() > 256 || g.vendor().empty() || g.vendor().size() > 32) {
-      return InvalidArgument(fmt::format("node '{}' GPU {} has an empty or oversized model or vendor", req.node_name(), i));
+      return InvalidArgument(
+          fmt::format("node '{}' GPU {} has an empty or oversized model or vendor", req.node_name(), i));
     }
     if (g.numa_node() < 0 || g.numa_node() > 1023) {
       return InvalidArgument(
@@ -395,20 +406,23 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
     }
     if (g.uuid().size() > 128 || g.pci_bus_id().size() > 32 || g.architecture().size() > 64 ||
         g.driver_version().size() > 64 || g.backend().size() > 32 || g.health_reason().size() > kMaxReasonBytes) {
-      return InvalidArgument(fmt::format("node '{}' GPU {} has an oversized uuid, pci bus id, architecture, driver "
-                                         "version, backend or health reason", req.node_name(), i));
+      return InvalidArgument(
+          fmt::format("node '{}' GPU {} has an oversized uuid, pci bus id, architecture, driver "
+                      "version, backend or health reason",
+                      req.node_name(), i));
     }
     if (g.mig_instances_size() > 64) {
-      return InvalidArgument(fmt::format("node '{}' GPU {} reported {} MIG instances, more than 64", req.node_name(),
-                                         i, g.mig_instances_size()));
+      return InvalidArgument(fmt::format("node '{}' GPU {} reported {} MIG instances, more than 64", req.node_name(), i,
+                                         g.mig_instances_size()));
     }
   }
   const v1::HostTopology& t = req.topology();
   if (t.sockets() < 0 || t.sockets() > 1024 || t.numa_nodes() < 0 || t.numa_nodes() > 1024 || t.cores() < 0 ||
       t.cores() > 1 << 20 || t.nics_size() > 256) {
-    return InvalidArgument(fmt::format("node '{}' reported an implausible topology ({} sockets, {} NUMA nodes, {} "
-                                       "cores, {} NICs)", req.node_name(), t.sockets(), t.numa_nodes(), t.cores(),
-                                       t.nics_size()));
+    return InvalidArgument(
+        fmt::format("node '{}' reported an implausible topology ({} sockets, {} NUMA nodes, {} "
+                    "cores, {} NICs)",
+                    req.node_name(), t.sockets(), t.numa_nodes(), t.cores(), t.nics_size()));
   }
   for (const v1::Nic& nic : t.nics()) {
     if (nic.name().empty() || nic.name().size() > 64 || nic.pci_bus_id().size() > 32) {
@@ -427,8 +441,8 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
                                          req.node_name(), i / n, i % n, l, static_cast<int>(sched::Link::kFabric)));
     }
     if (l != req.links(static_cast<int>((i % n) * n + i / n))) {
-      return InvalidArgument(fmt::format("node '{}' link matrix is not symmetric at GPUs {} and {}", req.node_name(),
-                                         i / n, i % n));
+      return InvalidArgument(
+          fmt::format("node '{}' link matrix is not symmetric at GPUs {} and {}", req.node_name(), i / n, i % n));
     }
   }
   if (req.labels_size() > kMaxNodeLabels) {
@@ -457,8 +471,8 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
 
 Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat& hb) {
   if (hb.gpus_size() > gpus) {
-    return InvalidArgument(fmt::format("node '{}' reported {} GPUs in a heartbeat, registered {}", node,
-                                       hb.gpus_size(), gpus));
+    return InvalidArgument(
+        fmt::format("node '{}' reported {} GPUs in a heartbeat, registered {}", node, hb.gpus_size(), gpus));
   }
   for (int i = 0; i < hb.gpus_size(); ++i) {
     const v1::GpuReport& r = hb.gpus(i);
@@ -474,8 +488,8 @@ Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat&
     }
   }
   if (hb.peers_size() > kMaxPeersPerHeartbeat) {
-    return InvalidArgument(fmt::format("node '{}' heartbeat names {} peers, more than {}", node, hb.peers_size(),
-                                       kMaxPeersPerHeartbeat));
+    return InvalidArgument(
+        fmt::format("node '{}' heartbeat names {} peers, more than {}", node, hb.peers_size(), kMaxPeersPerHeartbeat));
   }
   for (const v1::PeerBeat& p : hb.peers()) {
     if (!ValidateNodeName(p.node_name()).ok() || p.beat() < 0) {
@@ -496,15 +510,15 @@ Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat&
 
 Result<int> ParseSignal(std::string_view name) {
   static constexpr std::pair<std::string_view, int> kSignals[] = {
-      {"none", 0},         {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGINT", SIGINT},
-      {"SIGHUP", SIGHUP},  {"SIGQUIT", SIGQUIT}, {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM},
-      {"SIGWINCH", SIGWINCH}, {"SIGCONT", SIGCONT}};
+      {"none", 0},          {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGINT", SIGINT},     {"SIGHUP", SIGHUP},
+      {"SIGQUIT", SIGQUIT}, {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM}, {"SIGWINCH", SIGWINCH}, {"SIGCONT", SIGCONT}};
   for (const auto& [n, sig] : kSignals) {
     if (n == name || (n.starts_with("SIG") && n.substr(3) == name)) return sig;
   }
-  return InvalidArgument(fmt::format("checkpoint signal '{}' is not one of none, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, "
-                                     "SIGQUIT, SIGALRM, SIGTERM, SIGWINCH, SIGCONT",
-                                     Excerpt(name)));
+  return InvalidArgument(
+      fmt::format("checkpoint signal '{}' is not one of none, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, "
+                  "SIGQUIT, SIGALRM, SIGTERM, SIGWINCH, SIGCONT",
+                  Excerpt(name)));
 }
 
 std::string WorkloadId(const std::string& job_id, int replica, int replicas, int attempt) {
@@ -591,10 +605,10 @@ Result<v1::JobState> ParseJobState(std::string_view text) {
   if (!upper.starts_with("JOB_STATE_")) upper = "JOB_STATE_" + upper;
   v1::JobState state;
   if (upper == "JOB_STATE_UNSPECIFIED" || !v1::JobState_Parse(upper, &state)) {
-    return InvalidArgument(fmt::format(
-        "job state '{}' is unknown (use pending, bound, running, succeeded, failed, cancelling, cancelled, "
-        "preempting)",
-        text));
+    return InvalidArgument(
+        fmt::format("job state '{}' is unknown (use pending, bound, running, succeeded, failed, cancelling, cancelled, "
+                    "preempting)",
+                    text));
   }
   return state;
 }

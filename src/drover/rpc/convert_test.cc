@@ -91,17 +91,18 @@ TEST(NormalizeJobSpecTest, RejectsEveryBadField) {
          s->set_replicas(1000);
        },
        "replicas x gpus is 64000 GPUs"},
-      {"selector name", [](v1::JobSpec* s) { (*s->mutable_node_selector())["-rack"] = "r1"; }, "node_selector label name '-rack'"},
-      {"selector empty name", [](v1::JobSpec* s) { (*s->mutable_node_selector())[""] = "r1"; }, "node_selector label name ''"},
+      {"selector name", [](v1::JobSpec* s) { (*s->mutable_node_selector())["-rack"] = "r1"; },
+       "node_selector label name '-rack'"},
+      {"selector empty name", [](v1::JobSpec* s) { (*s->mutable_node_selector())[""] = "r1"; },
+       "node_selector label name ''"},
       {"selector value", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = "r 1"; }, "has value 'r 1'"},
-      {"selector prefix", [](v1::JobSpec* s) { (*s->mutable_node_selector())["Bad_Prefix/rack"] = "r1"; }, "bad prefix"},
-      {"long selector value",
-       [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = std::string(64, 'r'); },
+      {"selector prefix", [](v1::JobSpec* s) { (*s->mutable_node_selector())["Bad_Prefix/rack"] = "r1"; },
+       "bad prefix"},
+      {"long selector value", [](v1::JobSpec* s) { (*s->mutable_node_selector())["rack"] = std::string(64, 'r'); },
        "has value"},
       {"topology", [](v1::JobSpec* s) { s->set_topology("galaxy"); }, "topology 'galaxy' is unknown"},
       {"negative estimate", [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(-5); }, "runtime_estimate_seconds -5"},
-      {"absurd estimate",
-       [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(int64_t{1} << 50); },
+      {"absurd estimate", [](v1::JobSpec* s) { s->set_runtime_estimate_seconds(int64_t{1} << 50); },
        "runtime_estimate_seconds"},
   };
   for (const BadCase& c : cases) {
@@ -223,8 +224,8 @@ TEST(WorkloadIdTest, NamesReplicasOfGangsOnly) {
   EXPECT_EQ(rep->replica, 12);
   EXPECT_TRUE(rep->gang);
   for (const char* bad : {"", "j-000007.", "j-000007.x", "j-000007.-1", "j-000007.-0", "j-000007.01", "j-000007.5000",
-                          "x.1", "j-000007.1.2", "j-000007@", "j-000007@0", "j-000007@01", "j-000007@-1",
-                          "j-000007@x", "j-000007@1@2", "j-000007@1.2", "j-000007.1@"}) {
+                          "x.1", "j-000007.1.2", "j-000007@", "j-000007@0", "j-000007@01", "j-000007@-1", "j-000007@x",
+                          "j-000007@1@2", "j-000007@1.2", "j-000007.1@"}) {
     EXPECT_FALSE(ParseWorkloadId(bad).ok()) << bad;
   }
 }

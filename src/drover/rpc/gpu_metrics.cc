@@ -34,16 +34,19 @@ void WriteGpuMetrics(const std::string& hostname, const v1::Gpu& gpu, metrics::E
   out.Gauge("drover_gpu_healthy", "Whether the GPU is in service (1) or taken out by a health check (0).")
       .Add(labels, gpu.health() == v1::GPU_HEALTH_UNHEALTHY ? 0 : 1);
   if (t.time_unix_nanos() == 0) return;  // no telemetry yet
-  if (t.has_utilization_pct()) out.Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).").Add(labels, t.utilization_pct());
+  if (t.has_utilization_pct())
+    out.Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).").Add(labels, t.utilization_pct());
   if (t.has_memory_utilization_pct()) {
     out.Gauge("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).").Add(labels, t.memory_utilization_pct());
   }
-  if (t.has_temperature_c()) out.Gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).").Add(labels, t.temperature_c());
+  if (t.has_temperature_c())
+    out.Gauge("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).").Add(labels, t.temperature_c());
   if (t.has_power_w()) out.Gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).").Add(labels, t.power_w());
   if (t.has_power_limit_w()) {
     out.Gauge("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).").Add(labels, t.power_limit_w());
   }
-  if (t.has_sm_clock_mhz()) out.Gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).").Add(labels, t.sm_clock_mhz());
+  if (t.has_sm_clock_mhz())
+    out.Gauge("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).").Add(labels, t.sm_clock_mhz());
   if (t.has_memory_clock_mhz()) {
     out.Gauge("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).").Add(labels, t.memory_clock_mhz());
   }
@@ -59,7 +62,8 @@ void WriteGpuMetrics(const std::string& hostname, const v1::Gpu& gpu, metrics::E
     out.Gauge("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).")
         .Add(labels, static_cast<double>(t.memory_total_bytes()) / kMiB);
   }
-  out.Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.").Add(labels, static_cast<double>(t.last_xid()));
+  out.Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.")
+      .Add(labels, static_cast<double>(t.last_xid()));
   if (t.has_ecc_corrected()) {
     out.Counter("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.")
         .Add(labels, static_cast<double>(t.ecc_corrected()));
@@ -74,7 +78,8 @@ void WriteGpuMetrics(const std::string& hostname, const v1::Gpu& gpu, metrics::E
     if (r == "power") reasons |= kDcgmSwPowerCap;
     if (r == "other") reasons |= kDcgmHwSlowdown;
   }
-  out.Gauge("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).")
+  out.Gauge("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).")
       .Add(labels, reasons);
   // Per-job GPU memory where the vendor reports processes.
   // Per-job GPU memory where the vendor reports processes: one series per
@@ -88,7 +93,8 @@ void WriteGpuMetrics(const std::string& hostname, const v1::Gpu& gpu, metrics::E
       metrics::Labels l = labels;
       std::erase_if(l, [](const auto& kv) { return kv.first == "job_id" || kv.first == "tenant"; });
       l.emplace_back("job_id", job);
-      out.Gauge("drover_gpu_job_memory_used_bytes", "GPU memory held by the processes of one Drover job.").Add(l, bytes);
+      out.Gauge("drover_gpu_job_memory_used_bytes", "GPU memory held by the processes of one Drover job.")
+          .Add(l, bytes);
     }
   }
 }

@@ -56,8 +56,8 @@ TEST(GpuMetricsTest, WritesDcgmNamesLabelsAndUnits) {
   EXPECT_THAT(text, HasSubstr("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\nDCGM_FI_DEV_GPU_UTIL" + labels + " 87.5\n"));
   EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_GPU_TEMP" + labels + " 66\n"));
   EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_POWER_USAGE" + labels + " 612.25\n"));
-  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_FB_USED" + labels + " 3072\n"));    // MiB
-  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_FB_FREE" + labels + " 78848\n"));   // MiB
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_FB_USED" + labels + " 3072\n"));   // MiB
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_FB_FREE" + labels + " 78848\n"));  // MiB
   EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_XID_ERRORS" + labels + " 79\n"));
   EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" + labels + " 32\n"));  // SW thermal
   EXPECT_THAT(text, HasSubstr("drover_gpu_healthy" + labels + " 1\n"));

@@ -120,8 +120,8 @@ void AppendValue(const Message& m, const Reflection* r, const FieldDescriptor* f
     }
     case FieldDescriptor::CPPTYPE_STRING: {
       std::string scratch;
-      const std::string& s = rep ? r->GetRepeatedStringReference(m, f, index, &scratch)
-                                 : r->GetStringReference(m, f, &scratch);
+      const std::string& s =
+          rep ? r->GetRepeatedStringReference(m, f, index, &scratch) : r->GetStringReference(m, f, &scratch);
       if (f->type() == FieldDescriptor::TYPE_BYTES) {
         AppendBase64(s, out);
       } else {

@@ -79,17 +79,29 @@ class Filler {
   bool Coin(int one_in) { return rng_() % static_cast<uint32_t>(one_in) == 0; }
 
   std::string Text() {
-    static const std::vector<std::string> kTexts = {"",     "plain", "quote \" and \\ back", "tab\tnew\nline\r",
-                                                    "\x01\x1f ctl", "ünïcødé ✓", "</script>", "a\0b"};
+    static const std::vector<std::string> kTexts = {
+        "", "plain", "quote \" and \\ back", "tab\tnew\nline\r", "\x01\x1f ctl", "ünïcødé ✓", "</script>", "a\0b"};
     return kTexts[rng_() % kTexts.size()];
   }
   int64_t Int64() {
-    static const std::vector<int64_t> kInts = {0, 1, -1, 42, std::numeric_limits<int64_t>::max(),
-                                               std::numeric_limits<int64_t>::min(), 1'795'624'155'451'532'826};
+    static const std::vector<int64_t> kInts = {0,
+                                               1,
+                                               -1,
+                                               42,
+                                               std::numeric_limits<int64_t>::max(),
+                                               std::numeric_limits<int64_t>::min(),
+                                               1'795'624'155'451'532'826};
     return kInts[rng_() % kInts.size()];
   }
   double Double() {
-    static const std::vector<double> kDoubles = {0.0, 1.0, -2.5, 0.1, 1e20, 1e-7, 123456.789, 3.0e300,
+    static const std::vector<double> kDoubles = {0.0,
+                                                 1.0,
+                                                 -2.5,
+                                                 0.1,
+                                                 1e20,
+                                                 1e-7,
+                                                 123456.789,
+                                                 3.0e300,
                                                  std::numeric_limits<double>::quiet_NaN(),
                                                  std::numeric_limits<double>::infinity(),
                                                  -std::numeric_limits<double>::infinity()};
@@ -161,8 +173,8 @@ TEST(JsonTest, AgreesWithProtobufOnEveryMessageOfTheApi) {
       std::string ours = ToJson(*m);
       auto parsed = nlohmann::json::parse(ours, nullptr, /*allow_exceptions=*/false);
       ASSERT_FALSE(parsed.is_discarded()) << d->full_name() << ": not JSON: " << ours;
-      ASSERT_EQ(parsed, nlohmann::json::parse(Reference(*m))) << d->full_name() << " seed " << seed << "\nours:   " << ours
-                                                              << "\nproto:  " << Reference(*m);
+      ASSERT_EQ(parsed, nlohmann::json::parse(Reference(*m)))
+          << d->full_name() << " seed " << seed << "\nours:   " << ours << "\nproto:  " << Reference(*m);
       ++compared;
     }
   }

@@ -17,8 +17,7 @@ std::string TakeDlError() {
 
 }  // namespace
 
-Result<std::unique_ptr<DynamicLibrary>> DynamicLibrary::Open(
-    const std::vector<std::string>& candidate_names) {
+Result<std::unique_ptr<DynamicLibrary>> DynamicLibrary::Open(const std::vector<std::string>& candidate_names) {
   if (candidate_names.empty()) {
     return InvalidArgument("no shared library names to try");
   }
@@ -51,8 +50,7 @@ Result<void*> DynamicLibrary::RawSymbol(const char* symbol) {
   dlerror();  // clear a stale error so that the one below is ours
   void* address = dlsym(handle_, symbol);
   if (address == nullptr) {
-    return Unavailable("symbol '" + std::string(symbol) + "' not found in '" + name_ +
-                       "': " + TakeDlError());
+    return Unavailable("symbol '" + std::string(symbol) + "' not found in '" + name_ + "': " + TakeDlError());
   }
   return address;
 }

@@ -21,8 +21,7 @@ class DynamicLibrary {
   // Tries each name in order ("libOpenCL.so.1", then "libOpenCL.so") with
   // RTLD_NOW | RTLD_LOCAL and returns the first that loads. Fails with
   // kUnavailable naming every candidate and the last dlerror().
-  static Result<std::unique_ptr<DynamicLibrary>> Open(
-      const std::vector<std::string>& candidate_names);
+  static Result<std::unique_ptr<DynamicLibrary>> Open(const std::vector<std::string>& candidate_names);
 
   ~DynamicLibrary();
   DynamicLibrary(const DynamicLibrary&) = delete;

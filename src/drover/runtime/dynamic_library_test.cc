@@ -24,8 +24,7 @@ TEST(DynamicLibraryTest, FallsBackToTheNextCandidate) {
 }
 
 TEST(DynamicLibraryTest, MissingLibraryNamesEveryCandidate) {
-  auto library =
-      DynamicLibrary::Open({"libdrover-missing-a.so.1", "libdrover-missing-b.so"});
+  auto library = DynamicLibrary::Open({"libdrover-missing-a.so.1", "libdrover-missing-b.so"});
   ASSERT_FALSE(library.ok());
   EXPECT_EQ(library.status().code(), Code::kUnavailable);
   EXPECT_THAT(library.status().message(), HasSubstr("'libdrover-missing-a.so.1'"));

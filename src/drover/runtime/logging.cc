@@ -8,8 +8,8 @@ namespace drover::runtime {
 Status InitLogging(const std::string& level) {
   auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
-    return InvalidArgument(fmt::format(
-        "log level '{}' is unknown (use trace, debug, info, warn, error, critical, off)", level));
+    return InvalidArgument(
+        fmt::format("log level '{}' is unknown (use trace, debug, info, warn, error, critical, off)", level));
   }
   auto logger = spdlog::stderr_color_mt("drover");
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ [%t] %v");

@@ -30,11 +30,13 @@ bool State::PickBaseline(int job, int64_t now, const std::vector<int>* within, P
       int64_t gpu_seen = 0;
       int chosen = -1;
       for (const ClassSlot& slot : n.classes) {
-        if (!ClassMatches(req, slot.cls) || !CanCharge(jobs[job].tenant, classes[slot.cls].model, req.gpu_milli)) continue;
+        if (!ClassMatches(req, slot.cls) || !CanCharge(jobs[job].tenant, classes[slot.cls].model, req.gpu_milli))
+          continue;
         for (uint64_t m = slot.mask & n.healthy; m != 0; m &= m - 1) {
           int g = std::countr_zero(m);
           uint64_t bit = uint64_t{1} << g;
-          if (n.free_milli[g] < req.gpu_milli || n.free_mem[g] < req.gpu_memory_bytes || !OnlyMine(job, ni, bit)) continue;
+          if (n.free_milli[g] < req.gpu_milli || n.free_mem[g] < req.gpu_memory_bytes || !OnlyMine(job, ni, bit))
+            continue;
           if ((n.reserved & bit) != 0 && !MayUseReserved(job, now)) {
             reserved_hit = true;
             continue;
@@ -63,7 +65,8 @@ bool State::PickBaseline(int job, int64_t now, const std::vector<int>* within, P
       return;
     }
     double left = 0;
-    if (n.info.cpu_milli > 0) left += static_cast<double>(n.free_cpu - req.cpu_milli) / static_cast<double>(n.info.cpu_milli);
+    if (n.info.cpu_milli > 0)
+      left += static_cast<double>(n.free_cpu - req.cpu_milli) / static_cast<double>(n.info.cpu_milli);
     if (n.info.memory_bytes > 0) {
       left += static_cast<double>(n.free_host_mem - req.memory_bytes) / static_cast<double>(n.info.memory_bytes);
     }

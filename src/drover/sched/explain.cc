@@ -52,7 +52,8 @@ std::string Describe(const JobRequest& job) {
   }
   if (!job.gpu_vendor.empty()) what += fmt::format(" of vendor '{}'", job.gpu_vendor);
   if (!job.gpu_model.empty()) what += fmt::format(" of model '{}'", job.gpu_model);
-  if (!job.fractional() && job.gpu_memory_bytes > 0) what += fmt::format(" with at least {} each", Bytes(job.gpu_memory_bytes));
+  if (!job.fractional() && job.gpu_memory_bytes > 0)
+    what += fmt::format(" with at least {} each", Bytes(job.gpu_memory_bytes));
   if (job.cpu_milli > 0) what += fmt::format(", {} milli-CPU", job.cpu_milli);
   if (job.memory_bytes > 0) what += fmt::format(", {} of host memory", Bytes(job.memory_bytes));
   if (!job.node_selector.empty()) {
@@ -147,21 +148,23 @@ std::string State::Reason(int job) const {
   };
   auto node_name = [&](int n) { return n >= 0 ? nodes[n].info.name : std::string("?"); };
   switch (why.code) {
-    case WhyCode::kNew:
-      return "waiting for the next scheduling pass";
+    case WhyCode::kNew: return "waiting for the next scheduling pass";
     case WhyCode::kBehind:
-      return fmt::format("waiting: queued behind {}, which cannot start yet (backfill is off, so the queue keeps its order)",
-                         other_id());
-    case WhyCode::kReserved:
-      break;  // the shortfall first, then the reservation
+      return fmt::format(
+          "waiting: queued behind {}, which cannot start yet (backfill is off, so the queue keeps its order)",
+          other_id());
+    case WhyCode::kReserved: break;  // the shortfall first, then the reservation
     case WhyCode::kBehindReservation:
       if (why.at_ms == kNever || req.runtime_estimate_ms == 0) {
-        return fmt::format("waiting: it fits only on GPUs reserved for {}; a runtime estimate short enough to end "
-                           "before that job starts would let it backfill", other_id());
+        return fmt::format(
+            "waiting: it fits only on GPUs reserved for {}; a runtime estimate short enough to end "
+            "before that job starts would let it backfill",
+            other_id());
       }
-      return fmt::format("waiting: it fits only on GPUs reserved for {}, which starts in about {}; its estimate of {} "
-                         "would delay it", other_id(), Duration(std::max<int64_t>(0, why.at_ms - why.pass_ms)),
-                         Duration(req.runtime_estimate_ms));
+      return fmt::format(
+          "waiting: it fits only on GPUs reserved for {}, which starts in about {}; its estimate of {} "
+          "would delay it",
+          other_id(), Duration(std::max<int64_t>(0, why.at_ms - why.pass_ms)), Duration(req.runtime_estimate_ms));
     case WhyCode::kAwaitingPreemption: {
       std::string ids;
       std::set<std::string> where;
@@ -187,24 +190,27 @@ std::string State::Reason(int job) const {
                               model == "*" ? "any model" : "'" + model + "'", MilliGpus(used));
         }
         if (t.info.max_gpu_memory_bytes >= 0) {
-          caps += fmt::format("{}{} bytes of GPU memory (holds {})", caps.empty() ? "" : ", ", t.info.max_gpu_memory_bytes,
-                              t.mem);
+          caps += fmt::format("{}{} bytes of GPU memory (holds {})", caps.empty() ? "" : ", ",
+                              t.info.max_gpu_memory_bytes, t.mem);
         }
-        if (t.info.borrow_limit >= 0) caps += fmt::format(", borrowing {} beyond guarantees", Gpus(t.info.borrow_limit));
+        if (t.info.borrow_limit >= 0)
+          caps += fmt::format(", borrowing {} beyond guarantees", Gpus(t.info.borrow_limit));
         return fmt::format("waiting: tenant '{}' is at its quota: {}", t.info.name, caps);
       }
-      return fmt::format("waiting: tenant '{}' would exceed its borrowing limit of {} beyond its guarantees "
-                         "(it already uses {} beyond them)",
-                         t.info.name, Gpus(t.info.borrow_limit), MilliGpus(Beyond(t)));
+      return fmt::format(
+          "waiting: tenant '{}' would exceed its borrowing limit of {} beyond its guarantees "
+          "(it already uses {} beyond them)",
+          t.info.name, Gpus(t.info.borrow_limit), MilliGpus(Beyond(t)));
     }
-    case WhyCode::kNoFit:
-      break;
+    case WhyCode::kNoFit: break;
   }
   std::string shortfall = Shortfall(job);
   if (why.code != WhyCode::kReserved) return shortfall;
   if (why.at_ms == kNever) {
-    return fmt::format("{}; next in line: GPUs on node {} are reserved for it until running jobs without a runtime "
-                       "estimate end", shortfall, node_name(why.node));
+    return fmt::format(
+        "{}; next in line: GPUs on node {} are reserved for it until running jobs without a runtime "
+        "estimate end",
+        shortfall, node_name(why.node));
   }
   if (why.at_ms <= why.pass_ms) {
     return fmt::format("{}; next in line: GPUs on node {} are reserved for it, free once the jobs stopping there end",
@@ -227,7 +233,7 @@ std::string State::Shortfall(int job) const {
   int best = 0;
   int best_node = -1;
   bool any_node = false;
-  int promised = 0;  // free, but promised to jobs that preempted for them
+  int promised = 0;               // free, but promised to jobs that preempted for them
   std::map<int, int> per_domain;  // replicas that fit now per switch or rack
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     const NodeState& n = nodes[ni];
@@ -256,7 +262,9 @@ std::string State::Shortfall(int job) const {
             have / req.gpus, HostReplicas(req, n.info.cpu_milli, n.free_cpu, n.info.memory_bytes, n.free_host_mem)));
         best += fit;  // replicas that fit now, over every node
         best_node = -1;
-        int dom = req.topology == Topology::kSwitch ? n.switch_domain : req.topology == Topology::kRack ? n.rack_domain : -1;
+        int dom = req.topology == Topology::kSwitch ? n.switch_domain
+                  : req.topology == Topology::kRack ? n.rack_domain
+                                                    : -1;
         if (dom >= 0) per_domain[dom] += fit;
       } else if (have > best) {
         best = have;
@@ -269,7 +277,8 @@ std::string State::Shortfall(int job) const {
   std::string at = best_node >= 0 ? fmt::format(" (node {})", node_name(best_node)) : "";
   if (promised > 0) at += fmt::format("; {} more free are promised to jobs that preempted for them", Gpus(promised));
   if (req.fractional()) {
-    return fmt::format("waiting: needs {}; the largest free share on a ready node is {} milli-GPU{}", Describe(req), best, at);
+    return fmt::format("waiting: needs {}; the largest free share on a ready node is {} milli-GPU{}", Describe(req),
+                       best, at);
   }
   if (req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack)) {
     int most = 0;
@@ -290,10 +299,12 @@ std::string State::Shortfall(int job) const {
                        Describe(req), Within(req.topology), best, best == 1 ? "" : "s");
   }
   if (req.topology == Topology::kIsland) {
-    return fmt::format("waiting: needs {} on one NVLink island; the largest free island has {}{}", Describe(req), best, at);
+    return fmt::format("waiting: needs {} on one NVLink island; the largest free island has {}{}", Describe(req), best,
+                       at);
   }
   if (req.topology == Topology::kNuma) {
-    return fmt::format("waiting: needs {} on one NUMA node; the most free on one NUMA node is {}{}", Describe(req), best, at);
+    return fmt::format("waiting: needs {} on one NUMA node; the most free on one NUMA node is {}{}", Describe(req),
+                       best, at);
   }
   return fmt::format("waiting: needs {} on one node; the most free on a ready node is {}{}", Describe(req), best, at);
 }
@@ -357,8 +368,10 @@ std::optional<std::string> State::NeverFits(const JobRequest& req) const {
       int64_t most = int64_t{info.borrow_limit} * kWholeGpu;
       for (const auto& [model, gpus] : info.guaranteed_gpus) most += int64_t{gpus} * kWholeGpu;
       if (req.milli() > most) {
-        return fmt::format("tenant '{}' may use at most {} milli-GPU (guarantees plus a borrowing limit of {}), "
-                           "and the job needs {}", info.name, most, Gpus(info.borrow_limit), req.milli());
+        return fmt::format(
+            "tenant '{}' may use at most {} milli-GPU (guarantees plus a borrowing limit of {}), "
+            "and the job needs {}",
+            info.name, most, Gpus(info.borrow_limit), req.milli());
       }
     }
   }
@@ -374,7 +387,8 @@ std::optional<std::string> State::NeverFitsOnNodes(const JobRequest& req) const 
   // Capacity of every node as if idle, drained and disconnected ones included.
   // Gangs bound to one switch or rack count replicas per domain; the scan
   // stops once the job fits (a reason needs the whole count, a fit does not).
-  const bool per_domain_gang = req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack);
+  const bool per_domain_gang =
+      req.replicas > 1 && (req.topology == Topology::kSwitch || req.topology == Topology::kRack);
   if (!per_domain_gang && req.replicas <= 0) return std::nullopt;  // nothing to place (not validated here)
   const Topology within =
       (req.topology == Topology::kIsland || req.topology == Topology::kNuma) ? req.topology : Topology::kBestEffort;
@@ -403,9 +417,8 @@ std::optional<std::string> State::NeverFitsOnNodes(const JobRequest& req) const 
       if (req.fractional()) {
         here = std::max(here, kMaxGpusPerNode);  // a share fits any matching GPU
       } else if (choose.Fits(s.topos, n.topo, slot.mask, req.gpus, within)) {
-        here = std::max(here, req.topology == Topology::kBestEffort || req.topology >= Topology::kSwitch
-                                  ? count / req.gpus
-                                  : 1);
+        here = std::max(
+            here, req.topology == Topology::kBestEffort || req.topology >= Topology::kSwitch ? count / req.gpus : 1);
       }
     }
     here = static_cast<int>(std::min<int64_t>(
@@ -426,9 +439,11 @@ std::optional<std::string> State::NeverFitsOnNodes(const JobRequest& req) const 
     return fmt::format("no {} holds {} replicas x {} (the most is {})", TopologyName(req.topology), req.replicas,
                        Describe(req), most);
   }
-  if (req.gpus == 0) return fmt::format("no node has {} milli-CPU and {} of host memory", req.cpu_milli, Bytes(req.memory_bytes));
+  if (req.gpus == 0)
+    return fmt::format("no node has {} milli-CPU and {} of host memory", req.cpu_milli, Bytes(req.memory_bytes));
   if (req.replicas > 1) {
-    return fmt::format("the cluster holds at most {} replicas of {}, and the job needs {}", replicas, Describe(req), req.replicas);
+    return fmt::format("the cluster holds at most {} replicas of {}, and the job needs {}", replicas, Describe(req),
+                       req.replicas);
   }
   if (req.topology == Topology::kIsland || req.topology == Topology::kNuma) {
     return fmt::format("no node has {}{}", Describe(req), Within(req.topology));

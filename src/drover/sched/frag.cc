@@ -61,7 +61,8 @@ double ShapeStats::HostShare(int cls, int gpus, int64_t cpu_milli, int64_t memor
   }
   double share = 0;
   for (const Seen& x : all_) {
-    if (x.gpus > gpus || static_cast<size_t>(cls) >= x.accepts.size() || x.accepts[static_cast<size_t>(cls)] == 0) continue;
+    if (x.gpus > gpus || static_cast<size_t>(cls) >= x.accepts.size() || x.accepts[static_cast<size_t>(cls)] == 0)
+      continue;
     if (cpu_milli > 0 && x.cpu_milli > cpu_milli) continue;
     if (memory_bytes > 0 && x.memory_bytes > memory_bytes) continue;
     share += x.p;

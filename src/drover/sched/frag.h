@@ -191,8 +191,8 @@ class ShapeStats {
     double share;
   };
   mutable std::vector<HostKey> host_share_;  // HostShare's answers since the last Build
-  int64_t cpu_arrivals_ = 0;  // GPU arrivals that ask for CPU
-  double gpu_per_cpu_ = 0;     // their sum of milli-GPU per milli-core
+  int64_t cpu_arrivals_ = 0;                 // GPU arrivals that ask for CPU
+  double gpu_per_cpu_ = 0;                   // their sum of milli-GPU per milli-core
 };
 
 }  // namespace drover::sched

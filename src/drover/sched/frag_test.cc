@@ -125,7 +125,7 @@ TEST(ShapeStats, RebuildsWhenArrivalsGrowBySixteenth) {
 TEST(ShapeStats, StrandingCpuIsTheHarmonicMeanOfCpuPerGpu) {
   ShapeStats stats;
   EXPECT_EQ(stats.StrandCpuPerMilli(), 0);  // nothing seen: nothing is stranded
-  stats.Observe(Req(1, kWholeGpu, 0));        // asks for no CPU: left out
+  stats.Observe(Req(1, kWholeGpu, 0));      // asks for no CPU: left out
   EXPECT_EQ(stats.StrandCpuPerMilli(), 0);
   // Three arrivals: 4 cores per GPU (a 0.5 GPU share with 2 cores), then 16
   // cores per GPU twice (a gang of two 1-GPU replicas). E[GPU / CPU] =
@@ -153,9 +153,9 @@ TEST(ShapeStats, HostShareIsTheShareOfArrivalsAnEmptyNodeWouldServe) {
   EXPECT_EQ(stats.HostShare(0, 8, 0, 0), 0);  // before the first build: nothing known
   // Class 0 is a T4, class 1 is not.
   stats.Build(0.6, 2, [](const JobRequest& r, int cls) { return r.gpu_models.empty() || cls == 0; });
-  EXPECT_NEAR(stats.HostShare(0, 8, 0, 0), 1.0, 1e-12);  // untracked CPU and memory: everything fits
-  EXPECT_NEAR(stats.HostShare(1, 8, 0, 0), 0.8, 1e-12);  // not the T4-only ones
-  EXPECT_NEAR(stats.HostShare(0, 8, 96'000, 0), 0.8, 1e-12);  // not the 120-core ones
+  EXPECT_NEAR(stats.HostShare(0, 8, 0, 0), 1.0, 1e-12);          // untracked CPU and memory: everything fits
+  EXPECT_NEAR(stats.HostShare(1, 8, 0, 0), 0.8, 1e-12);          // not the T4-only ones
+  EXPECT_NEAR(stats.HostShare(0, 8, 96'000, 0), 0.8, 1e-12);     // not the 120-core ones
   EXPECT_NEAR(stats.HostShare(0, 8, 128'000, 511), 0.8, 1e-12);  // their mean memory is 512
   EXPECT_NEAR(stats.HostShare(0, 8, 128'000, 512), 1.0, 1e-12);
   EXPECT_NEAR(stats.HostShare(0, 2, 128'000, 512), 0.8, 1e-12);  // 2 GPUs: not the 8-GPU ones
@@ -258,7 +258,8 @@ TEST_F(FragPlacementTest, TheLargeNodeStaysForTheShapesOnlyItFits) {
   Teach(Req(8, kWholeGpu, 120'000), 2);
   // The g2 is now fuller (bin-pack's fill) and takes the next 1-GPU jobs;
   // the g3 stays whole for the job only it fits.
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(Node("small-" + std::to_string(i), Req(1, kWholeGpu, 8'000)).substr(0, 3), "g2/");
+  for (int i = 0; i < 7; ++i)
+    EXPECT_EQ(Node("small-" + std::to_string(i), Req(1, kWholeGpu, 8'000)).substr(0, 3), "g2/");
   EXPECT_EQ(Node("large", Req(8, kWholeGpu, 120'000)).substr(0, 3), "g3/");
 }
 

@@ -35,12 +35,14 @@ Status Scheduler::CheckInvariants() const {
     if (j.seq == 0) continue;
     const std::string& id = j.req.id;
     if (j.priority != j.req.priority || j.preemptible != j.req.preemptible || j.nominee == j.nomination.empty()) {
-      return Internal(fmt::format("job '{}': its copies of the request's priority and preemptible, or its nominee flag, are stale", id));
+      return Internal(fmt::format(
+          "job '{}': its copies of the request's priority and preemptible, or its nominee flag, are stale", id));
     }
     if (j.pending) {
       ++pending;
       if (!j.held.empty()) return Internal(fmt::format("job '{}' is both pending and bound", id));
-      if (s.pending[j.pending_pos] != static_cast<int>(ji)) return Internal(fmt::format("job '{}' is lost from the queue", id));
+      if (s.pending[j.pending_pos] != static_cast<int>(ji))
+        return Internal(fmt::format("job '{}' is lost from the queue", id));
       continue;
     }
     if (j.held.empty()) return Internal(fmt::format("job '{}' is neither pending nor bound", id));
@@ -48,7 +50,8 @@ Status Scheduler::CheckInvariants() const {
     if (j.held.size() != static_cast<size_t>(j.req.replicas)) {
       return Internal(fmt::format("gang '{}' holds {} of its {} replicas", id, j.held.size(), j.req.replicas));
     }
-    if (j.preempting && !j.req.preemptible) return Internal(fmt::format("job '{}' is not preemptible but is being preempted", id));
+    if (j.preempting && !j.req.preemptible)
+      return Internal(fmt::format("job '{}' is not preemptible but is being preempted", id));
     if (j.req.preemptible && !j.preempting) priorities.insert(j.req.priority);
     std::map<std::string, int64_t> by_model;
     for (const Held& h : j.held) {
@@ -56,7 +59,9 @@ Status Scheduler::CheckInvariants() const {
     }
     if (by_model != j.by_model) return Internal(fmt::format("job '{}': its GPUs by model are stale", id));
     for (const Held& h : j.held) {
-      if (std::popcount(h.mask) != j.req.gpus) return Internal(fmt::format("job '{}' holds {} GPUs per replica, asked {}", id, std::popcount(h.mask), j.req.gpus));
+      if (std::popcount(h.mask) != j.req.gpus)
+        return Internal(
+            fmt::format("job '{}' holds {} GPUs per replica, asked {}", id, std::popcount(h.mask), j.req.gpus));
       for (uint64_t m = h.mask; m != 0; m &= m - 1) {
         int g = std::countr_zero(m);
         milli[h.node][g] += h.milli;
@@ -72,8 +77,10 @@ Status Scheduler::CheckInvariants() const {
       if (j.preempting) tenant_stopping[j.tenant][s.classes[h.cls].model] += int64_t{std::popcount(h.mask)} * h.milli;
     }
   }
-  if (bound != s.bound_count) return Internal(fmt::format("{} jobs are bound but the count says {}", bound, s.bound_count));
-  if (pending != s.pending.size()) return Internal(fmt::format("{} jobs are pending but the queue holds {}", pending, s.pending.size()));
+  if (bound != s.bound_count)
+    return Internal(fmt::format("{} jobs are bound but the count says {}", bound, s.bound_count));
+  if (pending != s.pending.size())
+    return Internal(fmt::format("{} jobs are pending but the queue holds {}", pending, s.pending.size()));
   if (priorities != s.preemptible_priorities) return Internal("the index of preemptible priorities is stale");
   for (size_t ni = 0; ni < s.nodes.size(); ++ni) {
     const NodeState& n = s.nodes[ni];
@@ -86,11 +93,13 @@ Status Scheduler::CheckInvariants() const {
     for (uint64_t m = n.present; m != 0; m &= m - 1) {
       int g = std::countr_zero(m);
       const std::string where = fmt::format("node '{}' GPU {}", n.info.name, g);
-      if (milli[ni][g] > kWholeGpu) return Internal(fmt::format("{} is over-committed: {} milli-GPU", where, milli[ni][g]));
+      if (milli[ni][g] > kWholeGpu)
+        return Internal(fmt::format("{} is over-committed: {} milli-GPU", where, milli[ni][g]));
       if (whole_holders[ni][g] > 1 || (whole_holders[ni][g] == 1 && milli[ni][g] != kWholeGpu)) {
         return Internal(fmt::format("{} is held whole by one job and shared with another", where));
       }
-      if (mem[ni][g] > n.info.gpus[g].memory_bytes) return Internal(fmt::format("{} has more memory reserved than it has", where));
+      if (mem[ni][g] > n.info.gpus[g].memory_bytes)
+        return Internal(fmt::format("{} has more memory reserved than it has", where));
       if (n.free_milli[g] != kWholeGpu - milli[ni][g]) return Internal(fmt::format("{} free share is stale", where));
       if (n.victim_jobs[g] != victims[ni][g] || ((n.victim_gpus >> g) & 1) != (victims[ni][g] > 0 ? 1U : 0U)) {
         return Internal(fmt::format("{}: the count of preemptible jobs on it is stale", where));
@@ -101,17 +110,20 @@ Status Scheduler::CheckInvariants() const {
       if (n.free_mem[g] != expect_mem) return Internal(fmt::format("{} free memory is stale", where));
       bool shared = n.info.schedulable && ((n.healthy >> g) & 1) && !whole && n.free_milli[g] > 0;
       if (shared != (n.shared_key[g] >= 0) ||
-          (shared && !s.classes[n.gpu_class[g]].shared.contains({n.free_milli[g], static_cast<int>(ni) * kMaxGpusPerNode + g}))) {
+          (shared &&
+           !s.classes[n.gpu_class[g]].shared.contains({n.free_milli[g], static_cast<int>(ni) * kMaxGpusPerNode + g}))) {
         return Internal(fmt::format("{} is missing from the shared-GPU index", where));
       }
     }
     for (size_t si = 0; si < n.classes.size(); ++si) {
       const ClassSlot& slot = n.classes[si];
       int count = n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0;
-      if (slot.count != count) return Internal(fmt::format("node '{}' sits in bucket {} but has {} free", n.info.name, slot.count, count));
+      if (slot.count != count)
+        return Internal(fmt::format("node '{}' sits in bucket {} but has {} free", n.info.name, slot.count, count));
       if (count > 0) {
         const auto& b = s.classes[slot.cls].buckets[count];
-        if (slot.pos < 0 || slot.pos >= static_cast<int>(b.size()) || b[slot.pos] != std::make_pair(static_cast<int>(ni), static_cast<int>(si))) {
+        if (slot.pos < 0 || slot.pos >= static_cast<int>(b.size()) ||
+            b[slot.pos] != std::make_pair(static_cast<int>(ni), static_cast<int>(si))) {
           return Internal(fmt::format("node '{}' is misplaced in its bucket", n.info.name));
         }
       }
@@ -127,7 +139,8 @@ Status Scheduler::CheckInvariants() const {
           return Internal(fmt::format("class '{}' bucket {}: the host tree is stale at {}", c.model, k, p));
         }
       }
-      if (!c.host[k].Consistent()) return Internal(fmt::format("class '{}' bucket {}: the host tree's maxima are stale", c.model, k));
+      if (!c.host[k].Consistent())
+        return Internal(fmt::format("class '{}' bucket {}: the host tree's maxima are stale", c.model, k));
     }
     {
       std::vector<int> on(s.nodes.size(), 0);
@@ -140,10 +153,12 @@ Status Scheduler::CheckInvariants() const {
           return Internal(fmt::format("class '{}': the shared GPUs' host tree is stale at node {}", c.model, ni));
         }
       }
-      if (!c.shared_host.Consistent()) return Internal(fmt::format("class '{}': the shared host tree's maxima are stale", c.model));
+      if (!c.shared_host.Consistent())
+        return Internal(fmt::format("class '{}': the shared host tree's maxima are stale", c.model));
     }
     for (int k = 1; k <= kMaxGpusPerNode; ++k) {
-      if (c.buckets[k].empty() == (((c.nonempty >> (k - 1)) & 1) != 0)) return Internal(fmt::format("class '{}' bucket bitmap is stale at {}", c.model, k));
+      if (c.buckets[k].empty() == (((c.nonempty >> (k - 1)) & 1) != 0))
+        return Internal(fmt::format("class '{}' bucket bitmap is stale at {}", c.model, k));
     }
   }
   for (const Domain& d : s.domains) {
@@ -169,7 +184,8 @@ Status Scheduler::CheckInvariants() const {
     };
     bool ok = d.ranked_total == total && has(r.total, total) && d.ranked_by_class.size() == d.free_by_class.size();
     for (size_t c = 0; ok && c < d.free_by_class.size(); ++c) {
-      ok = d.ranked_by_class[c] == d.free_by_class[c] && c < r.by_class.size() && has(r.by_class[c], d.free_by_class[c]);
+      ok =
+          d.ranked_by_class[c] == d.free_by_class[c] && c < r.by_class.size() && has(r.by_class[c], d.free_by_class[c]);
     }
     if (!ok) return Internal(fmt::format("domain '{}' is ranked by stale free counts", d.value));
   }
@@ -188,7 +204,8 @@ Status Scheduler::CheckInvariants() const {
       return Internal(fmt::format("tenant '{}' count of GPUs held by stopping jobs is stale", ts.info.name));
     }
     if (ts.info.borrow_limit >= 0 && s.Beyond(ts) > int64_t{ts.info.borrow_limit} * kWholeGpu) {
-      return Internal(fmt::format("tenant '{}' borrows {} milli-GPU, over its limit of {} GPUs", ts.info.name, s.Beyond(ts), ts.info.borrow_limit));
+      return Internal(fmt::format("tenant '{}' borrows {} milli-GPU, over its limit of {} GPUs", ts.info.name,
+                                  s.Beyond(ts), ts.info.borrow_limit));
     }
   }
   // The label index holds each node under each of its labels, once.
@@ -204,7 +221,8 @@ Status Scheduler::CheckInvariants() const {
     if (it != labels.end()) labels.erase(it);
   }
   if (!labels.empty()) {
-    return Internal(fmt::format("label {}={} is missing from the index", labels.begin()->first.first, labels.begin()->first.second));
+    return Internal(fmt::format("label {}={} is missing from the index", labels.begin()->first.first,
+                                labels.begin()->first.second));
   }
   return Status::Ok();
 }

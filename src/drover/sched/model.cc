@@ -63,8 +63,8 @@ std::string_view PlacementPolicyName(PlacementPolicy p) {
 }
 
 Result<QueuePolicy> ParseQueuePolicy(std::string_view s) {
-  for (QueuePolicy p : {QueuePolicy::kFifo, QueuePolicy::kPriority, QueuePolicy::kFairShare, QueuePolicy::kLas,
-                        QueuePolicy::kSjf}) {
+  for (QueuePolicy p :
+       {QueuePolicy::kFifo, QueuePolicy::kPriority, QueuePolicy::kFairShare, QueuePolicy::kLas, QueuePolicy::kSjf}) {
     if (s == QueuePolicyName(p)) return p;
   }
   return InvalidArgument(fmt::format("queue policy '{}' is unknown (use fifo, priority, fair-share, las or sjf)", s));
@@ -75,7 +75,8 @@ Result<PlacementPolicy> ParsePlacementPolicy(std::string_view s) {
                             PlacementPolicy::kRandom, PlacementPolicy::kFrag}) {
     if (s == PlacementPolicyName(p)) return p;
   }
-  return InvalidArgument(fmt::format("placement policy '{}' is unknown (use binpack, spread, best-fit, random or frag)", s));
+  return InvalidArgument(
+      fmt::format("placement policy '{}' is unknown (use binpack, spread, best-fit, random or frag)", s));
 }
 
 Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s) {
@@ -91,7 +92,8 @@ Result<std::vector<int64_t>> ParseLasThresholds(std::string_view s) {
     if (!d.ok() || *d <= 0) {
       return InvalidArgument(fmt::format(
           "LAS thresholds '{}': '{}' is not a positive duration of GPU time (use e.g. 1h,10h for 1 and 10 GPU-hours, "
-          "or none)", s, item));
+          "or none)",
+          s, item));
     }
     if (!out.empty() && *d <= out.back()) {
       return InvalidArgument(fmt::format("LAS thresholds '{}': they must be ascending", s));
@@ -111,7 +113,8 @@ Result<double> ParseStarvationFactor(std::string_view s) {
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(k) || k < 0 || k > 1e6) {
     return InvalidArgument(fmt::format(
         "LAS starvation factor '{}' is not a number from 0 to 1000000 (e.g. 4: a job that waited 4 times as long "
-        "as it ran is promoted; 0: never)", s));
+        "as it ran is promoted; 0: never)",
+        s));
   }
   return k;
 }

@@ -92,8 +92,8 @@ struct JobRequest {
   // False: it waits for free GPUs rather than preempt others.
   bool may_preempt = true;
   std::vector<std::string> gpu_models;  // any of these (and gpu_model if set); empty = any
-  std::string gpu_model;   // exact, empty = any
-  std::string gpu_vendor;  // exact, empty = any
+  std::string gpu_model;                // exact, empty = any
+  std::string gpu_vendor;               // exact, empty = any
   // Host resources per replica, against the node's cpu_milli / memory_bytes.
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
@@ -127,7 +127,7 @@ struct Binding {
 // A bound job the caller must stop (SIGTERM, then SIGKILL after grace_ms),
 // then give back with Scheduler::Requeue (or Remove, if it ended anyway).
 struct Preemption {
-  std::string job_id;  // the victim
+  std::string job_id;   // the victim
   std::string for_job;  // the job that needs its GPUs
   std::string reason;   // "priority 900 > 100", "tenant 'b' reclaims its guarantee"
   int64_t grace_ms = 0;

@@ -69,7 +69,8 @@ TEST(NeverFitsTest, LabelsModelsAndHostCapacityChangeTheAnswer) {
   // A node selector.
   JobRequest train = Job(1);
   train.node_selector["pool"] = "train";
-  EXPECT_EQ(s.NeverFits(train).value_or(""), "no node has 1 GPU on nodes labelled pool=train (the most any node has is 0)");
+  EXPECT_EQ(s.NeverFits(train).value_or(""),
+            "no node has 1 GPU on nodes labelled pool=train (the most any node has is 0)");
   a.labels["pool"] = "train";
   ASSERT_TRUE(s.UpsertNode(a).ok());
   EXPECT_FALSE(s.NeverFits(train).has_value());
@@ -107,8 +108,9 @@ TEST(NeverFitsTest, TenantLimitsAreJudgedOnEveryCall) {
   j.tenant = "t";
   EXPECT_FALSE(s.NeverFits(j).has_value());
   ASSERT_TRUE(s.SetTenant(TenantInfo{"t", 1.0, {{"H100 80GB", 2}}, 1}).ok());
-  EXPECT_EQ(s.NeverFits(j).value_or(""),
-            "tenant 't' may use at most 3000 milli-GPU (guarantees plus a borrowing limit of 1 GPU), and the job needs 4000");
+  EXPECT_EQ(
+      s.NeverFits(j).value_or(""),
+      "tenant 't' may use at most 3000 milli-GPU (guarantees plus a borrowing limit of 1 GPU), and the job needs 4000");
   ASSERT_TRUE(s.SetTenant(TenantInfo{"t", 1.0, {}, -1}).ok());
   EXPECT_FALSE(s.NeverFits(j).has_value());
 }
@@ -116,9 +118,17 @@ TEST(NeverFitsTest, TenantLimitsAreJudgedOnEveryCall) {
 // Shapes that differ in one field each, so that an answer remembered for
 // the wrong shape shows.
 std::vector<JobRequest> Shapes() {
-  std::vector<JobRequest> out = {Job(1), Job(8), Job(16), Job(8, 1, Topology::kIsland), Job(4, 1, Topology::kNuma),
-                                 Job(8, 1, Topology::kNuma), Job(8, 3, Topology::kSwitch), Job(8, 3, Topology::kRack),
-                                 Job(8, 3), Job(8, 5), Job(4, 2, Topology::kIsland),
+  std::vector<JobRequest> out = {Job(1),
+                                 Job(8),
+                                 Job(16),
+                                 Job(8, 1, Topology::kIsland),
+                                 Job(4, 1, Topology::kNuma),
+                                 Job(8, 1, Topology::kNuma),
+                                 Job(8, 3, Topology::kSwitch),
+                                 Job(8, 3, Topology::kRack),
+                                 Job(8, 3),
+                                 Job(8, 5),
+                                 Job(4, 2, Topology::kIsland),
                                  Job(8, 2, Topology::kIsland)};
   JobRequest j = Job(1);
   j.gpu_milli = 250;

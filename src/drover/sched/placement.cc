@@ -32,9 +32,7 @@ bool Better(const Pick& a, const Pick& b, bool spread) {
 
 }  // namespace
 
-Topology WithinNode(Topology t) {
-  return (t == Topology::kIsland || t == Topology::kNuma) ? t : Topology::kBestEffort;
-}
+Topology WithinNode(Topology t) { return (t == Topology::kIsland || t == Topology::kNuma) ? t : Topology::kBestEffort; }
 
 // ---- indexes ----
 
@@ -182,7 +180,8 @@ bool State::ClassMatches(const JobRequest& job, int cls) const {
   const GpuClass& c = classes[cls];
   if (!job.gpu_vendor.empty() && c.vendor != job.gpu_vendor) return false;
   if (!job.gpu_model.empty() && c.model != job.gpu_model) return false;
-  if (!job.gpu_models.empty() && std::find(job.gpu_models.begin(), job.gpu_models.end(), c.model) == job.gpu_models.end()) {
+  if (!job.gpu_models.empty() &&
+      std::find(job.gpu_models.begin(), job.gpu_models.end(), c.model) == job.gpu_models.end()) {
     return false;
   }
   return c.memory_bytes >= job.gpu_memory_bytes;
@@ -320,7 +319,8 @@ bool State::RankedDomains(int level, const std::vector<int>& matching, bool all,
   const auto& set = all ? r.total : r.by_class[matching[0]];
   constexpr int kLowest = std::numeric_limits<int>::min();
   if (!spread) {
-    for (auto it = set.lower_bound({need, kLowest}); it != set.end() && out->size() < max; ++it) out->push_back(it->second);
+    for (auto it = set.lower_bound({need, kLowest}); it != set.end() && out->size() < max; ++it)
+      out->push_back(it->second);
     return true;
   }
   // Most free first; among equal counts the lowest index first, as the scan
@@ -390,10 +390,12 @@ bool State::CanCharge(int tenant, const std::string& model, int64_t milli, int64
   auto u = t.by_model.find(model);
   int64_t cur = u == t.by_model.end() ? 0 : u->second;
   if (!t.info.max_gpus.empty()) {
-    if (auto cap = t.info.max_gpus.find(model); cap != t.info.max_gpus.end() && cur + milli > int64_t{cap->second} * kWholeGpu) {
+    if (auto cap = t.info.max_gpus.find(model);
+        cap != t.info.max_gpus.end() && cur + milli > int64_t{cap->second} * kWholeGpu) {
       return false;
     }
-    if (auto all = t.info.max_gpus.find("*"); all != t.info.max_gpus.end() && t.milli + milli > int64_t{all->second} * kWholeGpu) {
+    if (auto all = t.info.max_gpus.find("*");
+        all != t.info.max_gpus.end() && t.milli + milli > int64_t{all->second} * kWholeGpu) {
       return false;
     }
   }
@@ -452,7 +454,8 @@ void State::Hold(int job, const Held& h) {
   for (size_t i = 0; i < n.classes.size(); ++i) {
     ClassSlot& slot = n.classes[i];
     if ((slot.mask & h.mask) == 0) continue;
-    SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
+    SetBucket(h.node, slot, static_cast<int>(i),
+              n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
   }
   for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
   RefreshHostLeft(h.node);
@@ -480,7 +483,8 @@ void State::Release(int job, const Held& h) {
   for (size_t i = 0; i < n.classes.size(); ++i) {
     ClassSlot& slot = n.classes[i];
     if ((slot.mask & h.mask) == 0) continue;
-    SetBucket(h.node, slot, static_cast<int>(i), n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
+    SetBucket(h.node, slot, static_cast<int>(i),
+              n.info.schedulable ? std::popcount(n.whole_free & n.healthy & slot.mask) : 0);
   }
   for (uint64_t m = h.mask & n.present; m != 0; m &= m - 1) UpdateShared(h.node, std::countr_zero(m));
   RefreshHostLeft(h.node);
@@ -564,7 +568,8 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
       found = true;
       // An exact, topologically ideal fit cannot be beaten under binpack.
       const NodeTopology& topo = topos[nodes[node].topo];
-      if (!spread && p.fill == req.gpus && p.quality >= topo.ideal[std::min(req.gpus, topo.n)] && p.stranded == 0) break;
+      if (!spread && p.fill == req.gpus && p.quality >= topo.ideal[std::min(req.gpus, topo.n)] && p.stranded == 0)
+        break;
     }
     return found;
   }
@@ -587,8 +592,9 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
     const bool walked_found = WalkBuckets(job, req, now, nullptr, &walked);
     plain_walk = false;
     if (walked_found != found || (found && (walked.node != out->node || walked.mask != out->mask))) {
-      memo_mismatch = fmt::format("'{}': the walk of {} and of every node in the buckets disagree", jobs[job].req.id,
-                                  selected != nullptr ? "its selector's nodes" : "the nodes with room for its host request");
+      memo_mismatch =
+          fmt::format("'{}': the walk of {} and of every node in the buckets disagree", jobs[job].req.id,
+                      selected != nullptr ? "its selector's nodes" : "the nodes with room for its host request");
     }
     quota_hit = quota;
     reserved_hit = reserved;
@@ -598,7 +604,8 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
   return found;
 }
 
-bool State::WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected, Pick* out) const {
+bool State::WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected,
+                        Pick* out) const {
   const bool spread = config.placement == PlacementPolicy::kSpread;
   bool found = false;
   std::vector<std::tuple<int, int, int>> order;  // (free count, position, node) of `selected`
@@ -693,7 +700,8 @@ bool State::PickFraction(int job, int64_t now, const std::vector<int>* within, P
   const bool plain_found = PickFractionWalk(job, now, within, &plain);
   plain_walk = false;
   if (plain_found != found || (found && (plain.node != out->node || plain.mask != out->mask))) {
-    memo_mismatch = fmt::format("'{}': the shares' walk by shared_host or its selector's nodes and of every shared GPU disagree", req.id);
+    memo_mismatch = fmt::format(
+        "'{}': the shares' walk by shared_host or its selector's nodes and of every shared GPU disagree", req.id);
   }
   quota_hit = quota;
   reserved_hit = reserved;
@@ -720,7 +728,8 @@ bool State::PickFractionWalk(int job, int64_t now, const std::vector<int>* withi
       int gpu = key % kMaxGpusPerNode;
       const NodeState& n = nodes[node];
       uint64_t bit = uint64_t{1} << gpu;
-      if (n.free_mem[gpu] < req.gpu_memory_bytes || !NodeMatches(req, n) || !HostFits(req, n) || !OnlyMine(job, node, bit)) {
+      if (n.free_mem[gpu] < req.gpu_memory_bytes || !NodeMatches(req, n) || !HostFits(req, n) ||
+          !OnlyMine(job, node, bit)) {
         return false;
       }
       if ((n.reserved & bit) != 0 && !may_reserved) {
@@ -730,8 +739,8 @@ bool State::PickFractionWalk(int job, int64_t now, const std::vector<int>* withi
       return within == nullptr || std::find(within->begin(), within->end(), node) != within->end();
     };
     auto take = [&](int free, int key, int64_t stranded) {
-      if (found && (spread ? free <= best_free
-                           : std::make_pair(stranded, free) >= std::make_pair(out->stranded, best_free))) {
+      if (found &&
+          (spread ? free <= best_free : std::make_pair(stranded, free) >= std::make_pair(out->stranded, best_free))) {
         return;
       }
       out->node = key / kMaxGpusPerNode;

@@ -33,8 +33,8 @@
 // GPU-hours, b's 8: a's p=10 job is stopped. Had it started three hours
 // ago (12 GPU-hours), or b's job checkpointed a minute ago (8 GPU-minutes),
 // b's job would lose less and be the one stopped.
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -110,7 +110,8 @@ bool State::HasCandidates(int job) const {
   if (*preemptible_priorities.begin() < j.req.priority) return true;
   // LAS: a preemptible job at or below its priority may have reached a
   // higher level (Preempt checks each; levels change only with time).
-  if (config.queue == QueuePolicy::kLas && LasLevel(config, j.attained) < static_cast<int>(config.las_thresholds.size()) &&
+  if (config.queue == QueuePolicy::kLas &&
+      LasLevel(config, j.attained) < static_cast<int>(config.las_thresholds.size()) &&
       *preemptible_priorities.begin() <= j.req.priority) {
     return true;
   }
@@ -186,8 +187,8 @@ bool State::Preempt(int job, int64_t now, Decisions* d) {
     // reservation starts now (signed as such: Reserve). Kept, a gang the
     // search would send where its placement does not go is not searched
     // for again every pass while nothing changes.
-    const bool timeless = reservation_job < 0 || reservation_job == job || req.runtime_estimate_ms <= 0 ||
-                          reservation_ms == now;
+    const bool timeless =
+        reservation_job < 0 || reservation_job == job || req.runtime_estimate_ms <= 0 || reservation_ms == now;
     if (!timeless) j.no_victims_epoch = 0;
     return false;
   }

@@ -241,8 +241,8 @@ Status Load(Scheduler& s, const World& w) {
   for (const Running& r : w.running) {
     Binding b{r.req.id, {}};
     for (const auto& [node, gpus] : r.parts) {
-      b.replicas.push_back(Placement{w.nodes[node].name, gpus, r.req.gpu_milli,
-                                     r.req.fractional() ? r.req.gpu_memory_bytes : 0});
+      b.replicas.push_back(
+          Placement{w.nodes[node].name, gpus, r.req.gpu_milli, r.req.fractional() ? r.req.gpu_memory_bytes : 0});
     }
     DROVER_RETURN_IF_ERROR(s.Restore(r.req, b, r.start));
     if (r.checkpoint > 0) DROVER_RETURN_IF_ERROR(s.SetCheckpoint(r.req.id, r.checkpoint));
@@ -329,8 +329,8 @@ void CheckCases(uint64_t seed, int count, bool spanning, Outcomes* out) {
     if (spanning) {
       EXPECT_GE(got, *best);
     } else {
-      EXPECT_EQ(got, *best) << "(b): chose (" << got.first << ", " << got.second << "), the least is ("
-                            << best->first << ", " << best->second << ")";
+      EXPECT_EQ(got, *best) << "(b): chose (" << got.first << ", " << got.second << "), the least is (" << best->first
+                            << ", " << best->second << ")";
     }
     out->least += got == *best ? 1 : 0;
     // (a) in the scheduler: once the victims are gone the job starts.
@@ -402,7 +402,7 @@ TEST(PreemptionKeyTest, PriorityComesBeforeTheWorkLost) {
   Scheduler s;
   ASSERT_TRUE(s.UpsertNode(MakeNode("a", 8, "s0")).ok());
   ASSERT_TRUE(s.UpsertNode(MakeNode("b", 8, "s0")).ok());
-  ASSERT_TRUE(Start(s, Job("old-low", 8, 1, true), "a", 0).ok());           // 8 GPUs x 10,000 s
+  ASSERT_TRUE(Start(s, Job("old-low", 8, 1, true), "a", 0).ok());            // 8 GPUs x 10,000 s
   ASSERT_TRUE(Start(s, Job("new-mid", 8, 2, true), "b", kNow - 1000).ok());  // 8 GPUs x 1 s
   ASSERT_TRUE(s.Enqueue(Job("urgent", 8, 10, false), kNow).ok());
   EXPECT_EQ(Victims(s.Schedule(kNow)), std::vector<std::string>{"old-low"});

@@ -427,9 +427,8 @@ int64_t PreemptionSearch::WorkBound(int p) {
       const int gpus = std::popcount(here & usable & class_mask);
       if (gpus > 0) per_gpu_.emplace_back(elsewhere ? 0 : Lost(o).work, gpus);
     }
-    std::sort(per_gpu_.begin(), per_gpu_.end(), [](const auto& x, const auto& y) {
-      return Wide{x.first} * y.second < Wide{y.first} * x.second;
-    });
+    std::sort(per_gpu_.begin(), per_gpu_.end(),
+              [](const auto& x, const auto& y) { return Wide{x.first} * y.second < Wide{y.first} * x.second; });
     lb_next_ = lb_dp_;
     for (int k = 1; k <= most; ++k) {
       int need = k * req_.gpus - free;
@@ -534,7 +533,8 @@ bool PreemptionSearch::Finish(Plan* plan) const {
     return jobs[a].priority != jobs[b].priority ? jobs[a].priority < jobs[b].priority : jobs[a].seq < jobs[b].seq;
   });
   plan->victims.erase(std::unique(plan->victims.begin(), plan->victims.end()), plan->victims.end());
-  const bool any_coupled = std::any_of(plan->victims.begin(), plan->victims.end(), [this](int o) { return Coupled(o); });
+  const bool any_coupled =
+      std::any_of(plan->victims.begin(), plan->victims.end(), [this](int o) { return Coupled(o); });
   Tally tally;
   for (int o : plan->victims) {
     if (Coupled(o) && !s_.MayPreempt(job_, o, tally, now_)) return false;  // together they break a guarantee

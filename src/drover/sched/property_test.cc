@@ -52,8 +52,8 @@ TEST_P(SchedulerPropertyTest, RandomEventsKeepEveryProperty) {
       ADD_FAILURE() << "seed " << seed << ", policy " << PolicyName(GetParam()) << ", step " << w.step() << ": "
                     << s.message() << "\ncluster (as it is now):\n"
                     << w.Cluster() << "last events:\n"
-                    << w.Trace() << "replay: DROVER_PROPERTY_SEED=" << seed
-                    << " sched_property_test --gtest_filter='*" << PolicyName(GetParam()) << "'";
+                    << w.Trace() << "replay: DROVER_PROPERTY_SEED=" << seed << " sched_property_test --gtest_filter='*"
+                    << PolicyName(GetParam()) << "'";
       return;
     }
   }

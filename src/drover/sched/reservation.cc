@@ -4,11 +4,11 @@
 // its jobs' expected ends stand (ReserveMemo), and shared by every job of the
 // same shape that has no GPUs promised to it (ReserveKey): a stream of
 // like jobs that cannot start (an array behind a full pool) computes it once.
+#include <fmt/format.h>
 #include <algorithm>
 #include <bit>
 #include <functional>
 #include <string>
-#include <fmt/format.h>
 
 #include "drover/sched/scheduler_state.h"
 
@@ -72,9 +72,9 @@ ReserveMemo State::ReserveOnNode(int job, int ni, int64_t now, std::vector<std::
     if (mask == 0) {
       for (int o : n.jobs) {
         const JobState& oj = jobs[o];
-        int64_t end = oj.preempting ? now
+        int64_t end = oj.preempting                    ? now
                       : oj.req.runtime_estimate_ms > 0 ? std::max(now, oj.bound_ms + oj.req.runtime_estimate_ms)
-                                                      : kNever;
+                                                       : kNever;
         if (end > now && end < out.valid_until) out.valid_until = end;
         ends->emplace_back(end, o);
       }
@@ -118,7 +118,7 @@ bool State::Reserve(int job, int64_t now) {
   };
   std::vector<Candidate> found;
   std::vector<std::pair<int64_t, int>> ends;  // one node's jobs by expected end; reused
-  int now_and_whole = 0;  // candidates that cannot be beaten: free now, nothing missing
+  int now_and_whole = 0;                      // candidates that cannot be beaten: free now, nothing missing
   const uint64_t key = ReserveKey(jobs[job]);
   const uint64_t shape = HashMix(key, static_cast<uint64_t>(req.replicas));
   if (reserve_failed_pass != pass) {
@@ -163,11 +163,12 @@ bool State::Reserve(int job, int64_t now) {
   if (failed_before && memo_mismatch.empty()) {
     memo_mismatch = fmt::format("'{}': a reservation found for a shape that failed earlier in the pass", req.id);
   }
-  std::partial_sort(found.begin(), found.begin() + req.replicas, found.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.at != b.at) return a.at < b.at;
-    if (a.missing != b.missing) return a.missing < b.missing;
-    return a.node < b.node;
-  });
+  std::partial_sort(found.begin(), found.begin() + req.replicas, found.end(),
+                    [](const Candidate& a, const Candidate& b) {
+                      if (a.at != b.at) return a.at < b.at;
+                      if (a.missing != b.missing) return a.missing < b.missing;
+                      return a.node < b.node;
+                    });
   reservation_job = job;
   reservation_ms = now;
   uint64_t sig = jobs[job].seq;

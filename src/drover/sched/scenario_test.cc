@@ -132,9 +132,13 @@ TEST(ScenarioRunnerTest, ParseErrorsNameFileAndLine) {
 }
 
 TEST(ScenarioRunnerTest, TranscriptEchoesLinesAndIndentsAnswers) {
-  auto r = RunScenario("t.scenario", "# two GPUs\nnode n1 gpus=2 model=\"A100 40GB\" memory=40GiB\njob j1 gpus=2  # all of it\nschedule\n");
+  auto r = RunScenario(
+      "t.scenario",
+      "# two GPUs\nnode n1 gpus=2 model=\"A100 40GB\" memory=40GiB\njob j1 gpus=2  # all of it\nschedule\n");
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(*r, "# two GPUs\nnode n1 gpus=2 model=\"A100 40GB\" memory=40GiB\njob j1 gpus=2  # all of it\nschedule\n  bind j1 -> n1[0,1]\n");
+  EXPECT_EQ(*r,
+            "# two GPUs\nnode n1 gpus=2 model=\"A100 40GB\" memory=40GiB\njob j1 gpus=2  # all of it\nschedule\n  bind "
+            "j1 -> n1[0,1]\n");
 }
 
 TEST(ScenarioRunnerTest, DurationsRoundTrip) {

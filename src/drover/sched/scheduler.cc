@@ -20,19 +20,23 @@ constexpr int kMaxReplicas = 4096;
 Status ValidateRequest(const JobRequest& job) {
   if (job.id.empty()) return InvalidArgument("job id is empty");
   if (job.replicas < 1 || job.replicas > kMaxReplicas) {
-    return InvalidArgument(fmt::format("job '{}' asks for {} replicas, outside 1..{}", job.id, job.replicas, kMaxReplicas));
+    return InvalidArgument(
+        fmt::format("job '{}' asks for {} replicas, outside 1..{}", job.id, job.replicas, kMaxReplicas));
   }
   if (job.gpus < 0 || job.gpus > kMaxGpusPerNode) {
-    return InvalidArgument(fmt::format("job '{}' asks for {} GPUs per replica, outside 0..{}", job.id, job.gpus, kMaxGpusPerNode));
+    return InvalidArgument(
+        fmt::format("job '{}' asks for {} GPUs per replica, outside 0..{}", job.id, job.gpus, kMaxGpusPerNode));
   }
   if (job.cpu_milli < 0 || job.memory_bytes < 0) {
     return InvalidArgument(fmt::format("job '{}' asks for negative CPU or host memory", job.id));
   }
   if (job.gpu_milli < 1 || job.gpu_milli > kWholeGpu) {
-    return InvalidArgument(fmt::format("job '{}' asks for {} milli-GPU, outside 1..{}", job.id, job.gpu_milli, kWholeGpu));
+    return InvalidArgument(
+        fmt::format("job '{}' asks for {} milli-GPU, outside 1..{}", job.id, job.gpu_milli, kWholeGpu));
   }
   if (job.fractional() && (job.gpus != 1 || job.replicas != 1)) {
-    return InvalidArgument(fmt::format("job '{}' asks for a share of a GPU, which needs gpus = 1 and replicas = 1", job.id));
+    return InvalidArgument(
+        fmt::format("job '{}' asks for a share of a GPU, which needs gpus = 1 and replicas = 1", job.id));
   }
   if (job.gpu_memory_bytes < 0 || job.runtime_estimate_ms < 0) {
     return InvalidArgument(fmt::format("job '{}' has a negative memory size or runtime estimate", job.id));
@@ -133,8 +137,8 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     return InvalidArgument(fmt::format("node '{}' has negative CPU or memory capacity", info.name));
   }
   if (!info.links.empty() && info.links.size() != n * n) {
-    return InvalidArgument(fmt::format("node '{}' has a link matrix of {} entries, expected {} x {}", info.name,
-                                       info.links.size(), n, n));
+    return InvalidArgument(
+        fmt::format("node '{}' has a link matrix of {} entries, expected {} x {}", info.name, info.links.size(), n, n));
   }
   for (Link l : info.links) {
     if (static_cast<int>(l) > static_cast<int>(Link::kFabric)) {
@@ -182,7 +186,8 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     if (g.healthy) node.healthy |= uint64_t{1} << i;
     int cls = s.ClassFor(g);
     node.gpu_class[i] = cls;
-    auto slot = std::find_if(node.classes.begin(), node.classes.end(), [&](const ClassSlot& c) { return c.cls == cls; });
+    auto slot =
+        std::find_if(node.classes.begin(), node.classes.end(), [&](const ClassSlot& c) { return c.cls == cls; });
     if (slot == node.classes.end()) {
       node.classes.push_back(ClassSlot{cls, 0, 0, -1});
       slot = node.classes.end() - 1;
@@ -194,7 +199,8 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     }
   }
   node.switch_domain = node.rack_domain = -1;
-  if (auto l = info.labels.find("switch"); l != info.labels.end()) node.switch_domain = s.DomainFor("switch", l->second);
+  if (auto l = info.labels.find("switch"); l != info.labels.end())
+    node.switch_domain = s.DomainFor("switch", l->second);
   if (auto l = info.labels.find("rack"); l != info.labels.end()) node.rack_domain = s.DomainFor("rack", l->second);
   for (int d : {node.switch_domain, node.rack_domain}) {
     if (d >= 0) s.domains[d].nodes.push_back(idx);
@@ -245,17 +251,20 @@ Status Scheduler::SetTenant(const TenantInfo& tenant) {
     return InvalidArgument(fmt::format("tenant '{}' has weight {}, outside (0, 1e6]", tenant.name, tenant.weight));
   }
   if (tenant.borrow_limit < -1) {
-    return InvalidArgument(fmt::format("tenant '{}' has borrowing limit {}; use -1 for none", tenant.name, tenant.borrow_limit));
+    return InvalidArgument(
+        fmt::format("tenant '{}' has borrowing limit {}; use -1 for none", tenant.name, tenant.borrow_limit));
   }
   for (const auto& [model, gpus] : tenant.guaranteed_gpus) {
-    if (gpus < 0) return InvalidArgument(fmt::format("tenant '{}' has a negative guarantee for '{}'", tenant.name, model));
+    if (gpus < 0)
+      return InvalidArgument(fmt::format("tenant '{}' has a negative guarantee for '{}'", tenant.name, model));
   }
   for (const auto& [model, gpus] : tenant.max_gpus) {
-    if (gpus < 0) return InvalidArgument(fmt::format("tenant '{}' has a negative GPU quota for '{}'", tenant.name, model));
+    if (gpus < 0)
+      return InvalidArgument(fmt::format("tenant '{}' has a negative GPU quota for '{}'", tenant.name, model));
   }
   if (tenant.max_gpu_memory_bytes < -1) {
-    return InvalidArgument(fmt::format("tenant '{}' has GPU memory quota {}; use -1 for none", tenant.name,
-                                       tenant.max_gpu_memory_bytes));
+    return InvalidArgument(
+        fmt::format("tenant '{}' has GPU memory quota {}; use -1 for none", tenant.name, tenant.max_gpu_memory_bytes));
   }
   s_->tenants[s_->TenantFor(tenant.name)].info = tenant;
   return Status::Ok();
@@ -267,7 +276,8 @@ Status Scheduler::Enqueue(const JobRequest& req, int64_t now_ms) {
   ++s_->generation;
   State& s = *s_;
   DROVER_RETURN_IF_ERROR(ValidateRequest(req));
-  if (s.job_ids.contains(req.id)) return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
+  if (s.job_ids.contains(req.id))
+    return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
   int idx = s.NewJob();
   JobState& j = s.jobs[idx];
   j.req = req;
@@ -298,9 +308,11 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
   ++s_->generation;
   State& s = *s_;
   DROVER_RETURN_IF_ERROR(ValidateRequest(req));
-  if (s.job_ids.contains(req.id)) return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
+  if (s.job_ids.contains(req.id))
+    return AlreadyExists(fmt::format("job '{}' is already known to the scheduler", req.id));
   if (binding.replicas.size() != static_cast<size_t>(req.replicas)) {
-    return InvalidArgument(fmt::format("job '{}' has {} placements for {} replicas", req.id, binding.replicas.size(), req.replicas));
+    return InvalidArgument(
+        fmt::format("job '{}' has {} placements for {} replicas", req.id, binding.replicas.size(), req.replicas));
   }
   int idx = s.NewJob();
   JobState& j = s.jobs[idx];
@@ -321,15 +333,18 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
   };
   for (const Placement& p : binding.replicas) {
     auto n = s.node_ids.find(p.node);
-    if (n == s.node_ids.end()) return fail(FailedPrecondition(fmt::format("job '{}' is bound to unknown node '{}'", req.id, p.node)));
+    if (n == s.node_ids.end())
+      return fail(FailedPrecondition(fmt::format("job '{}' is bound to unknown node '{}'", req.id, p.node)));
     NodeState& node = s.nodes[n->second];
     if (p.gpu_indices.size() != static_cast<size_t>(req.gpus)) {
-      return fail(InvalidArgument(fmt::format("job '{}' holds {} GPUs on node '{}', expected {}", req.id, p.gpu_indices.size(), p.node, req.gpus)));
+      return fail(InvalidArgument(fmt::format("job '{}' holds {} GPUs on node '{}', expected {}", req.id,
+                                              p.gpu_indices.size(), p.node, req.gpus)));
     }
     uint64_t mask = 0;
     for (int i : p.gpu_indices) {
       if (i < 0 || i >= kMaxGpusPerNode || (node.present & (uint64_t{1} << i)) == 0) {
-        return fail(InvalidArgument(fmt::format("job '{}' holds GPU index {} that node '{}' does not have", req.id, i, p.node)));
+        return fail(InvalidArgument(
+            fmt::format("job '{}' holds GPU index {} that node '{}' does not have", req.id, i, p.node)));
       }
       mask |= uint64_t{1} << i;
     }
@@ -340,7 +355,8 @@ Status Scheduler::Restore(const JobRequest& req, const Binding& binding, int64_t
       bool taken = req.fractional() ? (node.free_milli[g] < h.milli || node.free_mem[g] < h.mem)
                                     : (node.whole_free & (uint64_t{1} << g)) == 0;
       if (taken) {
-        return fail(FailedPrecondition(fmt::format("job '{}' holds GPU {} of node '{}' that other jobs hold", req.id, g, p.node)));
+        return fail(FailedPrecondition(
+            fmt::format("job '{}' holds GPU {} of node '{}' that other jobs hold", req.id, g, p.node)));
       }
     }
     s.Hold(idx, h);
@@ -438,9 +454,7 @@ std::vector<int> State::Order(int64_t now) const {
         k.a = -(j.req.priority + aged);
         break;
       }
-      case QueuePolicy::kLas:
-        k.a = LasLevel(config, j.attained);
-        break;
+      case QueuePolicy::kLas: k.a = LasLevel(config, j.attained); break;
       case QueuePolicy::kSjf:
         k.a = j.req.runtime_estimate_ms > 0 ? 0 : 1;
         k.b = j.req.runtime_estimate_ms;
@@ -575,7 +589,8 @@ bool State::NoFitKnown(const JobRequest& req) {
       if (req.cpu_milli == f.cpu && req.memory_bytes == f.mem) return true;
       continue;
     }
-    if ((req.cpu_milli >= f.cpu && req.memory_bytes >= f.mem) || req.cpu_milli > f.cpu_left || req.memory_bytes > f.mem_left) {
+    if ((req.cpu_milli >= f.cpu && req.memory_bytes >= f.mem) || req.cpu_milli > f.cpu_left ||
+        req.memory_bytes > f.mem_left) {
       return true;
     }
   }
@@ -596,7 +611,8 @@ void State::RecordNoFit(const JobRequest& req) {
     if (no_fit.size() >= kMaxShapes) return;
     it = no_fit.emplace(ShapeOf(req), std::vector<NoFit>{}).first;
   }
-  if (it->second.size() < kMaxRequests) it->second.push_back(NoFit{req.cpu_milli, req.memory_bytes, host_miss_cpu, host_miss_mem});
+  if (it->second.size() < kMaxRequests)
+    it->second.push_back(NoFit{req.cpu_milli, req.memory_bytes, host_miss_cpu, host_miss_mem});
 }
 
 Decisions Scheduler::Schedule(int64_t now_ms) {

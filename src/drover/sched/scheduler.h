@@ -134,9 +134,9 @@ class Scheduler {
   // GPUs of `node` held wholly or in part, as a mask over node-local indices.
   uint64_t HeldMask(const std::string& node) const;
   struct TenantUsage {
-    int64_t milli_gpus = 0;     // whole GPUs count kWholeGpu each
-    int64_t memory_bytes = 0;   // GPU memory held (a whole GPU holds all of its)
-    int64_t borrowed_milli = 0; // beyond the tenant's guarantees
+    int64_t milli_gpus = 0;      // whole GPUs count kWholeGpu each
+    int64_t memory_bytes = 0;    // GPU memory held (a whole GPU holds all of its)
+    int64_t borrowed_milli = 0;  // beyond the tenant's guarantees
   };
   TenantUsage Usage(const std::string& tenant) const;
   const Config& config() const;

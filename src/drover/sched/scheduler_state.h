@@ -57,8 +57,8 @@ class HostTree {
   // fits, within node's range [lo, hi).
   int64_t Find(size_t node, size_t lo, size_t hi, int64_t pos, bool forward, int64_t cpu, int64_t mem,
                Max* skipped) const;
-  size_t size_ = 0;          // leaves: a power of two
-  std::vector<Max> tree_;    // [1, size_): inner, [size_, 2 size_): leaves
+  size_t size_ = 0;        // leaves: a power of two
+  std::vector<Max> tree_;  // [1, size_): inner, [size_, 2 size_): leaves
 };
 
 struct GpuClass {
@@ -66,7 +66,7 @@ struct GpuClass {
   std::string model;
   int64_t memory_bytes = 0;
   std::array<std::vector<std::pair<int, int>>, kMaxGpusPerNode + 1> buckets;  // (node, slot)
-  std::array<HostTree, kMaxGpusPerNode + 1> host;  // per bucket, by position
+  std::array<HostTree, kMaxGpusPerNode + 1> host;                             // per bucket, by position
   // By node index: the host resources left of each node with a GPU in
   // `shared` (how many in shared_on), for the shares' walk.
   HostTree shared_host;
@@ -117,8 +117,8 @@ struct alignas(64) NodeState {
   // preempted (the count per GPU in victim_jobs): all a preemption search
   // could free here, read without visiting the jobs (CountVictim).
   uint64_t victim_gpus = 0;
-  int64_t free_cpu = 0;   // host resources left (meaningful when info.cpu_milli > 0)
-  uint64_t present = 0;   // GPUs in the inventory
+  int64_t free_cpu = 0;  // host resources left (meaningful when info.cpu_milli > 0)
+  uint64_t present = 0;  // GPUs in the inventory
   int topo = 0;
   int switch_domain = -1;
   std::vector<ClassSlot> classes;
@@ -197,7 +197,7 @@ struct alignas(64) JobState {
   uint64_t bound_pass = 0;       // the pass that bound it: not preempted in that same pass
   uint64_t considered_pass = 0;  // the last pass that looked at it
   int tenant = 0;
-  int priority = 0;          // req.priority
+  int priority = 0;  // req.priority
   bool pending = false;
   bool preempting = false;
   bool preemptible = false;  // req.preemptible
@@ -211,8 +211,8 @@ struct alignas(64) JobState {
   int pending_pos = -1;
   int64_t bound_ms = 0;
   int64_t checkpoint_ms = 0;  // the last checkpoint it reported (0: unknown; SetCheckpoint)
-  int64_t queued_ms = 0;  // when it last became pending (the LAS starvation guard)
-  int64_t attained = 0;  // milli-GPU x ms of service received before
+  int64_t queued_ms = 0;      // when it last became pending (the LAS starvation guard)
+  int64_t attained = 0;       // milli-GPU x ms of service received before
   // The preemption epoch and reservation under which a search for victims
   // last failed for this job (0: none failed since they last changed).
   uint64_t no_victims_epoch = 0;
@@ -241,7 +241,7 @@ struct Pick {
   int milli = kWholeGpu;
   int64_t mem = 0;
   Link quality = Link::kFabric;
-  int fill = 0;  // usable GPUs of the class on the node before the pick
+  int fill = 0;          // usable GPUs of the class on the node before the pick
   int64_t stranded = 0;  // milli-GPU the pick leaves on the node without CPU to use them
 };
 
@@ -290,9 +290,9 @@ struct State {
   std::unordered_map<std::string, int> node_ids;
   std::vector<Domain> domains;
   std::map<std::pair<std::string, std::string>, int> domain_ids;  // (label, value)
-  std::array<std::vector<int>, 2> level_domains;  // [0]: "switch" domains, [1]: "rack"
-  std::array<DomainRank, 2> domain_rank;          // by level, as level_domains
-  std::vector<int> rank_dirty;                    // domains whose free counts changed since RankDomains
+  std::array<std::vector<int>, 2> level_domains;                  // [0]: "switch" domains, [1]: "rack"
+  std::array<DomainRank, 2> domain_rank;                          // by level, as level_domains
+  std::vector<int> rank_dirty;                                    // domains whose free counts changed since RankDomains
   // Nodes by label (key, value), for node selectors (SelectedNodes).
   // Invariant: node i is in the list of each of its labels, once, and in no
   // other; each list is in ascending node index.
@@ -301,7 +301,7 @@ struct State {
   // A pick left out GPUs of the pass's reservation: only then may the job
   // fit but for the reservation (Consider's probe).
   mutable bool reserved_hit = false;
-  mutable Rng rng{1};              // PlacementPolicy::kRandom only
+  mutable Rng rng{1};  // PlacementPolicy::kRandom only
   // PlacementPolicy::kFrag: the request shapes seen so far (every policy
   // learns them, so a policy switch starts informed), the class count the
   // typical set was built for, and each node's fragmentation under it.
@@ -330,8 +330,8 @@ struct State {
   int64_t capacity_mem = 0;
   std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
   std::vector<int> reserved_nodes;            // nodes with a pass reservation
-  uint64_t pass = 0;  // passes run so far
-  uint64_t generation = 0;  // raised by every public mutator (Scheduler::generation)
+  uint64_t pass = 0;                          // passes run so far
+  uint64_t generation = 0;                    // raised by every public mutator (Scheduler::generation)
   // Restored victims by the id of the job they stop for, until it is queued.
   std::unordered_map<std::string, std::vector<std::string>> restored_victims;
   int reservation_job = -1;

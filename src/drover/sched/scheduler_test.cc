@@ -237,9 +237,10 @@ TEST_F(SchedulerTest, IslandRequirementAndItsExplanation) {
   k.topology = Topology::kIsland;
   Submit(k);
   EXPECT_TRUE(Pass().bindings.empty());
-  EXPECT_EQ(s.PendingReason("isl2").rfind(
-                "waiting: needs 4 GPUs on one NVLink island; the largest free island has 2 (node gpu-07); next in line", 0),
-            0u)
+  EXPECT_EQ(
+      s.PendingReason("isl2").rfind(
+          "waiting: needs 4 GPUs on one NVLink island; the largest free island has 2 (node gpu-07); next in line", 0),
+      0u)
       << s.PendingReason("isl2");
 }
 
@@ -292,7 +293,8 @@ TEST_F(SchedulerTest, PriorityPreemptionTakesTheSmallestVictimSet) {
     EXPECT_TRUE(s.IsPreempting(p.job_id));
   }
   EXPECT_EQ(victims, (std::set<std::string>{"a-low4", "a-mid2"}));
-  EXPECT_EQ(s.PendingReason("urgent").rfind("waiting for 2 preempted jobs to stop (", 0), 0u) << s.PendingReason("urgent");
+  EXPECT_EQ(s.PendingReason("urgent").rfind("waiting for 2 preempted jobs to stop (", 0), 0u)
+      << s.PendingReason("urgent");
   // Nothing more is preempted while the victims stop.
   EXPECT_TRUE(Pass(kMinute).preemptions.empty());
   ASSERT_TRUE(s.Requeue("a-low4", 2 * kMinute).ok());
@@ -431,7 +433,7 @@ TEST_F(SchedulerTest, EasyBackfillNeverDelaysTheReservation) {
   run.runtime_estimate_ms = 60 * kMinute;
   Submit(run);
   Pass();
-  Submit(Job("big", 8), 1);           // waits for "running": reservation on a
+  Submit(Job("big", 8), 1);  // waits for "running": reservation on a
   JobRequest short_job = Job("short", 2);
   short_job.runtime_estimate_ms = 30 * kMinute;  // ends before the reservation
   Submit(short_job, 2);

@@ -186,9 +186,8 @@ uint64_t NodeTopology::Choose(uint64_t usable, int g, Topology req, Link* qualit
   if (out == 0 && req != Topology::kIsland) out = best_fit(numas);
   if (out == 0 && req != Topology::kIsland && req != Topology::kNuma) {
     std::vector<uint64_t> order = islands;
-    std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
-      return std::popcount(usable & a) > std::popcount(usable & b);
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint64_t a, uint64_t b) { return std::popcount(usable & a) > std::popcount(usable & b); });
     int need = g;
     for (uint64_t grp : order) {
       uint64_t take = LowestBits(usable & grp, need);

@@ -26,14 +26,14 @@ inline constexpr int kSubsetTableMax = 12;
 
 struct NodeTopology {
   int n = 0;
-  std::vector<Link> links;          // n x n, row-major
-  std::vector<uint64_t> island_of;  // per GPU: its NVLink island
-  std::vector<uint64_t> numa_of;    // per GPU: the GPUs of its NUMA node
-  std::vector<uint64_t> islands;    // distinct islands, by lowest GPU
-  std::vector<uint64_t> numas;      // distinct NUMA groups, by lowest GPU
-  std::vector<std::vector<uint64_t>> by_size;  // [g]: g-subsets, best first (n <= kSubsetTableMax)
+  std::vector<Link> links;                       // n x n, row-major
+  std::vector<uint64_t> island_of;               // per GPU: its NVLink island
+  std::vector<uint64_t> numa_of;                 // per GPU: the GPUs of its NUMA node
+  std::vector<uint64_t> islands;                 // distinct islands, by lowest GPU
+  std::vector<uint64_t> numas;                   // distinct NUMA groups, by lowest GPU
+  std::vector<std::vector<uint64_t>> by_size;    // [g]: g-subsets, best first (n <= kSubsetTableMax)
   std::vector<std::vector<Link>> by_size_worst;  // parallel to by_size
-  std::vector<Link> ideal;  // [g]: the weakest link of the best g GPUs when all are free
+  std::vector<Link> ideal;                       // [g]: the weakest link of the best g GPUs when all are free
 
   // `links` may be empty (then derived from `numa`).
   static NodeTopology Build(int n, const std::vector<Link>& links, const std::vector<int>& numa);

@@ -49,8 +49,7 @@ class SessionHost {
 // Thread-safety: reactions run on gRPC's threads one at a time per
 // direction; the AgentSink methods may be called from any thread. The
 // down direction's state is under mu_.
-class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServerMessage>,
-                             public AgentSink {
+class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ServerMessage>, public AgentSink {
  public:
   // The reactor keeps itself alive until OnDone.
   static SessionReactor* Start(grpc::CallbackServerContext* ctx, SessionHost* host) {
@@ -253,12 +252,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
 
   Mutex mu_;
   std::shared_ptr<SessionReactor> self_ DROVER_GUARDED_BY(mu_);  // until OnDone
-  v1::ServerMessage out_ DROVER_GUARDED_BY(mu_);  // the write in flight
+  v1::ServerMessage out_ DROVER_GUARDED_BY(mu_);                 // the write in flight
   std::optional<v1::DesiredWorkloads> pending_ DROVER_GUARDED_BY(mu_);
   std::deque<v1::InjectFault> faults_ DROVER_GUARDED_BY(mu_);
   std::optional<v1::HeartbeatAck> ack_ DROVER_GUARDED_BY(mu_);
   std::map<std::string, int> sent_attempt_ DROVER_GUARDED_BY(mu_);  // job id -> newest attempt sent
-  grpc::Status status_ DROVER_GUARDED_BY(mu_);  // what Finish says
+  grpc::Status status_ DROVER_GUARDED_BY(mu_);                      // what Finish says
   bool open_ = false, writing_ = false, broken_ = false, ending_ = false, finished_ = false, done_ = false;
 };
 
@@ -298,8 +297,8 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
     // a malformed one does not burn it.
     const bool issue = !req->csr_pem().empty() && tls_ != nullptr && tls_->can_issue();
     Status csr = issue ? auth::ParseCsrPem(req->csr_pem()).status() : Status::Ok();
-    Result<std::string> token = csr.ok() ? authority_->Join(req->join_token(), req->node_name())
-                                         : Result<std::string>(csr);
+    Result<std::string> token =
+        csr.ok() ? authority_->Join(req->join_token(), req->node_name()) : Result<std::string>(csr);
     std::string certificate;
     if (token.ok() && issue) {
       auto id = auth::ParseToken(*token);
@@ -309,7 +308,8 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
       if (cert.ok()) {
         certificate = std::move(*cert);
       } else {
-        spdlog::error("node '{}' joined but its certificate could not be issued: {}", who.name, cert.status().message());
+        spdlog::error("node '{}' joined but its certificate could not be issued: {}", who.name,
+                      cert.status().message());
         token = Internal("the node certificate could not be issued: " + cert.status().message());
       }
     }
@@ -395,10 +395,11 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
     auto it = md.find("authorization");
     std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
     std::optional<Result<auth::Principal>> by_cert = CertificateNode(ctx);
-    Result<auth::Principal> who = by_cert.has_value() ? *by_cert
-                                  : value.empty()     ? Result<auth::Principal>(Unauthenticated(
-                                                        "an agent needs a node credential: join with --join-token"))
-                                                      : edge_->AuthenticateBearer(value, ctx->peer());
+    Result<auth::Principal> who =
+        by_cert.has_value() ? *by_cert
+        : value.empty()
+            ? Result<auth::Principal>(Unauthenticated("an agent needs a node credential: join with --join-token"))
+            : edge_->AuthenticateBearer(value, ctx->peer());
     const char* credential = by_cert.has_value() ? "certificate" : "credential";
     Status refused;
     if (!who.ok()) {
@@ -406,14 +407,14 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
     } else if (who->role != auth::Role::kNode) {
       refused = PermissionDenied(fmt::format("token '{}' is not a node credential", who->name));
     } else if (who->node != claimed) {
-      refused = PermissionDenied(fmt::format("the {} of node '{}' cannot act as node '{}'", credential, who->node,
-                                             claimed.substr(0, 63)));
+      refused = PermissionDenied(
+          fmt::format("the {} of node '{}' cannot act as node '{}'", credential, who->node, claimed.substr(0, 63)));
     } else if (by_cert.has_value() && !value.empty()) {
       // A token sent beside a certificate must be the same node's.
       auto token = edge_->AuthenticateBearer(value, ctx->peer());
       if (!token.ok() || token->role != auth::Role::kNode || token->node != who->node) {
-        refused = PermissionDenied(fmt::format("the token sent with node '{}''s certificate is not that node's",
-                                               who->node));
+        refused =
+            PermissionDenied(fmt::format("the token sent with node '{}''s certificate is not that node's", who->node));
       }
     }
     if (refused.ok()) return who->node;

@@ -37,13 +37,12 @@ constexpr size_t kMaxUsageGateways = 256;
 
 Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
   const std::string& g = req.gateway();
-  if (g.empty() || g.size() > 128 ||
-      !std::all_of(g.begin(), g.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+  if (g.empty() || g.size() > 128 || !std::all_of(g.begin(), g.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
     return InvalidArgument("gateway must be an id of 1-128 printable characters without spaces");
   }
   if (req.models_size() > kMaxLoadModels) {
-    return InvalidArgument(fmt::format("a load report names at most {} models, not {}", kMaxLoadModels,
-                                       req.models_size()));
+    return InvalidArgument(
+        fmt::format("a load report names at most {} models, not {}", kMaxLoadModels, req.models_size()));
   }
   for (const v1::ModelLoad& m : req.models()) {
     DROVER_RETURN_IF_ERROR(rpc::ValidateModelName("model", m.model()));
@@ -69,14 +68,15 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
     }
   }
   if (req.usage_size() > kMaxUsageRows) {
-    return InvalidArgument(fmt::format("a load report carries at most {} usage rows, not {}", kMaxUsageRows,
-                                       req.usage_size()));
+    return InvalidArgument(
+        fmt::format("a load report carries at most {} usage rows, not {}", kMaxUsageRows, req.usage_size()));
   }
   for (const v1::GatewayUsage& u : req.usage()) {
     // Names as the gateway saw them (a tenant, a model a client asked for,
     // a token id): bounded and printable, not checked against what exists.
     for (const std::string* text : {&u.tenant(), &u.model(), &u.key()}) {
-      if (text->size() > 256 || !std::all_of(text->begin(), text->end(), [](char c) { return c >= 0x20 && c < 0x7f; })) {
+      if (text->size() > 256 ||
+          !std::all_of(text->begin(), text->end(), [](char c) { return c >= 0x20 && c < 0x7f; })) {
         return InvalidArgument("usage rows name tenants, models and keys of at most 256 printable characters");
       }
     }
@@ -87,8 +87,8 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
     }
     for (double ms : {u.latency_p50_ms(), u.latency_p99_ms()}) {
       if (!std::isfinite(ms) || ms > kMaxLatencyMs) {
-        return InvalidArgument(fmt::format("usage of model '{}': latencies must be finite, at most 1e9 ms",
-                                           u.model().substr(0, 64)));
+        return InvalidArgument(
+            fmt::format("usage of model '{}': latencies must be finite, at most 1e9 ms", u.model().substr(0, 64)));
       }
     }
   }
@@ -172,7 +172,8 @@ Result<v1::Deployment> ApiService::ScaleDeployment(const auth::Principal& who, c
   return Audited(who, "deployments.scale", fmt::format("{} {}", req.name().substr(0, 64), req.replicas()), run());
 }
 
-Result<v1::Deployment> ApiService::DeleteDeployment(const auth::Principal& who, const v1::DeleteDeploymentRequest& req) {
+Result<v1::Deployment> ApiService::DeleteDeployment(const auth::Principal& who,
+                                                    const v1::DeleteDeploymentRequest& req) {
   auto run = [&]() -> Result<v1::Deployment> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "delete deployments"));
     v1::GetDeploymentRequest get;
@@ -250,9 +251,8 @@ Result<std::string> ApiService::ServingUsage(const auth::Principal& who) {
   // by their requests, the p99 the highest gateway's (one gateway: its own).
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [k, s] : sums) {
-    nlohmann::json row = {{"tenant", std::get<0>(k)},  {"model", std::get<1>(k)},
-                          {"key", std::get<2>(k)},     {"requests", s.requests},
-                          {"errors", s.errors},        {"prompt_tokens", s.prompt},
+    nlohmann::json row = {{"tenant", std::get<0>(k)},         {"model", std::get<1>(k)}, {"key", std::get<2>(k)},
+                          {"requests", s.requests},           {"errors", s.errors},      {"prompt_tokens", s.prompt},
                           {"completion_tokens", s.completion}};
     if (s.p50_requests > 0) row["latency_p50_ms"] = s.p50_weighted / static_cast<double>(s.p50_requests);
     if (s.p99 >= 0) row["latency_p99_ms"] = s.p99;

@@ -58,8 +58,8 @@ std::string RedactJobList(const std::string& list, const std::set<std::string>& 
 
 Status RequireRole(const auth::Principal& who, auth::Role needed, std::string_view what) {
   if (auth::AtLeast(who.role, needed)) return Status::Ok();
-  return PermissionDenied(fmt::format("role {} may not {} (needs {})", auth::RoleName(who.role), what,
-                                      auth::RoleName(needed)));
+  return PermissionDenied(
+      fmt::format("role {} may not {} (needs {})", auth::RoleName(who.role), what, auth::RoleName(needed)));
 }
 
 void ApiService::Audit(const auth::Principal& who, std::string action, std::string target, const Status& result) {
@@ -102,8 +102,8 @@ Status ValidateArray(const v1::ArraySpec& a) {
   int64_t step = std::max<int64_t>(a.step(), 1);
   // (last - first) / step + 1 without overflow.
   if ((a.last() - a.first()) / step >= kMaxArrayTasks) {
-    return InvalidArgument(fmt::format("array {}-{}:{} has more than {} tasks", a.first(), a.last(), step,
-                                       kMaxArrayTasks));
+    return InvalidArgument(
+        fmt::format("array {}-{}:{} has more than {} tasks", a.first(), a.last(), step, kMaxArrayTasks));
   }
   if (a.max_running() < 0) return InvalidArgument(fmt::format("array limit %{} is negative", a.max_running()));
   return Status::Ok();
@@ -158,8 +158,7 @@ Result<v1::SubmitJobsResponse> ApiService::SubmitBatch(const auth::Principal& wh
   };
   auto r = run();
   if (!note.recorded->load()) {
-    std::string target =
-        r.ok() && r->jobs_size() > 0 ? r->jobs(0).id() + ".." + r->jobs(r->jobs_size() - 1).id() : "";
+    std::string target = r.ok() && r->jobs_size() > 0 ? r->jobs(0).id() + ".." + r->jobs(r->jobs_size() - 1).id() : "";
     Audit(who, note.action, target, r.status());
   }
   return r;
@@ -247,8 +246,8 @@ Result<v1::ListJobsResponse> ApiService::ListJobs(const auth::Principal& who, co
     return InvalidArgument("ended_after and ended_before are unix nanoseconds, not negative");
   }
   if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
-    return InvalidArgument(fmt::format("page_size {} is outside 1..{} (0: {})", req.page_size(), kMaxPageSize,
-                                       kDefaultPageSize));
+    return InvalidArgument(
+        fmt::format("page_size {} is outside 1..{} (0: {})", req.page_size(), kMaxPageSize, kDefaultPageSize));
   }
   if (req.page_size() == 0) req.set_page_size(kDefaultPageSize);
   if (!who.IsAdmin()) {
@@ -368,7 +367,8 @@ Result<v1::TenantStatus> ApiService::SetTenant(const auth::Principal& who, const
   return Audited(who, req.create() ? "tenants.create" : "tenants.set", req.tenant().name().substr(0, 64), run());
 }
 
-Result<v1::DeleteTenantResponse> ApiService::DeleteTenant(const auth::Principal& who, const v1::DeleteTenantRequest& req) {
+Result<v1::DeleteTenantResponse> ApiService::DeleteTenant(const auth::Principal& who,
+                                                          const v1::DeleteTenantRequest& req) {
   auto run = [&]() -> Result<v1::DeleteTenantResponse> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kAdmin, "delete tenants"));
     DROVER_RETURN_IF_ERROR(ValidateName("tenant", req.name()));
@@ -392,7 +392,7 @@ v1::VersionResponse ApiService::Version() const {
 }
 
 Result<std::shared_ptr<LogFollow>> ApiService::FollowLogs(const auth::Principal& who, const v1::LogsRequest& req,
-                                                         LogFollow::Send send, LogFollow::Done done) {
+                                                          LogFollow::Send send, LogFollow::Done done) {
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
   DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
@@ -464,7 +464,8 @@ Result<v1::CreateTokenResponse> ApiService::CreateToken(const auth::Principal& w
     return resp;
   };
   auto r = run();
-  Audit(who, "tokens.create", r.ok() ? r->info().id() + " " + r->info().role() + "@" + r->info().tenant() : req.name().substr(0, 64),
+  Audit(who, "tokens.create",
+        r.ok() ? r->info().id() + " " + r->info().role() + "@" + r->info().tenant() : req.name().substr(0, 64),
         r.status());
   return r;
 }

@@ -92,7 +92,8 @@ class ApiService {
   Result<v1::ListTokensResponse> ListTokens(const auth::Principal& who);
   Result<v1::TokenInfo> RevokeToken(const auth::Principal& who, const v1::RevokeTokenRequest& req);
   Result<v1::CreateLoginCodeResponse> CreateLoginCode(const auth::Principal& who);
-  Result<v1::CreateJoinTokenResponse> CreateJoinToken(const auth::Principal& who, const v1::CreateJoinTokenRequest& req);
+  Result<v1::CreateJoinTokenResponse> CreateJoinToken(const auth::Principal& who,
+                                                      const v1::CreateJoinTokenRequest& req);
   Result<v1::ListAuditResponse> ListAudit(const auth::Principal& who, const v1::ListAuditRequest& req);
   Result<v1::VerifyAuditResponse> VerifyAudit(const auth::Principal& who);
 

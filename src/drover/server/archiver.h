@@ -62,7 +62,12 @@ class Archiver {
   using Done = std::function<void(Result<int64_t>)>;
 
   Archiver(Options options, store::Store* store, Clock* clock, JobLifecycle* lifecycle, Batch* batch, Hooks hooks)
-      : options_(options), store_(store), clock_(clock), lifecycle_(lifecycle), batch_(batch), hooks_(std::move(hooks)) {}
+      : options_(options),
+        store_(store),
+        clock_(clock),
+        lifecycle_(lifecycle),
+        batch_(batch),
+        hooks_(std::move(hooks)) {}
   ~Archiver() { Stop(); }
 
   void Start() { thread_.Start(); }
@@ -111,8 +116,8 @@ class Archiver {
   // Finished jobs (end ns, seq), in the order their end was committed:
   // what Due looks at.
   std::deque<std::pair<int64_t, uint64_t>> ended_;
-  bool archiving_ = false;      // a batch is with thread_
-  std::vector<Done> waiting_;   // DueNow calls made while it was
+  bool archiving_ = false;     // a batch is with thread_
+  std::vector<Done> waiting_;  // DueNow calls made while it was
   int ticks_ = 0;
   runtime::EventLoop thread_{"archiver"};
 };

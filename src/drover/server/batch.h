@@ -72,7 +72,7 @@ class Batch {
     std::vector<Ack> acks;
     std::vector<auth::AuditEntry> audit;
     std::vector<std::shared_ptr<std::atomic<bool>>> audit_recorded;
-    std::set<uint64_t> persisted;  // jobs put
+    std::set<uint64_t> persisted;    // jobs put
     std::vector<uint64_t> unlisted;  // jobs deleted for the archive
   };
   Sealed Seal();

@@ -1,11 +1,11 @@
 #include "drover/server/control_loop.h"
 
 #include <fmt/format.h>
-#include <algorithm>
-#include <cmath>
-#include <charconv>
-#include <ctime>
 #include <spdlog/spdlog.h>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <ctime>
 
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
@@ -18,8 +18,8 @@ constexpr int64_t kRecoverPage = 1000;
 // Every record under `prefix`, a page at a time: start-up holds one page of
 // raw records at once, not the whole prefix. Only the loop writes these
 // keys, and not while it recovers, so the pages agree.
-Status ForEachRecord(store::Store* store, std::string_view prefix, const std::function<void(const store::KeyValue&)>& fn,
-                     int64_t* revision) {
+Status ForEachRecord(store::Store* store, std::string_view prefix,
+                     const std::function<void(const store::KeyValue&)>& fn, int64_t* revision) {
   std::string start;
   while (true) {
     DROVER_ASSIGN_OR_RETURN(store::RangeResult page, store->Range(std::string(prefix), kRecoverPage, start));
@@ -140,24 +140,30 @@ Status ControlLoop::Recover() {
   // leaves the loop's state as it was.
   int64_t revision = 0;
   std::vector<v1::Node> stored_nodes;
-  DROVER_RETURN_IF_ERROR(ForEachRecord(store_, kNodesPrefix, [&](const store::KeyValue& kv) {
-    v1::Node node;
-    if (!node.ParseFromString(kv.value)) {
-      spdlog::error("skipping unreadable node record '{}'", kv.key);
-      return;
-    }
-    stored_nodes.push_back(std::move(node));
-  }, &revision));
-  DROVER_RETURN_IF_ERROR(ForEachRecord(store_, kJobsPrefix, [&](const store::KeyValue& kv) {
-    v1::Job job;
-    auto seq = ParseJobId(kv.key.substr(kJobsPrefix.size()));
-    if (!seq.ok() || !job.ParseFromString(kv.value) || job.id() != kv.key.substr(kJobsPrefix.size())) {
-      spdlog::error("skipping unreadable job record '{}'", kv.key);
-      return;
-    }
-    jobs[*seq] = std::move(job);
-    next_seq = std::max(next_seq, *seq + 1);
-  }, &revision));
+  DROVER_RETURN_IF_ERROR(ForEachRecord(
+      store_, kNodesPrefix,
+      [&](const store::KeyValue& kv) {
+        v1::Node node;
+        if (!node.ParseFromString(kv.value)) {
+          spdlog::error("skipping unreadable node record '{}'", kv.key);
+          return;
+        }
+        stored_nodes.push_back(std::move(node));
+      },
+      &revision));
+  DROVER_RETURN_IF_ERROR(ForEachRecord(
+      store_, kJobsPrefix,
+      [&](const store::KeyValue& kv) {
+        v1::Job job;
+        auto seq = ParseJobId(kv.key.substr(kJobsPrefix.size()));
+        if (!seq.ok() || !job.ParseFromString(kv.value) || job.id() != kv.key.substr(kJobsPrefix.size())) {
+          spdlog::error("skipping unreadable job record '{}'", kv.key);
+          return;
+        }
+        jobs[*seq] = std::move(job);
+        next_seq = std::max(next_seq, *seq + 1);
+      },
+      &revision));
   // Ids are never reused: jobs that had the highest ones may all be in the
   // archive by now.
   DROVER_ASSIGN_OR_RETURN(std::optional<store::KeyValue> next_kv, store_->Get(std::string(kNextJobKey)));
@@ -171,7 +177,8 @@ Status ControlLoop::Recover() {
   DROVER_ASSIGN_OR_RETURN(NodeRegistry::Map nodes, nodes_.Rebuild(std::move(stored_nodes), &sched));
   next_seq = std::max(next_seq, jobs_.next_seq());
   DROVER_ASSIGN_OR_RETURN(DeploymentController::Map deployments, DeploymentController::Load(store_, jobs, NowNs()));
-  DROVER_ASSIGN_OR_RETURN(JobLifecycle::Rebuilt rebuilt, JobLifecycle::Rebuild(std::move(jobs), next_seq, &sched, NowNs()));
+  DROVER_ASSIGN_OR_RETURN(JobLifecycle::Rebuilt rebuilt,
+                          JobLifecycle::Rebuild(std::move(jobs), next_seq, &sched, NowNs()));
   sched_ = std::move(sched);
   settled_generation_ = 0;  // a new scheduler counts from 0 again
   lifecycle_.Replace(std::move(rebuilt.table));

@@ -277,10 +277,12 @@ class ControlLoop {
   }
   // A command that answers nothing (agents' reports, timers).
   void Run(std::function<void()> fn, Needs needs = Needs::kState) {
-    CallThen<Done>([fn = std::move(fn)]() -> Result<Done> {
-      fn();
-      return Done{};
-    }, nullptr, needs);
+    CallThen<Done>(
+        [fn = std::move(fn)]() -> Result<Done> {
+          fn();
+          return Done{};
+        },
+        nullptr, needs);
   }
 
   Status Recover();
@@ -312,8 +314,7 @@ class ControlLoop {
   static std::string WithOwnMessage(std::string reason, const v1::Job& job);
   // Answers the replica's copies, asking the loop (one call) why the
   // pending ones among them wait.
-  void AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
-                         std::function<void(Result<std::vector<v1::Job>>)> done);
+  void AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs, std::function<void(Result<std::vector<v1::Job>>)> done);
   // The whole job set into replica_ (after Recover).
   void ReplaceReplica();
   // ---- archive (control_loop_archive.cc; the archiver's in archiver.cc) ----
@@ -356,11 +357,11 @@ class ControlLoop {
   DeploymentController deployments_;
   // The finished jobs on their way to the archive, and the archive's reads.
   Archiver archiver_;
-  JobReplica replica_;                      // GetJob and ListJobs read here, off the loop
-  NodeReplica node_replica_;                // GetNode, ListNodes and Fleet read here, off the loop
+  JobReplica replica_;        // GetJob and ListJobs read here, off the loop
+  NodeReplica node_replica_;  // GetNode, ListNodes and Fleet read here, off the loop
   // Adds the call `note` names (when it names one) to the open batch.
   void NoteAudit(const std::optional<AuditNote>& note, std::string target, const Status& result);
-  bool degraded_ = false;              // the last rebuild from the store failed
+  bool degraded_ = false;  // the last rebuild from the store failed
   // Series of options_.metrics; null when it is.
   metrics::Histogram* pass_seconds_ = nullptr;
   metrics::Histogram* decision_seconds_ = nullptr;

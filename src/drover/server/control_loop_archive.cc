@@ -9,12 +9,15 @@ namespace drover::server {
 Archiver::Hooks ControlLoop::ArchiverHooks() {
   Archiver::Hooks h;
   h.on_loop = [this](std::function<void()> task, std::function<void(const Status&)> refused) {
-    CallThen<Done>([task = std::move(task)]() -> Result<Done> {
-      task();
-      return Done{};
-    }, [refused = std::move(refused)](Result<Done> r) {
-      if (!r.ok() && refused) refused(r.status());
-    }, Needs::kAnyState);
+    CallThen<Done>(
+        [task = std::move(task)]() -> Result<Done> {
+          task();
+          return Done{};
+        },
+        [refused = std::move(refused)](Result<Done> r) {
+          if (!r.ok() && refused) refused(r.status());
+        },
+        Needs::kAnyState);
   };
   h.readable = [this] { return EnsureRecovered(); };
   return h;
@@ -33,12 +36,15 @@ std::future<Result<int64_t>> ControlLoop::ArchiveDueNow() {
   auto done = [promise](Result<int64_t> r) { promise->set_value(std::move(r)); };
   // DueNow answers `done` itself once the state is readable; only a
   // stopped loop answers here.
-  CallThen<Done>([this, done]() -> Result<Done> {
-    archiver_.DueNow(done);
-    return Done{};
-  }, [done](Result<Done> r) {
-    if (!r.ok()) done(r.status());
-  }, Needs::kAnyState);
+  CallThen<Done>(
+      [this, done]() -> Result<Done> {
+        archiver_.DueNow(done);
+        return Done{};
+      },
+      [done](Result<Done> r) {
+        if (!r.ok()) done(r.status());
+      },
+      Needs::kAnyState);
   return future;
 }
 

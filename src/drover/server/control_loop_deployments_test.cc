@@ -93,7 +93,10 @@ class DeploymentTest : public ControlLoopTest {
     }
     return n;
   }
-  void Tick() { Must(loop_->CheckDeployments()); Must(loop_->Barrier()); }
+  void Tick() {
+    Must(loop_->CheckDeployments());
+    Must(loop_->Barrier());
+  }
   v1::ReportLoadRequest Load(const std::string& model, int64_t outstanding, int64_t waiting, int64_t requests,
                              const std::string& gateway = "gw-1") {
     v1::ReportLoadRequest r;
@@ -491,7 +494,8 @@ TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
   bad_load.mutable_models(0)->set_outstanding(-1);
   EXPECT_EQ(api.ReportLoad(admin, bad_load).status().code(), Code::kInvalidArgument);
   // The engines' queue: -1 (not known) or a sane value.
-  for (double queue_ms : {-2.0, 2e9, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+  for (double queue_ms :
+       {-2.0, 2e9, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     v1::ReportLoadRequest q = load;
     q.add_models()->set_model("chat");
     q.mutable_models(q.models_size() - 1)->set_queue_ms(queue_ms);
@@ -592,12 +596,23 @@ TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
   bad([](v1::DeploymentSpec* s) { s->mutable_liveness()->set_period_ms(-5); }, "period_ms -5");
   bad([](v1::DeploymentSpec* s) { s->set_served_model_name("a b"); }, "served_model_name");
   bad([](v1::DeploymentSpec* s) { s->set_replicas(100000); }, "replicas 100000");
-  bad([](v1::DeploymentSpec* s) { s->set_min_replicas(3);
-    s->set_max_replicas(2); }, "above max_replicas");
+  bad(
+      [](v1::DeploymentSpec* s) {
+        s->set_min_replicas(3);
+        s->set_max_replicas(2);
+      },
+      "above max_replicas");
   bad([](v1::DeploymentSpec* s) { s->set_target_outstanding(-1); }, "target_outstanding");
   bad([](v1::DeploymentSpec* s) { (*s->mutable_env())["DROVER_PORT"] = "1"; }, "DROVER_PORT");
   bad([](v1::DeploymentSpec* s) { s->set_engine("custom"); }, "needs a command");
-  EXPECT_EQ(api.GetDeployment(admin, [] { v1::GetDeploymentRequest g; g.set_name("bad"); return g; }()).status().code(),
+  EXPECT_EQ(api.GetDeployment(admin,
+                              [] {
+                                v1::GetDeploymentRequest g;
+                                g.set_name("bad");
+                                return g;
+                              }())
+                .status()
+                .code(),
             Code::kNotFound);
   // A job may not claim to be a replica.
   v1::SubmitJobRequest sneaky;
@@ -709,8 +724,8 @@ TEST_F(DeploymentTest, TheRestRoutes) {
   ASSERT_EQ(key.status, 200) << key.body;
   EXPECT_EQ(json(key)["tenant"], "team-a");
   EXPECT_EQ(call("POST", "/api/v1/serving/keys:resolve", R"({"token": "drv_x"})", *admin).status, 401);
-  http::Response bad = call("POST", "/api/v1/deployments", R"({"spec": {"name": "x", "model": "m", "engine": "tgi"}})",
-                            *user);
+  http::Response bad =
+      call("POST", "/api/v1/deployments", R"({"spec": {"name": "x", "model": "m", "engine": "tgi"}})", *user);
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("engine 'tgi' is unknown"), std::string::npos) << bad.body;
   EXPECT_EQ(call("POST", "/api/v1/deployments", "{", *user).status, 400);

@@ -25,7 +25,9 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
   if (count <= 0 || count > kMaxArrayTasks || specs.empty()) {
     return InvalidArgument(fmt::format("a submit holds 1 to {} jobs, not {}", kMaxArrayTasks, count));
   }
-  auto spec_of = [&](int64_t i) -> const v1::JobSpec& { return array != nullptr ? specs.front() : specs[static_cast<size_t>(i)]; };
+  auto spec_of = [&](int64_t i) -> const v1::JobSpec& {
+    return array != nullptr ? specs.front() : specs[static_cast<size_t>(i)];
+  };
   // Checked once per distinct tenant: a batch is admitted whole or not at all.
   std::map<std::string, std::pair<const v1::JobSpec*, int64_t>> per_tenant;
   for (int64_t i = 0; i < (array != nullptr ? 1 : count); ++i) {
@@ -100,8 +102,7 @@ std::future<Result<std::vector<v1::Job>>> ControlLoop::SubmitBatch(std::vector<v
   return Call<std::vector<v1::Job>>(
       [this, specs = std::move(specs), audit = std::move(audit)]() -> Result<std::vector<v1::Job>> {
         Result<std::vector<uint64_t>> seqs = AddJobs(specs, nullptr);
-        NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) + ".." + FormatJobId(seqs->back()) : "",
-                  seqs.status());
+        NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) + ".." + FormatJobId(seqs->back()) : "", seqs.status());
         if (!seqs.ok()) return seqs.status();
         std::vector<v1::Job> out;
         out.reserve(seqs->size());
@@ -148,8 +149,7 @@ std::future<Result<v1::Job>> ControlLoop::Cancel(std::string id) {
     }
     v1::JobState state = job->status().state();
     if (rpc::IsTerminal(state)) {
-      return FailedPrecondition(
-          fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
+      return FailedPrecondition(fmt::format("job '{}' already ended ({})", id, rpc::JobStateDisplay(state)));
     }
     CancelOne(*job);
     return View(*job);

@@ -11,8 +11,8 @@
 namespace drover::server::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 class ControlLoopLeasesTest : public ControlLoopTest {
  protected:

@@ -35,10 +35,12 @@ std::future<Result<Done>> ControlLoop::SessionOpened(std::string node, std::shar
 
 void ControlLoop::SessionOpened(std::string node, std::shared_ptr<AgentSink> sink,
                                 std::function<void(Result<Done>)> done) {
-  CallThen<Done>([this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
-    DROVER_RETURN_IF_ERROR(nodes_.Open(node, sink));
-    return Done{};
-  }, std::move(done));
+  CallThen<Done>(
+      [this, node = std::move(node), sink = std::move(sink)]() -> Result<Done> {
+        DROVER_RETURN_IF_ERROR(nodes_.Open(node, sink));
+        return Done{};
+      },
+      std::move(done));
 }
 
 void ControlLoop::SessionClosed(std::string node, const AgentSink* sink) {

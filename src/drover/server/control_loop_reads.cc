@@ -79,7 +79,8 @@ std::future<Result<std::vector<v1::Job>>> ControlLoop::ListJobs(v1::ListJobsRequ
     from = *first;
   }
   auto jobs = replica_.Scan(
-      from, [&](const v1::Job& job) { return filter.array_id().empty() || job.array().array_id() == filter.array_id(); },
+      from,
+      [&](const v1::Job& job) { return filter.array_id().empty() || job.array().array_id() == filter.array_id(); },
       [&](const v1::Job& job) { return JobMatches(filter, job); });
   if (jobs.ok() && !filter.array_id().empty() && archiver_.enabled()) {
     // The tasks that went to the archive, in their place (live copies win).

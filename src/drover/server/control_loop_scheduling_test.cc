@@ -235,9 +235,9 @@ TEST_F(PreemptionTest, PreemptingJobSurvivesARestart) {
   ASSERT_TRUE(desired);
   for (const std::string& id : victims) {
     EXPECT_FALSE(Contains(*desired, id)) << id;
-    EXPECT_TRUE(std::any_of(desired->stops().begin(), desired->stops().end(),
-                            [&](const v1::Stop& s) { return s.job_id() == id && s.grace_seconds() == 2; }))
-        << id;
+    EXPECT_TRUE(std::any_of(desired->stops().begin(), desired->stops().end(), [&](const v1::Stop& s) {
+      return s.job_id() == id && s.grace_seconds() == 2;
+    })) << id;
   }
   Must(loop_->Barrier());
   // The scheduler knows whom the restored victims yield to: nothing else is
@@ -502,7 +502,8 @@ TEST_F(GangTest, AFailedReplicaStopsTheOthersAndFailsTheJob) {
   EXPECT_NE(failing.status().message().find("replica 1 failed: exited with code 3"), std::string::npos)
       << failing.status().message();
   // Replica 0 leaves its node's desired set: its agent stops it.
-  ASSERT_TRUE(sinks_[node_of_[0]]->WaitFor(mark, [&](const v1::DesiredWorkloads& d) { return !Find(d, WorkloadOf(id, 0)); }));
+  ASSERT_TRUE(
+      sinks_[node_of_[0]]->WaitFor(mark, [&](const v1::DesiredWorkloads& d) { return !Find(d, WorkloadOf(id, 0)); }));
   // The GPUs stay held until it is gone.
   std::string waiting = Submit(4).id();
   EXPECT_EQ(StateOf(waiting), v1::JOB_STATE_PENDING);

@@ -44,9 +44,8 @@ std::future<Result<Done>> ControlLoop::DeleteTenant(std::string name) {
 }
 
 std::future<Result<v1::TenantQuota>> ControlLoop::TenantQuotaOf(std::string tenant) {
-  return Call<v1::TenantQuota>([this, tenant = std::move(tenant)]() -> Result<v1::TenantQuota> {
-    return tenants_.QuotaOf(tenant);
-  });
+  return Call<v1::TenantQuota>(
+      [this, tenant = std::move(tenant)]() -> Result<v1::TenantQuota> { return tenants_.QuotaOf(tenant); });
 }
 
 }  // namespace drover::server

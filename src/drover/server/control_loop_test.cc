@@ -64,7 +64,8 @@ TEST_F(ControlLoopTest, SubmittedJobIsAnsweredPendingThenBoundAndSentToItsNode) 
   all.insert(gb.begin(), gb.end());
   EXPECT_EQ(all.size(), 4u) << "the two jobs share a GPU";
 
-  auto desired = sink->WaitFor(0, [&](const v1::DesiredWorkloads& d) { return Contains(d, a.id()) && Contains(d, b.id()); });
+  auto desired =
+      sink->WaitFor(0, [&](const v1::DesiredWorkloads& d) { return Contains(d, a.id()) && Contains(d, b.id()); });
   ASSERT_TRUE(desired);
   for (const v1::Workload& w : desired->workloads()) {
     EXPECT_EQ(std::vector<std::string>(w.command().begin(), w.command().end()),
@@ -609,7 +610,6 @@ TEST_F(ControlLoopTest, HostResourcesArePlacedByAndReachTheAgent) {
   EXPECT_EQ(s.code(), Code::kFailedPrecondition);
   EXPECT_NE(s.message().find("never fit"), std::string::npos) << s.message();
 }
-
 
 // A submit that carries an AuditNote is recorded in the audit log by the
 // commit that stores the job (one durable write for both); one the loop

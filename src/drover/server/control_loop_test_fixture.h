@@ -131,7 +131,8 @@ class FakeSink : public AgentSink {
   }
 
   // Waits for a set, the `from`-th or later, that satisfies `pred`.
-  std::optional<v1::DesiredWorkloads> WaitFor(size_t from, const std::function<bool(const v1::DesiredWorkloads&)>& pred) {
+  std::optional<v1::DesiredWorkloads> WaitFor(size_t from,
+                                              const std::function<bool(const v1::DesiredWorkloads&)>& pred) {
     MutexLock lock(&mu_);
     std::optional<v1::DesiredWorkloads> found;
     bool ok = cv_.WaitFor(&mu_, kDeadline, [&]() DROVER_REQUIRES(mu_) {
@@ -294,7 +295,8 @@ class ControlLoopTest : public ::testing::Test {
   // The workload id of the job's current attempt (of `replica` for a gang).
   std::string WorkloadOf(const std::string& job_id, int replica = -1) {
     v1::Job job = Get(job_id);
-    return rpc::WorkloadId(job_id, std::max(replica, 0), replica < 0 ? 1 : job.spec().replicas(), job.status().attempt());
+    return rpc::WorkloadId(job_id, std::max(replica, 0), replica < 0 ? 1 : job.spec().replicas(),
+                           job.status().attempt());
   }
 
   static v1::JobSpec Spec(int gpus) {

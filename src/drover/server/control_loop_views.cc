@@ -26,7 +26,8 @@ void ControlLoop::RecordSchedulerStats() {
   counters.passes_run = passes_run_;
   counters.passes_skipped = passes_skipped_;
   board_.SetCounters(counters);
-  board_.SetCounts(decisions_, preemptions_, static_cast<int64_t>(sched_.pending()), static_cast<int64_t>(sched_.bound()));
+  board_.SetCounts(decisions_, preemptions_, static_cast<int64_t>(sched_.pending()),
+                   static_cast<int64_t>(sched_.bound()));
   board_.Sample(NowNs());
 }
 
@@ -130,7 +131,8 @@ std::future<Result<LoopStats>> ControlLoop::Stats() {
     for (const NodeReplica::SnapshotPtr& n : nodes) {
       ++(n->state == v1::NODE_STATE_READY ? s.nodes_ready : s.nodes_not_ready);
       if (n->state == v1::NODE_STATE_LOST) ++s.nodes_lost;
-      for (const v1::Gpu& g : n->record->gpus()) ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
+      for (const v1::Gpu& g : n->record->gpus())
+        ++(g.health() == v1::GPU_HEALTH_UNHEALTHY ? s.gpus_unhealthy : s.gpus_healthy);
     }
     return s;
   }());
@@ -206,10 +208,10 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       if (r.t.stored_quota) gpu_ns[name] = 0;
     }
     if (!gpu_ns.empty()) {
-      DROVER_ASSIGN_OR_RETURN(
-          std::vector<JobReplica::JobPtr> jobs,
-          replica_.Scan(0, [](const v1::Job&) { return true; },
-                        [&](const v1::Job& j) { return gpu_ns.contains(j.spec().tenant()); }));
+      DROVER_ASSIGN_OR_RETURN(std::vector<JobReplica::JobPtr> jobs,
+                              replica_.Scan(
+                                  0, [](const v1::Job&) { return true; },
+                                  [&](const v1::Job& j) { return gpu_ns.contains(j.spec().tenant()); }));
       for (const JobReplica::JobPtr& j : jobs) {
         gpu_ns[j->spec().tenant()] += TenantBook::GpuNsInPeriod(*j, *rows.at(j->spec().tenant()).t.stored_quota, now);
       }
@@ -225,10 +227,10 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       t->set_usage_milli(r.t.usage.milli_gpus);
       t->set_borrowed_milli(r.t.usage.borrowed_milli);
       bool active = r.running + r.pending > 0;
-      t->set_fair_share_milli(active && active_weight > 0
-                                  ? static_cast<int64_t>(std::llround(static_cast<double>(capacity) * info.weight /
-                                                                      active_weight))
-                                  : 0);
+      t->set_fair_share_milli(
+          active && active_weight > 0
+              ? static_cast<int64_t>(std::llround(static_cast<double>(capacity) * info.weight / active_weight))
+              : 0);
       t->set_running_jobs(r.running);
       t->set_pending_jobs(r.pending);
       if (r.t.stored_quota) {

@@ -55,7 +55,7 @@ uint64_t SeqOf(const v1::Job* job) {
 }  // namespace
 
 Result<DeploymentController::Map> DeploymentController::Load(store::Store* store, const JobTable::Map& jobs,
-                                                              int64_t now) {
+                                                             int64_t now) {
   DROVER_ASSIGN_OR_RETURN(store::RangeResult range, store->Range(std::string(kDeploymentsPrefix)));
   Map out;
   for (const store::KeyValue& kv : range.kvs) {
@@ -244,8 +244,7 @@ void DeploymentController::Reconcile(Entry* d, int64_t now_ns) {
       break;
     }
     d->replicas.insert(*seq);
-    spdlog::info("deployment '{}': starting replica {} (revision {})", spec.name(), FormatJobId(*seq),
-                 revision);
+    spdlog::info("deployment '{}': starting replica {} (revision {})", spec.name(), FormatJobId(*seq), revision);
   }
 }
 
@@ -291,8 +290,8 @@ v1::Deployment DeploymentController::View(const Entry& d) const {
     } else if (job.status().state() == v1::JOB_STATE_BOUND) {
       why.push_back(fmt::format("replica {} starting on node '{}'", job.id(), r->node()));
     } else {
-      if (r->reason().empty()) r->set_reason(job.status().message().empty() ? "readiness probe has not passed yet"
-                                                                              : job.status().message());
+      if (r->reason().empty())
+        r->set_reason(job.status().message().empty() ? "readiness probe has not passed yet" : job.status().message());
       why.push_back(fmt::format("replica {} not ready: {}", job.id(), r->reason()));
     }
   }
@@ -317,19 +316,19 @@ Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spe
     return AlreadyExists(fmt::format("deployment '{}' already exists (apply with replace to change it)", spec.name()));
   }
   if (it != deployments_.end() && it->second.record.spec().tenant() != spec.tenant()) {
-    return FailedPrecondition(fmt::format("deployment '{}' belongs to tenant '{}'; delete it to move it",
-                                          spec.name(), it->second.record.spec().tenant()));
+    return FailedPrecondition(fmt::format("deployment '{}' belongs to tenant '{}'; delete it to move it", spec.name(),
+                                          it->second.record.spec().tenant()));
   }
   for (const auto& [name, other] : deployments_) {
     if (name != spec.name() && other.record.spec().served_model_name() == spec.served_model_name()) {
-      return AlreadyExists(fmt::format("model name '{}' is served by deployment '{}' already",
-                                       spec.served_model_name(), name));
+      return AlreadyExists(
+          fmt::format("model name '{}' is served by deployment '{}' already", spec.served_model_name(), name));
     }
   }
   DROVER_ASSIGN_OR_RETURN(v1::JobSpec replica, ReplicaSpec(spec, 1, *options_));
   if (auto why = sched_->NeverFits(rpc::ToJobRequest("", replica))) {
-    return FailedPrecondition(fmt::format("a replica of deployment '{}' can never fit on this cluster: {}",
-                                          spec.name(), *why));
+    return FailedPrecondition(
+        fmt::format("a replica of deployment '{}' can never fit on this cluster: {}", spec.name(), *why));
   }
   const int64_t now = NowNs();
   int32_t desired = spec.replicas();
@@ -462,9 +461,8 @@ void DeploymentController::ReportLoad(const v1::ReportLoadRequest& report) {
   }
   // Gateways gone quiet for long are forgotten.
   for (auto& [model, gateways] : load_) {
-    std::erase_if(gateways, [&](const auto& g) {
-      return now - g.second.at_ns > 60 * options_->load_staleness_ms * kNsPerMs;
-    });
+    std::erase_if(gateways,
+                  [&](const auto& g) { return now - g.second.at_ns > 60 * options_->load_staleness_ms * kNsPerMs; });
   }
   // The controller runs after this batch: a request that waits for a
   // deployment at zero replicas gets one at once.

@@ -31,8 +31,9 @@ Status ValidateDeploymentOptions(const DeploymentOptions& o) {
         fmt::format("--service-priority {} is outside 0..{}", o.service_priority, rpc::kMaxPriority));
   }
   if (o.load_staleness_ms <= 0 || o.scale_down_window_ms < 0 || o.max_replace_backoff_ms < 1000) {
-    return InvalidArgument("deployment options: load staleness must be positive, the scale-down window not negative "
-                           "and the replace back-off at least 1 s");
+    return InvalidArgument(
+        "deployment options: load staleness must be positive, the scale-down window not negative "
+        "and the replace back-off at least 1 s");
   }
   return Status::Ok();
 }
@@ -78,9 +79,10 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
   DROVER_RETURN_IF_ERROR(count("min_replicas", spec->min_replicas()));
   DROVER_RETURN_IF_ERROR(count("max_replicas", spec->max_replicas()));
   if (spec->max_replicas() == 0 && spec->min_replicas() > 0) {
-    return InvalidArgument(fmt::format("min_replicas {} needs max_replicas (auto-scaling); a fixed deployment sets "
-                                       "replicas",
-                                       spec->min_replicas()));
+    return InvalidArgument(
+        fmt::format("min_replicas {} needs max_replicas (auto-scaling); a fixed deployment sets "
+                    "replicas",
+                    spec->min_replicas()));
   }
   if (spec->max_replicas() > 0 && spec->min_replicas() > spec->max_replicas()) {
     return InvalidArgument(
@@ -90,8 +92,7 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
   if (!(spec->target_outstanding() > 0) || !(spec->target_outstanding() <= 100'000)) {
     return InvalidArgument(fmt::format("target_outstanding {} is outside (0, 100000]", spec->target_outstanding()));
   }
-  if (!std::isfinite(spec->target_queue_ms()) || spec->target_queue_ms() < 0 ||
-      spec->target_queue_ms() > 3'600'000) {
+  if (!std::isfinite(spec->target_queue_ms()) || spec->target_queue_ms() < 0 || spec->target_queue_ms() > 3'600'000) {
     return InvalidArgument(fmt::format("target_queue_ms {} is outside 0..3600000 (0: off)", spec->target_queue_ms()));
   }
   if (spec->target_queue_ms() > 0 && spec->max_replicas() == 0) {
@@ -183,16 +184,16 @@ bool TemplateChanged(const v1::DeploymentSpec& a, const v1::DeploymentSpec& b) {
   return !google::protobuf::util::MessageDifferencer::Equals(x, y);
 }
 
-int32_t AutoscaleWant(const v1::DeploymentSpec& spec, const AutoscaleLoad& in, int64_t now_ns,
-                      int64_t last_request_ns, int32_t ready, int32_t desired) {
+int32_t AutoscaleWant(const v1::DeploymentSpec& spec, const AutoscaleLoad& in, int64_t now_ns, int64_t last_request_ns,
+                      int32_t ready, int32_t desired) {
   const int64_t waiting = in.waiting;
   const double load = static_cast<double>(std::max<int64_t>(0, in.outstanding) + std::max<int64_t>(0, waiting));
   double target = spec.target_outstanding() > 0 ? spec.target_outstanding() : kDefaultTargetOutstanding;
   double raw = std::ceil(load / target);
   int32_t want = raw >= kMaxDeploymentReplicas ? kMaxDeploymentReplicas : static_cast<int32_t>(raw);
-  const int64_t idle_ns = int64_t{spec.scale_down_idle_seconds() > 0 ? spec.scale_down_idle_seconds()
-                                                                     : kDefaultScaleDownIdleSeconds} *
-                          1'000'000'000;
+  const int64_t idle_ns =
+      int64_t{spec.scale_down_idle_seconds() > 0 ? spec.scale_down_idle_seconds() : kDefaultScaleDownIdleSeconds} *
+      1'000'000'000;
   if (want == 0 && (waiting > 0 || now_ns - last_request_ns < idle_ns)) want = 1;
   if (spec.target_queue_ms() > 0 && in.queue_ms > spec.target_queue_ms()) {
     want = std::max(want, ready >= desired ? std::min(desired + 1, kMaxDeploymentReplicas) : desired);

@@ -57,12 +57,15 @@ TEST(DeploymentSpecTest, EngineTemplates) {
     std::string engine;
     std::string script_part;
   };
-  for (const Case& c : std::vector<Case>{
-           {"vllm", "exec vllm serve \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" --tensor-parallel-size 2 \"$@\""},
-           {"llama.cpp", "exec llama-server -m \"$m\" --port \"$DROVER_PORT\" --alias \"$n\" --n-gpu-layers 999 \"$@\""},
-           {"sglang",
-            "exec python3 -m sglang.launch_server --model-path \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" "
-            "--tp 2 \"$@\""}}) {
+  for (
+      const Case& c : std::vector<Case>{
+          {"vllm",
+           "exec vllm serve \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" --tensor-parallel-size 2 \"$@\""},
+          {"llama.cpp", "exec llama-server -m \"$m\" --port \"$DROVER_PORT\" --alias \"$n\" --n-gpu-layers 999 \"$@\""},
+          {"sglang",
+           "exec python3 -m sglang.launch_server --model-path \"$m\" --port \"$DROVER_PORT\" --served-model-name "
+           "\"$n\" "
+           "--tp 2 \"$@\""}}) {
     v1::DeploymentSpec s = Base(c.engine);
     s.set_served_model_name("chat");
     s.add_command("--max-model-len");
@@ -131,23 +134,23 @@ TEST(DeploymentSpecTest, AutoscaleRule) {
   const int64_t now = int64_t{1000} * 1'000'000'000;
   const int64_t recent = now - int64_t{10} * 1'000'000'000;
   const int64_t long_ago = now - int64_t{61} * 1'000'000'000;
-  EXPECT_EQ(AutoscaleWant(s, {9, 0}, now, recent), 3);      // ceil(9 / 4)
+  EXPECT_EQ(AutoscaleWant(s, {9, 0}, now, recent), 3);  // ceil(9 / 4)
   EXPECT_EQ(AutoscaleWant(s, {8, 0}, now, recent), 2);
-  EXPECT_EQ(AutoscaleWant(s, {400, 0}, now, recent), 10);   // max
-  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, recent), 1);      // not idle yet
-  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, long_ago), 0);    // idle: zero
-  EXPECT_EQ(AutoscaleWant(s, {0, 1}, now, long_ago), 1);    // one waits
+  EXPECT_EQ(AutoscaleWant(s, {400, 0}, now, recent), 10);  // max
+  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, recent), 1);     // not idle yet
+  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, long_ago), 0);   // idle: zero
+  EXPECT_EQ(AutoscaleWant(s, {0, 1}, now, long_ago), 1);   // one waits
   // Queue time: ignored without a target.
   EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 1), 1);
   s.set_target_queue_ms(500);
-  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 1), 2);    // above: one more
-  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 2), 2);    // one still starting: hold
-  EXPECT_EQ(AutoscaleWant(s, {0, 0, 900}, now, recent, 3, 3), 4);    // few requests, long queues
-  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 10, 10), 10); // max
-  EXPECT_EQ(AutoscaleWant(s, {4, 0, 400}, now, recent, 3, 3), 1);    // below: outstanding decides
-  EXPECT_EQ(AutoscaleWant(s, {4, 0, -1}, now, recent, 3, 3), 1);     // not known: the same
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 1), 2);     // above: one more
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 1, 2), 2);     // one still starting: hold
+  EXPECT_EQ(AutoscaleWant(s, {0, 0, 900}, now, recent, 3, 3), 4);     // few requests, long queues
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 900}, now, recent, 10, 10), 10);  // max
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, 400}, now, recent, 3, 3), 1);     // below: outstanding decides
+  EXPECT_EQ(AutoscaleWant(s, {4, 0, -1}, now, recent, 3, 3), 1);      // not known: the same
   s.set_min_replicas(2);
-  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, long_ago), 2);    // min
+  EXPECT_EQ(AutoscaleWant(s, {0, 0}, now, long_ago), 2);  // min
 }
 
 TEST(DeploymentSpecTest, TargetQueueTimeIsChecked) {
@@ -198,23 +201,31 @@ TEST(ServiceSpecTest, ServiceJobsAreChecked) {
     EXPECT_NE(s.message().find(words), std::string::npos) << s.message();
   };
   refused([](v1::JobSpec* j) { j->set_replicas(2); }, "a service runs one process per job");
-  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_http_path("/a b"); }, "must start with '/'");
-  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_http_path(std::string(300, 'a').insert(0, "/")); },
-          "at most 256");
+  refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_http_path("/a b"); },
+          "must start with '/'");
+  refused(
+      [](v1::JobSpec* j) {
+        j->mutable_service()->mutable_readiness()->set_http_path(std::string(300, 'a').insert(0, "/"));
+      },
+      "at most 256");
   refused([](v1::JobSpec* j) { j->mutable_service()->mutable_readiness()->set_tcp(true); }, "both http_path and tcp");
   refused([](v1::JobSpec* j) { j->mutable_service()->mutable_liveness()->set_timeout_ms(-1); }, "timeout_ms -1");
   refused([](v1::JobSpec* j) { j->mutable_service()->mutable_liveness()->set_failure_threshold(1000); },
           "failure_threshold 1000");
   refused([](v1::JobSpec* j) { j->mutable_service()->set_ready_timeout_ms(-3); }, "ready_timeout_ms -3");
-  refused([](v1::JobSpec* j) {
-    j->mutable_service()->set_restart_backoff_ms(5000);
-    j->mutable_service()->set_max_restart_backoff_ms(1000);
-  }, "below restart_backoff_ms");
+  refused(
+      [](v1::JobSpec* j) {
+        j->mutable_service()->set_restart_backoff_ms(5000);
+        j->mutable_service()->set_max_restart_backoff_ms(1000);
+      },
+      "below restart_backoff_ms");
   refused([](v1::JobSpec* j) { j->mutable_service()->set_model("bad model"); }, "service model 'bad model'");
-  refused([](v1::JobSpec* j) {
-    j->clear_service();
-    j->set_deployment("x");
-  }, "must be a service");
+  refused(
+      [](v1::JobSpec* j) {
+        j->clear_service();
+        j->set_deployment("x");
+      },
+      "must be a service");
 }
 
 }  // namespace

@@ -72,9 +72,9 @@ bool Edge::HostAllowed(const std::string& host) const {
 std::optional<http::Response> Edge::BrowserRules(const http::Request& req) const {
   const std::string host_header = Header(req, "host");
   if (!host_header.empty() && !HostAllowed(HostPart(host_header))) {
-    return Refusal(PermissionDenied(fmt::format(
-        "host '{}' is not a name of this server (use its address, localhost, or add --http-host-name)",
-        host_header.substr(0, 100))));
+    return Refusal(PermissionDenied(
+        fmt::format("host '{}' is not a name of this server (use its address, localhost, or add --http-host-name)",
+                    host_header.substr(0, 100))));
   }
   const std::string origin = Header(req, "origin");
   if (!origin.empty()) {
@@ -93,8 +93,8 @@ std::optional<http::Response> Edge::BrowserRules(const http::Request& req) const
     std::string type = Header(req, "content-type");
     std::string media = Lower(Trim(type.substr(0, type.find(';'))));
     if (media != "application/json") {
-      http::Response r = Refusal(InvalidArgument(fmt::format(
-          "{} needs Content-Type: application/json, got '{}'", req.method, type.empty() ? "none" : type.substr(0, 100))));
+      http::Response r = Refusal(InvalidArgument(fmt::format("{} needs Content-Type: application/json, got '{}'",
+                                                             req.method, type.empty() ? "none" : type.substr(0, 100))));
       r.status = 415;
       return r;
     }
@@ -134,8 +134,8 @@ Status Edge::Admit(const auth::Principal& who, bool state_changing, Duration* re
   if (wait.count() == 0) wait = tenant.Take(who.tenant);
   *retry_after = wait;
   if (wait.count() == 0) return Status::Ok();
-  return ResourceExhausted(fmt::format("rate limit of token '{}' or tenant '{}' exceeded; retry after {:.3f}s", who.name,
-                                       who.tenant, std::chrono::duration<double>(wait).count()));
+  return ResourceExhausted(fmt::format("rate limit of token '{}' or tenant '{}' exceeded; retry after {:.3f}s",
+                                       who.name, who.tenant, std::chrono::duration<double>(wait).count()));
 }
 
 bool Edge::NoteFailure(const std::string& source, Duration* retry_after) {

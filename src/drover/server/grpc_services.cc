@@ -44,7 +44,8 @@ class Gate {
                                       : edge_->AuthenticateBearer(value, ctx->peer());
     Duration retry{0};
     if (!who.ok()) {
-      if (!edge_->NoteFailure(ctx->peer(), &retry)) return Limited(ctx, ResourceExhausted("too many failed authentications"), retry);
+      if (!edge_->NoteFailure(ctx->peer(), &retry))
+        return Limited(ctx, ResourceExhausted("too many failed authentications"), retry);
       if (state_changing) {
         auth::Principal anonymous;
         anonymous.source = ctx->peer();
@@ -282,24 +283,32 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerWriteReactor<v1::LogChunk>* Logs(grpc::CallbackServerContext* ctx, const v1::LogsRequest* req) override {
     return new LogsReactor(api_, gate_.Who(ctx, false, "Logs"), *req);
   }
-  grpc::Status SubmitBatch(ServerContext* ctx, const v1::SubmitJobsRequest* req, v1::SubmitJobsResponse* resp) override {
-    return Authed(gate_, ctx, true, "SubmitBatch", [&](const auth::Principal& who) { return Reply(api_->SubmitBatch(who, *req), resp); });
+  grpc::Status SubmitBatch(ServerContext* ctx, const v1::SubmitJobsRequest* req,
+                           v1::SubmitJobsResponse* resp) override {
+    return Authed(gate_, ctx, true, "SubmitBatch",
+                  [&](const auth::Principal& who) { return Reply(api_->SubmitBatch(who, *req), resp); });
   }
-  grpc::Status CancelArray(ServerContext* ctx, const v1::CancelArrayRequest* req, v1::CancelArrayResponse* resp) override {
-    return Authed(gate_, ctx, true, "CancelArray", [&](const auth::Principal& who) { return Reply(api_->CancelArray(who, *req), resp); });
+  grpc::Status CancelArray(ServerContext* ctx, const v1::CancelArrayRequest* req,
+                           v1::CancelArrayResponse* resp) override {
+    return Authed(gate_, ctx, true, "CancelArray",
+                  [&](const auth::Principal& who) { return Reply(api_->CancelArray(who, *req), resp); });
   }
 
   grpc::Status Submit(ServerContext* ctx, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
-    return Authed(gate_, ctx, true, "Submit", [&](const auth::Principal& who) { return Reply(api_->Submit(who, *req), resp); });
+    return Authed(gate_, ctx, true, "Submit",
+                  [&](const auth::Principal& who) { return Reply(api_->Submit(who, *req), resp); });
   }
   grpc::Status Get(ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* resp) override {
-    return Authed(gate_, ctx, false, "Get", [&](const auth::Principal& who) { return Reply(api_->GetJob(who, *req), resp); });
+    return Authed(gate_, ctx, false, "Get",
+                  [&](const auth::Principal& who) { return Reply(api_->GetJob(who, *req), resp); });
   }
   grpc::Status List(ServerContext* ctx, const v1::ListJobsRequest* req, v1::ListJobsResponse* resp) override {
-    return Authed(gate_, ctx, false, "List", [&](const auth::Principal& who) { return Reply(api_->ListJobs(who, *req), resp); });
+    return Authed(gate_, ctx, false, "List",
+                  [&](const auth::Principal& who) { return Reply(api_->ListJobs(who, *req), resp); });
   }
   grpc::Status Cancel(ServerContext* ctx, const v1::CancelJobRequest* req, v1::Job* resp) override {
-    return Authed(gate_, ctx, true, "Cancel", [&](const auth::Principal& who) { return Reply(api_->CancelJob(who, *req), resp); });
+    return Authed(gate_, ctx, true, "Cancel",
+                  [&](const auth::Principal& who) { return Reply(api_->CancelJob(who, *req), resp); });
   }
 
  private:
@@ -312,19 +321,25 @@ class NodeServiceImpl final : public v1::NodeService::Service {
   NodeServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
 
   grpc::Status List(ServerContext* ctx, const v1::ListNodesRequest* req, v1::ListNodesResponse* resp) override {
-    return Authed(gate_, ctx, false, "Nodes.List", [&](const auth::Principal& who) { return Reply(api_->ListNodes(who, *req), resp); });
+    return Authed(gate_, ctx, false, "Nodes.List",
+                  [&](const auth::Principal& who) { return Reply(api_->ListNodes(who, *req), resp); });
   }
   grpc::Status Get(ServerContext* ctx, const v1::GetNodeRequest* req, v1::Node* resp) override {
-    return Authed(gate_, ctx, false, "Nodes.Get", [&](const auth::Principal& who) { return Reply(api_->GetNode(who, *req), resp); });
+    return Authed(gate_, ctx, false, "Nodes.Get",
+                  [&](const auth::Principal& who) { return Reply(api_->GetNode(who, *req), resp); });
   }
   grpc::Status Drain(ServerContext* ctx, const v1::DrainNodeRequest* req, v1::Node* resp) override {
-    return Authed(gate_, ctx, true, "Drain", [&](const auth::Principal& who) { return Reply(api_->Drain(who, *req, true), resp); });
+    return Authed(gate_, ctx, true, "Drain",
+                  [&](const auth::Principal& who) { return Reply(api_->Drain(who, *req, true), resp); });
   }
   grpc::Status Undrain(ServerContext* ctx, const v1::DrainNodeRequest* req, v1::Node* resp) override {
-    return Authed(gate_, ctx, true, "Undrain", [&](const auth::Principal& who) { return Reply(api_->Drain(who, *req, false), resp); });
+    return Authed(gate_, ctx, true, "Undrain",
+                  [&](const auth::Principal& who) { return Reply(api_->Drain(who, *req, false), resp); });
   }
-  grpc::Status InjectFault(ServerContext* ctx, const v1::InjectFaultRequest* req, v1::InjectFaultResponse* resp) override {
-    return Authed(gate_, ctx, true, "InjectFault", [&](const auth::Principal& who) { return Reply(api_->InjectFault(who, *req), resp); });
+  grpc::Status InjectFault(ServerContext* ctx, const v1::InjectFaultRequest* req,
+                           v1::InjectFaultResponse* resp) override {
+    return Authed(gate_, ctx, true, "InjectFault",
+                  [&](const auth::Principal& who) { return Reply(api_->InjectFault(who, *req), resp); });
   }
 
  private:
@@ -336,16 +351,21 @@ class ClusterServiceImpl final : public v1::ClusterService::Service {
  public:
   ClusterServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
   grpc::Status GetFleet(ServerContext* ctx, const v1::FleetRequest*, v1::Fleet* resp) override {
-    return Authed(gate_, ctx, false, "GetFleet", [&](const auth::Principal& who) { return Reply(api_->Fleet(who), resp); });
+    return Authed(gate_, ctx, false, "GetFleet",
+                  [&](const auth::Principal& who) { return Reply(api_->Fleet(who), resp); });
   }
-  grpc::Status GetSchedulerStats(ServerContext* ctx, const v1::SchedulerStatsRequest*, v1::SchedulerStats* resp) override {
-    return Authed(gate_, ctx, false, "GetSchedulerStats", [&](const auth::Principal& who) { return Reply(api_->SchedulerStats(who), resp); });
+  grpc::Status GetSchedulerStats(ServerContext* ctx, const v1::SchedulerStatsRequest*,
+                                 v1::SchedulerStats* resp) override {
+    return Authed(gate_, ctx, false, "GetSchedulerStats",
+                  [&](const auth::Principal& who) { return Reply(api_->SchedulerStats(who), resp); });
   }
   grpc::Status ListTenants(ServerContext* ctx, const v1::ListTenantsRequest*, v1::ListTenantsResponse* resp) override {
-    return Authed(gate_, ctx, false, "ListTenants", [&](const auth::Principal& who) { return Reply(api_->ListTenants(who), resp); });
+    return Authed(gate_, ctx, false, "ListTenants",
+                  [&](const auth::Principal& who) { return Reply(api_->ListTenants(who), resp); });
   }
   grpc::Status GetGpuHistory(ServerContext* ctx, const v1::GpuHistoryRequest* req, v1::GpuHistory* resp) override {
-    return Authed(gate_, ctx, false, "GetGpuHistory", [&](const auth::Principal& who) { return Reply(api_->GpuHistory(who, *req), resp); });
+    return Authed(gate_, ctx, false, "GetGpuHistory",
+                  [&](const auth::Principal& who) { return Reply(api_->GpuHistory(who, *req), resp); });
   }
 
  private:
@@ -377,21 +397,28 @@ class AuthServiceImpl final : public v1::AuthService::Service {
       return grpc::Status::OK;
     });
   }
-  grpc::Status CreateToken(ServerContext* ctx, const v1::CreateTokenRequest* req, v1::CreateTokenResponse* resp) override {
-    return Authed(gate_, ctx, true, "CreateToken", [&](const auth::Principal& who) { return Reply(api_->CreateToken(who, *req), resp); });
+  grpc::Status CreateToken(ServerContext* ctx, const v1::CreateTokenRequest* req,
+                           v1::CreateTokenResponse* resp) override {
+    return Authed(gate_, ctx, true, "CreateToken",
+                  [&](const auth::Principal& who) { return Reply(api_->CreateToken(who, *req), resp); });
   }
   grpc::Status ListTokens(ServerContext* ctx, const v1::ListTokensRequest*, v1::ListTokensResponse* resp) override {
-    return Authed(gate_, ctx, false, "ListTokens", [&](const auth::Principal& who) { return Reply(api_->ListTokens(who), resp); });
+    return Authed(gate_, ctx, false, "ListTokens",
+                  [&](const auth::Principal& who) { return Reply(api_->ListTokens(who), resp); });
   }
   grpc::Status RevokeToken(ServerContext* ctx, const v1::RevokeTokenRequest* req, v1::TokenInfo* resp) override {
-    return Authed(gate_, ctx, true, "RevokeToken", [&](const auth::Principal& who) { return Reply(api_->RevokeToken(who, *req), resp); });
+    return Authed(gate_, ctx, true, "RevokeToken",
+                  [&](const auth::Principal& who) { return Reply(api_->RevokeToken(who, *req), resp); });
   }
-  grpc::Status CreateLoginCode(ServerContext* ctx, const v1::CreateLoginCodeRequest*, v1::CreateLoginCodeResponse* resp) override {
-    return Authed(gate_, ctx, true, "CreateLoginCode", [&](const auth::Principal& who) { return Reply(api_->CreateLoginCode(who), resp); });
+  grpc::Status CreateLoginCode(ServerContext* ctx, const v1::CreateLoginCodeRequest*,
+                               v1::CreateLoginCodeResponse* resp) override {
+    return Authed(gate_, ctx, true, "CreateLoginCode",
+                  [&](const auth::Principal& who) { return Reply(api_->CreateLoginCode(who), resp); });
   }
   grpc::Status CreateJoinToken(ServerContext* ctx, const v1::CreateJoinTokenRequest* req,
                                v1::CreateJoinTokenResponse* resp) override {
-    return Authed(gate_, ctx, true, "CreateJoinToken", [&](const auth::Principal& who) { return Reply(api_->CreateJoinToken(who, *req), resp); });
+    return Authed(gate_, ctx, true, "CreateJoinToken",
+                  [&](const auth::Principal& who) { return Reply(api_->CreateJoinToken(who, *req), resp); });
   }
 
  private:
@@ -403,10 +430,12 @@ class TenantServiceImpl final : public v1::TenantService::Service {
  public:
   TenantServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
   grpc::Status Set(ServerContext* ctx, const v1::SetTenantRequest* req, v1::TenantStatus* resp) override {
-    return Authed(gate_, ctx, true, "Tenants.Set", [&](const auth::Principal& who) { return Reply(api_->SetTenant(who, *req), resp); });
+    return Authed(gate_, ctx, true, "Tenants.Set",
+                  [&](const auth::Principal& who) { return Reply(api_->SetTenant(who, *req), resp); });
   }
   grpc::Status Delete(ServerContext* ctx, const v1::DeleteTenantRequest* req, v1::DeleteTenantResponse* resp) override {
-    return Authed(gate_, ctx, true, "Tenants.Delete", [&](const auth::Principal& who) { return Reply(api_->DeleteTenant(who, *req), resp); });
+    return Authed(gate_, ctx, true, "Tenants.Delete",
+                  [&](const auth::Principal& who) { return Reply(api_->DeleteTenant(who, *req), resp); });
   }
 
  private:
@@ -462,10 +491,12 @@ class AuditServiceImpl final : public v1::AuditService::Service {
  public:
   AuditServiceImpl(ApiService* api, Gate gate) : api_(api), gate_(gate) {}
   grpc::Status List(ServerContext* ctx, const v1::ListAuditRequest* req, v1::ListAuditResponse* resp) override {
-    return Authed(gate_, ctx, false, "Audit.List", [&](const auth::Principal& who) { return Reply(api_->ListAudit(who, *req), resp); });
+    return Authed(gate_, ctx, false, "Audit.List",
+                  [&](const auth::Principal& who) { return Reply(api_->ListAudit(who, *req), resp); });
   }
   grpc::Status Verify(ServerContext* ctx, const v1::VerifyAuditRequest*, v1::VerifyAuditResponse* resp) override {
-    return Authed(gate_, ctx, false, "Audit.Verify", [&](const auth::Principal& who) { return Reply(api_->VerifyAudit(who), resp); });
+    return Authed(gate_, ctx, false, "Audit.Verify",
+                  [&](const auth::Principal& who) { return Reply(api_->VerifyAudit(who), resp); });
   }
 
  private:

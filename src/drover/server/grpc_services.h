@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "drover/server/api_service.h"
 #include "drover/auth/authority.h"
 #include "drover/auth/cluster_ca.h"
+#include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/edge.h"
 #include "drover/server/log_store.h"

@@ -22,8 +22,8 @@ constexpr int64_t kNsPerMs = 1'000'000;
 // to may be kept waiting). Neither side waits longer than it agreed to; a
 // job that stops sooner ends sooner either way.
 int StopGraceSeconds(const v1::Job& job, int64_t preemption_grace_ms) {
-  int own = job.spec().termination_grace_seconds() > 0 ? job.spec().termination_grace_seconds()
-                                                       : rpc::kDefaultGraceSeconds;
+  int own =
+      job.spec().termination_grace_seconds() > 0 ? job.spec().termination_grace_seconds() : rpc::kDefaultGraceSeconds;
   int64_t policy = (std::max<int64_t>(preemption_grace_ms, 0) + 999) / 1000;  // round up: never cut it short
   return static_cast<int>(std::min<int64_t>(own, policy));
 }
@@ -34,8 +34,8 @@ int OwnGraceSeconds(const v1::Job& job) {
 }
 
 Status Refused(const v1::Job& job, std::string_view edge) {
-  return FailedPrecondition(fmt::format("job '{}' cannot {} while {}", job.id(), edge,
-                                        rpc::JobStateDisplay(job.status().state())));
+  return FailedPrecondition(
+      fmt::format("job '{}' cannot {} while {}", job.id(), edge, rpc::JobStateDisplay(job.status().state())));
 }
 
 }  // namespace
@@ -45,32 +45,22 @@ bool JobLifecycle::Allowed(Edge edge, v1::JobState from, v1::JobState to) {
   const bool held = from == S::JOB_STATE_BOUND || from == S::JOB_STATE_RUNNING;
   switch (edge) {
     case Edge::kBind:
-    case Edge::kReject:
-      return from == S::JOB_STATE_PENDING;
-    case Edge::kStart:
-      return from == S::JOB_STATE_BOUND;
-    case Edge::kStop:
-      return held;
+    case Edge::kReject: return from == S::JOB_STATE_PENDING;
+    case Edge::kStart: return from == S::JOB_STATE_BOUND;
+    case Edge::kStop: return held;
     case Edge::kCancel:
-      return from == S::JOB_STATE_PENDING || held || from == S::JOB_STATE_PREEMPTING ||
-             from == S::JOB_STATE_CANCELLING;
-    case Edge::kRequeue:
-      return held || from == S::JOB_STATE_PREEMPTING;
+      return from == S::JOB_STATE_PENDING || held || from == S::JOB_STATE_PREEMPTING || from == S::JOB_STATE_CANCELLING;
+    case Edge::kRequeue: return held || from == S::JOB_STATE_PREEMPTING;
     case Edge::kFinish:
       switch (from) {
-        case S::JOB_STATE_PENDING:
-          return to == S::JOB_STATE_CANCELLED;
+        case S::JOB_STATE_PENDING: return to == S::JOB_STATE_CANCELLED;
         case S::JOB_STATE_BOUND:
         case S::JOB_STATE_RUNNING:
-        case S::JOB_STATE_PREEMPTING:
-          return to == S::JOB_STATE_SUCCEEDED || to == S::JOB_STATE_FAILED;
-        case S::JOB_STATE_CANCELLING:
-          return to == S::JOB_STATE_CANCELLED || to == S::JOB_STATE_FAILED;
-        default:
-          return false;
+        case S::JOB_STATE_PREEMPTING: return to == S::JOB_STATE_SUCCEEDED || to == S::JOB_STATE_FAILED;
+        case S::JOB_STATE_CANCELLING: return to == S::JOB_STATE_CANCELLED || to == S::JOB_STATE_FAILED;
+        default: return false;
       }
-    case Edge::kArchive:
-      return rpc::IsTerminal(from);
+    case Edge::kArchive: return rpc::IsTerminal(from);
   }
   return false;
 }
@@ -151,8 +141,7 @@ Result<JobLifecycle::Rebuilt> JobLifecycle::Rebuild(JobTable::Map jobs, uint64_t
 
 // ---- array gates ----
 
-Status JobLifecycle::Queue(const v1::Job& job, uint64_t seq, int64_t now_ms, sched::Scheduler* sched,
-                           JobTable* table) {
+Status JobLifecycle::Queue(const v1::Job& job, uint64_t seq, int64_t now_ms, sched::Scheduler* sched, JobTable* table) {
   const v1::ArrayTask& task = job.array();
   ArrayGate* gate = task.max_running() > 0 ? &table->gates_[task.array_id()] : nullptr;
   if (gate != nullptr && gate->active >= task.max_running()) {
@@ -409,9 +398,8 @@ Status JobLifecycle::Requeue(v1::Job* job) {
   // are the agent's, in replica_states[0].restarts); only a stop a restart
   // cannot help (no_restart: its tenant's runtime limit) ends it.
   const bool service = job->spec().has_service();
-  if (failed && (st->no_restart() ||
-                 (!service && (job->spec().restart_policy() != "on-failure" ||
-                               st->restarts() >= job->spec().max_restarts())))) {
+  if (failed && (st->no_restart() || (!service && (job->spec().restart_policy() != "on-failure" ||
+                                                   st->restarts() >= job->spec().max_restarts())))) {
     std::string why = st->failure();
     if (job->spec().restart_policy() == "on-failure" && !st->no_restart()) {
       why += fmt::format(" (restarted {} times, the most its restart policy allows)", st->restarts());

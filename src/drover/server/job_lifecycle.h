@@ -58,10 +58,10 @@ struct StopCause {
     kDrained,    // its node is drained with requeue: queued again
   };
   Kind kind = Kind::kFailure;
-  std::string text;        // the reason (preemption, drain node) or the failure
-  std::string for_job;     // kPreempted: the job it yields to
-  int64_t grace_ms = 0;    // kPreempted: the scheduler's preemption grace
-  bool no_restart = false; // kFailure: ends FAILED whatever its restart policy
+  std::string text;         // the reason (preemption, drain node) or the failure
+  std::string for_job;      // kPreempted: the job it yields to
+  int64_t grace_ms = 0;     // kPreempted: the scheduler's preemption grace
+  bool no_restart = false;  // kFailure: ends FAILED whatever its restart policy
 
   static StopCause Preempted(std::string for_job, std::string reason, int64_t grace_ms) {
     return {Kind::kPreempted, std::move(reason), std::move(for_job), grace_ms, false};

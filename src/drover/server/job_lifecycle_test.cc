@@ -20,9 +20,8 @@ namespace {
 using S = v1::JobState;
 using Edge = JobLifecycle::Edge;
 
-constexpr S kStates[] = {S::JOB_STATE_PENDING,    S::JOB_STATE_BOUND,     S::JOB_STATE_RUNNING,
-                         S::JOB_STATE_PREEMPTING, S::JOB_STATE_CANCELLING, S::JOB_STATE_SUCCEEDED,
-                         S::JOB_STATE_FAILED,     S::JOB_STATE_CANCELLED};
+constexpr S kStates[] = {S::JOB_STATE_PENDING,    S::JOB_STATE_BOUND,     S::JOB_STATE_RUNNING, S::JOB_STATE_PREEMPTING,
+                         S::JOB_STATE_CANCELLING, S::JOB_STATE_SUCCEEDED, S::JOB_STATE_FAILED,  S::JOB_STATE_CANCELLED};
 constexpr S kEnds[] = {S::JOB_STATE_SUCCEEDED, S::JOB_STATE_FAILED, S::JOB_STATE_CANCELLED};
 
 // The diagram of job_lifecycle.h, written out as the set of legal
@@ -66,9 +65,10 @@ const std::set<Triple>& Legal() {
 
 class JobLifecycleTest : public ::testing::Test {
  public:
-  JobLifecycleTest() : sched_(sched::Config{}), life_(&sched_, &batch_, &clock_, [this](const v1::Job& j, const std::set<std::string>& n) {
-                         ended_[j.id()] = n;
-                       }) {
+  JobLifecycleTest()
+      : sched_(sched::Config{}),
+        life_(&sched_, &batch_, &clock_,
+              [this](const v1::Job& j, const std::set<std::string>& n) { ended_[j.id()] = n; }) {
     v1::Node node;
     node.set_name("n0");
     node.set_cpu_millis(64000);
@@ -112,11 +112,8 @@ class JobLifecycleTest : public ::testing::Test {
     v1::Job* job = Submit();
     auto must = [](const Status& s) { EXPECT_TRUE(s.ok()) << s.ToString(); };
     switch (state) {
-      case S::JOB_STATE_PENDING:
-        break;
-      case S::JOB_STATE_CANCELLED:
-        must(life_.Cancel(job));
-        break;
+      case S::JOB_STATE_PENDING: break;
+      case S::JOB_STATE_CANCELLED: must(life_.Cancel(job)); break;
       default:
         Pass();
         EXPECT_EQ(job->status().state(), S::JOB_STATE_BOUND);
@@ -143,20 +140,13 @@ class JobLifecycleTest : public ::testing::Test {
         b.replicas.push_back(sched::Placement{"n0", {3}});
         return life_.Bind(b);
       }
-      case Edge::kStart:
-        return life_.Start(job, now);
-      case Edge::kStop:
-        return life_.Stop(job, StopCause::Preempted("j-999999", "priority", 5000));
-      case Edge::kCancel:
-        return life_.Cancel(job);
-      case Edge::kRequeue:
-        return life_.Requeue(job);
-      case Edge::kFinish:
-        return life_.Finish(job, to, 0, 0, now, "done");
-      case Edge::kReject:
-        return life_.Reject(job, "refused");
-      case Edge::kArchive:
-        return life_.Archive(*ParseJobId(job->id()));
+      case Edge::kStart: return life_.Start(job, now);
+      case Edge::kStop: return life_.Stop(job, StopCause::Preempted("j-999999", "priority", 5000));
+      case Edge::kCancel: return life_.Cancel(job);
+      case Edge::kRequeue: return life_.Requeue(job);
+      case Edge::kFinish: return life_.Finish(job, to, 0, 0, now, "done");
+      case Edge::kReject: return life_.Reject(job, "refused");
+      case Edge::kArchive: return life_.Archive(*ParseJobId(job->id()));
     }
     return Internal("unknown edge");
   }
@@ -167,8 +157,6 @@ class JobLifecycleTest : public ::testing::Test {
   JobLifecycle life_;
   std::map<std::string, std::set<std::string>> ended_;
 };
-
-
 
 TEST(JobLifecycleEdgesTest, EveryEdgeFromEveryStateIsTakenOrRefusedAsTheDiagramSays) {
   struct World : JobLifecycleTest {
@@ -182,8 +170,8 @@ TEST(JobLifecycleEdgesTest, EveryEdgeFromEveryStateIsTakenOrRefusedAsTheDiagramS
       std::vector<S> tos = {S::JOB_STATE_UNSPECIFIED};
       if (edge == Edge::kFinish) tos.assign(std::begin(kEnds), std::end(kEnds));
       for (S to : tos) {
-        SCOPED_TRACE(::testing::Message() << "edge " << static_cast<int>(edge) << " from "
-                                          << v1::JobState_Name(from) << " to " << v1::JobState_Name(to));
+        SCOPED_TRACE(::testing::Message() << "edge " << static_cast<int>(edge) << " from " << v1::JobState_Name(from)
+                                          << " to " << v1::JobState_Name(to));
         const bool want = Legal().contains({edge, from, to});
         EXPECT_EQ(JobLifecycle::Allowed(edge, from, to), want);
         World w;

@@ -69,7 +69,7 @@ class JobReplica {
   std::map<uint64_t, JobPtr> jobs_ DROVER_GUARDED_BY(mu_);
   Status available_ DROVER_GUARDED_BY(mu_);
   uint64_t version_ DROVER_GUARDED_BY(mu_) = 0;
-  std::map<v1::JobState, int64_t> counts_ DROVER_GUARDED_BY(mu_);  // jobs_ by state
+  std::map<v1::JobState, int64_t> counts_ DROVER_GUARDED_BY(mu_);                            // jobs_ by state
   std::map<std::string, std::map<v1::JobState, int64_t>> by_tenant_ DROVER_GUARDED_BY(mu_);  // by tenant, then state
 };
 

@@ -107,8 +107,8 @@ void JobLifecycle::ApplyWorkloadStatus(const std::string& node, const v1::Worklo
       }
       // A preempted job that finished on its own during its grace succeeded.
       v1::JobState end = state == v1::JOB_STATE_CANCELLING ? v1::JOB_STATE_CANCELLED
-                         : clean_exit && !service         ? v1::JOB_STATE_SUCCEEDED
-                                                          : v1::JOB_STATE_FAILED;
+                         : clean_exit && !service          ? v1::JOB_STATE_SUCCEEDED
+                                                           : v1::JOB_STATE_FAILED;
       if (service && job->status().replica_states_size() > 0) {
         v1::ReplicaState* rs = job->mutable_status()->mutable_replica_states(0);
         rs->set_ready(false);
@@ -190,7 +190,8 @@ void JobLifecycle::ApplyLost(const std::string& node, const std::set<std::string
           Check(Requeue(&job));
           break;
         }
-        Check(Finish(&job, v1::JOB_STATE_FAILED, -1, 0, NowNs(), fmt::format("node '{}' no longer knows the job", node)));
+        Check(
+            Finish(&job, v1::JOB_STATE_FAILED, -1, 0, NowNs(), fmt::format("node '{}' no longer knows the job", node)));
     }
   }
 }
@@ -205,8 +206,8 @@ void JobLifecycle::NoteCheckpoint(const std::string& node, const v1::CheckpointM
   v1::Job* job = Find(ref->job_id);
   if (job == nullptr || !rpc::HoldsGpus(job->status().state()) || ref->attempt != job->status().attempt()) return;
   const v1::JobStatus& st = job->status();
-  const std::string& where = ref->gang ? (ref->replica < st.replicas_size() ? st.replicas(ref->replica).node() : "")
-                                       : st.allocation().node();
+  const std::string& where =
+      ref->gang ? (ref->replica < st.replicas_size() ? st.replicas(ref->replica).node() : "") : st.allocation().node();
   if (where != node) return;
   const int64_t at_ns = std::min(mark.time_unix_nanos(), NowNs());
   if (at_ns <= st.checkpoint_time_unix_nanos()) return;
@@ -279,7 +280,8 @@ void JobLifecycle::StopJobsOnGpu(const std::string& node, int gpu, const std::st
     }
   }
   for (uint64_t seq : hit) {
-    StopUnlessStopping(&table_.jobs_.at(seq), fmt::format("gpu {} of node '{}' became unhealthy: {}", gpu, node, reason),
+    StopUnlessStopping(&table_.jobs_.at(seq),
+                       fmt::format("gpu {} of node '{}' became unhealthy: {}", gpu, node, reason),
                        /*node_loss=*/false);
   }
 }
@@ -377,7 +379,8 @@ void JobLifecycle::EndReplica(v1::Job* job, int replica, bool failed_to_start, i
   int64_t start = 0;
   for (const v1::ReplicaState& r : st->replica_states()) {
     end = std::max(end, r.end_time_unix_nanos());
-    if (r.start_time_unix_nanos() > 0 && (start == 0 || r.start_time_unix_nanos() < start)) start = r.start_time_unix_nanos();
+    if (r.start_time_unix_nanos() > 0 && (start == 0 || r.start_time_unix_nanos() < start))
+      start = r.start_time_unix_nanos();
   }
   if (st->start_time_unix_nanos() == 0) st->set_start_time_unix_nanos(start);
   if (st->gang_failed()) {
@@ -401,8 +404,8 @@ void JobLifecycle::ApplyGangLost(v1::Job* job, const std::string& node, const st
     if (reported.contains(rpc::WorkloadId(job->id(), r, job->spec().replicas(), st.attempt()))) continue;
     // A replica that never ran may not have reached its agent yet, unless
     // the gang is stopping anyway (it is no longer sent).
-    bool stopping = st.state() == v1::JOB_STATE_PREEMPTING || st.state() == v1::JOB_STATE_CANCELLING ||
-                    st.gang_failed();
+    bool stopping =
+        st.state() == v1::JOB_STATE_PREEMPTING || st.state() == v1::JOB_STATE_CANCELLING || st.gang_failed();
     if (!st.replica_states(r).running() && !stopping) continue;
     EndReplica(job, r, false, -1, 0, NowNs(), fmt::format("node '{}' no longer knows replica {}", node, r));
   }

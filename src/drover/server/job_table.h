@@ -28,8 +28,8 @@ namespace drover::server {
 // An array with a limit on how many of its tasks hold GPUs at once: tasks
 // past it wait here, outside the scheduler, until one ends.
 struct ArrayGate {
-  int64_t active = 0;          // tasks in the scheduler (queued or holding GPUs)
-  std::deque<uint64_t> held;   // by sequence number, submission order
+  int64_t active = 0;         // tasks in the scheduler (queued or holding GPUs)
+  std::deque<uint64_t> held;  // by sequence number, submission order
 };
 
 class JobTable {

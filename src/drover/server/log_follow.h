@@ -76,7 +76,7 @@ class LogFollow : public std::enable_shared_from_this<LogFollow> {
   v1::Job job_ DROVER_GUARDED_BY(mu_);  // newest known state
   int attempt_ DROVER_GUARDED_BY(mu_);
   int64_t offset_ DROVER_GUARDED_BY(mu_);
-  bool woken_ DROVER_GUARDED_BY(mu_) = true;  // something may be new
+  bool woken_ DROVER_GUARDED_BY(mu_) = true;       // something may be new
   bool scheduled_ DROVER_GUARDED_BY(mu_) = false;  // a Pump is posted or running
   bool in_flight_ DROVER_GUARDED_BY(mu_) = false;  // a chunk awaits Sent()
   bool finished_ DROVER_GUARDED_BY(mu_) = false;

@@ -31,7 +31,8 @@ Result<std::string> LogStore::PathFor(const std::string& log_id) const {
   size_t at = id.find('@');
   if (at != std::string_view::npos) {
     std::string_view n = id.substr(at + 1);
-    if (n.empty() || n.size() > 9 || n[0] == '0' || !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (n.empty() || n.size() > 9 || n[0] == '0' ||
+        !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       return InvalidArgument(fmt::format("log id '{}' has a malformed attempt", log_id.substr(0, 64)));
     }
   }
@@ -66,7 +67,8 @@ Status LogStore::Write(const std::string& job_id, int64_t offset, const std::str
 uint64_t LogStore::Watch(const std::string& job_id, std::function<void()> on_write) {
   std::lock_guard lock(watchers_->mu);
   uint64_t id = watchers_->next++;
-  watchers_->by_job.emplace(job_id, std::make_pair(id, std::make_shared<const std::function<void()>>(std::move(on_write))));
+  watchers_->by_job.emplace(job_id,
+                            std::make_pair(id, std::make_shared<const std::function<void()>>(std::move(on_write))));
   return id;
 }
 

@@ -66,8 +66,8 @@ class LoopBoard {
 
   // ---- tenants ----
   struct Tenant {
-    sched::TenantInfo info;              // weight 1, no guarantee, for a tenant known only by its jobs
-    bool configured = false;             // in the server's configuration or stored
+    sched::TenantInfo info;                       // weight 1, no guarantee, for a tenant known only by its jobs
+    bool configured = false;                      // in the server's configuration or stored
     std::optional<v1::TenantQuota> stored_quota;  // set when stored
     sched::Scheduler::TenantUsage usage;
   };

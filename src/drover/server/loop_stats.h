@@ -10,8 +10,8 @@ namespace drover::server {
 // What /metrics reports of the control loop (ControlLoop::Stats), read off
 // the loop from what it publishes.
 struct LoopStats {
-  std::map<v1::JobState, int64_t> jobs;  // every state, zero included
-  int64_t queue_depth = 0;               // pending jobs
+  std::map<v1::JobState, int64_t> jobs;          // every state, zero included
+  int64_t queue_depth = 0;                       // pending jobs
   int64_t nodes_ready = 0, nodes_not_ready = 0;  // not ready includes suspect and lost
   int64_t nodes_lost = 0;
   int64_t gpus_healthy = 0, gpus_unhealthy = 0;

@@ -64,8 +64,7 @@ int64_t NodeRegistry::LeaseNowNs() const {
   return ToUnixNanos(c->Now());
 }
 
-void NodeRegistry::Heartbeat(const std::string& node, const v1::Heartbeat& hb,
-                             const std::shared_ptr<AgentSink>& sink) {
+void NodeRegistry::Heartbeat(const std::string& node, const v1::Heartbeat& hb, const std::shared_ptr<AgentSink>& sink) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
   Entry& entry = it->second;

@@ -130,9 +130,9 @@ Status NodeRegistry::Open(const std::string& node, std::shared_ptr<AgentSink> si
   entry.full_report_seen = false;
   UpdateSchedulable(node);
   batch_->MarkDesired(node);
-  spdlog::info("node '{}' is ready{}", node,
-               entry.awaiting_clean_report ? "; it takes work once its report shows it runs nothing it should not"
-                                           : "");
+  spdlog::info(
+      "node '{}' is ready{}", node,
+      entry.awaiting_clean_report ? "; it takes work once its report shows it runs nothing it should not" : "");
   return Status::Ok();
 }
 
@@ -197,9 +197,10 @@ Status NodeRegistry::InjectFault(const std::string& node, int gpu, const std::st
     return InvalidArgument(fmt::format("node '{}' has no gpu {} (it has {})", node, gpu, n.gpus_size()));
   }
   if (n.gpus(gpu).backend() != "simulated") {
-    return FailedPrecondition(fmt::format("gpu {} of node '{}' is a {} device; faults can only be injected into "
-                                          "simulated GPUs",
-                                          gpu, node, n.gpus(gpu).backend()));
+    return FailedPrecondition(
+        fmt::format("gpu {} of node '{}' is a {} device; faults can only be injected into "
+                    "simulated GPUs",
+                    gpu, node, n.gpus(gpu).backend()));
   }
   if (!it->second.sink) return Unavailable(fmt::format("node '{}' has no session; try again when it is ready", node));
   v1::InjectFault msg;
@@ -282,14 +283,9 @@ NodeReplica::SnapshotPtr NodeRegistry::Capture(const Entry& entry) const {
   if (entry.record == nullptr) entry.record = std::make_shared<const v1::Node>(entry.node);
   out->record = entry.record;
   switch (entry.liveness) {
-    case Liveness::kLost:
-      out->state = v1::NODE_STATE_LOST;
-      break;
-    case Liveness::kSuspect:
-      out->state = v1::NODE_STATE_SUSPECT;
-      break;
-    case Liveness::kAlive:
-      out->state = entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY;
+    case Liveness::kLost: out->state = v1::NODE_STATE_LOST; break;
+    case Liveness::kSuspect: out->state = v1::NODE_STATE_SUSPECT; break;
+    case Liveness::kAlive: out->state = entry.sink ? v1::NODE_STATE_READY : v1::NODE_STATE_NOT_READY;
   }
   if (!entry.liveness_reason.empty()) {
     out->state_reason = entry.liveness_reason;
@@ -301,7 +297,8 @@ NodeReplica::SnapshotPtr NodeRegistry::Capture(const Entry& entry) const {
   out->session = entry.sink != nullptr;
   // Telemetry of a node whose session is down is stale: left out.
   if (entry.sink && !entry.telemetry.empty()) {
-    if (entry.readings == nullptr) entry.readings = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
+    if (entry.readings == nullptr)
+      entry.readings = std::make_shared<const std::vector<v1::GpuTelemetry>>(entry.telemetry);
     out->telemetry = entry.readings;
   }
   // On the wall clock: the lease clock's time means nothing outside.

@@ -89,7 +89,7 @@ class NodeRegistry {
  public:
   enum class Liveness { kAlive, kSuspect, kLost };
   struct Entry {
-    v1::Node node;  // as persisted (state and heartbeat are filled on read)
+    v1::Node node;                    // as persisted (state and heartbeat are filled on read)
     std::shared_ptr<AgentSink> sink;  // null while no session
     int64_t last_heartbeat_ns = 0;
     // Lease (on the lease clock): last renewed by the node's own heartbeat,
@@ -109,7 +109,7 @@ class NodeRegistry {
     bool awaiting_clean_report = false;
     bool full_report_seen = false;
     std::set<std::string> undesired_running;  // workload ids it reported running that it should not run
-    std::deque<std::string> ended_jobs;        // ran here, ended for good (newest last; checkpoint cleanup)
+    std::deque<std::string> ended_jobs;       // ran here, ended for good (newest last; checkpoint cleanup)
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
     // When its view was last published to node_replica_ (lease clock).
     int64_t published_ns = std::numeric_limits<int64_t>::min() / 2;
@@ -209,7 +209,7 @@ class NodeRegistry {
   JobLifecycle* jobs_;
   LoopBoard* board_;
   Map nodes_;
-  int64_t peers_version_ = 1;  // bumped when a node's gossip endpoint or liveness changes
+  int64_t peers_version_ = 1;        // bumped when a node's gossip endpoint or liveness changes
   int64_t last_lease_check_ns_ = 0;  // SteadyClock: when the loop last looked at leases
   uint64_t renewals_direct_ = 0, renewals_via_peers_ = 0, node_losses_ = 0;  // LoopStats
 };

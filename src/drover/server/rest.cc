@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <chrono>
-#include <thread>
+#include <limits>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,7 +49,9 @@ Status FromJson(const std::string& body, google::protobuf::Message* m) {
   pbutil::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
   auto st = pbutil::JsonStringToMessage(body, m, opts);
-  if (!st.ok()) return InvalidArgument(fmt::format("request body is not a valid {}: {}", m->GetTypeName(), st.message().as_string()));
+  if (!st.ok())
+    return InvalidArgument(
+        fmt::format("request body is not a valid {}: {}", m->GetTypeName(), st.message().as_string()));
   return Status::Ok();
 }
 
@@ -87,8 +89,8 @@ Result<int64_t> IntParam(const http::Request& req, const std::string& name,
   int64_t v = 0;
   auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
   if (ec != std::errc() || p != it->second.data() + it->second.size() || v < 0 || v > max) {
-    return InvalidArgument(fmt::format("query parameter {}='{}' is not an integer from 0 to {}", name,
-                                       it->second.substr(0, 32), max));
+    return InvalidArgument(
+        fmt::format("query parameter {}='{}' is not an integer from 0 to {}", name, it->second.substr(0, 32), max));
   }
   return v;
 }
@@ -127,8 +129,8 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   return r;
 }
 
-http::Response HandleJobs(ApiService* api, RestStreams* streams, const auth::Principal& who,
-                          const http::Request& req, const std::vector<std::string_view>& p) {
+http::Response HandleJobs(ApiService* api, RestStreams* streams, const auth::Principal& who, const http::Request& req,
+                          const std::vector<std::string_view>& p) {
   // p[0..2] = api, v1, jobs
   if (p.size() == 3) {
     if (req.method == "POST") {
@@ -392,9 +394,13 @@ std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Princi
       int64_t v = 0;
       auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
       if (ec != std::errc() || end != it->second.data() + it->second.size() || v < 0) {
-        return http::ErrorResponse(InvalidArgument(fmt::format("{} '{}' is not a non-negative integer", name, it->second)));
+        return http::ErrorResponse(
+            InvalidArgument(fmt::format("{} '{}' is not a non-negative integer", name, it->second)));
       }
-      if (std::string_view(name) == "since") lr.set_since_unix_nanos(v); else lr.set_limit(v);
+      if (std::string_view(name) == "since")
+        lr.set_since_unix_nanos(v);
+      else
+        lr.set_limit(v);
     }
     return JsonReply(api->ListAudit(who, lr));
   }
@@ -406,8 +412,10 @@ std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Princi
 // SameSite=Strict; the body carries the CSRF token the dashboard echoes.
 http::Response HandleSession(const RestContext& c, const http::Request& req) {
   auto session_body = [](const auth::DashboardSession& s) {
-    nlohmann::json j{{"principal", {{"name", s.principal.name}, {"tenant", s.principal.tenant},
-                                    {"role", std::string(auth::RoleName(s.principal.role))}}},
+    nlohmann::json j{{"principal",
+                      {{"name", s.principal.name},
+                       {"tenant", s.principal.tenant},
+                       {"role", std::string(auth::RoleName(s.principal.role))}}},
                      {"csrfToken", s.csrf_token}};
     return j.dump();
   };
@@ -429,7 +437,8 @@ http::Response HandleSession(const RestContext& c, const http::Request& req) {
   if (req.method != "POST") return MethodNotAllowed(req);
   nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) {
-    return http::ErrorResponse(InvalidArgument("session body must be a JSON object {\"token\": ...} or {\"code\": ...}"));
+    return http::ErrorResponse(
+        InvalidArgument("session body must be a JSON object {\"token\": ...} or {\"code\": ...}"));
   }
   Result<auth::DashboardSession> s = Unauthenticated("session body needs a \"token\" or a \"code\"");
   auth::Principal anonymous;
@@ -474,7 +483,8 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     auto authn = c.edge->Authenticate(req);
     if (!authn.ok()) {
       Duration retry{0};
-      if (!c.edge->NoteFailure(req.remote, &retry)) return Refusal(ResourceExhausted("too many failed authentications"), retry);
+      if (!c.edge->NoteFailure(req.remote, &retry))
+        return Refusal(ResourceExhausted("too many failed authentications"), retry);
       if (Edge::StateChanging(req.method)) {
         auth::Principal anonymous;
         anonymous.source = req.remote;
@@ -500,8 +510,8 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     if (p[2] == "deployments") return HandleDeployments(api, who, req, p);
     if (p[2] == "serving") return HandleServing(api, who, req, p);
     if (auto r = HandleIdentity(api, who, req, p)) return *std::move(r);
-    if (p.size() == 3 && (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events" ||
-                          p[2] == "watch")) {
+    if (p.size() == 3 &&
+        (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events" || p[2] == "watch")) {
       if (req.method != "GET") return MethodNotAllowed(req);
       if (p[2] == "fleet") return JsonReply(api->Fleet(who));
       if (p[2] == "scheduler") return JsonReply(api->SchedulerStats(who));
@@ -530,7 +540,8 @@ http::Handler MakeRestHandler(RestContext context) {
     // create series at will.
     static constexpr std::string_view kMethods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"};
     bool known = std::find(std::begin(kMethods), std::end(kMethods), req.method) != std::end(kMethods);
-    if (counter != nullptr) counter->Inc({{"method", known ? req.method : "other"}, {"code", std::to_string(r.status)}});
+    if (counter != nullptr)
+      counter->Inc({{"method", known ? req.method : "other"}, {"code", std::to_string(r.status)}});
     return r;
   };
 }

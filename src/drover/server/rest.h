@@ -27,15 +27,15 @@
 #include "drover/common/metrics.h"
 #include "drover/http/server.h"
 #include "drover/server/api_service.h"
-#include "drover/server/rest_streams.h"
 #include "drover/server/edge.h"
+#include "drover/server/rest_streams.h"
 
 namespace drover::server {
 
 struct RestContext {
   ApiService* api = nullptr;
-  Edge* edge = nullptr;                 // browser rules, authentication, limits
-  auth::Authority* authority = nullptr; // dashboard sessions
+  Edge* edge = nullptr;                  // browser rules, authentication, limits
+  auth::Authority* authority = nullptr;  // dashboard sessions
   // Answers /readyz: OK once the server serves requests.
   std::function<Status()> ready;
   // GET /metrics (the Prometheus text format); every request is counted in

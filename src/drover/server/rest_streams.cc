@@ -235,7 +235,8 @@ http::Response RestStreams::WatchStream(const auth::Principal& who, const v1::Wa
   auto state = std::make_shared<WatchState>(api_, bounded, only_ended, std::move(first));
   uint64_t subscription = 0;
   // Subscribed here, before the 200 goes out, so that a bad id is a 404.
-  auto current = api_->Watch(who, wr, [state](const v1::Job& job) { state->Push(job); }, &subscription);
+  auto current = api_->Watch(
+      who, wr, [state](const v1::Job& job) { state->Push(job); }, &subscription);
   if (!current.ok() && !submitted) return http::ErrorResponse(current.status());
   if (current.ok()) {
     state->set_subscription(subscription);

@@ -61,7 +61,7 @@ class RestStreams {
   CondVar cv_;
   bool stopping_ = false;
   std::vector<Subscriber> subscribers_ DROVER_GUARDED_BY(mu_);
-  std::thread ticker_;                   // runs while there are subscribers
+  std::thread ticker_;  // runs while there are subscribers
 };
 
 }  // namespace drover::server

@@ -1,10 +1,10 @@
-#include "drover/common/mutex.h"
 #include "drover/server/server.h"
+#include "drover/common/mutex.h"
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -24,6 +24,9 @@
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/server_interceptor.h>
 
+#include "drover/auth/audit.h"
+#include "drover/auth/certs.h"
+#include "drover/auth/cluster_ca.h"
 #include "drover/common/address.h"
 #include "drover/common/files.h"
 #include "drover/common/metrics.h"
@@ -31,9 +34,6 @@
 #include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
 #include "drover/rpc/gpu_metrics.h"
-#include "drover/auth/audit.h"
-#include "drover/auth/certs.h"
-#include "drover/auth/cluster_ca.h"
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/grpc_services.h"
@@ -51,10 +51,11 @@ namespace {
 constexpr int kMaxGrpcMessageBytes = 4 << 20;
 
 const char* CodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                           "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static constexpr const char* kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   int i = static_cast<int>(code);
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
 }
@@ -100,7 +101,8 @@ void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
   if (auto s = stats.get(); s.ok()) {
     auto jobs = out.Gauge("drover_jobs", "Jobs by state.");
     for (const auto& [state, n] : s->jobs) jobs.Add({{"state", rpc::JobStateDisplay(state)}}, static_cast<double>(n));
-    out.Gauge("drover_scheduler_queue_depth", "Jobs waiting to be placed.").Add({}, static_cast<double>(s->queue_depth));
+    out.Gauge("drover_scheduler_queue_depth", "Jobs waiting to be placed.")
+        .Add({}, static_cast<double>(s->queue_depth));
     out.Gauge("drover_nodes", "Registered nodes by state.")
         .Add({{"state", "Ready"}}, static_cast<double>(s->nodes_ready))
         .Add({{"state", "NotReady"}}, static_cast<double>(s->nodes_not_ready - s->nodes_lost))
@@ -154,7 +156,8 @@ Result<std::optional<auth::ServerTls>> LoadTls(const ServerOptions& o, std::stri
       return InvalidArgument("TLS needs --tls-cert, --tls-key and --tls-ca together (--tls-ca-key is optional)");
     }
     *ca_file = o.tls_ca;
-    DROVER_ASSIGN_OR_RETURN(auth::ServerTls tls, auth::LoadServerTls(o.tls_cert, o.tls_key, o.tls_ca, o.tls_ca_key, NowUnix()));
+    DROVER_ASSIGN_OR_RETURN(auth::ServerTls tls,
+                            auth::LoadServerTls(o.tls_cert, o.tls_key, o.tls_ca, o.tls_ca_key, NowUnix()));
     return std::optional<auth::ServerTls>(std::move(tls));
   }
   auth::TlsPaths paths = auth::TlsPathsIn(o.data_dir + "/tls");
@@ -164,8 +167,8 @@ Result<std::optional<auth::ServerTls>> LoadTls(const ServerOptions& o, std::stri
   std::string ca_key = std::filesystem::exists(paths.ca_key, ec) ? paths.ca_key : "";
   auto tls = auth::LoadServerTls(paths.server_cert, paths.server_key, paths.ca_cert, ca_key, NowUnix());
   if (!tls.ok()) {
-    return FailedPrecondition(fmt::format("{} (run `drover certs init --data-dir {}` to renew)", tls.status().message(),
-                                          o.data_dir));
+    return FailedPrecondition(
+        fmt::format("{} (run `drover certs init --data-dir {}` to renew)", tls.status().message(), o.data_dir));
   }
   return std::optional<auth::ServerTls>(std::move(*tls));
 }
@@ -224,7 +227,8 @@ std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTl
   // Requested, verified by ClientCertificateVerifier (which can log and
   // audit a refusal; OpenSSL's own check could not).
   options.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
-  options.set_certificate_verifier(gx::ExternalCertificateVerifier::Create<ClientCertificateVerifier>(tls.ca_pem, api, edge));
+  options.set_certificate_verifier(
+      gx::ExternalCertificateVerifier::Create<ClientCertificateVerifier>(tls.ca_pem, api, edge));
   return grpc::experimental::TlsServerCredentials(options);
 }
 
@@ -269,19 +273,19 @@ class StandbyAnswer {
     std::map<std::string, std::string> headers{{"Retry-After", "1"}};
     auto parsed = nlohmann::json::parse(leader, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_object() || parsed.value("http", "").empty()) {
-      return http::Response{503, "application/json",
-                            R"({"code": 14, "status": "UNAVAILABLE", "message": "this server stands by, and no server leads yet"})"
-                            "\n",
-                            headers};
+      return http::Response{
+          503, "application/json",
+          R"({"code": 14, "status": "UNAVAILABLE", "message": "this server stands by, and no server leads yet"})"
+          "\n",
+          headers};
     }
     const std::string http_address = parsed.value("http", "");
     headers["X-Drover-Leader"] = http_address;
-    nlohmann::json body = {
-        {"code", 14},
-        {"status", "UNAVAILABLE"},
-        {"message", fmt::format("this server stands by; the leader is at {} (gRPC {})", http_address,
-                                parsed.value("grpc", ""))},
-        {"leader", {{"grpc", parsed.value("grpc", "")}, {"http", http_address}}}};
+    nlohmann::json body = {{"code", 14},
+                           {"status", "UNAVAILABLE"},
+                           {"message", fmt::format("this server stands by; the leader is at {} (gRPC {})", http_address,
+                                                   parsed.value("grpc", ""))},
+                           {"leader", {{"grpc", parsed.value("grpc", "")}, {"http", http_address}}}};
     return http::Response{503, "application/json", body.dump() + "\n", headers};
   }
 
@@ -294,7 +298,8 @@ Result<std::unique_ptr<store::Leadership>> Campaign(store::Store* store, store::
                                                     const std::function<void(const std::string&)>& standby) {
   auto port_of = [](const std::string& listen) { return listen.substr(listen.rfind(':') + 1); };
   if (port_of(o.grpc_listen) == "0" || port_of(o.http_listen) == "0") {
-    return InvalidArgument("with an etcd store, --grpc-listen and --listen need fixed ports: clients find the leader by them");
+    return InvalidArgument(
+        "with an etcd store, --grpc-listen and --listen need fixed ports: clients find the leader by them");
   }
   std::string host = o.advertise_host;
   if (host.empty()) host = HostOf(o.grpc_listen);
@@ -338,7 +343,8 @@ class ServerImpl final : public Server {
       // The campaign and keep-alives on connections of their own, with a
       // deadline of the TTL (store/leader.h, LeaderOptions::data).
       store::EtcdOptions short_deadline = o.etcd;
-      short_deadline.request_timeout = std::max<std::chrono::milliseconds>(o.leader_ttl, std::chrono::milliseconds(500));
+      short_deadline.request_timeout =
+          std::max<std::chrono::milliseconds>(o.leader_ttl, std::chrono::milliseconds(500));
       DROVER_ASSIGN_OR_RETURN(leader_store_, OpenStoreWaiting(o, short_deadline));
       // While it stands by, its HTTP port says where the leader is.
       auto answer = std::make_shared<StandbyAnswer>();
@@ -346,8 +352,8 @@ class ServerImpl final : public Server {
       auto standby = [&](const std::string& leader) {
         answer->SetLeader(leader);
         if (standby_http) return;
-        auto started = http::StartServer(o.http_listen, [answer](const http::Request& r) { return (*answer)(r); },
-                                         http_options);
+        auto started = http::StartServer(
+            o.http_listen, [answer](const http::Request& r) { return (*answer)(r); }, http_options);
         if (started.ok()) {
           standby_http = std::move(*started);
         } else {
@@ -385,19 +391,19 @@ class ServerImpl final : public Server {
 
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(o.grpc_listen,
-                             tls_ ? GrpcTlsCredentials(*tls_, api_.get(), edge_.get()) : grpc::InsecureServerCredentials(),
-                             &port);
+    builder.AddListeningPort(
+        o.grpc_listen, tls_ ? GrpcTlsCredentials(*tls_, api_.get(), edge_.get()) : grpc::InsecureServerCredentials(),
+        &port);
     builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
-    DROVER_ASSIGN_OR_RETURN(metrics::CounterFamily * grpc_calls,
-                            metrics_.AddCounter("drover_grpc_requests_total",
-                                                "gRPC calls served, by method and status code."));
+    DROVER_ASSIGN_OR_RETURN(
+        metrics::CounterFamily * grpc_calls,
+        metrics_.AddCounter("drover_grpc_requests_total", "gRPC calls served, by method and status code."));
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
     interceptors.push_back(std::make_unique<CountingInterceptorFactory>(grpc_calls));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
     metrics_.AddCollector([loop = loop_.get()](metrics::Exposition& out) { CollectLoop(loop, out); });
-    services_ = MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get(),
-                                 tls_ ? &*tls_ : nullptr);
+    services_ =
+        MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get(), tls_ ? &*tls_ : nullptr);
     for (auto& s : services_) builder.RegisterService(s.get());
     grpc_ = builder.BuildAndStart();
     if (!grpc_ || port == 0) return Unavailable(fmt::format("cannot listen for gRPC on '{}'", o.grpc_listen));
@@ -410,10 +416,10 @@ class ServerImpl final : public Server {
       return f.get().status();
     };
     streams_ = std::make_unique<RestStreams>(api_.get());
-    DROVER_ASSIGN_OR_RETURN(
-        http_, http::StartServer(o.http_listen,
-                                 MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready, &metrics_, streams_.get()}),
-                                 http_options));
+    DROVER_ASSIGN_OR_RETURN(http_, http::StartServer(o.http_listen,
+                                                     MakeRestHandler({api_.get(), edge_.get(), authority_.get(), ready,
+                                                                      &metrics_, streams_.get()}),
+                                                     http_options));
     http_address_ = fmt::format("{}:{}", HostOf(o.http_listen), http_->port());
     std::string browse_host = HostOf(o.http_listen);
     if (browse_host == "0.0.0.0" || browse_host == "[::]" || browse_host.empty()) browse_host = "127.0.0.1";
@@ -486,15 +492,15 @@ class ServerImpl final : public Server {
  private:
   metrics::Registry metrics_;  // outlives everything that records into it
   std::unique_ptr<store::Store> store_;
-  std::unique_ptr<store::Store> leader_store_;  // the campaign's (etcd only)
+  std::unique_ptr<store::Store> leader_store_;     // the campaign's (etcd only)
   std::unique_ptr<store::Leadership> leadership_;  // with an etcd store; everything below writes through it
-  std::thread etcd_mover_;  // while leading on etcd: keeps etcd's leader on another machine
+  std::thread etcd_mover_;                         // while leading on etcd: keeps etcd's leader on another machine
   Mutex mover_mu_;
   CondVar mover_cv_;
   bool mover_stop_ DROVER_GUARDED_BY(mover_mu_) = false;
   std::unique_ptr<store::Archive> archive_;  // after store_: the loop (destroyed first) writes to it
   std::unique_ptr<LogStore> logs_;
-  JobWatch watch_;  // outlives the loop that publishes to it and the services that subscribe
+  JobWatch watch_;                         // outlives the loop that publishes to it and the services that subscribe
   std::unique_ptr<auth::AuditLog> audit_;  // before loop_: the loop records into it
   std::unique_ptr<ControlLoop> loop_;
   std::unique_ptr<auth::Authority> authority_;

@@ -22,8 +22,8 @@
 #include <memory>
 #include <string>
 
-#include "drover/common/status.h"
 #include "drover/auth/authority.h"
+#include "drover/common/status.h"
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/edge.h"

@@ -35,15 +35,19 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
   if (t.weight() < 0 || t.weight() > 1e6 || std::isnan(t.weight())) {
     return InvalidArgument(fmt::format("tenant '{}': weight {} is outside (0, 1e6]", t.name(), t.weight()));
   }
-  if (t.borrow_limit() < -1) return InvalidArgument(fmt::format("tenant '{}': borrow limit {} (use -1 for none)", t.name(), t.borrow_limit()));
+  if (t.borrow_limit() < -1)
+    return InvalidArgument(fmt::format("tenant '{}': borrow limit {} (use -1 for none)", t.name(), t.borrow_limit()));
   const v1::TenantQuota& q = t.quota();
   if (t.guaranteed_gpus_size() > kMaxQuotaEntries || q.max_gpus_size() > kMaxQuotaEntries) {
     return InvalidArgument(fmt::format("tenant '{}': at most {} models per map", t.name(), kMaxQuotaEntries));
   }
   auto check_models = [&](const auto& map, const char* what) -> Status {
     for (const auto& [model, n] : map) {
-      if (model.empty() || model.size() > 128) return InvalidArgument(fmt::format("tenant '{}': {} has a bad model name", t.name(), what));
-      if (n < 0 || n > 1'000'000) return InvalidArgument(fmt::format("tenant '{}': {} '{}' = {} is outside 0..1000000", t.name(), what, model, n));
+      if (model.empty() || model.size() > 128)
+        return InvalidArgument(fmt::format("tenant '{}': {} has a bad model name", t.name(), what));
+      if (n < 0 || n > 1'000'000)
+        return InvalidArgument(
+            fmt::format("tenant '{}': {} '{}' = {} is outside 0..1000000", t.name(), what, model, n));
     }
     return Status::Ok();
   };
@@ -55,9 +59,10 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
   }
   if (q.requests_per_minute() < 0 || q.requests_per_minute() > auth::kMaxPerMinute || q.tokens_per_minute() < 0 ||
       q.tokens_per_minute() > auth::kMaxPerMinute) {
-    return InvalidArgument(fmt::format("tenant '{}': requests_per_minute and tokens_per_minute must be 0..{} (0: no "
-                                       "limit)",
-                                       t.name(), auth::kMaxPerMinute));
+    return InvalidArgument(
+        fmt::format("tenant '{}': requests_per_minute and tokens_per_minute must be 0..{} (0: no "
+                    "limit)",
+                    t.name(), auth::kMaxPerMinute));
   }
   sched::TenantInfo info;
   info.name = t.name();
@@ -136,22 +141,24 @@ Status TenantBook::Admit(const v1::JobSpec& spec, int64_t count) const {
     double want =
         (spec.gpu_milli() > 0 ? spec.gpu_milli() / 1000.0 : spec.gpus()) * std::max(1, spec.replicas()) * count;
     if (q.max_gpus_per_user() > 0 && user_gpus + want > q.max_gpus_per_user() + 1e-9) {
-      return ResourceExhausted(fmt::format("user '{}' of tenant '{}' holds or queues {:g} GPUs; {:g} more would pass its "
-                                           "limit of {}", spec.owner(), name, user_gpus, want, q.max_gpus_per_user()));
+      return ResourceExhausted(
+          fmt::format("user '{}' of tenant '{}' holds or queues {:g} GPUs; {:g} more would pass its "
+                      "limit of {}",
+                      spec.owner(), name, user_gpus, want, q.max_gpus_per_user()));
     }
   }
   if (q.gpu_hours() > 0) {
     double used = GpuHoursUsed(name, q, now);
     if (used >= q.gpu_hours()) {
       int64_t period = PeriodNs(q);
-      return ResourceExhausted(fmt::format("tenant '{}' has spent its budget of {:g} GPU-hours for this period ({:.3f} "
-                                           "used); new jobs are refused until the period ends in {}s",
-                                           name, q.gpu_hours(), used, (period - now % period) / kNsPerSecond));
+      return ResourceExhausted(
+          fmt::format("tenant '{}' has spent its budget of {:g} GPU-hours for this period ({:.3f} "
+                      "used); new jobs are refused until the period ends in {}s",
+                      name, q.gpu_hours(), used, (period - now % period) / kNsPerSecond));
     }
   }
   return Status::Ok();
 }
-
 
 Result<v1::TenantStatus> TenantBook::Set(const v1::Tenant& tenant, bool create) {
   DROVER_ASSIGN_OR_RETURN(sched::TenantInfo info, ToInfo(tenant));
@@ -172,7 +179,8 @@ Status TenantBook::Delete(const std::string& name) {
   }
   for (const auto& [seq, job] : *jobs_) {
     if (job.spec().tenant() == name && !rpc::IsTerminal(job.status().state())) {
-      return FailedPrecondition(fmt::format("tenant '{}' has unfinished jobs ({} is one); cancel them first", name, job.id()));
+      return FailedPrecondition(
+          fmt::format("tenant '{}' has unfinished jobs ({} is one); cancel them first", name, job.id()));
     }
   }
   sched::TenantInfo fallback;

@@ -159,15 +159,18 @@ Result<NodeGroup> ParseGroup(const YAML::Node& y, const std::string& at) {
     } else {
       return InvalidArgument(fmt::format(
           "{}: key '{}' is unknown (use name, count, gpus_per_node, model, vendor, gpu_memory, cpu, cpu_milli, memory, "
-          "topology, nodes_per_rack, nodes_per_switch, labels)", at, key));
+          "topology, nodes_per_rack, nodes_per_switch, labels)",
+          at, key));
     }
   }
   if (g.name.empty()) return InvalidArgument(fmt::format("{}.name: is missing", at));
   if (g.count == 0) return InvalidArgument(fmt::format("{}.count: is missing", at));
-  if (!y["gpus_per_node"]) return InvalidArgument(fmt::format("{}.gpus_per_node: is missing (0 for CPU-only nodes)", at));
+  if (!y["gpus_per_node"])
+    return InvalidArgument(fmt::format("{}.gpus_per_node: is missing (0 for CPU-only nodes)", at));
   if (g.gpus > 0 && g.model.empty()) return InvalidArgument(fmt::format("{}.model: is missing", at));
   if ((g.per_rack > 0 && g.labels.contains("rack")) || (g.per_switch > 0 && g.labels.contains("switch"))) {
-    return InvalidArgument(fmt::format("{}.labels: rack and switch are generated from nodes_per_rack/nodes_per_switch", at));
+    return InvalidArgument(
+        fmt::format("{}.labels: rack and switch are generated from nodes_per_rack/nodes_per_switch", at));
   }
   return g;
 }
@@ -188,7 +191,8 @@ Result<Cluster> YamlCluster(const std::string& path, const YAML::Node& root) {
         return InvalidArgument(fmt::format("{}: this is a workload (kind: synthetic), not a cluster", file));
       }
       if (Scalar(kv.second) != "cluster") {
-        return InvalidArgument(fmt::format("{}: kind: {} is unknown for a cluster (use cluster)", file, Show(kv.second)));
+        return InvalidArgument(
+            fmt::format("{}: kind: {} is unknown for a cluster (use cluster)", file, Show(kv.second)));
       }
     } else if (key == "node_groups") {
       groups = kv.second;

@@ -80,9 +80,10 @@ Status SetKey(sched::Config& c, std::string_view key, std::string_view value) {
     if (!k.ok()) return named(k.status());
     c.las_starvation_factor = *k;
   } else {
-    return InvalidArgument(fmt::format(
-        "policy key '{}' is unknown (use queue, placement, backfill, preemption, aging, preemption-grace, "
-        "las-thresholds, las-starvation, frag-coverage)", key));
+    return InvalidArgument(
+        fmt::format("policy key '{}' is unknown (use queue, placement, backfill, preemption, aging, preemption-grace, "
+                    "las-thresholds, las-starvation, frag-coverage)",
+                    key));
   }
   return Status::Ok();
 }
@@ -117,10 +118,10 @@ Result<sched::Config> ParsePolicy(std::string_view spec) {
 }
 
 std::string PolicyString(const sched::Config& c) {
-  std::string s = fmt::format("queue={},placement={},backfill={},preemption={},aging={},preemption-grace={}",
-                              sched::QueuePolicyName(c.queue), sched::PlacementPolicyName(c.placement),
-                              c.backfill ? "on" : "off", c.preemption ? "on" : "off", Duration(c.aging_ms),
-                              Duration(c.preemption_grace_ms));
+  std::string s =
+      fmt::format("queue={},placement={},backfill={},preemption={},aging={},preemption-grace={}",
+                  sched::QueuePolicyName(c.queue), sched::PlacementPolicyName(c.placement), c.backfill ? "on" : "off",
+                  c.preemption ? "on" : "off", Duration(c.aging_ms), Duration(c.preemption_grace_ms));
   if (c.queue == sched::QueuePolicy::kLas) {
     std::vector<std::string> t;
     for (int64_t ms : c.las_thresholds) t.push_back(Duration(ms));

@@ -456,15 +456,9 @@ TEST(SameDecisionsAsServer, RandomWorkloads) {
         k = 0;
         for (const SchedCall& call : r.calls) {
           switch (call.kind) {
-            case SchedCall::Kind::kEnqueue:
-              ASSERT_TRUE(replay.Enqueue(call.job, call.now_ms).ok());
-              break;
-            case SchedCall::Kind::kRequeue:
-              ASSERT_TRUE(replay.Requeue(call.job.id, call.now_ms).ok());
-              break;
-            case SchedCall::Kind::kRemove:
-              replay.Remove(call.job.id, call.now_ms);
-              break;
+            case SchedCall::Kind::kEnqueue: ASSERT_TRUE(replay.Enqueue(call.job, call.now_ms).ok()); break;
+            case SchedCall::Kind::kRequeue: ASSERT_TRUE(replay.Requeue(call.job.id, call.now_ms).ok()); break;
+            case SchedCall::Kind::kRemove: replay.Remove(call.job.id, call.now_ms); break;
             case SchedCall::Kind::kSchedule:
               EXPECT_EQ(Describe(replay.Schedule(call.now_ms)), Describe(r.decisions.at(k++)));
               break;

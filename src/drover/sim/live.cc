@@ -12,10 +12,10 @@ namespace drover::sim {
 namespace {
 
 constexpr double kMsPerHour = 3'600'000;
-constexpr int64_t kChunkWallMs = 60'000;      // one generator call per tenant per wall minute
-constexpr int64_t kWarmupWallMs = 20'000;     // the warm-up's arrivals spread over this much wall time
-constexpr double kWarmupJobsPerSecond = 50;   // ... or more, for a big cluster
-constexpr int64_t kMinRunWallMs = 1'000;      // `sleep` gets at least a second
+constexpr int64_t kChunkWallMs = 60'000;     // one generator call per tenant per wall minute
+constexpr int64_t kWarmupWallMs = 20'000;    // the warm-up's arrivals spread over this much wall time
+constexpr double kWarmupJobsPerSecond = 50;  // ... or more, for a big cluster
+constexpr int64_t kMinRunWallMs = 1'000;     // `sleep` gets at least a second
 // Run times in simulated time.
 constexpr double kMedianMs = 2 * kMsPerHour;
 constexpr double kSigma = 0.8;

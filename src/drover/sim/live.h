@@ -68,17 +68,17 @@ struct LiveTenant {
   SyntheticConfig stream;  // stream.tenants = {name}, stream.priorities = {priority}
   std::string name;
   int priority = 0;
-  double load_share = 0;     // of the offered load
-  double mean_milli = 0;     // milli-GPUs a job asks on average
-  int64_t warmup_jobs = 0;   // uniform arrivals in the warm-up
+  double load_share = 0;    // of the offered load
+  double mean_milli = 0;    // milli-GPUs a job asks on average
+  int64_t warmup_jobs = 0;  // uniform arrivals in the warm-up
 };
 
 // One job to submit.
 struct LiveJob {
-  int64_t at_ms = 0;      // wall ms after the start
-  int64_t run_ms = 0;     // wall ms the job runs (at least 1 s)
+  int64_t at_ms = 0;        // wall ms after the start
+  int64_t run_ms = 0;       // wall ms the job runs (at least 1 s)
   int64_t estimate_ms = 0;  // wall ms, noisy (sigma 0.3) like a user's guess
-  double load = 1;        // how busy it keeps its GPUs (DROVER_SIM_LOAD), 0.30..1.00
+  double load = 1;          // how busy it keeps its GPUs (DROVER_SIM_LOAD), 0.30..1.00
   // Tenant, priority, shape, preemptible; a share reserves its part of the
   // GPU memory (gpu_memory_bytes). No id, no GPU model: the caller adds those.
   sched::JobRequest req;

@@ -109,8 +109,8 @@ TEST(LivePlan, SameSeedSameJobsOtherSeedOthers) {
 
 // The generator never makes a job that can never fit, whatever the cluster.
 TEST(LivePlan, EveryJobFitsTheCluster) {
-  const std::vector<LiveCluster> clusters = {
-      {1, 1, 0}, {1, 8, 80 * kGiB}, {2, 2, 24 * kGiB}, {3, 4, 0}, {4, 8, 80 * kGiB}, {2, 64, 192 * kGiB}};
+  const std::vector<LiveCluster> clusters = {{1, 1, 0}, {1, 8, 80 * kGiB}, {2, 2, 24 * kGiB},
+                                             {3, 4, 0}, {4, 8, 80 * kGiB}, {2, 64, 192 * kGiB}};
   for (const LiveCluster& c : clusters) {
     SCOPED_TRACE(::testing::Message() << c.nodes << " x " << c.gpus_per_node << " GPUs, " << c.gpu_memory_bytes);
     LivePlan plan = MakePlan(c);

@@ -50,8 +50,8 @@ constexpr int64_t kMaxGangGpus = 8LL * 4096;
 constexpr int64_t kMaxClusterNodes = 200'000;
 
 Status TooManyNodes(const std::string& file, int64_t nodes) {
-  return InvalidArgument(fmt::format("{}: the jobs' peak demand needs {} nodes, more than {}", file, nodes,
-                                     kMaxClusterNodes));
+  return InvalidArgument(
+      fmt::format("{}: the jobs' peak demand needs {} nodes, more than {}", file, nodes, kMaxClusterNodes));
 }
 
 // Files of the trace folder that hold no jobs, recognised by their header so
@@ -95,18 +95,26 @@ Result<Cluster> ItpCluster(const std::string& path) {
   if (!std::ifstream(path)) return NotFound(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   const std::string stem = Stem(path);
   // ElasticFlow's simulation sizes; 195job.csv ran on their 128-GPU testbed.
-  static const std::map<std::string, int> kNodes = {
-      {"cluster01", 64},  {"cluster02", 64},  {"cluster03", 64},  {"cluster04", 128},
-      {"cluster05", 64},  {"cluster06", 64},  {"cluster07", 128}, {"cluster08", 128},
-      {"cluster09", 128}, {"cluster10", 32},  {"195job", 16}};
+  static const std::map<std::string, int> kNodes = {{"cluster01", 64},  {"cluster02", 64},  {"cluster03", 64},
+                                                    {"cluster04", 128}, {"cluster05", 64},  {"cluster06", 64},
+                                                    {"cluster07", 128}, {"cluster08", 128}, {"cluster09", 128},
+                                                    {"cluster10", 32},  {"195job", 16}};
   auto it = kNodes.find(stem);
   if (it == kNodes.end()) {
     return InvalidArgument(fmt::format(
         "{}: cannot tell which ITP cluster this is from the file name (expected cluster01 ... cluster10 or 195job); "
-        "use a YAML cluster", BaseName(path)));
+        "use a YAML cluster",
+        BaseName(path)));
   }
-  NodeGroup g{.name = stem == "195job" ? "testbed" : stem, .count = it->second, .gpus = 8, .model = "A100 80GB",
-              .gpu_memory = 80 * kGiB, .wiring = Wiring::kHgx, .per_rack = 16, .per_switch = 4, .labels = {}};
+  NodeGroup g{.name = stem == "195job" ? "testbed" : stem,
+              .count = it->second,
+              .gpus = 8,
+              .model = "A100 80GB",
+              .gpu_memory = 80 * kGiB,
+              .wiring = Wiring::kHgx,
+              .per_rack = 16,
+              .per_switch = 4,
+              .labels = {}};
   return UniformCluster("itp-" + stem, g);
 }
 
@@ -174,8 +182,9 @@ Result<Cluster> PaiNodeCluster(const std::string& path) {
 Result<Workload> PaiPodWorkload(const std::string& path) {
   DROVER_ASSIGN_OR_RETURN(Csv csv, Csv::Read(path));
   DROVER_RETURN_IF_ERROR(RefuseNonJobFile(csv));
-  DROVER_RETURN_IF_ERROR(csv.Expect({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"},
-                                    {"gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"}));
+  DROVER_RETURN_IF_ERROR(
+      csv.Expect({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"},
+                 {"gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"}));
   const int c_name = csv.Col("name"), c_cpu = csv.Col("cpu_milli"), c_mem = csv.Col("memory_mib"),
             c_gpu = csv.Col("num_gpu"), c_milli = csv.Col("gpu_milli"), c_spec = csv.Col("gpu_spec"),
             c_qos = csv.Col("qos"), c_create = csv.Col("creation_time"), c_del = csv.Col("deletion_time"),
@@ -275,8 +284,7 @@ std::string VcName(const std::string& path) {
 Result<Workload> PhillyWorkload(const std::string& path) {
   DROVER_ASSIGN_OR_RETURN(Csv csv, Csv::Read(path));
   DROVER_RETURN_IF_ERROR(RefuseNonJobFile(csv));
-  DROVER_RETURN_IF_ERROR(
-      csv.Expect({"app_id", "submit_time", "service", "num_jobs"}, {"sleep_time", "model_name"}));
+  DROVER_RETURN_IF_ERROR(csv.Expect({"app_id", "submit_time", "service", "num_jobs"}, {"sleep_time", "model_name"}));
   const std::string vc = VcName(path);
   if (!ValidateName("tenant", vc).ok()) {
     return InvalidArgument(
@@ -336,8 +344,15 @@ int64_t PhillyVcNodes(const std::string& vc, const Workload& w) {
 }
 
 NodeGroup PhillyGroup(const std::string& vc, int64_t nodes) {
-  return NodeGroup{.name = vc, .count = nodes, .gpus = 8, .model = "P100", .gpu_memory = 16 * kGiB,
-                   .wiring = Wiring::kPcie, .per_rack = 16, .per_switch = 4, .labels = {}};
+  return NodeGroup{.name = vc,
+                   .count = nodes,
+                   .gpus = 8,
+                   .model = "P100",
+                   .gpu_memory = 16 * kGiB,
+                   .wiring = Wiring::kPcie,
+                   .per_rack = 16,
+                   .per_switch = 4,
+                   .labels = {}};
 }
 
 // philly-vc:DIR: every trace_<vc>.csv of the folder, in name order.
@@ -416,9 +431,8 @@ Result<Spec> ParseSpec(std::string_view spec) {
   size_t colon = spec.find(':');
   if (colon != std::string_view::npos && colon > 0) {
     std::string_view prefix = spec.substr(0, colon);
-    bool word = std::all_of(prefix.begin(), prefix.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-    });
+    bool word = std::all_of(prefix.begin(), prefix.end(),
+                            [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
     if (word) {
       const auto& known = TraceFormats();
       if (std::find(known.begin(), known.end(), prefix) == known.end()) {
@@ -453,9 +467,9 @@ GangShape ShapeGang(int64_t gpus, int per_node) {
 int64_t PaiGpuMemoryBytes(std::string_view model) {
   // Public specs; G2/G3 are undisclosed Alibaba codes (assumed 32 GiB), MISC
   // the 2020 trace's older K40m/K80/M60 cards (12 GiB).
-  static const std::map<std::string, int64_t, std::less<>> kGiBs = {
-      {"V100M32", 32}, {"V100M16", 16}, {"V100", 16}, {"P100", 16}, {"T4", 16},
-      {"A10", 24},     {"G2", 32},      {"G3", 32},   {"MISC", 12}};
+  static const std::map<std::string, int64_t, std::less<>> kGiBs = {{"V100M32", 32}, {"V100M16", 16}, {"V100", 16},
+                                                                    {"P100", 16},    {"T4", 16},      {"A10", 24},
+                                                                    {"G2", 32},      {"G3", 32},      {"MISC", 12}};
   auto it = kGiBs.find(model);
   return it == kGiBs.end() ? 0 : it->second * kGiB;
 }
@@ -494,8 +508,10 @@ Result<Workload> LoadWorkload(std::string_view text, std::optional<uint64_t> see
     return IsDirectory(spec.path) ? PhillyPooledWorkload(spec.path) : PhillyWorkload(spec.path);
   }
   if (spec.format == "pai2020") {
-    return InvalidArgument(fmt::format("{}: the pai2020 trace here is only the machine spec (a cluster); its job tables "
-                                       "were too large to include", BaseName(spec.path)));
+    return InvalidArgument(
+        fmt::format("{}: the pai2020 trace here is only the machine spec (a cluster); its job tables "
+                    "were too large to include",
+                    BaseName(spec.path)));
   }
   const std::string file = BaseName(spec.path);
   DROVER_ASSIGN_OR_RETURN(std::string yaml_text, ReadFile(spec.path));

@@ -58,9 +58,10 @@ double GpuHours(const Workload& w) {
 
 TEST(TraceTest, ItpRawAndElasticflowLoadWithReadmeCounts) {
   REQUIRE_TRACES();
-  const std::map<std::string, std::pair<size_t, double>> kFiles = {  // jobs, GPU-hours
-      {"cluster01", {1595, 22740}}, {"cluster02", {5778, 123748}}, {"cluster03", {3011, 165443}},
-      {"cluster05", {3629, 14303}}, {"cluster06", {2396, 123879}}, {"cluster08", {13047, 67100}},
+  const std::map<std::string, std::pair<size_t, double>> kFiles = {
+      // jobs, GPU-hours
+      {"cluster01", {1595, 22740}},  {"cluster02", {5778, 123748}}, {"cluster03", {3011, 165443}},
+      {"cluster05", {3629, 14303}},  {"cluster06", {2396, 123879}}, {"cluster08", {13047, 67100}},
       {"cluster09", {11134, 39001}}, {"cluster10", {260, 4023}}};
   size_t total = 0;
   for (const auto& [name, want] : kFiles) {
@@ -95,8 +96,8 @@ TEST(TraceTest, ItpGangsAndClusterSizing) {
   EXPECT_EQ(first->req.replicas, 8);
   EXPECT_EQ(first->req.gpus, 8);
 
-  const std::map<std::string, size_t> kNodes = {{"cluster01", 64}, {"cluster03", 64}, {"cluster08", 128},
-                                                {"cluster09", 128}, {"cluster10", 32}};
+  const std::map<std::string, size_t> kNodes = {
+      {"cluster01", 64}, {"cluster03", 64}, {"cluster08", 128}, {"cluster09", 128}, {"cluster10", 32}};
   for (const auto& [name, nodes] : kNodes) {
     Cluster c = MustLoadCluster("itp:" + raw + name + ".csv");
     EXPECT_EQ(c.nodes.size(), nodes) << name;
@@ -140,7 +141,7 @@ TEST(TraceTest, Pai2023DefaultPodList) {
   EXPECT_EQ(by_gpus, (std::map<int, int>{{0, 1088}, {1, 6989}, {2, 16}, {4, 15}, {8, 44}}));
   EXPECT_EQ(sharing, 3078);
   EXPECT_EQ(by_tenant, (std::map<std::string, int>{{"be", 3398}, {"burstable", 100}, {"guaranteed", 7}, {"ls", 4647}}));
-  EXPECT_EQ(never_ends, 897);  // the Pending pods (empty scheduled_time)
+  EXPECT_EQ(never_ends, 897);   // the Pending pods (empty scheduled_time)
   EXPECT_EQ(milli, 6'086'800);  // 6,086.8 GPUs
   // openb-pod-0001: 6000 mCPU, 12288 MiB, 1 GPU at 460 milli, LS, created 427061 s, ran 12902960 - 427061 s.
   auto it = std::find_if(w.jobs.begin(), w.jobs.end(), [](const SimJob& j) { return j.req.id == "openb-pod-0001"; });
@@ -157,10 +158,10 @@ TEST(TraceTest, Pai2023VariantsLoad) {
   // Row counts of the files (the README's ranges for the multigpu and
   // gpushare variants are looser than the files; these are the files').
   const std::map<std::string, size_t> kPods = {
-      {"cpu0", 7064},        {"cpu037", 7336},      {"cpu050", 7439},      {"cpu072", 7608},     {"cpu100", 7853},
-      {"cpu200", 8832},      {"cpu235", 9240},      {"cpu250", 9420},      {"cpu300", 10094},    {"gpushare20", 8152},
-      {"gpushare40", 8152},  {"gpushare60", 8152},  {"gpushare80", 8152},  {"gpuspec05", 8152},  {"gpuspec10", 8152},
-      {"gpuspec20", 8152},   {"multigpu20", 8324},  {"multigpu30", 8508},  {"multigpu40", 8746}};
+      {"cpu0", 7064},       {"cpu037", 7336},     {"cpu050", 7439},     {"cpu072", 7608},    {"cpu100", 7853},
+      {"cpu200", 8832},     {"cpu235", 9240},     {"cpu250", 9420},     {"cpu300", 10094},   {"gpushare20", 8152},
+      {"gpushare40", 8152}, {"gpushare60", 8152}, {"gpushare80", 8152}, {"gpuspec05", 8152}, {"gpuspec10", 8152},
+      {"gpuspec20", 8152},  {"multigpu20", 8324}, {"multigpu30", 8508}, {"multigpu40", 8746}};
   for (const auto& [name, pods] : kPods) {
     Workload w = MustLoad(fmt::format("pai2023:{}/alibaba-pai-2023/openb_pod_list_{}.csv", kTraces, name));
     EXPECT_EQ(w.jobs.size(), pods) << name;
@@ -210,8 +211,10 @@ TEST(TraceTest, Pai2023NodeLists) {
     EXPECT_TRUE(n.links.empty()) << "topology-neutral, as in the FGD simulator";
   }
   EXPECT_EQ(cpu_only, 310);
-  EXPECT_EQ(by_model, (std::map<std::string, int>{{"A10", 2}, {"G2", 4392}, {"G3", 312}, {"P100", 265}, {"T4", 842},
-                                                  {"V100M16", 195}, {"V100M32", 204}}));
+  EXPECT_EQ(
+      by_model,
+      (std::map<std::string, int>{
+          {"A10", 2}, {"G2", 4392}, {"G3", 312}, {"P100", 265}, {"T4", 842}, {"V100M16", 195}, {"V100M32", 204}}));
   EXPECT_EQ(all.nodes[0].name, "openb-node-0000");
   for (const auto& n : all.nodes) {
     for (const auto& g : n.gpus) EXPECT_GT(g.memory_bytes, 0) << g.model;
@@ -225,8 +228,9 @@ TEST(TraceTest, Pai2020MachineSpec) {
   EXPECT_EQ(c.gpus(), 6742);
   std::map<std::string, int> nodes_by_model;
   for (const auto& n : c.nodes) nodes_by_model[n.gpus.empty() ? "CPU" : n.gpus[0].model]++;
-  EXPECT_EQ(nodes_by_model, (std::map<std::string, int>{{"CPU", 83}, {"MISC", 280}, {"P100", 798}, {"T4", 497},
-                                                        {"V100", 104}, {"V100M32", 135}}));
+  EXPECT_EQ(nodes_by_model,
+            (std::map<std::string, int>{
+                {"CPU", 83}, {"MISC", 280}, {"P100", 798}, {"T4", 497}, {"V100", 104}, {"V100M32", 135}}));
   EXPECT_THAT(WorkloadError("pai2020:" + kTraces + "/alibaba-pai-2020/pai_machine_spec.csv"),
               HasSubstr("only the machine spec"));
 }
@@ -234,8 +238,8 @@ TEST(TraceTest, Pai2020MachineSpec) {
 TEST(TraceTest, PhillyVcTraces) {
   REQUIRE_TRACES();
   const std::map<std::string, size_t> kJobs = {{"11cb48", 19048}, {"6c71a0", 14783}, {"ee9e8c", 5452}, {"ed69ec", 1400},
-                                               {"e13805", 938},    {"103959", 2677},  {"0e4a51", 2465}, {"7f04ca", 1461},
-                                               {"2869ce", 956},    {"51b7ef", 63}};
+                                               {"e13805", 938},   {"103959", 2677},  {"0e4a51", 2465}, {"7f04ca", 1461},
+                                               {"2869ce", 956},   {"51b7ef", 63}};
   size_t total = 0;
   for (const auto& [vc, jobs] : kJobs) {
     Workload w = MustLoad(fmt::format("philly-vc:{}/philly-derived/pcs-vc-traces/trace_{}.csv", kTraces, vc));
@@ -251,21 +255,25 @@ TEST(TraceTest, PhillyVcTraces) {
   EXPECT_EQ(total, 49'243u);
   // VCs in Helios' table get its node counts; 51b7ef is not there and is
   // sized to its peak demand (32 GPUs).
-  EXPECT_EQ(MustLoadCluster("philly-vc:" + kTraces + "/philly-derived/pcs-vc-traces/trace_11cb48.csv").nodes.size(), 16u);
+  EXPECT_EQ(MustLoadCluster("philly-vc:" + kTraces + "/philly-derived/pcs-vc-traces/trace_11cb48.csv").nodes.size(),
+            16u);
   EXPECT_EQ(MustLoadCluster("philly-vc:" + kTraces + "/philly-derived/pcs-vc-traces/trace_ee9e8c.csv").gpus(), 512);
-  EXPECT_EQ(MustLoadCluster("philly-vc:" + kTraces + "/philly-derived/pcs-vc-traces/trace_51b7ef.csv").nodes.size(), 4u);
+  EXPECT_EQ(MustLoadCluster("philly-vc:" + kTraces + "/philly-derived/pcs-vc-traces/trace_51b7ef.csv").nodes.size(),
+            4u);
 }
 
 TEST(TraceTest, NonJobFilesAreRefusedByName) {
   REQUIRE_TRACES();
   const std::string p = kTraces + "/philly-derived/";
   EXPECT_THAT(WorkloadError("philly-vc:" + p + "helios-artifact/philly_vc.csv"), HasSubstr("Helios table"));
-  EXPECT_THAT(WorkloadError("philly-vc:" + p + "helios-artifact/philly_node_sequence.csv"), HasSubstr("busy Philly nodes"));
+  EXPECT_THAT(WorkloadError("philly-vc:" + p + "helios-artifact/philly_node_sequence.csv"),
+              HasSubstr("busy Philly nodes"));
   EXPECT_THAT(WorkloadError("philly-vc:" + p + "alibaba-analysis/philly_runtime.csv"), HasSubstr("synthetic"));
   EXPECT_THAT(WorkloadError("itp:" + kTraces + "/reference-stats/helios_cluster_summary.csv"), HasSubstr("statistics"));
   EXPECT_THAT(WorkloadError("pai2023:" + kTraces + "/alibaba-pai-2023/openb_node_list_gpu_node.csv"),
               HasSubstr("node list"));
-  EXPECT_THAT(ClusterError("pai2023:" + kTraces + "/alibaba-pai-2023/openb_pod_list_default.csv"), HasSubstr("pod list"));
+  EXPECT_THAT(ClusterError("pai2023:" + kTraces + "/alibaba-pai-2023/openb_pod_list_default.csv"),
+              HasSubstr("pod list"));
 }
 
 // ---- small inputs ----
@@ -343,8 +351,9 @@ TEST(LoaderTest, Pai2023SmallFiles) {
 
   EXPECT_THAT(WorkloadError("pai2023:" + kData + "/pods_bad_milli.csv"),
               HasSubstr("pods_bad_milli.csv:3: column 'gpu_milli': '1200' is outside 0..1000"));
-  EXPECT_THAT(WorkloadError("pai2023:" + kData + "/pods_share_multi.csv"),
-              HasSubstr("pods_share_multi.csv:2: column 'gpu_milli': '500' is a share of a GPU, which needs num_gpu = 1"));
+  EXPECT_THAT(
+      WorkloadError("pai2023:" + kData + "/pods_share_multi.csv"),
+      HasSubstr("pods_share_multi.csv:2: column 'gpu_milli': '500' is a share of a GPU, which needs num_gpu = 1"));
   EXPECT_THAT(WorkloadError("pai2023:" + kData + "/pods_negative_time.csv"),
               HasSubstr("pods_negative_time.csv:3: column 'creation_time': '-3' is outside 0.."));
 

@@ -288,15 +288,12 @@ Summary Recorder::Finish(int64_t end_ms, double wall_s) const {
         jct.push_back(static_cast<double>(r.end_ms - r.submit_ms) / 1000.0);
         last_end = std::max(last_end, r.end_ms);
         break;
-      case JobEnd::kRejected:
-        ++s.rejected;
-        break;
+      case JobEnd::kRejected: ++s.rejected; break;
       case JobEnd::kFailed:
         ++s.failed;
         failed_milli += jobs_[i].req.gpus == 0 ? 0 : jobs_[i].req.milli();
         break;
-      case JobEnd::kNone:
-        break;
+      case JobEnd::kNone: break;
     }
   }
   if (!samples_.empty()) {

@@ -37,14 +37,10 @@ std::string Hours(double seconds) {
 
 std::string EndName(JobEnd e, const JobRecord& r) {
   switch (e) {
-    case JobEnd::kCompleted:
-      return "completed";
-    case JobEnd::kRejected:
-      return "rejected";
-    case JobEnd::kFailed:
-      return "failed";
-    case JobEnd::kNone:
-      break;
+    case JobEnd::kCompleted: return "completed";
+    case JobEnd::kRejected: return "rejected";
+    case JobEnd::kFailed: return "failed";
+    case JobEnd::kNone: break;
   }
   return r.first_start_ms >= 0 && r.end_ms < 0 ? "started" : "waiting";
 }
@@ -243,20 +239,11 @@ std::string Html(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
     }
   }
   return out;

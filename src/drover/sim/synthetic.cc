@@ -255,7 +255,8 @@ Status Validate(const SyntheticConfig& c) {
   }
   if (c.window_ms < 0 || c.start_ms < 0) return InvalidArgument("arrivals: window and start must not be negative");
   if (c.arrivals == ArrivalProcess::kPoisson) {
-    if (!(c.rate_per_hour > 0)) return InvalidArgument("arrivals.rate_per_hour: a poisson process needs a rate above 0");
+    if (!(c.rate_per_hour > 0))
+      return InvalidArgument("arrivals.rate_per_hour: a poisson process needs a rate above 0");
     if (c.count == 0 && c.window_ms == 0) return InvalidArgument("arrivals: give count, window or both");
   } else if (c.count == 0 || c.window_ms == 0) {
     return InvalidArgument("arrivals: a uniform process needs both count and window");
@@ -263,10 +264,12 @@ Status Validate(const SyntheticConfig& c) {
   if (c.min_ms < 1 || c.max_ms < c.min_ms) {
     return InvalidArgument(fmt::format("duration: min {}ms and max {}ms need 1ms <= min <= max", c.min_ms, c.max_ms));
   }
-  if (c.duration == DurationDist::kLognormal && c.median_ms < 1) return InvalidArgument("duration.median: must be above 0");
+  if (c.duration == DurationDist::kLognormal && c.median_ms < 1)
+    return InvalidArgument("duration.median: must be above 0");
   if (c.duration != DurationDist::kLognormal && c.mean_ms < 1) return InvalidArgument("duration.mean: must be above 0");
   if (!(c.preemptible >= 0 && c.preemptible <= 1)) return InvalidArgument("preemptible: must be in 0..1");
-  if (c.cpu_milli_per_gpu < 0 || c.memory_bytes_per_gpu < 0) return InvalidArgument("host requests must not be negative");
+  if (c.cpu_milli_per_gpu < 0 || c.memory_bytes_per_gpu < 0)
+    return InvalidArgument("host requests must not be negative");
   return Status::Ok();
 }
 
@@ -318,7 +321,8 @@ Result<SyntheticConfig> ParseSyntheticConfig(std::string_view yaml_text, std::st
     return InvalidArgument(fmt::format("{}: not valid YAML: {}", source, e.what()));
   }
   if (!root.IsMap()) return InvalidArgument(fmt::format("{}: must be a YAML mapping", source));
-  if (Scalar(root["kind"]) != "synthetic") return InvalidArgument(fmt::format("{}: kind: synthetic is missing", source));
+  if (Scalar(root["kind"]) != "synthetic")
+    return InvalidArgument(fmt::format("{}: kind: synthetic is missing", source));
   Status s;
   try {
     s = ParseRoot(root, &c);

@@ -38,8 +38,8 @@ SyntheticConfig Mixed(int64_t count) {
   c.rate_per_hour = 3600;  // one a second
   c.count = count;
   c.shapes.clear();
-  for (const auto& [label, weight] : std::vector<std::pair<std::string, double>>{
-           {"0", 1}, {"0.25", 2}, {"1", 4}, {"8", 2}, {"4x8", 1}}) {
+  for (const auto& [label, weight] :
+       std::vector<std::pair<std::string, double>>{{"0", 1}, {"0.25", 2}, {"1", 4}, {"8", 2}, {"4x8", 1}}) {
     auto s = ParseJobShape(label);
     EXPECT_TRUE(s.ok()) << label;
     s->weight = weight;
@@ -92,10 +92,10 @@ TEST(SyntheticTest, MixMatchesTheWeights) {
   double preemptible = 0;
   std::vector<int64_t> durations;
   for (const auto& j : w->jobs) {
-    std::string shape = j.req.gpus == 0           ? "0"
-                        : j.req.fractional()       ? "0.25"
-                        : j.req.replicas > 1       ? "4x8"
-                                                   : std::to_string(j.req.gpus);
+    std::string shape = j.req.gpus == 0      ? "0"
+                        : j.req.fractional() ? "0.25"
+                        : j.req.replicas > 1 ? "4x8"
+                                             : std::to_string(j.req.gpus);
     shapes[shape] += 1.0 / n;
     tenants[j.req.tenant] += 1.0 / n;
     prios[j.req.priority] += 1.0 / n;
@@ -218,13 +218,15 @@ TEST(SyntheticTest, ParseErrorsNameTheKey) {
   EXPECT_TRUE(ParseSyntheticConfig(base, "t.yaml").ok());
   EXPECT_THAT(err(base + "colour: red\n"), HasSubstr("t.yaml: colour: key is unknown"));
   EXPECT_THAT(err(base + "duration: {sigma: lots}\n"), HasSubstr("duration.sigma: 'lots' is not a number"));
-  EXPECT_THAT(err(base + "duration: {median: 5 minutes}\n"), HasSubstr("duration.median: '5 minutes' is not a duration"));
+  EXPECT_THAT(err(base + "duration: {median: 5 minutes}\n"),
+              HasSubstr("duration.median: '5 minutes' is not a duration"));
   EXPECT_THAT(err(base + "tenants: {Research: 1}\n"), HasSubstr("lower-case"));
   EXPECT_THAT(err(base + "priorities: {high: 1}\n"), HasSubstr("'high' is not an integer priority"));
   EXPECT_THAT(err(base + "preemptible: 2\n"), HasSubstr("preemptible: 2 is outside 0..1"));
   EXPECT_THAT(err(base + "gpus: {\"1\": 0}\n"), HasSubstr("positive weight"));
   EXPECT_THAT(err(base + "estimates: maybe\n"), HasSubstr("estimates: 'maybe' is unknown"));
-  EXPECT_THAT(err("kind: synthetic\narrivals: {process: bursty}\n"), HasSubstr("arrivals.process: 'bursty' is unknown"));
+  EXPECT_THAT(err("kind: synthetic\narrivals: {process: bursty}\n"),
+              HasSubstr("arrivals.process: 'bursty' is unknown"));
   EXPECT_THAT(err("arrivals: {count: 1}\n"), HasSubstr("kind: synthetic is missing"));
   EXPECT_FALSE(ParseSyntheticConfig(base + "[a, b]: 1\n", "t.yaml").ok());  // a key that is a list
   EXPECT_FALSE(ParseSyntheticConfig(base + "gpus: {[1]: 1}\n", "t.yaml").ok());

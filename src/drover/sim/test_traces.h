@@ -34,9 +34,9 @@ inline std::string NoTracesMessage() {
 }  // namespace drover::sim
 
 // Skips the current test when the traces are absent.
-#define DROVER_REQUIRE_TRACES()                                       \
-  do {                                                                \
-    if (!::drover::sim::HaveTraces()) {                               \
-      GTEST_SKIP() << ::drover::sim::NoTracesMessage();               \
-    }                                                                 \
+#define DROVER_REQUIRE_TRACES()                         \
+  do {                                                  \
+    if (!::drover::sim::HaveTraces()) {                 \
+      GTEST_SKIP() << ::drover::sim::NoTracesMessage(); \
+    }                                                   \
   } while (0)

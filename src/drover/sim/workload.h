@@ -13,9 +13,9 @@
 namespace drover::sim {
 
 struct SimJob {
-  sched::JobRequest req;     // req.id unique; req.tenant set
-  int64_t submit_ms = 0;     // arrival, virtual time
-  int64_t duration_ms = 0;   // run time once started; 0 = never ends (packing mode)
+  sched::JobRequest req;    // req.id unique; req.tenant set
+  int64_t submit_ms = 0;    // arrival, virtual time
+  int64_t duration_ms = 0;  // run time once started; 0 = never ends (packing mode)
 };
 
 struct Cluster {

@@ -1,5 +1,5 @@
-#include "drover/common/mutex.h"
 #include "drover/store/leader.h"
+#include "drover/common/mutex.h"
 
 #include <algorithm>
 
@@ -36,7 +36,8 @@ class FencedStore final : public Store {
     std::vector<Op> otherwise = failure;
     otherwise.push_back(Op::Get(l_->options_.key));
     std::vector<Op> stamped = success;
-    if (!l_->options_.writer_key.empty()) stamped.push_back(Op::Put(l_->options_.writer_key, std::to_string(l_->epoch_)));
+    if (!l_->options_.writer_key.empty())
+      stamped.push_back(Op::Put(l_->options_.writer_key, std::to_string(l_->epoch_)));
     DROVER_ASSIGN_OR_RETURN(TxnResult result, inner_->Txn(fenced, stamped, otherwise));
     if (result.succeeded) return result;
     std::optional<KeyValue> leader = std::move(result.gets.back());
@@ -147,7 +148,8 @@ Result<std::unique_ptr<Leadership>> Leadership::Campaign(Store* store, LeaderOpt
     while (!gone && !stopped() && std::chrono::steady_clock::now() < until) {
       cv.WaitFor(&mu, std::min<std::chrono::milliseconds>(ttl, std::chrono::milliseconds(100)));
     }
-    spdlog::debug("campaign: the leader key {} after {} ms", gone ? "went" : "stays", (SteadyNs() - started) / 1'000'000);
+    spdlog::debug("campaign: the leader key {} after {} ms", gone ? "went" : "stays",
+                  (SteadyNs() - started) / 1'000'000);
     lock.Unlock();
     if (watch.ok()) watch->reset();  // ends the watch (waits for a running callback)
   }

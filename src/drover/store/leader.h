@@ -40,8 +40,8 @@
 namespace drover::store {
 
 struct LeaderOptions {
-  std::string key = "leader";                      // the leader key (in the store's namespace)
-  std::string identity;                            // stored as the key's value: where clients find the leader
+  std::string key = "leader";  // the leader key (in the store's namespace)
+  std::string identity;        // stored as the key's value: where clients find the leader
   // Every fenced write also puts this key, valued the writer's epoch, in
   // the same revision: the store's history then says which leadership made
   // each revision (tests/netns/ha_chaos_test.py checks it against the

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -211,7 +211,8 @@ TEST(LeadershipTest, AStoppedCampaignReturnsCancelled) {
   auto a = Leadership::Campaign(store.get(), Options("server-a"));
   ASSERT_TRUE(a.ok());
   std::atomic<bool> stop{false};
-  auto b = std::async(std::launch::async, [&] { return Leadership::Campaign(store.get(), Options("server-b"), &stop); });
+  auto b =
+      std::async(std::launch::async, [&] { return Leadership::Campaign(store.get(), Options("server-b"), &stop); });
   stop = true;
   EXPECT_EQ(b.get().status().code(), Code::kCancelled);
   EXPECT_TRUE((*a)->Leading());

@@ -21,7 +21,8 @@ Result<std::unique_ptr<Store>> OpenStore(const std::string& spec, const std::str
     options.key_prefix = std::move(parsed.key_prefix);
     return OpenEtcdStore(options);
   }
-  return InvalidArgument("--store '" + spec + "' is neither sqlite:PATH nor etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]");
+  return InvalidArgument("--store '" + spec +
+                         "' is neither sqlite:PATH nor etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]");
 }
 
 }  // namespace drover::store

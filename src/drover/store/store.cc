@@ -27,11 +27,13 @@ Status Store::WriteInChunks(const std::vector<Op>& ops) {
   while (begin < ops.size()) {
     size_t end = begin;
     size_t bytes = 0;
-    while (end < ops.size() && end - begin < limits.max_ops && (end == begin || bytes + OpBytes(ops[end]) <= limits.max_bytes)) {
+    while (end < ops.size() && end - begin < limits.max_ops &&
+           (end == begin || bytes + OpBytes(ops[end]) <= limits.max_bytes)) {
       bytes += OpBytes(ops[end]);
       ++end;
     }
-    std::vector<Op> chunk(ops.begin() + static_cast<std::ptrdiff_t>(begin), ops.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<Op> chunk(ops.begin() + static_cast<std::ptrdiff_t>(begin),
+                          ops.begin() + static_cast<std::ptrdiff_t>(end));
     DROVER_RETURN_IF_ERROR(Txn({}, chunk, {}).status());
     begin = end;
   }

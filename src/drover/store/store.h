@@ -51,8 +51,12 @@ struct Compare {
 
   static Compare Missing(std::string key) { return {std::move(key), Target::kVersion, Op::kEqual, 0, {}}; }
   static Compare Exists(std::string key) { return {std::move(key), Target::kVersion, Op::kGreater, 0, {}}; }
-  static Compare ModRevisionIs(std::string key, int64_t rev) { return {std::move(key), Target::kModRevision, Op::kEqual, rev, {}}; }
-  static Compare ValueIs(std::string key, std::string v) { return {std::move(key), Target::kValue, Op::kEqual, 0, std::move(v)}; }
+  static Compare ModRevisionIs(std::string key, int64_t rev) {
+    return {std::move(key), Target::kModRevision, Op::kEqual, rev, {}};
+  }
+  static Compare ValueIs(std::string key, std::string v) {
+    return {std::move(key), Target::kValue, Op::kEqual, 0, std::move(v)};
+  }
 };
 
 // One write (or read) of a transaction.
@@ -63,7 +67,9 @@ struct Op {
   std::string value;  // for kPut
   LeaseId lease = 0;  // for kPut: the key is deleted when the lease ends
 
-  static Op Put(std::string key, std::string value, LeaseId lease = 0) { return {Kind::kPut, std::move(key), std::move(value), lease}; }
+  static Op Put(std::string key, std::string value, LeaseId lease = 0) {
+    return {Kind::kPut, std::move(key), std::move(value), lease};
+  }
   static Op Delete(std::string key) { return {Kind::kDelete, std::move(key), {}, 0}; }
   static Op DeletePrefix(std::string prefix) { return {Kind::kDeletePrefix, std::move(prefix), {}, 0}; }
   static Op Get(std::string key) { return {Kind::kGet, std::move(key), {}, 0}; }

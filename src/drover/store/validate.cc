@@ -14,7 +14,8 @@ std::optional<std::string> PrefixEnd(std::string prefix) {
 Status ValidateKey(const std::string& key, const char* what) {
   if (key.empty()) return InvalidArgument(fmt::format("empty key in {}", what));
   if (key.size() > kMaxKeyBytes) {
-    return InvalidArgument(fmt::format("key of {} bytes in {} exceeds the {}-byte limit", key.size(), what, kMaxKeyBytes));
+    return InvalidArgument(
+        fmt::format("key of {} bytes in {} exceeds the {}-byte limit", key.size(), what, kMaxKeyBytes));
   }
   return Status::Ok();
 }

@@ -33,8 +33,8 @@ std::optional<http::Response> ServeUi(const http::Request& req) {
   const std::string_view path = req.path;
   if (path != kPrefix && !path.starts_with("/ui/")) return std::nullopt;
   if (req.method != "GET") {
-    http::Response r = http::ErrorResponse(
-        Status(Code::kUnimplemented, "method " + req.method + " is not allowed on " + req.path));
+    http::Response r =
+        http::ErrorResponse(Status(Code::kUnimplemented, "method " + req.method + " is not allowed on " + req.path));
     r.status = 405;
     r.headers["Allow"] = "GET";
     return r;

@@ -60,12 +60,13 @@ TEST(ServeUi, ServesIndexAtSlashAndByName) {
 
 TEST(ServeUi, IndexHasTheContractedTestIds) {
   const std::string html = Serve(Get("/ui/")).body;
-  for (const char* id : {"tab-overview", "tab-jobs", "tab-tenants", "tab-scheduler", "view-overview",
-                         "view-jobs", "view-tenants", "view-scheduler", "total-nodes", "total-gpus",
-                         "total-healthy-gpus", "metric-select", "gpu-detail", "chart-gpu", "last-update",
-                         "filter-state", "filter-tenant", "submit-form", "submit-command", "submit-gpus",
-                         "submit-tenant", "submit-priority", "submit-button", "submit-result",
-                         "decisions-per-second", "queue-depth", "chart-queue", "chart-latency"}) {
+  for (const char* id :
+       {"tab-overview",       "tab-jobs",        "tab-tenants",    "tab-scheduler",  "view-overview",
+        "view-jobs",          "view-tenants",    "view-scheduler", "total-nodes",    "total-gpus",
+        "total-healthy-gpus", "metric-select",   "gpu-detail",     "chart-gpu",      "last-update",
+        "filter-state",       "filter-tenant",   "submit-form",    "submit-command", "submit-gpus",
+        "submit-tenant",      "submit-priority", "submit-button",  "submit-result",  "decisions-per-second",
+        "queue-depth",        "chart-queue",     "chart-latency"}) {
     EXPECT_THAT(html, HasSubstr(std::string("data-testid=\"") + id + "\"")) << id;
   }
 }

@@ -25,21 +25,21 @@ namespace drover::agent {
 
 // A MIG instance (NVIDIA) carved out of a GPU.
 struct MigInstance {
-  std::string uuid;           // "MIG-..."
+  std::string uuid;  // "MIG-..."
   int gpu_instance_id = -1;
   int compute_instance_id = -1;
   int64_t memory_bytes = 0;
 };
 
 struct GpuDevice {
-  int index = 0;           // node-local, 0..n-1, stable across restarts
-  std::string uuid;        // stable identity ("GPU-..." for NVIDIA, "sim-..." simulated)
-  std::string vendor;      // "nvidia", "amd", "intel" or "opencl"
-  std::string model;       // "H100 80GB", "pthread-..." for PoCL
+  int index = 0;       // node-local, 0..n-1, stable across restarts
+  std::string uuid;    // stable identity ("GPU-..." for NVIDIA, "sim-..." simulated)
+  std::string vendor;  // "nvidia", "amd", "intel" or "opencl"
+  std::string model;   // "H100 80GB", "pthread-..." for PoCL
   int64_t memory_bytes = 0;
   bool healthy = true;
-  std::string backend;     // the backend that found it
-  int numa_node = 0;       // the NUMA node it is attached to
+  std::string backend;  // the backend that found it
+  int numa_node = 0;    // the NUMA node it is attached to
   // PCI address, "0000:3b:00.0" (lower-case domain:bus:device.function);
   // empty when the backend does not know. Joins vendor data with hwloc's.
   std::string pci_bus_id;
@@ -67,7 +67,7 @@ struct ProcessUsage {
 // One telemetry reading of one device. Whatever a backend cannot read stays
 // unknown: -1 for counts and integers, NaN for the doubles (see Known()).
 struct GpuSample {
-  int64_t time_ns = 0;  // CLOCK_MONOTONIC, set by the sampler
+  int64_t time_ns = 0;                  // CLOCK_MONOTONIC, set by the sampler
   double utilization_pct = NAN;         // share of time a kernel ran, 0..100
   double memory_utilization_pct = NAN;  // share of time memory was read or written
   int64_t memory_used_bytes = -1;
@@ -77,7 +77,7 @@ struct GpuSample {
   double power_limit_w = NAN;
   int sm_clock_mhz = -1;
   int memory_clock_mhz = -1;
-  uint32_t throttle = 0;  // ThrottleReason bits
+  uint32_t throttle = 0;         // ThrottleReason bits
   int64_t ecc_corrected = -1;    // single-bit (corrected) errors, volatile count
   int64_t ecc_uncorrected = -1;  // double-bit (uncorrected) errors, volatile count
   // Processes using the device; only meaningful when processes_known.
@@ -91,7 +91,7 @@ inline bool Known(double v) { return !std::isnan(v); }
 // service. The agent's health checker decides (see health.h).
 struct HealthEvent {
   enum class Kind {
-    kXid,        // NVIDIA XID (code = the XID number) or a vendor's equivalent
+    kXid,  // NVIDIA XID (code = the XID number) or a vendor's equivalent
     kEccUncorrected,
     kDeviceLost,  // fell off the bus, driver lost it, cannot be queried
     kThermal,     // the vendor reports a thermal fault
@@ -196,7 +196,7 @@ struct VendorLibrary {
 std::unique_ptr<DeviceBackend> MakeNvmlBackend(VendorLibrary lib = {{"libnvidia-ml.so.1", "libnvidia-ml.so"}});
 // AMD through ROCm SMI (librocm_smi64.so).
 std::unique_ptr<DeviceBackend> MakeRocmSmiBackend(VendorLibrary lib = {{"librocm_smi64.so.1", "librocm_smi64.so.5",
-                                                                       "librocm_smi64.so"}});
+                                                                        "librocm_smi64.so"}});
 // Intel (and any Level Zero driver) through Sysman (libze_loader.so.1).
 std::unique_ptr<DeviceBackend> MakeLevelZeroBackend(VendorLibrary lib = {{"libze_loader.so.1", "libze_loader.so"}});
 

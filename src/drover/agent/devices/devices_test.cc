@@ -144,8 +144,7 @@ TEST(OpenClBackendTest, DiscoversTheMachinesDevices) {
     EXPECT_EQ(device.backend, "opencl");
     EXPECT_TRUE(device.uuid.starts_with("ocl-")) << device.uuid;
     EXPECT_TRUE(uuids.insert(device.uuid).second) << "duplicate uuid " << device.uuid;
-    EXPECT_THAT((std::set<std::string>{"nvidia", "amd", "intel", "opencl"}),
-                ::testing::Contains(device.vendor));
+    EXPECT_THAT((std::set<std::string>{"nvidia", "amd", "intel", "opencl"}), ::testing::Contains(device.vendor));
   }
 
   // A second instance (an agent restart) sees the same identities.
@@ -193,7 +192,8 @@ namespace drover::agent {
 namespace {
 
 std::unique_ptr<DeviceBackend> SteppedSimulated(int count, double step = 1.0) {
-  auto backend = MakeSimulatedBackend({.count = count, .model = "H100 80GB", .node_name = "gpu-01", .step_seconds = step});
+  auto backend =
+      MakeSimulatedBackend({.count = count, .model = "H100 80GB", .node_name = "gpu-01", .step_seconds = step});
   EXPECT_TRUE(backend.ok());
   EXPECT_TRUE((*backend)->Discover().ok());
   return std::move(*backend);

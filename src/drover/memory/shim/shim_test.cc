@@ -57,7 +57,7 @@ class ShimTest : public ::testing::Test {
   // Runs argv with a clean environment: the stand-in driver (unless
   // real_driver), env, and the shim preloaded unless preload is false.
   Outcome Start(const std::string& argv, const std::map<std::string, std::string>& env, bool preload = true,
-            bool real_driver = false) {
+                bool real_driver = false) {
     std::string cmd = "env -i PATH=/usr/bin:/bin";
     if (!real_driver) cmd += std::string(" LD_LIBRARY_PATH=") + DROVER_STANDIN_CUDA_DIR;
     if (preload) cmd += std::string(" LD_PRELOAD=") + DROVER_SHIM_PATH;
@@ -82,10 +82,10 @@ class ShimTest : public ::testing::Test {
 };
 
 TEST_F(ShimTest, EveryPathIsHeldUnderTheLimitAndAccountedExactly) {
-  Outcome r = Start(std::string(DROVER_SHIM_PROBE) + " paths",
-                {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
-                 {"DROVER_GPU_MEMORY_LIMIT", std::to_string(64 * kMiB)},
-                 {"DROVER_GPU_MEMORY_REPORT", Report()}});
+  Outcome r =
+      Start(std::string(DROVER_SHIM_PROBE) + " paths", {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
+                                                        {"DROVER_GPU_MEMORY_LIMIT", std::to_string(64 * kMiB)},
+                                                        {"DROVER_GPU_MEMORY_REPORT", Report()}});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.Num("info_total"), 64 * kMiB);  // the limit, not the device's 1 GiB
   EXPECT_EQ(r.Num("info_free"), 64 * kMiB);
@@ -118,9 +118,9 @@ TEST_F(ShimTest, EveryPathIsHeldUnderTheLimitAndAccountedExactly) {
 
 TEST_F(ShimTest, WithoutTheShimTheSameProgramGetsTheWholeDevice) {
   Outcome r = Start(std::string(DROVER_SHIM_PROBE) + " paths",
-                {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
-                 {"DROVER_GPU_MEMORY_LIMIT", std::to_string(64 * kMiB)}},
-                /*preload=*/false);
+                    {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
+                     {"DROVER_GPU_MEMORY_LIMIT", std::to_string(64 * kMiB)}},
+                    /*preload=*/false);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.Num("info_total"), 1024 * kMiB);
   EXPECT_EQ(r.Num("dlsym_is_shim"), 0);
@@ -129,10 +129,10 @@ TEST_F(ShimTest, WithoutTheShimTheSameProgramGetsTheWholeDevice) {
 }
 
 TEST_F(ShimTest, ThreadsNeverPassTheLimitTogether) {
-  Outcome r = Start(std::string(DROVER_SHIM_PROBE) + " threads",
-                {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
-                 {"DROVER_GPU_MEMORY_LIMIT", std::to_string(48 * kMiB)},
-                 {"DROVER_GPU_MEMORY_REPORT", Report()}});
+  Outcome r =
+      Start(std::string(DROVER_SHIM_PROBE) + " threads", {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
+                                                          {"DROVER_GPU_MEMORY_LIMIT", std::to_string(48 * kMiB)},
+                                                          {"DROVER_GPU_MEMORY_REPORT", Report()}});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.Num("limit"), 48 * kMiB);
   EXPECT_LE(r.Num("peak"), 48 * kMiB);
@@ -145,7 +145,7 @@ TEST_F(ShimTest, ThreadsNeverPassTheLimitTogether) {
 TEST_F(ShimTest, ABadLimitRefusesEveryAllocationAndSaysWhyOnce) {
   for (const char* bad : {"abc", "1000", "2097151", "-5", "99999999999999999999999"}) {
     Outcome r = Start(std::string(DROVER_SHIM_PROBE) + " refused",
-                  {{"DROVER_GPU_MEMORY_LIMIT", bad}, {"DROVER_GPU_MEMORY_REPORT", Report()}});
+                      {{"DROVER_GPU_MEMORY_LIMIT", bad}, {"DROVER_GPU_MEMORY_REPORT", Report()}});
     ASSERT_EQ(r.exit_code, 0) << bad << "\n" << r.out << r.err;
     EXPECT_EQ(r.Num("alloc"), 2) << bad;  // CUDA_ERROR_OUT_OF_MEMORY
     EXPECT_EQ(r.Num("alloc_again"), 2) << bad;
@@ -164,9 +164,9 @@ TEST_F(ShimTest, ABadLimitRefusesEveryAllocationAndSaysWhyOnce) {
 }
 
 TEST_F(ShimTest, WithoutALimitItOnlyCounts) {
-  Outcome r = Start(std::string(DROVER_SHIM_PROBE) + " paths",
-                {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)},
-                 {"DROVER_GPU_MEMORY_REPORT", Report()}});
+  Outcome r =
+      Start(std::string(DROVER_SHIM_PROBE) + " paths",
+            {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(1024 * kMiB)}, {"DROVER_GPU_MEMORY_REPORT", Report()}});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.Num("info_total"), 1024 * kMiB);
   EXPECT_EQ(r.Num("dlsym_is_shim"), 1);
@@ -181,7 +181,7 @@ TEST_F(ShimTest, ARealCudaProgramIsHeldUnderItsLimit) {
   std::string probe = DROVER_CUDA_PROBE;
   if (probe.empty() || !fs::exists(probe)) GTEST_SKIP() << "nvcc was not found at configure time";
   Outcome r = Start(probe + " driver 256 16", {{"DROVER_STANDIN_CUDA_MEMORY", std::to_string(8192 * kMiB)},
-                                           {"DROVER_GPU_MEMORY_LIMIT", std::to_string(1024 * kMiB)}});
+                                               {"DROVER_GPU_MEMORY_LIMIT", std::to_string(1024 * kMiB)}});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("mem_get_info=CUDA_SUCCESS total=1073741824 free=1073741824"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("alloc 3 of 268435456 bytes: CUDA_SUCCESS"), std::string::npos) << r.out;

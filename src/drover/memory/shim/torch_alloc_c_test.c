@@ -16,12 +16,12 @@ typedef void (*free_fn)(void*, ssize_t, int, void*);
 typedef size_t (*in_use_fn)(int);
 
 static int failures = 0;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                     \
-    }                                                                 \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 int main(void) {
@@ -64,8 +64,8 @@ int main(void) {
   CHECK(torch_malloc(mib, -1, stream) == NULL);
   CHECK(torch_malloc(mib, 64, stream) == NULL);
   int local = 0;
-  torch_free(&local, 4, 0, stream); /* a foreign pointer */
-  torch_free(a, 12 * mib, 0, stream); /* a double free */
+  torch_free(&local, 4, 0, stream);    /* a foreign pointer */
+  torch_free(a, 12 * mib, 0, stream);  /* a double free */
   torch_free(a, 12 * mib, 99, stream); /* a bad device */
   torch_free(NULL, 0, 0, stream);
   CHECK(in_use(0) == 0);

@@ -60,8 +60,8 @@ constexpr int kDriverVersion = 13000;
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 struct Allocation {
-  uint64_t size;        // bytes charged to the device
-  uint64_t mapped;      // bytes of the host mapping
+  uint64_t size;    // bytes charged to the device
+  uint64_t mapped;  // bytes of the host mapping
   CUdevice device;
 };
 
@@ -90,10 +90,10 @@ struct State {
   bool initialized = false;
   bool trace = false;
   std::vector<Device> devices;
-  std::map<CUdeviceptr, Allocation> allocations;   // cuMemAlloc*, by address
-  std::map<CUdeviceptr, uint64_t> reservations;    // cuMemAddressReserve: base -> size
+  std::map<CUdeviceptr, Allocation> allocations;  // cuMemAlloc*, by address
+  std::map<CUdeviceptr, uint64_t> reservations;   // cuMemAddressReserve: base -> size
   std::map<CUmemGenericAllocationHandle, Physical> physical;
-  std::map<CUdeviceptr, Mapping> mappings;         // cuMemMap: address -> mapping
+  std::map<CUdeviceptr, Mapping> mappings;  // cuMemMap: address -> mapping
   CUmemGenericAllocationHandle next_handle = 1;
 };
 
@@ -634,8 +634,10 @@ STANDIN_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
   int prot = PROT_NONE;
   for (size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) prot = PROT_READ | PROT_WRITE;
-    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE) prot = PROT_READ;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      prot = PROT_READ | PROT_WRITE;
+    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
+      prot = PROT_READ;
     else if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ) {
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -731,7 +733,8 @@ struct Entry {
   void* fn;
 };
 
-#define E(name, version, fn) {name, version, reinterpret_cast<void*>(&fn)}
+#define E(name, version, fn) \
+  { name, version, reinterpret_cast<void*>(&fn) }
 const Entry kEntries[] = {
     E("cuInit", 2000, cuInit),
     E("cuDriverGetVersion", 2020, cuDriverGetVersion),
@@ -815,8 +818,7 @@ CUresult Lookup(const char* symbol, void** pfn, int version, int* status) {
 }
 }  // namespace
 
-STANDIN_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                                         int* status) {
+STANDIN_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags, int* status) {
   (void)flags;  // no per-thread-default-stream variants: every stream is the same here
   return Lookup(symbol, pfn, version, status);
 }
@@ -827,15 +829,38 @@ STANDIN_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int versio
 }
 
 namespace {
-#define X(fn) {#fn, 0, reinterpret_cast<void*>(&fn)}
+#define X(fn) \
+  { #fn, 0, reinterpret_cast < void*>(&fn) }
 const Entry kExact[] = {
-    X(cuInit), X(cuDriverGetVersion), X(cuDeviceGet), X(cuDeviceGetCount), X(cuDeviceGetName),
-    X(cuDeviceGetUuid_v2), X(cuDeviceTotalMem_v2), X(cuDeviceGetAttribute), X(cuDevicePrimaryCtxRetain),
-    X(cuDevicePrimaryCtxRelease_v2), X(cuDevicePrimaryCtxSetFlags_v2), X(cuDevicePrimaryCtxReset_v2),
-    X(cuCtxCreate_v2), X(cuCtxCreate_v4), X(cuCtxDestroy_v2), X(cuCtxPushCurrent_v2), X(cuCtxPopCurrent_v2),
-    X(cuMemAlloc_v2), X(cuMemAllocPitch_v2), X(cuMemFree_v2), X(cuMemGetInfo_v2), X(cuMemGetAddressRange_v2),
-    X(cuMemcpyHtoD_v2), X(cuMemcpyDtoH_v2), X(cuMemcpyDtoD_v2), X(cuMemsetD8_v2), X(cuMemsetD32_v2),
-    X(cuGetProcAddress), X(cuGetProcAddress_v2),
+    X(cuInit),
+    X(cuDriverGetVersion),
+    X(cuDeviceGet),
+    X(cuDeviceGetCount),
+    X(cuDeviceGetName),
+    X(cuDeviceGetUuid_v2),
+    X(cuDeviceTotalMem_v2),
+    X(cuDeviceGetAttribute),
+    X(cuDevicePrimaryCtxRetain),
+    X(cuDevicePrimaryCtxRelease_v2),
+    X(cuDevicePrimaryCtxSetFlags_v2),
+    X(cuDevicePrimaryCtxReset_v2),
+    X(cuCtxCreate_v2),
+    X(cuCtxCreate_v4),
+    X(cuCtxDestroy_v2),
+    X(cuCtxPushCurrent_v2),
+    X(cuCtxPopCurrent_v2),
+    X(cuMemAlloc_v2),
+    X(cuMemAllocPitch_v2),
+    X(cuMemFree_v2),
+    X(cuMemGetInfo_v2),
+    X(cuMemGetAddressRange_v2),
+    X(cuMemcpyHtoD_v2),
+    X(cuMemcpyDtoH_v2),
+    X(cuMemcpyDtoD_v2),
+    X(cuMemsetD8_v2),
+    X(cuMemsetD32_v2),
+    X(cuGetProcAddress),
+    X(cuGetProcAddress_v2),
 };
 #undef X
 

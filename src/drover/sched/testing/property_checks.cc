@@ -34,7 +34,8 @@ Status World::SchedulePass(int64_t advance_ms) {
     for (const Placement& p : b.replicas) summary += " " + Describe(p);
     summary += ";";
   }
-  for (const Preemption& p : d.preemptions) summary += fmt::format(" preempt {} for {} ({});", p.job_id, p.for_job, p.reason);
+  for (const Preemption& p : d.preemptions)
+    summary += fmt::format(" preempt {} for {} ({});", p.job_id, p.for_job, p.reason);
   Log("schedule" + summary);
   CHECK_OR_FAIL(SameDecisions(d, twin), "twin scheduler decided differently on the same events");
 
@@ -77,8 +78,8 @@ Status World::ApplyBinding(const Binding& b) {
     const NodeInfo& n = *n_it;
     CHECK_OR_FAIL(n.schedulable, "job '{}' placed on drained node '{}'", r.id, n.name);
     int want = r.fractional() ? 1 : r.gpus;
-    CHECK_OR_FAIL(static_cast<int>(p.gpu_indices.size()) == want, "job '{}' replica {} has {} GPUs, wants {}", r.id, rep,
-                  p.gpu_indices.size(), want);
+    CHECK_OR_FAIL(static_cast<int>(p.gpu_indices.size()) == want, "job '{}' replica {} has {} GPUs, wants {}", r.id,
+                  rep, p.gpu_indices.size(), want);
     CHECK_OR_FAIL(std::is_sorted(p.gpu_indices.begin(), p.gpu_indices.end()) &&
                       std::adjacent_find(p.gpu_indices.begin(), p.gpu_indices.end()) == p.gpu_indices.end(),
                   "job '{}' GPU indices not ascending and distinct", r.id);
@@ -107,8 +108,8 @@ Status World::ApplyBinding(const Binding& b) {
       GpuUse& u = use_[n.name][static_cast<size_t>(i)];
       CHECK_OR_FAIL(u.whole.empty(), "GPU {}/{} given to '{}' is held whole by '{}'", n.name, i, r.id, u.whole);
       if (r.fractional()) {
-        CHECK_OR_FAIL(u.shared_milli + r.gpu_milli <= kWholeGpu, "GPU {}/{} over-shared: {}m + {}m for '{}'", n.name,
-                      i, u.shared_milli, r.gpu_milli, r.id);
+        CHECK_OR_FAIL(u.shared_milli + r.gpu_milli <= kWholeGpu, "GPU {}/{} over-shared: {}m + {}m for '{}'", n.name, i,
+                      u.shared_milli, r.gpu_milli, r.id);
         CHECK_OR_FAIL(u.shared_mem + r.gpu_memory_bytes <= g.memory_bytes,
                       "GPU {}/{} memory over-committed: {} + {} of {} for '{}'", n.name, i, u.shared_mem,
                       r.gpu_memory_bytes, g.memory_bytes, r.id);
@@ -137,7 +138,8 @@ Status World::ApplyBinding(const Binding& b) {
     if (r.replicas > 1 && (r.topology == Topology::kSwitch || r.topology == Topology::kRack)) {
       const char* label = r.topology == Topology::kSwitch ? "switch" : "rack";
       auto l = n.labels.find(label);
-      CHECK_OR_FAIL(l != n.labels.end(), "{} job '{}' placed on '{}', which has no '{}' label", label, r.id, n.name, label);
+      CHECK_OR_FAIL(l != n.labels.end(), "{} job '{}' placed on '{}', which has no '{}' label", label, r.id, n.name,
+                    label);
       if (rep == 0) domain = l->second;
       CHECK_OR_FAIL(l->second == domain, "{} job '{}' spans {} '{}' and '{}'", label, r.id, label, domain, l->second);
     }
@@ -229,7 +231,8 @@ Status World::CheckStrictOrder(std::vector<std::string> before, const Decisions&
   }
   auto key = [&](const std::string& id) {
     const ShadowJob& j = jobs_[id];
-    int64_t est = config_.queue == QueuePolicy::kSjf && j.req.runtime_estimate_ms > 0 ? j.req.runtime_estimate_ms : kNever;
+    int64_t est =
+        config_.queue == QueuePolicy::kSjf && j.req.runtime_estimate_ms > 0 ? j.req.runtime_estimate_ms : kNever;
     return std::pair{config_.queue == QueuePolicy::kSjf ? est : 0, j.seq};
   };
   std::sort(before.begin(), before.end(), [&](const std::string& x, const std::string& y) { return key(x) < key(y); });
@@ -262,7 +265,8 @@ void World::Charge(const JobRequest& r, const NodeInfo& n, const Placement& p, i
 void World::Release(const std::string& id) {
   ShadowJob& j = jobs_[id];
   for (const Placement& p : j.placements) {
-    const NodeInfo& n = *std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& x) { return x.name == p.node; });
+    const NodeInfo& n =
+        *std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& x) { return x.name == p.node; });
     for (int i : p.gpu_indices) {
       GpuUse& u = use_[p.node][static_cast<size_t>(i)];
       if (j.req.fractional()) {
@@ -286,8 +290,10 @@ std::map<std::string, int> World::Guarantees(const std::string& tenant) const {
 std::map<std::string, int64_t> World::MilliByModel(const ShadowJob& j) const {
   std::map<std::string, int64_t> out;
   for (const Placement& p : j.placements) {
-    const NodeInfo& n = *std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& x) { return x.name == p.node; });
-    for (int i : p.gpu_indices) out[n.gpus[static_cast<size_t>(i)].model] += j.req.fractional() ? j.req.gpu_milli : kWholeGpu;
+    const NodeInfo& n =
+        *std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& x) { return x.name == p.node; });
+    for (int i : p.gpu_indices)
+      out[n.gpus[static_cast<size_t>(i)].model] += j.req.fractional() ? j.req.gpu_milli : kWholeGpu;
   }
   return out;
 }
@@ -298,7 +304,8 @@ int64_t World::PreemptingMilli(const std::string& tenant, const std::string& mod
   for (const auto& [id, j] : jobs_) {
     if (j.phase != Phase::kPreempting || j.req.tenant != tenant) continue;
     for (const Placement& p : j.placements) {
-      const NodeInfo& n = *std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& x) { return x.name == p.node; });
+      const NodeInfo& n =
+          *std::find_if(nodes_.begin(), nodes_.end(), [&](const NodeInfo& x) { return x.name == p.node; });
       for (int i : p.gpu_indices) {
         if (n.gpus[static_cast<size_t>(i)].model == model) total += j.req.fractional() ? j.req.gpu_milli : kWholeGpu;
       }
@@ -343,7 +350,8 @@ Status World::CheckAll() {
     for (size_t i = 0; i < use.size(); ++i) {
       if (!use[i].whole.empty() || use[i].sharers > 0) held |= uint64_t{1} << i;
     }
-    CHECK_OR_FAIL(a_.HeldMask(n.name) == held, "node '{}' held mask {:#x}, books {:#x}", n.name, a_.HeldMask(n.name), held);
+    CHECK_OR_FAIL(a_.HeldMask(n.name) == held, "node '{}' held mask {:#x}, books {:#x}", n.name, a_.HeldMask(n.name),
+                  held);
   }
   for (const std::string& name : tenant_names_) {
     Scheduler::TenantUsage u = a_.Usage(name);
@@ -400,8 +408,9 @@ Status World::CheckRecovery() {
   for (const std::string& name : tenant_names_) {
     Scheduler::TenantUsage x = c.Usage(name);
     Scheduler::TenantUsage y = a_.Usage(name);
-    CHECK_OR_FAIL(x.milli_gpus == y.milli_gpus && x.memory_bytes == y.memory_bytes && x.borrowed_milli == y.borrowed_milli,
-                  "recovery: tenant '{}' usage differs from the live scheduler", name);
+    CHECK_OR_FAIL(
+        x.milli_gpus == y.milli_gpus && x.memory_bytes == y.memory_bytes && x.borrowed_milli == y.borrowed_milli,
+        "recovery: tenant '{}' usage differs from the live scheduler", name);
   }
   for (const auto& [id, j] : jobs_) {
     CHECK_OR_FAIL(c.IsPreempting(id) == a_.IsPreempting(id), "recovery: '{}' preempting flag differs", id);

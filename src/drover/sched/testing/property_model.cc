@@ -30,8 +30,8 @@ std::string PolicyName(const Policy& p) {
 
 std::vector<Policy> AllPolicies() {
   std::vector<Policy> out;
-  for (QueuePolicy q : {QueuePolicy::kFifo, QueuePolicy::kPriority, QueuePolicy::kFairShare, QueuePolicy::kLas,
-                        QueuePolicy::kSjf}) {
+  for (QueuePolicy q :
+       {QueuePolicy::kFifo, QueuePolicy::kPriority, QueuePolicy::kFairShare, QueuePolicy::kLas, QueuePolicy::kSjf}) {
     for (PlacementPolicy p : {PlacementPolicy::kFrag, PlacementPolicy::kBinpack, PlacementPolicy::kSpread}) {
       for (bool backfill : {true, false}) {
         for (bool preemption : {true, false}) out.push_back({q, p, backfill, preemption});
@@ -48,7 +48,8 @@ std::vector<Policy> AllPolicies() {
 std::string Describe(const Placement& p) {
   std::string idx;
   for (int i : p.gpu_indices) idx += fmt::format("{}{}", idx.empty() ? "" : ",", i);
-  if (p.gpu_milli < kWholeGpu) return fmt::format("{}[{}]@{}m/{}", p.node, idx, p.gpu_milli, FormatBytes(p.gpu_memory_bytes));
+  if (p.gpu_milli < kWholeGpu)
+    return fmt::format("{}[{}]@{}m/{}", p.node, idx, p.gpu_milli, FormatBytes(p.gpu_memory_bytes));
   return fmt::format("{}[{}]", p.node, idx);
 }
 
@@ -69,7 +70,8 @@ bool SameDecisions(const Decisions& a, const Decisions& b) {
   for (size_t i = 0; i < a.preemptions.size(); ++i) {
     const Preemption& x = a.preemptions[i];
     const Preemption& y = b.preemptions[i];
-    if (x.job_id != y.job_id || x.for_job != y.for_job || x.reason != y.reason || x.grace_ms != y.grace_ms) return false;
+    if (x.job_id != y.job_id || x.for_job != y.for_job || x.reason != y.reason || x.grace_ms != y.grace_ms)
+      return false;
   }
   return true;
 }
@@ -77,7 +79,7 @@ bool SameDecisions(const Decisions& a, const Decisions& b) {
 Link LinkBetween(const NodeInfo& n, int i, int j) {
   if (n.links.empty()) {
     return n.gpus[static_cast<size_t>(i)].numa_node == n.gpus[static_cast<size_t>(j)].numa_node ? Link::kSameNuma
-                                                                                                 : Link::kCrossSocket;
+                                                                                                : Link::kCrossSocket;
   }
   return n.links[static_cast<size_t>(i) * n.gpus.size() + static_cast<size_t>(j)];
 }
@@ -164,8 +166,9 @@ NodeInfo World::RandomNode(int i) {
     n.links.assign(sz * sz, Link::kCrossSocket);
     for (int x = 0; x < gpus; ++x) {
       for (int y = 0; y < gpus; ++y) {
-        Link l = n.gpus[static_cast<size_t>(x)].numa_node == n.gpus[static_cast<size_t>(y)].numa_node ? Link::kSameNuma
-                                                                                                     : Link::kCrossSocket;
+        Link l = n.gpus[static_cast<size_t>(x)].numa_node == n.gpus[static_cast<size_t>(y)].numa_node
+                     ? Link::kSameNuma
+                     : Link::kCrossSocket;
         if (x / 2 == y / 2) l = Link::kPcieSwitch;
         if (x / island == y / island) l = Link::kFabric;
         n.links[static_cast<size_t>(x) * sz + static_cast<size_t>(y)] = l;
@@ -374,9 +377,8 @@ Status World::ProbeNeverFits() {
   CHECK_OR_FAIL(a == b, "twin schedulers disagree on NeverFits({})", j.id);
   CHECK_OR_FAIL(!a || !a->empty(), "NeverFits({}) gave an empty reason", j.id);
   // A job larger than every node can never fit.
-  bool some_node_has_enough = std::any_of(nodes_.begin(), nodes_.end(), [&](const NodeInfo& n) {
-    return static_cast<int>(n.gpus.size()) >= j.gpus;
-  });
+  bool some_node_has_enough = std::any_of(nodes_.begin(), nodes_.end(),
+                                          [&](const NodeInfo& n) { return static_cast<int>(n.gpus.size()) >= j.gpus; });
   CHECK_OR_FAIL(some_node_has_enough || a.has_value(), "NeverFits says a {}-GPU replica fits, no node has that many",
                 j.gpus);
   return Status::Ok();

@@ -95,8 +95,8 @@ int EnvInt(const char* name, int fallback);
 
 // Returns Internal(fmt::format(...)) from the enclosing function unless
 // `cond` holds: how every check of the model reports a broken property.
-#define CHECK_OR_FAIL(cond, ...) \
-  do {                           \
+#define CHECK_OR_FAIL(cond, ...)                            \
+  do {                                                      \
     if (!(cond)) return Internal(fmt::format(__VA_ARGS__)); \
   } while (0)
 
@@ -130,8 +130,8 @@ class World {
 
   // Both schedulers must answer alike.
   static Status Twin(const Status& a, const Status& b, std::string_view what) {
-    CHECK_OR_FAIL(a.code() == b.code() && a.message() == b.message(), "twin schedulers disagree on {}: '{}' vs '{}'", what,
-                  a.ToString(), b.ToString());
+    CHECK_OR_FAIL(a.code() == b.code() && a.message() == b.message(), "twin schedulers disagree on {}: '{}' vs '{}'",
+                  what, a.ToString(), b.ToString());
     return Status::Ok();
   }
 

@@ -191,7 +191,8 @@ class Runner {
     size_t n = gpus.size();
     auto group_of = [](const std::vector<std::vector<int>>& groups, size_t i) {
       for (size_t g = 0; g < groups.size(); ++g) {
-        if (std::find(groups[g].begin(), groups[g].end(), static_cast<int>(i)) != groups[g].end()) return static_cast<int>(g);
+        if (std::find(groups[g].begin(), groups[g].end(), static_cast<int>(i)) != groups[g].end())
+          return static_cast<int>(g);
       }
       return -1;
     };
@@ -282,7 +283,8 @@ class Runner {
       bound_[b.job_id] = b;
     }
     for (const Preemption& p : d.preemptions) {
-      out.push_back(fmt::format("preempt {} for {}: {} (grace {})", p.job_id, p.for_job, p.reason, FormatDurationMs(p.grace_ms)));
+      out.push_back(
+          fmt::format("preempt {} for {}: {} (grace {})", p.job_id, p.for_job, p.reason, FormatDurationMs(p.grace_ms)));
     }
     if (d.bindings.empty() && d.preemptions.empty()) out.push_back("(no decisions)");
     ListPending(out);
@@ -330,7 +332,8 @@ class Runner {
     if (it == nodes_.end()) return InvalidArgument(fmt::format("unknown node '{}'", node));
     DROVER_ASSIGN_OR_RETURN(std::vector<int> idx, ParseIndexSet(which));
     for (int i : idx) {
-      if (i >= static_cast<int>(it->second.gpus.size())) return InvalidArgument(fmt::format("node '{}' has no GPU {}", node, i));
+      if (i >= static_cast<int>(it->second.gpus.size()))
+        return InvalidArgument(fmt::format("node '{}' has no GPU {}", node, i));
       it->second.gpus[static_cast<size_t>(i)].healthy = healthy;
     }
     Report(sched().UpsertNode(it->second), out);
@@ -401,10 +404,11 @@ std::string UnifiedDiff(const std::vector<std::string>& a, const std::vector<std
   size_t n = a.size(), m = b.size();
   std::vector<std::vector<int>> lcs(n + 1, std::vector<int>(m + 1, 0));
   for (size_t i = n; i-- > 0;) {
-    for (size_t j = m; j-- > 0;) lcs[i][j] = a[i] == b[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
+    for (size_t j = m; j-- > 0;)
+      lcs[i][j] = a[i] == b[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
   }
   struct Op {
-    char kind;  // ' ', '-', '+'
+    char kind;      // ' ', '-', '+'
     size_t ai, bi;  // line numbers (0-based) before this op
     const std::string* text;
   };

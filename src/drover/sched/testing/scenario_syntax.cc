@@ -89,7 +89,8 @@ Result<int64_t> ParseDurationMs(std::string_view s) {
     size_t digits = 0;
     while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
     size_t unit_len = 0;
-    while (digits + unit_len < rest.size() && (rest[digits + unit_len] < '0' || rest[digits + unit_len] > '9')) ++unit_len;
+    while (digits + unit_len < rest.size() && (rest[digits + unit_len] < '0' || rest[digits + unit_len] > '9'))
+      ++unit_len;
     std::string_view unit = rest.substr(digits, unit_len);
     int64_t scale = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60'000 : unit == "h" ? 3'600'000 : 0;
     if (digits == 0 || scale == 0) return bad();
@@ -147,7 +148,8 @@ Result<std::map<std::string, std::string>> ParseLabels(std::string_view s) {
   std::map<std::string, std::string> out;
   for (std::string_view kv : Split(s, ',')) {
     size_t colon = kv.find(':');
-    if (colon == std::string_view::npos || colon == 0) return InvalidArgument(fmt::format("bad label '{}' (want key:value)", kv));
+    if (colon == std::string_view::npos || colon == 0)
+      return InvalidArgument(fmt::format("bad label '{}' (want key:value)", kv));
     out[std::string(kv.substr(0, colon))] = std::string(kv.substr(colon + 1));
   }
   return out;
@@ -171,7 +173,8 @@ std::string FormatIndices(const std::vector<int>& idx) {
 
 std::string FormatPlacement(const Placement& p) {
   std::string out = fmt::format("{}[{}]", p.node, FormatIndices(p.gpu_indices));
-  if (p.gpu_milli < kWholeGpu) out += fmt::format(" (share {}, {})", FormatMilliGpu(p.gpu_milli), FormatBytes(p.gpu_memory_bytes));
+  if (p.gpu_milli < kWholeGpu)
+    out += fmt::format(" (share {}, {})", FormatMilliGpu(p.gpu_milli), FormatBytes(p.gpu_memory_bytes));
   return out;
 }
 

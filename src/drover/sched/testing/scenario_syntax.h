@@ -77,7 +77,8 @@ class Args {
     return true;
   }
   Status Done(size_t positional) const {
-    if (positional_.size() > positional) return InvalidArgument(fmt::format("unexpected word '{}'", positional_[positional]));
+    if (positional_.size() > positional)
+      return InvalidArgument(fmt::format("unexpected word '{}'", positional_[positional]));
     if (!pairs_.empty()) return InvalidArgument(fmt::format("unknown key '{}'", pairs_.front().first));
     if (!flags_.empty()) return InvalidArgument(fmt::format("unknown flag '{}'", flags_.front()));
     return Status::Ok();

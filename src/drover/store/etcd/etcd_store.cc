@@ -1,5 +1,5 @@
-#include "drover/common/mutex.h"
 #include "drover/store/etcd/etcd_store.h"
+#include "drover/common/mutex.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -194,7 +194,8 @@ Result<std::vector<const Op*>> MergeWrites(const std::vector<Op>& ops) {
     } else if (op.kind == Op::Kind::kPut || op.kind == Op::Kind::kDelete) {
       if (auto it = last_write.find(op.key); it != last_write.end()) {
         if (auto get = last_get.find(op.key); get != last_get.end() && get->second > it->second) {
-          return InvalidArgument(fmt::format("a transaction for etcd cannot read key '{}' between two writes of it", op.key));
+          return InvalidArgument(
+              fmt::format("a transaction for etcd cannot read key '{}' between two writes of it", op.key));
         }
         dropped[it->second] = true;
       }
@@ -251,8 +252,9 @@ class EtcdStore final : public Store {
 Status EtcdStore::AddOps(const std::vector<Op>& ops, google::protobuf::RepeatedPtrField<pb::RequestOp>* out) const {
   DROVER_ASSIGN_OR_RETURN(std::vector<const Op*> merged, MergeWrites(ops));
   if (static_cast<int64_t>(merged.size()) > options_.max_txn_ops) {
-    return InvalidArgument(fmt::format("a transaction branch of {} operations exceeds etcd's limit of {} (--max-txn-ops)",
-                                       merged.size(), options_.max_txn_ops));
+    return InvalidArgument(
+        fmt::format("a transaction branch of {} operations exceeds etcd's limit of {} (--max-txn-ops)", merged.size(),
+                    options_.max_txn_ops));
   }
   for (const Op* op : merged) {
     pb::RequestOp* request = out->Add();
@@ -317,15 +319,16 @@ Result<TxnResult> EtcdStore::Txn(const std::vector<Compare>& compares, const std
   DROVER_RETURN_IF_ERROR(AddOps(success, request.mutable_success()));
   DROVER_RETURN_IF_ERROR(AddOps(failure, request.mutable_failure()));
   if (static_cast<int64_t>(request.ByteSizeLong()) > options_.max_request_bytes) {
-    return InvalidArgument(fmt::format("a transaction of {} bytes exceeds etcd's request limit of {} (--max-request-bytes)",
-                                       request.ByteSizeLong(), options_.max_request_bytes));
+    return InvalidArgument(
+        fmt::format("a transaction of {} bytes exceeds etcd's request limit of {} (--max-request-bytes)",
+                    request.ByteSizeLong(), options_.max_request_bytes));
   }
-  const bool read_only = std::all_of(success.begin(), success.end(), [](const Op& op) { return op.kind == Op::Kind::kGet; }) &&
-                         std::all_of(failure.begin(), failure.end(), [](const Op& op) { return op.kind == Op::Kind::kGet; });
+  const bool read_only =
+      std::all_of(success.begin(), success.end(), [](const Op& op) { return op.kind == Op::Kind::kGet; }) &&
+      std::all_of(failure.begin(), failure.end(), [](const Op& op) { return op.kind == Op::Kind::kGet; });
   pb::TxnResponse response;
-  grpc::Status s = members_->Run(read_only, [&](Member& m, grpc::ClientContext& context) {
-    return m.kv->Txn(&context, request, &response);
-  });
+  grpc::Status s = members_->Run(
+      read_only, [&](Member& m, grpc::ClientContext& context) { return m.kv->Txn(&context, request, &response); });
   DROVER_RETURN_IF_ERROR(FromGrpc(s, "txn"));
   TxnResult result;
   result.succeeded = response.succeeded();
@@ -351,9 +354,8 @@ Result<RangeResult> EtcdStore::Range(const std::string& prefix, int64_t limit, c
   request.set_range_end(end);
   request.set_limit(std::max<int64_t>(limit, 0));
   pb::RangeResponse response;
-  grpc::Status s = members_->Run(true, [&](Member& m, grpc::ClientContext& context) {
-    return m.kv->Range(&context, request, &response);
-  });
+  grpc::Status s = members_->Run(
+      true, [&](Member& m, grpc::ClientContext& context) { return m.kv->Range(&context, request, &response); });
   DROVER_RETURN_IF_ERROR(FromGrpc(s, "range"));
   RangeResult result;
   result.revision = response.header().revision();
@@ -368,9 +370,8 @@ Result<int64_t> EtcdStore::CurrentRevision() {
   request.set_key(prefix_.empty() ? std::string(1, '\0') : prefix_);
   request.set_count_only(true);
   pb::RangeResponse response;
-  grpc::Status s = members_->Run(true, [&](Member& m, grpc::ClientContext& context) {
-    return m.kv->Range(&context, request, &response);
-  });
+  grpc::Status s = members_->Run(
+      true, [&](Member& m, grpc::ClientContext& context) { return m.kv->Range(&context, request, &response); });
   DROVER_RETURN_IF_ERROR(FromGrpc(s, "range"));
   return response.header().revision();
 }
@@ -406,9 +407,8 @@ Status EtcdStore::Compact(int64_t revision) {
   pb::CompactionRequest request;
   request.set_revision(revision);
   pb::CompactionResponse response;
-  grpc::Status s = members_->Run(false, [&](Member& m, grpc::ClientContext& context) {
-    return m.kv->Compact(&context, request, &response);
-  });
+  grpc::Status s = members_->Run(
+      false, [&](Member& m, grpc::ClientContext& context) { return m.kv->Compact(&context, request, &response); });
   if (IsCompacted(s)) return Status::Ok();  // compacted there already (by us, or by etcd's own auto-compaction)
   return FromGrpc(s, "compact");
 }
@@ -524,8 +524,9 @@ class EtcdWatch final : public WatchHandle {
     pb::WatchResponse response;
     while (stream->Read(&response)) {
       if (response.compact_revision() > 0) {
-        spdlog::error("etcd watch of '{}' lost its history: revision {} was compacted (compacted to {}); the watch ends",
-                      key_, next_revision_, response.compact_revision());
+        spdlog::error(
+            "etcd watch of '{}' lost its history: revision {} was compacted (compacted to {}); the watch ends", key_,
+            next_revision_, response.compact_revision());
         context.TryCancel();
         (void)stream->Finish();
         if (!Stopping()) callback_({});
@@ -600,9 +601,8 @@ Result<std::unique_ptr<WatchHandle>> EtcdStore::Watch(const std::string& prefix,
     request.set_revision(start_revision);
     request.set_count_only(true);
     pb::RangeResponse response;
-    grpc::Status s = members_->Run(true, [&](Member& m, grpc::ClientContext& context) {
-      return m.kv->Range(&context, request, &response);
-    });
+    grpc::Status s = members_->Run(
+        true, [&](Member& m, grpc::ClientContext& context) { return m.kv->Range(&context, request, &response); });
     if (IsCompacted(s)) return OutOfRange(fmt::format("the history before revision {} was compacted", start_revision));
     DROVER_RETURN_IF_ERROR(FromGrpc(s, "range"));
   }
@@ -614,7 +614,8 @@ Result<std::unique_ptr<WatchHandle>> EtcdStore::Watch(const std::string& prefix,
 
 Result<EtcdOptions> ParseEtcdUrl(const std::string& url) {
   constexpr std::string_view kScheme = "etcd://";
-  if (url.rfind(kScheme, 0) != 0) return InvalidArgument(fmt::format("'{}' is not an etcd://host:port,... address", url));
+  if (url.rfind(kScheme, 0) != 0)
+    return InvalidArgument(fmt::format("'{}' is not an etcd://host:port,... address", url));
   std::string rest = url.substr(kScheme.size());
   EtcdOptions options;
   options.key_prefix = "drover/";
@@ -685,7 +686,8 @@ Result<std::unique_ptr<Store>> OpenEtcdStore(const EtcdOptions& options) {
     if (revision.ok()) return std::unique_ptr<Store>(std::move(store));
     last = revision.status();
   }
-  return Unavailable(fmt::format("no etcd endpoint of {} answers: {}", fmt::join(options.endpoints, ","), last.message()));
+  return Unavailable(
+      fmt::format("no etcd endpoint of {} answers: {}", fmt::join(options.endpoints, ","), last.message()));
 }
 
 }  // namespace drover::store

@@ -6,9 +6,9 @@
 #include <atomic>
 #include <thread>
 
+#include "drover/store/etcd/etcd_test_env.h"
 #include "store_contract.h"
 #include "store_contract_watch.h"
-#include "drover/store/etcd/etcd_test_env.h"
 #include "support/etcd_cluster.h"
 
 namespace drover::store {
@@ -153,8 +153,8 @@ TEST(EtcdStoreTest, UrlsParse) {
   o = ParseEtcdUrl("etcd://127.0.0.1:2379/");
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->key_prefix, "");
-  for (const char* bad : {"sqlite:/x", "etcd://", "etcd://host", "etcd://host:", "etcd://:2379", "etcd://a:1,,b:2",
-                          "etcd://a:12x"}) {
+  for (const char* bad :
+       {"sqlite:/x", "etcd://", "etcd://host", "etcd://host:", "etcd://:2379", "etcd://a:1,,b:2", "etcd://a:12x"}) {
     EXPECT_EQ(ParseEtcdUrl(bad).status().code(), Code::kInvalidArgument) << bad;
   }
 }
@@ -236,8 +236,7 @@ TEST(EtcdStoreTest, SurvivesTheLossOfTheMemberItTalksTo) {
   // says the write may be retried; one succeeds within a few elections.
   Result<int64_t> put = store.Put("w/2", "after");
   for (int attempt = 0; !put.ok() && attempt < 10; ++attempt) {
-    ASSERT_TRUE(put.status().code() == Code::kUnavailable ||
-                put.status().code() == Code::kDeadlineExceeded)
+    ASSERT_TRUE(put.status().code() == Code::kUnavailable || put.status().code() == Code::kDeadlineExceeded)
         << put.status().ToString();
     put = store.Put("w/2", "after");
   }

@@ -50,7 +50,8 @@ ArchivedJob ReadJob(const Stmt& stmt) {
 
 Result<std::unique_ptr<Archive>> Archive::Open(const std::string& path) {
   auto conn = Connection::Open(path);
-  if (!conn.ok()) return Status(conn.status().code(), fmt::format("open archive '{}': {}", path, conn.status().message()));
+  if (!conn.ok())
+    return Status(conn.status().code(), fmt::format("open archive '{}': {}", path, conn.status().message()));
   std::unique_ptr<Archive> archive(new Archive(std::move(*conn)));
   if (Status s = archive->Init(); !s.ok()) {
     return Status(s.code(), fmt::format("open archive '{}': {}", path, s.message()));
@@ -119,7 +120,8 @@ Result<std::vector<ArchivedJob>> Archive::QueryJobs(const ArchiveQuery& q) {
   if (q.ended_before_ns != 0) where += " AND end_ns < ?8";
   MutexLock lock(&mu_);
   DROVER_ASSIGN_OR_RETURN(
-      Stmt stmt, conn_->Prepare(fmt::format("SELECT {} FROM jobs WHERE {} ORDER BY seq DESC LIMIT ?9", kJobColumns, where)));
+      Stmt stmt,
+      conn_->Prepare(fmt::format("SELECT {} FROM jobs WHERE {} ORDER BY seq DESC LIMIT ?9", kJobColumns, where)));
   stmt.Bind(1, ToSqlSeq(q.before_seq)).Bind(2, ToSqlSeq(q.min_seq)).Bind(9, q.limit);
   if (q.state) stmt.Bind(3, *q.state);
   if (!q.tenant.empty()) stmt.BindBlob(4, q.tenant);
@@ -175,7 +177,8 @@ Result<std::vector<ArchivedAudit>> Archive::ReadAudit(int64_t from, int limit) {
     return InvalidArgument(fmt::format("audit page of {} is outside 1..{}", limit, kMaxQueryLimit));
   }
   MutexLock lock(&mu_);
-  DROVER_ASSIGN_OR_RETURN(Stmt stmt, conn_->Prepare("SELECT seq, entry FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2"));
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt,
+                          conn_->Prepare("SELECT seq, entry FROM audit WHERE seq >= ?1 ORDER BY seq LIMIT ?2"));
   stmt.Bind(1, from).Bind(2, limit);
   std::vector<ArchivedAudit> out;
   while (true) {

@@ -34,14 +34,14 @@
 namespace drover::store {
 
 struct ArchivedJob {
-  uint64_t seq = 0;     // the job's sequence number, unique
-  int32_t state = 0;    // the owner's state number
+  uint64_t seq = 0;   // the job's sequence number, unique
+  int32_t state = 0;  // the owner's state number
   std::string tenant;
-  std::string node;     // where it ran last ("" if it never ran)
-  std::string group;    // a job array's id ("" for a lone job)
+  std::string node;   // where it ran last ("" if it never ran)
+  std::string group;  // a job array's id ("" for a lone job)
   int64_t submit_ns = 0;
   int64_t end_ns = 0;
-  std::string value;    // the serialized record
+  std::string value;  // the serialized record
 };
 
 // Every field narrows the search; the defaults match everything. Results
@@ -53,7 +53,7 @@ struct ArchiveQuery {
   std::string tenant;
   std::string node;
   std::string group;
-  int64_t ended_after_ns = 0;  // inclusive; 0: unbounded
+  int64_t ended_after_ns = 0;   // inclusive; 0: unbounded
   int64_t ended_before_ns = 0;  // exclusive; 0: unbounded
   int limit = 100;
 };

@@ -34,7 +34,13 @@ class ArchiveTest : public ::testing::Test {
   }
   static ArchivedJob Job(uint64_t seq, int32_t state, std::string tenant, std::string node, int64_t end_ns,
                          std::string group = "") {
-    return {seq, state, std::move(tenant), std::move(node), std::move(group), end_ns - 10, end_ns,
+    return {seq,
+            state,
+            std::move(tenant),
+            std::move(node),
+            std::move(group),
+            end_ns - 10,
+            end_ns,
             "record-" + std::to_string(seq)};
   }
   std::vector<uint64_t> Seqs(const ArchiveQuery& q) {

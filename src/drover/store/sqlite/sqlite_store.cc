@@ -160,7 +160,8 @@ Status SqliteStore::Init() {
   Status status = ExecLocked(kSchema);
   Result<int64_t> version = status.ok() ? ReadMetaLocked("schema_version") : Result<int64_t>(status);
   if (version.ok() && *version != kSchemaVersion) {
-    version = FailedPrecondition(fmt::format("store schema version {} is not the supported {}", *version, kSchemaVersion));
+    version =
+        FailedPrecondition(fmt::format("store schema version {} is not the supported {}", *version, kSchemaVersion));
   }
   if (!version.ok()) {
     ExecLocked("ROLLBACK").IgnoreError("the error that matters is the one returned");
@@ -230,10 +231,10 @@ Status SqliteStore::PutLocked(WriteSet& ws, const Op& op) {
     if (!found) return NotFound(fmt::format("lease {} for key '{}' not found", op.lease, op.key));
   }
   DROVER_ASSIGN_OR_RETURN(std::optional<KeyValue> old, LookupLocked(op.key));
-  KeyValue kv{op.key, op.value, old ? old->create_revision : ws.revision, ws.revision, old ? old->version + 1 : 1,
+  KeyValue kv{op.key,  op.value, old ? old->create_revision : ws.revision, ws.revision, old ? old->version + 1 : 1,
               op.lease};
-  DROVER_ASSIGN_OR_RETURN(
-      Stmt stmt, PrepareLocked(fmt::format("INSERT OR REPLACE INTO kv({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", kKvColumns)));
+  DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(fmt::format(
+                                         "INSERT OR REPLACE INTO kv({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", kKvColumns)));
   DROVER_RETURN_IF_ERROR(stmt.BindBlob(1, kv.key)
                              .BindBlob(2, kv.value)
                              .Bind(3, kv.create_revision)
@@ -259,8 +260,8 @@ Status SqliteStore::DeletePrefixLocked(WriteSet& ws, const std::string& prefix) 
   std::optional<std::string> end = PrefixEnd(prefix);
   std::vector<std::string> keys;
   {
-    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked(RangeSql("SELECT key FROM kv WHERE", "key", end.has_value(),
-                                                              "ORDER BY key")));
+    DROVER_ASSIGN_OR_RETURN(
+        Stmt stmt, PrepareLocked(RangeSql("SELECT key FROM kv WHERE", "key", end.has_value(), "ORDER BY key")));
     stmt.BindBlob(1, prefix);
     if (end) stmt.BindBlob(2, *end);
     while (true) {
@@ -281,7 +282,8 @@ Result<bool> SqliteStore::RevokeInTxnLocked(WriteSet& ws, LeaseId lease) {
   }
   std::vector<std::string> keys;
   {
-    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("SELECT key FROM kv WHERE lease = ?1 AND lease != 0 ORDER BY key"));
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt,
+                            PrepareLocked("SELECT key FROM kv WHERE lease = ?1 AND lease != 0 ORDER BY key"));
     stmt.Bind(1, lease);
     while (true) {
       DROVER_ASSIGN_OR_RETURN(bool row, stmt.Step());
@@ -391,8 +393,8 @@ Result<std::unique_ptr<WatchHandle>> SqliteStore::Watch(const std::string& prefi
   DROVER_ASSIGN_OR_RETURN(int64_t current, ReadMetaLocked("revision"));
   DROVER_ASSIGN_OR_RETURN(int64_t compacted, ReadMetaLocked("compacted"));
   if (start_revision != 0 && start_revision < compacted) {
-    return OutOfRange(fmt::format("watch from revision {}: history before revision {} is compacted", start_revision,
-                                  compacted));
+    return OutOfRange(
+        fmt::format("watch from revision {}: history before revision {} is compacted", start_revision, compacted));
   }
   // The whole history is loaded here, under mu_, so that it and the live
   // batches published after it meet exactly at current (see WatchHub).
@@ -400,10 +402,10 @@ Result<std::unique_ptr<WatchHandle>> SqliteStore::Watch(const std::string& prefi
   int64_t from = start_revision == 0 ? current + 1 : start_revision;
   if (from <= current) {
     std::optional<std::string> end = PrefixEnd(prefix);
-    DROVER_ASSIGN_OR_RETURN(
-        Stmt stmt, PrepareLocked(RangeSql("SELECT revision, type, key, value, create_rev, version, lease "
-                                          "FROM history WHERE revision >= ?3 AND",
-                                          "key", end.has_value(), "ORDER BY revision, seq")));
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt,
+                            PrepareLocked(RangeSql("SELECT revision, type, key, value, create_rev, version, lease "
+                                                   "FROM history WHERE revision >= ?3 AND",
+                                                   "key", end.has_value(), "ORDER BY revision, seq")));
     stmt.BindBlob(1, prefix).Bind(3, from);
     if (end) stmt.BindBlob(2, *end);
     while (true) {
@@ -448,7 +450,8 @@ Result<LeaseId> SqliteStore::GrantLease(Duration ttl) {
     mu_.AssertHeld();  // WriteTxnLocked runs the body under mu_
     DROVER_ASSIGN_OR_RETURN(id, ReadMetaLocked("next_lease"));
     DROVER_RETURN_IF_ERROR(WriteMetaLocked("next_lease", id + 1));
-    DROVER_ASSIGN_OR_RETURN(Stmt stmt, PrepareLocked("INSERT INTO leases(id, ttl_ns, deadline_ns) VALUES (?1, ?2, ?3)"));
+    DROVER_ASSIGN_OR_RETURN(Stmt stmt,
+                            PrepareLocked("INSERT INTO leases(id, ttl_ns, deadline_ns) VALUES (?1, ?2, ?3)"));
     return stmt.Bind(1, id).Bind(2, ttl.count()).Bind(3, SaturatingDeadline(clock_->Now(), ttl)).Run();
   });
   if (!written.ok()) return written.status();
@@ -495,7 +498,8 @@ Result<int64_t> SqliteStore::CurrentRevision() {
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path, Clock* clock) {
   if (clock == nullptr) return InvalidArgument("sqlite store needs a clock");
   auto conn = Connection::Open(path);
-  if (!conn.ok()) return Status(conn.status().code(), fmt::format("open store '{}': {}", path, conn.status().message()));
+  if (!conn.ok())
+    return Status(conn.status().code(), fmt::format("open store '{}': {}", path, conn.status().message()));
   auto store = std::make_unique<SqliteStore>(std::move(*conn), clock);
   if (Status status = store->Init(); !status.ok()) {
     return Status(status.code(), fmt::format("open store '{}': {}", path, status.message()));

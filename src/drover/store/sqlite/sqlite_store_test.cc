@@ -126,10 +126,10 @@ TEST(SqliteStoreTest, PrefixRangeUsesTheKeyIndex) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open_v2(dir.File("store.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db,
-                               "EXPLAIN QUERY PLAN SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key",
-                               -1, &stmt, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_prepare_v2(db, "EXPLAIN QUERY PLAN SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key",
+                         -1, &stmt, nullptr),
+      SQLITE_OK);
   std::string details;
   while (sqlite3_step(stmt) == SQLITE_ROW) details += reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3));
   sqlite3_finalize(stmt);

@@ -15,10 +15,8 @@ Code SqliteCode(int rc) {
     case SQLITE_FULL:
     case SQLITE_CANTOPEN:
     case SQLITE_READONLY:
-    case SQLITE_PERM:
-      return Code::kUnavailable;
-    default:
-      return Code::kInternal;
+    case SQLITE_PERM: return Code::kUnavailable;
+    default: return Code::kInternal;
   }
 }
 
@@ -46,8 +44,8 @@ std::string Stmt::Text(int column) const {
 
 Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status error = SqliteError(db, rc, "open");
     sqlite3_close_v2(db);

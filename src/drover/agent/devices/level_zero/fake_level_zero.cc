@@ -103,8 +103,7 @@ ze_result_t Enter(const char* function, int device) {
 
 // Component enumeration of `n` per device, handles from components[device].
 template <typename Handle>
-ze_result_t Components(const char* function, const void* device_handle, uint32_t n, uint32_t* count,
-                       Handle* out) {
+ze_result_t Components(const char* function, const void* device_handle, uint32_t n, uint32_t* count, Handle* out) {
   int device = DeviceOf(device_handle);
   if (device < 0) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
   ze_result_t r = Enter(function, device);
@@ -470,8 +469,7 @@ ze_result_t zesDeviceEventRegister(zes_device_handle_t h, zes_event_type_flags_t
 }
 
 ze_result_t zesDriverEventListen(ze_driver_handle_t driver, uint32_t timeout, uint32_t count,
-                                 zes_device_handle_t* devices, uint32_t* with_events,
-                                 zes_event_type_flags_t* events) {
+                                 zes_device_handle_t* devices, uint32_t* with_events, zes_event_type_flags_t* events) {
   ze_result_t r = Enter("zesDriverEventListen", -1);
   if (r != ZE_RESULT_SUCCESS) return r;
   if (driver != reinterpret_cast<ze_driver_handle_t>(&S().driver)) return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;

@@ -27,14 +27,14 @@ struct FakeZeDevice {
   uint32_t device_id;
   char driver_version[64];
   uint32_t pci_domain, pci_bus, pci_device, pci_function;
-  uint64_t memory_physical;    // the DEVICE module's physicalSize
-  uint64_t memory_size;        // zesMemoryGetState of the DEVICE module
+  uint64_t memory_physical;  // the DEVICE module's physicalSize
+  uint64_t memory_size;      // zesMemoryGetState of the DEVICE module
   uint64_t memory_free;
   uint64_t core_memory_total;  // zeDeviceGetMemoryProperties
   uint64_t active_us;          // ALL engine group activity
   uint64_t timestamp_us;       // of activity and energy
   uint64_t energy_uj;
-  double temperature_c;        // GPU sensor (the MEMORY sensor reads 20 below)
+  double temperature_c;  // GPU sensor (the MEMORY sensor reads 20 below)
   uint32_t power_limit_enabled;
   int32_t power_limit_mw;
   double gpu_mhz;

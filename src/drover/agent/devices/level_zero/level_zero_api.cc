@@ -11,8 +11,8 @@ template <typename Pointer>
 Status Required(runtime::DynamicLibrary& library, const char* name, Pointer* out) {
   auto symbol = library.Symbol<std::remove_pointer_t<Pointer>>(name);
   if (!symbol.ok()) {
-    return Unavailable("level zero library '" + library.name() + "' lacks the required entry point " +
-                       name + ": " + symbol.status().message());
+    return Unavailable("level zero library '" + library.name() + "' lacks the required entry point " + name + ": " +
+                       symbol.status().message());
   }
   *out = *symbol;
   return Status::Ok();
@@ -86,8 +86,7 @@ Result<Api> LoadApi(runtime::DynamicLibrary& library) {
 std::string ResultName(ze_result_t result) {
   switch (result) {
 #define DROVER_ZE_NAME(code) \
-  case code:                 \
-    return #code;
+  case code: return #code;
     DROVER_ZE_NAME(ZE_RESULT_SUCCESS)
     DROVER_ZE_NAME(ZE_RESULT_NOT_READY)
     DROVER_ZE_NAME(ZE_RESULT_ERROR_DEVICE_LOST)
@@ -130,8 +129,7 @@ std::string ResultName(ze_result_t result) {
     DROVER_ZE_NAME(ZE_RESULT_WARNING_ACTION_REQUIRED)
     DROVER_ZE_NAME(ZE_RESULT_ERROR_UNKNOWN)
 #undef DROVER_ZE_NAME
-    default:
-      break;
+    default: break;
   }
   char unnamed[32];
   std::snprintf(unnamed, sizeof(unnamed), "ZE_RESULT_0x%08x", static_cast<unsigned>(result));

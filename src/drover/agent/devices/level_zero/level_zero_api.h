@@ -24,8 +24,7 @@ namespace drover::agent::level_zero {
 // Spec 1.5 (zes_init_flags_t is a uint32_t bit field; 0 is "default").
 using ZesInitFn = ze_result_t(uint32_t flags);
 using ZesDriverGetFn = ze_result_t(uint32_t* count, zes_driver_handle_t* drivers);
-using ZesDeviceGetFn = ze_result_t(zes_driver_handle_t driver, uint32_t* count,
-                                   zes_device_handle_t* devices);
+using ZesDeviceGetFn = ze_result_t(zes_driver_handle_t driver, uint32_t* count, zes_device_handle_t* devices);
 
 // One typed pointer per entry point. Required ones are non-null after
 // LoadApi(); the others are null when the loader lacks them, and whatever
@@ -74,9 +73,7 @@ struct Api {
 
   // True when zesInit and its enumeration functions are all present: the
   // backend then uses them; otherwise ZES_ENABLE_SYSMAN=1 and zeInit.
-  bool HasZesInit() const {
-    return zesInit != nullptr && zesDriverGet != nullptr && zesDeviceGet != nullptr;
-  }
+  bool HasZesInit() const { return zesInit != nullptr && zesDriverGet != nullptr && zesDeviceGet != nullptr; }
 };
 
 // Resolves every entry point of Api from `library`. Fails with kUnavailable

@@ -46,8 +46,7 @@ Result<runtime::DynamicLibrary*> OpenLibrary(const std::vector<std::string>& nam
   MutexLock lock(&mu);
   auto it = kOpened->find(names);
   if (it != kOpened->end()) return it->second.get();
-  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DynamicLibrary> library,
-                          runtime::DynamicLibrary::Open(names));
+  DROVER_ASSIGN_OR_RETURN(std::unique_ptr<runtime::DynamicLibrary> library, runtime::DynamicLibrary::Open(names));
   runtime::DynamicLibrary* raw = library.get();
   kOpened->emplace(names, std::move(library));
   return raw;
@@ -69,14 +68,10 @@ std::string CleanString(const char* text, size_t capacity) {
 
 std::string VendorName(uint32_t vendor_id) {
   switch (vendor_id) {
-    case 0x8086:
-      return "intel";
-    case 0x1002:
-      return "amd";
-    case 0x10de:
-      return "nvidia";
-    default:
-      return "level-zero";
+    case 0x8086: return "intel";
+    case 0x1002: return "amd";
+    case 0x10de: return "nvidia";
+    default: return "level-zero";
   }
 }
 
@@ -131,9 +126,8 @@ uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UIN
 template <typename Handle, typename EnumerateFn, typename RankFn>
 std::vector<Handle> Choose(zes_device_handle_t device, EnumerateFn* enumerate, RankFn rank, bool* lost) {
   if (*lost || enumerate == nullptr) return {};
-  auto found = Enumerate<Handle>(kMaxComponents, [&](uint32_t* count, Handle* out) {
-    return enumerate(device, count, out);
-  });
+  auto found =
+      Enumerate<Handle>(kMaxComponents, [&](uint32_t* count, Handle* out) { return enumerate(device, count, out); });
   if (IsLost(found.result)) *lost = true;
   if (!found.ok()) return {};
   std::vector<Candidate<Handle>> candidates;
@@ -459,9 +453,8 @@ void LevelZeroBackend::ComputeLinks() {
   for (size_t i = 0; i < n; ++i) {
     zes_device_handle_t h = devices_[i].handle;
     auto ports = Enumerate<zes_fabric_port_handle_t>(
-        kMaxComponents, [&](uint32_t* count, zes_fabric_port_handle_t* out) {
-          return api_.zesDeviceEnumFabricPorts(h, count, out);
-        });
+        kMaxComponents,
+        [&](uint32_t* count, zes_fabric_port_handle_t* out) { return api_.zesDeviceEnumFabricPorts(h, count, out); });
     if (!ports.ok()) continue;
     for (zes_fabric_port_handle_t port : ports.handles) {
       zes_fabric_port_properties_t props{};

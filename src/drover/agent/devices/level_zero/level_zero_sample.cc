@@ -152,8 +152,7 @@ std::optional<Loss> ReadPower(Reading& r) {
     bool complete = true;
     for (size_t k = 0; k < r.device.power.size(); ++k) {
       zes_power_energy_counter_t energy{};
-      if (!Succeeded(r.api.zesPowerGetEnergyCounter(r.device.power[k], &energy), "zesPowerGetEnergyCounter",
-                     &loss)) {
+      if (!Succeeded(r.api.zesPowerGetEnergyCounter(r.device.power[k], &energy), "zesPowerGetEnergyCounter", &loss)) {
         if (loss) return loss;
         r.device.last_energy[k].reset();
         complete = false;
@@ -300,8 +299,8 @@ Result<GpuSample> LevelZeroBackend::Sample(int device) {
   GpuSample sample;
   Reading reading{api_, state, sample, events_, device};
   // The device state first: a lost device fails there before anything else.
-  for (auto* read : {ReadState, ReadUtilization, ReadMemory, ReadTemperature, ReadPower, ReadClocks, ReadEcc,
-                     ReadProcesses}) {
+  for (auto* read :
+       {ReadState, ReadUtilization, ReadMemory, ReadTemperature, ReadPower, ReadClocks, ReadEcc, ReadProcesses}) {
     if (std::optional<Loss> loss = read(reading)) return MarkLost(&state, device, loss->call, loss->result);
   }
   state.lost = false;

@@ -169,8 +169,7 @@ TEST_F(LevelZeroTest, InitFailureNamesTheCallAndResult) {
   EXPECT_EQ(init.code(), Code::kUnavailable);
   EXPECT_NE(init.message().find("zesInit: ZE_RESULT_ERROR_DEVICE_LOST (0x70000001)"), std::string::npos)
       << init.message();
-  EXPECT_NE(init.message().find("zeInit: ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY"), std::string::npos)
-      << init.message();
+  EXPECT_NE(init.message().find("zeInit: ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY"), std::string::npos) << init.message();
 }
 
 TEST_F(LevelZeroTest, MissingRequiredSymbolIsUnavailable) {

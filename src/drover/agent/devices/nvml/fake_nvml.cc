@@ -86,7 +86,7 @@ struct nvmlDevice_st {
   std::string pci;
   unsigned long long memory_total = 80ull << 30;
   unsigned long long memory_used = 0;
-  long long values[32] = {};  // by kFields position
+  long long values[32] = {};        // by kFields position
   int link_remote[kMaxLinks] = {};  // -2 inactive, -1 NVSwitch, else a GPU index
   std::vector<Process> processes;
   std::vector<nvmlDevice_st*> migs;
@@ -112,10 +112,9 @@ static_assert(sizeof(FakeEventData) == 32 && sizeof(FakeMemory) == 24);
 
 namespace {
 
-const char* const kFields[] = {"util_gpu",       "util_memory",     "temperature", "power_mw",
-                               "power_limit_mw", "sm_clock",        "memory_clock", "throttle",
-                               "ecc_corrected",  "ecc_uncorrected", "cc_major",    "cc_minor",
-                               "numa",           "mig_mode",        "supported_events"};
+const char* const kFields[] = {"util_gpu", "util_memory",  "temperature", "power_mw",      "power_limit_mw",
+                               "sm_clock", "memory_clock", "throttle",    "ecc_corrected", "ecc_uncorrected",
+                               "cc_major", "cc_minor",     "numa",        "mig_mode",      "supported_events"};
 
 int FieldIndex(const char* field) {
   for (size_t i = 0; i < sizeof(kFields) / sizeof(kFields[0]); ++i) {
@@ -167,10 +166,10 @@ nvmlReturn_t Enter(const char* function, nvmlDevice_t d = nullptr, bool needs_in
   return NVML_SUCCESS;
 }
 
-#define ENTER(...)                               \
-  do {                                           \
-    nvmlReturn_t rc_ = Enter(__VA_ARGS__);       \
-    if (rc_ != NVML_SUCCESS) return rc_;         \
+#define ENTER(...)                         \
+  do {                                     \
+    nvmlReturn_t rc_ = Enter(__VA_ARGS__); \
+    if (rc_ != NVML_SUCCESS) return rc_;   \
   } while (0)
 
 nvmlReturn_t CopyString(const std::string& text, char* buffer, unsigned int length) {
@@ -320,11 +319,11 @@ long long fake_nvml_last_wait_timeout(void) { return S().last_wait_timeout; }
 
 // --- NVML ----------------------------------------------------------------------
 
-#define FAKE_INIT(fn)                               \
-  nvmlReturn_t fn(void) {                           \
-    ENTER(#fn, nullptr, false);                     \
-    ++S().init_count;                               \
-    return NVML_SUCCESS;                            \
+#define FAKE_INIT(fn)           \
+  nvmlReturn_t fn(void) {       \
+    ENTER(#fn, nullptr, false); \
+    ++S().init_count;           \
+    return NVML_SUCCESS;        \
   }
 FAKE_INIT(nvmlInit)
 #ifndef FAKE_NVML_LEGACY
@@ -337,24 +336,24 @@ nvmlReturn_t nvmlShutdown(void) {
   return NVML_SUCCESS;
 }
 
-#define FAKE_COUNT(fn)                            \
-  nvmlReturn_t fn(unsigned int* count) {          \
-    ENTER(#fn);                                   \
-    *count = S().reported_count;                  \
-    return NVML_SUCCESS;                          \
+#define FAKE_COUNT(fn)                   \
+  nvmlReturn_t fn(unsigned int* count) { \
+    ENTER(#fn);                          \
+    *count = S().reported_count;         \
+    return NVML_SUCCESS;                 \
   }
 FAKE_COUNT(nvmlDeviceGetCount)
 #ifndef FAKE_NVML_LEGACY
 FAKE_COUNT(nvmlDeviceGetCount_v2)
 #endif
 
-#define FAKE_HANDLE(fn)                                                  \
-  nvmlReturn_t fn(unsigned int index, nvmlDevice_t* device) {            \
-    nvmlDevice_t d = Device(static_cast<int>(index));                    \
-    ENTER(#fn, d);                                                       \
-    if (d == nullptr) return NVML_ERROR_INVALID_ARGUMENT;                \
-    *device = d;                                                         \
-    return NVML_SUCCESS;                                                 \
+#define FAKE_HANDLE(fn)                                       \
+  nvmlReturn_t fn(unsigned int index, nvmlDevice_t* device) { \
+    nvmlDevice_t d = Device(static_cast<int>(index));         \
+    ENTER(#fn, d);                                            \
+    if (d == nullptr) return NVML_ERROR_INVALID_ARGUMENT;     \
+    *device = d;                                              \
+    return NVML_SUCCESS;                                      \
   }
 FAKE_HANDLE(nvmlDeviceGetHandleByIndex)
 #ifndef FAKE_NVML_LEGACY
@@ -585,22 +584,22 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
   return NVML_SUCCESS;
 }
 
-#define FAKE_WAIT(fn)                                                                  \
-  nvmlReturn_t fn(nvmlEventSet_t set, FakeEventData* data, unsigned int timeout_ms) {  \
-    ENTER(#fn);                                                                        \
-    if (set != &S().event_set) return NVML_ERROR_INVALID_ARGUMENT;                     \
-    S().last_wait_timeout = timeout_ms;                                                \
-    while (!S().events.empty()) {                                                      \
-      Event event = S().events.front();                                                \
-      S().events.pop_front();                                                          \
-      nvmlDevice_t d = Device(event.device);                                           \
-      if (d == nullptr || (d->registered_events & event.type) == 0) continue;          \
-      data->device = d;                                                                \
-      data->eventType = event.type;                                                    \
-      data->eventData = event.data;                                                    \
-      return NVML_SUCCESS;                                                             \
-    }                                                                                  \
-    return NVML_ERROR_TIMEOUT;                                                         \
+#define FAKE_WAIT(fn)                                                                 \
+  nvmlReturn_t fn(nvmlEventSet_t set, FakeEventData* data, unsigned int timeout_ms) { \
+    ENTER(#fn);                                                                       \
+    if (set != &S().event_set) return NVML_ERROR_INVALID_ARGUMENT;                    \
+    S().last_wait_timeout = timeout_ms;                                               \
+    while (!S().events.empty()) {                                                     \
+      Event event = S().events.front();                                               \
+      S().events.pop_front();                                                         \
+      nvmlDevice_t d = Device(event.device);                                          \
+      if (d == nullptr || (d->registered_events & event.type) == 0) continue;         \
+      data->device = d;                                                               \
+      data->eventType = event.type;                                                   \
+      data->eventData = event.data;                                                   \
+      return NVML_SUCCESS;                                                            \
+    }                                                                                 \
+    return NVML_ERROR_TIMEOUT;                                                        \
   }
 FAKE_WAIT(nvmlEventSetWait)
 FAKE_WAIT(nvmlEventSetWait_v2)

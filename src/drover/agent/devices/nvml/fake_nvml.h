@@ -41,11 +41,11 @@ void fake_nvml_add_mig(int device, const char* uuid, unsigned long long memory, 
 void fake_nvml_push_event(int device, unsigned long long type, unsigned long long data);
 
 // Inspection.
-int fake_nvml_init_count(void);                // nvmlInit* minus nvmlShutdown calls
-int fake_nvml_calls(const char* function);     // calls of an exported NVML symbol since the reset
-int fake_nvml_event_sets(void);                // event sets created and not yet freed
+int fake_nvml_init_count(void);             // nvmlInit* minus nvmlShutdown calls
+int fake_nvml_calls(const char* function);  // calls of an exported NVML symbol since the reset
+int fake_nvml_event_sets(void);             // event sets created and not yet freed
 unsigned long long fake_nvml_registered_events(int device);
-long long fake_nvml_last_wait_timeout(void);   // timeoutms of the last nvmlEventSetWait*, -1 if none
+long long fake_nvml_last_wait_timeout(void);  // timeoutms of the last nvmlEventSetWait*, -1 if none
 
 #ifdef __cplusplus
 }

@@ -197,22 +197,18 @@ using DeviceGetMemoryInfoFn = nvmlReturn_t(nvmlDevice_t device, nvmlMemory_t* me
 using DeviceGetPciInfoFn = nvmlReturn_t(nvmlDevice_t device, nvmlPciInfo_t* pci);
 using DeviceGetPciInfoLegacyFn = nvmlReturn_t(nvmlDevice_t device, nvmlPciInfoLegacy_t* pci);
 using DeviceGetCudaComputeCapabilityFn = nvmlReturn_t(nvmlDevice_t device, int* major, int* minor);
-using DeviceGetMemoryAffinityFn = nvmlReturn_t(nvmlDevice_t device, unsigned int node_set_size,
-                                               unsigned long* node_set, unsigned int scope);
+using DeviceGetMemoryAffinityFn = nvmlReturn_t(nvmlDevice_t device, unsigned int node_set_size, unsigned long* node_set,
+                                               unsigned int scope);
 using DeviceGetUintFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* value);
-using DeviceGetMigModeFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* current_mode,
-                                        unsigned int* pending_mode);
+using DeviceGetMigModeFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* current_mode, unsigned int* pending_mode);
 using DeviceGetMigDeviceHandleByIndexFn = nvmlReturn_t(nvmlDevice_t device, unsigned int index,
                                                        nvmlDevice_t* mig_device);
 using DeviceGetNvLinkStateFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link, int* is_active);
-using DeviceGetNvLinkRemotePciInfoFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link,
-                                                    nvmlPciInfo_t* pci);
+using DeviceGetNvLinkRemotePciInfoFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t* pci);
 using DeviceGetNvLinkRemotePciInfoLegacyFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link,
                                                           nvmlPciInfoLegacy_t* pci);
-using DeviceGetNvLinkRemoteDeviceTypeFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link,
-                                                       int* device_type);
-using DeviceGetTopologyCommonAncestorFn = nvmlReturn_t(nvmlDevice_t device1, nvmlDevice_t device2,
-                                                       int* path_info);
+using DeviceGetNvLinkRemoteDeviceTypeFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link, int* device_type);
+using DeviceGetTopologyCommonAncestorFn = nvmlReturn_t(nvmlDevice_t device1, nvmlDevice_t device2, int* path_info);
 using DeviceGetUtilizationRatesFn = nvmlReturn_t(nvmlDevice_t device, nvmlUtilization_t* utilization);
 using DeviceGetTemperatureFn = nvmlReturn_t(nvmlDevice_t device, int sensor_type, unsigned int* temp);
 using DeviceGetClockInfoFn = nvmlReturn_t(nvmlDevice_t device, int type, unsigned int* clock);
@@ -220,12 +216,10 @@ using DeviceGetUllFn = nvmlReturn_t(nvmlDevice_t device, unsigned long long* val
 using DeviceGetTotalEccErrorsFn = nvmlReturn_t(nvmlDevice_t device, int error_type, int counter_type,
                                                unsigned long long* ecc_counts);
 // The process array is typed per version (v1 or v2 layout) by the caller.
-using DeviceGetComputeRunningProcessesFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* info_count,
-                                                        void* infos);
+using DeviceGetComputeRunningProcessesFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* info_count, void* infos);
 using EventSetCreateFn = nvmlReturn_t(nvmlEventSet_t* set);
 using EventSetFreeFn = nvmlReturn_t(nvmlEventSet_t set);
-using DeviceRegisterEventsFn = nvmlReturn_t(nvmlDevice_t device, unsigned long long event_types,
-                                            nvmlEventSet_t set);
+using DeviceRegisterEventsFn = nvmlReturn_t(nvmlDevice_t device, unsigned long long event_types, nvmlEventSet_t set);
 using EventSetWaitFn = nvmlReturn_t(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeout_ms);
 
 }  // namespace drover::agent::nvml

@@ -16,8 +16,8 @@ Fn* Optional(runtime::DynamicLibrary& library, const char* symbol) {
 // The first of `symbols` (newest first) that the library exports, and its
 // position in the list and name; null, -1 and "" when none is.
 template <typename Fn>
-Fn* FirstOf(runtime::DynamicLibrary& library, std::initializer_list<const char*> symbols,
-            int* position = nullptr, const char** name = nullptr) {
+Fn* FirstOf(runtime::DynamicLibrary& library, std::initializer_list<const char*> symbols, int* position = nullptr,
+            const char** name = nullptr) {
   int i = 0;
   for (const char* symbol : symbols) {
     if (Fn* fn = Optional<Fn>(library, symbol)) {
@@ -50,19 +50,18 @@ Result<NvmlApi> ResolveNvmlApi(runtime::DynamicLibrary& library) {
   api.init = FirstOf<InitFn>(library, {"nvmlInit_v2", "nvmlInit"}, nullptr, &api.init_name);
   if (api.init == nullptr) return Missing(library, "nvmlInit_v2");
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlShutdown", &api.shutdown));
-  api.device_get_count = FirstOf<DeviceGetCountFn>(library, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"},
-                                                   nullptr, &api.device_get_count_name);
+  api.device_get_count = FirstOf<DeviceGetCountFn>(library, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}, nullptr,
+                                                   &api.device_get_count_name);
   if (api.device_get_count == nullptr) return Missing(library, "nvmlDeviceGetCount_v2");
-  api.device_get_handle_by_index = FirstOf<DeviceGetHandleByIndexFn>(
-      library, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"}, nullptr,
-      &api.device_get_handle_by_index_name);
+  api.device_get_handle_by_index =
+      FirstOf<DeviceGetHandleByIndexFn>(library, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"},
+                                        nullptr, &api.device_get_handle_by_index_name);
   if (api.device_get_handle_by_index == nullptr) return Missing(library, "nvmlDeviceGetHandleByIndex_v2");
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetName", &api.device_get_name));
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetUUID", &api.device_get_uuid));
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlSystemGetDriverVersion", &api.system_get_driver_version));
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetMemoryInfo", &api.device_get_memory_info));
-  DROVER_RETURN_IF_ERROR(
-      Require(library, "nvmlDeviceGetUtilizationRates", &api.device_get_utilization_rates));
+  DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetUtilizationRates", &api.device_get_utilization_rates));
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetTemperature", &api.device_get_temperature));
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetPowerUsage", &api.device_get_power_usage));
   DROVER_RETURN_IF_ERROR(Require(library, "nvmlDeviceGetClockInfo", &api.device_get_clock_info));

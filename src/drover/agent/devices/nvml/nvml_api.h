@@ -100,8 +100,6 @@ std::string NvmlError(std::string_view call, int device, nvmlReturn_t rc);
 
 // The device cannot be queried any more: fallen off the bus or in need of a
 // reset. Either way it cannot take work until someone intervenes.
-inline bool IsDeviceLost(nvmlReturn_t rc) {
-  return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED;
-}
+inline bool IsDeviceLost(nvmlReturn_t rc) { return rc == NVML_ERROR_GPU_IS_LOST || rc == NVML_ERROR_RESET_REQUIRED; }
 
 }  // namespace drover::agent::nvml

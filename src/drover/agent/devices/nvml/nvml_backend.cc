@@ -55,14 +55,11 @@ constexpr unsigned long long kHealthEvents = nvmlEventTypeXidCriticalError | nvm
 
 std::string InitHint(nvmlReturn_t rc) {
   switch (rc) {
-    case NVML_ERROR_DRIVER_NOT_LOADED:
-      return " (the NVIDIA kernel driver is not loaded)";
-    case NVML_ERROR_NO_PERMISSION:
-      return " (no permission to open the NVIDIA device files)";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return " (the NVIDIA kernel driver is not loaded)";
+    case NVML_ERROR_NO_PERMISSION: return " (no permission to open the NVIDIA device files)";
     case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
       return " (libnvidia-ml and the kernel driver are of different versions; reload the driver or reboot)";
-    default:
-      return "";
+    default: return "";
   }
 }
 
@@ -108,8 +105,7 @@ class NvmlBackend final : public DeviceBackend {
     nvmlReturn_t rc = api_.device_get_count(&count);
     if (rc != NVML_SUCCESS) return Unavailable("nvml: " + NvmlError(api_.device_get_count_name, -1, rc));
     if (count > kMaxDevices) {
-      return Internal("nvml reported " + std::to_string(count) + " devices, more than " +
-                      std::to_string(kMaxDevices));
+      return Internal("nvml reported " + std::to_string(count) + " devices, more than " + std::to_string(kMaxDevices));
     }
     char version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
     rc = api_.system_get_driver_version(version, sizeof(version));
@@ -123,8 +119,8 @@ class NvmlBackend final : public DeviceBackend {
     for (unsigned int i = 0; i < count; ++i) {
       const int index = static_cast<int>(i);
       nvmlDevice_t handle = nullptr;
-      DROVER_RETURN_IF_ERROR(Check(api_.device_get_handle_by_index(i, &handle), api_.device_get_handle_by_index_name,
-                                   index));
+      DROVER_RETURN_IF_ERROR(
+          Check(api_.device_get_handle_by_index(i, &handle), api_.device_get_handle_by_index_name, index));
       if (handle == nullptr) return Internal("nvml returned a null handle for device " + std::to_string(i));
       Device record;
       record.handle = handle;
@@ -191,8 +187,7 @@ class NvmlBackend final : public DeviceBackend {
     if (ok(api_.device_get_clock_info(h, NVML_CLOCK_SM, &value), "nvmlDeviceGetClockInfo") && value <= kMaxClockMhz) {
       sample.sm_clock_mhz = static_cast<int>(value);
     }
-    if (ok(api_.device_get_clock_info(h, NVML_CLOCK_MEM, &value), "nvmlDeviceGetClockInfo") &&
-        value <= kMaxClockMhz) {
+    if (ok(api_.device_get_clock_info(h, NVML_CLOCK_MEM, &value), "nvmlDeviceGetClockInfo") && value <= kMaxClockMhz) {
       sample.memory_clock_mhz = static_cast<int>(value);
     }
     unsigned long long reasons = 0;
@@ -243,9 +238,9 @@ class NvmlBackend final : public DeviceBackend {
   struct Device {
     nvmlDevice_t handle = nullptr;
     std::string pci_bus_id;
-    int numa_node = -1;  // -1: unknown
-    bool lost = false;   // a kDeviceLost event was queued and no sample has worked since
-    bool ecc_events = false;  // double-bit ECC errors arrive as events
+    int numa_node = -1;             // -1: unknown
+    bool lost = false;              // a kDeviceLost event was queued and no sample has worked since
+    bool ecc_events = false;        // double-bit ECC errors arrive as events
     int64_t last_uncorrected = -1;  // volatile double-bit count of the last sample
   };
 
@@ -437,8 +432,8 @@ class NvmlBackend final : public DeviceBackend {
     if (!dev.ecc_events && dev.last_uncorrected >= 0 && count > dev.last_uncorrected) {
       std::string message = "nvml device " + std::to_string(device) + " volatile double-bit ECC count rose from " +
                             std::to_string(dev.last_uncorrected) + " to " + std::to_string(count);
-      pending_.push_back(HealthEvent{device, HealthEvent::Kind::kEccUncorrected, count - dev.last_uncorrected,
-                                     std::move(message)});
+      pending_.push_back(
+          HealthEvent{device, HealthEvent::Kind::kEccUncorrected, count - dev.last_uncorrected, std::move(message)});
     }
     dev.last_uncorrected = count;
   }
@@ -518,8 +513,8 @@ class NvmlBackend final : public DeviceBackend {
         for (int j = 0; j < n; ++j) {
           int level = -1;
           if (i != j && api_.device_get_topology_common_ancestor(devices_[static_cast<size_t>(i)].handle,
-                                                                  devices_[static_cast<size_t>(j)].handle,
-                                                                  &level) == NVML_SUCCESS) {
+                                                                 devices_[static_cast<size_t>(j)].handle,
+                                                                 &level) == NVML_SUCCESS) {
             facts.topology[static_cast<size_t>(i) * static_cast<size_t>(n) + static_cast<size_t>(j)] = level;
           }
         }

@@ -344,7 +344,7 @@ TEST_F(NvmlTest, LostGpuFailsSampleAndRaisesOneEvent) {
 TEST_F(NvmlTest, UnknownIndexIsNotFound) {
   auto backend = fake_.Backend();
   EXPECT_EQ(backend->Sample(0).status().code(), Code::kNotFound);  // before Discover
-  ASSERT_TRUE(backend->Discover().ok());                          // no devices
+  ASSERT_TRUE(backend->Discover().ok());                           // no devices
   fake_.set_device_count(2);
   backend = Discovered();
   EXPECT_EQ(backend->Sample(-1).status().code(), Code::kNotFound);
@@ -396,7 +396,7 @@ TEST_F(NvmlTest, CommonAncestorGivesLinksWithoutNvLink) {
   auto backend = fake_.Backend();
   ASSERT_TRUE(backend->Discover().ok());
   using L = DeviceLink;
-  EXPECT_EQ(backend->Links(), (std::vector<L>{L::kFabric, L::kPcieSwitch, L::kSameNuma,      //
+  EXPECT_EQ(backend->Links(), (std::vector<L>{L::kFabric, L::kPcieSwitch, L::kSameNuma,     //
                                               L::kPcieSwitch, L::kFabric, L::kCrossSocket,  //
                                               L::kSameNuma, L::kCrossSocket, L::kFabric}));
 }

@@ -36,18 +36,11 @@ bool LinkForLevel(int level, DeviceLink* link) {
   switch (level) {
     case NVML_TOPOLOGY_INTERNAL:
     case NVML_TOPOLOGY_SINGLE:
-    case NVML_TOPOLOGY_MULTIPLE:
-      *link = DeviceLink::kPcieSwitch;
-      return true;
+    case NVML_TOPOLOGY_MULTIPLE: *link = DeviceLink::kPcieSwitch; return true;
     case NVML_TOPOLOGY_HOSTBRIDGE:
-    case NVML_TOPOLOGY_NODE:
-      *link = DeviceLink::kSameNuma;
-      return true;
-    case NVML_TOPOLOGY_SYSTEM:
-      *link = DeviceLink::kCrossSocket;
-      return true;
-    default:
-      return false;
+    case NVML_TOPOLOGY_NODE: *link = DeviceLink::kSameNuma; return true;
+    case NVML_TOPOLOGY_SYSTEM: *link = DeviceLink::kCrossSocket; return true;
+    default: return false;
   }
 }
 

@@ -18,8 +18,8 @@ TEST(NvmlUtil, NormalizesPciBusIds) {
 }
 
 TEST(NvmlUtil, RejectsMalformedPciBusIds) {
-  for (const char* bad : {"", "3b:00", "0000:3b:00.", "0000:3g:00.0", "0000:100:00.0", "0000:3b:20.0",
-                          "0000:3b:00.8", "000000000:3b:00.0", "0000::00.0", "0000:3b:00.0 junk"}) {
+  for (const char* bad : {"", "3b:00", "0000:3b:00.", "0000:3g:00.0", "0000:100:00.0", "0000:3b:20.0", "0000:3b:00.8",
+                          "000000000:3b:00.0", "0000::00.0", "0000:3b:00.0 junk"}) {
     Result<std::string> normal = NormalizePciBusId(bad);
     ASSERT_FALSE(normal.ok()) << bad << " -> " << normal.value();
     EXPECT_EQ(normal.status().code(), Code::kInvalidArgument);
@@ -35,7 +35,9 @@ TEST(NvmlUtil, ReadsBufferStrings) {
   EXPECT_EQ(BufferString(full, sizeof(full)).value(), "GPU-");
   char empty[8] = {};
   EXPECT_FALSE(BufferString(empty, sizeof(empty)).ok());
-  char control[8] = "ab\x01" "cd";
+  char control[8] =
+      "ab\x01"
+      "cd";
   EXPECT_FALSE(BufferString(control, sizeof(control)).ok());
 }
 
@@ -50,14 +52,14 @@ TEST(NvmlUtil, NamesArchitectures) {
 
 TEST(NvmlUtil, MapsThrottleReasons) {
   EXPECT_EQ(ThrottleBits(0), 0u);
-  EXPECT_EQ(ThrottleBits(0x1 | 0x2), 0u);  // idle, application clocks: not slowdowns
-  EXPECT_EQ(ThrottleBits(0x8), uint32_t{kThrottleThermal});   // HW slowdown
-  EXPECT_EQ(ThrottleBits(0x20), uint32_t{kThrottleThermal});  // SW thermal
-  EXPECT_EQ(ThrottleBits(0x40), uint32_t{kThrottleThermal});  // HW thermal
-  EXPECT_EQ(ThrottleBits(0x4), uint32_t{kThrottlePower});     // SW power cap
-  EXPECT_EQ(ThrottleBits(0x80), uint32_t{kThrottlePower});    // HW power brake
-  EXPECT_EQ(ThrottleBits(0x10), uint32_t{kThrottleOther});    // sync boost
-  EXPECT_EQ(ThrottleBits(0x100), uint32_t{kThrottleOther});   // display clock
+  EXPECT_EQ(ThrottleBits(0x1 | 0x2), 0u);                         // idle, application clocks: not slowdowns
+  EXPECT_EQ(ThrottleBits(0x8), uint32_t{kThrottleThermal});       // HW slowdown
+  EXPECT_EQ(ThrottleBits(0x20), uint32_t{kThrottleThermal});      // SW thermal
+  EXPECT_EQ(ThrottleBits(0x40), uint32_t{kThrottleThermal});      // HW thermal
+  EXPECT_EQ(ThrottleBits(0x4), uint32_t{kThrottlePower});         // SW power cap
+  EXPECT_EQ(ThrottleBits(0x80), uint32_t{kThrottlePower});        // HW power brake
+  EXPECT_EQ(ThrottleBits(0x10), uint32_t{kThrottleOther});        // sync boost
+  EXPECT_EQ(ThrottleBits(0x100), uint32_t{kThrottleOther});       // display clock
   EXPECT_EQ(ThrottleBits(1ull << 40), uint32_t{kThrottleOther});  // a reason newer than this code
   EXPECT_EQ(ThrottleBits(0x1 | 0x4 | 0x40), uint32_t{kThrottleThermal | kThrottlePower});
 }
@@ -93,8 +95,8 @@ TEST(NvmlUtil, BuildsLinksFromFabricAndTopology) {
   facts.topology = {-1, 50, 20, 50, -1, 40, 20, 40, -1};
   facts.numa_node = {0, 0, 1};
   using L = DeviceLink;
-  EXPECT_EQ(BuildLinks(facts), (std::vector<L>{L::kFabric, L::kFabric, L::kPcieSwitch,        //
-                                               L::kFabric, L::kFabric, L::kSameNuma,          //
+  EXPECT_EQ(BuildLinks(facts), (std::vector<L>{L::kFabric, L::kFabric, L::kPcieSwitch,  //
+                                               L::kFabric, L::kFabric, L::kSameNuma,    //
                                                L::kPcieSwitch, L::kSameNuma, L::kFabric}));
   // Asymmetric answers: the farther one wins.
   facts.topology = {-1, 50, 10, 50, -1, 40, 50, 40, -1};

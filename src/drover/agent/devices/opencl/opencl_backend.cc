@@ -73,7 +73,6 @@ Result<runtime::DynamicLibrary*> OpenClLibrary() {
   return kLibrary->value().get();
 }
 
-
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 // Drops the terminating NUL(s) and the padding some drivers put around names.
@@ -87,9 +86,7 @@ std::string Trim(std::string text) {
   return text.substr(begin, end - begin);
 }
 
-bool StartsWith(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
+bool StartsWith(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 
 // Maps a GPU's CL_DEVICE_VENDOR to the vendor names of GpuDevice. Prefixes,
 // not substrings: PoCL's CPU device says "GenuineIntel", which is no Intel GPU.
@@ -121,14 +118,10 @@ class OpenClBackend final : public DeviceBackend {
   Status Initialize() override {
     if (get_device_info_ != nullptr) return Status::Ok();
     DROVER_ASSIGN_OR_RETURN(runtime::DynamicLibrary * library, OpenClLibrary());
-    DROVER_ASSIGN_OR_RETURN(auto* get_platform_ids,
-                            library->Symbol<ClGetPlatformIdsFn>("clGetPlatformIDs"));
-    DROVER_ASSIGN_OR_RETURN(auto* get_platform_info,
-                            library->Symbol<ClGetPlatformInfoFn>("clGetPlatformInfo"));
-    DROVER_ASSIGN_OR_RETURN(auto* get_device_ids,
-                            library->Symbol<ClGetDeviceIdsFn>("clGetDeviceIDs"));
-    DROVER_ASSIGN_OR_RETURN(auto* get_device_info,
-                            library->Symbol<ClGetDeviceInfoFn>("clGetDeviceInfo"));
+    DROVER_ASSIGN_OR_RETURN(auto* get_platform_ids, library->Symbol<ClGetPlatformIdsFn>("clGetPlatformIDs"));
+    DROVER_ASSIGN_OR_RETURN(auto* get_platform_info, library->Symbol<ClGetPlatformInfoFn>("clGetPlatformInfo"));
+    DROVER_ASSIGN_OR_RETURN(auto* get_device_ids, library->Symbol<ClGetDeviceIdsFn>("clGetDeviceIDs"));
+    DROVER_ASSIGN_OR_RETURN(auto* get_device_info, library->Symbol<ClGetDeviceInfoFn>("clGetDeviceInfo"));
     // Set all four only once all resolved: get_device_info_ marks success.
     get_platform_ids_ = get_platform_ids;
     get_platform_info_ = get_platform_info;
@@ -145,14 +138,12 @@ class OpenClBackend final : public DeviceBackend {
     for (size_t p = 0; p < platforms.size(); ++p) {
       DROVER_ASSIGN_OR_RETURN(
           std::string platform_name,
-          InfoString("platform " + std::to_string(p) + " name", [&](size_t size, void* value,
-                                                                    size_t* size_ret) {
+          InfoString("platform " + std::to_string(p) + " name", [&](size_t size, void* value, size_t* size_ret) {
             return get_platform_info_(platforms[p], kClPlatformName, size, value, size_ret);
           }));
       DROVER_ASSIGN_OR_RETURN(std::vector<cl_device_id> ids, Devices(platforms[p], platform_name));
       for (cl_device_id id : ids) {
-        DROVER_ASSIGN_OR_RETURN(GpuDevice device,
-                                Describe(id, platform_name, static_cast<int>(devices.size())));
+        DROVER_ASSIGN_OR_RETURN(GpuDevice device, Describe(id, platform_name, static_cast<int>(devices.size())));
         ids_.push_back({id, device.memory_bytes});
         devices.push_back(std::move(device));
       }
@@ -167,9 +158,8 @@ class OpenClBackend final : public DeviceBackend {
       return NotFound("opencl device " + std::to_string(device) + " was not discovered");
     }
     const std::string where = "device " + std::to_string(device);
-    DROVER_ASSIGN_OR_RETURN(cl_bool available,
-                            DeviceInfo<cl_bool>(ids_[static_cast<size_t>(device)].id, kClDeviceAvailable,
-                                                where + " availability"));
+    DROVER_ASSIGN_OR_RETURN(cl_bool available, DeviceInfo<cl_bool>(ids_[static_cast<size_t>(device)].id,
+                                                                   kClDeviceAvailable, where + " availability"));
     if (available == 0) return Unavailable("opencl " + where + " is no longer available");
     GpuSample sample;
     sample.memory_total_bytes = ids_[static_cast<size_t>(device)].memory_bytes;
@@ -213,8 +203,8 @@ class OpenClBackend final : public DeviceBackend {
       return Unavailable(ClError("clGetDeviceIDs", rc) + " on platform '" + name + "'");
     }
     if (count > kMaxDevicesPerPlatform) {
-      return Internal("opencl platform '" + name + "' reported " + std::to_string(count) +
-                      " devices, more than " + std::to_string(kMaxDevicesPerPlatform));
+      return Internal("opencl platform '" + name + "' reported " + std::to_string(count) + " devices, more than " +
+                      std::to_string(kMaxDevicesPerPlatform));
     }
     if (count == 0) return std::vector<cl_device_id>{};
     std::vector<cl_device_id> ids(count, nullptr);
@@ -239,8 +229,7 @@ class OpenClBackend final : public DeviceBackend {
     cl_int rc = query(0, nullptr, &size);
     if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc));
     if (size == 0 || size > kMaxInfoStringBytes) {
-      return Internal("opencl " + what + " has an invalid length of " + std::to_string(size) +
-                      " bytes");
+      return Internal("opencl " + what + " has an invalid length of " + std::to_string(size) + " bytes");
     }
     std::string value(size, '\0');
     rc = query(size, value.data(), nullptr);
@@ -258,8 +247,8 @@ class OpenClBackend final : public DeviceBackend {
     cl_int rc = get_device_info_(id, param, sizeof(T), &value, &size_ret);
     if (rc != kClSuccess) return Unavailable(ClError("reading opencl " + what, rc));
     if (size_ret != sizeof(T)) {
-      return Internal("opencl " + what + " has " + std::to_string(size_ret) +
-                      " bytes, expected " + std::to_string(sizeof(T)));
+      return Internal("opencl " + what + " has " + std::to_string(size_ret) + " bytes, expected " +
+                      std::to_string(sizeof(T)));
     }
     return value;
   }
@@ -271,19 +260,15 @@ class OpenClBackend final : public DeviceBackend {
         return get_device_info_(id, param, size, value, size_ret);
       };
     };
-    DROVER_ASSIGN_OR_RETURN(std::string name,
-                            InfoString(where + " name", device_string(kClDeviceName)));
-    DROVER_ASSIGN_OR_RETURN(std::string vendor,
-                            InfoString(where + " vendor", device_string(kClDeviceVendor)));
-    DROVER_ASSIGN_OR_RETURN(cl_ulong memory, DeviceInfo<cl_ulong>(id, kClDeviceGlobalMemSize,
-                                                                  where + " global memory size"));
-    DROVER_ASSIGN_OR_RETURN(cl_device_type type,
-                            DeviceInfo<cl_device_type>(id, kClDeviceType, where + " type"));
-    DROVER_ASSIGN_OR_RETURN(cl_bool available,
-                            DeviceInfo<cl_bool>(id, kClDeviceAvailable, where + " availability"));
+    DROVER_ASSIGN_OR_RETURN(std::string name, InfoString(where + " name", device_string(kClDeviceName)));
+    DROVER_ASSIGN_OR_RETURN(std::string vendor, InfoString(where + " vendor", device_string(kClDeviceVendor)));
+    DROVER_ASSIGN_OR_RETURN(cl_ulong memory,
+                            DeviceInfo<cl_ulong>(id, kClDeviceGlobalMemSize, where + " global memory size"));
+    DROVER_ASSIGN_OR_RETURN(cl_device_type type, DeviceInfo<cl_device_type>(id, kClDeviceType, where + " type"));
+    DROVER_ASSIGN_OR_RETURN(cl_bool available, DeviceInfo<cl_bool>(id, kClDeviceAvailable, where + " availability"));
     if (memory == 0 || memory > static_cast<cl_ulong>(kMaxDeviceMemoryBytes)) {
-      return Internal("opencl " + where + " ('" + name + "') reported " +
-                      std::to_string(memory) + " bytes of global memory");
+      return Internal("opencl " + where + " ('" + name + "') reported " + std::to_string(memory) +
+                      " bytes of global memory");
     }
 
     // Identity from where the device sits, since OpenCL 1.x has no uuid: it
@@ -294,8 +279,7 @@ class OpenClBackend final : public DeviceBackend {
     key += '\0';
     key += std::to_string(index);
     char hash[17];
-    std::snprintf(hash, sizeof(hash), "%016llx",
-                  static_cast<unsigned long long>(Fnv1a64(key)));
+    std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(Fnv1a64(key)));
 
     GpuDevice device;
     device.index = index;

@@ -23,8 +23,7 @@ State g_state;
 rsmi_status_t Injected(const char* function, int device) {
   for (uint32_t i = 0; i < g_state.num_failures; ++i) {
     const auto& failure = g_state.failures[i];
-    if (std::strcmp(failure.function, function) == 0 &&
-        (failure.device == -1 || failure.device == device)) {
+    if (std::strcmp(failure.function, function) == 0 && (failure.device == -1 || failure.device == device)) {
       return failure.status;
     }
   }
@@ -32,26 +31,26 @@ rsmi_status_t Injected(const char* function, int device) {
 }
 
 // Returns the injected failure of the calling function, if any.
-#define FAKE_INJECTED(device)                                                 \
-  do {                                                                        \
-    rsmi_status_t injected = Injected(__func__, static_cast<int>(device));    \
-    if (injected != RSMI_STATUS_SUCCESS) return injected;                     \
+#define FAKE_INJECTED(device)                                              \
+  do {                                                                     \
+    rsmi_status_t injected = Injected(__func__, static_cast<int>(device)); \
+    if (injected != RSMI_STATUS_SUCCESS) return injected;                  \
   } while (0)
 
 // Validates a device index, then applies injection.
-#define FAKE_INDEX(device)                                                  \
-  do {                                                                      \
-    if ((device) >= g_state.num_devices || (device) >= kMaxDevices) {       \
-      return RSMI_STATUS_INVALID_ARGS;                                      \
-    }                                                                       \
-    FAKE_INJECTED(device);                                                  \
+#define FAKE_INDEX(device)                                            \
+  do {                                                                \
+    if ((device) >= g_state.num_devices || (device) >= kMaxDevices) { \
+      return RSMI_STATUS_INVALID_ARGS;                                \
+    }                                                                 \
+    FAKE_INJECTED(device);                                            \
   } while (0)
 
 // Validates a device index and the out pointer, then applies injection.
-#define FAKE_DEVICE(device, out)                          \
-  do {                                                    \
+#define FAKE_DEVICE(device, out)                           \
+  do {                                                     \
     if ((out) == nullptr) return RSMI_STATUS_INVALID_ARGS; \
-    FAKE_INDEX(device);                                   \
+    FAKE_INDEX(device);                                    \
   } while (0)
 
 Device& At(uint32_t device) { return g_state.devices[device]; }
@@ -154,15 +153,11 @@ rsmi_status_t rsmi_status_string(rsmi_status_t status, const char** status_strin
     case RSMI_STATUS_SUCCESS:
       *status_string = "RSMI_STATUS_SUCCESS: The function has been executed successfully.";
       break;
-    case RSMI_STATUS_NOT_FOUND:
-      *status_string = "RSMI_STATUS_NOT_FOUND: An item was searched for but not found";
-      break;
+    case RSMI_STATUS_NOT_FOUND: *status_string = "RSMI_STATUS_NOT_FOUND: An item was searched for but not found"; break;
     case RSMI_STATUS_INIT_ERROR:
       *status_string = "An error occurred during initialization, during monitor discovery";
       break;
-    default:
-      *status_string = "fake description";
-      break;
+    default: *status_string = "fake description"; break;
   }
   return RSMI_STATUS_SUCCESS;
 }
@@ -227,16 +222,14 @@ rsmi_status_t rsmi_topo_get_link_type(uint32_t dv_ind_src, uint32_t dv_ind_dst, 
 
 // --- Telemetry ---------------------------------------------------------------
 
-rsmi_status_t rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type_t mem_type,
-                                        uint64_t* total) {
+rsmi_status_t rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type_t mem_type, uint64_t* total) {
   FAKE_DEVICE(dv_ind, total);
   if (mem_type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_NOT_SUPPORTED;
   *total = At(dv_ind).vram_total;
   return RSMI_STATUS_SUCCESS;
 }
 
-rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_type,
-                                        uint64_t* used) {
+rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_type, uint64_t* used) {
   FAKE_DEVICE(dv_ind, used);
   if (mem_type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_NOT_SUPPORTED;
   *used = At(dv_ind).vram_used;
@@ -255,8 +248,8 @@ rsmi_status_t rsmi_dev_memory_busy_percent_get(uint32_t dv_ind, uint32_t* busy_p
   return RSMI_STATUS_SUCCESS;
 }
 
-rsmi_status_t rsmi_dev_temp_metric_get(uint32_t dv_ind, uint32_t sensor_type,
-                                       rsmi_temperature_metric_t metric, int64_t* temperature) {
+rsmi_status_t rsmi_dev_temp_metric_get(uint32_t dv_ind, uint32_t sensor_type, rsmi_temperature_metric_t metric,
+                                       int64_t* temperature) {
   FAKE_DEVICE(dv_ind, temperature);
   if (sensor_type > RSMI_TEMP_TYPE_JUNCTION) return RSMI_STATUS_NOT_SUPPORTED;
   const Device& d = At(dv_ind);
@@ -283,8 +276,7 @@ rsmi_status_t rsmi_dev_power_cap_get(uint32_t dv_ind, uint32_t, uint64_t* cap) {
   return RSMI_STATUS_SUCCESS;
 }
 
-rsmi_status_t rsmi_dev_gpu_clk_freq_get(uint32_t dv_ind, rsmi_clk_type_t clk_type,
-                                        rsmi_frequencies_t* f) {
+rsmi_status_t rsmi_dev_gpu_clk_freq_get(uint32_t dv_ind, rsmi_clk_type_t clk_type, rsmi_frequencies_t* f) {
   FAKE_DEVICE(dv_ind, f);
   if (clk_type == RSMI_CLK_TYPE_SYS) {
     *f = At(dv_ind).sys_clock;
@@ -296,8 +288,7 @@ rsmi_status_t rsmi_dev_gpu_clk_freq_get(uint32_t dv_ind, rsmi_clk_type_t clk_typ
   return RSMI_STATUS_SUCCESS;
 }
 
-rsmi_status_t rsmi_dev_ecc_count_get(uint32_t dv_ind, rsmi_gpu_block_t block,
-                                     rsmi_error_count_t* ec) {
+rsmi_status_t rsmi_dev_ecc_count_get(uint32_t dv_ind, rsmi_gpu_block_t block, rsmi_error_count_t* ec) {
   FAKE_DEVICE(dv_ind, ec);
   for (uint32_t bit = 0; bit < kEccBlocks; ++bit) {
     if (static_cast<uint64_t>(block) != (1ULL << bit)) continue;
@@ -341,8 +332,7 @@ rsmi_status_t rsmi_compute_process_info_by_pid_get(uint32_t pid, rsmi_process_in
 }
 
 #ifndef FAKE_RSMI_OMIT_OPTIONAL
-rsmi_status_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t* dv_indices,
-                                            uint32_t* num_devices) {
+rsmi_status_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t* dv_indices, uint32_t* num_devices) {
   if (num_devices == nullptr) return RSMI_STATUS_INVALID_ARGS;
   FAKE_INJECTED(-1);
   for (uint32_t i = 0; i < g_state.num_processes; ++i) {
@@ -379,8 +369,7 @@ rsmi_status_t rsmi_event_notification_mask_set(uint32_t dv_ind, uint64_t mask) {
   return RSMI_STATUS_SUCCESS;
 }
 
-rsmi_status_t rsmi_event_notification_get(int, uint32_t* num_elem,
-                                          rsmi_evt_notification_data_t* data) {
+rsmi_status_t rsmi_event_notification_get(int, uint32_t* num_elem, rsmi_evt_notification_data_t* data) {
   if (num_elem == nullptr || data == nullptr || *num_elem == 0) return RSMI_STATUS_INVALID_ARGS;
   FAKE_INJECTED(-1);
   const uint32_t room = *num_elem;

@@ -16,8 +16,8 @@ template <typename Fn>
 Status Require(runtime::DynamicLibrary& library, const char* symbol, Fn*& slot) {
   Result<Fn*> address = library.template Symbol<Fn>(symbol);
   if (!address.ok()) {
-    return Unavailable("rocm-smi: required symbol '" + std::string(symbol) + "' is missing from '" +
-                       library.name() + "'; the rocm smi library is too old or not rocm smi");
+    return Unavailable("rocm-smi: required symbol '" + std::string(symbol) + "' is missing from '" + library.name() +
+                       "'; the rocm smi library is too old or not rocm smi");
   }
   slot = *address;
   return Status::Ok();
@@ -56,10 +56,8 @@ Result<RocmSmiApi> ResolveRocmSmiApi(runtime::DynamicLibrary& library) {
   RocmSmiApi api;
   DROVER_RETURN_IF_ERROR(Require(library, "rsmi_init", api.rsmi_init));
   DROVER_RETURN_IF_ERROR(Require(library, "rsmi_shut_down", api.rsmi_shut_down));
-  DROVER_RETURN_IF_ERROR(
-      Require(library, "rsmi_num_monitor_devices", api.rsmi_num_monitor_devices));
-  DROVER_RETURN_IF_ERROR(
-      Require(library, "rsmi_dev_memory_total_get", api.rsmi_dev_memory_total_get));
+  DROVER_RETURN_IF_ERROR(Require(library, "rsmi_num_monitor_devices", api.rsmi_num_monitor_devices));
+  DROVER_RETURN_IF_ERROR(Require(library, "rsmi_dev_memory_total_get", api.rsmi_dev_memory_total_get));
 
   Optional(library, "rsmi_status_string", api.rsmi_status_string);
   Optional(library, "rsmi_dev_name_get", api.rsmi_dev_name_get);
@@ -80,8 +78,7 @@ Result<RocmSmiApi> ResolveRocmSmiApi(runtime::DynamicLibrary& library) {
   Optional(library, "rsmi_dev_gpu_clk_freq_get", api.rsmi_dev_gpu_clk_freq_get);
   Optional(library, "rsmi_dev_ecc_count_get", api.rsmi_dev_ecc_count_get);
   Optional(library, "rsmi_compute_process_info_get", api.rsmi_compute_process_info_get);
-  Optional(library, "rsmi_compute_process_info_by_pid_get",
-           api.rsmi_compute_process_info_by_pid_get);
+  Optional(library, "rsmi_compute_process_info_by_pid_get", api.rsmi_compute_process_info_by_pid_get);
   Optional(library, "rsmi_compute_process_gpus_get", api.rsmi_compute_process_gpus_get);
 
   Optional(library, "rsmi_event_notification_init", api.rsmi_event_notification_init);
@@ -116,8 +113,7 @@ std::string_view RsmiStatusName(rsmi_status_t status) {
   return "";
 }
 
-std::string RsmiError(const RocmSmiApi& api, std::string_view call, rsmi_status_t status,
-                      int device) {
+std::string RsmiError(const RocmSmiApi& api, std::string_view call, rsmi_status_t status, int device) {
   std::string message(call);
   if (device >= 0) message += " on device " + std::to_string(device);
   message += ": ";

@@ -48,8 +48,7 @@ struct RocmSmiApi {
   decltype(&::rsmi_dev_gpu_clk_freq_get) rsmi_dev_gpu_clk_freq_get = nullptr;
   decltype(&::rsmi_dev_ecc_count_get) rsmi_dev_ecc_count_get = nullptr;
   decltype(&::rsmi_compute_process_info_get) rsmi_compute_process_info_get = nullptr;
-  decltype(&::rsmi_compute_process_info_by_pid_get) rsmi_compute_process_info_by_pid_get =
-      nullptr;
+  decltype(&::rsmi_compute_process_info_by_pid_get) rsmi_compute_process_info_by_pid_get = nullptr;
   decltype(&::rsmi_compute_process_gpus_get) rsmi_compute_process_gpus_get = nullptr;
 
   // Optional, used only when all four are present: driver event notification.
@@ -76,7 +75,6 @@ std::string_view RsmiStatusName(rsmi_status_t status);
 // was searched for but not found". The text after the code comes from
 // rsmi_status_string when the library has it; unknown codes read
 // "unknown status (4242)". `device` < 0 leaves out the "on device" part.
-std::string RsmiError(const RocmSmiApi& api, std::string_view call, rsmi_status_t status,
-                      int device = -1);
+std::string RsmiError(const RocmSmiApi& api, std::string_view call, rsmi_status_t status, int device = -1);
 
 }  // namespace drover::agent::rocm_smi

@@ -43,8 +43,8 @@ constexpr int kMaxEventBatches = 16;
 // files cannot be opened (FILE_ERROR) or read (UNEXPECTED_SIZE, which ROCm
 // SMI returns for EIO).
 bool MeansLost(rsmi_status_t status) {
-  return status == RSMI_STATUS_NOT_FOUND || status == RSMI_STATUS_INIT_ERROR ||
-         status == RSMI_STATUS_FILE_ERROR || status == RSMI_STATUS_UNEXPECTED_SIZE;
+  return status == RSMI_STATUS_NOT_FOUND || status == RSMI_STATUS_INIT_ERROR || status == RSMI_STATUS_FILE_ERROR ||
+         status == RSMI_STATUS_UNEXPECTED_SIZE;
 }
 
 // The liveness probe, rsmi_dev_memory_total_get, answered at Discover().
@@ -52,8 +52,7 @@ bool MeansLost(rsmi_status_t status) {
 // RSMI_STATUS_INVALID_ARGS, so on the probe those mean the device's sysfs
 // node is gone, not that the feature is missing.
 bool ProbeMeansLost(rsmi_status_t status) {
-  return MeansLost(status) || status == RSMI_STATUS_NOT_SUPPORTED ||
-         status == RSMI_STATUS_INVALID_ARGS;
+  return MeansLost(status) || status == RSMI_STATUS_NOT_SUPPORTED || status == RSMI_STATUS_INVALID_ARGS;
 }
 
 // Not thread-safe: owned by the agent that created it and called from its
@@ -174,8 +173,7 @@ class RocmSmiBackend final : public DeviceBackend {
 
     if (api_.rsmi_dev_memory_busy_percent_get != nullptr) {
       uint32_t busy = 0;
-      if (api_.rsmi_dev_memory_busy_percent_get(index, &busy) == RSMI_STATUS_SUCCESS &&
-          busy <= 100) {
+      if (api_.rsmi_dev_memory_busy_percent_get(index, &busy) == RSMI_STATUS_SUCCESS && busy <= 100) {
         sample.memory_utilization_pct = busy;
       }
     }
@@ -191,8 +189,7 @@ class RocmSmiBackend final : public DeviceBackend {
       if (tracked.uncorrected >= 0 && sample.ecc_uncorrected > tracked.uncorrected) {
         const int64_t added = sample.ecc_uncorrected - tracked.uncorrected;
         events_.push_back({device, HealthEvent::Kind::kEccUncorrected, added,
-                           Label(device) + ": " + std::to_string(added) +
-                               " new uncorrectable ecc error(s), " +
+                           Label(device) + ": " + std::to_string(added) + " new uncorrectable ecc error(s), " +
                                std::to_string(sample.ecc_uncorrected) + " in all"});
       }
       tracked.uncorrected = sample.ecc_uncorrected;
@@ -225,28 +222,25 @@ class RocmSmiBackend final : public DeviceBackend {
   }
 
   std::string Label(int device) const {
-    return "rocm-smi device " + std::to_string(device) + " (" +
-           devices_[static_cast<size_t>(device)].uuid + ")";
+    return "rocm-smi device " + std::to_string(device) + " (" + devices_[static_cast<size_t>(device)].uuid + ")";
   }
 
   // Fails a Sample(); queues one kDeviceLost per outage when `lost`.
   Status NotAnswering(int device, const char* call, rsmi_status_t status, bool lost) {
-    const std::string message =
-        Label(device) + " does not answer: " + RsmiError(api_, call, status, device);
+    const std::string message = Label(device) + " does not answer: " + RsmiError(api_, call, status, device);
     Tracked& tracked = devices_[static_cast<size_t>(device)];
     if (lost && !tracked.lost) {
       tracked.lost = true;
-      events_.push_back({device, HealthEvent::Kind::kDeviceLost,
-                         static_cast<int64_t>(static_cast<uint32_t>(status)), message});
+      events_.push_back(
+          {device, HealthEvent::Kind::kDeviceLost, static_cast<int64_t>(static_cast<uint32_t>(status)), message});
     }
     return Unavailable(message);
   }
 
   std::string DriverVersion() const {
     if (api_.rsmi_version_str_get == nullptr) return "";
-    return rocm_smi::ReadString([&](char* buffer, uint32_t length) {
-      return api_.rsmi_version_str_get(RSMI_SW_COMP_DRIVER, buffer, length);
-    });
+    return rocm_smi::ReadString(
+        [&](char* buffer, uint32_t length) { return api_.rsmi_version_str_get(RSMI_SW_COMP_DRIVER, buffer, length); });
   }
 
   // `earlier` are the devices already described, to keep uuids unique.
@@ -258,47 +252,41 @@ class RocmSmiBackend final : public DeviceBackend {
     device.backend = "rocm-smi";
 
     uint16_t id = 0;
-    const bool has_id = api_.rsmi_dev_id_get != nullptr &&
-                        api_.rsmi_dev_id_get(index, &id) == RSMI_STATUS_SUCCESS;
+    const bool has_id = api_.rsmi_dev_id_get != nullptr && api_.rsmi_dev_id_get(index, &id) == RSMI_STATUS_SUCCESS;
     if (has_id) {
       char text[8];
       std::snprintf(text, sizeof(text), "0x%04x", static_cast<unsigned>(id));
       device.architecture = text;
     }
     if (api_.rsmi_dev_name_get != nullptr) {
-      device.model = rocm_smi::ReadString([&](char* buffer, uint32_t length) {
-        return api_.rsmi_dev_name_get(index, buffer, length);
-      });
+      device.model = rocm_smi::ReadString(
+          [&](char* buffer, uint32_t length) { return api_.rsmi_dev_name_get(index, buffer, length); });
     }
     if (device.model.empty()) device.model = has_id ? "AMD GPU " + device.architecture : "AMD GPU";
 
     uint64_t memory = 0;
     rsmi_status_t status = api_.rsmi_dev_memory_total_get(index, RSMI_MEM_TYPE_VRAM, &memory);
     if (status != RSMI_STATUS_SUCCESS) {
-      return Unavailable("rocm-smi: " + RsmiError(api_, "rsmi_dev_memory_total_get", status,
-                                                   static_cast<int>(index)));
+      return Unavailable("rocm-smi: " + RsmiError(api_, "rsmi_dev_memory_total_get", status, static_cast<int>(index)));
     }
     if (memory == 0 || memory > static_cast<uint64_t>(rocm_smi::kMaxDeviceMemoryBytes)) {
-      return Internal("rocm-smi " + where + " ('" + device.model + "') reported " +
-                      std::to_string(memory) + " bytes of vram");
+      return Internal("rocm-smi " + where + " ('" + device.model + "') reported " + std::to_string(memory) +
+                      " bytes of vram");
     }
     device.memory_bytes = static_cast<int64_t>(memory);
 
     uint64_t bdfid = 0;
-    if (api_.rsmi_dev_pci_id_get != nullptr &&
-        api_.rsmi_dev_pci_id_get(index, &bdfid) == RSMI_STATUS_SUCCESS) {
+    if (api_.rsmi_dev_pci_id_get != nullptr && api_.rsmi_dev_pci_id_get(index, &bdfid) == RSMI_STATUS_SUCCESS) {
       device.pci_bus_id = rocm_smi::FormatPciBusId(bdfid);
     }
     device.numa_node = rocm_smi::NumaNode(api_, index);
-    device.uuid = rocm_smi::DeviceUuid(api_, index, device.pci_bus_id,
-                                       std::to_string(index) + ":" + device.model);
+    device.uuid = rocm_smi::DeviceUuid(api_, index, device.pci_bus_id, std::to_string(index) + ":" + device.model);
     // Partitions of one GPU (MI300X in CPX mode) can share its unique id:
     // the later ones get "-1", "-2", ... in enumeration order, which ROCm
     // SMI keeps sorted by PCI address.
     int copies = 0;
     for (const GpuDevice& other : earlier) {
-      if (other.uuid == device.uuid ||
-          other.uuid.compare(0, device.uuid.size() + 1, device.uuid + "-") == 0) {
+      if (other.uuid == device.uuid || other.uuid.compare(0, device.uuid.size() + 1, device.uuid + "-") == 0) {
         ++copies;
       }
     }
@@ -315,8 +303,8 @@ class RocmSmiBackend final : public DeviceBackend {
       for (size_t j = i + 1; j < n; ++j) {
         uint64_t hops = 0;
         RSMI_IO_LINK_TYPE type = RSMI_IOLINK_TYPE_UNDEFINED;
-        if (api_.rsmi_topo_get_link_type(static_cast<uint32_t>(i), static_cast<uint32_t>(j),
-                                         &hops, &type) != RSMI_STATUS_SUCCESS) {
+        if (api_.rsmi_topo_get_link_type(static_cast<uint32_t>(i), static_cast<uint32_t>(j), &hops, &type) !=
+            RSMI_STATUS_SUCCESS) {
           return {};
         }
         DeviceLink link;
@@ -390,16 +378,15 @@ class RocmSmiBackend final : public DeviceBackend {
         events_.push_back({device, HealthEvent::Kind::kDeviceLost, static_cast<int64_t>(data.event),
                            Label(device) + ": the driver is resetting the gpu" + detail});
         break;
-      default:
-        break;  // not subscribed (VM faults belong to a process, not the device)
+      default: break;  // not subscribed (VM faults belong to a process, not the device)
     }
   }
 
   VendorLibrary lib_;
   std::unique_ptr<runtime::DynamicLibrary> library_;  // from the first IsAvailable / Initialize
-  RocmSmiApi api_;            // resolved, valid once initialized_
-  bool initialized_ = false;  // rsmi_init succeeded: rsmi_shut_down is owed
-  std::vector<Tracked> devices_;  // of the last Discover(), by device index
+  RocmSmiApi api_;                                    // resolved, valid once initialized_
+  bool initialized_ = false;                          // rsmi_init succeeded: rsmi_shut_down is owed
+  std::vector<Tracked> devices_;                      // of the last Discover(), by device index
   std::vector<DeviceLink> links_;
   std::vector<uint32_t> notifying_;  // devices subscribed to driver notifications
   std::vector<HealthEvent> events_;  // queued for TakeEvents()

@@ -89,23 +89,20 @@ std::string DeviceUuid(const RocmSmiApi& api, uint32_t device, const std::string
   if (api.rsmi_dev_unique_id_get != nullptr) {
     uint64_t id = 0;
     // 0 and all-ones are what unprogrammed fuses and broken reads look like.
-    if (api.rsmi_dev_unique_id_get(device, &id) == RSMI_STATUS_SUCCESS && id != 0 &&
-        id != ~uint64_t{0}) {
+    if (api.rsmi_dev_unique_id_get(device, &id) == RSMI_STATUS_SUCCESS && id != 0 && id != ~uint64_t{0}) {
       return "amd-" + Hex16(id);
     }
   }
   if (api.rsmi_dev_serial_number_get != nullptr) {
-    std::string serial = ReadString([&](char* buffer, uint32_t length) {
-      return api.rsmi_dev_serial_number_get(device, buffer, length);
-    });
+    std::string serial = ReadString(
+        [&](char* buffer, uint32_t length) { return api.rsmi_dev_serial_number_get(device, buffer, length); });
     std::string kept;
     for (char c : serial) {
       if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
       if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) kept += c;
     }
     // All zeros is a board without a programmed serial.
-    if (!kept.empty() && kept.size() <= kMaxSerialBytes &&
-        kept.find_first_not_of('0') != std::string::npos) {
+    if (!kept.empty() && kept.size() <= kMaxSerialBytes && kept.find_first_not_of('0') != std::string::npos) {
       return "amd-sn-" + kept;
     }
   }
@@ -125,8 +122,7 @@ void ReadTemperature(const RocmSmiApi& api, uint32_t device, GpuSample& sample) 
   // MI200 and later have no edge sensor; the junction (hotspot) one is there.
   for (rsmi_temperature_type_t sensor : {RSMI_TEMP_TYPE_EDGE, RSMI_TEMP_TYPE_JUNCTION}) {
     int64_t millidegrees = 0;
-    if (api.rsmi_dev_temp_metric_get(device, sensor, RSMI_TEMP_CURRENT, &millidegrees) !=
-        RSMI_STATUS_SUCCESS) {
+    if (api.rsmi_dev_temp_metric_get(device, sensor, RSMI_TEMP_CURRENT, &millidegrees) != RSMI_STATUS_SUCCESS) {
       continue;
     }
     const double celsius = static_cast<double>(millidegrees) / 1000.0;
@@ -136,8 +132,7 @@ void ReadTemperature(const RocmSmiApi& api, uint32_t device, GpuSample& sample) 
     // the sensor under by lowering the clocks (tempN_emergency is the
     // shutdown); a reading at or above it means the clocks are being cut.
     int64_t critical = 0;
-    if (api.rsmi_dev_temp_metric_get(device, sensor, RSMI_TEMP_CRITICAL, &critical) ==
-        RSMI_STATUS_SUCCESS) {
+    if (api.rsmi_dev_temp_metric_get(device, sensor, RSMI_TEMP_CRITICAL, &critical) == RSMI_STATUS_SUCCESS) {
       const double limit = static_cast<double>(critical) / 1000.0;
       if (PlausibleCelsius(limit) && limit > 0 && celsius >= limit) {
         sample.throttle |= kThrottleThermal;
@@ -174,8 +169,7 @@ void ReadEcc(const RocmSmiApi& api, uint32_t device, GpuSample& sample) {
   // One bit per block, RSMI_GPU_BLOCK_UMC (1) up to RSMI_GPU_BLOCK_LAST.
   for (uint64_t bit = RSMI_GPU_BLOCK_FIRST; bit <= RSMI_GPU_BLOCK_LAST; bit <<= 1) {
     rsmi_error_count_t counts{};
-    if (api.rsmi_dev_ecc_count_get(device, static_cast<rsmi_gpu_block_t>(bit), &counts) !=
-        RSMI_STATUS_SUCCESS) {
+    if (api.rsmi_dev_ecc_count_get(device, static_cast<rsmi_gpu_block_t>(bit), &counts) != RSMI_STATUS_SUCCESS) {
       continue;  // RSMI_STATUS_NOT_SUPPORTED: this block keeps no count
     }
     if (counts.correctable_err > kMaxEccCount || counts.uncorrectable_err > kMaxEccCount) {
@@ -191,10 +185,8 @@ void ReadEcc(const RocmSmiApi& api, uint32_t device, GpuSample& sample) {
   sample.ecc_uncorrected = static_cast<int64_t>(uncorrected);
 }
 
-void ReadProcesses(const RocmSmiApi& api, uint32_t device, uint32_t device_count,
-                   GpuSample& sample) {
-  if (api.rsmi_compute_process_info_get == nullptr ||
-      api.rsmi_compute_process_info_by_pid_get == nullptr) {
+void ReadProcesses(const RocmSmiApi& api, uint32_t device, uint32_t device_count, GpuSample& sample) {
+  if (api.rsmi_compute_process_info_get == nullptr || api.rsmi_compute_process_info_by_pid_get == nullptr) {
     return;
   }
   const bool placeable = api.rsmi_compute_process_gpus_get != nullptr || device_count == 1;
@@ -236,9 +228,8 @@ void ReadProcesses(const RocmSmiApi& api, uint32_t device, uint32_t device_count
     // tell") reads -1, the unknown of GpuSample's integers.
     ProcessUsage usage;
     usage.pid = pid;
-    usage.memory_bytes = info.vram_usage <= static_cast<uint64_t>(kMaxDeviceMemoryBytes)
-                             ? static_cast<int64_t>(info.vram_usage)
-                             : -1;
+    usage.memory_bytes =
+        info.vram_usage <= static_cast<uint64_t>(kMaxDeviceMemoryBytes) ? static_cast<int64_t>(info.vram_usage) : -1;
     found.push_back(usage);
   }
   sample.processes = std::move(found);

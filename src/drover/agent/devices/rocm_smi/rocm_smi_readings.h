@@ -61,8 +61,7 @@ void ReadEcc(const RocmSmiApi& api, uint32_t device, GpuSample& sample);
 // The compute processes on `device` and their VRAM. `device_count` is the
 // number of devices discovered: without rsmi_compute_process_gpus_get a
 // process can only be placed when there is a single device.
-void ReadProcesses(const RocmSmiApi& api, uint32_t device, uint32_t device_count,
-                   GpuSample& sample);
+void ReadProcesses(const RocmSmiApi& api, uint32_t device, uint32_t device_count, GpuSample& sample);
 
 // ---------------------------------------------------------------------------
 

@@ -48,26 +48,22 @@ TEST(RsmiErrorTest, NamesTheCallTheDeviceAndTheStatus) {
   RocmSmiApi none;  // no rsmi_status_string
   EXPECT_EQ(RsmiError(none, "rsmi_dev_power_ave_get", RSMI_STATUS_NOT_FOUND, 3),
             "rsmi_dev_power_ave_get on device 3: RSMI_STATUS_NOT_FOUND (10)");
-  EXPECT_EQ(RsmiError(none, "rsmi_init", RSMI_STATUS_INIT_ERROR),
-            "rsmi_init: RSMI_STATUS_INIT_ERROR (8)");
+  EXPECT_EQ(RsmiError(none, "rsmi_init", RSMI_STATUS_INIT_ERROR), "rsmi_init: RSMI_STATUS_INIT_ERROR (8)");
   EXPECT_EQ(RsmiError(none, "rsmi_init", RSMI_STATUS_UNKNOWN_ERROR),
             "rsmi_init: RSMI_STATUS_UNKNOWN_ERROR (4294967295)");
-  EXPECT_EQ(RsmiError(none, "rsmi_init", static_cast<rsmi_status_t>(77)),
-            "rsmi_init: unknown status (77)");
+  EXPECT_EQ(RsmiError(none, "rsmi_init", static_cast<rsmi_status_t>(77)), "rsmi_init: unknown status (77)");
 }
 
 TEST(RsmiErrorTest, AddsTheLibrarysTextWithoutRepeatingTheName) {
   RocmSmiApi api;
   api.rsmi_status_string = [](rsmi_status_t status, const char** text) {
-    *text = status == RSMI_STATUS_NOT_FOUND ? "RSMI_STATUS_NOT_FOUND: An item was not found\n"
-                                            : "Something else";
+    *text = status == RSMI_STATUS_NOT_FOUND ? "RSMI_STATUS_NOT_FOUND: An item was not found\n" : "Something else";
     return RSMI_STATUS_SUCCESS;
   };
   EXPECT_EQ(RsmiError(api, "rsmi_dev_busy_percent_get", RSMI_STATUS_NOT_FOUND, 0),
             "rsmi_dev_busy_percent_get on device 0: RSMI_STATUS_NOT_FOUND (10): An item was not "
             "found");
-  EXPECT_EQ(RsmiError(api, "rsmi_init", RSMI_STATUS_BUSY),
-            "rsmi_init: RSMI_STATUS_BUSY (16): Something else");
+  EXPECT_EQ(RsmiError(api, "rsmi_init", RSMI_STATUS_BUSY), "rsmi_init: RSMI_STATUS_BUSY (16): Something else");
   api.rsmi_status_string = [](rsmi_status_t, const char** text) {
     *text = nullptr;
     return RSMI_STATUS_SUCCESS;

@@ -34,8 +34,7 @@ class FakeRocmSmi {
     if (handle_ == nullptr) return;
     state_ = reinterpret_cast<decltype(&fake_rsmi_state)>(dlsym(handle_, "fake_rsmi_state"));
     reset_ = reinterpret_cast<decltype(&fake_rsmi_reset)>(dlsym(handle_, "fake_rsmi_reset"));
-    set_devices_ =
-        reinterpret_cast<decltype(&fake_rsmi_set_devices)>(dlsym(handle_, "fake_rsmi_set_devices"));
+    set_devices_ = reinterpret_cast<decltype(&fake_rsmi_set_devices)>(dlsym(handle_, "fake_rsmi_set_devices"));
     fail_ = reinterpret_cast<decltype(&fake_rsmi_fail)>(dlsym(handle_, "fake_rsmi_fail"));
     reset_();
   }
@@ -213,9 +212,8 @@ TEST_F(RocmSmiBackendTest, InitFailureIsUnavailableWithTheLibrarysWords) {
     auto backend = fake_.Backend();
     Status status = backend->Initialize();
     EXPECT_EQ(status.code(), Code::kUnavailable);
-    EXPECT_THAT(status.message(),
-                HasSubstr("rsmi_init: RSMI_STATUS_INIT_ERROR (8): An error occurred during "
-                          "initialization"));
+    EXPECT_THAT(status.message(), HasSubstr("rsmi_init: RSMI_STATUS_INIT_ERROR (8): An error occurred during "
+                                            "initialization"));
     EXPECT_FALSE(backend->Discover().ok());
   }
   // Never initialized, so never shut down.
@@ -241,13 +239,13 @@ TEST_F(RocmSmiBackendTest, SampleConvertsUnits) {
   d.busy_percent = 87;
   d.memory_busy_percent = 42;
   d.vram_used = 3 * kGiB64;
-  d.temp_current[0] = 45'500;           // millidegrees
-  d.power_ave_uw = 123'456'789;         // microwatts
+  d.temp_current[0] = 45'500;    // millidegrees
+  d.power_ave_uw = 123'456'789;  // microwatts
   d.power_cap_uw = 560'000'000;
   d.sys_clock.frequency[1] = 1'700'000'000;  // Hz
   d.mem_clock.current = 0;
   d.mem_clock.frequency[0] = 400'000'000;
-  d.ecc_blocks = 0b101;                 // UMC and GFX count
+  d.ecc_blocks = 0b101;  // UMC and GFX count
   d.ecc[0] = {3, 0};
   d.ecc[2] = {4, 0};
   auto backend = Discovered(1);
@@ -270,10 +268,9 @@ TEST_F(RocmSmiBackendTest, SampleConvertsUnits) {
 
 TEST_F(RocmSmiBackendTest, NotSupportedLeavesEachFieldUnknown) {
   fake_.SetDevices(1);
-  for (const char* call :
-       {"rsmi_dev_busy_percent_get", "rsmi_dev_memory_usage_get", "rsmi_dev_memory_busy_percent_get",
-        "rsmi_dev_temp_metric_get", "rsmi_dev_power_ave_get", "rsmi_dev_power_cap_get",
-        "rsmi_dev_gpu_clk_freq_get", "rsmi_dev_ecc_count_get", "rsmi_compute_process_info_get"}) {
+  for (const char* call : {"rsmi_dev_busy_percent_get", "rsmi_dev_memory_usage_get", "rsmi_dev_memory_busy_percent_get",
+                           "rsmi_dev_temp_metric_get", "rsmi_dev_power_ave_get", "rsmi_dev_power_cap_get",
+                           "rsmi_dev_gpu_clk_freq_get", "rsmi_dev_ecc_count_get", "rsmi_compute_process_info_get"}) {
     fake_.Fail(call, -1, RSMI_STATUS_NOT_SUPPORTED);
   }
   auto backend = Discovered(1);
@@ -447,9 +444,9 @@ TEST_F(RocmSmiBackendTest, LinksFollowXgmiHopsAndNumaNodes) {
   auto backend = Discovered(4);
 
   using L = DeviceLink;
-  EXPECT_THAT(backend->Links(), ElementsAre(                                       //
-                                    L::kFabric, L::kFabric, L::kCrossSocket, L::kCrossSocket,  //
-                                    L::kFabric, L::kFabric, L::kCrossSocket, L::kCrossSocket,  //
+  EXPECT_THAT(backend->Links(), ElementsAre(                                                     //
+                                    L::kFabric, L::kFabric, L::kCrossSocket, L::kCrossSocket,    //
+                                    L::kFabric, L::kFabric, L::kCrossSocket, L::kCrossSocket,    //
                                     L::kCrossSocket, L::kCrossSocket, L::kFabric, L::kSameNuma,  //
                                     L::kCrossSocket, L::kCrossSocket, L::kSameNuma, L::kFabric));
 }
@@ -566,7 +563,7 @@ TEST(RocmSmiVariantTest, MissingRequiredSymbolIsUnavailableAndNamed) {
   ASSERT_TRUE(fake.loaded()) << dlerror();
   fake.SetDevices(1);
   auto backend = fake.Backend();
-  EXPECT_TRUE(backend->IsAvailable());  // it loads ...
+  EXPECT_TRUE(backend->IsAvailable());    // it loads ...
   Status status = backend->Initialize();  // ... but cannot be used
   EXPECT_EQ(status.code(), Code::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("'rsmi_num_monitor_devices'"));

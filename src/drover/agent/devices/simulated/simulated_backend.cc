@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <utility>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "drover/agent/devices/device_backend.h"
@@ -24,15 +24,14 @@ namespace {
 
 constexpr int kMaxSimulatedDevices = 64;
 constexpr double kAmbientC = 30;
-constexpr double kRiseC = 55;        // above ambient at full power
-constexpr double kOverheatC = 60;    // more with broken cooling
-constexpr double kSlowdownC = 87;    // clocks drop above this
-constexpr double kThermalTau = 20;   // seconds
+constexpr double kRiseC = 55;       // above ambient at full power
+constexpr double kOverheatC = 60;   // more with broken cooling
+constexpr double kSlowdownC = 87;   // clocks drop above this
+constexpr double kThermalTau = 20;  // seconds
 constexpr double kUtilizationTau = 0.5;
 constexpr int kBoostMhz = 1980;
 constexpr int kIdleMhz = 345;
 constexpr int kMemoryMhz = 2619;
-
 
 char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
@@ -86,8 +85,7 @@ class SimulatedBackend final : public DeviceBackend {
     // The uuid depends only on the node name and the index, so two agents
     // (or one agent restarted) on the same node see the same identities.
     char node_hash[17];
-    std::snprintf(node_hash, sizeof(node_hash), "%016llx",
-                  static_cast<unsigned long long>(Fnv1a64(node_name_)));
+    std::snprintf(node_hash, sizeof(node_hash), "%016llx", static_cast<unsigned long long>(Fnv1a64(node_name_)));
     std::vector<GpuDevice> devices;
     devices.reserve(static_cast<size_t>(count_));
     for (int i = 0; i < count_; ++i) {
@@ -120,9 +118,8 @@ class SimulatedBackend final : public DeviceBackend {
     sample.memory_utilization_pct = d->utilization * 0.6;
     sample.memory_total_bytes = model_.memory_bytes;
     // The framework's context and caches, then what the work touches.
-    sample.memory_used_bytes = d->load > 0 ? static_cast<int64_t>(static_cast<double>(model_.memory_bytes) *
-                                                                   (0.05 + 0.6 * d->load))
-                                           : 0;
+    sample.memory_used_bytes =
+        d->load > 0 ? static_cast<int64_t>(static_cast<double>(model_.memory_bytes) * (0.05 + 0.6 * d->load)) : 0;
     sample.temperature_c = d->temperature;
     sample.power_w = Power(*d);
     sample.power_limit_w = model_.tdp_w;
@@ -144,9 +141,7 @@ class SimulatedBackend final : public DeviceBackend {
   Status InjectFault(int device, const Fault& fault) override {
     DROVER_ASSIGN_OR_RETURN(DeviceModel * d, Find(device));
     switch (fault.kind) {
-      case Fault::Kind::kXid:
-        events_.push_back({device, HealthEvent::Kind::kXid, fault.code, "injected"});
-        break;
+      case Fault::Kind::kXid: events_.push_back({device, HealthEvent::Kind::kXid, fault.code, "injected"}); break;
       case Fault::Kind::kEccUncorrected:
         ++d->ecc_uncorrected;
         events_.push_back({device, HealthEvent::Kind::kEccUncorrected, 0, "injected double-bit ecc error"});
@@ -155,9 +150,7 @@ class SimulatedBackend final : public DeviceBackend {
         d->lost = true;
         events_.push_back({device, HealthEvent::Kind::kDeviceLost, 0, "injected: the device stopped answering"});
         break;
-      case Fault::Kind::kOverheat:
-        d->overheat = true;
-        break;
+      case Fault::Kind::kOverheat: d->overheat = true; break;
       case Fault::Kind::kClear:
         d->lost = false;
         d->overheat = false;
@@ -200,9 +193,9 @@ class SimulatedBackend final : public DeviceBackend {
   void Advance(DeviceModel* d) {
     double dt = step_seconds_;
     if (dt <= 0) {
-      int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count();
+      int64_t now =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+              .count();
       dt = d->last_ns == 0 ? 0 : static_cast<double>(now - d->last_ns) / 1e9;
       d->last_ns = now;
       dt = std::min(dt, 60.0);  // a stalled sampler does not jump the model
@@ -232,14 +225,14 @@ const std::vector<SimulatedModel>& SimulatedModels() {
   // Memory as the simulator accounts for it: the marketing size in GiB.
   static const std::vector<SimulatedModel> kModels = {
       // model, vendor, memory, fabric, idle W, TDP W, architecture
-      {"H100 80GB", "nvidia", 80 * kGiB, true, 70, 700, "sm_90"},   // HGX: NVSwitch
+      {"H100 80GB", "nvidia", 80 * kGiB, true, 70, 700, "sm_90"},  // HGX: NVSwitch
       {"H100 94GB", "nvidia", 94 * kGiB, true, 70, 700, "sm_90"},
       {"H200 141GB", "nvidia", 141 * kGiB, true, 75, 700, "sm_90"},
       {"A100 80GB", "nvidia", 80 * kGiB, true, 55, 400, "sm_80"},
       {"A100 40GB", "nvidia", 40 * kGiB, true, 55, 400, "sm_80"},
-      {"L40S", "nvidia", 48 * kGiB, false, 35, 350, "sm_89"},       // PCIe cards
+      {"L40S", "nvidia", 48 * kGiB, false, 35, 350, "sm_89"},  // PCIe cards
       {"L4", "nvidia", 24 * kGiB, false, 16, 72, "sm_89"},
-      {"MI300X", "amd", 192 * kGiB, true, 140, 750, "gfx942"},      // OAM: xGMI
+      {"MI300X", "amd", 192 * kGiB, true, 140, 750, "gfx942"},  // OAM: xGMI
       {"MI250X", "amd", 128 * kGiB, true, 90, 500, "gfx90a"},
       {"Max 1550", "intel", 128 * kGiB, true, 100, 600, "xe-hpc"},  // Xe Link
   };
@@ -248,8 +241,8 @@ const std::vector<SimulatedModel>& SimulatedModels() {
 
 Result<std::unique_ptr<DeviceBackend>> MakeSimulatedBackend(const SimulatedSpec& spec) {
   if (spec.count < 0 || spec.count > kMaxSimulatedDevices) {
-    return InvalidArgument("simulated device count " + std::to_string(spec.count) +
-                           " is outside 0.." + std::to_string(kMaxSimulatedDevices));
+    return InvalidArgument("simulated device count " + std::to_string(spec.count) + " is outside 0.." +
+                           std::to_string(kMaxSimulatedDevices));
   }
   for (const SimulatedModel& model : SimulatedModels()) {
     // Case-insensitive so that "h100 80gb" from a command line works; the
@@ -264,8 +257,7 @@ Result<std::unique_ptr<DeviceBackend>> MakeSimulatedBackend(const SimulatedSpec&
     if (!known.empty()) known += ", ";
     known += "'" + std::string(model.model) + "'";
   }
-  return InvalidArgument("unknown simulated gpu model '" + spec.model + "' (known: " + known +
-                         ")");
+  return InvalidArgument("unknown simulated gpu model '" + spec.model + "' (known: " + known + ")");
 }
 
 }  // namespace drover::agent

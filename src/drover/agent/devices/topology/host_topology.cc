@@ -15,10 +15,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <set>
-#include <sstream>
 #include <memory>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -190,9 +190,9 @@ Result<std::vector<int>> ParseCpuList(std::string_view text) {
     size_t dash = range.find('-');
     int first = 0;
     int last = 0;
-    bool ok = dash == std::string_view::npos ? number(range, &first) && number(range, &last)
-                                             : number(range.substr(0, dash), &first) &&
-                                                   number(range.substr(dash + 1), &last) && first <= last;
+    bool ok = dash == std::string_view::npos
+                  ? number(range, &first) && number(range, &last)
+                  : number(range.substr(0, dash), &first) && number(range.substr(dash + 1), &last) && first <= last;
     if (!ok) return InvalidArgument("'" + std::string(text.substr(0, 64)) + "' is not a CPU list (like 0-3,8)");
     for (int c = first; c <= last; ++c) cpus.insert(c);
     start = comma + 1;

@@ -31,7 +31,7 @@ struct PciLocation {
 
 // A network adapter and where it sits, for placing jobs near their NIC.
 struct NicInfo {
-  std::string name;  // "eth0", "mlx5_0"
+  std::string name;        // "eth0", "mlx5_0"
   std::string pci_bus_id;  // empty for virtual adapters
   int numa_node = -1;
 };
