@@ -23,8 +23,11 @@ int RunAgent(const AgentFlags& f) {
   if (!telemetry.ok()) return BadConfig(telemetry.status());
   auto faults = ParseFaultFlags(f.faults);
   if (!faults.ok()) return BadConfig(faults.status());
+  auto sandbox = SandboxPolicyFrom(f.sandbox);
+  if (!sandbox.ok()) return BadConfig(sandbox.status());
   agent::AgentOptions o;
   o.telemetry = *telemetry;
+  o.sandbox = *sandbox;
   o.metrics_listen = f.metrics_listen.empty() ? "127.0.0.1:9400" : f.metrics_listen;
   o.metrics_insecure = f.insecure_metrics;
   if (!f.metrics_token_file.empty()) {
@@ -95,6 +98,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f, int* exit_code) {
       "one-time join token (`drover join-token`); the node credential it buys is kept in <data-dir>/node.token");
   cmd->add_option("--token-file", f->token_file, "file holding this node's token (instead of a join)");
   AddTelemetryFlags(cmd, &f->telemetry);
+  AddSandboxFlags(cmd, &f->sandbox);
   cmd->add_option("--checkpoint-root", f->checkpoint_root,
                   "where jobs' DROVER_CHECKPOINT_DIR live: a shared filesystem in a cluster (default "
                   "<data-dir>/checkpoints)");

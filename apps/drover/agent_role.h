@@ -30,6 +30,7 @@ struct AgentFlags {
   std::string join_token;
   std::string token_file;
   TelemetryFlags telemetry;
+  SandboxFlags sandbox;
   std::string checkpoint_root;
   std::string state_dir;
   std::string checkpoint_retention = "1h";

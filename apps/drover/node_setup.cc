@@ -57,6 +57,45 @@ Result<agent::TelemetryOptions> TelemetryFrom(const TelemetryFlags& f) {
   return t;
 }
 
+void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
+  cmd->add_option("--sandbox", f->mode,
+                  "run every job in its own mount and PID namespaces, as its tenant's user (on), or as the agent "
+                  "runs (off: any job can read what the agent can)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--sandbox-uid-base", f->uid_base,
+                  "the first uid of tenants' jobs: a tenant's jobs run as uid = gid = BASE + hash(tenant) % COUNT, "
+                  "the same on every node")
+      ->check(CLI::Range(int64_t{1000}, int64_t{4'000'000'000}))
+      ->capture_default_str();
+  cmd->add_option("--sandbox-uid-count", f->uid_count, "how many uids the tenants' jobs draw from")
+      ->check(CLI::Range(int64_t{1}, int64_t{100'000'000}))
+      ->capture_default_str();
+  cmd->add_option("--root-tenants", f->root_tenants,
+                  "tenants whose jobs run as root (still in their namespaces); repeatable or comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--sandbox-hide", f->hide,
+                  "a directory or file no job sees (the agent's data and state directories always are); repeatable");
+}
+
+Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f) {
+  agent::SandboxPolicy p;
+  p.enabled = f.mode != "off";
+  if (f.uid_base < 1000 || f.uid_count < 1 || f.uid_base + f.uid_count > int64_t{4'294'967'294}) {
+    return InvalidArgument("--sandbox-uid-base and --sandbox-uid-count must name uids between 1000 and 4294967294");
+  }
+  p.uid_base = static_cast<uid_t>(f.uid_base);
+  p.uid_count = static_cast<uint32_t>(f.uid_count);
+  p.root_tenants = {f.root_tenants.begin(), f.root_tenants.end()};
+  p.root_tenants.erase("");
+  for (const std::string& h : f.hide) {
+    if (h.empty() || h[0] != '/') return InvalidArgument("--sandbox-hide '" + h + "': not an absolute path");
+    p.hide.push_back(h);
+  }
+  return p;
+}
+
 Result<std::vector<FaultFlag>> ParseFaultFlags(const std::vector<std::string>& flags) {
   std::vector<FaultFlag> out;
   for (const std::string& text : flags) {

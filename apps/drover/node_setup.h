@@ -32,6 +32,18 @@ struct TelemetryFlags {
 void AddTelemetryFlags(CLI::App* cmd, TelemetryFlags* f);
 Result<agent::TelemetryOptions> TelemetryFrom(const TelemetryFlags& f);
 
+// The job sandbox (docs/security.md, "The job sandbox"), shared by `up`
+// and `agent`.
+struct SandboxFlags {
+  std::string mode = "on";  // on, off
+  int64_t uid_base = 2'000'000'000;
+  int64_t uid_count = 1'000'000;
+  std::vector<std::string> root_tenants = {"default"};
+  std::vector<std::string> hide;
+};
+void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
+Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f);
+
 // "sim-2:3:xid:79@30s" -> node sim-2, gpu 3, fault xid:79, 30 s after start.
 struct FaultFlag {
   std::string node;

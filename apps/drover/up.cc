@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
@@ -99,8 +100,9 @@ LiveWorkloadOptions LiveOptionsFrom(const UpFlags& f) {
 // The Start methods return the exit code when `up` cannot go on.
 class UpNodes {
  public:
-  UpNodes(const UpFlags& f, ControlPlane* cp, agent::TelemetryOptions telemetry, std::vector<FaultFlag> faults)
-      : f_(f), cp_(cp), telemetry_(std::move(telemetry)), faults_(std::move(faults)) {}
+  UpNodes(const UpFlags& f, ControlPlane* cp, agent::TelemetryOptions telemetry, agent::SandboxPolicy sandbox,
+          std::vector<FaultFlag> faults)
+      : f_(f), cp_(cp), telemetry_(std::move(telemetry)), sandbox_(std::move(sandbox)), faults_(std::move(faults)) {}
 
   std::optional<int> StartLocal(std::map<std::string, std::string> labels);
   std::optional<int> StartSimulated();
@@ -116,6 +118,7 @@ class UpNodes {
   const UpFlags& f_;
   ControlPlane* cp_;
   agent::TelemetryOptions telemetry_;
+  agent::SandboxPolicy sandbox_;  // the server's data directory hidden too
   std::vector<FaultFlag> faults_;
   std::vector<std::unique_ptr<runtime::EventLoop>> loops_;
   std::unique_ptr<membership::UdpHub> gossip_;
@@ -130,6 +133,7 @@ std::optional<int> UpNodes::StartLocal(std::map<std::string, std::string> labels
   agent::AgentOptions lo;
   lo.fencing = cp_->ha_group != nullptr;  // in the server's process it cannot lose the server and live
   lo.telemetry = telemetry_;
+  lo.sandbox = sandbox_;
   lo.metrics_listen = f_.agent_metrics_listen;
   lo.metrics_insecure = f_.server.insecure;
   lo.ca_file = cp_->ca_file;
@@ -184,6 +188,7 @@ std::optional<int> UpNodes::StartSimulatedNode(int i) {
   agent::AgentOptions o;
   o.fencing = false;
   o.telemetry = telemetry_;
+  o.sandbox = sandbox_;
   o.discover_host_topology = false;
   o.host_topology = agent::SimulatedHostTopology();
   o.loop = loops_[static_cast<size_t>(i - 1) % loops_.size()].get();
@@ -255,13 +260,17 @@ int RunUp(const UpFlags& f) {
   check.metrics_listen = f.agent_metrics_listen;
   check.metrics_insecure = f.server.insecure;
   if (Status s = agent::CheckMetricsExposure(check); !s.ok()) return BadConfig(s);
+  auto sandbox = SandboxPolicyFrom(f.sandbox);
+  if (!sandbox.ok()) return BadConfig(sandbox.status());
+  // The server's data (its store, the admin token) is no job's business.
+  sandbox->hide.push_back(std::filesystem::absolute(f.server.data_dir).lexically_normal().string());
   ControlPlane cp;
   if (std::optional<int> rc = StartControlPlane(f, *so, &cp)) return *rc;
   auto telemetry = TelemetryFrom(f.telemetry);
   if (!telemetry.ok()) return BadConfig(telemetry.status());
   auto faults = ParseFaultFlags(f.faults);
   if (!faults.ok()) return BadConfig(faults.status());
-  UpNodes nodes(f, &cp, *telemetry, std::move(*faults));
+  UpNodes nodes(f, &cp, *telemetry, std::move(*sandbox), std::move(*faults));
   if (std::optional<int> rc = nodes.StartLocal(std::move(*local_labels))) return *rc;
   if (std::optional<int> rc = nodes.StartSimulated()) return *rc;
   spdlog::info("drover up: 1 local node and {} simulated nodes; try: DROVER_ADDR={} drover nodes", f.simulate,
@@ -315,6 +324,7 @@ CLI::App* AddUpCommand(CLI::App& app, UpFlags* f, int* exit_code) {
   up->add_option("--label", f->labels,
                  "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");
   AddTelemetryFlags(up, &f->telemetry);
+  AddSandboxFlags(up, &f->sandbox);
   up->add_option("--workload", f->workload,
                  "keep submitting a synthetic workload to the simulated nodes: mixed or none")
       ->capture_default_str();

@@ -26,6 +26,7 @@ struct UpFlags {
   std::string agent_metrics_listen;
   std::vector<std::string> labels;  // k=v
   TelemetryFlags telemetry;
+  SandboxFlags sandbox;
   // Simulated nodes.
   int simulate = 0;
   int sim_gpus = 8;

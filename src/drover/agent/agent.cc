@@ -147,6 +147,7 @@ class AgentImpl final : public Agent {
     wo.checkpoint_root = opts_.checkpoint_root;
     wo.checkpoint_retention = opts_.checkpoint_retention;
     wo.job_env_allow = opts_.job_env_allow;
+    wo.sandbox = opts_.sandbox;
     wo.exit_watcher = opts_.exit_watcher;
     runner_ = std::make_unique<WorkloadRunner>(std::move(wo), &loop_, &stopping_, &inventory_, services_.get());
     services_->SetHost(runner_.get());

@@ -25,6 +25,9 @@ struct NodeIsolation {
   bool device_limits = false;
   bool cpu_pinning = false;
   bool clean_environment = true;
+  // Jobs get mount and PID namespaces (sandbox.h); off: where the machine
+  // cannot, a job still runs as its tenant's user when the agent is root.
+  bool sandbox = false;
   std::string message;  // every part, on or off, and why (the off ones first)
 
   bool cpu_limits() const;

@@ -214,6 +214,18 @@ Status JobDir::WriteIsolation(const JobIsolation& iso) const {
                        {"memory_bytes", g.memory_bytes},
                        {"deny_devices", deny}};
   }
+  if (iso.sandbox) {
+    const JobSandbox& b = *iso.sandbox;
+    j["sandbox"] = json{{"as_root", b.as_root},
+                        {"namespaces", b.namespaces},
+                        {"uid", b.user.uid},
+                        {"gid", b.user.gid},
+                        {"hide", b.hide},
+                        {"keep", b.keep},
+                        {"own", b.own},
+                        {"enter", b.enter},
+                        {"pid_namespace", b.pid_namespace}};
+  }
   return WriteFileAtomic(File("isolation.json"), j.dump(), 0644, kWhileAlive);
 }
 
@@ -237,6 +249,21 @@ Result<JobIsolation> JobDir::ReadIsolation() const {
       }
       if (g.dir.empty() || g.parent.empty()) throw std::invalid_argument("no cgroup dir");
       iso.cgroup = std::move(g);
+    }
+    if (auto it = j->find("sandbox"); it != j->end() && it->is_object()) {
+      JobSandbox b;
+      b.as_root = it->at("as_root").get<bool>();
+      b.namespaces = it->value("namespaces", true);
+      b.user.uid = it->at("uid").get<uid_t>();
+      b.user.gid = it->at("gid").get<gid_t>();
+      b.hide = it->value("hide", std::vector<std::string>{});
+      b.keep = it->value("keep", std::vector<std::string>{});
+      b.own = it->value("own", std::vector<std::string>{});
+      b.enter = it->value("enter", std::vector<std::string>{});
+      b.pid_namespace = it->value("pid_namespace", true);
+      // Never root by a missing or zero id: root is said, not defaulted.
+      if (!b.as_root && (b.user.uid == 0 || b.user.gid == 0)) throw std::invalid_argument("a sandbox user of 0");
+      iso.sandbox = std::move(b);
     }
   } catch (const std::exception&) {
     return InvalidArgument(fmt::format("'{}/isolation.json' is malformed", path_));

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "drover/agent/cgroup.h"
+#include "drover/agent/sandbox.h"
 #include "drover/common/files.h"
 #include "drover/common/mutex.h"
 #include "drover/common/status.h"
@@ -90,8 +91,9 @@ Result<NodeLease> ReadNodeLease(const std::string& path);
 // How the supervisor confines the job before it runs it (docs/security.md,
 // "Workload isolation").
 struct JobIsolation {
-  std::vector<int> cpus;            // its CPU affinity; empty: not pinned
-  std::optional<JobCgroup> cgroup;  // its cgroup v2 group; none: no group
+  std::vector<int> cpus;              // its CPU affinity; empty: not pinned
+  std::optional<JobCgroup> cgroup;    // its cgroup v2 group; none: no group
+  std::optional<JobSandbox> sandbox;  // its namespaces and user (sandbox.h); none: the supervisor's
 };
 
 struct StartedFile {

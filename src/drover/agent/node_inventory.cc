@@ -135,6 +135,15 @@ void NodeInventory::SetUpIsolation(const AgentOptions& opts) {
     }
     gpu_devices_.push_back(std::move(rules));
   }
+  if (opts.sandbox.enabled) {
+    std::string problem = ProbeSandbox();
+    isolation_.sandbox = problem.empty();
+    isolation_.message = isolation_.sandbox
+                             ? isolation_.message + "; sandbox on (mount and PID namespaces, tenants' own users)"
+                             : "sandbox off: " + problem + "; " + isolation_.message;
+  } else {
+    isolation_.message = "sandbox off: --sandbox=off; " + isolation_.message;
+  }
   spdlog::info("node '{}': workload isolation: {}", opts.node_name, isolation_.message);
 }
 
@@ -196,6 +205,7 @@ void NodeInventory::FillIsolation(v1::WorkloadIsolation* out) const {
   out->set_device_limits(isolation_.device_limits);
   out->set_cpu_pinning(isolation_.cpu_pinning);
   out->set_clean_environment(isolation_.clean_environment);
+  out->set_sandbox(isolation_.sandbox);
   out->set_cgroup_parent(isolation_.cgroup_parent_path);
   out->set_message(isolation_.message);
 }

@@ -65,6 +65,8 @@ class NodeInventory {
   // The workload's CPUs (those of its GPUs' NUMA nodes the agent may use)
   // and cgroup (its limits, the other GPUs' device files denied).
   JobIsolation IsolationFor(const std::string& key, const v1::Workload& w) const;
+  // Whether jobs get their namespaces here (sandbox.h).
+  bool sandbox() const { return isolation_.sandbox; }
   // DROVER_GPU_IDS and each vendor's visibility variable for its GPUs.
   void AddGpuVisibility(const v1::Workload& w, std::map<std::string, std::string>* env) const;
 

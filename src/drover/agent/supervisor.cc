@@ -27,6 +27,8 @@
 #include "drover/agent/cgroup.h"
 #include "drover/agent/devices/topology/host_topology.h"
 #include "drover/agent/job_dir.h"
+#include "drover/agent/job_exec.h"
+#include "drover/agent/sandbox.h"
 #include "drover/common/quantity.h"
 
 extern char** environ;
@@ -59,57 +61,6 @@ std::string Slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-// What the child of StartJob could not do before exec, and the errno.
-struct ChildError {
-  enum Step : int { kJoinCgroup = 1, kPin, kProcessGroup, kStdio, kChdir, kExec } step;
-  int error;
-};
-
-// What the job's process needs between its birth and exec.
-struct ExecArgs {
-  int report;  // where a ChildError goes
-  bool pin;
-  const cpu_set_t* cpus;
-  int null_fd;
-  int log_fd;
-  const char* work;
-  char* const* argv;
-  char* const* envp;
-};
-
-// Everything the job's process does between its birth and exec, then exec:
-// join the group whose cgroup.procs is `join` (when not born in it), pin,
-// lead its own process group, default signals, stdio, chdir. Only system
-// calls (no allocation, no library state): it runs in a vfork child too, on
-// the supervisor's memory. Leaves by exec, or by _exit(127) after writing a
-// ChildError to `a.report`.
-[[noreturn]] void ExecJob(const ExecArgs& a, const char* join) {
-  auto fail = [report = a.report](ChildError::Step step) {
-    ChildError e{step, errno};
-    ssize_t n = ::write(report, &e, sizeof e);
-    (void)n;
-    ::_exit(127);
-  };
-  if (join != nullptr) {
-    // "0": the writing process. From here on all the job runs is in the group.
-    int fd = ::open(join, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || ::write(fd, "0", 1) != 1) fail(ChildError::kJoinCgroup);
-    ::close(fd);
-  }
-  if (a.pin && ::sched_setaffinity(0, sizeof(*a.cpus), a.cpus) != 0) fail(ChildError::kPin);
-  if (::setpgid(0, 0) != 0) fail(ChildError::kProcessGroup);  // the job leads its own process group
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
-  sigset_t empty;
-  sigemptyset(&empty);
-  ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-  if (::dup2(a.null_fd, 0) < 0 || ::dup2(a.log_fd, 1) < 0 || ::dup2(a.log_fd, 2) < 0) fail(ChildError::kStdio);
-  if (::chdir(a.work) != 0) fail(ChildError::kChdir);
-  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
-  ::execvpe(a.argv[0], a.argv, a.envp);
-  fail(ChildError::kExec);
-  __builtin_unreachable();
 }
 
 // clone3(CLONE_INTO_CGROUP): a child born in the group `cgroup_fd` that
@@ -184,7 +135,7 @@ pid_t CloneIntoCgroup(int cgroup_fd, const ExecArgs& a) {
 // How the exec went comes back on a close-on-exec pipe: end of file means
 // the job runs.
 Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const std::string& work,
-                       std::vector<char*>& argv, std::vector<char*>& envp) {
+                       std::vector<char*>& argv, std::vector<char*>& envp, int status_fd) {
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int pipe_fds[2] = {-1, -1};
@@ -200,10 +151,28 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   for (int c : iso.cpus) {
     if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
   }
-  const ExecArgs exec{pipe_fds[1], !iso.cpus.empty(), &cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data()};
+  ExecArgs exec{pipe_fds[1], !iso.cpus.empty(), &cpus, null_fd, log_fd, work.c_str(), argv.data(), envp.data()};
   pid_t pid = -1;
   int fork_error = 0;
-  if (!iso.cgroup) {
+  std::string problem;
+  const std::string procs = iso.cgroup ? iso.cgroup->dir + "/cgroup.procs" : "";
+  if (iso.sandbox && !iso.sandbox->namespaces && !iso.sandbox->as_root) {
+    // No namespaces here: the job still runs as its tenant's user.
+    if (Status s = GiveOwnDirs(*iso.sandbox); !s.ok()) problem = s.message();
+    exec.user = &iso.sandbox->user;
+  }
+  if (!problem.empty()) {
+    // Said below.
+  } else if (iso.sandbox && iso.sandbox->namespaces) {
+    int group_fd = iso.cgroup ? ::open(iso.cgroup->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    auto started = StartSandboxed(*iso.sandbox, group_fd, iso.cgroup ? procs.c_str() : nullptr, exec, status_fd);
+    if (group_fd >= 0) ::close(group_fd);
+    if (started.ok()) {
+      pid = *started;
+    } else {
+      problem = started.status().message();
+    }
+  } else if (!iso.cgroup) {
     pid = ::vfork();
     if (pid == 0) ExecJob(exec, nullptr);
     fork_error = errno;
@@ -217,7 +186,6 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
       // No clone3 with CLONE_INTO_CGROUP (a kernel older than 5.7, a
       // seccomp filter that refuses clone3) or no such group: the vfork
       // child moves itself, and says why it could not.
-      const std::string procs = iso.cgroup->dir + "/cgroup.procs";
       pid = ::vfork();
       if (pid == 0) ExecJob(exec, procs.c_str());
       fork_error = errno;
@@ -228,6 +196,7 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   ::close(log_fd);
   if (pid < 0) {
     ::close(pipe_fds[0]);
+    if (!problem.empty()) return Unavailable(problem);
     return Unavailable(fmt::format("cannot create its process: {}", std::strerror(fork_error)));
   }
   ChildError e{};
@@ -238,16 +207,7 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   ::close(pipe_fds[0]);
   if (n <= 0) return pid;
   ::waitpid(pid, nullptr, 0);
-  const char* why = std::strerror(e.error);
-  switch (e.step) {
-    case ChildError::kJoinCgroup:
-      return Unavailable(fmt::format("cannot join its cgroup '{}': {}", iso.cgroup->dir, why));
-    case ChildError::kPin:
-      return Unavailable(fmt::format("cannot pin it to CPUs {}: {}", FormatCpuList(iso.cpus), why));
-    case ChildError::kChdir: return Unavailable(fmt::format("cannot enter its working directory '{}': {}", work, why));
-    case ChildError::kExec: return Unavailable(why);
-    default: return Unavailable(fmt::format("cannot set up its process: {}", why));
-  }
+  return Unavailable(DescribeChildError(e, iso.cgroup ? iso.cgroup->dir : "", FormatCpuList(iso.cpus), work));
 }
 
 // How often a supervisor with a lease file looks at it.
@@ -306,9 +266,17 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   std::vector<std::string> env_s = BuildEnv(*spec);
   std::vector<char*> argv = Pointers(argv_s);
   std::vector<char*> envp = Pointers(env_s);
+  // A sandboxed job's status comes from its init (sandbox.h).
+  int status_fds[2] = {-1, -1};
+  if (isolation->sandbox && isolation->sandbox->namespaces && ::pipe2(status_fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    if (group) RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
+    return not_started(fmt::format("cannot make a pipe: {}", std::strerror(errno)));
+  }
   int64_t start = NowNanos();
-  auto child = StartJob(*isolation, log, work, argv, envp);
+  auto child = StartJob(*isolation, log, work, argv, envp, status_fds[1]);
+  if (status_fds[1] >= 0) ::close(status_fds[1]);
   if (!child.ok()) {
+    if (status_fds[0] >= 0) ::close(status_fds[0]);
     if (group) RemoveJobCgroup(group->dir, group->parent, std::chrono::seconds(2));
     return not_started(child.status().message());
   }
@@ -357,6 +325,13 @@ int RunSupervisor(const std::string& dir, int started_fd) {
       }
     }
     if (sig > 0 && sig != SIGCHLD) ::kill(-*child, sig);
+  }
+  if (status_fds[0] >= 0) {
+    // The job's own status, when its init lived to tell it (else the
+    // init's: killed, with everything in the namespace).
+    int job_status = 0;
+    if (::read(status_fds[0], &job_status, sizeof job_status) == sizeof job_status) status = job_status;
+    ::close(status_fds[0]);
   }
   ExitFile e;
   e.end_unix_nanos = NowNanos();

@@ -187,6 +187,7 @@ void WorkloadRunner::Launch(const v1::Workload& w) {
   Status svc = w.has_service() ? services_->Prepare(w, dir, &env, &service) : Status::Ok();
   // A GPU memory limit: the shim preloaded (job_env.h); the job fails to start without it.
   Status limit = AddGpuMemoryLimit(w.gpu_memory_limit_bytes(), dir.path() + "/gpu-memory", &env);
+  Status sandboxed = SandboxFor(w, dir, job.output_dir, env.contains("DROVER_GPU_MEMORY_REPORT"), &iso);
   JobSpecFile spec{key,
                    {w.command().begin(), w.command().end()},
                    std::move(env),
@@ -194,10 +195,11 @@ void WorkloadRunner::Launch(const v1::Workload& w) {
                    job.grace_seconds,
                    opts_.lease_file,
                    job.output_dir};
-  Status s = ec            ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
-             : !limit.ok() ? limit
-             : !svc.ok()   ? svc
-                           : dir.WriteSpec(spec);
+  Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
+             : !sandboxed.ok() ? sandboxed
+             : !limit.ok()     ? limit
+             : !svc.ok()       ? svc
+                               : dir.WriteSpec(spec);
   if (s.ok()) s = dir.WriteIsolation(iso);
   if (s.ok()) s = StartProcess(key, &job);
   if (service && s.ok()) {
@@ -351,6 +353,51 @@ void WorkloadRunner::Forget(const std::string& id) {
     fs::remove_all(dir, oec);
   });
   jobs_.erase(id);
+}
+
+// ---- the sandbox ----
+
+Status WorkloadRunner::SandboxFor(const v1::Workload& w, const JobDir& dir, const std::string& output_dir,
+                                  bool gpu_memory_reports, JobIsolation* iso) const {
+  if (!opts_.sandbox.enabled) return Status::Ok();
+  // What no job sees: this agent's data (other jobs' output, the node's
+  // credentials), its jobs' state (their specs and environments), the
+  // checkpoints of other jobs, and what the operator adds.
+  std::vector<std::string> hide = {opts_.data_dir, state_dir_, CheckpointRoot()};
+  // Every agent's job state on this machine, not only this one's.
+  for (const std::string& base : JobStateBases()) hide.push_back(base);
+  std::vector<std::string> keep = {dir.path(), output_dir, CheckpointDir(w.job_id())};
+  // Its output directory (0700, the way to work/), work/ and checkpoints
+  // are its user's; its state directory is not (the agent trusts what the
+  // supervisor writes there), but the memory-limit shim's reports are.
+  std::vector<std::string> own = {output_dir, CheckpointDir(w.job_id())};
+  if (w.working_dir().empty()) own.push_back(output_dir + "/work");
+  if (gpu_memory_reports) own.push_back(dir.path() + "/gpu-memory");
+  JobSandbox s = MakeJobSandbox(opts_.sandbox, w.tenant(), std::move(hide), std::move(keep), std::move(own));
+  s.namespaces = inventory_->sandbox();
+  // The shim names its reports by its pid, which the agent reads as the
+  // node's: such a job keeps the node's PID namespace (docs/security.md).
+  s.pid_namespace = !gpu_memory_reports;
+  if (gpu_memory_reports && !s.as_root) s.enter.push_back(dir.path());
+  if (!w.working_dir().empty() && s.namespaces) {
+    for (const SandboxMount& m : PlanSandboxMounts(s)) {
+      if (m.kind != SandboxMount::kTmpfs || !PathWithin(w.working_dir(), m.target)) continue;
+      bool kept = std::any_of(s.keep.begin(), s.keep.end(),
+                              [&](const std::string& k) { return PathWithin(w.working_dir(), k); });
+      if (!kept) {
+        return InvalidArgument(fmt::format(
+            "working directory '{}' is inside '{}', which jobs do not see (the agent's or server's data, or a "
+            "directory others may not enter)",
+            w.working_dir(), m.target));
+      }
+    }
+  }
+  if (!s.as_root && ::geteuid() != 0) {
+    // Nobody to switch users: the job runs as the agent's own user.
+    s.as_root = true;
+  }
+  iso->sandbox = std::move(s);
+  return Status::Ok();
 }
 
 // ---- checkpoint directories ----

@@ -65,6 +65,7 @@ struct WorkloadRunnerOptions {
   std::chrono::seconds checkpoint_retention{3600};
   std::vector<std::string> job_env_allow;
   ExitWatcher* exit_watcher = nullptr;  // shared; null: one of its own
+  SandboxPolicy sandbox;
 };
 
 class WorkloadRunner final : public ServiceHost {
@@ -155,6 +156,10 @@ class WorkloadRunner final : public ServiceHost {
   void WatchRetired(pid_t pid);
   void SupervisorEnded(const std::string& id);
   bool ReportIfChanged(const std::string& id, LocalJob* job);
+  // The sandbox of `w` (sandbox.h) into `iso`; kInvalidArgument for a
+  // working directory the job could not see.
+  Status SandboxFor(const v1::Workload& w, const JobDir& dir, const std::string& output_dir, bool gpu_memory_reports,
+                    JobIsolation* iso) const;
   v1::WorkloadStatus StatusOf(const std::string& id, const LocalJob& job) const;
   void ShipLog(const std::string& id, LocalJob* job, bool all);
   bool Connected() const { return connection_ != nullptr && connection_->connected(); }

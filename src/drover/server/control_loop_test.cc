@@ -578,7 +578,15 @@ TEST_F(ControlLoopTest, WorkloadIsolationIsANodeCondition) {
 
   iso->set_cpu_limits(true);
   iso->set_memory_limits(true);
-  iso->set_message("cpu and memory limits on (cgroup v2)");
+  iso->set_message("cpu and memory limits on (cgroup v2); sandbox off: not root");
+  Must(loop_->RegisterNode(req));
+  node = Node("gpu-01");
+  c = ConditionOf(node, "WorkloadIsolation");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->status()) << "every part but the sandbox";
+
+  iso->set_sandbox(true);
+  iso->set_message("cpu and memory limits on (cgroup v2); sandbox on");
   Must(loop_->RegisterNode(req));
   node = Node("gpu-01");
   c = ConditionOf(node, "WorkloadIsolation");

@@ -37,8 +37,8 @@ v1::Node RenderNode(const NodeSnapshot& s) {
   // Agents that predate isolation reports say nothing: no condition.
   if (out.has_isolation()) {
     const v1::WorkloadIsolation& iso = out.isolation();
-    bool full =
-        iso.cpu_limits() && iso.memory_limits() && iso.device_limits() && iso.cpu_pinning() && iso.clean_environment();
+    bool full = iso.cpu_limits() && iso.memory_limits() && iso.device_limits() && iso.cpu_pinning() &&
+                iso.clean_environment() && iso.sandbox();
     v1::NodeCondition* c = out.add_conditions();
     c->set_type("WorkloadIsolation");
     c->set_status(full);
