@@ -81,7 +81,7 @@ struct ExecArgs {
 
 // Everything the job's process does between its birth and exec, then exec:
 // join the group whose cgroup.procs is `join` (when not born in it), pin,
-// lead its own process group, default signals, stdio, chdir. Only system
+// lead its own process group, default signals, stdio, umask, chdir. Only system
 // calls (no allocation, no library state): it runs in a vfork child too, on
 // the supervisor's memory. Leaves by exec, or by _exit(127) after writing a
 // ChildError to `a.report`.
@@ -105,6 +105,9 @@ struct ExecArgs {
   sigemptyset(&empty);
   ::sigprocmask(SIG_SETMASK, &empty, nullptr);
   if (::dup2(a.null_fd, 0) < 0 || ::dup2(a.log_fd, 1) < 0 || ::dup2(a.log_fd, 2) < 0) fail(ChildError::kStdio);
+  // The job's own files get the usual umask, not the 077 the agent makes
+  // its state with (docs/security.md, "Files"), as container runtimes give.
+  ::umask(022);
   if (::chdir(a.work) != 0) fail(ChildError::kChdir);
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
   ::execvpe(a.argv[0], a.argv, a.envp);
