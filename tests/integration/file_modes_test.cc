@@ -125,6 +125,8 @@ TEST(FileModesTest, UpMakesItsDataDirectoryItsOwnersOnlyAndFixesAnOpenOne) {
     if (!fs::exists(e.path() / "work" / "mine.txt")) continue;
     found = true;
     EXPECT_EQ(ReadAll((e.path() / "work" / "mine.txt").string()), "mine\n");
+    // The job's own files get the usual umask (022), not the agent's 077.
+    EXPECT_EQ(ModeOf((e.path() / "work" / "mine.txt").string()), 0644);
     EXPECT_EQ(ReadAll((e.path() / "output.log").string()), "hello\n");
   }
   EXPECT_TRUE(found) << "no job directory with work/mine.txt";
