@@ -3,6 +3,7 @@
 #include <fstream>
 #include <utility>
 
+#include "data_dir.h"
 #include "drover/agent/agent.h"
 #include "drover/agent/service.h"
 #include "drover/common/config.h"
@@ -14,6 +15,14 @@ namespace drover::app {
 
 int RunAgent(const AgentFlags& f) {
   if (Status s = runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
+  // Its owner's only, from the first file on: job specs hold the jobs'
+  // whole environment, the data directory the node's credentials
+  // (data_dir.h). The jobs' own directories are theirs.
+  UsePrivateUmask();
+  if (Status s = SecureDataDir(f.data_dir, AgentJobOwned()); !s.ok()) return Fatal(s);
+  if (!f.state_dir.empty()) {
+    if (Status s = SecureDataDir(f.state_dir); !s.ok()) return Fatal(s);
+  }
   const std::string node = f.node_name.empty() ? Hostname() : f.node_name;
   auto labels = ParseLabels(f.labels);
   if (!labels.ok()) return BadConfig(labels.status());

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <iostream>
 
+#include "data_dir.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/cli/commands.h"
 #include "drover/common/status.h"
@@ -25,6 +26,9 @@ std::string Date(int64_t unix_seconds) {
 
 int RunCertsInit(const CertsFlags& f) {
   const std::string& data_dir = f.data_dir;
+  // The CA's key and its certificates go in the server's data directory:
+  // its owner's only, as the server keeps it (data_dir.h).
+  UsePrivateUmask();
   int64_t now =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto r = auth::InitClusterTls(data_dir + "/tls", f.sans, now);

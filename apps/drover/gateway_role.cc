@@ -188,7 +188,7 @@ Status AddGatewayToEndpoints(const std::string& data_dir, const std::string& add
   if (!j.is_object()) return Internal(path + " is not a JSON object");
   j["gateway"] = address;
   j["gateway_url"] = (tls ? "https://" : "http://") + address + "/v1";
-  return WriteFileAtomic(path, j.dump() + "\n", 0644);
+  return WriteFileAtomic(path, j.dump() + "\n", 0600);
 }
 
 bool GatewayOff(const GatewayFlags& f) { return f.listen.empty() || f.listen == "off"; }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "data_dir.h"
 #include "drover/auth/cluster_ca.h"
 #include "drover/auth/token.h"
 #include "drover/common/address.h"
@@ -196,6 +197,9 @@ void ControlPlane::Stop() {
 
 int RunServer(const ServerFlags& f) {
   if (Status s = runtime::InitLogging(f.log_level); !s.ok()) return Fatal(s);
+  // Its owner's only, from the first file on (data_dir.h).
+  UsePrivateUmask();
+  if (Status s = SecureDataDir(f.data_dir, ServerJobOwned()); !s.ok()) return Fatal(s);
   auto control = server::MakeControlLoopOptions(f.sched);
   if (!control.ok()) return BadConfig(control.status());
   auto so = ServerOptionsFrom(f, std::move(*control));

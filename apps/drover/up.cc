@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "data_dir.h"
 #include "drover/agent/agent.h"
 #include "drover/agent/exit_watcher.h"
 #include "drover/common/files.h"
@@ -73,7 +74,7 @@ Result<std::unique_ptr<HaGroup>> StartHaGroup(const UpFlags& f) {
   // The CLI run from here finds every server (and the token) in the data dir.
   DROVER_RETURN_IF_ERROR(WriteFileAtomic(
       s.data_dir + "/endpoints.json",
-      fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", group->servers(), group->http_servers()), 0644));
+      fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", group->servers(), group->http_servers()), 0600));
   spdlog::info("the leader is {}; elsewhere: export DROVER_ADDR={}", leader, group->servers());
   return group;
 }
@@ -239,6 +240,10 @@ std::optional<int> StartControlPlane(const UpFlags& f, const server::ServerOptio
 
 int RunUp(const UpFlags& f) {
   if (Status s = runtime::InitLogging(f.server.log_level); !s.ok()) return Fatal(s);
+  // Its owner's only, from the first file on, the agents' directories in
+  // it too (data_dir.h).
+  UsePrivateUmask();
+  if (Status s = SecureDataDir(f.server.data_dir, ServerJobOwned()); !s.ok()) return Fatal(s);
   LiveWorkloadOptions live = LiveOptionsFrom(f);
   SchedulerFlags sched = f.server.sched;
   if (f.workload != "none") {

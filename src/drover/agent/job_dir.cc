@@ -53,6 +53,10 @@ T Get(const json& j, const char* key, T fallback) {
 // after a reboot it is the job's only word on how it ended.
 constexpr bool kWhileAlive = false;
 
+// A job's state is its owner's only: spec.json holds the job's whole
+// environment, secrets included (docs/security.md, "Files").
+constexpr unsigned kPrivateFile = 0600;
+
 // The data directory a state root was made for ("" when unknown).
 std::string OwnerOf(const std::string& root) {
   Result<std::string> owner = ReadTextFile(root + "/owner", 4096);
@@ -183,7 +187,7 @@ Status JobDir::WriteSpec(const JobSpecFile& s) const {
          {"grace_seconds", s.grace_seconds},
          {"lease_file", s.lease_file},
          {"output_dir", s.output_dir}};
-  return WriteFileAtomic(File("spec.json"), j.dump(), 0644, kWhileAlive);
+  return WriteFileAtomic(File("spec.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
 
 Result<JobSpecFile> JobDir::ReadSpec() const {
@@ -226,7 +230,7 @@ Status JobDir::WriteIsolation(const JobIsolation& iso) const {
                         {"enter", b.enter},
                         {"pid_namespace", b.pid_namespace}};
   }
-  return WriteFileAtomic(File("isolation.json"), j.dump(), 0644, kWhileAlive);
+  return WriteFileAtomic(File("isolation.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
 
 Result<JobIsolation> JobDir::ReadIsolation() const {
@@ -273,7 +277,7 @@ Result<JobIsolation> JobDir::ReadIsolation() const {
 
 Status JobDir::WriteStarted(const StartedFile& s) const {
   return WriteFileAtomic(File("started.json"), json{{"pid", s.pid}, {"start_unix_nanos", s.start_unix_nanos}}.dump(),
-                         0644, kWhileAlive);
+                         kPrivateFile, kWhileAlive);
 }
 
 std::optional<StartedFile> JobDir::ReadStarted() const {
@@ -291,7 +295,7 @@ Status JobDir::WriteExit(const ExitFile& e, bool durable) const {
          {"message", e.message},
          {"failed_to_start", e.failed_to_start},
          {"fenced", e.fenced}};
-  return WriteFileAtomic(File("exit.json"), j.dump(), 0644, durable);
+  return WriteFileAtomic(File("exit.json"), j.dump(), kPrivateFile, durable);
 }
 
 Status JobDir::SyncExit() const { return SyncFile(File("exit.json")); }
@@ -305,7 +309,8 @@ std::optional<ExitFile> JobDir::ReadExit() const {
 }
 
 Status WriteNodeLease(const std::string& path, const NodeLease& lease) {
-  return WriteFileAtomic(path, fmt::format("{} {}\n", lease.fence_at_mono_ns, lease.grace_ms), 0644, /*durable=*/false);
+  return WriteFileAtomic(path, fmt::format("{} {}\n", lease.fence_at_mono_ns, lease.grace_ms), kPrivateFile,
+                         /*durable=*/false);
 }
 
 Result<NodeLease> ReadNodeLease(const std::string& path) {
@@ -319,7 +324,7 @@ Result<NodeLease> ReadNodeLease(const std::string& path) {
 }
 
 Status JobDir::WriteStop(int64_t ns) const {
-  return WriteFileAtomic(File("stop.json"), json{{"sigterm_unix_nanos", ns}}.dump());
+  return WriteFileAtomic(File("stop.json"), json{{"sigterm_unix_nanos", ns}}.dump(), kPrivateFile);
 }
 
 std::optional<int64_t> JobDir::ReadStop() const {
@@ -329,7 +334,7 @@ std::optional<int64_t> JobDir::ReadStop() const {
 }
 
 Status JobDir::WriteSupervisorPid(pid_t pid) const {
-  return WriteFileAtomic(File("supervisor.pid"), std::to_string(pid), 0644, kWhileAlive);
+  return WriteFileAtomic(File("supervisor.pid"), std::to_string(pid), kPrivateFile, kWhileAlive);
 }
 
 std::optional<pid_t> JobDir::ReadSupervisorPid() const {

@@ -58,6 +58,9 @@ void ExecJob(const ExecArgs& a, const char* join) {
   if (::dup2(a.null_fd, 0) < 0 || ::dup2(a.log_fd, 1) < 0 || ::dup2(a.log_fd, 2) < 0) {
     FailChild(a.report, ChildError::kStdio);
   }
+  // The job's own files get the usual umask, not the 077 the agent makes
+  // its state with (docs/security.md, "Files"), as container runtimes give.
+  ::umask(022);
   if (a.user != nullptr && !BecomeUser(*a.user)) FailChild(a.report, ChildError::kUser);
   if (::chdir(a.work) != 0) FailChild(a.report, ChildError::kChdir);
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job

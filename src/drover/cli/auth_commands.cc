@@ -9,7 +9,9 @@
 
 #include "drover/cli/client.h"
 #include "drover/cli/commands.h"
+#include "drover/cli/printers.h"
 #include "drover/cli/table.h"
+#include "drover/cli/terminal.h"
 #include "drover/common/config.h"
 #include "drover/common/files.h"
 #include "drover/v1/api.grpc.pb.h"
@@ -36,7 +38,8 @@ int WhoAmI(const Common& c) {
     std::cout << Json(p) << "\n";
     return 0;
   }
-  std::cout << fmt::format("name: {}\ntenant: {}\nrole: {}\ntoken: {}\n", p.name(), p.tenant(), p.role(), p.token_id());
+  std::cout << fmt::format("name: {}\ntenant: {}\nrole: {}\ntoken: {}\n", EscapeTerminal(p.name()),
+                           EscapeTerminal(p.tenant()), EscapeTerminal(p.role()), EscapeTerminal(p.token_id()));
   return 0;
 }
 
@@ -57,11 +60,11 @@ int Login(const Common& c) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (Status w = WriteFileAtomic(path, token + "\n", 0600); !w.ok()) {
-    std::cerr << "error: " << w.message() << "\n";
+    std::cerr << "error: " << EscapeTerminal(w.message()) << "\n";
     return kExitFailure;
   }
-  std::cout << fmt::format("logged in as {} ({} of tenant {}); token kept in {}\n", p.name(), p.role(), p.tenant(),
-                           path);
+  std::cout << fmt::format("logged in as {} ({} of tenant {}); token kept in {}\n", EscapeTerminal(p.name()),
+                           EscapeTerminal(p.role()), EscapeTerminal(p.tenant()), EscapeTerminal(path));
   return 0;
 }
 
@@ -87,9 +90,10 @@ int TokensCreate(const TokenArgs& a, const Common& c) {
     return 0;
   }
   // The token alone on stdout (scripts capture it); the rest on stderr.
-  std::cerr << fmt::format("token {} ({} of tenant {}, expires {}); shown once, keep it safe:\n", resp.info().id(),
-                           resp.info().role(), resp.info().tenant(), Time(resp.info().expires_unix_nanos()));
-  std::cout << resp.token() << "\n";
+  std::cerr << fmt::format("token {} ({} of tenant {}, expires {}); shown once, keep it safe:\n",
+                           EscapeTerminal(resp.info().id()), EscapeTerminal(resp.info().role()),
+                           EscapeTerminal(resp.info().tenant()), Time(resp.info().expires_unix_nanos()));
+  std::cout << EscapeTerminal(resp.token()) << "\n";
   return 0;
 }
 
@@ -122,7 +126,7 @@ int TokensRevoke(const std::string& id, const Common& c) {
   v1::TokenInfo resp;
   auto ctx = Context(c);
   if (grpc::Status s = stub->RevokeToken(ctx.get(), req, &resp); !s.ok()) return Fail(s, c);
-  std::cout << fmt::format("revoked token {} ({})\n", resp.id(), resp.name());
+  std::cout << fmt::format("revoked token {} ({})\n", EscapeTerminal(resp.id()), EscapeTerminal(resp.name()));
   return 0;
 }
 
@@ -141,12 +145,7 @@ int Audit(const std::string& since, const Common& c) {
     std::cout << Json(resp) << "\n";
     return 0;
   }
-  Table t({"SEQ", "TIME", "WHO", "TENANT", "ROLE", "ACTION", "TARGET", "RESULT", "SOURCE"});
-  for (const v1::AuditEntry& e : resp.entries()) {
-    t.AddRow({std::to_string(e.seq()), Time(e.time_unix_nanos()), e.who(), Or(e.tenant()), Or(e.role()), e.action(),
-              Or(e.target()), e.result(), e.source()});
-  }
-  t.Print(std::cout);
+  PrintAuditTable(resp, std::cout);
   return 0;
 }
 
@@ -156,15 +155,16 @@ int AuditVerify(const std::string& expect_head, const Common& c) {
   auto ctx = Context(c);
   if (grpc::Status s = stub->Verify(ctx.get(), v1::VerifyAuditRequest(), &resp); !s.ok()) return Fail(s, c);
   if (!resp.ok()) {
-    std::cout << fmt::format("audit log BROKEN at entry {}: {}\n", resp.bad_seq(), resp.reason());
+    std::cout << fmt::format("audit log BROKEN at entry {}: {}\n", resp.bad_seq(), EscapeTerminal(resp.reason()));
     return kExitFailure;
   }
   if (!expect_head.empty() && expect_head != resp.head_hash()) {
     std::cout << fmt::format("audit log chain is intact ({} entries) but its head {} is not the expected {}\n",
-                             resp.entries(), resp.head_hash(), expect_head);
+                             resp.entries(), EscapeTerminal(resp.head_hash()), EscapeTerminal(expect_head));
     return kExitFailure;
   }
-  std::cout << fmt::format("audit log intact: {} entries, head {}\n", resp.entries(), Or(resp.head_hash()));
+  std::cout << fmt::format("audit log intact: {} entries, head {}\n", resp.entries(),
+                           EscapeTerminal(Or(resp.head_hash())));
   return 0;
 }
 
@@ -174,7 +174,7 @@ int Ui(const Common& c) {
   auto ctx = Context(c);
   if (grpc::Status s = stub->CreateLoginCode(ctx.get(), v1::CreateLoginCodeRequest(), &resp); !s.ok())
     return Fail(s, c);
-  std::cout << resp.url() << "\n";
+  std::cout << EscapeTerminal(resp.url()) << "\n";
   return 0;
 }
 
@@ -186,11 +186,20 @@ int JoinToken(const std::string& node, const std::string& ttl, const Common& c) 
   v1::CreateJoinTokenResponse resp;
   auto ctx = Context(c);
   if (grpc::Status s = stub->CreateJoinToken(ctx.get(), req, &resp); !s.ok()) return Fail(s, c);
-  std::cout << resp.join_token() << "\n";
+  std::cout << EscapeTerminal(resp.join_token()) << "\n";
   return 0;
 }
 
 }  // namespace
+
+void PrintAuditTable(const v1::ListAuditResponse& resp, std::ostream& out) {
+  Table t({"SEQ", "TIME", "WHO", "TENANT", "ROLE", "ACTION", "TARGET", "RESULT", "SOURCE"});
+  for (const v1::AuditEntry& e : resp.entries()) {
+    t.AddRow({std::to_string(e.seq()), Time(e.time_unix_nanos()), e.who(), Or(e.tenant()), Or(e.role()), e.action(),
+              Or(e.target()), e.result(), e.source()});
+  }
+  t.Print(out);
+}
 
 void AddAuthCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common) {
   CLI::App* login = app.add_subcommand("login", "check a token read from standard input and keep it for the CLI");

@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "drover/cli/commands.h"
+#include "drover/cli/terminal.h"
 #include "drover/rpc/channel.h"
 
 namespace drover::cli {
@@ -28,7 +29,7 @@ std::shared_ptr<grpc::Channel> Channel(const Common& c) {
   o.pem_root_certs.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   // Unreadable: no root at all rather than the system's, so the handshake fails closed.
   if (!in || o.pem_root_certs.empty()) {
-    std::cerr << "warning: cannot read the CA file '" << ca << "'\n";
+    std::cerr << "warning: cannot read the CA file '" << EscapeTerminal(ca) << "'\n";
     o.pem_root_certs = "-";
   }
   return rpc::MakeChannel(c.addr, ResolveToken(c), grpc::SslCredentials(o));
@@ -47,7 +48,9 @@ std::string Json(const google::protobuf::Message& m) {
   o.add_whitespace = true;
   o.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
+  // Protobuf's encoder (3.21) escapes C0, DEL, C1 and the bidirectional
+  // controls itself; this keeps it so whatever its version (terminal.h).
+  return EscapeJsonForTerminal(out);
 }
 
 Runner MakeRunner(int* exit_code, std::shared_ptr<Common> common) {

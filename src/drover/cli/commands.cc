@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,12 +13,15 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "drover/cli/client.h"
 #include "drover/cli/job_table.h"
+#include "drover/cli/printers.h"
 #include "drover/cli/submit_flags.h"
 #include "drover/cli/table.h"
+#include "drover/cli/terminal.h"
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
 #include "drover/common/version.h"
@@ -78,7 +82,8 @@ int WaitFor(const std::string& id, const std::string& array_id, const Common& c)
     if (!rpc::IsTerminal(job.status().state()) || !ended.emplace(job.id(), job.status()).second) continue;
     const auto& st = job.status();
     if (st.state() != v1::JOB_STATE_SUCCEEDED) {
-      std::cerr << fmt::format("job {} {}: {}\n", job.id(), rpc::JobStateDisplay(st.state()), st.message());
+      std::cerr << fmt::format("job {} {}: {}\n", EscapeTerminal(job.id()), rpc::JobStateDisplay(st.state()),
+                               EscapeTerminal(st.message()));
     }
   }
   grpc::Status s = reader->Finish();
@@ -107,9 +112,9 @@ int Submit(const SubmitArgs& a, const Common& c) {
     // with its id and size.
     std::cout << (resp.array_id().empty() ? Json(resp.job()) : Json(resp)) << "\n";
   } else if (!resp.array_id().empty()) {
-    std::cout << resp.array_id() << "\n";
+    std::cout << EscapeTerminal(resp.array_id()) << "\n";
   } else {
-    std::cout << resp.job().id() << "\n";
+    std::cout << EscapeTerminal(resp.job().id()) << "\n";
   }
   std::cout.flush();
   return a.wait ? WaitFor(resp.job().id(), resp.array_id(), c) : 0;
@@ -153,12 +158,11 @@ int Jobs(const JobsArgs& a, const Common& c) {
   return 0;
 }
 
-// `drover job ID`: every field a user asks about, one per line, and why the
-// job is in its state (for a pending job, the scheduler's reason).
-void DescribeJob(const v1::Job& job, std::ostream& out) {
+}  // namespace
+
+void DescribeJob(const v1::Job& job, int64_t now, std::ostream& out) {
   const v1::JobSpec& spec = job.spec();
   const v1::JobStatus& st = job.status();
-  int64_t now = NowNanos();
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("ID", job.id());
   rows.emplace_back("Name", Or(spec.name()));
@@ -194,6 +198,7 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
   if (spec.runtime_estimate_seconds() > 0)
     rows.emplace_back("Estimate", FormatSeconds(spec.runtime_estimate_seconds()));
   rows.emplace_back("Command", fmt::format("{}", fmt::join(spec.command(), " ")));
+  if (!spec.working_dir().empty()) rows.emplace_back("Workdir", spec.working_dir());
   rows.emplace_back("Submitted", Age(st.submit_time_unix_nanos(), now) + " ago");
   if (st.replicas_size() > 0) {
     for (int i = 0; i < st.replicas_size(); ++i) {
@@ -228,8 +233,11 @@ void DescribeJob(const v1::Job& job, std::ostream& out) {
   rows.emplace_back("Message", Or(st.message(), ""));
   size_t width = 0;
   for (const auto& [k, v] : rows) width = std::max(width, k.size());
-  for (const auto& [k, v] : rows) out << fmt::format("{:<{}}  {}\n", k + ":", width + 1, v);
+  // Most values are what the job's submitter wrote: escaped (terminal.h).
+  for (const auto& [k, v] : rows) out << fmt::format("{:<{}}  {}\n", k + ":", width + 1, EscapeTerminal(v));
 }
+
+namespace {
 
 int JobShow(const std::string& id, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
@@ -243,7 +251,7 @@ int JobShow(const std::string& id, const Common& c) {
     std::cout << Json(job) << "\n";
     return 0;
   }
-  DescribeJob(job, std::cout);
+  DescribeJob(job, NowNanos(), std::cout);
   return 0;
 }
 
@@ -259,7 +267,7 @@ int Cancel(const std::string& id, const Common& c) {
     if (c.output == "json") {
       std::cout << Json(resp) << "\n";
     } else {
-      std::cout << fmt::format("{}: {} tasks cancelled\n", id, resp.cancelled());
+      std::cout << fmt::format("{}: {} tasks cancelled\n", EscapeTerminal(id), resp.cancelled());
     }
     return 0;
   }
@@ -272,12 +280,15 @@ int Cancel(const std::string& id, const Common& c) {
   if (c.output == "json") {
     std::cout << Json(job) << "\n";
   } else {
-    std::cout << fmt::format("{} {}\n", id, rpc::JobStateDisplay(job.status().state()).c_str());
+    std::cout << fmt::format("{} {}\n", EscapeTerminal(id), rpc::JobStateDisplay(job.status().state()));
   }
   return 0;
 }
 
-int Logs(const std::string& id, bool follow, const Common& c) {
+// The job's bytes as they are with --raw or when standard output is not a
+// terminal (a file, a pipe: `drover logs J > out` keeps them), else escaped
+// but for newlines, tabs and carriage returns (terminal.h, LogEscaper).
+int Logs(const std::string& id, bool follow, bool raw, const Common& c) {
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::LogsRequest req;
   req.set_id(id);
@@ -285,10 +296,14 @@ int Logs(const std::string& id, bool follow, const Common& c) {
   grpc::ClientContext ctx;  // no deadline: a follow runs as long as the job
   auto reader = stub->Logs(&ctx, req);
   v1::LogChunk chunk;
-  while (reader->Read(&chunk)) {
-    std::cout.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+  std::optional<LogEscaper> escaper;
+  if (!raw && ::isatty(STDOUT_FILENO) == 1) escaper.emplace();
+  auto write = [](const std::string& bytes) {
+    std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     std::cout.flush();
-  }
+  };
+  while (reader->Read(&chunk)) write(escaper ? escaper->Feed(chunk.data()) : chunk.data());
+  if (escaper) write(escaper->Finish());
   grpc::Status st = reader->Finish();
   return st.ok() ? 0 : Fail(st, c);
 }
@@ -304,7 +319,7 @@ int Version(const Common& c) {
     std::cout << "server: unreachable at " << c.addr << "\n";
     return 0;
   }
-  std::cout << fmt::format("server: {} ({})\n", resp.version(), resp.git_commit());
+  std::cout << fmt::format("server: {} ({})\n", EscapeTerminal(resp.version()), EscapeTerminal(resp.git_commit()));
   return 0;
 }
 
@@ -340,11 +355,15 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   cancel->callback(run([id, common] { return Cancel(*id, *common); }));
 
   auto follow = std::make_shared<bool>(false);
+  auto raw = std::make_shared<bool>(false);
   CLI::App* logs = app.add_subcommand("logs", "print a job's output");
   AddCommon(logs, common.get(), false);
   logs->add_flag("-f,--follow", *follow, "keep printing until the job ends");
+  logs->add_flag("--raw", *raw,
+                 "the job's bytes unchanged, control characters included (the default when standard output is not "
+                 "a terminal; on one they are escaped)");
   logs->add_option("id", *id, "job id")->required();
-  logs->callback(run([id, follow, common] { return Logs(*id, *follow, *common); }));
+  logs->callback(run([id, follow, raw, common] { return Logs(*id, *follow, *raw, *common); }));
 
   CLI::App* version = app.add_subcommand("version", "print client and server versions");
   AddCommon(version, common.get(), false);

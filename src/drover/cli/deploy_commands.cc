@@ -11,7 +11,9 @@
 
 #include "drover/cli/client.h"
 #include "drover/cli/commands.h"
+#include "drover/cli/printers.h"
 #include "drover/cli/table.h"
+#include "drover/cli/terminal.h"
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
 #include "drover/v1/api.grpc.pb.h"
@@ -109,36 +111,42 @@ std::string Scaling(const v1::DeploymentSpec& s) {
   return fmt::format("{}..{}", s.min_replicas(), s.max_replicas());
 }
 
-void PrintOne(const v1::Deployment& d) {
+}  // namespace
+
+void DescribeDeployment(const v1::Deployment& d, std::ostream& out) {
   const v1::DeploymentSpec& s = d.spec();
   const v1::DeploymentStatus& st = d.status();
-  std::cout << fmt::format("name:        {}\n", s.name());
-  std::cout << fmt::format("tenant:      {}\n", s.tenant());
-  std::cout << fmt::format("model:       {} (served as {})\n", s.model(), Or(s.served_model_name(), s.name().c_str()));
-  std::cout << fmt::format("engine:      {}\n", Or(s.engine()));
-  std::cout << fmt::format("replicas:    {} ready of {} desired{}\n", st.ready_replicas(), st.desired_replicas(),
-                           s.max_replicas() > 0 ? fmt::format(" (auto-scaling {})", Scaling(s)) : "");
-  std::cout << fmt::format("per replica: {} GPU{}{}\n",
-                           s.gpu_milli() > 0 ? FormatMilliGpu(s.gpu_milli()) : std::to_string(s.gpus()),
-                           s.gpus() == 1 && s.gpu_milli() == 0 ? "" : "s",
-                           s.gpu_memory_bytes() > 0 ? ", " + FormatBytes(s.gpu_memory_bytes()) + " GPU memory" : "");
-  std::cout << fmt::format("revision:    {}\n", st.revision());
-  std::cout << fmt::format("load:        {} outstanding, {} waiting", st.outstanding(), st.waiting());
+  // Names, the model and the message are what a tenant wrote: escaped (terminal.h).
+  auto e = [](const std::string& text) { return EscapeTerminal(text); };
+  out << fmt::format("name:        {}\n", e(s.name()));
+  out << fmt::format("tenant:      {}\n", e(s.tenant()));
+  out << fmt::format("model:       {} (served as {})\n", e(s.model()), e(Or(s.served_model_name(), s.name().c_str())));
+  out << fmt::format("engine:      {}\n", e(Or(s.engine())));
+  out << fmt::format("replicas:    {} ready of {} desired{}\n", st.ready_replicas(), st.desired_replicas(),
+                     s.max_replicas() > 0 ? fmt::format(" (auto-scaling {})", Scaling(s)) : "");
+  out << fmt::format("per replica: {} GPU{}{}\n",
+                     s.gpu_milli() > 0 ? FormatMilliGpu(s.gpu_milli()) : std::to_string(s.gpus()),
+                     s.gpus() == 1 && s.gpu_milli() == 0 ? "" : "s",
+                     s.gpu_memory_bytes() > 0 ? ", " + FormatBytes(s.gpu_memory_bytes()) + " GPU memory" : "");
+  out << fmt::format("revision:    {}\n", st.revision());
+  out << fmt::format("load:        {} outstanding, {} waiting", st.outstanding(), st.waiting());
   if (st.engine_waiting() > 0 || st.queue_ms() >= 0) {
-    std::cout << fmt::format("; engines: {} queued, queue time {}", std::max<int64_t>(0, st.engine_waiting()),
-                             st.queue_ms() < 0 ? std::string("-") : fmt::format("{:.0f} ms", st.queue_ms()));
+    out << fmt::format("; engines: {} queued, queue time {}", std::max<int64_t>(0, st.engine_waiting()),
+                       st.queue_ms() < 0 ? std::string("-") : fmt::format("{:.0f} ms", st.queue_ms()));
   }
-  std::cout << "\n";
-  if (!st.message().empty()) std::cout << fmt::format("message:     {}\n", st.message());
-  std::cout << "\n";
+  out << "\n";
+  if (!st.message().empty()) out << fmt::format("message:     {}\n", e(st.message()));
+  out << "\n";
   Table t({"REPLICA", "REV", "STATE", "READY", "NODE", "ENDPOINT", "RESTARTS", "OUTSTANDING", "REASON"});
   for (const v1::DeploymentReplica& r : st.replicas()) {
     t.AddRow({r.job_id(), std::to_string(r.revision()), StateName(r.state()), r.ready() ? "yes" : "no", Or(r.node()),
               Or(r.endpoint()), std::to_string(r.restarts()), std::to_string(r.outstanding()),
               r.reason().empty() ? "-" : r.reason()});
   }
-  t.Print(std::cout);
+  t.Print(out);
 }
+
+namespace {
 
 int Deploy(const DeployArgs& a, const Common& c) {
   auto spec = SpecFrom(a);
@@ -153,7 +161,7 @@ int Deploy(const DeployArgs& a, const Common& c) {
   if (c.output == "json") {
     std::cout << Json(out) << "\n";
   } else {
-    std::cout << fmt::format("deployment {} {} (revision {}, {} replica{})\n", out.spec().name(),
+    std::cout << fmt::format("deployment {} {} (revision {}, {} replica{})\n", EscapeTerminal(out.spec().name()),
                              a.replace ? "applied" : "created", out.status().revision(),
                              out.status().desired_replicas(), out.status().desired_replicas() == 1 ? "" : "s");
   }
@@ -193,7 +201,7 @@ int Show(const std::string& name, const Common& c) {
   if (c.output == "json") {
     std::cout << Json(out) << "\n";
   } else {
-    PrintOne(out);
+    DescribeDeployment(out, std::cout);
   }
   return 0;
 }
@@ -210,7 +218,7 @@ int Scale(const std::string& name, int replicas, const Common& c) {
   if (c.output == "json") {
     std::cout << Json(out) << "\n";
   } else {
-    std::cout << fmt::format("deployment {} scaled to {}\n", name, out.status().desired_replicas());
+    std::cout << fmt::format("deployment {} scaled to {}\n", EscapeTerminal(name), out.status().desired_replicas());
   }
   return 0;
 }
@@ -222,7 +230,7 @@ int Undeploy(const std::string& name, const Common& c) {
   v1::Deployment out;
   auto ctx = Context(c);
   if (grpc::Status s = stub->Delete(ctx.get(), req, &out); !s.ok()) return Fail(s, c);
-  std::cout << fmt::format("deployment {} deleted\n", name);
+  std::cout << fmt::format("deployment {} deleted\n", EscapeTerminal(name));
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "drover/cli/flags.h"
 #include "drover/cli/job_table.h"
 #include "drover/cli/submit_flags.h"
+#include "drover/cli/terminal.h"
 #include "drover/http/client.h"
 
 namespace drover::cli {
@@ -141,7 +142,10 @@ int SubmitAndWait(const Target& t, const std::string& target, const std::string&
     std::string id = parsed.value("id", "");
     Ended e{state == "JOB_STATE_SUCCEEDED", st.value("signal", 0), st.value("exitCode", 0)};
     if (!ended.emplace(id, e).second) return;
-    if (!e.succeeded) std::cerr << fmt::format("job {} {}: {}\n", id, StateDisplay(state), st.value("message", ""));
+    if (!e.succeeded) {
+      std::cerr << fmt::format("job {} {}: {}\n", EscapeTerminal(id), EscapeTerminal(StateDisplay(state)),
+                               EscapeTerminal(st.value("message", "")));
+    }
   };
   auto on_body = [&](std::string_view piece) {
     pending.append(piece);
@@ -204,9 +208,9 @@ int Submit(const SubmitArgs& a, const Common& c, const Target& t) {
     std::string job_id = resp.value("job", Json::object()).value("id", "");
     if (c.output == "json") {
       // One job prints as the job; an array as the answer with its id and size.
-      std::cout << (array_id.empty() ? resp.at("job") : resp).dump(2) << "\n";
+      std::cout << EscapeJsonForTerminal((array_id.empty() ? resp.at("job") : resp).dump(2)) << "\n";
     } else {
-      std::cout << (array_id.empty() ? job_id : array_id) << "\n";
+      std::cout << EscapeTerminal(array_id.empty() ? job_id : array_id) << "\n";
     }
     std::cout.flush();
   };
@@ -262,7 +266,7 @@ int Jobs(const JobsArgs& a, const Common& c, const Target& t) {
     if (!a.all || token.empty()) break;
   }
   if (c.output == "json") {
-    std::cout << list.dump(2) << "\n";
+    std::cout << EscapeJsonForTerminal(list.dump(2)) << "\n";
     return 0;
   }
   PrintJobList(list, a, c.output == "wide", now, std::cout, std::cerr);

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "drover/cli/terminal.h"
+
 namespace drover::cli {
 
 namespace {
@@ -46,7 +48,7 @@ void AddCommon(CLI::App* cmd, Common* c, bool output) {
 
 int CheckOutput(const Common& c) {
   if (c.output == "table" || c.output == "wide" || c.output == "json") return 0;
-  std::cerr << "error: output format '" << c.output << "' is unknown (use table, wide or json)\n";
+  std::cerr << "error: output format '" << EscapeTerminal(c.output) << "' is unknown (use table, wide or json)\n";
   return kExitUsage;
 }
 
@@ -111,12 +113,13 @@ int Fail(Code code, const std::string& message, const Common& c) {
     msg = fmt::format("{} (the CLI looks in DROVER_TOKEN, --token-file, {}, then {}/admin.token)", msg,
                       LoginTokenPath(), DataDir());
   }
-  std::cerr << "error: " << msg << "\n";
+  // The server's message quotes what tenants wrote: escaped (terminal.h).
+  std::cerr << "error: " << EscapeTerminal(msg) << "\n";
   return ExitCodeFor(code);
 }
 
 int Usage(const std::string& message) {
-  std::cerr << "error: " << message << "\n";
+  std::cerr << "error: " << EscapeTerminal(message) << "\n";
   return kExitUsage;
 }
 

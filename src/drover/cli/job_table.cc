@@ -10,6 +10,7 @@
 
 #include "drover/cli/flags.h"
 #include "drover/cli/table.h"
+#include "drover/cli/terminal.h"
 #include "drover/common/config.h"
 
 namespace drover::cli {
@@ -90,10 +91,10 @@ void PrintJobs(const std::vector<const Json*>& jobs, bool wide, int64_t now, std
       if (const Json& c = Field(spec, "command"); c.is_array()) {
         for (const Json& arg : c) command.push_back(arg.get<std::string>());
       }
-      std::string cmd = fmt::format("{}", fmt::join(command, " "));
-      if (cmd.size() > 40) cmd = cmd.substr(0, 37) + "...";
-      std::string message = Str(st, "message");
-      if (message.size() > 80) message = message.substr(0, 77) + "...";
+      // Escaped before they are cut (the table escapes every cell; this
+      // keeps an escape from pushing the cell past its width).
+      std::string cmd = Cut(EscapeTerminal(fmt::format("{}", fmt::join(command, " "))), 40);
+      std::string message = Cut(EscapeTerminal(Str(st, "message")), 80);
       row.insert(row.end(), {JoinInts(Field(alloc, "gpuIndices")), exit, cmd, message});
     }
     t.AddRow(row);
@@ -212,7 +213,8 @@ void PrintJobList(const Json& list, const JobsArgs& a, bool wide, int64_t now_na
     }
   }
   if (std::string next = Str(list, "nextPageToken"); !next.empty()) {
-    err << fmt::format("More jobs: add --page-token {} for the next page, or --all for every page.\n", next);
+    err << fmt::format("More jobs: add --page-token {} for the next page, or --all for every page.\n",
+                       EscapeTerminal(next));
   }
 }
 

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "drover/cli/client.h"
 #include "drover/cli/commands.h"
 #include "drover/cli/node_view.h"
+#include "drover/cli/terminal.h"
 #include "drover/v1/api.grpc.pb.h"
 
 namespace drover::cli {
@@ -14,17 +16,19 @@ namespace {
 
 // `drover gpus -o json`: one flat list, each GPU with its node's name.
 void PrintGpusJson(const v1::ListNodesResponse& resp) {
-  std::cout << "[";
+  std::string out = "[";
   bool first = true;
   for (const auto& n : resp.nodes()) {
     for (const auto& g : n.gpus()) {
       std::string one = Json(g);
-      one.insert(1, fmt::format("\n  \"node\": \"{}\",", n.name()));
-      std::cout << (first ? "\n" : ",\n") << one;
+      // The name as a JSON string (quotes, backslashes and controls escaped).
+      std::string name = nlohmann::json(n.name()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      one.insert(1, fmt::format("\n  \"node\": {},", name));
+      out += (first ? "\n" : ",\n") + one;
       first = false;
     }
   }
-  std::cout << "]\n";
+  std::cout << EscapeJsonForTerminal(out) << "]\n";
 }
 
 int Nodes(const Common& c, bool gpus_view) {
@@ -59,7 +63,7 @@ int NodeAction(const std::string& name, bool drain, bool requeue, const Common& 
   auto ctx = Context(c);
   grpc::Status st = drain ? stub->Drain(ctx.get(), req, &node) : stub->Undrain(ctx.get(), req, &node);
   if (!st.ok()) return Fail(st, c);
-  std::cout << fmt::format("node/{} {}{}\n", name, drain ? "drained" : "undrained",
+  std::cout << fmt::format("node/{} {}{}\n", EscapeTerminal(name), drain ? "drained" : "undrained",
                            requeue ? "; its jobs are checkpointed, stopped and queued again" : "");
   return 0;
 }
@@ -83,7 +87,8 @@ int Fault(const FaultArgs& a, const Common& c) {
   auto ctx = Context(c);
   grpc::Status st = stub->InjectFault(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(st, c);
-  std::cout << fmt::format("fault '{}' sent to gpu {} of node '{}'\n", a.fault, a.gpu, a.node);
+  std::cout << fmt::format("fault '{}' sent to gpu {} of node '{}'\n", EscapeTerminal(a.fault), a.gpu,
+                           EscapeTerminal(a.node));
   return 0;
 }
 

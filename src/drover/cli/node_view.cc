@@ -35,12 +35,6 @@ std::string Plural(int64_t n, const char* one, const char* many) {
 
 }  // namespace
 
-std::string Cut(const std::string& s, size_t max) {
-  if (max == 0 || s.size() <= max) return s;
-  if (max <= 3) return s.substr(0, max);
-  return s.substr(0, max - 3) + "...";
-}
-
 std::string GpuHealthText(const v1::Gpu& g, size_t max) {
   switch (g.health()) {
     case v1::GPU_HEALTH_HEALTHY: return "Healthy";

@@ -9,12 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "drover/cli/terminal.h"  // Cut
 #include "drover/v1/api.pb.h"
 
 namespace drover::cli {
-
-// `s`, cut to `max` characters with "..." at the end; 0 means no limit.
-std::string Cut(const std::string& s, size_t max);
 
 // "Healthy", "Unknown" (never reported) or "Unhealthy: REASON", cut to `max`.
 std::string GpuHealthText(const v1::Gpu& g, size_t max = 0);

@@ -4,7 +4,18 @@
 
 #include <algorithm>
 
+#include "drover/cli/terminal.h"
+
 namespace drover::cli {
+
+Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {
+  for (std::string& h : headers_) h = EscapeTerminal(h);
+}
+
+void Table::AddRow(std::vector<std::string> row) {
+  for (std::string& cell : row) cell = EscapeTerminal(cell);
+  rows_.push_back(std::move(row));
+}
 
 void Table::Print(std::ostream& out) const {
   std::vector<size_t> width(headers_.size(), 0);

@@ -1,6 +1,9 @@
 #pragma once
 // Plain-text tables in the style of kubectl: upper-case headers, columns
-// padded to their widest cell and separated by three spaces.
+// padded to their widest cell and separated by three spaces. Every cell is
+// escaped for the terminal (terminal.h): a control character a tenant put
+// in a name or a command shows as an escape, and cannot forge a row or
+// move the cursor.
 
 #include <ostream>
 #include <string>
@@ -10,8 +13,8 @@ namespace drover::cli {
 
 class Table {
  public:
-  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  explicit Table(std::vector<std::string> headers);
+  void AddRow(std::vector<std::string> row);
   void Print(std::ostream& out) const;
 
  private:

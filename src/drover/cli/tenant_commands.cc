@@ -8,6 +8,7 @@
 #include "drover/cli/client.h"
 #include "drover/cli/commands.h"
 #include "drover/cli/table.h"
+#include "drover/cli/terminal.h"
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
 #include "drover/v1/api.grpc.pb.h"
@@ -137,7 +138,7 @@ int Set(const TenantArgs& a, const CLI::App* cmd, bool create, const Common& c) 
   if (c.output == "json") {
     std::cout << Json(out) << "\n";
   } else {
-    std::cout << fmt::format("tenant {} {}\n", out.name(), create ? "created" : "updated");
+    std::cout << fmt::format("tenant {} {}\n", EscapeTerminal(out.name()), create ? "created" : "updated");
   }
   return 0;
 }
@@ -149,7 +150,7 @@ int Delete(const std::string& name, const Common& c) {
   v1::DeleteTenantResponse resp;
   auto ctx = Context(c);
   if (grpc::Status s = stub->Delete(ctx.get(), req, &resp); !s.ok()) return Fail(s, c);
-  std::cout << fmt::format("tenant {} deleted\n", name);
+  std::cout << fmt::format("tenant {} deleted\n", EscapeTerminal(name));
   return 0;
 }
 

@@ -161,7 +161,7 @@ TEST(TopTest, InteractiveTitleErrorsAndEscapesFromTheServer) {
   EXPECT_EQ(lines[2].text, "error: cannot reach the drover server at 127.0.0.1:7070");
   std::string frame = RenderTop(s, o);
   EXPECT_EQ(frame.find('\x1b'), std::string::npos);
-  EXPECT_THAT(frame, HasSubstr("evil?[2J  NotReady"));
+  EXPECT_THAT(frame, HasSubstr("evil\\x1b[2J  NotReady"));
 }
 
 TEST(TopTest, LongModelNamesAreCut) {

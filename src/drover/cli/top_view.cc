@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "drover/cli/node_view.h"
+#include "drover/cli/terminal.h"
 
 namespace drover::cli {
 namespace {
@@ -22,16 +23,6 @@ std::optional<double> Utilization(const v1::Gpu& g) {
 }
 
 std::string WithUnit(const std::string& cell, const char* unit) { return cell == "-" ? cell : cell + unit; }
-
-// Control characters from the server (a node name, a reason) would be
-// terminal escapes: shown as '?'.
-std::string Printable(std::string s) {
-  for (char& ch : s) {
-    auto b = static_cast<unsigned char>(ch);
-    if (b < 0x20 || b == 0x7f) ch = '?';
-  }
-  return s;
-}
 
 // Cuts to `width` bytes without splitting a UTF-8 sequence.
 std::string CutToWidth(std::string s, size_t width) {
@@ -85,7 +76,9 @@ std::vector<TopLine> RenderTopLines(const TopSnapshot& s, const TopFrameOptions&
   if (o.interactive) title += "  (q to quit)";
   lines.push_back({Kind::kTitle, title});
   lines.push_back({Kind::kSummary, Header(s)});
-  if (!s.error.empty()) lines.push_back({Kind::kError, "error: " + s.error});
+  // What the server said (a node name, a reason, an error) is escaped: its
+  // control characters would be the terminal's (terminal.h).
+  if (!s.error.empty()) lines.push_back({Kind::kError, "error: " + EscapeTerminal(s.error)});
   lines.push_back({Kind::kOther, ""});
 
   // GPU rows as cells first, so that every node's rows share column widths.
@@ -110,7 +103,7 @@ std::vector<TopLine> RenderTopLines(const TopSnapshot& s, const TopFrameOptions&
             {std::to_string(g->index()), Cut(g->model(), kModelWidth), UtilBar(util, kBarCells) + " " + pct,
              MemUsedText(*g), WithUnit(TempText(*g), "C"), WithUnit(PowerText(*g), "W"),
              g->job_id().empty() ? "-" : g->job_id(), GpuHealthText(*g)}};
-      for (std::string& cell : r.cells) cell = Printable(cell);
+      for (std::string& cell : r.cells) cell = EscapeTerminal(cell);
       for (size_t c = 0; c + 1 < kColumns; ++c) width[c] = std::max(width[c], r.cells[c].size());
       rows.push_back(std::move(r));
     }
@@ -131,9 +124,9 @@ std::vector<TopLine> RenderTopLines(const TopSnapshot& s, const TopFrameOptions&
       const v1::Node& n = *r.node;
       std::string state = n.state() == v1::NODE_STATE_READY ? "Ready" : "NotReady";
       if (n.drained()) state += ",Drained";
-      std::string line =
-          Printable(fmt::format("{}  {}  {}  {}", n.name(), state, n.gpus().empty() ? "no GPUs" : GpuHealthSummary(n),
-                                TopologySummary(n.topology())));
+      std::string line = EscapeTerminal(fmt::format("{}  {}  {}  {}", n.name(), state,
+                                                    n.gpus().empty() ? "no GPUs" : GpuHealthSummary(n),
+                                                    TopologySummary(n.topology())));
       lines.push_back({Kind::kNode, line});
       continue;
     }

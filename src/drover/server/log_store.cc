@@ -46,7 +46,8 @@ Status LogStore::Write(const std::string& job_id, int64_t offset, const std::str
   if (offset < 0) return InvalidArgument(fmt::format("log offset {} is negative", offset));
   if (offset >= kMaxJobLogBytes) return Status::Ok();
   size_t len = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(data.size()), kMaxJobLogBytes - offset));
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  // A job's output: its owner's only (docs/security.md, "Files").
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return Unavailable(fmt::format("cannot open log '{}': {}", path, std::strerror(errno)));
   size_t done = 0;
   while (done < len) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -232,6 +233,29 @@ std::shared_ptr<grpc::ServerCredentials> GrpcTlsCredentials(const auth::ServerTl
   return grpc::experimental::TlsServerCredentials(options);
 }
 
+// The data directory holds every tenant's jobs, environments and logs: its
+// owner's only (docs/security.md, "Files"). Made 0700; one found open
+// beyond its owner is closed, with a warning. (The roles check everything
+// in it before they start a server: apps/drover/data_dir.h.)
+Status MakePrivateDataDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", dir, ec.message()));
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    return Unavailable(fmt::format("cannot stat data directory '{}': {}", dir, std::strerror(errno)));
+  }
+  if ((st.st_mode & 077) == 0) return Status::Ok();
+  const mode_t mode = st.st_mode & 07700;
+  if (::chmod(dir.c_str(), mode) != 0) {
+    return FailedPrecondition(fmt::format("data directory '{}' is mode {:04o} and cannot be made {:04o}: {}", dir,
+                                          st.st_mode & 07777, mode, std::strerror(errno)));
+  }
+  spdlog::warn("data directory '{}' was mode {:04o}, open beyond its owner: made {:04o}", dir, st.st_mode & 07777,
+               mode);
+  return Status::Ok();
+}
+
 // Opens the configured store. An etcd that does not answer yet (starting,
 // or without a quorum) is waited for, as a standby waits for the lead.
 Result<std::unique_ptr<store::Store>> OpenStoreWaiting(const ServerOptions& o, const store::EtcdOptions& etcd) {
@@ -326,9 +350,7 @@ class ServerImpl final : public Server {
   ~ServerImpl() override { Stop(); }
 
   Status Init(const ServerOptions& o) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.data_dir, ec);
-    if (ec) return Unavailable(fmt::format("cannot create data directory '{}': {}", o.data_dir, ec.message()));
+    DROVER_RETURN_IF_ERROR(MakePrivateDataDir(o.data_dir));
     DROVER_ASSIGN_OR_RETURN(store_, OpenStoreWaiting(o, o.etcd));
     store::Store* store = store_.get();
     DROVER_ASSIGN_OR_RETURN(tls_, LoadTls(o, &ca_file_));
@@ -428,10 +450,13 @@ class ServerImpl final : public Server {
     DROVER_RETURN_IF_ERROR(WriteFileAtomic(o.data_dir + "/dashboard-url", login_url + "\n", 0600));
 
     // Written last and atomically: its presence means "serving".
-    std::string tmp = o.data_dir + "/endpoints.json.tmp";
-    std::ofstream(tmp) << fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", grpc_address_, http_address_);
-    std::filesystem::rename(tmp, o.data_dir + "/endpoints.json", ec);
-    if (ec) return Unavailable(fmt::format("cannot write endpoints file: {}", ec.message()));
+    if (Status w =
+            WriteFileAtomic(o.data_dir + "/endpoints.json",
+                            fmt::format("{{\"grpc\": \"{}\", \"http\": \"{}\"}}\n", grpc_address_, http_address_), 0600,
+                            /*durable=*/false);
+        !w.ok()) {
+      return Unavailable(fmt::format("cannot write endpoints file: {}", w.message()));
+    }
     if (tls_) {
       spdlog::info("serving gRPC (TLS) on {} and HTTPS on {}; cluster CA {} ({}){}", grpc_address_, http_address_,
                    ca_file_, tls_->ca_fingerprint, tls_->can_issue() ? "; issuing node certificates at join" : "");

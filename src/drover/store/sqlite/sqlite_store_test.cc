@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +100,31 @@ TEST(SqliteStoreTest, UsesWalWithFullSync) {
   ASSERT_TRUE(busy_timeout.ok());
   EXPECT_GT(std::stoi(*busy_timeout), 0);
   EXPECT_EQ(SqliteStorePragma(*store, "synchronous; DROP TABLE kv").status().code(), Code::kInvalidArgument);
+}
+
+int ModeOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+}
+
+// The database and the files SQLite keeps beside it hold every tenant's
+// jobs: their owner's only whatever the umask, and one an older version
+// left open is closed when it is opened (docs/security.md, "Files").
+TEST(SqliteStoreTest, FilesAreTheirOwnersOnly) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const mode_t saved = ::umask(022);
+  const std::string db = dir.File("store.db");
+  ManualClock clock;
+  for (int open = 0; open < 2; ++open) {
+    std::unique_ptr<Store> store = MustOpen(db, &clock);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Put("a", std::to_string(open)).ok());
+    for (const char* suffix : {"", "-wal", "-shm"}) EXPECT_EQ(ModeOf(db + suffix), 0600) << suffix << " " << open;
+    store.reset();
+    ASSERT_EQ(::chmod(db.c_str(), 0644), 0);  // as an older version made it
+  }
+  ::umask(saved);
 }
 
 TEST(SqliteStoreTest, RevisionIsKeptInTheFile) {

@@ -1,10 +1,47 @@
 #include "drover/store/sqlite/statement.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace drover::store {
 namespace {
 constexpr int kBusyTimeoutMs = 5000;
+
+// A database file, and those SQLite keeps beside it, hold every tenant's
+// jobs and environments: their owner's only (docs/security.md, "Files").
+// SQLite makes a new database 0644 (less the umask) and its -wal, -shm and
+// -journal with the database's mode; so the database is made 0600 before
+// SQLite opens it, and any of the four found open beyond its owner (left by
+// an older version, or by a crash) is closed, with a warning. Paths SQLite
+// does not take as files (":memory:", "file:" URIs) are left alone.
+Status MakeDatabasePrivate(const std::string& path) {
+  if (path.empty() || path == ":memory:" || path.starts_with("file:")) return Status::Ok();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd >= 0) {
+    ::close(fd);  // an empty file is an empty database to SQLite
+  } else if (errno != EEXIST) {
+    return Unavailable(fmt::format("cannot create '{}': {}", path, std::strerror(errno)));
+  }
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string file = path + suffix;
+    struct stat st {};
+    if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) == 0) continue;
+    const mode_t mode = st.st_mode & 07700;
+    if (::chmod(file.c_str(), mode) != 0) {
+      return Unavailable(fmt::format("'{}' is mode {:04o} and cannot be made {:04o}: {}", file, st.st_mode & 07777,
+                                     mode, std::strerror(errno)));
+    }
+    spdlog::warn("'{}' was mode {:04o}, open beyond its owner: made {:04o}", file, st.st_mode & 07777, mode);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Code SqliteCode(int rc) {
@@ -43,6 +80,7 @@ std::string Stmt::Text(int column) const {
 }
 
 Result<std::unique_ptr<Connection>> Connection::Open(const std::string& path) {
+  DROVER_RETURN_IF_ERROR(MakeDatabasePrivate(path));
   sqlite3* db = nullptr;
   int rc =
       sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
