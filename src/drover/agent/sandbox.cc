@@ -122,6 +122,9 @@ bool EnterMounts(const JobSandbox& s) {
     if (fd < 0 || ::write(fd, "0", 1) != 1) FailChild(a.report, ChildError::kJoinCgroup);
     ::close(fd);
   }
+  // The way to the job's own directories must be open to its user: not
+  // the agent's 077.
+  ::umask(022);
   if (!EnterMounts(s)) FailChild(a.report, ChildError::kSandbox);
   pid_t job = ::fork();
   if (job < 0) FailChild(a.report, ChildError::kSandbox);
