@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -97,6 +98,48 @@ Result<std::optional<std::string>> Consume(store::Store* store, const std::strin
                                                          {store::Op::Delete(key)}, {}));
   if (!r.succeeded) return std::optional<std::string>();
   return std::optional<std::string>(kv->value);
+}
+
+// Deletes `kv` unless it changed since it was read; whether it did.
+Result<bool> DeleteIfUnchanged(store::Store* store, const store::KeyValue& kv) {
+  DROVER_ASSIGN_OR_RETURN(store::TxnResult r, store->Txn({store::Compare::ModRevisionIs(kv.key, kv.mod_revision)},
+                                                         {store::Op::Delete(kv.key)}, {}));
+  return r.succeeded;
+}
+
+int64_t ExpiresNs(const std::string& record) {
+  json j = json::parse(record, nullptr, false);
+  // A corrupt record can never be used: it counts as expired.
+  return j.is_object() ? j.value("expires_ns", int64_t{0}) : 0;
+}
+
+// Deletes the records under `prefix` that expired by `now`, a page at a time.
+Result<int64_t> SweepPrefix(store::Store* store, std::string_view prefix, int64_t now) {
+  constexpr int64_t kPage = 1000;
+  int64_t deleted = 0;
+  std::string start;
+  for (;;) {
+    DROVER_ASSIGN_OR_RETURN(store::RangeResult page, store->Range(std::string(prefix), kPage, start));
+    for (const store::KeyValue& kv : page.kvs) {
+      if (now < ExpiresNs(kv.value)) continue;
+      DROVER_ASSIGN_OR_RETURN(bool gone, DeleteIfUnchanged(store, kv));
+      deleted += gone ? 1 : 0;
+    }
+    if (!page.more || page.kvs.empty()) return deleted;
+    start = page.kvs.back().key + '\0';
+  }
+}
+
+// The characters of an owner key (OwnerKey) at the head of a login code.
+constexpr size_t kOwnerChars = 16;
+// A code of the older form: the random part alone (base64url of kCodeBytes).
+constexpr size_t kBareCodeChars = 43;
+
+// Where a login code's record lives: under its owner's key, which the code
+// begins with; a code of the older form (no owner) right under the prefix.
+std::string LoginCodeKey(std::string_view code) {
+  if (code.size() <= kBareCodeChars) return std::string(kLoginPrefix) + Sha256Hex(code);
+  return fmt::format("{}{}/{}", kLoginPrefix, code.substr(0, kOwnerChars), Sha256Hex(code));
 }
 
 }  // namespace
@@ -307,11 +350,50 @@ Result<bool> Authority::EnsureBootstrapAdmin(const std::string& path) {
   return true;
 }
 
+std::string Authority::OwnerKey(const Principal& p) {
+  return Sha256Hex(p.token_id.empty() ? "internal:" + p.name : "token:" + p.token_id).substr(0, kOwnerChars);
+}
+
 Result<std::string> Authority::CreateLoginCode(const Principal& as) {
-  DROVER_ASSIGN_OR_RETURN(std::string code, RandomBase64Url(kCodeBytes));
-  json j{{"principal", PrincipalJson(as)}, {"expires_ns", Nanos(clock_) + kLoginCodeLifetime.count()}};
-  DROVER_RETURN_IF_ERROR(store_->Put(std::string(kLoginPrefix) + Sha256Hex(code), j.dump()).status());
+  const std::string owner = OwnerKey(as);
+  const int64_t now = Nanos(clock_);
+  // This token's unused codes: the expired ones go, and the oldest while
+  // there are kMaxLoginCodesPerToken (a loop of `drover ui` keeps working;
+  // a flood of codes keeps 16).
+  const std::string prefix = fmt::format("{}{}/", kLoginPrefix, owner);
+  DROVER_ASSIGN_OR_RETURN(store::RangeResult held, store_->Range(prefix));
+  std::vector<std::pair<int64_t, const store::KeyValue*>> live;  // (create revision, record)
+  for (const store::KeyValue& kv : held.kvs) {
+    if (now >= ExpiresNs(kv.value)) {
+      DROVER_RETURN_IF_ERROR(DeleteIfUnchanged(store_, kv).status());
+    } else {
+      live.emplace_back(kv.create_revision, &kv);
+    }
+  }
+  std::sort(live.begin(), live.end());
+  for (size_t i = 0; i + kMaxLoginCodesPerToken <= live.size(); ++i) {
+    DROVER_RETURN_IF_ERROR(DeleteIfUnchanged(store_, *live[i].second).status());
+  }
+  DROVER_ASSIGN_OR_RETURN(std::string random, RandomBase64Url(kCodeBytes));
+  std::string code = owner + random;
+  json j{{"principal", PrincipalJson(as)}, {"expires_ns", now + kLoginCodeLifetime.count()}};
+  DROVER_RETURN_IF_ERROR(store_->Put(LoginCodeKey(code), j.dump()).status());
   return code;
+}
+
+Result<Authority::Swept> Authority::SweepExpired() {
+  const int64_t now = Nanos(clock_);
+  Swept swept;
+  DROVER_ASSIGN_OR_RETURN(swept.login_codes, SweepPrefix(store_, kLoginPrefix, now));
+  DROVER_ASSIGN_OR_RETURN(swept.join_tokens, SweepPrefix(store_, kJoinPrefix, now));
+  MutexLock lock(&mu_);
+  std::vector<std::string> expired;
+  for (const auto& [key, session] : sessions_) {
+    if (session.expires_ns <= now) expired.push_back(key);
+  }
+  for (const std::string& key : expired) EraseSessionLocked(key);
+  swept.sessions = static_cast<int64_t>(expired.size());
+  return swept;
 }
 
 Result<std::string> Authority::CreateJoinToken(const Principal& by, const std::string& node, Duration ttl) {
@@ -347,26 +429,58 @@ Result<DashboardSession> Authority::OpenSession(const Principal& p) {
   s.principal = p;
   int64_t now = Nanos(clock_);
   s.expires_ns = now + kSessionLifetime.count();
+  const std::string owner = OwnerKey(p);
   MutexLock lock(&mu_);
-  if (sessions_.size() >= kMaxSessions) {
-    for (auto it = sessions_.begin(); it != sessions_.end();) {
-      it = it->second.expires_ns <= now ? sessions_.erase(it) : std::next(it);
+  // This token's own: its expired sessions go, then its oldest while it
+  // holds kMaxSessionsPerToken. Nothing here touches another token's.
+  if (auto it = sessions_by_owner_.find(owner); it != sessions_by_owner_.end()) {
+    std::vector<std::string> own = it->second;  // EraseSessionLocked edits the list
+    size_t live = own.size();
+    for (const std::string& key : own) {
+      auto found = sessions_.find(key);
+      if (found == sessions_.end() || found->second.expires_ns > now) continue;
+      EraseSessionLocked(key);
+      --live;
     }
-    if (sessions_.size() >= kMaxSessions) {
-      auto oldest = sessions_.begin();
-      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
-        if (it->second.expires_ns < oldest->second.expires_ns) oldest = it;
-      }
-      sessions_.erase(oldest);
+    for (size_t i = 0; live >= kMaxSessionsPerToken && i < own.size(); ++i) {
+      if (sessions_.count(own[i]) == 0) continue;  // expired above
+      EraseSessionLocked(own[i]);
+      --live;
     }
   }
-  sessions_[Sha256Hex(s.cookie)] = s;
+  if (sessions_.size() >= kMaxSessions) {
+    std::vector<std::string> expired;
+    for (const auto& [key, session] : sessions_) {
+      if (session.expires_ns <= now) expired.push_back(key);
+    }
+    for (const std::string& key : expired) EraseSessionLocked(key);
+    // Full of live sessions of other tokens (kMaxSessions / 16 tokens'
+    // worth): refused rather than ending someone else's.
+    if (sessions_.size() >= kMaxSessions) {
+      return ResourceExhausted(
+          fmt::format("the server holds {} dashboard sessions; log out elsewhere or use a token", kMaxSessions));
+    }
+  }
+  std::string key = Sha256Hex(s.cookie);
+  sessions_[key] = s;
+  sessions_by_owner_[owner].push_back(std::move(key));
   return s;
+}
+
+void Authority::EraseSessionLocked(const std::string& key) {
+  auto it = sessions_.find(key);
+  if (it == sessions_.end()) return;
+  auto owner = sessions_by_owner_.find(OwnerKey(it->second.principal));
+  sessions_.erase(it);
+  if (owner == sessions_by_owner_.end()) return;
+  std::vector<std::string>& list = owner->second;
+  list.erase(std::remove(list.begin(), list.end(), key), list.end());
+  if (list.empty()) sessions_by_owner_.erase(owner);
 }
 
 Result<DashboardSession> Authority::OpenSessionWithCode(std::string_view code) {
   DROVER_RETURN_IF_ERROR(CheckCode(code, "login code"));
-  DROVER_ASSIGN_OR_RETURN(auto value, Consume(store_, std::string(kLoginPrefix) + Sha256Hex(code)));
+  DROVER_ASSIGN_OR_RETURN(auto value, Consume(store_, LoginCodeKey(code)));
   if (!value.has_value())
     return Unauthenticated("login code is unknown or was already used; run `drover ui` for a new one");
   json j = json::parse(*value, nullptr, false);
@@ -410,7 +524,7 @@ Result<DashboardSession> Authority::FindSession(std::string_view cookie) const {
 
 void Authority::CloseSession(std::string_view cookie) {
   MutexLock lock(&mu_);
-  sessions_.erase(Sha256Hex(cookie));
+  EraseSessionLocked(Sha256Hex(cookie));
 }
 
 }  // namespace drover::auth

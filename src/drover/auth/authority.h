@@ -71,6 +71,11 @@ class Authority {
   static constexpr Duration kSessionLifetime = std::chrono::hours(12);
   static constexpr Duration kLoginCodeLifetime = std::chrono::hours(24);
   static constexpr size_t kMaxSessions = 10000;
+  // Per token (a dashboard user opens a few: browsers, machines): the
+  // next one closes that token's oldest, never another token's.
+  static constexpr size_t kMaxSessionsPerToken = 16;
+  // Unused login codes per token: the next one deletes that token's oldest.
+  static constexpr size_t kMaxLoginCodesPerToken = 16;
 
   Authority(store::Store* store, const Clock* clock) : store_(store), clock_(clock) {}
 
@@ -107,8 +112,9 @@ class Authority {
   Result<std::string> MintInternal(const CreateTokenRequest& req);
 
   // One-time codes. A login code logs a browser in as `as` (once, within
-  // kLoginCodeLifetime). A join token lets one agent join (as `node` when
-  // set, else as the name it gives) once, within `ttl`.
+  // kLoginCodeLifetime); a token holds at most kMaxLoginCodesPerToken
+  // unused ones. A join token lets one agent join (as `node` when set, else
+  // as the name it gives) once, within `ttl`.
   Result<std::string> CreateLoginCode(const Principal& as);
   Result<std::string> CreateJoinToken(const Principal& by, const std::string& node, Duration ttl);
   // Consumes a join token: kUnauthenticated when unknown, used or expired;
@@ -122,6 +128,17 @@ class Authority {
   // The session of a cookie value, or kUnauthenticated.
   Result<DashboardSession> FindSession(std::string_view cookie) const;
   void CloseSession(std::string_view cookie);
+
+  // Deletes what expired: unused login codes and join tokens from the
+  // store, sessions from memory. The server runs it every minute
+  // (ApiService); a code is refused once expired whether or not it was
+  // swept yet.
+  struct Swept {
+    int64_t login_codes = 0;
+    int64_t join_tokens = 0;
+    int64_t sessions = 0;
+  };
+  Result<Swept> SweepExpired();
 
  private:
   // A token's stored record, from the cache or the store (and then cached).
@@ -137,8 +154,16 @@ class Authority {
   store::Store* store_;
   const Clock* clock_;
   mutable Mutex mu_;
+  // The key that bounds a principal's sessions and codes: its token.
+  static std::string OwnerKey(const Principal& p);
+  void EraseSessionLocked(const std::string& key) DROVER_REQUIRES(mu_);
+
   // Keyed by SHA-256 of the cookie value.
   std::map<std::string, DashboardSession> sessions_ DROVER_GUARDED_BY(mu_);
+  // Invariants: every key of sessions_ is in exactly one list here, under
+  // its principal's OwnerKey, oldest first; no list is empty or longer
+  // than kMaxSessionsPerToken.
+  std::map<std::string, std::vector<std::string>> sessions_by_owner_ DROVER_GUARDED_BY(mu_);
   static constexpr size_t kMaxCachedTokens = 100'000;
   mutable std::unordered_map<std::string, std::string> token_records_ DROVER_GUARDED_BY(mu_);  // by token id
   mutable uint64_t token_generation_ DROVER_GUARDED_BY(mu_) = 0;                               // +1 per ForgetToken

@@ -210,5 +210,78 @@ TEST_F(AuthorityTest, SessionsExpireAndClose) {
   EXPECT_FALSE(auth_.FindSession("not-a-session").ok());
 }
 
+// The attack of issue 37: 10,100 logins with one user token evicted the
+// admin's session (the table dropped its oldest entry at 10,000).
+TEST_F(AuthorityTest, ASessionFloodOfOneTokenEndsOnlyThatTokensOldestSessions) {
+  auto [admin_info, admin_text] = Make(admin_, {"root", "default", Role::kAdmin, "", Duration(0)});
+  auto [user_info, user_text] = Make(admin_, {"mallory", "other", Role::kUser, "", Duration(0)});
+  auto admin = auth_.Authenticate(admin_text);
+  auto user = auth_.Authenticate(user_text);
+  ASSERT_TRUE(admin.ok() && user.ok());
+  auto admins = auth_.OpenSession(*admin);
+  ASSERT_TRUE(admins.ok());
+  std::vector<std::string> cookies;
+  for (int i = 0; i < 10'100; ++i) {
+    clock_.Advance(std::chrono::milliseconds(1));
+    auto s = auth_.OpenSession(*user);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    cookies.push_back(s->cookie);
+  }
+  EXPECT_TRUE(auth_.FindSession(admins->cookie).ok()) << "another token's session was evicted";
+  // The flooding token keeps its newest kMaxSessionsPerToken.
+  size_t live = 0;
+  for (const std::string& c : cookies) live += auth_.FindSession(c).ok() ? 1 : 0;
+  EXPECT_EQ(live, Authority::kMaxSessionsPerToken);
+  EXPECT_TRUE(auth_.FindSession(cookies.back()).ok());
+  EXPECT_FALSE(auth_.FindSession(cookies.front()).ok());
+  // Closing one frees its place: the next login ends none of the others.
+  auth_.CloseSession(cookies.back());
+  ASSERT_TRUE(auth_.OpenSession(*user).ok());
+  EXPECT_TRUE(auth_.FindSession(cookies[cookies.size() - 2]).ok());
+  EXPECT_TRUE(auth_.FindSession(cookies[cookies.size() - Authority::kMaxSessionsPerToken]).ok());
+}
+
+TEST_F(AuthorityTest, LoginCodesAreBoundedPerTokenAndSweptOnceExpired) {
+  auto count = [&](const std::string& prefix) {
+    auto r = store_.get()->Range(prefix);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->kvs.size() : 0;
+  };
+  auto [viewer_info, viewer_text] = Make(admin_, {"peek", "other", Role::kViewer, "", Duration(0)});
+  auto [alice_info, alice_text] = Make(admin_, {"alice", "team-a", Role::kUser, "", Duration(0)});
+  auto viewer = auth_.Authenticate(viewer_text);
+  auto alice = auth_.Authenticate(alice_text);
+  ASSERT_TRUE(viewer.ok() && alice.ok());
+  // A viewer creating codes in a loop holds kMaxLoginCodesPerToken of them.
+  std::vector<std::string> codes;
+  for (int i = 0; i < 200; ++i) {
+    auto code = auth_.CreateLoginCode(*viewer);
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    codes.push_back(*code);
+  }
+  auto alices = auth_.CreateLoginCode(*alice);
+  ASSERT_TRUE(alices.ok());
+  EXPECT_EQ(count("/auth/login/"), Authority::kMaxLoginCodesPerToken + 1);
+  EXPECT_EQ(auth_.OpenSessionWithCode(codes.front()).status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(auth_.OpenSessionWithCode(codes.back()).ok()) << "the newest codes still work";
+  EXPECT_EQ(count("/auth/login/"), Authority::kMaxLoginCodesPerToken);
+
+  auto join = auth_.CreateJoinToken(admin_, "", std::chrono::minutes(10));
+  ASSERT_TRUE(join.ok());
+  auto nothing = auth_.SweepExpired();
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_EQ(nothing->login_codes + nothing->join_tokens, 0) << "nothing has expired yet";
+  // Expired: refused at once, and gone at the next sweep.
+  clock_.Advance(Authority::kLoginCodeLifetime + std::chrono::seconds(1));
+  EXPECT_EQ(auth_.OpenSessionWithCode(*alices).status().code(), Code::kUnauthenticated);
+  auto swept = auth_.SweepExpired();
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(swept->login_codes, static_cast<int64_t>(Authority::kMaxLoginCodesPerToken - 1));
+  EXPECT_EQ(swept->join_tokens, 1);
+  EXPECT_EQ(swept->sessions, 1) << "the session the newest code opened expired too";
+  EXPECT_EQ(count("/auth/login/"), 0u);
+  EXPECT_EQ(count("/auth/join/"), 0u);
+}
+
 }  // namespace
 }  // namespace drover::auth

@@ -23,7 +23,7 @@ struct TenantArgs {
   int borrow_limit = -1;
   std::string max_gpu_memory, period, max_runtime;
   double gpu_hours = 0;
-  int max_pending = 0, max_gpus_per_user = 0;
+  int max_pending = 0, max_array_tasks = 0, max_gpus_per_user = 0;
   int64_t requests_per_minute = 0, tokens_per_minute = 0;  // the gateway's, for the whole tenant
 };
 
@@ -78,6 +78,7 @@ Status Apply(const TenantArgs& a, const CLI::App* cmd, bool all, v1::Tenant* t) 
     q->set_max_runtime_seconds(s);
   }
   if (given("--max-pending")) q->set_max_pending_jobs(a.max_pending);
+  if (given("--max-array-tasks")) q->set_max_array_tasks(a.max_array_tasks);
   if (given("--max-gpus-per-user")) q->set_max_gpus_per_user(a.max_gpus_per_user);
   if (given("--requests-per-minute")) q->set_requests_per_minute(a.requests_per_minute);
   if (given("--tokens-per-minute")) q->set_tokens_per_minute(a.tokens_per_minute);
@@ -164,7 +165,11 @@ void AddTenantFlags(CLI::App* cmd, TenantArgs* a) {
   cmd->add_option("--gpu-hours", a->gpu_hours,
                   "quota: GPU-hours per period; new jobs are refused when spent (0: none)");
   cmd->add_option("--period", a->period, "the budget's period (default 30d)");
-  cmd->add_option("--max-pending", a->max_pending, "quota: pending jobs (0: none)");
+  cmd->add_option("--max-pending", a->max_pending,
+                  "quota: pending jobs at once (0: the server's default, 10000 unless set; -1: no limit)");
+  cmd->add_option("--max-array-tasks", a->max_array_tasks,
+                  "quota: jobs one submit (array or batch) may add (0: the server's default, 1001 unless set; -1: "
+                  "the most, 100000)");
   cmd->add_option("--max-runtime", a->max_runtime,
                   "quota: longest job runtime, e.g. 24h; longer jobs are stopped (0: none)");
   cmd->add_option("--max-gpus-per-user", a->max_gpus_per_user, "quota: GPUs one user holds or queues (0: none)");

@@ -172,6 +172,11 @@ void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* f) {
                   "las policy: a waiting job that waited this many times the time it ran goes back to the first "
                   "level (Tiresias' promotion; default 4, 0 = never)");
   cmd->add_option("--tenants", f->tenants, "tenants as a YAML list (usually the config file's tenants: section)");
+  cmd->add_option("--default-max-pending-jobs", f->default_max_pending_jobs,
+                  "pending jobs a tenant may have at once unless its quota says otherwise (default 10000, 0 = none)");
+  cmd->add_option("--default-max-array-tasks", f->default_max_array_tasks,
+                  "jobs one submit (an array's tasks, a batch) may add unless its tenant's quota says otherwise "
+                  "(default 1001, as Slurm's MaxArraySize; at most 100000; 0 = the most, 100000)");
 }
 
 namespace {

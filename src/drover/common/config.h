@@ -55,10 +55,14 @@ struct SchedulerFlags {
   std::string las_thresholds;    // durations of GPU time: 1h,10h
   std::string las_starvation;    // a factor >= 0: 4
   std::string tenants;           // a YAML list of tenants
+  // Admission quotas of tenants that set none (server/tenant_book.h): a
+  // count, 0 = none; empty = the defaults (10000, 1001).
+  std::string default_max_pending_jobs;
+  std::string default_max_array_tasks;
 };
 // Adds --queue-policy, --placement-policy, --backfill, --preemption,
-// --aging, --preemption-grace, --las-thresholds, --las-starvation and
-// --tenants to `cmd`.
+// --aging, --preemption-grace, --las-thresholds, --las-starvation,
+// --tenants, --default-max-pending-jobs and --default-max-array-tasks to `cmd`.
 void AddSchedulerFlags(CLI::App* cmd, SchedulerFlags* flags);
 
 // One entry of the tenants: list.

@@ -197,5 +197,25 @@ TEST(JsonTest, ReadsBackIntoTheSameMessage) {
   EXPECT_NE(ToJson(job).find(R"("exitCode":0)"), std::string::npos) << ToJson(job);  // defaults are printed
 }
 
+TEST(JsonDepthTest, RefusesNestingDeeperThanTheLimitAndCountsNothingInStrings) {
+  EXPECT_TRUE(CheckJsonDepth(R"({"spec": {"command": ["sleep", "1"], "env": {"A": "B"}}})").ok());
+  EXPECT_TRUE(CheckJsonDepth("").ok());
+  EXPECT_TRUE(CheckJsonDepth(std::string(64, '[') + std::string(64, ']')).ok());
+  Status deep = CheckJsonDepth(std::string(65, '[') + std::string(65, ']'));
+  EXPECT_EQ(deep.code(), Code::kInvalidArgument);
+  EXPECT_NE(deep.message().find("deeper than 64 levels"), std::string::npos) << deep.message();
+  // A million unbalanced brackets: refused at the 65th, never counted further.
+  EXPECT_EQ(CheckJsonDepth(std::string(1 << 20, '[')).code(), Code::kInvalidArgument);
+  EXPECT_EQ(CheckJsonDepth(std::string(1 << 20, '{'), 3).code(), Code::kInvalidArgument);
+  // Brackets inside strings are text, escaped quotes do not end a string.
+  std::string in_string = "[\"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"]";
+  EXPECT_TRUE(CheckJsonDepth(in_string).ok());
+  EXPECT_TRUE(CheckJsonDepth(R"(["\\", [[]]])", 3).ok());
+  EXPECT_EQ(CheckJsonDepth(R"(["\\", [[[]]]])", 3).code(), Code::kInvalidArgument);
+  // Closers beyond the openers (invalid JSON, the parser's to refuse) do not
+  // buy depth for later.
+  EXPECT_EQ(CheckJsonDepth("]]]]" + std::string(5, '['), 4).code(), Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace drover::rpc

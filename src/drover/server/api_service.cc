@@ -64,9 +64,42 @@ Status RequireRole(const auth::Principal& who, auth::Role needed, std::string_vi
 
 void ApiService::Audit(const auth::Principal& who, std::string action, std::string target, const Status& result) {
   if (audit_ == nullptr) return;
+  std::vector<auth::RefusalDigest::Summary> due;
+  const bool in_full = result.ok() || refusals_.Note(who, action, result, &due);
+  for (auth::RefusalDigest::Summary& d : due) {
+    if (Status s = audit_->Append(d.who, std::move(d.action), "", d.result); !s.ok()) {
+      spdlog::error("audit summary not written: {}", s.ToString());
+    }
+  }
+  if (!in_full) return;
   if (Status s = audit_->Append(who, std::move(action), std::move(target), result); !s.ok()) {
     spdlog::error("audit entry not written: {}", s.ToString());
   }
+}
+
+void ApiService::Housekeep() {
+  if (authority_ != nullptr) {
+    auto swept = authority_->SweepExpired();
+    if (!swept.ok()) {
+      spdlog::warn("sweeping expired login codes and sessions: {}", swept.status().ToString());
+    } else if (swept->login_codes + swept->join_tokens + swept->sessions > 0) {
+      spdlog::info("swept {} expired login codes, {} join tokens and {} sessions", swept->login_codes,
+                   swept->join_tokens, swept->sessions);
+    }
+  }
+  if (audit_ == nullptr) return;
+  for (auth::RefusalDigest::Summary& d : refusals_.Flush()) {
+    if (Status s = audit_->Append(d.who, std::move(d.action), "", d.result); !s.ok()) {
+      spdlog::error("audit summary not written: {}", s.ToString());
+    }
+  }
+}
+
+void ApiService::ScheduleHousekeeping() {
+  follow_pump_.PostAfter(kHousekeeping, [this] {
+    Housekeep();
+    ScheduleHousekeeping();
+  });
 }
 
 Result<v1::Job> ApiService::VisibleJob(const auth::Principal& who, const std::string& id) {

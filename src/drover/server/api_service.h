@@ -23,6 +23,7 @@
 
 #include "drover/auth/audit.h"
 #include "drover/auth/authority.h"
+#include "drover/auth/refusal_digest.h"
 #include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/server/control_loop.h"
@@ -39,7 +40,9 @@ class ApiService {
              JobWatch* watch = nullptr)
       : loop_(loop), logs_(logs), authority_(authority), audit_(audit), watch_(watch), follow_pump_("log-follow") {
     follow_pump_.Start();
+    ScheduleHousekeeping();
   }
+  ~ApiService() { follow_pump_.Stop(); }  // before the members its tasks use go
 
   // The dashboard URL prefix for login links ("http://127.0.0.1:8080").
   void set_http_base(std::string base) { http_base_ = std::move(base); }
@@ -127,7 +130,15 @@ class ApiService {
   static constexpr std::chrono::minutes kUsageStale{5};
 
   // Appends an entry (for the edges: refused logins, forged node identities).
+  // Refusals pass through a RefusalDigest: a flood of the same refusal is
+  // its first few entries and one summary per minute.
   void Audit(const auth::Principal& who, std::string action, std::string target, const Status& result);
+
+  // What runs every kHousekeeping (on the log-follow thread): expired login
+  // codes, join tokens and sessions deleted (Authority::SweepExpired), the
+  // refusal summaries of the last minute written. Public for tests.
+  void Housekeep();
+  static constexpr std::chrono::seconds kHousekeeping{60};
 
  private:
   // Ids of the unfinished jobs of `who`'s tenant; Redact hides the others'.
@@ -155,7 +166,12 @@ class ApiService {
   };
   Mutex usage_mu_;
   std::map<std::string, GatewayReport> gateway_usage_ DROVER_GUARDED_BY(usage_mu_);
-  // Reads for every log follower (LogFollow), one thread for all of them.
+  void ScheduleHousekeeping();
+  // The refusals' windows run on the wall clock (they are minutes of the log).
+  SystemClock wall_clock_;
+  auth::RefusalDigest refusals_{&wall_clock_};
+  // Reads for every log follower (LogFollow), one thread for all of them;
+  // and the housekeeping timer. Last: stopped before the members it uses go.
   runtime::EventLoop follow_pump_;
 };
 

@@ -54,7 +54,7 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
                  [this](const v1::Job& job, const std::set<std::string>& nodes) { nodes_.JobEndedOn(job, nodes); }),
       jobs_(lifecycle_.table()),
       nodes_({options_.lease, clock, options_.lease_clock, options_.leading}, &sched_, &batch_, &lifecycle_, &board_),
-      tenants_(&options_.tenants, &sched_, &batch_, &lifecycle_.table(), clock),
+      tenants_(&options_.tenants, &options_.tenant_defaults, &sched_, &batch_, &lifecycle_.table(), clock),
       deployments_(&options_.deployments, &sched_, &batch_, &lifecycle_.table(), clock, DeploymentHooks()),
       archiver_({options_.archive, options_.archive_after, options_.archive_retention, options_.keep_revisions}, store,
                 clock, &lifecycle_, &batch_, ArchiverHooks()) {

@@ -72,6 +72,9 @@ struct ControlLoopOptions {
   // Tenants with weights, guarantees and borrowing limits; a job of any
   // other tenant gets weight 1, no guarantee and no limit.
   std::vector<sched::TenantInfo> tenants;
+  // The pending-jobs and array-size quotas of tenants that set none
+  // (tenant_book.h); none unless given (the server's flags give them).
+  TenantDefaults tenant_defaults;
   // Where the loop records its scheduling pass and decision latencies; null
   // records nothing.
   metrics::Registry* metrics = nullptr;

@@ -44,8 +44,12 @@ http::Response JsonReply(const Result<T>& r) {
   return http::Response{200, "application/json", ToJson(*r), {}, {}};
 }
 
+// Every REST body goes through here (and the session's through
+// HandleSession): the depth scan runs before the parser sees a byte, so a
+// body of nested brackets costs a pass over it, not a tree of it.
 Status FromJson(const std::string& body, google::protobuf::Message* m) {
   if (body.empty()) return InvalidArgument("request body is empty; expected a JSON object");
+  DROVER_RETURN_IF_ERROR(rpc::CheckJsonDepth(body));
   pbutil::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
   auto st = pbutil::JsonStringToMessage(body, m, opts);
@@ -53,6 +57,16 @@ Status FromJson(const std::string& body, google::protobuf::Message* m) {
     return InvalidArgument(
         fmt::format("request body is not a valid {}: {}", m->GetTypeName(), st.message().as_string()));
   return Status::Ok();
+}
+
+// The role a route needs, checked before its body is parsed: a caller that
+// may not make the call pays nothing for its body. Audited as the call
+// would have been (ApiService audits the calls it refuses).
+Status RoleFirst(ApiService* api, const auth::Principal& who, auth::Role needed, std::string_view what,
+                 std::string action) {
+  Status s = RequireRole(who, needed, what);
+  if (!s.ok()) api->Audit(who, std::move(action), "", s);
+  return s;
 }
 
 std::vector<std::string_view> Split(std::string_view path) {
@@ -134,6 +148,8 @@ http::Response HandleJobs(ApiService* api, RestStreams* streams, const auth::Pri
   // p[0..2] = api, v1, jobs
   if (p.size() == 3) {
     if (req.method == "POST") {
+      if (Status s = RoleFirst(api, who, auth::Role::kUser, "submit jobs", "jobs.submit"); !s.ok())
+        return http::ErrorResponse(s);
       v1::SubmitJobRequest sr;
       if (Status s = FromJson(req.body, &sr); !s.ok()) return http::ErrorResponse(s);
       // ?watch=all|ended: the answer goes on as the jobs' event stream.
@@ -174,6 +190,8 @@ http::Response HandleJobs(ApiService* api, RestStreams* streams, const auth::Pri
   if (p.size() == 4 && id == "batch") {
     // POST /api/v1/jobs/batch {"specs": [...]}: all stored, or none.
     if (req.method != "POST") return MethodNotAllowed(req);
+    if (Status s = RoleFirst(api, who, auth::Role::kUser, "submit jobs", "jobs.submit_batch"); !s.ok())
+      return http::ErrorResponse(s);
     v1::SubmitJobsRequest br;
     if (Status s = FromJson(req.body, &br); !s.ok()) return http::ErrorResponse(s);
     auto r = api->SubmitBatch(who, std::move(br));
@@ -234,6 +252,8 @@ http::Response HandleNodes(ApiService* api, const auth::Principal& who, const ht
     if (req.method != "POST") return MethodNotAllowed(req);
     auto index = GpuIndex(p[5]);
     if (!index.ok()) return http::ErrorResponse(index.status());
+    if (Status s = RoleFirst(api, who, auth::Role::kAdmin, "inject faults", "nodes.fault"); !s.ok())
+      return http::ErrorResponse(s);
     v1::InjectFaultRequest fr;
     if (Status s = FromJson(req.body, &fr); !s.ok()) return http::ErrorResponse(s);
     fr.set_node(name);
@@ -259,6 +279,8 @@ http::Response HandleDeployments(ApiService* api, const auth::Principal& who, co
   if (p.size() == 3) {
     if (req.method == "GET") return JsonReply(api->ListDeployments(who));
     if (req.method != "POST") return MethodNotAllowed(req);
+    if (Status s = RoleFirst(api, who, auth::Role::kUser, "apply deployments", "deployments.apply"); !s.ok())
+      return http::ErrorResponse(s);
     v1::ApplyDeploymentRequest ar;
     if (Status s = FromJson(req.body, &ar); !s.ok()) return http::ErrorResponse(s);
     const bool create = !ar.replace();
@@ -284,6 +306,8 @@ http::Response HandleDeployments(ApiService* api, const auth::Principal& who, co
   if (p.size() == 5 && p[4] == "scale") {
     // POST /api/v1/deployments/{name}/scale {"replicas": N}
     if (req.method != "POST") return MethodNotAllowed(req);
+    if (Status s = RoleFirst(api, who, auth::Role::kUser, "scale deployments", "deployments.scale"); !s.ok())
+      return http::ErrorResponse(s);
     v1::ScaleDeploymentRequest sr;
     if (Status s = FromJson(req.body, &sr); !s.ok()) return http::ErrorResponse(s);
     if (!sr.name().empty() && sr.name() != name) {
@@ -335,6 +359,8 @@ std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Princi
   if (p[2] == "tokens") {
     if (p.size() == 3 && req.method == "GET") return JsonReply(api->ListTokens(who));
     if (p.size() == 3 && req.method == "POST") {
+      if (Status s = RoleFirst(api, who, auth::Role::kTenantAdmin, "create tokens", "tokens.create"); !s.ok())
+        return http::ErrorResponse(s);
       v1::CreateTokenRequest cr;
       if (Status s = FromJson(req.body, &cr); !s.ok()) return http::ErrorResponse(s);
       auto r = api->CreateToken(who, cr);
@@ -357,6 +383,10 @@ std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Princi
       return JsonReply(api->DeleteTenant(who, dr));
     }
     if (req.method != "POST" && req.method != "PUT") return MethodNotAllowed(req);
+    if (Status s = RoleFirst(api, who, auth::Role::kAdmin, "change tenants",
+                             req.method == "POST" ? "tenants.create" : "tenants.set");
+        !s.ok())
+      return http::ErrorResponse(s);
     v1::SetTenantRequest sr;
     if (Status s = FromJson(req.body, sr.mutable_tenant()); !s.ok()) return http::ErrorResponse(s);
     if (p.size() == 4) {
@@ -377,6 +407,8 @@ std::optional<http::Response> HandleIdentity(ApiService* api, const auth::Princi
   }
   if (p.size() == 3 && p[2] == "join-tokens") {
     if (req.method != "POST") return MethodNotAllowed(req);
+    if (Status s = RoleFirst(api, who, auth::Role::kAdmin, "create join tokens", "nodes.join-token"); !s.ok())
+      return http::ErrorResponse(s);
     v1::CreateJoinTokenRequest jr;
     if (!req.body.empty()) {
       if (Status s = FromJson(req.body, &jr); !s.ok()) return http::ErrorResponse(s);
@@ -435,22 +467,45 @@ http::Response HandleSession(const RestContext& c, const http::Request& req) {
     return r;
   }
   if (req.method != "POST") return MethodNotAllowed(req);
-  nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) {
-    return http::ErrorResponse(
-        InvalidArgument("session body must be a JSON object {\"token\": ...} or {\"code\": ...}"));
+  // {"token": ...} or {"code": ...} is a few dozen bytes: nothing larger or
+  // nested reaches the parser.
+  constexpr size_t kMaxSessionBody = 4096;
+  Status shape = req.body.size() > kMaxSessionBody
+                     ? InvalidArgument(fmt::format("session body is larger than {} bytes", kMaxSessionBody))
+                     : rpc::CheckJsonDepth(req.body, 2);
+  nlohmann::json body = shape.ok() ? nlohmann::json::parse(req.body, nullptr, false) : nlohmann::json();
+  if (shape.ok() && (body.is_discarded() || !body.is_object())) {
+    shape = InvalidArgument("session body must be a JSON object {\"token\": ...} or {\"code\": ...}");
   }
+  if (!shape.ok()) return http::ErrorResponse(shape);
   Result<auth::DashboardSession> s = Unauthenticated("session body needs a \"token\" or a \"code\"");
   auth::Principal anonymous;
   anonymous.source = req.remote;
+  // A login is a state-changing call of the token it names: the same
+  // per-token and per-tenant limits as every other (a flood of logins with
+  // one token is refused with 429 like a flood of submits).
+  Duration retry{0};
   if (body.contains("token") && body["token"].is_string()) {
     auto p = c.authority->Authenticate(body["token"].get<std::string>());
+    if (p.ok()) p->source = req.remote;
+    if (p.ok()) {
+      if (Status admitted = c.edge->Admit(*p, true, &retry); !admitted.ok()) return Refusal(admitted, retry);
+    }
     s = p.ok() ? c.authority->OpenSession(*p) : Result<auth::DashboardSession>(p.status());
   } else if (body.contains("code") && body["code"].is_string()) {
     s = c.authority->OpenSessionWithCode(body["code"].get<std::string>());
+    // The code's principal is known once the code is used: over the limit,
+    // the session it opened is closed again (codes are bounded at creation).
+    if (s.ok()) {
+      auth::Principal as = s->principal;
+      as.source = req.remote;
+      if (Status admitted = c.edge->Admit(as, true, &retry); !admitted.ok()) {
+        c.authority->CloseSession(s->cookie);
+        return Refusal(admitted, retry);
+      }
+    }
   }
   if (!s.ok()) {
-    Duration retry{0};
     if (!c.edge->NoteFailure(req.remote, &retry)) return Refusal(ResourceExhausted("too many failed logins"), retry);
     c.api->Audit(anonymous, "session.open", "", s.status());
     return Refusal(s.status());

@@ -20,7 +20,12 @@
 //   POST /api/v1/join-tokens           CreateJoinTokenRequest -> CreateJoinTokenResponse (admin)
 //   POST /api/v1/tenants, PUT|DELETE /api/v1/tenants/{name}   Tenant -> TenantStatus (admin)
 //   GET  /api/v1/audit[?since=&limit=] ListAuditResponse (admin); /api/v1/audit/verify
-//   GET|POST|DELETE /api/v1/session    the dashboard's cookie session (see edge.h)
+//   GET|POST|DELETE /api/v1/session    the dashboard's cookie session (see edge.h); a login
+//                                      passes the token's rate limits like any other call
+//
+// Every body is depth-scanned before it is parsed (rpc::CheckJsonDepth:
+// deeper than 64 levels is 400), and a route's role is checked before its
+// body is read (docs/security.md, "Bounded parsing and default quotas").
 
 #include <functional>
 

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <limits>
+
 #include "drover/sched/model.h"
 
 namespace drover::server {
@@ -60,6 +63,21 @@ Result<ControlLoopOptions> MakeControlLoopOptions(const SchedulerFlags& f) {
     if (!k.ok()) return Named("las-starvation", "las-starvation", k.status());
     c.las_starvation_factor = *k;
   }
+  auto count = [](const std::string& text, std::string_view flag, int64_t fallback, int64_t max) -> Result<int64_t> {
+    if (text.empty()) return fallback;
+    int64_t v = -1;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v < 0 || v > max) {
+      return InvalidArgument(
+          fmt::format("--{}: '{}' is not a count from 0 to {} (0: none)", flag, text.substr(0, 32), max));
+    }
+    return v;
+  };
+  TenantDefaults& d = o.tenant_defaults;
+  DROVER_ASSIGN_OR_RETURN(d.max_pending_jobs, count(f.default_max_pending_jobs, "default-max-pending-jobs",
+                                                    kDefaultMaxPendingJobs, std::numeric_limits<int32_t>::max()));
+  DROVER_ASSIGN_OR_RETURN(d.max_array_tasks, count(f.default_max_array_tasks, "default-max-array-tasks",
+                                                   kDefaultMaxArrayTasks, kMaxArrayTasks));
   DROVER_ASSIGN_OR_RETURN(std::vector<TenantConfig> tenants, ParseTenants(f.tenants));
   for (TenantConfig& t : tenants) {
     sched::TenantInfo info;

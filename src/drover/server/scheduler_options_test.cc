@@ -49,5 +49,25 @@ TEST(SchedulerOptions, BadValuesNameTheKeyAndTheFlag) {
   EXPECT_NE(bad(&SchedulerFlags::preemption_grace, "2h").find("longer than 1h"), std::string::npos);
 }
 
+TEST(SchedulerOptions, DefaultTenantQuotasAreSetUnlessTurnedOff) {
+  auto d = MakeControlLoopOptions(SchedulerFlags{});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->tenant_defaults.max_pending_jobs, 10'000);
+  EXPECT_EQ(d->tenant_defaults.max_array_tasks, 1'001);
+  SchedulerFlags f;
+  f.default_max_pending_jobs = "0";
+  f.default_max_array_tasks = "5000";
+  auto o = MakeControlLoopOptions(f);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->tenant_defaults.max_pending_jobs, 0);
+  EXPECT_EQ(o->tenant_defaults.max_array_tasks, 5'000);
+  f.default_max_array_tasks = "100001";
+  EXPECT_NE(MakeControlLoopOptions(f).status().message().find("--default-max-array-tasks: '100001'"),
+            std::string::npos);
+  f.default_max_array_tasks = "";
+  f.default_max_pending_jobs = "lots";
+  EXPECT_EQ(MakeControlLoopOptions(f).status().code(), Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace drover::server

@@ -14,6 +14,7 @@
 #include "drover/auth/authority.h"
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
+#include "drover/server/control_loop.h"
 #include "drover/server/tenant_book.h"
 
 namespace drover::server {
@@ -53,8 +54,15 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
   };
   DROVER_RETURN_IF_ERROR(check_models(t.guaranteed_gpus(), "guarantee"));
   DROVER_RETURN_IF_ERROR(check_models(q.max_gpus(), "max-gpus"));
-  if (q.max_gpu_memory_bytes() < 0 || q.max_pending_jobs() < 0 || q.max_runtime_seconds() < 0 ||
-      q.max_gpus_per_user() < 0 || q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
+  // -1 is "no limit" for the two the server gives a default (0 takes it).
+  if (q.max_pending_jobs() < -1 || q.max_array_tasks() < -1 || q.max_array_tasks() > kMaxArrayTasks) {
+    return InvalidArgument(fmt::format(
+        "tenant '{}': max_pending_jobs and max_array_tasks are -1 (no limit), 0 (the server's default) or a "
+        "limit (max_array_tasks at most {})",
+        t.name(), kMaxArrayTasks));
+  }
+  if (q.max_gpu_memory_bytes() < 0 || q.max_runtime_seconds() < 0 || q.max_gpus_per_user() < 0 ||
+      q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
     return InvalidArgument(fmt::format("tenant '{}': quotas must not be negative", t.name()));
   }
   if (q.requests_per_minute() < 0 || q.requests_per_minute() > auth::kMaxPerMinute || q.tokens_per_minute() < 0 ||
@@ -117,30 +125,81 @@ double TenantBook::GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, i
   return gpus * static_cast<double>(ended - std::max(began, start));
 }
 
+namespace {
+
+// A quota's own value, else the default: > 0 a limit, -1 none, 0 the default.
+int64_t Effective(int64_t own, int64_t fallback) { return own > 0 ? own : own < 0 ? 0 : fallback; }
+
+}  // namespace
+
+int64_t TenantBook::MaxPendingJobs(const std::string& tenant) const {
+  auto it = stored_.find(tenant);
+  return Effective(it == stored_.end() ? 0 : it->second.quota().max_pending_jobs(), defaults_->max_pending_jobs);
+}
+
+int64_t TenantBook::MaxArrayTasks(const std::string& tenant) const {
+  auto it = stored_.find(tenant);
+  return Effective(it == stored_.end() ? 0 : it->second.quota().max_array_tasks(), defaults_->max_array_tasks);
+}
+
+int64_t TenantBook::PendingOf(const std::string& tenant) const {
+  int64_t pending = 0;
+  for (const auto& [seq, job] : *jobs_) {
+    if (job.status().state() == v1::JOB_STATE_PENDING && job.spec().tenant() == tenant) ++pending;
+  }
+  return pending;
+}
+
 Status TenantBook::Admit(const v1::JobSpec& spec, int64_t count) const {
-  auto it = stored_.find(spec.tenant());
-  if (it == stored_.end()) return Status::Ok();
-  const v1::TenantQuota& q = it->second.quota();
   const std::string& name = spec.tenant();
+  auto it = stored_.find(name);
+  const bool stored = it != stored_.end();
+  // Where a refused caller learns how to go on.
+  auto raise = [&](std::string_view flag, std::string_view field) {
+    return stored && (field == "max_array_tasks" ? it->second.quota().max_array_tasks()
+                                                 : it->second.quota().max_pending_jobs()) > 0
+               ? fmt::format("tenant '{}''s quota {}", name, field)
+               : fmt::format(
+                     "the server's default (--{}); an admin raises it for the tenant with `drover tenants "
+                     "set {} --{}`",
+                     flag, name, field == "max_array_tasks" ? "max-array-tasks" : "max-pending");
+  };
+  if (int64_t max_array = MaxArrayTasks(name); max_array > 0 && count > max_array) {
+    return ResourceExhausted(
+        fmt::format("{} jobs in one submit for tenant '{}' is over its limit of {} per array or "
+                    "batch, set by {}",
+                    count, name, max_array, raise("default-max-array-tasks", "max_array_tasks")));
+  }
+  // Every pending job of the cluster (the scheduler's queue and the array
+  // tasks held back) bounds the tenant's: only when that could pass the
+  // limit are the jobs counted (a submit costs no scan of the table while
+  // the cluster is far from it).
+  if (int64_t max_pending = MaxPendingJobs(name); max_pending > 0) {
+    const int64_t everyone = static_cast<int64_t>(sched_->pending() + jobs_->held().size());
+    if (everyone + count > max_pending) {
+      int64_t pending = PendingOf(name);
+      if (pending + count > max_pending) {
+        return ResourceExhausted(
+            fmt::format("tenant '{}' has {} pending jobs; {} more would pass its limit of {}, set by {}", name, pending,
+                        count, max_pending, raise("default-max-pending-jobs", "max_pending_jobs")));
+      }
+    }
+  }
+  if (!stored) return Status::Ok();
+  const v1::TenantQuota& q = it->second.quota();
   int64_t now = NowNs();
-  if (q.max_pending_jobs() > 0 || q.max_gpus_per_user() > 0) {
-    int64_t pending = 0;
+  if (q.max_gpus_per_user() > 0) {
     double user_gpus = 0;
     for (const auto& [seq, job] : *jobs_) {
       if (job.spec().tenant() != name || rpc::IsTerminal(job.status().state())) continue;
-      if (job.status().state() == v1::JOB_STATE_PENDING) ++pending;
       if (job.spec().owner() == spec.owner()) {
         double g = job.spec().gpu_milli() > 0 ? job.spec().gpu_milli() / 1000.0 : job.spec().gpus();
         user_gpus += g * std::max(1, job.spec().replicas());
       }
     }
-    if (q.max_pending_jobs() > 0 && pending + count > q.max_pending_jobs()) {
-      return ResourceExhausted(fmt::format("tenant '{}' has {} pending jobs; {} more would pass its limit of {}", name,
-                                           pending, count, q.max_pending_jobs()));
-    }
     double want =
         (spec.gpu_milli() > 0 ? spec.gpu_milli() / 1000.0 : spec.gpus()) * std::max(1, spec.replicas()) * count;
-    if (q.max_gpus_per_user() > 0 && user_gpus + want > q.max_gpus_per_user() + 1e-9) {
+    if (user_gpus + want > q.max_gpus_per_user() + 1e-9) {
       return ResourceExhausted(
           fmt::format("user '{}' of tenant '{}' holds or queues {:g} GPUs; {:g} more would pass its "
                       "limit of {}",

@@ -24,13 +24,26 @@
 
 namespace drover::server {
 
+// The admission quotas of a tenant whose record sets none (a tenant's
+// max_pending_jobs or max_array_tasks of 0), so that a new tenant is
+// bounded before an admin thinks of it; 0 here: no limit. The server's
+// flags set them (scheduler_options.cc: 10000 pending jobs, 1001 tasks per
+// submit, as Slurm's MaxJobCount and MaxArraySize); a loop built without
+// them (tests, the simulator) has none.
+struct TenantDefaults {
+  int64_t max_pending_jobs = 0;
+  int64_t max_array_tasks = 0;
+};
+inline constexpr int64_t kDefaultMaxPendingJobs = 10'000;
+inline constexpr int64_t kDefaultMaxArrayTasks = 1'001;
+
 class TenantBook {
  public:
   using Map = std::map<std::string, v1::Tenant>;  // stored tenants, by name
 
-  TenantBook(const std::vector<sched::TenantInfo>* configured, sched::Scheduler* sched, Batch* batch,
-             const JobTable* jobs, Clock* clock)
-      : configured_(configured), sched_(sched), batch_(batch), jobs_(jobs), clock_(clock) {}
+  TenantBook(const std::vector<sched::TenantInfo>* configured, const TenantDefaults* defaults, sched::Scheduler* sched,
+             Batch* batch, const JobTable* jobs, Clock* clock)
+      : configured_(configured), defaults_(defaults), sched_(sched), batch_(batch), jobs_(jobs), clock_(clock) {}
 
   // A stored tenant as the scheduler takes it; kInvalidArgument for a bad one.
   static Result<sched::TenantInfo> ToInfo(const v1::Tenant& t);
@@ -39,9 +52,13 @@ class TenantBook {
   void Replace(Map stored) { stored_ = std::move(stored); }
   const Map& stored() const { return stored_; }
 
-  // kResourceExhausted when `count` more jobs like `spec` would pass an
-  // admission quota of its tenant.
+  // kResourceExhausted when `count` more jobs like `spec`, in one submit,
+  // would pass an admission quota of its tenant (its own, or the defaults).
   Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
+  // The limits that apply to `tenant`: its quota's, else the defaults'
+  // (0: none).
+  int64_t MaxPendingJobs(const std::string& tenant) const;
+  int64_t MaxArrayTasks(const std::string& tenant) const;
   // A tenant's runtime limit in seconds (0: none), and whether any has one.
   int64_t RuntimeLimitOf(const std::string& tenant) const;
   bool AnyRuntimeLimit() const;
@@ -64,7 +81,11 @@ class TenantBook {
  private:
   int64_t NowNs() const { return ToUnixNanos(clock_->Now()); }
 
+  // Pending jobs of `tenant` (a scan of the live jobs).
+  int64_t PendingOf(const std::string& tenant) const;
+
   const std::vector<sched::TenantInfo>* configured_;
+  const TenantDefaults* defaults_;
   sched::Scheduler* sched_;
   Batch* batch_;
   const JobTable* jobs_;
