@@ -148,6 +148,11 @@ Result<std::unique_ptr<GatewayRole>> GatewayRole::Start(GatewayRoleOptions optio
     info.name = key.name();
     info.tenant = key.tenant();
     info.admin = key.admin();
+    // Inference for the roles that may run work; a viewer (or a role this
+    // gateway does not know) lists models only. No role at all: a server
+    // older than the field, whose keys keep working as they did.
+    const std::string& role = key.role();
+    info.read_only = !role.empty() && role != "user" && role != "tenant-admin" && role != "admin";
     info.key_rpm = key.key_requests_per_minute();
     info.key_tpm = key.key_tokens_per_minute();
     info.tenant_rpm = key.tenant_requests_per_minute();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <utility>  // before asio: its awaitable.hpp uses std::exchange
 
 #include <boost/asio/co_spawn.hpp>
@@ -63,11 +64,29 @@ bool WsCloseFrameNext(tcp::socket& s) {
   return ::recv(s.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && (first & 0x0f) == 0x8;
 }
 
+// What waits on a client's socket that turned readable, without taking it.
+enum class Peeked { kNothing, kClosed, kData };
+Peeked Peek(tcp::socket& s) {
+  char byte;
+  ssize_t n = ::recv(s.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return Peeked::kData;
+  if (n == 0) return Peeked::kClosed;
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Peeked::kNothing;
+  return Peeked::kClosed;  // reset, or another error: the client is gone as well
+}
+
 // Watches a client's socket while a call waits (Sink::Watch): when it turns
 // readable, on_gone runs (on the io thread) if the client closed or reset
 // it, or if `leaving(socket)` reads what waits there as the client leaving;
 // other bytes (a pipelined request) end the watch. Stop() (or the
 // destructor) ends it; the socket must outlive the watch.
+//
+// A readiness with nothing to read is stale, and the watch waits again:
+// Asio's reactor records a socket's readable edge and completes the wait
+// queued later with it, although a synchronous read (ReadRest) took those
+// bytes meanwhile. That happens to the body of an `Expect: 100-continue`
+// request, which arrives after the header; taking it for the client's EOF
+// dropped the call and left the client waiting until the idle timeout.
 class GoneWatch {
  public:
   GoneWatch() = default;
@@ -77,26 +96,45 @@ class GoneWatch {
 
   void Start(tcp::socket& socket, std::function<void()> on_gone, bool (*leaving)(tcp::socket&)) {
     Stop();
-    socket_ = &socket;
-    flag_ = std::make_shared<bool>(true);
-    socket.async_wait(tcp::socket::wait_read,
-                      [flag = flag_, s = socket_, leaving, fn = std::move(on_gone)](const beast::error_code& ec) {
-                        if (!*flag || ec) return;  // stopped: the socket may be gone
-                        beast::error_code e2;
-                        if (s->available(e2) == 0 || e2 || (leaving && leaving(*s))) fn();
-                      });
+    state_ = std::make_shared<State>();
+    state_->socket = &socket;
+    state_->on_gone = std::move(on_gone);
+    state_->leaving = leaving;
+    Arm(state_);
   }
   void Stop() {
-    if (!flag_) return;
-    *flag_ = false;
-    flag_.reset();
+    if (!state_) return;
+    state_->active = false;
+    tcp::socket* socket = state_->socket;
+    state_.reset();
     beast::error_code ec;
-    socket_->cancel(ec);
+    socket->cancel(ec);
   }
 
  private:
-  tcp::socket* socket_ = nullptr;
-  std::shared_ptr<bool> flag_;
+  // Shared by the watch and its pending wait; `active` false: stopped (the
+  // socket may be gone).
+  struct State {
+    bool active = true;
+    tcp::socket* socket = nullptr;
+    std::function<void()> on_gone;
+    bool (*leaving)(tcp::socket&) = nullptr;
+  };
+  static void Arm(const std::shared_ptr<State>& st) {
+    st->socket->async_wait(tcp::socket::wait_read, [st](const beast::error_code& ec) {
+      if (!st->active || ec) return;
+      switch (Peek(*st->socket)) {
+        case Peeked::kNothing: return Arm(st);  // stale: wait for the next edge
+        case Peeked::kClosed: break;
+        case Peeked::kData:
+          if (st->leaving == nullptr || !st->leaving(*st->socket)) return;
+          break;
+      }
+      st->on_gone();
+    });
+  }
+
+  std::shared_ptr<State> state_;
 };
 
 std::string Head(int status, std::string_view content_type, int64_t content_length, bool keep_alive,
@@ -342,8 +380,8 @@ Status GatewayImpl::Start() {
   DROVER_ASSIGN_OR_RETURN(
       metrics::CounterFamily * rejected,
       registry_->AddCounter("drover_gateway_rejected_total", "Requests refused before reaching a replica, by reason."));
-  for (const char* r :
-       {"unauthenticated", "rate_limited", "bad_request", "not_found", "too_large", "unavailable", "other"}) {
+  for (const char* r : {"unauthenticated", "forbidden", "rate_limited", "bad_request", "not_found", "too_large",
+                        "unavailable", "other"}) {
     counters_.rejected[r] = rejected->With({{"reason", r}});
   }
   std::weak_ptr<SharedState> weak = shared_;
@@ -797,7 +835,12 @@ awaitable<void> GatewayImpl::ServeWebSocket(Worker* w, std::shared_ptr<Conn> c, 
     }
   }
   Status err;
-  if (!(co_await Authenticate(authorization, &err))) {
+  auto auth = co_await Authenticate(authorization, &err);
+  if (!auth || auth->info.read_only) {  // a viewer's key: refused before the upgrade
+    if (auth) {
+      Rejected("forbidden")->Inc();
+      err = ReadOnlyKey();
+    }
     HttpSink<Stream> sink(c, s, false, options_.write_timeout_ms);
     co_await SendError(sink, err);
     co_return;

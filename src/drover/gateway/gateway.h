@@ -51,6 +51,9 @@ struct KeyInfo {
   int64_t key_tpm = 0;
   int64_t tenant_rpm = 0;
   int64_t tenant_tpm = 0;
+  // A viewer's key: it may list models (GET /v1/models), not run inference
+  // (403 permission_denied on the POST endpoints and the WebSocket).
+  bool read_only = false;
 };
 
 // Maps a bearer token to its key. An Unauthenticated/PermissionDenied/

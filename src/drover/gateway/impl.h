@@ -97,6 +97,9 @@ class GatewayImpl final : public Gateway {
   // One attempt on one replica; kRetry when nothing reached the client.
   awaitable<Outcome> Forward(Worker* w, Replica& r, std::string_view path, std::string_view body, bool strip_usage,
                              Sink& sink, CallResult& res, std::string* why);
+  // A whole answer over max_upstream_body_bytes: 502
+  // upstream_response_too_large to the client, and no retry.
+  awaitable<Outcome> AnswerTooLarge(const Replica& r, Sink& sink, CallResult& res);
   // Forward with retries on other replicas, then an error if all failed.
   // For a model that scales from zero, when every replica failed before a
   // byte went out (the routes were stale: it had just scaled down), waits
@@ -104,6 +107,7 @@ class GatewayImpl final : public Gateway {
   awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path, std::string_view body,
                         bool strip_usage, uint64_t affinity, Sink& sink, CallResult& res, bool waited = false);
   Status BodyTooLarge() const;  // 413 with the limit
+  static Status ReadOnlyKey();  // 403: a viewer's key asked for inference
   awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {}, int64_t retry_after_s = 0);
   // The key of an Authorization header, or null with *err set. A key not
   // in the cache is asked of the authenticator on auth_pool_, not on this

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
 
 #include "drover/gateway/impl.h"
 
@@ -79,6 +81,11 @@ awaitable<std::shared_ptr<const AuthEntry>> GatewayImpl::Authenticate(std::strin
   co_return nullptr;
 }
 
+Status GatewayImpl::ReadOnlyKey() {
+  return PermissionDenied(
+      "this key's role (viewer) may list models but not run inference: use a key of role user, tenant-admin or admin");
+}
+
 awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string_view param, int64_t retry_after_s) {
   ErrorShape s = ShapeFor(st.code());
   std::string extra;
@@ -138,6 +145,11 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   auto auth = co_await Authenticate(authorization, &err);
   if (!auth) {
     co_await SendError(sink, err);
+    co_return;
+  }
+  if (auth->info.read_only) {  // before the body is parsed: a viewer's call costs nothing more
+    Rejected("forbidden")->Inc();
+    co_await SendError(sink, ReadOnlyKey());
     co_return;
   }
   std::string bad_param;
@@ -289,6 +301,19 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
                                                       std::to_string(tried.size()) + " tried; last: " + why + ")"));
 }
 
+awaitable<GatewayImpl::Outcome> GatewayImpl::AnswerTooLarge(const Replica& r, Sink& sink, CallResult& res) {
+  sink.Unwatch();
+  res.status = 502;
+  res.clean = false;
+  res.Commit();
+  const std::string message = "the answer of replica '" + r.id + "' is larger than the gateway's limit of " +
+                              std::to_string(options_.max_upstream_body_bytes) +
+                              " bytes for a whole (non-streamed) answer: ask for fewer or shorter results, or stream";
+  res.client_gone = !co_await sink.Whole(502, "application/json",
+                                         ErrorJson(message, "server_error", "upstream_response_too_large"), {});
+  co_return Outcome::kDone;
+}
+
 awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std::string_view path,
                                                      std::string_view body, bool strip_usage, Sink& sink,
                                                      CallResult& res, std::string* why) {
@@ -345,6 +370,12 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     UnwatchAtExit unwatch{sink};
     bhttp::response_parser<bhttp::empty_body> hp;
     hp.header_limit(64 << 10);
+    // No limit on the header's Content-Length here (Beast's default, 8 MiB,
+    // would fail the read and the call would be retried): a stream has none,
+    // and a whole answer's is checked against max_upstream_body_bytes below.
+    // The largest number, not boost::none: Beast 1.74 compares the length
+    // with the optional, and every length is greater than none.
+    hp.body_limit(std::numeric_limits<std::uint64_t>::max());
     up->s.ExpiresAfterMs(options_.upstream_timeout_ms);
     co_await bhttp::async_read_header(up->s.socket, up->buf, hp, Await(ec));
     if (gone) co_return ClientLeft(res);
@@ -362,12 +393,18 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     const bool sse =
         status == 200 && SV(hp.get()[bhttp::field::content_type]).find("text/event-stream") != std::string_view::npos;
     if (!sse) {
+      // A whole answer over the limit is the same on every replica: an
+      // error of its own, not retried (and the connection is not reused).
+      if (hp.content_length() && *hp.content_length() > options_.max_upstream_body_bytes) {
+        co_return co_await AnswerTooLarge(r, sink, res);
+      }
       bhttp::response_parser<bhttp::string_body> sp{std::move(hp)};
       sp.body_limit(options_.max_upstream_body_bytes);
       co_await ReadRest(up->s.socket, up->buf, sp, ec);
       if (gone) co_return ClientLeft(res);
       res.mark_ns = NowNs();
       sink.Unwatch();
+      if (ec == bhttp::error::body_limit) co_return co_await AnswerTooLarge(r, sink, res);  // chunked, or no length
       if (ec) {
         *why = "replica '" + r.id + "': reading the answer: " + ec.message();
         co_return Outcome::kRetry;

@@ -72,8 +72,12 @@ using Millis = std::chrono::milliseconds;
 constexpr Millis kLingerTimeout{5000};
 constexpr size_t kMaxLingerBytes = 64ULL << 20;
 constexpr size_t kLingerChunk = 16 << 10;
-// Connections over max_connections are answered 503; past this many such
-// answers at once they are simply closed.
+// Connections over max_connections (or a source's share) are turned away:
+// answered 503, or their health check served. At most this many at once;
+// past it a new one closes the oldest turned-away connection that is not a
+// health check being answered (it is a slow client: a health checker sends
+// its request at once), so that a flood of slow connections from one
+// address cannot keep /readyz from answering there.
 constexpr int kMaxRejecting = 64;
 constexpr Millis kAcceptRetryDelay{100};
 // How long a TLS connection that we end waits for the client's close_notify.
@@ -204,6 +208,13 @@ class WorkerPool {
 };
 
 class AsyncSink;
+class SessionBase;
+
+// A connection turned away (over a limit), in Shared's list by arrival.
+struct TurnedAway {
+  std::weak_ptr<SessionBase> session;
+  bool keep = false;  // a health check being answered, or already being evicted: not a candidate
+};
 
 // What a sink and a worker need of a session. Every method is called on the
 // session's strand (post to executor()).
@@ -216,6 +227,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void Pump() = 0;                                     // sends what the sink holds
   virtual void Close() = 0;                                    // closes the connection at once; ends its stream
   std::list<std::weak_ptr<SessionBase>>::iterator registered;  // set once by Shared::Register
+  std::list<TurnedAway>::iterator turned_away;                 // the same, for a turned-away one (Shared's mu_)
 };
 
 // The StreamSink of one streamed response. Producers call Write/Close from
@@ -386,8 +398,9 @@ class Shared {
   std::optional<ssl::context> tls;  // set before the first accept
 
   enum class Admission { kServe, kReject, kDrop };
-  // Counts a new connection from `source` in (unless kDrop).
-  Admission Admit(const std::string& source) {
+  // Counts a new connection from `source` in (unless kDrop). kReject with
+  // kMaxRejecting already turned away: *evict is the one to close for it.
+  Admission Admit(const std::string& source, std::shared_ptr<SessionBase>* evict) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Admission::kDrop;
     const int limit = options.max_connections_per_source;
@@ -395,9 +408,11 @@ class Shared {
     const int from_source = it == per_source_.end() ? 0 : it->second;
     if (active_ >= options.max_connections || (limit > 0 && from_source >= limit)) {
       // Past the limit, or one address holding its share: slow clients from
-      // one place cannot take every connection. A TLS client cannot read a
-      // plaintext 503: it is just closed.
-      if (tls || rejecting_ >= kMaxRejecting) return Admission::kDrop;
+      // one place cannot take every connection.
+      if (rejecting_ >= kMaxRejecting) {
+        *evict = EvictableLocked();
+        if (*evict == nullptr) return Admission::kDrop;  // every one is a health check being answered
+      }
       ++rejecting_;
       return Admission::kReject;
     }
@@ -413,12 +428,25 @@ class Shared {
       return false;
     }
     session->registered = sessions_.insert(sessions_.end(), session);
+    if (rejecting) session->turned_away = turned_away_.insert(turned_away_.end(), TurnedAway{session});
     return true;
   }
   void Unregister(SessionBase* session, const std::string& source, bool rejecting) {
     std::lock_guard<std::mutex> lock(mu_);
     sessions_.erase(session->registered);
+    if (rejecting) turned_away_.erase(session->turned_away);
     UncountLocked(source, rejecting);
+  }
+  // A turned-away session whose request is a health check: it is answered,
+  // and no longer evicted for a newcomer. False when it already is being
+  // evicted (its close is on the way).
+  bool KeepTurnedAway(SessionBase* session) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !std::exchange(session->turned_away->keep, true);
+  }
+  bool IsHealthPath(std::string_view target) const {
+    const std::string_view path = target.substr(0, target.find('?'));
+    return std::find(options.health_paths.begin(), options.health_paths.end(), path) != options.health_paths.end();
   }
   // Sets the stopping flag; returns every open session.
   std::vector<std::shared_ptr<SessionBase>> BeginStop() {
@@ -478,6 +506,19 @@ class Shared {
     }
   }
 
+  // The oldest turned-away session that is no health check being
+  // answered, marked so that it is picked once; null if none.
+  std::shared_ptr<SessionBase> EvictableLocked() {
+    for (TurnedAway& t : turned_away_) {
+      if (t.keep) continue;
+      if (auto s = t.session.lock()) {
+        t.keep = true;
+        return s;
+      }
+    }
+    return nullptr;
+  }
+
   void UncountLocked(const std::string& source, bool rejecting) {
     if (rejecting) {
       --rejecting_;
@@ -493,6 +534,7 @@ class Shared {
   int rejecting_ = 0;                                // guarded by mu_
   std::unordered_map<std::string, int> per_source_;  // guarded by mu_: open connections by peer address
   std::list<std::weak_ptr<SessionBase>> sessions_;   // guarded by mu_
+  std::list<TurnedAway> turned_away_;                // guarded by mu_: the rejecting sessions, oldest first
 };
 
 template <typename Message>
@@ -646,10 +688,16 @@ class Session final : public SessionBase {
     keep_alive_ = header.keep_alive();
     if (rejecting_) {
       keep_alive_ = false;
-      linger_ = true;  // the body, if any, is read and discarded
-      return Respond(ErrorResponse(Unavailable(
-          "server is at its limit of connections (" + std::to_string(shared_.options.max_connections) + " in all, " +
-          std::to_string(shared_.options.max_connections_per_source) + " from one address)")));
+      const beast::string_view target = header.target();
+      // A health check gets its real answer (then the connection closes):
+      // a load balancer or monitor behind a busy address still sees how
+      // the server is. Anything else: 503.
+      if (!shared_.IsHealthPath(std::string_view(target.data(), target.size())) || !shared_.KeepTurnedAway(this)) {
+        linger_ = true;  // the body, if any, is read and discarded
+        return Respond(ErrorResponse(Unavailable(
+            "server is at its limit of connections (" + std::to_string(shared_.options.max_connections) + " in all, " +
+            std::to_string(shared_.options.max_connections_per_source) + " from one address)")));
+      }
     }
     if (parser_->is_done()) return OnRequest();
     Lowest().expires_after(Millis(shared_.options.write_timeout_ms));
@@ -882,7 +930,9 @@ class BeastServer final : public Server {
     const tcp::endpoint ep = socket.remote_endpoint(ec);
     if (ec) return;  // already gone; `socket` closes
     const std::string source = ep.address().to_string();
-    const Shared::Admission admission = shared_.Admit(source);
+    std::shared_ptr<SessionBase> evict;
+    const Shared::Admission admission = shared_.Admit(source, &evict);
+    if (evict) net::post(evict->executor(), [evict] { evict->Close(); });
     if (admission == Shared::Admission::kDrop) return;
     const bool rejecting = admission == Shared::Admission::kReject;
     socket.set_option(tcp::no_delay(true), ec);

@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "drover/common/status.h"
 
@@ -115,9 +116,15 @@ struct ServerOptions {
   // Bytes of an async stream queued but not yet sent; past it the stream is closed.
   size_t max_stream_buffer_bytes = 4 << 20;
 
-  int max_connections = 20000;  // more get 503 (TLS: are closed)
-  // Open connections from one peer address; more get 503 (0: no limit).
+  // Open connections in all, and from one peer address (0: no limit). A
+  // connection past either is turned away: a request for one of
+  // health_paths gets its real answer, any other 503 (both then close). At
+  // most 64 are turned away at once; a newcomer past that closes the
+  // oldest one that is not a health check being answered, so a flood of
+  // slow connections from one address keeps no health check from answering.
+  int max_connections = 20000;
   int max_connections_per_source = 64;
+  std::vector<std::string> health_paths = {"/healthz", "/readyz"};
 
   // Deadlines (milliseconds). A whole request header (and on a new
   // connection the TLS handshake) must arrive within header_timeout of its

@@ -278,6 +278,7 @@ Result<v1::GatewayKey> ApiService::ResolveGatewayKey(std::string_view token) {
   key.set_name(t.name);
   key.set_tenant(t.tenant);
   key.set_admin(t.role == auth::Role::kAdmin);
+  key.set_role(std::string(auth::RoleName(t.role)));
   key.set_key_requests_per_minute(t.requests_per_minute);
   key.set_key_tokens_per_minute(t.tokens_per_minute);
   DROVER_ASSIGN_OR_RETURN(v1::TenantQuota q, Wait(loop_->TenantQuotaOf(t.tenant)));

@@ -649,6 +649,7 @@ TEST_F(DeploymentTest, GatewayKeysCarryTheirOwnAndTheirTenantsLimits) {
   EXPECT_EQ(key->name(), "app");
   EXPECT_EQ(key->tenant(), "team-a");
   EXPECT_FALSE(key->admin());
+  EXPECT_EQ(key->role(), "user");  // the gateway serves a viewer's key no inference (issue 37)
   EXPECT_EQ(key->key_requests_per_minute(), 60);
   EXPECT_EQ(key->key_tokens_per_minute(), 5000);
   EXPECT_EQ(key->tenant_requests_per_minute(), 600);
