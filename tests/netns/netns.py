@@ -110,7 +110,9 @@ def _enum_word(raw, prefix):
 #   <node> <replica> <pid> end <unix time>      on SIGTERM / SIGINT
 # ---------------------------------------------------------------------------
 
-JOB_SCRIPT = r'''run="$DROVER_NODE ${DROVER_REPLICA:-0} $$"
+# A run is known by its start in nanoseconds, not its pid: every job has a
+# PID namespace of its own, where each run's shell has the same pid.
+JOB_SCRIPT = r'''run="$DROVER_NODE ${DROVER_REPLICA:-0} $(date +%s%N)"
 echo "$run start $(date +%s.%N)" >> "$OUT"
 trap 'echo "$run end $(date +%s.%N)" >> "$OUT"; exit 143' TERM INT
 while :; do echo "$run beat $(date +%s.%N)" >> "$OUT"; sleep 0.1; done'''

@@ -394,7 +394,8 @@ test('a deployment whose engine queues scales up on the queue time', { timeout: 
 });
 
 test('a real llama.cpp engine deployed by drover answers through the gateway', { timeout: 240000 }, async () => {
-  const gguf = path.join(up.dir, 'tiny.gguf');
+  // Beside the data directory, not in it: jobs do not see the server's data.
+  const gguf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'drover-model-')), 'tiny.gguf');
   execFileSync(process.execPath, [path.join(LLAMA, 'make_gguf.mjs'), gguf]);
   await up.ok(['deploy', 'tiny-llama', '--engine', 'custom', '--gpus', '1', '--', process.execPath,
     path.join(LLAMA, 'server.mjs'), '--model-file', gguf]);

@@ -636,6 +636,7 @@ class ServiceAgentTest : public TempDirTest {
     v1::Workload w;
     w.set_job_id(job_id);
     w.set_workload_id(rpc::WorkloadId(job_id, 0, 1, 1));
+    w.set_tenant("default");  // as the server sends it; a root tenant: the script is in the test's 0700 directory
     w.add_command("/usr/bin/python3");
     w.add_command(script_);
     w.add_command(state_);

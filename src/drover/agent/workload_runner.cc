@@ -377,7 +377,9 @@ Status WorkloadRunner::SandboxFor(const v1::Workload& w, const JobDir& dir, cons
   s.namespaces = inventory_->sandbox();
   // The shim names its reports by its pid, which the agent reads as the
   // node's: such a job keeps the node's PID namespace (docs/security.md).
-  s.pid_namespace = !gpu_memory_reports;
+  // A service replica keeps it too for now: its probes, restarts and the
+  // tools around it still name its processes by the node's pids.
+  s.pid_namespace = !gpu_memory_reports && !w.has_service();
   if (gpu_memory_reports && !s.as_root) s.enter.push_back(dir.path());
   if (!w.working_dir().empty() && s.namespaces) {
     for (const SandboxMount& m : PlanSandboxMounts(s)) {
