@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$DROVER" up --data-dir "$WORK/d" --grpc-listen 127.0.0.1:0 --listen 127.0.0.1:0 \
-  --devices simulated --workload none >/dev/null 2>"$WORK/up.log" &
+  --devices simulated --workload none ${UP_FLAGS:-} >/dev/null 2>"$WORK/up.log" &
 UP=$!
 for _ in $(seq 300); do [[ -s $WORK/d/endpoints.json ]] && break; sleep 0.1; done
 [[ -s $WORK/d/endpoints.json ]] || { echo "drover up did not start; see $WORK/up.log" >&2; exit 1; }
