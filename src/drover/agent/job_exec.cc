@@ -22,6 +22,13 @@ void FailChild(int report, ChildError::Step step) {
   ::_exit(127);
 }
 
+void JoinCgroup(int report, const char* procs) {
+  // "0": the writing process. From here on all the job runs is in the group.
+  int fd = ::open(procs, O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || ::write(fd, "0", 1) != 1) FailChild(report, ChildError::kJoinCgroup);
+  ::close(fd);
+}
+
 namespace {
 
 // Becomes `u` for good: no supplementary groups, the capability bounding
@@ -43,12 +50,7 @@ bool BecomeUser(const ExecUser& u) {
 }  // namespace
 
 void ExecJob(const ExecArgs& a, const char* join) {
-  if (join != nullptr) {
-    // "0": the writing process. From here on all the job runs is in the group.
-    int fd = ::open(join, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || ::write(fd, "0", 1) != 1) FailChild(a.report, ChildError::kJoinCgroup);
-    ::close(fd);
-  }
+  if (join != nullptr) JoinCgroup(a.report, join);
   if (a.pin && ::sched_setaffinity(0, sizeof(*a.cpus), a.cpus) != 0) FailChild(a.report, ChildError::kPin);
   // The job leads its own process group.
   if (a.own_group && ::setpgid(0, 0) != 0) FailChild(a.report, ChildError::kProcessGroup);

@@ -52,6 +52,10 @@ struct ExecArgs {
 // Reports `step` and `errno` on `report` and ends the process (127).
 [[noreturn]] void FailChild(int report, ChildError::Step step);
 
+// Moves this process into the cgroup whose cgroup.procs is `procs`, or
+// fails the child (kJoinCgroup).
+void JoinCgroup(int report, const char* procs);
+
 // Why the job did not start, said for exit.json; `cgroup_dir`, `cpus` and
 // `work` name what the step was about.
 std::string DescribeChildError(const ChildError& e, const std::string& cgroup_dir, const std::string& cpus,

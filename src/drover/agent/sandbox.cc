@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "drover/common/hash.h"
+
 namespace drover::agent {
 namespace {
 
@@ -117,11 +119,7 @@ bool EnterMounts(const JobSandbox& s) {
 // init exits, which ends every process left in the namespace.
 [[noreturn]] void RunInit(const JobSandbox& s, const char* join, const ExecArgs& a, int status_fd) {
   if (::setpgid(0, 0) != 0) FailChild(a.report, ChildError::kProcessGroup);
-  if (join != nullptr) {
-    int fd = ::open(join, O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || ::write(fd, "0", 1) != 1) FailChild(a.report, ChildError::kJoinCgroup);
-    ::close(fd);
-  }
+  if (join != nullptr) JoinCgroup(a.report, join);
   // The way to the job's own directories must be open to its user: not
   // the agent's 077.
   ::umask(022);
@@ -149,21 +147,12 @@ bool EnterMounts(const JobSandbox& s) {
   }
 }
 
-uint32_t Fnv1a(const std::string& s) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
-
 }  // namespace
 
 bool PathWithin(const std::string& path, const std::string& dir) { return Within(Normal(path), Normal(dir)); }
 
 uid_t SandboxUid(const SandboxPolicy& policy, const std::string& tenant) {
-  return policy.uid_base + Fnv1a(tenant) % std::max<uint32_t>(policy.uid_count, 1);
+  return policy.uid_base + static_cast<uid_t>(Fnv1a64(tenant) % std::max<uint32_t>(policy.uid_count, 1));
 }
 
 JobSandbox MakeJobSandbox(const SandboxPolicy& policy, const std::string& tenant, std::vector<std::string> hide,
@@ -224,7 +213,9 @@ std::vector<SandboxMount> PlanSandboxMounts(const JobSandbox& s, const std::set<
   return out;
 }
 
-std::string ProbeSandbox() {
+namespace {
+
+std::string ProbeSandboxOnce() {
   if (::geteuid() != 0) return "the agent does not run as root: jobs run as its user, in its namespaces";
   pid_t pid = Clone3(CLONE_NEWNS | CLONE_NEWPID, -1);
   if (pid < 0) return fmt::format("cannot create mount and PID namespaces: {}", std::strerror(errno));
@@ -234,6 +225,15 @@ std::string ProbeSandbox() {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "cannot make a private mount namespace";
   return "";
+}
+
+}  // namespace
+
+std::string ProbeSandbox() {
+  // What the machine allows does not change while the process runs: probed
+  // once, however many agents (simulated nodes) share it.
+  static const std::string kProblem = ProbeSandboxOnce();
+  return kProblem;
 }
 
 Status GiveOwnDirs(const JobSandbox& s) {

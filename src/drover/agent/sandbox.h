@@ -30,7 +30,7 @@ namespace drover::agent {
 // --sandbox-uid-count, --root-tenants, --sandbox-hide).
 struct SandboxPolicy {
   bool enabled = true;
-  // A tenant's jobs run as uid = gid = uid_base + FNV-1a(tenant) % uid_count.
+  // A tenant's jobs run as uid = gid = uid_base + Fnv1a64(tenant) % uid_count.
   uid_t uid_base = 2'000'000'000;
   uint32_t uid_count = 1'000'000;
   // Tenants whose jobs run as root (still in their namespaces).

@@ -136,6 +136,10 @@ pid_t CloneIntoCgroup(int cgroup_fd, const ExecArgs& a) {
 // the job runs.
 Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const std::string& work,
                        std::vector<char*>& argv, std::vector<char*>& envp, int status_fd) {
+  // Without namespaces the job still runs as its tenant's user (its own
+  // directories first); StartSandboxed gives them itself.
+  const bool plain_user = iso.sandbox && !iso.sandbox->namespaces && !iso.sandbox->as_root;
+  if (plain_user) DROVER_RETURN_IF_ERROR(GiveOwnDirs(*iso.sandbox));
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int pipe_fds[2] = {-1, -1};
@@ -156,14 +160,8 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   int fork_error = 0;
   std::string problem;
   const std::string procs = iso.cgroup ? iso.cgroup->dir + "/cgroup.procs" : "";
-  if (iso.sandbox && !iso.sandbox->namespaces && !iso.sandbox->as_root) {
-    // No namespaces here: the job still runs as its tenant's user.
-    if (Status s = GiveOwnDirs(*iso.sandbox); !s.ok()) problem = s.message();
-    exec.user = &iso.sandbox->user;
-  }
-  if (!problem.empty()) {
-    // Said below.
-  } else if (iso.sandbox && iso.sandbox->namespaces) {
+  if (plain_user) exec.user = &iso.sandbox->user;
+  if (iso.sandbox && iso.sandbox->namespaces) {
     int group_fd = iso.cgroup ? ::open(iso.cgroup->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     auto started = StartSandboxed(*iso.sandbox, group_fd, iso.cgroup ? procs.c_str() : nullptr, exec, status_fd);
     if (group_fd >= 0) ::close(group_fd);

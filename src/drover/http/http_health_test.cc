@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -71,8 +72,13 @@ class SlowFlood {
       if (fd >= 0) ::close(fd);
     }
   }
-  // Connections the server closed so far.
-  int closed_by_server() const { return closed_.load(); }
+  // Waits until the server has closed at least one of them (or `timeout`
+  // passed); how many it closed.
+  int WaitForServerClose(std::chrono::seconds timeout) {
+    std::unique_lock lock(mu_);
+    closed_cv_.wait_for(lock, timeout, [&] { return closed_ > 0; });
+    return closed_;
+  }
 
  private:
   void Run() {
@@ -87,7 +93,11 @@ class SlowFlood {
           ssize_t n = ::recv(fds_[i], scratch, sizeof scratch, 0);
           if (n > 0 || (n < 0 && errno == EAGAIN)) continue;  // an answer, or nothing yet: still open
           ::close(fds_[i]);
-          closed_.fetch_add(1);
+          {
+            std::lock_guard lock(mu_);
+            ++closed_;
+          }
+          closed_cv_.notify_all();
         }
         fds_[i] = SlowConnection(port_);
       }
@@ -97,7 +107,9 @@ class SlowFlood {
   const uint16_t port_;
   std::vector<int> fds_;  // the flood's thread only, once started
   std::atomic<bool> stop_{false};
-  std::atomic<int> closed_{0};
+  std::mutex mu_;
+  std::condition_variable closed_cv_;
+  int closed_ = 0;  // guarded by mu_
   std::thread thread_;
 };
 
@@ -123,11 +135,7 @@ TEST(HttpHealthTest, HealthChecksAnswerWhileSlowClientsFillTheAddressShare) {
   SlowFlood flood(server->port(), 150);
   // The server has turned some away: the address's share and the
   // turned-away slots are full.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (flood.closed_by_server() == 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_GT(flood.closed_by_server(), 0) << "the flood never reached the server's limits";
+  ASSERT_GT(flood.WaitForServerClose(std::chrono::seconds(60)), 0) << "the flood never reached the server's limits";
 
   for (int i = 0; i < 5; ++i) {
     for (const char* path : {"/readyz", "/healthz"}) {
