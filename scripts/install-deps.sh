@@ -13,6 +13,8 @@ PACKAGES=(
   libcli11-dev libsqlite3-dev sqlite3 libconcurrentqueue-dev
   # tokens, audit hashes, certificates
   libssl-dev
+  # the job sandbox's system-call filter (src/drover/agent/seccomp_profile.h)
+  libseccomp-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # fuzzing (scripts/fuzz.sh): clang 14; libFuzzer and the sanitizer runtimes

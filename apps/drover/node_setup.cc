@@ -75,6 +75,11 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
                   "tenants whose jobs run as root (still in their namespaces); repeatable or comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--sandbox-seccomp", f->seccomp,
+                  "filter jobs' system calls: ptrace, mount, namespaces, raw sockets, kernel modules and the like end "
+                  "the job (on), or allow every call the job's user may make (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--sandbox-hide", f->hide,
                   "a directory or file no job sees (the agent's data and state directories always are); repeatable");
 }
@@ -82,6 +87,7 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f) {
 Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f) {
   agent::SandboxPolicy p;
   p.enabled = f.mode != "off";
+  p.seccomp = f.seccomp != "off";
   if (f.uid_base < 1000 || f.uid_count < 1 || f.uid_base + f.uid_count > int64_t{4'294'967'294}) {
     return InvalidArgument("--sandbox-uid-base and --sandbox-uid-count must name uids between 1000 and 4294967294");
   }

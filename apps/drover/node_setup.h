@@ -40,6 +40,7 @@ struct SandboxFlags {
   int64_t uid_count = 1'000'000;
   std::vector<std::string> root_tenants = {"default"};
   std::vector<std::string> hide;
+  std::string seccomp = "on";  // on, off
 };
 void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
 Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f);

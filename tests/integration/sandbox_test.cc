@@ -4,7 +4,9 @@
 // tenant's job's spec, log and environment, the node's state, the server's
 // process. None of it works; it is not root and holds no capability. The
 // same job as the admin, in the tenant the cluster lets run as root, still
-// runs as root.
+// runs as root. What the sandbox's system-call filter stops (ptrace, mount,
+// unshare, raw sockets, kernel modules) ends the process that tries it, and
+// a job stopped that way says so.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -117,10 +119,56 @@ TEST_F(SandboxTest, AWorkingDirectoryInTheServersDataIsRefused) {
   EXPECT_NE(job.status().message().find("jobs do not see"), std::string::npos) << job.status().message();
 }
 
+// The bad input of the issue: what an attacker's job tries next. Each try
+// runs in a process of its own under the job's shell, which says how it
+// ended: 159 is 128 + SIGSYS, the sandbox's filter ending it.
+TEST_F(SandboxTest, PtraceMountUnshareRawSocketsAndModulesEndTheProcessThatTriesThem) {
+  const std::string py = "python3 -c 'import ctypes, socket; libc = ctypes.CDLL(None); ";
+  const std::string script =
+      py + "libc.ptrace(0, 0, 0, 0)'; echo ptrace=$?;" +                                // PTRACE_TRACEME
+      py + "libc.mount(b\"tmpfs\", b\"/tmp\", b\"tmpfs\", 0, None)'; echo mount=$?;" +  //
+      "unshare --net true; echo unshare=$?;" +                                          // util-linux
+      py + "socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)'; echo raw=$?;" + py +
+      "libc.delete_module(b\"drover_none\", 0)'; echo module=$?;" +
+      "echo 1 > /proc/sys/vm/drop_caches; echo procsys=$?;"
+      // What programs do all the time still works: threads and children
+      // (glibc's clone3, refused as absent, gives way to clone).
+      "python3 -c 'import subprocess, threading; t = threading.Thread(target=print); t.start(); t.join(); "
+      "print(\"child\", subprocess.run([\"true\"]).returncode)'; echo normal=$?;"
+      "echo end";
+  const std::string out = RunAs(Token("mallory", "team-m"), script);
+  ASSERT_NE(out.find("end"), std::string::npos) << out;
+  for (const char* tried : {"ptrace=159", "mount=159", "unshare=159", "raw=159", "module=159"}) {
+    EXPECT_NE(out.find(tried), std::string::npos) << tried << " not in:\n" << out;
+  }
+  EXPECT_EQ(out.find("procsys=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("child 0\nnormal=0"), std::string::npos) << out;
+}
+
+TEST_F(SandboxTest, AJobStoppedByTheSandboxSaysSo) {
+  CommandResult r = RunCli(
+      up_->grpc_address(),
+      {"submit", "--gpus", "1", "--wait", "--", "python3", "-c", "import ctypes; ctypes.CDLL(None).ptrace(0, 0, 0, 0)"},
+      {"DROVER_TOKEN=" + Token("trudy", "team-t")});
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  std::string id = r.out.substr(0, r.out.find('\n'));
+  v1::Job job = GetJob(up_->jobs(), id);
+  EXPECT_EQ(job.status().state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(job.status().message().find("stopped by the sandbox"), std::string::npos) << job.status().message();
+  CommandResult shown = RunCli(up_->grpc_address(), {"job", id});
+  EXPECT_NE(shown.out.find("stopped by the sandbox"), std::string::npos) << shown.out;
+}
+
 TEST_F(SandboxTest, TheAdminsJobInARootTenantStillRunsAsRoot) {
-  const std::string out = RunAs(up_->token(), "echo uid=$(id -u); echo procs=$(ls /proc | grep -c '^[0-9]')");
+  const std::string out = RunAs(up_->token(),
+                                "echo uid=$(id -u); echo procs=$(ls /proc | grep -c '^[0-9]');"
+                                // Root, but the kernel's knobs are read-only (the value it has, written back).
+                                "cat /proc/sys/kernel/printk_ratelimit > /proc/sys/kernel/printk_ratelimit;"
+                                "echo procsys=$?; python3 -c 'import threading; print(\"threads\", 1)'");
   EXPECT_NE(out.find("uid=0\n"), std::string::npos) << out;
   EXPECT_LE(std::stoi(out.substr(out.find("procs=") + 6)), 6) << out;
+  EXPECT_EQ(out.find("procsys=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("threads 1"), std::string::npos) << out;
 }
 
 }  // namespace

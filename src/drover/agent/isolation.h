@@ -28,6 +28,8 @@ struct NodeIsolation {
   // Jobs get mount and PID namespaces (sandbox.h); off: where the machine
   // cannot, a job still runs as its tenant's user when the agent is root.
   bool sandbox = false;
+  // Jobs' system calls are filtered (seccomp_profile.h).
+  bool seccomp = false;
   std::string message;  // every part, on or off, and why (the off ones first)
 
   bool cpu_limits() const;

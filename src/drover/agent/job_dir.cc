@@ -220,15 +220,11 @@ Status JobDir::WriteIsolation(const JobIsolation& iso) const {
   }
   if (iso.sandbox) {
     const JobSandbox& b = *iso.sandbox;
-    j["sandbox"] = json{{"as_root", b.as_root},
-                        {"namespaces", b.namespaces},
-                        {"uid", b.user.uid},
-                        {"gid", b.user.gid},
-                        {"hide", b.hide},
-                        {"keep", b.keep},
-                        {"own", b.own},
-                        {"enter", b.enter},
-                        {"pid_namespace", b.pid_namespace}};
+    j["sandbox"] = json{{"as_root", b.as_root}, {"namespaces", b.namespaces},
+                        {"uid", b.user.uid},    {"gid", b.user.gid},
+                        {"hide", b.hide},       {"keep", b.keep},
+                        {"own", b.own},         {"enter", b.enter},
+                        {"seccomp", b.seccomp}};
   }
   return WriteFileAtomic(File("isolation.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
@@ -264,7 +260,7 @@ Result<JobIsolation> JobDir::ReadIsolation() const {
       b.keep = it->value("keep", std::vector<std::string>{});
       b.own = it->value("own", std::vector<std::string>{});
       b.enter = it->value("enter", std::vector<std::string>{});
-      b.pid_namespace = it->value("pid_namespace", true);
+      b.seccomp = it->value("seccomp", true);
       // Never root by a missing or zero id: root is said, not defaulted.
       if (!b.as_root && (b.user.uid == 0 || b.user.gid == 0)) throw std::invalid_argument("a sandbox user of 0");
       iso.sandbox = std::move(b);

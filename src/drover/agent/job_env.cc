@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -118,19 +119,66 @@ Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir,
   return Status::Ok();
 }
 
-std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_dir) {
+std::optional<std::map<int64_t, int64_t>> NamespacePids(int64_t leader) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self_ns = fs::read_symlink("/proc/self/ns/pid", ec);
+  if (ec) return std::nullopt;
+  std::map<int64_t, int64_t> out;
+  const fs::path ns = fs::read_symlink(fmt::format("/proc/{}/ns/pid", leader), ec);
+  if (ec) return out;  // gone, and everything under it
+  if (ns == self_ns) return std::nullopt;
+  // Down the tree from the leader: every thread's children (a child is
+  // listed under the thread that made it). Bounded: a job cannot make
+  // this walk the agent's whole period.
+  std::vector<int64_t> todo = {leader};
+  while (!todo.empty() && out.size() < 65'536) {
+    const int64_t pid = todo.back();
+    todo.pop_back();
+    std::ifstream status(fmt::format("/proc/{}/status", pid));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (!line.starts_with("NSpid:")) continue;
+      // "NSpid:\t<node's>\t...\t<its namespace's>"; the last is the job's own.
+      std::istringstream in(line.substr(6));
+      int64_t node_pid = 0, own = 0;
+      if (in >> node_pid) {
+        own = node_pid;
+        for (int64_t next = 0; in >> next;) own = next;
+        if (node_pid == pid) out[own] = node_pid;
+      }
+      break;
+    }
+    for (const fs::directory_entry& task : fs::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+      std::ifstream children(task.path() / "children");
+      for (int64_t child = 0; children >> child;) todo.push_back(child);
+    }
+  }
+  return out;
+}
+
+std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_dir, int64_t leader) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::map<int64_t, int64_t> out;
+  std::optional<std::optional<std::map<int64_t, int64_t>>> ns;  // looked up at the first report
   for (const fs::directory_entry& e : fs::directory_iterator(report_dir, ec)) {
     const std::string name = e.path().filename().string();
     int pid = 0;
     auto [end, pec] = std::from_chars(name.data(), name.data() + name.size(), pid);
     if (pec != std::errc() || end != name.data() + name.size() || pid <= 0) continue;  // a .tmp, or not a report
-    if (kill(pid, 0) != 0 && errno == ESRCH) continue;  // a process that died without removing it
+    if (!ns) ns = leader > 0 ? NamespacePids(leader) : std::nullopt;
+    int64_t node_pid = pid;
+    if (*ns) {
+      auto it = (*ns)->find(pid);
+      if (it == (*ns)->end()) continue;  // no such process under the leader: it died without removing it
+      node_pid = it->second;
+    } else if (kill(pid, 0) != 0 && errno == ESRCH) {
+      continue;  // a process that died without removing it
+    }
     std::ifstream in(e.path());
     int64_t bytes = 0;
-    if (in >> bytes && bytes >= 0) out[pid] = bytes;
+    if (in >> bytes && bytes >= 0) out[node_pid] = bytes;
   }
   return out;
 }
@@ -145,7 +193,7 @@ void AddGpuMemoryReports(const std::vector<ShimReport>& jobs, v1::GpuTelemetry* 
   if (t->processes_known()) return;
   bool added = false;
   for (const ShimReport& j : jobs) {
-    for (const auto& [pid, bytes] : ReadGpuMemoryReportsByPid(j.report_dir)) {
+    for (const auto& [pid, bytes] : ReadGpuMemoryReportsByPid(j.report_dir, j.leader)) {
       v1::GpuProcess* p = t->add_processes();
       p->set_pid(pid);
       p->set_memory_bytes(bytes);

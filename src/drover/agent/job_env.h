@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,7 +79,16 @@ Status AddGpuMemoryLimit(int64_t workload_limit, const std::string& report_dir,
 
 // The shim's reports in report_dir (one file per process, named by its pid)
 // of processes still alive: pid -> bytes in use. Empty when there are none.
-std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_dir);
+// A sandboxed job's processes name their reports by the pids of its own PID
+// namespace: with `leader` (the node's pid of its sandbox's init, the first
+// process of that namespace), they are read as the node's pids, and a report
+// of a pid no process under the leader has is a dead one.
+std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_dir, int64_t leader = 0);
+
+// `leader` and the processes under it, when it is the first of a PID
+// namespace other than this process's: their pid there -> the node's. None
+// when it is in this process's namespace; empty when it is gone.
+std::optional<std::map<int64_t, int64_t>> NamespacePids(int64_t leader);
 
 // The GPU memory in use by a job's processes: the sum of the above.
 int64_t ReadGpuMemoryReports(const std::string& report_dir);
@@ -87,6 +97,7 @@ int64_t ReadGpuMemoryReports(const std::string& report_dir);
 struct ShimReport {
   std::string job_id;
   std::string report_dir;
+  int64_t leader = 0;  // the node's pid of its process group leader (ReadGpuMemoryReportsByPid)
 };
 
 // Where the vendor names no processes on a GPU (simulated GPUs; a library

@@ -4,9 +4,16 @@
 
 #include "drover/agent/job_env.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdlib>
 #include <filesystem>
@@ -133,6 +140,48 @@ TEST_F(JobEnvTest, ReportsOfLiveProcessesAreSummed) {
   Touch(r / "notes", "7\n");
   EXPECT_EQ(ReadGpuMemoryReports(r.string()), 1048576 + 2048);
   EXPECT_EQ(ReadGpuMemoryReports((dir_ / "none").string()), 0);
+}
+
+// A sandboxed job's shim names its report by the pid of the job's own PID
+// namespace (2 here, under the namespace's first process): the agent reads
+// it as the node's pid, and the same name outside the job is no report.
+TEST_F(JobEnvTest, ReportsFromAJobsOwnPidNamespaceAreReadAsTheNodesPids) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a PID namespace needs root";
+  const fs::path r = dir_ / "gpu-memory";
+  fs::create_directories(r);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  // The first process of a new PID namespace (clone as fork, with the flag).
+  const pid_t leader =
+      static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+  ASSERT_GE(leader, 0) << std::strerror(errno);
+  if (leader == 0) {
+    if (::fork() == 0) {  // pid 2 in the namespace: writes its report as the shim does, then waits
+      std::string path = r.string() + "/" + std::to_string(::getpid());
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      (void)!::write(fd, "4096\n", 5);
+      ::close(fd);
+      (void)!::write(ready[1], "x", 1);
+      ::pause();
+    }
+    ::pause();  // the namespace ends with its first process
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_TRUE(fs::exists(r / "2"));
+  std::ifstream children("/proc/" + std::to_string(leader) + "/task/" + std::to_string(leader) + "/children");
+  int64_t worker = 0;
+  ASSERT_TRUE(children >> worker);
+  EXPECT_EQ(ReadGpuMemoryReportsByPid(r.string(), leader), (std::map<int64_t, int64_t>{{worker, 4096}}));
+  auto pids = NamespacePids(leader);
+  ASSERT_TRUE(pids.has_value());
+  EXPECT_EQ(*pids, (std::map<int64_t, int64_t>{{1, leader}, {2, worker}}));
+  EXPECT_FALSE(NamespacePids(::getpid()).has_value()) << "this process's own namespace needs no translation";
+  ::kill(leader, SIGKILL);
+  ASSERT_EQ(::waitpid(leader, nullptr, 0), leader);
+  EXPECT_TRUE(ReadGpuMemoryReportsByPid(r.string(), leader).empty()) << "the job is gone, and so is its report";
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST_F(JobEnvTest, ReportsBecomeTheGpusProcessesWhereTheVendorNamesNone) {

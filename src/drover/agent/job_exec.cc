@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "drover/agent/seccomp_profile.h"
+
 namespace drover::agent {
 
 void FailChild(int report, ChildError::Step step) {
@@ -67,6 +69,8 @@ void ExecJob(const ExecArgs& a, const char* join) {
   if (a.user != nullptr && !BecomeUser(*a.user)) FailChild(a.report, ChildError::kUser);
   if (::chdir(a.work) != 0) FailChild(a.report, ChildError::kChdir);
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
+  // Last: the filter holds for the exec and everything after it.
+  if (a.seccomp != nullptr && !LoadSeccomp(*a.seccomp)) FailChild(a.report, ChildError::kSeccomp);
   ::execvpe(a.argv[0], a.argv, a.envp);
   FailChild(a.report, ChildError::kExec);
 }
@@ -81,6 +85,7 @@ std::string DescribeChildError(const ChildError& e, const std::string& cgroup_di
     case ChildError::kExec: return why;
     case ChildError::kSandbox: return fmt::format("cannot set up its sandbox: {}", why);
     case ChildError::kUser: return fmt::format("cannot drop to its user: {}", why);
+    case ChildError::kSeccomp: return fmt::format("cannot load its system-call filter (seccomp): {}", why);
     default: return fmt::format("cannot set up its process: {}", why);
   }
 }

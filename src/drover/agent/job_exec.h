@@ -14,10 +14,12 @@
 
 namespace drover::agent {
 
+struct SeccompFilter;  // seccomp_profile.h
+
 // What the job's process could not do before exec, and the errno; written
 // to ExecArgs::report (a close-on-exec pipe: end of file means it ran).
 struct ChildError {
-  enum Step : int { kJoinCgroup = 1, kPin, kProcessGroup, kStdio, kChdir, kExec, kSandbox, kUser } step;
+  enum Step : int { kJoinCgroup = 1, kPin, kProcessGroup, kStdio, kChdir, kExec, kSandbox, kUser, kSeccomp } step;
   int error;
 };
 
@@ -38,14 +40,15 @@ struct ExecArgs {
   const char* work;
   char* const* argv;
   char* const* envp;
-  bool own_group = true;           // lead a process group of its own (else stay in the parent's)
-  const ExecUser* user = nullptr;  // become this user first; null: stay as the supervisor is
+  bool own_group = true;                   // lead a process group of its own (else stay in the parent's)
+  const ExecUser* user = nullptr;          // become this user first; null: stay as the supervisor is
+  const SeccompFilter* seccomp = nullptr;  // loaded last, just before the exec; null: none
 };
 
 // Everything the job's process does between its birth and exec, then exec:
 // join the group whose cgroup.procs is `join` (when not born in it), pin,
 // lead its own process group, default signals, stdio, become its user,
-// chdir (as that user). Leaves by exec, or by _exit(127) after writing a
+// chdir (as that user), load its system-call filter. Leaves by exec, or by _exit(127) after writing a
 // ChildError to `a.report`.
 [[noreturn]] void ExecJob(const ExecArgs& a, const char* join);
 

@@ -11,6 +11,7 @@
 #include "drover/agent/device_filter.h"
 #include "drover/agent/gpu_report.h"
 #include "drover/agent/job_dir.h"
+#include "drover/agent/seccomp_profile.h"
 #include "drover/common/hash.h"
 #include "drover/rpc/gpu_metrics.h"
 
@@ -141,6 +142,13 @@ void NodeInventory::SetUpIsolation(const AgentOptions& opts) {
     isolation_.message = isolation_.sandbox
                              ? isolation_.message + "; sandbox on (mount and PID namespaces, tenants' own users)"
                              : "sandbox off: " + problem + "; " + isolation_.message;
+    // The filter needs no namespaces: it holds wherever the kernel has it.
+    std::string filter_problem = !opts.sandbox.seccomp ? "--sandbox-seccomp=off"
+                                 : ::geteuid() != 0    ? "the agent does not run as root"
+                                                       : ProbeSeccomp();
+    isolation_.seccomp = filter_problem.empty();
+    isolation_.message = isolation_.seccomp ? isolation_.message + "; seccomp on"
+                                            : "seccomp off: " + filter_problem + "; " + isolation_.message;
   } else {
     isolation_.message = "sandbox off: --sandbox=off; " + isolation_.message;
   }

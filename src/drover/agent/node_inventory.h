@@ -67,6 +67,8 @@ class NodeInventory {
   JobIsolation IsolationFor(const std::string& key, const v1::Workload& w) const;
   // Whether jobs get their namespaces here (sandbox.h).
   bool sandbox() const { return isolation_.sandbox; }
+  // Whether jobs' system calls are filtered here (seccomp_profile.h).
+  bool seccomp() const { return isolation_.seccomp; }
   // DROVER_GPU_IDS and each vendor's visibility variable for its GPUs.
   void AddGpuVisibility(const v1::Workload& w, std::map<std::string, std::string>* env) const;
 

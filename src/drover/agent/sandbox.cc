@@ -61,7 +61,7 @@ bool MakeDirs(const std::string& path) {
 // does propagates back to the host; the hidden directories are empty and
 // read-only but for its own, bound back; /proc is its PID namespace's.
 bool EnterMounts(const JobSandbox& s) {
-  // (The caller has made the namespaces; /proc is remounted only with a PID namespace.)
+  // (The caller has made the namespaces.)
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return false;
   std::set<std::string> files;
   for (const std::string& h : s.hide) {
@@ -107,8 +107,23 @@ bool EnterMounts(const JobSandbox& s) {
     if (fd >= 0) ::close(fd);
   }
   // The namespace's own /proc: the host's processes are not there.
-  if (!s.pid_namespace) return true;
-  return ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0;
+  if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) return false;
+  // The kernel's knobs read-only (a bind of each over itself, without
+  // what is mounted below it), its secrets gone, as runc does.
+  for (const char* knob : {"/proc/sys", "/proc/sysrq-trigger", "/proc/bus", "/proc/fs", "/proc/irq"}) {
+    if (::mount(knob, knob, nullptr, MS_BIND, nullptr) != 0) {
+      if (errno == ENOENT) continue;
+      return false;
+    }
+    if (::mount(nullptr, knob, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) !=
+        0) {
+      return false;
+    }
+  }
+  for (const char* secret : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug"}) {
+    if (::mount("/dev/null", secret, nullptr, MS_BIND, nullptr) != 0 && errno != ENOENT) return false;
+  }
+  return true;
 }
 
 // The first process of the job's PID namespace: it makes the view, starts
@@ -159,6 +174,7 @@ JobSandbox MakeJobSandbox(const SandboxPolicy& policy, const std::string& tenant
                           std::vector<std::string> keep, std::vector<std::string> own) {
   JobSandbox s;
   s.as_root = policy.root_tenants.contains(tenant);
+  s.seccomp = policy.seccomp;
   const uid_t uid = SandboxUid(policy, tenant);
   s.user = ExecUser{uid, static_cast<gid_t>(uid)};
   hide.insert(hide.end(), policy.hide.begin(), policy.hide.end());
@@ -254,7 +270,7 @@ Status GiveOwnDirs(const JobSandbox& s) {
 
 Result<pid_t> StartSandboxed(const JobSandbox& s, int cgroup_fd, const char* join, const ExecArgs& a, int status_fd) {
   DROVER_RETURN_IF_ERROR(GiveOwnDirs(s));
-  const uint64_t flags = CLONE_NEWNS | (s.pid_namespace ? CLONE_NEWPID : 0);
+  const uint64_t flags = CLONE_NEWNS | CLONE_NEWPID;
   pid_t pid = Clone3(flags, cgroup_fd);
   const char* joining = cgroup_fd >= 0 ? nullptr : join;
   if (pid < 0 && cgroup_fd >= 0) {

@@ -8,7 +8,9 @@
 // process of the namespace, reaps them and takes them all down when the
 // job's process ends); and, unless its tenant may run as root, a user of
 // its tenant (a uid from the operator's range, the same on every node) with
-// no supplementary groups, no capabilities in any set and no_new_privs.
+// no supplementary groups, no capabilities in any set and no_new_privs;
+// and a system-call filter (seccomp_profile.h). /proc/sys and the kernel's
+// other knobs under /proc are read-only in it, as runc makes them.
 //
 // The agent decides what a job's sandbox is (MakeJobSandbox, from its
 // SandboxPolicy) and writes it to isolation.json; the supervisor applies
@@ -35,6 +37,8 @@ struct SandboxPolicy {
   uint32_t uid_count = 1'000'000;
   // Tenants whose jobs run as root (still in their namespaces).
   std::set<std::string> root_tenants = {"default"};
+  // Filter jobs' system calls (--sandbox-seccomp; seccomp_profile.h).
+  bool seccomp = true;
   // What no job sees (with the agent's data and state directories, which
   // the agent adds): the server's data directory, credential files.
   std::vector<std::string> hide;
@@ -42,9 +46,9 @@ struct SandboxPolicy {
 
 // What the supervisor does for one job.
 struct JobSandbox {
-  bool as_root = false;       // its tenant may run as root: `user` is unused
-  bool namespaces = true;     // its mount (and PID) namespaces; false: only its user (the machine cannot)
-  bool pid_namespace = true;  // with namespaces: its own PID namespace too
+  bool as_root = false;    // its tenant may run as root: `user` is unused
+  bool namespaces = true;  // its mount and PID namespaces; false: only its user (the machine cannot)
+  bool seccomp = true;     // its system-call filter (the root profile when as_root)
   ExecUser user{0, 0};
   // Directories replaced by an empty read-only tmpfs (a file: by /dev/null).
   std::vector<std::string> hide;

@@ -11,10 +11,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -659,8 +661,35 @@ class ServiceAgentTest : public TempDirTest {
 
   static bool Ready(const v1::WorkloadStatus& ws) { return ws.state() == v1::WORKLOAD_STATE_RUNNING && ws.ready(); }
 
-  // The pid of the process serving `port` now.
-  static pid_t ServingPid(int port) { return static_cast<pid_t>(std::atoi(HttpGet(port, "/info").c_str())); }
+  // The node's pid of the process serving `port` now: the one holding its
+  // listening socket (a replica runs in a PID namespace of its own, where
+  // its getpid() is not the node's). 0 when none.
+  static pid_t ServingPid(int port) {
+    std::set<std::string> sockets;
+    for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+      std::ifstream in(table);
+      std::string line;
+      std::getline(in, line);  // the header
+      while (std::getline(in, line)) {
+        std::istringstream f(line);
+        std::string sl, local, remote, st, queues, timer, retransmits, uid, timeout, inode;
+        f >> sl >> local >> remote >> st >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+        const size_t colon = local.rfind(':');
+        if (st != "0A" || colon == std::string::npos) continue;  // 0A: listening
+        if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) sockets.insert("socket:[" + inode + "]");
+      }
+    }
+    std::error_code ec;
+    for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = proc.path().filename().string();
+      if (sockets.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", ec)) {
+        std::error_code lec;
+        if (sockets.contains(std::filesystem::read_symlink(fd.path(), lec).string())) return std::stoi(name);
+      }
+    }
+    return 0;
+  }
 
   FakeServer server_;
   int server_port_ = 0;

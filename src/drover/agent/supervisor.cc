@@ -29,6 +29,7 @@
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_exec.h"
 #include "drover/agent/sandbox.h"
+#include "drover/agent/seccomp_profile.h"
 #include "drover/common/quantity.h"
 
 extern char** environ;
@@ -139,6 +140,12 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   // Without namespaces the job still runs as its tenant's user (its own
   // directories first); StartSandboxed gives them itself.
   const bool plain_user = iso.sandbox && !iso.sandbox->namespaces && !iso.sandbox->as_root;
+  const SeccompFilter* filter = nullptr;
+  if (iso.sandbox && iso.sandbox->seccomp) {
+    auto profile = SeccompProfile(iso.sandbox->as_root);
+    if (!profile.ok()) return Unavailable("cannot build its system-call filter: " + profile.status().message());
+    filter = *profile;
+  }
   if (plain_user) DROVER_RETURN_IF_ERROR(GiveOwnDirs(*iso.sandbox));
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -161,6 +168,7 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   std::string problem;
   const std::string procs = iso.cgroup ? iso.cgroup->dir + "/cgroup.procs" : "";
   if (plain_user) exec.user = &iso.sandbox->user;
+  exec.seccomp = filter;
   if (iso.sandbox && iso.sandbox->namespaces) {
     int group_fd = iso.cgroup ? ::open(iso.cgroup->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     auto started = StartSandboxed(*iso.sandbox, group_fd, iso.cgroup ? procs.c_str() : nullptr, exec, status_fd);
@@ -342,6 +350,10 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   } else if (WIFSIGNALED(status)) {
     e.exit_code = -1;
     e.signal = WTERMSIG(status);
+  }
+  // Stopped by its system-call filter: say so, and for what.
+  if (isolation->sandbox && isolation->sandbox->seccomp && e.message.empty()) {
+    e.message = DescribeSeccompEnd(e.exit_code, e.signal);
   }
   if (group) {
     // Killed for memory: say so (the kernel's SIGKILL alone says nothing).

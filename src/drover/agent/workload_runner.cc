@@ -375,11 +375,7 @@ Status WorkloadRunner::SandboxFor(const v1::Workload& w, const JobDir& dir, cons
   if (gpu_memory_reports) own.push_back(dir.path() + "/gpu-memory");
   JobSandbox s = MakeJobSandbox(opts_.sandbox, w.tenant(), std::move(hide), std::move(keep), std::move(own));
   s.namespaces = inventory_->sandbox();
-  // The shim names its reports by its pid, which the agent reads as the
-  // node's: such a job keeps the node's PID namespace (docs/security.md).
-  // A service replica keeps it too for now: its probes, restarts and the
-  // tools around it still name its processes by the node's pids.
-  s.pid_namespace = !gpu_memory_reports && !w.has_service();
+  s.seccomp = s.seccomp && inventory_->seccomp();
   if (gpu_memory_reports && !s.as_root) s.enter.push_back(dir.path());
   if (!w.working_dir().empty() && s.namespaces) {
     for (const SandboxMount& m : PlanSandboxMounts(s)) {
@@ -502,7 +498,7 @@ std::vector<ShimReport> WorkloadRunner::ShimReportsOn(int gpu) const {
     if (!job.started || job.exited || w == desired_.end()) continue;
     const auto& on = w->second.gpu_indices();
     if (std::find(on.begin(), on.end(), gpu) == on.end()) continue;
-    out.push_back({w->second.job_id(), job.dir.path() + "/gpu-memory"});
+    out.push_back({w->second.job_id(), job.dir.path() + "/gpu-memory", job.started->pid});
   }
   return out;
 }

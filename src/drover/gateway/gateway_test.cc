@@ -227,6 +227,13 @@ TEST_F(GatewayTest, BadInputGetsOpenAiShapedErrors) {
               "invalid_request_error", "invalid_request");
   ExpectError(Http(gw_->port(), "POST", "/v1/chat/completions", "[1,2]", "Authorization: Bearer k-a\r\n"), 400,
               "invalid_request_error", "invalid_request");
+  // Nested past the depth limit, where a streamed request's body would be
+  // parsed into a tree (and the engine would parse it again): refused first.
+  std::string deep = R"({"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}],"x":)" +
+                     std::string(100, '[') + std::string(100, ']') + "}";
+  HttpResponse nested = Http(gw_->port(), "POST", "/v1/chat/completions", deep, "Authorization: Bearer k-a\r\n");
+  ExpectError(nested, 400, "invalid_request_error", "invalid_request");
+  EXPECT_NE(nested.body.find("deeper than 64 levels"), std::string::npos) << nested.body;
   HttpResponse no_model = Post("/v1/chat/completions", {{"messages", json::array()}});
   ExpectError(no_model, 400, "invalid_request_error", "invalid_request");
   EXPECT_EQ(json::parse(no_model.body)["error"]["param"], "model");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "drover/common/json_depth.h"
 #include "drover/gateway/impl.h"
 
 namespace drover::gateway {
@@ -150,6 +151,13 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   if (auth->info.read_only) {  // before the body is parsed: a viewer's call costs nothing more
     Rejected("forbidden")->Inc();
     co_await SendError(sink, ReadOnlyKey());
+    co_return;
+  }
+  // Before any parser: a body of nested brackets costs a tree node per
+  // byte in ParseDocument, and the engine's parser as much again.
+  if (Status deep = CheckJsonDepth(body); !deep.ok()) {
+    Rejected("bad_request")->Inc();
+    co_await SendError(sink, deep);
     co_return;
   }
   std::string bad_param;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "drover/common/json_depth.h"
 #include "drover/v1/agent.pb.h"
 #include "drover/v1/api.pb.h"
 

@@ -66,11 +66,7 @@ void ApiService::Audit(const auth::Principal& who, std::string action, std::stri
   if (audit_ == nullptr) return;
   std::vector<auth::RefusalDigest::Summary> due;
   const bool in_full = result.ok() || refusals_.Note(who, action, result, &due);
-  for (auth::RefusalDigest::Summary& d : due) {
-    if (Status s = audit_->Append(d.who, std::move(d.action), "", d.result); !s.ok()) {
-      spdlog::error("audit summary not written: {}", s.ToString());
-    }
-  }
+  WriteSummaries(std::move(due));
   if (!in_full) return;
   if (Status s = audit_->Append(who, std::move(action), std::move(target), result); !s.ok()) {
     spdlog::error("audit entry not written: {}", s.ToString());
@@ -87,8 +83,16 @@ void ApiService::Housekeep() {
                    swept->join_tokens, swept->sessions);
     }
   }
-  if (audit_ == nullptr) return;
-  for (auth::RefusalDigest::Summary& d : refusals_.Flush()) {
+  if (audit_ != nullptr) WriteSummaries(refusals_.Flush());
+}
+
+ApiService::~ApiService() {
+  follow_pump_.Stop();
+  if (audit_ != nullptr) WriteSummaries(refusals_.Flush(/*all=*/true));
+}
+
+void ApiService::WriteSummaries(std::vector<auth::RefusalDigest::Summary> due) {
+  for (auth::RefusalDigest::Summary& d : due) {
     if (Status s = audit_->Append(d.who, std::move(d.action), "", d.result); !s.ok()) {
       spdlog::error("audit summary not written: {}", s.ToString());
     }

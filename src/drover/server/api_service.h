@@ -42,7 +42,10 @@ class ApiService {
     follow_pump_.Start();
     ScheduleHousekeeping();
   }
-  ~ApiService() { follow_pump_.Stop(); }  // before the members its tasks use go
+  // Stops the housekeeping (before the members its tasks use go), then
+  // writes the refusal summaries still open: a server that stops within a
+  // window of a flood leaves its count in the audit log, not nowhere.
+  ~ApiService();
 
   // The dashboard URL prefix for login links ("http://127.0.0.1:8080").
   void set_http_base(std::string base) { http_base_ = std::move(base); }
@@ -170,6 +173,7 @@ class ApiService {
   // The refusals' windows run on the wall clock (they are minutes of the log).
   SystemClock wall_clock_;
   auth::RefusalDigest refusals_{&wall_clock_};
+  void WriteSummaries(std::vector<auth::RefusalDigest::Summary> due);
   // Reads for every log follower (LogFollow), one thread for all of them;
   // and the housekeeping timer. Last: stopped before the members it uses go.
   runtime::EventLoop follow_pump_;

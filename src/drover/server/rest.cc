@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "drover/common/json_depth.h"
 #include "drover/rpc/convert.h"
 #include "drover/rpc/json.h"
 #include "drover/web/ui.h"
@@ -49,7 +50,7 @@ http::Response JsonReply(const Result<T>& r) {
 // body of nested brackets costs a pass over it, not a tree of it.
 Status FromJson(const std::string& body, google::protobuf::Message* m) {
   if (body.empty()) return InvalidArgument("request body is empty; expected a JSON object");
-  DROVER_RETURN_IF_ERROR(rpc::CheckJsonDepth(body));
+  DROVER_RETURN_IF_ERROR(CheckJsonDepth(body));
   pbutil::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
   auto st = pbutil::JsonStringToMessage(body, m, opts);
@@ -472,7 +473,7 @@ http::Response HandleSession(const RestContext& c, const http::Request& req) {
   constexpr size_t kMaxSessionBody = 4096;
   Status shape = req.body.size() > kMaxSessionBody
                      ? InvalidArgument(fmt::format("session body is larger than {} bytes", kMaxSessionBody))
-                     : rpc::CheckJsonDepth(req.body, 2);
+                     : CheckJsonDepth(req.body, 2);
   nlohmann::json body = shape.ok() ? nlohmann::json::parse(req.body, nullptr, false) : nlohmann::json();
   if (shape.ok() && (body.is_discarded() || !body.is_object())) {
     shape = InvalidArgument("session body must be a JSON object {\"token\": ...} or {\"code\": ...}");

@@ -23,7 +23,7 @@
 //   GET|POST|DELETE /api/v1/session    the dashboard's cookie session (see edge.h); a login
 //                                      passes the token's rate limits like any other call
 //
-// Every body is depth-scanned before it is parsed (rpc::CheckJsonDepth:
+// Every body is depth-scanned before it is parsed (CheckJsonDepth:
 // deeper than 64 levels is 400), and a route's role is checked before its
 // body is read (docs/security.md, "Bounded parsing and default quotas").
 

@@ -151,6 +151,18 @@ TEST_F(RestLimitsTest, RepeatedRefusalsAreSummarisedNotWrittenOneByOne) {
   for (int i = 0; i < 300; ++i) ASSERT_EQ(Call("POST", "/api/v1/jobs", job, viewer_token_).status, 403);
   EXPECT_EQ(AuditEntries("session.open"), static_cast<size_t>(auth::RefusalDigest::kInFull));
   EXPECT_EQ(AuditEntries("jobs.submit"), static_cast<size_t>(auth::RefusalDigest::kInFull));
+  // The server stops within the minute: the counts are written, not lost.
+  handler_ = nullptr;
+  streams_.reset();
+  api_.reset();
+  EXPECT_EQ(AuditEntries("jobs.submit"), static_cast<size_t>(auth::RefusalDigest::kInFull) + 1);
+  auto entries = audit_->List(0);
+  ASSERT_TRUE(entries.ok());
+  const std::string summed = std::to_string(300 - auth::RefusalDigest::kInFull) + " more refusals like this";
+  EXPECT_EQ(std::count_if(entries->begin(), entries->end(),
+                          [&](const auth::AuditEntry& e) { return e.result.find(summed) != std::string::npos; }),
+            2)
+      << "one summary each for the logins and the submits";
 }
 
 TEST_F(RestLimitsTest, NestedBodiesAreRefusedBeforeAnyParserAndCostNoMemory) {
