@@ -132,8 +132,9 @@ TEST(MetricsRegistryTest, AMaskRewritesLabelValuesAndSumsTheSeriesItMerges) {
   latency->Observe({{"tenant", "b"}}, 0.5);
   latency->Observe({{"tenant", "c"}}, 2);
   registry.AddCollector([](Exposition& out) {
-    out.Gauge("drover_jobs_on_gpu", "Jobs, by GPU.").Add({{"gpu", "0"}, {"tenant", "b"}}, 1).Add(
-        {{"gpu", "1"}, {"tenant", "c"}}, 1);
+    out.Gauge("drover_jobs_on_gpu", "Jobs, by GPU.")
+        .Add({{"gpu", "0"}, {"tenant", "b"}}, 1)
+        .Add({{"gpu", "1"}, {"tenant", "c"}}, 1);
   });
   LabelMask mask = [](std::string_view label, const std::string& value) {
     return label == "tenant" && value != "a" ? std::string("other") : value;

@@ -304,8 +304,9 @@ TEST_F(GatewayTest, TwoTenantsModelsOfOneNameRouteToTheirOwnReplicas) {
   ExpectError(none, 404, "invalid_request_error", "model_not_found");
   EXPECT_EQ(json::parse(none.body)["error"]["message"],
             "the model 'llama' does not exist or you do not have access to it");
-  EXPECT_EQ(json::parse(Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-rpm\r\n").body)["data"].size(),
-            0u);
+  EXPECT_EQ(
+      json::parse(Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-rpm\r\n").body)["data"].size(),
+      0u);
   // Two tenants serve the name: an admin key of neither reaches neither.
   EXPECT_EQ(Post("/v1/chat/completions", Chat("llama"), "k-admin").status, 404);
   // Load is reported per route, with its tenant.

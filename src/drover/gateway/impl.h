@@ -119,8 +119,9 @@ class GatewayImpl final : public Gateway {
   // Waits (bounded by cold_start_wait_ms) until the route `route_key`
   // (RouteKey) has a replica whose id is not in `dead`; null if the client
   // left meanwhile.
-  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& route_key, ModelStats& stats,
-                                                              Sink& sink, const std::vector<std::string>& dead = {});
+  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& route_key,
+                                                              ModelStats& stats, Sink& sink,
+                                                              const std::vector<std::string>& dead = {});
   // A client that left while its call was upstream: counted, not retried.
   // Adds the time since res.mark_ns to the call's own time.
   static void Own(CallResult& res) { res.own_ns += NowNs() - res.mark_ns; }

@@ -143,8 +143,9 @@ Result<v1::Deployment> ApiService::ApplyDeployment(const auth::Principal& who, v
     // "already exists" to a create nor found by a replace.
     return Wait(loop_->ApplyDeployment(std::move(*spec), req.replace()));
   };
-  std::string target = fmt::format("{}/{}", (req.spec().tenant().empty() ? who.tenant : req.spec().tenant()).substr(0, 63),
-                                   req.spec().name().substr(0, 64));
+  std::string target =
+      fmt::format("{}/{}", (req.spec().tenant().empty() ? who.tenant : req.spec().tenant()).substr(0, 63),
+                  req.spec().name().substr(0, 64));
   return Audited(who, "deployments.apply", target, run());
 }
 

@@ -800,7 +800,7 @@ TEST_F(DeploymentTest, DeploymentNamesArePerTenantAndAnotherTenantsAreNotFound) 
   auto b = apply(bob, "llama");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->spec().tenant(), "team-b");
-  EXPECT_EQ(b->spec().served_model_name(), "llama");  // served names are per tenant too
+  EXPECT_EQ(b->spec().served_model_name(), "llama");                     // served names are per tenant too
   EXPECT_EQ(apply(bob, "llama").status().code(), Code::kAlreadyExists);  // its own, though
   ASSERT_TRUE(apply(alice, "only-a").ok());
   for (const auto& [who, tenant] : {std::pair{&alice, "team-a"}, std::pair{&bob, "team-b"}}) {
@@ -897,8 +897,7 @@ TEST_F(DeploymentTest, DeploymentNamesArePerTenantAndAnotherTenantsAreNotFound) 
   Edge edge(&authority, &clock_, SecurityOptions{});
   metrics::Registry registry;
   RestStreams streams(&api);
-  http::Handler handler =
-      MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
+  http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
   auto call = [&](const std::string& method, const std::string& path, const std::map<std::string, std::string>& query,
                   const std::string& token, const std::string& body = "") {
     http::Request r;
@@ -1031,8 +1030,7 @@ TEST_F(DeploymentTest, MetricsHideOtherTenantsJobsAndNamesFromAUserToken) {
   (*by_tenant)->Inc({{"tenant", "team-c"}}, 3);
   Edge edge(&authority, &clock_, SecurityOptions{});
   RestStreams streams(&api);
-  http::Handler handler =
-      MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
+  http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
   auto scrape = [&](const std::string& token) {
     http::Request r;
     r.method = "GET";

@@ -358,8 +358,8 @@ Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spe
   for (const auto& [other_key, other] : deployments_) {
     if (other_key.first == spec.tenant() && other_key.second != spec.name() &&
         other.record.spec().served_model_name() == spec.served_model_name()) {
-      return AlreadyExists(fmt::format("model name '{}' is served by deployment '{}' already",
-                                       spec.served_model_name(), other_key.second));
+      return AlreadyExists(fmt::format("model name '{}' is served by deployment '{}' already", spec.served_model_name(),
+                                       other_key.second));
     }
   }
   DROVER_ASSIGN_OR_RETURN(v1::JobSpec replica, ReplicaSpec(spec, 1, *options_));

@@ -574,8 +574,8 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     // Other tenants' job ids and names read "other" unless an admin asks
     // (docs/security.md, "Names per tenant"). The content type Prometheus's
     // text format 0.0.4 asks for.
-    return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", c.metrics->Render(api->MetricsMask(who)),
-                          {}, {}};
+    return http::Response{
+        200, "text/plain; version=0.0.4; charset=utf-8", c.metrics->Render(api->MetricsMask(who)), {}, {}};
   }
   if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
     if (p[2] == "jobs") return HandleJobs(api, c.streams, who, req, p);
