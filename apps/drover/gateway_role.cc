@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "drover/auth/token.h"
@@ -44,19 +45,19 @@ std::unique_ptr<grpc::ClientContext> Deadline(std::chrono::milliseconds d) {
   return ctx;
 }
 
-// The routing table Endpoints describes: one route per served model, with
-// its ready replicas.
+// The routing table Endpoints describes: one route per served model of a
+// tenant (names are per tenant), with its ready replicas.
 std::vector<gateway::Route> RoutesFrom(const v1::EndpointsResponse& resp) {
   std::vector<gateway::Route> routes;
-  std::map<std::pair<std::string, std::string>, size_t> index;  // (model, deployment) -> route
+  std::map<std::tuple<std::string, std::string, std::string>, size_t> index;  // (tenant, model, deployment) -> route
   for (const v1::ServingModel& m : resp.models()) {
-    index[{m.model(), m.deployment()}] = routes.size();
+    index[{m.tenant(), m.model(), m.deployment()}] = routes.size();
     routes.push_back({m.model(), m.deployment(), m.tenant(), m.scales_from_zero(), {}});
   }
   for (const v1::ServingEndpoint& e : resp.endpoints()) {
-    auto it = index.find({e.model(), e.deployment()});
+    auto it = index.find({e.tenant(), e.model(), e.deployment()});
     if (it == index.end()) {
-      it = index.emplace(std::make_pair(e.model(), e.deployment()), routes.size()).first;
+      it = index.emplace(std::make_tuple(e.tenant(), e.model(), e.deployment()), routes.size()).first;
       routes.push_back({e.model(), e.deployment(), e.tenant(), false, {}});
     }
     routes[it->second].replicas.push_back({e.replica(), e.address()});
@@ -108,6 +109,7 @@ void Feed(GatewayRole::State* s) {
     for (const gateway::ModelLoad& l : s->gw->TakeLoad()) {
       v1::ModelLoad* m = req.add_models();
       m->set_model(l.model);
+      m->set_tenant(l.tenant);
       m->set_outstanding(l.outstanding);
       m->set_waiting(l.waiting);
       m->set_requests(l.requests);

@@ -245,7 +245,9 @@ export class Drover {
     for (const d of r.json?.deployments ?? []) {
       const name = d.spec?.name;
       if (!name) continue;
-      const del = await this.request(`/api/v1/deployments/${encodeURIComponent(name)}`, { method: 'DELETE' });
+      // Names are per tenant: the admin names each one's tenant.
+      const tenant = d.spec?.tenant ? `?tenant=${encodeURIComponent(d.spec.tenant)}` : '';
+      const del = await this.request(`/api/v1/deployments/${encodeURIComponent(name)}${tenant}`, { method: 'DELETE' });
       if (del.status !== 200 && del.status !== 404) {
         throw new Error(`DELETE /api/v1/deployments/${name}: HTTP ${del.status}: ${del.text}`);
       }

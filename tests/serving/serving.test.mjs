@@ -141,15 +141,16 @@ class Up {
     return r.out;
   }
 
-  async deployment(name) {
-    return JSON.parse(await this.ok(['deployment', name, '-o', 'json']));
+  // Names are per tenant: an admin names another tenant's with --tenant.
+  async deployment(name, tenant = '') {
+    return JSON.parse(await this.ok(['deployment', name, '-o', 'json', ...(tenant ? ['--tenant', tenant] : [])]));
   }
 
   async stop() {
     if (!this.child || this.exited) return;
     // Replicas run under supervisors that outlive `up`: end them first.
     const list = JSON.parse(await this.ok(['deployments', '-o', 'json']));
-    for (const d of list.deployments ?? []) await this.cli(['undeploy', d.spec.name]);
+    for (const d of list.deployments ?? []) await this.cli(['undeploy', d.spec.name, '--tenant', d.spec.tenant]);
     await waitFor(async () => {
       const jobs = JSON.parse((await this.cli(['jobs', '-o', 'json', '--all'])).out || '{}');
       return (jobs.jobs ?? []).every((j) => ['JOB_STATE_CANCELLED', 'JOB_STATE_FAILED', 'JOB_STATE_SUCCEEDED'].includes(j.status?.state));
@@ -197,9 +198,9 @@ after(async () => {
   await up.stop();
 });
 
-async function readyReplicas(name, n) {
+async function readyReplicas(name, n, tenant = '') {
   return waitFor(async () => {
-    const d = await up.deployment(name);
+    const d = await up.deployment(name, tenant);
     return (d.status?.readyReplicas ?? 0) >= n ? d : null;
   }, { timeout: 90000, what: `${n} ready replicas of ${name}` });
 }
@@ -302,7 +303,7 @@ test('a tenant over its tokens per minute gets 429 with retry-after; its usage i
     assert.ok(teamToken, 'a token for the tenant');
     await up.ok(['deploy', 'team-echo', '--tenant', 'team', '--engine', 'custom', '--replicas', '1', '--gpus', '1', '--',
       ENGINE]);
-    await readyReplicas('team-echo', 1);
+    await readyReplicas('team-echo', 1, 'team');
     const team = new OpenAI({ baseURL: `http://${up.gateway}/v1`, apiKey: teamToken, maxRetries: 0 });
     await servable(admin, 'team-echo');
     assert.ok((await team.models.list()).data.some((m) => m.id === 'team-echo'), 'team-echo listed for the tenant');

@@ -1,6 +1,8 @@
 // The Models tab's actions on one deployment: scale it
-// (POST /api/v1/deployments/{name}/scale {"replicas": N}) and undeploy it
-// (DELETE /api/v1/deployments/{name}, after a confirmation in the page).
+// (POST /api/v1/deployments/{name}/scale?tenant=T {"replicas": N}) and
+// undeploy it (DELETE /api/v1/deployments/{name}?tenant=T, after a
+// confirmation in the page). Names are per tenant: the tenant says whose
+// (the server heeds another tenant's for an admin only).
 //
 // Shown only to a session that may change the deployment (canChange); the
 // server checks again, and whatever it refuses (403, 404, a count outside
@@ -47,8 +49,10 @@ export function failureText(what, err) {
 export class DeploymentActions {
   // onChanged(name, deployment): a call succeeded; deployment is the
   // server's answer for a scale, null after an undeploy.
-  constructor(name, { onChanged }) {
+  constructor(name, { tenant = '', onChanged }) {
     this.name = name;
+    this.path = `/api/v1/deployments/${encodeURIComponent(name)}`;
+    this.query = tenant ? `?tenant=${encodeURIComponent(tenant)}` : '';
     this.onChanged = onChanged;
     this.busy = false;
     this.dirty = false;  // the box holds what the operator typed: polls leave it alone
@@ -134,7 +138,7 @@ export class DeploymentActions {
     this.setBusy(true);
     this.showError('');
     try {
-      const d = await api(`/api/v1/deployments/${encodeURIComponent(this.name)}/scale`,
+      const d = await api(`${this.path}/scale${this.query}`,
         { method: 'POST', body: { replicas: parsed.replicas } });
       this.dirty = false;
       this.onChanged(this.name, d);
@@ -150,7 +154,7 @@ export class DeploymentActions {
     this.setBusy(true);
     this.showError('');
     try {
-      await api(`/api/v1/deployments/${encodeURIComponent(this.name)}`, { method: 'DELETE' });
+      await api(`${this.path}${this.query}`, { method: 'DELETE' });
       this.onChanged(this.name, null);
     } catch (err) {
       this.showConfirm(false);

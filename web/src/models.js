@@ -55,6 +55,13 @@ export function servedModel(d) {
   return spec.servedModelName || spec.name || '';
 }
 
+// Deployments are named within their tenant (docs/security.md, "Names per
+// tenant"): an admin's list may hold two of one name.
+export function deploymentKey(d) {
+  const spec = (d && d.spec) || {};
+  return `${spec.tenant || 'default'}/${spec.name || ''}`;
+}
+
 function gpusPerReplica(spec) {
   const milli = num(spec.gpuMilli);
   let text = milli > 0 && milli < 1000 ? String(milli / 1000) : String(num(spec.gpus));
@@ -103,7 +110,7 @@ export class Models {
     this.usage = [];            // parsed usage rows (serving.js)
     this.usageState = 'none';   // 'ok' | 'missing' (404) | 'denied' (403) | 'error' | 'none'
     this.rates = new RateWindow(RATE_WINDOW_MS);
-    this.groups = new Map();    // deployment name -> {body, row, replicas: Map}
+    this.groups = new Map();    // deploymentKey(d) -> {body, row, replicas: Map}
     this.tenantRows = new Map();
     this.usageRows = new Map();
     this.principal = null;
@@ -155,9 +162,9 @@ export class Models {
 
   // A scale or an undeploy from the page succeeded: show its answer now (an
   // undeployed one goes), and drop a poll on its way, which may predate it.
-  changed(name, d) {
+  changed(key, d) {
     this.generation++;
-    const named = (x) => ((x.spec || {}).name || '') === name;
+    const named = (x) => deploymentKey(x) === key;
     this.deployments = d ? this.deployments.map((x) => (named(x) ? d : x)) : this.deployments.filter((x) => !named(x));
     this.render();
   }
@@ -246,27 +253,29 @@ export class Models {
   }
 
   renderDeployments(haveRates) {
-    const sorted = [...this.deployments].sort((a, b) => String((a.spec || {}).name).localeCompare(String((b.spec || {}).name)));
+    const sorted = [...this.deployments].sort((a, b) =>
+      String((a.spec || {}).name).localeCompare(String((b.spec || {}).name)) || deploymentKey(a).localeCompare(deploymentKey(b)));
     const table = $('deployments-table');
     const keep = new Set();
     let prev = null;
     for (const d of sorted) {
       const name = (d.spec || {}).name || '';
-      keep.add(name);
-      let g = this.groups.get(name);
+      const key = deploymentKey(d);
+      keep.add(key);
+      let g = this.groups.get(key);
       if (!g) {
         g = this.makeGroup(name);
-        this.groups.set(name, g);
+        this.groups.set(key, g);
       }
       this.fillGroup(g, d, haveRates);
       const want = prev ? prev.body.nextSibling : table.tBodies[0] || null;
       if (want !== g.body) table.insertBefore(g.body, want);
       prev = g;
     }
-    for (const [name, g] of this.groups) {
-      if (!keep.has(name)) {
+    for (const [key, g] of this.groups) {
+      if (!keep.has(key)) {
         g.body.remove();
-        this.groups.delete(name);
+        this.groups.delete(key);
       }
     }
     const empty = sorted.length === 0 && $('models-error').hidden;
@@ -366,7 +375,10 @@ export class Models {
 
     const may = canChange(this.principal, spec.tenant);
     if (may && !g.actions) {
-      g.actions = new DeploymentActions(spec.name || '', { onChanged: (n, answer) => this.changed(n, answer) });
+      g.actions = new DeploymentActions(spec.name || '', {
+        tenant: spec.tenant || '',
+        onChanged: (n, answer) => this.changed(deploymentKey(d), answer),
+      });
       g.holder.insertBefore(g.actions.root, g.replicaTable);
     } else if (!may && g.actions) {
       g.actions.root.remove();

@@ -191,10 +191,13 @@ int List(const Common& c) {
   return 0;
 }
 
-int Show(const std::string& name, const Common& c) {
+// `tenant`: empty for the token's own; an admin names another tenant's
+// deployment with --tenant (names are per tenant).
+int Show(const std::string& name, const std::string& tenant, const Common& c) {
   auto stub = v1::DeploymentService::NewStub(Channel(c));
   v1::GetDeploymentRequest req;
   req.set_name(name);
+  req.set_tenant(tenant);
   v1::Deployment out;
   auto ctx = Context(c);
   if (grpc::Status s = stub->Get(ctx.get(), req, &out); !s.ok()) return Fail(s, c);
@@ -206,11 +209,12 @@ int Show(const std::string& name, const Common& c) {
   return 0;
 }
 
-int Scale(const std::string& name, int replicas, const Common& c) {
+int Scale(const std::string& name, const std::string& tenant, int replicas, const Common& c) {
   if (replicas < 0) return Usage("replicas must be 0 or more");
   auto stub = v1::DeploymentService::NewStub(Channel(c));
   v1::ScaleDeploymentRequest req;
   req.set_name(name);
+  req.set_tenant(tenant);
   req.set_replicas(replicas);
   v1::Deployment out;
   auto ctx = Context(c);
@@ -223,10 +227,11 @@ int Scale(const std::string& name, int replicas, const Common& c) {
   return 0;
 }
 
-int Undeploy(const std::string& name, const Common& c) {
+int Undeploy(const std::string& name, const std::string& tenant, const Common& c) {
   auto stub = v1::DeploymentService::NewStub(Channel(c));
   v1::DeleteDeploymentRequest req;
   req.set_name(name);
+  req.set_tenant(tenant);
   v1::Deployment out;
   auto ctx = Context(c);
   if (grpc::Status s = stub->Delete(ctx.get(), req, &out); !s.ok()) return Fail(s, c);
@@ -248,7 +253,7 @@ int Models(const Common& c) {
     int ready = 0;
     std::string where;
     for (const v1::ServingEndpoint& e : resp.endpoints()) {
-      if (e.model() != m.model() || e.deployment() != m.deployment()) continue;
+      if (e.model() != m.model() || e.deployment() != m.deployment() || e.tenant() != m.tenant()) continue;
       ++ready;
       where += fmt::format("{}{}", where.empty() ? "" : ",", e.address());
     }
@@ -271,7 +276,7 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
   cmd->add_option("--gpu-model", a->gpu_model, "only GPUs of this model");
   cmd->add_option("--cpus,--cpu", a->cpus, "CPUs per replica (2, 0.5 or 500m)");
   cmd->add_option("--memory", a->memory, "host memory per replica, e.g. 16GiB");
-  cmd->add_option("--tenant", a->tenant, "the tenant (default: your token's)");
+  cmd->add_option("--tenant", a->tenant, "the tenant (default: your token's; another's needs an admin token)");
   cmd->add_option("--priority", a->priority, "priority of its replicas (default: the server's service priority)");
   cmd->add_option("--min-replicas", a->min_replicas, "auto-scaling: fewest replicas (0: scale to zero when idle)");
   cmd->add_option("--max-replicas", a->max_replicas, "auto-scaling: most replicas (0: no auto-scaling)");
@@ -307,23 +312,28 @@ void AddDeployCommands(CLI::App& app, const Runner& run, const std::shared_ptr<C
   list->callback(run([common] { return List(*common); }));
 
   auto name = std::make_shared<std::string>();
+  auto tenant = std::make_shared<std::string>();
+  const char* tenant_help = "the deployment's tenant (default: your token's; another's needs an admin token)";
   CLI::App* show =
       app.add_subcommand("deployment", "show one deployment: its replicas, where they run, readiness and load");
   AddCommon(show, common.get(), true);
   show->add_option("name", *name, "deployment name")->required();
-  show->callback(run([name, common] { return Show(*name, *common); }));
+  show->add_option("--tenant", *tenant, tenant_help);
+  show->callback(run([name, tenant, common] { return Show(*name, *tenant, *common); }));
 
   auto replicas = std::make_shared<int>(0);
   CLI::App* scale = app.add_subcommand("scale", "set a deployment's replica count: drover scale NAME N");
   AddCommon(scale, common.get(), true);
   scale->add_option("name", *name, "deployment name")->required();
   scale->add_option("replicas", *replicas, "replicas")->required();
-  scale->callback(run([name, replicas, common] { return Scale(*name, *replicas, *common); }));
+  scale->add_option("--tenant", *tenant, tenant_help);
+  scale->callback(run([name, tenant, replicas, common] { return Scale(*name, *tenant, *replicas, *common); }));
 
   CLI::App* undeploy = app.add_subcommand("undeploy", "stop a deployment's replicas and delete it");
   AddCommon(undeploy, common.get(), false);
   undeploy->add_option("name", *name, "deployment name")->required();
-  undeploy->callback(run([name, common] { return Undeploy(*name, *common); }));
+  undeploy->add_option("--tenant", *tenant, tenant_help);
+  undeploy->callback(run([name, tenant, common] { return Undeploy(*name, *tenant, *common); }));
 
   CLI::App* models = app.add_subcommand("models", "the models the gateway serves, with their ready endpoints");
   AddCommon(models, common.get(), true);

@@ -372,10 +372,24 @@ void Exposition::Drop(std::string_view family, const char* reason, uint64_t n) {
   dropped_[{std::string(family), reason}] += n;
 }
 
-std::string Exposition::Text() const {
+std::string Exposition::Text(const LabelMask& mask) const {
   std::string text;
-  for (const auto& [name, family] : families_) {
-    if (family.series.empty()) continue;
+  for (const auto& [name, family_data] : families_) {
+    if (family_data.series.empty()) continue;
+    // Masked: the series again under the values the reader may see, those
+    // that became one summed (the lines of one family have one shape).
+    std::optional<FamilyData> masked;
+    if (mask) {
+      masked.emplace(FamilyData{family_data.type, family_data.help, {}});
+      for (const auto& [labels, lines] : family_data.series) {
+        Labels seen = labels;
+        for (auto& [label, value] : seen) value = mask(label, value);
+        auto [it, fresh] = masked->series.try_emplace(std::move(seen), lines);
+        if (fresh) continue;
+        for (size_t i = 0; i < lines.size() && i < it->second.size(); ++i) it->second[i].value += lines[i].value;
+      }
+    }
+    const FamilyData& family = masked ? *masked : family_data;
     if (!family.help.empty()) {
       text += fmt::format("# HELP {} ", name);
       AppendEscaped(text, family.help, /*quote=*/false);
@@ -450,7 +464,7 @@ void Registry::AddCollector(Collector collector) {
   collectors_.push_back(std::move(collector));
 }
 
-std::string Registry::Render() const {
+std::string Registry::Render(const LabelMask& mask) const {
   MutexLock render_lock(&render_mu_);
   std::vector<const internal::Family*> families;
   std::vector<Collector> collectors;
@@ -480,7 +494,7 @@ std::string Registry::Render() const {
       writer.Add({{"family", key.first}, {"reason", key.second}}, static_cast<double>(n));
     }
   }
-  return out.Text();
+  return out.Text(mask);
 }
 
 }  // namespace drover::metrics

@@ -54,6 +54,15 @@ namespace drover::metrics {
 // as U+FFFD).
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
+// What one reader of an exposition may see of label values: the value to
+// render for (label name, value). A server's /metrics for a tenant's token
+// renders other tenants' job ids and names as "other", as /fleet shows
+// them. Series whose labels become equal under the mask are summed, each
+// line (a counter, a gauge, a histogram's buckets, sum and count) with its
+// peer: "other" reads as the total of what it stands for. Called on the
+// rendering thread; it must not call Render().
+using LabelMask = std::function<std::string(std::string_view name, const std::string& value)>;
+
 enum class MetricType { kCounter, kGauge, kHistogram };
 // "counter", "gauge", "histogram": the word of the # TYPE line.
 const char* MetricTypeName(MetricType type);
@@ -265,8 +274,9 @@ class Exposition {
   Writer Counter(std::string_view name, std::string_view help);
   Writer Gauge(std::string_view name, std::string_view help);
 
-  // The exposition text; families without samples are left out.
-  std::string Text() const;
+  // The exposition text; families without samples are left out. With a
+  // mask, its label values (LabelMask).
+  std::string Text(const LabelMask& mask = nullptr) const;
 
   // Samples dropped so far, by (family, reason).
   const std::map<std::pair<std::string, std::string>, uint64_t>& dropped() const { return dropped_; }
@@ -326,7 +336,9 @@ class Registry {
   // Runs at every Render(), after the registry's families are written.
   void AddCollector(Collector collector);
 
-  std::string Render() const;
+  std::string Render() const { return Render(nullptr); }
+  // The same as `mask` lets its reader see it (null: everything).
+  std::string Render(const LabelMask& mask) const;
 
  private:
   // The existing family `name` if it has `type`; nullptr if there is none.

@@ -124,6 +124,40 @@ TEST(MetricsRegistryTest, HistogramExposition) {
             "drover_schedule_duration_seconds_count{queue=\"fifo\"} 4\n");
 }
 
+TEST(MetricsRegistryTest, AMaskRewritesLabelValuesAndSumsTheSeriesItMerges) {
+  Registry registry;
+  HistogramFamily* latency = Must(registry.AddHistogram("drover_call_duration_seconds", "Call time.", {1}));
+  ASSERT_NE(latency, nullptr);
+  latency->Observe({{"tenant", "a"}}, 0.5);
+  latency->Observe({{"tenant", "b"}}, 0.5);
+  latency->Observe({{"tenant", "c"}}, 2);
+  registry.AddCollector([](Exposition& out) {
+    out.Gauge("drover_jobs_on_gpu", "Jobs, by GPU.")
+        .Add({{"gpu", "0"}, {"tenant", "b"}}, 1)
+        .Add({{"gpu", "1"}, {"tenant", "c"}}, 1);
+  });
+  LabelMask mask = [](std::string_view label, const std::string& value) {
+    return label == "tenant" && value != "a" ? std::string("other") : value;
+  };
+  EXPECT_EQ(registry.Render(mask),
+            "# HELP drover_call_duration_seconds Call time.\n"
+            "# TYPE drover_call_duration_seconds histogram\n"
+            "drover_call_duration_seconds_bucket{tenant=\"a\",le=\"1\"} 1\n"
+            "drover_call_duration_seconds_bucket{tenant=\"a\",le=\"+Inf\"} 1\n"
+            "drover_call_duration_seconds_sum{tenant=\"a\"} 0.5\n"
+            "drover_call_duration_seconds_count{tenant=\"a\"} 1\n"
+            "drover_call_duration_seconds_bucket{tenant=\"other\",le=\"1\"} 1\n"
+            "drover_call_duration_seconds_bucket{tenant=\"other\",le=\"+Inf\"} 2\n"
+            "drover_call_duration_seconds_sum{tenant=\"other\"} 2.5\n"
+            "drover_call_duration_seconds_count{tenant=\"other\"} 2\n"
+            "# HELP drover_jobs_on_gpu Jobs, by GPU.\n"
+            "# TYPE drover_jobs_on_gpu gauge\n"
+            "drover_jobs_on_gpu{gpu=\"0\",tenant=\"other\"} 1\n"
+            "drover_jobs_on_gpu{gpu=\"1\",tenant=\"other\"} 1\n");
+  // Without a mask, as it was.
+  EXPECT_NE(registry.Render().find("drover_call_duration_seconds_count{tenant=\"c\"} 1\n"), std::string::npos);
+}
+
 TEST(MetricsRegistryTest, HistogramBucketsAreCumulative) {
   std::vector<double> bounds = {1, 2, 3};
   Histogram h(&bounds);

@@ -153,7 +153,9 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
   item.n = inputs.size();
   item.ex = w->ioc.get_executor();
   for (const auto& in : inputs) item.chars += static_cast<int64_t>(in.size());
-  const std::string key = info.model + '\0' + format;  // one batch per model and encoding
+  // One batch per route and encoding: two tenants' models of one name are
+  // two routes, and their requests never share an upstream call.
+  const std::string key = RouteKey(entry.route.tenant, entry.route.model) + '\0' + format;
   std::shared_ptr<EmbeddingsBatch> batch;
   bool leader = false;
   {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <map>
+#include <tuple>
 #include <utility>  // before asio: its awaitable.hpp uses std::exchange
 
 #include <boost/asio/co_spawn.hpp>
@@ -394,19 +396,27 @@ Status GatewayImpl::Start() {
       MutexLock lock(&s->routes_mu);
       t = s->routes;
     }
-    auto outstanding = out.Gauge("drover_gateway_outstanding_requests", "Requests in flight upstream, by model.");
-    auto waiting = out.Gauge("drover_gateway_waiting_requests", "Requests waiting for a replica, by model.");
-    auto replicas = out.Gauge("drover_gateway_ready_replicas", "Ready replicas the gateway routes to, by model.");
+    auto outstanding =
+        out.Gauge("drover_gateway_outstanding_requests", "Requests in flight upstream, by tenant and model.");
+    auto waiting = out.Gauge("drover_gateway_waiting_requests", "Requests waiting for a replica, by tenant and model.");
+    auto replicas =
+        out.Gauge("drover_gateway_ready_replicas", "Ready replicas the gateway routes to, by tenant and model.");
     auto per = out.Gauge("drover_gateway_replica_outstanding_requests", "Requests in flight, by replica.");
     auto engine = out.Gauge("drover_gateway_replica_engine_load",
                             "The engine's own running + waiting requests, scraped (0 if unknown), by replica.");
-    for (const auto& [model, e] : t->models) {
-      outstanding.Add({{"model", model}}, static_cast<double>(e.stats->outstanding.load()));
-      waiting.Add({{"model", model}}, static_cast<double>(e.stats->waiting.load()));
-      replicas.Add({{"model", model}}, static_cast<double>(e.replicas.size()));
+    for (const auto& [key, e] : t->models) {
+      // Served names are per tenant: the tenant tells two `llama`s apart
+      // (none for a route every tenant may use).
+      metrics::Labels l = {{"model", e.route.model}};
+      if (!e.route.tenant.empty()) l.emplace_back("tenant", e.route.tenant);
+      outstanding.Add(l, static_cast<double>(e.stats->outstanding.load()));
+      waiting.Add(l, static_cast<double>(e.stats->waiting.load()));
+      replicas.Add(l, static_cast<double>(e.replicas.size()));
       for (const auto& r : e.replicas) {
-        per.Add({{"model", model}, {"replica", r->id}}, static_cast<double>(r->outstanding.load()));
-        engine.Add({{"model", model}, {"replica", r->id}}, static_cast<double>(r->engine_load.load()));
+        metrics::Labels lr = l;
+        lr.emplace_back("replica", r->id);
+        per.Add(lr, static_cast<double>(r->outstanding.load()));
+        engine.Add(lr, static_cast<double>(r->engine_load.load()));
       }
     }
   });
@@ -483,13 +493,17 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
   auto table = std::make_shared<RouteTable>();
   for (auto& route : routes) {
     if (route.model.empty()) continue;
-    auto [it, fresh] = table->models.try_emplace(route.model);
+    // One route per (tenant, model): two tenants' models of one name stay
+    // apart, each with its replicas and its stats.
+    const std::string key = RouteKey(route.tenant, route.model);
+    auto [it, fresh] = table->models.try_emplace(key);
     ModelEntry& e = it->second;
     if (fresh) {
       e.route = route;
       e.route.replicas.clear();
-      auto o = old->models.find(route.model);
+      auto o = old->models.find(key);
       e.stats = o != old->models.end() ? o->second.stats : std::make_shared<ModelStats>();
+      table->tenants_of[route.model].push_back(route.tenant);
     }
     for (const auto& u : route.replicas) {
       auto k = known.find({u.id, u.address});
@@ -533,9 +547,10 @@ std::vector<ModelLoad> GatewayImpl::TakeLoad() {
     t = shared_->routes;
   }
   std::vector<ModelLoad> out;
-  for (const auto& [model, e] : t->models) {
+  for (const auto& [key, e] : t->models) {
     ModelLoad l;
-    l.model = model;
+    l.model = e.route.model;
+    l.tenant = e.route.tenant;
     l.deployment = e.route.deployment;
     l.outstanding = e.stats->outstanding.load();
     l.waiting = e.stats->waiting.load();
@@ -549,7 +564,9 @@ std::vector<ModelLoad> GatewayImpl::TakeLoad() {
     if (queued > 0) l.queue_ms = static_cast<double>(queue_us) / 1000.0 / static_cast<double>(queued);
     out.push_back(std::move(l));
   }
-  std::sort(out.begin(), out.end(), [](const ModelLoad& a, const ModelLoad& b) { return a.model < b.model; });
+  std::sort(out.begin(), out.end(), [](const ModelLoad& a, const ModelLoad& b) {
+    return std::tie(a.model, a.tenant) < std::tie(b.model, b.tenant);
+  });
   return out;
 }
 
@@ -750,12 +767,15 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
     }
     auto t = Table(w);
     nlohmann::json data = nlohmann::json::array();
+    // What the key reaches (FindRoute): its tenant's models and those every
+    // tenant may use, never another tenant's of the same name.
     std::vector<std::string> names;
-    for (const auto& [model, e] : t->models) {
-      if (!e.route.tenant.empty() && e.route.tenant != auth->info.tenant && !auth->info.admin) continue;
-      names.push_back(model);
+    std::map<std::string, const ModelEntry*> reached;
+    for (const auto& [key, e] : t->models) {
+      const ModelEntry* r = FindRoute(*t, auth->info.tenant, auth->info.admin, e.route.model);
+      if (r == &e) reached[e.route.model] = r;
     }
-    std::sort(names.begin(), names.end());
+    for (const auto& [model, e] : reached) names.push_back(model);
     if (path.size() > 11) {  // /v1/models/{id}
       std::string id(path.substr(11));
       if (std::find(names.begin(), names.end(), id) == names.end()) {
@@ -766,7 +786,7 @@ awaitable<void> GatewayImpl::Handle(Worker* w, const bhttp::request<bhttp::strin
       names = {id};
     }
     for (const auto& m : names) {
-      const auto& e = t->models.at(m);
+      const ModelEntry& e = *reached.at(m);
       data.push_back({{"id", m},
                       {"object", "model"},
                       {"created", 0},

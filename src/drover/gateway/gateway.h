@@ -77,7 +77,10 @@ struct Upstream {
 };
 
 // A model the gateway serves and where. `tenant` empty: every tenant may use
-// it; otherwise only keys of that tenant and admin keys (others get 404).
+// it; otherwise only keys of that tenant (others get 404, as for a name
+// nobody serves). Names are per tenant: routes of two tenants may share a
+// model name, and each key reaches its own tenant's; an admin key reaches
+// another tenant's model when that tenant alone serves the name.
 struct Route {
   std::string model;
   std::string deployment;
@@ -89,6 +92,7 @@ struct Route {
 // Load of one model since the previous TakeLoad().
 struct ModelLoad {
   std::string model;
+  std::string tenant;  // the route's (served model names are per tenant)
   std::string deployment;
   int64_t outstanding = 0;  // requests in flight upstream now
   int64_t waiting = 0;      // requests waiting for a replica (cold start) now
@@ -159,7 +163,8 @@ class Gateway {
   // Replaces the whole routing table. Outstanding counts of replicas that
   // stay are kept; requests waiting for a cold start are woken.
   virtual void SetRoutes(std::vector<Route> routes) = 0;
-  // Per model of the current routes; resets the `requests` counters.
+  // Per route (tenant, model) of the current routes; resets the
+  // `requests` counters.
   virtual std::vector<ModelLoad> TakeLoad() = 0;
   // Every (tenant, model, key) row since the gateway started, sorted.
   virtual std::vector<UsageRow> Usage() const = 0;

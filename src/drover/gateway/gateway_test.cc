@@ -275,6 +275,74 @@ TEST_F(GatewayTest, ModelsListsWhatTheKeysTenantMayUse) {
   ExpectError(Http(gw_->port(), "GET", "/v1/models"), 401, "authentication_error", "invalid_api_key");
 }
 
+// Served model names are per tenant (issue 37): tenants a and b each serve
+// `llama` on an engine of their own. Each key reaches its own tenant's
+// replicas and lists its own model; a tenant with none gets the 404 of a
+// name nobody serves; load and metrics are per (tenant, model); and two
+// tenants' embeddings are never merged into one upstream call.
+TEST_F(GatewayTest, TwoTenantsModelsOfOneNameRouteToTheirOwnReplicas) {
+  auto ea = Engine({}, "llama");
+  auto eb = Engine({}, "llama");
+  GatewayOptions o;
+  o.embeddings_batch_window_us = 200'000;  // both requests below arrive within it
+  o.embeddings_batch_max_inputs = 8;
+  Start(o);
+  gw_->SetRoutes({{"llama", "llama", "a", false, {{"j-1", ea->address()}}},
+                  {"llama", "llama", "b", false, {{"j-2", eb->address()}}}});
+  auto served = [](ChildProcess& p) {
+    std::string m = Http(p.port(), "GET", "/metrics").body;
+    size_t at = m.find("\ndrover_test_engine_requests_total ");
+    return at == std::string::npos ? -1 : std::atoll(m.c_str() + at + 35);
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat("llama"), "k-a").status, 200);
+  ASSERT_EQ(Post("/v1/chat/completions", Chat("llama"), "k-b").status, 200);
+  EXPECT_EQ(served(*ea), 3);
+  EXPECT_EQ(served(*eb), 1);
+  for (const auto& [key, tenant] : {std::pair{"k-a", "a"}, std::pair{"k-b", "b"}}) {
+    HttpResponse r = Http(gw_->port(), "GET", "/v1/models", "", std::string("Authorization: Bearer ") + key + "\r\n");
+    ASSERT_EQ(r.status, 200) << r.raw;
+    json j = json::parse(r.body);
+    ASSERT_EQ(j["data"].size(), 1u) << r.body;
+    EXPECT_EQ(j["data"][0]["id"], "llama");
+    EXPECT_EQ(j["data"][0]["owned_by"], tenant);
+  }
+  // Tenant c serves no `llama`: the answer of a model nobody serves.
+  HttpResponse none = Post("/v1/chat/completions", Chat("llama"), "k-rpm");
+  ExpectError(none, 404, "invalid_request_error", "model_not_found");
+  EXPECT_EQ(json::parse(none.body)["error"]["message"],
+            "the model 'llama' does not exist or you do not have access to it");
+  EXPECT_EQ(
+      json::parse(Http(gw_->port(), "GET", "/v1/models", "", "Authorization: Bearer k-rpm\r\n").body)["data"].size(),
+      0u);
+  // Two tenants serve the name: an admin key of neither reaches neither.
+  EXPECT_EQ(Post("/v1/chat/completions", Chat("llama"), "k-admin").status, 404);
+  // Load is reported per route, with its tenant.
+  auto load = gw_->TakeLoad();
+  ASSERT_EQ(load.size(), 2u);
+  EXPECT_EQ(load[0].tenant, "a");
+  EXPECT_EQ(load[0].requests, 3);
+  EXPECT_EQ(load[1].tenant, "b");
+  EXPECT_EQ(load[1].requests, 1);
+  // Embeddings of a and b at once: one upstream call each, on each's engine.
+  HttpResponse ra, rb;
+  std::thread ta([&] { ra = Post("/v1/embeddings", {{"model", "llama"}, {"input", "one"}}, "k-a"); });
+  std::thread tb([&] { rb = Post("/v1/embeddings", {{"model", "llama"}, {"input", "two"}}, "k-b"); });
+  ta.join();
+  tb.join();
+  ASSERT_EQ(ra.status, 200) << ra.raw;
+  ASSERT_EQ(rb.status, 200) << rb.raw;
+  EXPECT_EQ(json::parse(ra.body)["data"].size(), 1u);
+  EXPECT_EQ(json::parse(rb.body)["data"].size(), 1u);
+  EXPECT_EQ(served(*ea), 4);
+  EXPECT_EQ(served(*eb), 2);
+  std::string m = AdminMetrics();
+  EXPECT_NE(m.find("drover_gateway_embeddings_batches_total 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("drover_gateway_ready_replicas{model=\"llama\",tenant=\"a\"} 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("drover_gateway_ready_replicas{model=\"llama\",tenant=\"b\"} 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("drover_gateway_requests_total{key=\"id-b\",model=\"llama\",tenant=\"b\"} 2\n"), std::string::npos)
+      << m;
+}
+
 TEST_F(GatewayTest, KeyOverItsRequestLimitGets429WithRetryAfter) {
   auto e = Engine();
   Start();

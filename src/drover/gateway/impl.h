@@ -116,10 +116,12 @@ class GatewayImpl final : public Gateway {
   awaitable<std::shared_ptr<const AuthEntry>> LookupKey(std::string token);  // on auth_pool_
   std::shared_ptr<const RouteTable> Table(Worker* w);
   UsageCell* CellFor(Worker* w, const std::string& tenant, const std::string& model, const std::string& key);
-  // Waits (bounded by cold_start_wait_ms) until `model` has a replica
-  // whose id is not in `dead`; null if the client left meanwhile.
-  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& model, ModelStats& stats,
-                                                              Sink& sink, const std::vector<std::string>& dead = {});
+  // Waits (bounded by cold_start_wait_ms) until the route `route_key`
+  // (RouteKey) has a replica whose id is not in `dead`; null if the client
+  // left meanwhile.
+  awaitable<std::shared_ptr<const RouteTable>> WaitForReplica(Worker* w, const std::string& route_key,
+                                                              ModelStats& stats, Sink& sink,
+                                                              const std::vector<std::string>& dead = {});
   // A client that left while its call was upstream: counted, not retried.
   // Adds the time since res.mark_ns to the call's own time.
   static void Own(CallResult& res) { res.own_ns += NowNs() - res.mark_ns; }
@@ -162,7 +164,8 @@ class GatewayImpl final : public Gateway {
   metrics::Registry* registry_;
   std::shared_ptr<SharedState> shared_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  // The open embeddings batches, by model and encoding (batching.cc).
+  // The open embeddings batches, by route (tenant and model) and encoding
+  // (batching.cc): a batch never mixes two tenants' requests.
   Mutex batches_mu_;
   std::unordered_map<std::string, std::shared_ptr<EmbeddingsBatch>> batches_ DROVER_GUARDED_BY(batches_mu_);
   uint16_t port_ = 0;

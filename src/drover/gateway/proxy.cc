@@ -95,7 +95,7 @@ awaitable<bool> GatewayImpl::SendError(Sink& sink, const Status& st, std::string
   co_return co_await sink.Whole(s.status, "application/json", ErrorJson(st.message(), s.type, s.code, param), extra);
 }
 
-awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker* w, const std::string& model,
+awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker* w, const std::string& route_key,
                                                                          ModelStats& stats, Sink& sink,
                                                                          const std::vector<std::string>& dead) {
   counters_.cold_starts->Inc();
@@ -126,7 +126,7 @@ awaitable<std::shared_ptr<const RouteTable>> GatewayImpl::WaitForReplica(Worker*
       counters_.client_cancels->Inc();
       co_return nullptr;
     }
-    auto it = t->models.find(model);
+    auto it = t->models.find(route_key);
     if (it == t->models.end()) co_return t;
     for (const auto& r : it->second.replicas) {
       if (std::find(dead.begin(), dead.end(), r->id) == dead.end()) co_return t;
@@ -175,9 +175,10 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
     co_return;
   }
   auto table = Table(w);
-  auto it = table->models.find(info.model);
-  if (it == table->models.end() ||
-      (!it->second.route.tenant.empty() && it->second.route.tenant != auth->info.tenant && !auth->info.admin)) {
+  // By (the key's tenant, model): another tenant's model of the name is as
+  // missing as a name nobody serves.
+  const ModelEntry* entry = FindRoute(*table, auth->info.tenant, auth->info.admin, info.model);
+  if (entry == nullptr) {
     Rejected("not_found")->Inc();
     co_await SendError(sink, NotFound("the model '" + info.model + "' does not exist or you do not have access to it"),
                        "model");
@@ -191,7 +192,9 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   }
   UsageCell* cell = CellFor(w, auth->info.tenant, info.model, auth->info.token_id);
   cell->requests.fetch_add(1, std::memory_order_relaxed);
-  std::shared_ptr<ModelStats> stats = it->second.stats;
+  std::shared_ptr<ModelStats> stats = entry->stats;
+  // The route found: after a cold-start wait, the same tenant's again.
+  const std::string route_key = RouteKey(entry->route.tenant, entry->route.model);
   stats->requests.fetch_add(1, std::memory_order_relaxed);
 
   // Stream: ask the engine for usage if the client did not, and hide that chunk.
@@ -223,12 +226,13 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   }
 
   bool waited = false;
-  if (it->second.replicas.empty() && it->second.route.scales_from_zero) {
+  if (entry->replicas.empty() && entry->route.scales_from_zero) {
     waited = true;
-    table = co_await WaitForReplica(w, info.model, *stats, sink);
+    table = co_await WaitForReplica(w, route_key, *stats, sink);
     if (!table) co_return;  // the client left
-    it = table->models.find(info.model);
-    if (it == table->models.end()) {
+    auto it = table->models.find(route_key);
+    entry = it == table->models.end() ? nullptr : &it->second;
+    if (entry == nullptr) {
       cell->errors.fetch_add(1, std::memory_order_relaxed);
       co_await SendError(sink, NotFound("the model '" + info.model + "' is no longer served"), "model");
       co_return;
@@ -246,17 +250,17 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
     }
     cell->latency->Observe(static_cast<double>(NowNs() - t0) / 1e9);
   };
-  if (it->second.replicas.empty()) {
+  if (entry->replicas.empty()) {
     Rejected("unavailable")->Inc();
     std::string msg = "the model '" + info.model + "' has no ready replica";
-    if (it->second.route.scales_from_zero) {
+    if (entry->route.scales_from_zero) {
       msg += " (none started within " + std::to_string(options_.cold_start_wait_ms) + " ms)";
     }
     res.status = 503;
     res.Commit();
     co_await SendError(sink, Unavailable(msg));
   } else if (embeddings && options_.embeddings_batch_window_us > 0) {
-    co_await BatchEmbeddings(w, it->second, info, sink, res);
+    co_await BatchEmbeddings(w, *entry, info, sink, res);
   } else {
     uint64_t affinity = 0;
     if (options_.affinity) {
@@ -265,7 +269,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
       else if (!session_id.empty())
         affinity = Hash64(session_id);
     }
-    co_await Route(w, it->second, path, body, strip, affinity, sink, res);
+    co_await Route(w, *entry, path, body, strip, affinity, sink, res);
   }
   res.Commit();  // if no path did before its last write
 }
@@ -292,12 +296,13 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
   if (entry.route.scales_from_zero && !waited) {
     std::vector<std::string> dead;
     for (const Replica* r : tried) dead.push_back(r->id);
-    std::shared_ptr<const RouteTable> fresh = co_await WaitForReplica(w, entry.route.model, *entry.stats, sink, dead);
+    const std::string key = RouteKey(entry.route.tenant, entry.route.model);
+    std::shared_ptr<const RouteTable> fresh = co_await WaitForReplica(w, key, *entry.stats, sink, dead);
     if (!fresh) {
       res.client_gone = true;
       co_return;
     }
-    auto it = fresh->models.find(entry.route.model);
+    auto it = fresh->models.find(key);
     if (it != fresh->models.end() && !it->second.replicas.empty()) {
       co_await Route(w, it->second, path, body, strip_usage, affinity, sink, res, true);
       co_return;

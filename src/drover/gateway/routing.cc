@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 namespace drover::gateway {
+namespace {
+const std::string kEveryTenant;
+}  // namespace
 
 uint64_t Hash64(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a, then a finalizer
@@ -13,6 +16,26 @@ uint64_t Hash64(std::string_view s) {
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
   return h;
+}
+
+std::string RouteKey(std::string_view tenant, std::string_view model) {
+  std::string k;
+  k.reserve(tenant.size() + model.size() + 1);
+  k.append(tenant).push_back('\0');
+  k.append(model);
+  return k;
+}
+
+const ModelEntry* FindRoute(const RouteTable& table, const std::string& tenant, bool admin, const std::string& model) {
+  for (const std::string* t : {&tenant, &kEveryTenant}) {
+    auto it = table.models.find(RouteKey(*t, model));
+    if (it != table.models.end()) return &it->second;
+  }
+  if (!admin) return nullptr;
+  auto of = table.tenants_of.find(model);
+  if (of == table.tenants_of.end() || of->second.size() != 1) return nullptr;
+  auto it = table.models.find(RouteKey(of->second.front(), model));
+  return it != table.models.end() ? &it->second : nullptr;
 }
 
 namespace {

@@ -51,10 +51,26 @@ struct ModelEntry {
   std::shared_ptr<ModelStats> stats;
 };
 
-// An immutable routing table; swapped whole by SetRoutes.
+// An immutable routing table; swapped whole by SetRoutes. Served model
+// names are per tenant (docs/security.md, "Names per tenant"): two tenants'
+// `llama` are two routes, each with its own replicas and stats.
 struct RouteTable {
+  // By RouteKey(route.tenant, route.model); tenant "" for a route every
+  // tenant may use.
   std::unordered_map<std::string, ModelEntry> models;
+  // Served name -> the tenants with a route of that name ("" included).
+  std::unordered_map<std::string, std::vector<std::string>> tenants_of;
 };
+
+// tenant '\0' model: no tenant or model name holds a NUL.
+std::string RouteKey(std::string_view tenant, std::string_view model);
+
+// The route a key of `tenant` reaches by `model`: its tenant's, else one
+// every tenant may use; an admin key also reaches another tenant's when
+// that tenant alone serves the name. Null when there is none: the caller
+// answers 404 as for a name nobody serves, so another tenant's model of the
+// name is neither seen nor told apart from a missing one.
+const ModelEntry* FindRoute(const RouteTable& table, const std::string& tenant, bool admin, const std::string& model);
 
 // Seeded xorshift64*: each io thread has its own.
 class FastRng {

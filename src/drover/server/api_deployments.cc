@@ -46,6 +46,7 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
   }
   for (const v1::ModelLoad& m : req.models()) {
     DROVER_RETURN_IF_ERROR(rpc::ValidateModelName("model", m.model()));
+    if (!m.tenant().empty()) DROVER_RETURN_IF_ERROR(ValidateName("tenant", m.tenant()));
     for (int64_t v : {m.outstanding(), m.waiting(), m.requests()}) {
       if (v < 0 || v > kMaxLoadCount) {
         return InvalidArgument(fmt::format("model '{}': counts must be 0..{}", m.model(), kMaxLoadCount));
@@ -101,6 +102,18 @@ Status RequireGatewayOrAdmin(const auth::Principal& who, std::string_view what) 
   return PermissionDenied(fmt::format("role {} may not {} (needs gateway or admin)", auth::RoleName(who.role), what));
 }
 
+// The tenant whose deployment `name` a request names: the caller's own
+// unless an admin names another (`tenant`). A non-admin naming another
+// tenant finds nothing.
+Result<std::string> DeploymentTenant(const auth::Principal& who, const std::string& tenant, const std::string& name) {
+  DROVER_RETURN_IF_ERROR(ValidateName("deployment name", name));
+  if (tenant.empty() || tenant == who.tenant) return who.tenant;
+  DROVER_RETURN_IF_ERROR(ValidateName("tenant", tenant));
+  // Not "permission denied": the answer must read as for a name nobody has.
+  if (!who.IsAdmin()) return NotFound(fmt::format("deployment '{}' not found", name));
+  return tenant;
+}
+
 }  // namespace
 
 auth::Principal GatewayPrincipal() {
@@ -125,24 +138,21 @@ Result<v1::Deployment> ApiService::ApplyDeployment(const auth::Principal& who, v
     }
     spec->set_owner(who.name.empty() ? "drover" : who.name);
     DROVER_RETURN_IF_ERROR(NormalizeDeploymentSpec(spec, loop_->deployment_options()));
-    if (req.replace() && !who.IsAdmin()) {
-      // Another tenant's deployment is "not found", as for a read.
-      auto current = Wait(loop_->GetDeployment(spec->name()));
-      if (!current.ok()) return current.status();
-      if (!who.CanChange(current->spec().tenant())) {
-        return NotFound(fmt::format("deployment '{}' not found", spec->name()));
-      }
-    }
+    // The name is looked up in spec->tenant() only (the caller's, or an
+    // admin's choice): another tenant's deployment of the name is neither
+    // "already exists" to a create nor found by a replace.
     return Wait(loop_->ApplyDeployment(std::move(*spec), req.replace()));
   };
-  std::string name = req.spec().name().substr(0, 64);
-  return Audited(who, "deployments.apply", name, run());
+  std::string target =
+      fmt::format("{}/{}", (req.spec().tenant().empty() ? who.tenant : req.spec().tenant()).substr(0, 63),
+                  req.spec().name().substr(0, 64));
+  return Audited(who, "deployments.apply", target, run());
 }
 
 Result<v1::Deployment> ApiService::GetDeployment(const auth::Principal& who, const v1::GetDeploymentRequest& req) {
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read deployments"));
-  DROVER_RETURN_IF_ERROR(ValidateName("deployment name", req.name()));
-  auto d = Wait(loop_->GetDeployment(req.name()));
+  DROVER_ASSIGN_OR_RETURN(std::string tenant, DeploymentTenant(who, req.tenant(), req.name()));
+  auto d = Wait(loop_->GetDeployment(tenant, req.name()));
   if (d.ok() && !who.CanSee(d->spec().tenant())) return NotFound(fmt::format("deployment '{}' not found", req.name()));
   return d;
 }
@@ -163,26 +173,26 @@ Result<v1::Deployment> ApiService::ScaleDeployment(const auth::Principal& who, c
     if (req.replicas() < 0 || req.replicas() > kMaxDeploymentReplicas) {
       return InvalidArgument(fmt::format("replicas {} is outside 0..{}", req.replicas(), kMaxDeploymentReplicas));
     }
-    v1::GetDeploymentRequest get;
-    get.set_name(req.name());
-    DROVER_ASSIGN_OR_RETURN(v1::Deployment d, GetDeployment(who, get));
-    if (!who.CanChange(d.spec().tenant())) return NotFound(fmt::format("deployment '{}' not found", req.name()));
-    return Wait(loop_->ScaleDeployment(req.name(), req.replicas()));
+    DROVER_ASSIGN_OR_RETURN(std::string tenant, DeploymentTenant(who, req.tenant(), req.name()));
+    if (!who.CanChange(tenant)) return NotFound(fmt::format("deployment '{}' not found", req.name()));
+    return Wait(loop_->ScaleDeployment(tenant, req.name(), req.replicas()));
   };
-  return Audited(who, "deployments.scale", fmt::format("{} {}", req.name().substr(0, 64), req.replicas()), run());
+  const std::string& tenant = req.tenant().empty() ? who.tenant : req.tenant();
+  return Audited(who, "deployments.scale",
+                 fmt::format("{}/{} {}", tenant.substr(0, 63), req.name().substr(0, 64), req.replicas()), run());
 }
 
 Result<v1::Deployment> ApiService::DeleteDeployment(const auth::Principal& who,
                                                     const v1::DeleteDeploymentRequest& req) {
   auto run = [&]() -> Result<v1::Deployment> {
     DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kUser, "delete deployments"));
-    v1::GetDeploymentRequest get;
-    get.set_name(req.name());
-    DROVER_ASSIGN_OR_RETURN(v1::Deployment d, GetDeployment(who, get));
-    if (!who.CanChange(d.spec().tenant())) return NotFound(fmt::format("deployment '{}' not found", req.name()));
-    return Wait(loop_->DeleteDeployment(req.name()));
+    DROVER_ASSIGN_OR_RETURN(std::string tenant, DeploymentTenant(who, req.tenant(), req.name()));
+    if (!who.CanChange(tenant)) return NotFound(fmt::format("deployment '{}' not found", req.name()));
+    return Wait(loop_->DeleteDeployment(tenant, req.name()));
   };
-  return Audited(who, "deployments.delete", req.name().substr(0, 64), run());
+  const std::string& tenant = req.tenant().empty() ? who.tenant : req.tenant();
+  return Audited(who, "deployments.delete", fmt::format("{}/{}", tenant.substr(0, 63), req.name().substr(0, 64)),
+                 run());
 }
 
 Result<v1::EndpointsResponse> ApiService::Endpoints(const auth::Principal& who) {

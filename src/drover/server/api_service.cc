@@ -380,6 +380,20 @@ Result<v1::Fleet> ApiService::Fleet(const auth::Principal& who) {
   return fleet;
 }
 
+metrics::LabelMask ApiService::MetricsMask(const auth::Principal& who) {
+  if (who.IsAdmin()) return nullptr;
+  // Read once per scrape, before the render: the mask runs per series.
+  auto own =
+      std::make_shared<const std::set<std::string>>(who.tenant.empty() ? std::set<std::string>() : OwnJobIds(who));
+  const std::set<std::string> tenant = who.tenant.empty() ? std::set<std::string>() : std::set<std::string>{who.tenant};
+  return [own, tenant](std::string_view label, const std::string& value) -> std::string {
+    // GPU series name the jobs ("j-1,j-2") and tenants ("a,b") on a GPU.
+    if (label == "job_id") return RedactJobList(value, *own);
+    if (label == "tenant") return RedactJobList(value, tenant);
+    return value;
+  };
+}
+
 Result<v1::SchedulerStats> ApiService::SchedulerStats(const auth::Principal& who) {
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read scheduler statistics"));
   return Await(loop_->SchedulerStats());

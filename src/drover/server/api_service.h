@@ -24,6 +24,7 @@
 #include "drover/auth/audit.h"
 #include "drover/auth/authority.h"
 #include "drover/auth/refusal_digest.h"
+#include "drover/common/metrics.h"
 #include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/server/control_loop.h"
@@ -105,8 +106,11 @@ class ApiService {
 
   // Deployments (api_deployments.cc; docs/deployments.md). A user applies,
   // scales and deletes deployments of its own tenant (an admin of any), a
-  // viewer reads them; another tenant's deployment is "not found". Every
-  // change is audited ("deployments.apply", ".scale", ".delete").
+  // viewer reads them; another tenant's deployment is "not found". Names
+  // are per tenant: a request names the caller's tenant's deployment, or,
+  // with its `tenant` field, an admin names another tenant's. Every change
+  // is audited ("deployments.apply", ".scale", ".delete", target
+  // "tenant/name").
   Result<v1::Deployment> ApplyDeployment(const auth::Principal& who, v1::ApplyDeploymentRequest req);
   Result<v1::Deployment> GetDeployment(const auth::Principal& who, const v1::GetDeploymentRequest& req);
   Result<v1::ListDeploymentsResponse> ListDeployments(const auth::Principal& who);
@@ -131,6 +135,12 @@ class ApiService {
   // an admin. A gateway silent for kUsageStale drops out.
   Result<std::string> ServingUsage(const auth::Principal& who);
   static constexpr std::chrono::minutes kUsageStale{5};
+
+  // What `who` may see of /metrics: nothing hidden (null) for an admin;
+  // for anyone else (an anonymous reader of --metrics-public too) the
+  // job_id and tenant labels of other tenants' series read "other", as
+  // /fleet shows them (metrics::LabelMask sums the series that merge).
+  metrics::LabelMask MetricsMask(const auth::Principal& who);
 
   // Appends an entry (for the edges: refused logins, forged node identities).
   // Refusals pass through a RefusalDigest: a flood of the same refusal is

@@ -237,15 +237,16 @@ class ControlLoop {
   // `spec` must be normalized (NormalizeDeploymentSpec) with its tenant and
   // owner set. kAlreadyExists without `replace` when it exists, kNotFound
   // with `replace` when it does not; kAlreadyExists when another
-  // deployment serves the same model name.
+  // deployment of the tenant serves the same model name. Deployments are
+  // named within their tenant: (tenant, name).
   std::future<Result<v1::Deployment>> ApplyDeployment(v1::DeploymentSpec spec, bool replace);
-  std::future<Result<v1::Deployment>> GetDeployment(std::string name);
+  std::future<Result<v1::Deployment>> GetDeployment(std::string tenant, std::string name);
   std::future<Result<std::vector<v1::Deployment>>> ListDeployments();
   // A fixed deployment runs `replicas` from now on; an auto-scaled one
   // moves to it (clamped to min..max) and scales on from there.
-  std::future<Result<v1::Deployment>> ScaleDeployment(std::string name, int32_t replicas);
+  std::future<Result<v1::Deployment>> ScaleDeployment(std::string tenant, std::string name, int32_t replicas);
   // Cancels every replica and forgets the deployment; answers its last view.
-  std::future<Result<v1::Deployment>> DeleteDeployment(std::string name);
+  std::future<Result<v1::Deployment>> DeleteDeployment(std::string tenant, std::string name);
   // Every deployment's model and the ready replicas' endpoints (callers
   // filter by tenant).
   std::future<Result<v1::EndpointsResponse>> ServingEndpoints();

@@ -37,8 +37,9 @@ std::future<Result<v1::Deployment>> ControlLoop::ApplyDeployment(v1::DeploymentS
   return Call<v1::Deployment>([this, spec = std::move(spec), replace] { return deployments_.Apply(spec, replace); });
 }
 
-std::future<Result<v1::Deployment>> ControlLoop::GetDeployment(std::string name) {
-  return Call<v1::Deployment>([this, name = std::move(name)] { return deployments_.Get(name); });
+std::future<Result<v1::Deployment>> ControlLoop::GetDeployment(std::string tenant, std::string name) {
+  return Call<v1::Deployment>(
+      [this, tenant = std::move(tenant), name = std::move(name)] { return deployments_.Get(tenant, name); });
 }
 
 std::future<Result<std::vector<v1::Deployment>>> ControlLoop::ListDeployments() {
@@ -46,12 +47,16 @@ std::future<Result<std::vector<v1::Deployment>>> ControlLoop::ListDeployments() 
       [this]() -> Result<std::vector<v1::Deployment>> { return deployments_.List(); });
 }
 
-std::future<Result<v1::Deployment>> ControlLoop::ScaleDeployment(std::string name, int32_t replicas) {
-  return Call<v1::Deployment>([this, name = std::move(name), replicas] { return deployments_.Scale(name, replicas); });
+std::future<Result<v1::Deployment>> ControlLoop::ScaleDeployment(std::string tenant, std::string name,
+                                                                 int32_t replicas) {
+  return Call<v1::Deployment>([this, tenant = std::move(tenant), name = std::move(name), replicas] {
+    return deployments_.Scale(tenant, name, replicas);
+  });
 }
 
-std::future<Result<v1::Deployment>> ControlLoop::DeleteDeployment(std::string name) {
-  return Call<v1::Deployment>([this, name = std::move(name)] { return deployments_.Delete(name); });
+std::future<Result<v1::Deployment>> ControlLoop::DeleteDeployment(std::string tenant, std::string name) {
+  return Call<v1::Deployment>(
+      [this, tenant = std::move(tenant), name = std::move(name)] { return deployments_.Delete(tenant, name); });
 }
 
 std::future<Result<v1::EndpointsResponse>> ControlLoop::ServingEndpoints() {

@@ -12,11 +12,14 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "drover/auth/authority.h"
 #include "drover/common/ids.h"
+#include "drover/common/metrics.h"
+#include "drover/rpc/gpu_metrics.h"
 #include "drover/server/api_service.h"
 #include "drover/server/control_loop_test_fixture.h"
 #include "drover/server/deployments.h"
@@ -47,7 +50,7 @@ class DeploymentTest : public ControlLoopTest {
   }
   v1::Deployment GetD(const std::string& name) {
     Must(loop_->Barrier());
-    return Must(loop_->GetDeployment(name));
+    return Must(loop_->GetDeployment("default", name));
   }
   // The unfinished replica jobs of a deployment, in submission order.
   std::vector<v1::Job> Replicas(const std::string& name, bool include_stopping = false) {
@@ -283,18 +286,18 @@ TEST_F(DeploymentTest, ScalesUpAndDownStoppingNotReadyReplicasFirst) {
   std::vector<v1::Job> first = Replicas("s");
   ASSERT_EQ(first.size(), 1u);
   ReportService(first[0].id(), true);
-  Must(loop_->ScaleDeployment("s", 3));
+  Must(loop_->ScaleDeployment("default", "s", 3));
   std::vector<v1::Job> three = Replicas("s");
   ASSERT_EQ(three.size(), 3u);
   ReportService(three[1].id(), true);
   // three[2] is not ready, three[1] is the newest ready one.
-  Must(loop_->ScaleDeployment("s", 1));
+  Must(loop_->ScaleDeployment("default", "s", 1));
   std::vector<v1::Job> one = Replicas("s");
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].id(), first[0].id());
   EXPECT_EQ(StateOf(three[2].id()), v1::JOB_STATE_CANCELLING);
-  EXPECT_EQ(Fails(loop_->ScaleDeployment("nope", 1)).code(), Code::kNotFound);
-  EXPECT_EQ(Fails(loop_->ScaleDeployment("s", -1)).code(), Code::kInvalidArgument);
+  EXPECT_EQ(Fails(loop_->ScaleDeployment("default", "nope", 1)).code(), Code::kNotFound);
+  EXPECT_EQ(Fails(loop_->ScaleDeployment("default", "s", -1)).code(), Code::kInvalidArgument);
 }
 
 TEST_F(DeploymentTest, DeleteStopsEveryReplicaAndForgetsTheDeployment) {
@@ -302,10 +305,10 @@ TEST_F(DeploymentTest, DeleteStopsEveryReplicaAndForgetsTheDeployment) {
   Apply(DSpec("gone", 2));
   std::vector<v1::Job> replicas = Replicas("gone");
   ASSERT_EQ(replicas.size(), 2u);
-  Must(loop_->DeleteDeployment("gone"));
+  Must(loop_->DeleteDeployment("default", "gone"));
   EXPECT_TRUE(Replicas("gone").empty());
   for (const v1::Job& j : replicas) EXPECT_EQ(StateOf(j.id()), v1::JOB_STATE_CANCELLING);
-  EXPECT_EQ(Fails(loop_->GetDeployment("gone")).code(), Code::kNotFound);
+  EXPECT_EQ(Fails(loop_->GetDeployment("default", "gone")).code(), Code::kNotFound);
   auto stored = store_->Range("/deployments/");
   ASSERT_TRUE(stored.ok());
   EXPECT_TRUE(stored->kvs.empty());
@@ -749,6 +752,317 @@ TEST_F(DeploymentTest, TheRestRoutes) {
   EXPECT_EQ(json(call("GET", "/api/v1/serving/usage", "", *admin))["usage"].size(), 2u);
   EXPECT_EQ(call("DELETE", "/api/v1/deployments/web", "", *user).status, 200);
   EXPECT_EQ(call("GET", "/api/v1/deployments/web", "", *user).status, 404);
+}
+
+// Names per tenant (issue 37, docs/security.md): two tenants each have
+// `llama`; each sees its own, and another tenant's deployment is "not
+// found" with the very status a name nobody has gets, for get, scale,
+// replace and delete, over the API and REST; an admin names another
+// tenant's with `tenant` (REST ?tenant=).
+TEST_F(DeploymentTest, DeploymentNamesArePerTenantAndAnotherTenantsAreNotFound) {
+  Connect("n1", 8);
+  auth::Authority authority(store_.get(), &clock_);
+  ApiService api(loop_.get(), nullptr, &authority, nullptr);
+  auth::Principal alice{"t1", "alice", "team-a", auth::Role::kUser, "", ""};
+  auth::Principal bob{"t2", "bob", "team-b", auth::Role::kUser, "", ""};
+  auth::Principal admin{"t4", "root", "default", auth::Role::kAdmin, "", ""};
+  auto apply = [&](const auth::Principal& who, const std::string& name, bool replace = false) {
+    v1::ApplyDeploymentRequest req;
+    req.mutable_spec()->set_name(name);
+    req.mutable_spec()->set_model("/m/" + name + ".gguf");
+    req.mutable_spec()->set_engine("llama.cpp");
+    req.mutable_spec()->set_replicas(1);
+    req.set_replace(replace);
+    return api.ApplyDeployment(who, req);
+  };
+  auto get = [&](const auth::Principal& who, const std::string& name, const std::string& tenant = "") {
+    v1::GetDeploymentRequest req;
+    req.set_name(name);
+    req.set_tenant(tenant);
+    return api.GetDeployment(who, req);
+  };
+  auto scale = [&](const auth::Principal& who, const std::string& name, const std::string& tenant = "") {
+    v1::ScaleDeploymentRequest req;
+    req.set_name(name);
+    req.set_replicas(2);
+    req.set_tenant(tenant);
+    return api.ScaleDeployment(who, req);
+  };
+  auto remove = [&](const auth::Principal& who, const std::string& name, const std::string& tenant = "") {
+    v1::DeleteDeploymentRequest req;
+    req.set_name(name);
+    req.set_tenant(tenant);
+    return api.DeleteDeployment(who, req);
+  };
+  // One name, two tenants: no "already exists" for the second.
+  auto a = apply(alice, "llama");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = apply(bob, "llama");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->spec().tenant(), "team-b");
+  EXPECT_EQ(b->spec().served_model_name(), "llama");                     // served names are per tenant too
+  EXPECT_EQ(apply(bob, "llama").status().code(), Code::kAlreadyExists);  // its own, though
+  ASSERT_TRUE(apply(alice, "only-a").ok());
+  for (const auto& [who, tenant] : {std::pair{&alice, "team-a"}, std::pair{&bob, "team-b"}}) {
+    auto mine = get(*who, "llama");
+    ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+    EXPECT_EQ(mine->spec().tenant(), tenant);
+    auto listed = api.ListDeployments(*who);
+    ASSERT_TRUE(listed.ok());
+    for (const v1::Deployment& d : listed->deployments()) EXPECT_EQ(d.spec().tenant(), tenant);
+  }
+  EXPECT_EQ(api.ListDeployments(admin)->deployments_size(), 3);
+  // Each tenant's replica is a job of its own tenant.
+  std::multiset<std::string> replica_tenants;
+  for (const v1::Job& j : Replicas("llama")) replica_tenants.insert(j.spec().tenant());
+  EXPECT_EQ(replica_tenants, (std::multiset<std::string>{"team-a", "team-b"}));
+
+  // Bob and alice's "only-a": the answers while it exists, then once it is
+  // gone, are the same, code and message (naming team-a changes nothing).
+  auto refusals = [&] {
+    std::vector<Status> out;
+    out.push_back(get(bob, "only-a").status());
+    out.push_back(get(bob, "only-a", "team-a").status());
+    out.push_back(scale(bob, "only-a").status());
+    out.push_back(scale(bob, "only-a", "team-a").status());
+    out.push_back(apply(bob, "only-a", /*replace=*/true).status());
+    out.push_back(remove(bob, "only-a").status());
+    out.push_back(remove(bob, "only-a", "team-a").status());
+    return out;
+  };
+  std::vector<Status> while_there = refusals();
+  ASSERT_TRUE(get(alice, "only-a").ok());  // untouched by bob's tries
+  EXPECT_EQ(get(alice, "only-a")->status().desired_replicas(), 1);
+  ASSERT_TRUE(remove(alice, "only-a").ok());
+  std::vector<Status> when_gone = refusals();
+  ASSERT_EQ(while_there.size(), when_gone.size());
+  for (size_t i = 0; i < while_there.size(); ++i) {
+    EXPECT_EQ(while_there[i].code(), Code::kNotFound) << i << ": " << while_there[i].ToString();
+    EXPECT_EQ(while_there[i].code(), when_gone[i].code()) << i;
+    EXPECT_EQ(while_there[i].message(), when_gone[i].message()) << i;
+    EXPECT_EQ(while_there[i].message(), "deployment 'only-a' not found") << i;
+  }
+  // Bob's replace made nothing either: a create does.
+  ASSERT_TRUE(apply(bob, "only-a").ok());
+  EXPECT_EQ(get(bob, "only-a")->spec().tenant(), "team-b");
+  EXPECT_EQ(get(alice, "only-a").status().code(), Code::kNotFound);
+  ASSERT_TRUE(remove(bob, "only-a").ok());
+
+  // An admin names either tenant's; without `tenant`, its own (none).
+  EXPECT_EQ(get(admin, "llama").status().code(), Code::kNotFound);
+  auto theirs = scale(admin, "llama", "team-b");
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+  EXPECT_EQ(theirs->spec().tenant(), "team-b");
+  EXPECT_EQ(get(bob, "llama")->status().desired_replicas(), 2);
+  EXPECT_EQ(get(alice, "llama")->status().desired_replicas(), 1);
+  EXPECT_EQ(get(admin, "llama", "Bad/Tenant").status().code(), Code::kInvalidArgument);
+
+  // The gateways see two models of one name, each with its tenant.
+  auto eps = api.Endpoints(GatewayPrincipal());
+  ASSERT_TRUE(eps.ok());
+  std::set<std::string> served;
+  for (const v1::ServingModel& m : eps->models()) {
+    EXPECT_EQ(m.model(), "llama");
+    served.insert(m.tenant());
+  }
+  EXPECT_EQ(served, (std::set<std::string>{"team-a", "team-b"}));
+  // Load reported for team-a's `llama` is team-a's alone.
+  v1::ReportLoadRequest load = Load("llama", 5, 0, 1);
+  load.mutable_models(0)->set_tenant("team-a");
+  ASSERT_TRUE(api.ReportLoad(GatewayPrincipal(), load).ok());
+  EXPECT_EQ(get(alice, "llama")->status().outstanding(), 5);
+  EXPECT_EQ(get(bob, "llama")->status().outstanding(), 0);
+  load.mutable_models(0)->set_tenant("Not A Tenant");
+  EXPECT_EQ(api.ReportLoad(GatewayPrincipal(), load).status().code(), Code::kInvalidArgument);
+
+  // Stored under each tenant's key.
+  auto stored = store_->Range("/deployments/");
+  ASSERT_TRUE(stored.ok());
+  std::vector<std::string> keys;
+  for (const store::KeyValue& kv : stored->kvs) keys.push_back(kv.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"/deployments/team-a/llama", "/deployments/team-b/llama"}));
+
+  // REST: ?tenant= for an admin; a user naming another tenant gets the 404
+  // body of a name nobody has.
+  auth::CreateTokenRequest cr;
+  cr.name = "root";
+  cr.tenant = "default";
+  cr.role = auth::Role::kAdmin;
+  auto admin_token = authority.MintInternal(cr);
+  cr.name = "ann";
+  cr.tenant = "team-a";
+  cr.role = auth::Role::kUser;
+  auto user_token = authority.MintInternal(cr);
+  ASSERT_TRUE(admin_token.ok() && user_token.ok());
+  Edge edge(&authority, &clock_, SecurityOptions{});
+  metrics::Registry registry;
+  RestStreams streams(&api);
+  http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
+  auto call = [&](const std::string& method, const std::string& path, const std::map<std::string, std::string>& query,
+                  const std::string& token, const std::string& body = "") {
+    http::Request r;
+    r.method = method;
+    r.path = path;
+    r.query = query;
+    r.body = body;
+    r.headers["authorization"] = "Bearer " + token;
+    if (!body.empty()) r.headers["content-type"] = "application/json";
+    r.remote = "127.0.0.1:5555";
+    http::Response resp = handler(r);
+    Must(loop_->Barrier());
+    return resp;
+  };
+  http::Response as_admin = call("GET", "/api/v1/deployments/llama", {{"tenant", "team-b"}}, *admin_token);
+  ASSERT_EQ(as_admin.status, 200) << as_admin.body;
+  EXPECT_EQ(nlohmann::json::parse(as_admin.body)["spec"]["tenant"], "team-b");
+  http::Response other = call("GET", "/api/v1/deployments/llama", {{"tenant", "team-b"}}, *user_token);
+  http::Response nobody = call("GET", "/api/v1/deployments/nobody-has", {{"tenant", "team-b"}}, *user_token);
+  EXPECT_EQ(other.status, 404);
+  EXPECT_EQ(nobody.status, 404);
+  std::string expected = nobody.body;
+  expected.replace(expected.find("nobody-has"), std::string("nobody-has").size(), "llama");
+  EXPECT_EQ(other.body, expected);
+  http::Response scaled =
+      call("POST", "/api/v1/deployments/llama/scale", {{"tenant", "team-b"}}, *admin_token, R"({"replicas": 1})");
+  ASSERT_EQ(scaled.status, 200) << scaled.body;
+  EXPECT_EQ(get(bob, "llama")->status().desired_replicas(), 1);
+  EXPECT_EQ(call("POST", "/api/v1/deployments/llama/scale", {{"tenant", "team-b"}}, *admin_token,
+                 R"({"replicas": 1, "tenant": "team-a"})")
+                .status,
+            400);
+  EXPECT_EQ(call("DELETE", "/api/v1/deployments/llama", {{"tenant", "team-b"}}, *admin_token).status, 200);
+  EXPECT_EQ(get(bob, "llama").status().code(), Code::kNotFound);
+  EXPECT_TRUE(get(alice, "llama").ok());
+}
+
+// A store an older server wrote keeps deployments under /deployments/<name>.
+// A server of today finds the record, keeps its revision and its running
+// replica (no new one), and moves it under /deployments/<tenant>/<name>; the
+// old key is gone and a second restart finds the one record.
+TEST_F(DeploymentTest, AnOlderServersDeploymentRecordIsKeptAndMovedUnderItsTenant) {
+  Connect("n1", 4);
+  v1::DeploymentSpec spec = DSpec("legacy", 1, "team-a");
+  Apply(spec);
+  (*spec.mutable_env())["V"] = "2";
+  Apply(spec, true);  // revision 2
+  std::vector<v1::Job> replicas = Replicas("legacy", true);
+  ASSERT_FALSE(replicas.empty());
+  for (const v1::Job& j : Replicas("legacy")) ReportService(j.id(), true);
+  Must(loop_->Barrier());
+  // The older server's store: the same record under the name alone.
+  loop_->Stop();
+  auto now_key = store_->Get("/deployments/team-a/legacy");
+  ASSERT_TRUE(now_key.ok() && now_key->has_value());
+  const std::string record = (*now_key)->value;
+  ASSERT_TRUE(store_->Delete("/deployments/team-a/legacy").ok());
+  ASSERT_TRUE(store_->Put("/deployments/legacy", record).ok());
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  Must(loop_->Barrier());
+  EXPECT_EQ(Fails(loop_->GetDeployment("default", "legacy")).code(), Code::kNotFound);  // another tenant's
+  auto found = Await(loop_->GetDeployment("team-a", "legacy"));
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->status().revision(), 2);
+  EXPECT_EQ(found->spec().env().at("V"), "2");
+  // Its replicas, not new ones.
+  std::vector<v1::Job> after = Replicas("legacy", true);
+  ASSERT_EQ(after.size(), replicas.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].id(), replicas[i].id());
+  auto keys = [&] {
+    std::vector<std::string> out;
+    auto stored = store_->Range("/deployments/");
+    EXPECT_TRUE(stored.ok());
+    if (stored.ok()) {
+      for (const store::KeyValue& kv : stored->kvs) out.push_back(kv.key);
+    }
+    return out;
+  };
+  EXPECT_EQ(keys(), (std::vector<std::string>{"/deployments/team-a/legacy"}));
+  v1::Deployment stored;
+  auto again = store_->Get("/deployments/team-a/legacy");
+  ASSERT_TRUE(again.ok() && again->has_value());
+  ASSERT_TRUE(stored.ParseFromString((*again)->value));
+  EXPECT_EQ(stored.status().revision(), 2);
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  Must(loop_->Barrier());
+  EXPECT_EQ(keys(), (std::vector<std::string>{"/deployments/team-a/legacy"}));
+  EXPECT_EQ(Replicas("legacy", true).size(), replicas.size());
+}
+
+// /metrics for a user's token: the GPU series of another tenant's job read
+// job_id="other" and tenant="other", as /fleet shows them; series that
+// become one add up; an admin's token sees every name.
+TEST_F(DeploymentTest, MetricsHideOtherTenantsJobsAndNamesFromAUserToken) {
+  Connect("n1", 2);
+  v1::JobSpec mine = Spec(1);
+  mine.set_tenant("team-a");
+  v1::JobSpec theirs = Spec(1);
+  theirs.set_tenant("team-b");
+  v1::Job a = Must(loop_->Submit(mine));
+  v1::Job b = Must(loop_->Submit(theirs));
+  ASSERT_EQ(StateOf(a.id()), v1::JOB_STATE_BOUND);
+  ASSERT_EQ(StateOf(b.id()), v1::JOB_STATE_BOUND);
+  auth::Authority authority(store_.get(), &clock_);
+  ApiService api(loop_.get(), nullptr, &authority, nullptr);
+  auth::CreateTokenRequest cr;
+  cr.name = "root";
+  cr.tenant = "default";
+  cr.role = auth::Role::kAdmin;
+  auto admin = authority.MintInternal(cr);
+  cr.name = "val";
+  cr.tenant = "team-a";
+  cr.role = auth::Role::kViewer;
+  auto viewer = authority.MintInternal(cr);
+  ASSERT_TRUE(admin.ok() && viewer.ok());
+  metrics::Registry registry;
+  // The server's GPU series (server.cc's collector does the same), and a
+  // family by tenant whose two other tenants' series become one.
+  registry.AddCollector([&](metrics::Exposition& out) {
+    auto nodes = Await(loop_->ListNodes());
+    if (!nodes.ok()) return;
+    for (const v1::Node& n : *nodes) {
+      for (const v1::Gpu& g : n.gpus()) rpc::WriteGpuMetrics(n.name(), g, out);
+    }
+  });
+  auto by_tenant = registry.AddCounter("drover_test_calls_total", "Calls, by tenant.");
+  ASSERT_TRUE(by_tenant.ok());
+  (*by_tenant)->Inc({{"tenant", "team-a"}}, 1);
+  (*by_tenant)->Inc({{"tenant", "team-b"}}, 2);
+  (*by_tenant)->Inc({{"tenant", "team-c"}}, 3);
+  Edge edge(&authority, &clock_, SecurityOptions{});
+  RestStreams streams(&api);
+  http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
+  auto scrape = [&](const std::string& token) {
+    http::Request r;
+    r.method = "GET";
+    r.path = "/metrics";
+    r.headers["authorization"] = "Bearer " + token;
+    r.remote = "127.0.0.1:5555";
+    http::Response resp = handler(r);
+    EXPECT_EQ(resp.status, 200) << resp.body;
+    return resp.body;
+  };
+  const std::string seen = scrape(*viewer);
+  EXPECT_NE(seen.find("job_id=\"" + a.id() + "\""), std::string::npos) << seen;
+  EXPECT_NE(seen.find("tenant=\"team-a\""), std::string::npos);
+  EXPECT_EQ(seen.find(b.id()), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("team-b"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("team-c"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("job_id=\"other\""), std::string::npos) << seen;
+  EXPECT_NE(seen.find("drover_test_calls_total{tenant=\"other\"} 5\n"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("drover_test_calls_total{tenant=\"team-a\"} 1\n"), std::string::npos) << seen;
+  // Every GPU is still there, one series each: only names were hidden.
+  auto count = [](const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(seen, "\ndrover_gpu_healthy{"), 2u) << seen;
+  const std::string all = scrape(*admin);
+  EXPECT_NE(all.find("job_id=\"" + b.id() + "\""), std::string::npos) << all;
+  EXPECT_NE(all.find("tenant=\"team-b\""), std::string::npos);
+  EXPECT_NE(all.find("drover_test_calls_total{tenant=\"team-c\"} 3\n"), std::string::npos) << all;
+  EXPECT_EQ(all.find("\"other\""), std::string::npos) << all;
+  EXPECT_EQ(count(all, "\ndrover_gpu_healthy{"), 2u);
 }
 
 }  // namespace

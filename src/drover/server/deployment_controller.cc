@@ -54,27 +54,63 @@ uint64_t SeqOf(const v1::Job* job) {
 
 }  // namespace
 
+std::string DeploymentController::StoreKey(const std::string& tenant, const std::string& name) {
+  return fmt::format("{}{}/{}", kDeploymentsPrefix, tenant, name);
+}
+
 Result<DeploymentController::Map> DeploymentController::Load(store::Store* store, const JobTable::Map& jobs,
                                                              int64_t now) {
   DROVER_ASSIGN_OR_RETURN(store::RangeResult range, store->Range(std::string(kDeploymentsPrefix)));
   Map out;
   for (const store::KeyValue& kv : range.kvs) {
     v1::Deployment d;
-    if (!d.ParseFromString(kv.value) || kv.key != std::string(kDeploymentsPrefix) + d.spec().name()) {
+    const std::string rest = kv.key.substr(kDeploymentsPrefix.size());
+    // Tenant and deployment names are DNS labels: no '/' in either. A key
+    // without one is an older server's, from before names were per tenant.
+    const bool legacy = rest.find('/') == std::string::npos;
+    if (!d.ParseFromString(kv.value) || d.spec().tenant().empty() || d.spec().name().empty() ||
+        kv.key != (legacy ? std::string(kDeploymentsPrefix) + d.spec().name()
+                          : StoreKey(d.spec().tenant(), d.spec().name()))) {
       spdlog::error("skipping unreadable deployment record '{}'", kv.key);
       continue;
     }
-    Entry& e = out[d.spec().name()];
+    Key key{d.spec().tenant(), d.spec().name()};
+    auto found = out.find(key);
+    if (found != out.end()) {
+      // Both keys hold it (an older server ran after a newer one): the
+      // later write wins, and the older server's key goes either way.
+      Entry& e = found->second;
+      const bool newer = d.status().updated_unix_nanos() > e.record.status().updated_unix_nanos();
+      if (legacy) e.legacy_key = kv.key;
+      if (!newer) continue;
+    }
+    Entry& e = out[key];
+    if (legacy) e.legacy_key = kv.key;
     // A restart is not idleness: a scaled-to-zero countdown starts again.
     d.mutable_status()->set_last_request_unix_nanos(std::max(d.status().last_request_unix_nanos(), now));
     e.record = std::move(d);
   }
   for (const auto& [seq, job] : jobs) {
     if (job.spec().deployment().empty() || rpc::IsTerminal(job.status().state())) continue;
-    auto it = out.find(job.spec().deployment());
+    auto it = out.find(Key{job.spec().tenant(), job.spec().deployment()});
     if (it != out.end()) it->second.replicas.insert(seq);
   }
   return out;
+}
+
+void DeploymentController::Replace(Map deployments) {
+  deployments_ = std::move(deployments);
+  dirty_ = !deployments_.empty();
+  for (auto& [key, d] : deployments_) {
+    if (d.legacy_key.empty()) continue;
+    // One batch, one store transaction: the record is under one key or the
+    // other whatever happens to this commit (a failed one recovers from the
+    // old key again).
+    spdlog::info("deployment '{}' of tenant '{}': moving its record from '{}' to '{}'", key.second, key.first,
+                 d.legacy_key, StoreKey(key.first, key.second));
+    Persist(&d);
+    batch_->Delete(std::exchange(d.legacy_key, std::string()));
+  }
 }
 
 void DeploymentController::Persist(Entry* d) {
@@ -87,21 +123,22 @@ void DeploymentController::Persist(Entry* d) {
   stored.mutable_status()->set_created_unix_nanos(st.created_unix_nanos());
   stored.mutable_status()->set_updated_unix_nanos(st.updated_unix_nanos());
   stored.mutable_status()->set_last_request_unix_nanos(st.last_request_unix_nanos());
-  batch_->Put(std::string(kDeploymentsPrefix) + d->record.spec().name(), stored.SerializeAsString());
+  batch_->Put(StoreKey(d->record.spec().tenant(), d->record.spec().name()), stored.SerializeAsString());
   dirty_ = true;
 }
 
 void DeploymentController::ReconcileAll() {
   dirty_ = false;
   const int64_t now = NowNs();
-  for (auto& [name, d] : deployments_) Reconcile(&d, now);
+  for (auto& [key, d] : deployments_) Reconcile(&d, now);
   // What the rounds changed themselves needs no other round.
   dirty_ = false;
 }
 
-DeploymentController::GatewayLoad DeploymentController::LoadOf(const std::string& model, int64_t now_ns) const {
+DeploymentController::GatewayLoad DeploymentController::LoadOf(const std::string& tenant, const std::string& model,
+                                                               int64_t now_ns) const {
   GatewayLoad sum;
-  auto it = load_.find(model);
+  auto it = load_.find(Key{tenant, model});
   if (it == load_.end()) return sum;
   const int64_t stale = options_->load_staleness_ms * kNsPerMs;
   for (const auto& [gateway, l] : it->second) {
@@ -119,7 +156,7 @@ DeploymentController::GatewayLoad DeploymentController::LoadOf(const std::string
 void DeploymentController::Autoscale(Entry* d, int64_t now_ns) {
   const v1::DeploymentSpec& spec = d->record.spec();
   v1::DeploymentStatus* st = d->record.mutable_status();
-  GatewayLoad load = LoadOf(spec.served_model_name(), now_ns);
+  GatewayLoad load = LoadOf(spec.tenant(), spec.served_model_name(), now_ns);
   const int32_t desired = st->desired_replicas();
   int32_t ready = 0;
   for (uint64_t seq : d->replicas) {
@@ -252,7 +289,7 @@ v1::Deployment DeploymentController::View(const Entry& d) const {
   v1::Deployment out = d.record;
   v1::DeploymentStatus* st = out.mutable_status();
   const int64_t now = NowNs();
-  GatewayLoad load = LoadOf(d.record.spec().served_model_name(), now);
+  GatewayLoad load = LoadOf(d.record.spec().tenant(), d.record.spec().served_model_name(), now);
   st->set_outstanding(load.outstanding);
   st->set_waiting(load.waiting);
   st->set_engine_waiting(load.engine_waiting);
@@ -310,19 +347,19 @@ v1::Deployment DeploymentController::View(const Entry& d) const {
 }
 
 Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spec, bool replace) {
-  auto it = deployments_.find(spec.name());
+  const Key key{spec.tenant(), spec.name()};
+  auto it = deployments_.find(key);
   if (it == deployments_.end() && replace) return NotFound(fmt::format("deployment '{}' not found", spec.name()));
   if (it != deployments_.end() && !replace) {
     return AlreadyExists(fmt::format("deployment '{}' already exists (apply with replace to change it)", spec.name()));
   }
-  if (it != deployments_.end() && it->second.record.spec().tenant() != spec.tenant()) {
-    return FailedPrecondition(fmt::format("deployment '{}' belongs to tenant '{}'; delete it to move it", spec.name(),
-                                          it->second.record.spec().tenant()));
-  }
-  for (const auto& [name, other] : deployments_) {
-    if (name != spec.name() && other.record.spec().served_model_name() == spec.served_model_name()) {
-      return AlreadyExists(
-          fmt::format("model name '{}' is served by deployment '{}' already", spec.served_model_name(), name));
+  // The served name is the tenant's: another tenant's of the name is not
+  // this one's business (a gateway routes by the key's tenant).
+  for (const auto& [other_key, other] : deployments_) {
+    if (other_key.first == spec.tenant() && other_key.second != spec.name() &&
+        other.record.spec().served_model_name() == spec.served_model_name()) {
+      return AlreadyExists(fmt::format("model name '{}' is served by deployment '{}' already", spec.served_model_name(),
+                                       other_key.second));
     }
   }
   DROVER_ASSIGN_OR_RETURN(v1::JobSpec replica, ReplicaSpec(spec, 1, *options_));
@@ -334,7 +371,7 @@ Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spe
   int32_t desired = spec.replicas();
   if (Autoscaled(spec)) desired = std::clamp(desired, spec.min_replicas(), spec.max_replicas());
   if (it == deployments_.end()) {
-    Entry& d = deployments_[spec.name()];
+    Entry& d = deployments_[key];
     *d.record.mutable_spec() = spec;
     v1::DeploymentStatus* st = d.record.mutable_status();
     st->set_revision(1);
@@ -367,8 +404,8 @@ Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spe
   return View(d);
 }
 
-Result<v1::Deployment> DeploymentController::Get(const std::string& name) const {
-  auto it = deployments_.find(name);
+Result<v1::Deployment> DeploymentController::Get(const std::string& tenant, const std::string& name) const {
+  auto it = deployments_.find(Key{tenant, name});
   if (it == deployments_.end()) return NotFound(fmt::format("deployment '{}' not found", name));
   return View(it->second);
 }
@@ -376,12 +413,13 @@ Result<v1::Deployment> DeploymentController::Get(const std::string& name) const 
 std::vector<v1::Deployment> DeploymentController::List() const {
   std::vector<v1::Deployment> out;
   out.reserve(deployments_.size());
-  for (const auto& [name, d] : deployments_) out.push_back(View(d));
+  for (const auto& [key, d] : deployments_) out.push_back(View(d));
   return out;
 }
 
-Result<v1::Deployment> DeploymentController::Scale(const std::string& name, int32_t replicas) {
-  auto it = deployments_.find(name);
+Result<v1::Deployment> DeploymentController::Scale(const std::string& tenant, const std::string& name,
+                                                   int32_t replicas) {
+  auto it = deployments_.find(Key{tenant, name});
   if (it == deployments_.end()) return NotFound(fmt::format("deployment '{}' not found", name));
   if (replicas < 0 || replicas > kMaxDeploymentReplicas) {
     return InvalidArgument(fmt::format("replicas {} is outside 0..{}", replicas, kMaxDeploymentReplicas));
@@ -399,8 +437,8 @@ Result<v1::Deployment> DeploymentController::Scale(const std::string& name, int3
   return View(d);
 }
 
-Result<v1::Deployment> DeploymentController::Delete(const std::string& name) {
-  auto it = deployments_.find(name);
+Result<v1::Deployment> DeploymentController::Delete(const std::string& tenant, const std::string& name) {
+  auto it = deployments_.find(Key{tenant, name});
   if (it == deployments_.end()) return NotFound(fmt::format("deployment '{}' not found", name));
   Entry& d = it->second;
   for (uint64_t seq : d.replicas) {
@@ -409,8 +447,8 @@ Result<v1::Deployment> DeploymentController::Delete(const std::string& name) {
   }
   d.record.mutable_status()->set_desired_replicas(0);
   v1::Deployment last = View(d);
-  batch_->Delete(std::string(kDeploymentsPrefix) + name);
-  load_.erase(d.record.spec().served_model_name());
+  batch_->Delete(StoreKey(tenant, name));
+  load_.erase(Key{tenant, d.record.spec().served_model_name()});
   deployments_.erase(it);
   spdlog::info("deployment '{}' deleted; its replicas are stopping", name);
   return last;
@@ -418,7 +456,8 @@ Result<v1::Deployment> DeploymentController::Delete(const std::string& name) {
 
 v1::EndpointsResponse DeploymentController::Endpoints() const {
   v1::EndpointsResponse out;
-  for (const auto& [name, d] : deployments_) {
+  for (const auto& [key, d] : deployments_) {
+    const std::string& name = key.second;
     const v1::DeploymentSpec& spec = d.record.spec();
     v1::ServingModel* m = out.add_models();
     m->set_model(spec.served_model_name());
@@ -443,24 +482,30 @@ v1::EndpointsResponse DeploymentController::Endpoints() const {
 void DeploymentController::ReportLoad(const v1::ReportLoadRequest& report) {
   const int64_t now = NowNs();
   // Only models that are deployed: a gateway cannot grow this map at will.
-  std::map<std::string, Entry*> by_model;
-  for (auto& [name, d] : deployments_) by_model[d.record.spec().served_model_name()] = &d;
+  std::map<std::string, std::vector<Entry*>> by_model;  // served name -> its tenants' deployments
+  for (auto& [key, d] : deployments_) by_model[d.record.spec().served_model_name()].push_back(&d);
   for (const v1::ModelLoad& m : report.models()) {
     auto it = by_model.find(m.model());
     if (it == by_model.end()) continue;
-    GatewayLoad& l = load_[m.model()][report.gateway()];
-    l.outstanding = std::max<int64_t>(0, m.outstanding());
-    l.waiting = std::max<int64_t>(0, m.waiting());
-    l.by_replica = {m.outstanding_by_replica().begin(), m.outstanding_by_replica().end()};
-    l.engine_waiting = m.engine_waiting();
-    l.queue_ms = m.queue_ms();
-    l.at_ns = now;
-    if (m.requests() > 0 || m.waiting() > 0 || m.outstanding() > 0) {
-      it->second->record.mutable_status()->set_last_request_unix_nanos(now);
+    for (Entry* d : it->second) {
+      const std::string& tenant = d->record.spec().tenant();
+      // A gateway older than ModelLoad.tenant: each tenant's model of the
+      // name counts the load, as before names were per tenant.
+      if (!m.tenant().empty() && m.tenant() != tenant) continue;
+      GatewayLoad& l = load_[Key{tenant, m.model()}][report.gateway()];
+      l.outstanding = std::max<int64_t>(0, m.outstanding());
+      l.waiting = std::max<int64_t>(0, m.waiting());
+      l.by_replica = {m.outstanding_by_replica().begin(), m.outstanding_by_replica().end()};
+      l.engine_waiting = m.engine_waiting();
+      l.queue_ms = m.queue_ms();
+      l.at_ns = now;
+      if (m.requests() > 0 || m.waiting() > 0 || m.outstanding() > 0) {
+        d->record.mutable_status()->set_last_request_unix_nanos(now);
+      }
     }
   }
   // Gateways gone quiet for long are forgotten.
-  for (auto& [model, gateways] : load_) {
+  for (auto& [key, gateways] : load_) {
     std::erase_if(gateways,
                   [&](const auto& g) { return now - g.second.at_ns > 60 * options_->load_staleness_ms * kNsPerMs; });
   }

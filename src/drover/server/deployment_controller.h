@@ -1,6 +1,6 @@
 #pragma once
 // DeploymentController: the deployments (docs/deployments.md) as state of
-// their own. It owns the stored records (/deployments/<name>, a
+// their own. It owns the stored records (/deployments/<tenant>/<name>, a
 // v1::Deployment: its spec, and of its status the template revision, the
 // desired replica count and times), which unfinished jobs are each one's
 // replicas, the gateways' load reports, and the controller that keeps the
@@ -8,6 +8,14 @@
 // through the loop's Batch; the replica jobs it starts and stops go through
 // the loop's submit and cancel (Hooks), that is the job lifecycle, so they
 // are scheduled in the same pass and commit with the same batch.
+//
+// Names are per tenant (docs/security.md, "Names per tenant"): a
+// deployment is found by (tenant, name), and its served model name is
+// unique in its tenant only, so another tenant's is "not found" exactly as
+// a missing one is, and two tenants may each have `llama`. A record an
+// older server wrote under /deployments/<name> is moved under its tenant's
+// key by the first commit after Load (the new key put and the old one
+// deleted in that one transaction).
 //
 // The loop runs ReconcileIfDirty after each batch (before the scheduling
 // pass): a replica or a deployment changed (MarkDirty, or the Batch saw a
@@ -20,6 +28,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drover/common/clock.h"
@@ -62,21 +71,28 @@ class DeploymentController {
     int32_t low_max = 0;
     // Why a replica could not be submitted (its tenant's quota), if so.
     std::string submit_error;
+    // Load found it under an older server's key (/deployments/<name>):
+    // Replace moves it under /deployments/<tenant>/<name>.
+    std::string legacy_key;
   };
-  using Map = std::map<std::string, Entry>;  // by deployment name
+  // (tenant, deployment name).
+  using Key = std::pair<std::string, std::string>;
+  using Map = std::map<Key, Entry>;
 
   DeploymentController(const DeploymentOptions* options, const sched::Scheduler* sched, Batch* batch,
                        const JobTable* jobs, Clock* clock, Hooks hooks)
       : options_(options), sched_(sched), batch_(batch), jobs_(jobs), clock_(clock), hooks_(std::move(hooks)) {}
 
   // The stored deployments of `store`, with their unfinished replicas among
-  // `jobs`. An unreadable record is logged and skipped.
+  // `jobs`. An unreadable record is logged and skipped (and left in the
+  // store). A record under an older server's key keeps it in legacy_key;
+  // if its tenant's key holds the deployment too, the later updated wins.
   static Result<Map> Load(store::Store* store, const JobTable::Map& jobs, int64_t now_ns);
-  // After a recovery: the controller runs after the next batch.
-  void Replace(Map deployments) {
-    deployments_ = std::move(deployments);
-    dirty_ = !deployments_.empty();
-  }
+  // After a recovery: the controller runs after the next batch, and the
+  // records Load found under an older server's key are moved in it.
+  void Replace(Map deployments);
+  // The store key of a deployment.
+  static std::string StoreKey(const std::string& tenant, const std::string& name);
 
   // The controller runs after this batch (a second passed, a job of a
   // deployment changed).
@@ -91,19 +107,21 @@ class DeploymentController {
 
   // The commands (the loop's thin wrappers: control_loop_deployments.cc).
   // `spec` is normalized (NormalizeDeploymentSpec) with its tenant and
-  // owner set. kNotFound, kAlreadyExists (the name, or its model name
-  // served by another), kFailedPrecondition (another tenant's; a replica
-  // that can never fit).
+  // owner set; it names a deployment of spec.tenant(). kNotFound,
+  // kAlreadyExists (the name, or its model name served by another of the
+  // tenant's), kFailedPrecondition (a replica that can never fit). Another
+  // tenant's deployment of the name is never seen: "deployment 'x' not
+  // found", word for word as for a name nobody has.
   Result<v1::Deployment> Apply(const v1::DeploymentSpec& spec, bool replace);
-  Result<v1::Deployment> Get(const std::string& name) const;
+  Result<v1::Deployment> Get(const std::string& tenant, const std::string& name) const;
   std::vector<v1::Deployment> List() const;
-  Result<v1::Deployment> Scale(const std::string& name, int32_t replicas);
+  Result<v1::Deployment> Scale(const std::string& tenant, const std::string& name, int32_t replicas);
   // Cancels every replica and forgets the deployment; answers its last view.
-  Result<v1::Deployment> Delete(const std::string& name);
+  Result<v1::Deployment> Delete(const std::string& tenant, const std::string& name);
   // Every deployment's model and the ready replicas' endpoints.
   v1::EndpointsResponse Endpoints() const;
-  // A gateway's load report (only deployed models count); the controller
-  // runs after this batch.
+  // A gateway's load report (only deployed models count, each by its
+  // tenant and served name); the controller runs after this batch.
   void ReportLoad(const v1::ReportLoadRequest& report);
 
  private:
@@ -123,8 +141,8 @@ class DeploymentController {
   void Persist(Entry* d);
   void Reconcile(Entry* d, int64_t now_ns);
   void Autoscale(Entry* d, int64_t now_ns);
-  // The gateways' fresh reports for a model, summed.
-  GatewayLoad LoadOf(const std::string& model, int64_t now_ns) const;
+  // The gateways' fresh reports for a tenant's model, summed.
+  GatewayLoad LoadOf(const std::string& tenant, const std::string& model, int64_t now_ns) const;
   v1::Deployment View(const Entry& d) const;
 
   const DeploymentOptions* options_;
@@ -134,7 +152,7 @@ class DeploymentController {
   Clock* clock_;
   Hooks hooks_;
   Map deployments_;
-  std::map<std::string, std::map<std::string, GatewayLoad>> load_;  // by served model name, then gateway
+  std::map<Key, std::map<std::string, GatewayLoad>> load_;  // by (tenant, served model name), then gateway
   bool dirty_ = false;  // a replica or a deployment changed: reconcile after this batch
 };
 

@@ -274,7 +274,7 @@ http::Response HandleNodes(ApiService* api, const auth::Principal& who, const ht
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
 }
 
-// /api/v1/deployments[/{name}[/scale]] (docs/deployments.md).
+// /api/v1/deployments[/{name}[/scale]][?tenant=T] (docs/deployments.md).
 http::Response HandleDeployments(ApiService* api, const auth::Principal& who, const http::Request& req,
                                  const std::vector<std::string_view>& p) {
   if (p.size() == 3) {
@@ -291,15 +291,21 @@ http::Response HandleDeployments(ApiService* api, const auth::Principal& who, co
     return resp;
   }
   std::string name(p[3]);
+  // ?tenant=T: an admin names another tenant's deployment (names are per
+  // tenant); anyone else finds only its own tenant's.
+  std::string tenant;
+  if (auto t = req.query.find("tenant"); t != req.query.end()) tenant = t->second;
   if (p.size() == 4) {
     if (req.method == "GET") {
       v1::GetDeploymentRequest gr;
       gr.set_name(name);
+      gr.set_tenant(tenant);
       return JsonReply(api->GetDeployment(who, gr));
     }
     if (req.method == "DELETE") {
       v1::DeleteDeploymentRequest dr;
       dr.set_name(name);
+      dr.set_tenant(tenant);
       return JsonReply(api->DeleteDeployment(who, dr));
     }
     return MethodNotAllowed(req);
@@ -314,7 +320,11 @@ http::Response HandleDeployments(ApiService* api, const auth::Principal& who, co
     if (!sr.name().empty() && sr.name() != name) {
       return http::ErrorResponse(InvalidArgument("the body names another deployment than the path"));
     }
+    if (!sr.tenant().empty() && !tenant.empty() && sr.tenant() != tenant) {
+      return http::ErrorResponse(InvalidArgument("the body names another tenant than the query"));
+    }
     sr.set_name(name);
+    if (!tenant.empty()) sr.set_tenant(tenant);
     return JsonReply(api->ScaleDeployment(who, sr));
   }
   return http::ErrorResponse(NotFound(fmt::format("no such resource: {}", req.path)));
@@ -534,8 +544,13 @@ http::Response Route(const RestContext& c, const http::Request& req) {
   if (p.size() == 3 && p[0] == "api" && p[1] == "v1" && p[2] == "session") return HandleSession(c, req);
 
   const bool is_metrics = req.path == "/metrics";
+  // --metrics-public serves a reader without a token; one that sends a
+  // token is who it says, so that Prometheus with the admin's sees every
+  // tenant's series while the anonymous reader sees its own (none).
+  const bool anonymous_metrics =
+      is_metrics && c.edge->options().metrics_public && req.headers.count("authorization") == 0;
   auth::Principal who;
-  if (!(is_metrics && c.edge->options().metrics_public)) {
+  if (!anonymous_metrics) {
     auto authn = c.edge->Authenticate(req);
     if (!authn.ok()) {
       Duration retry{0};
@@ -554,11 +569,14 @@ http::Response Route(const RestContext& c, const http::Request& req) {
   }
   if (is_metrics) {
     if (req.method != "GET") return MethodNotAllowed(req);
-    if (!c.edge->options().metrics_public) {
+    if (!anonymous_metrics) {
       if (Status s = RequireRole(who, auth::Role::kViewer, "read metrics"); !s.ok()) return http::ErrorResponse(s);
     }
-    // The content type Prometheus's text format 0.0.4 asks for.
-    return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", c.metrics->Render(), {}, {}};
+    // Other tenants' job ids and names read "other" unless an admin asks
+    // (docs/security.md, "Names per tenant"). The content type Prometheus's
+    // text format 0.0.4 asks for.
+    return http::Response{
+        200, "text/plain; version=0.0.4; charset=utf-8", c.metrics->Render(api->MetricsMask(who)), {}, {}};
   }
   if (p.size() >= 3 && p[0] == "api" && p[1] == "v1") {
     if (p[2] == "jobs") return HandleJobs(api, c.streams, who, req, p);
