@@ -513,8 +513,8 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
         r->id_hash = Hash64(u.id + "@" + u.address);
         // A secret that would break the header line is not sent (the
         // engine then refuses the gateway, and the client gets a 502).
-        const bool header_safe = std::all_of(u.api_key.begin(), u.api_key.end(),
-                                             [](char c) { return c > 0x20 && c < 0x7f; });
+        const bool header_safe =
+            std::all_of(u.api_key.begin(), u.api_key.end(), [](char c) { return c > 0x20 && c < 0x7f; });
         r->api_key = u.api_key;
         if (!u.api_key.empty() && header_safe) r->authorization = "Authorization: Bearer " + u.api_key + "\r\n";
         known[{u.id, u.address, u.api_key}] = r;

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <functional>
 #include <future>
-#include <cctype>
 #include <map>
 #include <mutex>
 #include <random>
@@ -733,9 +733,10 @@ class RecordingUpstream {
       const std::string answer =
           R"({"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",)"
           R"("content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}})";
-      const std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                                "Content-Length: " +
-                                std::to_string(answer.size()) + "\r\n\r\n" + answer;
+      const std::string reply =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: " +
+          std::to_string(answer.size()) + "\r\n\r\n" + answer;
       (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
       ::close(c);
     }
@@ -795,9 +796,8 @@ TEST_F(GatewayTest, AnEngineWithAKeyAnswersOnlyTheGateway) {
   Start();
   const std::string bearer = "Authorization: Bearer " + secret + "\r\n";
   EXPECT_EQ(Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump()).status, 401);
-  EXPECT_EQ(
-      Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n").status,
-      401);
+  EXPECT_EQ(Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n").status,
+            401);
   EXPECT_EQ(Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump(), bearer).status, 200);
   EXPECT_EQ(Http(keyed->port(), "GET", "/health").status, 200) << "probes need no key";
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", keyed->address(), secret}}}});
@@ -825,8 +825,7 @@ TEST_F(GatewayTest, TheScrapeSendsTheReplicasSecret) {
   o.scrape_interval_ms = 5;
   Start(o);
   auto refused = [&] {
-    std::string m =
-        Http(e->port(), "GET", "/metrics", {}, "Authorization: Bearer " + secret + "\r\n").body;
+    std::string m = Http(e->port(), "GET", "/metrics", {}, "Authorization: Bearer " + secret + "\r\n").body;
     size_t at = m.find("drover_test_engine_unauthorized_total ");
     return at == std::string::npos ? -1 : std::stoll(m.substr(at + 38));
   };

@@ -119,8 +119,7 @@ namespace {
 // The shell line that hands the replica's secret to an engine that reads
 // `variable`.
 std::string ExportEngineKey(std::string_view variable) {
-  return fmt::format("if [ -n \"$DROVER_ENGINE_API_KEY\" ]; then export {}=\"$DROVER_ENGINE_API_KEY\"; fi; ",
-                     variable);
+  return fmt::format("if [ -n \"$DROVER_ENGINE_API_KEY\" ]; then export {}=\"$DROVER_ENGINE_API_KEY\"; fi; ", variable);
 }
 // SGLang reads no variable: the secret goes first among the extra
 // arguments, so a user's own --api-key after it still wins (argparse).
