@@ -33,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "drover/common/metrics.h"
@@ -72,6 +73,10 @@ struct UsageRow {
 };
 
 struct Upstream {
+  Upstream() = default;
+  // {id, address} for a replica without a secret (Upstream{"j-1", "10.0.0.5:31000"}).
+  Upstream(std::string replica, std::string where, std::string secret = {})
+      : id(std::move(replica)), address(std::move(where)), api_key(std::move(secret)) {}
   std::string id;       // job id of the replica
   std::string address;  // "host:port"
   // The replica's secret (ServingEndpoint.api_key): sent upstream as

@@ -812,7 +812,7 @@ TEST_F(GatewayTest, AnEngineWithAKeyAnswersOnlyTheGateway) {
   // With another replica that answers, the client never sees the refusal.
   gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", keyed->address()}, {"j-2", open->address()}}}});
   for (int i = 0; i < 10; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat()).status, 200);
-  EXPECT_EQ(Outstanding("m"), 0);
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
 }
 
 // The scrape of an engine whose /metrics asks for the key (llama.cpp's
@@ -826,8 +826,8 @@ TEST_F(GatewayTest, TheScrapeSendsTheReplicasSecret) {
   Start(o);
   auto refused = [&] {
     std::string m = Http(e->port(), "GET", "/metrics", {}, "Authorization: Bearer " + secret + "\r\n").body;
-    size_t at = m.find("drover_test_engine_unauthorized_total ");
-    return at == std::string::npos ? -1 : std::stoll(m.substr(at + 38));
+    size_t at = m.find("\ndrover_test_engine_unauthorized_total ");
+    return at == std::string::npos ? -1 : std::stoll(m.substr(at + 39));
   };
   ASSERT_EQ(refused(), 0);
   // Without the secret the scrape is refused: the engine's queue is not known.
