@@ -6,6 +6,7 @@
 //       [--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N]
 //       [--max-running N] [--die-after-tokens N] [--never-ready | --ready-after-ms N]
 //       [--fail-status 503] [--threads N] [--dim 8] [--default-max-tokens 16]
+//       [--api-key K] [--guard-metrics]
 //
 // Prints "listening on PORT" on stdout once it accepts connections.
 //
@@ -23,6 +24,12 @@
 // float or base64; with --embed-call-us an accelerator's cost: calls run
 // one at a time, each taking embed_call_us + embed_input_us per input, as a
 // GPU's forward pass costs about the same for one input as for a batch).
+//
+// A key (DROVER_ENGINE_API_KEY, the replica's secret that the agent sets,
+// or --api-key): every /v1/ request without "Authorization: Bearer <key>"
+// gets 401, as vLLM's --api-key does; /health and /metrics stay open unless
+// --guard-metrics (then /metrics asks for it too, as llama.cpp's server
+// does). No key: it answers anyone.
 //
 // Not a model: the words are "w<n>" derived from a hash of the prompt.
 
@@ -82,6 +89,8 @@ struct Config {
   int threads = 1;
   int dim = 8;
   int64_t default_max_tokens = 16;
+  std::string api_key;  // empty: no key asked
+  bool guard_metrics = false;
 };
 
 Config cfg;
@@ -91,6 +100,7 @@ std::atomic<int64_t> requests_total{0};
 std::atomic<int64_t> cancelled_total{0};
 std::atomic<int64_t> tokens_streamed{0};
 std::atomic<int64_t> embed_calls_total{0};
+std::atomic<int64_t> unauthorized_total{0};  // requests refused for their key
 // When the simulated accelerator is free again (--embed-call-us).
 Mutex accel_mu;
 std::chrono::steady_clock::time_point accel_free;
@@ -159,6 +169,18 @@ std::string Head(int status, std::string_view type, int64_t len, bool keep) {
     h += "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache";
   if (!keep) h += "\r\nConnection: close";
   return h + "\r\n\r\n";
+}
+
+// The request carries "Authorization: Bearer <cfg.api_key>" (or no key is
+// asked); compared in constant time.
+bool Authorized(const bhttp::request<bhttp::string_body>& req) {
+  if (cfg.api_key.empty()) return true;
+  const auto h = req[bhttp::field::authorization];
+  const std::string want = "Bearer " + cfg.api_key;
+  if (h.size() != want.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(h[i] ^ want[i]);
+  return diff == 0;
 }
 
 bool Ready() {
@@ -266,6 +288,11 @@ class Session {
     if (path == "/health") {
       co_return co_await Send(Ready() ? 200 : 503, "text/plain", Ready() ? "ok\n" : "not ready\n", keep);
     }
+    if ((path.starts_with("/v1/") || (path == "/metrics" && cfg.guard_metrics)) && !Authorized(req)) {
+      unauthorized_total.fetch_add(1, std::memory_order_relaxed);
+      co_return co_await Send(401, "application/json",
+                              Error("invalid or missing API key", "authentication_error", "invalid_api_key"), keep);
+    }
     if (path == "/metrics") {
       int64_t queued = 0, queue_n = 0;
       double queue_s = 0;
@@ -289,7 +316,9 @@ class Session {
           "\n# TYPE drover_test_engine_cancelled_total counter\ndrover_test_engine_cancelled_total " +
           std::to_string(cancelled_total.load()) +
           "\n# TYPE drover_test_engine_embedding_calls_total counter\ndrover_test_engine_embedding_calls_total " +
-          std::to_string(embed_calls_total.load()) + "\n";
+          std::to_string(embed_calls_total.load()) +
+          "\n# TYPE drover_test_engine_unauthorized_total counter\ndrover_test_engine_unauthorized_total " +
+          std::to_string(unauthorized_total.load()) + "\n";
       co_return co_await Send(200, "text/plain; version=0.0.4", m, keep);
     }
     if (path == "/v1/models") {
@@ -534,7 +563,7 @@ int Usage(const char* msg) {
             << "\nusage: drover-test-engine [--host H] [--port P] [--model M] [--token-delay-us N] "
                "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--max-running N] [--die-after-tokens "
                "N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
-               "[--dim N] [--default-max-tokens N]\n";
+               "[--dim N] [--default-max-tokens N] [--api-key K] [--guard-metrics]\n";
   return 2;
 }
 
@@ -543,6 +572,7 @@ int Usage(const char* msg) {
 int main(int argc, char** argv) {
   if (const char* p = std::getenv("DROVER_PORT")) cfg.port = std::atoi(p);
   if (const char* m = std::getenv("DROVER_MODEL"); m && *m) cfg.model = m;
+  if (const char* k = std::getenv("DROVER_ENGINE_API_KEY"); k && *k) cfg.api_key = k;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -577,6 +607,12 @@ int main(int argc, char** argv) {
       if (!num(&cfg.max_running) || cfg.max_running < 0) return Usage("--max-running needs N >= 0");
     } else if (a == "--die-after-tokens") {
       if (!num(&cfg.die_after_tokens) || cfg.die_after_tokens < 0) return Usage("--die-after-tokens needs N >= 0");
+    } else if (a == "--api-key") {
+      const char* v = value();
+      if (!v || !*v) return Usage("--api-key needs a value");
+      cfg.api_key = v;
+    } else if (a == "--guard-metrics") {
+      cfg.guard_metrics = true;
     } else if (a == "--never-ready") {
       cfg.never_ready = true;
     } else if (a == "--ready-after-ms") {

@@ -60,7 +60,9 @@ std::vector<gateway::Route> RoutesFrom(const v1::EndpointsResponse& resp) {
       it = index.emplace(std::make_tuple(e.tenant(), e.model(), e.deployment()), routes.size()).first;
       routes.push_back({e.model(), e.deployment(), e.tenant(), false, {}});
     }
-    routes[it->second].replicas.push_back({e.replica(), e.address()});
+    // The replica's secret (a gateway's or admin's token gets it): sent
+    // upstream in place of the client's own Authorization header.
+    routes[it->second].replicas.push_back({e.replica(), e.address(), e.api_key()});
   }
   return routes;
 }

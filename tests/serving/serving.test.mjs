@@ -12,9 +12,13 @@
 //   - a deployment whose engine queues requests (one at a time) gets a
 //     second replica on its queue time (--target-queue), with few requests
 //     outstanding;
+//   - a replica answers only the gateway: straight to its address without
+//     its secret a request gets 401; the secret is in an admin's (and a
+//     gateway's) endpoints, in no job view, and not in a user's endpoints;
 //   - a real engine (llama.cpp through node-llama-cpp, tests/engines/llama,
 //     on a tiny model the test writes) deployed the same way answers
-//     through the gateway, streaming included, with its own token counts.
+//     through the gateway, streaming included, with its own token counts,
+//     and refuses requests straight to it without the replica's secret.
 //
 // Environment (tests/serving/CMakeLists.txt): DROVER_BINARY, TEST_ENGINE_BINARY.
 // No fixed sleeps: every wait polls a condition with a deadline.
@@ -295,6 +299,48 @@ test('a streaming request cancelled by the client frees its slot', { timeout: 12
   }
 });
 
+test('a replica answers only the gateway: its secret is the gateway\'s, not the tenant\'s', { timeout: 120000 }, async () => {
+  await up.ok(['deploy', 'guarded', '--engine', 'custom', '--replicas', '1', '--gpus', '1', '--', ENGINE]);
+  const d = await readyReplicas('guarded', 1);
+  const replica = d.status.replicas[0];
+  await servable(admin, 'guarded');
+  const chat = (headers = {}) => fetch(`http://${replica.endpoint}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'guarded', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  // Straight to the replica's address, as any job on the node could: refused,
+  // with no key or with a Drover token.
+  assert.equal((await chat()).status, 401, 'no key');
+  assert.equal((await chat({ authorization: `Bearer ${up.token}` })).status, 401, 'the admin\'s Drover token');
+  // The probes' path stays open (the replica is ready).
+  assert.equal((await fetch(`http://${replica.endpoint}/health`)).status, 200);
+  // The secret: an admin's endpoints have it, and it opens the replica.
+  const endpoints = JSON.parse(await up.ok(['models', '-o', 'json'])).endpoints ?? [];
+  const mine = endpoints.find((e) => e.replica === replica.jobId);
+  assert.ok(mine?.apiKey?.length >= 43, `the admin's endpoints carry the replica's secret: ${JSON.stringify(mine)}`);
+  assert.equal((await chat({ authorization: `Bearer ${mine.apiKey}` })).status, 200, 'with the secret');
+  // Through the gateway, with a Drover token: 200.
+  const r = await admin.chat.completions.create({ model: 'guarded', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+  assert.ok(r.choices[0].message.content.length > 0);
+  // No job view shows it: the CLI's (gRPC), the REST API's (the dashboard's).
+  const job = await up.ok(['job', replica.jobId, '-o', 'json']);
+  assert.ok(!job.includes(mine.apiKey), 'drover job shows the secret');
+  for (const p of [`/api/v1/jobs/${replica.jobId}`, '/api/v1/jobs']) {
+    const res = await fetch(`http://${up.http}${p}`, { headers: { authorization: `Bearer ${up.token}` } });
+    assert.equal(res.status, 200, p);
+    assert.ok(!(await res.text()).includes(mine.apiKey), `${p} shows the secret`);
+  }
+  // A user's token of the tenant sees where the replica is, not its secret.
+  const userOut = await up.ok(['tokens', 'create', 'default-user', '--tenant', 'default', '--role', 'user', '-o', 'json']);
+  const userToken = JSON.parse(userOut).token;
+  const theirs = JSON.parse(await up.ok(['models', '-o', 'json'], userToken)).endpoints ?? [];
+  const seen = theirs.find((e) => e.replica === replica.jobId);
+  assert.ok(seen, 'the tenant\'s user sees the replica\'s endpoint');
+  assert.ok(!seen.apiKey, `but not its secret: ${JSON.stringify(seen)}`);
+  await up.ok(['undeploy', 'guarded']);
+});
+
 test('a tenant over its tokens per minute gets 429 with retry-after; its usage is what the engine reported',
   { timeout: 180000 }, async () => {
     await up.ok(['tenants', 'create', 'team', '--tokens-per-minute', '100']);
@@ -400,8 +446,16 @@ test('a real llama.cpp engine deployed by drover answers through the gateway', {
   execFileSync(process.execPath, [path.join(LLAMA, 'make_gguf.mjs'), gguf]);
   await up.ok(['deploy', 'tiny-llama', '--engine', 'custom', '--gpus', '1', '--', process.execPath,
     path.join(LLAMA, 'server.mjs'), '--model-file', gguf]);
-  await readyReplicas('tiny-llama', 1);
+  const d = await readyReplicas('tiny-llama', 1);
   await servable(admin, 'tiny-llama');
+  // The replica's secret reached the engine (server.mjs reads it as
+  // llama-server reads LLAMA_API_KEY): straight to it, only its public
+  // paths answer; the gateway's calls, and its /metrics scrapes, carry it.
+  const direct = `http://${d.status.replicas[0].endpoint}`;
+  assert.equal((await fetch(`${direct}/health`)).status, 200);
+  assert.equal((await fetch(`${direct}/metrics`)).status, 401);
+  assert.equal((await fetch(`${direct}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny-llama', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] }) })).status, 401);
   const r = await admin.chat.completions.create({
     model: 'tiny-llama', max_tokens: 8, seed: 7, messages: [{ role: 'user', content: 'Say something.' }],
   });

@@ -20,6 +20,7 @@
 
 #include "drover/common/files.h"
 #include "drover/common/mutex.h"
+#include "drover/rpc/convert.h"
 
 namespace drover::agent {
 namespace {
@@ -136,6 +137,10 @@ Result<ServiceSettings> ServiceSettingsOf(const v1::ServiceSpec& spec) {
                                        s.max_restart_backoff.count(), s.restart_backoff.count()));
   }
   DROVER_ASSIGN_OR_RETURN(s.ready_timeout, Ms("ready_timeout_ms", spec.ready_timeout_ms(), kReadyTimeout));
+  DROVER_RETURN_IF_ERROR(rpc::ValidateEngineKey(spec.api_key()));
+  s.api_key = spec.api_key();
+  s.readiness.bearer = s.api_key;
+  s.liveness.bearer = s.api_key;
   return s;
 }
 
@@ -171,9 +176,11 @@ Status CheckProbe(const ProbeSettings& probe, int port) {
     if (err != 0) return Unavailable(ErrnoText(err));
   }
   if (probe.tcp) return Status::Ok();
+  const std::string auth = probe.bearer.empty() ? "" : "Authorization: Bearer " + probe.bearer + "\r\n";
   const std::string req = fmt::format(
-      "GET {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUser-Agent: drover-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-      probe.http_path, port);
+      "GET {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUser-Agent: drover-probe\r\nAccept: */*\r\n{}Connection: "
+      "close\r\n\r\n",
+      probe.http_path, port, auth);
   size_t sent = 0;
   while (sent < req.size()) {
     ssize_t n = ::send(s.fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
@@ -347,7 +354,8 @@ Status WriteServiceFile(const std::string& job_dir, const ServiceFile& f) {
     return Internal(fmt::format("cannot encode the service spec: {}", s.ToString()));
   }
   nlohmann::json j = {{"port", f.port}, {"restarts", f.restarts}, {"spec", nlohmann::json::parse(spec)}};
-  return WriteFileAtomic(job_dir + "/service.json", j.dump() + "\n", 0644, /*durable=*/false);
+  // 0600: the spec holds the replica's secret (api_key).
+  return WriteFileAtomic(job_dir + "/service.json", j.dump() + "\n", 0600, /*durable=*/false);
 }
 
 Result<std::optional<ServiceFile>> ReadServiceFile(const std::string& job_dir) {

@@ -41,6 +41,10 @@ struct ProbeSettings {
   std::chrono::milliseconds period{1000};
   std::chrono::milliseconds timeout{1000};
   int failure_threshold = 3;
+  // The replica's secret (ServiceSpec.api_key), sent as "Authorization:
+  // Bearer" with an HTTP probe, for an engine that guards every path; empty:
+  // no header.
+  std::string bearer;
   // Neither an HTTP path nor TCP: the probe passes while the process runs.
   bool Checks() const { return tcp || !http_path.empty(); }
 };
@@ -49,6 +53,9 @@ struct ServiceSettings {
   ProbeSettings readiness;
   ProbeSettings liveness;  // period 5000 by default
   std::string model;       // DROVER_MODEL and DROVER_SERVED_MODEL_NAME
+  // DROVER_ENGINE_API_KEY: the replica's secret, which the engine asks of
+  // every caller (the gateway sends it); empty for a replica without one.
+  std::string api_key;
   std::chrono::milliseconds restart_backoff{1000};
   std::chrono::milliseconds max_restart_backoff{60000};
   std::chrono::milliseconds ready_timeout{600000};
@@ -57,8 +64,9 @@ struct ServiceSettings {
 // The spec with common.proto's defaults for fields left 0; InvalidArgument
 // naming the field for a negative time or threshold, an http_path that is
 // not an absolute path of printable characters (no spaces) up to
-// kMaxProbePath, a probe with both http_path and tcp, or a maximum back-off
-// below the first.
+// kMaxProbePath, a probe with both http_path and tcp, a maximum back-off
+// below the first, or an api_key that is not base64url
+// (rpc::ValidateEngineKey). The api_key goes to both probes' bearer.
 Result<ServiceSettings> ServiceSettingsOf(const v1::ServiceSpec& spec);
 
 // The delay before a replica's `consecutive`-th restart in a row (1 for the

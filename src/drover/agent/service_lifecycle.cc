@@ -45,6 +45,14 @@ Status ServiceLifecycle::Prepare(const v1::Workload& w, const JobDir& dir, std::
     (*env)["DROVER_MODEL"] = settings->model;
     (*env)["DROVER_SERVED_MODEL_NAME"] = settings->model;
   }
+  // The replica's secret: the engine answers only callers that send it (the
+  // gateway). The server's value wins over a job env of the same name; a
+  // replica of an older server has none and serves anyone, as before.
+  if (!settings->api_key.empty()) {
+    (*env)["DROVER_ENGINE_API_KEY"] = settings->api_key;
+  } else {
+    env->erase("DROVER_ENGINE_API_KEY");
+  }
   if (Status s = WriteServiceFile(dir.path(), {port, 0, w.service()}); !s.ok()) {
     ports_.Release(port);
     return s;

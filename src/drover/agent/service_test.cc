@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -341,6 +342,9 @@ TEST(ServicePortsTest, AdvertisedHostAndEndpoint) {
 
 class ServiceFileTest : public TempDirTest {};
 
+// A replica's secret as the server makes them (43 base64url characters).
+constexpr std::string_view kSecret = "s3cr3t-0123456789_abcdefghijklmnopqrstuvwxy";
+
 TEST_F(ServiceFileTest, RoundTripsAndRefusesGarbage) {
   auto none = ReadServiceFile(root_);
   ASSERT_TRUE(none.ok());
@@ -350,12 +354,18 @@ TEST_F(ServiceFileTest, RoundTripsAndRefusesGarbage) {
   f.restarts = 4;
   f.spec.set_model("m");
   f.spec.mutable_readiness()->set_http_path("/health");
+  f.spec.set_api_key(std::string(kSecret));
   ASSERT_TRUE(WriteServiceFile(root_, f).ok());
   auto back = ReadServiceFile(root_);
   ASSERT_TRUE(back.ok() && back->has_value()) << back.status().ToString();
   EXPECT_EQ((*back)->port, 20007);
   EXPECT_EQ((*back)->restarts, 4);
   EXPECT_EQ((*back)->spec.readiness().http_path(), "/health");
+  EXPECT_EQ((*back)->spec.api_key(), kSecret);
+  // It holds the replica's secret: its owner's only.
+  struct stat st {};
+  ASSERT_EQ(::stat((root_ + "/service.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
   Spit(root_ + "/service.json", "{\"port\": 99999, \"restarts\": 0, \"spec\": {}}");
   EXPECT_FALSE(ReadServiceFile(root_).ok());
   Spit(root_ + "/service.json", "not json");
@@ -554,8 +564,10 @@ class FakeServer final : public v1::AgentService::Service {
 };
 
 // A service of Python's standard library: GET /ready answers 503 while
-// <state>/unready exists, GET /live 500 while <state>/dead exists, GET
-// /info "<pid> <DROVER_MODEL> <DROVER_SERVED_MODEL_NAME>".
+// <state>/unready exists (401 without "Authorization: Bearer
+// $DROVER_ENGINE_API_KEY" when that is set), GET /live 500 while
+// <state>/dead exists, GET /info "<pid> <DROVER_MODEL>
+// <DROVER_SERVED_MODEL_NAME> <DROVER_ENGINE_API_KEY or ->".
 constexpr const char* kServiceScript = R"PY(
 import http.server, os, sys
 state = sys.argv[1]
@@ -565,8 +577,10 @@ class H(http.server.BaseHTTPRequestHandler):
         code = 200
         if self.path == "/ready" and os.path.exists(state + "/unready"): code = 503
         if self.path == "/live" and os.path.exists(state + "/dead"): code = 500
-        body = "{} {} {}\n".format(os.getpid(), os.environ.get("DROVER_MODEL", ""),
-                                   os.environ.get("DROVER_SERVED_MODEL_NAME", "")).encode()
+        key = os.environ.get("DROVER_ENGINE_API_KEY", "")
+        if self.path == "/ready" and key and self.headers.get("Authorization") != "Bearer " + key: code = 401
+        body = "{} {} {} {}\n".format(os.getpid(), os.environ.get("DROVER_MODEL", ""),
+                                      os.environ.get("DROVER_SERVED_MODEL_NAME", ""), key or "-").encode()
         self.send_response(code)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -718,6 +732,28 @@ TEST_F(ServiceAgentTest, AServiceGetsAPortServesOnItAndBecomesReady) {
   // The process serves on DROVER_PORT with the model's variables.
   const std::string info = HttpGet(ready->port(), "/info");
   EXPECT_NE(info.find(" tiny-llama tiny-llama"), std::string::npos) << info;
+}
+
+// Issue 37: the replica's secret reaches its process as
+// DROVER_ENGINE_API_KEY (a job env of that name does not win), and the
+// agent's probes send it; without one the process gets none.
+TEST_F(ServiceAgentTest, AReplicaGetsItsSecretAndItsProbesSendIt) {
+  v1::ServiceSpec spec = Spec();
+  spec.set_api_key(std::string(kSecret));
+  v1::Workload w = Service("j-000010", spec);
+  (*w.mutable_env())["DROVER_ENGINE_API_KEY"] = "a-users-own-value";
+  v1::Workload plain = Service("j-000011", Spec());
+  (*plain.mutable_env())["DROVER_ENGINE_API_KEY"] = "a-users-own-value";
+  ASSERT_TRUE(server_.SendDesired({w, plain}));
+  // Ready: its /ready answers only a probe that sends the secret.
+  auto ready = server_.WaitFor(w.workload_id(), Ready);
+  ASSERT_TRUE(ready);
+  EXPECT_NE(HttpGet(ready->port(), "/info").find(" tiny-llama tiny-llama " + std::string(kSecret) + "\n"),
+            std::string::npos);
+  auto other = server_.WaitFor(plain.workload_id(), Ready);
+  ASSERT_TRUE(other);
+  EXPECT_NE(HttpGet(other->port(), "/info").find(" tiny-llama tiny-llama -\n"), std::string::npos)
+      << "a replica without a secret serves anyone";
 }
 
 TEST_F(ServiceAgentTest, AFailingReadinessProbeSaysWhy) {

@@ -370,6 +370,10 @@ Status GatewayImpl::Start() {
   DROVER_ASSIGN_OR_RETURN(counters_.cold_starts,
                           counter("drover_gateway_cold_start_waits_total",
                                   "Requests that waited for a replica of a model scaled to zero."));
+  DROVER_ASSIGN_OR_RETURN(counters_.engine_refusals,
+                          counter("drover_gateway_engine_refusals_total",
+                                  "Upstream calls an engine refused (401/403) with the replica's own secret: a "
+                                  "misconfigured replica."));
   auto fine = metrics::ExponentialBuckets(0.000001, 1.5, 30);  // 1 us .. ~0.13 s
   DROVER_ASSIGN_OR_RETURN(
       metrics::HistogramFamily * overhead,
@@ -486,9 +490,11 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
     MutexLock lock(&shared_->routes_mu);
     old = shared_->routes;
   }
-  std::map<std::pair<std::string, std::string>, std::shared_ptr<Replica>> known;
+  // A replica is the same while its id, address and secret are: a secret
+  // that changed makes a new one (the io threads read it without a lock).
+  std::map<std::tuple<std::string, std::string, std::string>, std::shared_ptr<Replica>> known;
   for (const auto& [m, e] : old->models) {
-    for (const auto& r : e.replicas) known[{r->id, r->address}] = r;
+    for (const auto& r : e.replicas) known[{r->id, r->address, r->api_key}] = r;
   }
   auto table = std::make_shared<RouteTable>();
   for (auto& route : routes) {
@@ -506,7 +512,7 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
       table->tenants_of[route.model].push_back(route.tenant);
     }
     for (const auto& u : route.replicas) {
-      auto k = known.find({u.id, u.address});
+      auto k = known.find({u.id, u.address, u.api_key});
       std::shared_ptr<Replica> r;
       if (k != known.end()) {
         r = k->second;
@@ -518,7 +524,13 @@ void GatewayImpl::SetRoutes(std::vector<gateway::Route> routes) {
         r->address = u.address;
         r->endpoint = *ep;
         r->id_hash = Hash64(u.id + "@" + u.address);
-        known[{u.id, u.address}] = r;
+        // A secret that would break the header line is not sent (the
+        // engine then refuses the gateway, and the client gets a 502).
+        const bool header_safe =
+            std::all_of(u.api_key.begin(), u.api_key.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+        r->api_key = u.api_key;
+        if (!u.api_key.empty() && header_safe) r->authorization = "Authorization: Bearer " + u.api_key + "\r\n";
+        known[{u.id, u.address, u.api_key}] = r;
       }
       if (std::find(e.replicas.begin(), e.replicas.end(), r) == e.replicas.end()) {
         e.replicas.push_back(r);

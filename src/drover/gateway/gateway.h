@@ -33,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "drover/common/metrics.h"
@@ -72,8 +73,17 @@ struct UsageRow {
 };
 
 struct Upstream {
+  Upstream() = default;
+  // {id, address} for a replica without a secret (Upstream{"j-1", "10.0.0.5:31000"}).
+  Upstream(std::string replica, std::string where, std::string secret = {})
+      : id(std::move(replica)), address(std::move(where)), api_key(std::move(secret)) {}
   std::string id;       // job id of the replica
   std::string address;  // "host:port"
+  // The replica's secret (ServingEndpoint.api_key): sent upstream as
+  // "Authorization: Bearer" on every request and /metrics scrape; empty:
+  // no Authorization header (a replica without one). The client's own
+  // Authorization header never goes upstream.
+  std::string api_key;
 };
 
 // A model the gateway serves and where. `tenant` empty: every tenant may use
@@ -127,7 +137,9 @@ struct GatewayOptions {
   int64_t upstream_timeout_ms = 600'000;  // first byte, and between two stream reads
 
   // Other replicas tried when one fails before any byte reached the client
-  // (connect refused, reset before the status line, 502/503 from it).
+  // (connect refused, reset before the status line, 502/503 from it, or
+  // 401/403 to the gateway's own key: a misconfigured replica, which the
+  // client gets as a 502 when no other replica answers).
   int retries = 2;
   // Requests with a "user" field or an x-session-id header go to the same
   // replica while the replica set is unchanged (rendezvous hashing).

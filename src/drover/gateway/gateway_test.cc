@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -750,6 +752,168 @@ TEST_F(GatewayTest, EngineMetricsAreScraped) {
     return AdminMetrics().find("drover_gateway_replica_engine_load{model=\"m\",replica=\"j-1\"} 0") !=
            std::string::npos;
   }));
+}
+
+// An upstream that records each request's head and answers one fixed
+// chat completion: what the gateway sends a replica, exactly.
+class RecordingUpstream {
+ public:
+  RecordingUpstream() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on loopback";
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~RecordingUpstream() {
+    ::shutdown(fd_, SHUT_RDWR);  // ends the accept
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::vector<std::string> heads() const {
+    std::lock_guard lock(mu_);
+    return heads_;
+  }
+
+ private:
+  void Serve() {
+    for (;;) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      std::string buf;
+      char tmp[4096];
+      size_t end = std::string::npos;
+      while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
+        ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
+        if (n <= 0) break;
+        buf.append(tmp, static_cast<size_t>(n));
+      }
+      if (end == std::string::npos) {
+        ::close(c);
+        continue;
+      }
+      const std::string head = buf.substr(0, end + 2);
+      {
+        std::lock_guard lock(mu_);
+        heads_.push_back(head);
+      }
+      const std::string answer =
+          R"({"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",)"
+          R"("content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}})";
+      const std::string reply =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: " +
+          std::to_string(answer.size()) + "\r\n\r\n" + answer;
+      (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::vector<std::string> heads_;
+};
+
+// How often `needle` occurs in `hay`, case-insensitively.
+size_t CountNoCase(std::string hay, std::string needle) {
+  for (std::string* s : {&hay, &needle}) {
+    for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+constexpr std::string_view kReplicaSecret = "replica-secret-0123456789abcdefghijklmnopq";
+
+// Issue 37: the replica's secret goes upstream, on every request, as the
+// one Authorization header; the client's own token never does.
+TEST_F(GatewayTest, TheReplicasSecretGoesUpstreamAndTheClientsTokenDoesNot) {
+  RecordingUpstream up;
+  Start();
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", up.address(), std::string(kReplicaSecret)}}}});
+  HttpResponse r = Post("/v1/chat/completions", Chat(), "k-a");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  json stream = Chat();
+  stream["stream"] = true;  // the engine answers whole anyway: the head is what counts
+  Post("/v1/chat/completions", stream, "k-a2");
+  ASSERT_EQ(up.heads().size(), 2u);
+  for (const std::string& head : up.heads()) {
+    EXPECT_EQ(CountNoCase(head, "authorization:"), 1u) << head;
+    EXPECT_NE(head.find("Authorization: Bearer " + std::string(kReplicaSecret) + "\r\n"), std::string::npos) << head;
+    EXPECT_EQ(head.find("k-a"), std::string::npos) << "the client's token went upstream:\n" << head;
+  }
+  // A replica without a secret (an older server's): no Authorization at all.
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", up.address()}}}});
+  ASSERT_EQ(Post("/v1/chat/completions", Chat(), "k-a").status, 200);
+  ASSERT_EQ(up.heads().size(), 3u);
+  EXPECT_EQ(CountNoCase(up.heads().back(), "authorization"), 0u) << up.heads().back();
+}
+
+// The engine (drover-test-engine with a key, as the agent starts it) answers
+// the gateway, which sends the replica's secret, and refuses anyone else; a
+// route that lacks the secret gets the engine's 401 as a 502, the
+// replica's fault and not the client's, and the next replica is tried.
+TEST_F(GatewayTest, AnEngineWithAKeyAnswersOnlyTheGateway) {
+  const std::string secret(kReplicaSecret);
+  auto keyed = Engine({"--api-key", secret});
+  auto open = Engine();
+  Start();
+  const std::string bearer = "Authorization: Bearer " + secret + "\r\n";
+  EXPECT_EQ(Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump()).status, 401);
+  EXPECT_EQ(Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump(), "Authorization: Bearer k-a\r\n").status,
+            401);
+  EXPECT_EQ(Http(keyed->port(), "POST", "/v1/chat/completions", Chat().dump(), bearer).status, 200);
+  EXPECT_EQ(Http(keyed->port(), "GET", "/health").status, 200) << "probes need no key";
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", keyed->address(), secret}}}});
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat()).status, 200);
+  // The secret missing from the route: the engine refuses the gateway.
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", keyed->address()}}}});
+  HttpResponse refused = Post("/v1/chat/completions", Chat());
+  ExpectError(refused, 502, "server_error", "upstream_error");
+  EXPECT_NE(refused.body.find("refused the gateway (401)"), std::string::npos) << refused.body;
+  EXPECT_EQ(Header(refused, "www-authenticate"), "") << "not the client's key at fault";
+  EXPECT_NE(AdminMetrics().find("drover_gateway_engine_refusals_total 1\n"), std::string::npos);
+  // With another replica that answers, the client never sees the refusal.
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", keyed->address()}, {"j-2", open->address()}}}});
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(Post("/v1/chat/completions", Chat()).status, 200);
+  EXPECT_TRUE(WaitFor([&] { return Outstanding("m") == 0; }));
+}
+
+// The scrape of an engine whose /metrics asks for the key (llama.cpp's
+// server does) sends the replica's secret too.
+TEST_F(GatewayTest, TheScrapeSendsTheReplicasSecret) {
+  const std::string secret(kReplicaSecret);
+  auto e = Engine({"--api-key", secret, "--guard-metrics"});
+  GatewayOptions o;
+  o.scrape_engine_metrics = true;
+  o.scrape_interval_ms = 5;
+  Start(o);
+  auto refused = [&] {
+    std::string m = Http(e->port(), "GET", "/metrics", {}, "Authorization: Bearer " + secret + "\r\n").body;
+    size_t at = m.find("\ndrover_test_engine_unauthorized_total ");
+    return at == std::string::npos ? -1 : std::stoll(m.substr(at + 39));
+  };
+  ASSERT_EQ(refused(), 0);
+  // Without the secret the scrape is refused: the engine's queue is not known.
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address()}}}});
+  EXPECT_TRUE(WaitFor([&] { return refused() >= 2; }));
+  EXPECT_EQ(gw_->TakeLoad().at(0).engine_waiting, -1);
+  // With it the scrape reads the queue (0 waiting).
+  gw_->SetRoutes({{"m", "dep-m", "", false, {{"j-1", e->address(), secret}}}});
+  // (A replica whose secret changed starts unknown: only a scrape the
+  // engine answered makes it 0.)
+  EXPECT_TRUE(WaitFor([&] { return gw_->TakeLoad().at(0).engine_waiting == 0; }));
 }
 
 // --- the pure parts ---

@@ -150,6 +150,7 @@ class GatewayImpl final : public Gateway {
     metrics::Counter* batches;
     metrics::Counter* batched_requests;
     metrics::Counter* cold_starts;
+    metrics::Counter* engine_refusals;                  // 401/403 from an engine to the gateway's key
     metrics::Histogram* overhead;                       // CallResult::own_ns of clean calls
     std::map<std::string, metrics::Counter*> rejected;  // by reason, fixed at start
   };

@@ -359,7 +359,9 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     head += r.address;
     head += "\r\nContent-Type: application/json\r\nContent-Length: ";
     head += std::to_string(body.size());
-    head += "\r\n\r\n";
+    head += "\r\n";
+    head += r.authorization;  // the replica's secret; never the client's header
+    head += "\r\n";
     std::array<net::const_buffer, 2> bufs{net::buffer(head), net::buffer(body.data(), body.size())};
     Own(res);  // up to the write: the system call and what it wakes are the hop's
     up->s.ExpiresAfterMs(options_.write_timeout_ms);
@@ -401,6 +403,15 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
     const int status = static_cast<int>(hp.get().result_int());
     if (status == 502 || status == 503) {
       *why = "replica '" + r.id + "' answered " + std::to_string(status);
+      co_return Outcome::kRetry;
+    }
+    if (status == 401 || status == 403) {
+      // The engine refused the gateway's own key (the client's never goes
+      // upstream): a replica started with another secret or none. Not the
+      // client's fault: another replica is tried, and the client gets a 502.
+      counters_.engine_refusals->Inc();
+      *why = "replica '" + r.id + "' refused the gateway (" + std::to_string(status) +
+             "): its engine's API key is not the replica's secret";
       co_return Outcome::kRetry;
     }
     const bool sse =

@@ -20,11 +20,13 @@
 
 namespace drover::gateway {
 
-// One replica, shared by every route table that lists it (by job id and
-// address), so that its outstanding count survives SetRoutes.
+// One replica, shared by every route table that lists it (by job id,
+// address and secret), so that its outstanding count survives SetRoutes.
 struct Replica {
   std::string id;
   std::string address;                      // host:port
+  std::string api_key;                      // Upstream::api_key; fixed once made
+  std::string authorization;                // "Authorization: Bearer <api_key>\r\n", or empty
   boost::asio::ip::tcp::endpoint endpoint;  // resolved by SetRoutes
   std::atomic<int64_t> outstanding{0};      // requests in flight through this gateway
   std::atomic<int64_t> engine_load{0};      // the engine's own queue (scraped), 0 if unknown

@@ -94,6 +94,7 @@ awaitable<void> GatewayImpl::ScrapeLoop(Worker* w) {
           bhttp::request<bhttp::empty_body> req{bhttp::verb::get, "/metrics", 11};
           req.set(bhttp::field::host, r->address);
           req.set(bhttp::field::connection, "close");
+          if (!r->authorization.empty()) req.set(bhttp::field::authorization, "Bearer " + r->api_key);
           co_await bhttp::async_write(s, req, Await(ec));
         }
         if (!ec) {

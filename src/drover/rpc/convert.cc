@@ -171,7 +171,24 @@ Status ValidateService(const v1::ServiceSpec& service) {
     return InvalidArgument(fmt::format("service max_restart_backoff_ms {} is below restart_backoff_ms {}",
                                        service.max_restart_backoff_ms(), service.restart_backoff_ms()));
   }
+  return ValidateEngineKey(service.api_key());
+}
+
+Status ValidateEngineKey(std::string_view key) {
+  if (key.empty()) return Status::Ok();
+  const bool base64url = std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
+  // The key itself is never put in a message.
+  if (!base64url || key.size() < kMinEngineKeyBytes || key.size() > kMaxEngineKeyBytes) {
+    return InvalidArgument(fmt::format("service api_key must be {} to {} base64url characters ({} given)",
+                                       kMinEngineKeyBytes, kMaxEngineKeyBytes, key.size()));
+  }
   return Status::Ok();
+}
+
+void BlankSecrets(v1::Job* job) {
+  if (job->spec().has_service()) job->mutable_spec()->mutable_service()->clear_api_key();
 }
 
 Status ValidateLabel(std::string_view what, std::string_view name, std::string_view value) {

@@ -65,6 +65,16 @@ Status ValidateModelName(std::string_view what, std::string_view name);
 // `what` names the probe in errors ("readiness").
 Status ValidateProbe(std::string_view what, const v1::Probe& probe);
 Status ValidateService(const v1::ServiceSpec& service);
+// A replica's secret (ServiceSpec.api_key): 16 to 128 base64url characters
+// (the server makes 43: 32 random bytes), or empty (none: an older server's
+// replica serves without one).
+inline constexpr size_t kMinEngineKeyBytes = 16;
+inline constexpr size_t kMaxEngineKeyBytes = 128;
+Status ValidateEngineKey(std::string_view key);
+// The job as a client may see it (REST, gRPC, the CLI, the dashboard, the
+// watch streams): its replica's secret blanked. Only the agent that runs it
+// (DesiredWorkloads) and the gateways (Endpoints) get the secret.
+void BlankSecrets(v1::Job* job);
 // A heartbeat of node `node`, which registered `gpus` GPUs: GPU reports in
 // index order, each with a health, within size limits.
 Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat& hb);

@@ -305,6 +305,39 @@ TEST(ValidateRegisterTest, ChecksInventory) {
   EXPECT_NE(ValidateRegister(bad).message().find("more than 64"), std::string::npos);
 }
 
+// Issue 37: a replica's secret is base64url of a sane length (it goes into
+// an environment and a header line), and no job view keeps it.
+TEST(EngineKeyTest, BoundsAndBlankedInViews) {
+  EXPECT_TRUE(ValidateEngineKey("").ok());
+  EXPECT_TRUE(ValidateEngineKey(std::string(43, 'A')).ok());
+  EXPECT_TRUE(ValidateEngineKey("abcDEF0123456789-_xyz").ok());
+  for (const std::string& bad : {std::string(15, 'a'), std::string(129, 'a'), std::string(20, 'a') + "\r\nX: y",
+                                 std::string(20, 'a') + "=", std::string(20, 'a') + std::string(1, '\0'),
+                                 std::string(20, 'a') + " b"}) {
+    Status s = ValidateEngineKey(bad);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad.size();
+    EXPECT_EQ(s.message().find(bad), std::string::npos) << "the key is never echoed";
+  }
+  v1::JobSpec spec;
+  spec.add_command("serve");
+  spec.set_gpus(1);
+  spec.mutable_service()->set_api_key("x\ny");
+  Status normalized = NormalizeJobSpec(&spec);
+  EXPECT_EQ(normalized.code(), Code::kInvalidArgument);
+  EXPECT_NE(normalized.message().find("service api_key must be"), std::string::npos) << normalized.ToString();
+  v1::Job job;
+  *job.mutable_spec()->mutable_service() = v1::ServiceSpec();
+  job.mutable_spec()->mutable_service()->set_model("m");
+  job.mutable_spec()->mutable_service()->set_api_key(std::string(43, 'k'));
+  BlankSecrets(&job);
+  EXPECT_TRUE(job.spec().service().api_key().empty());
+  EXPECT_EQ(job.spec().service().model(), "m");
+  v1::Job plain;
+  plain.mutable_spec()->add_command("echo");
+  BlankSecrets(&plain);
+  EXPECT_FALSE(plain.spec().has_service()) << "a plain job does not become a service";
+}
+
 TEST(JobStateTest, DisplayAndParse) {
   EXPECT_EQ(JobStateDisplay(v1::JOB_STATE_RUNNING), "Running");
   EXPECT_EQ(JobStateDisplay(v1::JOB_STATE_CANCELLING), "Cancelling");

@@ -204,7 +204,10 @@ Result<v1::EndpointsResponse> ApiService::Endpoints(const auth::Principal& who) 
   for (v1::ServingModel& m : *all.mutable_models()) {
     if (who.CanSee(m.tenant())) *out.add_models() = std::move(m);
   }
+  // A replica's secret is the gateways' (and admins'): a user who reads
+  // where its replicas are still cannot call them past the gateway.
   for (v1::ServingEndpoint& e : *all.mutable_endpoints()) {
+    e.clear_api_key();
     if (who.CanSee(e.tenant())) *out.add_endpoints() = std::move(e);
   }
   return out;

@@ -128,6 +128,10 @@ Status PrepareSpec(const auth::Principal& who, v1::JobSpec* spec) {
   if (!spec->deployment().empty() || spec->deployment_revision() != 0) {
     return InvalidArgument("deployment is set by the server for a deployment's replicas; apply a deployment instead");
   }
+  if (!spec->service().api_key().empty()) {
+    return InvalidArgument(
+        "service api_key is set by the server for a deployment's replicas; apply a deployment instead");
+  }
   return rpc::NormalizeJobSpec(spec);
 }
 

@@ -396,6 +396,7 @@ Status ControlLoop::WriteBatch(Batch::Sealed* sealed, bool* with_audit) {
 
 v1::Job ControlLoop::View(const v1::Job& job) const {
   v1::Job out = job;
+  rpc::BlankSecrets(&out);
   if (job.status().state() == v1::JOB_STATE_PENDING) out.mutable_status()->set_message(PendingMessage(job));
   return out;
 }

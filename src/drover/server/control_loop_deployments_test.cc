@@ -452,6 +452,228 @@ TEST_F(DeploymentTest, DeploymentsAndReplicasSurviveARestart) {
   EXPECT_TRUE(after[0].status().replica_states(0).ready());
 }
 
+// Issue 37: each replica has its own secret, made by the server and kept
+// in its job's spec (so in the store), which its agent gets (to hand to the
+// engine) and gateways and admins get with the endpoints; no job view
+// shows it, nor a user's or viewer's endpoints; a replacement replica gets
+// a fresh one, and a restart keeps them.
+TEST_F(DeploymentTest, EachReplicaHasASecretOnlyItsAgentAndTheGatewaysGet) {
+  auto sink = Connect("n1", 4);
+  const auth::Principal alice{"t1", "alice", "team-a", auth::Role::kUser, "", ""};
+  const auth::Principal viewer{"t3", "val", "team-a", auth::Role::kViewer, "", ""};
+  const auth::Principal admin{"t4", "root", "default", auth::Role::kAdmin, "", ""};
+  const auth::Principal gateway{"t5", "gw", "default", auth::Role::kGateway, "", ""};
+  Apply(DSpec("keyed", 2, "team-a"));
+  // job id -> its secret, as the store holds it
+  auto stored = [&] {
+    std::map<std::string, std::string> out;
+    for (const v1::Job& j : StoredJobs()) {
+      if (j.spec().deployment() == "keyed" && !rpc::IsTerminal(j.status().state()))
+        out[j.id()] = j.spec().service().api_key();
+    }
+    return out;
+  };
+  const std::map<std::string, std::string> secret = stored();
+  ASSERT_EQ(secret.size(), 2u);
+  std::set<std::string> distinct;
+  for (const auto& [id, key] : secret) {
+    EXPECT_EQ(key.size(), 43u) << id;  // 32 random bytes, base64url
+    EXPECT_TRUE(rpc::ValidateEngineKey(key).ok()) << id;
+    distinct.insert(key);
+  }
+  EXPECT_EQ(distinct.size(), 2u) << "each replica has its own";
+  // Its agent gets it, to hand to the engine.
+  for (const auto& [id, key] : secret) {
+    auto desired = sink->WaitForJob(0, id);
+    ASSERT_TRUE(desired.has_value());
+    for (const v1::Workload& w : desired->workloads()) {
+      if (w.job_id() == id) {
+        EXPECT_EQ(w.service().api_key(), key);
+      }
+    }
+  }
+  {
+    ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+    // No job view has it: the loop's reads, and the API's for the tenant's
+    // user and for an admin (GetJob, ListJobs: gRPC, REST, the CLI and the
+    // dashboard all read these).
+    auto shows = [&](const v1::Job& j) {
+      const std::string text = j.SerializeAsString();
+      for (const auto& [id, key] : secret) {
+        if (text.find(key) != std::string::npos) return true;
+      }
+      return !j.spec().service().api_key().empty();
+    };
+    for (const v1::Job& j : Replicas("keyed")) EXPECT_FALSE(shows(j)) << j.id();
+    for (const auto& [id, key] : secret) {
+      EXPECT_FALSE(shows(Get(id))) << id;
+      v1::GetJobRequest get;
+      get.set_id(id);
+      for (const auth::Principal* who : {&alice, &admin}) {
+        auto got = api.GetJob(*who, get);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_FALSE(shows(*got)) << id << " to " << who->name;
+      }
+    }
+    for (const auth::Principal* who : {&alice, &admin}) {
+      auto listed = api.ListJobs(*who, v1::ListJobsRequest());
+      ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+      EXPECT_EQ(listed->jobs_size(), 2);
+      for (const v1::Job& j : listed->jobs()) EXPECT_FALSE(shows(j)) << j.id() << " to " << who->name;
+    }
+    // The endpoints once ready: the secrets for a gateway and an admin;
+    // where the replicas are, not how to call them, for the tenant's own.
+    for (const auto& [id, key] : secret) ReportService(id, true);
+    auto keys_of = [&](const auth::Principal& who) {
+      std::map<std::string, std::string> out;
+      auto eps = api.Endpoints(who);
+      EXPECT_TRUE(eps.ok()) << eps.status().ToString();
+      if (eps.ok()) {
+        for (const v1::ServingEndpoint& e : eps->endpoints()) out[e.replica()] = e.api_key();
+      }
+      return out;
+    };
+    std::map<std::string, std::string> blank;
+    for (const auto& [id, key] : secret) blank[id] = "";
+    EXPECT_EQ(keys_of(gateway), secret);
+    EXPECT_EQ(keys_of(admin), secret);
+    EXPECT_EQ(keys_of(alice), blank);
+    EXPECT_EQ(keys_of(viewer), blank);
+    // A job of a user's own cannot name one: it is the server's to make.
+    v1::SubmitJobRequest own;
+    *own.mutable_spec() = Spec(1);
+    own.mutable_spec()->clear_tenant();  // the caller's
+    own.mutable_spec()->mutable_service()->set_api_key(std::string(43, 'a'));
+    auto refused = api.Submit(alice, own);
+    EXPECT_EQ(refused.status().code(), Code::kInvalidArgument) << refused.status().ToString();
+    EXPECT_NE(refused.status().message().find("api_key is set by the server"), std::string::npos)
+        << refused.status().ToString();
+  }
+  // A failed replica's replacement gets a fresh secret.
+  const std::string failed = secret.begin()->first;
+  Report("n1", failed, v1::WORKLOAD_STATE_FAILED_TO_START, 127, 0, "engine: not found");
+  Tick();
+  clock_.Advance(std::chrono::seconds(1));
+  Tick();
+  std::map<std::string, std::string> now = stored();
+  ASSERT_EQ(now.size(), 2u);
+  ASSERT_FALSE(now.contains(failed));
+  for (const auto& [id, key] : now) {
+    if (secret.contains(id)) {
+      EXPECT_EQ(key, secret.at(id));
+    } else {
+      EXPECT_EQ(key.size(), 43u);
+      EXPECT_EQ(distinct.count(key), 0u) << "the replacement has a secret of its own";
+    }
+  }
+  // A restart (or a failover: it is the store's) keeps every secret, and the
+  // gateways get the same ones.
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  Must(loop_->Barrier());
+  EXPECT_EQ(stored(), now);
+  ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+  auto eps = api.Endpoints(gateway);
+  ASSERT_TRUE(eps.ok()) << eps.status().ToString();
+  ASSERT_EQ(eps->endpoints_size(), 1);  // the ready one
+  EXPECT_EQ(eps->endpoints(0).api_key(), now.at(eps->endpoints(0).replica()));
+}
+
+// The REST job views (what the dashboard and `drover job -o json` show)
+// carry no replica secret either.
+TEST_F(DeploymentTest, TheRestJobViewsHaveNoSecret) {
+  Connect("n1", 4);
+  auth::Authority authority(store_.get(), &clock_);
+  auth::CreateTokenRequest cr;
+  cr.name = "root";
+  cr.tenant = "default";
+  cr.role = auth::Role::kAdmin;
+  auto admin = authority.MintInternal(cr);
+  ASSERT_TRUE(admin.ok());
+  ApiService api(loop_.get(), nullptr, &authority, nullptr);
+  Edge edge(&authority, &clock_, SecurityOptions{});
+  metrics::Registry metrics;
+  RestStreams streams(&api);
+  http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &metrics, &streams});
+  auto get = [&](const std::string& path) {
+    http::Request r;
+    r.method = "GET";
+    r.path = path;
+    r.headers["authorization"] = "Bearer " + *admin;
+    r.remote = "127.0.0.1:5555";
+    return handler(r);
+  };
+  Apply(DSpec("web", 1));
+  std::string id, key;
+  for (const v1::Job& j : StoredJobs()) {
+    if (j.spec().deployment() == "web") {
+      id = j.id();
+      key = j.spec().service().api_key();
+    }
+  }
+  ASSERT_FALSE(key.empty());
+  for (const std::string& path : std::vector<std::string>{"/api/v1/jobs", "/api/v1/jobs/" + id}) {
+    http::Response r = get(path);
+    ASSERT_EQ(r.status, 200) << path << ": " << r.body;
+    EXPECT_NE(r.body.find(id), std::string::npos) << path;
+    EXPECT_EQ(r.body.find(key), std::string::npos) << path << " shows the replica's secret";
+    // The field, where the encoder prints it, is empty.
+    for (size_t at = r.body.find("\"apiKey\""); at != std::string::npos; at = r.body.find("\"apiKey\"", at + 1)) {
+      size_t v = r.body.find_first_not_of(": ", at + 8);
+      EXPECT_EQ(r.body.compare(v, 2, "\"\""), 0) << r.body.substr(at, 60);
+    }
+  }
+}
+
+// A replica that an older server made has no secret: it keeps serving
+// without one (the agent starts it without DROVER_ENGINE_API_KEY, and the
+// gateways get it with an empty key, so they send no Authorization).
+TEST_F(DeploymentTest, AReplicaWithoutASecretKeepsServing) {
+  Connect("n1", 4);
+  Apply(DSpec("old", 1));
+  std::vector<v1::Job> replicas = Replicas("old");
+  ASSERT_EQ(replicas.size(), 1u);
+  const std::string id = replicas[0].id();
+  ReportService(id, true);
+  // The job as an older server stored it.
+  Must(loop_->Barrier());
+  loop_->Stop();
+  auto range = store_->Range("/jobs/");
+  ASSERT_TRUE(range.ok()) << range.status().ToString();
+  std::vector<store::Op> ops;
+  for (const store::KeyValue& kv : range->kvs) {
+    v1::Job job;
+    ASSERT_TRUE(job.ParseFromString(kv.value));
+    if (job.id() != id) continue;
+    ASSERT_FALSE(job.spec().service().api_key().empty());
+    job.mutable_spec()->mutable_service()->clear_api_key();
+    ops.push_back(store::Op::Put(kv.key, job.SerializeAsString()));
+  }
+  ASSERT_EQ(ops.size(), 1u);
+  ASSERT_TRUE(store_->Txn({}, ops, {}).ok());
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  auto sink = Connect("n1", 4);
+  Tick();
+  // Still the deployment's replica, not replaced; routed, with no secret.
+  replicas = Replicas("old");
+  ASSERT_EQ(replicas.size(), 1u);
+  EXPECT_EQ(replicas[0].id(), id);
+  ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+  const auth::Principal gateway{"t5", "gw", "default", auth::Role::kGateway, "", ""};
+  auto eps = api.Endpoints(gateway);
+  ASSERT_TRUE(eps.ok()) << eps.status().ToString();
+  ASSERT_EQ(eps->endpoints_size(), 1);
+  EXPECT_EQ(eps->endpoints(0).replica(), id);
+  EXPECT_TRUE(eps->endpoints(0).api_key().empty());
+  // Its agent is told to run it as before, without a secret.
+  auto desired = sink->WaitForJob(0, id);
+  ASSERT_TRUE(desired.has_value());
+  for (const v1::Workload& w : desired->workloads()) {
+    if (w.job_id() == id) {
+      EXPECT_TRUE(w.service().api_key().empty());
+    }
+  }
+}
+
 TEST_F(DeploymentTest, TheApiChecksRolesTenantsAndSpecs) {
   Connect("n1", 4);
   ApiService api(loop_.get(), nullptr, nullptr, nullptr);

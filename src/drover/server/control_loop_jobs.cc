@@ -70,7 +70,9 @@ std::future<Result<v1::Job>> ControlLoop::Submit(v1::JobSpec spec, std::optional
     Result<std::vector<uint64_t>> seqs = AddJobs({spec}, nullptr);
     NoteAudit(audit, seqs.ok() ? FormatJobId(seqs->front()) : "", seqs.status());
     if (!seqs.ok()) return seqs.status();
-    return jobs_.at(seqs->front());
+    v1::Job out = jobs_.at(seqs->front());
+    rpc::BlankSecrets(&out);
+    return out;
   });
 }
 
@@ -106,7 +108,7 @@ std::future<Result<std::vector<v1::Job>>> ControlLoop::SubmitBatch(std::vector<v
         if (!seqs.ok()) return seqs.status();
         std::vector<v1::Job> out;
         out.reserve(seqs->size());
-        for (uint64_t seq : *seqs) out.push_back(jobs_.at(seq));
+        for (uint64_t seq : *seqs) rpc::BlankSecrets(&out.emplace_back(jobs_.at(seq)));
         return out;
       });
 }

@@ -112,6 +112,7 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
   std::vector<size_t> pending;  // whose reason the board does not have
   for (const JobReplica::JobPtr& job : jobs) {
     v1::Job& copy = out.emplace_back(*job);
+    rpc::BlankSecrets(&copy);  // a reader's copy: the replica's secret is not for it
     if (job->status().state() != v1::JOB_STATE_PENDING) continue;
     // Rendered since the scheduler last changed: what the loop would say.
     std::optional<std::string> reason = board_.Reason(*ParseJobId(job->id()));

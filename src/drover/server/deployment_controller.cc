@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "drover/auth/token.h"
 #include "drover/common/ids.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/deployment_controller.h"
@@ -34,6 +35,8 @@ namespace {
 
 constexpr std::string_view kDeploymentsPrefix = "/deployments/";
 constexpr int64_t kNsPerMs = 1'000'000;
+// A replica's secret: 32 random bytes (43 base64url characters).
+constexpr size_t kEngineKeyBytes = 32;
 
 bool Ready(const v1::Job& job) {
   return job.status().state() == v1::JOB_STATE_RUNNING && job.status().replica_states_size() > 0 &&
@@ -274,6 +277,16 @@ void DeploymentController::Reconcile(Entry* d, int64_t now_ns) {
   d->submit_error.clear();
   for (int32_t i = 0; i < missing; ++i) {
     auto spec_or = ReplicaSpec(spec, revision, *options_);
+    // Each replica its own secret, in its job's spec (so it survives a
+    // restart and a failover); a replacement gets a fresh one.
+    if (spec_or.ok()) {
+      Result<std::string> key = auth::RandomBase64Url(kEngineKeyBytes);
+      if (key.ok()) {
+        spec_or->mutable_service()->set_api_key(std::move(*key));
+      } else {
+        spec_or = key.status();
+      }
+    }
     Result<uint64_t> seq = spec_or.ok() ? hooks_.submit(*spec_or) : Result<uint64_t>(spec_or.status());
     if (!seq.ok()) {
       d->submit_error = "cannot start a replica: " + seq.status().message();
@@ -474,6 +487,8 @@ v1::EndpointsResponse DeploymentController::Endpoints() const {
       e->set_tenant(spec.tenant());
       e->set_replica(j->second.id());
       e->set_address(j->second.status().replica_states(0).endpoint());
+      // ApiService::Endpoints keeps it for gateways and admins only.
+      e->set_api_key(j->second.spec().service().api_key());
     }
   }
   return out;

@@ -114,25 +114,44 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
   return ReplicaSpec(*spec, 1, options).status();
 }
 
+namespace {
+
+// The shell line that hands the replica's secret to an engine that reads
+// `variable`.
+std::string ExportEngineKey(std::string_view variable) {
+  return fmt::format("if [ -n \"$DROVER_ENGINE_API_KEY\" ]; then export {}=\"$DROVER_ENGINE_API_KEY\"; fi; ", variable);
+}
+// SGLang reads no variable: the secret goes first among the extra
+// arguments, so a user's own --api-key after it still wins (argparse).
+constexpr std::string_view kEngineKeyArgument =
+    "if [ -n \"$DROVER_ENGINE_API_KEY\" ]; then set -- --api-key \"$DROVER_ENGINE_API_KEY\" \"$@\"; fi; ";
+
+}  // namespace
+
 Result<std::vector<std::string>> EngineCommand(const v1::DeploymentSpec& spec) {
   const std::string& engine = spec.engine();
   if (engine == "custom") return std::vector<std::string>(spec.command().begin(), spec.command().end());
   const int gpus = std::max(1, spec.gpus());
   std::string script;
+  // The replica's secret (DROVER_ENGINE_API_KEY, set by the agent when the
+  // server made one) as each engine reads it: vLLM and llama-server from
+  // their environment, SGLang from --api-key, put before the extra
+  // arguments. Without it the engine is left as the job's env says.
   if (engine == "vllm") {
     script = fmt::format(
-        "m=$1; n=$2; shift 2; exec vllm serve \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" "
+        "m=$1; n=$2; shift 2; {}exec vllm serve \"$m\" --port \"$DROVER_PORT\" --served-model-name \"$n\" "
         "--tensor-parallel-size {} \"$@\"",
-        gpus);
+        ExportEngineKey("VLLM_API_KEY"), gpus);
   } else if (engine == "llama.cpp") {
-    script =
-        "m=$1; n=$2; shift 2; exec llama-server -m \"$m\" --port \"$DROVER_PORT\" --alias \"$n\" --n-gpu-layers 999 "
-        "\"$@\"";
+    script = fmt::format(
+        "m=$1; n=$2; shift 2; {}exec llama-server -m \"$m\" --port \"$DROVER_PORT\" --alias \"$n\" "
+        "--n-gpu-layers 999 \"$@\"",
+        ExportEngineKey("LLAMA_API_KEY"));
   } else if (engine == "sglang") {
     script = fmt::format(
-        "m=$1; n=$2; shift 2; exec python3 -m sglang.launch_server --model-path \"$m\" --port \"$DROVER_PORT\" "
+        "m=$1; n=$2; shift 2; {}exec python3 -m sglang.launch_server --model-path \"$m\" --port \"$DROVER_PORT\" "
         "--served-model-name \"$n\" --tp {} \"$@\"",
-        gpus);
+        kEngineKeyArgument, gpus);
   } else {
     return InvalidArgument(fmt::format("engine '{}' is unknown", Excerpt(engine)));
   }

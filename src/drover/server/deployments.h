@@ -63,6 +63,10 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
 // model, the name and the extra arguments are the script's positional
 // parameters, never parsed by the shell:
 //   sh -c 'm=$1; n=$2; shift 2; exec vllm serve "$m" --port "$DROVER_PORT" ... "$@"' drover-engine MODEL NAME EXTRA...
+// The replica's secret, DROVER_ENGINE_API_KEY (the agent sets it when the
+// job has one), reaches the engine as VLLM_API_KEY (vllm), LLAMA_API_KEY
+// (llama.cpp) or "--api-key KEY" before the extra arguments (sglang, which
+// reads no variable); the script does it only when the variable is set.
 Result<std::vector<std::string>> EngineCommand(const v1::DeploymentSpec& spec);
 Result<std::vector<std::string>> EngineCommand(const v1::DeploymentSpec& spec);
 

@@ -1,9 +1,15 @@
 #include "drover/server/deployments.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,6 +91,96 @@ TEST(DeploymentSpecTest, EngineTemplates) {
   custom.add_command("python3");
   custom.add_command("serve.py");
   EXPECT_EQ(*EngineCommand(custom), (std::vector<std::string>{"python3", "serve.py"}));
+}
+
+// Runs a template's command line as the agent would (no shell of its own:
+// argv[0] is "sh"), with only `env` and PATH=<bin>:/usr/bin:/bin; what it
+// printed on stdout.
+std::string RunTemplate(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                        const std::string& bin) {
+  int out[2];
+  if (::pipe(out) != 0) return "pipe failed";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::close(out[1]);
+    std::vector<std::string> vars = {"PATH=" + bin + ":/usr/bin:/bin"};
+    for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
+    std::vector<char*> args, envp;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& v : vars) envp.push_back(const_cast<char*>(v.c_str()));
+    args.push_back(nullptr);
+    envp.push_back(nullptr);
+    ::execve("/bin/sh", args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return text;
+}
+
+// Issue 37: each template hands the replica's secret (DROVER_ENGINE_API_KEY,
+// which the agent sets) to its engine the way the engine reads it, and
+// leaves the engine alone without one. The engines here are fakes on PATH
+// that print what they got.
+TEST(DeploymentSpecTest, TemplatesHandTheReplicasSecretToTheEngine) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "drover-engines-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string bin = tmpl;
+  for (const char* engine : {"vllm", "llama-server", "python3"}) {
+    const std::string path = bin + "/" + engine;
+    std::ofstream(path) << "#!/bin/sh\necho \"VLLM_API_KEY=${VLLM_API_KEY-unset} "
+                           "LLAMA_API_KEY=${LLAMA_API_KEY-unset} ARGS=$*\"\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  }
+  const std::string key = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3I";
+  auto run = [&](const std::string& engine, const std::map<std::string, std::string>& env) {
+    v1::DeploymentSpec s = Base(engine);
+    s.set_served_model_name("chat");
+    s.add_command("--max-model-len");
+    s.add_command("4096");
+    auto argv = EngineCommand(s);
+    EXPECT_TRUE(argv.ok()) << argv.status().ToString();
+    if (!argv.ok()) return std::string();
+    // The secret is never in the stored command line, only expanded by the shell.
+    for (const std::string& a : *argv) EXPECT_EQ(a.find(key), std::string::npos) << a;
+    return RunTemplate(*argv, env, bin);
+  };
+  const std::map<std::string, std::string> keyed = {{"DROVER_ENGINE_API_KEY", key}};
+  std::string vllm = run("vllm", keyed);
+  EXPECT_NE(vllm.find("VLLM_API_KEY=" + key + " LLAMA_API_KEY=unset ARGS=serve /models/x y.gguf --port"),
+            std::string::npos)
+      << vllm;
+  EXPECT_EQ(vllm.find("--api-key"), std::string::npos) << vllm;
+  std::string llama = run("llama.cpp", keyed);
+  EXPECT_NE(llama.find("VLLM_API_KEY=unset LLAMA_API_KEY=" + key + " ARGS=-m /models/x y.gguf"), std::string::npos)
+      << llama;
+  std::string sglang = run("sglang", keyed);
+  EXPECT_NE(sglang.find("VLLM_API_KEY=unset LLAMA_API_KEY=unset ARGS=-m sglang.launch_server"), std::string::npos)
+      << sglang;
+  // First among the extra arguments: a user's own --api-key after it wins.
+  EXPECT_NE(sglang.find("--tp 2 --api-key " + key + " --max-model-len 4096\n"), std::string::npos) << sglang;
+  // No secret (an older server's replica), or an empty one: the engine is
+  // left as the job's env says, a user's own variable included.
+  for (const auto& env : std::vector<std::map<std::string, std::string>>{
+           {}, {{"DROVER_ENGINE_API_KEY", ""}}, {{"VLLM_API_KEY", "mine"}, {"LLAMA_API_KEY", "mine"}}}) {
+    const std::string want = env.contains("VLLM_API_KEY") ? "mine" : "unset";
+    std::string v = run("vllm", env);
+    EXPECT_NE(v.find("VLLM_API_KEY=" + want + " "), std::string::npos) << v;
+    std::string l = run("llama.cpp", env);
+    EXPECT_NE(l.find("LLAMA_API_KEY=" + want + " "), std::string::npos) << l;
+    std::string g = run("sglang", env);
+    EXPECT_NE(g.find("--tp 2 --max-model-len 4096\n"), std::string::npos) << g;
+    EXPECT_EQ(g.find("--api-key"), std::string::npos) << g;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(bin, ec);
 }
 
 TEST(DeploymentSpecTest, ReplicaSpecIsANormalizedService) {

@@ -5,7 +5,7 @@
 //
 //   node server.mjs --model-file FILE.gguf [--port N] [--host ADDR]
 //                   [--model-name NAME] [--context-size N] [--parallel N]
-//                   [--threads N] [--max-body BYTES]
+//                   [--threads N] [--max-body BYTES] [--api-key KEY]
 //
 // --port defaults to $DROVER_PORT (then 8080); 0 picks a free port. The
 // server prints "listening on http://HOST:PORT" on stdout once it listens,
@@ -16,9 +16,15 @@
 // Endpoints: GET /health, GET /v1/models, POST /v1/chat/completions,
 // POST /v1/completions, POST /v1/embeddings, and like llama.cpp's own
 // server POST /tokenize and GET /metrics (llamacpp:* load metrics).
+//
+// A key (--api-key, else $LLAMA_API_KEY as llama-server reads it, else
+// $DROVER_ENGINE_API_KEY, the replica's secret a `custom` deployment gets):
+// every request without "Authorization: Bearer KEY" gets 401, but for
+// llama-server's public ones (/health, /v1/health, /models, /v1/models).
+// No key: it answers anyone.
 import http from "node:http";
 import path from "node:path";
-import { randomBytes } from "node:crypto";
+import { randomBytes, timingSafeEqual } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Template } from "@huggingface/jinja";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
@@ -33,7 +39,9 @@ const USAGE = `usage: node server.mjs --model-file FILE.gguf [options]
   --parallel N        requests generated at once, each in its own slot (default 2);
                       more wait in a queue
   --threads N         CPU threads for evaluation (default 1)
-  --max-body BYTES    largest request body accepted (default 1048576)`;
+  --max-body BYTES    largest request body accepted (default 1048576)
+  --api-key KEY       answer only requests with "Authorization: Bearer KEY" (default
+                      $LLAMA_API_KEY, else $DROVER_ENGINE_API_KEY; none: anyone)`;
 
 function fatal(msg) {
   console.error(`server.mjs: ${msg}`);
@@ -52,6 +60,7 @@ try {
       parallel: { type: "string", default: "2" },
       threads: { type: "string", default: "1" },
       "max-body": { type: "string", default: String(1 << 20) },
+      "api-key": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   }));
@@ -77,6 +86,17 @@ const contextSizeArg = args["context-size"] != null ? intArg("context-size", arg
 const parallel = intArg("parallel", args.parallel, 1);
 const threads = intArg("threads", args.threads, 0);
 const maxBody = intArg("max-body", args["max-body"], 1);
+const apiKey = args["api-key"] || process.env.LLAMA_API_KEY || process.env.DROVER_ENGINE_API_KEY || "";
+// As llama-server's middleware_validate_api_key: these answer without a key.
+const PUBLIC_PATHS = new Set(["/health", "/v1/health", "/models", "/v1/models"]);
+
+// The request carries "Authorization: Bearer <apiKey>" (or no key is asked).
+function authorized(req) {
+  if (!apiKey) return true;
+  const got = Buffer.from(String(req.headers.authorization ?? ""));
+  const want = Buffer.from(`Bearer ${apiKey}`);
+  return got.length === want.length && timingSafeEqual(got, want);
+}
 
 // ---------------------------------------------------------------------------
 // OpenAI-shaped errors
@@ -635,6 +655,9 @@ async function route(req, res) {
   const only = (m) => {
     if (method !== m) throw new ApiError(405, `${p} takes ${m}, not ${method}`, { code: "method_not_allowed" });
   };
+  if (!PUBLIC_PATHS.has(p) && !authorized(req)) {
+    throw new ApiError(401, "Invalid API Key", { type: "authentication_error", code: "invalid_api_key" });
+  }
   switch (p) {
     case "/health":
       only("GET");
