@@ -32,6 +32,15 @@ namespace {
 
 class DeploymentTest : public ControlLoopTest {
  protected:
+  // A token of `authority`'s, minted directly (no caller to authorise).
+  static Result<std::string> Mint(auth::Authority& authority, const std::string& name, const std::string& tenant,
+                                  auth::Role role) {
+    auth::CreateTokenRequest cr;
+    cr.name = name;
+    cr.tenant = tenant;
+    cr.role = role;
+    return authority.MintInternal(cr);
+  }
   static v1::DeploymentSpec DSpec(const std::string& name, int replicas, const std::string& tenant = "default") {
     v1::DeploymentSpec spec;
     spec.set_name(name);
@@ -583,11 +592,7 @@ TEST_F(DeploymentTest, EachReplicaHasASecretOnlyItsAgentAndTheGatewaysGet) {
 TEST_F(DeploymentTest, TheRestJobViewsHaveNoSecret) {
   Connect("n1", 4);
   auth::Authority authority(store_.get(), &clock_);
-  auth::CreateTokenRequest cr;
-  cr.name = "root";
-  cr.tenant = "default";
-  cr.role = auth::Role::kAdmin;
-  auto admin = authority.MintInternal(cr);
+  auto admin = Mint(authority, "root", "default", auth::Role::kAdmin);
   ASSERT_TRUE(admin.ok());
   ApiService api(loop_.get(), nullptr, &authority, nullptr);
   Edge edge(&authority, &clock_, SecurityOptions{});
@@ -900,15 +905,8 @@ TEST_F(DeploymentTest, GatewayKeysCarryTheirOwnAndTheirTenantsLimits) {
 TEST_F(DeploymentTest, TheRestRoutes) {
   Connect("n1", 4);
   auth::Authority authority(store_.get(), &clock_);
-  auth::CreateTokenRequest cr;
-  cr.name = "root";
-  cr.tenant = "default";
-  cr.role = auth::Role::kAdmin;
-  auto admin = authority.MintInternal(cr);
-  cr.name = "ann";
-  cr.tenant = "team-a";
-  cr.role = auth::Role::kUser;
-  auto user = authority.MintInternal(cr);
+  auto admin = Mint(authority, "root", "default", auth::Role::kAdmin);
+  auto user = Mint(authority, "ann", "team-a", auth::Role::kUser);
   ASSERT_TRUE(admin.ok() && user.ok());
   ApiService api(loop_.get(), nullptr, &authority, nullptr);
   Edge edge(&authority, &clock_, SecurityOptions{});
@@ -1106,15 +1104,8 @@ TEST_F(DeploymentTest, DeploymentNamesArePerTenantAndAnotherTenantsAreNotFound) 
 
   // REST: ?tenant= for an admin; a user naming another tenant gets the 404
   // body of a name nobody has.
-  auth::CreateTokenRequest cr;
-  cr.name = "root";
-  cr.tenant = "default";
-  cr.role = auth::Role::kAdmin;
-  auto admin_token = authority.MintInternal(cr);
-  cr.name = "ann";
-  cr.tenant = "team-a";
-  cr.role = auth::Role::kUser;
-  auto user_token = authority.MintInternal(cr);
+  auto admin_token = Mint(authority, "root", "default", auth::Role::kAdmin);
+  auto user_token = Mint(authority, "ann", "team-a", auth::Role::kUser);
   ASSERT_TRUE(admin_token.ok() && user_token.ok());
   Edge edge(&authority, &clock_, SecurityOptions{});
   metrics::Registry registry;
@@ -1225,15 +1216,8 @@ TEST_F(DeploymentTest, MetricsHideOtherTenantsJobsAndNamesFromAUserToken) {
   ASSERT_EQ(StateOf(b.id()), v1::JOB_STATE_BOUND);
   auth::Authority authority(store_.get(), &clock_);
   ApiService api(loop_.get(), nullptr, &authority, nullptr);
-  auth::CreateTokenRequest cr;
-  cr.name = "root";
-  cr.tenant = "default";
-  cr.role = auth::Role::kAdmin;
-  auto admin = authority.MintInternal(cr);
-  cr.name = "val";
-  cr.tenant = "team-a";
-  cr.role = auth::Role::kViewer;
-  auto viewer = authority.MintInternal(cr);
+  auto admin = Mint(authority, "root", "default", auth::Role::kAdmin);
+  auto viewer = Mint(authority, "val", "team-a", auth::Role::kViewer);
   ASSERT_TRUE(admin.ok() && viewer.ok());
   metrics::Registry registry;
   // The server's GPU series (server.cc's collector does the same), and a
