@@ -1,7 +1,8 @@
 // The small text parsers of common/ that read flags, config values, REST
 // paths and CLI arguments: sizes (ParseBytes), GPU shares (ParseMilliGpu),
-// durations (ParseDurationMs), booleans (ParseBool), job ids (ParseJobId)
-// and names (ValidateName). Each sees the whole input.
+// durations (ParseDurationMs), booleans (ParseBool), job ids (ParseJobId),
+// names (ValidateName) and image references (ParseImageRef). Each sees the
+// whole input.
 //
 // Properties: results lie within the documented bounds, and formatting a
 // parsed value reads back as the same value (FormatMilliGpu, FormatJobId,
@@ -9,6 +10,7 @@
 
 #include "drover/common/config.h"
 #include "drover/common/ids.h"
+#include "drover/common/image_ref.h"
 #include "drover/common/quantity.h"
 #include "fuzz_util.h"
 
@@ -65,6 +67,16 @@ void JobId(std::string_view text) {
   FUZZ_CHECK(back.ok() && *back == *id);
 }
 
+// A reference that parses has a normal form that parses to itself.
+void Image(std::string_view text) {
+  auto r = drover::ParseImageRef(text);
+  if (!r.ok()) return;
+  const std::string normal = r->String();
+  FUZZ_CHECK(normal.size() <= drover::kMaxImageRefLength && !r->registry.empty() && !r->repository.empty());
+  auto again = drover::ParseImageRef(normal);
+  FUZZ_CHECK(again.ok() && again->String() == normal);
+}
+
 void Name(std::string_view text) {
   if (!drover::ValidateName("name", text).ok()) return;
   FUZZ_CHECK(!text.empty() && text.size() <= 63);
@@ -82,6 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bool(text);
   JobId(text);
   Name(text);
+  Image(text);
   (void)drover::EnvNameFor(text);
   return 0;
 }

@@ -196,6 +196,11 @@ Result<ImageRef> ParseImageRef(std::string_view text) {
   if (ref.registry == kDockerHub && ref.repository.find('/') == std::string::npos) {
     ref.repository = "library/" + ref.repository;
   }
+  // The limit holds for the normal form too, so that it parses again.
+  if (const size_t n = ref.Name().size(); n > kMaxNameLength) {
+    return bad(fmt::format("the name is {} characters long as {}, more than {}", n, ref.Name().substr(0, 32) + "...",
+                           kMaxNameLength));
+  }
   if (ref.tag.empty() && ref.digest.empty()) ref.tag = "latest";
   return ref;
 }

@@ -6,7 +6,7 @@
 // with a reason, before anything is stored.
 //
 //   reference  := name [ ":" tag ] [ "@" digest ]
-//   name       := [ domain "/" ] path ( "/" path )*      at most 255 characters
+//   name       := [ domain "/" ] path ( "/" path )*      at most 255 characters, normalised
 //   domain     := host [ ":" port ]                      host: DNS labels, "localhost" or "[IPv6]"
 //   path       := [a-z0-9]+ ( ( "." | "_" | "__" | "-"+ ) [a-z0-9]+ )*
 //   tag        := [A-Za-z0-9_] [A-Za-z0-9_.-]{0,127}
@@ -42,7 +42,9 @@ struct ImageRef {
   std::string Name() const;
 };
 
-inline constexpr size_t kMaxImageRefLength = 512;  // a name of 255, a tag of 128, a sha512 digest and punctuation
+// A name of 255, ":", a tag of 128, "@" and a sha512 digest: the longest
+// reference that parses (its normal form included).
+inline constexpr size_t kMaxImageRefLength = 255 + 1 + 128 + 1 + 7 + 128;
 
 // kInvalidArgument, naming the reference and what is wrong with it.
 Result<ImageRef> ParseImageRef(std::string_view text);
