@@ -744,12 +744,15 @@ TEST_F(ServiceAgentTest, AReplicaGetsItsSecretAndItsProbesSendIt) {
   (*w.mutable_env())["DROVER_ENGINE_API_KEY"] = "a-users-own-value";
   v1::Workload plain = Service("j-000011", Spec());
   (*plain.mutable_env())["DROVER_ENGINE_API_KEY"] = "a-users-own-value";
-  ASSERT_TRUE(server_.SendDesired({w, plain}));
+  ASSERT_TRUE(server_.SendDesired({w}));
   // Ready: its /ready answers only a probe that sends the secret.
   auto ready = server_.WaitFor(w.workload_id(), Ready);
   ASSERT_TRUE(ready);
   EXPECT_NE(HttpGet(ready->port(), "/info").find(" tiny-llama tiny-llama " + std::string(kSecret) + "\n"),
             std::string::npos);
+  // The other one only now: WaitFor looks at reports after the last one it
+  // returned, and the two replicas' "ready" could come in either order.
+  ASSERT_TRUE(server_.SendDesired({w, plain}));
   auto other = server_.WaitFor(plain.workload_id(), Ready);
   ASSERT_TRUE(other);
   EXPECT_NE(HttpGet(other->port(), "/info").find(" tiny-llama tiny-llama -\n"), std::string::npos)
