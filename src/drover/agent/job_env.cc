@@ -161,17 +161,16 @@ std::map<int64_t, int64_t> ReadGpuMemoryReportsByPid(const std::string& report_d
   namespace fs = std::filesystem;
   std::error_code ec;
   std::map<int64_t, int64_t> out;
-  std::optional<std::optional<std::map<int64_t, int64_t>>> ns;  // looked up at the first report
+  const std::optional<std::map<int64_t, int64_t>> ns = leader > 0 ? NamespacePids(leader) : std::nullopt;
   for (const fs::directory_entry& e : fs::directory_iterator(report_dir, ec)) {
     const std::string name = e.path().filename().string();
     int pid = 0;
     auto [end, pec] = std::from_chars(name.data(), name.data() + name.size(), pid);
     if (pec != std::errc() || end != name.data() + name.size() || pid <= 0) continue;  // a .tmp, or not a report
-    if (!ns) ns = leader > 0 ? NamespacePids(leader) : std::nullopt;
     int64_t node_pid = pid;
-    if (*ns) {
-      auto it = (*ns)->find(pid);
-      if (it == (*ns)->end()) continue;  // no such process under the leader: it died without removing it
+    if (ns) {
+      auto it = ns->find(pid);
+      if (it == ns->end()) continue;  // no such process under the leader: it died without removing it
       node_pid = it->second;
     } else if (kill(pid, 0) != 0 && errno == ESRCH) {
       continue;  // a process that died without removing it

@@ -32,6 +32,19 @@ namespace {
 
 class DeploymentTest : public ControlLoopTest {
  protected:
+  // A REST request as a client on loopback sends it, with `token`.
+  static http::Request RestRequest(const std::string& method, const std::string& path, const std::string& token,
+                                   const std::string& body = "", std::map<std::string, std::string> query = {}) {
+    http::Request r;
+    r.method = method;
+    r.path = path;
+    r.query = std::move(query);
+    r.body = body;
+    r.headers["authorization"] = "Bearer " + token;
+    if (!body.empty()) r.headers["content-type"] = "application/json";
+    r.remote = "127.0.0.1:5555";
+    return r;
+  }
   // A token of `authority`'s, minted directly (no caller to authorise).
   static Result<std::string> Mint(auth::Authority& authority, const std::string& name, const std::string& tenant,
                                   auth::Role role) {
@@ -599,14 +612,7 @@ TEST_F(DeploymentTest, TheRestJobViewsHaveNoSecret) {
   metrics::Registry metrics;
   RestStreams streams(&api);
   http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &metrics, &streams});
-  auto get = [&](const std::string& path) {
-    http::Request r;
-    r.method = "GET";
-    r.path = path;
-    r.headers["authorization"] = "Bearer " + *admin;
-    r.remote = "127.0.0.1:5555";
-    return handler(r);
-  };
+  auto get = [&](const std::string& path) { return handler(RestRequest("GET", path, *admin)); };
   Apply(DSpec("web", 1));
   std::string id, key;
   for (const v1::Job& j : StoredJobs()) {
@@ -915,14 +921,7 @@ TEST_F(DeploymentTest, TheRestRoutes) {
   http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &metrics, &streams});
   auto call = [&](const std::string& method, const std::string& path, const std::string& body,
                   const std::string& token) {
-    http::Request r;
-    r.method = method;
-    r.path = path;
-    r.body = body;
-    r.headers["authorization"] = "Bearer " + token;
-    if (!body.empty()) r.headers["content-type"] = "application/json";
-    r.remote = "127.0.0.1:5555";
-    http::Response resp = handler(r);
+    http::Response resp = handler(RestRequest(method, path, token, body));
     Must(loop_->Barrier());
     return resp;
   };
@@ -1113,15 +1112,7 @@ TEST_F(DeploymentTest, DeploymentNamesArePerTenantAndAnotherTenantsAreNotFound) 
   http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
   auto call = [&](const std::string& method, const std::string& path, const std::map<std::string, std::string>& query,
                   const std::string& token, const std::string& body = "") {
-    http::Request r;
-    r.method = method;
-    r.path = path;
-    r.query = query;
-    r.body = body;
-    r.headers["authorization"] = "Bearer " + token;
-    if (!body.empty()) r.headers["content-type"] = "application/json";
-    r.remote = "127.0.0.1:5555";
-    http::Response resp = handler(r);
+    http::Response resp = handler(RestRequest(method, path, token, body, query));
     Must(loop_->Barrier());
     return resp;
   };
@@ -1238,12 +1229,7 @@ TEST_F(DeploymentTest, MetricsHideOtherTenantsJobsAndNamesFromAUserToken) {
   RestStreams streams(&api);
   http::Handler handler = MakeRestHandler({&api, &edge, &authority, [] { return Status::Ok(); }, &registry, &streams});
   auto scrape = [&](const std::string& token) {
-    http::Request r;
-    r.method = "GET";
-    r.path = "/metrics";
-    r.headers["authorization"] = "Bearer " + token;
-    r.remote = "127.0.0.1:5555";
-    http::Response resp = handler(r);
+    http::Response resp = handler(RestRequest("GET", "/metrics", token));
     EXPECT_EQ(resp.status, 200) << resp.body;
     return resp.body;
   };
