@@ -38,6 +38,12 @@ PACKAGES=(
   prometheus
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)
   gnuplot-nox
+  # containers (docs/containers.md): the OCI runtime the agent drives (runc:
+  # crun refuses these cgroup v1 hybrid hosts), the image store's tools
+  # (skopeo pulls into an OCI layout, umoci unpacks it), a registry and a
+  # static busybox for the tests and the first session's example image,
+  # podman for the benchmark's baseline
+  runc skopeo umoci docker-registry busybox-static podman
   # dashboard build (web/) and browser tests (tests/browser): node >= 18, headless chromium
   nodejs chromium
 )
