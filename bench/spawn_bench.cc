@@ -76,7 +76,7 @@ bool RunOnce(const Launch& launch, SupervisorPool* pool, const std::string& dir,
   fs::create_directories(dir);
   JobDir job(dir);
   const std::string name = fs::path(dir).filename().string();
-  drover::agent::JobSpecFile spec{name, {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""};
+  drover::agent::JobSpecFile spec{name, {"true"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, "", "", std::nullopt};
   drover::agent::JobIsolation iso;
   if (!cgroup_parent.empty())
     iso.cgroup = drover::agent::JobCgroup{cgroup_parent, cgroup_parent + "/" + name, {}, 0, 0, {}};

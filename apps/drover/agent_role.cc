@@ -34,9 +34,12 @@ int RunAgent(const AgentFlags& f) {
   if (!faults.ok()) return BadConfig(faults.status());
   auto sandbox = SandboxPolicyFrom(f.sandbox);
   if (!sandbox.ok()) return BadConfig(sandbox.status());
+  auto containers = ContainerOptionsFrom(f.containers);
+  if (!containers.ok()) return BadConfig(containers.status());
   agent::AgentOptions o;
   o.telemetry = *telemetry;
   o.sandbox = *sandbox;
+  o.containers = *containers;
   o.metrics_listen = f.metrics_listen.empty() ? "127.0.0.1:9400" : f.metrics_listen;
   o.metrics_insecure = f.insecure_metrics;
   if (!f.metrics_token_file.empty()) {
@@ -108,6 +111,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f, int* exit_code) {
   cmd->add_option("--token-file", f->token_file, "file holding this node's token (instead of a join)");
   AddTelemetryFlags(cmd, &f->telemetry);
   AddSandboxFlags(cmd, &f->sandbox);
+  AddContainerFlags(cmd, &f->containers);
   cmd->add_option("--checkpoint-root", f->checkpoint_root,
                   "where jobs' DROVER_CHECKPOINT_DIR live: a shared filesystem in a cluster (default "
                   "<data-dir>/checkpoints)");

@@ -31,6 +31,7 @@ struct AgentFlags {
   std::string token_file;
   TelemetryFlags telemetry;
   SandboxFlags sandbox;
+  ContainerFlags containers;
   std::string checkpoint_root;
   std::string state_dir;
   std::string checkpoint_retention = "1h";

@@ -10,6 +10,7 @@
 #include "drover/common/config.h"
 #include "drover/common/fault.h"
 #include "drover/common/ids.h"
+#include "drover/common/quantity.h"
 #include "role_common.h"
 
 namespace drover::app {
@@ -100,6 +101,47 @@ Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f) {
     p.hide.push_back(h);
   }
   return p;
+}
+
+void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
+  cmd->add_option("--containers", f->mode, "run jobs that name an image in OCI containers (on), or fail them (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--container-runtime", f->runtime,
+                  "the OCI runtime the agent drives (runc; crun refuses cgroup v1 hybrid hosts)")
+      ->capture_default_str();
+  cmd->add_option("--image-store", f->store, "where the node keeps its images (default <data-dir>/images)");
+  cmd->add_option("--image-store-limit", f->limit,
+                  "the most the image store holds (e.g. 200g); above it, images no job uses are evicted, oldest "
+                  "use first; 0: no limit")
+      ->capture_default_str();
+  cmd->add_option("--insecure-registry", f->insecure,
+                  "a registry (HOST:PORT) spoken to over plain HTTP or unverified TLS; repeatable");
+  cmd->add_option("--registry-auth", f->auth_file,
+                  "registry credentials in the containers-auth.json format (podman's and skopeo's), read by the "
+                  "pulls; never sent to jobs");
+}
+
+Result<agent::ContainerOptions> ContainerOptionsFrom(const ContainerFlags& f) {
+  agent::ContainerOptions o;
+  o.enabled = f.mode != "off";
+  o.runtime = f.runtime;
+  if (o.runtime.empty()) return InvalidArgument("--container-runtime: empty");
+  if (!f.store.empty()) {
+    if (f.store[0] != '/') return InvalidArgument("--image-store '" + f.store + "': not an absolute path");
+    o.store.root = f.store;
+  }
+  auto limit = ParseBytes(f.limit);
+  if (!limit.ok() || *limit < 0) return InvalidArgument("--image-store-limit '" + f.limit + "': not a size");
+  o.store.limit_bytes = *limit;
+  for (const std::string& r : f.insecure) {
+    if (r.empty() || r.find('/') != std::string::npos) {
+      return InvalidArgument("--insecure-registry '" + r + "': expected HOST[:PORT]");
+    }
+    o.store.insecure_registries.push_back(r);
+  }
+  o.store.auth_file = f.auth_file;
+  return o;
 }
 
 Result<std::vector<FaultFlag>> ParseFaultFlags(const std::vector<std::string>& flags) {

@@ -45,6 +45,19 @@ struct SandboxFlags {
 void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
 Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f);
 
+// Containers (docs/containers.md): --containers, --container-runtime,
+// --image-store, --image-store-limit, --insecure-registry, --registry-auth.
+struct ContainerFlags {
+  std::string mode = "on";  // on, off
+  std::string runtime = "runc";
+  std::string store;
+  std::string limit = "0";
+  std::vector<std::string> insecure;
+  std::string auth_file;
+};
+void AddContainerFlags(CLI::App* cmd, ContainerFlags* f);
+Result<agent::ContainerOptions> ContainerOptionsFrom(const ContainerFlags& f);
+
 // "sim-2:3:xid:79@30s" -> node sim-2, gpu 3, fault xid:79, 30 s after start.
 struct FaultFlag {
   std::string node;

@@ -135,6 +135,9 @@ std::optional<int> UpNodes::StartLocal(std::map<std::string, std::string> labels
   lo.fencing = cp_->ha_group != nullptr;  // in the server's process it cannot lose the server and live
   lo.telemetry = telemetry_;
   lo.sandbox = sandbox_;
+  auto containers = ContainerOptionsFrom(f_.containers);
+  if (!containers.ok()) return BadConfig(containers.status());
+  lo.containers = *containers;
   lo.metrics_listen = f_.agent_metrics_listen;
   lo.metrics_insecure = f_.server.insecure;
   lo.ca_file = cp_->ca_file;
@@ -330,6 +333,7 @@ CLI::App* AddUpCommand(CLI::App& app, UpFlags* f, int* exit_code) {
                  "label of this machine's node, NAME=VALUE, repeatable (simulated nodes get rack and switch)");
   AddTelemetryFlags(up, &f->telemetry);
   AddSandboxFlags(up, &f->sandbox);
+  AddContainerFlags(up, &f->containers);
   up->add_option("--workload", f->workload,
                  "keep submitting a synthetic workload to the simulated nodes: mixed or none")
       ->capture_default_str();

@@ -27,6 +27,7 @@ struct UpFlags {
   std::vector<std::string> labels;  // k=v
   TelemetryFlags telemetry;
   SandboxFlags sandbox;
+  ContainerFlags containers;
   // Simulated nodes.
   int simulate = 0;
   int sim_gpus = 8;

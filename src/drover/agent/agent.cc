@@ -134,6 +134,7 @@ class AgentImpl final : public Agent {
       inventory_.AddGpuReports(h, runner_->JobsByProcessGroup(),
                                [this](int gpu) { return runner_->ShimReportsOn(gpu); });
       runner_->AddCheckpoints(h);
+      runner_->AddImages(h);
     });
 
     WorkloadRunnerOptions wo;
@@ -148,6 +149,7 @@ class AgentImpl final : public Agent {
     wo.checkpoint_retention = opts_.checkpoint_retention;
     wo.job_env_allow = opts_.job_env_allow;
     wo.sandbox = opts_.sandbox;
+    wo.containers = opts_.containers;
     wo.exit_watcher = opts_.exit_watcher;
     runner_ = std::make_unique<WorkloadRunner>(std::move(wo), &loop_, &stopping_, &inventory_, services_.get());
     services_->SetHost(runner_.get());
@@ -178,6 +180,7 @@ class AgentImpl final : public Agent {
   void OnMessage(v1::ServerMessage m) {
     if (m.has_desired()) runner_->OnDesired(m.desired());
     if (m.has_inject_fault()) inventory_.InjectFault(m.inject_fault());
+    if (m.has_pull_image()) runner_->PullImage(m.pull_image());
     if (m.has_heartbeat_ack()) lease_->OnHeartbeatAck(m.heartbeat_ack());
   }
 

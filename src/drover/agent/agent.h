@@ -25,6 +25,7 @@
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/devices/topology/host_topology.h"
 #include "drover/agent/job_env.h"
+#include "drover/agent/image_store.h"
 #include "drover/agent/sandbox.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/status.h"
@@ -125,6 +126,9 @@ struct AgentOptions {
   std::chrono::seconds checkpoint_retention{3600};
   // How jobs are sandboxed (sandbox.h; docs/security.md, "The job sandbox").
   SandboxPolicy sandbox;
+  // Container workloads (docs/containers.md): the runtime and the node's
+  // image store.
+  ContainerOptions containers;
   // The thread the agent works on (its own state, telemetry, its link to
   // the server), shared with other agents: `drover up --simulate N` runs
   // N simulated nodes on a few loops. Null: threads of its own. A shared

@@ -187,6 +187,12 @@ Status JobDir::WriteSpec(const JobSpecFile& s) const {
          {"grace_seconds", s.grace_seconds},
          {"lease_file", s.lease_file},
          {"output_dir", s.output_dir}};
+  if (s.container) {
+    const ContainerRun& c = *s.container;
+    j["container"] = json{{"runtime", c.runtime}, {"root", c.root},   {"id", c.id},         {"bundle", c.bundle},
+                          {"lower", c.lower},     {"upper", c.upper}, {"work", c.work},     {"image", c.image},
+                          {"digest", c.digest}};
+  }
   return WriteFileAtomic(File("spec.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
 
@@ -201,6 +207,24 @@ Result<JobSpecFile> JobDir::ReadSpec() const {
   s.grace_seconds = Get<int>(*j, "grace_seconds", 10);
   s.lease_file = Get<std::string>(*j, "lease_file", "");
   s.output_dir = Get<std::string>(*j, "output_dir", "");
+  if (j->contains("container") && (*j)["container"].is_object()) {
+    const json& c = (*j)["container"];
+    ContainerRun r;
+    r.runtime = Get<std::string>(c, "runtime", "");
+    r.root = Get<std::string>(c, "root", "");
+    r.id = Get<std::string>(c, "id", "");
+    r.bundle = Get<std::string>(c, "bundle", "");
+    r.lower = Get<std::string>(c, "lower", "");
+    r.upper = Get<std::string>(c, "upper", "");
+    r.work = Get<std::string>(c, "work", "");
+    r.image = Get<std::string>(c, "image", "");
+    r.digest = Get<std::string>(c, "digest", "");
+    if (r.runtime.empty() || r.id.empty() || r.bundle.empty() || r.lower.empty() || r.upper.empty() ||
+        r.work.empty()) {
+      return InvalidArgument(fmt::format("'{}/spec.json' has an incomplete container", path_));
+    }
+    s.container = std::move(r);
+  }
   if (s.job_id.empty() || s.command.empty()) return InvalidArgument(fmt::format("'{}/spec.json' is incomplete", path_));
   return s;
 }

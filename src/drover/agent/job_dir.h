@@ -42,6 +42,22 @@
 
 namespace drover::agent {
 
+// A container workload's run (oci_bundle.h, docs/containers.md): the
+// supervisor mounts the overlay (`lower` the image's unpacked root, read-only;
+// `upper` and `work` the job's writable layer) at <bundle>/rootfs in a
+// mount namespace of the runtime's own, then runs
+// `<runtime> --root <root> run --bundle <bundle> <id>` as the job's process;
+// once it ends, `<runtime> --root <root> delete --force <id>`.
+struct ContainerRun {
+  std::string runtime;
+  std::string root;
+  std::string id;
+  std::string bundle;
+  std::string lower, upper, work;
+  std::string image;   // the reference, for what the agent reports
+  std::string digest;  // the image's manifest digest
+};
+
 struct JobSpecFile {
   std::string job_id;
   std::vector<std::string> command;
@@ -53,6 +69,8 @@ struct JobSpecFile {
   std::string lease_file;
   // Where output.log and the default work/ go; empty: the job directory.
   std::string output_dir;
+  // Set for a container workload: `command` is then what runs inside it.
+  std::optional<ContainerRun> container;
 };
 
 // Where this node keeps the state directories of its jobs, for the agent

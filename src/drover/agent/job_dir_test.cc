@@ -204,7 +204,7 @@ TEST_F(JobDirTest, WriteFileAtomicReplacesWholeAndLeavesNoTemporary) {
   EXPECT_EQ(names, std::vector<std::string>{"file.json"});
 
   JobDir dir(MakeDir("j-000007"));
-  ASSERT_TRUE(dir.WriteSpec(JobSpecFile{"j-000007", {"true"}, {}, "", 10, "", ""}).ok());
+  ASSERT_TRUE(dir.WriteSpec(JobSpecFile{"j-000007", {"true"}, {}, "", 10, "", "", std::nullopt}).ok());
   ASSERT_TRUE(dir.WriteStarted(StartedFile{99, 1}).ok());
   ASSERT_TRUE(dir.WriteStop(2).ok());
   ASSERT_TRUE(dir.WriteExit(ExitFile{}).ok());

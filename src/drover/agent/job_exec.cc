@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -49,6 +50,16 @@ bool BecomeUser(const ExecUser& u) {
   return ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0 || errno == EINVAL;
 }
 
+// A mount namespace of this process's own, in which nothing it mounts
+// reaches the node's (slave: the node's later mounts still show), and the
+// container's root in it. Layers are untrusted: nodev and nosuid make a
+// device node or a setuid file in one inert.
+bool MountOverlay(const ExecOverlay& o) {
+  if (::unshare(CLONE_NEWNS) != 0) return false;
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return false;
+  return ::mount("overlay", o.target, "overlay", MS_NODEV | MS_NOSUID, o.options) == 0;
+}
+
 }  // namespace
 
 void ExecJob(const ExecArgs& a, const char* join) {
@@ -67,6 +78,7 @@ void ExecJob(const ExecArgs& a, const char* join) {
   // its state with (docs/security.md, "Files"), as container runtimes give.
   ::umask(022);
   if (a.user != nullptr && !BecomeUser(*a.user)) FailChild(a.report, ChildError::kUser);
+  if (a.overlay != nullptr && !MountOverlay(*a.overlay)) FailChild(a.report, ChildError::kContainerRoot);
   if (::chdir(a.work) != 0) FailChild(a.report, ChildError::kChdir);
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // nothing of the supervisor's leaks into the job
   // Last: the filter holds for the exec and everything after it.
@@ -86,6 +98,7 @@ std::string DescribeChildError(const ChildError& e, const std::string& cgroup_di
     case ChildError::kSandbox: return fmt::format("cannot set up its sandbox: {}", why);
     case ChildError::kUser: return fmt::format("cannot drop to its user: {}", why);
     case ChildError::kSeccomp: return fmt::format("cannot load its system-call filter (seccomp): {}", why);
+    case ChildError::kContainerRoot: return fmt::format("cannot mount its container's root file system: {}", why);
     default: return fmt::format("cannot set up its process: {}", why);
   }
 }

@@ -19,7 +19,18 @@ struct SeccompFilter;  // seccomp_profile.h
 // What the job's process could not do before exec, and the errno; written
 // to ExecArgs::report (a close-on-exec pipe: end of file means it ran).
 struct ChildError {
-  enum Step : int { kJoinCgroup = 1, kPin, kProcessGroup, kStdio, kChdir, kExec, kSandbox, kUser, kSeccomp } step;
+  enum Step : int {
+    kJoinCgroup = 1,
+    kPin,
+    kProcessGroup,
+    kStdio,
+    kChdir,
+    kExec,
+    kSandbox,
+    kUser,
+    kSeccomp,
+    kContainerRoot
+  } step;
   int error;
 };
 
@@ -28,6 +39,15 @@ struct ChildError {
 struct ExecUser {
   uid_t uid;
   gid_t gid;
+};
+
+// A container's root file system (job_dir.h, ContainerRun): an overlay
+// mounted at `target` in a mount namespace of the process's own, which the
+// runtime it execs inherits; gone with the namespace when the runtime and
+// the container have ended.
+struct ExecOverlay {
+  const char* target;
+  const char* options;  // "lowerdir=...,upperdir=...,workdir=..."
 };
 
 // What the job's process needs between its birth and exec.
@@ -43,6 +63,7 @@ struct ExecArgs {
   bool own_group = true;                   // lead a process group of its own (else stay in the parent's)
   const ExecUser* user = nullptr;          // become this user first; null: stay as the supervisor is
   const SeccompFilter* seccomp = nullptr;  // loaded last, just before the exec; null: none
+  const ExecOverlay* overlay = nullptr;    // mounted before the chdir; null: none
 };
 
 // Everything the job's process does between its birth and exec, then exec:

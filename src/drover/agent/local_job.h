@@ -37,6 +37,12 @@ struct LocalJob {
   int64_t checkpoint_said_ns = 0;  // the checkpoint directory's mtime last told the server
   int64_t launch_ns = 0;
   std::optional<JobCgroup> cgroup;  // its group, removed (with what is left in it) when forgotten
+  // Containers only: the image it runs (held in use in the node's store
+  // until the job is forgotten), or, while `pulling`, the one it waits for;
+  // what the server was last told of the pull.
+  std::string image_digest;
+  bool pulling = false;
+  std::string reported_pull;
   // Services only (service.h): the replica's state; the spec it runs under
   // (kept in service.json); a restart waiting for its back-off (nothing runs,
   // started.json and exit.json are gone) and the exit it follows; what the

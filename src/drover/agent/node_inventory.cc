@@ -131,10 +131,15 @@ void NodeInventory::SetUpIsolation(const AgentOptions& opts) {
   isolation_ = ProbeNodeIsolation(group, pinning_problem);
   for (const GpuDevice& g : gpus_) {
     std::vector<DeviceRule> rules;
+    std::vector<std::string> files;
     for (const std::string& file : GpuDeviceFiles(g.pci_bus_id)) {
-      if (auto rule = DeviceRuleOf(file)) rules.push_back(*rule);
+      if (auto rule = DeviceRuleOf(file)) {
+        rules.push_back(*rule);
+        files.push_back(file);
+      }
     }
     gpu_devices_.push_back(std::move(rules));
+    gpu_files_.push_back(std::move(files));
   }
   if (opts.sandbox.enabled) {
     std::string problem = ProbeSandbox();
@@ -188,6 +193,34 @@ std::vector<DeviceRule> NodeInventory::DenyFor(const v1::Workload& w) const {
   }
   std::vector<DeviceRule> out;
   std::set_difference(deny.begin(), deny.end(), keep.begin(), keep.end(), std::back_inserter(out));
+  return out;
+}
+
+// A container's devices: each of its GPUs' device files at their own
+// paths, the vendors' shared control files its GPUs need, and for a GPU
+// without device files (simulated) a stand-in, /dev/drover-gpu<index> (the
+// numbers of /dev/null), so that a container sees which GPUs are its own.
+std::vector<DeviceNode> NodeInventory::DeviceNodesFor(const v1::Workload& w) const {
+  std::vector<DeviceNode> out;
+  std::set<std::string> vendors;
+  auto add = [&out](const std::string& path, const std::string& as) {
+    if (auto rule = DeviceRuleOf(path)) out.push_back(DeviceNode{as, rule->type, rule->major, rule->minor, 0666});
+  };
+  for (int i : w.gpu_indices()) {
+    if (i < 0 || static_cast<size_t>(i) >= gpus_.size()) continue;
+    const size_t g = static_cast<size_t>(i);
+    vendors.insert(gpus_[g].vendor);
+    if (gpu_files_[g].empty()) {
+      add("/dev/null", fmt::format("/dev/drover-gpu{}", i));
+      continue;
+    }
+    for (const std::string& f : gpu_files_[g]) add(f, f);
+  }
+  if (vendors.contains("nvidia")) {
+    for (const char* f : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"})
+      add(f, f);
+  }
+  if (vendors.contains("amd")) add("/dev/kfd", "/dev/kfd");
   return out;
 }
 

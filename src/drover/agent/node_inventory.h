@@ -29,6 +29,7 @@
 #include "drover/agent/isolation.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
+#include "drover/agent/oci_bundle.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/metrics.h"
 #include "drover/common/status.h"
@@ -65,6 +66,8 @@ class NodeInventory {
   // The workload's CPUs (those of its GPUs' NUMA nodes the agent may use)
   // and cgroup (its limits, the other GPUs' device files denied).
   JobIsolation IsolationFor(const std::string& key, const v1::Workload& w) const;
+  // The device nodes a container of `w` gets (oci_bundle.h).
+  std::vector<DeviceNode> DeviceNodesFor(const v1::Workload& w) const;
   // Whether jobs get their namespaces here (sandbox.h).
   bool sandbox() const { return isolation_.sandbox; }
   // Whether jobs' system calls are filtered here (seccomp_profile.h).
@@ -112,6 +115,7 @@ class NodeInventory {
   std::vector<int> allowed_cpus_;                     // the agent's own affinity, ascending
   std::map<std::string, std::string> agent_env_;      // the allow-listed part of the agent's environment
   std::vector<std::vector<DeviceRule>> gpu_devices_;  // per GPU: its device files
+  std::vector<std::vector<std::string>> gpu_files_;   // ... and their paths
   std::vector<double> loads_;                         // what SetLoad was last told, per GPU (-1: nothing yet)
 };
 

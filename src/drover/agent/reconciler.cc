@@ -39,6 +39,7 @@ const char* ActionKindName(ActionKind k) {
     case ActionKind::kTerminate: return "terminate";
     case ActionKind::kKill: return "kill";
     case ActionKind::kAbandonRestart: return "abandon-restart";
+    case ActionKind::kAbandonPull: return "abandon-pull";
     case ActionKind::kForget: return "forget";
   }
   return "unknown";
@@ -59,6 +60,10 @@ std::vector<Action> Reconcile(const DesiredView& desired, const std::vector<Obse
     if (desired.keys.contains(w.key)) continue;
     if (w.restart_pending) {
       out.push_back(MakeAction(ActionKind::kAbandonRestart, w.key));
+      continue;
+    }
+    if (w.pulling && !w.exited) {
+      out.push_back(MakeAction(ActionKind::kAbandonPull, w.key));
       continue;
     }
     if (w.exited) {

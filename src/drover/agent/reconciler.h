@@ -48,6 +48,7 @@ struct ObservedWorkload {
   bool exited = false;                   // its end is on record
   bool reported_ended = false;           // ... and the server was told of it
   bool restart_pending = false;          // a service waiting out its restart back-off
+  bool pulling = false;                  // a container waiting for its image's pull
   std::optional<int64_t> sigterm_ns;     // when it was sent SIGTERM
   std::optional<int64_t> checkpoint_ns;  // when it was asked to checkpoint
   int grace_seconds = 10;                // its own termination grace
@@ -59,6 +60,7 @@ enum class ActionKind {
   kTerminate,       // SIGTERM now; SIGKILL after `grace_seconds`
   kKill,            // its grace is over: SIGKILL
   kAbandonRestart,  // a service's restart no longer wanted: it ends with its last exit
+  kAbandonPull,     // a container no longer wanted while its image is pulled: it ends unstarted
   kForget,          // ended, reported and not desired: its records go
 };
 

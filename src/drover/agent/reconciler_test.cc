@@ -137,6 +137,16 @@ TEST(ReconcilerTest, AbandonsAServicesPendingRestart) {
   w.started = false;  // between two runs of its process
   w.restart_pending = true;
   EXPECT_EQ(Reconcile(Fresh({}), {w}, kNow), std::vector<Action>{MakeAction(ActionKind::kAbandonRestart, "j-000001")});
+}
+
+// A container cancelled while its image is pulled ends without starting;
+// one still wanted waits for the pull (nothing to do).
+TEST(ReconcilerTest, AContainerNoLongerWantedWhileItsImageIsPulledIsAbandoned) {
+  ObservedWorkload w;
+  w.key = "j-000001";
+  w.pulling = true;
+  EXPECT_EQ(Reconcile(Fresh({}), {w}, kNow), std::vector<Action>{MakeAction(ActionKind::kAbandonPull, "j-000001")});
+  EXPECT_TRUE(Reconcile(Fresh({"j-000001"}), {w}, kNow).empty());
   EXPECT_TRUE(Reconcile(Fresh({"j-000001"}), {w}, kNow).empty()) << "still desired: it restarts";
 }
 

@@ -100,7 +100,7 @@ class SandboxedJobTest : public TempDirTest {
     dir_ = MakeDir("agent/jobs/" + name);
     std::string work = dir_ + "/work";
     fs::create_directories(work);
-    JobSpecFile spec{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""};
+    JobSpecFile spec{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", "", std::nullopt};
     JobDir job(dir_);
     EXPECT_TRUE(job.WriteSpec(spec).ok());
     JobIsolation iso;
@@ -193,7 +193,9 @@ TEST_F(SandboxedJobTest, ExitCodesAndSignalsAreTheJobsAndAStopReachesIt) {
   dir_ = MakeDir("agent/jobs/j-2");
   fs::create_directories(dir_ + "/work");
   JobDir job(dir_);
-  ASSERT_TRUE(job.WriteSpec(JobSpecFile{"j-2", {"sleep", "600"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""}).ok());
+  ASSERT_TRUE(
+      job.WriteSpec(JobSpecFile{"j-2", {"sleep", "600"}, {{"PATH", "/usr/bin:/bin"}}, "", 10, "", "", std::nullopt})
+          .ok());
   JobIsolation iso;
   iso.sandbox = MakeJobSandbox(policy_, "other", {secret_}, {dir_}, {dir_ + "/work"});
   ASSERT_TRUE(job.WriteIsolation(iso).ok());

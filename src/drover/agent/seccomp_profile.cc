@@ -187,4 +187,41 @@ std::string DescribeSeccompEnd(int exit_code, int signal) {
   return "";
 }
 
+std::string SeccompOciJson(bool as_root) {
+  // Hand-written JSON: the supervisor's program links no JSON writer for this.
+  std::string out = R"({"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64"],"syscalls":[)";
+  bool first = true;
+  auto rule = [&](const char* action, const std::string& names, const std::string& extra) {
+    out += first ? "" : ",";
+    first = false;
+    out += fmt::format(R"({{"names":[{}],"action":"{}"{}}})", names, action, extra);
+  };
+  auto names = [](auto begin, auto end) {
+    std::string s;
+    for (auto it = begin; it != end; ++it) s += fmt::format("{}\"{}\"", s.empty() ? "" : ",", *it);
+    return s;
+  };
+  rule("SCMP_ACT_KILL_PROCESS", names(std::begin(kKillAlways), std::end(kKillAlways)), "");
+  if (!as_root) {
+    rule("SCMP_ACT_KILL_PROCESS", names(std::begin(kKillUser), std::end(kKillUser)), "");
+    rule("SCMP_ACT_ERRNO", names(std::begin(kDenyUser), std::end(kDenyUser)), fmt::format(R"(,"errnoRet":{})", EPERM));
+    rule("SCMP_ACT_ERRNO", names(std::begin(kAbsentUser), std::end(kAbsentUser)),
+         fmt::format(R"(,"errnoRet":{})", ENOSYS));
+    for (unsigned long flag : kNamespaceFlags) {
+      rule("SCMP_ACT_KILL_PROCESS", R"("clone")",
+           fmt::format(R"(,"args":[{{"index":0,"value":{},"valueTwo":{},"op":"SCMP_CMP_MASKED_EQ"}}])", flag, flag));
+    }
+    for (int family : {AF_INET, AF_INET6}) {
+      rule("SCMP_ACT_KILL_PROCESS", R"("socket")",
+           fmt::format(R"(,"args":[{{"index":0,"value":{},"op":"SCMP_CMP_EQ"}},)"
+                       R"({{"index":1,"value":{},"valueTwo":{},"op":"SCMP_CMP_MASKED_EQ"}}])",
+                       family, 0xf, SOCK_RAW));
+    }
+    rule("SCMP_ACT_KILL_PROCESS", R"("socket")",
+         fmt::format(R"(,"args":[{{"index":0,"value":{},"op":"SCMP_CMP_EQ"}}])", AF_PACKET));
+  }
+  out += "]}";
+  return out;
+}
+
 }  // namespace drover::agent

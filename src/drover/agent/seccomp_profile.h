@@ -41,6 +41,10 @@ struct SeccompFilter {
 // Answers the same object for the life of the process.
 Result<const SeccompFilter*> SeccompProfile(bool as_root);
 
+// The same profile as an OCI runtime spec "seccomp" object (JSON), for a
+// container runtime to load (oci_bundle.h).
+std::string SeccompOciJson(bool as_root);
+
 // Loads `f` on the calling thread (after no_new_privs, or as root); false
 // with errno set when the kernel refuses it. Only the system call: safe in
 // a vfork or clone child.

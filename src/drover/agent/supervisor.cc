@@ -136,7 +136,8 @@ pid_t CloneIntoCgroup(int cgroup_fd, const ExecArgs& a) {
 // How the exec went comes back on a close-on-exec pipe: end of file means
 // the job runs.
 Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const std::string& work,
-                       std::vector<char*>& argv, std::vector<char*>& envp, int status_fd) {
+                       std::vector<char*>& argv, std::vector<char*>& envp, int status_fd,
+                       const ExecOverlay* overlay) {
   // Without namespaces the job still runs as its tenant's user (its own
   // directories first); StartSandboxed gives them itself.
   const bool plain_user = iso.sandbox && !iso.sandbox->namespaces && !iso.sandbox->as_root;
@@ -169,6 +170,7 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   const std::string procs = iso.cgroup ? iso.cgroup->dir + "/cgroup.procs" : "";
   if (plain_user) exec.user = &iso.sandbox->user;
   exec.seccomp = filter;
+  exec.overlay = overlay;
   if (iso.sandbox && iso.sandbox->namespaces) {
     int group_fd = iso.cgroup ? ::open(iso.cgroup->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     auto started = StartSandboxed(*iso.sandbox, group_fd, iso.cgroup ? procs.c_str() : nullptr, exec, status_fd);
@@ -216,6 +218,30 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   return Unavailable(DescribeChildError(e, iso.cgroup ? iso.cgroup->dir : "", FormatCpuList(iso.cpus), work));
 }
 
+// `runtime delete --force id`, waited for (a few milliseconds; bounded by
+// the runtime itself, which kills what is left of the container).
+void DeleteContainer(const ContainerRun& c) {
+  std::vector<std::string> args = {c.runtime, "--root", c.root, "delete", "--force", c.id};
+  std::vector<char*> argv = Pointers(args);
+  pid_t pid = ::vfork();
+  if (pid == 0) {
+    int null_fd = ::open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, 0);
+      ::dup2(null_fd, 1);
+    }
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (pid > 0) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
 // How often a supervisor with a lease file looks at it.
 constexpr long kLeaseCheckNs = 50'000'000;
 
@@ -260,6 +286,20 @@ int RunSupervisor(const std::string& dir, int started_fd) {
 
   auto isolation = job.ReadIsolation();
   if (!isolation.ok()) return not_started(isolation.status().message());
+  // A container: the runtime confines it (its namespaces, user and filter
+  // are in its config.json); it runs as the runtime's own process, here in
+  // the job's cgroup and on its CPUs.
+  std::vector<std::string> run;
+  std::string overlay_options;
+  std::string overlay_target;
+  if (spec->container) {
+    const ContainerRun& c = *spec->container;
+    isolation->sandbox.reset();
+    run = {c.runtime, "--root", c.root, "run", "--bundle", c.bundle, c.id};
+    work = c.bundle;
+    overlay_target = c.bundle + "/rootfs";
+    overlay_options = fmt::format("lowerdir={},upperdir={},workdir={}", c.lower, c.upper, c.work);
+  }
   const std::optional<JobCgroup>& group = isolation->cgroup;
   if (group) {
     if (Status s = CreateJobCgroup(*group); !s.ok()) {
@@ -268,7 +308,7 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     }
   }
 
-  std::vector<std::string> argv_s = spec->command;
+  std::vector<std::string> argv_s = spec->container ? run : spec->command;
   std::vector<std::string> env_s = BuildEnv(*spec);
   std::vector<char*> argv = Pointers(argv_s);
   std::vector<char*> envp = Pointers(env_s);
@@ -279,7 +319,8 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     return not_started(fmt::format("cannot make a pipe: {}", std::strerror(errno)));
   }
   int64_t start = NowNanos();
-  auto child = StartJob(*isolation, log, work, argv, envp, status_fds[1]);
+  const ExecOverlay overlay{overlay_target.c_str(), overlay_options.c_str()};
+  auto child = StartJob(*isolation, log, work, argv, envp, status_fds[1], spec->container ? &overlay : nullptr);
   if (status_fds[1] >= 0) ::close(status_fds[1]);
   if (!child.ok()) {
     if (status_fds[0] >= 0) ::close(status_fds[0]);
@@ -355,6 +396,9 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   if (isolation->sandbox && isolation->sandbox->seccomp && e.message.empty()) {
     e.message = DescribeSeccompEnd(e.exit_code, e.signal);
   }
+  // The runtime's record of the container, and whatever of it outlived
+  // the runtime's own process (killed after its grace).
+  if (spec->container) DeleteContainer(*spec->container);
   if (group) {
     // Killed for memory: say so (the kernel's SIGKILL alone says nothing).
     if (e.signal == SIGKILL && OomKills(Slurp(group->dir + "/memory.events")) > 0) {

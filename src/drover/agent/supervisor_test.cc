@@ -61,7 +61,8 @@ class SupervisorTest : public TempDirTest, public ::testing::WithParamInterface<
                      std::move(working_dir),
                      10,
                      std::move(lease_file),
-                     std::move(output_dir)};
+                     std::move(output_dir),
+                     std::nullopt};
     EXPECT_TRUE(JobDir(dir).WriteSpec(spec).ok());
     return Spawn(dir);
   }
@@ -460,7 +461,9 @@ class SupervisorPoolTest : public TempDirTest {
   std::string Prepare(const std::string& name, std::vector<std::string> command) {
     std::string dir = MakeDir(name);
     EXPECT_TRUE(
-        JobDir(dir).WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", ""}).ok());
+        JobDir(dir)
+            .WriteSpec(JobSpecFile{name, std::move(command), {{"PATH", "/usr/bin:/bin"}}, "", 10, "", "", std::nullopt})
+            .ok());
     return dir;
   }
   static std::optional<int> Reap(pid_t pid) {

@@ -107,6 +107,13 @@ void WorkloadRunner::AdoptJobs() {
     job.grace_seconds = spec->grace_seconds;
     job.sigterm_ns = dir.ReadStop();
     if (auto iso = dir.ReadIsolation(); iso.ok()) job.cgroup = iso->cgroup;
+    if (spec->container) {
+      job.image_digest = spec->container->digest;
+      std::string why;
+      if (ImageStore* store = Images(&why); store != nullptr && !job.image_digest.empty()) {
+        store->Use(job.image_digest);
+      }
+    }
     services_->Adopt(&job);
     jobs_.emplace(spec->job_id, std::move(job));
   };
@@ -140,7 +147,8 @@ void WorkloadRunner::RecordEnd(LocalJob* job, const ExitFile& e) {
 
 // The job's whole environment: allow-listed variables of the agent's,
 // the job's own, then Drover's (job_env.h).
-std::map<std::string, std::string> WorkloadRunner::EnvFor(const v1::Workload& w, const std::vector<int>& cpus) const {
+std::map<std::string, std::string> WorkloadRunner::EnvFor(const v1::Workload& w, const std::vector<int>& cpus,
+                                                          bool container) const {
   std::map<std::string, std::string> env;
   if (!cpus.empty()) env["DROVER_CPUS"] = FormatCpuList(cpus);
   env["DROVER_JOB_ID"] = w.job_id();
@@ -153,15 +161,28 @@ std::map<std::string, std::string> WorkloadRunner::EnvFor(const v1::Workload& w,
   }
   env["DROVER_CHECKPOINT_DIR"] = CheckpointDir(w.job_id());
   inventory_->AddGpuVisibility(w, &env);
+  if (container) {
+    // Nothing of the node's own: the image's environment is the base
+    // (ContainerEnv), PATH included unless the job sets it.
+    std::map<std::string, std::string> out = BuildJobEnv({}, {}, {w.env().begin(), w.env().end()}, env);
+    if (!w.env().contains("PATH")) out.erase("PATH");
+    return out;
+  }
   return BuildJobEnv(inventory_->agent_env(), opts_.job_env_allow, {w.env().begin(), w.env().end()}, env);
 }
 
-void WorkloadRunner::Launch(const v1::Workload& w) {
+void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
   const std::string key = WorkloadKey(w);
   auto ref = rpc::ParseWorkloadId(key);
   if (!ref.ok() || ref->job_id != w.job_id() || (ref->gang && ref->replica != w.replica())) {
     spdlog::error("server sent a workload with a malformed id '{}' (job '{}')", key, w.job_id());
     return;
+  }
+  const bool container = w.has_container() && !w.container().image().empty();
+  StoredImage held;
+  if (container && image == nullptr) {
+    if (!EnsureImage(w, key, &held)) return;  // it waits for its pull, or failed
+    image = &held;
   }
   JobDir dir(jobs_dir_ + "/" + key);
   LocalJob job(dir);
@@ -182,24 +203,29 @@ void WorkloadRunner::Launch(const v1::Workload& w) {
                  cec.message());
   }
   job.cgroup = iso.cgroup;
-  std::map<std::string, std::string> env = EnvFor(w, iso.cpus);
+  std::map<std::string, std::string> env = EnvFor(w, iso.cpus, container);
   std::unique_ptr<ServiceReplica> service;
   Status svc = w.has_service() ? services_->Prepare(w, dir, &env, &service) : Status::Ok();
   // A GPU memory limit: the shim preloaded (job_env.h); the job fails to start without it.
   Status limit = AddGpuMemoryLimit(w.gpu_memory_limit_bytes(), dir.path() + "/gpu-memory", &env);
-  Status sandboxed = SandboxFor(w, dir, job.output_dir, env.contains("DROVER_GPU_MEMORY_REPORT"), &iso);
+  // A container's sandbox is its runtime's (PrepareContainer).
+  Status sandboxed =
+      container ? Status::Ok() : SandboxFor(w, dir, job.output_dir, env.contains("DROVER_GPU_MEMORY_REPORT"), &iso);
   JobSpecFile spec{key,
                    {w.command().begin(), w.command().end()},
                    std::move(env),
-                   w.working_dir(),
+                   container ? "" : w.working_dir(),
                    job.grace_seconds,
                    opts_.lease_file,
-                   job.output_dir};
+                   job.output_dir,
+                   std::nullopt};
   Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
              : !sandboxed.ok() ? sandboxed
              : !limit.ok()     ? limit
              : !svc.ok()       ? svc
                                : dir.WriteSpec(spec);
+  if (s.ok() && container) s = PrepareContainer(w, key, *image, &job, &iso, spec.env, &spec);
+  if (s.ok() && container) s = dir.WriteSpec(spec);
   if (s.ok()) s = dir.WriteIsolation(iso);
   if (s.ok()) s = StartProcess(key, &job);
   if (service && s.ok()) {
@@ -293,6 +319,7 @@ void WorkloadRunner::Reconcile(bool fresh) {
     o.exited = job.exited.has_value();
     o.reported_ended = job.reported == v1::WORKLOAD_STATE_EXITED || job.reported == v1::WORKLOAD_STATE_FAILED_TO_START;
     o.restart_pending = job.restart_pending;
+    o.pulling = job.pulling;
     o.sigterm_ns = job.sigterm_ns;
     o.checkpoint_ns = job.checkpoint_ns;
     o.grace_seconds = job.grace_seconds;
@@ -312,6 +339,12 @@ void WorkloadRunner::Apply(const Action& a, int64_t now) {
     return;
   }
   LocalJob& job = jobs_.at(a.key);
+  if (a.kind == ActionKind::kAbandonPull) {
+    // The pull goes on (another job, or the next attempt, may want it).
+    job.pulling = false;
+    RecordEnd(&job, ExitFile{-1, SIGTERM, now, "stopped while its image was pulled", false});
+    return;
+  }
   if (a.kind == ActionKind::kAbandonRestart) {
     services_->AbandonRestart(&job);
     return;
@@ -346,6 +379,7 @@ void WorkloadRunner::Forget(const std::string& id) {
   // first leaves it (and perhaps the job's processes) behind.
   if (const auto& g = job.cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
   services_->Forget(job);
+  if (!job.image_digest.empty() && images_) images_->Release(job.image_digest);
   std::error_code ec;
   fs::remove_all(job.dir.path(), ec);  // in memory: at once
   OffLoop([dir = job.output_dir] {

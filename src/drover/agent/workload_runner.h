@@ -40,6 +40,7 @@
 
 #include "drover/agent/connection.h"
 #include "drover/agent/exit_watcher.h"
+#include "drover/agent/image_store.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
 #include "drover/agent/local_job.h"
@@ -66,6 +67,7 @@ struct WorkloadRunnerOptions {
   std::vector<std::string> job_env_allow;
   ExitWatcher* exit_watcher = nullptr;  // shared; null: one of its own
   SandboxPolicy sandbox;
+  ContainerOptions containers;
 };
 
 class WorkloadRunner final : public ServiceHost {
@@ -111,6 +113,10 @@ class WorkloadRunner final : public ServiceHost {
   // How busy each of `gpus` GPUs is (0..1 each, may sum above 1): a running
   // job keeps its GPUs busy (DROVER_SIM_LOAD in its environment says how much).
   std::vector<double> Loads(size_t gpus) const;
+  // The node's images, when they changed since the last heartbeat said.
+  void AddImages(v1::Heartbeat* h);
+  // An administrator's pull ahead of jobs (NodeService.PullImage).
+  void PullImage(const v1::PullImage& p);
 
   // Shutdown, after the loop was closed, in this order: the exit watches
   // end (no callback of theirs runs after), the launcher goes (a spare
@@ -130,8 +136,25 @@ class WorkloadRunner final : public ServiceHost {
  private:
   // Adoption and launch (workload_runner.cc).
   void AdoptJobs();
-  void Launch(const v1::Workload& w);
-  std::map<std::string, std::string> EnvFor(const v1::Workload& w, const std::vector<int>& cpus) const;
+  // Starts `w`; a container workload whose image is not held yet waits for
+  // its pull first (`image`: the image, once held).
+  void Launch(const v1::Workload& w, const StoredImage* image = nullptr);
+  // Containers (workload_containers.cc).
+  // The node's image store, opened on first use; null (with `why`) when
+  // this node runs no containers.
+  ImageStore* Images(std::string* why);
+  // Asks for the image of `w`: true when it is held (in `image`); false when
+  // the job waits for its pull (its record made) or failed (its end recorded).
+  bool EnsureImage(const v1::Workload& w, const std::string& key, StoredImage* image);
+  void OnImage(const std::string& key, Result<StoredImage> image);
+  // The job's run in its container: config.json in its bundle, the overlay's
+  // directories, `spec->container` and the command it runs.
+  Status PrepareContainer(const v1::Workload& w, const std::string& key, const StoredImage& image, LocalJob* job,
+                          JobIsolation* iso, std::map<std::string, std::string> env, JobSpecFile* spec);
+  ImageStore::Request ImageRequest(const v1::Workload& w) const;
+  // The job's environment; a container's has nothing of the node's.
+  std::map<std::string, std::string> EnvFor(const v1::Workload& w, const std::vector<int>& cpus,
+                                            bool container = false) const;
   Status StartProcess(const std::string& key, LocalJob* job);
   std::string CheckpointRoot() const;
   std::string CheckpointDir(const std::string& job_id) const { return CheckpointRoot() + "/" + job_id; }
@@ -176,6 +199,10 @@ class WorkloadRunner final : public ServiceHost {
   std::map<std::string, v1::Workload> desired_;
   std::map<std::string, v1::Stop> stops_;  // how to stop what is not desired
   bool have_desired_ = false;
+
+  std::unique_ptr<ImageStore> images_;
+  std::string images_problem_;  // why images_ could not be opened (once tried)
+  uint64_t images_said_ = 0;     // the store's version the last heartbeat carried
 
   std::unique_ptr<WorkloadLauncher> launcher_;
   bool refill_pending_ = false;

@@ -33,12 +33,14 @@ ServiceView ViewOf(const v1::WorkloadStatus& ws) {
 
 // Whether `ws` says something the server was not told of `job`.
 bool Unreported(const v1::WorkloadStatus& ws, const LocalJob& job) {
-  return ws.state() != job.reported || (job.service && ViewOf(ws) != job.reported_service);
+  return ws.state() != job.reported || (job.service && ViewOf(ws) != job.reported_service) ||
+         ws.image_pull() != job.reported_pull;
 }
 
 void MarkReported(const v1::WorkloadStatus& ws, LocalJob* job) {
   job->reported = ws.state();
   job->reported_service = ViewOf(ws);
+  job->reported_pull = ws.image_pull();
 }
 
 }  // namespace
@@ -56,7 +58,7 @@ void WorkloadRunner::Observe(const std::string& id, LocalJob* job) {
 
 // Reads what the supervisor recorded since the last look.
 void WorkloadRunner::Refresh(LocalJob* job) {
-  if (job->exited) return;
+  if (job->exited || job->pulling) return;  // a pulling container has no supervisor yet
   if (!job->started) job->started = job->dir.ReadStarted();
   job->exited = job->dir.ReadExit();
   if (job->exited) {
@@ -203,6 +205,7 @@ void WorkloadRunner::ReportAll() {
   for (auto& [id, job] : jobs_) {
     job.log_sent = 0;
     job.reported = v1::WORKLOAD_STATE_UNSPECIFIED;
+    job.reported_pull.clear();
     job.reported_service = {};
     job.checkpoint_said_ns = 0;
     Observe(id, &job);
@@ -240,9 +243,16 @@ v1::WorkloadStatus WorkloadRunner::StatusOf(const std::string& id, const LocalJo
     ws.set_end_time_unix_nanos(job.exited->end_unix_nanos);
     ws.set_message(job.exited->message);
     ws.set_fenced(job.exited->fenced);
+  } else if (job.pulling) {
+    // Not started: its image is on its way (the server keeps it BOUND).
+    ws.set_state(v1::WORKLOAD_STATE_UNSPECIFIED);
+    auto w = desired_.find(id);
+    std::string progress = w != desired_.end() && images_ ? images_->Progress(ImageRequest(w->second)) : "";
+    ws.set_image_pull(progress.empty() ? "waiting for its image" : progress);
   } else {
     ws.set_state(v1::WORKLOAD_STATE_RUNNING);
   }
+  ws.set_image_digest(job.image_digest);
   if (job.service) {
     ServiceView v = job.service->View();
     ws.set_port(v.port);

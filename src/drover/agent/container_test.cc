@@ -1,0 +1,363 @@
+// Container workloads end to end on one agent (docs/containers.md): a real
+// agent against a fake control plane, real runc, skopeo and umoci, a real
+// registry (Debian's docker-registry) on loopback with images the test
+// builds from busybox-static. A job in an image runs with the image's
+// files, environment and command, as its tenant's user; its output and exit
+// code come back; cancel with grace reaches its process; an agent restart
+// neither kills nor duplicates it; two jobs wanting a new image cause one
+// pull; an unknown image fails with the reason; a small store evicts what
+// no job uses and keeps what one does; a container sees its own stand-in
+// GPU and no other.
+//
+// Needs root and the packages scripts/install-deps.sh installs (runc,
+// skopeo, umoci, docker-registry, busybox-static): it fails without them.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "drover/agent/agent.h"
+#include "drover/agent/devices/device_backend.h"
+#include "drover/agent/fake_agent_server.h"
+#include "drover/agent/image_store.h"
+#include "drover/agent/oci_bundle.h"
+#include "drover/agent/oci_test_support.h"
+#include "drover/rpc/convert.h"
+
+namespace drover::agent {
+namespace {
+
+using test_support::FakeServer;
+using test_support::Slurp;
+using test_support::TempDirTest;
+using test_support::TestRegistry;
+
+// ---- pure parts ----
+
+TEST(ImageConfigTest, ReadsTheFieldsAContainerStartsFrom) {
+  auto c = ParseImageConfig(R"({"os":"linux","config":{"Entrypoint":["/bin/sh","-c"],"Cmd":["echo hi"],)"
+                            R"("Env":["A=1","PATH=/bin"],"WorkingDir":"/srv","User":"1234"}})");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->entrypoint, (std::vector<std::string>{"/bin/sh", "-c"}));
+  EXPECT_EQ(c->cmd, (std::vector<std::string>{"echo hi"}));
+  EXPECT_EQ(c->working_dir, "/srv");
+  EXPECT_EQ(c->user, "1234");
+}
+
+TEST(ImageConfigTest, MalformedOrHugeConfigsAreRefused) {
+  EXPECT_FALSE(ParseImageConfig("[]").ok());
+  EXPECT_FALSE(ParseImageConfig(R"({"os":"windows"})").ok());
+  EXPECT_FALSE(ParseImageConfig(R"({"config":{"Cmd":"not a list"}})").ok());
+  EXPECT_FALSE(ParseImageConfig(R"({"config":{"Env":[1,2]}})").ok());
+  EXPECT_FALSE(ParseImageConfig(std::string(kMaxImageConfigBytes + 1, ' ')).ok());
+  EXPECT_FALSE(ParseImageConfig(std::string(100, '[') + std::string(100, ']')).ok());
+}
+
+TEST(ManifestTest, AListIsResolvedToLinuxAmd64OrRefused) {
+  const std::string d = "sha256:" + std::string(64, 'a');
+  auto m = ParseManifest(R"({"manifests":[{"digest":"sha256:)" + std::string(64, 'b') +
+                             R"(","platform":{"os":"linux","architecture":"arm64"}},{"digest":")" + d +
+                             R"(","platform":{"os":"linux","architecture":"amd64"}}]})",
+                         128);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_TRUE(m->is_index);
+  EXPECT_EQ(m->platform_digest, d);
+  auto arm = ParseManifest(
+      R"({"manifests":[{"digest":")" + d + R"(","platform":{"os":"linux","architecture":"arm64"}}]})", 128);
+  ASSERT_FALSE(arm.ok());
+  EXPECT_NE(arm.status().message().find("linux/amd64"), std::string::npos);
+}
+
+TEST(ManifestTest, TooManyLayersOrMissingSizesAreRefused) {
+  std::string layers;
+  for (int i = 0; i < 3; ++i) layers += std::string(i ? "," : "") + R"({"digest":"sha256:x","size":10})";
+  const std::string m = R"({"schemaVersion":2,"config":{"digest":"sha256:c","size":5},"layers":[)" + layers + "]}";
+  EXPECT_TRUE(ParseManifest(m, 3).ok());
+  auto many = ParseManifest(m, 2);
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("3 layers"), std::string::npos) << many.status().message();
+  EXPECT_FALSE(ParseManifest(R"({"schemaVersion":2,"config":{"size":5},"layers":[{"digest":"sha256:x"}]})", 9).ok());
+  EXPECT_FALSE(ParseManifest(R"({"schemaVersion":2,"config":{"size":99999999},"layers":[]})", 9).ok());
+}
+
+TEST(ContainerSpecTest, TheJobsCommandReplacesTheImagesAfterItsEntrypoint) {
+  ImageConfig image;
+  image.entrypoint = {"/entry"};
+  image.cmd = {"default"};
+  EXPECT_EQ(*ContainerArgs(image, {}), (std::vector<std::string>{"/entry", "default"}));
+  EXPECT_EQ(*ContainerArgs(image, {"mine", "x"}), (std::vector<std::string>{"/entry", "mine", "x"}));
+  EXPECT_FALSE(ContainerArgs(ImageConfig{}, {}).ok());
+  image.env = {"PATH=/image/bin", "A=image"};
+  auto env = ContainerEnv(image, {{"A", "job"}, {"DROVER_JOB_ID", "j-1"}});
+  EXPECT_EQ(env, (std::vector<std::string>{"PATH=/image/bin", "A=job", "DROVER_JOB_ID=j-1"}));
+  EXPECT_EQ(ShmBytes(0, 0), int64_t{1} << 30);
+  EXPECT_EQ(ShmBytes(0, 8 << 20), 4 << 20);
+  EXPECT_EQ(ShmBytes(5, 8 << 20), 5);
+  EXPECT_EQ(ContainerId("j-000001.2"), ContainerId("j-000001.2"));
+  EXPECT_NE(ContainerId("j-1@2"), ContainerId("j-1_2"));
+}
+
+// ---- an agent running containers ----
+
+class ContainerAgentTest : public TempDirTest {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(::geteuid(), 0u) << "the container tests need root (runc)";
+    for (const char* tool : {"runc", "skopeo", "umoci", "docker-registry", "curl"}) {
+      ASSERT_EQ(test_support::Sh(std::string("command -v ") + tool + " >/dev/null"), 0)
+          << tool << " is missing: scripts/install-deps.sh installs it";
+    }
+    registry_dir_ =
+        new std::string(std::filesystem::temp_directory_path() / ("drover-registry-" + std::to_string(::getpid())));
+    registry_ = new TestRegistry();
+    ASSERT_TRUE(registry_->Start(*registry_dir_)) << registry_->log();
+    ASSERT_TRUE(registry_->Push("tiny", "v1", {{"/etc/drover-image", "made-by-the-test\n"}},
+                                {"--config.env=FOO=from-the-image", "--config.cmd=/bin/sh", "--config.cmd=-c",
+                                 "--config.cmd=echo hello from the image", "--config.workingdir=/tmp"},
+                                &tiny_layer_))
+        << registry_->log();
+  }
+  static void TearDownTestSuite() {
+    delete registry_;
+    std::error_code ec;
+    if (registry_dir_ != nullptr) std::filesystem::remove_all(*registry_dir_, ec);
+    delete registry_dir_;
+  }
+
+  void SetUp() override {
+    TempDirTest::SetUp();
+    server_port_ = server_.Start();
+    ASSERT_GT(server_port_, 0);
+    data_dir_ = MakeDir("data");
+    StartTheAgent();
+  }
+  void StartTheAgent() {
+    AgentOptions o;
+    o.node_name = "oci-node";
+    o.server_address = "127.0.0.1:" + std::to_string(server_port_);
+    o.token = "a-node-token";
+    o.data_dir = data_dir_;
+    o.supervisor_exe = DROVER_SUPERVISE_BINARY;
+    o.discover_host_topology = false;
+    o.fencing = false;
+    o.containers.store.insecure_registries = {registry_->host()};
+    o.containers.store.limit_bytes = store_limit_;
+    auto sim = MakeSimulatedBackend({2, "H100 80GB", "oci-node"});
+    ASSERT_TRUE(sim.ok());
+    o.backends.push_back(std::move(*sim));
+    auto agent = StartAgent(std::move(o));
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    agent_ = std::move(*agent);
+  }
+  void TearDown() override {
+    if (agent_) {
+      (void)server_.SendDesired({});
+      for (const std::string& id : launched_) EXPECT_TRUE(server_.WaitEnded(id)) << id << " did not end";
+      agent_->Stop();
+      agent_.reset();
+    }
+    server_.Stop();
+    TempDirTest::TearDown();
+  }
+
+  v1::Workload Job(const std::string& job_id, const std::string& image, std::vector<std::string> command,
+                   const std::string& tenant = "team-a") {
+    v1::Workload w;
+    w.set_job_id(job_id);
+    w.set_workload_id(rpc::WorkloadId(job_id, 0, 1, 1));
+    w.set_tenant(tenant);
+    for (std::string& c : command) w.add_command(std::move(c));
+    w.set_termination_grace_seconds(5);
+    w.mutable_container()->set_image(image);
+    launched_.push_back(w.workload_id());
+    return w;
+  }
+  std::string Ref(const std::string& name) const { return registry_->host() + "/" + name; }
+  std::string Log(const v1::Workload& w) const { return Slurp(data_dir_ + "/jobs/" + w.workload_id() + "/output.log"); }
+
+  static bool Ended(const v1::WorkloadStatus& ws) {
+    return ws.state() == v1::WORKLOAD_STATE_EXITED || ws.state() == v1::WORKLOAD_STATE_FAILED_TO_START;
+  }
+  static bool Running(const v1::WorkloadStatus& ws) { return ws.state() == v1::WORKLOAD_STATE_RUNNING; }
+
+  static inline std::string* registry_dir_ = nullptr;
+  static inline TestRegistry* registry_ = nullptr;
+  static inline std::string tiny_layer_;
+  int64_t store_limit_ = 0;
+  FakeServer server_;
+  int server_port_ = 0;
+  std::string data_dir_;
+  std::unique_ptr<Agent> agent_;
+  std::vector<std::string> launched_;
+};
+
+TEST_F(ContainerAgentTest, AJobRunsInItsImageAsItsTenantsUserWithItsExitCode) {
+  v1::Workload w = Job("j-000001", Ref("tiny:v1"),
+                       {"sh", "-c",
+                        "cat /etc/drover-image; echo FOO=$FOO; echo uid=$(id -u); pwd; "
+                        "grep -c . /proc/self/mounts >/dev/null && echo CapEff=$(grep CapEff /proc/self/status); "
+                        "ls /usr/bin/apt 2>/dev/null || echo no-host-files; exit 7"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state(), v1::WORKLOAD_STATE_EXITED) << end->message();
+  EXPECT_EQ(end->exit_code(), 7) << end->message() << "\n" << Log(w);
+  EXPECT_TRUE(end->image_digest().starts_with("sha256:")) << end->image_digest();
+  const std::string log = Log(w);
+  EXPECT_NE(log.find("made-by-the-test"), std::string::npos) << log;
+  EXPECT_NE(log.find("FOO=from-the-image"), std::string::npos) << log;
+  EXPECT_EQ(log.find("uid=0"), std::string::npos) << log;
+  EXPECT_NE(log.find("uid="), std::string::npos) << log;
+  EXPECT_NE(log.find("/tmp"), std::string::npos) << "the image's working directory:\n" << log;
+  EXPECT_NE(log.find("CapEff=CapEff:\t0000000000000000"), std::string::npos) << log;
+  EXPECT_NE(log.find("no-host-files"), std::string::npos) << log;
+}
+
+TEST_F(ContainerAgentTest, WithoutACommandTheImagesOwnRuns) {
+  v1::Workload w = Job("j-000002", Ref("tiny:v1"), {});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->exit_code(), 0) << end->message();
+  EXPECT_NE(Log(w).find("hello from the image"), std::string::npos) << Log(w);
+}
+
+TEST_F(ContainerAgentTest, CancelWithGraceReachesTheProcessInside) {
+  v1::Workload w = Job("j-000003", Ref("tiny:v1"),
+                       {"sh", "-c", "trap 'echo got TERM; exit 3' TERM; echo started; while true; do sleep 0.1; done"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  ASSERT_TRUE(test_support::PollUntil([&] { return Log(w).find("started") != std::string::npos; })) << Log(w);
+  ASSERT_TRUE(server_.SendDesired({}));
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->exit_code(), 3) << end->message() << "\n" << Log(w);
+  EXPECT_NE(Log(w).find("got TERM"), std::string::npos) << Log(w);
+}
+
+TEST_F(ContainerAgentTest, AnAgentRestartNeitherKillsNorDuplicatesTheContainer) {
+  const std::string flag = root_ + "/go";
+  v1::Workload w = Job("j-000004", Ref("tiny:v1"),
+                       {"sh", "-c", "echo started-once; while [ ! -e /ckpt/go ]; do sleep 0.1; done; exit 5"});
+  // The job waits for a file the test makes in a directory bound into it.
+  std::filesystem::create_directories(root_ + "/shared");
+  v1::Mount* m = w.mutable_container()->add_mounts();
+  m->set_source(root_ + "/shared");
+  m->set_target("/ckpt");
+  ASSERT_TRUE(server_.SendDesired({w}));
+  ASSERT_TRUE(server_.WaitFor(w.workload_id(), Running).has_value());
+  ASSERT_TRUE(test_support::PollUntil([&] { return Log(w).find("started-once") != std::string::npos; })) << Log(w);
+  agent_->Stop();
+  agent_.reset();
+  StartTheAgent();
+  ASSERT_TRUE(server_.WaitSessions(2));
+  ASSERT_TRUE(server_.SendDesired({w}));
+  test_support::Spit(root_ + "/shared/go", "");
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->exit_code(), 5) << end->message() << "\n" << Log(w);
+  const std::string log = Log(w);
+  EXPECT_EQ(log.find("started-once"), log.rfind("started-once")) << "started twice:\n" << log;
+}
+
+TEST_F(ContainerAgentTest, TwoJobsWantingANewImageAtOnceCauseOnePull) {
+  std::string layer;
+  ASSERT_TRUE(registry_->Push("fresh", "v1", {{"/etc/fresh", "fresh\n"}}, {"--config.cmd=true"}, &layer));
+  ASSERT_TRUE(layer.starts_with("sha256:")) << layer;
+  v1::Workload a = Job("j-000005", Ref("fresh:v1"), {"cat", "/etc/fresh"});
+  v1::Workload b = Job("j-000006", Ref("fresh:v1"), {"cat", "/etc/fresh"});
+  ASSERT_TRUE(server_.SendDesired({a, b}));
+  for (const v1::Workload& w : {a, b}) {
+    auto end = server_.WaitFor(w.workload_id(), Ended);
+    ASSERT_TRUE(end.has_value());
+    EXPECT_EQ(end->exit_code(), 0) << end->message();
+    EXPECT_NE(Log(w).find("fresh"), std::string::npos);
+  }
+  EXPECT_EQ(registry_->BlobGets(layer), 1) << registry_->log();
+  // While it was pulled, the jobs said so.
+  bool said = false;
+  for (const v1::WorkloadStatus& ws : server_.Reports(a.workload_id())) said |= !ws.image_pull().empty();
+  EXPECT_TRUE(said);
+}
+
+TEST_F(ContainerAgentTest, AnUnknownImageFailsWithTheReason) {
+  v1::Workload w = Job("j-000007", Ref("no-such-image:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state(), v1::WORKLOAD_STATE_FAILED_TO_START);
+  EXPECT_NE(end->message().find("no-such-image"), std::string::npos) << end->message();
+}
+
+TEST_F(ContainerAgentTest, AContainerSeesItsOwnStandInGpuAndNoOther) {
+  v1::Workload w = Job("j-000008", Ref("tiny:v1"), {"sh", "-c", "ls /dev | grep drover-gpu"});
+  w.add_gpu_indices(1);
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->exit_code(), 0) << end->message();
+  EXPECT_NE(Log(w).find("drover-gpu1"), std::string::npos) << Log(w);
+  EXPECT_EQ(Log(w).find("drover-gpu0"), std::string::npos) << Log(w);
+}
+
+TEST_F(ContainerAgentTest, AMountOfTheAgentsOwnDirectoriesIsRefused) {
+  v1::Workload w = Job("j-000009", Ref("tiny:v1"), {"true"});
+  v1::Mount* m = w.mutable_container()->add_mounts();
+  m->set_source(data_dir_);
+  m->set_target("/data");
+  ASSERT_TRUE(server_.SendDesired({w}));
+  auto end = server_.WaitFor(w.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state(), v1::WORKLOAD_STATE_FAILED_TO_START);
+  EXPECT_NE(end->message().find("not allowed"), std::string::npos) << end->message();
+}
+
+class SmallStoreTest : public ContainerAgentTest {
+ protected:
+  void SetUp() override {
+    store_limit_ = 1;  // any second image is over it
+    ContainerAgentTest::SetUp();
+  }
+};
+
+TEST_F(SmallStoreTest, EvictionKeepsTheImageAJobUses) {
+  ASSERT_TRUE(registry_->Push("evict-a", "v1", {}, {"--config.cmd=true"}));
+  ASSERT_TRUE(registry_->Push("evict-b", "v1", {}, {"--config.cmd=true"}));
+  const std::string store = data_dir_ + "/images/bundles";
+  v1::Workload a =
+      Job("j-000010", Ref("evict-a:v1"), {"sh", "-c", "echo up; while [ ! -e /ckpt/go ]; do sleep 0.1; done"});
+  std::filesystem::create_directories(root_ + "/shared");
+  v1::Mount* m = a.mutable_container()->add_mounts();
+  m->set_source(root_ + "/shared");
+  m->set_target("/ckpt");
+  ASSERT_TRUE(server_.SendDesired({a}));
+  ASSERT_TRUE(test_support::PollUntil([&] { return Log(a).find("up") != std::string::npos; })) << Log(a);
+  // A second image while the first is in use: both stay.
+  v1::Workload b = Job("j-000011", Ref("evict-b:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({a, b}));
+  auto b_end = server_.WaitFor(b.workload_id(), Ended);
+  ASSERT_TRUE(b_end.has_value());
+  EXPECT_EQ(b_end->exit_code(), 0) << b_end->message();
+  auto count = [&] {
+    std::error_code ec;
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(store, ec)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(), 2u);
+  // Once nothing uses them, the next pull evicts both older ones.
+  test_support::Spit(root_ + "/shared/go", "");
+  ASSERT_TRUE(server_.WaitFor(a.workload_id(), Ended).has_value());
+  ASSERT_TRUE(server_.SendDesired({}));
+  ASSERT_TRUE(
+      test_support::PollUntil([&] { return !std::filesystem::exists(data_dir_ + "/jobs/" + a.workload_id()); }));
+  v1::Workload c = Job("j-000012", Ref("tiny:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({c}));
+  ASSERT_TRUE(server_.WaitFor(c.workload_id(), Ended).has_value());
+  EXPECT_EQ(count(), 1u);
+}
+
+}  // namespace
+}  // namespace drover::agent

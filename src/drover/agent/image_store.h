@@ -1,0 +1,174 @@
+#pragma once
+// ImageStore: the OCI images of one node (docs/containers.md), beside the
+// workload runner that starts containers from them.
+//
+// Built on the well-kept tools rather than a layer store of our own:
+// skopeo asks the registry and copies an image into one OCI image layout
+// (so layers two images share are stored once), umoci unpacks it once per
+// image into a root file system that every container of the image mounts
+// read-only as the lower layer of its own overlay (oci_bundle.h).
+//
+//   <root>/oci/                 the OCI layout: blobs, index.json (one
+//                               "m-<hex>" name per image)
+//   <root>/bundles/<hex>/rootfs the image unpacked (never written by a job)
+//   <root>/images.json          what is held: references, sizes, uses
+//   <root>/tmp/                 unpacks in progress (removed at open)
+//
+// An image is known by the digest of its manifest as the registry serves
+// it ("sha256:..."), so that what a node records is what any other node
+// pulls by digest; a manifest list is resolved to its linux/amd64 manifest.
+//
+// A pull is refused before any layer is fetched when the manifest or
+// config is malformed or huge, when it has too many layers, no linux/amd64
+// manifest, or more bytes than the store may hold; skopeo checks every
+// blob against its digest. Jobs that want an image being pulled wait for
+// that pull (one per image at a time; pulls run one after another on the
+// store's thread). Above its size limit the store evicts the images used
+// longest ago that no workload uses.
+//
+// Credentials: a registry auth file in the containers-auth.json format
+// (the operator's, on the node), handed to skopeo by path; never in a job
+// spec, a log or a message.
+//
+// Thread-safety: Ensure, Use, Release, Progress, Snapshot and Held may be
+// called from any thread; pulls run on the store's own thread, and `done`
+// callbacks run there.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drover/common/image_ref.h"
+#include "drover/common/mutex.h"
+#include "drover/common/status.h"
+
+namespace drover::agent {
+
+// The parts of an image's configuration (OCI image spec, "config") a
+// container starts from.
+struct ImageConfig {
+  std::vector<std::string> entrypoint;
+  std::vector<std::string> cmd;
+  std::vector<std::string> env;  // "K=V"
+  std::string working_dir;
+  std::string user;  // as written in the image ("1000", "app:app"); uid/gid below resolve it
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+// An image config blob (JSON, at most kMaxImageConfigBytes) read into an
+// ImageConfig; kInvalidArgument naming what is malformed.
+inline constexpr size_t kMaxImageConfigBytes = 1 << 20;
+Result<ImageConfig> ParseImageConfig(std::string_view json);
+
+// A manifest or an index (JSON, at most kMaxManifestBytes) as the store
+// checks it before a pull.
+inline constexpr size_t kMaxManifestBytes = 4 << 20;
+struct ManifestInfo {
+  bool is_index = false;
+  std::string platform_digest;  // an index: its linux/amd64 manifest
+  std::vector<int64_t> layer_sizes;
+  int64_t config_size = 0;
+};
+Result<ManifestInfo> ParseManifest(std::string_view json, size_t max_layers);
+
+struct StoredImage {
+  std::string digest;  // "sha256:<hex>" of the registry's manifest
+  std::vector<std::string> references;
+  std::string rootfs;  // <root>/bundles/<hex>/rootfs
+  ImageConfig config;
+  int64_t size_bytes = 0;  // its blobs and its unpacked root
+  int64_t last_used_unix_nanos = 0;
+  int in_use = 0;
+};
+
+struct ImageStoreOptions {
+  std::string root;
+  int64_t limit_bytes = 0;  // 0: no limit
+  std::string skopeo = "skopeo";
+  std::string umoci = "umoci";
+  // Registries (host[:port]) spoken to over plain HTTP or unverified TLS.
+  std::vector<std::string> insecure_registries;
+  std::string auth_file;  // empty: skopeo's own default places
+  size_t max_layers = 128;
+};
+
+// How an agent runs container workloads (flags --containers,
+// --container-runtime, --image-store, --image-store-limit,
+// --insecure-registry, --registry-auth).
+struct ContainerOptions {
+  bool enabled = true;
+  std::string runtime = "runc";
+  ImageStoreOptions store;  // root empty: <data_dir>/images
+};
+
+class ImageStore {
+ public:
+  // Opens (or makes) the store at `o.root`; unpacks a crash left are removed.
+  static Result<std::unique_ptr<ImageStore>> Open(ImageStoreOptions o);
+  ~ImageStore();
+  ImageStore(const ImageStore&) = delete;
+  ImageStore& operator=(const ImageStore&) = delete;
+
+  struct Request {
+    std::string reference;  // as the job gave it
+    std::string digest;     // pinned (an earlier attempt's): run exactly it
+    bool always = false;    // pull policy "always": ask the registry again
+  };
+  using Done = std::function<void(Result<StoredImage>)>;
+  // The image of `r` when the store holds it and the policy lets it be
+  // used without asking the registry; otherwise nullopt, and `done` is
+  // called (on the store's thread) once the pull this request joined ends.
+  // A bad reference is an error either way.
+  Result<std::optional<StoredImage>> Ensure(const Request& r, Done done);
+
+  // A workload runs `digest` now (it is not evicted) / no longer.
+  void Use(const std::string& digest);
+  void Release(const std::string& digest);
+
+  // How far the pull `r` waits for is, in words; empty when none.
+  std::string Progress(const Request& r) const;
+  // Every image held, and a number that changes whenever the list does.
+  std::vector<StoredImage> Snapshot() const;
+  uint64_t Version() const;
+  // Whether the store holds `reference` (as given) or `digest`.
+  bool Held(const std::string& reference_or_digest) const;
+
+ private:
+  explicit ImageStore(ImageStoreOptions o);
+  struct Pull {
+    ImageRef ref;
+    std::string digest;  // pinned
+    std::vector<Done> waiters;
+    std::string progress;
+  };
+  static std::string PullKey(const ImageRef& ref, const std::string& digest, bool always);
+  void Work();
+  Result<StoredImage> RunPull(const std::string& key, const Pull& p);
+  Result<std::string> Inspect(const ImageRef& ref, const std::string& what, std::string* digest) const;
+  std::vector<std::string> TransportFlags(const ImageRef& ref, bool src) const;
+  void SaveLocked() const DROVER_REQUIRES(mu_);
+  std::vector<std::string> EvictLocked(const std::string& keep) DROVER_REQUIRES(mu_);
+  void RemoveEvicted(const std::vector<std::string>& digests);
+  void SetProgress(const std::string& key, std::string text);
+
+  const ImageStoreOptions opts_;
+  mutable Mutex mu_;
+  std::map<std::string, StoredImage> images_ DROVER_GUARDED_BY(mu_);      // by digest
+  std::map<std::string, std::string> references_ DROVER_GUARDED_BY(mu_);  // reference as given -> digest
+  std::map<std::string, Pull> pulls_ DROVER_GUARDED_BY(mu_);              // by PullKey
+  std::deque<std::string> queue_ DROVER_GUARDED_BY(mu_);
+  uint64_t version_ DROVER_GUARDED_BY(mu_) = 1;
+  bool stopping_ DROVER_GUARDED_BY(mu_) = false;
+  CondVar wake_;
+  std::thread worker_;
+};
+
+}  // namespace drover::agent

@@ -1,0 +1,264 @@
+// WorkloadRunner: container workloads (docs/containers.md). Their images
+// come from the node's store (image_store.h), their bundles from
+// oci_bundle.h; the supervisor runs the runtime as the job's process
+// (job_dir.h, ContainerRun), so a container has every guarantee a bare
+// process has: it outlives the agent, its end is recorded, it is never
+// started twice.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <filesystem>
+
+#include "drover/agent/cgroup.h"
+#include "drover/agent/devices/topology/host_topology.h"
+#include "drover/agent/oci_bundle.h"
+#include "drover/agent/seccomp_profile.h"
+#include "drover/agent/workload_runner.h"
+
+namespace drover::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where no container mount may come from, beside the agent's own
+// directories: the node's root, and what the kernel serves.
+bool ForbiddenSource(const std::string& src) {
+  if (src == "/") return true;
+  for (const char* p : {"/proc", "/sys", "/dev", "/boot", "/etc", "/run", "/var/run"}) {
+    if (PathWithin(src, p)) return true;
+  }
+  return false;
+}
+
+uint64_t HardLimit(int resource, uint64_t fallback) {
+  struct rlimit r {};
+  if (::getrlimit(resource, &r) != 0) return fallback;
+  return r.rlim_max == RLIM_INFINITY ? UINT64_MAX : r.rlim_max;
+}
+
+}  // namespace
+
+ImageStore* WorkloadRunner::Images(std::string* why) {
+  if (images_) return images_.get();
+  if (!images_problem_.empty()) {
+    *why = images_problem_;
+    return nullptr;
+  }
+  if (!opts_.containers.enabled) {
+    images_problem_ = "containers are off on this node (--containers=off)";
+  } else if (::geteuid() != 0) {
+    images_problem_ = "containers need the agent to run as root";
+  } else {
+    ImageStoreOptions so = opts_.containers.store;
+    if (so.root.empty()) so.root = opts_.data_dir + "/images";
+    auto store = ImageStore::Open(std::move(so));
+    if (store.ok()) {
+      images_ = std::move(*store);
+      return images_.get();
+    }
+    images_problem_ = store.status().message();
+  }
+  *why = images_problem_;
+  return nullptr;
+}
+
+ImageStore::Request WorkloadRunner::ImageRequest(const v1::Workload& w) const {
+  return ImageStore::Request{w.container().image(), w.image_digest(), w.container().pull_policy() == "always"};
+}
+
+bool WorkloadRunner::EnsureImage(const v1::Workload& w, const std::string& key, StoredImage* image) {
+  LocalJob job(JobDir(jobs_dir_ + "/" + key));
+  job.output_dir = outputs_dir_ + "/" + key;
+  job.grace_seconds = w.termination_grace_seconds() > 0 ? w.termination_grace_seconds() : 10;
+  job.launch_ns = NowNanos();
+  std::string why;
+  ImageStore* store = Images(&why);
+  Result<std::optional<StoredImage>> got = Unavailable(why);
+  if (store != nullptr) {
+    got = store->Ensure(ImageRequest(w), [this, key](Result<StoredImage> r) {
+      loop_->Post([this, key, r = std::move(r)]() mutable { OnImage(key, std::move(r)); });
+    });
+  }
+  if (got.ok() && got->has_value()) {
+    *image = std::move(**got);
+    return true;
+  }
+  std::error_code ec;
+  fs::create_directories(job.dir.path(), ec);
+  fs::create_directories(job.output_dir, ec);
+  if (!got.ok()) {
+    spdlog::error("node '{}' cannot start job '{}': {}", opts_.node_name, key, got.status().message());
+    RecordEnd(&job, ExitFile{127, 0, NowNanos(), got.status().message(), true});
+  } else {
+    spdlog::info("node '{}': job '{}' waits for its image {}", opts_.node_name, key, w.container().image());
+    job.pulling = true;
+  }
+  jobs_.emplace(key, std::move(job));
+  return false;
+}
+
+void WorkloadRunner::OnImage(const std::string& key, Result<StoredImage> image) {
+  if (*stopping_) return;
+  auto it = jobs_.find(key);
+  if (it == jobs_.end() || !it->second.pulling) return;  // cancelled meanwhile, and forgotten
+  LocalJob& job = it->second;
+  job.pulling = false;
+  auto desired = desired_.find(key);
+  if (!image.ok() || desired == desired_.end()) {
+    std::string why = !image.ok() ? image.status().message() : "stopped while its image was pulled";
+    RecordEnd(&job, ExitFile{!image.ok() ? 127 : -1, image.ok() ? SIGTERM : 0, NowNanos(), why, !image.ok()});
+    ReportIfChanged(key, &job);
+    return;
+  }
+  // The placeholder goes; the launch makes the job's record anew.
+  std::error_code ec;
+  fs::remove_all(job.dir.path(), ec);
+  jobs_.erase(it);
+  const v1::Workload w = desired->second;
+  Launch(w, &*image);
+  if (auto j = jobs_.find(key); j != jobs_.end()) ReportIfChanged(key, &j->second);
+}
+
+Status WorkloadRunner::PrepareContainer(const v1::Workload& w, const std::string& key, const StoredImage& image,
+                                        LocalJob* job, JobIsolation* iso, std::map<std::string, std::string> env,
+                                        JobSpecFile* spec) {
+  const v1::ContainerSpec& c = w.container();
+  ContainerInputs in;
+  DROVER_ASSIGN_OR_RETURN(in.args, ContainerArgs(image.config, {w.command().begin(), w.command().end()}));
+  in.env = ContainerEnv(image.config, env);
+  in.cwd = !w.working_dir().empty()            ? w.working_dir()
+           : !image.config.working_dir.empty() ? image.config.working_dir
+                                               : "/";
+  if (in.cwd[0] != '/') return InvalidArgument(fmt::format("working directory '{}' is not absolute", in.cwd));
+  // The sandbox's user and filter (sandbox.h): a tenant's own uid, or the
+  // image's user for a tenant that may run as root.
+  const bool sandboxed = opts_.sandbox.enabled;
+  const bool as_root = !sandboxed || opts_.sandbox.root_tenants.contains(w.tenant());
+  in.as_root = as_root;
+  if (as_root) {
+    in.uid = image.config.uid;
+    in.gid = image.config.gid;
+  } else {
+    in.uid = in.gid = SandboxUid(opts_.sandbox, w.tenant());
+  }
+  if (sandboxed && opts_.sandbox.seccomp && inventory_->seccomp()) in.seccomp_json = SeccompOciJson(as_root);
+  in.hostname = opts_.node_name;
+  in.network_none = c.network() == "none";
+  in.memory_bytes = w.memory_bytes();
+  in.cpu_millis = w.cpu_millis();
+  in.shm_bytes = ShmBytes(c.shm_bytes(), w.memory_bytes());
+  in.cpus = iso->cpus;
+  in.nofile = HardLimit(RLIMIT_NOFILE, 1024);
+  in.memlock = HardLimit(RLIMIT_MEMLOCK, 64 << 10);
+  // The job's v2 group (its device program, what the supervisor kills
+  // when it ends): runc joins it there and makes the same path in each v1
+  // hierarchy for the limits of the controllers v1 holds (docs/containers.md).
+  if (iso->cgroup) {
+    std::string path = CgroupPath(ProcessCgroupHome().mount, iso->cgroup->dir);
+    if (!path.empty()) in.cgroups_path = path;
+  }
+  if (in.cgroups_path.empty()) in.cgroups_path = "/drover/" + ContainerId(key);
+  // Its checkpoint directory, at the path DROVER_CHECKPOINT_DIR names.
+  const std::string checkpoint = CheckpointDir(w.job_id());
+  in.binds.push_back({checkpoint, checkpoint, false});
+  // The memory-limit shim and its reports, at the paths its variables name.
+  if (auto p = env.find("LD_PRELOAD"); p != env.end() && !p->second.empty()) {
+    in.binds.push_back({p->second, p->second, true});
+  }
+  if (auto r = env.find("DROVER_GPU_MEMORY_REPORT"); r != env.end()) {
+    in.binds.push_back({r->second, r->second, false});
+  }
+  for (const v1::Mount& m : c.mounts()) {
+    const std::string src = fs::path(m.source()).lexically_normal().string();
+    if (src.empty() || src[0] != '/' || ForbiddenSource(src) || PathWithin(src, opts_.data_dir) ||
+        PathWithin(src, state_dir_) || PathWithin(src, CheckpointRoot()) || PathWithin(opts_.data_dir, src)) {
+      return PermissionDenied(
+          fmt::format("mount '{}' is not allowed on this node (the node's own directories)", m.source()));
+    }
+    if (!fs::exists(src)) return InvalidArgument(fmt::format("mount source '{}' does not exist on this node", src));
+    in.binds.push_back({src, m.target(), m.read_only()});
+  }
+  // Its GPUs' device files (CDI edits: cdi.h), no other.
+  for (const DeviceNode& d : inventory_->DeviceNodesFor(w)) in.devices.push_back(d);
+
+  // The bundle in the job's state directory; the writable layer beside its output.
+  const std::string bundle = job->dir.path() + "/bundle";
+  const std::string upper = job->output_dir + "/container/upper";
+  const std::string work = job->output_dir + "/container/work";
+  std::error_code ec;
+  for (const std::string& d : {bundle + "/rootfs", upper, work}) {
+    fs::create_directories(d, ec);
+    if (ec) return Unavailable(fmt::format("cannot create '{}': {}", d, ec.message()));
+  }
+  // The root of the container is the upper layer's root: as the image's.
+  ::chmod(upper.c_str(), 0755);
+  ::chmod((job->output_dir + "/container").c_str(), 0700);
+  if (!as_root) {
+    // Its checkpoint directory and the shim's reports are its user's.
+    for (const BindMount& b : in.binds) {
+      if (!b.read_only) (void)::chown(b.source.c_str(), in.uid, in.gid);
+    }
+  }
+  DROVER_RETURN_IF_ERROR(WriteFileAtomic(bundle + "/config.json", RuntimeSpecJson(in), 0600, /*durable=*/false));
+
+  ContainerRun run;
+  run.runtime = opts_.containers.runtime;
+  run.root = state_dir_ + "/runc";
+  run.id = ContainerId(key);
+  run.bundle = bundle;
+  run.lower = image.rootfs;
+  run.upper = upper;
+  run.work = work;
+  run.image = c.image();
+  run.digest = image.digest;
+  spec->container = std::move(run);
+  spec->command = in.args;
+  spec->env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}};
+  iso->sandbox.reset();  // the runtime's (config.json)
+  job->image_digest = image.digest;
+  if (images_) images_->Use(image.digest);
+  spdlog::info("node '{}': job '{}' runs in {} ({})", opts_.node_name, key, c.image(), image.digest);
+  return Status::Ok();
+}
+
+void WorkloadRunner::AddImages(v1::Heartbeat* h) {
+  if (!images_) return;
+  const uint64_t version = images_->Version();
+  if (version == images_said_) return;
+  images_said_ = version;
+  h->set_images_changed(true);
+  for (const StoredImage& im : images_->Snapshot()) {
+    v1::NodeImage* n = h->add_images();
+    for (const std::string& r : im.references) n->add_references(r);
+    n->set_digest(im.digest);
+    n->set_size_bytes(im.size_bytes);
+    n->set_in_use(im.in_use);
+    n->set_last_used_unix_nanos(im.last_used_unix_nanos);
+  }
+}
+
+void WorkloadRunner::PullImage(const v1::PullImage& p) {
+  std::string why;
+  ImageStore* store = Images(&why);
+  if (store == nullptr) {
+    spdlog::warn("node '{}' cannot pull {}: {}", opts_.node_name, p.reference(), why);
+    return;
+  }
+  const std::string ref = p.reference();
+  auto got = store->Ensure(ImageStore::Request{ref, "", p.pull_policy() == "always"},
+                           [node = opts_.node_name, ref](Result<StoredImage> r) {
+                             if (r.ok()) {
+                               spdlog::info("node '{}' pulled {} ({})", node, ref, r->digest);
+                             } else {
+                               spdlog::warn("node '{}' cannot pull {}: {}", node, ref, r.status().message());
+                             }
+                           });
+  if (!got.ok()) spdlog::warn("node '{}' cannot pull {}: {}", opts_.node_name, ref, got.status().message());
+}
+
+}  // namespace drover::agent
