@@ -15,16 +15,20 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "drover/agent/agent.h"
+#include "drover/agent/cdi.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/fake_agent_server.h"
 #include "drover/agent/image_store.h"
 #include "drover/agent/oci_bundle.h"
 #include "drover/agent/oci_test_support.h"
+#include "drover/agent/seccomp_profile.h"
 #include "drover/rpc/convert.h"
 
 namespace drover::agent {
@@ -98,6 +102,65 @@ TEST(ContainerSpecTest, TheJobsCommandReplacesTheImagesAfterItsEntrypoint) {
   EXPECT_EQ(ShmBytes(5, 8 << 20), 5);
   EXPECT_EQ(ContainerId("j-000001.2"), ContainerId("j-000001.2"));
   EXPECT_NE(ContainerId("j-1@2"), ContainerId("j-1_2"));
+}
+
+TEST(CdiTest, TheSpecIsWhatPodmanReadsAndABundleGetsOnlyItsOwnDevices) {
+  CdiSpec spec;
+  spec.devices.push_back({"0", {{"/dev/drover-gpu0", "/dev/null", {"", 'c', 1, 3, 0666}}}});
+  spec.devices.push_back({"1", {{"/dev/drover-gpu1", "/dev/null", {"", 'c', 1, 3, 0666}}}});
+  auto j = nlohmann::json::parse(CdiSpecJson(spec));
+  EXPECT_EQ(j["cdiVersion"], "0.5.0");  // podman 4.3 reads 0.3.0 to 0.5.0
+  EXPECT_EQ(j["kind"], "drover.dev/gpu");
+  ASSERT_EQ(j["devices"].size(), 2u);
+  EXPECT_EQ(j["devices"][1]["name"], "1");
+  EXPECT_EQ(j["devices"][1]["containerEdits"]["deviceNodes"][0]["path"], "/dev/drover-gpu1");
+  EXPECT_EQ(j["devices"][1]["containerEdits"]["deviceNodes"][0]["hostPath"], "/dev/null");
+  std::vector<DeviceNode> edits = CdiEditsFor(spec, {"1"});
+  ASSERT_EQ(edits.size(), 1u);
+  EXPECT_EQ(edits[0].path, "/dev/drover-gpu1");
+  EXPECT_EQ(edits[0].major, 1u);
+  EXPECT_TRUE(CdiEditsFor(spec, {"7"}).empty());
+}
+
+TEST(RuntimeSpecTest, AnOrdinaryTenantGetsNoCapabilitiesItsFilterAndItsLimits) {
+  ContainerInputs in;
+  in.args = {"true"};
+  in.uid = in.gid = 2000000123;
+  in.seccomp_json = SeccompOciJson(false);
+  in.shm_bytes = 1 << 30;
+  in.memory_bytes = 2 << 30;
+  in.cpu_millis = 1500;
+  in.cpus = {0, 1};
+  in.cgroups_path = "/drover-n-1/j-1";
+  in.binds.push_back({"/data/x", "/x", true});
+  auto j = nlohmann::json::parse(RuntimeSpecJson(in));
+  EXPECT_EQ(j["process"]["user"]["uid"], 2000000123u);
+  EXPECT_TRUE(j["process"]["noNewPrivileges"].get<bool>());
+  EXPECT_TRUE(j["process"]["capabilities"]["bounding"].empty());
+  EXPECT_EQ(j["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW");
+  EXPECT_FALSE(j["linux"]["seccomp"]["syscalls"].empty());
+  EXPECT_EQ(j["linux"]["resources"]["memory"]["limit"], int64_t{2} << 30);
+  EXPECT_EQ(j["linux"]["resources"]["cpu"]["quota"], 150000);
+  EXPECT_EQ(j["linux"]["resources"]["cpu"]["cpus"], "0-1");
+  EXPECT_EQ(j["linux"]["cgroupsPath"], "/drover-n-1/j-1");
+  bool shm = false, bind = false, network_ns = false;
+  for (const auto& m : j["mounts"]) {
+    if (m["destination"] == "/dev/shm")
+      shm = std::find(m["options"].begin(), m["options"].end(), "size=1073741824") != m["options"].end();
+    if (m["destination"] == "/x")
+      bind = std::find(m["options"].begin(), m["options"].end(), "ro") != m["options"].end();
+  }
+  for (const auto& n : j["linux"]["namespaces"]) network_ns |= n["type"] == "network";
+  EXPECT_TRUE(shm);
+  EXPECT_TRUE(bind);
+  EXPECT_FALSE(network_ns);  // the host's network by default
+  in.network_none = true;
+  in.as_root = true;
+  j = nlohmann::json::parse(RuntimeSpecJson(in));
+  network_ns = false;
+  for (const auto& n : j["linux"]["namespaces"]) network_ns |= n["type"] == "network";
+  EXPECT_TRUE(network_ns);
+  EXPECT_FALSE(j["process"]["capabilities"]["bounding"].empty());
 }
 
 // ---- an agent running containers ----

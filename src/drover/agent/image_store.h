@@ -107,6 +107,9 @@ struct ContainerOptions {
   bool enabled = true;
   std::string runtime = "runc";
   ImageStoreOptions store;  // root empty: <data_dir>/images
+  // Where the node's CDI spec (cdi.h) is written: /var/run/cdi for podman
+  // to read it; empty: <data_dir>/cdi.
+  std::string cdi_dir;
 };
 
 class ImageStore {

@@ -141,6 +141,16 @@ void NodeInventory::SetUpIsolation(const AgentOptions& opts) {
     gpu_devices_.push_back(std::move(rules));
     gpu_files_.push_back(std::move(files));
   }
+  BuildCdiSpec();
+  if (!opts.containers.cdi_dir.empty() || !opts.data_dir.empty()) {
+    const std::string dir = !opts.containers.cdi_dir.empty() ? opts.containers.cdi_dir : opts.data_dir + "/cdi";
+    std::error_code cec;
+    fs::create_directories(dir, cec);
+    Status w = cec ? Unavailable(cec.message())
+                   : WriteFileAtomic(dir + "/drover-" + opts.node_name + ".json", CdiSpecJson(cdi_), 0644,
+                                     /*durable=*/false);
+    if (!w.ok()) spdlog::warn("node '{}': cannot write its CDI spec in '{}': {}", opts.node_name, dir, w.message());
+  }
   if (opts.sandbox.enabled) {
     std::string problem = ProbeSandbox();
     isolation_.sandbox = problem.empty();
@@ -196,32 +206,40 @@ std::vector<DeviceRule> NodeInventory::DenyFor(const v1::Workload& w) const {
   return out;
 }
 
-// A container's devices: each of its GPUs' device files at their own
-// paths, the vendors' shared control files its GPUs need, and for a GPU
-// without device files (simulated) a stand-in, /dev/drover-gpu<index> (the
-// numbers of /dev/null), so that a container sees which GPUs are its own.
+// A container's devices (cdi.h): the CDI edits of its own GPUs.
 std::vector<DeviceNode> NodeInventory::DeviceNodesFor(const v1::Workload& w) const {
-  std::vector<DeviceNode> out;
-  std::set<std::string> vendors;
-  auto add = [&out](const std::string& path, const std::string& as) {
-    if (auto rule = DeviceRuleOf(path)) out.push_back(DeviceNode{as, rule->type, rule->major, rule->minor, 0666});
+  std::vector<std::string> names;
+  for (int i : w.gpu_indices()) names.push_back(std::to_string(i));
+  return CdiEditsFor(cdi_, names);
+}
+
+// The node's GPUs as CDI devices (cdi.h): each GPU's device files at their
+// own paths and the vendors' shared control files it needs, or for a GPU
+// without device files (simulated) a stand-in, /dev/drover-gpu<index>.
+void NodeInventory::BuildCdiSpec() {
+  cdi_.devices.clear();
+  auto node = [](const std::string& host, const std::string& path) -> std::optional<CdiDeviceNode> {
+    auto rule = DeviceRuleOf(host);
+    if (!rule) return std::nullopt;
+    return CdiDeviceNode{path, host, DeviceNode{path, rule->type, rule->major, rule->minor, 0666}};
   };
-  for (int i : w.gpu_indices()) {
-    if (i < 0 || static_cast<size_t>(i) >= gpus_.size()) continue;
-    const size_t g = static_cast<size_t>(i);
-    vendors.insert(gpus_[g].vendor);
-    if (gpu_files_[g].empty()) {
-      add("/dev/null", fmt::format("/dev/drover-gpu{}", i));
-      continue;
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    CdiDevice d;
+    d.name = std::to_string(i);
+    if (gpu_files_[i].empty()) {
+      if (auto n = node("/dev/null", fmt::format("/dev/drover-gpu{}", i))) d.nodes.push_back(*n);
     }
-    for (const std::string& f : gpu_files_[g]) add(f, f);
+    for (const std::string& f : gpu_files_[i]) {
+      if (auto n = node(f, f)) d.nodes.push_back(*n);
+    }
+    std::vector<const char*> shared;
+    if (gpus_[i].vendor == "nvidia") shared = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
+    if (gpus_[i].vendor == "amd") shared = {"/dev/kfd"};
+    for (const char* f : shared) {
+      if (auto n = node(f, f)) d.nodes.push_back(*n);
+    }
+    cdi_.devices.push_back(std::move(d));
   }
-  if (vendors.contains("nvidia")) {
-    for (const char* f : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"})
-      add(f, f);
-  }
-  if (vendors.contains("amd")) add("/dev/kfd", "/dev/kfd");
-  return out;
 }
 
 JobIsolation NodeInventory::IsolationFor(const std::string& key, const v1::Workload& w) const {

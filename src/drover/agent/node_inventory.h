@@ -29,6 +29,7 @@
 #include "drover/agent/isolation.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
+#include "drover/agent/cdi.h"
 #include "drover/agent/oci_bundle.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/metrics.h"
@@ -101,6 +102,7 @@ class NodeInventory {
   void SetUpIsolation(const AgentOptions& opts);
   std::vector<int> CpusFor(const v1::Workload& w) const;
   std::vector<DeviceRule> DenyFor(const v1::Workload& w) const;
+  void BuildCdiSpec();
   void FillIsolation(v1::WorkloadIsolation* out) const;
 
   std::string node_name_;
@@ -116,6 +118,7 @@ class NodeInventory {
   std::map<std::string, std::string> agent_env_;      // the allow-listed part of the agent's environment
   std::vector<std::vector<DeviceRule>> gpu_devices_;  // per GPU: its device files
   std::vector<std::vector<std::string>> gpu_files_;   // ... and their paths
+  CdiSpec cdi_;                                       // the GPUs as CDI devices (cdi.h)
   std::vector<double> loads_;                         // what SetLoad was last told, per GPU (-1: nothing yet)
 };
 
