@@ -15,9 +15,21 @@ HTTP=${DROVER_LISTEN:-127.0.0.1:8080}
 rm -f "$DATA/endpoints.json"
 WORKLOAD=${DROVER_WORKLOAD:-mixed}
 
-"$BIN" up --data-dir "$DATA" --grpc-listen "$GRPC" --listen "$HTTP" --simulate 4 --workload "$WORKLOAD" &
+# The first session's example image, in a registry on loopback
+# (docs/containers.md); nothing when its tools are missing.
+REGISTRY=${DROVER_EXAMPLE_REGISTRY:-127.0.0.1:5000}
+mkdir -p "$DATA"
+registry_pid=$(./scripts/example-image.sh "$DATA" "$REGISTRY" || true)
+
+"$BIN" up --data-dir "$DATA" --grpc-listen "$GRPC" --listen "$HTTP" --simulate 4 --workload "$WORKLOAD" \
+  --insecure-registry "$REGISTRY" &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM
+stop() {
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  if [ -n "$registry_pid" ]; then kill "$registry_pid" 2>/dev/null || true; fi
+}
+trap stop INT TERM
 
 for _ in $(seq 1 100); do
   if [ -f "$DATA/endpoints.json" ]; then break; fi
@@ -41,6 +53,7 @@ cat <<MSG
     $BIN top
     $BIN nodes
     $BIN submit --gpus 2 --wait -- sh -c 'echo \$DROVER_GPU_IDS'
+    $BIN submit --gpus 1 --image $REGISTRY/drover/example --wait
     $BIN jobs
     $BIN logs j-000001
 
@@ -48,3 +61,4 @@ cat <<MSG
 
 MSG
 wait $pid
+if [ -n "$registry_pid" ]; then kill "$registry_pid" 2>/dev/null || true; fi

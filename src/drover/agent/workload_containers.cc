@@ -155,12 +155,14 @@ Status WorkloadRunner::PrepareContainer(const v1::Workload& w, const std::string
   in.cpus = iso->cpus;
   in.nofile = HardLimit(RLIMIT_NOFILE, 1024);
   in.memlock = HardLimit(RLIMIT_MEMLOCK, 64 << 10);
-  // The job's v2 group (its device program, what the supervisor kills
-  // when it ends): runc joins it there and makes the same path in each v1
+  // Inside the job's v2 group (its device program holds, the supervisor
+  // kills its subtree when it ends); runc makes the same path in each v1
   // hierarchy for the limits of the controllers v1 holds (docs/containers.md).
+  // A group of the container's own inside the job's: runc removes it when
+  // the container ends, which it cannot do to the group its own process is in.
   if (iso->cgroup) {
     std::string path = CgroupPath(ProcessCgroupHome().mount, iso->cgroup->dir);
-    if (!path.empty()) in.cgroups_path = path;
+    if (!path.empty()) in.cgroups_path = path + "/container";
   }
   if (in.cgroups_path.empty()) in.cgroups_path = "/drover/" + ContainerId(key);
   // Its checkpoint directory, at the path DROVER_CHECKPOINT_DIR names.
