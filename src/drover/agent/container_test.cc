@@ -13,6 +13,7 @@
 // skopeo, umoci, docker-registry, busybox-static): it fails without them.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,7 +208,9 @@ class ContainerAgentTest : public TempDirTest {
     o.discover_host_topology = false;
     o.fencing = false;
     o.containers.store.insecure_registries = {registry_->host()};
+    if (!extra_insecure_.empty()) o.containers.store.insecure_registries.push_back(extra_insecure_);
     o.containers.store.limit_bytes = store_limit_;
+    o.containers.store.stall_timeout = std::chrono::milliseconds(1500);
     auto sim = MakeSimulatedBackend({2, "H100 80GB", "oci-node"});
     ASSERT_TRUE(sim.ok());
     o.backends.push_back(std::move(*sim));
@@ -250,6 +253,7 @@ class ContainerAgentTest : public TempDirTest {
   static inline TestRegistry* registry_ = nullptr;
   static inline std::string tiny_layer_;
   int64_t store_limit_ = 0;
+  std::string extra_insecure_;
   FakeServer server_;
   int server_port_ = 0;
   std::string data_dir_;
@@ -376,6 +380,131 @@ TEST_F(ContainerAgentTest, AMountOfTheAgentsOwnDirectoriesIsRefused) {
   ASSERT_TRUE(end.has_value());
   EXPECT_EQ(end->state(), v1::WORKLOAD_STATE_FAILED_TO_START);
   EXPECT_NE(end->message().find("not allowed"), std::string::npos) << end->message();
+}
+
+// Layers are untrusted input: paths that climb out of the root, a symlink
+// to the node's /tmp written through, a setuid-root program and a device
+// node. Nothing lands outside the image's root, and inside the container
+// the setuid bit and the device do nothing (the root is nodev, nosuid).
+TEST_F(ContainerAgentTest, AHostileLayerCannotEscapeItsRootOrRaiseItsUser) {
+  const std::string mark = "drover-escape-" + std::to_string(::getpid());
+  const std::string tar = root_ + "/hostile.tar";
+  ASSERT_EQ(test_support::Sh(fmt::format(R"(python3 - <<'PY'
+import io, tarfile
+t = tarfile.open("{0}", "w", format=tarfile.GNU_FORMAT)
+def add(name, data=b"x", **kw):
+    i = tarfile.TarInfo(name); i.size = len(data)
+    for k, v in kw.items(): setattr(i, k, v)
+    t.addfile(i, io.BytesIO(data) if i.isreg() else None)
+add("../../../../../../tmp/{1}-dotdot")
+s = tarfile.TarInfo("etc/evil"); s.type = tarfile.SYMTYPE; s.linkname = "/tmp"; t.addfile(s)
+add("etc/evil/{1}-symlink")
+add("bin/suid", open("/usr/bin/busybox", "rb").read(), mode=0o4755, uid=0, gid=0)
+d = tarfile.TarInfo("etc/kmsg"); d.type = tarfile.CHRTYPE; d.devmajor = 1; d.devminor = 11; d.mode = 0o666
+t.addfile(d)
+add("../../../../tmp/.wh.{1}-whiteout")
+t.close()
+PY)",
+                                         tar, mark)),
+            0);
+  test_support::Spit("/tmp/" + mark + "-whiteout", "must survive\n");
+  ASSERT_TRUE(registry_->Push("hostile", "v1", {}, {"--config.cmd=true"}, nullptr, tar)) << registry_->log();
+  v1::Workload w =
+      Job("j-000013", Ref("hostile:v1"),
+          {"sh", "-c", "echo uid=$(/bin/suid id -u); head -c 1 /etc/kmsg >/dev/null 2>&1 || echo no-device"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  ASSERT_TRUE(server_.WaitEnded(w.workload_id()));
+  v1::WorkloadStatus end = server_.Reports(w.workload_id()).back();
+  EXPECT_FALSE(std::filesystem::exists("/tmp/" + mark + "-dotdot"));
+  EXPECT_FALSE(std::filesystem::exists("/tmp/" + mark + "-symlink"));
+  EXPECT_TRUE(std::filesystem::exists("/tmp/" + mark + "-whiteout"));
+  std::filesystem::remove("/tmp/" + mark + "-whiteout");
+  // Refused with a reason, or run neutralised: never as root, never the device.
+  if (end.state() == v1::WORKLOAD_STATE_FAILED_TO_START) {
+    EXPECT_FALSE(end.message().empty());
+  } else {
+    const std::string log = Log(w);
+    EXPECT_EQ(end.exit_code(), 0) << end.message() << log;
+    EXPECT_EQ(log.find("uid=0"), std::string::npos) << log;
+    EXPECT_NE(log.find("uid="), std::string::npos) << log;
+    EXPECT_NE(log.find("no-device"), std::string::npos) << log;
+  }
+}
+
+// A layer of zeros packs to almost nothing and unpacks to 300 MiB: stopped
+// while it grows, the job fails with why.
+TEST_F(ContainerAgentTest, ALayerThatUnpacksToFarMoreThanItsSizeIsRefused) {
+  const std::string tar = root_ + "/bomb.tar";
+  ASSERT_EQ(test_support::Sh(fmt::format("mkdir -p {0}/bomb && head -c 300M /dev/zero > {0}/bomb/zeros && "
+                                         "tar -C {0}/bomb -cf {1} zeros && rm -rf {0}/bomb",
+                                         root_, tar)),
+            0);
+  ASSERT_TRUE(registry_->Push("bomb", "v1", {}, {"--config.cmd=true"}, nullptr, tar)) << registry_->log();
+  v1::Workload w = Job("j-000014", Ref("bomb:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  ASSERT_TRUE(server_.WaitEnded(w.workload_id()));
+  v1::WorkloadStatus end = server_.Reports(w.workload_id()).back();
+  EXPECT_EQ(end.state(), v1::WORKLOAD_STATE_FAILED_TO_START);
+  EXPECT_NE(end.message().find("unpacks to more than"), std::string::npos) << end.message();
+  // Nothing of it is left half unpacked.
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_empty(data_dir_ + "/images/tmp", ec));
+}
+
+// A registry that sends a blob's first bytes and then nothing: the pull ends
+// after the stall timeout, the job fails with why, and the agent goes on.
+TEST_F(ContainerAgentTest, ARegistryThatStallsMidLayerFailsThePullNotTheAgent) {
+  ASSERT_TRUE(registry_->Push("stall", "v1", {{"/etc/stall", "s\n"}}, {"--config.cmd=true"}));
+  // A proxy in front of the registry that stalls every blob after 1 KiB.
+  const int port = test_support::FreePort();
+  const std::string script = root_ + "/stall.py";
+  test_support::Spit(script, fmt::format(R"(
+import http.server, time, urllib.request
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self): self.go(True)
+    def do_HEAD(self): self.go(False)
+    def go(self, body):
+        req = urllib.request.Request("http://{0}" + self.path, method=self.command, headers={{"Accept": self.headers.get("Accept", "*/*")}})
+        try: r = urllib.request.urlopen(req)
+        except urllib.error.HTTPError as e: r = e
+        data = r.read()
+        self.send_response(r.status)
+        for k, v in r.headers.items():
+            if k.lower() not in ("connection", "transfer-encoding"): self.send_header(k, v)
+        self.end_headers()
+        if not body: return
+        if "/blobs/" in self.path and len(data) > 4096:
+            self.wfile.write(data[:1024]); self.wfile.flush(); time.sleep(120)
+        self.wfile.write(data)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", {1}), H).serve_forever()
+)",
+                                         registry_->host(), port));
+  pid_t proxy = ::fork();
+  if (proxy == 0) {
+    ::execlp("python3", "python3", script.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_TRUE(test_support::PollUntil(
+      [&] { return test_support::Sh(fmt::format("curl -sf -o /dev/null http://127.0.0.1:{}/v2/", port)) == 0; }));
+  // The agent trusts this registry too (a new agent: its options name it).
+  agent_->Stop();
+  agent_.reset();
+  extra_insecure_ = fmt::format("127.0.0.1:{}", port);
+  StartTheAgent();
+  v1::Workload w = Job("j-000015", extra_insecure_ + "/stall:v1", {"true"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  ASSERT_TRUE(server_.WaitEnded(w.workload_id()));
+  v1::WorkloadStatus end = server_.Reports(w.workload_id()).back();
+  EXPECT_EQ(end.state(), v1::WORKLOAD_STATE_FAILED_TO_START);
+  EXPECT_NE(end.message().find("sent nothing"), std::string::npos) << end.message();
+  ::kill(proxy, SIGKILL);
+  ::waitpid(proxy, nullptr, 0);
+  // The same node still runs the next job.
+  v1::Workload next = Job("j-000016", Ref("tiny:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({next}));
+  ASSERT_TRUE(server_.WaitEnded(next.workload_id()));
+  EXPECT_EQ(server_.Reports(next.workload_id()).back().exit_code(), 0);
 }
 
 class SmallStoreTest : public ContainerAgentTest {

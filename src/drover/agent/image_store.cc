@@ -48,8 +48,9 @@ struct ToolResult {
 };
 
 // Runs `argv` (posix_spawn: safe in this threaded process), its output
-// kept up to bounds; `tick` is called about every 250 ms while it runs.
-Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::function<void()>& tick = nullptr) {
+// kept up to bounds; `tick` is called about every 250 ms while it runs, and
+// when it answers a reason, the tool is killed and that is the error.
+Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::function<std::string()>& tick = nullptr) {
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Unavailable(fmt::format("pipe: {}", std::strerror(errno)));
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -86,10 +87,19 @@ Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::func
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
+  std::string stopped;
+  auto last_tick = std::chrono::steady_clock::now();
   while (open_fds > 0) {
     int n = ::poll(fds, 2, 250);
     if (n < 0 && errno != EINTR) break;
-    if (n == 0 && tick) tick();
+    if (tick && std::chrono::steady_clock::now() - last_tick >= std::chrono::milliseconds(250)) {
+      last_tick = std::chrono::steady_clock::now();
+      stopped = tick();
+      if (!stopped.empty()) {
+        ::kill(pid, SIGKILL);
+        break;
+      }
+    }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
@@ -109,6 +119,7 @@ Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::func
   }
   while (::waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
   }
+  if (!stopped.empty()) return Unavailable(stopped);
   return r;
 }
 
@@ -509,9 +520,20 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
   // Progress: what the layout grew by (skopeo writes each blob beside it,
   // then renames it in).
   const int64_t before = TreeBytes(layout);
-  auto tick = [&] {
+  int64_t seen = -1;
+  auto moved_at = std::chrono::steady_clock::now();
+  auto tick = [&]() -> std::string {
     int64_t now = std::max<int64_t>(0, TreeBytes(layout) - before);
     SetProgress(key, fmt::format("pulling {}: {} of {}", name, FormatBytes(std::min(now, total)), FormatBytes(total)));
+    // A registry that stops sending: the pull ends instead of hanging.
+    if (now != seen) {
+      seen = now;
+      moved_at = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - moved_at > opts_.stall_timeout) {
+      return fmt::format("cannot pull {}: the registry sent nothing for {} s", name,
+                         std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count());
+    }
+    return "";
   };
   SetProgress(key, fmt::format("pulling {}: 0 B of {}", name, FormatBytes(total)));
   DROVER_ASSIGN_OR_RETURN(ToolResult c, RunTool(copy, tick));
@@ -522,7 +544,23 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
   const std::string bundle = opts_.root + "/bundles/" + hex;
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  DROVER_ASSIGN_OR_RETURN(ToolResult u, RunTool({opts_.umoci, "unpack", "--image", layout + ":" + tag, tmp}));
+  // A layer that unpacks to far more than its bytes (a decompression bomb)
+  // is stopped while it grows: at 100 times its packed size and 64 MiB,
+  // or what the store may hold.
+  int64_t unpack_limit = total * 100 + (int64_t{64} << 20);
+  if (opts_.limit_bytes > 0) unpack_limit = std::min(unpack_limit, opts_.limit_bytes);
+  auto bound = [&]() -> std::string {
+    int64_t size = TreeBytes(tmp);
+    if (size <= unpack_limit) return "";
+    return fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", name, FormatBytes(unpack_limit),
+                       FormatBytes(total));
+  };
+  auto unpacked = RunTool({opts_.umoci, "unpack", "--image", layout + ":" + tag, tmp}, bound);
+  if (!unpacked.ok()) {
+    fs::remove_all(tmp, ec);
+    return unpacked.status();
+  }
+  const ToolResult& u = *unpacked;
   if (!Exited0(u)) {
     fs::remove_all(tmp, ec);
     return Unavailable(fmt::format("cannot unpack {}: {}", name, LastLine(u.err)));

@@ -34,6 +34,7 @@
 // called from any thread; pulls run on the store's own thread, and `done`
 // callbacks run there.
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -98,6 +99,9 @@ struct ImageStoreOptions {
   std::vector<std::string> insecure_registries;
   std::string auth_file;  // empty: skopeo's own default places
   size_t max_layers = 128;
+  // A pull whose bytes stop growing this long is ended (a registry that
+  // stalls mid-layer).
+  std::chrono::milliseconds stall_timeout{60'000};
 };
 
 // How an agent runs container workloads (flags --containers,

@@ -101,8 +101,11 @@ class TestRegistry {
   // Builds an image `name:tag` from busybox-static with `files` (path in
   // the image -> contents) and the given config, pushes it; its layer's
   // digest in `layer` ("sha256:..."). False when a step failed.
+  // `extra_layer`: an uncompressed tar added verbatim as a second layer
+  // (umoci raw add-layer), for layers no well-behaved tool would write.
   bool Push(const std::string& name, const std::string& tag, const std::map<std::string, std::string>& files,
-            const std::vector<std::string>& config_flags, std::string* layer = nullptr) {
+            const std::vector<std::string>& config_flags, std::string* layer = nullptr,
+            const std::string& extra_layer = "") {
     const std::string work = dir_ + "/build-" + name + "-" + tag;
     const std::string layout = work + "/layout";
     const std::string bundle = work + "/bundle";
@@ -128,8 +131,18 @@ class TestRegistry {
       std::filesystem::create_directories(std::filesystem::path(root + path).parent_path());
       Spit(root + path, contents);
     }
+    if (!extra_layer.empty() &&
+        Sh(fmt::format("umoci repack --image {0}:{1} {2} >/dev/null && umoci raw add-layer --image {0}:{1} {3}", layout,
+                       tag, bundle, extra_layer)) != 0) {
+      return false;
+    }
     std::string flags;
     for (const std::string& f : config_flags) flags += " '" + f + "'";
+    if (!extra_layer.empty()) {
+      if (Sh(fmt::format("umoci config --image {0}:{1}{2}", layout, tag, flags)) != 0) return false;
+      return Sh(fmt::format("skopeo copy --quiet --dest-tls-verify=false oci:{}:{} docker://{}/{}:{}", layout, tag,
+                            host(), name, tag)) == 0;
+    }
     if (Sh(fmt::format("umoci repack --image {0}:{1} {2} >/dev/null && umoci config --image {0}:{1}{3}", layout, tag,
                        bundle, flags)) != 0) {
       return false;
