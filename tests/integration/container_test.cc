@@ -1,0 +1,117 @@
+// Containers through the CLI, the way the README runs them (docs/
+// containers.md): `drover up` with a registry on loopback that the test
+// fills with images it builds from busybox-static. A job in an image gets
+// its output and exit code to the user, the digest it ran is on the job,
+// a bad reference is refused at submit with nothing stored, a mount outside
+// the tenant's roots is refused with 403, and a share of a GPU keeps its
+// memory limit inside the container (the shim preloaded into a real CUDA
+// program on the stand-in libcuda, with the node's /usr bound read-only).
+//
+// Needs root and the packages scripts/install-deps.sh installs.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "drover/agent/oci_test_support.h"
+#include "support/drover_process.h"
+
+namespace drover::testing {
+namespace {
+
+using agent::test_support::TestRegistry;
+
+class ContainerCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(::geteuid(), 0u) << "containers need root (runc)";
+    dir_ = new TempDir();
+    registry_ = new TestRegistry();
+    ASSERT_TRUE(registry_->Start(dir_->path() + "/registry")) << registry_->log();
+    ASSERT_TRUE(registry_->Push("tiny", "v1", {{"/etc/drover-image", "made-by-the-test\n"}},
+                                {"--config.cmd=/bin/sh", "--config.cmd=-c", "--config.cmd=echo image-command-ran"}))
+        << registry_->log();
+    up_ = new DroverUp(dir_->path() + "/data", {"--simulate", "1", "--simulate-gpus", "2", "--insecure-registry",
+                                                registry_->host()});
+    ASSERT_TRUE(up_->Start());
+    ASSERT_TRUE(up_->WaitForReadyNodes(2));
+  }
+  static void TearDownTestSuite() {
+    if (up_ != nullptr && up_->jobs() != nullptr) CancelAllJobs(up_->jobs());
+    delete up_;
+    delete registry_;
+    delete dir_;
+  }
+  static CommandResult Cli(std::vector<std::string> args) { return RunCli(up_->grpc_address(), std::move(args)); }
+  static std::string Id(const CommandResult& r) { return r.out.substr(0, r.out.find('\n')); }
+  static std::string Ref(const std::string& name) { return registry_->host() + "/" + name; }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline TestRegistry* registry_ = nullptr;
+  static inline DroverUp* up_ = nullptr;
+};
+
+TEST_F(ContainerCliTest, AJobInAnImageReachesTheUserWithItsOutputExitCodeAndDigest) {
+  CommandResult r = Cli({"submit", "--gpus", "1", "--image", Ref("tiny:v1"), "--wait", "--", "sh", "-c",
+                         "cat /etc/drover-image; exit 3"});
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  const std::string id = Id(r);
+  ASSERT_TRUE(id.starts_with("j-")) << r.out << r.err;
+  CommandResult logs = Cli({"logs", id});
+  EXPECT_NE(logs.out.find("made-by-the-test"), std::string::npos) << logs.out << logs.err;
+  v1::Job job = GetJob(up_->jobs(), id);
+  EXPECT_EQ(job.status().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.status().exit_code(), 3);
+  EXPECT_TRUE(job.status().image_digest().starts_with("sha256:")) << job.DebugString();
+  CommandResult shown = Cli({"job", id});
+  EXPECT_NE(shown.out.find(job.status().image_digest().substr(0, 19)), std::string::npos) << shown.out;
+
+  // Without a command, the image's own runs.
+  CommandResult own = Cli({"submit", "--gpus", "1", "--image", Ref("tiny:v1"), "--wait"});
+  EXPECT_EQ(own.exit_code, 0) << own.out << own.err;
+  EXPECT_NE(Cli({"logs", Id(own)}).out.find("image-command-ran"), std::string::npos);
+}
+
+TEST_F(ContainerCliTest, ABadReferenceIsRefusedAtSubmitAndNothingIsStored) {
+  const size_t before = ListJobs(up_->jobs()).size();
+  for (const char* bad : {"Busybox", "a//b", "x:y:z", "tiny@sha256:123"}) {
+    CommandResult r = Cli({"submit", "--gpus", "1", "--image", bad, "--", "true"});
+    EXPECT_NE(r.exit_code, 0) << bad << ": " << r.out;
+    EXPECT_NE(r.err.find("image"), std::string::npos) << bad << ": " << r.err;
+  }
+  EXPECT_EQ(ListJobs(up_->jobs()).size(), before);
+}
+
+TEST_F(ContainerCliTest, AMountOutsideTheTenantsRootsIsRefused) {
+  CommandResult r = Cli({"submit", "--gpus", "1", "--image", Ref("tiny:v1"), "--mount", "/var/lib:/data:ro", "--",
+                         "true"});
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.err.find("/var/lib"), std::string::npos) << r.err;
+}
+
+TEST_F(ContainerCliTest, AShareOfAGpuKeepsItsMemoryLimitInsideTheContainer) {
+  const std::string probe = DROVER_CUDA_PROBE;
+  if (probe.empty() || !std::filesystem::exists(probe)) GTEST_SKIP() << "nvcc was not found at configure time";
+  // The probe and the stand-in libcuda are the node's: bound in read-only
+  // with the node's /usr (glibc), from roots the admin gives the tenant.
+  const std::string build = std::filesystem::path(probe).parent_path().string();
+  const std::string standin = DROVER_STANDIN_CUDA_DIR;
+  CommandResult roots = Cli({"tenants", "set", "default", "--mount-root", "/usr", "--mount-root", build,
+                             "--mount-root", standin});
+  ASSERT_EQ(roots.exit_code, 0) << roots.out << roots.err;
+  CommandResult r = Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--image",
+                         Ref("tiny:v1"), "--mount", "/usr:/usr:ro", "--mount", "/usr/lib64:/lib64:ro", "--mount",
+                         build + ":" + build + ":ro", "--mount", standin + ":" + standin + ":ro", "--env",
+                         "LD_LIBRARY_PATH=" + standin + ":/usr/lib/x86_64-linux-gnu", "--wait", "--", "sh", "-c",
+                         "echo limit=$DROVER_GPU_MEMORY_LIMIT; exec " + probe + " driver 256 16"});
+  CommandResult logs = Cli({"logs", Id(r)});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << logs.out;
+  EXPECT_NE(logs.out.find("mem_get_info=CUDA_SUCCESS total=1073741824"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("first_failure=4 CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << logs.out;
+}
+
+}  // namespace
+}  // namespace drover::testing
