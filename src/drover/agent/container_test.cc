@@ -170,7 +170,7 @@ class ContainerAgentTest : public TempDirTest {
  protected:
   static void SetUpTestSuite() {
     ASSERT_EQ(::geteuid(), 0u) << "the container tests need root (runc)";
-    for (const char* tool : {"runc", "skopeo", "umoci", "docker-registry", "curl"}) {
+    for (const char* tool : {"runc", "skopeo", "umoci", "docker-registry", "curl", "podman"}) {
       ASSERT_EQ(test_support::Sh(std::string("command -v ") + tool + " >/dev/null"), 0)
           << tool << " is missing: scripts/install-deps.sh installs it";
     }
@@ -368,6 +368,31 @@ TEST_F(ContainerAgentTest, AContainerSeesItsOwnStandInGpuAndNoOther) {
   EXPECT_EQ(end->exit_code(), 0) << end->message();
   EXPECT_NE(Log(w).find("drover-gpu1"), std::string::npos) << Log(w);
   EXPECT_EQ(Log(w).find("drover-gpu0"), std::string::npos) << Log(w);
+}
+
+// The agent's CDI spec is one podman reads: a container given
+// drover.dev/gpu=1 sees that GPU's stand-in and not GPU 0's.
+TEST_F(ContainerAgentTest, PodmanReadsTheAgentsCdiSpec) {
+  const std::string spec = data_dir_ + "/cdi/drover-oci-node.json";
+  ASSERT_TRUE(std::filesystem::exists(spec));
+  const std::string podman = root_ + "/podman";
+  std::filesystem::create_directories("/var/run/cdi");
+  const std::string installed = "/var/run/cdi/drover-test-" + std::to_string(::getpid()) + ".json";
+  std::filesystem::copy_file(spec, installed, std::filesystem::copy_options::overwrite_existing);
+  test_support::Spit(root_ + "/containers.conf",
+                     "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n"
+                     "[engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\n");
+  const std::string p = fmt::format("CONTAINERS_CONF={0}/containers.conf podman --root {1}/storage --runroot {1}/run",
+                                    root_, podman);
+  int rc = test_support::Sh(fmt::format(
+      "{0} run --rm --network host --tls-verify=false --device drover.dev/gpu=1 {1} ls /dev > {2}/ls.txt 2>&1; "
+      "rc=$?; {0} rmi -af >/dev/null 2>&1; exit $rc",
+      p, Ref("tiny:v1"), root_));
+  std::filesystem::remove(installed);
+  const std::string out = Slurp(root_ + "/ls.txt");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("drover-gpu1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("drover-gpu0"), std::string::npos) << out;
 }
 
 TEST_F(ContainerAgentTest, AMountOfTheAgentsOwnDirectoriesIsRefused) {
