@@ -18,13 +18,17 @@
 //   - a real engine (llama.cpp through node-llama-cpp, tests/engines/llama,
 //     on a tiny model the test writes) deployed the same way answers
 //     through the gateway, streaming included, with its own token counts,
-//     and refuses requests straight to it without the replica's secret.
+//     and refuses requests straight to it without the replica's secret;
+//   - the test engine deployed from an OCI image (built by the test, served
+//     by a registry on loopback) answers through the gateway, both replicas
+//     on the digest the deployment recorded.
 //
 // Environment (tests/serving/CMakeLists.txt): DROVER_BINARY, TEST_ENGINE_BINARY.
 // No fixed sleeps: every wait polls a condition with a deadline.
 
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -33,6 +37,7 @@ import OpenAI from 'openai';
 
 const DROVER = process.env.DROVER_BINARY;
 const ENGINE = process.env.TEST_ENGINE_BINARY;
+const PUSH_IMAGE = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../support/push_test_image.sh');
 const LLAMA = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../engines/llama');
 
 async function waitFor(pred, { timeout = 60000, interval = 100, what = 'condition' } = {}) {
@@ -93,10 +98,11 @@ class Up {
   }
 
   async start() {
+    await this.startRegistry();
     const err = fs.openSync(path.join(this.dir, 'up.err'), 'w');
     this.child = spawn(DROVER, ['up', '--data-dir', this.dir, '--grpc-listen', '127.0.0.1:0', '--listen', '127.0.0.1:0',
       '--gateway-listen', '127.0.0.1:0', '--gateway-scrape-engine-metrics', '--devices', 'simulated',
-      '--simulate-gpus', '8', '--log-level', 'warn'],
+      '--simulate-gpus', '8', '--log-level', 'warn', '--insecure-registry', this.registry],
     { stdio: ['ignore', 'ignore', err] });
     fs.closeSync(err);
     this.exited = null;
@@ -121,6 +127,27 @@ class Up {
       const gpus = nodes.filter((n) => n.state === 'NODE_STATE_READY').reduce((s, n) => s + (n.gpus?.length ?? 0), 0);
       return gpus >= 8;
     }, { what: 'the local node Ready with its 8 GPUs' });
+  }
+
+  // A registry on loopback (Debian's docker-registry) holding an image of
+  // the test engine (tests/support/push_test_image.sh), for a deployment
+  // from an image.
+  async startRegistry() {
+    const port = await new Promise((resolve) => {
+      const srv = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = srv.address().port;
+        srv.close(() => resolve(p));
+      });
+    });
+    this.registry = `127.0.0.1:${port}`;
+    const conf = path.join(this.dir, 'registry.yml');
+    fs.writeFileSync(conf, `version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: ${this.dir}/registry\n` +
+      `http:\n  addr: ${this.registry}\n`);
+    const log = fs.openSync(path.join(this.dir, 'registry.log'), 'w');
+    this.registryChild = spawn('docker-registry', ['serve', conf], { stdio: ['ignore', log, log] });
+    fs.closeSync(log);
+    await waitFor(async () => (await fetch(`http://${this.registry}/v2/`)).ok, { what: 'the registry' });
+    execFileSync(PUSH_IMAGE, [this.registry, 'engine:v1', ENGINE], { stdio: ['ignore', 'ignore', 'inherit'] });
   }
 
   stderr() {
@@ -161,6 +188,7 @@ class Up {
     }, { what: 'every replica to end' }).catch(() => {});
     this.child.kill('SIGTERM');
     await waitFor(() => this.exited, { what: 'drover up to exit' }).catch(() => this.child.kill('SIGKILL'));
+    this.registryChild?.kill('SIGTERM');
   }
 }
 
@@ -476,3 +504,19 @@ test('a real llama.cpp engine deployed by drover answers through the gateway', {
   assert.equal(text.length, 6);
   assert.equal(usage?.completion_tokens, 6);
 });
+
+test('a deployment from an image answers the official client through the gateway, every replica on one digest',
+  { timeout: 240000 }, async () => {
+    await up.ok(['deploy', 'boxed', '--engine', 'custom', '--replicas', '2', '--gpus', '1', '--image',
+      `${up.registry}/engine:v1`, '--', `/bin/${path.basename(ENGINE)}`]);
+    const d = await readyReplicas('boxed', 2);
+    await servable(admin, 'boxed');
+    const r = await admin.chat.completions.create({ model: 'boxed', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(r.usage.completion_tokens, 4);
+    assert.match(d.status.imageDigest ?? '', /^sha256:[0-9a-f]{64}$/, JSON.stringify(d.status));
+    const jobs = JSON.parse(await up.ok(['jobs', '-o', 'json', '--all']));
+    const replicas = (jobs.jobs ?? []).filter((j) => j.spec?.deployment === 'boxed');
+    assert.equal(replicas.length, 2);
+    for (const j of replicas) assert.equal(j.status.imageDigest, d.status.imageDigest, JSON.stringify(j.status));
+    await up.ok(['undeploy', 'boxed']);
+  });
