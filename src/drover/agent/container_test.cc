@@ -344,6 +344,15 @@ TEST_F(ContainerAgentTest, TwoJobsWantingANewImageAtOnceCauseOnePull) {
     EXPECT_NE(Log(w).find("fresh"), std::string::npos);
   }
   EXPECT_EQ(registry_->BlobGets(layer), 1) << registry_->log();
+  // The node's heartbeats list it (what `drover images` and placement see).
+  EXPECT_TRUE(server_.WaitImages([&](const std::vector<v1::NodeImage>& images) {
+    for (const v1::NodeImage& im : images) {
+      for (const std::string& r : im.references()) {
+        if (r == Ref("fresh:v1") && im.digest().starts_with("sha256:") && im.size_bytes() > 0) return true;
+      }
+    }
+    return false;
+  }));
   // While it was pulled, the jobs said so.
   bool said = false;
   for (const v1::WorkloadStatus& ws : server_.Reports(a.workload_id())) said |= !ws.image_pull().empty();

@@ -38,6 +38,11 @@ class FakeServer final : public v1::AgentService::Service {
     cv_.SignalAll();
     v1::AgentMessage m;
     while (stream->Read(&m)) {
+      if (m.has_heartbeat() && m.heartbeat().images_changed()) {
+        MutexLock lock(&mu_);
+        images_.assign(m.heartbeat().images().begin(), m.heartbeat().images().end());
+        cv_.SignalAll();
+      }
       if (!m.has_status()) continue;
       MutexLock lock(&mu_);
       for (const v1::WorkloadStatus& ws : m.status().workloads()) reports_.push_back(ws);
@@ -119,6 +124,13 @@ class FakeServer final : public v1::AgentService::Service {
     });
   }
 
+  // Waits until the node's images, as its heartbeats last listed them,
+  // satisfy `pred`.
+  bool WaitImages(const std::function<bool(const std::vector<v1::NodeImage>&)>& pred) {
+    MutexLock lock(&mu_);
+    return cv_.WaitFor(&mu_, std::chrono::seconds(60), [&]() DROVER_REQUIRES(mu_) { return pred(images_); });
+  }
+
   std::vector<v1::WorkloadStatus> Reports(const std::string& id) {
     MutexLock lock(&mu_);
     std::vector<v1::WorkloadStatus> out;
@@ -134,6 +146,7 @@ class FakeServer final : public v1::AgentService::Service {
   CondVar cv_;
   grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream_ DROVER_GUARDED_BY(mu_) = nullptr;
   std::vector<v1::WorkloadStatus> reports_ DROVER_GUARDED_BY(mu_);
+  std::vector<v1::NodeImage> images_ DROVER_GUARDED_BY(mu_);
   size_t seen_ DROVER_GUARDED_BY(mu_) = 0;
   int sessions_ DROVER_GUARDED_BY(mu_) = 0;
   std::unique_ptr<grpc::Server> server_;

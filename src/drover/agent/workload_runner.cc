@@ -49,6 +49,15 @@ Status WorkloadRunner::Init() {
     if (ec) return Unavailable(fmt::format("cannot create '{}': {}", d, ec.message()));
   }
   AdoptJobs();
+  {
+    // A store an earlier agent filled is reported from the start (the
+    // scheduler's hint, `drover images`); a node without one opens it on
+    // its first container.
+    const std::string store =
+        opts_.containers.store.root.empty() ? opts_.data_dir + "/images" : opts_.containers.store.root;
+    std::string why;
+    if (!images_ && fs::exists(store + "/images.json", ec)) Images(&why);
+  }
   // A job's output directory (output.log, work/) and its checkpoint
   // directory, made ahead of its launch (job_dir.h, SpareDirs).
   // Made ahead by a thread of the lowest priority (SCHED_IDLE): it runs

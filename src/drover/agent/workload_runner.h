@@ -84,8 +84,12 @@ class WorkloadRunner final : public ServiceHost {
   // Before the loop runs anything of the agent.
   void SetConnection(ServerConnection* connection) { connection_ = connection; }
 
-  // A session opened: nothing desired is known until its first set.
-  void SessionOpened() { have_desired_ = false; }
+  // A session opened: nothing desired is known until its first set; the
+  // next heartbeat carries the node's images whole.
+  void SessionOpened() {
+    have_desired_ = false;
+    images_said_ = 0;
+  }
   // Everything is news to a new session: every log from its start (the
   // server writes by offset, so repeats are harmless) and a full report.
   void ReportAll();
