@@ -359,6 +359,34 @@ TEST_F(ContainerAgentTest, TwoJobsWantingANewImageAtOnceCauseOnePull) {
   EXPECT_TRUE(said);
 }
 
+// A tag moved on the registry: a workload pinned to the digest an earlier
+// attempt ran gets those bits; `always` without a pin gets the new ones; a
+// node holding the tag runs it as it is under if-not-present.
+TEST_F(ContainerAgentTest, APinnedDigestRunsTheSameBitsAfterTheTagMoved) {
+  ASSERT_TRUE(registry_->Push("pin", "v1", {{"/etc/version", "first\n"}}, {"--config.cmd=true"}));
+  v1::Workload first = Job("j-000017", Ref("pin:v1"), {"cat", "/etc/version"});
+  ASSERT_TRUE(server_.SendDesired({first}));
+  ASSERT_TRUE(server_.WaitEnded(first.workload_id()));
+  const std::string digest = server_.Reports(first.workload_id()).back().image_digest();
+  ASSERT_TRUE(digest.starts_with("sha256:")) << digest;
+  ASSERT_TRUE(registry_->Push("pin", "v1", {{"/etc/version", "second\n"}}, {"--config.cmd=true"}));
+
+  v1::Workload cached = Job("j-000018", Ref("pin:v1"), {"cat", "/etc/version"});
+  v1::Workload pinned = Job("j-000019", Ref("pin:v1"), {"cat", "/etc/version"});
+  pinned.set_image_digest(digest);
+  pinned.mutable_container()->set_pull_policy("always");
+  v1::Workload fresh = Job("j-000020", Ref("pin:v1"), {"cat", "/etc/version"});
+  fresh.mutable_container()->set_pull_policy("always");
+  ASSERT_TRUE(server_.SendDesired({cached, pinned, fresh}));
+  for (const v1::Workload& w : {cached, pinned, fresh}) ASSERT_TRUE(server_.WaitEnded(w.workload_id()));
+  EXPECT_NE(Log(cached).find("first"), std::string::npos) << Log(cached);
+  EXPECT_EQ(server_.Reports(cached.workload_id()).back().image_digest(), digest);
+  EXPECT_NE(Log(pinned).find("first"), std::string::npos) << Log(pinned);
+  EXPECT_EQ(server_.Reports(pinned.workload_id()).back().image_digest(), digest);
+  EXPECT_NE(Log(fresh).find("second"), std::string::npos) << Log(fresh);
+  EXPECT_NE(server_.Reports(fresh.workload_id()).back().image_digest(), digest);
+}
+
 TEST_F(ContainerAgentTest, AnUnknownImageFailsWithTheReason) {
   v1::Workload w = Job("j-000007", Ref("no-such-image:v1"), {"true"});
   ASSERT_TRUE(server_.SendDesired({w}));
