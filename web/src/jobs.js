@@ -67,6 +67,16 @@ export function whereText(job, nowMs) {
   return parts.join(' · ');
 }
 
+// The image cell of a container job: its reference, the digest it resolved
+// to (short), and while it is pulled, the progress; '' for a bare process.
+export function imageText(job) {
+  const c = (job.spec || {}).container;
+  if (!c || !c.image) return '';
+  const s = job.status || {};
+  const digest = s.imageDigest ? ` @ ${String(s.imageDigest).slice(0, 19)}` : '';
+  return s.imagePull ? `${c.image}${digest} (${s.imagePull})` : `${c.image}${digest}`;
+}
+
 export class Jobs {
   constructor() {
     this.jobs = [];
@@ -200,11 +210,12 @@ export class Jobs {
       state: el('span', { class: 'state', 'data-testid': 'job-state' }),
       reason: el('td', { class: 'reason', 'data-testid': 'job-reason' }),
       where: el('td', { class: 'where', 'data-testid': 'job-where' }),
+      image: el('td', { class: 'mono', 'data-testid': 'job-image' }),
       actions: el('td', { class: 'actions' }),
       button: null,
     };
     row.tr = el('tr', { 'data-testid': 'job-row', 'data-job': id },
-      row.id, row.name, row.tenant, row.gpus, row.priority, el('td', {}, row.state), row.reason, row.where, row.actions);
+      row.id, row.name, row.tenant, row.gpus, row.priority, el('td', {}, row.state), row.reason, row.where, row.image, row.actions);
     return row;
   }
 
@@ -220,6 +231,8 @@ export class Jobs {
     setText(row.reason, s.message || '');
     setAttr(row.reason, 'title', s.message || '');
     setText(row.where, whereText(job, now));
+    setText(row.image, imageText(job));
+    setAttr(row.image, 'title', s.imageDigest || '');
     const ended = ENDED.has(s.state);
     if (!ended && !row.button) {
       row.button = el('button', { type: 'button', class: 'btn-small danger', 'data-testid': 'job-cancel' }, 'Cancel');
@@ -257,15 +270,18 @@ export class Jobs {
     const gpus = Number(form.elements.gpus.value);
     const tenant = form.elements.tenant.value.trim();
     const priority = Number(form.elements.priority.value || 0);
+    const image = form.elements.image.value.trim();
     const fail = (message) => {
       result.className = 'submit-result error';
       setText(result, message);
     };
-    if (!command) return fail('the command is empty');
+    if (!command && !image) return fail('the command is empty (or give an image, whose own command runs)');
     if (!Number.isInteger(gpus)) return fail('GPUs must be a whole number');
     if (!Number.isInteger(priority)) return fail('priority must be a whole number');
-    const spec = { command: ['sh', '-c', command], gpus, priority };
+    const spec = { command: command ? ['sh', '-c', command] : [], gpus, priority };
     if (tenant) spec.tenant = tenant;
+    // The server checks the reference (and answers 400 naming it).
+    if (image) spec.container = { image };
     const button = form.querySelector('[data-testid="submit-button"]');
     button.disabled = true;
     result.className = 'submit-result';

@@ -197,7 +197,24 @@ void DescribeJob(const v1::Job& job, int64_t now, std::ostream& out) {
   if (!spec.topology().empty()) rows.emplace_back("Topology", spec.topology());
   if (spec.runtime_estimate_seconds() > 0)
     rows.emplace_back("Estimate", FormatSeconds(spec.runtime_estimate_seconds()));
-  rows.emplace_back("Command", fmt::format("{}", fmt::join(spec.command(), " ")));
+  if (spec.has_container()) {
+    const v1::ContainerSpec& ct = spec.container();
+    std::string image = ct.image();
+    if (!ct.pull_policy().empty()) image += fmt::format(" (pull {})", ct.pull_policy());
+    rows.emplace_back("Image", image);
+    if (!st.image_digest().empty()) rows.emplace_back("Digest", st.image_digest());
+    if (!st.image_pull().empty()) rows.emplace_back("Pull", st.image_pull());
+    std::vector<std::string> extra;
+    if (!ct.network().empty()) extra.push_back("network " + ct.network());
+    if (ct.shm_bytes() > 0) extra.push_back("/dev/shm " + FormatBytes(ct.shm_bytes()));
+    if (!extra.empty()) rows.emplace_back("Container", fmt::format("{}", fmt::join(extra, ", ")));
+    for (const v1::Mount& m : ct.mounts()) {
+      rows.emplace_back("Mount", fmt::format("{} -> {}{}", m.source(), m.target(), m.read_only() ? " (ro)" : ""));
+    }
+  }
+  rows.emplace_back("Command", spec.command().empty() && spec.has_container()
+                                   ? std::string("(the image's)")
+                                   : fmt::format("{}", fmt::join(spec.command(), " ")));
   if (!spec.working_dir().empty()) rows.emplace_back("Workdir", spec.working_dir());
   rows.emplace_back("Submitted", Age(st.submit_time_unix_nanos(), now) + " ago");
   if (st.replicas_size() > 0) {

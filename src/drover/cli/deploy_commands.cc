@@ -2,6 +2,7 @@
 // deployments (docs/deployments.md) over DeploymentService.
 
 #include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <cmath>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "drover/cli/client.h"
 #include "drover/cli/commands.h"
 #include "drover/cli/printers.h"
+#include "drover/cli/submit_flags.h"
 #include "drover/cli/table.h"
 #include "drover/cli/terminal.h"
 #include "drover/common/config.h"
@@ -30,6 +32,7 @@ struct DeployArgs {
   std::string readiness_path, liveness_path;
   bool readiness_tcp = false, replace = false;
   std::vector<std::string> env, selector, command;
+  ContainerArgs container;
 };
 
 Status ParsePairs(const std::vector<std::string>& in, const char* flag,
@@ -95,6 +98,11 @@ Result<v1::DeploymentSpec> SpecFrom(const DeployArgs& a) {
   if (!a.liveness_path.empty()) s.mutable_liveness()->set_http_path(a.liveness_path);
   DROVER_RETURN_IF_ERROR(ParsePairs(a.env, "--env", s.mutable_env()));
   DROVER_RETURN_IF_ERROR(ParsePairs(a.selector, "--selector", s.mutable_node_selector()));
+  DROVER_ASSIGN_OR_RETURN(nlohmann::json container, ContainerJson(a.container));
+  if (!container.is_null()) {
+    auto parsed = google::protobuf::util::JsonStringToMessage(container.dump(), s.mutable_container());
+    if (!parsed.ok()) return InvalidArgument("--image: " + parsed.ToString());
+  }
   return s;
 }
 
@@ -128,6 +136,10 @@ void DescribeDeployment(const v1::Deployment& d, std::ostream& out) {
                      s.gpu_milli() > 0 ? FormatMilliGpu(s.gpu_milli()) : std::to_string(s.gpus()),
                      s.gpus() == 1 && s.gpu_milli() == 0 ? "" : "s",
                      s.gpu_memory_bytes() > 0 ? ", " + FormatBytes(s.gpu_memory_bytes()) + " GPU memory" : "");
+  if (s.has_container()) {
+    out << fmt::format("image:       {}{}\n", e(s.container().image()),
+                       st.image_digest().empty() ? "" : " (" + e(st.image_digest()) + ")");
+  }
   out << fmt::format("revision:    {}\n", st.revision());
   out << fmt::format("load:        {} outstanding, {} waiting", st.outstanding(), st.waiting());
   if (st.engine_waiting() > 0 || st.queue_ms() >= 0) {
@@ -293,7 +305,10 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
   cmd->add_option("-e,--env", a->env, "NAME=VALUE, repeatable");
   cmd->add_option("--selector", a->selector, "node label NAME=VALUE, repeatable");
   cmd->add_flag("--replace", a->replace, "change an existing deployment (a new template rolls its replicas over)");
-  cmd->add_option("command", a->command, "custom engine: the command (after --); others: extra arguments");
+  AddContainerFlags(cmd, &a->container);
+  cmd->add_option("command", a->command,
+                  "custom engine: the command (after --; with --image, optional: the image's own runs); others: "
+                  "extra arguments");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// The node verbs: nodes, gpus, drain, undrain and (admin) fault.
+// The node verbs: nodes, gpus, images, drain, undrain and (admin) fault and
+// images pull.
 
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include "drover/cli/commands.h"
 #include "drover/cli/node_view.h"
 #include "drover/cli/terminal.h"
+#include "drover/common/image_ref.h"
 #include "drover/v1/api.grpc.pb.h"
 
 namespace drover::cli {
@@ -92,6 +94,64 @@ int Fault(const FaultArgs& a, const Common& c) {
   return 0;
 }
 
+int Images(const Common& c) {
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::ListNodesResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->List(ctx.get(), v1::ListNodesRequest(), &resp);
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    // One flat list, each image with its node's name.
+    nlohmann::json out = nlohmann::json::array();
+    for (const v1::Node& n : resp.nodes()) {
+      for (const v1::NodeImage& im : n.images()) {
+        out.push_back({{"node", n.name()},
+                       {"references", std::vector<std::string>(im.references().begin(), im.references().end())},
+                       {"digest", im.digest()},
+                       {"sizeBytes", im.size_bytes()},
+                       {"inUse", im.in_use()},
+                       {"lastUsedUnixNanos", im.last_used_unix_nanos()}});
+      }
+    }
+    std::cout << EscapeJsonForTerminal(out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) << "\n";
+    return 0;
+  }
+  PrintImageTable(resp, c.output == "wide", NowNanos(), std::cout);
+  return 0;
+}
+
+struct PullArgs {
+  std::string reference;
+  std::vector<std::string> nodes;
+  std::string pull;
+};
+
+int Pull(const PullArgs& a, const Common& c) {
+  // The server checks the reference and the policy too; a typo is caught here first.
+  if (auto ref = ParseImageRef(a.reference); !ref.ok()) return Usage(ref.status().message());
+  if (!a.pull.empty() && a.pull != "if-not-present" && a.pull != "always") {
+    return Usage(fmt::format("--pull '{}' is unknown (use if-not-present or always)", a.pull));
+  }
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::PullImageRequest req;
+  req.set_reference(a.reference);
+  for (const std::string& n : a.nodes) req.add_nodes(n);
+  req.set_pull_policy(a.pull);
+  v1::PullImageResponse resp;
+  auto ctx = Context(c);
+  grpc::Status st = stub->PullImage(ctx.get(), req, &resp);
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    std::cout << Json(resp) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("image '{}' is being pulled by {} node{}: {}\n", EscapeTerminal(a.reference),
+                           resp.nodes_size(), resp.nodes_size() == 1 ? "" : "s",
+                           EscapeTerminal(fmt::format("{}", fmt::join(resp.nodes(), ", "))));
+  std::cout << "`drover images` shows it once in a node's store\n";
+  return 0;
+}
+
 }  // namespace
 
 void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common) {
@@ -102,6 +162,18 @@ void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   CLI::App* gpus = app.add_subcommand("gpus", "list every GPU of every node (-o wide: live telemetry)");
   AddCommon(gpus, common.get(), true);
   gpus->callback(run([common] { return Nodes(*common, true); }));
+
+  CLI::App* images = app.add_subcommand("images", "every node's image store (-o wide: whole digests); images pull");
+  AddCommon(images, common.get(), true);
+  auto pa = std::make_shared<PullArgs>();
+  CLI::App* pull = images->add_subcommand(
+      "pull", "admin: pull an image into nodes' stores ahead of jobs: drover images pull REF [--node N]...");
+  AddCommon(pull, common.get(), false);
+  pull->add_option("reference", pa->reference, "the image: busybox, vllm/vllm-openai:v0.6.3, ...")->required();
+  pull->add_option("--node", pa->nodes, "a node to pull it (repeatable; default: every ready node)");
+  pull->add_option("--pull", pa->pull, "if-not-present (the default) or always (resolve the tag again)");
+  // One callback for both: CLI11 runs the parent's after the subcommand's.
+  images->callback(run([pa, pull, common] { return pull->parsed() ? Pull(*pa, *common) : Images(*common); }));
 
   auto node = std::make_shared<std::string>();
   auto requeue = std::make_shared<bool>(false);

@@ -185,6 +185,23 @@ void PrintGpuTable(const v1::ListNodesResponse& resp, bool wide, std::ostream& o
   t.Print(out);
 }
 
+void PrintImageTable(const v1::ListNodesResponse& resp, bool wide, int64_t now_nanos, std::ostream& out) {
+  constexpr size_t kPlainReferences = 60;
+  constexpr size_t kShortDigest = 7 + 12;  // "sha256:" and 12 hex digits, as docker images shows them
+  Table t({"NODE", "IMAGE", "DIGEST", "SIZE", "IN USE", "LAST USED"});
+  for (const v1::Node* n : SortedNodes(resp)) {
+    for (const v1::NodeImage& im : n->images()) {
+      // What the agent reported: escaped (terminal.h).
+      std::string refs = im.references().empty() ? "<none>" : fmt::format("{}", fmt::join(im.references(), ","));
+      t.AddRow({EscapeTerminal(n->name()), EscapeTerminal(wide ? refs : Cut(refs, kPlainReferences)),
+                EscapeTerminal(wide ? im.digest() : im.digest().substr(0, kShortDigest)), FormatBytes(im.size_bytes()),
+                std::to_string(im.in_use()),
+                im.last_used_unix_nanos() > 0 ? Age(im.last_used_unix_nanos(), now_nanos) + " ago" : "-"});
+    }
+  }
+  t.Print(out);
+}
+
 void PrintNodeTable(const v1::ListNodesResponse& resp, bool wide, int64_t now_nanos, std::ostream& out) {
   constexpr size_t kPlainMessage = 50;
   std::vector<std::string> headers = {"NAME", "STATUS", "GPUS", "MODEL", "HEALTH", "TOPOLOGY", "AGE", "CONDITIONS"};

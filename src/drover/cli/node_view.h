@@ -49,4 +49,9 @@ std::vector<const v1::Gpu*> SortedGpus(const v1::Node& n);
 void PrintGpuTable(const v1::ListNodesResponse& resp, bool wide, std::ostream& out);
 void PrintNodeTable(const v1::ListNodesResponse& resp, bool wide, int64_t now_nanos, std::ostream& out);
 
+// `drover images`: every node's image store, a row per node and image
+// (NODE, IMAGE, DIGEST, SIZE, IN USE, LAST USED); the digest short
+// ("sha256:0123456789ab") and the references cut unless `wide`.
+void PrintImageTable(const v1::ListNodesResponse& resp, bool wide, int64_t now_nanos, std::ostream& out);
+
 }  // namespace drover::cli

@@ -199,5 +199,39 @@ TEST(NodeViewTest, NodeTableShowsHealthTopologyAndConditions) {
   EXPECT_THAT(wide.str(), HasSubstr("(0 of 3 clean checks))"));
 }
 
+TEST(NodeViewTest, ImageTableShowsEveryNodesStore) {
+  v1::ListNodesResponse resp;
+  v1::Node* b = resp.add_nodes();
+  b->set_name("gpu-02");
+  v1::NodeImage* im = b->add_images();
+  im->add_references("docker.io/library/busybox:latest");
+  im->add_references("docker.io/library/busybox:1.36");
+  im->set_digest("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+  im->set_size_bytes(4 * kMiB);
+  im->set_in_use(2);
+  im->set_last_used_unix_nanos(1'000'000'000'000);
+  v1::Node* a = resp.add_nodes();
+  a->set_name("gpu-01");
+  v1::NodeImage* evil = a->add_images();
+  evil->add_references("x\x1b[2J");
+  evil->set_digest("sha256:ff");
+  resp.add_nodes()->set_name("gpu-03");  // an empty store: no row
+  std::ostringstream plain;
+  PrintImageTable(resp, false, 1'000'000'000'000 + 300'000'000'000, plain);
+  std::string p = plain.str();
+  EXPECT_THAT(p, HasSubstr("NODE     IMAGE"));
+  EXPECT_THAT(p, HasSubstr("IN USE   LAST USED"));
+  EXPECT_THAT(p,
+              HasSubstr("docker.io/library/busybox:latest,docker.io/library/busybo...   sha256:0123456789ab   4MiB"));
+  EXPECT_THAT(p, HasSubstr("2        5m ago"));
+  EXPECT_THAT(p, HasSubstr("x\\x1b[2J")) << "escaped";
+  EXPECT_THAT(p, Not(HasSubstr("gpu-03")));
+  EXPECT_LT(p.find("gpu-01"), p.find("gpu-02")) << "sorted by name";
+  std::ostringstream wide;
+  PrintImageTable(resp, true, 0, wide);
+  EXPECT_THAT(wide.str(), HasSubstr(im->digest()));
+  EXPECT_THAT(wide.str(), HasSubstr("docker.io/library/busybox:latest,docker.io/library/busybox:1.36"));
+}
+
 }  // namespace
 }  // namespace drover::cli

@@ -20,6 +20,7 @@
 #include "drover/cli/table.h"
 #include "drover/cli/terminal.h"
 #include "drover/cli/top_view.h"
+#include "drover/common/quantity.h"
 
 namespace drover::cli {
 namespace {
@@ -115,6 +116,32 @@ TEST(PrintersTest, DescribeJob) {
   EXPECT_THAT(out.str(), HasSubstr("Command:      sh -c x\\x1b[2J\\x1b]52;c;ZXZpbA==\\a\\rj-000666   Succeeded\\b\\b"
                                    "\\u009b31m\\nFORGED   admin   default\\u202e\\x9b2J\\xff\n"));
   EXPECT_THAT(out.str(), HasSubstr("Workdir:      /tmp/x\\x1b[2J"));
+}
+
+TEST(PrintersTest, DescribeJobShowsItsImageDigestAndPull) {
+  v1::Job job;
+  job.set_id("j-000001");
+  job.mutable_spec()->set_gpus(1);
+  v1::ContainerSpec* c = job.mutable_spec()->mutable_container();
+  c->set_image("busybox");
+  c->set_pull_policy("always");
+  c->set_network("none");
+  c->set_shm_bytes(kGiB);
+  v1::Mount* m = c->add_mounts();
+  m->set_source("/data/a");
+  m->set_target("/data");
+  m->set_read_only(true);
+  job.mutable_status()->set_state(v1::JOB_STATE_BOUND);
+  job.mutable_status()->set_image_digest("sha256:abc");
+  job.mutable_status()->set_image_pull("pulling docker.io/library/busybox:latest: 1 MB of 2 MB");
+  std::ostringstream out;
+  DescribeJob(job, kNow, out);
+  EXPECT_THAT(out.str(), HasSubstr("Image:        busybox (pull always)\n"));
+  EXPECT_THAT(out.str(), HasSubstr("Digest:       sha256:abc\n"));
+  EXPECT_THAT(out.str(), HasSubstr("Pull:         pulling docker.io/library/busybox:latest: 1 MB of 2 MB\n"));
+  EXPECT_THAT(out.str(), HasSubstr("Container:    network none, /dev/shm 1GiB\n"));
+  EXPECT_THAT(out.str(), HasSubstr("Mount:        /data/a -> /data (ro)\n"));
+  EXPECT_THAT(out.str(), HasSubstr("Command:      (the image's)\n"));
 }
 
 TEST(PrintersTest, AuditTable) {

@@ -3,12 +3,104 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
+#include <string_view>
 
 #include "drover/common/config.h"
+#include "drover/common/image_ref.h"
 #include "drover/common/quantity.h"
 
 namespace drover::cli {
+
+void AddContainerFlags(CLI::App* cmd, ContainerArgs* a) {
+  cmd->add_option("--image", a->image,
+                  "run in this OCI image (busybox, vllm/vllm-openai:v0.6.3, host:5000/repo@sha256:...); without a "
+                  "command the image's own runs");
+  cmd->add_option("--pull", a->pull,
+                  "with --image: if-not-present (the default: a node that holds it runs it) or always (resolve the "
+                  "tag again at every start)");
+  cmd->add_option("--network", a->network,
+                  "with --image: host (the default: the node's network, as NCCL and RDMA need) or none (loopback "
+                  "only)");
+  cmd->add_option("--shm-size", a->shm_size,
+                  "with --image: size of /dev/shm, e.g. 16g (default: half of --memory, else 1GiB)");
+  cmd->add_option("--mount", a->mounts,
+                  "with --image: SRC:DST[:ro], a node directory under one of the tenant's mount roots, repeatable");
+}
+
+Result<nlohmann::json> ParseMountSpec(const std::string& spec) {
+  // Paths hold no ':' here (the split would be ambiguous); the server
+  // checks the rest (normal paths, the reserved targets, the roots).
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1) {
+    parts.push_back(spec.substr(start, colon - start));
+  }
+  parts.push_back(spec.substr(start));
+  bool read_only = false;
+  if (parts.size() == 3 && (parts[2] == "ro" || parts[2] == "rw")) {
+    read_only = parts[2] == "ro";
+    parts.pop_back();
+  }
+  if (parts.size() != 2) {
+    return InvalidArgument(
+        fmt::format("--mount '{}' is not SRC:DST[:ro] (a node directory, where it appears in "
+                    "the container, and ro for read-only)",
+                    spec));
+  }
+  for (const std::string& p : parts) {
+    if (p.empty() || p.front() != '/') {
+      return InvalidArgument(fmt::format("--mount '{}': '{}' is not an absolute path", spec, p));
+    }
+  }
+  return nlohmann::json{{"source", parts[0]}, {"target", parts[1]}, {"read_only", read_only}};
+}
+
+namespace {
+
+// docker's --shm-size reads "16g" as 16 GiB (k, m, g, t: powers of 1024);
+// everything else as ParseBytes does ("16GiB", "512MB").
+Result<int64_t> ParseShmSize(const std::string& text) {
+  if (text.size() >= 2 && std::string_view("kmgt").find(text.back()) != std::string_view::npos &&
+      std::isdigit(static_cast<unsigned char>(text[text.size() - 2]))) {
+    std::string binary = text.substr(0, text.size() - 1);
+    binary += static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+    return ParseBytes(binary + "i");
+  }
+  return ParseBytes(text);
+}
+
+}  // namespace
+
+Result<nlohmann::json> ContainerJson(const ContainerArgs& a) {
+  if (a.image.empty()) {
+    if (!a.pull.empty() || !a.network.empty() || !a.shm_size.empty() || !a.mounts.empty()) {
+      return InvalidArgument("--pull, --network, --shm-size and --mount go with --image");
+    }
+    return nlohmann::json();
+  }
+  if (auto ref = ParseImageRef(a.image); !ref.ok()) return InvalidArgument("--image: " + ref.status().message());
+  if (!a.pull.empty() && a.pull != "if-not-present" && a.pull != "always") {
+    return InvalidArgument(fmt::format("--pull '{}' is unknown (use if-not-present or always)", a.pull));
+  }
+  if (!a.network.empty() && a.network != "host" && a.network != "none") {
+    return InvalidArgument(fmt::format("--network '{}' is unknown (use host or none)", a.network));
+  }
+  nlohmann::json c = {{"image", a.image}, {"pull_policy", a.pull}, {"network", a.network}};
+  if (!a.shm_size.empty()) {
+    auto bytes = ParseShmSize(a.shm_size);
+    if (!bytes.ok()) return InvalidArgument("--shm-size: " + bytes.status().message());
+    c["shm_bytes"] = *bytes;
+  }
+  nlohmann::json mounts = nlohmann::json::array();
+  for (const std::string& m : a.mounts) {
+    DROVER_ASSIGN_OR_RETURN(nlohmann::json mount, ParseMountSpec(m));
+    mounts.push_back(std::move(mount));
+  }
+  c["mounts"] = std::move(mounts);
+  return c;
+}
 
 void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
   submit->add_option("--name", a->name, "job name");
@@ -43,7 +135,8 @@ void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
   submit->add_option("--array", a->array,
                      "a job array: one task per index, FIRST-LAST[:STEP][%MAX] (1-1000%50: at most 50 at once); "
                      "each task sees its index in DROVER_ARRAY_INDEX");
-  submit->add_option("command", a->command, "the command and its arguments")->required();
+  AddContainerFlags(submit, &a->container);
+  submit->add_option("command", a->command, "the command and its arguments (optional with --image)");
   submit->positionals_at_end();
 }
 
@@ -108,6 +201,11 @@ Result<nlohmann::json> SubmitRequestJson(const SubmitArgs& a) {
     env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   s["env"] = std::move(env);
+  DROVER_ASSIGN_OR_RETURN(nlohmann::json container, ContainerJson(a.container));
+  if (a.command.empty() && container.is_null()) {
+    return InvalidArgument("a command is required: drover submit [flags] -- CMD ARGS... (or --image, whose own runs)");
+  }
+  if (!container.is_null()) s["container"] = std::move(container);
   s["command"] = a.command;
   nlohmann::json req = {{"spec", std::move(s)}};
   if (!a.array.empty()) {

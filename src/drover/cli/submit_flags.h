@@ -12,6 +12,26 @@
 
 namespace drover::cli {
 
+// --image and the flags that go with it (submit and deploy): the job runs
+// in an OCI container (docs/containers.md).
+struct ContainerArgs {
+  std::string image;                // a reference: busybox, vllm/vllm-openai:v0.6.3, 127.0.0.1:5000/tiny@sha256:...
+  std::string pull;                 // if-not-present (default) or always
+  std::string network;              // host (default) or none
+  std::string shm_size;             // /dev/shm, e.g. 16g
+  std::vector<std::string> mounts;  // SRC:DST[:ro|:rw], repeatable
+};
+
+// Adds --image, --pull, --network, --shm-size and --mount to `cmd`.
+void AddContainerFlags(CLI::App* cmd, ContainerArgs* a);
+// The v1.ContainerSpec the flags ask for as proto3 JSON; null when --image
+// is not given. kInvalidArgument, with the message to print, for a
+// reference that does not parse, a flag without --image, or a --mount
+// that is not SRC:DST[:ro] with absolute paths.
+Result<nlohmann::json> ContainerJson(const ContainerArgs& a);
+// "/data/set:/data:ro" -> {"source": "/data/set", "target": "/data", "read_only": true}.
+Result<nlohmann::json> ParseMountSpec(const std::string& spec);
+
 struct SubmitArgs {
   std::string name, tenant, gpu_memory = "0", gpu_model, gpu_vendor, workdir;
   std::string gpus = "1";
@@ -30,7 +50,8 @@ struct SubmitArgs {
   bool wait = false;
   std::string array;  // "1-100%10"
   std::vector<std::string> env;
-  std::vector<std::string> command;
+  ContainerArgs container;
+  std::vector<std::string> command;  // optional with --image: the image's command runs
 };
 
 // Adds every flag of `submit` but the common ones (flags.h AddCommon).

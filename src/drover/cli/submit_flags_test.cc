@@ -136,5 +136,58 @@ TEST(SubmitFlagsTest, FlagsThatDoNotParseSayWhich) {
   EXPECT_NE(message({"--array", "5-1"}).find("--array"), std::string::npos);
 }
 
+TEST(SubmitFlagsTest, AnImageJobCarriesItsContainerAndNeedsNoCommand) {
+  auto json = SubmitRequestJson(Parse({"--image", "vllm/vllm-openai:v0.6.3", "--pull", "always", "--network", "none",
+                                       "--shm-size", "16g", "--mount", "/data/team-a:/data:ro", "--mount",
+                                       "/scratch/x:/scratch", "--replicas", "2", "--array", "0-3"}));
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  v1::SubmitJobRequest req;
+  auto st = google::protobuf::util::JsonStringToMessage(json->dump(), &req);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const v1::ContainerSpec& c = req.spec().container();
+  EXPECT_EQ(c.image(), "vllm/vllm-openai:v0.6.3");  // as written: the server keeps it so
+  EXPECT_EQ(c.pull_policy(), "always");
+  EXPECT_EQ(c.network(), "none");
+  EXPECT_EQ(c.shm_bytes(), 16LL << 30);
+  ASSERT_EQ(c.mounts_size(), 2);
+  EXPECT_EQ(c.mounts(0).source(), "/data/team-a");
+  EXPECT_EQ(c.mounts(0).target(), "/data");
+  EXPECT_TRUE(c.mounts(0).read_only());
+  EXPECT_EQ(c.mounts(1).target(), "/scratch");
+  EXPECT_FALSE(c.mounts(1).read_only());
+  EXPECT_EQ(req.spec().command_size(), 0);
+  EXPECT_EQ(req.spec().replicas(), 2);
+  EXPECT_EQ(req.array().last(), 3);
+
+  auto with_command = SubmitRequestJson(Parse({"--image", "busybox", "--shm-size", "512MiB", "--", "sleep", "1"}));
+  ASSERT_TRUE(with_command.ok()) << with_command.status().ToString();
+  EXPECT_EQ((*with_command)["spec"]["command"].size(), 2u);
+  EXPECT_EQ((*with_command)["spec"]["container"]["shm_bytes"], 512LL << 20);
+  // Without --image nothing of a container is sent.
+  auto bare = SubmitRequestJson(Parse({"--", "true"}));
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE((*bare)["spec"].contains("container"));
+}
+
+TEST(SubmitFlagsTest, BadContainerFlagsAreRefusedBeforeSending) {
+  auto message = [](std::vector<std::string> args) {
+    auto r = SubmitRequestJson(Parse(args));
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    return r.status().message();
+  };
+  EXPECT_NE(message({}).find("a command is required"), std::string::npos);
+  EXPECT_NE(message({"--image", "Busybox"}).find("--image"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--pull", "never"}).find("--pull 'never'"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--network", "bridge"}).find("--network 'bridge'"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--shm-size", "big"}).find("--shm-size"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--mount", "/data"}).find("is not SRC:DST[:ro]"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--mount", "/a:/b:rx"}).find("is not SRC:DST[:ro]"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--mount", "/a:/b:ro:x"}).find("is not SRC:DST[:ro]"), std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--mount", "data:/data"}).find("'data' is not an absolute path"),
+            std::string::npos);
+  EXPECT_NE(message({"--image", "busybox", "--mount", ":/data"}).find("not an absolute path"), std::string::npos);
+  EXPECT_NE(message({"--mount", "/a:/b", "--", "true"}).find("go with --image"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace drover::cli

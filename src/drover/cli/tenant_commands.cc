@@ -25,6 +25,7 @@ struct TenantArgs {
   double gpu_hours = 0;
   int max_pending = 0, max_array_tasks = 0, max_gpus_per_user = 0;
   int64_t requests_per_minute = 0, tokens_per_minute = 0;  // the gateway's, for the whole tenant
+  std::vector<std::string> mount_roots;                    // directories its container jobs may mount
 };
 
 // "H100 80GB=8" -> map entry; "*=16" counts every model.
@@ -82,6 +83,15 @@ Status Apply(const TenantArgs& a, const CLI::App* cmd, bool all, v1::Tenant* t) 
   if (given("--max-gpus-per-user")) q->set_max_gpus_per_user(a.max_gpus_per_user);
   if (given("--requests-per-minute")) q->set_requests_per_minute(a.requests_per_minute);
   if (given("--tokens-per-minute")) q->set_tokens_per_minute(a.tokens_per_minute);
+  if (given("--mount-root")) {
+    t->clear_mount_roots();
+    for (const std::string& root : a.mount_roots) {
+      // "--mount-root ''" clears them; the server checks the paths.
+      if (root.empty()) continue;
+      if (root.front() != '/') return InvalidArgument(fmt::format("--mount-root '{}' is not an absolute path", root));
+      t->add_mount_roots(root);
+    }
+  }
   return Status::Ok();
 }
 
@@ -179,6 +189,9 @@ void AddTenantFlags(CLI::App* cmd, TenantArgs* a) {
   cmd->add_option("--tokens-per-minute", a->tokens_per_minute,
                   "gateway: prompt and completion tokens per minute for the whole tenant (0: none)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--mount-root", a->mount_roots,
+                  "a node directory its container jobs may mount, it or under it (repeatable; replaces the list; '' "
+                  "for none)");
 }
 
 }  // namespace

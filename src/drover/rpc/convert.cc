@@ -10,6 +10,7 @@
 
 #include "drover/common/ids.h"
 #include "drover/common/quantity.h"
+#include "drover/rpc/container.h"
 
 namespace drover::rpc {
 namespace {
@@ -245,7 +246,9 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     return InvalidArgument(
         fmt::format("gpu_vendor '{}' is unknown (use nvidia, amd, intel or opencl)", spec->gpu_vendor()));
   }
-  if (spec->command().empty()) return InvalidArgument("command is empty");
+  // A container's image has a command of its own, which runs when the job
+  // names none.
+  if (spec->command().empty() && !spec->has_container()) return InvalidArgument("command is empty");
   if (spec->command_size() > kMaxCommandArgs) {
     return InvalidArgument(
         fmt::format("command has {} arguments, more than {}", spec->command_size(), kMaxCommandArgs));
@@ -255,7 +258,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
     if (HasNul(arg)) return InvalidArgument("command holds a NUL byte");
     total += arg.size();
   }
-  if (spec->command(0).empty()) return InvalidArgument("command[0] is empty");
+  if (!spec->command().empty() && spec->command(0).empty()) return InvalidArgument("command[0] is empty");
   if (total > kMaxCommandBytes) {
     return InvalidArgument(fmt::format("command is {} bytes, more than {}", total, kMaxCommandBytes));
   }
@@ -293,6 +296,7 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
                                        spec->termination_grace_seconds(), kMaxGraceSeconds));
   }
   DROVER_RETURN_IF_ERROR(ValidateSchedulingFields(spec));
+  if (spec->has_container()) DROVER_RETURN_IF_ERROR(ValidateContainer(spec->container()));
   if (!spec->deployment().empty()) DROVER_RETURN_IF_ERROR(ValidateName("deployment", spec->deployment()));
   if (spec->has_service()) {
     DROVER_RETURN_IF_ERROR(ValidateService(spec->service()));

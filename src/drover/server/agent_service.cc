@@ -15,6 +15,7 @@
 
 #include "drover/auth/certs.h"
 #include "drover/common/mutex.h"
+#include "drover/rpc/container.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/grpc_services.h"
 #include "drover/v1/agent.grpc.pb.h"
@@ -37,8 +38,8 @@ class SessionHost {
 };
 
 // One agent's Session: reads go to the control loop as they arrive; the
-// down direction sends the latest desired set, the newest heartbeat ack and
-// relayed fault injections, one write at a time. Only the newest unsent
+// down direction sends the latest desired set, the newest heartbeat ack,
+// relayed fault injections and image pulls, one write at a time. Only the newest unsent
 // desired set matters (level-triggered), and the newest ack acknowledges
 // every earlier heartbeat, so neither queues up behind a slow agent.
 //
@@ -83,6 +84,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   void SendInjectFault(const v1::InjectFault& fault) override {
     MutexLock lock(&mu_);
     if (faults_.size() < kMaxQueuedFaults) faults_.push_back(fault);
+    WriteNextLocked();
+  }
+
+  void SendPullImage(const v1::PullImage& pull) override {
+    MutexLock lock(&mu_);
+    if (pulls_.size() < kMaxQueuedPulls) pulls_.push_back(pull);
     WriteNextLocked();
   }
 
@@ -169,6 +176,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
         in_.mutable_heartbeat()->clear_gpus();
         in_.mutable_heartbeat()->clear_peers();
       }
+      if (Status s = rpc::ValidateNodeImages(node_, in_.heartbeat().images()); !s.ok()) {
+        spdlog::warn("{}; keeping the images it reported before", s.message());
+        in_.mutable_heartbeat()->clear_images();
+        in_.mutable_heartbeat()->set_images_changed(false);
+      }
       loop->Heartbeat(node_, std::move(*in_.mutable_heartbeat()), Self());
     } else if (in_.has_status()) {
       // The loop applies a status only to jobs bound to `node`.
@@ -233,6 +245,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     } else if (!faults_.empty()) {
       *out_.mutable_inject_fault() = std::move(faults_.front());
       faults_.pop_front();
+    } else if (!pulls_.empty()) {
+      *out_.mutable_pull_image() = std::move(pulls_.front());
+      pulls_.pop_front();
     } else {
       return;
     }
@@ -242,6 +257,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
 
   static constexpr size_t kMaxRememberedJobs = 1 << 20;
   static constexpr size_t kMaxQueuedFaults = 64;
+  static constexpr size_t kMaxQueuedPulls = 64;
 
   grpc::CallbackServerContext* const ctx_;
   SessionHost* const host_;
@@ -255,6 +271,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
   v1::ServerMessage out_ DROVER_GUARDED_BY(mu_);                 // the write in flight
   std::optional<v1::DesiredWorkloads> pending_ DROVER_GUARDED_BY(mu_);
   std::deque<v1::InjectFault> faults_ DROVER_GUARDED_BY(mu_);
+  std::deque<v1::PullImage> pulls_ DROVER_GUARDED_BY(mu_);
   std::optional<v1::HeartbeatAck> ack_ DROVER_GUARDED_BY(mu_);
   std::map<std::string, int> sent_attempt_ DROVER_GUARDED_BY(mu_);  // job id -> newest attempt sent
   grpc::Status status_ DROVER_GUARDED_BY(mu_);                      // what Finish says

@@ -74,6 +74,8 @@ class ApiService {
   Result<v1::Node> Drain(const auth::Principal& who, const v1::DrainNodeRequest& req, bool drained);
   // Admin: a fault for a simulated GPU (kFailedPrecondition for real ones).
   Result<v1::InjectFaultResponse> InjectFault(const auth::Principal& who, const v1::InjectFaultRequest& req);
+  // Admin: an image pulled into nodes' stores ahead of jobs (api_images.cc).
+  Result<v1::PullImageResponse> PullImage(const auth::Principal& who, const v1::PullImageRequest& req);
 
   // Dashboards.
   Result<v1::Fleet> Fleet(const auth::Principal& who);

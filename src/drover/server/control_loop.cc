@@ -59,6 +59,10 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
       archiver_({options_.archive, options_.archive_after, options_.archive_retention, options_.keep_revisions}, store,
                 clock, &lifecycle_, &batch_, ArchiverHooks()) {
   loop_.SetBatchHook([this] { AfterBatch(); });
+  lifecycle_.SetRevisionDigest([this](const v1::Job& replica) {
+    return deployments_.ImageDigest(replica.spec().tenant(), replica.spec().deployment(),
+                                    replica.spec().deployment_revision());
+  });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
     // takes a fraction of a microsecond to a few, a pass over a long queue

@@ -194,6 +194,9 @@ class ControlLoop {
   std::future<Result<Done>> CheckLeases();
   // Relays a fault to the agent of `node` for its simulated GPU `gpu`.
   std::future<Result<Done>> InjectFault(std::string node, int gpu, std::string fault);
+  // Relays an image pull to `nodes` (every ready node when empty); answers
+  // the nodes told (NodeRegistry::PullImage).
+  std::future<Result<std::vector<std::string>>> PullImage(std::vector<std::string> nodes, v1::PullImage pull);
   std::future<Result<LoopStats>> Stats();
 
   // Dashboards (control_loop_views.cc). Fleet is served from the

@@ -34,7 +34,11 @@ std::future<Result<Done>> ControlLoop::CheckDeployments() {
 }
 
 std::future<Result<v1::Deployment>> ControlLoop::ApplyDeployment(v1::DeploymentSpec spec, bool replace) {
-  return Call<v1::Deployment>([this, spec = std::move(spec), replace] { return deployments_.Apply(spec, replace); });
+  return Call<v1::Deployment>([this, spec = std::move(spec), replace]() -> Result<v1::Deployment> {
+    // Refused before anything is stored, as a job's mounts are at submit.
+    DROVER_RETURN_IF_ERROR(tenants_.CheckMounts(spec.tenant(), spec.container()));
+    return deployments_.Apply(spec, replace);
+  });
 }
 
 std::future<Result<v1::Deployment>> ControlLoop::GetDeployment(std::string tenant, std::string name) {

@@ -39,6 +39,12 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
           "labels (pass large inputs as files)",
           i, bytes, kMaxJobSpecBytes));
     }
+    if (spec.has_container()) {
+      if (Status s = tenants_.CheckMounts(spec.tenant(), spec.container()); !s.ok()) {
+        return Status(s.code(),
+                      count > 1 && array == nullptr ? fmt::format("job {}: {}", i, s.message()) : s.message());
+      }
+    }
     if (auto why = sched_.NeverFits(rpc::ToJobRequest("", spec))) {
       return FailedPrecondition(fmt::format("job {} can never fit on this cluster: {}", i, *why));
     }

@@ -67,6 +67,14 @@ std::future<Result<Done>> ControlLoop::InjectFault(std::string node, int gpu, st
   });
 }
 
+std::future<Result<std::vector<std::string>>> ControlLoop::PullImage(std::vector<std::string> nodes,
+                                                                     v1::PullImage pull) {
+  return Call<std::vector<std::string>>(
+      [this, nodes = std::move(nodes), pull = std::move(pull)]() -> Result<std::vector<std::string>> {
+        return nodes_.PullImage(nodes, pull);
+      });
+}
+
 std::future<Result<v1::Node>> ControlLoop::SetDrained(std::string name, bool drained, bool requeue) {
   return Call<v1::Node>([this, name = std::move(name), drained, requeue]() -> Result<v1::Node> {
     return nodes_.SetDrained(name, drained, requeue);

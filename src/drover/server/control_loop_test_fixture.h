@@ -119,6 +119,14 @@ class FakeSink : public AgentSink {
     MutexLock lock(&mu_);
     return faults_;
   }
+  void SendPullImage(const v1::PullImage& pull) override {
+    MutexLock lock(&mu_);
+    pulls_.push_back(pull);
+  }
+  std::vector<v1::PullImage> pulls() const {
+    MutexLock lock(&mu_);
+    return pulls_;
+  }
   int resets() const { return resets_.load(); }
 
   size_t count() const {
@@ -156,6 +164,7 @@ class FakeSink : public AgentSink {
   CondVar cv_;
   std::vector<v1::DesiredWorkloads> sets_ DROVER_GUARDED_BY(mu_);
   std::vector<v1::InjectFault> faults_;
+  std::vector<v1::PullImage> pulls_ DROVER_GUARDED_BY(mu_);
   v1::HeartbeatAck last_ack_ DROVER_GUARDED_BY(mu_);
 };
 

@@ -126,6 +126,7 @@ void DeploymentController::Persist(Entry* d) {
   stored.mutable_status()->set_created_unix_nanos(st.created_unix_nanos());
   stored.mutable_status()->set_updated_unix_nanos(st.updated_unix_nanos());
   stored.mutable_status()->set_last_request_unix_nanos(st.last_request_unix_nanos());
+  stored.mutable_status()->set_image_digest(st.image_digest());
   batch_->Put(StoreKey(d->record.spec().tenant(), d->record.spec().name()), stored.SerializeAsString());
   dirty_ = true;
 }
@@ -222,6 +223,14 @@ void DeploymentController::Reconcile(Entry* d, int64_t now_ns) {
     }
     const v1::Job* job = &j->second;
     if (!Stopping(*job)) (job->spec().deployment_revision() == revision ? current : old).push_back(job);
+    // The revision's tag resolves once: the first replica's digest is what
+    // every later one runs (JobLifecycle::SetRevisionDigest).
+    if (spec.has_container() && d->record.status().image_digest().empty() &&
+        job->spec().deployment_revision() == revision && !job->status().image_digest().empty()) {
+      d->record.mutable_status()->set_image_digest(job->status().image_digest());
+      spdlog::info("deployment '{}': revision {} runs image {}", spec.name(), revision, job->status().image_digest());
+      Persist(d);
+    }
     ++it;
   }
   auto count_ready = [](const std::vector<const v1::Job*>& v) {
@@ -400,6 +409,7 @@ Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spe
   v1::DeploymentStatus* st = d.record.mutable_status();
   if (TemplateChanged(d.record.spec(), spec)) {
     st->set_revision(st->revision() + 1);
+    st->clear_image_digest();  // the new template's tag is resolved again
     d.failures = 0;
     spdlog::info("deployment '{}' changed: rolling to revision {}", spec.name(), st->revision());
   }
@@ -415,6 +425,13 @@ Result<v1::Deployment> DeploymentController::Apply(const v1::DeploymentSpec& spe
   Persist(&d);
   Reconcile(&d, now);
   return View(d);
+}
+
+std::string DeploymentController::ImageDigest(const std::string& tenant, const std::string& name,
+                                              int64_t revision) const {
+  auto it = deployments_.find(Key{tenant, name});
+  if (it == deployments_.end() || it->second.record.status().revision() != revision) return {};
+  return it->second.record.status().image_digest();
 }
 
 Result<v1::Deployment> DeploymentController::Get(const std::string& tenant, const std::string& name) const {

@@ -120,6 +120,10 @@ class DeploymentController {
   Result<v1::Deployment> Delete(const std::string& tenant, const std::string& name);
   // Every deployment's model and the ready replicas' endpoints.
   v1::EndpointsResponse Endpoints() const;
+  // The image digest revision `revision` of a tenant's deployment resolved
+  // to (its first replica that reported one); empty when unknown, for
+  // another revision or for a deployment without an image.
+  std::string ImageDigest(const std::string& tenant, const std::string& name, int64_t revision) const;
   // A gateway's load report (only deployed models count, each by its
   // tenant and served name); the controller runs after this batch.
   void ReportLoad(const v1::ReportLoadRequest& report);

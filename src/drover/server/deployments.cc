@@ -43,9 +43,11 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
   DROVER_RETURN_IF_ERROR(ValidateName("tenant", spec->tenant()));
   if (spec->served_model_name().empty()) spec->set_served_model_name(spec->name());
   DROVER_RETURN_IF_ERROR(rpc::ValidateModelName("served_model_name", spec->served_model_name()));
+  // An image has a command of its own: with custom it may serve as it is.
+  const bool image = spec->has_container();
   if (spec->engine().empty()) {
-    if (spec->command().empty()) {
-      return InvalidArgument("engine is missing: use vllm, llama.cpp, sglang, or custom with a command");
+    if (spec->command().empty() && !image) {
+      return InvalidArgument("engine is missing: use vllm, llama.cpp, sglang, or custom with a command or an image");
     }
     spec->set_engine("custom");
   }
@@ -54,7 +56,7 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
     return InvalidArgument(
         fmt::format("engine '{}' is unknown (use vllm, llama.cpp, sglang or custom)", Excerpt(spec->engine())));
   }
-  if (spec->engine() == "custom" && spec->command().empty()) {
+  if (spec->engine() == "custom" && spec->command().empty() && !image) {
     return InvalidArgument("engine custom needs a command that serves the OpenAI API on $DROVER_PORT");
   }
   // A custom command names its model itself: the model is then only a label.
@@ -174,6 +176,7 @@ Result<v1::JobSpec> ReplicaSpec(const v1::DeploymentSpec& spec, int64_t revision
   job.set_memory_bytes(spec.memory_bytes());
   *job.mutable_node_selector() = spec.node_selector();
   *job.mutable_env() = spec.env();
+  if (spec.has_container()) *job.mutable_container() = spec.container();
   DROVER_ASSIGN_OR_RETURN(std::vector<std::string> argv, EngineCommand(spec));
   for (std::string& a : argv) job.add_command(std::move(a));
   job.set_preemptible(false);

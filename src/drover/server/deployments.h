@@ -45,7 +45,7 @@ inline constexpr size_t kMaxModelPathBytes = 1024;
 inline constexpr std::string_view kDefaultReadinessPath = "/health";
 
 // Checks every field and fills the defaults: served_model_name (the name),
-// engine (custom when a command is given), gpus 1 (unless a share),
+// engine (custom when a command or an image is given), gpus 1 (unless a share),
 // readiness GET /health, target_outstanding 4, scale_down_idle_seconds 300.
 // The tenant and owner must already be set (the caller's). The replica job
 // it makes is checked too (rpc::NormalizeJobSpec: env, selector, sizes).

@@ -341,6 +341,10 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     return Authed(gate_, ctx, true, "InjectFault",
                   [&](const auth::Principal& who) { return Reply(api_->InjectFault(who, *req), resp); });
   }
+  grpc::Status PullImage(ServerContext* ctx, const v1::PullImageRequest* req, v1::PullImageResponse* resp) override {
+    return Authed(gate_, ctx, true, "PullImage",
+                  [&](const auth::Principal& who) { return Reply(api_->PullImage(who, *req), resp); });
+  }
 
  private:
   ApiService* api_;

@@ -21,6 +21,16 @@ void FillStop(const v1::Job& job, const std::string& workload_id, v1::Stop* stop
   stop->set_checkpoint_grace_seconds(grace > 0 ? grace : rpc::kDefaultCheckpointGraceSeconds);
 }
 
+void JobLifecycle::FillContainer(const v1::Job& job, v1::Workload* w) const {
+  if (!job.spec().has_container()) return;
+  *w->mutable_container() = job.spec().container();
+  // Every attempt after the first runs what the first resolved; a
+  // deployment's new replica runs what its revision's first one did.
+  std::string digest = job.status().image_digest();
+  if (digest.empty() && !job.spec().deployment().empty() && revision_digest_) digest = revision_digest_(job);
+  w->set_image_digest(std::move(digest));
+}
+
 void JobLifecycle::AddDesired(const std::string& node, v1::DesiredWorkloads* out) const {
   for (uint64_t seq : table_.ActiveOn(node)) {
     const v1::Job& job = table_.jobs_.at(seq);
@@ -52,6 +62,7 @@ void JobLifecycle::AddDesired(const std::string& node, v1::DesiredWorkloads* out
     w->set_array_id(job.array().array_id());
     w->set_array_index(job.array().index());
     if (job.spec().has_service()) *w->mutable_service() = job.spec().service();
+    FillContainer(job, w);
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
   }
@@ -88,6 +99,7 @@ void JobLifecycle::AddGangWorkloads(const v1::Job& job, const std::string& node,
     w->set_gpu_memory_limit_bytes(job.status().allocation().gpu_memory_bytes());
     w->set_array_id(job.array().array_id());
     w->set_array_index(job.array().index());
+    FillContainer(job, w);
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);
   }

@@ -77,6 +77,7 @@ void JobLifecycle::ResetRun(v1::JobStatus* st) {
   st->clear_replica_states();
   st->clear_gang_failed();
   st->clear_preempted_for();
+  st->clear_image_pull();  // the digest stays: every attempt runs it
 }
 
 v1::Job* JobLifecycle::Find(const std::string& id) {
@@ -267,8 +268,12 @@ Status JobLifecycle::Bind(const sched::Binding& binding) {
 
 Status JobLifecycle::Start(v1::Job* job, int64_t start_ns) {
   if (!Allowed(Edge::kStart, job->status().state())) return Refused(*job, "start");
-  job->mutable_status()->set_state(v1::JOB_STATE_RUNNING);
-  job->mutable_status()->set_start_time_unix_nanos(start_ns);
+  v1::JobStatus* st = job->mutable_status();
+  st->set_state(v1::JOB_STATE_RUNNING);
+  st->set_start_time_unix_nanos(start_ns);
+  // Its image is there: the pull's progress was the message while bound.
+  if (!st->image_pull().empty() && st->message() == st->image_pull()) st->clear_message();
+  st->clear_image_pull();
   if (v1::Attempt* a = CurrentAttempt(job); a != nullptr && a->start_time_unix_nanos() == 0) {
     a->set_start_time_unix_nanos(start_ns);
   }
@@ -363,6 +368,7 @@ Status JobLifecycle::Finish(v1::Job* job, v1::JobState state, int exit_code, int
   st->clear_preempted_for();
   st->clear_failure();
   st->clear_no_restart();
+  st->clear_image_pull();
   sched_->Remove(job->id(), NowMs());
   Persist(*job);
   TaskEnded(*job);

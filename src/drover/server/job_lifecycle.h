@@ -83,6 +83,13 @@ class JobLifecycle {
 
   const JobTable& table() const { return table_; }
 
+  // Where a deployment's replica that resolved no image digest of its own
+  // finds its revision's (DeploymentStatus.image_digest), so that every
+  // replica of a revision runs the image its first replica ran. Unset or
+  // empty: the agent resolves the reference.
+  using RevisionDigest = std::function<std::string(const v1::Job& replica)>;
+  void SetRevisionDigest(RevisionDigest f) { revision_digest_ = std::move(f); }
+
   // ---- rebuilding (recovery) ----
   struct Rebuilt {
     JobTable table;
@@ -178,6 +185,13 @@ class JobLifecycle {
   // A running service's port, endpoint, readiness and restarts into its
   // replica_states[0]; true when any changed.
   static bool ApplyServiceStatus(v1::Job* job, const std::string& node, const v1::WorkloadStatus& ws);
+  // A container's image, as its agent reports it: the digest its reference
+  // resolved to (kept for every later attempt, the first one reported
+  // wins; a gang's other replicas are told it at once) and, while the job
+  // is bound, the pull's progress; true when either changed.
+  bool ApplyImageStatus(v1::Job* job, const v1::WorkloadStatus& ws);
+  // The container and the image digest to run into `w`.
+  void FillContainer(const v1::Job& job, v1::Workload* w) const;
   // Gangs: one workload per replica.
   void AddGangWorkloads(const v1::Job& job, const std::string& node, v1::DesiredWorkloads* out) const;
   void ApplyGangStatus(v1::Job* job, int replica, const v1::WorkloadStatus& ws);
@@ -193,6 +207,7 @@ class JobLifecycle {
   Batch* batch_;
   Clock* clock_;
   EndedOn ended_on_;
+  RevisionDigest revision_digest_;
   JobTable table_;
 };
 

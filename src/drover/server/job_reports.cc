@@ -26,6 +26,7 @@
 #include <algorithm>
 
 #include "drover/common/ids.h"
+#include "drover/rpc/container.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/job_lifecycle.h"
 
@@ -78,9 +79,15 @@ void JobLifecycle::ApplyWorkloadStatus(const std::string& node, const v1::Worklo
   if (ref->gang || !RunsOn(*job, node)) return;
   v1::JobState state = job->status().state();
   const bool service = job->spec().has_service();
+  const bool image_changed = ApplyImageStatus(job, ws);
   switch (ws.state()) {
+    case v1::WORKLOAD_STATE_UNSPECIFIED:
+      // Not started yet (a container's image is being pulled): the job
+      // stays as it is; only what it says of its image is kept.
+      if (image_changed) Persist(*job);
+      break;
     case v1::WORKLOAD_STATE_RUNNING: {
-      bool changed = service && ApplyServiceStatus(job, node, ws);
+      bool changed = (service && ApplyServiceStatus(job, node, ws)) || image_changed;
       if (state == v1::JOB_STATE_BOUND) {
         Check(Start(job, ws.start_time_unix_nanos()));
       } else if (changed) {
@@ -127,6 +134,37 @@ void JobLifecycle::ApplyWorkloadStatus(const std::string& node, const v1::Worklo
       spdlog::warn("node '{}' sent job '{}' in unknown workload state {}", node, ws.job_id(),
                    static_cast<int>(ws.state()));
   }
+}
+
+bool JobLifecycle::ApplyImageStatus(v1::Job* job, const v1::WorkloadStatus& ws) {
+  if (!job->spec().has_container()) return false;
+  v1::JobStatus* st = job->mutable_status();
+  bool changed = false;
+  // The agent's word, checked: a digest is what a later attempt runs.
+  if (st->image_digest().empty() && !ws.image_digest().empty()) {
+    if (rpc::IsImageDigest(ws.image_digest())) {
+      st->set_image_digest(ws.image_digest());
+      spdlog::info("job '{}': image '{}' resolved to {}", job->id(), job->spec().container().image(),
+                   st->image_digest());
+      // Replicas still pulling run the image the first one resolved.
+      if (job->spec().replicas() > 1) MarkNodes(*job);
+      changed = true;
+    } else {
+      spdlog::warn("job '{}': ignoring a malformed image digest from its agent", job->id());
+    }
+  }
+  // Progress while it starts only: a running job's pull is over.
+  if (ws.state() == v1::WORKLOAD_STATE_UNSPECIFIED && st->state() == v1::JOB_STATE_BOUND && !ws.image_pull().empty()) {
+    std::string pull;
+    for (char c : ws.image_pull().substr(0, rpc::kMaxReasonBytes)) pull += (c >= 0x20 && c < 0x7f) ? c : '?';
+    if (pull != st->image_pull()) {
+      // The message of a bound job is its own until it starts (Bind clears it).
+      if (st->message().empty() || st->message() == st->image_pull()) st->set_message(pull);
+      st->set_image_pull(std::move(pull));
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 bool JobLifecycle::ApplyServiceStatus(v1::Job* job, const std::string& node, const v1::WorkloadStatus& ws) {
@@ -314,9 +352,18 @@ void JobLifecycle::ApplyGangStatus(v1::Job* job, int replica, const v1::Workload
   while (st->replica_states_size() < st->replicas_size()) st->add_replica_states();  // records from before
   v1::ReplicaState* rs = st->mutable_replica_states(replica);
   if (rs->ended()) return;
+  // The first replica to resolve the image decides for the gang; progress
+  // is the latest any replica reported.
+  const bool image_changed = ApplyImageStatus(job, ws);
   switch (ws.state()) {
+    case v1::WORKLOAD_STATE_UNSPECIFIED:
+      if (image_changed) Persist(*job);
+      break;
     case v1::WORKLOAD_STATE_RUNNING: {
-      if (rs->running()) return;
+      if (rs->running()) {
+        if (image_changed) Persist(*job);
+        return;
+      }
       rs->set_running(true);
       rs->set_start_time_unix_nanos(ws.start_time_unix_nanos());
       if (v1::Attempt* a = CurrentAttempt(job); a != nullptr && a->start_time_unix_nanos() == 0) {

@@ -101,6 +101,10 @@ void NodeRegistry::Heartbeat(const std::string& node, const v1::Heartbeat& hb, c
   if (entry.sink && Leading()) entry.sink->SendHeartbeatAck(ack);
   for (const v1::CheckpointMark& c : hb.checkpoints()) jobs_->NoteCheckpoint(node, c);
   if (hb.gpus_size() > 0) ApplyGpuReports(node, &entry, hb);
+  if (hb.images_changed()) {
+    entry.images = std::make_shared<const std::vector<v1::NodeImage>>(hb.images().begin(), hb.images().end());
+    Touch(node);
+  }
 }
 
 void NodeRegistry::ApplyGpuReports(const std::string& node, Entry* entry, const v1::Heartbeat& hb) {

@@ -106,6 +106,7 @@ Status NodeRegistry::Register(const v1::RegisterRequest& req) {
   }
   entry.telemetry.clear();
   entry.readings.reset();
+  entry.images.reset();  // a registering agent reports its store again
   board_->DropHistory(node.name());
   Persist(node);
   spdlog::info("node '{}' registered with {} GPUs", node.name(), node.gpus_size());
@@ -211,6 +212,35 @@ Status NodeRegistry::InjectFault(const std::string& node, int gpu, const std::st
   return Status::Ok();
 }
 
+Result<std::vector<std::string>> NodeRegistry::PullImage(const std::vector<std::string>& nodes,
+                                                         const v1::PullImage& pull) {
+  // Nothing goes to an agent from a deposed leader.
+  if (!Leading()) return Unavailable("this server no longer leads the cluster; ask the leader");
+  std::vector<Entry*> told;
+  std::vector<std::string> names;
+  if (nodes.empty()) {
+    for (auto& [name, entry] : nodes_) {
+      if (entry.sink && entry.liveness == Liveness::kAlive) {
+        told.push_back(&entry);
+        names.push_back(name);
+      }
+    }
+  }
+  for (const std::string& name : nodes) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) return NotFound(fmt::format("node '{}' is not registered", name));
+    if (!it->second.sink) {
+      return Unavailable(fmt::format("node '{}' has no session; try again when it is ready", name));
+    }
+    told.push_back(&it->second);
+    names.push_back(name);
+  }
+  for (Entry* entry : told) entry->sink->SendPullImage(pull);
+  spdlog::info("image '{}' ({}) to be pulled by {} nodes", pull.reference(),
+               pull.pull_policy().empty() ? "if-not-present" : pull.pull_policy(), names.size());
+  return names;
+}
+
 Result<v1::Node> NodeRegistry::SetDrained(const std::string& name, bool drained, bool requeue) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return NotFound(fmt::format("node '{}' not found", name));
@@ -295,6 +325,7 @@ NodeReplica::SnapshotPtr NodeRegistry::Capture(const Entry& entry) const {
                             : fmt::format("stopping {} workloads it should not run", entry.undesired_running.size());
   }
   out->session = entry.sink != nullptr;
+  out->images = entry.images;
   // Telemetry of a node whose session is down is stale: left out.
   if (entry.sink && !entry.telemetry.empty()) {
     if (entry.readings == nullptr)

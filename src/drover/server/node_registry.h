@@ -57,6 +57,8 @@ class AgentSink {
   virtual void Reset() = 0;
   // Relays an administrator's fault injection (simulated GPUs only).
   virtual void SendInjectFault(const v1::InjectFault& fault) { (void)fault; }
+  // Relays an administrator's image pull (NodeService.PullImage).
+  virtual void SendPullImage(const v1::PullImage& pull) { (void)pull; }
   // Tells the agent that its heartbeat renewed its lease (and its peers').
   virtual void SendHeartbeatAck(const v1::HeartbeatAck& ack) { (void)ack; }
 };
@@ -111,6 +113,9 @@ class NodeRegistry {
     std::set<std::string> undesired_running;  // workload ids it reported running that it should not run
     std::deque<std::string> ended_jobs;       // ran here, ended for good (newest last; checkpoint cleanup)
     std::vector<v1::GpuTelemetry> telemetry;  // by GPU index, from the last heartbeat
+    // Its image store as it last said (Heartbeat.images_changed), shared
+    // with the snapshots; not persisted: the agent says it again.
+    std::shared_ptr<const std::vector<v1::NodeImage>> images;
     // When its view was last published to node_replica_ (lease clock).
     int64_t published_ns = std::numeric_limits<int64_t>::min() / 2;
     // `node` as last persisted, shared with the snapshots in node_replica_;
@@ -148,6 +153,10 @@ class NodeRegistry {
   void Close(const std::string& node, const AgentSink* sink);
   void Report(const std::string& node, const v1::StatusReport& report);
   Status InjectFault(const std::string& node, int gpu, const std::string& fault);
+  // Tells `nodes` (every ready node when empty) to pull `pull`'s image;
+  // answers the nodes told. kNotFound for a node not registered,
+  // kUnavailable for one without a session; then nobody is told.
+  Result<std::vector<std::string>> PullImage(const std::vector<std::string>& nodes, const v1::PullImage& pull);
   Result<v1::Node> SetDrained(const std::string& name, bool drained, bool requeue);
   // The node registry's part of a job's end: its nodes may drop its
   // checkpoints now.

@@ -19,6 +19,10 @@ v1::Node RenderNode(const NodeSnapshot& s) {
       *out.mutable_gpus(i)->mutable_telemetry() = (*s.telemetry)[static_cast<size_t>(i)];
     }
   }
+  if (s.images != nullptr) {
+    out.mutable_images()->Reserve(static_cast<int>(s.images->size()));
+    for (const v1::NodeImage& im : *s.images) *out.add_images() = im;
+  }
   v1::NodeCondition* ready = out.add_conditions();
   ready->set_type("Ready");
   ready->set_status(s.session);

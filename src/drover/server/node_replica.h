@@ -36,6 +36,8 @@ struct NodeSnapshot {
   // The last readings by GPU index; null while the node has no session
   // (stale readings are left out).
   std::shared_ptr<const std::vector<v1::GpuTelemetry>> telemetry;
+  // The node's image store as it last reported it; null: never reported.
+  std::shared_ptr<const std::vector<v1::NodeImage>> images;
   v1::NodeState state = v1::NODE_STATE_UNSPECIFIED;
   std::string state_reason;
   bool session = false;

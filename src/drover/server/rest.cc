@@ -583,6 +583,15 @@ http::Response Route(const RestContext& c, const http::Request& req) {
     if (p[2] == "nodes") return HandleNodes(api, who, req, p);
     if (p[2] == "deployments") return HandleDeployments(api, who, req, p);
     if (p[2] == "serving") return HandleServing(api, who, req, p);
+    if (p[2] == "images" && p.size() == 4 && p[3] == "pull") {
+      // POST /api/v1/images/pull {"reference": "busybox", "nodes": [...], "pullPolicy": "always"}
+      if (req.method != "POST") return MethodNotAllowed(req);
+      if (Status s = RoleFirst(api, who, auth::Role::kAdmin, "pull images", "images.pull"); !s.ok())
+        return http::ErrorResponse(s);
+      v1::PullImageRequest pr;
+      if (Status s = FromJson(req.body, &pr); !s.ok()) return http::ErrorResponse(s);
+      return JsonReply(api->PullImage(who, pr));
+    }
     if (auto r = HandleIdentity(api, who, req, p)) return *std::move(r);
     if (p.size() == 3 &&
         (p[2] == "fleet" || p[2] == "scheduler" || p[2] == "tenants" || p[2] == "events" || p[2] == "watch")) {

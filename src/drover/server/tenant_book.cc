@@ -6,6 +6,7 @@
 // that would cross one waits, with the reason.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "drover/auth/authority.h"
 #include "drover/common/ids.h"
+#include "drover/rpc/container.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/tenant_book.h"
@@ -72,6 +74,11 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
                     "limit)",
                     t.name(), auth::kMaxPerMinute));
   }
+  if (t.mount_roots_size() > rpc::kMaxMountRoots) {
+    return InvalidArgument(
+        fmt::format("tenant '{}': {} mount roots, more than {}", t.name(), t.mount_roots_size(), rpc::kMaxMountRoots));
+  }
+  for (const std::string& root : t.mount_roots()) DROVER_RETURN_IF_ERROR(rpc::ValidateMountRoot(t.name(), root));
   sched::TenantInfo info;
   info.name = t.name();
   info.weight = t.weight() > 0 ? t.weight() : 1.0;
@@ -215,6 +222,25 @@ Status TenantBook::Admit(const v1::JobSpec& spec, int64_t count) const {
                       "used); new jobs are refused until the period ends in {}s",
                       name, q.gpu_hours(), used, (period - now % period) / kNsPerSecond));
     }
+  }
+  return Status::Ok();
+}
+
+Status TenantBook::CheckMounts(const std::string& tenant, const v1::ContainerSpec& container) const {
+  if (container.mounts().empty()) return Status::Ok();
+  auto it = stored_.find(tenant);
+  for (const v1::Mount& m : container.mounts()) {
+    const bool allowed =
+        it != stored_.end() && std::any_of(it->second.mount_roots().begin(), it->second.mount_roots().end(),
+                                           [&](const std::string& root) { return rpc::PathUnder(m.source(), root); });
+    if (allowed) continue;
+    const bool none = it == stored_.end() || it->second.mount_roots().empty();
+    return PermissionDenied(fmt::format(
+        "mount '{}' (to '{}') is not under a mount root of tenant '{}' ({}); an admin allows a directory with "
+        "`drover tenants set {} --mount-root DIR`",
+        m.source(), m.target(), tenant,
+        none ? std::string("it has none") : fmt::format("its roots: {}", fmt::join(it->second.mount_roots(), ", ")),
+        tenant));
   }
   return Status::Ok();
 }

@@ -55,6 +55,10 @@ class TenantBook {
   // kResourceExhausted when `count` more jobs like `spec`, in one submit,
   // would pass an admission quota of its tenant (its own, or the defaults).
   Status Admit(const v1::JobSpec& spec, int64_t count = 1) const;
+  // kPermissionDenied, naming the mount and the tenant, when a mount of
+  // `container` is not under one of `tenant`'s mount roots (a tenant only
+  // configured, or stored without roots, has none: no mounts at all).
+  Status CheckMounts(const std::string& tenant, const v1::ContainerSpec& container) const;
   // The limits that apply to `tenant`: its quota's, else the defaults'
   // (0: none).
   int64_t MaxPendingJobs(const std::string& tenant) const;
