@@ -388,13 +388,6 @@ uint64_t ImageStore::Version() const {
   return version_;
 }
 
-bool ImageStore::Held(const std::string& what) const {
-  MutexLock lock(&mu_);
-  if (images_.contains(what)) return true;
-  auto ref = ParseImageRef(what);
-  return ref.ok() && references_.contains(ref->String());
-}
-
 void ImageStore::SaveLocked() const {
   json list = json::array();
   for (const auto& [d, im] : images_) {

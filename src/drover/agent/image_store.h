@@ -30,7 +30,7 @@
 // (the operator's, on the node), handed to skopeo by path; never in a job
 // spec, a log or a message.
 //
-// Thread-safety: Ensure, Use, Release, Progress, Snapshot and Held may be
+// Thread-safety: Ensure, Use, Release, Progress, Snapshot and Version may be
 // called from any thread; pulls run on the store's own thread, and `done`
 // callbacks run there.
 
@@ -145,8 +145,6 @@ class ImageStore {
   // Every image held, and a number that changes whenever the list does.
   std::vector<StoredImage> Snapshot() const;
   uint64_t Version() const;
-  // Whether the store holds `reference` (as given) or `digest`.
-  bool Held(const std::string& reference_or_digest) const;
 
  private:
   explicit ImageStore(ImageStoreOptions o);
