@@ -193,6 +193,8 @@ std::optional<int> UpNodes::StartSimulatedNode(int i) {
   o.fencing = false;
   o.telemetry = telemetry_;
   o.sandbox = sandbox_;
+  // Their jobs are real processes, containers too (checked by StartLocal).
+  if (auto containers = ContainerOptionsFrom(f_.containers); containers.ok()) o.containers = *containers;
   o.discover_host_topology = false;
   o.host_topology = agent::SimulatedHostTopology();
   o.loop = loops_[static_cast<size_t>(i - 1) % loops_.size()].get();

@@ -99,13 +99,15 @@ TEST_F(ContainerCliTest, AShareOfAGpuKeepsItsMemoryLimitInsideTheContainer) {
   // with the node's /usr (glibc), from roots the admin gives the tenant.
   const std::string build = std::filesystem::path(probe).parent_path().string();
   const std::string standin = DROVER_STANDIN_CUDA_DIR;
-  CommandResult roots = Cli({"tenants", "set", "default", "--mount-root", "/usr", "--mount-root", build,
+  CommandResult roots = Cli({"tenants", "create", "shim-team", "--mount-root", "/usr", "--mount-root", build,
                              "--mount-root", standin});
   ASSERT_EQ(roots.exit_code, 0) << roots.out << roots.err;
-  CommandResult r = Cli({"submit", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor", "nvidia", "--image",
+  CommandResult r = Cli({"submit", "--tenant", "shim-team", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor",
+                         "nvidia", "--image",
                          Ref("tiny:v1"), "--mount", "/usr:/usr:ro", "--mount", "/usr/lib64:/lib64:ro", "--mount",
+                         "/usr/lib/x86_64-linux-gnu:/lib/x86_64-linux-gnu:ro", "--mount",
                          build + ":" + build + ":ro", "--mount", standin + ":" + standin + ":ro", "--env",
-                         "LD_LIBRARY_PATH=" + standin + ":/usr/lib/x86_64-linux-gnu", "--wait", "--", "sh", "-c",
+                         "LD_LIBRARY_PATH=" + standin, "--wait", "--", "/bin/sh", "-c",
                          "echo limit=$DROVER_GPU_MEMORY_LIMIT; exec " + probe + " driver 256 16"});
   CommandResult logs = Cli({"logs", Id(r)});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err << logs.out;
