@@ -34,7 +34,7 @@ REG=$(mktemp -d /tmp/drover-bench-registry.XXXXXX)
 REG_PID=
 PODMAN_DIR=$(mktemp -d /tmp/drover-bench-podman.XXXXXX)
 cleanup_registry() {
-  [[ -n $REG_PID ]] && kill "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null
+  [[ -n $REG_PID ]] && kill "$REG_PID" 2>/dev/null && { wait "$REG_PID" 2>/dev/null || true; }
   podman --root "$PODMAN_DIR/storage" --runroot "$PODMAN_DIR/run" rm -af >/dev/null 2>&1 || true
   rm -rf "$REG" "$PODMAN_DIR"
 }

@@ -102,6 +102,10 @@ TEST_F(ContainerCliTest, AShareOfAGpuKeepsItsMemoryLimitInsideTheContainer) {
   CommandResult roots = Cli({"tenants", "create", "shim-team", "--mount-root", "/usr", "--mount-root", build,
                              "--mount-root", standin});
   ASSERT_EQ(roots.exit_code, 0) << roots.out << roots.err;
+  // A `set` of something else keeps them; `drover tenants` shows them.
+  ASSERT_EQ(Cli({"tenants", "set", "shim-team", "--weight", "2"}).exit_code, 0);
+  CommandResult shown = Cli({"tenants", "list", "-o", "json"});
+  EXPECT_NE(shown.out.find(standin), std::string::npos) << shown.out << shown.err;
   CommandResult r = Cli({"submit", "--tenant", "shim-team", "--gpus", "0.5", "--gpu-memory", "1GiB", "--gpu-vendor",
                          "nvidia", "--image",
                          Ref("tiny:v1"), "--mount", "/usr:/usr:ro", "--mount", "/usr/lib64:/lib64:ro", "--mount",

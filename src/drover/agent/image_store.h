@@ -44,6 +44,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "drover/common/image_ref.h"
@@ -68,6 +69,11 @@ struct ImageConfig {
 // ImageConfig; kInvalidArgument naming what is malformed.
 inline constexpr size_t kMaxImageConfigBytes = 1 << 20;
 Result<ImageConfig> ParseImageConfig(std::string_view json);
+
+// The uid and gid of an image's User ("", "1000", "1000:50", "app",
+// "app:staff") in its own /etc/passwd and /etc/group under `rootfs` (never
+// through a link); kInvalidArgument for a name neither lists.
+Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::string& rootfs, const std::string& user);
 
 // A manifest or an index (JSON, at most kMaxManifestBytes) as the store
 // checks it before a pull.

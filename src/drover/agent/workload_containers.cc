@@ -98,7 +98,9 @@ bool WorkloadRunner::EnsureImage(const v1::Workload& w, const std::string& key, 
     spdlog::info("node '{}': job '{}' waits for its image {}", opts_.node_name, key, w.container().image());
     job.pulling = true;
   }
-  jobs_.emplace(key, std::move(job));
+  auto [it, added] = jobs_.emplace(key, std::move(job));
+  // The server hears at once that it waits for its image (or why it failed).
+  if (added) ReportIfChanged(key, &it->second);
   return false;
 }
 

@@ -1,6 +1,7 @@
 // drover tenants list|create|set|delete: tenants as data (admin).
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 #include <map>
@@ -106,7 +107,8 @@ int List(const Common& c) {
     std::cout << Json(resp) << "\n";
     return 0;
   }
-  Table t({"NAME", "WEIGHT", "GPUS", "RUNNING", "PENDING", "MAX GPUS", "GPU-HOURS", "MAX RUNTIME", "SOURCE"});
+  Table t({"NAME", "WEIGHT", "GPUS", "RUNNING", "PENDING", "MAX GPUS", "GPU-HOURS", "MAX RUNTIME", "MOUNT ROOTS",
+           "SOURCE"});
   for (const v1::TenantStatus& ts : resp.tenants()) {
     const v1::TenantQuota& q = ts.quota();
     std::string caps;
@@ -115,6 +117,7 @@ int List(const Common& c) {
               std::to_string(ts.running_jobs()), std::to_string(ts.pending_jobs()), caps.empty() ? "-" : caps,
               q.gpu_hours() > 0 ? fmt::format("{:.2f}/{:g}", ts.gpu_hours_used(), q.gpu_hours()) : "-",
               Limit(q.max_runtime_seconds(), fmt::format("{}s", q.max_runtime_seconds())),
+              ts.mount_roots().empty() ? "-" : fmt::format("{}", fmt::join(ts.mount_roots(), ",")),
               ts.stored() ? "stored" : "config/jobs"});
   }
   t.Print(std::cout);
@@ -137,6 +140,7 @@ int Set(const TenantArgs& a, const CLI::App* cmd, bool create, const Common& c) 
       *t->mutable_guaranteed_gpus() = ts.guaranteed_gpus();
       t->set_borrow_limit(ts.borrow_limit());
       *t->mutable_quota() = ts.quota();
+      *t->mutable_mount_roots() = ts.mount_roots();  // kept unless --mount-root is given
     }
   } else {
     req.mutable_tenant()->set_borrow_limit(-1);

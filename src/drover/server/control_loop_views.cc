@@ -70,6 +70,7 @@ void ControlLoop::PublishBoard(const std::set<uint64_t>& persisted) {
     row.info.name = name;
     row.configured = true;
     row.stored_quota = t.quota();
+    row.mount_roots.assign(t.mount_roots().begin(), t.mount_roots().end());
   }
   for (const auto& [seq, job] : jobs_) {
     if (rpc::HoldsGpus(job.status().state()) && !all.contains(job.spec().tenant())) {
@@ -236,6 +237,7 @@ std::future<Result<v1::ListTenantsResponse>> ControlLoop::ListTenants() {
       if (r.t.stored_quota) {
         t->set_stored(true);
         *t->mutable_quota() = *r.t.stored_quota;
+        for (const std::string& root : r.t.mount_roots) t->add_mount_roots(root);
         t->set_gpu_hours_used(TenantBook::GpuHours(gpu_ns[name]));
       }
     }

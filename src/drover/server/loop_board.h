@@ -69,6 +69,7 @@ class LoopBoard {
     sched::TenantInfo info;                       // weight 1, no guarantee, for a tenant known only by its jobs
     bool configured = false;                      // in the server's configuration or stored
     std::optional<v1::TenantQuota> stored_quota;  // set when stored
+    std::vector<std::string> mount_roots;         // Tenant.mount_roots, when stored
     sched::Scheduler::TenantUsage usage;
   };
   // Every tenant (configured, stored, or holding GPUs), replacing what was

@@ -289,6 +289,7 @@ v1::TenantStatus TenantBook::StatusOf(const std::string& name) const {
   *t.mutable_guaranteed_gpus() = rec.guaranteed_gpus();
   t.set_borrow_limit(rec.borrow_limit());
   *t.mutable_quota() = rec.quota();
+  *t.mutable_mount_roots() = rec.mount_roots();
   t.set_stored(true);
   sched::Scheduler::TenantUsage u = sched_->Usage(name);
   t.set_usage_milli(u.milli_gpus);
