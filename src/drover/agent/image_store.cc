@@ -412,7 +412,7 @@ Result<std::optional<StoredImage>> ImageStore::Ensure(const Request& r, Done don
   }
   std::string pinned = !r.digest.empty() ? r.digest : ref.digest;
   MutexLock lock(&mu_);
-  auto held = [&]() -> const StoredImage* {
+  auto held = [&]() DROVER_REQUIRES(mu_) -> const StoredImage* {
     if (!pinned.empty()) {
       auto it = images_.find(pinned);
       return it == images_.end() ? nullptr : &it->second;
@@ -551,6 +551,33 @@ void ImageStore::Work() {
   }
 }
 
+// The config of the image named `tag` in the OCI layout `layout`.
+static Result<ImageConfig> ReadLayoutConfig(const std::string& layout, const std::string& tag,
+                                            const std::string& name) {
+  auto index = ReadTextFile(layout + "/index.json", 16 << 20);
+  if (!index.ok()) return Unavailable(fmt::format("cannot read the image layout: {}", index.status().message()));
+  json j = json::parse(*index, nullptr, false);
+  std::string local;
+  if (j.is_object() && j.contains("manifests") && j["manifests"].is_array()) {
+    for (const json& e : j["manifests"]) {
+      if (e.is_object() && e.contains("annotations") && e["annotations"].is_object() &&
+          e["annotations"].value("org.opencontainers.image.ref.name", "") == tag) {
+        local = e.value("digest", "");
+      }
+    }
+  }
+  if (!ValidDigest(local)) return Unavailable(fmt::format("the image layout does not list {}", tag));
+  auto manifest = ReadTextFile(layout + "/blobs/sha256/" + Hex(local), kMaxManifestBytes);
+  if (!manifest.ok()) return Unavailable("cannot read the pulled manifest: " + manifest.status().message());
+  json mj = json::parse(*manifest, nullptr, false);
+  std::string cfg =
+      mj.is_object() && mj.contains("config") && mj["config"].is_object() ? mj["config"].value("digest", "") : "";
+  if (!ValidDigest(cfg)) return InvalidArgument(fmt::format("the manifest of {} has no config digest", name));
+  auto blob = ReadTextFile(layout + "/blobs/sha256/" + Hex(cfg), kMaxImageConfigBytes);
+  if (!blob.ok()) return Unavailable("cannot read the image config: " + blob.status().message());
+  return ParseImageConfig(*blob);
+}
+
 Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
   const std::string name = p.ref.String();
   SetProgress(key, fmt::format("resolving {}", name));
@@ -664,36 +691,12 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
     fs::remove_all(tmp, ec);
     return Unavailable(fmt::format("cannot unpack {}: {}", name, LastLine(u.err)));
   }
-  // The image's own settings: its config blob, and the user umoci resolved
-  // in the image's /etc/passwd.
-  ImageConfig config;
-  {
-    auto index = ReadTextFile(layout + "/index.json", 16 << 20);
-    if (!index.ok()) return Unavailable(fmt::format("cannot read the image layout: {}", index.status().message()));
-    json j = json::parse(*index, nullptr, false);
-    std::string local;
-    if (j.is_object() && j.contains("manifests") && j["manifests"].is_array()) {
-      for (const json& e : j["manifests"]) {
-        if (e.is_object() && e.contains("annotations") && e["annotations"].is_object() &&
-            e["annotations"].value("org.opencontainers.image.ref.name", "") == tag) {
-          local = e.value("digest", "");
-        }
-      }
-    }
-    if (!ValidDigest(local)) return Unavailable(fmt::format("the image layout does not list {}", tag));
-    auto manifest = ReadTextFile(layout + "/blobs/sha256/" + Hex(local), kMaxManifestBytes);
-    if (!manifest.ok()) return Unavailable("cannot read the pulled manifest: " + manifest.status().message());
-    json mj = json::parse(*manifest, nullptr, false);
-    std::string cfg =
-        mj.is_object() && mj.contains("config") && mj["config"].is_object() ? mj["config"].value("digest", "") : "";
-    if (!ValidDigest(cfg)) return InvalidArgument(fmt::format("the manifest of {} has no config digest", name));
-    auto blob = ReadTextFile(layout + "/blobs/sha256/" + Hex(cfg), kMaxImageConfigBytes);
-    if (!blob.ok()) return Unavailable("cannot read the image config: " + blob.status().message());
-    DROVER_ASSIGN_OR_RETURN(config, ParseImageConfig(*blob));
-    DROVER_ASSIGN_OR_RETURN(auto ids, ResolveImageUser(tmp + "/rootfs", config.user));
-    config.uid = ids.first;
-    config.gid = ids.second;
-  }
+  // The image's own settings: its config blob, and its user resolved in
+  // its own /etc/passwd.
+  DROVER_ASSIGN_OR_RETURN(ImageConfig config, ReadLayoutConfig(layout, tag, name));
+  DROVER_ASSIGN_OR_RETURN(auto ids, ResolveImageUser(tmp + "/rootfs", config.user));
+  config.uid = ids.first;
+  config.gid = ids.second;
   fs::remove_all(bundle, ec);
   fs::rename(tmp, bundle, ec);
   if (ec) return Unavailable(fmt::format("cannot keep the unpacked {}: {}", name, ec.message()));

@@ -136,8 +136,7 @@ pid_t CloneIntoCgroup(int cgroup_fd, const ExecArgs& a) {
 // How the exec went comes back on a close-on-exec pipe: end of file means
 // the job runs.
 Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const std::string& work,
-                       std::vector<char*>& argv, std::vector<char*>& envp, int status_fd,
-                       const ExecOverlay* overlay) {
+                       std::vector<char*>& argv, std::vector<char*>& envp, int status_fd, const ExecOverlay* overlay) {
   // Without namespaces the job still runs as its tenant's user (its own
   // directories first); StartSandboxed gives them itself.
   const bool plain_user = iso.sandbox && !iso.sandbox->namespaces && !iso.sandbox->as_root;
@@ -218,8 +217,23 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
   return Unavailable(DescribeChildError(e, iso.cgroup ? iso.cgroup->dir : "", FormatCpuList(iso.cpus), work));
 }
 
-// `runtime delete --force id`, waited for (a few milliseconds; bounded by
-// the runtime itself, which kills what is left of the container).
+// How the supervisor starts a container (job_dir.h, ContainerRun): the
+// runtime's argv, and the overlay mounted for it.
+struct ContainerStart {
+  std::vector<std::string> argv;
+  std::string target, options;
+};
+ContainerStart ContainerStartOf(const JobSpecFile& spec) {
+  if (!spec.container) return {};
+  const ContainerRun& c = *spec.container;
+  return {{c.runtime, "--root", c.root, "run", "--bundle", c.bundle, c.id},
+          c.bundle + "/rootfs",
+          fmt::format("lowerdir={},upperdir={},workdir={}", c.lower, c.upper, c.work)};
+}
+
+// `runtime delete --force id` once the job ended: the runtime's record, and
+// whatever of the container outlived the runtime's own process (killed after
+// its grace). Waited for: a few milliseconds, bounded by the runtime itself.
 void DeleteContainer(const ContainerRun& c) {
   std::vector<std::string> args = {c.runtime, "--root", c.root, "delete", "--force", c.id};
   std::vector<char*> argv = Pointers(args);
@@ -286,19 +300,11 @@ int RunSupervisor(const std::string& dir, int started_fd) {
 
   auto isolation = job.ReadIsolation();
   if (!isolation.ok()) return not_started(isolation.status().message());
-  // A container: the runtime confines it (its namespaces, user and filter
-  // are in its config.json); it runs as the runtime's own process, here in
-  // the job's cgroup and on its CPUs.
-  std::vector<std::string> run;
-  std::string overlay_options;
-  std::string overlay_target;
+  // A container: confined by its runtime (config.json), which runs here.
+  const ContainerStart run = ContainerStartOf(*spec);
   if (spec->container) {
-    const ContainerRun& c = *spec->container;
     isolation->sandbox.reset();
-    run = {c.runtime, "--root", c.root, "run", "--bundle", c.bundle, c.id};
-    work = c.bundle;
-    overlay_target = c.bundle + "/rootfs";
-    overlay_options = fmt::format("lowerdir={},upperdir={},workdir={}", c.lower, c.upper, c.work);
+    work = spec->container->bundle;
   }
   const std::optional<JobCgroup>& group = isolation->cgroup;
   if (group) {
@@ -308,7 +314,7 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     }
   }
 
-  std::vector<std::string> argv_s = spec->container ? run : spec->command;
+  std::vector<std::string> argv_s = spec->container ? run.argv : spec->command;
   std::vector<std::string> env_s = BuildEnv(*spec);
   std::vector<char*> argv = Pointers(argv_s);
   std::vector<char*> envp = Pointers(env_s);
@@ -319,7 +325,7 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     return not_started(fmt::format("cannot make a pipe: {}", std::strerror(errno)));
   }
   int64_t start = NowNanos();
-  const ExecOverlay overlay{overlay_target.c_str(), overlay_options.c_str()};
+  const ExecOverlay overlay{run.target.c_str(), run.options.c_str()};
   auto child = StartJob(*isolation, log, work, argv, envp, status_fds[1], spec->container ? &overlay : nullptr);
   if (status_fds[1] >= 0) ::close(status_fds[1]);
   if (!child.ok()) {
@@ -339,8 +345,7 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   if (started_fd >= 0) (void)::send(started_fd, "started\n", 8, MSG_NOSIGNAL);
 
   int status = 0;
-  // Fencing (docs/failures.md): with a lease file, the job is stopped once
-  // the node's lease has run out, whatever the agent is doing.
+  // Fencing (docs/failures.md): the job stops once the lease file's lease ran out, whatever the agent does.
   std::optional<int64_t> fenced_at;  // monotonic ns of the fence's SIGTERM
   std::string fence_reason;
   for (;;) {
@@ -396,8 +401,6 @@ int RunSupervisor(const std::string& dir, int started_fd) {
   if (isolation->sandbox && isolation->sandbox->seccomp && e.message.empty()) {
     e.message = DescribeSeccompEnd(e.exit_code, e.signal);
   }
-  // The runtime's record of the container, and whatever of it outlived
-  // the runtime's own process (killed after its grace).
   if (spec->container) DeleteContainer(*spec->container);
   if (group) {
     // Killed for memory: say so (the kernel's SIGKILL alone says nothing).
