@@ -70,6 +70,9 @@ struct ImageConfig {
 inline constexpr size_t kMaxImageConfigBytes = 1 << 20;
 Result<ImageConfig> ParseImageConfig(std::string_view json);
 
+// "sha256:<64 lower-case hex>": the digests the store keys images by.
+bool ValidImageDigest(const std::string& digest);
+
 // The uid and gid of an image's User ("", "1000", "1000:50", "app",
 // "app:staff") in its own /etc/passwd and /etc/group under `rootfs` (never
 // through a link); kInvalidArgument for a name neither lists.
