@@ -39,9 +39,9 @@ PACKAGES=(
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)
   gnuplot-nox
   # containers (docs/containers.md): the OCI runtime the agent drives (runc:
-  # crun refuses these cgroup v1 hybrid hosts), the image store's tools
-  # (skopeo pulls into an OCI layout, umoci unpacks it), a registry and a
-  # static busybox for the tests and the first session's example image,
+  # crun refuses these cgroup v1 hybrid hosts), the image store's tool
+  # (skopeo pulls into a containers-storage), a registry, umoci and a static
+  # busybox to build the tests' and the first session's example images,
   # podman for the benchmark's baseline
   runc skopeo umoci docker-registry busybox-static podman
   # dashboard build (web/) and browser tests (tests/browser): node >= 18, headless chromium

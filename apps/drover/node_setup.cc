@@ -115,6 +115,10 @@ void AddContainerFlags(CLI::App* cmd, ContainerFlags* f) {
                   "the most the image store holds (e.g. 200g); above it, images no job uses are evicted, oldest "
                   "use first; 0: no limit")
       ->capture_default_str();
+  cmd->add_option("--container-disk-limit", f->disk_limit,
+                  "the most a container may write outside its mounts (its writable layer, e.g. 100g); over it "
+                  "the job is stopped; a job's --disk asks for less; 0: no limit")
+      ->capture_default_str();
   cmd->add_option("--insecure-registry", f->insecure,
                   "a registry (HOST:PORT) spoken to over plain HTTP or unverified TLS; repeatable");
   cmd->add_option("--registry-auth", f->auth_file,
@@ -134,6 +138,9 @@ Result<agent::ContainerOptions> ContainerOptionsFrom(const ContainerFlags& f) {
   auto limit = ParseBytes(f.limit);
   if (!limit.ok() || *limit < 0) return InvalidArgument("--image-store-limit '" + f.limit + "': not a size");
   o.store.limit_bytes = *limit;
+  auto disk = ParseBytes(f.disk_limit);
+  if (!disk.ok() || *disk < 0) return InvalidArgument("--container-disk-limit '" + f.disk_limit + "': not a size");
+  o.disk_limit_bytes = *disk;
   for (const std::string& r : f.insecure) {
     if (r.empty() || r.find('/') != std::string::npos) {
       return InvalidArgument("--insecure-registry '" + r + "': expected HOST[:PORT]");

@@ -46,12 +46,14 @@ void AddSandboxFlags(CLI::App* cmd, SandboxFlags* f);
 Result<agent::SandboxPolicy> SandboxPolicyFrom(const SandboxFlags& f);
 
 // Containers (docs/containers.md): --containers, --container-runtime,
-// --image-store, --image-store-limit, --insecure-registry, --registry-auth.
+// --image-store, --image-store-limit, --insecure-registry, --registry-auth,
+// --container-disk-limit.
 struct ContainerFlags {
   std::string mode = "on";  // on, off
   std::string runtime = "runc";
   std::string store;
   std::string limit = "0";
+  std::string disk_limit = "0";
   std::vector<std::string> insecure;
   std::string auth_file;
 };

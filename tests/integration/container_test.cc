@@ -34,10 +34,12 @@ class ContainerCliTest : public ::testing::Test {
     ASSERT_TRUE(registry_->Push("tiny", "v1", {{"/etc/drover-image", "made-by-the-test\n"}},
                                 {"--config.cmd=/bin/sh", "--config.cmd=-c", "--config.cmd=echo image-command-ran"}))
         << registry_->log();
-    up_ = new DroverUp(dir_->path() + "/data", {"--simulate", "1", "--simulate-gpus", "2", "--insecure-registry",
+    // Two simulated nodes alike (and the machine's own): placement has a
+    // choice to make between equals.
+    up_ = new DroverUp(dir_->path() + "/data", {"--simulate", "2", "--simulate-gpus", "2", "--insecure-registry",
                                                 registry_->host()});
     ASSERT_TRUE(up_->Start());
-    ASSERT_TRUE(up_->WaitForReadyNodes(2));
+    ASSERT_TRUE(up_->WaitForReadyNodes(3));
   }
   static void TearDownTestSuite() {
     if (up_ != nullptr && up_->jobs() != nullptr) CancelAllJobs(up_->jobs());
@@ -73,6 +75,56 @@ TEST_F(ContainerCliTest, AJobInAnImageReachesTheUserWithItsOutputExitCodeAndDige
   CommandResult own = Cli({"submit", "--gpus", "1", "--image", Ref("tiny:v1"), "--wait"});
   EXPECT_EQ(own.exit_code, 0) << own.out << own.err;
   EXPECT_NE(Cli({"logs", Id(own)}).out.find("image-command-ran"), std::string::npos);
+}
+
+// Once a node's store holds an image (its heartbeat says so), a job of
+// that image goes there among nodes as good, though the scheduler would
+// pick another without it, and starts without a pull; `drover job` says
+// how each attempt got its image.
+TEST_F(ContainerCliTest, AJobGoesWhereItsImageIsAndSaysItWasCached) {
+  ASSERT_TRUE(registry_->Push("placed", "v1", {{"/etc/placed", "p\n"}}, {"--config.cmd=true"})) << registry_->log();
+  // Where a job goes on this idle cluster without an image.
+  CommandResult bare = Cli({"submit", "--gpus", "2", "--wait", "--", "true"});
+  ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+  const std::string usual = GetJob(up_->jobs(), Id(bare)).status().allocation().node();
+  // The image, pulled into the other node only.
+  v1::ListNodesResponse nodes;
+  {
+    auto ctx = Ctx();
+    ASSERT_TRUE(up_->nodes()->List(ctx.get(), v1::ListNodesRequest(), &nodes).ok());
+  }
+  std::string other;  // a node like the usual one
+  for (const v1::Node& n : nodes.nodes()) {
+    if (n.name() != usual && n.gpus_size() == 2) other = n.name();
+  }
+  ASSERT_FALSE(other.empty());
+  CommandResult pulled = Cli({"images", "pull", Ref("placed:v1"), "--node", other});
+  ASSERT_EQ(pulled.exit_code, 0) << pulled.out << pulled.err;
+  ASSERT_TRUE(agent::test_support::PollUntil([&] {
+    v1::GetNodeRequest req;
+    req.set_name(other);
+    v1::Node n;
+    auto ctx = Ctx();
+    if (!up_->nodes()->Get(ctx.get(), req, &n).ok()) return false;
+    for (const v1::NodeImage& im : n.images()) {
+      for (const std::string& r : im.references()) {
+        if (r == Ref("placed:v1")) return true;
+      }
+    }
+    return false;
+  }));
+  for (int i = 0; i < 2; ++i) {
+    CommandResult again = Cli({"submit", "--gpus", "2", "--image", Ref("placed:v1"), "--wait"});
+    ASSERT_EQ(again.exit_code, 0) << again.out << again.err;
+    EXPECT_EQ(GetJob(up_->jobs(), Id(again)).status().allocation().node(), other);
+    CommandResult shown = Cli({"job", Id(again)});
+    EXPECT_NE(shown.out.find("image cached"), std::string::npos) << shown.out;
+  }
+  // A job whose image no node holds waits for its pull, and says so.
+  ASSERT_TRUE(registry_->Push("unplaced", "v1", {{"/etc/unplaced", "u\n"}}, {"--config.cmd=true"}));
+  CommandResult fresh = Cli({"submit", "--gpus", "2", "--image", Ref("unplaced:v1"), "--wait"});
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
+  EXPECT_NE(Cli({"job", Id(fresh)}).out.find("image pulled in"), std::string::npos);
 }
 
 TEST_F(ContainerCliTest, ABadReferenceIsRefusedAtSubmitAndNothingIsStored) {

@@ -13,12 +13,18 @@
 // skopeo, umoci, docker-registry, busybox-static): it fails without them.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,18 +73,46 @@ TEST(ImageUserTest, NamesAndNumbersResolveInTheImagesOwnFilesNeverThroughALink) 
   test_support::Spit(root + "/etc/passwd", "root:x:0:0::/root:/bin/sh\napp:x:1234:50::/tmp:/bin/sh\n");
   test_support::Spit(root + "/etc/group", "root:x:0:\nstaff:x:77:\n");
   using P = std::pair<uint32_t, uint32_t>;
-  EXPECT_EQ(*ResolveImageUser(root, ""), P(0, 0));
-  EXPECT_EQ(*ResolveImageUser(root, "app"), P(1234, 50));
-  EXPECT_EQ(*ResolveImageUser(root, "1234"), P(1234, 50));
-  EXPECT_EQ(*ResolveImageUser(root, "999"), P(999, 0));
-  EXPECT_EQ(*ResolveImageUser(root, "app:staff"), P(1234, 77));
-  EXPECT_EQ(*ResolveImageUser(root, "5:6"), P(5, 6));
-  EXPECT_FALSE(ResolveImageUser(root, "nobody").ok());
-  EXPECT_FALSE(ResolveImageUser(root, "app:nogroup").ok());
+  const std::vector<std::string> layers = {root};
+  EXPECT_EQ(*ResolveImageUser(layers, ""), P(0, 0));
+  EXPECT_EQ(*ResolveImageUser(layers, "app"), P(1234, 50));
+  EXPECT_EQ(*ResolveImageUser(layers, "1234"), P(1234, 50));
+  EXPECT_EQ(*ResolveImageUser(layers, "999"), P(999, 0));
+  EXPECT_EQ(*ResolveImageUser(layers, "app:staff"), P(1234, 77));
+  EXPECT_EQ(*ResolveImageUser(layers, "5:6"), P(5, 6));
+  EXPECT_FALSE(ResolveImageUser(layers, "nobody").ok());
+  EXPECT_FALSE(ResolveImageUser(layers, "app:nogroup").ok());
   // A passwd that is a link (to the node's own) is not read.
   std::filesystem::remove(root + "/etc/passwd");
   std::filesystem::create_symlink("/etc/passwd", root + "/etc/passwd");
-  EXPECT_FALSE(ResolveImageUser(root, "root").ok());
+  EXPECT_FALSE(ResolveImageUser(layers, "root").ok());
+  std::filesystem::remove_all(root);
+}
+
+// The files as the overlay of the layers shows them: the topmost layer
+// that has one, a whiteout (a 0/0 character device) deleting it, an opaque
+// /etc hiding every /etc below.
+TEST(ImageUserTest, TheLayersAreReadAsTheirOverlayShowsThem) {
+  const std::string root = std::filesystem::temp_directory_path() / ("drover-layers-" + std::to_string(::getpid()));
+  const std::string base = root + "/base", mid = root + "/mid", top = root + "/top";
+  for (const std::string& l : {base, mid, top}) std::filesystem::create_directories(l + "/etc");
+  test_support::Spit(base + "/etc/passwd", "root:x:0:0::/root:/bin/sh\napp:x:1:1::/:/bin/sh\n");
+  test_support::Spit(base + "/etc/group", "staff:x:7:\n");
+  test_support::Spit(mid + "/etc/passwd", "root:x:0:0::/root:/bin/sh\napp:x:2:2::/:/bin/sh\n");
+  using P = std::pair<uint32_t, uint32_t>;
+  // The upper passwd wins; the group file comes from below.
+  EXPECT_EQ(*ResolveImageUser({top, mid, base}, "app:staff"), P(2, 7));
+  // A whiteout in the top layer deletes the group file.
+  ASSERT_EQ(::mknod((top + "/etc/group").c_str(), S_IFCHR | 0600, ::makedev(0, 0)), 0) << std::strerror(errno);
+  EXPECT_FALSE(ResolveImageUser({top, mid, base}, "app:staff").ok());
+  EXPECT_EQ(*ResolveImageUser({top, mid, base}, "app"), P(2, 2));
+  // An opaque /etc in the middle layer: nothing of base's /etc shows.
+  std::filesystem::remove(top + "/etc/group");
+  ASSERT_EQ(::setxattr((mid + "/etc").c_str(), "trusted.overlay.opaque", "y", 1, 0), 0) << std::strerror(errno);
+  EXPECT_FALSE(ResolveImageUser({top, mid, base}, "app:staff").ok());
+  EXPECT_EQ(*ResolveImageUser({top, mid, base}, "app"), P(2, 2));
+  std::filesystem::remove(mid + "/etc/passwd");
+  EXPECT_FALSE(ResolveImageUser({top, mid, base}, "app").ok());
   std::filesystem::remove_all(root);
 }
 
@@ -100,7 +134,8 @@ TEST(ManifestTest, AListIsResolvedToLinuxAmd64OrRefused) {
 TEST(ManifestTest, TooManyLayersOrMissingSizesAreRefused) {
   std::string layers;
   for (int i = 0; i < 3; ++i) layers += std::string(i ? "," : "") + R"({"digest":"sha256:x","size":10})";
-  const std::string m = R"({"schemaVersion":2,"config":{"digest":"sha256:c","size":5},"layers":[)" + layers + "]}";
+  const std::string m = R"({"schemaVersion":2,"config":{"digest":"sha256:)" + std::string(64, 'c') +
+                        R"(","size":5},"layers":[)" + layers + "]}";
   EXPECT_TRUE(ParseManifest(m, 3).ok());
   auto many = ParseManifest(m, 2);
   ASSERT_FALSE(many.ok());
@@ -230,8 +265,10 @@ class ContainerAgentTest : public TempDirTest {
     o.fencing = false;
     o.containers.store.insecure_registries = {registry_->host()};
     if (!extra_insecure_.empty()) o.containers.store.insecure_registries.push_back(extra_insecure_);
+    o.containers.store.auth_file = auth_file_;
     o.containers.store.limit_bytes = store_limit_;
     o.containers.store.stall_timeout = std::chrono::milliseconds(1500);
+    o.containers.disk_check_every = std::chrono::milliseconds(100);
     auto sim = MakeSimulatedBackend({2, "H100 80GB", "oci-node"});
     ASSERT_TRUE(sim.ok());
     o.backends.push_back(std::move(*sim));
@@ -275,6 +312,7 @@ class ContainerAgentTest : public TempDirTest {
   static inline std::string tiny_layer_;
   int64_t store_limit_ = 0;
   std::string extra_insecure_;
+  std::string auth_file_;
   FakeServer server_;
   int server_port_ = 0;
   std::string data_dir_;
@@ -382,10 +420,42 @@ TEST_F(ContainerAgentTest, TwoJobsWantingANewImageAtOnceCauseOnePull) {
     }
     return false;
   }));
-  // While it was pulled, the jobs said so.
+  // While it was pulled, the jobs said so; once started, that they waited
+  // for the pull; a later start, that the node held the image.
   bool said = false;
   for (const v1::WorkloadStatus& ws : server_.Reports(a.workload_id())) said |= !ws.image_pull().empty();
   EXPECT_TRUE(said);
+  for (const v1::Workload& w : {a, b}) {
+    v1::WorkloadStatus end = server_.Reports(w.workload_id()).back();
+    EXPECT_FALSE(end.image_cached());
+    EXPECT_GT(end.image_pull_millis(), 0);
+  }
+  v1::Workload c = Job("j-000021", Ref("fresh:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({a, b, c}));
+  ASSERT_TRUE(server_.WaitEnded(c.workload_id()));
+  v1::WorkloadStatus end = server_.Reports(c.workload_id()).back();
+  EXPECT_TRUE(end.image_cached());
+  EXPECT_EQ(end.image_pull_millis(), 0);
+}
+
+// A container that writes more than its limit outside its mounts is stopped
+// with the reason; one within its limit is not.
+TEST_F(ContainerAgentTest, AContainerThatOutgrowsItsDiskLimitIsStoppedWithTheReason) {
+  v1::Workload big =
+      Job("j-000022", Ref("tiny:v1"), {"sh", "-c", "head -c 8000000 /dev/zero > /tmp/big && echo wrote && sleep 60"});
+  big.mutable_container()->set_disk_bytes(4 << 20);
+  v1::Workload small = Job("j-000023", Ref("tiny:v1"), {"sh", "-c", "head -c 1000000 /dev/zero > /tmp/small"});
+  small.mutable_container()->set_disk_bytes(4 << 20);
+  ASSERT_TRUE(server_.SendDesired({big, small}));
+  auto end = server_.WaitFor(big.workload_id(), Ended);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->state(), v1::WORKLOAD_STATE_EXITED);
+  EXPECT_TRUE(end->exit_code() != 0 || end->signal() != 0);
+  EXPECT_NE(end->message().find("more than its limit of 4MiB"), std::string::npos) << end->message();
+  // (It may have ended first: looked for in every report.)
+  ASSERT_TRUE(server_.WaitEnded(small.workload_id()));
+  v1::WorkloadStatus small_end = server_.Reports(small.workload_id()).back();
+  EXPECT_EQ(small_end.exit_code(), 0) << small_end.message();
 }
 
 // A tag moved on the registry: a workload pinned to the digest an earlier
@@ -537,9 +607,20 @@ TEST_F(ContainerAgentTest, ALayerThatUnpacksToFarMoreThanItsSizeIsRefused) {
   v1::WorkloadStatus end = server_.Reports(w.workload_id()).back();
   EXPECT_EQ(end.state(), v1::WORKLOAD_STATE_FAILED_TO_START);
   EXPECT_NE(end.message().find("unpacks to more than"), std::string::npos) << end.message();
-  // Nothing of it is left half unpacked.
+  // Nothing of it is left: no download, no layer half unpacked.
   std::error_code ec;
   EXPECT_TRUE(std::filesystem::is_empty(data_dir_ + "/images/tmp", ec));
+  // (The busybox layer below the bomb, complete and checked, stays for a
+  // retry; the bomb's bytes do not.)
+  uintmax_t stored = 0;
+  std::set<ino_t> seen;  // busybox's names are links to one file
+  for (const auto& e : std::filesystem::recursive_directory_iterator(data_dir_ + "/images/storage", ec)) {
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && seen.insert(st.st_ino).second) {
+      stored += static_cast<uintmax_t>(st.st_size);
+    }
+  }
+  EXPECT_LT(stored, uintmax_t{16} << 20);
 }
 
 // A registry that sends a blob's first bytes and then nothing: the pull ends
@@ -598,10 +679,80 @@ http.server.ThreadingHTTPServer(("127.0.0.1", {1}), H).serve_forever()
   EXPECT_EQ(server_.Reports(next.workload_id()).back().exit_code(), 0);
 }
 
+// A registry that asks for credentials and redirects every blob to another
+// host (as registries in front of object stores do): the pull follows the
+// redirect, and the credentials go to the registry only, never to the
+// other host.
+TEST_F(ContainerAgentTest, ABlobRedirectToAnotherHostIsFollowedWithoutTheCredentials) {
+  ASSERT_TRUE(registry_->Push("moved", "v1", {{"/etc/moved", "m\n"}}, {"--config.cmd=true"}));
+  const int front = test_support::FreePort(), back = test_support::FreePort();
+  const std::string script = root_ + "/redirect.py", seen = root_ + "/back.log";
+  test_support::Spit(script, fmt::format(R"(
+import base64, http.server, threading, urllib.request
+EXPECT = "Basic " + base64.b64encode(b"puller:s3cret").decode()
+def relay(h, body):
+    req = urllib.request.Request("http://{0}" + h.path, method=h.command, headers={{"Accept": h.headers.get("Accept", "*/*")}})
+    try: r = urllib.request.urlopen(req)
+    except urllib.error.HTTPError as e: r = e
+    data = r.read()
+    h.send_response(r.status)
+    for k, v in r.headers.items():
+        if k.lower() not in ("connection", "transfer-encoding"): h.send_header(k, v)
+    h.end_headers()
+    if body: h.wfile.write(data)
+class Front(http.server.BaseHTTPRequestHandler):
+    def do_GET(self): self.go(True)
+    def do_HEAD(self): self.go(False)
+    def go(self, body):
+        if self.headers.get("Authorization") != EXPECT:
+            self.send_response(401); self.send_header("WWW-Authenticate", 'Basic realm="drover-test"')
+            self.send_header("Content-Length", "0"); self.end_headers(); return
+        if "/blobs/" in self.path and self.command == "GET":
+            self.send_response(307); self.send_header("Location", "http://127.0.0.2:{2}" + self.path)
+            self.send_header("Content-Length", "0"); self.end_headers(); return
+        relay(self, body)
+    def log_message(self, *a): pass
+class Back(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open("{3}", "a") as f: f.write("%s auth=%s\n" % (self.path, self.headers.get("Authorization") is not None))
+        relay(self, True)
+    def log_message(self, *a): pass
+b = http.server.ThreadingHTTPServer(("127.0.0.2", {2}), Back)
+threading.Thread(target=b.serve_forever, daemon=True).start()
+http.server.ThreadingHTTPServer(("127.0.0.1", {1}), Front).serve_forever()
+)",
+                                         registry_->host(), front, back, seen));
+  pid_t proxy = ::fork();
+  if (proxy == 0) {
+    ::execlp("python3", "python3", script.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_TRUE(test_support::PollUntil([&] {
+    return test_support::Sh(fmt::format("curl -sf -o /dev/null -u puller:s3cret http://127.0.0.1:{}/v2/", front)) == 0;
+  }));
+  agent_->Stop();
+  agent_.reset();
+  extra_insecure_ = fmt::format("127.0.0.1:{}", front);
+  auth_file_ = root_ + "/auth.json";
+  test_support::Spit(auth_file_, fmt::format(R"({{"auths":{{"{}":{{"auth":"cHVsbGVyOnMzY3JldA=="}}}}}})", extra_insecure_));
+  StartTheAgent();
+  v1::Workload w = Job("j-000024", extra_insecure_ + "/moved:v1", {"cat", "/etc/moved"});
+  ASSERT_TRUE(server_.SendDesired({w}));
+  ASSERT_TRUE(server_.WaitEnded(w.workload_id()));
+  v1::WorkloadStatus end = server_.Reports(w.workload_id()).back();
+  ::kill(proxy, SIGKILL);
+  ::waitpid(proxy, nullptr, 0);
+  EXPECT_EQ(end.exit_code(), 0) << end.message();
+  EXPECT_NE(Log(w).find("m"), std::string::npos);
+  const std::string log = Slurp(seen);
+  EXPECT_NE(log.find("/blobs/"), std::string::npos) << "no blob came through the other host:\n" << log;
+  EXPECT_EQ(log.find("auth=True"), std::string::npos) << "the credentials reached the other host:\n" << log;
+}
+
 class SmallStoreTest : public ContainerAgentTest {
  protected:
   void SetUp() override {
-    store_limit_ = 5 << 20;  // one image of busybox (about 3.3 MiB, packed and unpacked), not two
+    store_limit_ = 3 << 20;  // one image of busybox (about 2 MiB unpacked), not two
     ContainerAgentTest::SetUp();
   }
 };
@@ -609,7 +760,6 @@ class SmallStoreTest : public ContainerAgentTest {
 TEST_F(SmallStoreTest, EvictionKeepsTheImageAJobUses) {
   ASSERT_TRUE(registry_->Push("evict-a", "v1", {{"/etc/name", "a\n"}}, {"--config.cmd=true"}));
   ASSERT_TRUE(registry_->Push("evict-b", "v1", {{"/etc/name", "b\n"}}, {"--config.cmd=true"}));
-  const std::string store = data_dir_ + "/images/bundles";
   v1::Workload a =
       Job("j-000010", Ref("evict-a:v1"), {"sh", "-c", "echo up; while [ ! -e /ckpt/go ]; do sleep 0.1; done"});
   std::filesystem::create_directories(root_ + "/shared");
@@ -624,11 +774,12 @@ TEST_F(SmallStoreTest, EvictionKeepsTheImageAJobUses) {
   auto b_end = server_.WaitFor(b.workload_id(), Ended);
   ASSERT_TRUE(b_end.has_value());
   EXPECT_EQ(b_end->exit_code(), 0) << b_end->message();
+  // The images containers-storage holds (what the store's list names is
+  // what its files are).
   auto count = [&] {
-    std::error_code ec;
-    size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(store, ec)) ++n;
-    return n;
+    auto j = nlohmann::json::parse(test_support::Slurp(data_dir_ + "/images/storage/overlay-images/images.json"),
+                                   nullptr, false);
+    return j.is_array() ? j.size() : size_t{0};
   };
   EXPECT_EQ(count(), 2u);
   // Once nothing uses them, the next pull evicts both older ones.

@@ -3,8 +3,10 @@
 // or a reason out.
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -33,16 +35,32 @@ Result<std::vector<std::string>> Strings(const json& j, const char* what) {
   return out;
 }
 
-// One of the image's own account files (/etc/passwd, /etc/group), never
-// through a link (which could name the node's own).
-std::string AccountFile(const std::string& rootfs, const char* name) {
-  const std::string etc = rootfs + "/etc";
-  struct stat st {};
-  if (::lstat(etc.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "";
-  const std::string path = etc + "/" + name;
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
-  auto text = ReadTextFile(path, 4 << 20);
-  return text.ok() ? *text : "";
+// One of the image's own account files (/etc/passwd, /etc/group) as the
+// overlay of `layers` (the top one first) shows it: from the topmost layer
+// that has the entry, unless a layer above deleted it (a whiteout) or hid
+// the layers below (an opaque /etc); a whiteout is a character device, so
+// it reads as no file as any other non-file does. Never through a link (which could name
+// the node's own): a link, at /etc or at the file, reads as no file.
+std::string AccountFile(const std::vector<std::string>& layers, const char* name) {
+  for (const std::string& layer : layers) {
+    const std::string etc = layer + "/etc";
+    struct stat st {};
+    if (::lstat(etc.c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      return "";
+    }
+    if (!S_ISDIR(st.st_mode)) return "";  // a whiteout, a file or a link
+    const std::string path = etc + "/" + name;
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (!S_ISREG(st.st_mode)) return "";
+      auto text = ReadTextFile(path, 4 << 20);
+      return text.ok() ? *text : "";
+    }
+    if (errno != ENOENT) return "";
+    char opaque[2] = {};
+    if (::lgetxattr(etc.c_str(), "trusted.overlay.opaque", opaque, sizeof opaque) == 1 && opaque[0] == 'y') return "";
+  }
+  return "";
 }
 
 // The numeric id of `name` in an account file's lines ("name:x:ID:GID:..."):
@@ -101,7 +119,8 @@ bool ValidImageDigest(const std::string& d) {
   return std::all_of(d.begin() + 7, d.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::string& rootfs, const std::string& user) {
+Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::vector<std::string>& layers,
+                                                       const std::string& user) {
   if (user.empty()) return std::make_pair(0u, 0u);
   const size_t colon = user.find(':');
   const std::string u = user.substr(0, colon);
@@ -116,9 +135,9 @@ Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::string& rootfs
   if (auto n = numeric(u)) {
     // A uid: its primary group where passwd lists it, else 0 (docker's rule).
     uid = *n;
-    if (auto pw = LookUpUid(AccountFile(rootfs, "passwd"), *n)) gid = *pw;
+    if (auto pw = LookUpUid(AccountFile(layers, "passwd"), *n)) gid = *pw;
   } else {
-    auto pw = LookUp(AccountFile(rootfs, "passwd"), u);
+    auto pw = LookUp(AccountFile(layers, "passwd"), u);
     if (!pw) return InvalidArgument(fmt::format("the image's user '{}' is not in its /etc/passwd", u));
     uid = pw->first;
     gid = pw->second;
@@ -127,7 +146,7 @@ Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::string& rootfs
     if (auto n = numeric(g)) {
       gid = *n;
     } else {
-      auto gr = LookUp(AccountFile(rootfs, "group"), g);
+      auto gr = LookUp(AccountFile(layers, "group"), g);
       if (!gr) return InvalidArgument(fmt::format("the image's group '{}' is not in its /etc/group", g));
       gid = gr->first;
     }
@@ -195,6 +214,8 @@ Result<ManifestInfo> ParseManifest(std::string_view text, size_t max_layers) {
     return InvalidArgument("manifest: no config");
   }
   m.config_size = j["config"]["size"].get<int64_t>();
+  m.config_digest = j["config"].value("digest", "");
+  if (!ValidImageDigest(m.config_digest)) return InvalidArgument("manifest: the config has no sha256 digest");
   if (m.config_size < 0 || m.config_size > static_cast<int64_t>(kMaxImageConfigBytes)) {
     return InvalidArgument(fmt::format("manifest: the config is {} bytes", m.config_size));
   }

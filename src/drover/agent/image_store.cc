@@ -46,10 +46,12 @@ struct ToolResult {
   std::string out, err;
 };
 
-// Runs `argv` (posix_spawn: safe in this threaded process), its output
-// kept up to bounds; `tick` is called about every 250 ms while it runs, and
-// when it answers a reason, the tool is killed and that is the error.
-Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::function<std::string()>& tick = nullptr) {
+// Runs `argv` (posix_spawn: safe in this threaded process) with the
+// agent's environment and `env` ("K=V", overriding), its output kept up to
+// bounds; `tick` is called about every 250 ms while it runs, and when it
+// answers a reason, the tool is killed and that is the error.
+Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+                           const std::function<std::string()>& tick = nullptr) {
   int out_pipe[2], err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Unavailable(fmt::format("pipe: {}", std::strerror(errno)));
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -71,8 +73,18 @@ Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::func
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view kv(*e);
+    const std::string_view k = kv.substr(0, kv.find('=') + 1);
+    if (std::none_of(env.begin(), env.end(), [&](const std::string& o) { return o.compare(0, k.size(), k) == 0; })) {
+      envp.push_back(*e);
+    }
+  }
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   ::close(out_pipe[1]);
@@ -138,19 +150,6 @@ std::string LastLine(const std::string& err) {
 
 bool Exited0(const ToolResult& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
 
-std::string Hex(const std::string& digest) { return digest.substr(digest.find(':') + 1); }
-
-int64_t TreeBytes(const fs::path& p) {
-  int64_t total = 0;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(p, fs::directory_options::skip_permission_denied, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0) total += st.st_blocks * 512;
-  }
-  return total;
-}
-
 json ConfigJson(const ImageConfig& c) {
   return json{{"entrypoint", c.entrypoint},
               {"cmd", c.cmd},
@@ -173,37 +172,170 @@ ImageConfig ConfigFrom(const json& j) {
   return c;
 }
 
+// containers-storage's own records (the overlay driver's, read only):
+// which image holds a manifest digest, its layers top first, where their
+// short lower names are, and how large each layer unpacked is.
+struct Storage {
+  explicit Storage(std::string g) : graph(std::move(g)) {}
+  std::string graph;  // <root>/storage
+  std::map<std::string, int64_t> layer_bytes;  // filled by Layers()
+
+  struct Image {
+    std::string id;
+    std::vector<std::string> layers;  // top first
+    std::vector<std::string> lowers;  // "l/<short>", as layers
+  };
+
+  static Result<json> ReadList(const std::string& path) {
+    auto text = ReadTextFile(path, 64 << 20);
+    if (!text.ok()) {
+      if (text.status().code() == Code::kNotFound) return json::array();
+      return Unavailable(fmt::format("cannot read '{}': {}", path, text.status().message()));
+    }
+    DROVER_RETURN_IF_ERROR(CheckJsonDepth(*text, 16));
+    json j = json::parse(*text, nullptr, false);
+    if (!j.is_array()) return Unavailable(fmt::format("'{}' is not a list", path));
+    return j;
+  }
+
+  // Every complete layer and its parent.
+  Result<std::map<std::string, std::string>> Layers() {
+    DROVER_ASSIGN_OR_RETURN(json list, ReadList(graph + "/overlay-layers/layers.json"));
+    std::map<std::string, std::string> parent;
+    layer_bytes.clear();
+    for (const json& l : list) {
+      if (!l.is_object() || !l.contains("id") || !l["id"].is_string()) continue;
+      if (l.contains("flags") && l["flags"].is_object() && l["flags"].value("incomplete", false)) continue;
+      const std::string id = l["id"];
+      parent[id] = l.value("parent", "");
+      layer_bytes[id] = l.contains("diff-size") && l["diff-size"].is_number_integer() ? l["diff-size"].get<int64_t>() : 0;
+    }
+    return parent;
+  }
+
+  // The image whose manifest digest is `digest`; kNotFound when none.
+  Result<Image> Find(const std::string& digest, size_t max_layers) {
+    DROVER_ASSIGN_OR_RETURN(json images, ReadList(graph + "/overlay-images/images.json"));
+    const json* found = nullptr;
+    for (const json& im : images) {
+      if (!im.is_object() || !im.contains("id") || !im["id"].is_string()) continue;
+      // One image (its id is its config's digest) may hold several
+      // manifests of the same config.
+      bool names = im.value("digest", "") == digest;
+      if (im.contains("digests") && im["digests"].is_array()) {
+        for (const json& d : im["digests"]) names = names || (d.is_string() && d.get<std::string>() == digest);
+      }
+      if (names) found = &im;
+    }
+    if (found == nullptr) return NotFound(fmt::format("containers-storage holds no image of {}", digest));
+    Image out;
+    out.id = (*found)["id"];
+    DROVER_ASSIGN_OR_RETURN(auto parent, Layers());
+    std::string at = found->value("layer", "");
+    while (!at.empty()) {
+      auto it = parent.find(at);
+      if (it == parent.end()) return Unavailable(fmt::format("the layer {} of {} is missing or incomplete", at, digest));
+      if (out.layers.size() >= max_layers) return Unavailable(fmt::format("{} has more than {} layers", digest, max_layers));
+      auto link = ReadTextFile(graph + "/overlay/" + at + "/link", 64);
+      std::string name = link.ok() ? *link : "";
+      while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+      struct stat st {};
+      if (name.empty() || name.size() > 32 ||
+          !std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }) ||
+          ::lstat((graph + "/overlay/l/" + name).c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+        return Unavailable(fmt::format("the layer {} of {} has no short name", at, digest));
+      }
+      out.layers.push_back(at);
+      out.lowers.push_back("l/" + name);
+      at = it->second;
+    }
+    return out;
+  }
+
+  // The image's config blob: the one of its stored items whose digest is
+  // `config_digest` (checked here, not taken on trust).
+  Result<std::string> Config(const std::string& id, const std::string& config_digest) const {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(graph + "/overlay-images/" + id, ec)) {
+      if (!e.is_regular_file(ec) || e.file_size(ec) > kMaxImageConfigBytes) continue;
+      auto blob = ReadTextFile(e.path().string(), kMaxImageConfigBytes);
+      if (blob.ok() && "sha256:" + auth::Sha256Hex(*blob) == config_digest) return *blob;
+    }
+    return Unavailable(fmt::format("containers-storage holds no config {} for image {}", config_digest, id));
+  }
+};
+
 }  // namespace
 ImageStore::ImageStore(ImageStoreOptions o) : opts_(std::move(o)) {}
 
+std::vector<std::string> ImageStore::StorageEnv() const {
+  return {"CONTAINERS_STORAGE_CONF=" + opts_.root + "/storage.conf"};
+}
+
+void ImageStore::EmptyTmp() const {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(opts_.root + "/tmp", ec)) fs::remove_all(e.path(), ec);
+}
+
 Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions o) {
   std::error_code ec;
-  for (const char* d : {"oci", "bundles", "tmp"}) {
+  for (const char* d : {"storage", "run", "tmp", "empty"}) {
     fs::create_directories(o.root + "/" + d, ec);
     if (ec) return Unavailable(fmt::format("cannot create the image store '{}': {}", o.root, ec.message()));
   }
   ::chmod(o.root.c_str(), 0711);
-  for (const auto& e : fs::directory_iterator(o.root + "/tmp", ec)) fs::remove_all(e.path(), ec);
+  // The layout of the stores before containers-storage (an OCI layout and
+  // an unpacked copy of each image): its images are pulled again.
+  for (const char* old : {"oci", "bundles"}) fs::remove_all(o.root + "/" + old, ec);
+  // skip_mount_home: the graph root is not made a private mount of its
+  // own (the store never mounts through containers-storage; workloads
+  // mount its layers themselves).
+  DROVER_RETURN_IF_ERROR(WriteFileAtomic(o.root + "/storage.conf",
+                                         fmt::format("[storage]\ndriver = \"overlay\"\ngraphroot = \"{0}/storage\"\n"
+                                                     "runroot = \"{0}/run\"\n\n[storage.options.overlay]\n"
+                                                     "skip_mount_home = \"true\"\n",
+                                                     o.root),
+                                         0600, /*durable=*/false));
   std::unique_ptr<ImageStore> store(new ImageStore(std::move(o)));
+  store->EmptyTmp();
+  Storage storage{store->opts_.root + "/storage"};
+  std::set<std::string> kept;  // storage ids
   auto text = ReadTextFile(store->opts_.root + "/images.json", 16 << 20);
   if (text.ok()) {
     json j = json::parse(*text, nullptr, false);
     MutexLock lock(&store->mu_);
     if (j.is_object() && j.contains("images") && j["images"].is_array()) {
       for (const json& e : j["images"]) {
-        if (!e.is_object()) continue;
+        if (!e.is_object() || !e.contains("storage_id") || !e["storage_id"].is_string()) continue;
         StoredImage im;
         im.digest = e.value("digest", "");
         if (!ValidImageDigest(im.digest)) continue;
-        im.rootfs = store->opts_.root + "/bundles/" + Hex(im.digest) + "/rootfs";
-        if (!fs::is_directory(im.rootfs, ec)) continue;
+        // Where its layers are now, from containers-storage's own records.
+        auto found = storage.Find(im.digest, store->opts_.max_layers);
+        if (!found.ok() || found->id != e["storage_id"].get<std::string>()) continue;
+        im.storage_id = found->id;
+        im.layers = found->layers;
+        im.lowers = found->lowers.empty() ? std::vector<std::string>{store->opts_.root + "/empty"} : found->lowers;
         im.references = e.value("references", std::vector<std::string>{});
-        im.size_bytes = e.value("size_bytes", int64_t{0});
         im.last_used_unix_nanos = e.value("last_used_unix_nanos", int64_t{0});
         if (e.contains("config") && e["config"].is_object()) im.config = ConfigFrom(e["config"]);
+        for (const std::string& l : im.layers) {
+          store->layer_bytes_[l] = storage.layer_bytes[l];
+          im.size_bytes += storage.layer_bytes[l];
+        }
         for (const std::string& r : im.references) store->references_[r] = im.digest;
+        kept.insert(im.storage_id);
         store->images_[im.digest] = std::move(im);
       }
+    }
+  }
+  // What containers-storage holds that the list does not (a crash between
+  // a pull and the list's save): removed, its layers with it.
+  if (auto all = Storage::ReadList(storage.graph + "/overlay-images/images.json"); all.ok()) {
+    for (const json& im : *all) {
+      if (!im.is_object() || !im.contains("id") || !im["id"].is_string()) continue;
+      const std::string id = im["id"];
+      if (!kept.contains(id)) store->RemoveStored({id});
     }
   }
   store->worker_ = std::thread([s = store.get()] { s->Work(); });
@@ -307,6 +439,7 @@ void ImageStore::SaveLocked() const {
   json list = json::array();
   for (const auto& [d, im] : images_) {
     list.push_back({{"digest", im.digest},
+                    {"storage_id", im.storage_id},
                     {"references", im.references},
                     {"size_bytes", im.size_bytes},
                     {"last_used_unix_nanos", im.last_used_unix_nanos},
@@ -370,33 +503,6 @@ void ImageStore::Work() {
   }
 }
 
-// The config of the image named `tag` in the OCI layout `layout`.
-static Result<ImageConfig> ReadLayoutConfig(const std::string& layout, const std::string& tag,
-                                            const std::string& name) {
-  auto index = ReadTextFile(layout + "/index.json", 16 << 20);
-  if (!index.ok()) return Unavailable(fmt::format("cannot read the image layout: {}", index.status().message()));
-  json j = json::parse(*index, nullptr, false);
-  std::string local;
-  if (j.is_object() && j.contains("manifests") && j["manifests"].is_array()) {
-    for (const json& e : j["manifests"]) {
-      if (e.is_object() && e.contains("annotations") && e["annotations"].is_object() &&
-          e["annotations"].value("org.opencontainers.image.ref.name", "") == tag) {
-        local = e.value("digest", "");
-      }
-    }
-  }
-  if (!ValidImageDigest(local)) return Unavailable(fmt::format("the image layout does not list {}", tag));
-  auto manifest = ReadTextFile(layout + "/blobs/sha256/" + Hex(local), kMaxManifestBytes);
-  if (!manifest.ok()) return Unavailable("cannot read the pulled manifest: " + manifest.status().message());
-  json mj = json::parse(*manifest, nullptr, false);
-  std::string cfg =
-      mj.is_object() && mj.contains("config") && mj["config"].is_object() ? mj["config"].value("digest", "") : "";
-  if (!ValidImageDigest(cfg)) return InvalidArgument(fmt::format("the manifest of {} has no config digest", name));
-  auto blob = ReadTextFile(layout + "/blobs/sha256/" + Hex(cfg), kMaxImageConfigBytes);
-  if (!blob.ok()) return Unavailable("cannot read the image config: " + blob.status().message());
-  return ParseImageConfig(*blob);
-}
-
 Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
   const std::string name = p.ref.String();
   SetProgress(key, fmt::format("resolving {}", name));
@@ -444,109 +550,152 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
       return im;
     }
   }
-  // The layers, into the one layout (skopeo checks each against its digest).
-  const std::string hex = Hex(digest);
-  const std::string tag = "m-" + hex;
-  const std::string layout = opts_.root + "/oci";
-  std::vector<std::string> copy = {opts_.skopeo, "copy", "--retry-times=0", "--quiet"};
+  // The layers, into the store's containers-storage: skopeo checks each
+  // against its digest and unpacks it as it comes; layers held already
+  // (another image's) are not fetched again.
+  const std::string tmp = opts_.root + "/tmp";
+  const std::string layers = opts_.root + "/storage/overlay";
+  std::vector<std::string> copy = {opts_.skopeo, "--tmpdir", tmp, "copy", "--retry-times=0", "--quiet"};
   for (std::string& f : TransportFlags(p.ref, true)) copy.push_back(std::move(f));
   copy.push_back("docker://" + p.ref.Name() + "@" + digest);
-  copy.push_back("oci:" + layout + ":" + tag);
-  // Progress: what the layout grew by (skopeo writes each blob beside it,
-  // then renames it in).
-  const int64_t before = TreeBytes(layout);
-  int64_t seen = -1;
-  auto moved_at = std::chrono::steady_clock::now();
-  auto tick = [&]() -> std::string {
-    int64_t now = std::max<int64_t>(0, TreeBytes(layout) - before);
-    SetProgress(key, fmt::format("pulling {}: {} of {}", name, FormatBytes(std::min(now, total)), FormatBytes(total)));
-    // A registry that stops sending: the pull ends instead of hanging.
-    if (now != seen) {
-      seen = now;
-      moved_at = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - moved_at > opts_.stall_timeout) {
-      return fmt::format("cannot pull {}: the registry sent nothing for {} s", name,
-                         std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count());
-    }
-    return "";
-  };
-  SetProgress(key, fmt::format("pulling {}: 0 B of {}", name, FormatBytes(total)));
-  DROVER_ASSIGN_OR_RETURN(ToolResult c, RunTool(copy, tick));
-  if (!Exited0(c)) return Unavailable(fmt::format("cannot pull {}: {}", name, LastLine(c.err)));
-  // Unpacked once, beside the others; a crash mid-way leaves only tmp/.
-  SetProgress(key, fmt::format("unpacking {}", name));
-  const std::string tmp = opts_.root + "/tmp/" + hex;
-  const std::string bundle = opts_.root + "/bundles/" + hex;
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
+  copy.push_back("containers-storage:" + p.ref.Name() + "@" + digest);
   // A layer that unpacks to far more than its bytes (a decompression bomb)
-  // is stopped while it grows: at 100 times its packed size and 64 MiB,
-  // or what the store may hold.
+  // is stopped while it grows: at 100 times the image's packed size and
+  // 64 MiB, or what the store may hold.
   int64_t unpack_limit = total * 100 + (int64_t{64} << 20);
   if (opts_.limit_bytes > 0) unpack_limit = std::min(unpack_limit, opts_.limit_bytes);
-  auto bound = [&]() -> std::string {
-    int64_t size = TreeBytes(tmp);
-    if (size <= unpack_limit) return "";
+  std::set<std::string> before;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(layers, ec)) before.insert(e.path().filename().string());
+  // Progress: what skopeo downloaded (its temporary files) and what the
+  // new layers hold unpacked.
+  int64_t downloaded = 0, unpacked = 0;
+  auto moved_at = std::chrono::steady_clock::now();
+  // A walk of a layer of many files takes a while: it runs at most a fifth
+  // of the time.
+  auto next_measure = moved_at;
+  auto measure = [&] {
+    const auto began = std::chrono::steady_clock::now();
+    if (began < next_measure) return false;  // the last look stands
+    int64_t now_unpacked = 0;
+    std::error_code dec;
+    for (const auto& e : fs::directory_iterator(layers, dec)) {
+      if (!before.contains(e.path().filename().string())) now_unpacked += TreeBytes(e.path().string());
+    }
+    int64_t now_downloaded = std::max(downloaded, TreeBytes(tmp));
+    bool moved = now_unpacked != unpacked || now_downloaded != downloaded;
+    unpacked = now_unpacked;
+    downloaded = now_downloaded;
+    next_measure = std::chrono::steady_clock::now() + 4 * (std::chrono::steady_clock::now() - began);
+    return moved;
+  };
+  auto over = [&]() -> std::string {
+    if (unpacked <= unpack_limit) return "";
     return fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", name, FormatBytes(unpack_limit),
                        FormatBytes(total));
   };
-  // `raw unpack`: the root file system only, without the runtime config
-  // and the mtree of every file's digest a plain unpack adds (a third of
-  // its time on a 1 GiB image: docs/performance.md).
-  std::error_code mec;
-  fs::create_directories(tmp, mec);
-  auto unpacked = RunTool({opts_.umoci, "raw", "unpack", "--image", layout + ":" + tag, tmp + "/rootfs"}, bound);
-  if (!unpacked.ok()) {
-    fs::remove_all(tmp, ec);
-    return unpacked.status();
+  auto tick = [&]() -> std::string {
+    if (measure()) {
+      moved_at = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - moved_at > opts_.stall_timeout) {
+      // A registry that stops sending: the pull ends instead of hanging.
+      return fmt::format("cannot pull {}: the registry sent nothing for {} s", name,
+                         std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count());
+    }
+    SetProgress(key, fmt::format("pulling {}: {} of {}, {} unpacked", name, FormatBytes(std::min(downloaded, total)),
+                                 FormatBytes(total), FormatBytes(unpacked)));
+    return over();
+  };
+  SetProgress(key, fmt::format("pulling {}: 0 B of {}", name, FormatBytes(total)));
+  auto copied = RunTool(copy, StorageEnv(), tick);
+  EmptyTmp();
+  if (!copied.ok()) {
+    // Killed mid-layer: containers-storage removes a layer it marked
+    // incomplete the next time it opens the store for writing; until then
+    // its files go now. (The complete layers of a failed pull stay, for its
+    // retry: containers-storage has no tool that removes a layer no image
+    // names.)
+    Storage storage{opts_.root + "/storage"};
+    if (auto complete = storage.Layers(); complete.ok()) {
+      for (const auto& e : fs::directory_iterator(layers, ec)) {
+        const std::string id = e.path().filename().string();
+        if (before.contains(id) || complete->contains(id) || id == "l") continue;
+        for (const auto& f : fs::directory_iterator(e.path() / "diff", ec)) fs::remove_all(f.path(), ec);
+      }
+    }
+    return copied.status();
   }
-  const ToolResult& u = *unpacked;
+  if (!Exited0(*copied)) return Unavailable(fmt::format("cannot pull {}: {}", name, LastLine(copied->err)));
+  std::map<std::string, int64_t> layer_bytes;
+  DROVER_ASSIGN_OR_RETURN(StoredImage im, ReadStored(digest, m.config_digest, name, &layer_bytes));
   // What grew past the bound between two looks, or all at once.
-  if (std::string over = bound(); !over.empty()) {
-    fs::remove_all(tmp, ec);
-    return Unavailable(over);
+  if (im.size_bytes > unpack_limit) {
+    RemoveStored({im.storage_id});
+    return Unavailable(fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", name,
+                                   FormatBytes(unpack_limit), FormatBytes(total)));
   }
-  if (!Exited0(u)) {
-    fs::remove_all(tmp, ec);
-    return Unavailable(fmt::format("cannot unpack {}: {}", name, LastLine(u.err)));
-  }
-  // The image's own settings: its config blob, and its user resolved in
-  // its own /etc/passwd.
-  DROVER_ASSIGN_OR_RETURN(ImageConfig config, ReadLayoutConfig(layout, tag, name));
-  DROVER_ASSIGN_OR_RETURN(auto ids, ResolveImageUser(tmp + "/rootfs", config.user));
-  config.uid = ids.first;
-  config.gid = ids.second;
-  fs::remove_all(bundle, ec);
-  fs::rename(tmp, bundle, ec);
-  if (ec) return Unavailable(fmt::format("cannot keep the unpacked {}: {}", name, ec.message()));
-  StoredImage im;
-  im.digest = digest;
   im.references = {name};
-  im.rootfs = bundle + "/rootfs";
-  im.config = std::move(config);
-  im.size_bytes = total + TreeBytes(bundle);
   im.last_used_unix_nanos = NowNanos();
   std::vector<std::string> evicted;
   {
     MutexLock lock(&mu_);
     references_[name] = digest;
     images_[digest] = im;
+    for (const auto& [l, b] : layer_bytes) layer_bytes_[l] = b;
     ++version_;
     evicted = EvictLocked(digest);
     SaveLocked();
   }
-  RemoveEvicted(evicted);
+  RemoveStored(evicted);
   return im;
+}
+
+// The image `digest` as containers-storage holds it after a pull: its
+// layers, its config (checked against the manifest's `config_digest`) and
+// its user resolved in its own /etc/passwd.
+Result<StoredImage> ImageStore::ReadStored(const std::string& digest, const std::string& config_digest,
+                                           const std::string& name,
+                                           std::map<std::string, int64_t>* layer_bytes) const {
+  Storage storage{opts_.root + "/storage"};
+  auto found = storage.Find(digest, opts_.max_layers);
+  if (!found.ok()) return Unavailable(fmt::format("cannot read the pulled {}: {}", name, found.status().message()));
+  DROVER_ASSIGN_OR_RETURN(std::string blob, storage.Config(found->id, config_digest));
+  DROVER_ASSIGN_OR_RETURN(ImageConfig config, ParseImageConfig(blob));
+  std::vector<std::string> dirs;
+  for (const std::string& l : found->layers) dirs.push_back(storage.graph + "/overlay/" + l + "/diff");
+  DROVER_ASSIGN_OR_RETURN(auto ids, ResolveImageUser(dirs, config.user));
+  config.uid = ids.first;
+  config.gid = ids.second;
+  StoredImage im;
+  im.digest = digest;
+  im.storage_id = found->id;
+  im.layers = found->layers;
+  im.lowers = found->lowers.empty() ? std::vector<std::string>{opts_.root + "/empty"} : found->lowers;
+  im.config = std::move(config);
+  for (const std::string& l : im.layers) {
+    (*layer_bytes)[l] = storage.layer_bytes[l];
+    im.size_bytes += storage.layer_bytes[l];
+  }
+  return im;
+}
+
+// The bytes of the distinct layers the images held use.
+int64_t ImageStore::HeldBytesLocked() const {
+  std::set<std::string> layers;
+  for (const auto& [d, im] : images_) layers.insert(im.layers.begin(), im.layers.end());
+  int64_t held = 0;
+  for (const std::string& l : layers) {
+    if (auto it = layer_bytes_.find(l); it != layer_bytes_.end()) held += it->second;
+  }
+  return held;
 }
 
 // Above the limit, the images used longest ago that nothing uses go, but
 // `keep` (the one just pulled, for the job waiting on it): forgotten here,
-// their files removed by RemoveEvicted without the lock.
+// their storage ids returned for RemoveStored to remove without the lock.
 std::vector<std::string> ImageStore::EvictLocked(const std::string& keep) {
   std::vector<std::string> out;
   if (opts_.limit_bytes <= 0) return out;
-  int64_t held = 0;
-  for (const auto& [d, im] : images_) held += im.size_bytes;
   std::vector<const StoredImage*> order;
   for (const auto& [d, im] : images_) {
     if (d != keep && im.in_use == 0) order.push_back(&im);
@@ -555,33 +704,38 @@ std::vector<std::string> ImageStore::EvictLocked(const std::string& keep) {
     return a->last_used_unix_nanos < b->last_used_unix_nanos;
   });
   for (const StoredImage* im : order) {
-    if (held <= opts_.limit_bytes) break;
+    if (HeldBytesLocked() <= opts_.limit_bytes) break;
     const std::string digest = im->digest;
     spdlog::info("image store: evicting {} ({}) to stay under {}", digest,
                  im->references.empty() ? "" : im->references.front(), FormatBytes(opts_.limit_bytes));
-    held -= im->size_bytes;
     for (auto it = references_.begin(); it != references_.end();) {
       it = it->second == digest ? references_.erase(it) : std::next(it);
     }
+    const std::string id = im->storage_id;
     images_.erase(digest);
-    out.push_back(digest);
+    if (std::none_of(images_.begin(), images_.end(), [&](const auto& e) { return e.second.storage_id == id; })) {
+      out.push_back(id);
+    }
+  }
+  std::set<std::string> used;
+  for (const auto& [d, im] : images_) used.insert(im.layers.begin(), im.layers.end());
+  for (auto it = layer_bytes_.begin(); it != layer_bytes_.end();) {
+    it = used.contains(it->first) ? std::next(it) : layer_bytes_.erase(it);
   }
   if (!out.empty()) ++version_;
   return out;
 }
 
-// Runs on the store's thread, the only one that changes the layout.
-void ImageStore::RemoveEvicted(const std::vector<std::string>& digests) {
-  if (digests.empty()) return;
-  for (const std::string& digest : digests) {
-    std::error_code ec;
-    fs::remove_all(opts_.root + "/bundles/" + Hex(digest), ec);
-    auto rm = RunTool({opts_.umoci, "rm", "--image", opts_.root + "/oci:m-" + Hex(digest)});
-    if (!rm.ok() || !Exited0(*rm)) spdlog::warn("image store: cannot remove {} from the layout", digest);
+// Removes images from containers-storage by id, with the layers no other
+// image uses. Runs on the store's thread (or at Open, before it starts):
+// the only writer of the storage.
+void ImageStore::RemoveStored(const std::vector<std::string>& ids) const {
+  for (const std::string& id : ids) {
+    auto rm = RunTool({opts_.skopeo, "delete", "containers-storage:@" + id}, StorageEnv());
+    if (!rm.ok() || !Exited0(*rm)) {
+      spdlog::warn("image store: cannot remove {}: {}", id, rm.ok() ? LastLine(rm->err) : rm.status().message());
+    }
   }
-  // Blobs no image names any more.
-  auto gc = RunTool({opts_.umoci, "gc", "--layout", opts_.root + "/oci"});
-  if (!gc.ok() || !Exited0(*gc)) spdlog::warn("image store: umoci gc failed");
 }
 
 }  // namespace drover::agent

@@ -3,16 +3,22 @@
 // workload runner that starts containers from them.
 //
 // Built on the well-kept tools rather than a layer store of our own:
-// skopeo asks the registry and copies an image into one OCI image layout
-// (so layers two images share are stored once), umoci unpacks it once per
-// image into a root file system that every container of the image mounts
-// read-only as the lower layer of its own overlay (oci_bundle.h).
+// skopeo asks the registry and copies an image into a containers-storage
+// (podman's, the overlay driver) of the store's own, which downloads each
+// layer, checks it against its digest and unpacks it in one pass, once per
+// layer (layers two images share are stored once). Every container of the
+// image mounts those layers read-only as the lower layers of its own
+// overlay (oci_bundle.h); nothing is unpacked twice and no packed copy is
+// kept.
 //
-//   <root>/oci/                 the OCI layout: blobs, index.json (one
-//                               "m-<hex>" name per image)
-//   <root>/bundles/<hex>/rootfs the image unpacked (never written by a job)
-//   <root>/images.json          what is held: references, sizes, uses
-//   <root>/tmp/                 unpacks in progress (removed at open)
+//   <root>/storage/             containers-storage's graph root (the overlay
+//                               driver; its layers under overlay/)
+//   <root>/run/                 containers-storage's run root (its locks)
+//   <root>/storage.conf         the storage's configuration, for skopeo
+//   <root>/images.json          what is held: references, config, uses
+//   <root>/tmp/                 skopeo's downloads in progress (emptied at
+//                               open and after each pull)
+//   <root>/empty/               the lower layer of an image of no layers
 //
 // An image is known by the digest of its manifest as the registry serves
 // it ("sha256:..."), so that what a node records is what any other node
@@ -21,10 +27,11 @@
 // A pull is refused before any layer is fetched when the manifest or
 // config is malformed or huge, when it has too many layers, no linux/amd64
 // manifest, or more bytes than the store may hold; skopeo checks every
-// blob against its digest. Jobs that want an image being pulled wait for
-// that pull (one per image at a time; pulls run one after another on the
-// store's thread). Above its size limit the store evicts the images used
-// longest ago that no workload uses.
+// blob against its digest, and a layer that unpacks to far more than its
+// packed size is stopped while it grows. Jobs that want an image being
+// pulled wait for that pull (one per image at a time; pulls run one after
+// another on the store's thread). Above its size limit the store evicts the
+// images used longest ago that no workload uses.
 //
 // Credentials: a registry auth file in the containers-auth.json format
 // (the operator's, on the node), handed to skopeo by path; never in a job
@@ -74,9 +81,12 @@ Result<ImageConfig> ParseImageConfig(std::string_view json);
 bool ValidImageDigest(const std::string& digest);
 
 // The uid and gid of an image's User ("", "1000", "1000:50", "app",
-// "app:staff") in its own /etc/passwd and /etc/group under `rootfs` (never
-// through a link); kInvalidArgument for a name neither lists.
-Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::string& rootfs, const std::string& user);
+// "app:staff") in its own /etc/passwd and /etc/group, as the overlay of its
+// `layers` (directories, the top one first; overlay whiteouts and opaque
+// directories honoured) shows them, never through a link; kInvalidArgument
+// for a name neither lists.
+Result<std::pair<uint32_t, uint32_t>> ResolveImageUser(const std::vector<std::string>& layers,
+                                                       const std::string& user);
 
 // A manifest or an index (JSON, at most kMaxManifestBytes) as the store
 // checks it before a pull.
@@ -85,6 +95,7 @@ struct ManifestInfo {
   bool is_index = false;
   std::string platform_digest;  // an index: its linux/amd64 manifest
   std::vector<int64_t> layer_sizes;
+  std::string config_digest;
   int64_t config_size = 0;
 };
 Result<ManifestInfo> ParseManifest(std::string_view json, size_t max_layers);
@@ -92,9 +103,14 @@ Result<ManifestInfo> ParseManifest(std::string_view json, size_t max_layers);
 struct StoredImage {
   std::string digest;  // "sha256:<hex>" of the registry's manifest
   std::vector<std::string> references;
-  std::string rootfs;  // <root>/bundles/<hex>/rootfs
+  std::string storage_id;           // containers-storage's id of it
+  std::vector<std::string> layers;  // containers-storage's layer ids, the top one first
+  // Its layers as overlay lowerdir names relative to ImageStore::LowerDir()
+  // ("l/<short id>", the top one first; short, so that 128 fit in a mount's
+  // options), or one absolute empty directory for an image of no layers.
+  std::vector<std::string> lowers;
   ImageConfig config;
-  int64_t size_bytes = 0;  // its blobs and its unpacked root
+  int64_t size_bytes = 0;  // its layers unpacked
   int64_t last_used_unix_nanos = 0;
   int in_use = 0;
 };
@@ -103,7 +119,6 @@ struct ImageStoreOptions {
   std::string root;
   int64_t limit_bytes = 0;  // 0: no limit
   std::string skopeo = "skopeo";
-  std::string umoci = "umoci";
   // Registries (host[:port]) spoken to over plain HTTP or unverified TLS.
   std::vector<std::string> insecure_registries;
   std::string auth_file;  // empty: skopeo's own default places
@@ -115,7 +130,7 @@ struct ImageStoreOptions {
 
 // How an agent runs container workloads (flags --containers,
 // --container-runtime, --image-store, --image-store-limit,
-// --insecure-registry, --registry-auth).
+// --insecure-registry, --registry-auth, --container-disk-limit).
 struct ContainerOptions {
   bool enabled = true;
   std::string runtime = "runc";
@@ -123,11 +138,17 @@ struct ContainerOptions {
   // Where the node's CDI spec (cdi.h) is written: /var/run/cdi for podman
   // to read it; empty: <data_dir>/cdi.
   std::string cdi_dir;
+  // The most a container's writable layer may hold (--container-disk-limit;
+  // a job's ContainerSpec.disk_bytes asks for less); 0: no limit of the
+  // node's. Measured every disk_check_every (disk_watch.h).
+  int64_t disk_limit_bytes = 0;
+  std::chrono::milliseconds disk_check_every{10'000};
 };
 
 class ImageStore {
  public:
-  // Opens (or makes) the store at `o.root`; unpacks a crash left are removed.
+  // Opens (or makes) the store at `o.root`; what a crash left half done
+  // (downloads, layers, images the list does not name) is removed.
   static Result<std::unique_ptr<ImageStore>> Open(ImageStoreOptions o);
   ~ImageStore();
   ImageStore(const ImageStore&) = delete;
@@ -144,6 +165,9 @@ class ImageStore {
   // called (on the store's thread) once the pull this request joined ends.
   // A bad reference is an error either way.
   Result<std::optional<StoredImage>> Ensure(const Request& r, Done done);
+
+  // The directory the lowers of a StoredImage are relative to.
+  std::string LowerDir() const { return opts_.root + "/storage/overlay"; }
 
   // A workload runs `digest` now (it is not evicted) / no longer.
   void Use(const std::string& digest);
@@ -167,15 +191,21 @@ class ImageStore {
   void Work();
   Result<StoredImage> RunPull(const std::string& key, const Pull& p);
   Result<std::string> Inspect(const ImageRef& ref, const std::string& what, std::string* digest) const;
+  Result<StoredImage> ReadStored(const std::string& digest, const std::string& config_digest,
+                                 const std::string& name, std::map<std::string, int64_t>* layer_bytes) const;
+  std::vector<std::string> StorageEnv() const;
+  void EmptyTmp() const;
+  void RemoveStored(const std::vector<std::string>& ids) const;
   std::vector<std::string> TransportFlags(const ImageRef& ref, bool src) const;
   void SaveLocked() const DROVER_REQUIRES(mu_);
   std::vector<std::string> EvictLocked(const std::string& keep) DROVER_REQUIRES(mu_);
-  void RemoveEvicted(const std::vector<std::string>& digests);
+  int64_t HeldBytesLocked() const DROVER_REQUIRES(mu_);
   void SetProgress(const std::string& key, std::string text);
 
   const ImageStoreOptions opts_;
   mutable Mutex mu_;
   std::map<std::string, StoredImage> images_ DROVER_GUARDED_BY(mu_);      // by digest
+  std::map<std::string, int64_t> layer_bytes_ DROVER_GUARDED_BY(mu_);     // layer id -> unpacked size
   std::map<std::string, std::string> references_ DROVER_GUARDED_BY(mu_);  // reference as given -> digest
   std::map<std::string, Pull> pulls_ DROVER_GUARDED_BY(mu_);              // by PullKey
   std::deque<std::string> queue_ DROVER_GUARDED_BY(mu_);

@@ -190,7 +190,7 @@ Status JobDir::WriteSpec(const JobSpecFile& s) const {
   if (s.container) {
     const ContainerRun& c = *s.container;
     j["container"] = json{{"runtime", c.runtime}, {"root", c.root},   {"id", c.id},         {"bundle", c.bundle},
-                          {"lower", c.lower},     {"upper", c.upper}, {"work", c.work},     {"image", c.image},
+                          {"lower_dir", c.lower_dir}, {"lower", c.lower},     {"upper", c.upper}, {"work", c.work},     {"image", c.image},
                           {"digest", c.digest}};
   }
   return WriteFileAtomic(File("spec.json"), j.dump(), kPrivateFile, kWhileAlive);
@@ -214,6 +214,7 @@ Result<JobSpecFile> JobDir::ReadSpec() const {
     r.root = Get<std::string>(c, "root", "");
     r.id = Get<std::string>(c, "id", "");
     r.bundle = Get<std::string>(c, "bundle", "");
+    r.lower_dir = Get<std::string>(c, "lower_dir", "");
     r.lower = Get<std::string>(c, "lower", "");
     r.upper = Get<std::string>(c, "upper", "");
     r.work = Get<std::string>(c, "work", "");

@@ -43,8 +43,9 @@
 namespace drover::agent {
 
 // A container workload's run (oci_bundle.h, docs/containers.md): the
-// supervisor mounts the overlay (`lower` the image's unpacked root, read-only;
-// `upper` and `work` the job's writable layer) at <bundle>/rootfs in a
+// supervisor mounts the overlay (`lower` the image's layers, read-only, as
+// overlay's lowerdir, relative to `lower_dir`; `upper` and `work` the job's
+// writable layer) at <bundle>/rootfs in a
 // mount namespace of the runtime's own, then runs
 // `<runtime> --root <root> run --bundle <bundle> <id>` as the job's process;
 // once it ends, `<runtime> --root <root> delete --force <id>`.
@@ -53,7 +54,7 @@ struct ContainerRun {
   std::string root;
   std::string id;
   std::string bundle;
-  std::string lower, upper, work;
+  std::string lower_dir, lower, upper, work;
   std::string image;   // the reference, for what the agent reports
   std::string digest;  // the image's manifest digest
 };

@@ -53,10 +53,12 @@ bool BecomeUser(const ExecUser& u) {
 // A mount namespace of this process's own, in which nothing it mounts
 // reaches the node's (slave: the node's later mounts still show), and the
 // container's root in it. Layers are untrusted: nodev and nosuid make a
-// device node or a setuid file in one inert.
+// device node or a setuid file in one inert. Relative lower layers (short
+// names, so that many fit in a mount's options) are found from lower_dir.
 bool MountOverlay(const ExecOverlay& o) {
   if (::unshare(CLONE_NEWNS) != 0) return false;
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return false;
+  if (*o.lower_dir != '\0' && ::chdir(o.lower_dir) != 0) return false;
   return ::mount("overlay", o.target, "overlay", MS_NODEV | MS_NOSUID, o.options) == 0;
 }
 

@@ -47,7 +47,8 @@ struct ExecUser {
 // the container have ended.
 struct ExecOverlay {
   const char* target;
-  const char* options;  // "lowerdir=...,upperdir=...,workdir=..."
+  const char* options;    // "lowerdir=...,upperdir=...,workdir=..."
+  const char* lower_dir;  // what relative lowerdirs are relative to; "" none
 };
 
 // What the job's process needs between its birth and exec.

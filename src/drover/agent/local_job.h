@@ -43,6 +43,13 @@ struct LocalJob {
   std::string image_digest;
   bool pulling = false;
   std::string reported_pull;
+  // Once it starts: whether the node held its image, else how long it
+  // waited for the pull.
+  bool image_cached = false;
+  int64_t image_pull_ns = 0;
+  // Why the node stopped it itself (its writable layer outgrew its limit):
+  // the message of its end.
+  std::string stopped_for;
   // Services only (service.h): the replica's state; the spec it runs under
   // (kept in service.json); a restart waiting for its back-off (nothing runs,
   // started.json and exit.json are gone) and the exit it follows; what the

@@ -221,14 +221,14 @@ Result<pid_t> StartJob(const JobIsolation& iso, const std::string& log, const st
 // runtime's argv, and the overlay mounted for it.
 struct ContainerStart {
   std::vector<std::string> argv;
-  std::string target, options;
+  std::string target, options, lower_dir;
 };
 ContainerStart ContainerStartOf(const JobSpecFile& spec) {
   if (!spec.container) return {};
   const ContainerRun& c = *spec.container;
   return {{c.runtime, "--root", c.root, "run", "--bundle", c.bundle, c.id},
           c.bundle + "/rootfs",
-          fmt::format("lowerdir={},upperdir={},workdir={}", c.lower, c.upper, c.work)};
+          fmt::format("lowerdir={},upperdir={},workdir={}", c.lower, c.upper, c.work), c.lower_dir};
 }
 
 // `runtime delete --force id` once the job ended: the runtime's record, and
@@ -325,7 +325,7 @@ int RunSupervisor(const std::string& dir, int started_fd) {
     return not_started(fmt::format("cannot make a pipe: {}", std::strerror(errno)));
   }
   int64_t start = NowNanos();
-  const ExecOverlay overlay{run.target.c_str(), run.options.c_str()};
+  const ExecOverlay overlay{run.target.c_str(), run.options.c_str(), run.lower_dir.c_str()};
   auto child = StartJob(*isolation, log, work, argv, envp, status_fds[1], spec->container ? &overlay : nullptr);
   if (status_fds[1] >= 0) ::close(status_fds[1]);
   if (!child.ok()) {

@@ -5,11 +5,13 @@
 // process has: it outlives the agent, its end is recorded, it is never
 // started twice.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "drover/agent/oci_bundle.h"
 #include "drover/agent/seccomp_profile.h"
 #include "drover/agent/workload_runner.h"
+#include "drover/common/quantity.h"
 
 namespace drover::agent {
 namespace {
@@ -118,12 +121,16 @@ void WorkloadRunner::OnImage(const std::string& key, Result<StoredImage> image) 
     return;
   }
   // The placeholder goes; the launch makes the job's record anew.
+  const int64_t waited_ns = NowNanos() - job.launch_ns;
   std::error_code ec;
   fs::remove_all(job.dir.path(), ec);
   jobs_.erase(it);
   const v1::Workload w = desired->second;
   Launch(w, &*image);
-  if (auto j = jobs_.find(key); j != jobs_.end()) ReportIfChanged(key, &j->second);
+  if (auto j = jobs_.find(key); j != jobs_.end()) {
+    j->second.image_pull_ns = waited_ns;
+    ReportIfChanged(key, &j->second);
+  }
 }
 
 Status WorkloadRunner::PrepareContainer(const v1::Workload& w, const std::string& key, const StoredImage& image,
@@ -215,9 +222,17 @@ Status WorkloadRunner::PrepareContainer(const v1::Workload& w, const std::string
   run.root = state_dir_ + "/runc";
   run.id = ContainerId(key);
   run.bundle = bundle;
-  run.lower = image.rootfs;
+  run.lower_dir = images_->LowerDir();
+  run.lower = fmt::format("{}", fmt::join(image.lowers, ":"));
   run.upper = upper;
   run.work = work;
+  // The kernel takes a page of mount options: an image of very many layers
+  // (128 at most are pulled) with a long data directory may not fit.
+  if (constexpr size_t kMaxMountOptions = 4000;
+      run.lower.size() + run.upper.size() + run.work.size() + 32 > kMaxMountOptions) {
+    return InvalidArgument(fmt::format("{} has too many layers ({}) to mount under '{}'", c.image(),
+                                       image.lowers.size(), job->output_dir));
+  }
   run.image = c.image();
   run.digest = image.digest;
   spec->container = std::move(run);
@@ -226,8 +241,34 @@ Status WorkloadRunner::PrepareContainer(const v1::Workload& w, const std::string
   iso->sandbox.reset();  // the runtime's (config.json)
   job->image_digest = image.digest;
   if (images_) images_->Use(image.digest);
+  // Its writable layer's limit: the job's, within the node's.
+  int64_t disk = opts_.containers.disk_limit_bytes;
+  if (c.disk_bytes() > 0) disk = disk > 0 ? std::min(disk, c.disk_bytes()) : c.disk_bytes();
+  if (disk > 0) {
+    if (!disk_) {
+      disk_ = std::make_unique<DiskWatch>(opts_.containers.disk_check_every,
+                                          [this](const std::string& k, int64_t bytes, int64_t limit) {
+                                            loop_->Post([this, k, bytes, limit] { OnDiskOver(k, bytes, limit); });
+                                          });
+    }
+    disk_->Add(key, upper, disk);
+  }
   spdlog::info("node '{}': job '{}' runs in {} ({})", opts_.node_name, key, c.image(), image.digest);
   return Status::Ok();
+}
+
+// A container wrote more than its limit outside its mounts: stopped at once
+// (SIGKILL: a job filling the node's disk gets no grace), with why.
+void WorkloadRunner::OnDiskOver(const std::string& key, int64_t bytes, int64_t limit) {
+  if (*stopping_) return;
+  auto it = jobs_.find(key);
+  // Not started yet (the next look comes back), ended, or stopped already.
+  if (it == jobs_.end() || it->second.exited || !it->second.started || !it->second.stopped_for.empty()) return;
+  LocalJob& job = it->second;
+  job.stopped_for = fmt::format("stopped: its container wrote {} outside its mounts, more than its limit of {} (--disk)",
+                                FormatBytes(bytes), FormatBytes(limit));
+  spdlog::warn("node '{}': job '{}' {}", opts_.node_name, key, job.stopped_for);
+  ::kill(-job.started->pid, SIGKILL);
 }
 
 void WorkloadRunner::AddImages(v1::Heartbeat* h) {

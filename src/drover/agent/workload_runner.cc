@@ -189,7 +189,8 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
   }
   const bool container = w.has_container() && !w.container().image().empty();
   StoredImage held;
-  if (container && image == nullptr) {
+  const bool cached = container && image == nullptr;
+  if (cached) {
     if (!EnsureImage(w, key, &held)) return;  // it waits for its pull, or failed
     image = &held;
   }
@@ -198,6 +199,7 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
   job.output_dir = outputs_dir_ + "/" + key;
   job.grace_seconds = w.termination_grace_seconds() > 0 ? w.termination_grace_seconds() : 10;
   job.launch_ns = NowNanos();
+  job.image_cached = cached;
   // The state first: an output directory without it is a job whose state
   // a reboot took (AdoptJobs).
   std::error_code ec;
@@ -389,6 +391,7 @@ void WorkloadRunner::Forget(const std::string& id) {
   if (const auto& g = job.cgroup) RemoveJobCgroup(g->dir, g->parent, std::chrono::milliseconds(0));
   services_->Forget(job);
   if (!job.image_digest.empty() && images_) images_->Release(job.image_digest);
+  if (disk_) disk_->Remove(id);
   std::error_code ec;
   fs::remove_all(job.dir.path(), ec);  // in memory: at once
   OffLoop([dir = job.output_dir] {

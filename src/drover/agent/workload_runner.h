@@ -40,6 +40,7 @@
 
 #include "drover/agent/connection.h"
 #include "drover/agent/exit_watcher.h"
+#include "drover/agent/disk_watch.h"
 #include "drover/agent/image_store.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
@@ -151,6 +152,7 @@ class WorkloadRunner final : public ServiceHost {
   // the job waits for its pull (its record made) or failed (its end recorded).
   bool EnsureImage(const v1::Workload& w, const std::string& key, StoredImage* image);
   void OnImage(const std::string& key, Result<StoredImage> image);
+  void OnDiskOver(const std::string& key, int64_t bytes, int64_t limit);
   // The job's run in its container: config.json in its bundle, the overlay's
   // directories, `spec->container` and the command it runs.
   Status PrepareContainer(const v1::Workload& w, const std::string& key, const StoredImage& image, LocalJob* job,
@@ -205,6 +207,7 @@ class WorkloadRunner final : public ServiceHost {
   bool have_desired_ = false;
 
   std::unique_ptr<ImageStore> images_;
+  std::unique_ptr<DiskWatch> disk_;  // made with the first container that has a disk limit
   std::string images_problem_;  // why images_ could not be opened (once tried)
   uint64_t images_said_ = 0;     // the store's version the last heartbeat carried
 

@@ -241,7 +241,7 @@ v1::WorkloadStatus WorkloadRunner::StatusOf(const std::string& id, const LocalJo
     ws.set_exit_code(job.exited->exit_code);
     ws.set_signal(job.exited->signal);
     ws.set_end_time_unix_nanos(job.exited->end_unix_nanos);
-    ws.set_message(job.exited->message);
+    ws.set_message(job.stopped_for.empty() ? job.exited->message : job.stopped_for);
     ws.set_fenced(job.exited->fenced);
   } else if (job.pulling) {
     // Not started: its image is on its way (the server keeps it BOUND).
@@ -253,6 +253,10 @@ v1::WorkloadStatus WorkloadRunner::StatusOf(const std::string& id, const LocalJo
     ws.set_state(v1::WORKLOAD_STATE_RUNNING);
   }
   ws.set_image_digest(job.image_digest);
+  if (!job.pulling && !job.image_digest.empty()) {
+    ws.set_image_cached(job.image_cached);
+    ws.set_image_pull_millis(job.image_pull_ns / 1'000'000);
+  }
   if (job.service) {
     ServiceView v = job.service->View();
     ws.set_port(v.port);

@@ -240,8 +240,14 @@ void DescribeJob(const v1::Job& job, int64_t now, std::ostream& out) {
   for (const v1::Attempt& a : st.attempts()) {
     std::string when = a.start_time_unix_nanos() > 0 ? "started " + Age(a.start_time_unix_nanos(), now) + " ago"
                                                      : "bound " + Age(a.bind_time_unix_nanos(), now) + " ago";
-    rows.emplace_back(fmt::format("Attempt {}", a.number()),
-                      fmt::format("{} on {}; {}", when, fmt::join(a.nodes(), ","), Or(a.outcome(), "running")));
+    std::string image;
+    if (a.image_cached()) {
+      image = "; image cached";
+    } else if (a.image_pull_millis() > 0) {
+      image = fmt::format("; image pulled in {:.1f} s", static_cast<double>(a.image_pull_millis()) / 1000);
+    }
+    rows.emplace_back(fmt::format("Attempt {}", a.number()), fmt::format("{} on {}{}; {}", when, fmt::join(a.nodes(), ","),
+                                                                          image, Or(a.outcome(), "running")));
   }
   if (rpc::IsTerminal(st.state())) {
     rows.emplace_back("Exit",

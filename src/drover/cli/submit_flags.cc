@@ -25,6 +25,9 @@ void AddContainerFlags(CLI::App* cmd, ContainerArgs* a) {
                   "only)");
   cmd->add_option("--shm-size", a->shm_size,
                   "with --image: size of /dev/shm, e.g. 16g (default: half of --memory, else 1GiB)");
+  cmd->add_option("--disk", a->disk,
+                  "with --image: the most the container may write outside its mounts, e.g. 20g (its writable "
+                  "layer; over it the job is stopped; default: the node's --container-disk-limit)");
   cmd->add_option("--mount", a->mounts,
                   "with --image: SRC:DST[:ro], a node directory under one of the tenant's mount roots, repeatable");
 }
@@ -59,7 +62,7 @@ Result<nlohmann::json> ParseMountSpec(const std::string& spec) {
 
 namespace {
 
-// docker's --shm-size reads "16g" as 16 GiB (k, m, g, t: powers of 1024);
+// docker's --shm-size (and --disk here) reads "16g" as 16 GiB (k, m, g, t: powers of 1024);
 // everything else as ParseBytes does ("16GiB", "512MB").
 Result<int64_t> ParseShmSize(const std::string& text) {
   if (text.size() >= 2 && std::string_view("kmgt").find(text.back()) != std::string_view::npos &&
@@ -75,8 +78,8 @@ Result<int64_t> ParseShmSize(const std::string& text) {
 
 Result<nlohmann::json> ContainerJson(const ContainerArgs& a) {
   if (a.image.empty()) {
-    if (!a.pull.empty() || !a.network.empty() || !a.shm_size.empty() || !a.mounts.empty()) {
-      return InvalidArgument("--pull, --network, --shm-size and --mount go with --image");
+    if (!a.pull.empty() || !a.network.empty() || !a.shm_size.empty() || !a.disk.empty() || !a.mounts.empty()) {
+      return InvalidArgument("--pull, --network, --shm-size, --disk and --mount go with --image");
     }
     return nlohmann::json();
   }
@@ -92,6 +95,13 @@ Result<nlohmann::json> ContainerJson(const ContainerArgs& a) {
     auto bytes = ParseShmSize(a.shm_size);
     if (!bytes.ok()) return InvalidArgument("--shm-size: " + bytes.status().message());
     c["shm_bytes"] = *bytes;
+  }
+  if (!a.disk.empty()) {
+    auto bytes = ParseShmSize(a.disk);
+    if (!bytes.ok() || *bytes <= 0) {
+      return InvalidArgument("--disk: " + (bytes.ok() ? std::string("must be more than 0") : bytes.status().message()));
+    }
+    c["disk_bytes"] = *bytes;
   }
   nlohmann::json mounts = nlohmann::json::array();
   for (const std::string& m : a.mounts) {

@@ -19,10 +19,11 @@ struct ContainerArgs {
   std::string pull;                 // if-not-present (default) or always
   std::string network;              // host (default) or none
   std::string shm_size;             // /dev/shm, e.g. 16g
+  std::string disk;                 // the writable layer's limit, e.g. 20g
   std::vector<std::string> mounts;  // SRC:DST[:ro|:rw], repeatable
 };
 
-// Adds --image, --pull, --network, --shm-size and --mount to `cmd`.
+// Adds --image, --pull, --network, --shm-size, --disk and --mount to `cmd`.
 void AddContainerFlags(CLI::App* cmd, ContainerArgs* a);
 // The v1.ContainerSpec the flags ask for as proto3 JSON; null when --image
 // is not given. kInvalidArgument, with the message to print, for a

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace drover {
@@ -62,6 +63,18 @@ Status SyncFile(const std::string& path) {
   ::close(fd);
   if (rc != 0) return Unavailable(fmt::format("cannot sync '{}': {}", path, std::strerror(err)));
   return Status::Ok();
+}
+
+int64_t TreeBytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  int64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0) total += st.st_blocks * 512;
+  }
+  return total;
 }
 
 }  // namespace drover

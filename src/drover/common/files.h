@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "drover/common/status.h"
@@ -20,5 +21,9 @@ Status WriteFileAtomic(const std::string& path, const std::string& data, unsigne
 
 // fsyncs `path`: makes one written with durable = false durable later.
 Status SyncFile(const std::string& path);
+
+// The bytes the files under `dir` take on disk (their allocated blocks, as
+// du counts them), links not followed; what cannot be read counts nothing.
+int64_t TreeBytes(const std::string& dir);
 
 }  // namespace drover

@@ -79,6 +79,9 @@ Status ValidateContainer(const v1::ContainerSpec& c) {
     return InvalidArgument(
         fmt::format("container shm_bytes {} is outside 0..1TiB (0 means the default)", c.shm_bytes()));
   }
+  if (c.disk_bytes() < 0) {
+    return InvalidArgument(fmt::format("container disk_bytes {} is negative (0 means the node's default)", c.disk_bytes()));
+  }
   if (c.mounts_size() > kMaxMounts) {
     return InvalidArgument(fmt::format("container has {} mounts, more than {}", c.mounts_size(), kMaxMounts));
   }
@@ -129,6 +132,15 @@ Status ValidateNodeImages(std::string_view node, const google::protobuf::Repeate
     if (!ok) return InvalidArgument(fmt::format("node '{}' reported a malformed image at position {}", node, i));
   }
   return Status::Ok();
+}
+
+std::vector<std::string> ImageKeys(const google::protobuf::RepeatedPtrField<v1::NodeImage>& images) {
+  std::vector<std::string> keys;
+  for (const v1::NodeImage& im : images) {
+    keys.push_back(im.digest());
+    keys.insert(keys.end(), im.references().begin(), im.references().end());
+  }
+  return keys;
 }
 
 Status ValidateMountRoot(std::string_view tenant, std::string_view root) {

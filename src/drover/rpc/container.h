@@ -8,7 +8,9 @@
 //
 // Thread-safe (pure functions).
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "drover/common/quantity.h"
 #include "drover/common/status.h"
@@ -48,6 +50,9 @@ bool IsImageDigest(std::string_view digest);
 inline constexpr int kMaxNodeImages = 4096;
 inline constexpr int kMaxImageReferences = 64;
 Status ValidateNodeImages(std::string_view node, const google::protobuf::RepeatedPtrField<v1::NodeImage>& images);
+// What a node's store holds, as the scheduler keys it (JobRequest::image):
+// every reference and every digest.
+std::vector<std::string> ImageKeys(const google::protobuf::RepeatedPtrField<v1::NodeImage>& images);
 
 // A tenant's mount root: a normal absolute path other than "/".
 Status ValidateMountRoot(std::string_view tenant, std::string_view root);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "drover/common/ids.h"
+#include "drover/common/image_ref.h"
 #include "drover/common/quantity.h"
 #include "drover/rpc/container.h"
 
@@ -341,6 +342,12 @@ sched::JobRequest ToJobRequest(const std::string& id, const v1::JobSpec& spec) {
   r.topology = spec.topology().empty() || !topology.ok() ? sched::Topology::kBestEffort : *topology;
   r.runtime_estimate_ms = spec.runtime_estimate_seconds() * 1000;
   r.preemptible = spec.preemptible();
+  // The key nodes' stores list it under (rpc::ImageKeys).
+  if (spec.has_container()) {
+    if (auto ref = ParseImageRef(spec.container().image()); ref.ok()) {
+      r.image = ref->digest.empty() ? ref->String() : ref->digest;
+    }
+  }
   return r;
 }
 

@@ -98,6 +98,10 @@ struct JobRequest {
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
   std::map<std::string, std::string> node_selector;  // every label must match
+  // The container image it runs in (a reference or a digest; "" none):
+  // among places as good, a node that holds it is taken
+  // (Scheduler::SetNodeImages), which need not pull it.
+  std::string image;
   std::string id;
   std::string tenant = "default";
   // Recovery (a server restart queues or restores its jobs again): the GPU

@@ -581,6 +581,7 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
   // below), so that nodes the selector rejects cost nothing.
   const std::vector<int>* selected = SelectedNodes(req);
   found = WalkBuckets(job, req, now, selected, out);
+  if (found && !req.image.empty()) PreferImage(job, req, now, out);
   // Config::verify_memos: the same walk node by node (no selector index, no
   // HostTree) must find the same.
   const bool host = req.cpu_milli > 0 || req.memory_bytes > 0;
@@ -602,6 +603,24 @@ bool State::PickWhole(int job, const JobRequest& req, int64_t now, const std::ve
     host_miss_mem = miss_mem;
   }
   return found;
+}
+
+// Among places as good as `out`, one on a node that holds the job's image
+// (it starts without a pull): the first kMaxExamined such nodes are weighed.
+void State::PreferImage(int job, const JobRequest& req, int64_t now, Pick* out) const {
+  auto it = image_nodes.find(req.image);
+  if (it == image_nodes.end() || std::binary_search(it->second.begin(), it->second.end(), out->node)) return;
+  const bool spread = config.placement == PlacementPolicy::kSpread;
+  int examined = 0;
+  for (int node : it->second) {
+    if (++examined > kMaxExamined) break;
+    Pick p;
+    if (!NodeMatches(req, nodes[node]) || !PickOnNode(job, req, node, now, &p)) continue;
+    if (!Better(*out, p, spread)) {
+      *out = p;
+      return;
+    }
+  }
 }
 
 bool State::WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected,

@@ -243,6 +243,26 @@ void Scheduler::SetSchedulable(const std::string& name, bool schedulable) {
   s_->Recount(it->second);
 }
 
+void Scheduler::SetNodeImages(const std::string& name, const std::vector<std::string>& images) {
+  auto it = s_->node_ids.find(name);
+  if (it == s_->node_ids.end()) return;
+  const int node = it->second;
+  std::vector<std::string>& held = s_->nodes[node].images;
+  for (const std::string& image : held) {
+    auto n = s_->image_nodes.find(image);
+    if (n == s_->image_nodes.end()) continue;
+    std::erase(n->second, node);
+    if (n->second.empty()) s_->image_nodes.erase(n);
+  }
+  held = images;
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  for (const std::string& image : held) {
+    std::vector<int>& nodes = s_->image_nodes[image];
+    nodes.insert(std::lower_bound(nodes.begin(), nodes.end(), node), node);
+  }
+}
+
 Status Scheduler::SetTenant(const TenantInfo& tenant) {
   ++s_->generation;
   ++s_->preempt_epoch;

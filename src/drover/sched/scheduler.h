@@ -72,6 +72,9 @@ class Scheduler {
   // a link matrix of the wrong size).
   Status UpsertNode(const NodeInfo& node);
   void SetSchedulable(const std::string& node, bool schedulable);
+  // The images (references and digests) a node's store holds, replacing
+  // what it held: a job's JobRequest::image breaks ties towards them.
+  void SetNodeImages(const std::string& node, const std::vector<std::string>& images);
   // Adds or replaces a tenant. kInvalidArgument on a bad weight or limit.
   Status SetTenant(const TenantInfo& tenant);
 

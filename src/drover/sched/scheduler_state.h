@@ -135,6 +135,7 @@ struct alignas(64) NodeState {
   std::array<int16_t, kMaxGpusPerNode> shared_key{};  // the key in GpuClass::shared, -1 if none
   std::array<uint16_t, kMaxGpusPerNode> victim_jobs{};
   std::vector<int> gpu_class;  // per GPU
+  std::vector<std::string> images;  // what its store holds (SetNodeImages), sorted
 };
 
 // A set of nodes sharing a label value ("switch" or "rack").
@@ -297,6 +298,8 @@ struct State {
   // Invariant: node i is in the list of each of its labels, once, and in no
   // other; each list is in ascending node index.
   std::map<std::pair<std::string, std::string>, std::vector<int>> label_nodes;
+  // Nodes by image held (NodeState::images), in ascending node index.
+  std::unordered_map<std::string, std::vector<int>> image_nodes;
   mutable bool quota_hit = false;  // a pick was refused by a borrowing limit
   // A pick left out GPUs of the pass's reservation: only then may the job
   // fit but for the reservation (Consider's probe).
@@ -465,6 +468,7 @@ struct State {
   // PickWhole's walk over the free-count buckets, or over `selected` in
   // bucket order when not null.
   bool WalkBuckets(int job, const JobRequest& req, int64_t now, const std::vector<int>* selected, Pick* out) const;
+  void PreferImage(int job, const JobRequest& req, int64_t now, Pick* out) const;
   // Places every replica (held on success, nothing held on failure).
   bool PlaceJob(int job, int64_t now, std::vector<Held>* out);
   bool NoFitKnown(const JobRequest& req);

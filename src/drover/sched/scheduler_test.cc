@@ -77,6 +77,33 @@ TEST_F(SchedulerTest, BinpackFillsTheFullestNodeThatFits) {
   EXPECT_EQ(Where(d, "two").substr(0, 1), first.substr(0, 1));
 }
 
+// A node that holds the job's image wins a tie, never a better fit.
+TEST_F(SchedulerTest, AmongFitsAsGoodANodeHoldingTheImageIsTaken) {
+  for (const char* n : {"a", "b", "c", "d"}) Add(MakeNode(n, 8));
+  s.SetNodeImages("c", {"reg/app:v1", "sha256:1111"});
+  JobRequest j = Job("img", 8);
+  j.image = "reg/app:v1";
+  Submit(j);
+  EXPECT_EQ(Where(Pass(), "img"), "c[0,1,2,3,4,5,6,7]");
+  // By digest too; and a node that no longer holds it is not preferred.
+  s.SetNodeImages("c", {});
+  s.SetNodeImages("b", {"sha256:1111"});
+  JobRequest k = Job("dig", 8);
+  k.image = "sha256:1111";
+  Submit(k);
+  EXPECT_EQ(Where(Pass(), "dig"), "b[0,1,2,3,4,5,6,7]");
+  // A better fit (binpack: the fuller node) beats the image.
+  Submit(Job("six", 6));
+  std::string six = Where(Pass(), "six");
+  ASSERT_FALSE(six.empty());
+  const std::string fuller = six.substr(0, 1);
+  s.SetNodeImages(fuller == "a" ? "d" : "a", {"reg/app:v2"});
+  JobRequest two = Job("two", 2);
+  two.image = "reg/app:v2";
+  Submit(two);
+  EXPECT_EQ(Where(Pass(), "two").substr(0, 1), fuller);
+}
+
 TEST_F(SchedulerTest, HostCpuAndMemoryMustFitToo) {
   NodeInfo small = MakeNode("small", 8);
   small.cpu_milli = 8000;

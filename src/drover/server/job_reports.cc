@@ -153,6 +153,17 @@ bool JobLifecycle::ApplyImageStatus(v1::Job* job, const v1::WorkloadStatus& ws) 
       spdlog::warn("job '{}': ignoring a malformed image digest from its agent", job->id());
     }
   }
+  // How its start got the image, on the attempt (once).
+  // (A job that ends at once is reported ended, never running.)
+  if ((ws.state() == v1::WORKLOAD_STATE_RUNNING || ws.state() == v1::WORKLOAD_STATE_EXITED) &&
+      (ws.image_cached() || ws.image_pull_millis() > 0)) {
+    if (v1::Attempt* a = CurrentAttempt(job);
+        a != nullptr && !a->image_cached() && a->image_pull_millis() == 0 && ws.image_pull_millis() >= 0) {
+      a->set_image_cached(ws.image_cached());
+      a->set_image_pull_millis(ws.image_cached() ? 0 : ws.image_pull_millis());
+      changed = true;
+    }
+  }
   // Progress while it starts only: a running job's pull is over.
   if (ws.state() == v1::WORKLOAD_STATE_UNSPECIFIED && st->state() == v1::JOB_STATE_BOUND && !ws.image_pull().empty()) {
     std::string pull;

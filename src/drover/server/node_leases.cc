@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "drover/rpc/container.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/node_registry.h"
 
@@ -103,6 +104,7 @@ void NodeRegistry::Heartbeat(const std::string& node, const v1::Heartbeat& hb, c
   if (hb.gpus_size() > 0) ApplyGpuReports(node, &entry, hb);
   if (hb.images_changed()) {
     entry.images = std::make_shared<const std::vector<v1::NodeImage>>(hb.images().begin(), hb.images().end());
+    sched_->SetNodeImages(node, rpc::ImageKeys(hb.images()));
     Touch(node);
   }
 }
