@@ -630,33 +630,21 @@ TEST_F(ContainerAgentTest, ARegistryThatStallsMidLayerFailsThePullNotTheAgent) {
   // A proxy in front of the registry that stalls every blob after 1 KiB.
   const int port = test_support::FreePort();
   const std::string script = root_ + "/stall.py";
-  test_support::Spit(script, fmt::format(R"(
-import http.server, time, urllib.request
+  test_support::Spit(script, test_support::RegistryProxyScript(registry_->host(), fmt::format(R"(
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self): self.go(True)
     def do_HEAD(self): self.go(False)
     def go(self, body):
-        req = urllib.request.Request("http://{0}" + self.path, method=self.command, headers={{"Accept": self.headers.get("Accept", "*/*")}})
-        try: r = urllib.request.urlopen(req)
-        except urllib.error.HTTPError as e: r = e
-        data = r.read()
-        self.send_response(r.status)
-        for k, v in r.headers.items():
-            if k.lower() not in ("connection", "transfer-encoding"): self.send_header(k, v)
-        self.end_headers()
+        data = relay(self)
         if not body: return
         if "/blobs/" in self.path and len(data) > 4096:
             self.wfile.write(data[:1024]); self.wfile.flush(); time.sleep(120)
         self.wfile.write(data)
     def log_message(self, *a): pass
-http.server.ThreadingHTTPServer(("127.0.0.1", {1}), H).serve_forever()
+http.server.ThreadingHTTPServer(("127.0.0.1", {}), H).serve_forever()
 )",
-                                         registry_->host(), port));
-  pid_t proxy = ::fork();
-  if (proxy == 0) {
-    ::execlp("python3", "python3", script.c_str(), nullptr);
-    ::_exit(127);
-  }
+                                                                                          port)));
+  pid_t proxy = test_support::RunPython(script);
   ASSERT_TRUE(test_support::PollUntil(
       [&] { return test_support::Sh(fmt::format("curl -sf -o /dev/null http://127.0.0.1:{}/v2/", port)) == 0; }));
   // The agent trusts this registry too (a new agent: its options name it).
@@ -687,19 +675,8 @@ TEST_F(ContainerAgentTest, ABlobRedirectToAnotherHostIsFollowedWithoutTheCredent
   ASSERT_TRUE(registry_->Push("moved", "v1", {{"/etc/moved", "m\n"}}, {"--config.cmd=true"}));
   const int front = test_support::FreePort(), back = test_support::FreePort();
   const std::string script = root_ + "/redirect.py", seen = root_ + "/back.log";
-  test_support::Spit(script, fmt::format(R"(
-import base64, http.server, threading, urllib.request
+  test_support::Spit(script, test_support::RegistryProxyScript(registry_->host(), fmt::format(R"(
 EXPECT = "Basic " + base64.b64encode(b"puller:s3cret").decode()
-def relay(h, body):
-    req = urllib.request.Request("http://{0}" + h.path, method=h.command, headers={{"Accept": h.headers.get("Accept", "*/*")}})
-    try: r = urllib.request.urlopen(req)
-    except urllib.error.HTTPError as e: r = e
-    data = r.read()
-    h.send_response(r.status)
-    for k, v in r.headers.items():
-        if k.lower() not in ("connection", "transfer-encoding"): h.send_header(k, v)
-    h.end_headers()
-    if body: h.wfile.write(data)
 class Front(http.server.BaseHTTPRequestHandler):
     def do_GET(self): self.go(True)
     def do_HEAD(self): self.go(False)
@@ -708,25 +685,22 @@ class Front(http.server.BaseHTTPRequestHandler):
             self.send_response(401); self.send_header("WWW-Authenticate", 'Basic realm="drover-test"')
             self.send_header("Content-Length", "0"); self.end_headers(); return
         if "/blobs/" in self.path and self.command == "GET":
-            self.send_response(307); self.send_header("Location", "http://127.0.0.2:{2}" + self.path)
+            self.send_response(307); self.send_header("Location", "http://127.0.0.2:{1}" + self.path)
             self.send_header("Content-Length", "0"); self.end_headers(); return
-        relay(self, body)
+        data = relay(self)
+        if body: self.wfile.write(data)
     def log_message(self, *a): pass
 class Back(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        with open("{3}", "a") as f: f.write("%s auth=%s\n" % (self.path, self.headers.get("Authorization") is not None))
-        relay(self, True)
+        with open("{2}", "a") as f: f.write("%s auth=%s\n" % (self.path, self.headers.get("Authorization") is not None))
+        self.wfile.write(relay(self))
     def log_message(self, *a): pass
-b = http.server.ThreadingHTTPServer(("127.0.0.2", {2}), Back)
+b = http.server.ThreadingHTTPServer(("127.0.0.2", {1}), Back)
 threading.Thread(target=b.serve_forever, daemon=True).start()
-http.server.ThreadingHTTPServer(("127.0.0.1", {1}), Front).serve_forever()
+http.server.ThreadingHTTPServer(("127.0.0.1", {0}), Front).serve_forever()
 )",
-                                         registry_->host(), front, back, seen));
-  pid_t proxy = ::fork();
-  if (proxy == 0) {
-    ::execlp("python3", "python3", script.c_str(), nullptr);
-    ::_exit(127);
-  }
+                                                                                          front, back, seen)));
+  pid_t proxy = test_support::RunPython(script);
   ASSERT_TRUE(test_support::PollUntil([&] {
     return test_support::Sh(fmt::format("curl -sf -o /dev/null -u puller:s3cret http://127.0.0.1:{}/v2/", front)) == 0;
   }));

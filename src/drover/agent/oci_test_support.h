@@ -42,6 +42,38 @@ inline int FreePort() {
   return ntohs(a.sin_port);
 }
 
+// A Python proxy in front of the registry at `upstream` (host:port), for the
+// tests that play a misbehaving one: `servers` (Python) defines the handlers
+// and serves; it may call relay(h), which forwards h's request upstream and
+// sends back the status and headers, and returns the body, for the handler
+// to send (or not). Run with RunPython.
+inline std::string RegistryProxyScript(const std::string& upstream, const std::string& servers) {
+  return "import base64, http.server, threading, time, urllib.request\n"
+         "def relay(h):\n"
+         "    req = urllib.request.Request(\"http://" +
+         upstream +
+         "\" + h.path, method=h.command, headers={\"Accept\": h.headers.get(\"Accept\", \"*/*\")})\n"
+         "    try: r = urllib.request.urlopen(req)\n"
+         "    except urllib.error.HTTPError as e: r = e\n"
+         "    data = r.read()\n"
+         "    h.send_response(r.status)\n"
+         "    for k, v in r.headers.items():\n"
+         "        if k.lower() not in (\"connection\", \"transfer-encoding\"): h.send_header(k, v)\n"
+         "    h.end_headers()\n"
+         "    return data\n" +
+         servers;
+}
+
+// Runs `script` with python3 in a child; its pid.
+inline pid_t RunPython(const std::string& script) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("python3", "python3", script.c_str(), nullptr);
+    ::_exit(127);
+  }
+  return pid;
+}
+
 class TestRegistry {
  public:
   // Starts docker-registry on a free loopback port, its data and log in `dir`.
