@@ -51,7 +51,7 @@ void ExpectOnlyDcgmNamingLints(const std::pair<int, std::string>& result) {
   ASSERT_TRUE(result.first == 0 || result.first == 3) << "promtool exit " << result.first << ":\n" << result.second;
   std::istringstream lines(result.second);
   std::regex allowed(
-      R"(^(DCGM_FI_DEV_[A-Z_]+|drover_gpu_healthy|drover_gpu_job_memory_used_bytes) (label names should be written in 'snake_case' not 'camelCase'|counter metrics should have "_total" suffix)$)");
+      R"(^(DCGM_FI_DEV_[A-Z_]+|drover_gpu_healthy|drover_gpu_job_memory_used_bytes|drover_gpu_xid_errors_total) (label names should be written in 'snake_case' not 'camelCase'|counter metrics should have "_total" suffix)$)");
   for (std::string line; std::getline(lines, line);) {
     EXPECT_TRUE(std::regex_match(line, allowed)) << "unexpected promtool finding: " << line;
   }
