@@ -7,7 +7,9 @@
      silent (an `exp_alerts: []` for its name), and a runbook section in
      docs/alerts.md (a `### <AlertName>` heading) that its `runbook`
      annotation points to;
-  4. `amtool check-config` on deploy/prometheus/alertmanager.yml, and its
+  4. `promtool check config --syntax-only` on the real cluster's
+     deploy/prometheus/prometheus.yml;
+  5. `amtool check-config` on deploy/prometheus/alertmanager.yml, and its
      routes: page, ticket and info go where the file says.
 
 Needs promtool (Debian's prometheus) and amtool (prometheus-alertmanager);
@@ -103,6 +105,10 @@ def main():
     for name in cases:
         if name not in dict(alerts):
             failures.append(f"a test names alert {name}, which no rules file has")
+
+    rc, out = run(["promtool", "check", "config", "--syntax-only", os.path.join(prom, "prometheus.yml")], prom)
+    if rc != 0:
+        failures.append("promtool check config prometheus.yml:\n" + out)
 
     am = os.path.join(prom, "alertmanager.yml")
     rc, out = run(["amtool", "check-config", am], prom)
