@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "drover/http/client.h"
 #include "drover/http/server.h"
 #include "support/drover_process.h"
+#include "support/prometheus_query.h"
 
 namespace drover::testing {
 namespace {
@@ -81,25 +81,6 @@ class WebhookReceiver {
   std::unique_ptr<http::Server> server_;
 };
 
-// Prometheus's instant query; an empty array when it does not answer.
-nlohmann::json Query(const std::string& prometheus, const std::string& promql) {
-  std::string target = "/api/v1/query?query=";
-  for (char ch : promql) {
-    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') {
-      target += ch;
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof(hex), "%%%02X", static_cast<unsigned char>(ch));
-      target += hex;
-    }
-  }
-  auto r = http::HttpRequest(prometheus, "GET", target);
-  if (!r.ok() || r->status != 200) return nlohmann::json::array();
-  auto j = nlohmann::json::parse(r->body, nullptr, false);
-  if (j.is_discarded() || j.value("status", "") != "success") return nlohmann::json::array();
-  return j["data"]["result"];
-}
-
 TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
   for (const char* tool : {"prometheus", "prometheus-alertmanager", "prometheus-node-exporter", "amtool"}) {
     ASSERT_EQ(std::system((std::string("command -v ") + tool + " >/dev/null").c_str()), 0)
@@ -139,16 +120,16 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
   // the node exporter, and has GPU 0 with its job.
   ASSERT_TRUE(WaitUntil(
       [&] {
-        auto up_series = Query(prometheus, "up == 1");
+        auto up_series = PrometheusQuery(prometheus, "up == 1");
         std::set<std::string> jobs;
         for (const auto& s : up_series) jobs.insert(s["metric"].value("job", ""));
         return jobs.count("drover-server") && jobs.count("drover-gateway") && jobs.count("node");
       },
       std::chrono::seconds(60)))
-      << Query(prometheus, "up").dump();
+      << PrometheusQuery(prometheus, "up").dump();
   ASSERT_TRUE(WaitUntil(
       [&] {
-        return Query(prometheus, "DCGM_FI_DEV_XID_ERRORS{Hostname=\"sim-1\",gpu=\"0\",job_id=\"" + job + "\"}")
+        return PrometheusQuery(prometheus, "DCGM_FI_DEV_XID_ERRORS{Hostname=\"sim-1\",gpu=\"0\",job_id=\"" + job + "\"}")
                    .size() == 1;
       },
       std::chrono::seconds(30)));

@@ -133,7 +133,8 @@ void CollectCluster(ControlLoop* loop, const ServerFacts& facts, metrics::Exposi
   auto nodes = loop->ListNodes();
   auto tenants = loop->ListTenants();
   v1::ListJobsRequest waiting;
-  waiting.set_state(v1::JOB_STATE_PENDING);
+  constexpr v1::JobState kPending = v1::JOB_STATE_PENDING;  // a filter, not a job's state
+  waiting.set_state(kPending);
   auto pending = loop->ListJobs(waiting);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   if (stats.wait_until(deadline) != std::future_status::ready ||
