@@ -1,5 +1,6 @@
 #include "drover/server/cluster_metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <tuple>

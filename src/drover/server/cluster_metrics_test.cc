@@ -104,7 +104,7 @@ TEST(ClusterMetricsTest, ServerFactsAreTheEpochAndCertificateExpiry) {
   WriteServerMetrics(facts, out);
   const std::string text = out.Text();
   EXPECT_THAT(text, HasSubstr("drover_leader_epoch 7\n"));
-  EXPECT_THAT(text, HasSubstr("drover_certificate_expiry_timestamp_seconds{certificate=\"server\"} 1.9e+09\n"));
+  EXPECT_THAT(text, HasSubstr("drover_certificate_expiry_timestamp_seconds{certificate=\"server\"} 1900000000\n"));
 }
 
 }  // namespace
