@@ -70,8 +70,9 @@ void WriteTenantMetrics(const v1::ListTenantsResponse& tenants, int64_t now_unix
   auto quota = out.Gauge("drover_tenant_gpu_quota", "The tenant's quota of GPUs held at once, every model together.");
   auto pending = out.Gauge("drover_tenant_pending_jobs", "The tenant's jobs waiting to be placed.");
   auto max_pending = out.Gauge("drover_tenant_max_pending_jobs", "The tenant's limit of jobs waiting at once.");
-  auto used = out.Gauge("drover_tenant_gpu_hours_used", "GPU-hours the tenant used in its current budget period.");
-  auto budget = out.Gauge("drover_tenant_gpu_hours_budget", "The tenant's GPU-hour budget per period.");
+  // GPU-seconds (Prometheus's base unit; the quota is set in GPU-hours).
+  auto used = out.Gauge("drover_tenant_gpu_seconds_used", "GPU-seconds the tenant used in its current budget period.");
+  auto budget = out.Gauge("drover_tenant_gpu_seconds_budget", "The tenant's GPU-hour budget per period, in GPU-seconds.");
   auto period_end = out.Gauge("drover_tenant_budget_period_end_timestamp_seconds",
                               "When the tenant's current budget period ends (unix seconds).");
   for (const v1::TenantStatus& t : tenants.tenants()) {
@@ -79,11 +80,11 @@ void WriteTenantMetrics(const v1::ListTenantsResponse& tenants, int64_t now_unix
     const v1::TenantQuota& q = t.quota();
     held.Add(l, static_cast<double>(t.usage_milli()) / 1000.0);
     pending.Add(l, static_cast<double>(t.pending_jobs()));
-    used.Add(l, t.gpu_hours_used());
+    used.Add(l, t.gpu_hours_used() * 3600);
     if (auto all = q.max_gpus().find("*"); all != q.max_gpus().end() && all->second > 0) quota.Add(l, all->second);
     if (q.max_pending_jobs() > 0) max_pending.Add(l, q.max_pending_jobs());
     if (q.gpu_hours() > 0) {
-      budget.Add(l, q.gpu_hours());
+      budget.Add(l, q.gpu_hours() * 3600);
       period_end.Add(l, static_cast<double>(TenantBook::PeriodEnd(q, now_unix_nanos)) / kNsPerSecond);
     }
   }

@@ -64,13 +64,13 @@ TEST(ClusterMetricsTest, TenantsHaveUsageQuotaAndBudgetWhereSet) {
   EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_quota{tenant=\"t\"} 4\n"));
   EXPECT_THAT(text, HasSubstr("drover_tenant_pending_jobs{tenant=\"t\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("drover_tenant_max_pending_jobs{tenant=\"t\"} 10\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_hours_used{tenant=\"t\"} 12.5\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_hours_budget{tenant=\"t\"} 100\n"));
+  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_seconds_used{tenant=\"t\"} 45000\n"));
+  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_seconds_budget{tenant=\"t\"} 360000\n"));
   // The hour-long period that holds 1.5 h ends at 2 h.
   EXPECT_THAT(text, HasSubstr("drover_tenant_budget_period_end_timestamp_seconds{tenant=\"t\"} 7200\n"));
   EXPECT_THAT(text, HasSubstr("drover_tenant_gpus_allocated{tenant=\"u\"} 0\n"));
   EXPECT_THAT(text, Not(HasSubstr("drover_tenant_gpu_quota{tenant=\"u\"}")));
-  EXPECT_THAT(text, Not(HasSubstr("drover_tenant_gpu_hours_budget{tenant=\"u\"}")));
+  EXPECT_THAT(text, Not(HasSubstr("drover_tenant_gpu_seconds_budget{tenant=\"u\"}")));
 }
 
 TEST(ClusterMetricsTest, PendingJobsAreCountedPerTenantAndClassWithTheOldest) {
