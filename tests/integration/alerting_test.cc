@@ -94,10 +94,12 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
   ASSERT_EQ(init.exit_code, 0) << init.err;
   const std::string ca_env = "DROVER_CA_FILE=" + data + "/tls/ca.crt";
   const std::string prometheus = "127.0.0.1:" + std::to_string(FreePort());
-  // The GPU stays out for 40 clean checks of 100 ms (4 s) after the XID,
-  // long enough for a scrape and an evaluation every 250 ms to see it.
+  // A simulated GPU comes back by itself after its clean checks (a real one
+  // after XID 79 does not): 30 checks of 100 ms keep it out for 3 s, long
+  // enough for a scrape and an evaluation every 250 ms to see it.
   DroverUp up(data, {"--devices", "none", "--simulate", "1", "--simulate-gpus", "2", "--telemetry-period", "100ms",
-                     "--health-clean-checks", "40", "--gateway-listen", "127.0.0.1:0", "--monitoring",
+                     "--health-interval", "100ms", "--health-clean-checks", "30", "--gateway-listen", "127.0.0.1:0",
+                     "--monitoring",
                      "--prometheus-listen", prometheus, "--alertmanager-listen",
                      "127.0.0.1:" + std::to_string(FreePort()), "--node-exporter-listen",
                      "127.0.0.1:" + std::to_string(FreePort()), "--monitoring-interval", "250ms", "--alert-webhook",
