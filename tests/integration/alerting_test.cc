@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "drover/http/client.h"
 #include "drover/http/server.h"
 #include "support/drover_process.h"
 #include "support/prometheus_query.h"
@@ -94,14 +95,15 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
   ASSERT_EQ(init.exit_code, 0) << init.err;
   const std::string ca_env = "DROVER_CA_FILE=" + data + "/tls/ca.crt";
   const std::string prometheus = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string alertmanager = "127.0.0.1:" + std::to_string(FreePort());
   // A simulated GPU comes back by itself after its clean checks (a real one
   // after XID 79 does not): 30 checks of 100 ms keep it out for 3 s, long
   // enough for a scrape and an evaluation every 250 ms to see it.
   DroverUp up(data, {"--devices", "none", "--simulate", "1", "--simulate-gpus", "2", "--telemetry-period", "100ms",
                      "--health-interval", "100ms", "--health-clean-checks", "30", "--gateway-listen", "127.0.0.1:0",
                      "--monitoring",
-                     "--prometheus-listen", prometheus, "--alertmanager-listen",
-                     "127.0.0.1:" + std::to_string(FreePort()), "--node-exporter-listen",
+                     "--prometheus-listen", prometheus, "--alertmanager-listen", alertmanager,
+                     "--node-exporter-listen",
                      "127.0.0.1:" + std::to_string(FreePort()), "--monitoring-interval", "250ms", "--alert-webhook",
                      hook.url(), "--alert-group-wait", "100ms", "--alert-group-interval", "500ms"});
   ASSERT_TRUE(up.Start());
@@ -157,6 +159,32 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
   nlohmann::json resolved = hook.WaitFor("resolved", fell_off, std::chrono::seconds(60));
   ASSERT_FALSE(resolved.is_null()) << "DroverGpuFellOffBus never resolved; got: " << hook.Dump();
   EXPECT_EQ(resolved["labels"].value("job_id", ""), job);
+
+  // A drained node's GPU does not page again: with DroverNodeDrained active
+  // in Alertmanager, GPU 1's XID 79 is suppressed, inhibited by it.
+  ASSERT_EQ(RunCli(up.grpc_address(), {"drain", "sim-1"}, {ca_env}).exit_code, 0);
+  auto am_alerts = [&](const std::string& alertname) {
+    auto r = http::HttpRequest(alertmanager, "GET", "/api/v2/alerts?filter=alertname%3D%22" + alertname + "%22");
+    auto j = r.ok() && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+    return j.is_array() ? j : nlohmann::json::array();
+  };
+  ASSERT_TRUE(WaitUntil([&] { return am_alerts("DroverNodeDrained").size() == 1; }, std::chrono::seconds(30)));
+  ASSERT_EQ(RunCli(up.grpc_address(), {"fault", "sim-1", "1", "xid:79"}, {ca_env}).exit_code, 0);
+  nlohmann::json suppressed;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& a : am_alerts("DroverGpuFellOffBus")) {
+          if (a["labels"].value("gpu", "") == "1") suppressed = a;
+        }
+        return !suppressed.is_null();
+      },
+      std::chrono::seconds(30)));
+  EXPECT_EQ(suppressed["status"].value("state", ""), "suppressed") << suppressed.dump(1);
+  EXPECT_EQ(suppressed["status"]["inhibitedBy"].size(), 1u) << suppressed.dump(1);
+  EXPECT_TRUE(hook.WaitFor("firing", [](const nlohmann::json& a) { return a["labels"].value("gpu", "") == "1"; },
+                           std::chrono::seconds(0))
+                  .is_null())
+      << hook.Dump();
   CancelAllJobs(up.jobs());
 }
 
