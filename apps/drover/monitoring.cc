@@ -101,8 +101,8 @@ std::string PrometheusConfig(const MonitoringFlags& f, const MonitoringTargets& 
         "        regex: 'DCGM_FI_.*|drover_gpu_.*'\n        action: drop\n",
         Quoted(t.agent_metrics));
   }
-  out += fmt::format("  - job_name: node\n    static_configs:\n      - targets: [{}]\n",
-                     Quoted(f.node_exporter_listen));
+  out +=
+      fmt::format("  - job_name: node\n    static_configs:\n      - targets: [{}]\n", Quoted(f.node_exporter_listen));
   return out;
 }
 

@@ -39,8 +39,8 @@ void AddMonitoringFlags(CLI::App* cmd, MonitoringFlags* f);
 
 // What the stack scrapes.
 struct MonitoringTargets {
-  std::string server_http;  // host:port of the server's /metrics
-  std::string gateway_http;  // "": no gateway
+  std::string server_http;    // host:port of the server's /metrics
+  std::string gateway_http;   // "": no gateway
   std::string agent_metrics;  // "": the local agent serves none
   std::string token_file;     // the bearer token Prometheus sends
   std::string ca_file;        // "": the server speaks plain HTTP

@@ -16,9 +16,9 @@
 #include <utility>
 
 #include "data_dir.h"
-#include "drover/common/address.h"
 #include "drover/agent/agent.h"
 #include "drover/agent/exit_watcher.h"
+#include "drover/common/address.h"
 #include "drover/common/files.h"
 #include "drover/membership/udp_hub.h"
 #include "drover/runtime/event_loop.h"

@@ -99,21 +99,43 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
   // A simulated GPU comes back by itself after its clean checks (a real one
   // after XID 79 does not): 30 checks of 100 ms keep it out for 3 s, long
   // enough for a scrape and an evaluation every 250 ms to see it.
-  DroverUp up(data, {"--devices", "none", "--simulate", "1", "--simulate-gpus", "2", "--telemetry-period", "100ms",
-                     "--health-interval", "100ms", "--health-clean-checks", "30", "--gateway-listen", "127.0.0.1:0",
+  DroverUp up(data, {"--devices",
+                     "none",
+                     "--simulate",
+                     "1",
+                     "--simulate-gpus",
+                     "2",
+                     "--telemetry-period",
+                     "100ms",
+                     "--health-interval",
+                     "100ms",
+                     "--health-clean-checks",
+                     "30",
+                     "--gateway-listen",
+                     "127.0.0.1:0",
                      "--monitoring",
-                     "--prometheus-listen", prometheus, "--alertmanager-listen", alertmanager,
+                     "--prometheus-listen",
+                     prometheus,
+                     "--alertmanager-listen",
+                     alertmanager,
                      "--node-exporter-listen",
-                     "127.0.0.1:" + std::to_string(FreePort()), "--monitoring-interval", "250ms", "--alert-webhook",
-                     hook.url(), "--alert-group-wait", "100ms", "--alert-group-interval", "500ms"});
+                     "127.0.0.1:" + std::to_string(FreePort()),
+                     "--monitoring-interval",
+                     "250ms",
+                     "--alert-webhook",
+                     hook.url(),
+                     "--alert-group-wait",
+                     "100ms",
+                     "--alert-group-interval",
+                     "500ms"});
   ASSERT_TRUE(up.Start());
   ASSERT_TRUE(up.WaitForReadyNodes(2));
 
   // Both GPUs of sim-1 to one job, which ignores SIGTERM: it holds GPU 0
   // through its 10 s grace after the XID fails it.
-  CommandResult submit = RunCli(up.grpc_address(),
-                                {"submit", "--gpus", "2", "--grace", "10", "--", "sh", "-c", "trap '' TERM; sleep 600"},
-                                {ca_env});
+  CommandResult submit =
+      RunCli(up.grpc_address(), {"submit", "--gpus", "2", "--grace", "10", "--", "sh", "-c", "trap '' TERM; sleep 600"},
+             {ca_env});
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   std::string job;
   for (const v1::Job& j : ListJobs(up.jobs())) job = j.id();
@@ -133,7 +155,8 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
       << PrometheusQuery(prometheus, "up").dump();
   ASSERT_TRUE(WaitUntil(
       [&] {
-        return PrometheusQuery(prometheus, "DCGM_FI_DEV_XID_ERRORS{Hostname=\"sim-1\",gpu=\"0\",job_id=\"" + job + "\"}")
+        return PrometheusQuery(prometheus,
+                               "DCGM_FI_DEV_XID_ERRORS{Hostname=\"sim-1\",gpu=\"0\",job_id=\"" + job + "\"}")
                    .size() == 1;
       },
       std::chrono::seconds(30)));
@@ -184,8 +207,9 @@ TEST(AlertingTest, XidReachesTheWebhookWithNodeGpuAndJobAndResolves) {
       std::chrono::seconds(30)))
       << "last seen: " << seen.dump(1);
   EXPECT_EQ(suppressed["status"]["inhibitedBy"].size(), 1u) << suppressed.dump(1);
-  EXPECT_TRUE(hook.WaitFor("firing", [](const nlohmann::json& a) { return a["labels"].value("gpu", "") == "1"; },
-                           std::chrono::seconds(0))
+  EXPECT_TRUE(hook.WaitFor(
+                      "firing", [](const nlohmann::json& a) { return a["labels"].value("gpu", "") == "1"; },
+                      std::chrono::seconds(0))
                   .is_null())
       << hook.Dump();
   CancelAllJobs(up.jobs());

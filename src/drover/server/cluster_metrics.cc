@@ -50,7 +50,8 @@ void WriteLoopStats(const LoopStats& s, metrics::Exposition& out) {
 }  // namespace
 
 void WriteNodeMetrics(const std::vector<v1::Node>& nodes, metrics::Exposition& out) {
-  auto state = out.Gauge("drover_node_state", "Each registered node's state: 1 for the state it is in, 0 for the others.");
+  auto state =
+      out.Gauge("drover_node_state", "Each registered node's state: 1 for the state it is in, 0 for the others.");
   auto drained = out.Gauge("drover_node_drained", "Whether the node is drained (keeps its jobs, takes no new ones).");
   for (const v1::Node& n : nodes) {
     const std::string now = NodeStateLabel(n.state());
@@ -66,13 +67,15 @@ void WriteNodeMetrics(const std::vector<v1::Node>& nodes, metrics::Exposition& o
 }
 
 void WriteTenantMetrics(const v1::ListTenantsResponse& tenants, int64_t now_unix_nanos, metrics::Exposition& out) {
-  auto held = out.Gauge("drover_tenant_gpus_allocated", "GPUs the tenant's jobs hold now (a share counts its fraction).");
+  auto held =
+      out.Gauge("drover_tenant_gpus_allocated", "GPUs the tenant's jobs hold now (a share counts its fraction).");
   auto quota = out.Gauge("drover_tenant_gpu_quota", "The tenant's quota of GPUs held at once, every model together.");
   auto pending = out.Gauge("drover_tenant_pending_jobs", "The tenant's jobs waiting to be placed.");
   auto max_pending = out.Gauge("drover_tenant_max_pending_jobs", "The tenant's limit of jobs waiting at once.");
   // GPU-seconds (Prometheus's base unit; the quota is set in GPU-hours).
   auto used = out.Gauge("drover_tenant_gpu_seconds_used", "GPU-seconds the tenant used in its current budget period.");
-  auto budget = out.Gauge("drover_tenant_gpu_seconds_budget", "The tenant's GPU-hour budget per period, in GPU-seconds.");
+  auto budget =
+      out.Gauge("drover_tenant_gpu_seconds_budget", "The tenant's GPU-hour budget per period, in GPU-seconds.");
   auto period_end = out.Gauge("drover_tenant_budget_period_end_timestamp_seconds",
                               "When the tenant's current budget period ends (unix seconds).");
   for (const v1::TenantStatus& t : tenants.tenants()) {

@@ -13,6 +13,10 @@ using ::testing::Not;
 
 constexpr int64_t kSecond = 1'000'000'000;
 
+void ExpectLines(const std::string& text, std::initializer_list<const char*> lines) {
+  for (const char* line : lines) EXPECT_THAT(text, HasSubstr(line));
+}
+
 TEST(ClusterMetricsTest, EveryNodeHasEveryStateOneHotAndItsDrain) {
   std::vector<v1::Node> nodes(2);
   nodes[0].set_name("gpu-01");
@@ -32,16 +36,13 @@ TEST(ClusterMetricsTest, EveryNodeHasEveryStateOneHotAndItsDrain) {
   metrics::Exposition out;
   WriteNodeMetrics(nodes, out);
   const std::string text = out.Text();
-  EXPECT_THAT(text, HasSubstr("drover_node_state{node=\"gpu-01\",state=\"Ready\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("drover_node_state{node=\"gpu-01\",state=\"Lost\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("drover_node_state{node=\"gpu-02\",state=\"Lost\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("drover_node_state{node=\"gpu-02\",state=\"Suspect\"} 0\n"));
-  EXPECT_THAT(text, HasSubstr("drover_node_drained{node=\"gpu-02\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("drover_node_drained{node=\"gpu-01\"} 0\n"));
+  ExpectLines(text, {"drover_node_state{node=\"gpu-01\",state=\"Ready\"} 1\n",
+                     "drover_node_state{node=\"gpu-01\",state=\"Lost\"} 0\n",
+                     "drover_node_state{node=\"gpu-02\",state=\"Lost\"} 1\n",
+                     "drover_node_state{node=\"gpu-02\",state=\"Suspect\"} 0\n",
+                     "drover_node_drained{node=\"gpu-02\"} 1\n", "drover_node_drained{node=\"gpu-01\"} 0\n"});
   // GPUs of ready nodes only, with the job on each.
-  EXPECT_THAT(text, HasSubstr("DCGM_FI_DEV_XID_ERRORS{"));
-  EXPECT_THAT(text, HasSubstr("job_id=\"j-000001\""));
-  EXPECT_THAT(text, HasSubstr("drover_gpu_xid_errors_total{"));
+  ExpectLines(text, {"DCGM_FI_DEV_XID_ERRORS{", "job_id=\"j-000001\"", "drover_gpu_xid_errors_total{"});
   EXPECT_THAT(text, Not(HasSubstr("GPU-b")));
 }
 
@@ -60,15 +61,14 @@ TEST(ClusterMetricsTest, TenantsHaveUsageQuotaAndBudgetWhereSet) {
   metrics::Exposition out;
   WriteTenantMetrics(r, 5400 * kSecond, out);
   const std::string text = out.Text();
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpus_allocated{tenant=\"t\"} 2.5\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_quota{tenant=\"t\"} 4\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_pending_jobs{tenant=\"t\"} 3\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_max_pending_jobs{tenant=\"t\"} 10\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_seconds_used{tenant=\"t\"} 45000\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpu_seconds_budget{tenant=\"t\"} 360000\n"));
+  ExpectLines(text,
+              {"drover_tenant_gpus_allocated{tenant=\"t\"} 2.5\n", "drover_tenant_gpu_quota{tenant=\"t\"} 4\n",
+               "drover_tenant_pending_jobs{tenant=\"t\"} 3\n", "drover_tenant_max_pending_jobs{tenant=\"t\"} 10\n",
+               "drover_tenant_gpu_seconds_used{tenant=\"t\"} 45000\n",
+               "drover_tenant_gpu_seconds_budget{tenant=\"t\"} 360000\n"});
   // The hour-long period that holds 1.5 h ends at 2 h.
-  EXPECT_THAT(text, HasSubstr("drover_tenant_budget_period_end_timestamp_seconds{tenant=\"t\"} 7200\n"));
-  EXPECT_THAT(text, HasSubstr("drover_tenant_gpus_allocated{tenant=\"u\"} 0\n"));
+  ExpectLines(text, {"drover_tenant_budget_period_end_timestamp_seconds{tenant=\"t\"} 7200\n",
+                     "drover_tenant_gpus_allocated{tenant=\"u\"} 0\n"});
   EXPECT_THAT(text, Not(HasSubstr("drover_tenant_gpu_quota{tenant=\"u\"}")));
   EXPECT_THAT(text, Not(HasSubstr("drover_tenant_gpu_seconds_budget{tenant=\"u\"}")));
 }
@@ -88,12 +88,12 @@ TEST(ClusterMetricsTest, PendingJobsAreCountedPerTenantAndClassWithTheOldest) {
   metrics::Exposition out;
   WritePendingJobMetrics(jobs, 1000 * kSecond, out);
   const std::string text = out.Text();
-  EXPECT_THAT(text, HasSubstr("drover_jobs_pending{reason=\"no_fit\",tenant=\"t\"} 2\n"));
-  EXPECT_THAT(text, HasSubstr("drover_jobs_pending{reason=\"quota\",tenant=\"t\"} 1\n"));
-  EXPECT_THAT(text,
-              HasSubstr("drover_jobs_pending_oldest_seconds{job_id=\"j-000001\",reason=\"no_fit\",tenant=\"t\"} 900\n"));
-  EXPECT_THAT(text,
-              HasSubstr("drover_jobs_pending_oldest_seconds{job_id=\"j-000004\",reason=\"no_fit\",tenant=\"u\"} 600\n"));
+  ExpectLines(text, {"drover_jobs_pending{reason=\"no_fit\",tenant=\"t\"} 2\n",
+                     "drover_jobs_pending{reason=\"quota\",tenant=\"t\"} 1\n"});
+  EXPECT_THAT(
+      text, HasSubstr("drover_jobs_pending_oldest_seconds{job_id=\"j-000001\",reason=\"no_fit\",tenant=\"t\"} 900\n"));
+  EXPECT_THAT(
+      text, HasSubstr("drover_jobs_pending_oldest_seconds{job_id=\"j-000004\",reason=\"no_fit\",tenant=\"u\"} 600\n"));
 }
 
 TEST(ClusterMetricsTest, ServerFactsAreTheEpochAndCertificateExpiry) {
@@ -103,8 +103,8 @@ TEST(ClusterMetricsTest, ServerFactsAreTheEpochAndCertificateExpiry) {
   metrics::Exposition out;
   WriteServerMetrics(facts, out);
   const std::string text = out.Text();
-  EXPECT_THAT(text, HasSubstr("drover_leader_epoch 7\n"));
-  EXPECT_THAT(text, HasSubstr("drover_certificate_expiry_timestamp_seconds{certificate=\"server\"} 1900000000\n"));
+  ExpectLines(text, {"drover_leader_epoch 7\n",
+                     "drover_certificate_expiry_timestamp_seconds{certificate=\"server\"} 1900000000\n"});
 }
 
 }  // namespace

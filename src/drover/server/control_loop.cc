@@ -89,8 +89,9 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
         "drover_store_commit_duration_seconds",
         "Wall-clock time of one group commit: the store transaction(s) of a batch that had records to write.",
         *metrics::ExponentialBuckets(1e-4, std::sqrt(2.0), 35));
-    auto commit_failures = options_.metrics->AddCounter(
-        "drover_store_commit_failures_total", "Group commits the store refused or failed (the loop rebuilt its state).");
+    auto commit_failures =
+        options_.metrics->AddCounter("drover_store_commit_failures_total",
+                                     "Group commits the store refused or failed (the loop rebuilt its state).");
     if (commit.ok() && commit_failures.ok()) {
       commit_seconds_ = (*commit)->With({});
       commit_failures_ = (*commit_failures)->With({});

@@ -392,8 +392,7 @@ class ServerImpl final : public Server {
         }
       }
     }
-    metrics_.AddCollector(
-        [loop = loop_.get(), facts](metrics::Exposition& out) { CollectCluster(loop, facts, out); });
+    metrics_.AddCollector([loop = loop_.get(), facts](metrics::Exposition& out) { CollectCluster(loop, facts, out); });
     services_ =
         MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get(), tls_ ? &*tls_ : nullptr);
     for (auto& s : services_) builder.RegisterService(s.get());

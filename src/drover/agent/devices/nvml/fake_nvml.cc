@@ -112,10 +112,11 @@ static_assert(sizeof(FakeEventData) == 32 && sizeof(FakeMemory) == 24);
 
 namespace {
 
-const char* const kFields[] = {"util_gpu", "util_memory",  "temperature", "power_mw",      "power_limit_mw",
-                               "sm_clock", "memory_clock", "throttle",    "ecc_corrected", "ecc_uncorrected",
-                               "cc_major", "cc_minor",     "numa",        "mig_mode",      "supported_events",
-                               "row_remap_failure", "nvlink_replay", "nvlink_recovery", "nvlink_crc"};
+const char* const kFields[] = {"util_gpu",       "util_memory",     "temperature",      "power_mw",
+                               "power_limit_mw", "sm_clock",        "memory_clock",     "throttle",
+                               "ecc_corrected",  "ecc_uncorrected", "cc_major",         "cc_minor",
+                               "numa",           "mig_mode",        "supported_events", "row_remap_failure",
+                               "nvlink_replay",  "nvlink_recovery", "nvlink_crc"};
 
 int FieldIndex(const char* field) {
   for (size_t i = 0; i < sizeof(kFields) / sizeof(kFields[0]); ++i) {
