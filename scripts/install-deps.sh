@@ -35,7 +35,10 @@ PACKAGES=(
   # the gateway's benchmark baseline (bench/gateway_bench): a reverse proxy
   nginx
   # metrics: a real Prometheus scrapes /metrics; promtool checks the format
-  prometheus
+  # and unit-tests the alert rules (deploy/prometheus/); `drover up
+  # --monitoring` starts Prometheus, Alertmanager (amtool checks its
+  # configuration) and the node exporter
+  prometheus prometheus-alertmanager prometheus-node-exporter
   # charts of `drover sim --out` (optional at run time: the report says when it is missing)
   gnuplot-nox
   # containers (docs/containers.md): the OCI runtime the agent drives (runc:

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <filesystem>
 #include <future>
 
+#include "children.h"
 #include "drover/common/config.h"
 #include "drover/common/quantity.h"
 #include "drover/store/leader.h"
@@ -139,41 +139,6 @@ namespace {
 int64_t MonoNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// fork + exec of `argv` with the signals main() blocked unblocked again,
-// output appended to `log`, in a process group of its own (a terminal's
-// Ctrl-C reaches only the parent, which stops the children in order), and
-// killed if the thread that started it ends (the supervisor thread outlives
-// every child it starts).
-pid_t SpawnChild(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Only async-signal-safe calls from here to exec.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::setpgid(0, 0);
-    if (in >= 0) ::dup2(in, 0);
-    if (out >= 0) {
-      ::dup2(out, 1);
-      ::dup2(out, 2);
-    }
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  if (out >= 0) ::close(out);
-  if (in >= 0) ::close(in);
-  return pid;
 }
 
 std::string FindEtcd() {
@@ -338,20 +303,9 @@ void HaGroup::Supervise() {
   // Servers first (a leader that stops gives its lease up), then etcd; each
   // gets 5 s after SIGTERM.
   for (std::vector<Child>* group : {&server_children_, &etcd_}) {
-    for (Child& c : *group) {
-      if (c.pid > 0) ::kill(c.pid, SIGTERM);
-    }
-    const int64_t until = MonoNs() + 5'000'000'000;
-    for (Child& c : *group) {
-      while (c.pid > 0 && ::waitpid(c.pid, nullptr, WNOHANG) == 0 && MonoNs() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (c.pid > 0 && ::kill(c.pid, 0) == 0) {
-        ::kill(c.pid, SIGKILL);
-        ::waitpid(c.pid, nullptr, 0);
-      }
-      c.pid = -1;
-    }
+    std::vector<pid_t*> pids;
+    for (Child& c : *group) pids.push_back(&c.pid);
+    StopChildren(std::move(pids), std::chrono::seconds(5));
   }
 }
 

@@ -18,6 +18,7 @@
 #include "data_dir.h"
 #include "drover/agent/agent.h"
 #include "drover/agent/exit_watcher.h"
+#include "drover/common/address.h"
 #include "drover/common/files.h"
 #include "drover/membership/udp_hub.h"
 #include "drover/runtime/event_loop.h"
@@ -241,6 +242,23 @@ std::optional<int> StartControlPlane(const UpFlags& f, const server::ServerOptio
   return cp->StartGatewayAndReadCa(f.server);
 }
 
+// `up --monitoring`: the stack scrapes this process's server, gateway and
+// agent (monitoring.h).
+Result<std::unique_ptr<MonitoringStack>> StartMonitoring(const UpFlags& f, const ControlPlane& cp) {
+  if (!cp.server) return InvalidArgument("--monitoring does not work with --ha yet (docs/alerts.md)");
+  MonitoringTargets t;
+  t.server_http = cp.server->http_address();
+  if (cp.gateway) t.gateway_http = fmt::format("{}:{}", HostOf(f.server.gateway.listen), cp.gateway->port());
+  if (!f.agent_metrics_listen.empty() && f.agent_metrics_listen.ends_with(":0")) {
+    spdlog::warn("--monitoring does not scrape the local agent: --agent-metrics-listen has no fixed port");
+  } else {
+    t.agent_metrics = f.agent_metrics_listen;
+  }
+  t.token_file = std::filesystem::absolute(f.server.data_dir + "/admin.token").string();
+  t.ca_file = cp.ca_file.empty() ? "" : std::filesystem::absolute(cp.ca_file).string();
+  return MonitoringStack::Start(f.monitoring, t, std::filesystem::absolute(f.server.data_dir + "/monitoring").string());
+}
+
 }  // namespace
 
 int RunUp(const UpFlags& f) {
@@ -297,7 +315,14 @@ int RunUp(const UpFlags& f) {
     if (!w.ok()) return Fatal(w.status());
     workload = std::move(*w);
   }
+  std::unique_ptr<MonitoringStack> monitoring;
+  if (f.monitoring.enabled) {
+    auto started = StartMonitoring(f, cp);
+    if (!started.ok()) return Fatal(started.status());
+    monitoring = std::move(*started);
+  }
   signals.Wait();
+  if (monitoring) monitoring->Stop();
   if (workload) workload->Stop();
   if (cp.gateway) cp.gateway->Stop();
   nodes.Stop();
@@ -336,6 +361,7 @@ CLI::App* AddUpCommand(CLI::App& app, UpFlags* f, int* exit_code) {
   AddTelemetryFlags(up, &f->telemetry);
   AddSandboxFlags(up, &f->sandbox);
   AddContainerFlags(up, &f->containers);
+  AddMonitoringFlags(up, &f->monitoring);
   up->add_option("--workload", f->workload,
                  "keep submitting a synthetic workload to the simulated nodes: mixed or none")
       ->capture_default_str();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "monitoring.h"
 #include "node_setup.h"
 #include "server_role.h"
 
@@ -42,6 +43,8 @@ struct UpFlags {
   double workload_time_scale = 60;
   uint64_t workload_seed = 1;
   double workload_load = 1.3;
+  // `--monitoring`: Prometheus, Alertmanager and the node exporter (monitoring.h).
+  MonitoringFlags monitoring;
 };
 
 // `drover up`: until SIGINT/SIGTERM. Returns the exit code.

@@ -17,6 +17,7 @@
 
 #include "drover/http/client.h"
 #include "support/drover_process.h"
+#include "support/prometheus_query.h"
 
 namespace drover::testing {
 namespace {
@@ -51,7 +52,7 @@ void ExpectOnlyDcgmNamingLints(const std::pair<int, std::string>& result) {
   ASSERT_TRUE(result.first == 0 || result.first == 3) << "promtool exit " << result.first << ":\n" << result.second;
   std::istringstream lines(result.second);
   std::regex allowed(
-      R"(^(DCGM_FI_DEV_[A-Z_]+|drover_gpu_healthy|drover_gpu_job_memory_used_bytes) (label names should be written in 'snake_case' not 'camelCase'|counter metrics should have "_total" suffix)$)");
+      R"(^(DCGM_FI_DEV_[A-Z_]+|drover_gpu_healthy|drover_gpu_job_memory_used_bytes|drover_gpu_xid_errors_total) (label names should be written in 'snake_case' not 'camelCase'|counter metrics should have "_total" suffix)$)");
   for (std::string line; std::getline(lines, line);) {
     EXPECT_TRUE(std::regex_match(line, allowed)) << "unexpected promtool finding: " << line;
   }
@@ -136,22 +137,7 @@ TEST(PrometheusTest, ScrapesServerAndAgentAndQueriesDcgmSeries) {
     ::_exit(127);
   }
   ASSERT_GT(pid, 0);
-  auto query = [&](const std::string& q) {
-    std::string target = "/api/v1/query?query=";
-    for (char ch : q) {
-      if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') {
-        target += ch;
-      } else {
-        char hex[4];
-        std::snprintf(hex, sizeof(hex), "%%%02X", static_cast<unsigned char>(ch));
-        target += hex;
-      }
-    }
-    std::string body = Get(prom_addr, target);
-    auto j = nlohmann::json::parse(body, nullptr, false);
-    if (j.is_discarded() || j.value("status", "") != "success") return nlohmann::json::array();
-    return j["data"]["result"];
-  };
+  auto query = [&](const std::string& q) { return PrometheusQuery(prom_addr, q); };
   // The simulated node's GPU temperature, through the server's endpoint.
   bool server_seen =
       WaitUntil([&] { return query("DCGM_FI_DEV_GPU_TEMP{job=\"drover-server\",Hostname=\"sim-1\"}").size() == 2; },

@@ -61,6 +61,10 @@ void FillTelemetry(const GpuReading& r, const std::map<int64_t, std::string>& jo
   if (s.throttle & kThrottleOther) t->add_throttle_reasons("other");
   if (s.ecc_corrected >= 0) t->set_ecc_corrected(s.ecc_corrected);
   if (s.ecc_uncorrected >= 0) t->set_ecc_uncorrected(s.ecc_uncorrected);
+  if (s.row_remap_failure >= 0) t->set_row_remap_failure(s.row_remap_failure == 1);
+  if (s.nvlink_crc_errors >= 0) t->set_nvlink_crc_errors(s.nvlink_crc_errors);
+  if (s.nvlink_replay_errors >= 0) t->set_nvlink_replay_errors(s.nvlink_replay_errors);
+  if (s.nvlink_recovery_errors >= 0) t->set_nvlink_recovery_errors(s.nvlink_recovery_errors);
   t->set_processes_known(s.processes_known);
   for (const ProcessUsage& p : s.processes) {
     v1::GpuProcess* out = t->add_processes();

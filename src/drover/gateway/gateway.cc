@@ -344,7 +344,14 @@ Status GatewayImpl::Start() {
       metrics::HistogramFamily * latency,
       registry_->AddHistogram("drover_gateway_request_duration_seconds",
                               "Time from a request's arrival to its last byte, by tenant and model.", *bounds));
-  shared_ = std::make_shared<SharedState>(latency);
+  // Round bounds: an SLO's threshold ("first token within 2 s") is one of them.
+  DROVER_ASSIGN_OR_RETURN(
+      metrics::HistogramFamily * first_token,
+      registry_->AddHistogram("drover_gateway_time_to_first_token_seconds",
+                              "Streams: time from a request's arrival to its first event written to the client, by "
+                              "tenant and model.",
+                              {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60}));
+  shared_ = std::make_shared<SharedState>(latency, first_token);
   {
     MutexLock lock(&shared_->routes_mu);  // not yet shared: for the analysis
     shared_->routes = std::make_shared<RouteTable>();

@@ -26,7 +26,8 @@ namespace drover::gateway {
 // What the metrics collector reads; shared with it, so it outlives the
 // gateway if the registry does.
 struct SharedState {
-  explicit SharedState(metrics::HistogramFamily* latency) : meter(latency) {}
+  SharedState(metrics::HistogramFamily* latency, metrics::HistogramFamily* first_token)
+      : meter(latency, first_token) {}
   Meter meter;
   Mutex routes_mu;
   std::shared_ptr<const RouteTable> routes DROVER_GUARDED_BY(routes_mu);  // never null

@@ -154,6 +154,10 @@ struct CallResult {
   int64_t mark_ns = 0;
   int64_t own_ns = 0;
   bool clean = true;
+  // A stream: when its first event was read from the replica, about to be
+  // written to the client (drover_gateway_time_to_first_token_seconds).
+  // 0: not a stream, or no event came.
+  int64_t first_event_ns = 0;
   // Meters the call; run once, just before the answer's last write, so that
   // a client that has its answer also finds it counted.
   std::function<void(const CallResult&)> commit;

@@ -249,6 +249,7 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
       ChargeTokens(*auth, r.usage.prompt_tokens + r.usage.completion_tokens, NowNs());
     }
     cell->latency->Observe(static_cast<double>(NowNs() - t0) / 1e9);
+    if (r.first_event_ns > 0) cell->first_token->Observe(static_cast<double>(r.first_event_ns - t0) / 1e9);
   };
   if (entry->replicas.empty()) {
     Rejected("unavailable")->Inc();
@@ -476,6 +477,7 @@ awaitable<GatewayImpl::Outcome> GatewayImpl::Forward(Worker* w, Replica& r, std:
       if (gone) break;
       if (!out.empty()) {
         if (!sink.started()) {
+          res.first_event_ns = NowNs();
           Own(res);
           ObserveOverhead(res);
         }

@@ -93,6 +93,7 @@ UsageCell* Meter::Cell(const std::string& tenant, const std::string& model, cons
   if (!c) {
     c = std::make_unique<UsageCell>();
     c->latency = latency_->With({{"model", model}, {"tenant", tenant}});
+    c->first_token = first_token_->With({{"model", model}, {"tenant", tenant}});
   }
   return c.get();
 }

@@ -107,7 +107,8 @@ struct UsageCell {
   std::atomic<int64_t> errors{0};
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> completion_tokens{0};
-  metrics::Histogram* latency = nullptr;  // per (tenant, model)
+  metrics::Histogram* latency = nullptr;      // per (tenant, model)
+  metrics::Histogram* first_token = nullptr;  // per (tenant, model); streams only
 };
 
 // Usage per (tenant, model, key), for /metrics and UsageJson. Thread-safe:
@@ -115,7 +116,8 @@ struct UsageCell {
 // life); the counters are atomics.
 class Meter {
  public:
-  explicit Meter(metrics::HistogramFamily* latency) : latency_(latency) {}
+  Meter(metrics::HistogramFamily* latency, metrics::HistogramFamily* first_token)
+      : latency_(latency), first_token_(first_token) {}
   UsageCell* Cell(const std::string& tenant, const std::string& model, const std::string& key);
   std::vector<UsageRow> Rows() const;
   std::string Json() const;  // Rows() as Gateway::UsageJson says
@@ -123,6 +125,7 @@ class Meter {
 
  private:
   metrics::HistogramFamily* latency_;
+  metrics::HistogramFamily* first_token_;
   mutable Mutex mu_;
   std::map<std::tuple<std::string, std::string, std::string>, std::unique_ptr<UsageCell>> cells_ DROVER_GUARDED_BY(mu_);
 };

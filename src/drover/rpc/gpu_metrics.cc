@@ -64,6 +64,10 @@ void WriteGpuMetrics(const std::string& hostname, const v1::Gpu& gpu, metrics::E
   }
   out.Gauge("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.")
       .Add(labels, static_cast<double>(t.last_xid()));
+  // DCGM's gauge holds the last code only; a second XID of the same code,
+  // or one soon followed by another, shows here.
+  out.Counter("drover_gpu_xid_errors_total", "XID (or vendor equivalent) events seen since the agent started.")
+      .Add(labels, static_cast<double>(t.xid_errors()));
   if (t.has_ecc_corrected()) {
     out.Counter("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.")
         .Add(labels, static_cast<double>(t.ecc_corrected()));
@@ -71,6 +75,23 @@ void WriteGpuMetrics(const std::string& hostname, const v1::Gpu& gpu, metrics::E
   if (t.has_ecc_uncorrected()) {
     out.Counter("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.")
         .Add(labels, static_cast<double>(t.ecc_uncorrected()));
+  }
+  if (t.has_row_remap_failure()) {
+    out.Gauge("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.")
+        .Add(labels, t.row_remap_failure() ? 1 : 0);
+  }
+  if (t.has_nvlink_crc_errors()) {
+    out.Counter("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+                "Total number of NVLink flow-control CRC errors (flit and data, every link).")
+        .Add(labels, static_cast<double>(t.nvlink_crc_errors()));
+  }
+  if (t.has_nvlink_replay_errors()) {
+    out.Counter("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "Total number of NVLink retries (every link).")
+        .Add(labels, static_cast<double>(t.nvlink_replay_errors()));
+  }
+  if (t.has_nvlink_recovery_errors()) {
+    out.Counter("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "Total number of NVLink recovery errors (every link).")
+        .Add(labels, static_cast<double>(t.nvlink_recovery_errors()));
   }
   uint32_t reasons = 0;
   for (const std::string& r : t.throttle_reasons()) {

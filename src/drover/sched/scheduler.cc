@@ -775,4 +775,19 @@ std::string Scheduler::PendingReason(const std::string& job_id) const {
   return s_->Reason(idx);
 }
 
+std::string_view Scheduler::PendingClass(const std::string& job_id) const {
+  int idx = s_->FindJob(job_id);
+  if (idx < 0 || !s_->jobs[idx].pending) return {};
+  switch (s_->jobs[idx].why.code) {
+    case WhyCode::kNew: return "new";
+    case WhyCode::kQuota: return "quota";
+    case WhyCode::kBehind: return "queue_order";
+    case WhyCode::kBehindReservation: return "backfill";
+    case WhyCode::kAwaitingPreemption: return "preemption";
+    case WhyCode::kNoFit:
+    case WhyCode::kReserved: break;
+  }
+  return "no_fit";
+}
+
 }  // namespace drover::sched

@@ -49,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "drover/common/status.h"
@@ -117,6 +118,10 @@ class Scheduler {
   std::optional<std::string> NeverFits(const JobRequest& job) const;
   // Why a pending job waits, in words; empty when it is not pending.
   std::string PendingReason(const std::string& job_id) const;
+  // The class of that reason, a short fixed name for metrics and alerts:
+  // "new", "no_fit", "quota", "queue_order", "backfill", "preemption";
+  // empty when it is not pending.
+  std::string_view PendingClass(const std::string& job_id) const;
   // True when a pending job waits, at the last pass, only for its own
   // tenant's limit (borrowing limit or quota); such a job does not hold up
   // the jobs behind it, even in strict order.

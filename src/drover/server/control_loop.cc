@@ -83,6 +83,19 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
         *bounds);
     auto total = options_.metrics->AddCounter("drover_scheduler_decisions_total",
                                               "Scheduling decisions made, by kind (bind, preempt).");
+    // 100 us .. ~13 s, two buckets per doubling: a fsync'd SQLite write
+    // takes a millisecond or a few, an etcd round trip more.
+    auto commit = options_.metrics->AddHistogram(
+        "drover_store_commit_duration_seconds",
+        "Wall-clock time of one group commit: the store transaction(s) of a batch that had records to write.",
+        *metrics::ExponentialBuckets(1e-4, std::sqrt(2.0), 35));
+    auto commit_failures =
+        options_.metrics->AddCounter("drover_store_commit_failures_total",
+                                     "Group commits the store refused or failed (the loop rebuilt its state).");
+    if (commit.ok() && commit_failures.ok()) {
+      commit_seconds_ = (*commit)->With({});
+      commit_failures_ = (*commit_failures)->With({});
+    }
     if (pass.ok() && decision.ok() && decision_cpu.ok() && total.ok()) {
       // The series, looked up once: the pass records into them lock-free.
       pass_seconds_ = (*pass)->With({});
@@ -273,7 +286,13 @@ void ControlLoop::Commit() {
   if (batch_.TakeDeploymentJobsChanged()) deployments_.MarkDirty();
   Batch::Sealed sealed = batch_.Seal();
   bool with_audit = false;
+  const bool writes = !sealed.ops.empty() || !sealed.audit.empty();
+  const auto commit_started = std::chrono::steady_clock::now();
   Status committed = WriteBatch(&sealed, &with_audit);
+  if (writes && commit_seconds_ != nullptr) {
+    commit_seconds_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - commit_started).count());
+    if (!committed.ok()) commit_failures_->Inc();
+  }
   std::vector<std::shared_ptr<std::atomic<bool>>> audited = std::move(sealed.audit_recorded);
   std::vector<Ack> acks = std::move(sealed.acks);
   std::set<uint64_t> persisted = std::move(sealed.persisted);
@@ -401,7 +420,10 @@ Status ControlLoop::WriteBatch(Batch::Sealed* sealed, bool* with_audit) {
 v1::Job ControlLoop::View(const v1::Job& job) const {
   v1::Job out = job;
   rpc::BlankSecrets(&out);
-  if (job.status().state() == v1::JOB_STATE_PENDING) out.mutable_status()->set_message(PendingMessage(job));
+  if (job.status().state() == v1::JOB_STATE_PENDING) {
+    out.mutable_status()->set_message(PendingMessage(job));
+    out.mutable_status()->set_wait_class(std::string(WaitClass(job)));
+  }
   return out;
 }
 
@@ -422,6 +444,12 @@ std::string ControlLoop::WaitReason(const v1::Job& job) const {
                        job.array().max_running());
   }
   return sched_.PendingReason(job.id());
+}
+
+std::string_view ControlLoop::WaitClass(const v1::Job& job) const {
+  auto seq = ParseJobId(job.id());
+  if (seq.ok() && jobs_.held().contains(*seq)) return "array_limit";
+  return sched_.PendingClass(job.id());
 }
 
 std::future<Result<Done>> ControlLoop::Barrier() {

@@ -317,6 +317,7 @@ class ControlLoop {
   // scheduler's (or its array's) reason, then the job's own message.
   std::string PendingMessage(const v1::Job& job) const;
   std::string WaitReason(const v1::Job& job) const;  // the first part
+  std::string_view WaitClass(const v1::Job& job) const;  // its class (JobStatus.wait_class)
   // `reason`, then the job's own message (why it stopped, for a job queued again).
   static std::string WithOwnMessage(std::string reason, const v1::Job& job);
   // Answers the replica's copies, asking the loop (one call) why the
@@ -371,6 +372,8 @@ class ControlLoop {
   bool degraded_ = false;  // the last rebuild from the store failed
   // Series of options_.metrics; null when it is.
   metrics::Histogram* pass_seconds_ = nullptr;
+  metrics::Histogram* commit_seconds_ = nullptr;  // batches that wrote to the store
+  metrics::Counter* commit_failures_ = nullptr;
   metrics::Histogram* decision_seconds_ = nullptr;
   metrics::Histogram* decision_cpu_seconds_ = nullptr;
   std::vector<double> latency_bounds_;  // decision_seconds_'s

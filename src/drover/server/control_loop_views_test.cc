@@ -9,6 +9,7 @@ namespace drover::server::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class ControlLoopViewsTest : public ControlLoopTest {
  protected:
@@ -109,6 +110,23 @@ TEST_F(ControlLoopViewsTest, GpuHistoryKeepsTheHeartbeatsInOrder) {
   h = Must(loop_->GpuHistory("gpu-01", 0));
   EXPECT_EQ(h.points_size(), 300);  // ten minutes
   EXPECT_EQ(h.points(299).time_unix_nanos(), 400 * kStep);
+}
+
+// A pending job says why it waits as a class (JobStatus.wait_class, what
+// the alert rules group by) beside the words; a batch that wrote is timed.
+TEST_F(ControlLoopViewsTest, PendingJobHasItsWaitClassAndCommitsAreTimed) {
+  Connect("gpu-01", 1);
+  v1::Job running = Submit(1);
+  v1::Job waiting = Submit(1);
+  Must(loop_->Barrier());
+  EXPECT_EQ(Get(running.id()).status().wait_class(), "");
+  v1::Job w = Get(waiting.id());
+  ASSERT_EQ(w.status().state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(w.status().wait_class(), "no_fit") << w.status().message();
+  const std::string text = registry_.Render();
+  EXPECT_THAT(text, HasSubstr("drover_store_commit_duration_seconds_count "));
+  EXPECT_THAT(text, Not(HasSubstr("drover_store_commit_duration_seconds_count 0\n")));
+  EXPECT_THAT(text, HasSubstr("drover_store_commit_failures_total 0\n"));
 }
 
 }  // namespace

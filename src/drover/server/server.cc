@@ -34,8 +34,8 @@
 #include "drover/http/server.h"
 #include "drover/rpc/channel.h"
 #include "drover/rpc/convert.h"
-#include "drover/rpc/gpu_metrics.h"
 #include "drover/server/api_service.h"
+#include "drover/server/cluster_metrics.h"
 #include "drover/server/control_loop.h"
 #include "drover/server/grpc_services.h"
 #include "drover/server/log_store.h"
@@ -89,46 +89,6 @@ class CountingInterceptorFactory final : public grpc::experimental::ServerInterc
  private:
   metrics::CounterFamily* calls_;
 };
-
-// What /metrics reads from the control loop at scrape time: job, queue,
-// node and GPU counts, and every ready node's GPUs under DCGM names.
-void CollectLoop(ControlLoop* loop, metrics::Exposition& out) {
-  auto stats = loop->Stats();
-  auto nodes = loop->ListNodes();
-  if (stats.wait_for(std::chrono::seconds(5)) != std::future_status::ready ||
-      nodes.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-    return;  // the loop is busy; this scrape goes without
-  }
-  if (auto s = stats.get(); s.ok()) {
-    auto jobs = out.Gauge("drover_jobs", "Jobs by state.");
-    for (const auto& [state, n] : s->jobs) jobs.Add({{"state", rpc::JobStateDisplay(state)}}, static_cast<double>(n));
-    out.Gauge("drover_scheduler_queue_depth", "Jobs waiting to be placed.")
-        .Add({}, static_cast<double>(s->queue_depth));
-    out.Gauge("drover_nodes", "Registered nodes by state.")
-        .Add({{"state", "Ready"}}, static_cast<double>(s->nodes_ready))
-        .Add({{"state", "NotReady"}}, static_cast<double>(s->nodes_not_ready - s->nodes_lost))
-        .Add({{"state", "Lost"}}, static_cast<double>(s->nodes_lost));
-    out.Counter("drover_lease_renewals_total",
-                "Node lease renewals: by the node's own heartbeat (session) or by a peer that heard it (gossip).")
-        .Add({{"via", "session"}}, static_cast<double>(s->renewals_direct))
-        .Add({{"via", "peers"}}, static_cast<double>(s->renewals_via_peers));
-    out.Counter("drover_node_losses_total", "Nodes declared Lost (their jobs queued again).")
-        .Add({}, static_cast<double>(s->node_losses));
-    out.Counter("drover_scheduler_batches_total",
-                "Batches of the control loop: with a scheduling pass, or without one (nothing it reads had changed).")
-        .Add({{"pass", "run"}}, static_cast<double>(s->passes_run))
-        .Add({{"pass", "skipped"}}, static_cast<double>(s->passes_skipped));
-    out.Gauge("drover_gpus", "GPUs of registered nodes by health.")
-        .Add({{"health", "Healthy"}}, static_cast<double>(s->gpus_healthy))
-        .Add({{"health", "Unhealthy"}}, static_cast<double>(s->gpus_unhealthy));
-  }
-  if (auto ns = nodes.get(); ns.ok()) {
-    for (const v1::Node& n : *ns) {
-      if (n.state() != v1::NODE_STATE_READY) continue;
-      for (const v1::Gpu& g : n.gpus()) rpc::WriteGpuMetrics(n.name(), g, out);
-    }
-  }
-}
 
 // Without TLS, a token crosses the network in the clear: listening beyond
 // loopback needs TLS, or --insecure said in so many words. (Tokens are
@@ -423,7 +383,16 @@ class ServerImpl final : public Server {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
     interceptors.push_back(std::make_unique<CountingInterceptorFactory>(grpc_calls));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
-    metrics_.AddCollector([loop = loop_.get()](metrics::Exposition& out) { CollectLoop(loop, out); });
+    ServerFacts facts;
+    if (leadership_) facts.leader_epoch = leadership_->epoch();
+    if (tls_) {
+      for (const auto& [name, pem] : {std::pair{"server", &tls_->cert_pem}, std::pair{"ca", &tls_->ca_pem}}) {
+        if (auto info = auth::ParseCertPem(*pem); info.ok()) {
+          facts.certificate_not_after_unix.emplace_back(name, info->not_after_unix);
+        }
+      }
+    }
+    metrics_.AddCollector([loop = loop_.get(), facts](metrics::Exposition& out) { CollectCluster(loop, facts, out); });
     services_ =
         MakeGrpcServices(api_.get(), loop_.get(), logs_.get(), edge_.get(), authority_.get(), tls_ ? &*tls_ : nullptr);
     for (auto& s : services_) builder.RegisterService(s.get());

@@ -119,6 +119,11 @@ double TenantBook::GpuHoursUsed(const std::string& tenant, const v1::TenantQuota
 
 double TenantBook::GpuHours(double gpu_ns) { return gpu_ns / (3600.0 * kNsPerSecond); }
 
+int64_t TenantBook::PeriodEnd(const v1::TenantQuota& q, int64_t now) {
+  const int64_t period = PeriodNs(q);
+  return now - now % period + period;
+}
+
 double TenantBook::GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now) {
   int64_t period = PeriodNs(q);
   int64_t start = now - now % period;

@@ -81,6 +81,8 @@ class TenantBook {
   // GPU-nanoseconds `job` used in the quota's period that holds `now`.
   static double GpuNsInPeriod(const v1::Job& job, const v1::TenantQuota& q, int64_t now);
   static double GpuHours(double gpu_ns);
+  // When the quota's budget period that holds `now` ends (unix nanoseconds).
+  static int64_t PeriodEnd(const v1::TenantQuota& q, int64_t now);
 
  private:
   int64_t NowNs() const { return ToUnixNanos(clock_->Now()); }

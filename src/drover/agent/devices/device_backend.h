@@ -80,6 +80,9 @@ struct GpuSample {
   uint32_t throttle = 0;         // ThrottleReason bits
   int64_t ecc_corrected = -1;    // single-bit (corrected) errors, volatile count
   int64_t ecc_uncorrected = -1;  // double-bit (uncorrected) errors, volatile count
+  int row_remap_failure = -1;    // 1: the row remapper failed; 0: it did not; -1: unknown
+  // NVLink errors over every link since the driver loaded; -1: unknown.
+  int64_t nvlink_crc_errors = -1, nvlink_replay_errors = -1, nvlink_recovery_errors = -1;
   // Processes using the device; only meaningful when processes_known.
   bool processes_known = false;
   std::vector<ProcessUsage> processes;

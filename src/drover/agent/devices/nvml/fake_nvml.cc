@@ -112,9 +112,11 @@ static_assert(sizeof(FakeEventData) == 32 && sizeof(FakeMemory) == 24);
 
 namespace {
 
-const char* const kFields[] = {"util_gpu", "util_memory",  "temperature", "power_mw",      "power_limit_mw",
-                               "sm_clock", "memory_clock", "throttle",    "ecc_corrected", "ecc_uncorrected",
-                               "cc_major", "cc_minor",     "numa",        "mig_mode",      "supported_events"};
+const char* const kFields[] = {"util_gpu",       "util_memory",     "temperature",      "power_mw",
+                               "power_limit_mw", "sm_clock",        "memory_clock",     "throttle",
+                               "ecc_corrected",  "ecc_uncorrected", "cc_major",         "cc_minor",
+                               "numa",           "mig_mode",        "supported_events", "row_remap_failure",
+                               "nvlink_replay",  "nvlink_recovery", "nvlink_crc"};
 
 int FieldIndex(const char* field) {
   for (size_t i = 0; i < sizeof(kFields) / sizeof(kFields[0]); ++i) {
@@ -497,6 +499,27 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int cou
   ENTER("nvmlDeviceGetTotalEccErrors", d);
   if (counter_type != 0) return NVML_ERROR_INVALID_ARGUMENT;  // only NVML_VOLATILE_ECC is scripted
   *count = static_cast<unsigned long long>(Value(d, error_type == 0 ? "ecc_corrected" : "ecc_uncorrected"));
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int* corrected, unsigned int* uncorrected,
+                                       unsigned int* pending, unsigned int* failed) {
+  ENTER("nvmlDeviceGetRemappedRows", d);
+  if (Value(d, "row_remap_failure") < 0) return NVML_ERROR_NOT_SUPPORTED;
+  *corrected = *uncorrected = *pending = 0;
+  *failed = Value(d, "row_remap_failure") != 0 ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+// Every active link counts the device's scripted value of each counter.
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int link, int counter,
+                                             unsigned long long* value) {
+  ENTER("nvmlDeviceGetNvLinkErrorCounter", d);
+  if (link >= kMaxLinks || d->link_remote[link] == -2 || counter < 0 || counter > 3) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const char* field = counter == 0 ? "nvlink_replay" : counter == 1 ? "nvlink_recovery" : "nvlink_crc";
+  *value = counter == 3 ? 0 : static_cast<unsigned long long>(Value(d, field));  // CRC: flits only
   return NVML_SUCCESS;
 }
 

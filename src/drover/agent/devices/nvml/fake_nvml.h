@@ -23,7 +23,9 @@ void fake_nvml_set_string(int device, const char* field, const char* value);
 // field: "memory_total", "memory_used", "util_gpu", "util_memory",
 // "temperature", "power_mw", "power_limit_mw", "sm_clock", "memory_clock",
 // "throttle", "ecc_corrected", "ecc_uncorrected", "cc_major", "cc_minor",
-// "numa" (-1: no affinity known), "mig_mode", "supported_events".
+// "numa" (-1: no affinity known), "mig_mode", "supported_events",
+// "row_remap_failure" (-1: not supported), "nvlink_replay", "nvlink_recovery",
+// "nvlink_crc" (each active link counts the value).
 void fake_nvml_set_value(int device, const char* field, long long value);
 // Makes `function` (an exported NVML symbol name, e.g. "nvmlInit_v2") return
 // `rc` for `device`, or for every device and device-less call when device < 0.

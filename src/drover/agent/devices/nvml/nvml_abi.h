@@ -60,6 +60,11 @@ constexpr unsigned int NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16;
 constexpr unsigned int NVML_NVLINK_MAX_LINKS = 18;
 constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE_ULL = ~0ull;  // (unsigned long long)-1
 
+// nvmlNvLinkErrorCounter_t
+constexpr int NVML_NVLINK_ERROR_DL_REPLAY = 0;
+constexpr int NVML_NVLINK_ERROR_DL_RECOVERY = 1;
+constexpr int NVML_NVLINK_ERROR_DL_CRC_FLIT = 2;
+constexpr int NVML_NVLINK_ERROR_DL_CRC_DATA = 3;
 // nvmlEnableState_t
 constexpr int NVML_FEATURE_DISABLED = 0;
 constexpr int NVML_FEATURE_ENABLED = 1;
@@ -215,6 +220,11 @@ using DeviceGetClockInfoFn = nvmlReturn_t(nvmlDevice_t device, int type, unsigne
 using DeviceGetUllFn = nvmlReturn_t(nvmlDevice_t device, unsigned long long* value);
 using DeviceGetTotalEccErrorsFn = nvmlReturn_t(nvmlDevice_t device, int error_type, int counter_type,
                                                unsigned long long* ecc_counts);
+// Ampere and later; NOT_SUPPORTED before.
+using DeviceGetRemappedRowsFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* corr_rows, unsigned int* unc_rows,
+                                             unsigned int* is_pending, unsigned int* failure_occurred);
+using DeviceGetNvLinkErrorCounterFn = nvmlReturn_t(nvmlDevice_t device, unsigned int link, int counter,
+                                                   unsigned long long* value);
 // The process array is typed per version (v1 or v2 layout) by the caller.
 using DeviceGetComputeRunningProcessesFn = nvmlReturn_t(nvmlDevice_t device, unsigned int* info_count, void* infos);
 using EventSetCreateFn = nvmlReturn_t(nvmlEventSet_t* set);

@@ -106,6 +106,9 @@ Result<NvmlApi> ResolveNvmlApi(runtime::DynamicLibrary& library) {
   api.device_get_throttle_reasons = FirstOf<DeviceGetUllFn>(
       library, {"nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetCurrentClocksEventReasons"});
   api.device_get_total_ecc_errors = Optional<DeviceGetTotalEccErrorsFn>(library, "nvmlDeviceGetTotalEccErrors");
+  api.device_get_remapped_rows = Optional<DeviceGetRemappedRowsFn>(library, "nvmlDeviceGetRemappedRows");
+  api.device_get_nvlink_error_counter =
+      Optional<DeviceGetNvLinkErrorCounterFn>(library, "nvmlDeviceGetNvLinkErrorCounter");
   int position = -1;
   api.device_get_compute_running_processes = FirstOf<DeviceGetComputeRunningProcessesFn>(
       library,

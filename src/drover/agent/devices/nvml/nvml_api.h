@@ -65,6 +65,9 @@ struct NvmlApi {
   // nvmlDeviceGetCurrentClocksEventReasons (same values).
   DeviceGetUllFn* device_get_throttle_reasons = nullptr;
   DeviceGetTotalEccErrorsFn* device_get_total_ecc_errors = nullptr;
+  DeviceGetRemappedRowsFn* device_get_remapped_rows = nullptr;
+  // Read over the links nvmlDeviceGetNvLinkState says are active.
+  DeviceGetNvLinkErrorCounterFn* device_get_nvlink_error_counter = nullptr;
   // _v3, _v2 or unversioned; processes_version says which (3, 2 or 1): v1
   // fills nvmlProcessInfo_v1_t, v2 and v3 fill nvmlProcessInfo_v2_t.
   DeviceGetComputeRunningProcessesFn* device_get_compute_running_processes = nullptr;

@@ -209,6 +209,14 @@ class NvmlBackend final : public DeviceBackend {
         sample.ecc_uncorrected = static_cast<int64_t>(errors);
       }
     }
+    if (api_.device_get_remapped_rows != nullptr) {
+      unsigned int corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+      if (ok(api_.device_get_remapped_rows(h, &corrected, &uncorrected, &pending, &failed),
+             "nvmlDeviceGetRemappedRows")) {
+        sample.row_remap_failure = failed != 0 ? 1 : 0;
+      }
+    }
+    ReadNvLinkErrors(h, &sample);
     if (process_call_ != nullptr) {
       nvmlReturn_t rc = process_layout_ == 1 ? ReadProcesses<nvmlProcessInfo_v1_t>(h, &sample)
                                              : ReadProcesses<nvmlProcessInfo_v2_t>(h, &sample);
@@ -521,6 +529,33 @@ class NvmlBackend final : public DeviceBackend {
       }
     }
     return facts;
+  }
+
+  // NVLink errors summed over the active links, into `sample`; left
+  // unknown when no link is active or the driver counts none.
+  void ReadNvLinkErrors(nvmlDevice_t h, GpuSample* sample) {
+    if (api_.device_get_nvlink_error_counter == nullptr || api_.device_get_nvlink_state == nullptr) return;
+    int64_t replay = 0, recovery = 0, crc = 0;
+    bool any = false;
+    for (unsigned int link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+      int active = NVML_FEATURE_DISABLED;
+      if (api_.device_get_nvlink_state(h, link, &active) != NVML_SUCCESS || active != NVML_FEATURE_ENABLED) continue;
+      auto read = [&](int counter, int64_t* sum) {
+        unsigned long long v = 0;
+        // A count past 2^48 per link is a driver's garbage, not errors.
+        if (api_.device_get_nvlink_error_counter(h, link, counter, &v) != NVML_SUCCESS || v > (1ull << 48)) return;
+        *sum += static_cast<int64_t>(v);
+        any = true;
+      };
+      read(NVML_NVLINK_ERROR_DL_REPLAY, &replay);
+      read(NVML_NVLINK_ERROR_DL_RECOVERY, &recovery);
+      read(NVML_NVLINK_ERROR_DL_CRC_FLIT, &crc);
+      read(NVML_NVLINK_ERROR_DL_CRC_DATA, &crc);
+    }
+    if (!any) return;
+    sample->nvlink_replay_errors = replay;
+    sample->nvlink_recovery_errors = recovery;
+    sample->nvlink_crc_errors = crc;
   }
 
   void GatherNvLinks(int i, LinkFacts* facts) {

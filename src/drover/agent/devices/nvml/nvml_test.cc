@@ -371,6 +371,38 @@ TEST_F(NvmlTest, NvLinkPairsFormAFabric) {
                                               L::kCrossSocket, L::kCrossSocket, L::kFabric, L::kFabric}));
 }
 
+// Row remapping (Ampere and later) and NVLink errors summed over the
+// active links: what the alert rules read as DCGM_FI_DEV_ROW_REMAP_FAILURE
+// and DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL.
+TEST_F(NvmlTest, SamplesRowRemappingAndNvLinkErrors) {
+  fake_.set_device_count(3);
+  fake_.set_nvlink(0, 0, 1);
+  fake_.set_nvlink(0, 3, 1);
+  fake_.set_nvlink(1, 0, 0);
+  fake_.set_value(0, "row_remap_failure", 1);
+  fake_.set_value(0, "nvlink_crc", 5);
+  fake_.set_value(0, "nvlink_replay", 2);
+  fake_.set_value(0, "nvlink_recovery", 1);
+  fake_.set_value(2, "row_remap_failure", -1);  // a GPU before Ampere
+  auto backend = fake_.Backend();
+  ASSERT_TRUE(backend->Discover().ok());
+  Result<GpuSample> s0 = backend->Sample(0);
+  ASSERT_TRUE(s0.ok()) << s0.status().ToString();
+  EXPECT_EQ(s0->row_remap_failure, 1);
+  EXPECT_EQ(s0->nvlink_crc_errors, 10);  // two links
+  EXPECT_EQ(s0->nvlink_replay_errors, 4);
+  EXPECT_EQ(s0->nvlink_recovery_errors, 2);
+  Result<GpuSample> s1 = backend->Sample(1);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->row_remap_failure, 0);
+  EXPECT_EQ(s1->nvlink_crc_errors, 0);
+  // No active link, no remapper: unknown, not zero.
+  Result<GpuSample> s2 = backend->Sample(2);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(s2->row_remap_failure, -1);
+  EXPECT_EQ(s2->nvlink_crc_errors, -1);
+}
+
 TEST_F(NvmlTest, NvSwitchJoinsEveryLinkedGpu) {
   fake_.set_device_count(4);
   for (int d = 0; d < 3; ++d) {

@@ -128,6 +128,8 @@ class SimulatedBackend final : public DeviceBackend {
     sample.throttle = throttled ? uint32_t{kThrottleThermal} : 0u;
     sample.ecc_corrected = 0;
     sample.ecc_uncorrected = d->ecc_uncorrected;
+    sample.row_remap_failure = 0;
+    if (model_.fabric) sample.nvlink_crc_errors = sample.nvlink_replay_errors = sample.nvlink_recovery_errors = 0;
     return sample;
   }
 
