@@ -91,12 +91,39 @@ struct Upstream {
 // nobody serves). Names are per tenant: routes of two tenants may share a
 // model name, and each key reaches its own tenant's; an admin key reaches
 // another tenant's model when that tenant alone serves the name.
+// How a route's replica is picked (docs/gateway.md, "Replica choice"),
+// from its deployment's spec.
+struct RoutingPolicy {
+  enum class Kind {
+    kPrefixLoad,  // the default: expected prefix-cache hit against load, within load_bound
+    kPrefix,      // the expected hit alone (no load bound): for comparison, it overloads
+    kLeastLoad,   // power of two choices over load
+    kAffinity,    // a request's "user" or x-session-id to one replica (rendezvous), else least-load
+    kRoundRobin,
+  };
+  Kind kind = Kind::kPrefixLoad;
+  // kPrefixLoad: a replica's score is
+  //   prefix_weight * hit - load_weight * (load - least) / (load_bound + 1)
+  // with hit the fraction of the prompt's blocks it holds, load its
+  // requests in flight plus the engine's own queue, least the least loaded
+  // replica's; a replica more than load_bound over the least is never
+  // chosen for its cache.
+  double prefix_weight = 1.0;
+  double load_weight = 1.0;
+  int64_t load_bound = 4;
+};
+// "prefix-load", "prefix", "least-load", "affinity", "round-robin"; "" is
+// the default (prefix-load). False for any other name.
+bool ParseRoutingKind(std::string_view name, RoutingPolicy::Kind* kind);
+const char* RoutingKindName(RoutingPolicy::Kind kind);
+
 struct Route {
   std::string model;
   std::string deployment;
   std::string tenant;
   bool scales_from_zero = false;
   std::vector<Upstream> replicas;  // the READY replicas
+  RoutingPolicy routing;
 };
 
 // Load of one model since the previous TakeLoad().
@@ -142,7 +169,9 @@ struct GatewayOptions {
   // client gets as a 502 when no other replica answers).
   int retries = 2;
   // Requests with a "user" field or an x-session-id header go to the same
-  // replica while the replica set is unchanged (rendezvous hashing).
+  // replica while the replica set is unchanged (rendezvous hashing), for
+  // every route, whatever its RoutingPolicy; a request without either is
+  // routed by the route's policy.
   bool affinity = false;
   // Merge concurrent /v1/embeddings requests of one model arriving within
   // this window into one upstream call (0: off).
