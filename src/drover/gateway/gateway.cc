@@ -596,7 +596,10 @@ std::vector<ModelLoad> GatewayImpl::TakeLoad() {
     l.requests = e.stats->requests.exchange(0);
     for (const auto& r : e.replicas) {
       l.outstanding_by_replica.emplace_back(r->id, r->outstanding.load());
-      if (int64_t q = r->engine_waiting.load(); q >= 0) l.engine_waiting = std::max<int64_t>(l.engine_waiting, 0) + q;
+      const int64_t q = r->engine_waiting.load();
+      if (q >= 0) l.engine_waiting = std::max<int64_t>(l.engine_waiting, 0) + q;
+      l.routing_by_replica.push_back(
+          {r->id, r->prefix_blocks.load(), r->prefix_hit_blocks.load(), q >= 0 ? r->engine_load.load() : -1});
     }
     const int64_t queued = e.stats->queued.exchange(0);
     const int64_t queue_us = e.stats->queue_us.exchange(0);

@@ -142,6 +142,13 @@ struct ModelLoad {
   // request_queue_time_seconds); -1: not known.
   int64_t engine_waiting = -1;
   double queue_ms = -1;
+  // Per replica, since the gateway started: prompt blocks routed there by a
+  // prefix policy, of which expected held; the engine's load (-1: not known).
+  struct ReplicaRouting {
+    std::string replica;
+    int64_t prefix_blocks = 0, prefix_hit_blocks = 0, engine_load = -1;
+  };
+  std::vector<ReplicaRouting> routing_by_replica;
 };
 
 struct GatewayOptions {
