@@ -36,6 +36,13 @@ std::string Text(size_t n, int seed) {
   return s;
 }
 
+// `n` words (the test engine counts words as tokens), unlike every other seed's.
+std::string Sentence(size_t n, int seed) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += "s" + std::to_string(seed) + "w" + std::to_string(i) + " ";
+  return s;
+}
+
 std::string ChatBody(const std::vector<std::string>& turns) {
   json msgs = json::array();
   for (size_t i = 0; i < turns.size(); ++i) {
@@ -333,7 +340,7 @@ class PrefixRoutingTest : public ::testing::Test {
   void SetUp() override {
     for (int i = 0; i < 3; ++i) {
       engines_.push_back(std::make_unique<ChildProcess>(
-          std::vector<std::string>{TEST_ENGINE_BINARY, "--port", "0", "--model", "m"}));
+          std::vector<std::string>{TEST_ENGINE_BINARY, "--port", "0", "--model", "m", "--prefix-cache-tokens", "100000"}));
       ASSERT_GT(engines_.back()->port(), 0);
     }
     auto g = StartGateway({}, Keys, &registry_);
@@ -372,12 +379,12 @@ class PrefixRoutingTest : public ::testing::Test {
 
 TEST_F(PrefixRoutingTest, AConversationStaysWithTheReplicaThatHoldsItsPrefix) {
   gw_->SetRoutes({MakeRoute(RoutingPolicy::Kind::kPrefixLoad)});  // the default
-  std::vector<std::string> turns = {Text(3000, 1), Text(200, 2)};
+  std::vector<std::string> turns = {Sentence(400, 1), Sentence(30, 2)};  // ~3000 bytes of system prompt
   auto before = ServedNow();
   for (int turn = 0; turn < 8; ++turn) {
     ASSERT_EQ(Post(ChatBody(turns)), 200);
     turns.push_back("w" + std::to_string(turn) + " answer");
-    turns.push_back(Text(150, 10 + turn));
+    turns.push_back(Sentence(20, 10 + turn));
   }
   auto [used, most] = Spread(before, ServedNow());
   EXPECT_EQ(used, 1);
@@ -389,6 +396,15 @@ TEST_F(PrefixRoutingTest, AConversationStaysWithTheReplicaThatHoldsItsPrefix) {
   // Each of the 7 held at least the system prompt's 23 blocks.
   EXPECT_GE(Sum(m, "drover_gateway_replica_prefix_hit_blocks_total{"), 7 * 23) << m;
   EXPECT_GT(Sum(m, "drover_gateway_replica_prefix_cache_blocks{"), 0) << m;
+  // And the engine found them: after the first turn, all but each turn's
+  // new words (and a part block) came from its cache.
+  double queried = 0, hits = 0;
+  for (auto& e : engines_) {
+    std::string em = Http(e->port(), "GET", "/metrics").body;
+    queried += Sum(em, "vllm:prefix_cache_queries_total");
+    hits += Sum(em, "vllm:prefix_cache_hits_total");
+  }
+  EXPECT_GT(hits / queried, 0.7) << hits << " of " << queried;
 }
 
 TEST_F(PrefixRoutingTest, RoundRobinIsStillSelectable) {
