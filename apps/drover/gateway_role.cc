@@ -70,7 +70,7 @@ std::vector<gateway::Route> RoutesFrom(const v1::EndpointsResponse& resp) {
     auto it = index.find({e.tenant(), e.model(), e.deployment()});
     if (it == index.end()) {
       it = index.emplace(std::make_tuple(e.tenant(), e.model(), e.deployment()), routes.size()).first;
-      routes.push_back({e.model(), e.deployment(), e.tenant(), false, {}, {}});
+      routes.push_back({e.model(), e.deployment(), e.tenant(), false, {}});
     }
     // The replica's secret (a gateway's or admin's token gets it): sent
     // upstream in place of the client's own Authorization header.

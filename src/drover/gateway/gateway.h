@@ -118,6 +118,15 @@ bool ParseRoutingKind(std::string_view name, RoutingPolicy::Kind* kind);
 const char* RoutingKindName(RoutingPolicy::Kind kind);
 
 struct Route {
+  Route() = default;
+  Route(std::string served, std::string dep, std::string owner, bool from_zero, std::vector<Upstream> ready,
+        RoutingPolicy policy = {})
+      : model(std::move(served)),
+        deployment(std::move(dep)),
+        tenant(std::move(owner)),
+        scales_from_zero(from_zero),
+        replicas(std::move(ready)),
+        routing(policy) {}
   std::string model;
   std::string deployment;
   std::string tenant;

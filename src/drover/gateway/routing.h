@@ -124,6 +124,13 @@ struct PickInput {
   uint64_t owner = 0;             // the client's (its key's) PrefixCache owner
   std::vector<uint64_t> chain;    // the prompt's PrefixChain; empty: no prompt
   std::atomic<uint64_t>* round_robin = nullptr;  // the route's (kRoundRobin)
+  // A request without a prompt (embeddings) for `entry`.
+  static PickInput NoPrompt(const ModelEntry& entry) {
+    PickInput in;
+    in.policy = entry.route.routing;
+    in.round_robin = &entry.stats->round_robin;
+    return in;
+  }
 };
 // Why a replica was chosen (the label of drover_gateway_replica_picks_total).
 enum class PickReason { kPrefix = 0, kLoad = 1, kAffinity = 2, kRoundRobin = 3 };
