@@ -180,6 +180,14 @@ void PrefixCache::Insert(uint64_t salt, uint64_t owner, const std::vector<uint64
   }
 }
 
+void PrefixCache::Erase(uint64_t salt, const std::vector<uint64_t>& chain) {
+  MutexLock lock(&mu_);
+  for (uint64_t h : chain) {
+    auto it = index_.find(h);
+    if (it != index_.end() && slots_[it->second].salt == salt) Evict(it->second);
+  }
+}
+
 size_t PrefixCache::size() const {
   MutexLock lock(&mu_);
   return index_.size();

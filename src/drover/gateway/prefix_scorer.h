@@ -75,6 +75,9 @@ class PrefixCache {
   // hashes become the most recent, its first block the most recent of all.
   // A hash already held keeps its owner.
   void Insert(uint64_t salt, uint64_t owner, const std::vector<uint64_t>& chain);
+  // Forgets `chain` of tenant `salt` (a replica that failed the request it
+  // was sent for never got the prompt).
+  void Erase(uint64_t salt, const std::vector<uint64_t>& chain);
   size_t size() const;                  // hashes held
   size_t held_by(uint64_t owner) const;  // of which `owner`'s
 

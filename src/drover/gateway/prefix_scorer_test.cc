@@ -113,6 +113,14 @@ TEST(PrefixCache, MatchesTheLongestHeldPrefixOfItsTenant) {
   EXPECT_EQ(cache.Match(1, chain), 10u);
   EXPECT_EQ(cache.size(), 10u);
   EXPECT_EQ(cache.held_by(100), 10u);
+  cache.Erase(2, chain);  // another tenant's: nothing of its own to forget
+  EXPECT_EQ(cache.size(), 10u);
+  cache.Erase(1, chain);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(cache.held_by(100), 0u);
+  EXPECT_EQ(cache.Match(1, chain), 0u);
+  cache.Insert(1, 100, chain);  // the freed slots serve again
+  EXPECT_EQ(cache.Match(1, chain), 10u);
 }
 
 TEST(PrefixCache, EvictsTheLeastRecentlyUsedAndKeepsAChainsFirstBlocksLongest) {
@@ -443,6 +451,36 @@ TEST_F(PrefixRoutingTest, AReplicaThatGoesTakesItsPrefixesWithIt) {
   for (int i = 0; i < 4; ++i) ASSERT_EQ(Post(body), 200);
   auto last = ServedNow();
   EXPECT_EQ(last[home], again[home]);
+}
+
+TEST_F(PrefixRoutingTest, AReplicaThatDiesIsLeftAfterOneRetry) {
+  gw_->SetRoutes({MakeRoute(RoutingPolicy::Kind::kPrefixLoad)});
+  const std::string body = ChatBody({Sentence(400, 1), Sentence(30, 2)});
+  auto before = ServedNow();
+  ASSERT_EQ(Post(body), 200);
+  auto after = ServedNow();
+  size_t home = 0;
+  while (home < after.size() && after[home] == before[home]) ++home;
+  ASSERT_LT(home, after.size());
+  engines_[home]->Kill();  // still in the routes: the control plane has not noticed yet
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Post(body), 200);
+  // One retry: the dead replica lost its claim to the prefix with it.
+  std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
+  EXPECT_EQ(Sum(m, "drover_gateway_upstream_retries_total "), 1) << m;
+}
+
+TEST_F(PrefixRoutingTest, AHugePromptIsHashedWithinItsBound) {
+  gw_->SetRoutes({MakeRoute(RoutingPolicy::Kind::kPrefixLoad)});
+  // 100,000 messages, 3 MiB: under the body limit, far over the hash bound.
+  json msgs = json::array();
+  for (int i = 0; i < 100000; ++i) msgs.push_back({{"role", "user"}, {"content", "m" + std::to_string(i)}});
+  const std::string body = json{{"model", "m"}, {"max_tokens", 1}, {"messages", msgs}}.dump();
+  ASSERT_LT(body.size(), size_t{4} << 20);
+  ASSERT_EQ(Post(body), 200);
+  ASSERT_EQ(Post(body), 200);
+  std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
+  EXPECT_EQ(Sum(m, "drover_gateway_replica_prefix_blocks_total{"), 2 * kMaxBlocks) << m;
+  EXPECT_EQ(Sum(m, "drover_gateway_replica_prefix_hit_blocks_total{"), kMaxBlocks) << m;  // the second: all of it
 }
 
 }  // namespace

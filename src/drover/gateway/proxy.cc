@@ -312,6 +312,8 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
       o = co_await Forward(w, *r, path, body, strip_usage, sink, res, &why);
     }
     if (o == Outcome::kDone) co_return;
+    // It never got the prompt: its cache is no reason to go back there.
+    if (!pick.chain.empty()) r->prefixes.Erase(pick.salt, pick.chain);
   }
   if (entry.route.scales_from_zero && !waited) {
     std::vector<std::string> dead;
