@@ -61,6 +61,7 @@ namespace {
 
 using drover::gateway::testing::ChildProcess;
 using drover::gateway::testing::Conn;
+using drover::gateway::testing::SumSamples;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -176,18 +177,6 @@ double Quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-// The samples of the lines that start with `prefix`, summed.
-double Sum(const std::string& text, const std::string& prefix) {
-  double sum = 0;
-  for (size_t pos = text.find(prefix); pos != std::string::npos; pos = text.find(prefix, pos + 1)) {
-    if (pos != 0 && text[pos - 1] != '\n') continue;
-    const size_t end = text.find('\n', pos);
-    const std::string line = text.substr(pos, end - pos);
-    sum += std::atof(line.c_str() + line.rfind(' ') + 1);
-  }
-  return sum;
-}
-
 // A histogram's q-quantile (the bucket's upper bound) from exposition text.
 double HistogramQuantile(const std::string& text, const std::string& name, double q) {
   std::vector<std::pair<double, double>> buckets;  // (le, cumulative)
@@ -296,8 +285,8 @@ CellResult RunCell(const Options& o, double rate, const std::string& policy, con
   double queried = 0, hits = 0;
   for (auto& e : engines) {
     const std::string m = drover::gateway::testing::Http(e->port(), "GET", "/metrics").body;
-    queried += Sum(m, "vllm:prefix_cache_queries_total");
-    hits += Sum(m, "vllm:prefix_cache_hits_total");
+    queried += SumSamples(m, "vllm:prefix_cache_queries_total");
+    hits += SumSamples(m, "vllm:prefix_cache_hits_total");
   }
   r.hit = queried > 0 ? hits / queried : -1;
   const std::string gm = drover::gateway::testing::Http(port, "GET", "/metrics").body;

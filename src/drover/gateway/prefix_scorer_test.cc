@@ -26,6 +26,7 @@ namespace {
 using json = nlohmann::json;
 using testing::ChildProcess;
 using testing::Http;
+using testing::SumSamples;
 
 // A text of `n` bytes (no whitespace) that differs from every other seed's
 // in every block.
@@ -325,18 +326,6 @@ bool HasLine(const std::string& text, const std::vector<std::string>& parts) {
   return false;
 }
 
-// The sum of the samples of the lines that start with `prefix`.
-double Sum(const std::string& text, const std::string& prefix) {
-  double sum = 0;
-  for (size_t pos = text.find(prefix); pos != std::string::npos; pos = text.find(prefix, pos + 1)) {
-    if (pos != 0 && text[pos - 1] != '\n') continue;
-    const size_t end = text.find('\n', pos);
-    const std::string line = text.substr(pos, end - pos);
-    sum += std::atof(line.c_str() + line.rfind(' ') + 1);
-  }
-  return sum;
-}
-
 int64_t Served(const ChildProcess& e) {
   std::string m = Http(e.port(), "GET", "/metrics").body;
   size_t at = m.find("\ndrover_test_engine_requests_total ");
@@ -368,6 +357,15 @@ class PrefixRoutingTest : public ::testing::Test {
     std::vector<int64_t> n;
     for (auto& e : engines_) n.push_back(Served(*e));
     return n;
+  }
+  // Posts `body`; the index of the replica that served it.
+  size_t PostAndFindHome(const std::string& body) {
+    auto before = ServedNow();
+    EXPECT_EQ(Post(body), 200);
+    auto after = ServedNow();
+    size_t home = 0;
+    while (home < after.size() && after[home] == before[home]) ++home;
+    return home;
   }
   // How many replicas served requests between two readings, and the most one did.
   static std::pair<int, int64_t> Spread(const std::vector<int64_t>& before, const std::vector<int64_t>& after) {
@@ -402,15 +400,15 @@ TEST_F(PrefixRoutingTest, AConversationStaysWithTheReplicaThatHoldsItsPrefix) {
   EXPECT_TRUE(HasLine(m, {"drover_gateway_replica_picks_total{", "policy=\"prefix-load\"", "reason=\"prefix\"", "} 7"}))
       << m;
   // Each of the 7 held at least the system prompt's 23 blocks.
-  EXPECT_GE(Sum(m, "drover_gateway_replica_prefix_hit_blocks_total{"), 7 * 23) << m;
-  EXPECT_GT(Sum(m, "drover_gateway_replica_prefix_cache_blocks{"), 0) << m;
+  EXPECT_GE(SumSamples(m, "drover_gateway_replica_prefix_hit_blocks_total{"), 7 * 23) << m;
+  EXPECT_GT(SumSamples(m, "drover_gateway_replica_prefix_cache_blocks{"), 0) << m;
   // And the engine found them: after the first turn, all but each turn's
   // new words (and a part block) came from its cache.
   double queried = 0, hits = 0;
   for (auto& e : engines_) {
     std::string em = Http(e->port(), "GET", "/metrics").body;
-    queried += Sum(em, "vllm:prefix_cache_queries_total");
-    hits += Sum(em, "vllm:prefix_cache_hits_total");
+    queried += SumSamples(em, "vllm:prefix_cache_queries_total");
+    hits += SumSamples(em, "vllm:prefix_cache_hits_total");
   }
   EXPECT_GT(hits / queried, 0.7) << hits << " of " << queried;
 }
@@ -429,18 +427,14 @@ TEST_F(PrefixRoutingTest, AReplicaThatGoesTakesItsPrefixesWithIt) {
   gw_->SetRoutes({MakeRoute(RoutingPolicy::Kind::kPrefixLoad)});
   const std::string body = ChatBody({Text(3000, 1), Text(200, 2)});
   ASSERT_EQ(Post(body), 200);
-  auto before = ServedNow();
-  ASSERT_EQ(Post(body), 200);
-  auto after = ServedNow();
-  size_t home = 0;
-  while (home < after.size() && after[home] == before[home]) ++home;
-  ASSERT_LT(home, after.size());
+  const size_t home = PostAndFindHome(body);
+  ASSERT_LT(home, engines_.size());
   // The replica leaves the routes: the prompt goes elsewhere, and is
   // remembered there from then on.
   Route r = MakeRoute(RoutingPolicy::Kind::kPrefixLoad);
   r.replicas.erase(r.replicas.begin() + static_cast<ptrdiff_t>(home));
   gw_->SetRoutes({r});
-  before = ServedNow();
+  auto before = ServedNow();
   for (int i = 0; i < 4; ++i) ASSERT_EQ(Post(body), 200);
   auto [used, most] = Spread(before, ServedNow());
   EXPECT_EQ(used, 1);
@@ -456,17 +450,13 @@ TEST_F(PrefixRoutingTest, AReplicaThatGoesTakesItsPrefixesWithIt) {
 TEST_F(PrefixRoutingTest, AReplicaThatDiesIsLeftAfterOneRetry) {
   gw_->SetRoutes({MakeRoute(RoutingPolicy::Kind::kPrefixLoad)});
   const std::string body = ChatBody({Sentence(400, 1), Sentence(30, 2)});
-  auto before = ServedNow();
-  ASSERT_EQ(Post(body), 200);
-  auto after = ServedNow();
-  size_t home = 0;
-  while (home < after.size() && after[home] == before[home]) ++home;
-  ASSERT_LT(home, after.size());
+  const size_t home = PostAndFindHome(body);
+  ASSERT_LT(home, engines_.size());
   engines_[home]->Kill();  // still in the routes: the control plane has not noticed yet
   for (int i = 0; i < 5; ++i) ASSERT_EQ(Post(body), 200);
   // One retry: the dead replica lost its claim to the prefix with it.
   std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
-  EXPECT_EQ(Sum(m, "drover_gateway_upstream_retries_total "), 1) << m;
+  EXPECT_EQ(SumSamples(m, "drover_gateway_upstream_retries_total "), 1) << m;
 }
 
 TEST_F(PrefixRoutingTest, AHugePromptIsHashedWithinItsBound) {
@@ -479,8 +469,8 @@ TEST_F(PrefixRoutingTest, AHugePromptIsHashedWithinItsBound) {
   ASSERT_EQ(Post(body), 200);
   ASSERT_EQ(Post(body), 200);
   std::string m = Http(gw_->port(), "GET", "/metrics", {}, "Authorization: Bearer k-admin\r\n").body;
-  EXPECT_EQ(Sum(m, "drover_gateway_replica_prefix_blocks_total{"), 2 * kMaxBlocks) << m;
-  EXPECT_EQ(Sum(m, "drover_gateway_replica_prefix_hit_blocks_total{"), kMaxBlocks) << m;  // the second: all of it
+  EXPECT_EQ(SumSamples(m, "drover_gateway_replica_prefix_blocks_total{"), 2 * kMaxBlocks) << m;
+  EXPECT_EQ(SumSamples(m, "drover_gateway_replica_prefix_hit_blocks_total{"), kMaxBlocks) << m;  // the second: all of it
 }
 
 }  // namespace
