@@ -203,6 +203,11 @@ struct CellResult {
 CellResult RunCell(const Options& o, double rate, const std::string& policy, const std::string& engine_binary) {
   std::vector<std::string> systems;
   const std::vector<Session> sessions = Sessions(o, rate, &systems);
+  if (std::getenv("BENCH_DEBUG") != nullptr) {
+    size_t turns = 0;
+    for (const Session& s : sessions) turns += s.turns.size();
+    std::fprintf(stderr, "%zu sessions, %zu turns\n", sessions.size(), turns);
+  }
   std::vector<std::unique_ptr<ChildProcess>> engines;
   drover::gateway::Route route("m", "dep-m", "", false, {});
   for (int i = 0; i < o.replicas; ++i) {
