@@ -8,6 +8,7 @@
 //                        [--prefill-us 150] [--token-delay-us 1500]
 //                        [--decode-slowdown 0.02] [--max-tokens-cap 96]
 //                        [--think-ms 300] [--timeout-s 30] [--seed 1]
+//                        [--max-running 0]
 //   prefix_routing_bench --micro
 //
 // --micro: the scorer's own cost per request, without the network: the
@@ -31,7 +32,8 @@
 // Engines: --replicas drover-test-engine processes, each with a prefix
 // cache of --cache-tokens, --prefill-us per uncached token (one prefill lane
 // per engine), --token-delay-us per token growing by --decode-slowdown per
-// other request generating. Fresh engines and a fresh gateway (in this
+// other request generating, at most --max-running requests at once (the
+// others queue in the engine; 0: no limit). Fresh engines and a fresh gateway (in this
 // process, engine metrics scraped every 500 ms) for every (rate, policy).
 // "affinity" sends an x-session-id per session with the gateway's affinity
 // on; the others send none.
@@ -87,6 +89,7 @@ struct Options {
   double think_ms = 300;
   double timeout_s = 30;
   uint64_t seed = 1;
+  int64_t max_running = 0;
 };
 
 struct Turn {
@@ -222,7 +225,8 @@ CellResult RunCell(const Options& o, double rate, const std::string& policy, con
     engines.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
         engine_binary, "--port", "0", "--model", "m", "--threads", "2", "--prefix-cache-tokens",
         std::to_string(o.cache_tokens), "--prefill-us-per-token", std::to_string(o.prefill_us), "--token-delay-us",
-        std::to_string(o.token_delay_us), "--decode-slowdown", std::to_string(o.decode_slowdown)}));
+        std::to_string(o.token_delay_us), "--decode-slowdown", std::to_string(o.decode_slowdown), "--max-running",
+        std::to_string(o.max_running)}));
     if (engines.back()->port() <= 0) {
       std::fprintf(stderr, "prefix_routing_bench: the engine did not start\n");
       std::exit(1);
@@ -395,6 +399,7 @@ int main(int argc, char** argv) {
     else if (a == "--think-ms") o.think_ms = std::atof(v.c_str());
     else if (a == "--timeout-s") o.timeout_s = std::atof(v.c_str());
     else if (a == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--max-running") o.max_running = std::max<int64_t>(0, std::atoll(v.c_str()));
     else if (a == "--engine") engine = v;
     else return Usage(("unknown flag " + a).c_str());
   }
