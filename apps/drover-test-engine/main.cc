@@ -7,6 +7,7 @@
 //       [--max-running N] [--die-after-tokens N] [--never-ready | --ready-after-ms N]
 //       [--fail-status 503] [--threads N] [--dim 8] [--default-max-tokens 16]
 //       [--api-key K] [--guard-metrics]
+//       [--prefill-us-per-token N] [--prefix-cache-tokens N] [--decode-slowdown F]
 //
 // Prints "listening on PORT" on stdout once it accepts connections.
 //
@@ -31,6 +32,17 @@
 // --guard-metrics (then /metrics asks for it too, as llama.cpp's server
 // does). No key: it answers anyone.
 //
+// An engine's costs (issue 44), so that routing quality can be measured:
+// with --prefill-us-per-token N the first token comes after N us per
+// prompt token (word) not in its prefix cache, the prefills of all
+// requests taking turns as on one accelerator; --prefix-cache-tokens N
+// gives it a prefix cache of N tokens (prefix_cache.h; LRU; 0: none, every
+// token computed); --decode-slowdown F makes each token's delay
+// token_delay * (1 + F * (requests generating - 1)), as a batch's decode
+// step grows with its size. /metrics adds vllm:prefix_cache_queries_total
+// and vllm:prefix_cache_hits_total (tokens, as vLLM counts them) and
+// vllm:kv_cache_usage_perc (running requests' prompt tokens over the cache).
+//
 // Not a model: the words are "w<n>" derived from a hash of the prompt.
 
 #include <poll.h>
@@ -44,6 +56,7 @@
 #include <cstdlib>
 #include <deque>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -61,6 +74,7 @@
 #include <nlohmann/json.hpp>
 
 #include "drover/common/mutex.h"
+#include "prefix_cache.h"
 
 namespace {
 
@@ -91,6 +105,9 @@ struct Config {
   int64_t default_max_tokens = 16;
   std::string api_key;  // empty: no key asked
   bool guard_metrics = false;
+  int64_t prefill_us_per_token = 0;
+  int64_t prefix_cache_tokens = 0;
+  double decode_slowdown = 0;
 };
 
 Config cfg;
@@ -104,6 +121,14 @@ std::atomic<int64_t> unauthorized_total{0};  // requests refused for their key
 // When the simulated accelerator is free again (--embed-call-us).
 Mutex accel_mu;
 std::chrono::steady_clock::time_point accel_free;
+// The prefix cache (--prefix-cache-tokens), made once the flags are read;
+// when the prefill lane is free again (--prefill-us-per-token); the prompt
+// tokens of the requests running now and the requests generating now.
+std::unique_ptr<drover::test_engine::PrefixCacheModel> prefix_cache;
+Mutex prefill_mu;
+std::chrono::steady_clock::time_point prefill_free DROVER_GUARDED_BY(prefill_mu);
+std::atomic<int64_t> running_prompt_tokens{0};
+std::atomic<int64_t> generating{0};
 
 // The completions' slots (--max-running) and the queue for them, as vLLM's
 // scheduler has: running, waiting, and the time each request waited.
@@ -319,6 +344,16 @@ class Session {
           std::to_string(embed_calls_total.load()) +
           "\n# TYPE drover_test_engine_unauthorized_total counter\ndrover_test_engine_unauthorized_total " +
           std::to_string(unauthorized_total.load()) + "\n";
+      m += "# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total" + label + " " +
+           std::to_string(prefix_cache->queried()) +
+           "\n# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total" + label + " " +
+           std::to_string(prefix_cache->hits()) + "\n";
+      if (cfg.prefix_cache_tokens > 0) {  // without a cache, no usage to speak of
+        const double usage = std::min(
+            1.0, static_cast<double>(running_prompt_tokens.load()) / static_cast<double>(cfg.prefix_cache_tokens));
+        m += "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc" + label + " " + std::to_string(usage) +
+             "\n";
+      }
       co_return co_await Send(200, "text/plain; version=0.0.4", m, keep);
     }
     if (path == "/v1/models") {
@@ -371,6 +406,30 @@ class Session {
     }
     uint64_t h = Fnv(prompt);
     bool stream = r.value("stream", false);
+    // Prefill: the tokens not in the prefix cache, on the one prefill lane.
+    const int64_t cached = prefix_cache ? prefix_cache->Admit(prompt) : 0;
+    running_prompt_tokens.fetch_add(pt);
+    struct Running {
+      int64_t tokens;
+      ~Running() { running_prompt_tokens.fetch_sub(tokens); }
+    } running_tokens{pt};
+    if (cfg.prefill_us_per_token > 0 && pt > cached) {
+      std::chrono::steady_clock::time_point done;
+      {
+        MutexLock lock(&prefill_mu);
+        done = std::max(prefill_free, std::chrono::steady_clock::now()) +
+               std::chrono::microseconds(cfg.prefill_us_per_token * (pt - cached));
+        prefill_free = done;
+      }
+      if (!co_await Think(done - std::chrono::steady_clock::now())) {
+        cancelled_total.fetch_add(1);
+        co_return false;
+      }
+    }
+    generating.fetch_add(1);
+    struct Generating {
+      ~Generating() { generating.fetch_sub(1); }
+    } generating_now;
     json usage = {{"prompt_tokens", pt}, {"completion_tokens", n}, {"total_tokens", pt + n}};
     const char* object = chat ? "chat.completion" : "text_completion";
     if (!stream) {
@@ -411,7 +470,9 @@ class Session {
                  {"model", cfg.model},
                  {"choices", json::array({choice})}};
       if (i > 0 && cfg.token_delay_us > 0) {
-        timer.expires_after(std::chrono::microseconds(cfg.token_delay_us));
+        const double batch = static_cast<double>(std::max<int64_t>(0, generating.load() - 1));
+        timer.expires_after(std::chrono::microseconds(
+            static_cast<int64_t>(static_cast<double>(cfg.token_delay_us) * (1 + cfg.decode_slowdown * batch))));
         beast::error_code ec;
         co_await timer.async_wait(Await(ec));
       }
@@ -460,7 +521,7 @@ class Session {
 
   // Waits `d` as a request being generated would; false if the client
   // closed its connection meanwhile (looked at every 10 ms).
-  awaitable<bool> Think(std::chrono::milliseconds d) {
+  awaitable<bool> Think(std::chrono::steady_clock::duration d) {
     net::steady_timer timer(stream_.get_executor());
     const auto end = std::chrono::steady_clock::now() + d;
     for (;;) {
@@ -563,7 +624,8 @@ int Usage(const char* msg) {
             << "\nusage: drover-test-engine [--host H] [--port P] [--model M] [--token-delay-us N] "
                "[--answer-delay-ms N] [--embed-call-us N] [--embed-input-us N] [--max-running N] [--die-after-tokens "
                "N] [--never-ready] [--ready-after-ms N] [--fail-status S] [--threads N] "
-               "[--dim N] [--default-max-tokens N] [--api-key K] [--guard-metrics]\n";
+               "[--dim N] [--default-max-tokens N] [--api-key K] [--guard-metrics] [--prefill-us-per-token N] "
+               "[--prefix-cache-tokens N] [--decode-slowdown F]\n";
   return 2;
 }
 
@@ -611,6 +673,18 @@ int main(int argc, char** argv) {
       const char* v = value();
       if (!v || !*v) return Usage("--api-key needs a value");
       cfg.api_key = v;
+    } else if (a == "--prefill-us-per-token") {
+      if (!num(&cfg.prefill_us_per_token) || cfg.prefill_us_per_token < 0)
+        return Usage("--prefill-us-per-token needs N >= 0");
+    } else if (a == "--prefix-cache-tokens") {
+      if (!num(&cfg.prefix_cache_tokens) || cfg.prefix_cache_tokens < 0)
+        return Usage("--prefix-cache-tokens needs N >= 0");
+    } else if (a == "--decode-slowdown") {
+      const char* v = value();
+      char* end = nullptr;
+      cfg.decode_slowdown = v ? std::strtod(v, &end) : -1;
+      if (!v || *end != '\0' || !(cfg.decode_slowdown >= 0) || cfg.decode_slowdown > 100)
+        return Usage("--decode-slowdown needs 0..100");
     } else if (a == "--guard-metrics") {
       cfg.guard_metrics = true;
     } else if (a == "--never-ready") {
@@ -633,6 +707,8 @@ int main(int argc, char** argv) {
       return Usage(("unknown flag " + a).c_str());
     }
   }
+  // Queried and hits are counted with or without a cache (0: every token computed).
+  prefix_cache = std::make_unique<drover::test_engine::PrefixCacheModel>(cfg.prefix_cache_tokens);
   started = std::chrono::steady_clock::now();
   net::io_context ioc(cfg.threads);
   beast::error_code ec;

@@ -45,14 +45,26 @@ std::unique_ptr<grpc::ClientContext> Deadline(std::chrono::milliseconds d) {
   return ctx;
 }
 
+// A deployment's routing policy; a field left 0 (a server older than the
+// field) or a policy this gateway does not know keeps the default.
+gateway::RoutingPolicy PolicyFrom(const v1::RoutingSpec& spec) {
+  gateway::RoutingPolicy p;
+  gateway::RoutingPolicy::Kind kind;
+  if (gateway::ParseRoutingKind(spec.policy(), &kind)) p.kind = kind;
+  if (spec.prefix_weight() > 0) p.prefix_weight = spec.prefix_weight();
+  if (spec.load_weight() > 0) p.load_weight = spec.load_weight();
+  if (spec.load_bound() > 0) p.load_bound = spec.load_bound();
+  return p;
+}
+
 // The routing table Endpoints describes: one route per served model of a
-// tenant (names are per tenant), with its ready replicas.
+// tenant (names are per tenant), with its ready replicas and its policy.
 std::vector<gateway::Route> RoutesFrom(const v1::EndpointsResponse& resp) {
   std::vector<gateway::Route> routes;
   std::map<std::tuple<std::string, std::string, std::string>, size_t> index;  // (tenant, model, deployment) -> route
   for (const v1::ServingModel& m : resp.models()) {
     index[{m.tenant(), m.model(), m.deployment()}] = routes.size();
-    routes.push_back({m.model(), m.deployment(), m.tenant(), m.scales_from_zero(), {}});
+    routes.push_back({m.model(), m.deployment(), m.tenant(), m.scales_from_zero(), {}, PolicyFrom(m.routing())});
   }
   for (const v1::ServingEndpoint& e : resp.endpoints()) {
     auto it = index.find({e.tenant(), e.model(), e.deployment()});
@@ -118,6 +130,12 @@ void Feed(GatewayRole::State* s) {
       m->set_engine_waiting(l.engine_waiting);
       m->set_queue_ms(l.queue_ms);
       for (const auto& [replica, n] : l.outstanding_by_replica) (*m->mutable_outstanding_by_replica())[replica] = n;
+      for (const gateway::ModelLoad::ReplicaRouting& r : l.routing_by_replica) {
+        v1::ReplicaRouting& out_r = (*m->mutable_routing_by_replica())[r.replica];
+        out_r.set_prefix_blocks(r.prefix_blocks);
+        out_r.set_prefix_hit_blocks(r.prefix_hit_blocks);
+        out_r.set_engine_load(r.engine_load);
+      }
     }
     AddUsage(s->gw->Usage(), &req);
     v1::ReportLoadResponse out;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -237,6 +238,19 @@ inline bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// The sum of the samples of the Prometheus text lines that start with
+// `prefix` (a name, with "{" or " " after it to match it alone).
+inline double SumSamples(const std::string& text, const std::string& prefix) {
+  double sum = 0;
+  for (size_t pos = text.find(prefix); pos != std::string::npos; pos = text.find(prefix, pos + 1)) {
+    if (pos != 0 && text[pos - 1] != '\n') continue;
+    const size_t end = text.find('\n', pos);
+    const std::string line = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    sum += std::atof(line.c_str() + line.rfind(' ') + 1);
+  }
+  return sum;
 }
 
 }  // namespace drover::gateway::testing

@@ -28,6 +28,9 @@ struct DeployArgs {
   std::string gpus = "1", gpu_memory = "0", cpus = "0", memory = "0";
   int replicas = 1, priority = 0, min_replicas = 0, max_replicas = 0;
   double target_outstanding = 0;
+  std::string routing;
+  double prefix_weight = 0, load_weight = 0;
+  int load_bound = 0;
   std::string scale_down_idle, target_queue;
   std::string readiness_path, liveness_path;
   bool readiness_tcp = false, replace = false;
@@ -96,6 +99,13 @@ Result<v1::DeploymentSpec> SpecFrom(const DeployArgs& a) {
     s.mutable_readiness()->set_tcp(a.readiness_tcp && a.readiness_path.empty());
   }
   if (!a.liveness_path.empty()) s.mutable_liveness()->set_http_path(a.liveness_path);
+  if (!a.routing.empty() || a.prefix_weight != 0 || a.load_weight != 0 || a.load_bound != 0) {
+    v1::RoutingSpec* r = s.mutable_routing();
+    r->set_policy(a.routing);
+    r->set_prefix_weight(a.prefix_weight);
+    r->set_load_weight(a.load_weight);
+    r->set_load_bound(a.load_bound);
+  }
   DROVER_RETURN_IF_ERROR(ParsePairs(a.env, "--env", s.mutable_env()));
   DROVER_RETURN_IF_ERROR(ParsePairs(a.selector, "--selector", s.mutable_node_selector()));
   DROVER_ASSIGN_OR_RETURN(nlohmann::json container, ContainerJson(a.container));
@@ -141,6 +151,15 @@ void DescribeDeployment(const v1::Deployment& d, std::ostream& out) {
                        st.image_digest().empty() ? "" : " (" + e(st.image_digest()) + ")");
   }
   out << fmt::format("revision:    {}\n", st.revision());
+  if (s.has_routing()) {
+    const v1::RoutingSpec& r = s.routing();
+    out << fmt::format("routing:     {}", e(Or(r.policy(), "prefix-load")));
+    if (r.policy().empty() || r.policy() == "prefix-load") {
+      out << fmt::format(" (prefix weight {:g}, load weight {:g}, load bound {})", r.prefix_weight(), r.load_weight(),
+                         r.load_bound());
+    }
+    out << "\n";
+  }
   out << fmt::format("load:        {} outstanding, {} waiting", st.outstanding(), st.waiting());
   if (st.engine_waiting() > 0 || st.queue_ms() >= 0) {
     out << fmt::format("; engines: {} queued, queue time {}", std::max<int64_t>(0, st.engine_waiting()),
@@ -149,10 +168,15 @@ void DescribeDeployment(const v1::Deployment& d, std::ostream& out) {
   out << "\n";
   if (!st.message().empty()) out << fmt::format("message:     {}\n", e(st.message()));
   out << "\n";
-  Table t({"REPLICA", "REV", "STATE", "READY", "NODE", "ENDPOINT", "RESTARTS", "OUTSTANDING", "REASON"});
+  Table t({"REPLICA", "REV", "STATE", "READY", "NODE", "ENDPOINT", "RESTARTS", "OUTSTANDING", "ENGINE", "PREFIX HIT",
+           "REASON"});
   for (const v1::DeploymentReplica& r : st.replicas()) {
+    // ENGINE: its own running + waiting requests (scraped); PREFIX HIT: of
+    // the prompt blocks the gateways sent it, those they expected it held.
     t.AddRow({r.job_id(), std::to_string(r.revision()), StateName(r.state()), r.ready() ? "yes" : "no", Or(r.node()),
               Or(r.endpoint()), std::to_string(r.restarts()), std::to_string(r.outstanding()),
+              r.engine_load() >= 0 ? std::to_string(r.engine_load()) : "-",
+              r.expected_prefix_hit() >= 0 ? fmt::format("{:.0f}%", 100 * r.expected_prefix_hit()) : "-",
               r.reason().empty() ? "-" : r.reason()});
   }
   t.Print(out);
@@ -299,6 +323,14 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
                   "gateways with --scrape-engine-metrics; default: off)");
   cmd->add_option("--scale-down-idle", a->scale_down_idle,
                   "auto-scaling to zero: idle time before the last replica stops (default 5m)");
+  cmd->add_option("--routing", a->routing,
+                  "how gateways pick a replica: prefix-load (default: where the prompt's prefix is cached, within a "
+                  "load bound), prefix, least-load, affinity or round-robin");
+  cmd->add_option("--prefix-weight", a->prefix_weight, "prefix-load: weight of the expected prefix-cache hit (default 1)");
+  cmd->add_option("--load-weight", a->load_weight, "prefix-load: weight of the load (default 1)");
+  cmd->add_option("--load-bound", a->load_bound,
+                  "prefix-load: a replica this many requests over the least loaded is never chosen for its cache "
+                  "(default 4)");
   cmd->add_option("--readiness-path", a->readiness_path, "readiness probe: HTTP path (default /health)");
   cmd->add_flag("--readiness-tcp", a->readiness_tcp, "readiness probe: a TCP connect to the port");
   cmd->add_option("--liveness-path", a->liveness_path, "liveness probe: HTTP path (default: none)");

@@ -146,7 +146,7 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
   std::string format;
   if (!Mergeable(info.doc, &inputs, &format) || inputs.size() >= options_.embeddings_batch_max_inputs) {
     std::string body = info.doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    co_await Route(w, entry, "/v1/embeddings", body, false, 0, sink, res);
+    co_await Route(w, entry, "/v1/embeddings", body, false, PickInput::NoPrompt(entry), sink, res);
     co_return;
   }
   EmbeddingsBatch::Item item;
@@ -211,7 +211,7 @@ awaitable<void> GatewayImpl::BatchEmbeddings(Worker* w, const ModelEntry& entry,
     CaptureSink capture;
     CallResult merged_res;
     co_await Route(w, entry, "/v1/embeddings", merged.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                   false, 0, capture, merged_res);
+                   false, PickInput::NoPrompt(entry), capture, merged_res);
     Split(*batch, info.model, capture.status, capture.body);
     for (auto* it : batch->items) {
       if (it == &item) continue;

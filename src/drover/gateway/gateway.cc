@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <map>
+#include <random>
 #include <tuple>
 #include <utility>  // before asio: its awaitable.hpp uses std::exchange
 
@@ -320,6 +321,9 @@ std::string_view PathOf(std::string_view target) {
 
 GatewayImpl::GatewayImpl(GatewayOptions options, Authenticator authenticator, metrics::Registry* registry)
     : options_(std::move(options)),
+      // Secret, so that no client can craft a prompt whose hashes collide
+      // with another's; no decision depends on its value.
+      prefix_secret_((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}() ^ options_.seed),
       auth_(std::move(authenticator), options_.auth_cache_ttl_ms, options_.auth_fail_ttl_ms,
             options_.auth_cache_max_entries),
       auth_pool_(std::make_unique<net::thread_pool>(kAuthThreads)) {
@@ -415,6 +419,17 @@ Status GatewayImpl::Start() {
     auto per = out.Gauge("drover_gateway_replica_outstanding_requests", "Requests in flight, by replica.");
     auto engine = out.Gauge("drover_gateway_replica_engine_load",
                             "The engine's own running + waiting requests, scraped (0 if unknown), by replica.");
+    auto kv = out.Gauge("drover_gateway_replica_engine_kv_usage",
+                        "The engine's KV-cache usage (0..1), scraped, by replica (absent if unknown).");
+    auto blocks = out.Counter("drover_gateway_replica_prefix_blocks_total",
+                              "Prompt blocks (128 bytes) of the requests routed to a replica by a prefix policy.");
+    auto hits = out.Counter("drover_gateway_replica_prefix_hit_blocks_total",
+                            "Of those blocks, the ones the gateway expected the replica to hold in its prefix cache.");
+    auto held = out.Gauge("drover_gateway_replica_prefix_cache_blocks",
+                          "Prompt blocks the gateway remembers having sent to a replica (bounded).");
+    auto picks = out.Counter("drover_gateway_replica_picks_total",
+                             "Replicas chosen, by the route's policy and why (prefix: for its cache; load: the less "
+                             "loaded of two; affinity: a session's; round_robin).");
     for (const auto& [key, e] : t->models) {
       // Served names are per tenant: the tenant tells two `llama`s apart
       // (none for a route every tenant may use).
@@ -428,6 +443,18 @@ Status GatewayImpl::Start() {
         lr.emplace_back("replica", r->id);
         per.Add(lr, static_cast<double>(r->outstanding.load()));
         engine.Add(lr, static_cast<double>(r->engine_load.load()));
+        if (const int64_t k = r->engine_kv_permille.load(); k >= 0) kv.Add(lr, static_cast<double>(k) / 1000.0);
+        blocks.Add(lr, static_cast<double>(r->prefix_blocks.load()));
+        hits.Add(lr, static_cast<double>(r->prefix_hit_blocks.load()));
+        held.Add(lr, static_cast<double>(r->prefixes.size()));
+        for (int reason = 0; reason < 4; ++reason) {
+          const int64_t n = r->picks[reason].load();
+          if (n == 0) continue;
+          metrics::Labels lp = lr;
+          lp.emplace_back("policy", RoutingKindName(e.route.routing.kind));
+          lp.emplace_back("reason", PickReasonName(static_cast<PickReason>(reason)));
+          picks.Add(lp, static_cast<double>(n));
+        }
       }
     }
   });
@@ -576,7 +603,10 @@ std::vector<ModelLoad> GatewayImpl::TakeLoad() {
     l.requests = e.stats->requests.exchange(0);
     for (const auto& r : e.replicas) {
       l.outstanding_by_replica.emplace_back(r->id, r->outstanding.load());
-      if (int64_t q = r->engine_waiting.load(); q >= 0) l.engine_waiting = std::max<int64_t>(l.engine_waiting, 0) + q;
+      const int64_t q = r->engine_waiting.load();
+      if (q >= 0) l.engine_waiting = std::max<int64_t>(l.engine_waiting, 0) + q;
+      l.routing_by_replica.push_back(
+          {r->id, r->prefix_blocks.load(), r->prefix_hit_blocks.load(), q >= 0 ? r->engine_load.load() : -1});
     }
     const int64_t queued = e.stats->queued.exchange(0);
     const int64_t queue_us = e.stats->queue_us.exchange(0);

@@ -91,12 +91,48 @@ struct Upstream {
 // nobody serves). Names are per tenant: routes of two tenants may share a
 // model name, and each key reaches its own tenant's; an admin key reaches
 // another tenant's model when that tenant alone serves the name.
+// How a route's replica is picked (docs/gateway.md, "Replica choice"),
+// from its deployment's spec.
+struct RoutingPolicy {
+  enum class Kind {
+    kPrefixLoad,  // the default: expected prefix-cache hit against load, within load_bound
+    kPrefix,      // the expected hit alone (no load bound): for comparison, it overloads
+    kLeastLoad,   // power of two choices over load
+    kAffinity,    // a request's "user" or x-session-id to one replica (rendezvous), else least-load
+    kRoundRobin,
+  };
+  Kind kind = Kind::kPrefixLoad;
+  // kPrefixLoad: a replica's score is
+  //   prefix_weight * hit - load_weight * (load - least) / (load_bound + 1)
+  // with hit the fraction of the prompt's blocks it holds, load its
+  // requests in flight plus the engine's own queue, least the least loaded
+  // replica's; a replica more than load_bound over the least is never
+  // chosen for its cache.
+  double prefix_weight = 1.0;
+  double load_weight = 1.0;
+  int64_t load_bound = 4;
+};
+// "prefix-load", "prefix", "least-load", "affinity", "round-robin"; "" is
+// the default (prefix-load). False for any other name.
+bool ParseRoutingKind(std::string_view name, RoutingPolicy::Kind* kind);
+const char* RoutingKindName(RoutingPolicy::Kind kind);
+
 struct Route {
+  Route() = default;
+  Route(std::string served, std::string dep, std::string owner, bool from_zero, std::vector<Upstream> ready,
+        RoutingPolicy policy = {})
+      : model(std::move(served)),
+        deployment(std::move(dep)),
+        tenant(std::move(owner)),
+        scales_from_zero(from_zero),
+        replicas(std::move(ready)),
+        routing(policy) {}
   std::string model;
   std::string deployment;
   std::string tenant;
   bool scales_from_zero = false;
   std::vector<Upstream> replicas;  // the READY replicas
+  RoutingPolicy routing;
 };
 
 // Load of one model since the previous TakeLoad().
@@ -115,6 +151,13 @@ struct ModelLoad {
   // request_queue_time_seconds); -1: not known.
   int64_t engine_waiting = -1;
   double queue_ms = -1;
+  // Per replica, since the gateway started: prompt blocks routed there by a
+  // prefix policy, of which expected held; the engine's load (-1: not known).
+  struct ReplicaRouting {
+    std::string replica;
+    int64_t prefix_blocks = 0, prefix_hit_blocks = 0, engine_load = -1;
+  };
+  std::vector<ReplicaRouting> routing_by_replica;
 };
 
 struct GatewayOptions {
@@ -142,7 +185,9 @@ struct GatewayOptions {
   // client gets as a 502 when no other replica answers).
   int retries = 2;
   // Requests with a "user" field or an x-session-id header go to the same
-  // replica while the replica set is unchanged (rendezvous hashing).
+  // replica while the replica set is unchanged (rendezvous hashing), for
+  // every route, whatever its RoutingPolicy; a request without either is
+  // routed by the route's policy.
   bool affinity = false;
   // Merge concurrent /v1/embeddings requests of one model arriving within
   // this window into one upstream call (0: off).

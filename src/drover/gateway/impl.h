@@ -106,7 +106,10 @@ class GatewayImpl final : public Gateway {
   // byte went out (the routes were stale: it had just scaled down), waits
   // once, as a cold start does, for one not tried (`waited` stops a second).
   awaitable<void> Route(Worker* w, const ModelEntry& entry, std::string_view path, std::string_view body,
-                        bool strip_usage, uint64_t affinity, Sink& sink, CallResult& res, bool waited = false);
+                        bool strip_usage, const PickInput& pick, Sink& sink, CallResult& res, bool waited = false);
+  // The salt of `tenant`'s prefix hashes: this gateway's secret mixed with
+  // the tenant, so that no tenant's prompt hashes match another's.
+  uint64_t TenantSalt(std::string_view tenant) const { return Hash64(tenant) ^ prefix_secret_; }
   Status BodyTooLarge() const;  // 413 with the limit
   static Status ReadOnlyKey();  // 403: a viewer's key asked for inference
   awaitable<bool> SendError(Sink& sink, const Status& st, std::string_view param = {}, int64_t retry_after_s = 0);
@@ -160,6 +163,7 @@ class GatewayImpl final : public Gateway {
 
  private:
   const GatewayOptions options_;
+  const uint64_t prefix_secret_;  // TenantSalt's, random per gateway
   AuthCache auth_;
   std::unique_ptr<net::thread_pool> auth_pool_;  // the authenticator's calls (kAuthThreads)
   std::unique_ptr<metrics::Registry> own_registry_;

@@ -196,6 +196,17 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   // The route found: after a cold-start wait, the same tenant's again.
   const std::string route_key = RouteKey(entry->route.tenant, entry->route.model);
   stats->requests.fetch_add(1, std::memory_order_relaxed);
+  // The prompt's prefix, from the body as the client sent it (a rewritten
+  // one is re-serialized), for the routes that route on it.
+  PickInput pick;
+  pick.policy = entry->route.routing;
+  pick.round_robin = &stats->round_robin;
+  if (!embeddings && (pick.policy.kind == RoutingPolicy::Kind::kPrefixLoad ||
+                      pick.policy.kind == RoutingPolicy::Kind::kPrefix)) {
+    pick.salt = TenantSalt(auth->info.tenant);
+    pick.owner = Hash64(auth->info.token_id);
+    pick.chain = PrefixChain(PromptOf(body), pick.salt);
+  }
 
   // Stream: ask the engine for usage if the client did not, and hide that chunk.
   bool strip = false;
@@ -263,26 +274,35 @@ awaitable<void> GatewayImpl::Proxy(Worker* w, std::string_view path, std::string
   } else if (embeddings && options_.embeddings_batch_window_us > 0) {
     co_await BatchEmbeddings(w, *entry, info, sink, res);
   } else {
-    uint64_t affinity = 0;
-    if (options_.affinity) {
+    if (options_.affinity || pick.policy.kind == RoutingPolicy::Kind::kAffinity) {
       if (!info.user.empty())
-        affinity = Hash64(info.user);
+        pick.affinity_key = Hash64(info.user);
       else if (!session_id.empty())
-        affinity = Hash64(session_id);
+        pick.affinity_key = Hash64(session_id);
     }
-    co_await Route(w, *entry, path, body, strip, affinity, sink, res);
+    co_await Route(w, *entry, path, body, strip, pick, sink, res);
   }
   res.Commit();  // if no path did before its last write
 }
 
 awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::string_view path, std::string_view body,
-                                   bool strip_usage, uint64_t affinity, Sink& sink, CallResult& res, bool waited) {
+                                   bool strip_usage, const PickInput& pick, Sink& sink, CallResult& res,
+                                   bool waited) {
   std::vector<Replica*> tried;
   std::string why;
   for (int attempt = 0; attempt <= options_.retries; ++attempt) {
-    Replica* r = PickReplica(entry.replicas, tried, affinity, w->rng);
+    const Pick p = ChooseReplica(entry.replicas, tried, pick, w->rng);
+    Replica* r = p.replica;
     if (r == nullptr) break;
     tried.push_back(r);
+    r->picks[static_cast<int>(p.reason)].fetch_add(1, std::memory_order_relaxed);
+    if (!pick.chain.empty()) {
+      // What it will hold once it has the prompt: the next request with
+      // this prefix (even one arriving meanwhile) goes there too.
+      r->prefixes.Insert(pick.salt, pick.owner, pick.chain);
+      r->prefix_blocks.fetch_add(static_cast<int64_t>(pick.chain.size()), std::memory_order_relaxed);
+      r->prefix_hit_blocks.fetch_add(static_cast<int64_t>(p.hit_blocks), std::memory_order_relaxed);
+    }
     if (attempt > 0) {
       counters_.retries->Inc();
       res.clean = false;
@@ -293,6 +313,8 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
       o = co_await Forward(w, *r, path, body, strip_usage, sink, res, &why);
     }
     if (o == Outcome::kDone) co_return;
+    // It never got the prompt: its cache is no reason to go back there.
+    if (!pick.chain.empty()) r->prefixes.Erase(pick.salt, pick.chain);
   }
   if (entry.route.scales_from_zero && !waited) {
     std::vector<std::string> dead;
@@ -305,7 +327,9 @@ awaitable<void> GatewayImpl::Route(Worker* w, const ModelEntry& entry, std::stri
     }
     auto it = fresh->models.find(key);
     if (it != fresh->models.end() && !it->second.replicas.empty()) {
-      co_await Route(w, it->second, path, body, strip_usage, affinity, sink, res, true);
+      PickInput again = pick;
+      again.policy = it->second.route.routing;
+      co_await Route(w, it->second, path, body, strip_usage, again, sink, res, true);
       co_return;
     }
   }

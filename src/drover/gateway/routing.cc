@@ -51,40 +51,160 @@ int64_t Score(const Replica& r) {
 }
 }  // namespace
 
+bool ParseRoutingKind(std::string_view name, RoutingPolicy::Kind* kind) {
+  using K = RoutingPolicy::Kind;
+  static constexpr std::pair<std::string_view, K> kNames[] = {{"", K::kPrefixLoad},
+                                                              {"prefix-load", K::kPrefixLoad},
+                                                              {"prefix", K::kPrefix},
+                                                              {"least-load", K::kLeastLoad},
+                                                              {"affinity", K::kAffinity},
+                                                              {"round-robin", K::kRoundRobin}};
+  for (const auto& [n, k] : kNames) {
+    if (n == name) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* RoutingKindName(RoutingPolicy::Kind kind) {
+  switch (kind) {
+    case RoutingPolicy::Kind::kPrefixLoad: return "prefix-load";
+    case RoutingPolicy::Kind::kPrefix: return "prefix";
+    case RoutingPolicy::Kind::kLeastLoad: return "least-load";
+    case RoutingPolicy::Kind::kAffinity: return "affinity";
+    case RoutingPolicy::Kind::kRoundRobin: return "round-robin";
+  }
+  return "prefix-load";
+}
+
+const char* PickReasonName(PickReason r) {
+  switch (r) {
+    case PickReason::kPrefix: return "prefix";
+    case PickReason::kLoad: return "load";
+    case PickReason::kAffinity: return "affinity";
+    case PickReason::kRoundRobin: return "round_robin";
+  }
+  return "load";
+}
+
+namespace {
+
+// The replicas of `replicas` not in `tried`, without allocating for up to
+// 16 of them.
+class Candidates {
+ public:
+  Candidates(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried) {
+    if (replicas.size() > std::size(small_)) {
+      big_.resize(replicas.size());
+      cand_ = big_.data();
+    }
+    for (const auto& r : replicas) {
+      if (std::find(tried.begin(), tried.end(), r.get()) == tried.end()) cand_[n_++] = r.get();
+    }
+  }
+  Candidates(const Candidates&) = delete;
+  Candidates& operator=(const Candidates&) = delete;
+  size_t size() const { return n_; }
+  Replica* operator[](size_t i) const { return cand_[i]; }
+
+ private:
+  Replica* small_[16];
+  std::vector<Replica*> big_;
+  Replica** cand_ = small_;
+  size_t n_ = 0;
+};
+
+// The rendezvous winner for `key` unless it has more than twice the least
+// loaded one's load plus 2; null then.
+Replica* ByAffinity(const Candidates& c, uint64_t key) {
+  Replica* best = nullptr;
+  uint64_t best_w = 0;
+  int64_t least = INT64_MAX;
+  for (size_t i = 0; i < c.size(); ++i) {
+    uint64_t w = Mix(key, c[i]->id_hash);
+    if (best == nullptr || w > best_w) {
+      best = c[i];
+      best_w = w;
+    }
+    least = std::min(least, Score(*c[i]));
+  }
+  return Score(*best) <= 2 * least + 2 ? best : nullptr;
+}
+
+Replica* PowerOfTwo(const Candidates& c, FastRng& rng) {
+  if (c.size() == 1) return c[0];
+  size_t a = rng.Next() % c.size();
+  size_t b = rng.Next() % (c.size() - 1);
+  if (b >= a) ++b;
+  return Score(*c[b]) < Score(*c[a]) ? c[b] : c[a];
+}
+
+// ChooseReplica's prefix rules; a null replica when none holds a block.
+Pick ByPrefix(const Candidates& c, const PickInput& in) {
+  const RoutingPolicy& p = in.policy;
+  const bool bounded = p.kind == RoutingPolicy::Kind::kPrefixLoad;
+  int64_t least = INT64_MAX;
+  for (size_t i = 0; i < c.size(); ++i) least = std::min(least, Score(*c[i]));
+  const int64_t bound = std::max<int64_t>(p.load_bound, 0);
+  const double chain = static_cast<double>(in.chain.size());
+  Pick best;
+  int64_t best_load = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    Replica* r = c[i];
+    const int64_t load = Score(*r);
+    // Never chosen for its cache: over the bound, or its KV cache full.
+    if (bounded && (load - least > bound || r->engine_kv_permille.load(std::memory_order_relaxed) >= kKvFullPermille))
+      continue;
+    const size_t hit = r->prefixes.Match(in.salt, in.chain);
+    const double s = bounded ? p.prefix_weight * static_cast<double>(hit) / chain -
+                                   p.load_weight * static_cast<double>(load - least) / static_cast<double>(bound + 1)
+                             : static_cast<double>(hit);
+    if (best.replica == nullptr || s > best.score || (s == best.score && load < best_load)) {
+      best.replica = r;
+      best.score = s;
+      best.hit_blocks = hit;
+      best_load = load;
+    }
+  }
+  if (best.hit_blocks == 0) return {};
+  best.reason = PickReason::kPrefix;
+  return best;
+}
+
+}  // namespace
+
 Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,
                      uint64_t affinity_key, FastRng& rng) {
-  // Candidates without allocating for the common case of nothing tried.
-  Replica* small[16];
-  std::vector<Replica*> big;
-  Replica** cand = small;
-  size_t n = 0;
-  if (replicas.size() > 16) {
-    big.resize(replicas.size());
-    cand = big.data();
-  }
-  for (const auto& r : replicas) {
-    if (std::find(tried.begin(), tried.end(), r.get()) == tried.end()) cand[n++] = r.get();
-  }
-  if (n == 0) return nullptr;
-  if (n == 1) return cand[0];
+  Candidates c(replicas, tried);
+  if (c.size() == 0) return nullptr;
+  if (c.size() == 1) return c[0];
   if (affinity_key != 0) {
-    Replica* best = nullptr;
-    uint64_t best_w = 0;
-    int64_t least = INT64_MAX;
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t w = Mix(affinity_key, cand[i]->id_hash);
-      if (best == nullptr || w > best_w) {
-        best = cand[i];
-        best_w = w;
-      }
-      least = std::min(least, Score(*cand[i]));
-    }
-    if (Score(*best) <= 2 * least + 2) return best;
+    if (Replica* r = ByAffinity(c, affinity_key)) return r;
   }
-  size_t a = rng.Next() % n;
-  size_t b = rng.Next() % (n - 1);
-  if (b >= a) ++b;
-  return Score(*cand[b]) < Score(*cand[a]) ? cand[b] : cand[a];
+  return PowerOfTwo(c, rng);
+}
+
+Pick ChooseReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,
+                   const PickInput& in, FastRng& rng) {
+  using K = RoutingPolicy::Kind;
+  Candidates c(replicas, tried);
+  Pick pick;
+  if (c.size() == 0) return pick;
+  if (in.affinity_key != 0 && c.size() > 1) {
+    if (Replica* r = ByAffinity(c, in.affinity_key)) return {r, PickReason::kAffinity};
+  }
+  const K kind = in.policy.kind;
+  if ((kind == K::kPrefixLoad || kind == K::kPrefix) && !in.chain.empty()) {
+    pick = ByPrefix(c, in);
+    if (pick.replica != nullptr) return pick;
+  }
+  if (kind == K::kRoundRobin && in.round_robin != nullptr) {
+    const uint64_t i = in.round_robin->fetch_add(1, std::memory_order_relaxed);
+    return {c[i % c.size()], PickReason::kRoundRobin};
+  }
+  return {PowerOfTwo(c, rng), PickReason::kLoad};
 }
 
 UsageCell* Meter::Cell(const std::string& tenant, const std::string& model, const std::string& key) {

@@ -17,6 +17,7 @@
 #include "drover/common/metrics.h"
 #include "drover/common/mutex.h"
 #include "drover/gateway/gateway.h"
+#include "drover/gateway/prefix_scorer.h"
 
 namespace drover::gateway {
 
@@ -35,9 +36,19 @@ struct Replica {
   // in seconds, count); -1: none yet. Touched by the scraper only.
   double queue_sum_s = -1, queue_count = -1;
   uint64_t id_hash = 0;
+  // The engine's KV-cache usage (vLLM kv_cache_usage_perc, scraped) in
+  // permille; -1 if unknown.
+  std::atomic<int64_t> engine_kv_permille{-1};
+  // The prompt prefixes routed here recently (prefix_scorer.h); goes with
+  // the replica when it leaves the routes.
+  PrefixCache prefixes;
+  std::atomic<int64_t> prefix_blocks{0};      // blocks of the prompts routed here
+  std::atomic<int64_t> prefix_hit_blocks{0};  // of which the picker expected cached
+  std::atomic<int64_t> picks[4] = {};         // by PickReason
 };
 
 struct ModelStats {
+  std::atomic<uint64_t> round_robin{0};  // RoutingPolicy::kRoundRobin's next
   std::atomic<int64_t> outstanding{0};
   std::atomic<int64_t> waiting{0};
   std::atomic<int64_t> requests{0};  // since the last TakeLoad
@@ -100,6 +111,56 @@ uint64_t Hash64(std::string_view s);
 // Example: outstanding {a:3, b:0, c:1}; the draws pick (a, c): c wins.
 Replica* PickReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,
                      uint64_t affinity_key, FastRng& rng);
+
+// A replica whose engine reports its KV cache this full (permille) is never
+// chosen for its cache: a request there would evict or wait.
+inline constexpr int64_t kKvFullPermille = 950;
+
+// What a request brings to ChooseReplica.
+struct PickInput {
+  RoutingPolicy policy;
+  uint64_t affinity_key = 0;      // Hash64 of "user" or x-session-id; 0: none
+  uint64_t salt = 0;              // the tenant's (PrefixChain)
+  uint64_t owner = 0;             // the client's (its key's) PrefixCache owner
+  std::vector<uint64_t> chain;    // the prompt's PrefixChain; empty: no prompt
+  std::atomic<uint64_t>* round_robin = nullptr;  // the route's (kRoundRobin)
+  // A request without a prompt (embeddings) for `entry`.
+  static PickInput NoPrompt(const ModelEntry& entry) {
+    PickInput in;
+    in.policy = entry.route.routing;
+    in.round_robin = &entry.stats->round_robin;
+    return in;
+  }
+};
+// Why a replica was chosen (the label of drover_gateway_replica_picks_total).
+enum class PickReason { kPrefix = 0, kLoad = 1, kAffinity = 2, kRoundRobin = 3 };
+const char* PickReasonName(PickReason r);
+struct Pick {
+  Replica* replica = nullptr;  // null: every replica was tried
+  PickReason reason = PickReason::kLoad;
+  size_t hit_blocks = 0;       // of in.chain, the blocks it holds
+  double score = 0;            // kPrefix: the winner's score
+};
+
+// A replica of `replicas` not in `tried`, by in.policy:
+// - an affinity key (kAffinity, or any policy when the gateway's affinity
+//   option set one): PickReplica's rendezvous rule;
+// - kPrefixLoad with a chain: among the replicas whose load (outstanding +
+//   engine_load) is at most the least loaded one's plus load_bound, and
+//   whose KV cache is under kKvFullPermille, the one with the highest
+//     prefix_weight * hit - load_weight * (load - least) / (load_bound + 1)
+//   (hit: the fraction of the chain it holds; the lower load on a tie),
+//   when that one holds a block at all;
+// - kPrefix with a chain: the one holding the most blocks, the lower load
+//   on a tie, whatever its load;
+// - kRoundRobin: the next in order;
+// - otherwise (and when no replica holds a block): power of two choices.
+//
+// Example: load {a:1, b:0, c:9}, bound 4, c holds all 4 blocks, a holds 3:
+// c is over the bound; a scores 0.75 - 1 * 1/5 = 0.55, b scores 0: a wins.
+// With kPrefix, c wins.
+Pick ChooseReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,
+                   const PickInput& in, FastRng& rng);
 
 // Counters of one (tenant, model, key). Lock-free updates.
 struct UsageCell {

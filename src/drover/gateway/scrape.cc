@@ -6,7 +6,9 @@
 // replica that does not answer, or publishes none of these, counts 0.
 // The waiting ones alone, and vLLM's request_queue_time_seconds (sum and
 // count, the change since the last scrape), are the queue that TakeLoad
-// reports for the autoscaler. Runs on io thread 0, one replica at a time.
+// reports for the autoscaler. vLLM's KV-cache usage keeps a nearly full
+// replica from being chosen for its prefix cache (routing.h). Runs on io
+// thread 0, one replica at a time.
 
 #include <cmath>
 #include <set>
@@ -22,6 +24,7 @@ struct EngineMetrics {
   double load = -1;     // running + waiting
   double waiting = -1;  // waiting only
   double queue_sum_s = -1, queue_count = -1;
+  double kv_usage = -1;  // 0..1, the largest of the label sets
 };
 
 void Add(double* into, double v) { *into = std::max(*into, 0.0) + v; }
@@ -43,7 +46,9 @@ EngineMetrics ReadEngineMetrics(std::string_view text) {
     const bool waiting = name == "vllm:num_requests_waiting" || name == "llamacpp:requests_deferred";
     const bool qsum = name == "vllm:request_queue_time_seconds_sum";
     const bool qcount = name == "vllm:request_queue_time_seconds_count";
-    if (!running && !waiting && !qsum && !qcount) continue;
+    // vLLM before 0.10 says gpu_cache_usage_perc, later kv_cache_usage_perc (a fraction, despite the name).
+    const bool kv = name == "vllm:kv_cache_usage_perc" || name == "vllm:gpu_cache_usage_perc";
+    if (!running && !waiting && !qsum && !qcount && !kv) continue;
     size_t sp = line.rfind(' ');
     if (sp == std::string_view::npos) continue;
     std::string v(line.substr(sp + 1));
@@ -54,6 +59,7 @@ EngineMetrics ReadEngineMetrics(std::string_view text) {
     if (waiting) Add(&m.waiting, d);
     if (qsum) Add(&m.queue_sum_s, d);
     if (qcount) Add(&m.queue_count, d);
+    if (kv) m.kv_usage = std::max(m.kv_usage, std::min(d, 1.0));
   }
   return m;
 }
@@ -106,6 +112,8 @@ awaitable<void> GatewayImpl::ScrapeLoop(Worker* w) {
         }
         r->engine_load.store(m.load > 0 ? static_cast<int64_t>(m.load + 0.5) : 0, std::memory_order_relaxed);
         r->engine_waiting.store(m.waiting >= 0 ? static_cast<int64_t>(m.waiting + 0.5) : -1, std::memory_order_relaxed);
+        r->engine_kv_permille.store(m.kv_usage >= 0 ? static_cast<int64_t>(m.kv_usage * 1000 + 0.5) : -1,
+                                    std::memory_order_relaxed);
         AddQueueTime(*r, m, *e.stats);
         s.close();
       }

@@ -67,6 +67,19 @@ Status ValidateLoadReport(const v1::ReportLoadRequest& req) {
         return InvalidArgument(fmt::format("model '{}': counts must be 0..{}", m.model(), kMaxLoadCount));
       }
     }
+    if (m.routing_by_replica_size() > kMaxLoadReplicas) {
+      return InvalidArgument(fmt::format("model '{}': at most {} replicas", m.model(), kMaxLoadReplicas));
+    }
+    for (const auto& [replica, r] : m.routing_by_replica()) {
+      DROVER_RETURN_IF_ERROR(ParseJobId(replica).status());
+      // Since the gateway started: blocks may pass kMaxLoadCount, never INT64_MAX / 2 (LoadOf sums them).
+      if (r.prefix_blocks() < 0 || r.prefix_hit_blocks() < 0 || r.prefix_hit_blocks() > r.prefix_blocks() ||
+          r.prefix_blocks() > INT64_MAX / 1024 || r.engine_load() < -1 || r.engine_load() > kMaxLoadCount) {
+        return InvalidArgument(fmt::format(
+            "model '{}': replica '{}': prefix blocks must be 0.., hit blocks at most those, engine_load -1..{}",
+            m.model(), replica, kMaxLoadCount));
+      }
+    }
   }
   if (req.usage_size() > kMaxUsageRows) {
     return InvalidArgument(

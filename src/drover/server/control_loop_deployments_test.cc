@@ -238,7 +238,36 @@ TEST_F(DeploymentTest, ADeploymentRunsItsReplicasAndSaysWhyItIsNotReady) {
   ASSERT_EQ(eps.models_size(), 1);
   EXPECT_EQ(eps.models(0).model(), "llama");
   EXPECT_FALSE(eps.models(0).scales_from_zero());
+  EXPECT_EQ(eps.models(0).routing().policy(), "prefix-load");  // the default, for the gateways
+  EXPECT_EQ(eps.models(0).routing().load_bound(), 4);
   EXPECT_EQ(eps.endpoints_size(), 2);
+}
+
+TEST_F(DeploymentTest, TheGatewaysPrefixHitsShowPerReplica) {
+  Connect("n1", 4);
+  Apply(DSpec("chat", 2));
+  std::vector<v1::Job> rs = Replicas("chat");
+  ASSERT_EQ(rs.size(), 2u);
+  for (const char* gw : {"gw-1", "gw-2"}) {
+    v1::ReportLoadRequest r = Load("chat", 0, 0, 1, gw);
+    v1::ReplicaRouting& a = (*r.mutable_models(0)->mutable_routing_by_replica())[rs[0].id()];
+    a.set_prefix_blocks(100);
+    a.set_prefix_hit_blocks(std::string(gw) == "gw-1" ? 90 : 70);
+    a.set_engine_load(std::string(gw) == "gw-1" ? 3 : 5);
+    Must(loop_->ReportLoad(r));
+  }
+  Tick();
+  v1::Deployment d = GetD("chat");
+  ASSERT_EQ(d.status().replicas_size(), 2);
+  for (const v1::DeploymentReplica& r : d.status().replicas()) {
+    if (r.job_id() == rs[0].id()) {
+      EXPECT_DOUBLE_EQ(r.expected_prefix_hit(), 0.8);  // 160 of 200 blocks, both gateways
+      EXPECT_EQ(r.engine_load(), 5);                   // the same engine: the latest, highest reading
+    } else {
+      EXPECT_EQ(r.expected_prefix_hit(), -1);  // nothing routed there by prefix
+      EXPECT_EQ(r.engine_load(), -1);
+    }
+  }
 }
 
 TEST_F(DeploymentTest, AFailedReplicaIsReplacedAfterABackOff) {

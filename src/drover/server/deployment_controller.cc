@@ -150,6 +150,12 @@ DeploymentController::GatewayLoad DeploymentController::LoadOf(const std::string
     sum.outstanding += l.outstanding;
     sum.waiting += l.waiting;
     for (const auto& [replica, n] : l.by_replica) sum.by_replica[replica] += n;
+    for (const auto& [replica, r] : l.routing) {
+      GatewayLoad::Routing& into = sum.routing[replica];
+      into.blocks += r.blocks;
+      into.hit_blocks += r.hit_blocks;
+      into.engine_load = std::max(into.engine_load, r.engine_load);  // every gateway scrapes the same engine
+    }
     sum.at_ns = std::max(sum.at_ns, l.at_ns);
     sum.engine_waiting = std::max(sum.engine_waiting, l.engine_waiting);
     sum.queue_ms = std::max(sum.queue_ms, l.queue_ms);
@@ -335,6 +341,14 @@ v1::Deployment DeploymentController::View(const Entry& d) const {
       r->set_reason(rs.not_ready_reason());
     }
     if (auto o = load.by_replica.find(job.id()); o != load.by_replica.end()) r->set_outstanding(o->second);
+    r->set_expected_prefix_hit(-1);
+    r->set_engine_load(-1);
+    if (auto o = load.routing.find(job.id()); o != load.routing.end()) {
+      if (o->second.blocks > 0) {
+        r->set_expected_prefix_hit(static_cast<double>(o->second.hit_blocks) / static_cast<double>(o->second.blocks));
+      }
+      r->set_engine_load(o->second.engine_load);
+    }
     if (Stopping(job)) {
       r->set_reason("stopping");
       continue;
@@ -495,6 +509,7 @@ v1::EndpointsResponse DeploymentController::Endpoints() const {
     m->set_tenant(spec.tenant());
     m->set_scales_from_zero(spec.min_replicas() == 0 && spec.max_replicas() > 0);
     m->set_created_unix_nanos(d.record.status().created_unix_nanos());
+    *m->mutable_routing() = spec.routing();
     for (uint64_t seq : d.replicas) {
       auto j = jobs_->find(seq);
       if (j == jobs_->end() || !Ready(j->second)) continue;
@@ -528,6 +543,10 @@ void DeploymentController::ReportLoad(const v1::ReportLoadRequest& report) {
       l.outstanding = std::max<int64_t>(0, m.outstanding());
       l.waiting = std::max<int64_t>(0, m.waiting());
       l.by_replica = {m.outstanding_by_replica().begin(), m.outstanding_by_replica().end()};
+      l.routing.clear();
+      for (const auto& [replica, r] : m.routing_by_replica()) {
+        l.routing[replica] = {r.prefix_blocks(), r.prefix_hit_blocks(), r.engine_load()};
+      }
       l.engine_waiting = m.engine_waiting();
       l.queue_ms = m.queue_ms();
       l.at_ns = now;

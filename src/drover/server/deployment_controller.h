@@ -134,6 +134,12 @@ class DeploymentController {
     int64_t outstanding = 0;
     int64_t waiting = 0;
     std::map<std::string, int64_t> by_replica;
+    // By replica: prefix blocks routed, of which expected held (since the
+    // gateway started), and the engine's load (-1: not known).
+    struct Routing {
+      int64_t blocks = 0, hit_blocks = 0, engine_load = -1;
+    };
+    std::map<std::string, Routing> routing;
     int64_t at_ns = 0;  // when it came (clock_)
     // The engines' queue (-1: not known). Every gateway scrapes the same
     // engines: LoadOf takes the highest, not the sum.

@@ -23,6 +23,30 @@ std::string Excerpt(std::string_view s) {
   return s.size() > 64 ? out + "..." : out;
 }
 
+// The routing policy's defaults filled in and its bounds checked.
+Status NormalizeRouting(v1::RoutingSpec* r) {
+  static const std::set<std::string> kPolicies = {"prefix-load", "prefix", "least-load", "affinity", "round-robin"};
+  if (r->policy().empty()) r->set_policy("prefix-load");
+  if (!kPolicies.contains(r->policy())) {
+    return InvalidArgument(fmt::format(
+        "routing.policy '{}' is unknown (use prefix-load, prefix, least-load, affinity or round-robin)",
+        Excerpt(r->policy())));
+  }
+  if (r->prefix_weight() == 0) r->set_prefix_weight(kDefaultPrefixWeight);
+  if (r->load_weight() == 0) r->set_load_weight(kDefaultLoadWeight);
+  if (r->load_bound() == 0) r->set_load_bound(kDefaultLoadBound);
+  for (auto [field, v] : {std::pair{"routing.prefix_weight", r->prefix_weight()}, {"routing.load_weight", r->load_weight()}}) {
+    if (!std::isfinite(v) || v <= 0 || v > kMaxRoutingWeight) {
+      return InvalidArgument(fmt::format("{} {} is outside (0, {}] (0 means the default)", field, v, kMaxRoutingWeight));
+    }
+  }
+  if (r->load_bound() < 0 || r->load_bound() > kMaxLoadBound) {
+    return InvalidArgument(fmt::format("routing.load_bound {} is outside 0..{} (0 means {})", r->load_bound(),
+                                       kMaxLoadBound, kDefaultLoadBound));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateDeploymentOptions(const DeploymentOptions& o) {
@@ -106,6 +130,7 @@ Status NormalizeDeploymentSpec(v1::DeploymentSpec* spec, const DeploymentOptions
                                        spec->scale_down_idle_seconds(), kMaxScaleDownIdleSeconds,
                                        kDefaultScaleDownIdleSeconds));
   }
+  DROVER_RETURN_IF_ERROR(NormalizeRouting(spec->mutable_routing()));
   if (!spec->readiness().tcp() && spec->readiness().http_path().empty()) {
     spec->mutable_readiness()->set_http_path(std::string(kDefaultReadinessPath));
   }
@@ -202,6 +227,7 @@ bool TemplateChanged(const v1::DeploymentSpec& a, const v1::DeploymentSpec& b) {
     s->clear_target_queue_ms();
     s->clear_scale_down_idle_seconds();
     s->clear_owner();
+    s->clear_routing();  // the gateways' business: no replica restarts for it
   }
   return !google::protobuf::util::MessageDifferencer::Equals(x, y);
 }

@@ -270,6 +270,38 @@ TEST(DeploymentSpecTest, TargetQueueTimeIsChecked) {
   EXPECT_FALSE(TemplateChanged(ok, other));  // a scaling setting: no new revision
 }
 
+TEST(DeploymentSpecTest, RoutingDefaultsToPrefixLoadAndIsChecked) {
+  v1::DeploymentSpec s = Base("vllm");
+  ASSERT_TRUE(NormalizeDeploymentSpec(&s, DeploymentOptions()).ok());
+  EXPECT_EQ(s.routing().policy(), "prefix-load");
+  EXPECT_EQ(s.routing().prefix_weight(), 1.0);
+  EXPECT_EQ(s.routing().load_weight(), 1.0);
+  EXPECT_EQ(s.routing().load_bound(), 4);
+  for (const char* p : {"prefix", "least-load", "affinity", "round-robin"}) {
+    v1::DeploymentSpec a = Base("vllm");
+    a.mutable_routing()->set_policy(p);
+    ASSERT_TRUE(NormalizeDeploymentSpec(&a, DeploymentOptions()).ok()) << p;
+    EXPECT_EQ(a.routing().policy(), p);
+  }
+  auto refused = [](const std::function<void(v1::RoutingSpec*)>& set, const std::string& field) {
+    v1::DeploymentSpec a = Base("vllm");
+    set(a.mutable_routing());
+    Status st = NormalizeDeploymentSpec(&a, DeploymentOptions());
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << field;
+    EXPECT_NE(st.message().find(field), std::string::npos) << st.message();
+  };
+  refused([](v1::RoutingSpec* r) { r->set_policy("random"); }, "routing.policy 'random'");
+  refused([](v1::RoutingSpec* r) { r->set_prefix_weight(-1); }, "routing.prefix_weight");
+  refused([](v1::RoutingSpec* r) { r->set_load_weight(std::nan("")); }, "routing.load_weight");
+  refused([](v1::RoutingSpec* r) { r->set_load_weight(1e9); }, "routing.load_weight");
+  refused([](v1::RoutingSpec* r) { r->set_load_bound(-2); }, "routing.load_bound");
+  // The gateways' business: no new revision, no replica restarted.
+  v1::DeploymentSpec b = s;
+  b.mutable_routing()->set_policy("round-robin");
+  b.mutable_routing()->set_load_bound(9);
+  EXPECT_FALSE(TemplateChanged(s, b));
+}
+
 TEST(DeploymentSpecTest, OptionsAreChecked) {
   EXPECT_TRUE(ValidateDeploymentOptions(DeploymentOptions()).ok());
   DeploymentOptions o;
