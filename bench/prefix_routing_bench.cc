@@ -8,7 +8,7 @@
 //                        [--prefill-us 150] [--token-delay-us 1500]
 //                        [--decode-slowdown 0.02] [--max-tokens-cap 96]
 //                        [--think-ms 300] [--timeout-s 30] [--seed 1]
-//                        [--max-running 0] [--load-bound 4] [--prefix-weight 1]
+//                        [--max-running 0] [--load-bound 12] [--prefix-weight 2]
 //   prefix_routing_bench --micro
 //
 // --micro: the scorer's own cost per request, without the network: the
@@ -90,8 +90,8 @@ struct Options {
   double timeout_s = 30;
   uint64_t seed = 1;
   int64_t max_running = 0;
-  int64_t load_bound = 4;  // prefix-load's weights
-  double prefix_weight = 1;
+  int64_t load_bound = 12;  // prefix-load's weights (the defaults)
+  double prefix_weight = 2;
 };
 
 struct Turn {
