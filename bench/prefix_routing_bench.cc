@@ -8,7 +8,7 @@
 //                        [--prefill-us 150] [--token-delay-us 1500]
 //                        [--decode-slowdown 0.02] [--max-tokens-cap 96]
 //                        [--think-ms 300] [--timeout-s 30] [--seed 1]
-//                        [--max-running 0]
+//                        [--max-running 0] [--load-bound 12] [--prefix-weight 2]
 //   prefix_routing_bench --micro
 //
 // --micro: the scorer's own cost per request, without the network: the
@@ -90,6 +90,8 @@ struct Options {
   double timeout_s = 30;
   uint64_t seed = 1;
   int64_t max_running = 0;
+  int64_t load_bound = 12;  // prefix-load's weights (the defaults)
+  double prefix_weight = 2;
 };
 
 struct Turn {
@@ -237,6 +239,8 @@ CellResult RunCell(const Options& o, double rate, const std::string& policy, con
     std::fprintf(stderr, "prefix_routing_bench: unknown policy %s\n", policy.c_str());
     std::exit(2);
   }
+  route.routing.load_bound = o.load_bound;
+  route.routing.prefix_weight = o.prefix_weight;
   drover::gateway::GatewayOptions go;
   go.io_threads = 2;
   go.affinity = policy == "affinity";
@@ -399,6 +403,8 @@ int main(int argc, char** argv) {
     else if (a == "--think-ms") o.think_ms = std::atof(v.c_str());
     else if (a == "--timeout-s") o.timeout_s = std::atof(v.c_str());
     else if (a == "--seed") o.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--load-bound") o.load_bound = std::max<int64_t>(0, std::atoll(v.c_str()));
+    else if (a == "--prefix-weight") o.prefix_weight = std::atof(v.c_str());
     else if (a == "--max-running") o.max_running = std::max<int64_t>(0, std::atoll(v.c_str()));
     else if (a == "--engine") engine = v;
     else return Usage(("unknown flag " + a).c_str());

@@ -326,11 +326,11 @@ void AddDeployFlags(CLI::App* cmd, DeployArgs* a) {
   cmd->add_option("--routing", a->routing,
                   "how gateways pick a replica: prefix-load (default: where the prompt's prefix is cached, within a "
                   "load bound), prefix, least-load, affinity or round-robin");
-  cmd->add_option("--prefix-weight", a->prefix_weight, "prefix-load: weight of the expected prefix-cache hit (default 1)");
+  cmd->add_option("--prefix-weight", a->prefix_weight, "prefix-load: weight of the expected prefix-cache hit (default 2)");
   cmd->add_option("--load-weight", a->load_weight, "prefix-load: weight of the load (default 1)");
   cmd->add_option("--load-bound", a->load_bound,
                   "prefix-load: a replica this many requests over the least loaded is never chosen for its cache "
-                  "(default 4)");
+                  "(default 12)");
   cmd->add_option("--readiness-path", a->readiness_path, "readiness probe: HTTP path (default /health)");
   cmd->add_flag("--readiness-tcp", a->readiness_tcp, "readiness probe: a TCP connect to the port");
   cmd->add_option("--liveness-path", a->liveness_path, "liveness probe: HTTP path (default: none)");

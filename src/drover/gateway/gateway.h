@@ -108,9 +108,11 @@ struct RoutingPolicy {
   // requests in flight plus the engine's own queue, least the least loaded
   // replica's; a replica more than load_bound over the least is never
   // chosen for its cache.
-  double prefix_weight = 1.0;
+  // Defaults chosen on bench/prefix_routing_bench (docs/performance.md):
+  // bound 4 and weight 1 moved conversations off their replica too soon.
+  double prefix_weight = 2.0;
   double load_weight = 1.0;
-  int64_t load_bound = 4;
+  int64_t load_bound = 12;
 };
 // "prefix-load", "prefix", "least-load", "affinity", "round-robin"; "" is
 // the default (prefix-load). False for any other name.

@@ -177,8 +177,13 @@ class ChooseReplicaTest : public ::testing::Test {
   void SetUp() override {
     for (const char* id : {"a", "b", "c", "d"}) rs_.push_back(MakeReplica(id));
   }
+  // The weights of routing.h's example (prefix 1, load 1, bound 4), which
+  // the arithmetic below follows.
   PickInput Input(const std::string& prompt, uint64_t salt = 1) {
     PickInput in;
+    in.policy.prefix_weight = 1;
+    in.policy.load_weight = 1;
+    in.policy.load_bound = 4;
     in.salt = salt;
     in.owner = 1;
     in.chain = PrefixChain(prompt, salt);

@@ -156,7 +156,7 @@ struct Pick {
 // - kRoundRobin: the next in order;
 // - otherwise (and when no replica holds a block): power of two choices.
 //
-// Example: load {a:1, b:0, c:9}, bound 4, c holds all 4 blocks, a holds 3:
+// Example (weights 1 and 1, bound 4): load {a:1, b:0, c:9}, c holds all 4 blocks, a holds 3:
 // c is over the bound; a scores 0.75 - 1 * 1/5 = 0.55, b scores 0: a wins.
 // With kPrefix, c wins.
 Pick ChooseReplica(const std::vector<std::shared_ptr<Replica>>& replicas, const std::vector<Replica*>& tried,

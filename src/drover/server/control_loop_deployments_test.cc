@@ -239,7 +239,7 @@ TEST_F(DeploymentTest, ADeploymentRunsItsReplicasAndSaysWhyItIsNotReady) {
   EXPECT_EQ(eps.models(0).model(), "llama");
   EXPECT_FALSE(eps.models(0).scales_from_zero());
   EXPECT_EQ(eps.models(0).routing().policy(), "prefix-load");  // the default, for the gateways
-  EXPECT_EQ(eps.models(0).routing().load_bound(), 4);
+  EXPECT_EQ(eps.models(0).routing().load_bound(), 12);
   EXPECT_EQ(eps.endpoints_size(), 2);
 }
 

@@ -42,9 +42,9 @@ inline constexpr int32_t kDefaultScaleDownIdleSeconds = 300;
 inline constexpr int32_t kMaxScaleDownIdleSeconds = 7 * 24 * 3600;
 inline constexpr size_t kMaxModelPathBytes = 1024;
 // RoutingSpec's defaults and bounds (docs/gateway.md, "Replica choice").
-inline constexpr double kDefaultPrefixWeight = 1.0;
+inline constexpr double kDefaultPrefixWeight = 2.0;
 inline constexpr double kDefaultLoadWeight = 1.0;
-inline constexpr int32_t kDefaultLoadBound = 4;
+inline constexpr int32_t kDefaultLoadBound = 12;
 inline constexpr double kMaxRoutingWeight = 1000.0;
 inline constexpr int32_t kMaxLoadBound = 100'000;
 // The readiness probe of a deployment that names none.
@@ -53,7 +53,7 @@ inline constexpr std::string_view kDefaultReadinessPath = "/health";
 // Checks every field and fills the defaults: served_model_name (the name),
 // engine (custom when a command or an image is given), gpus 1 (unless a share),
 // readiness GET /health, target_outstanding 4, scale_down_idle_seconds 300,
-// routing prefix-load with weights 1 and 1 and a load bound of 4.
+// routing prefix-load with prefix weight 2, load weight 1, a load bound of 12.
 // The tenant and owner must already be set (the caller's). The replica job
 // it makes is checked too (rpc::NormalizeJobSpec: env, selector, sizes).
 // kInvalidArgument with the field's name and the rule.

@@ -274,9 +274,9 @@ TEST(DeploymentSpecTest, RoutingDefaultsToPrefixLoadAndIsChecked) {
   v1::DeploymentSpec s = Base("vllm");
   ASSERT_TRUE(NormalizeDeploymentSpec(&s, DeploymentOptions()).ok());
   EXPECT_EQ(s.routing().policy(), "prefix-load");
-  EXPECT_EQ(s.routing().prefix_weight(), 1.0);
+  EXPECT_EQ(s.routing().prefix_weight(), 2.0);
   EXPECT_EQ(s.routing().load_weight(), 1.0);
-  EXPECT_EQ(s.routing().load_bound(), 4);
+  EXPECT_EQ(s.routing().load_bound(), 12);
   for (const char* p : {"prefix", "least-load", "affinity", "round-robin"}) {
     v1::DeploymentSpec a = Base("vllm");
     a.mutable_routing()->set_policy(p);
