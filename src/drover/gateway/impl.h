@@ -26,8 +26,7 @@ namespace drover::gateway {
 // What the metrics collector reads; shared with it, so it outlives the
 // gateway if the registry does.
 struct SharedState {
-  SharedState(metrics::HistogramFamily* latency, metrics::HistogramFamily* first_token)
-      : meter(latency, first_token) {}
+  SharedState(metrics::HistogramFamily* latency, metrics::HistogramFamily* first_token) : meter(latency, first_token) {}
   Meter meter;
   Mutex routes_mu;
   std::shared_ptr<const RouteTable> routes DROVER_GUARDED_BY(routes_mu);  // never null

@@ -120,6 +120,13 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
       pending.push_back(out.size() - 1);
       continue;
     }
+    // The board keeps the wait class first, then the reason:
+    // "CLASS\x1fREASON" (neither holds the unit separator).
+    const size_t cut = reason->find('\x1f');
+    if (cut != std::string::npos) {
+      copy.mutable_status()->set_wait_class(reason->substr(0, cut));
+      reason->erase(0, cut + 1);
+    }
     copy.mutable_status()->set_message(WithOwnMessage(std::move(*reason), *job));
   }
   if (pending.empty()) {
@@ -140,7 +147,9 @@ void ControlLoop::AnswerWithReasons(std::vector<JobReplica::JobPtr> jobs,
           const v1::Job* live = jobs_.Find(job.id());
           if (live == nullptr || live->status().state() != v1::JOB_STATE_PENDING) continue;
           std::string reason = WaitReason(*live);
-          rendered.emplace_back(*ParseJobId(job.id()), reason);
+          const std::string_view cls = WaitClass(*live);
+          rendered.emplace_back(*ParseJobId(job.id()), std::string(cls) + '\x1f' + reason);
+          job.mutable_status()->set_wait_class(std::string(cls));
           job.mutable_status()->set_message(WithOwnMessage(std::move(reason), *live));
         }
         board_.PutReasons(reason_epoch_, std::move(rendered));
