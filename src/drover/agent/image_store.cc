@@ -175,10 +175,13 @@ ImageConfig ConfigFrom(const json& j) {
 // containers-storage's own records (the overlay driver's, read only):
 // which image holds a manifest digest, its layers top first, where their
 // short lower names are, and how large each layer unpacked is.
+// Load reads its two lists once; the lookups below read what it read.
 struct Storage {
   explicit Storage(std::string g) : graph(std::move(g)) {}
   std::string graph;  // <root>/storage
-  std::map<std::string, int64_t> layer_bytes;  // filled by Layers()
+  json images = json::array();
+  std::map<std::string, std::string> parent;   // every complete layer -> its parent ("" none)
+  std::map<std::string, int64_t> layer_bytes;  // every complete layer -> its size unpacked
 
   struct Image {
     std::string id;
@@ -198,10 +201,10 @@ struct Storage {
     return j;
   }
 
-  // Every complete layer and its parent.
-  Result<std::map<std::string, std::string>> Layers() {
+  Status Load() {
+    DROVER_ASSIGN_OR_RETURN(images, ReadList(graph + "/overlay-images/images.json"));
     DROVER_ASSIGN_OR_RETURN(json list, ReadList(graph + "/overlay-layers/layers.json"));
-    std::map<std::string, std::string> parent;
+    parent.clear();
     layer_bytes.clear();
     for (const json& l : list) {
       if (!l.is_object() || !l.contains("id") || !l["id"].is_string()) continue;
@@ -210,12 +213,11 @@ struct Storage {
       parent[id] = l.value("parent", "");
       layer_bytes[id] = l.contains("diff-size") && l["diff-size"].is_number_integer() ? l["diff-size"].get<int64_t>() : 0;
     }
-    return parent;
+    return Status::Ok();
   }
 
   // The image whose manifest digest is `digest`; kNotFound when none.
-  Result<Image> Find(const std::string& digest, size_t max_layers) {
-    DROVER_ASSIGN_OR_RETURN(json images, ReadList(graph + "/overlay-images/images.json"));
+  Result<Image> Find(const std::string& digest, size_t max_layers) const {
     const json* found = nullptr;
     for (const json& im : images) {
       if (!im.is_object() || !im.contains("id") || !im["id"].is_string()) continue;
@@ -230,7 +232,6 @@ struct Storage {
     if (found == nullptr) return NotFound(fmt::format("containers-storage holds no image of {}", digest));
     Image out;
     out.id = (*found)["id"];
-    DROVER_ASSIGN_OR_RETURN(auto parent, Layers());
     std::string at = found->value("layer", "");
     while (!at.empty()) {
       auto it = parent.find(at);
@@ -262,6 +263,18 @@ struct Storage {
       if (blob.ok() && "sha256:" + auth::Sha256Hex(*blob) == config_digest) return *blob;
     }
     return Unavailable(fmt::format("containers-storage holds no config {} for image {}", config_digest, id));
+  }
+
+  // `found`'s layers on `im`: its id, layers, lowers (`empty`, a directory,
+  // for an image of none) and size.
+  void Fill(const Image& found, const std::string& empty, StoredImage* im) const {
+    im->storage_id = found.id;
+    im->layers = found.layers;
+    im->lowers = found.lowers.empty() ? std::vector<std::string>{empty} : found.lowers;
+    im->size_bytes = 0;
+    for (const std::string& l : im->layers) {
+      if (auto it = layer_bytes.find(l); it != layer_bytes.end()) im->size_bytes += it->second;
+    }
   }
 };
 
@@ -299,6 +312,9 @@ Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions o) {
   std::unique_ptr<ImageStore> store(new ImageStore(std::move(o)));
   store->EmptyTmp();
   Storage storage{store->opts_.root + "/storage"};
+  if (Status loaded = storage.Load(); !loaded.ok()) {
+    spdlog::warn("image store: {}; its images are pulled again", loaded.message());
+  }
   std::set<std::string> kept;  // storage ids
   auto text = ReadTextFile(store->opts_.root + "/images.json", 16 << 20);
   if (text.ok()) {
@@ -313,16 +329,11 @@ Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions o) {
         // Where its layers are now, from containers-storage's own records.
         auto found = storage.Find(im.digest, store->opts_.max_layers);
         if (!found.ok() || found->id != e["storage_id"].get<std::string>()) continue;
-        im.storage_id = found->id;
-        im.layers = found->layers;
-        im.lowers = found->lowers.empty() ? std::vector<std::string>{store->opts_.root + "/empty"} : found->lowers;
+        storage.Fill(*found, store->opts_.root + "/empty", &im);
         im.references = e.value("references", std::vector<std::string>{});
         im.last_used_unix_nanos = e.value("last_used_unix_nanos", int64_t{0});
         if (e.contains("config") && e["config"].is_object()) im.config = ConfigFrom(e["config"]);
-        for (const std::string& l : im.layers) {
-          store->layer_bytes_[l] = storage.layer_bytes[l];
-          im.size_bytes += storage.layer_bytes[l];
-        }
+        for (const std::string& l : im.layers) store->layer_bytes_[l] = storage.layer_bytes[l];
         for (const std::string& r : im.references) store->references_[r] = im.digest;
         kept.insert(im.storage_id);
         store->images_[im.digest] = std::move(im);
@@ -331,12 +342,10 @@ Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions o) {
   }
   // What containers-storage holds that the list does not (a crash between
   // a pull and the list's save): removed, its layers with it.
-  if (auto all = Storage::ReadList(storage.graph + "/overlay-images/images.json"); all.ok()) {
-    for (const json& im : *all) {
-      if (!im.is_object() || !im.contains("id") || !im["id"].is_string()) continue;
-      const std::string id = im["id"];
-      if (!kept.contains(id)) store->RemoveStored({id});
-    }
+  for (const json& im : storage.images) {
+    if (!im.is_object() || !im.contains("id") || !im["id"].is_string()) continue;
+    const std::string id = im["id"];
+    if (!kept.contains(id)) store->RemoveStored({id});
   }
   store->worker_ = std::thread([s = store.get()] { s->Work(); });
   return store;
@@ -616,10 +625,10 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
     // retry: containers-storage has no tool that removes a layer no image
     // names.)
     Storage storage{opts_.root + "/storage"};
-    if (auto complete = storage.Layers(); complete.ok()) {
+    if (storage.Load().ok()) {
       for (const auto& e : fs::directory_iterator(layers, ec)) {
         const std::string id = e.path().filename().string();
-        if (before.contains(id) || complete->contains(id) || id == "l") continue;
+        if (before.contains(id) || storage.parent.contains(id) || id == "l") continue;
         for (const auto& f : fs::directory_iterator(e.path() / "diff", ec)) fs::remove_all(f.path(), ec);
       }
     }
@@ -657,6 +666,9 @@ Result<StoredImage> ImageStore::ReadStored(const std::string& digest, const std:
                                            const std::string& name,
                                            std::map<std::string, int64_t>* layer_bytes) const {
   Storage storage{opts_.root + "/storage"};
+  if (Status loaded = storage.Load(); !loaded.ok()) {
+    return Unavailable(fmt::format("cannot read the pulled {}: {}", name, loaded.message()));
+  }
   auto found = storage.Find(digest, opts_.max_layers);
   if (!found.ok()) return Unavailable(fmt::format("cannot read the pulled {}: {}", name, found.status().message()));
   DROVER_ASSIGN_OR_RETURN(std::string blob, storage.Config(found->id, config_digest));
@@ -668,14 +680,9 @@ Result<StoredImage> ImageStore::ReadStored(const std::string& digest, const std:
   config.gid = ids.second;
   StoredImage im;
   im.digest = digest;
-  im.storage_id = found->id;
-  im.layers = found->layers;
-  im.lowers = found->lowers.empty() ? std::vector<std::string>{opts_.root + "/empty"} : found->lowers;
+  storage.Fill(*found, opts_.root + "/empty", &im);
   im.config = std::move(config);
-  for (const std::string& l : im.layers) {
-    (*layer_bytes)[l] = storage.layer_bytes[l];
-    im.size_bytes += storage.layer_bytes[l];
-  }
+  for (const std::string& l : im.layers) (*layer_bytes)[l] = storage.layer_bytes[l];
   return im;
 }
 
