@@ -11,6 +11,8 @@ PACKAGES=(
   # libraries
   libboost-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libcli11-dev libsqlite3-dev sqlite3 libconcurrentqueue-dev
+  # `drover images load` reads gzip archives
+  zlib1g-dev
   # tokens, audit hashes, certificates
   libssl-dev
   # the job sandbox's system-call filter (src/drover/agent/seccomp_profile.h)

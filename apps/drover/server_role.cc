@@ -11,6 +11,7 @@
 #include "drover/auth/token.h"
 #include "drover/common/address.h"
 #include "drover/common/files.h"
+#include "drover/common/quantity.h"
 #include "drover/rpc/channel.h"
 #include "drover/runtime/logging.h"
 #include "drover/server/deployments.h"
@@ -55,6 +56,10 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--archive-retention", f->archive_retention,
                   "archived jobs that ended longer ago than this are deleted (0: kept for good)")
+      ->capture_default_str();
+  cmd->add_option("--max-image-archive", f->max_image_archive,
+                  "the largest image archive `drover images load` may upload; it is spooled under "
+                  "<data-dir>/image-archives until the nodes fetched it")
       ->capture_default_str();
   cmd->add_option("--rate-limit-writes", f->rate_limit_writes,
                   "state-changing calls per token, RATE:BURST per second (a tenant: 4x)")
@@ -111,6 +116,11 @@ Result<server::ServerOptions> ServerOptionsFrom(const ServerFlags& f, server::Co
   so.control.deployments.service_priority = f.service_priority;
   so.control.deployments.services_preempt = f.services_preempt;
   DROVER_RETURN_IF_ERROR(server::ValidateDeploymentOptions(so.control.deployments));
+  auto archive = ParseBytes(f.max_image_archive);
+  if (!archive.ok() || *archive <= 0) {
+    return InvalidArgument(fmt::format("--max-image-archive '{}' is not a size (e.g. 64GiB)", f.max_image_archive));
+  }
+  so.max_image_archive_bytes = *archive;
   so.insecure = f.insecure;
   so.tls_cert = f.tls_cert;
   so.tls_key = f.tls_key;

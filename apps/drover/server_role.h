@@ -50,6 +50,8 @@ struct ServerFlags {
   // Deployments' replicas (docs/deployments.md).
   int service_priority = 100;
   bool services_preempt = true;
+  // The largest image archive `drover images load` may upload (docs/containers.md).
+  std::string max_image_archive = "64GiB";
   GatewayFlags gateway;
 };
 // Adds the server's flags to `cmd` (the gateway's first, --config last).

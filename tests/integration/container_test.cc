@@ -5,7 +5,9 @@
 // a bad reference is refused at submit with nothing stored, a mount outside
 // the tenant's roots is refused with 403, and a share of a GPU keeps its
 // memory limit inside the container (the shim preloaded into a real CUDA
-// program on the stand-in libcuda, with the node's /usr bound read-only).
+// program on the stand-in libcuda, with the node's /usr bound read-only),
+// and an image loaded from an archive (`drover images load`) runs where no
+// registry could serve it.
 //
 // Needs root and the packages scripts/install-deps.sh installs.
 
@@ -125,6 +127,68 @@ TEST_F(ContainerCliTest, AJobGoesWhereItsImageIsAndSaysItWasCached) {
   CommandResult fresh = Cli({"submit", "--gpus", "2", "--image", Ref("unplaced:v1"), "--wait"});
   ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
   EXPECT_NE(Cli({"job", Id(fresh)}).out.find("image pulled in"), std::string::npos);
+}
+
+// An air-gapped cluster's way in: an image saved to an archive (docker
+// save's format, and a gzip'd oci-archive) and loaded onto nodes through
+// the CLI runs though no registry could serve it; a load that cannot work
+// is refused, saying why.
+TEST_F(ContainerCliTest, AnImageLoadedFromAnArchiveRunsWithoutARegistry) {
+  using agent::test_support::Sh;
+  ASSERT_TRUE(registry_->Push("saved", "v1", {{"/etc/saved", "from-the-archive\n"}}, {"--config.cmd=true"}));
+  // Named for a registry that does not exist: only the load can bring it.
+  const std::string offline = "127.0.0.1:1/offline:v1";
+  const std::string tar = dir_->path() + "/saved.tar";
+  ASSERT_EQ(Sh("skopeo copy --quiet --src-tls-verify=false docker://" + Ref("saved:v1") + " docker-archive:" + tar +
+               ":" + offline),
+            0);
+  v1::ListNodesResponse nodes;
+  {
+    auto ctx = Ctx();
+    ASSERT_TRUE(up_->nodes()->List(ctx.get(), v1::ListNodesRequest(), &nodes).ok());
+  }
+  std::vector<std::string> two;  // the nodes a 2-GPU job may go to
+  for (const v1::Node& n : nodes.nodes()) {
+    if (n.gpus_size() == 2) two.push_back(n.name());
+  }
+  ASSERT_EQ(two.size(), 2u);
+  CommandResult loaded = Cli({"images", "load", tar, "--node", two[0], "--node", two[1]});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
+  for (const std::string& n : two) {
+    EXPECT_NE(loaded.out.find(n + ": loaded " + offline + " (sha256:"), std::string::npos) << loaded.out;
+  }
+  CommandResult run = Cli({"submit", "--gpus", "2", "--image", offline, "--wait", "--", "cat", "/etc/saved"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(Cli({"logs", Id(run)}).out.find("from-the-archive"), std::string::npos);
+  EXPECT_NE(Cli({"job", Id(run)}).out.find("image cached"), std::string::npos);
+
+  // A gzip'd oci-archive, which names no image of its own, under --name.
+  const std::string oci = dir_->path() + "/saved-oci.tar";
+  ASSERT_EQ(Sh("skopeo copy --quiet --src-tls-verify=false docker://" + Ref("saved:v1") + " oci-archive:" + oci +
+               ":v1 && gzip " + oci),
+            0);
+  CommandResult nameless = Cli({"images", "load", oci + ".gz", "--node", two[0]});
+  EXPECT_NE(nameless.exit_code, 0);
+  EXPECT_NE(nameless.out.find("--name"), std::string::npos) << nameless.out << nameless.err;
+  CommandResult gz = Cli({"images", "load", oci + ".gz", "--node", two[0], "--name", "localhost/gz:1"});
+  ASSERT_EQ(gz.exit_code, 0) << gz.out << gz.err;
+  EXPECT_TRUE(agent::test_support::PollUntil(
+      [&] { return Cli({"images"}).out.find("localhost/gz:1") != std::string::npos; }));
+
+  // Refused, saying why, and nothing else changes.
+  agent::test_support::Spit(dir_->path() + "/junk.tar", std::string(4096, 'j'));
+  CommandResult junk = Cli({"images", "load", dir_->path() + "/junk.tar", "--node", two[0]});
+  EXPECT_NE(junk.exit_code, 0);
+  EXPECT_NE(junk.out.find("not a tar"), std::string::npos) << junk.out << junk.err;
+  CommandResult unknown = Cli({"images", "load", tar, "--node", "no-such-node"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("no-such-node"), std::string::npos) << unknown.err;
+  CommandResult nowhere = Cli({"images", "load", tar});
+  EXPECT_NE(nowhere.exit_code, 0);
+  EXPECT_NE(nowhere.err.find("--node"), std::string::npos) << nowhere.err;
+  CommandResult missing = Cli({"images", "load", dir_->path() + "/no-such.tar", "--node", two[0]});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("cannot open"), std::string::npos) << missing.err;
 }
 
 TEST_F(ContainerCliTest, ABadReferenceIsRefusedAtSubmitAndNothingIsStored) {

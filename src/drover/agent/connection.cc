@@ -1,10 +1,14 @@
 #include "drover/agent/connection.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -147,6 +151,72 @@ struct UnaryCall {
   std::string key;  // a join's node key, for its certificate
 };
 
+// One FetchImageArchive: the chunks go to the file as they come; a server
+// that sends more than the archive's size is cut off.
+class ArchiveFetch final : public grpc::ClientReadReactor<v1::ImageArchiveChunk> {
+ public:
+  ArchiveFetch(ConnectionImpl* owner, int fd, int64_t size, std::function<void(Status)> done)
+      : owner_(owner), fd_(fd), size_(size), done_(std::move(done)) {}
+  ~ArchiveFetch() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void Begin(std::shared_ptr<ArchiveFetch> self, v1::AgentService::Stub* stub, v1::FetchImageArchiveRequest req) {
+    self_ = std::move(self);
+    req_ = std::move(req);
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+    stub->async()->FetchImageArchive(&ctx_, &req_, this);
+    StartRead(&chunk_);
+    StartCall();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    const std::string& data = chunk_.data();
+    if (static_cast<int64_t>(data.size()) > size_ - written_) {
+      error_ = fmt::format("the server sent more than the archive's {} bytes", size_);
+      ctx_.TryCancel();
+      return;
+    }
+    for (size_t at = 0; at < data.size();) {
+      ssize_t n = ::write(fd_, data.data() + at, data.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        error_ = fmt::format("cannot write the archive: {}", std::strerror(errno));
+        ctx_.TryCancel();
+        return;
+      }
+      at += static_cast<size_t>(n);
+    }
+    written_ += static_cast<int64_t>(data.size());
+    StartRead(&chunk_);
+  }
+  void OnDone(const grpc::Status& s) override;
+
+ private:
+  ConnectionImpl* owner_;
+  int fd_;
+  const int64_t size_;
+  int64_t written_ = 0;
+  std::string error_;
+  std::function<void(Status)> done_;
+  std::shared_ptr<ArchiveFetch> self_;
+  grpc::ClientContext ctx_;
+  v1::FetchImageArchiveRequest req_;
+  v1::ImageArchiveChunk chunk_;
+
+  Status Outcome() {
+    if (!error_.empty()) return Unavailable(error_);
+    if (::fsync(fd_) != 0) return Unavailable(fmt::format("cannot write the archive: {}", std::strerror(errno)));
+    if (written_ != size_) {
+      return Unavailable(fmt::format("the server sent {} of the archive's {} bytes", written_, size_));
+    }
+    return Status::Ok();
+  }
+  friend class ConnectionImpl;
+};
+
 class ConnectionImpl final : public ServerConnection {
  public:
   ConnectionImpl(ConnectionOptions o, runtime::EventLoop* loop, ConnectionEvents e)
@@ -209,7 +279,39 @@ class ConnectionImpl final : public ServerConnection {
     session_.reset();
   }
 
+  void FetchImageArchive(const std::string& load_id, const std::string& path, int64_t size,
+                         std::function<void(Status)> done) override {
+    if (session_ == nullptr || !stub_) {
+      done(Unavailable("the node has no session with the server"));
+      return;
+    }
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      done(Unavailable(fmt::format("cannot write the archive to '{}': {}", path, std::strerror(errno))));
+      return;
+    }
+    auto fetch = std::make_shared<ArchiveFetch>(this, fd, size, std::move(done));
+    if (!Track(fetch.get(), [fetch] { fetch->Cancel(); })) return;
+    v1::FetchImageArchiveRequest req;
+    req.set_load_id(load_id);
+    req.set_node_name(opts_.node_name);
+    fetch->Begin(fetch, stub_.get(), std::move(req));
+  }
+
   // ---- from the calls (gRPC's threads) ----
+
+  void FetchEnded(std::shared_ptr<ArchiveFetch> fetch, grpc::Status status) {
+    Forget(fetch.get());
+    Status result = status.ok() || !fetch->error_.empty()
+                        ? fetch->Outcome()
+                        : Unavailable(fmt::format("cannot fetch the archive: {}", status.error_message()));
+    tasks_.Post([fetch = std::move(fetch), result]() mutable {
+      auto done = std::move(fetch->done_);
+      fetch.reset();  // the file is closed before the caller reads it
+      done(result);
+    });
+    Done();
+  }
 
   void Deliver(SessionCall* call, v1::ServerMessage m) {
     tasks_.Post([this, call, m = std::move(m)]() mutable {
@@ -517,6 +619,11 @@ void SessionCall::OnReadDone(bool ok) {
     release = ReleaseLocked();
   }
   if (release) RemoveHold();
+}
+
+void ArchiveFetch::OnDone(const grpc::Status& s) {
+  // `self_` may be the last reference: nothing of this is touched after.
+  owner_->FetchEnded(std::move(self_), s);
 }
 
 void SessionCall::OnDone(const grpc::Status& status) {

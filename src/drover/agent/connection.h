@@ -76,6 +76,15 @@ class ServerConnection {
   // gone). Does nothing with a single server, or without a session. Call
   // on the connection's loop.
   virtual void MoveOn() = 0;
+  // Fetches the image archive `load_id` (AgentService.FetchImageArchive)
+  // into a new file at `path`, exactly `size` bytes; `done` runs on the
+  // agent's loop with how it went (the file is left for the caller either
+  // way). Fails at once without a session. Call on the connection's loop.
+  virtual void FetchImageArchive(const std::string& load_id, const std::string& path, int64_t size,
+                                 std::function<void(Status)> done) {
+    (void)load_id, (void)path, (void)size;
+    done(Unavailable("this connection cannot fetch image archives"));
+  }
   // Ends the session and every call in flight, and waits until gRPC is
   // done with them; no event is delivered after it returns. Idempotent.
   virtual void Stop() = 0;

@@ -7,11 +7,13 @@
 // neither kills nor duplicates it; two jobs wanting a new image cause one
 // pull; an unknown image fails with the reason; a small store evicts what
 // no job uses and keeps what one does; a container sees its own stand-in
-// GPU and no other.
+// GPU and no other; an archive (docker save's, or an oci-archive) loads
+// into the store without a registry, and a bad one is refused saying why.
 //
 // Needs root and the packages scripts/install-deps.sh installs (runc,
 // skopeo, umoci, docker-registry, busybox-static): it fails without them.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -23,6 +25,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -32,10 +36,12 @@
 #include "drover/agent/cdi.h"
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/fake_agent_server.h"
+#include "drover/agent/image_archive.h"
 #include "drover/agent/image_store.h"
 #include "drover/agent/oci_bundle.h"
 #include "drover/agent/oci_test_support.h"
 #include "drover/agent/seccomp_profile.h"
+#include "drover/auth/token.h"
 #include "drover/rpc/convert.h"
 
 namespace drover::agent {
@@ -142,6 +148,100 @@ TEST(ManifestTest, TooManyLayersOrMissingSizesAreRefused) {
   EXPECT_NE(many.status().message().find("3 layers"), std::string::npos) << many.status().message();
   EXPECT_FALSE(ParseManifest(R"({"schemaVersion":2,"config":{"size":5},"layers":[{"digest":"sha256:x"}]})", 9).ok());
   EXPECT_FALSE(ParseManifest(R"({"schemaVersion":2,"config":{"size":99999999},"layers":[]})", 9).ok());
+}
+
+// Tars made by Python's tarfile from `members` (name -> contents), in a
+// format tarfile names ("ustar", "gnu", "pax"); the path.
+std::string MakeTar(const std::string& path, const std::map<std::string, std::string>& members,
+                    const std::string& format = "ustar") {
+  std::string script = "import io, sys, tarfile\nm = {\n";
+  for (const auto& [name, contents] : members) {
+    script += "  " + nlohmann::json(name).dump() + ": " + nlohmann::json(contents).dump() + ",\n";
+  }
+  script += "}\nwith tarfile.open(sys.argv[1], 'w', format=tarfile." + std::string(format == "gnu"   ? "GNU_FORMAT"
+                                                                                 : format == "pax" ? "PAX_FORMAT"
+                                                                                                   : "USTAR_FORMAT") +
+            ") as t:\n  for n, c in m.items():\n    i = tarfile.TarInfo(n); b = c.encode(); i.size = len(b)\n"
+            "    t.addfile(i, io.BytesIO(b))\n";
+  test_support::Spit(path + ".py", script);
+  EXPECT_EQ(test_support::Sh("python3 " + path + ".py " + path), 0);
+  return path;
+}
+
+class ArchiveTest : public TempDirTest {};
+
+TEST_F(ArchiveTest, ADockerArchiveNamesItsImagesAndSaysHowEachIsSelected) {
+  const std::string one = MakeTar(root_ + "/one.tar", {{"manifest.json", R"([{"Config": "c.json",
+      "RepoTags": ["busybox:1.36", "127.0.0.1:5000/x/y:v2", "Not A Tag"], "Layers": []}])"}});
+  auto c = ReadImageArchive(one);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->format, "docker-archive");
+  ASSERT_EQ(c->images.size(), 1u);
+  EXPECT_EQ(c->images[0].names,
+            (std::vector<std::string>{"docker.io/library/busybox:1.36", "127.0.0.1:5000/x/y:v2"}));
+  EXPECT_EQ(c->images[0].source_name, "");
+  // Two images, under a name longer than ustar holds (GNU's long names).
+  const std::string two = MakeTar(root_ + "/two.tar",
+                                  {{"manifest.json", R"([{"RepoTags": ["a:1"]}, {"RepoTags": null}])"},
+                                   {std::string(150, 'd') + "/layer.tar", "x"}},
+                                  "gnu");
+  c = ReadImageArchive(two);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->images.size(), 2u);
+  EXPECT_EQ(c->images[1].source_name, "@1");
+  EXPECT_TRUE(c->images[1].names.empty());
+}
+
+TEST_F(ArchiveTest, AnOciArchivesManifestIsReadAndCheckedAgainstItsDigest) {
+  const std::string manifest = R"({"schemaVersion": 2, "config": {"digest": "sha256:00", "size": 1}, "layers": []})";
+  const std::string digest = "sha256:" + auth::Sha256Hex(manifest);
+  auto index = [&](const std::string& d, const std::string& ref) {
+    return R"({"schemaVersion": 2, "manifests": [{"digest": ")" + d + R"(", "annotations":
+        {"org.opencontainers.image.ref.name": ")" + ref + R"("}}]})";
+  };
+  const std::string blob = "blobs/sha256/" + digest.substr(7);
+  auto c = ReadImageArchive(MakeTar(
+      root_ + "/o.tar", {{"oci-layout", "{}"}, {"index.json", index(digest, "localhost/y:1")}, {blob, manifest}}, "pax"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->format, "oci-archive");
+  ASSERT_EQ(c->images.size(), 1u);
+  EXPECT_EQ(c->images[0].names, (std::vector<std::string>{"localhost/y:1"}));
+  EXPECT_EQ(c->images[0].manifest, manifest);
+  EXPECT_EQ(c->images[0].manifest_digest, digest);
+  // A bare tag names no image.
+  c = ReadImageArchive(
+      MakeTar(root_ + "/t.tar", {{"oci-layout", "{}"}, {"index.json", index(digest, "latest")}, {blob, manifest}}));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->images[0].names.empty());
+  // A manifest that is not what the index says it is.
+  c = ReadImageArchive(MakeTar(root_ + "/m.tar", {{"oci-layout", "{}"},
+                                                  {"index.json", index(digest, "localhost/y:1")},
+                                                  {blob, manifest + " "}}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("does not match its digest"), std::string::npos) << c.status().ToString();
+}
+
+TEST_F(ArchiveTest, WhatIsNoImageArchiveIsRefusedSayingWhy) {
+  auto why = [&](const std::string& path) {
+    auto c = ReadImageArchive(path);
+    EXPECT_FALSE(c.ok()) << path;
+    return c.ok() ? std::string() : c.status().message();
+  };
+  test_support::Spit(root_ + "/text", std::string(2048, 'x'));
+  EXPECT_NE(why(root_ + "/text").find("not a tar"), std::string::npos);
+  const std::string good = MakeTar(root_ + "/good.tar", {{"manifest.json", R"([{"RepoTags": ["a:1"]}])"}});
+  ASSERT_EQ(test_support::Sh("gzip -k " + good), 0);
+  EXPECT_NE(why(good + ".gz").find("compressed (gzip)"), std::string::npos);
+  EXPECT_NE(why(MakeTar(root_ + "/none.tar", {{"README", "hi"}})).find("holds no image"), std::string::npos);
+  EXPECT_NE(why(MakeTar(root_ + "/empty.tar", {{"manifest.json", "[]"}})).find("lists no image"), std::string::npos);
+  EXPECT_NE(why(MakeTar(root_ + "/obj.tar", {{"manifest.json", "{}"}})).find("not a list"), std::string::npos);
+  // Cut off mid-entry, or a header damaged.
+  const std::string big = MakeTar(root_ + "/big.tar", {{"a", std::string(4096, 'a')}, {"manifest.json", "[]"}});
+  std::filesystem::resize_file(big, 2048);
+  EXPECT_NE(why(big).find("runs past the end"), std::string::npos);
+  const std::string damaged = MakeTar(root_ + "/damaged.tar", {{"a", "a"}, {"manifest.json", "[]"}});
+  ASSERT_EQ(test_support::Sh("printf 'Z' | dd of=" + damaged + " bs=1 seek=1030 conv=notrunc 2>/dev/null"), 0);
+  EXPECT_NE(why(damaged).find("damaged"), std::string::npos);
 }
 
 TEST(ContainerSpecTest, TheJobsCommandReplacesTheImagesAfterItsEntrypoint) {
@@ -766,6 +866,102 @@ TEST_F(SmallStoreTest, EvictionKeepsTheImageAJobUses) {
   ASSERT_TRUE(server_.SendDesired({c}));
   ASSERT_TRUE(server_.WaitFor(c.workload_id(), Ended).has_value());
   EXPECT_EQ(count(), 1u);
+}
+
+// ---- images load: archives into a store of its own, no registry asked ----
+
+class LoadTest : public ContainerAgentTest {
+ protected:
+  // The store, opened beside the agent's (its own root).
+  std::unique_ptr<ImageStore> OpenStore() {
+    ImageStoreOptions o;
+    o.root = root_ + "/store";
+    auto store = ImageStore::Open(o);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  // Loads `archive` (a copy: the store removes what it loads) as `name`.
+  Result<StoredImage> Load(ImageStore* store, const std::string& archive, const std::string& name = "",
+                           std::string sha256 = "") {
+    static int n = 0;
+    auto path = store->PrepareArchive("load-" + std::to_string(++n), std::filesystem::file_size(archive));
+    if (!path.ok()) return path.status();
+    std::filesystem::copy_file(archive, *path);
+    if (sha256.empty()) sha256 = *auth::Sha256FileHex(archive);
+    std::promise<Result<StoredImage>> done;
+    store->Load({*path, name, static_cast<int64_t>(std::filesystem::file_size(archive)), sha256},
+                [&](Result<StoredImage> r) { done.set_value(std::move(r)); });
+    Result<StoredImage> r = done.get_future().get();
+    EXPECT_FALSE(std::filesystem::exists(*path)) << "the store keeps no archive it loaded";
+    return r;
+  }
+  // `image` from the registry into an archive of `transport` ("docker-archive:F:NAME", ...).
+  std::string Save(const std::string& image, const std::string& dest) {
+    EXPECT_EQ(test_support::Sh(fmt::format("skopeo copy --quiet --src-tls-verify=false docker://{} {}", Ref(image), dest)),
+              0);
+    return dest.substr(dest.find(':') + 1, dest.find(':', dest.find(':') + 1) - dest.find(':') - 1);
+  }
+};
+
+TEST_F(LoadTest, ADockerArchiveLoadsUnderItsOwnNameAndJobsFindItWithoutAPull) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const std::string archive = Save("tiny:v1", "docker-archive:" + root_ + "/tiny.tar:127.0.0.1:1/offline:v1");
+  auto im = Load(store.get(), archive);
+  ASSERT_TRUE(im.ok()) << im.status().ToString();
+  EXPECT_EQ(im->references, (std::vector<std::string>{"127.0.0.1:1/offline:v1"}));
+  EXPECT_EQ(im->config.cmd, (std::vector<std::string>{"/bin/sh", "-c", "echo hello from the image"}));
+  // Its digest is its manifest's, as skopeo reads the archive.
+  std::string raw = root_ + "/raw";
+  ASSERT_EQ(test_support::Sh(fmt::format("skopeo inspect --raw docker-archive:{} > {}", archive, raw)), 0);
+  EXPECT_EQ(im->digest, "sha256:" + auth::Sha256Hex(Slurp(raw)));
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/store/storage/overlay/" + im->lowers[0] + "/bin/busybox"));
+  // A job of that name is served from the store: no registry listens at 127.0.0.1:1.
+  auto held = store->Ensure({"127.0.0.1:1/offline:v1", "", false}, [](Result<StoredImage>) {});
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_TRUE(held->has_value());
+  EXPECT_EQ((*held)->digest, im->digest);
+  // Loaded again under another name: one image, two names; and it survives a reopen.
+  auto again = Load(store.get(), archive, "localhost/renamed:1");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->digest, im->digest);
+  EXPECT_EQ(again->references, (std::vector<std::string>{"127.0.0.1:1/offline:v1", "localhost/renamed:1"}));
+  store.reset();
+  store = OpenStore();
+  ASSERT_EQ(store->Snapshot().size(), 1u);
+  EXPECT_EQ(store->Snapshot()[0].references.size(), 2u);
+}
+
+TEST_F(LoadTest, AnOciArchiveThatNamesNoImageNeedsAName) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const std::string archive = Save("tiny:v1", "oci-archive:" + root_ + "/tiny-oci.tar:v1");
+  auto nameless = Load(store.get(), archive);
+  ASSERT_FALSE(nameless.ok());
+  EXPECT_NE(nameless.status().message().find("--name"), std::string::npos) << nameless.status().ToString();
+  auto named = Load(store.get(), archive, "localhost/from-oci:7");
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(named->references, (std::vector<std::string>{"localhost/from-oci:7"}));
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/store/storage/overlay/" + named->lowers[0] + "/etc/drover-image"));
+}
+
+TEST_F(LoadTest, AnArchiveThatIsNotWhatWasSentOrNoImageIsRefusedAndNothingIsKept) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const std::string archive = Save("tiny:v1", "docker-archive:" + root_ + "/t.tar:localhost/t:1");
+  auto wrong = Load(store.get(), archive, "", std::string(64, '0'));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("does not match"), std::string::npos) << wrong.status().ToString();
+  test_support::Spit(root_ + "/junk.tar", std::string(4096, 'j'));
+  auto junk = Load(store.get(), root_ + "/junk.tar");
+  ASSERT_FALSE(junk.ok());
+  EXPECT_NE(junk.status().message().find("not a tar"), std::string::npos) << junk.status().ToString();
+  auto badname = Load(store.get(), archive, "localhost/t@sha256:" + std::string(64, 'a'));
+  EXPECT_FALSE(badname.ok());
+  EXPECT_TRUE(store->Snapshot().empty());
+  // Ids that would name a path elsewhere, and archives larger than the node has room for.
+  EXPECT_EQ(store->PrepareArchive("../x", 10).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(store->PrepareArchive("ok", int64_t{1} << 60).status().code(), Code::kResourceExhausted);
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "drover/agent/image_archive.h"
 #include "drover/auth/token.h"
 #include "drover/common/files.h"
 #include "drover/common/json_depth.h"
@@ -227,6 +230,13 @@ struct Storage {
       if (im.contains("digests") && im["digests"].is_array()) {
         for (const json& d : im["digests"]) names = names || (d.is_string() && d.get<std::string>() == digest);
       }
+      // Every manifest it holds is an item "manifest-<digest>" (a load of
+      // an archive adds one without listing it in digests).
+      if (im.contains("big-data-names") && im["big-data-names"].is_array()) {
+        for (const json& d : im["big-data-names"]) {
+          names = names || (d.is_string() && d.get<std::string>() == "manifest-" + digest);
+        }
+      }
       if (names) found = &im;
     }
     if (found == nullptr) return NotFound(fmt::format("containers-storage holds no image of {}", digest));
@@ -292,7 +302,7 @@ void ImageStore::EmptyTmp() const {
 
 Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions o) {
   std::error_code ec;
-  for (const char* d : {"storage", "run", "tmp", "empty"}) {
+  for (const char* d : {"storage", "run", "tmp", "empty", "loads"}) {
     fs::create_directories(o.root + "/" + d, ec);
     if (ec) return Unavailable(fmt::format("cannot create the image store '{}': {}", o.root, ec.message()));
   }
@@ -311,6 +321,7 @@ Result<std::unique_ptr<ImageStore>> ImageStore::Open(ImageStoreOptions o) {
                                          0600, /*durable=*/false));
   std::unique_ptr<ImageStore> store(new ImageStore(std::move(o)));
   store->EmptyTmp();
+  for (const auto& e : fs::directory_iterator(store->opts_.root + "/loads", ec)) fs::remove_all(e.path(), ec);
   Storage storage{store->opts_.root + "/storage"};
   if (Status loaded = storage.Load(); !loaded.ok()) {
     spdlog::warn("image store: {}; its images are pulled again", loaded.message());
@@ -486,6 +497,117 @@ Result<std::string> ImageStore::Inspect(const ImageRef& ref, const std::string& 
   return r.out;
 }
 
+Result<std::string> ImageStore::PrepareArchive(const std::string& load_id, int64_t size) const {
+  if (load_id.empty() || load_id.size() > 64 || !std::all_of(load_id.begin(), load_id.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+      })) {
+    return InvalidArgument(fmt::format("'{}' is not an archive's load id", load_id.substr(0, 64)));
+  }
+  if (size <= 0) return InvalidArgument("the archive is empty");
+  // Room for the archive and, unpacked, about as much again.
+  struct statvfs st {};
+  const std::string dir = opts_.root + "/loads";
+  if (::statvfs(dir.c_str(), &st) == 0) {
+    const int64_t free = static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+    if (size > free / 2) {
+      return ResourceExhausted(fmt::format("the archive is {}; the node has {} free for it and its layers",
+                                           FormatBytes(size), FormatBytes(free)));
+    }
+  }
+  if (opts_.limit_bytes > 0 && size > opts_.limit_bytes) {
+    return ResourceExhausted(fmt::format("the archive is {}, more than the node's image store may hold ({})",
+                                         FormatBytes(size), FormatBytes(opts_.limit_bytes)));
+  }
+  return dir + "/" + load_id + ".tar";
+}
+
+void ImageStore::Load(Archive a, Done done) {
+  MutexLock lock(&mu_);
+  const std::string key = "load " + a.path;
+  auto [it, fresh] = pulls_.try_emplace(key);
+  it->second.waiters.push_back(std::move(done));
+  if (!fresh) return;
+  it->second.archive = std::move(a);
+  it->second.progress = "waiting to load an archive";
+  queue_.push_back(key);
+  wake_.SignalAll();
+}
+
+// An archive's image, into the store's containers-storage: the archive is
+// checked against what the server said of it, read (format, names, manifest)
+// before skopeo copies it in, and held like a pulled image.
+Result<StoredImage> ImageStore::RunLoad(const std::string& key, const Archive& a) {
+  SetProgress(key, "checking an archive");
+  struct stat st {};
+  if (::stat(a.path.c_str(), &st) != 0 || st.st_size != a.size_bytes) {
+    return InvalidArgument(fmt::format("the archive fetched is {} bytes, not the {} sent", st.st_size, a.size_bytes));
+  }
+  DROVER_ASSIGN_OR_RETURN(std::string sum, auth::Sha256FileHex(a.path));
+  if (sum != a.sha256) return InvalidArgument("the archive fetched does not match the one sent (sha256)");
+  DROVER_ASSIGN_OR_RETURN(ArchiveContents contents, ReadImageArchive(a.path));
+  // Which image, and the names it is held under.
+  std::string wanted;
+  if (!a.name.empty()) {
+    DROVER_ASSIGN_OR_RETURN(ImageRef ref, ParseImageRef(a.name));
+    if (!ref.digest.empty()) return InvalidArgument(fmt::format("'{}' names a digest; name the image by a tag", a.name));
+    wanted = ref.String();
+  }
+  auto listed = [&] {
+    std::vector<std::string> all;
+    for (const ArchiveImage& im : contents.images) all.insert(all.end(), im.names.begin(), im.names.end());
+    return all.empty() ? std::string("none") : fmt::format("{}", fmt::join(all, ", "));
+  };
+  const ArchiveImage* chosen = nullptr;
+  if (contents.images.size() == 1) {
+    chosen = &contents.images[0];
+  } else {
+    if (wanted.empty()) {
+      return InvalidArgument(fmt::format("the archive holds {} images: name the one to load with --name (it names: {})",
+                                         contents.images.size(), listed()));
+    }
+    for (const ArchiveImage& im : contents.images) {
+      if (std::find(im.names.begin(), im.names.end(), wanted) != im.names.end()) chosen = &im;
+    }
+    if (chosen == nullptr || chosen->source_name.empty()) {
+      return InvalidArgument(fmt::format("the archive holds {} images and none is named {} (it names: {})",
+                                         contents.images.size(), wanted, listed()));
+    }
+  }
+  std::vector<std::string> names = wanted.empty() ? chosen->names : std::vector<std::string>{wanted};
+  if (names.empty()) return InvalidArgument("the archive names no image: give it a name with --name");
+  if (names.size() > kMaxReferences) names.resize(kMaxReferences);
+  const std::string& name = names.front();
+  std::string source = contents.format + ":" + a.path + (chosen->source_name.empty() ? "" : ":" + chosen->source_name);
+  // Its manifest: what it promises is checked before a layer is copied.
+  std::string raw = chosen->manifest, digest = chosen->manifest_digest;
+  if (contents.format == "docker-archive") {
+    const std::vector<std::string> inspect = {opts_.skopeo, "--tmpdir", opts_.root + "/tmp", "inspect", "--raw", source};
+    DROVER_ASSIGN_OR_RETURN(ToolResult r, RunTool(inspect, StorageEnv()));
+    EmptyTmp();
+    if (!Exited0(r)) return InvalidArgument(fmt::format("cannot read the archive: {}", LastLine(r.err)));
+    if (r.out.size() > kMaxManifestBytes) return InvalidArgument("the archive's manifest is larger than 4 MiB");
+    raw = r.out;
+    digest = "sha256:" + auth::Sha256Hex(raw);
+  }
+  DROVER_ASSIGN_OR_RETURN(ManifestInfo m, ParseManifest(raw, opts_.max_layers));
+  if (m.is_index) return InvalidArgument("the archive's image is a manifest list: save one platform's image");
+  int64_t total = m.config_size;
+  for (int64_t size : m.layer_sizes) total += size;
+  if (opts_.limit_bytes > 0 && total > opts_.limit_bytes) {
+    return ResourceExhausted(fmt::format("{} is {}, more than the node's image store may hold ({})", name,
+                                         FormatBytes(total), FormatBytes(opts_.limit_bytes)));
+  }
+  // A layer of an archive may be compressed (an oci-archive's usually are):
+  // the bound on what it unpacks to is a pull's.
+  const int64_t unpack_limit = UnpackLimit(std::max(total, a.size_bytes));
+  std::vector<std::string> copy = {opts_.skopeo, "--tmpdir", opts_.root + "/tmp", "copy", "--quiet", source,
+                                   "containers-storage:" + name};
+  DROVER_RETURN_IF_ERROR(CopyIn(key, "load", name, copy, total, unpack_limit,
+                                fmt::format("cannot load {}: its copy made no progress for {} s", name,
+                                            std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count())));
+  return Keep(digest, m.config_digest, names, unpack_limit, total);
+}
+
 void ImageStore::Work() {
   for (;;) {
     std::string key;
@@ -498,8 +620,10 @@ void ImageStore::Work() {
       queue_.pop_front();
       pull.ref = pulls_.at(key).ref;
       pull.digest = pulls_.at(key).digest;
+      pull.archive = pulls_.at(key).archive;
     }
-    Result<StoredImage> got = RunPull(key, pull);
+    Result<StoredImage> got = pull.archive ? RunLoad(key, *pull.archive) : RunPull(key, pull);
+    if (pull.archive) ::unlink(pull.archive->path.c_str());
     std::vector<Done> waiters;
     {
       MutexLock lock(&mu_);
@@ -507,7 +631,10 @@ void ImageStore::Work() {
       waiters = std::move(it->second.waiters);
       pulls_.erase(it);
     }
-    if (!got.ok()) spdlog::warn("image store: pull of {} failed: {}", pull.ref.String(), got.status().message());
+    if (!got.ok()) {
+      spdlog::warn("image store: {} failed: {}", pull.archive ? "the load of an archive" : "the pull of " + pull.ref.String(),
+                   got.status().message());
+    }
     for (Done& d : waiters) d(got);
   }
 }
@@ -562,22 +689,84 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
   // The layers, into the store's containers-storage: skopeo checks each
   // against its digest and unpacks it as it comes; layers held already
   // (another image's) are not fetched again.
-  const std::string tmp = opts_.root + "/tmp";
-  const std::string layers = opts_.root + "/storage/overlay";
-  std::vector<std::string> copy = {opts_.skopeo, "--tmpdir", tmp, "copy", "--retry-times=0", "--quiet"};
+  std::vector<std::string> copy = {opts_.skopeo, "--tmpdir", opts_.root + "/tmp", "copy", "--retry-times=0", "--quiet"};
   for (std::string& f : TransportFlags(p.ref, true)) copy.push_back(std::move(f));
   copy.push_back("docker://" + p.ref.Name() + "@" + digest);
   copy.push_back("containers-storage:" + p.ref.Name() + "@" + digest);
   // A layer that unpacks to far more than its bytes (a decompression bomb)
   // is stopped while it grows: at 100 times the image's packed size and
   // 64 MiB, or what the store may hold.
-  int64_t unpack_limit = total * 100 + (int64_t{64} << 20);
-  if (opts_.limit_bytes > 0) unpack_limit = std::min(unpack_limit, opts_.limit_bytes);
+  const int64_t unpack_limit = UnpackLimit(total);
+  DROVER_RETURN_IF_ERROR(CopyIn(key, "pull", name, copy, total, unpack_limit,
+                                fmt::format("cannot pull {}: the registry sent nothing for {} s", name,
+                                            std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count())));
+  return Keep(digest, m.config_digest, {name}, unpack_limit, total);
+}
+
+// The image `digest` that a copy just put into containers-storage, held
+// under `names` (a name moves to it from any image that had it). One that
+// unpacked to more than `unpack_limit` (what grew past the bound between
+// two looks, or all at once) is removed instead.
+Result<StoredImage> ImageStore::Keep(const std::string& digest, const std::string& config_digest,
+                                     const std::vector<std::string>& names, int64_t unpack_limit, int64_t total) {
+  std::map<std::string, int64_t> layer_bytes;
+  DROVER_ASSIGN_OR_RETURN(StoredImage im, ReadStored(digest, config_digest, names.front(), &layer_bytes));
+  if (im.size_bytes > unpack_limit) {
+    RemoveStored({im.storage_id});
+    return Unavailable(fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", names.front(),
+                                   FormatBytes(unpack_limit), FormatBytes(total)));
+  }
+  im.last_used_unix_nanos = NowNanos();
+  std::vector<std::string> evicted;
+  {
+    MutexLock lock(&mu_);
+    if (auto held = images_.find(digest); held != images_.end()) {
+      im.references = held->second.references;
+      im.in_use = held->second.in_use;
+    }
+    for (const std::string& name : names) {
+      auto was = references_.find(name);
+      if (was != references_.end() && was->second != digest) {
+        if (auto other = images_.find(was->second); other != images_.end()) {
+          auto& refs = other->second.references;
+          refs.erase(std::remove(refs.begin(), refs.end(), name), refs.end());
+        }
+      }
+      if (std::find(im.references.begin(), im.references.end(), name) == im.references.end() &&
+          im.references.size() < kMaxReferences) {
+        im.references.push_back(name);
+      }
+      references_[name] = digest;
+    }
+    images_[digest] = im;
+    for (const auto& [l, b] : layer_bytes) layer_bytes_[l] = b;
+    ++version_;
+    evicted = EvictLocked(digest);
+    SaveLocked();
+  }
+  RemoveStored(evicted);
+  return im;
+}
+
+int64_t ImageStore::UnpackLimit(int64_t packed) const {
+  int64_t limit = packed * 100 + (int64_t{64} << 20);
+  if (opts_.limit_bytes > 0) limit = std::min(limit, opts_.limit_bytes);
+  return limit;
+}
+
+// Runs `copy`, a skopeo copy into the store's containers-storage, watching
+// what it downloads (its temporary files) and what the new layers hold
+// unpacked: it is stopped past `unpack_limit`, or with `stalled` when
+// nothing moved for the stall timeout. Progress under `key` reads
+// "<verb>ing NAME: ...".
+Status ImageStore::CopyIn(const std::string& key, const std::string& verb, const std::string& name,
+                          const std::vector<std::string>& copy, int64_t total, int64_t unpack_limit,
+                          const std::string& stalled) {
+  const std::string tmp = opts_.root + "/tmp";
+  const std::string layers = opts_.root + "/storage/overlay";
   std::set<std::string> before;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(layers, ec)) before.insert(e.path().filename().string());
-  // Progress: what skopeo downloaded (its temporary files) and what the
-  // new layers hold unpacked.
   int64_t downloaded = 0, unpacked = 0;
   auto moved_at = std::chrono::steady_clock::now();
   // A walk of a layer of many files takes a while: it runs at most a fifth
@@ -598,30 +787,25 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
     next_measure = std::chrono::steady_clock::now() + 4 * (std::chrono::steady_clock::now() - began);
     return moved;
   };
-  auto over = [&]() -> std::string {
-    if (unpacked <= unpack_limit) return "";
-    return fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", name, FormatBytes(unpack_limit),
-                       FormatBytes(total));
-  };
   auto tick = [&]() -> std::string {
     if (measure()) {
       moved_at = std::chrono::steady_clock::now();
     } else if (std::chrono::steady_clock::now() - moved_at > opts_.stall_timeout) {
-      // A registry that stops sending: the pull ends instead of hanging.
-      return fmt::format("cannot pull {}: the registry sent nothing for {} s", name,
-                         std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count());
+      return stalled;  // a source that stops sending: the copy ends instead of hanging
     }
-    SetProgress(key, fmt::format("pulling {}: {} of {}, {} unpacked", name, FormatBytes(std::min(downloaded, total)),
+    SetProgress(key, fmt::format("{}ing {}: {} of {}, {} unpacked", verb, name, FormatBytes(std::min(downloaded, total)),
                                  FormatBytes(total), FormatBytes(unpacked)));
-    return over();
+    if (unpacked <= unpack_limit) return "";
+    return fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", name, FormatBytes(unpack_limit),
+                       FormatBytes(total));
   };
-  SetProgress(key, fmt::format("pulling {}: 0 B of {}", name, FormatBytes(total)));
+  SetProgress(key, fmt::format("{}ing {}: 0 B of {}", verb, name, FormatBytes(total)));
   auto copied = RunTool(copy, StorageEnv(), tick);
   EmptyTmp();
   if (!copied.ok()) {
     // Killed mid-layer: containers-storage removes a layer it marked
     // incomplete the next time it opens the store for writing; until then
-    // its files go now. (The complete layers of a failed pull stay, for its
+    // its files go now. (The complete layers of a failed copy stay, for its
     // retry: containers-storage has no tool that removes a layer no image
     // names.)
     Storage storage{opts_.root + "/storage"};
@@ -634,29 +818,8 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
     }
     return copied.status();
   }
-  if (!Exited0(*copied)) return Unavailable(fmt::format("cannot pull {}: {}", name, LastLine(copied->err)));
-  std::map<std::string, int64_t> layer_bytes;
-  DROVER_ASSIGN_OR_RETURN(StoredImage im, ReadStored(digest, m.config_digest, name, &layer_bytes));
-  // What grew past the bound between two looks, or all at once.
-  if (im.size_bytes > unpack_limit) {
-    RemoveStored({im.storage_id});
-    return Unavailable(fmt::format("cannot unpack {}: it unpacks to more than {} ({} packed)", name,
-                                   FormatBytes(unpack_limit), FormatBytes(total)));
-  }
-  im.references = {name};
-  im.last_used_unix_nanos = NowNanos();
-  std::vector<std::string> evicted;
-  {
-    MutexLock lock(&mu_);
-    references_[name] = digest;
-    images_[digest] = im;
-    for (const auto& [l, b] : layer_bytes) layer_bytes_[l] = b;
-    ++version_;
-    evicted = EvictLocked(digest);
-    SaveLocked();
-  }
-  RemoveStored(evicted);
-  return im;
+  if (!Exited0(*copied)) return Unavailable(fmt::format("cannot {} {}: {}", verb, name, LastLine(copied->err)));
+  return Status::Ok();
 }
 
 // The image `digest` as containers-storage holds it after a pull: its

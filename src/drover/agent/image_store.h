@@ -18,6 +18,8 @@
 //   <root>/images.json          what is held: references, config, uses
 //   <root>/tmp/                 skopeo's downloads in progress (emptied at
 //                               open and after each pull)
+//   <root>/loads/               archives fetched for a load (image_archive.h),
+//                               each removed once its load ends
 //   <root>/empty/               the lower layer of an image of no layers
 //
 // An image is known by the digest of its manifest as the registry serves
@@ -166,6 +168,21 @@ class ImageStore {
   // A bad reference is an error either way.
   Result<std::optional<StoredImage>> Ensure(const Request& r, Done done);
 
+  // An image archive to load (NodeService.LoadImage): a plain tar the
+  // agent fetched, which the store removes once the load ends.
+  struct Archive {
+    std::string path;  // PrepareArchive's
+    std::string name;  // the reference to hold it as; empty: the archive's own
+    int64_t size_bytes = 0;
+    std::string sha256;  // of its bytes, as the server summed them
+  };
+  // Where the archive of load `load_id` is to be written: refused when the
+  // id is malformed or the node lacks room for it.
+  Result<std::string> PrepareArchive(const std::string& load_id, int64_t size) const;
+  // Queues the load of `a`, after the pulls before it (the store's thread
+  // runs one at a time); `done` is called there once it ends.
+  void Load(Archive a, Done done);
+
   // The directory the lowers of a StoredImage are relative to.
   std::string LowerDir() const { return opts_.root + "/storage/overlay"; }
 
@@ -186,10 +203,17 @@ class ImageStore {
     std::string digest;  // pinned
     std::vector<Done> waiters;
     std::string progress;
+    std::optional<Archive> archive;  // a load, not a pull
   };
   static std::string PullKey(const ImageRef& ref, const std::string& digest, bool always);
   void Work();
   Result<StoredImage> RunPull(const std::string& key, const Pull& p);
+  Result<StoredImage> RunLoad(const std::string& key, const Archive& a);
+  Status CopyIn(const std::string& key, const std::string& verb, const std::string& name,
+                const std::vector<std::string>& copy, int64_t total, int64_t unpack_limit, const std::string& stalled);
+  Result<StoredImage> Keep(const std::string& digest, const std::string& config_digest,
+                           const std::vector<std::string>& names, int64_t unpack_limit, int64_t total);
+  int64_t UnpackLimit(int64_t packed) const;
   Result<std::string> Inspect(const ImageRef& ref, const std::string& what, std::string* digest) const;
   Result<StoredImage> ReadStored(const std::string& digest, const std::string& config_digest,
                                  const std::string& name, std::map<std::string, int64_t>* layer_bytes) const;

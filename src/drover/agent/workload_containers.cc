@@ -277,17 +277,14 @@ void WorkloadRunner::AddImages(v1::Heartbeat* h) {
   if (version == images_said_) return;
   images_said_ = version;
   h->set_images_changed(true);
-  for (const StoredImage& im : images_->Snapshot()) {
-    v1::NodeImage* n = h->add_images();
-    for (const std::string& r : im.references) n->add_references(r);
-    n->set_digest(im.digest);
-    n->set_size_bytes(im.size_bytes);
-    n->set_in_use(im.in_use);
-    n->set_last_used_unix_nanos(im.last_used_unix_nanos);
-  }
+  for (const StoredImage& im : images_->Snapshot()) ToNodeImage(im, h->add_images());
 }
 
 void WorkloadRunner::PullImage(const v1::PullImage& p) {
+  if (p.has_archive()) {
+    LoadArchive(p);
+    return;
+  }
   std::string why;
   ImageStore* store = Images(&why);
   if (store == nullptr) {
@@ -304,6 +301,56 @@ void WorkloadRunner::PullImage(const v1::PullImage& p) {
                              }
                            });
   if (!got.ok()) spdlog::warn("node '{}' cannot pull {}: {}", opts_.node_name, ref, got.status().message());
+}
+
+// An administrator's load of an archive (NodeService.LoadImage): fetched
+// from the server, checked and stored by the store; the server hears how
+// it went (ImageLoaded), a refusal included.
+void WorkloadRunner::LoadArchive(const v1::PullImage& p) {
+  const v1::ImageArchive& a = p.archive();
+  auto answer = [this, id = a.load_id()](const Result<StoredImage>& r) {
+    v1::AgentMessage m;
+    v1::ImageLoaded* l = m.mutable_image_loaded();
+    l->set_load_id(id);
+    if (r.ok()) {
+      spdlog::info("node '{}' loaded {} ({}) from an archive", opts_.node_name, r->references.front(), r->digest);
+      ToNodeImage(*r, l->mutable_image());
+    } else {
+      spdlog::warn("node '{}' cannot load an image archive: {}", opts_.node_name, r.status().message());
+      l->set_error(r.status().message());
+    }
+    if (!Send(m)) spdlog::warn("node '{}' could not tell the server how its load went", opts_.node_name);
+  };
+  std::string why;
+  ImageStore* store = Images(&why);
+  if (store == nullptr) return answer(Unavailable(why));
+  if (!p.reference().empty()) {
+    if (auto ref = ParseImageRef(p.reference()); !ref.ok()) return answer(ref.status());
+  }
+  if (a.sha256().size() != 64) return answer(InvalidArgument("the archive's sha256 is not 64 hex digits"));
+  auto path = store->PrepareArchive(a.load_id(), a.size_bytes());
+  if (!path.ok()) return answer(path.status());
+  if (connection_ == nullptr) return answer(Unavailable("the node has no connection to the server"));
+  ImageStore::Archive archive{*path, p.reference(), a.size_bytes(), a.sha256()};
+  connection_->FetchImageArchive(a.load_id(), *path, a.size_bytes(),
+                                 [this, store, answer, archive = std::move(archive)](Status fetched) mutable {
+                                   if (*stopping_) return;
+                                   if (!fetched.ok()) {
+                                     ::unlink(archive.path.c_str());
+                                     return answer(fetched);
+                                   }
+                                   store->Load(std::move(archive), [this, answer](Result<StoredImage> r) {
+                                     loop_->Post([answer, r = std::move(r)] { answer(r); });
+                                   });
+                                 });
+}
+
+void ToNodeImage(const StoredImage& im, v1::NodeImage* n) {
+  for (const std::string& r : im.references) n->add_references(r);
+  n->set_digest(im.digest);
+  n->set_size_bytes(im.size_bytes);
+  n->set_in_use(im.in_use);
+  n->set_last_used_unix_nanos(im.last_used_unix_nanos);
 }
 
 }  // namespace drover::agent

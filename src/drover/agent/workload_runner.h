@@ -71,6 +71,9 @@ struct WorkloadRunnerOptions {
   ContainerOptions containers;
 };
 
+// What a heartbeat or a load's answer says of a stored image.
+void ToNodeImage(const StoredImage& im, v1::NodeImage* n);
+
 class WorkloadRunner final : public ServiceHost {
  public:
   WorkloadRunner(WorkloadRunnerOptions options, runtime::LoopClient* loop, const std::atomic<bool>* stopping,
@@ -120,7 +123,8 @@ class WorkloadRunner final : public ServiceHost {
   std::vector<double> Loads(size_t gpus) const;
   // The node's images, when they changed since the last heartbeat said.
   void AddImages(v1::Heartbeat* h);
-  // An administrator's pull ahead of jobs (NodeService.PullImage).
+  // An administrator's pull ahead of jobs (NodeService.PullImage), or with
+  // p.archive the load of an archive (NodeService.LoadImage).
   void PullImage(const v1::PullImage& p);
 
   // Shutdown, after the loop was closed, in this order: the exit watches
@@ -148,6 +152,7 @@ class WorkloadRunner final : public ServiceHost {
   // The node's image store, opened on first use; null (with `why`) when
   // this node runs no containers.
   ImageStore* Images(std::string* why);
+  void LoadArchive(const v1::PullImage& p);
   // Asks for the image of `w`: true when it is held (in `image`); false when
   // the job waits for its pull (its record made) or failed (its end recorded).
   bool EnsureImage(const v1::Workload& w, const std::string& key, StoredImage* image);

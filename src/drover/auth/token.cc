@@ -1,9 +1,12 @@
 #include "drover/auth/token.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -99,16 +102,59 @@ Result<ParsedToken> ParseToken(std::string_view text) {
   return ParsedToken{std::string(id), std::string(secret)};
 }
 
-std::string Sha256Hex(std::string_view data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+namespace {
+std::string HexOf(const unsigned char* md, size_t n) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(2 * SHA256_DIGEST_LENGTH, '0');
-  for (size_t i = 0; i < SHA256_DIGEST_LENGTH; ++i) {
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
     out[2 * i] = kHex[md[i] >> 4];
     out[2 * i + 1] = kHex[md[i] & 15];
   }
   return out;
+}
+}  // namespace
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  return HexOf(md, SHA256_DIGEST_LENGTH);
+}
+
+Sha256Stream::Sha256Stream() : ctx_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+}
+Sha256Stream::~Sha256Stream() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+void Sha256Stream::Update(std::string_view data) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data.data(), data.size());
+}
+std::string Sha256Stream::Hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &n);
+  return HexOf(md, n);
+}
+
+Result<std::string> Sha256FileHex(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return errno == ENOENT ? NotFound(fmt::format("'{}' does not exist", path))
+                           : Unavailable(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  }
+  Sha256Stream sum;
+  std::string buf(1 << 20, '\0');
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Unavailable(fmt::format("cannot read '{}': {}", path, std::strerror(err)));
+    }
+    if (n == 0) break;
+    sum.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
+  }
+  ::close(fd);
+  return sum.Hex();
 }
 
 Result<std::string> RandomBase64Url(size_t n) {

@@ -77,6 +77,23 @@ Result<NewToken> GenerateToken();
 
 // Lower-case hex SHA-256.
 std::string Sha256Hex(std::string_view data);
+// The same over bytes that come in pieces (an upload, a file read in
+// chunks): Update with each, then Hex once.
+class Sha256Stream {
+ public:
+  Sha256Stream();
+  ~Sha256Stream();
+  Sha256Stream(const Sha256Stream&) = delete;
+  Sha256Stream& operator=(const Sha256Stream&) = delete;
+  void Update(std::string_view data);
+  std::string Hex();
+
+ private:
+  void* ctx_;  // an EVP_MD_CTX
+};
+// The SHA-256 of the file at `path`, read in chunks; kNotFound / kUnavailable
+// when it cannot be read.
+Result<std::string> Sha256FileHex(const std::string& path);
 // `n` random bytes from the kernel, base64url without padding.
 Result<std::string> RandomBase64Url(size_t n);
 // Comparison whose time does not depend on where the inputs differ.

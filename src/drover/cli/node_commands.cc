@@ -1,8 +1,14 @@
-// The node verbs: nodes, gpus, images, drain, undrain and (admin) fault and
-// images pull.
+// The node verbs: nodes, gpus, images, drain, undrain and (admin) fault,
+// images pull and images load.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <zlib.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +17,7 @@
 #include "drover/cli/node_view.h"
 #include "drover/cli/terminal.h"
 #include "drover/common/image_ref.h"
+#include "drover/common/quantity.h"
 #include "drover/v1/api.grpc.pb.h"
 
 namespace drover::cli {
@@ -152,6 +159,115 @@ int Pull(const PullArgs& a, const Common& c) {
   return 0;
 }
 
+struct LoadArgs {
+  std::string file;
+  std::vector<std::string> nodes;
+  std::string name;
+};
+
+// An archive read as a plain tar: a gzip one is decompressed as it is read
+// (zlib reads a file that is not gzip as it is).
+class ArchiveFile {
+ public:
+  explicit ArchiveFile(const std::string& path) : in_(gzopen(path.c_str(), "rb")) {}
+  ~ArchiveFile() {
+    if (in_ != nullptr) gzclose(in_);
+  }
+  ArchiveFile(const ArchiveFile&) = delete;
+  ArchiveFile& operator=(const ArchiveFile&) = delete;
+  bool ok() const { return in_ != nullptr; }
+  // The next bytes into `buf` (up to its size); 0 at the end, -1 on an error.
+  int64_t Read(std::string* buf) {
+    int n = gzread(in_, buf->data(), static_cast<unsigned>(buf->size()));
+    return n;
+  }
+  std::string Error() {
+    int code = 0;
+    const char* m = gzerror(in_, &code);
+    return code == Z_ERRNO ? std::strerror(errno) : m;
+  }
+  // Its bytes as the server will get them: a gzip archive is read through once.
+  int64_t Size(const std::string& path, std::string* buf) {
+    if (gzdirect(in_) == 1) {
+      std::error_code ec;
+      auto size = std::filesystem::file_size(path, ec);
+      return ec ? -1 : static_cast<int64_t>(size);
+    }
+    int64_t total = 0;
+    for (int64_t n; (n = Read(buf)) > 0;) total += n;
+    if (gzrewind(in_) != 0) return -1;
+    return total;
+  }
+
+ private:
+  gzFile in_;
+};
+
+int Load(const LoadArgs& a, const Common& c, bool timeout_given) {
+  if (a.nodes.empty()) return Usage("name the nodes to load it onto: --node NAME (repeatable)");
+  if (!a.name.empty()) {
+    if (auto ref = ParseImageRef(a.name); !ref.ok()) return Usage(ref.status().message());
+  }
+  ArchiveFile in(a.file);
+  if (!in.ok()) {
+    std::cerr << fmt::format("error: cannot open '{}': {}\n", EscapeTerminal(a.file), std::strerror(errno));
+    return 1;
+  }
+  std::string buf(1 << 20, '\0');
+  const int64_t size = in.Size(a.file, &buf);
+  if (size < 0) {
+    std::cerr << fmt::format("error: cannot read '{}': {}\n", EscapeTerminal(a.file), in.Error());
+    return 1;
+  }
+  auto stub = v1::NodeService::NewStub(Channel(c));
+  v1::LoadImageResponse resp;
+  // An upload and the nodes' loads take longer than a call: an hour,
+  // unless --timeout says otherwise.
+  auto ctx = timeout_given ? Context(c) : std::make_unique<grpc::ClientContext>();
+  if (!timeout_given) ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+  auto writer = stub->LoadImage(ctx.get(), &resp);
+  v1::LoadImageChunk chunk;
+  v1::LoadImageHeader* h = chunk.mutable_header();
+  for (const std::string& n : a.nodes) h->add_nodes(n);
+  h->set_name(a.name);
+  h->set_size_bytes(size);
+  bool open = writer->Write(chunk);
+  int64_t sent = 0;
+  while (open && sent < size) {
+    int64_t n = in.Read(&buf);
+    if (n < 0) {
+      std::cerr << fmt::format("error: cannot read '{}': {}\n", EscapeTerminal(a.file), in.Error());
+      ctx->TryCancel();
+      return 1;
+    }
+    if (n == 0) break;
+    n = std::min(n, size - sent);
+    chunk.set_data(buf.data(), static_cast<size_t>(n));
+    open = writer->Write(chunk);
+    sent += n;
+  }
+  if (open) writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  if (!st.ok()) return Fail(st, c);
+  if (c.output == "json") {
+    std::cout << Json(resp) << "\n";
+  } else {
+    for (const v1::NodeImageLoad& l : resp.loads()) {
+      if (!l.error().empty()) {
+        std::cout << fmt::format("{}: not loaded: {}\n", EscapeTerminal(l.node()), EscapeTerminal(l.error()));
+        continue;
+      }
+      std::cout << fmt::format("{}: loaded {} ({}, {})\n", EscapeTerminal(l.node()),
+                               EscapeTerminal(fmt::format("{}", fmt::join(l.image().references(), ", "))),
+                               EscapeTerminal(l.image().digest()), FormatBytes(l.image().size_bytes()));
+    }
+  }
+  for (const v1::NodeImageLoad& l : resp.loads()) {
+    if (!l.error().empty()) return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Common>& common) {
@@ -172,8 +288,23 @@ void AddNodeCommands(CLI::App& app, const Runner& run, const std::shared_ptr<Com
   pull->add_option("reference", pa->reference, "the image: busybox, vllm/vllm-openai:v0.6.3, ...")->required();
   pull->add_option("--node", pa->nodes, "a node to pull it (repeatable; default: every ready node)");
   pull->add_option("--pull", pa->pull, "if-not-present (the default) or always (resolve the tag again)");
-  // One callback for both: CLI11 runs the parent's after the subcommand's.
-  images->callback(run([pa, pull, common] { return pull->parsed() ? Pull(*pa, *common) : Images(*common); }));
+  auto la = std::make_shared<LoadArgs>();
+  CLI::App* load = images->add_subcommand(
+      "load",
+      "admin: load an image from an archive (docker save, podman save; .tar or .tar.gz) into nodes' stores, "
+      "for clusters without a registry: drover images load FILE --node N [--name REF]");
+  AddCommon(load, common.get(), true);
+  load->add_option("file", la->file, "the archive: docker-archive or oci-archive, plain or gzip")->required();
+  load->add_option("--node", la->nodes, "a node to load it onto (repeatable; at least one)");
+  load->add_option("--name", la->name,
+                   "the reference to store it as (default: the one the archive names; needed when it names none, "
+                   "or names several images)");
+  // One callback for all: CLI11 runs the parent's after the subcommand's.
+  images->callback(run([pa, pull, la, load, common] {
+    if (pull->parsed()) return Pull(*pa, *common);
+    if (load->parsed()) return Load(*la, *common, load->get_option("--timeout")->count() > 0);
+    return Images(*common);
+  }));
 
   auto node = std::make_shared<std::string>();
   auto requeue = std::make_shared<bool>(false);

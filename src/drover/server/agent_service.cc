@@ -6,7 +6,13 @@
 // held one thread per stream, plus a writer thread per session).
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <deque>
 #include <map>
@@ -35,6 +41,7 @@ class SessionHost {
   virtual ControlLoop* loop() = 0;
   virtual LogStore* logs() = 0;
   virtual void AuditRefusedLog(CallContext* ctx, const std::string& node, const std::string& job_id) = 0;
+  virtual void ImageLoaded(const std::string& node, const v1::ImageLoaded& loaded) = 0;
 };
 
 // One agent's Session: reads go to the control loop as they arrive; the
@@ -185,6 +192,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     } else if (in_.has_status()) {
       // The loop applies a status only to jobs bound to `node`.
       loop->HandleStatus(node_, std::move(*in_.mutable_status()));
+    } else if (in_.has_image_loaded()) {
+      host_->ImageLoaded(node_, in_.image_loaded());
     } else if (in_.has_log()) {
       const v1::LogData& log = in_.log();
       auto ref = rpc::ParseWorkloadId(log.workload_id().empty() ? log.job_id() : log.workload_id());
@@ -302,6 +311,43 @@ class AgentServiceImpl final : public v1::AgentService::WithCallbackMethod_Sessi
     Status refused = PermissionDenied(fmt::format("node '{}' is not running job '{}'", node, job_id.substr(0, 64)));
     spdlog::warn("{}; its log chunks are dropped", refused.message());
     api_->Audit(NodePrincipal(ctx, node), "agent.log", job_id.substr(0, 64), refused);
+  }
+
+  void ImageLoaded(const std::string& node, const v1::ImageLoaded& loaded) override { api_->ImageLoaded(node, loaded); }
+
+  // An archive's bytes for a node told to load it, from the offset asked
+  // for, in chunks well under the message limit.
+  grpc::Status FetchImageArchive(grpc::ServerContext* ctx, const v1::FetchImageArchiveRequest* req,
+                                 grpc::ServerWriter<v1::ImageArchiveChunk>* writer) override {
+    auto node = NodeOf(ctx, req->node_name(), "agent.fetch-image-archive");
+    if (!node.ok()) return rpc::ToGrpc(node.status());
+    auto archive = api_->OpenImageArchive(*node, req->load_id());
+    if (!archive.ok()) return rpc::ToGrpc(archive.status());
+    const auto& [path, size] = *archive;
+    if (req->offset() < 0 || req->offset() > size) {
+      return rpc::ToGrpc(OutOfRange(fmt::format("offset {} is outside the archive's {} bytes", req->offset(), size)));
+    }
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return rpc::ToGrpc(NotFound("the archive is gone"));
+    constexpr size_t kChunk = 1 << 20;
+    v1::ImageArchiveChunk chunk;
+    grpc::Status result = grpc::Status::OK;
+    for (int64_t at = req->offset(); at < size && !ctx->IsCancelled();) {
+      std::string* data = chunk.mutable_data();
+      data->resize(static_cast<size_t>(std::min<int64_t>(kChunk, size - at)));
+      ssize_t n = ::pread(fd, data->data(), data->size(), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        result = rpc::ToGrpc(Unavailable(fmt::format("cannot read the archive at {}: {}", at,
+                                                     n < 0 ? std::strerror(errno) : "it is shorter than it was")));
+        break;
+      }
+      data->resize(static_cast<size_t>(n));
+      at += n;
+      if (!writer->Write(chunk)) break;  // the node went away
+    }
+    ::close(fd);
+    return result;
   }
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinResponse* resp) override {

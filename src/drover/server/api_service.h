@@ -28,6 +28,7 @@
 #include "drover/common/mutex.h"
 #include "drover/common/status.h"
 #include "drover/server/control_loop.h"
+#include "drover/server/image_archives.h"
 #include "drover/server/log_follow.h"
 #include "drover/server/log_store.h"
 #include "drover/v1/api.pb.h"
@@ -76,6 +77,18 @@ class ApiService {
   Result<v1::InjectFaultResponse> InjectFault(const auth::Principal& who, const v1::InjectFaultRequest& req);
   // Admin: an image pulled into nodes' stores ahead of jobs (api_images.cc).
   Result<v1::PullImageResponse> PullImage(const auth::Principal& who, const v1::PullImageRequest& req);
+  // NodeService.LoadImage: `header`, then `read` yields the archive's bytes
+  // (false at the stream's end). Answers once every node named stored the
+  // image or said why not, or at `deadline`.
+  using ArchiveReader = std::function<Result<bool>(std::string* chunk)>;
+  Result<v1::LoadImageResponse> LoadImage(const auth::Principal& who, const v1::LoadImageHeader& header,
+                                          const ArchiveReader& read, std::chrono::system_clock::time_point deadline);
+  // Where uploads are spooled (<data>/image-archives) and how large one may
+  // be (--max-image-archive); until it is called, LoadImage is refused.
+  void EnableImageArchives(std::string dir, int64_t max_bytes);
+  // For a node's FetchImageArchive / ImageLoaded (ImageArchives says when).
+  Result<std::pair<std::string, int64_t>> OpenImageArchive(const std::string& node, const std::string& load_id);
+  void ImageLoaded(const std::string& node, const v1::ImageLoaded& loaded);
 
   // Dashboards.
   Result<v1::Fleet> Fleet(const auth::Principal& who);
@@ -169,6 +182,7 @@ class ApiService {
 
   ControlLoop* loop_;
   LogStore* logs_;
+  std::unique_ptr<ImageArchives> archives_;  // set once, by EnableImageArchives, before calls come
   auth::Authority* authority_;
   auth::AuditLog* audit_;
   JobWatch* watch_;

@@ -2,13 +2,19 @@
 // against the tenant's roots at submit, the container and the resolved
 // digest in the workload, the digest kept for every later attempt (and a
 // deployment's revision), the pull's progress while bound, the nodes'
-// image stores from heartbeats, and an administrator's pull relayed to the
-// agents.
+// image stores from heartbeats, an administrator's pull relayed to the
+// agents, and an archive's load: spooled, fetched only by the nodes named,
+// answered with what they stored.
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <future>
 #include <string>
 #include <vector>
+
+#include "drover/auth/token.h"
+#include "drover/common/files.h"
 
 #include "drover/auth/authority.h"
 #include "drover/common/image_ref.h"
@@ -477,6 +483,133 @@ TEST_F(ImagesTest, RestPullsAndShowsTheImages) {
   EXPECT_EQ(bad.status, 400) << bad.body;
   EXPECT_NE(bad.body.find("container image"), std::string::npos) << bad.body;
   EXPECT_TRUE(StoredJobs().empty());
+}
+
+// ---- images load: an archive spooled, fetched by the nodes told, answered ----
+
+class LoadTest : public ImagesTest {
+ protected:
+  // The archive's bytes in chunks of `chunk` (a stream as gRPC gives it).
+  static ApiService::ArchiveReader Chunks(std::string bytes, size_t chunk = 3) {
+    auto at = std::make_shared<size_t>(0);
+    auto data = std::make_shared<std::string>(std::move(bytes));
+    return [=](std::string* out) -> Result<bool> {
+      if (*at >= data->size()) return false;
+      *out = data->substr(*at, chunk);
+      *at += out->size();
+      return true;
+    };
+  }
+  static v1::LoadImageHeader Header(std::vector<std::string> nodes, int64_t size, std::string name = "") {
+    v1::LoadImageHeader h;
+    for (auto& n : nodes) h.add_nodes(n);
+    h.set_size_bytes(size);
+    h.set_name(std::move(name));
+    return h;
+  }
+  size_t Spooled() const {
+    size_t n = 0;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(dir_ + "/archives", ec);
+         it != std::filesystem::directory_iterator(); ++it) {
+      ++n;
+    }
+    return n;
+  }
+  static auto Soon() { return std::chrono::system_clock::now() + std::chrono::seconds(20); }
+  const auth::Principal admin_{"t1", "root", "default", auth::Role::kAdmin, "", ""};
+  const auth::Principal user_{"t2", "alice", "default", auth::Role::kUser, "", ""};
+};
+
+TEST_F(LoadTest, AnArchiveReachesOnlyTheNodesToldAndTheirAnswersComeBack) {
+  auto a = Connect("n1", 1);
+  auto b = Connect("n2", 1);
+  ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+  api.EnableImageArchives(dir_ + "/archives", 1 << 20);
+  const std::string bytes = "not really a tar, but the server does not look";
+  auto done = std::async(std::launch::async, [&] {
+    return api.LoadImage(admin_, Header({"n1"}, static_cast<int64_t>(bytes.size()), "localhost/tiny:1"),
+                         Chunks(bytes), Soon());
+  });
+  ASSERT_TRUE(a->WaitForPulls(1));
+  const v1::PullImage told = a->pulls()[0];
+  ASSERT_TRUE(told.has_archive());
+  EXPECT_EQ(told.reference(), "localhost/tiny:1");
+  EXPECT_EQ(told.archive().size_bytes(), static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(told.archive().sha256(), auth::Sha256Hex(bytes));
+  EXPECT_TRUE(b->pulls().empty());
+  // Only the node told may read it, and what it reads is what came.
+  EXPECT_EQ(api.OpenImageArchive("n2", told.archive().load_id()).status().code(), Code::kNotFound);
+  EXPECT_EQ(api.OpenImageArchive("n1", "../../etc/passwd").status().code(), Code::kNotFound);
+  auto opened = api.OpenImageArchive("n1", told.archive().load_id());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened->second, static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(*ReadTextFile(opened->first), bytes);
+  // Another node's answer, or one for another load, changes nothing.
+  v1::ImageLoaded stray;
+  stray.set_load_id(told.archive().load_id());
+  stray.set_error("n2 never had it");
+  api.ImageLoaded("n2", stray);
+  v1::ImageLoaded loaded;
+  loaded.set_load_id(told.archive().load_id());
+  loaded.mutable_image()->add_references("localhost/tiny:1");
+  loaded.mutable_image()->set_digest(kDigest);
+  api.ImageLoaded("n1", loaded);
+  auto resp = done.get();
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  ASSERT_EQ(resp->loads_size(), 1);
+  EXPECT_EQ(resp->loads(0).node(), "n1");
+  EXPECT_EQ(resp->loads(0).error(), "");
+  EXPECT_EQ(resp->loads(0).image().digest(), kDigest);
+  // Answered: gone, for every node.
+  EXPECT_EQ(api.OpenImageArchive("n1", told.archive().load_id()).status().code(), Code::kNotFound);
+  EXPECT_EQ(Spooled(), 0u);
+}
+
+TEST_F(LoadTest, ANodeThatDoesNotAnswerIsSaidToHaveNotLoadedIt) {
+  auto a = Connect("n1", 1);
+  ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+  api.EnableImageArchives(dir_ + "/archives", 1 << 20);
+  auto resp = api.LoadImage(admin_, Header({"n1"}, 4), Chunks("abcd"),
+                            std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  ASSERT_TRUE(resp.ok()) << resp.status().ToString();
+  ASSERT_EQ(resp->loads_size(), 1);
+  EXPECT_NE(resp->loads(0).error().find("did not say"), std::string::npos) << resp->loads(0).error();
+  EXPECT_EQ(a->pulls().size(), 1u);
+  EXPECT_EQ(Spooled(), 0u);
+}
+
+TEST_F(LoadTest, BadLoadsAreRefusedBeforeAnyNodeHearsAndLeaveNothing) {
+  auto a = Connect("n1", 1);
+  Register("n3", 1);  // no session
+  ApiService api(loop_.get(), nullptr, nullptr, nullptr);
+  auto off = api.LoadImage(admin_, Header({"n1"}, 4), Chunks("abcd"), Soon());
+  EXPECT_EQ(off.status().code(), Code::kUnavailable);  // no spool: this server takes none
+  api.EnableImageArchives(dir_ + "/archives", 16);
+  auto code = [&](const auth::Principal& who, v1::LoadImageHeader h, std::string bytes) {
+    return api.LoadImage(who, h, Chunks(std::move(bytes)), Soon()).status().code();
+  };
+  EXPECT_EQ(code(user_, Header({"n1"}, 4), "abcd"), Code::kPermissionDenied);
+  EXPECT_EQ(code(admin_, Header({}, 4), "abcd"), Code::kInvalidArgument);
+  EXPECT_EQ(code(admin_, Header({"n9"}, 4), "abcd"), Code::kNotFound);
+  EXPECT_EQ(code(admin_, Header({"n3"}, 4), "abcd"), Code::kUnavailable);
+  EXPECT_EQ(code(admin_, Header({"n1"}, 4, "Busybox"), "abcd"), Code::kInvalidArgument);
+  EXPECT_EQ(code(admin_, Header({"n1"}, 0), ""), Code::kInvalidArgument);
+  EXPECT_EQ(code(admin_, Header({"n1"}, 17), std::string(17, 'x')), Code::kResourceExhausted);  // over the limit
+  EXPECT_EQ(code(admin_, Header({"n1"}, 4), "abcdef"), Code::kInvalidArgument);                 // more than it said
+  EXPECT_EQ(code(admin_, Header({"n1"}, 4), "ab"), Code::kInvalidArgument);                     // fewer
+  // A stream that breaks off mid-way.
+  int calls = 0;
+  ApiService::ArchiveReader broken = [&](std::string* out) -> Result<bool> {
+    if (calls++ == 0) {
+      *out = "ab";
+      return true;
+    }
+    return Aborted("the upload was cancelled");
+  };
+  EXPECT_EQ(api.LoadImage(admin_, Header({"n1"}, 4), broken, Soon()).status().code(), Code::kAborted);
+  EXPECT_TRUE(a->pulls().empty());
+  EXPECT_EQ(Spooled(), 0u);
 }
 
 }  // namespace

@@ -122,10 +122,16 @@ class FakeSink : public AgentSink {
   void SendPullImage(const v1::PullImage& pull) override {
     MutexLock lock(&mu_);
     pulls_.push_back(pull);
+    cv_.SignalAll();
   }
   std::vector<v1::PullImage> pulls() const {
     MutexLock lock(&mu_);
     return pulls_;
+  }
+  // Waits until `n` pulls (or loads) came; false after kDeadline.
+  bool WaitForPulls(size_t n) {
+    MutexLock lock(&mu_);
+    return cv_.WaitFor(&mu_, kDeadline, [&]() DROVER_REQUIRES(mu_) { return pulls_.size() >= n; });
   }
   int resets() const { return resets_.load(); }
 

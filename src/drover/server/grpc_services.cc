@@ -345,6 +345,26 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     return Authed(gate_, ctx, true, "PullImage",
                   [&](const auth::Principal& who) { return Reply(api_->PullImage(who, *req), resp); });
   }
+  grpc::Status LoadImage(ServerContext* ctx, grpc::ServerReader<v1::LoadImageChunk>* reader,
+                         v1::LoadImageResponse* resp) override {
+    return Authed(gate_, ctx, true, "LoadImage", [&](const auth::Principal& who) {
+      v1::LoadImageChunk first;
+      if (!reader->Read(&first) || !first.has_header()) {
+        return rpc::ToGrpc(InvalidArgument("the first message of a load must be its header"));
+      }
+      v1::LoadImageChunk next;
+      ApiService::ArchiveReader read = [&](std::string* chunk) -> Result<bool> {
+        if (ctx->IsCancelled()) return Aborted("the upload was cancelled");
+        if (!reader->Read(&next)) return false;
+        if (!next.has_data()) return InvalidArgument("a load has one header, then data only");
+        *chunk = std::move(*next.mutable_data());
+        return true;
+      };
+      // The nodes' answers are awaited as long as the caller does, at most an hour.
+      auto deadline = std::min(ctx->deadline(), std::chrono::system_clock::now() + std::chrono::hours(1));
+      return Reply(api_->LoadImage(who, first.header(), read, deadline), resp);
+    });
+  }
 
  private:
   ApiService* api_;

@@ -236,8 +236,13 @@ Result<std::vector<std::string>> NodeRegistry::PullImage(const std::vector<std::
     names.push_back(name);
   }
   for (Entry* entry : told) entry->sink->SendPullImage(pull);
-  spdlog::info("image '{}' ({}) to be pulled by {} nodes", pull.reference(),
-               pull.pull_policy().empty() ? "if-not-present" : pull.pull_policy(), names.size());
+  if (pull.has_archive()) {
+    spdlog::info("image archive {} ({} bytes) to be loaded by {} nodes", pull.archive().load_id(),
+                 pull.archive().size_bytes(), names.size());
+  } else {
+    spdlog::info("image '{}' ({}) to be pulled by {} nodes", pull.reference(),
+                 pull.pull_policy().empty() ? "if-not-present" : pull.pull_policy(), names.size());
+  }
   return names;
 }
 

@@ -370,6 +370,7 @@ class ServerImpl final : public Server {
     DROVER_ASSIGN_OR_RETURN(bool created, authority_->EnsureBootstrapAdmin(admin_token_path_));
     if (created) spdlog::info("created the admin token in {} (mode 0600); the CLI finds it there", admin_token_path_);
     api_ = std::make_unique<ApiService>(loop_.get(), logs_.get(), authority_.get(), audit_.get(), &watch_);
+    api_->EnableImageArchives(o.data_dir + "/image-archives", o.max_image_archive_bytes);
 
     grpc::ServerBuilder builder;
     int port = 0;

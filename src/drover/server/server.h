@@ -63,6 +63,9 @@ struct ServerOptions {
   // leadership; "" is the listen host, or the machine's name when that is
   // a wildcard.
   std::string advertise_host = {};
+  // The largest archive NodeService.LoadImage takes; spooled under
+  // <data_dir>/image-archives.
+  int64_t max_image_archive_bytes = int64_t{64} << 30;
   // Ends a standby's wait (StartServer returns kCancelled).
   const std::atomic<bool>* stop = nullptr;
   // Called once if this server loses its leadership (its lease ended, or a
