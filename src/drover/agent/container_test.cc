@@ -710,8 +710,8 @@ TEST_F(ContainerAgentTest, ALayerThatUnpacksToFarMoreThanItsSizeIsRefused) {
   // Nothing of it is left: no download, no layer half unpacked.
   std::error_code ec;
   EXPECT_TRUE(std::filesystem::is_empty(data_dir_ + "/images/tmp", ec));
-  // (The busybox layer below the bomb, complete and checked, stays for a
-  // retry; the bomb's bytes do not.)
+  // Nothing of the copy is kept: not the bomb's bytes, though its layer may
+  // have completed between two looks, nor the busybox layer below it.
   uintmax_t stored = 0;
   std::set<ino_t> seen;  // busybox's names are links to one file
   for (const auto& e : std::filesystem::recursive_directory_iterator(data_dir_ + "/images/storage", ec)) {
@@ -721,6 +721,15 @@ TEST_F(ContainerAgentTest, ALayerThatUnpacksToFarMoreThanItsSizeIsRefused) {
     }
   }
   EXPECT_LT(stored, uintmax_t{16} << 20);
+  // containers-storage removes the layers flagged for it at its next write,
+  // and the store goes on pulling.
+  v1::Workload next = Job("j-000015", Ref("tiny:v1"), {"true"});
+  ASSERT_TRUE(server_.SendDesired({next}));
+  ASSERT_TRUE(server_.WaitEnded(next.workload_id()));
+  EXPECT_EQ(server_.Reports(next.workload_id()).back().exit_code(), 0) << server_.Reports(next.workload_id()).back().message();
+  auto layers = nlohmann::json::parse(Slurp(data_dir_ + "/images/storage/overlay-layers/layers.json"), nullptr, false);
+  ASSERT_TRUE(layers.is_array());
+  for (const auto& l : layers) EXPECT_FALSE(l.contains("flags") && l["flags"].value("incomplete", false)) << l.dump();
 }
 
 // A registry that sends a blob's first bytes and then nothing: the pull ends

@@ -20,13 +20,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "drover/agent/image_archive.h"
+#include "drover/agent/image_tools.h"
 #include "drover/auth/token.h"
 #include "drover/common/files.h"
 #include "drover/common/json_depth.h"
 #include "drover/common/quantity.h"
-
-extern char** environ;
 
 namespace drover::agent {
 namespace {
@@ -34,124 +32,11 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr size_t kMaxToolOutput = 8 << 20;  // a manifest is at most 4 MiB
-constexpr size_t kMaxToolError = 4096;
-constexpr size_t kMaxReferences = 64;
-
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-// What a tool printed and how it ended.
-struct ToolResult {
-  int status = 0;
-  std::string out, err;
-};
-
-// Runs `argv` (posix_spawn: safe in this threaded process) with the
-// agent's environment and `env` ("K=V", overriding), its output kept up to
-// bounds; `tick` is called about every 250 ms while it runs, and when it
-// answers a reason, the tool is killed and that is the error.
-Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
-                           const std::function<std::string()>& tick = nullptr) {
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Unavailable(fmt::format("pipe: {}", std::strerror(errno)));
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return Unavailable(fmt::format("pipe: {}", std::strerror(errno)));
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view kv(*e);
-    const std::string_view k = kv.substr(0, kv.find('=') + 1);
-    if (std::none_of(env.begin(), env.end(), [&](const std::string& o) { return o.compare(0, k.size(), k) == 0; })) {
-      envp.push_back(*e);
-    }
-  }
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (rc != 0) {
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    return Unavailable(fmt::format("cannot run '{}': {}", argv[0], std::strerror(rc)));
-  }
-  ToolResult r;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[65536];
-  std::string stopped;
-  auto last_tick = std::chrono::steady_clock::now();
-  while (open_fds > 0) {
-    int n = ::poll(fds, 2, 250);
-    if (n < 0 && errno != EINTR) break;
-    if (tick && std::chrono::steady_clock::now() - last_tick >= std::chrono::milliseconds(250)) {
-      last_tick = std::chrono::steady_clock::now();
-      stopped = tick();
-      if (!stopped.empty()) {
-        ::kill(pid, SIGKILL);
-        break;
-      }
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
-      if (got <= 0) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-        continue;
-      }
-      std::string& into = i == 0 ? r.out : r.err;
-      const size_t cap = i == 0 ? kMaxToolOutput : kMaxToolError;
-      if (into.size() < cap) into.append(buf, std::min<size_t>(static_cast<size_t>(got), cap - into.size()));
-    }
-  }
-  for (pollfd& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
-  }
-  while (::waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
-  }
-  if (!stopped.empty()) return Unavailable(stopped);
-  return r;
-}
-
-// The last line a tool wrote to stderr, trimmed of its log prefix.
-std::string LastLine(const std::string& err) {
-  std::string s = err;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  if (size_t nl = s.rfind('\n'); nl != std::string::npos) s = s.substr(nl + 1);
-  // skopeo: `time="..." level=fatal msg="..."`
-  if (size_t m = s.find("msg=\""); m != std::string::npos) {
-    s = s.substr(m + 5);
-    if (!s.empty() && s.back() == '"') s.pop_back();
-  }
-  if (s.size() > 500) s = s.substr(0, 500) + "...";
-  return s;
-}
-
-bool Exited0(const ToolResult& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
 
 json ConfigJson(const ImageConfig& c) {
   return json{{"entrypoint", c.entrypoint},
@@ -497,117 +382,6 @@ Result<std::string> ImageStore::Inspect(const ImageRef& ref, const std::string& 
   return r.out;
 }
 
-Result<std::string> ImageStore::PrepareArchive(const std::string& load_id, int64_t size) const {
-  if (load_id.empty() || load_id.size() > 64 || !std::all_of(load_id.begin(), load_id.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-      })) {
-    return InvalidArgument(fmt::format("'{}' is not an archive's load id", load_id.substr(0, 64)));
-  }
-  if (size <= 0) return InvalidArgument("the archive is empty");
-  // Room for the archive and, unpacked, about as much again.
-  struct statvfs st {};
-  const std::string dir = opts_.root + "/loads";
-  if (::statvfs(dir.c_str(), &st) == 0) {
-    const int64_t free = static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
-    if (size > free / 2) {
-      return ResourceExhausted(fmt::format("the archive is {}; the node has {} free for it and its layers",
-                                           FormatBytes(size), FormatBytes(free)));
-    }
-  }
-  if (opts_.limit_bytes > 0 && size > opts_.limit_bytes) {
-    return ResourceExhausted(fmt::format("the archive is {}, more than the node's image store may hold ({})",
-                                         FormatBytes(size), FormatBytes(opts_.limit_bytes)));
-  }
-  return dir + "/" + load_id + ".tar";
-}
-
-void ImageStore::Load(Archive a, Done done) {
-  MutexLock lock(&mu_);
-  const std::string key = "load " + a.path;
-  auto [it, fresh] = pulls_.try_emplace(key);
-  it->second.waiters.push_back(std::move(done));
-  if (!fresh) return;
-  it->second.archive = std::move(a);
-  it->second.progress = "waiting to load an archive";
-  queue_.push_back(key);
-  wake_.SignalAll();
-}
-
-// An archive's image, into the store's containers-storage: the archive is
-// checked against what the server said of it, read (format, names, manifest)
-// before skopeo copies it in, and held like a pulled image.
-Result<StoredImage> ImageStore::RunLoad(const std::string& key, const Archive& a) {
-  SetProgress(key, "checking an archive");
-  struct stat st {};
-  if (::stat(a.path.c_str(), &st) != 0 || st.st_size != a.size_bytes) {
-    return InvalidArgument(fmt::format("the archive fetched is {} bytes, not the {} sent", st.st_size, a.size_bytes));
-  }
-  DROVER_ASSIGN_OR_RETURN(std::string sum, auth::Sha256FileHex(a.path));
-  if (sum != a.sha256) return InvalidArgument("the archive fetched does not match the one sent (sha256)");
-  DROVER_ASSIGN_OR_RETURN(ArchiveContents contents, ReadImageArchive(a.path));
-  // Which image, and the names it is held under.
-  std::string wanted;
-  if (!a.name.empty()) {
-    DROVER_ASSIGN_OR_RETURN(ImageRef ref, ParseImageRef(a.name));
-    if (!ref.digest.empty()) return InvalidArgument(fmt::format("'{}' names a digest; name the image by a tag", a.name));
-    wanted = ref.String();
-  }
-  auto listed = [&] {
-    std::vector<std::string> all;
-    for (const ArchiveImage& im : contents.images) all.insert(all.end(), im.names.begin(), im.names.end());
-    return all.empty() ? std::string("none") : fmt::format("{}", fmt::join(all, ", "));
-  };
-  const ArchiveImage* chosen = nullptr;
-  if (contents.images.size() == 1) {
-    chosen = &contents.images[0];
-  } else {
-    if (wanted.empty()) {
-      return InvalidArgument(fmt::format("the archive holds {} images: name the one to load with --name (it names: {})",
-                                         contents.images.size(), listed()));
-    }
-    for (const ArchiveImage& im : contents.images) {
-      if (std::find(im.names.begin(), im.names.end(), wanted) != im.names.end()) chosen = &im;
-    }
-    if (chosen == nullptr || chosen->source_name.empty()) {
-      return InvalidArgument(fmt::format("the archive holds {} images and none is named {} (it names: {})",
-                                         contents.images.size(), wanted, listed()));
-    }
-  }
-  std::vector<std::string> names = wanted.empty() ? chosen->names : std::vector<std::string>{wanted};
-  if (names.empty()) return InvalidArgument("the archive names no image: give it a name with --name");
-  if (names.size() > kMaxReferences) names.resize(kMaxReferences);
-  const std::string& name = names.front();
-  std::string source = contents.format + ":" + a.path + (chosen->source_name.empty() ? "" : ":" + chosen->source_name);
-  // Its manifest: what it promises is checked before a layer is copied.
-  std::string raw = chosen->manifest, digest = chosen->manifest_digest;
-  if (contents.format == "docker-archive") {
-    const std::vector<std::string> inspect = {opts_.skopeo, "--tmpdir", opts_.root + "/tmp", "inspect", "--raw", source};
-    DROVER_ASSIGN_OR_RETURN(ToolResult r, RunTool(inspect, StorageEnv()));
-    EmptyTmp();
-    if (!Exited0(r)) return InvalidArgument(fmt::format("cannot read the archive: {}", LastLine(r.err)));
-    if (r.out.size() > kMaxManifestBytes) return InvalidArgument("the archive's manifest is larger than 4 MiB");
-    raw = r.out;
-    digest = "sha256:" + auth::Sha256Hex(raw);
-  }
-  DROVER_ASSIGN_OR_RETURN(ManifestInfo m, ParseManifest(raw, opts_.max_layers));
-  if (m.is_index) return InvalidArgument("the archive's image is a manifest list: save one platform's image");
-  int64_t total = m.config_size;
-  for (int64_t size : m.layer_sizes) total += size;
-  if (opts_.limit_bytes > 0 && total > opts_.limit_bytes) {
-    return ResourceExhausted(fmt::format("{} is {}, more than the node's image store may hold ({})", name,
-                                         FormatBytes(total), FormatBytes(opts_.limit_bytes)));
-  }
-  // A layer of an archive may be compressed (an oci-archive's usually are):
-  // the bound on what it unpacks to is a pull's.
-  const int64_t unpack_limit = UnpackLimit(std::max(total, a.size_bytes));
-  std::vector<std::string> copy = {opts_.skopeo, "--tmpdir", opts_.root + "/tmp", "copy", "--quiet", source,
-                                   "containers-storage:" + name};
-  DROVER_RETURN_IF_ERROR(CopyIn(key, "load", name, copy, total, unpack_limit,
-                                fmt::format("cannot load {}: its copy made no progress for {} s", name,
-                                            std::chrono::duration_cast<std::chrono::seconds>(opts_.stall_timeout).count())));
-  return Keep(digest, m.config_digest, names, unpack_limit, total);
-}
-
 void ImageStore::Work() {
   for (;;) {
     std::string key;
@@ -677,7 +451,7 @@ Result<StoredImage> ImageStore::RunPull(const std::string& key, const Pull& p) {
     if (auto it = images_.find(digest); it != images_.end()) {
       StoredImage& im = it->second;
       if (std::find(im.references.begin(), im.references.end(), name) == im.references.end() &&
-          im.references.size() < kMaxReferences) {
+          im.references.size() < kMaxImageReferences) {
         im.references.push_back(name);
       }
       references_[name] = digest;
@@ -733,7 +507,7 @@ Result<StoredImage> ImageStore::Keep(const std::string& digest, const std::strin
         }
       }
       if (std::find(im.references.begin(), im.references.end(), name) == im.references.end() &&
-          im.references.size() < kMaxReferences) {
+          im.references.size() < kMaxImageReferences) {
         im.references.push_back(name);
       }
       references_[name] = digest;
@@ -802,24 +576,51 @@ Status ImageStore::CopyIn(const std::string& key, const std::string& verb, const
   SetProgress(key, fmt::format("{}ing {}: 0 B of {}", verb, name, FormatBytes(total)));
   auto copied = RunTool(copy, StorageEnv(), tick);
   EmptyTmp();
-  if (!copied.ok()) {
-    // Killed mid-layer: containers-storage removes a layer it marked
-    // incomplete the next time it opens the store for writing; until then
-    // its files go now. (The complete layers of a failed copy stay, for its
-    // retry: containers-storage has no tool that removes a layer no image
-    // names.)
-    Storage storage{opts_.root + "/storage"};
-    if (storage.Load().ok()) {
-      for (const auto& e : fs::directory_iterator(layers, ec)) {
-        const std::string id = e.path().filename().string();
-        if (before.contains(id) || storage.parent.contains(id) || id == "l") continue;
-        for (const auto& f : fs::directory_iterator(e.path() / "diff", ec)) fs::remove_all(f.path(), ec);
-      }
-    }
-    return copied.status();
+  if (!copied.ok() || !Exited0(*copied)) {
+    // Whatever the copy added goes: a layer it left incomplete, and a
+    // complete one too (a bomb's layer can complete between two looks, and
+    // no image names a layer of a copy that failed). Their files go now;
+    // each is flagged incomplete in containers-storage's list, which then
+    // removes it the next time it opens the store for writing. A retry
+    // fetches them again.
+    DropNewLayers(before);
+    if (!copied.ok()) return copied.status();
   }
   if (!Exited0(*copied)) return Unavailable(fmt::format("cannot {} {}: {}", verb, name, LastLine(copied->err)));
   return Status::Ok();
+}
+
+// The layers containers-storage holds now that are not in `before` (the
+// layer directories before a copy that failed): emptied, and flagged
+// incomplete in its layer list so that containers-storage removes them
+// (never reused: a later copy of the same layer unpacks it afresh).
+void ImageStore::DropNewLayers(const std::set<std::string>& before) const {
+  const std::string graph = opts_.root + "/storage";
+  std::set<std::string> dropped;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(graph + "/overlay", ec)) {
+    const std::string id = e.path().filename().string();
+    if (before.contains(id) || id == "l") continue;
+    for (const auto& f : fs::directory_iterator(e.path() / "diff", ec)) fs::remove_all(f.path(), ec);
+    dropped.insert(id);
+  }
+  if (dropped.empty()) return;
+  const std::string list = graph + "/overlay-layers/layers.json";
+  auto layers = Storage::ReadList(list);
+  if (!layers.ok()) return;
+  bool changed = false;
+  for (json& l : *layers) {
+    if (!l.is_object() || !l.contains("id") || !l["id"].is_string() || !dropped.contains(l["id"].get<std::string>())) {
+      continue;
+    }
+    if (!l.contains("flags") || !l["flags"].is_object()) l["flags"] = json::object();
+    l["flags"]["incomplete"] = true;
+    changed = true;
+  }
+  if (!changed) return;
+  if (Status s = WriteFileAtomic(list, layers->dump(), 0600); !s.ok()) {
+    spdlog::warn("image store: cannot flag the layers of a failed copy for removal: {}", s.message());
+  }
 }
 
 // The image `digest` as containers-storage holds it after a pull: its

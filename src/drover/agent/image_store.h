@@ -102,6 +102,9 @@ struct ManifestInfo {
 };
 Result<ManifestInfo> ParseManifest(std::string_view json, size_t max_layers);
 
+// The most references one image is held under.
+inline constexpr size_t kMaxImageReferences = 64;
+
 struct StoredImage {
   std::string digest;  // "sha256:<hex>" of the registry's manifest
   std::vector<std::string> references;
@@ -219,6 +222,7 @@ class ImageStore {
                                  const std::string& name, std::map<std::string, int64_t>* layer_bytes) const;
   std::vector<std::string> StorageEnv() const;
   void EmptyTmp() const;
+  void DropNewLayers(const std::set<std::string>& before) const;
   void RemoveStored(const std::vector<std::string>& ids) const;
   std::vector<std::string> TransportFlags(const ImageRef& ref, bool src) const;
   void SaveLocked() const DROVER_REQUIRES(mu_);
