@@ -36,6 +36,20 @@ test('a job submitted with the CLI appears and then shows Succeeded', { timeout:
     assert.equal(job.status.state, 'JOB_STATE_SUCCEEDED');
     assert.equal(await page.locator(`[data-testid=job-row][data-job="${id}"] [data-testid=job-cancel]`).count(), 0,
       'an ended job has no cancel button');
+
+    // A gang's output, one replica at a time, from the row's Logs button.
+    const gang = await drover.submit(['--replicas', '2', '--gpus', '1', '--name', 'browser-gang'],
+      ['sh', '-c', 'echo replica $DROVER_REPLICA says hi']);
+    await waitForJobRow(page, gang);
+    await waitForJobRowState(page, gang, 'Succeeded', 60000);
+    await page.click(`[data-testid=job-row][data-job="${gang}"] [data-testid=job-logs]`);
+    const logText = () => page.textContent('[data-testid=log-text]');
+    await waitFor(async () => (await logText()) === 'replica 0 says hi\n', { timeout: 10000 })
+      .catch(async () => assert.fail(`replica 0's output is not shown: ${JSON.stringify(await logText())}`));
+    await page.selectOption('[data-testid=log-replica]', '1');
+    await waitFor(async () => (await logText()) === 'replica 1 says hi\n', { timeout: 10000 })
+      .catch(async () => assert.fail(`replica 1's output is not shown: ${JSON.stringify(await logText())}`));
+    assert.equal(await page.locator('[data-testid=log-replica] option').count(), 2, 'one choice per replica');
   }, { readyNodes: 3, readyGpus: 4 });
 });
 

@@ -388,6 +388,25 @@ TEST_F(CliTest, FollowStreamsUntilTheJobEnds) {
   EXPECT_EQ(f.out, "line 1\nline 2\nline 3\n");
 }
 
+// `drover run` (submit --follow), as srun and docker run: the output as it
+// comes on stdout (a gang's each line led by its replica), the id on
+// stderr, the job's exit code as the command's.
+TEST_F(CliTest, RunStreamsTheOutputAndExitsWithTheJobsCode) {
+  CommandResult one = Cli({"run", "--", "sh", "-c", "echo first; sleep 0.2; echo second; exit 4"});
+  EXPECT_EQ(one.exit_code, 4) << one.err;
+  EXPECT_EQ(one.out, "first\nsecond\n");
+  EXPECT_NE(one.err.find("submitted j-"), std::string::npos) << one.err;
+  CommandResult gang = Cli({"submit", "--follow", "--replicas", "2", "--gpus", "4", "--gpu-model", "H100 80GB", "--",
+                            "sh", "-c", "echo hello from $DROVER_REPLICA; printf 'no newline'"});
+  EXPECT_EQ(gang.exit_code, 0) << gang.err;
+  for (const char* line : {"0: hello from 0\n", "1: hello from 1\n", "0: no newline\n", "1: no newline\n"}) {
+    EXPECT_NE(gang.out.find(line), std::string::npos) << gang.out;
+  }
+  CommandResult array = Cli({"run", "--array", "1-2", "--", "true"});
+  EXPECT_NE(array.exit_code, 0);
+  EXPECT_NE(array.err.find("--follow"), std::string::npos) << array.err;
+}
+
 TEST_F(CliTest, NodesGpusAndDrain) {
   CommandResult nodes = Cli({"nodes"});
   ASSERT_EQ(nodes.exit_code, 0) << nodes.err;
@@ -467,7 +486,11 @@ TEST_F(CliTest, GangRunsOneProcessPerReplica) {
                          "-c", "echo $DROVER_REPLICA/$DROVER_REPLICAS"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string id = r.out.substr(0, r.out.find('\n'));
-  EXPECT_EQ(Cli({"logs", id}).out, "0/2\n") << "the job's log is replica 0's output";
+  EXPECT_EQ(Cli({"logs", id}).out, "0/2\n") << "replica 0's log by default";
+  EXPECT_EQ(Cli({"logs", id, "--replica", "1"}).out, "1/2\n") << "each replica has a log of its own";
+  CommandResult beyond = Cli({"logs", id, "--replica", "2"});
+  EXPECT_NE(beyond.exit_code, 0);
+  EXPECT_NE(beyond.err.find("replica 2 is not one"), std::string::npos) << beyond.err;
   CommandResult shown = Cli({"job", id});
   EXPECT_NE(shown.out.find("GPUs:         2 replicas x 4"), std::string::npos) << shown.out;
   EXPECT_TRUE(std::regex_search(shown.out, std::regex("Replica 0: +sim-[12] GPUs 0,1,2,3"))) << shown.out;

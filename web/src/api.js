@@ -64,6 +64,29 @@ export async function api(path, { method = 'GET', body, quiet401 = false } = {})
   return json;
 }
 
+// A GET whose answer is text (a job's output), not JSON; errors as api().
+export async function apiText(path) {
+  let response;
+  try {
+    response = await fetch(path, { headers: { Accept: 'text/plain' }, credentials: 'same-origin', cache: 'no-store' });
+  } catch (err) {
+    throw new ApiError(`cannot reach the server: ${err.message}`, 0);
+  }
+  const text = await response.text();
+  if (!response.ok) {
+    let message = text.slice(0, 200) || response.statusText;
+    try {
+      message = JSON.parse(text).message || message;
+    } catch {
+      // Not JSON: the start of the text stands.
+    }
+    const err = new ApiError(message, response.status);
+    if (response.status === 401) onUnauthenticated(err);
+    throw err;
+  }
+  return text;
+}
+
 // Keeps one EventSource open (/api/v1/events, /api/v1/watch) and reopens it
 // when it dies; `events` names the server's event types to hand over.
 //

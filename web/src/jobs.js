@@ -7,7 +7,7 @@
 // at most once per frame. Rows are keyed by job id and updated in place, so
 // an update does not rebuild the table or lose a hovered button.
 
-import { api } from './api.js';
+import { api, apiText } from './api.js';
 import { dateFromNanos, duration, el, enumLabel, msFromNanos, num, setAttr, setText, when } from './format.js';
 
 const $ = (id) => document.getElementById(id);
@@ -93,6 +93,15 @@ export class Jobs {
     $('jobs-body').addEventListener('click', (ev) => {
       const button = ev.target.closest('[data-testid="job-cancel"]');
       if (button) this.cancel(button.closest('tr').dataset.job, button);
+      const logs = ev.target.closest('[data-testid="job-logs"]');
+      if (logs) this.showLog(logs.closest('tr').dataset.job, 0);
+    });
+    this.logJob = null;  // the job whose output the log panel shows
+    $('log-replica').addEventListener('change', () => this.showLog(this.logJob, Number($('log-replica').value)));
+    $('log-refresh').addEventListener('click', () => this.showLog(this.logJob, Number($('log-replica').value)));
+    $('log-close').addEventListener('click', () => {
+      this.logJob = null;
+      $('log-panel').hidden = true;
     });
     $('submit-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
@@ -200,6 +209,33 @@ export class Jobs {
       : `${matching.length} of ${this.jobs.length}`);
   }
 
+  // The output of one replica of a job (a gang's each have their own), as
+  // the server has it now; Refresh reads it again.
+  async showLog(id, replica) {
+    if (!id) return;
+    const i = this.byId.get(id);
+    const replicas = Math.max(1, num(((i === undefined ? {} : this.jobs[i]).spec || {}).replicas));
+    this.logJob = id;
+    const select = $('log-replica');
+    if (select.dataset.job !== id || select.options.length !== replicas) {
+      select.replaceChildren(...Array.from({ length: replicas }, (_, r) => el('option', { value: String(r) }, String(r))));
+      select.dataset.job = id;
+    }
+    select.value = String(replica);
+    select.disabled = replicas === 1;
+    setText($('log-title'), `Output of ${id}`);
+    $('log-panel').hidden = false;
+    try {
+      const text = await apiText(`/api/v1/jobs/${encodeURIComponent(id)}/logs?replica=${replica}`);
+      if (this.logJob !== id || Number(select.value) !== replica) return;  // another was asked for meanwhile
+      setText($('log-text'), text);
+      $('log-error').hidden = true;
+    } catch (err) {
+      setText($('log-error'), `cannot read the output of ${id}: ${err.message}`);
+      $('log-error').hidden = false;
+    }
+  }
+
   makeRow(id) {
     const row = {
       id: el('td', { class: 'mono', 'data-testid': 'job-id' }, id),
@@ -214,6 +250,7 @@ export class Jobs {
       actions: el('td', { class: 'actions' }),
       button: null,
     };
+    row.actions.append(el('button', { type: 'button', class: 'btn-small', 'data-testid': 'job-logs' }, 'Logs'));
     row.tr = el('tr', { 'data-testid': 'job-row', 'data-job': id },
       row.id, row.name, row.tenant, row.gpus, row.priority, el('td', {}, row.state), row.reason, row.where, row.image, row.actions);
     return row;

@@ -270,13 +270,11 @@ v1::WorkloadStatus WorkloadRunner::StatusOf(const std::string& id, const LocalJo
   return ws;
 }
 
-// Sends output not yet sent: a bounded amount, or all of it.
-// Only the first replica of a gang ships its output (the job's log is one
-// byte stream); the others keep theirs in their job directory.
+// Sends output not yet sent: a bounded amount, or all of it. Every
+// replica of a gang ships its own (the server keeps a log per replica).
 void WorkloadRunner::ShipLog(const std::string& id, LocalJob* job, bool all) {
   if (!Connected()) return;
   rpc::WorkloadRef ref = RefOf(id);
-  if (ref.replica != 0) return;
   std::ifstream in(job->output_dir + "/output.log", std::ios::binary);
   if (!in) return;
   in.seekg(job->log_sent);

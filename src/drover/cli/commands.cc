@@ -13,8 +13,11 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "drover/cli/client.h"
 #include "drover/cli/job_table.h"
@@ -95,9 +98,14 @@ int WaitFor(const std::string& id, const std::string& array_id, const Common& c)
   return ended.empty() ? kExitFailure : code;
 }
 
+int FollowJob(const std::string& id, int replicas, const Common& c);
+
 int Submit(const SubmitArgs& a, const Common& c) {
   auto body = SubmitRequestJson(a);
   if (!body.ok()) return Usage(body.status().message());
+  if (a.follow && !a.array.empty()) {
+    return Usage("--follow streams one job's output; an array's tasks: drover logs TASK -f");
+  }
   v1::SubmitJobRequest req;
   if (auto st = google::protobuf::util::JsonStringToMessage(body->dump(), &req); !st.ok()) {
     return Usage(std::string(st.message()));
@@ -107,6 +115,11 @@ int Submit(const SubmitArgs& a, const Common& c) {
   auto ctx = Context(c);
   grpc::Status st = stub->Submit(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(st, c);
+  if (a.follow) {
+    // Standard output is the job's: its id goes to stderr.
+    std::cerr << "submitted " << EscapeTerminal(resp.job().id()) << "\n";
+    return FollowJob(resp.job().id(), std::max(1, resp.job().spec().replicas()), c);
+  }
   if (c.output == "json") {
     // One job prints as the job (as before arrays); an array as the answer
     // with its id and size.
@@ -308,27 +321,70 @@ int Cancel(const std::string& id, const Common& c) {
   return 0;
 }
 
-// The job's bytes as they are with --raw or when standard output is not a
-// terminal (a file, a pipe: `drover logs J > out` keeps them), else escaped
-// but for newlines, tabs and carriage returns (terminal.h, LogEscaper).
-int Logs(const std::string& id, bool follow, bool raw, const Common& c) {
+// One replica's output onto standard output, shared with the others a
+// follow prints: with `prefix`, whole lines each led by "N: " (as srun
+// --label), else the bytes as they come. Escaped for a terminal unless
+// `raw` (terminal.h, LogEscaper).
+grpc::Status StreamLog(const Common& c, const std::string& id, int replica, bool follow, bool raw, bool prefix,
+                       std::mutex* out_mu) {
   auto stub = v1::JobService::NewStub(Channel(c));
   v1::LogsRequest req;
   req.set_id(id);
   req.set_follow(follow);
+  req.set_replica(replica);
   grpc::ClientContext ctx;  // no deadline: a follow runs as long as the job
   auto reader = stub->Logs(&ctx, req);
   v1::LogChunk chunk;
   std::optional<LogEscaper> escaper;
   if (!raw && ::isatty(STDOUT_FILENO) == 1) escaper.emplace();
-  auto write = [](const std::string& bytes) {
-    std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::string line;  // with a prefix: the start of a line not yet ended
+  const std::string label = fmt::format("{}: ", replica);
+  auto write = [&](const std::string& bytes, bool last) {
+    std::string out;
+    if (!prefix) {
+      out = bytes;
+    } else {
+      line += bytes;
+      size_t begin = 0;
+      for (size_t nl; (nl = line.find('\n', begin)) != std::string::npos; begin = nl + 1) {
+        out += label + line.substr(begin, nl + 1 - begin);
+      }
+      line.erase(0, begin);
+      if (last && !line.empty()) out += label + std::exchange(line, "") + "\n";
+    }
+    if (out.empty()) return;
+    std::lock_guard lock(*out_mu);
+    std::cout.write(out.data(), static_cast<std::streamsize>(out.size()));
     std::cout.flush();
   };
-  while (reader->Read(&chunk)) write(escaper ? escaper->Feed(chunk.data()) : chunk.data());
-  if (escaper) write(escaper->Finish());
-  grpc::Status st = reader->Finish();
+  while (reader->Read(&chunk)) write(escaper ? escaper->Feed(chunk.data()) : chunk.data(), false);
+  write(escaper ? escaper->Finish() : "", true);
+  return reader->Finish();
+}
+
+// The job's bytes as they are with --raw or when standard output is not a
+// terminal (a file, a pipe: `drover logs J > out` keeps them), else escaped
+// but for newlines, tabs and carriage returns.
+int Logs(const std::string& id, bool follow, bool raw, int replica, const Common& c) {
+  std::mutex out_mu;
+  grpc::Status st = StreamLog(c, id, replica, follow, raw, false, &out_mu);
   return st.ok() ? 0 : Fail(st, c);
+}
+
+// `submit --follow`, `drover run`: every replica's output as it comes,
+// then the job's exit code (WaitFor: the job has ended by then).
+int FollowJob(const std::string& id, int replicas, const Common& c) {
+  std::mutex out_mu;
+  std::vector<grpc::Status> ends(static_cast<size_t>(replicas));
+  std::vector<std::thread> readers;
+  for (int r = 0; r < replicas; ++r) {
+    readers.emplace_back([&, r] { ends[static_cast<size_t>(r)] = StreamLog(c, id, r, true, false, replicas > 1, &out_mu); });
+  }
+  for (std::thread& t : readers) t.join();
+  for (const grpc::Status& st : ends) {
+    if (!st.ok()) return Fail(st, c);
+  }
+  return WaitFor(id, "", c);
 }
 
 int Version(const Common& c) {
@@ -358,6 +414,17 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   AddSubmitFlags(submit, sa.get());
   submit->callback(run([sa, common] { return Submit(*sa, *common); }));
 
+  auto ra = std::make_shared<SubmitArgs>();
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "submit a job and stream its output, then exit with its code (submit --follow): drover run [flags] -- CMD");
+  AddCommon(run_cmd, common.get(), false);
+  AddSubmitFlags(run_cmd, ra.get());
+  run_cmd->callback(run([ra, common] {
+    SubmitArgs a = *ra;
+    a.follow = true;
+    return Submit(a, *common);
+  }));
+
   auto ja = std::make_shared<JobsArgs>();
   CLI::App* jobs = app.add_subcommand("jobs",
                                       "list live and archived jobs, newest first, a page at a time (a job array is one "
@@ -379,14 +446,16 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
 
   auto follow = std::make_shared<bool>(false);
   auto raw = std::make_shared<bool>(false);
-  CLI::App* logs = app.add_subcommand("logs", "print a job's output");
+  auto replica = std::make_shared<int>(0);
+  CLI::App* logs = app.add_subcommand("logs", "print a job's output (a gang's: one replica's, --replica N)");
   AddCommon(logs, common.get(), false);
   logs->add_flag("-f,--follow", *follow, "keep printing until the job ends");
   logs->add_flag("--raw", *raw,
                  "the job's bytes unchanged, control characters included (the default when standard output is not "
                  "a terminal; on one they are escaped)");
+  logs->add_option("--replica", *replica, "which replica of a gang (0-based; default 0)");
   logs->add_option("id", *id, "job id")->required();
-  logs->callback(run([id, follow, raw, common] { return Logs(*id, *follow, *raw, *common); }));
+  logs->callback(run([id, follow, raw, replica, common] { return Logs(*id, *follow, *raw, *replica, *common); }));
 
   CLI::App* version = app.add_subcommand("version", "print client and server versions");
   AddCommon(version, common.get(), false);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -184,6 +185,9 @@ std::optional<int> RunFast(int argc, char** argv, const char* verb, void (*add_f
     return std::nullopt;  // help, or a usage error: the full program prints it as it always does
   }
   if (CheckOutput(c) != 0) return std::nullopt;
+  if constexpr (std::is_same_v<Args, SubmitArgs>) {
+    if (a.follow) return std::nullopt;  // the output streams over gRPC
+  }
   Target t;
   const std::string addrs = ResolveHttpAddr(c);
   for (size_t begin = 0; begin < addrs.size();) {

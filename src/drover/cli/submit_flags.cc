@@ -142,6 +142,10 @@ void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
   submit->add_option("-e,--env", a->env, "NAME=VALUE, repeatable");
   submit->add_flag("--wait", a->wait,
                    "wait for the job and exit with its exit code (an array: until every task ended, the highest code)");
+  submit->add_flag("--follow", a->follow,
+                   "stream the job's output while it runs (a gang's replicas each line prefixed 'N: '), then exit "
+                   "with its exit code, as srun and docker run do; the job's id goes to stderr (`drover run` is "
+                   "submit --follow)");
   submit->add_option("--array", a->array,
                      "a job array: one task per index, FIRST-LAST[:STEP][%MAX] (1-1000%50: at most 50 at once); "
                      "each task sees its index in DROVER_ARRAY_INDEX");

@@ -49,6 +49,7 @@ struct SubmitArgs {
   int checkpoint_grace = 0;
   int max_restarts = 0;
   bool wait = false;
+  bool follow = false;  // --follow, `drover run`: the output streamed, then the job's exit code
   std::string array;  // "1-100%10"
   std::vector<std::string> env;
   ContainerArgs container;

@@ -205,7 +205,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       }
       // Written here, before any later status of the same job reaches the
       // loop: a job's output is complete once the job is seen to end.
-      if (Status s = host_->logs()->Write(LogStore::LogId(log.job_id(), ref->attempt), log.offset(), log.data());
+      if (Status s = host_->logs()->Write(LogStore::LogId(log.job_id(), ref->attempt, ref->replica), log.offset(),
+                                             log.data());
           !s.ok()) {
         spdlog::warn("node '{}' sent a log chunk that was not stored: {}", node_, s.ToString());
       }

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -451,8 +452,13 @@ Result<std::shared_ptr<LogFollow>> ApiService::FollowLogs(const auth::Principal&
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
   DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
+  const int replicas = std::max(1, job.spec().replicas());
+  if (req.replica() < 0 || req.replica() >= replicas) {
+    return InvalidArgument(fmt::format("job {} has {} replica{}: replica {} is not one (0..{})", job.id(), replicas,
+                                       replicas == 1 ? "" : "s", req.replica(), replicas - 1));
+  }
   auto follow = LogFollow::Start(logs_, watch_, &follow_pump_, std::move(job), req.offset(), req.follow(),
-                                 std::move(send), std::move(done));
+                                 std::move(send), std::move(done), req.replica());
   if (req.follow()) {
     // Read again after subscribing: a change in between is not missed.
     auto now = VisibleJob(who, req.id());

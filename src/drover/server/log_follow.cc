@@ -6,13 +6,14 @@
 
 namespace drover::server {
 LogFollow::LogFollow(LogStore* logs, JobWatch* watch, runtime::EventLoop* pump, v1::Job job, int64_t offset,
-                     bool follow, Send send, Done done)
+                     bool follow, Send send, Done done, int replica)
     : logs_(logs),
       watch_(watch),
       pump_(pump),
       send_(std::move(send)),
       done_(std::move(done)),
       id_(job.id()),
+      replica_(replica),
       follow_(follow),
       job_(std::move(job)),
       attempt_(job_.status().attempt()),
@@ -21,9 +22,9 @@ LogFollow::LogFollow(LogStore* logs, JobWatch* watch, runtime::EventLoop* pump, 
 LogFollow::~LogFollow() { Unsubscribe(); }
 
 std::shared_ptr<LogFollow> LogFollow::Start(LogStore* logs, JobWatch* watch, runtime::EventLoop* pump, v1::Job job,
-                                            int64_t offset, bool follow, Send send, Done done) {
+                                            int64_t offset, bool follow, Send send, Done done, int replica) {
   std::shared_ptr<LogFollow> f(
-      new LogFollow(logs, watch, pump, std::move(job), offset, follow, std::move(send), std::move(done)));
+      new LogFollow(logs, watch, pump, std::move(job), offset, follow, std::move(send), std::move(done), replica));
   uint64_t log_watch = 0, job_watch = 0;
   if (follow) {
     std::weak_ptr<LogFollow> weak = f;
@@ -100,7 +101,7 @@ void LogFollow::Pump() {
       attempt_ = job_.status().attempt();
       offset_ = 0;
     }
-    std::string log_id = LogStore::LogId(id_, attempt_);
+    std::string log_id = LogStore::LogId(id_, attempt_, replica_);
     int64_t offset = offset_;
     lock.Unlock();
 

@@ -44,8 +44,9 @@ class LogFollow : public std::enable_shared_from_this<LogFollow> {
   // Start subscribes before it reads; a caller that read `job` before
   // calling gives the state read again after it to Update, so that no
   // change is missed.
+  // `replica`: which replica of a gang's log (LogStore::LogId).
   static std::shared_ptr<LogFollow> Start(LogStore* logs, JobWatch* watch, runtime::EventLoop* pump, v1::Job job,
-                                          int64_t offset, bool follow, Send send, Done done);
+                                          int64_t offset, bool follow, Send send, Done done, int replica = 0);
   ~LogFollow();
 
   // A newer state of the job (an older one is ignored).
@@ -57,7 +58,7 @@ class LogFollow : public std::enable_shared_from_this<LogFollow> {
 
  private:
   LogFollow(LogStore* logs, JobWatch* watch, runtime::EventLoop* pump, v1::Job job, int64_t offset, bool follow,
-            Send send, Done done);
+            Send send, Done done, int replica);
   void Wake(const v1::Job* changed);
   void ScheduleLocked() DROVER_REQUIRES(mu_);
   void Pump();
@@ -70,6 +71,7 @@ class LogFollow : public std::enable_shared_from_this<LogFollow> {
   const Send send_;
   const Done done_;
   const std::string id_;
+  const int replica_;
   const bool follow_;
 
   Mutex mu_;

@@ -22,21 +22,33 @@ Result<LogStore> LogStore::Open(const std::string& dir) {
   return LogStore(dir);
 }
 
-std::string LogStore::LogId(const std::string& job_id, int attempt) {
-  return attempt > 1 ? fmt::format("{}@{}", job_id, attempt) : job_id;
+std::string LogStore::LogId(const std::string& job_id, int attempt, int replica) {
+  std::string id = replica > 0 ? fmt::format("{}.{}", job_id, replica) : job_id;
+  return attempt > 1 ? fmt::format("{}@{}", id, attempt) : id;
 }
+
+namespace {
+
+// A positive number without a leading zero, as LogId writes it.
+bool LogNumber(std::string_view n) {
+  return !n.empty() && n.size() <= 9 && n[0] != '0' &&
+         std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
 
 Result<std::string> LogStore::PathFor(const std::string& log_id) const {
   std::string_view id = log_id;
   size_t at = id.find('@');
-  if (at != std::string_view::npos) {
-    std::string_view n = id.substr(at + 1);
-    if (n.empty() || n.size() > 9 || n[0] == '0' ||
-        !std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      return InvalidArgument(fmt::format("log id '{}' has a malformed attempt", log_id.substr(0, 64)));
-    }
+  if (at != std::string_view::npos && !LogNumber(id.substr(at + 1))) {
+    return InvalidArgument(fmt::format("log id '{}' has a malformed attempt", log_id.substr(0, 64)));
   }
-  auto seq = ParseJobId(id.substr(0, at));
+  std::string_view job = id.substr(0, at);
+  size_t dot = job.find('.');
+  if (dot != std::string_view::npos && !LogNumber(job.substr(dot + 1))) {
+    return InvalidArgument(fmt::format("log id '{}' has a malformed replica", log_id.substr(0, 64)));
+  }
+  auto seq = ParseJobId(job.substr(0, dot));
   if (!seq.ok()) return seq.status();
   return fmt::format("{}/{}.log", dir_, log_id);
 }
@@ -84,7 +96,7 @@ void LogStore::Unwatch(uint64_t id) {
 }
 
 void LogStore::Notify(const std::string& log_id) {
-  std::string job_id = log_id.substr(0, log_id.find('@'));
+  std::string job_id = log_id.substr(0, log_id.find_first_of(".@"));
   std::vector<std::shared_ptr<const std::function<void()>>> calls;
   {
     std::lock_guard lock(watchers_->mu);

@@ -23,16 +23,19 @@ class LogStore {
   // Creates `dir` if missing.
   static Result<LogStore> Open(const std::string& dir);
 
-  // One log per attempt of a job: the first is named by the job id, later
-  // ones "j-000007@2" (LogId); a new attempt's output starts from 0.
-  static std::string LogId(const std::string& job_id, int attempt);
+  // One log per attempt of a job and per replica of a gang: the first
+  // attempt's is named by the job id, later ones "j-000007@2"; replica 1's
+  // "j-000007.1", "j-000007.1@2" (LogId). A new attempt's output starts
+  // from 0.
+  static std::string LogId(const std::string& job_id, int attempt, int replica = 0);
 
   Status Write(const std::string& log_id, int64_t offset, const std::string& data);
   // Up to `max_bytes` (at most kMaxLogReadBytes) from `offset`; empty at end
   // of file or when the job has written nothing yet.
   Result<std::string> Read(const std::string& log_id, int64_t offset, int64_t max_bytes) const;
 
-  // Calls `on_write` after each write to any log of `job_id` (any attempt),
+  // Calls `on_write` after each write to any log of `job_id` (any attempt
+  // or replica),
   // on the writer's thread: it must not block. For followers (`logs -f`),
   // so that nobody polls.
   uint64_t Watch(const std::string& job_id, std::function<void()> on_write);

@@ -120,6 +120,26 @@ TEST_F(LogStoreTest, BinaryDataRoundTrips) {
   EXPECT_EQ(ReadAll("j-000007"), data);
 }
 
+TEST_F(LogStoreTest, EachReplicaAndAttemptHasALogOfItsOwn) {
+  EXPECT_EQ(LogStore::LogId("j-000007", 1), "j-000007");
+  EXPECT_EQ(LogStore::LogId("j-000007", 2, 0), "j-000007@2");
+  EXPECT_EQ(LogStore::LogId("j-000007", 1, 3), "j-000007.3");
+  EXPECT_EQ(LogStore::LogId("j-000007", 2, 3), "j-000007.3@2");
+  int woken = 0;
+  uint64_t watch = logs_->Watch("j-000007", [&] { ++woken; });
+  ASSERT_TRUE(logs_->Write(LogStore::LogId("j-000007", 1), 0, "zero\n").ok());
+  ASSERT_TRUE(logs_->Write(LogStore::LogId("j-000007", 1, 1), 0, "one\n").ok());
+  ASSERT_TRUE(logs_->Write(LogStore::LogId("j-000007", 2, 1), 0, "one, again\n").ok());
+  logs_->Unwatch(watch);
+  EXPECT_EQ(woken, 3) << "a write to any replica's log wakes the job's followers";
+  EXPECT_EQ(ReadAll("j-000007"), "zero\n");
+  EXPECT_EQ(ReadAll("j-000007.1"), "one\n");
+  EXPECT_EQ(ReadAll("j-000007.1@2"), "one, again\n");
+  for (const char* bad : {"j-000007.0", "j-000007.", "j-000007.x", "j-000007.1.2", "j-000007.01@2", "../x.1"}) {
+    EXPECT_EQ(logs_->Write(bad, 0, "x").code(), Code::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(LogStoreTest, UnknownJobLogIsEmpty) {
   auto r = logs_->Read("j-000099", 0, 100);
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -119,10 +119,19 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   auto offset = IntParam(req, "offset");
   if (!offset.ok()) return http::ErrorResponse(offset.status());
   lr.set_offset(*offset);
+  auto replica = IntParam(req, "replica", rpc::kMaxReplicas);
+  if (!replica.ok()) return http::ErrorResponse(replica.status());
+  lr.set_replica(static_cast<int32_t>(*replica));
   // Validate before committing to a 200 stream.
   v1::GetJobRequest gr;
   gr.set_id(lr.id());
-  if (auto j = api->GetJob(who, gr); !j.ok()) return http::ErrorResponse(j.status());
+  auto j = api->GetJob(who, gr);
+  if (!j.ok()) return http::ErrorResponse(j.status());
+  if (lr.replica() >= std::max(1, j->spec().replicas())) {
+    return http::ErrorResponse(InvalidArgument(
+        fmt::format("job {} has {} replicas: replica {} is not one", lr.id(), std::max(1, j->spec().replicas()),
+                    lr.replica())));
+  }
   http::Response r{200, "text/plain; charset=utf-8", {}, {}, {}};
   // A LogFollow writes the output (what is there, or with follow until the
   // job ended), each chunk after the last went out (WriteThen): no thread
