@@ -164,7 +164,9 @@ TEST_F(ControlLoopDependenciesTest, AnArrayWaitsForItsDependencyAsAWhole) {
   EXPECT_EQ(r.job().status().wait_class(), "dependency");
   RunToEnd("gpu-01", first.id(), 0);
   int bound = 0;
-  for (const v1::Job& j : Jobs()) bound += j.array().array_id() == r.array_id() && j.status().state() == v1::JOB_STATE_BOUND;
+  for (const v1::Job& j : Jobs()) {
+    if (j.array().array_id() == r.array_id() && j.status().state() == v1::JOB_STATE_BOUND) ++bound;
+  }
   EXPECT_EQ(bound, 2);  // then its own limit holds the third back
 }
 
@@ -181,7 +183,9 @@ TEST_F(ControlLoopDependenciesTest, ACpuOnlyJobIsPlacedOnANodeWhoseGpusAreAllBus
   auto desired = sink->WaitForJob(from, cpu.id());
   ASSERT_TRUE(desired.has_value());
   for (const v1::Workload& w : desired->workloads()) {
-    if (w.job_id() == cpu.id()) EXPECT_EQ(w.gpu_indices_size(), 0);
+    if (w.job_id() == cpu.id()) {
+      EXPECT_EQ(w.gpu_indices_size(), 0);
+    }
   }
   // Without CPUs asked, one; GPU fields make no sense without GPUs.
   v1::JobSpec spec;
