@@ -279,6 +279,9 @@ void NodeInventory::AddGpuVisibility(const v1::Workload& w, std::map<std::string
     list += (list.empty() ? "" : ",") + std::to_string(vendor_index_[static_cast<size_t>(i)]);
   }
   (*env)["DROVER_GPU_IDS"] = ids;
+  // Every vendor of the node's GPUs is named, so that a CPU-only job (or a
+  // job on another vendor's GPUs) sees none of its GPUs: an empty list.
+  for (const GpuDevice& g : gpus_) by_vendor.try_emplace(g.vendor);
   for (const auto& [vendor, list] : by_vendor) {
     std::string_view var = VisibilityVariable(vendor);
     if (!var.empty()) (*env)[std::string(var)] = list;

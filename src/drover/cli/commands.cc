@@ -49,14 +49,6 @@ std::string GpusOf(const v1::JobSpec& spec) {
   return std::to_string(spec.gpus());
 }
 
-// Seconds in the largest unit that keeps it whole: 7200 -> "2h".
-std::string FormatSeconds(int64_t s) {
-  if (s % 86400 == 0 && s > 0) return fmt::format("{}d", s / 86400);
-  if (s % 3600 == 0 && s > 0) return fmt::format("{}h", s / 3600);
-  if (s % 60 == 0 && s > 0) return fmt::format("{}m", s / 60);
-  return fmt::format("{}s", s);
-}
-
 std::string DescribeAllocation(const v1::Allocation& a) {
   std::string out = fmt::format("{} GPU{} {}", a.node(), a.gpu_indices_size() == 1 ? "" : "s", Join(a.gpu_indices()));
   if (a.gpu_milli() > 0 && a.gpu_milli() < 1000) {
@@ -194,7 +186,7 @@ void DescribeJob(const v1::Job& job, int64_t now, std::ostream& out) {
   }
   if (!spec.gpu_model().empty()) gpus += fmt::format(", model '{}'", spec.gpu_model());
   if (!spec.gpu_vendor().empty()) gpus += fmt::format(", vendor {}", spec.gpu_vendor());
-  rows.emplace_back("GPUs", gpus);
+  rows.emplace_back("GPUs", spec.gpus() == 0 ? std::string("none (CPU-only)") : gpus);
   if (spec.cpu_millis() > 0 || spec.memory_bytes() > 0) {
     std::vector<std::string> host;
     if (spec.cpu_millis() > 0) host.push_back(FormatMilliGpu(spec.cpu_millis()) + " CPU");
@@ -210,6 +202,11 @@ void DescribeJob(const v1::Job& job, int64_t now, std::ostream& out) {
   if (!spec.topology().empty()) rows.emplace_back("Topology", spec.topology());
   if (spec.runtime_estimate_seconds() > 0)
     rows.emplace_back("Estimate", FormatSeconds(spec.runtime_estimate_seconds()));
+  if (spec.time_limit_seconds() > 0) rows.emplace_back("Time limit", FormatSeconds(spec.time_limit_seconds()));
+  for (const v1::JobDependency& d : spec.after()) {
+    const bool met = std::find(job.after_met().begin(), job.after_met().end(), d.job_id()) != job.after_met().end();
+    rows.emplace_back("After", fmt::format("{}:{} ({})", d.job_id(), d.condition(), met ? "met" : "waiting"));
+  }
   if (spec.has_container()) {
     const v1::ContainerSpec& ct = spec.container();
     std::string image = ct.image();

@@ -112,6 +112,32 @@ Result<nlohmann::json> ContainerJson(const ContainerArgs& a) {
   return c;
 }
 
+Result<int64_t> ParseTimeLimit(const std::string& text) {
+  // Plain seconds ("3600") or a duration ("4h", "1h30m", "90s").
+  const bool digits = !text.empty() && text.size() <= 12 &&
+                      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  int64_t seconds = 0;
+  if (digits) {
+    seconds = std::stoll(text);
+  } else {
+    auto ms = ParseDurationMs(text);
+    if (!ms.ok()) return InvalidArgument("--time-limit: " + ms.status().message());
+    seconds = (*ms + 999) / 1000;
+  }
+  if (seconds <= 0) return InvalidArgument(fmt::format("--time-limit '{}' must be at least 1s", text));
+  return seconds;
+}
+
+Result<nlohmann::json> ParseAfter(const std::string& text) {
+  size_t colon = text.rfind(':');
+  std::string id = colon == std::string::npos ? text : text.substr(0, colon);
+  std::string condition = colon == std::string::npos ? "ok" : text.substr(colon + 1);
+  if (id.empty() || (condition != "ok" && condition != "any")) {
+    return InvalidArgument(fmt::format("--after '{}' is not JOB, JOB:ok or JOB:any", text));
+  }
+  return nlohmann::json{{"job_id", id}, {"condition", condition}};
+}
+
 void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
   submit->add_option("--name", a->name, "job name");
   submit->add_option("--tenant", a->tenant, "tenant to charge (default: the token's; only an admin may name another)");
@@ -126,6 +152,11 @@ void AddSubmitFlags(CLI::App* submit, SubmitArgs* a) {
   submit->add_option("--selector", a->selector, "node label NAME=VALUE the node must have, repeatable");
   submit->add_option("--topology", a->topology, "best-effort, island (one NVLink island), numa, switch or rack");
   submit->add_option("--estimate", a->estimate, "expected runtime, e.g. 90m or 2h (sjf queue, backfill)");
+  submit->add_option("--time-limit", a->time_limit,
+                     "the longest it may run, e.g. 4h, 30m, 90s or plain seconds; then it is stopped and ends FAILED");
+  submit->add_option("--after", a->after,
+                     "JOB[:ok|:any]: wait until JOB ended (ok, the default: succeeded; any: whatever its end); "
+                     "repeatable. A job whose ok-dependency fails ends FAILED without running");
   submit->add_flag("--preemptible", a->preemptible, "may be stopped and queued again for more important work");
   submit->add_option("--grace", a->grace, "seconds between SIGTERM and SIGKILL when stopped (default 10)");
   submit->add_option("--restart-policy", a->restart_policy,
@@ -198,6 +229,16 @@ Result<nlohmann::json> SubmitRequestJson(const SubmitArgs& a) {
     if (!ms.ok()) return InvalidArgument("--estimate: " + ms.status().message());
     s["runtime_estimate_seconds"] = (*ms + 999) / 1000;
   }
+  if (!a.time_limit.empty()) {
+    DROVER_ASSIGN_OR_RETURN(int64_t seconds, ParseTimeLimit(a.time_limit));
+    s["time_limit_seconds"] = seconds;
+  }
+  nlohmann::json after = nlohmann::json::array();
+  for (const std::string& dep : a.after) {
+    DROVER_ASSIGN_OR_RETURN(nlohmann::json d, ParseAfter(dep));
+    after.push_back(std::move(d));
+  }
+  s["after"] = std::move(after);
   s["preemptible"] = a.preemptible;
   s["termination_grace_seconds"] = a.grace;
   // The server checks the policy's name and the bound on restarts.

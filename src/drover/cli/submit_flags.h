@@ -42,6 +42,8 @@ struct SubmitArgs {
   std::vector<std::string> selector;
   std::string topology;
   std::string estimate;
+  std::string time_limit;          // "4h", "30m", "90s" or plain seconds
+  std::vector<std::string> after;  // JOB[:ok|:any], repeatable
   bool preemptible = false;
   int grace = 0;
   std::string restart_policy;
@@ -55,6 +57,12 @@ struct SubmitArgs {
   ContainerArgs container;
   std::vector<std::string> command;  // optional with --image: the image's command runs
 };
+
+// --time-limit: "4h", "30m", "90s" or plain seconds -> seconds (> 0).
+Result<int64_t> ParseTimeLimit(const std::string& text);
+// --after: "j-000003", "j-000003:ok" or "j-000003:any" -> a v1.JobDependency
+// as proto3 JSON; the server checks that the job exists.
+Result<nlohmann::json> ParseAfter(const std::string& text);
 
 // Adds every flag of `submit` but the common ones (flags.h AddCommon).
 void AddSubmitFlags(CLI::App* submit, SubmitArgs* a);

@@ -189,5 +189,30 @@ TEST(SubmitFlagsTest, BadContainerFlagsAreRefusedBeforeSending) {
   EXPECT_NE(message({"--mount", "/a:/b", "--", "true"}).find("go with --image"), std::string::npos);
 }
 
+// --after and --time-limit: JOB[:ok|:any] (repeatable) and a duration or
+// plain seconds; --gpus 0 is CPU-only work.
+TEST(SubmitFlagsTest, DependenciesTimeLimitAndCpuOnly) {
+  auto r = SubmitRequestJson(Parse({"--gpus", "0", "--after", "j-000003", "--after", "j-000004:any", "--time-limit",
+                                    "4h", "--", "true"}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  v1::SubmitJobRequest req;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r->dump(), &req).ok()) << r->dump();
+  EXPECT_EQ(req.spec().gpus(), 0);
+  ASSERT_EQ(req.spec().after_size(), 2);
+  EXPECT_EQ(req.spec().after(0).job_id(), "j-000003");
+  EXPECT_EQ(req.spec().after(0).condition(), "ok");
+  EXPECT_EQ(req.spec().after(1).condition(), "any");
+  EXPECT_EQ(req.spec().time_limit_seconds(), 4 * 3600);
+  EXPECT_EQ(*ParseTimeLimit("30m"), 1800);
+  EXPECT_EQ(*ParseTimeLimit("90s"), 90);
+  EXPECT_EQ(*ParseTimeLimit("3600"), 3600);
+  for (const char* bad : {"0", "", "soon", "-5", "1x"}) {
+    EXPECT_EQ(ParseTimeLimit(bad).status().code(), Code::kInvalidArgument) << bad;
+  }
+  for (const char* bad : {"j-000003:maybe", ":ok", ""}) {
+    EXPECT_EQ(ParseAfter(bad).status().code(), Code::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace drover::cli

@@ -22,7 +22,7 @@ struct TenantArgs {
   double weight = 1;
   std::vector<std::string> guarantees, max_gpus;
   int borrow_limit = -1;
-  std::string max_gpu_memory, period, max_runtime;
+  std::string max_gpu_memory, period, max_runtime, max_cpus;
   double gpu_hours = 0;
   int max_pending = 0, max_array_tasks = 0, max_gpus_per_user = 0;
   int64_t requests_per_minute = 0, tokens_per_minute = 0;  // the gateway's, for the whole tenant
@@ -63,6 +63,14 @@ Status Apply(const TenantArgs& a, const CLI::App* cmd, bool all, v1::Tenant* t) 
       DROVER_ASSIGN_OR_RETURN(int64_t b, ParseBytes(a.max_gpu_memory));
       q->set_max_gpu_memory_bytes(b);
     }
+  }
+  if (given("--max-cpus")) {
+    // CPUs like submit's --cpus: "64", "0.5" or "500m"; 0: none.
+    auto milli = ParseMilliGpu(a.max_cpus.empty() ? "0" : a.max_cpus);
+    if (!milli.ok()) {
+      return InvalidArgument(fmt::format("--max-cpus '{}' is not a number of CPUs (64, 0.5 or 500m)", a.max_cpus));
+    }
+    q->set_max_cpu_millis(*milli);
   }
   auto seconds = [](const std::string& text, const char* flag) -> Result<int64_t> {
     if (text.empty() || text == "0") return int64_t{0};
@@ -176,6 +184,8 @@ void AddTenantFlags(CLI::App* cmd, TenantArgs* a) {
   cmd->add_option("--borrow-limit", a->borrow_limit, "GPUs beyond its guarantees, all models (-1: no limit)");
   cmd->add_option("--max-gpus", a->max_gpus, "quota: GPUs held at once, MODEL=N or *=N for all models (repeatable)");
   cmd->add_option("--max-gpu-memory", a->max_gpu_memory, "quota: GPU memory held at once, e.g. 640GiB (0: none)");
+  cmd->add_option("--max-cpus", a->max_cpus,
+                  "quota: CPUs held at once by its jobs, with GPUs or without, e.g. 64 or 0.5 (0: none)");
   cmd->add_option("--gpu-hours", a->gpu_hours,
                   "quota: GPU-hours per period; new jobs are refused when spent (0: none)");
   cmd->add_option("--period", a->period, "the budget's period (default 30d)");

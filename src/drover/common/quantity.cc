@@ -117,6 +117,13 @@ Result<int64_t> ParseMilliGpu(std::string_view text) {
   return static_cast<int64_t>(milli);
 }
 
+std::string FormatSeconds(int64_t s) {
+  if (s % 86400 == 0 && s > 0) return fmt::format("{}d", s / 86400);
+  if (s % 3600 == 0 && s > 0) return fmt::format("{}h", s / 3600);
+  if (s % 60 == 0 && s > 0) return fmt::format("{}m", s / 60);
+  return fmt::format("{}s", s);
+}
+
 std::string FormatMilliGpu(int64_t milli) {
   if (milli % kMilliGpuPerGpu == 0) return fmt::format("{}", milli / kMilliGpuPerGpu);
   return fmt::format("{}m", milli);

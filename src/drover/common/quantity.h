@@ -30,6 +30,10 @@ inline constexpr int64_t kMilliGpuPerGpu = 1000;
 Result<int64_t> ParseMilliGpu(std::string_view text);
 std::string FormatMilliGpu(int64_t milli);
 
+// Seconds in the largest unit that keeps it whole: 7200 -> "2h", 1800 ->
+// "30m", 90 -> "90s", 86400 -> "1d".
+std::string FormatSeconds(int64_t s);
+
 // A job array's indices: FIRST-LAST[:STEP][%MAX], e.g. "1-100%10". step 0
 // means 1; max_running 0 means no limit.
 struct ArrayRange {

@@ -55,7 +55,46 @@ std::string Excerpt(std::string_view s) {
   return s.size() > 64 ? out + "..." : out;
 }
 
+// gpus 0: CPU-only work, placed by CPU and host memory alone; one CPU
+// when it asks for none, so that it is placed by something.
+Status ValidateCpuOnly(v1::JobSpec* spec) {
+  if (spec->gpus() != 0) return Status::Ok();
+  if (spec->gpu_milli() != 0 || spec->gpu_memory_bytes() != 0 || !spec->gpu_model().empty() ||
+      !spec->gpu_vendor().empty()) {
+    return InvalidArgument("gpus 0 (CPU-only) takes no gpu_milli, gpu_memory_bytes, gpu_model or gpu_vendor");
+  }
+  if (spec->cpu_millis() == 0) spec->set_cpu_millis(kDefaultCpuOnlyMillis);
+  return Status::Ok();
+}
+
+// after: each names a job once ("j-000003"), with "ok" (the default) or
+// "any"; whether it exists, is the caller's and makes no cycle is the
+// control loop's to check.
+Status ValidateDependencies(v1::JobSpec* spec) {
+  if (spec->after_size() > kMaxDependencies) {
+    return InvalidArgument(fmt::format("after names {} jobs, more than {}", spec->after_size(), kMaxDependencies));
+  }
+  std::set<std::string> seen;
+  for (v1::JobDependency& d : *spec->mutable_after()) {
+    if (!ParseJobId(d.job_id()).ok()) {
+      return InvalidArgument(fmt::format("after: '{}' is not a job id (j-000003)", Excerpt(d.job_id())));
+    }
+    if (d.condition().empty()) d.set_condition("ok");
+    if (d.condition() != "ok" && d.condition() != "any") {
+      return InvalidArgument(
+          fmt::format("after {}: condition '{}' is unknown (use ok or any)", d.job_id(), Excerpt(d.condition())));
+    }
+    if (!seen.insert(d.job_id()).second) return InvalidArgument(fmt::format("after names {} twice", d.job_id()));
+  }
+  return Status::Ok();
+}
+
 Status ValidateSchedulingFields(v1::JobSpec* spec) {
+  DROVER_RETURN_IF_ERROR(ValidateDependencies(spec));
+  if (spec->time_limit_seconds() < 0 || spec->time_limit_seconds() > kMaxEstimateSeconds) {
+    return InvalidArgument(fmt::format("time_limit_seconds {} is outside 0..{} (0: none)", spec->time_limit_seconds(),
+                                       kMaxEstimateSeconds));
+  }
   if (spec->gpu_milli() < 0 || spec->gpu_milli() > sched::kWholeGpu) {
     return InvalidArgument(fmt::format("gpu_milli {} is outside 0..{} (0 or {} means whole GPUs)", spec->gpu_milli(),
                                        sched::kWholeGpu, sched::kWholeGpu));
@@ -233,9 +272,10 @@ Status NormalizeJobSpec(v1::JobSpec* spec) {
   if (spec->priority() < 0 || spec->priority() > kMaxPriority) {
     return InvalidArgument(fmt::format("priority {} is outside 0..{}", spec->priority(), kMaxPriority));
   }
-  if (spec->gpus() < 1 || spec->gpus() > kMaxGpusPerJob) {
-    return InvalidArgument(fmt::format("gpus {} is outside 1..{}", spec->gpus(), kMaxGpusPerJob));
+  if (spec->gpus() < 0 || spec->gpus() > kMaxGpusPerJob) {
+    return InvalidArgument(fmt::format("gpus {} is outside 0..{}", spec->gpus(), kMaxGpusPerJob));
   }
+  DROVER_RETURN_IF_ERROR(ValidateCpuOnly(spec));
   if (spec->gpu_memory_bytes() < 0 || spec->gpu_memory_bytes() > kMaxBytes) {
     return InvalidArgument(fmt::format("gpu_memory_bytes {} is outside 0..1PiB", spec->gpu_memory_bytes()));
   }

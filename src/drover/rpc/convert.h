@@ -41,6 +41,10 @@ inline constexpr int kMaxNodeLabels = 64;
 // A runtime estimate beyond a year is a typo.
 inline constexpr int64_t kMaxEstimateSeconds = int64_t{366} * 24 * 3600;
 inline constexpr int kMaxRestarts = 100;
+// Jobs one job may wait for (JobSpec.after).
+inline constexpr int kMaxDependencies = 64;
+// The CPU a CPU-only job (gpus 0) asking for none is placed by.
+inline constexpr int64_t kDefaultCpuOnlyMillis = 1000;
 inline constexpr int kDefaultMaxRestarts = 3;
 inline constexpr size_t kMaxReasonBytes = 1024;
 

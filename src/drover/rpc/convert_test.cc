@@ -39,7 +39,27 @@ struct BadCase {
 
 TEST(NormalizeJobSpecTest, RejectsEveryBadField) {
   const BadCase cases[] = {
-      {"zero gpus", [](v1::JobSpec* s) { s->set_gpus(0); }, "gpus 0 is outside"},
+      {"cpu-only with a gpu model",
+       [](v1::JobSpec* s) {
+         s->set_gpus(0);
+         s->set_gpu_model("H100 80GB");
+       },
+       "gpus 0 (CPU-only) takes no"},
+      {"after a non-id", [](v1::JobSpec* s) { s->add_after()->set_job_id("../x"); }, "is not a job id"},
+      {"after twice",
+       [](v1::JobSpec* s) {
+         s->add_after()->set_job_id("j-000001");
+         s->add_after()->set_job_id("j-000001");
+       },
+       "names j-000001 twice"},
+      {"after with an unknown condition",
+       [](v1::JobSpec* s) {
+         v1::JobDependency* d = s->add_after();
+         d->set_job_id("j-000001");
+         d->set_condition("notok");
+       },
+       "condition 'notok' is unknown"},
+      {"negative time limit", [](v1::JobSpec* s) { s->set_time_limit_seconds(-1); }, "time_limit_seconds -1"},
       {"negative gpus", [](v1::JobSpec* s) { s->set_gpus(-3); }, "gpus -3"},
       {"absurd gpus", [](v1::JobSpec* s) { s->set_gpus(100000); }, "gpus 100000"},
       {"negative memory", [](v1::JobSpec* s) { s->set_gpu_memory_bytes(-1); }, "gpu_memory_bytes -1"},

@@ -40,6 +40,14 @@ std::string MilliGpus(int64_t milli) {
   return s + " GPUs";
 }
 
+// 4000 -> "4", 1500 -> "1.5" (CPUs).
+std::string MilliCpus(int64_t milli) {
+  if (milli % 1000 == 0) return std::to_string(milli / 1000);
+  std::string s = fmt::format("{:.3f}", static_cast<double>(milli) / 1000);
+  while (s.back() == '0') s.pop_back();
+  return s;
+}
+
 // "8 GPUs of model 'H100 80GB'", "250 milli-GPU and 10GiB of one GPU".
 std::string Describe(const JobRequest& job) {
   std::string what;
@@ -181,7 +189,7 @@ std::string State::Reason(int job) const {
     }
     case WhyCode::kQuota: {
       const TenantState& t = tenants[j.tenant];
-      if (!t.info.max_gpus.empty() || t.info.max_gpu_memory_bytes >= 0) {
+      if (!t.info.max_gpus.empty() || t.info.max_gpu_memory_bytes >= 0 || t.info.max_cpu_milli >= 0) {
         std::string caps;
         for (const auto& [model, n] : t.info.max_gpus) {
           auto u = t.by_model.find(model);
@@ -192,6 +200,10 @@ std::string State::Reason(int job) const {
         if (t.info.max_gpu_memory_bytes >= 0) {
           caps += fmt::format("{}{} bytes of GPU memory (holds {})", caps.empty() ? "" : ", ",
                               t.info.max_gpu_memory_bytes, t.mem);
+        }
+        if (t.info.max_cpu_milli >= 0) {
+          caps += fmt::format("{}{} CPUs (holds {})", caps.empty() ? "" : ", ", MilliCpus(t.info.max_cpu_milli),
+                              MilliCpus(t.cpu));
         }
         if (t.info.borrow_limit >= 0)
           caps += fmt::format(", borrowing {} beyond guarantees", Gpus(t.info.borrow_limit));

@@ -169,12 +169,15 @@ struct TenantInfo {
   // cross one waits, as with the borrowing limit.
   std::map<std::string, int> max_gpus = {};
   int64_t max_gpu_memory_bytes = -1;
+  // CPU held at once by the tenant's jobs (with GPUs or without), in
+  // thousandths of a CPU; -1: none.
+  int64_t max_cpu_milli = -1;
 };
 
 enum class QueuePolicy : uint8_t {
   kFifo,       // submission order
   kPriority,   // priority, aged by waiting time, then submission order
-  kFairShare,  // tenants by weighted dominant share (GPUs, GPU memory); priority within
+  kFairShare,  // tenants by weighted dominant share (GPUs, GPU memory, CPU); priority within
   kLas,        // least attained GPU service first (Tiresias), then submission order
   kSjf,        // shortest runtime estimate first; jobs without one after, in order
 };

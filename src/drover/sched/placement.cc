@@ -416,6 +416,7 @@ void State::Charge(int job, const Held& h, int sign) {
     int g = std::countr_zero(m);
     mem += h.milli == kWholeGpu ? (g < static_cast<int>(n.info.gpus.size()) ? n.info.gpus[g].memory_bytes : 0) : h.mem;
   }
+  t.cpu += sign * jobs[job].req.cpu_milli;
   if (h.cls < 0) return;  // a CPU-only replica holds no GPU
   t.milli += sign * milli;
   t.mem += sign * mem;

@@ -157,6 +157,7 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
   node.info.schedulable = false;
   s.Recount(idx);
   for (size_t i = 0; i < node.classes.size(); ++i) s.SetBucket(idx, node.classes[i], static_cast<int>(i), 0);
+  s.capacity_cpu -= node.info.cpu_milli;
   for (uint64_t m = node.present & node.healthy; m != 0; m &= m - 1) {
     int g = std::countr_zero(m);
     s.capacity_milli -= kWholeGpu;
@@ -176,6 +177,7 @@ Status Scheduler::UpsertNode(const NodeInfo& info) {
     }
   }
   node.info = info;
+  s.capacity_cpu += info.cpu_milli;
   node.topo = s.TopoFor(info);
   node.present = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
   node.healthy = 0;
@@ -285,6 +287,10 @@ Status Scheduler::SetTenant(const TenantInfo& tenant) {
   if (tenant.max_gpu_memory_bytes < -1) {
     return InvalidArgument(
         fmt::format("tenant '{}' has GPU memory quota {}; use -1 for none", tenant.name, tenant.max_gpu_memory_bytes));
+  }
+  if (tenant.max_cpu_milli < -1) {
+    return InvalidArgument(
+        fmt::format("tenant '{}' has CPU quota {} milli-CPUs; use -1 for none", tenant.name, tenant.max_cpu_milli));
   }
   s_->tenants[s_->TenantFor(tenant.name)].info = tenant;
   return Status::Ok();
@@ -532,7 +538,11 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   // charge one GPU's share without its memory.
   const bool baseline = config.placement == PlacementPolicy::kBestFit || config.placement == PlacementPolicy::kRandom;
   const bool checked_first = limited && j.req.gpus > 0 && !baseline;
-  bool quota = checked_first && refused_everywhere();
+  // A CPU quota holds back any job, with GPUs or without: every replica
+  // charges its cpu_milli.
+  const bool over_cpu = ti.max_cpu_milli >= 0 && tenants[j.tenant].cpu + int64_t{j.req.replicas} * j.req.cpu_milli >
+                                                     ti.max_cpu_milli;
+  bool quota = over_cpu || (checked_first && refused_everywhere());
   if (!quota) {
     // A job of a shape whose placement already found nothing this pass
     // fails too (no_fit): not for the random baseline (its draws would
@@ -694,7 +704,8 @@ Decisions Scheduler::Schedule(int64_t now_ms) {
 void State::FairShare(int64_t now_ms, bool* blocked, int* blocker, std::vector<int>* later, Decisions* d) {
   State& s = *this;
   // Weighted DRF: repeatedly serve the tenant with the smallest dominant
-  // share (GPUs or GPU memory, whichever is larger, divided by weight);
+  // share (GPUs, GPU memory or CPU, whichever is largest, divided by
+  // weight; CPU-only work counts by its CPU);
   // tenants below their guarantee come first. Within a tenant: priority,
   // then submission order.
   std::vector<std::vector<int>> per(s.tenants.size());
@@ -705,7 +716,8 @@ void State::FairShare(int64_t now_ms, bool* blocked, int* blocker, std::vector<i
     for (const auto& [model, gpus] : ts.info.guaranteed_gpus) guaranteed += int64_t{gpus} * kWholeGpu;
     double gpu = s.capacity_milli > 0 ? static_cast<double>(ts.milli) / static_cast<double>(s.capacity_milli) : 0;
     double mem = s.capacity_mem > 0 ? static_cast<double>(ts.mem) / static_cast<double>(s.capacity_mem) : 0;
-    return std::make_tuple(ts.milli < guaranteed ? 0 : 1, std::max(gpu, mem) / ts.info.weight, t);
+    double cpu = s.capacity_cpu > 0 ? static_cast<double>(ts.cpu) / static_cast<double>(s.capacity_cpu) : 0;
+    return std::make_tuple(ts.milli < guaranteed ? 0 : 1, std::max({gpu, mem, cpu}) / ts.info.weight, t);
   };
   using Entry = std::tuple<int, double, int>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;

@@ -228,6 +228,7 @@ struct TenantState {
   TenantInfo info;
   int64_t milli = 0;
   int64_t mem = 0;
+  int64_t cpu = 0;                          // CPU milli held by every replica (CPU-only ones too)
   std::map<std::string, int64_t> by_model;  // milli held per GPU model
   // Of by_model, what its preempted jobs still hold while they stop: those
   // GPUs are already on their way out, so a guarantee is judged without them.
@@ -331,6 +332,7 @@ struct State {
   std::unordered_map<std::string, int> tenant_ids;
   int64_t capacity_milli = 0;  // healthy GPUs of every node, for fair shares
   int64_t capacity_mem = 0;
+  int64_t capacity_cpu = 0;  // CPU milli of every node, for fair shares
   std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
   std::vector<int> reserved_nodes;            // nodes with a pass reservation
   uint64_t pass = 0;                          // passes run so far

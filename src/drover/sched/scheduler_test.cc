@@ -523,6 +523,47 @@ TEST(SchedulerFairShareTest, WeightedTenantsShareByDominantResource) {
   EXPECT_TRUE(s.CheckInvariants().ok());
 }
 
+// CPU-only work counts in its tenant's dominant share by its CPU, and a
+// CPU quota holds any of the tenant's jobs back (a "quota" wait).
+TEST(SchedulerFairShareTest, CpuCountsInTheDominantShareAndACpuQuotaHoldsJobsBack) {
+  Scheduler s(Config{.queue = QueuePolicy::kFairShare, .backfill = true, .preemption = false});
+  NodeInfo n = MakeNode("a", 1);
+  n.cpu_milli = 16000;
+  ASSERT_TRUE(s.UpsertNode(n).ok());
+  TenantInfo crunch{"crunch", 1.0, {}, -1};
+  crunch.max_cpu_milli = 14000;
+  ASSERT_TRUE(s.SetTenant(crunch).ok());
+  ASSERT_TRUE(s.SetTenant(TenantInfo{"other", 1.0, {}, -1}).ok());
+  JobRequest cpu = Job("crunch-cpu", 0);
+  cpu.tenant = "crunch";
+  cpu.cpu_milli = 12000;
+  ASSERT_TRUE(s.Enqueue(cpu, 0).ok());
+  ASSERT_EQ(s.Schedule(0).bindings.size(), 1u);
+  // One GPU, two tenants without GPUs: the one holding 12 of 16 CPUs waits.
+  for (const char* t : {"crunch", "other"}) {
+    JobRequest j = Job(std::string(t) + "-gpu", 1);
+    j.tenant = t;
+    ASSERT_TRUE(s.Enqueue(j, 1).ok());
+  }
+  Decisions d = s.Schedule(1);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(d.bindings[0].job_id, "other-gpu");
+  // 12 + 3 CPUs would pass crunch's quota of 14; the node has them free.
+  JobRequest more = Job("crunch-more", 0);
+  more.tenant = "crunch";
+  more.cpu_milli = 3000;
+  ASSERT_TRUE(s.Enqueue(more, 2).ok());
+  (void)s.Schedule(2);
+  EXPECT_EQ(s.PendingClass("crunch-more"), "quota");
+  EXPECT_NE(s.PendingReason("crunch-more").find("14 CPUs (holds 12)"), std::string::npos)
+      << s.PendingReason("crunch-more");
+  s.Remove("crunch-cpu", 3);
+  EXPECT_EQ(s.Schedule(3).bindings.size(), 1u);
+  EXPECT_TRUE(s.CheckInvariants().ok());
+  crunch.max_cpu_milli = -2;
+  EXPECT_FALSE(s.SetTenant(crunch).ok());
+}
+
 // GPUs of jobs already preempted and still stopping are not counted when a
 // later decision judges whether their tenant keeps its guarantee: reclaim
 // takes exactly what is borrowed, in one pass or over several.

@@ -443,12 +443,21 @@ std::string ControlLoop::WaitReason(const v1::Job& job) const {
     return fmt::format("waiting: array {} runs at most {} tasks at once", job.array().array_id(),
                        job.array().max_running());
   }
+  if (seq.ok() && jobs_.waiting().contains(*seq)) {
+    std::string ids;
+    for (const v1::JobDependency& d : job.spec().after()) {
+      if (std::find(job.after_met().begin(), job.after_met().end(), d.job_id()) != job.after_met().end()) continue;
+      ids += (ids.empty() ? "" : ", ") + d.job_id();
+    }
+    return fmt::format("waiting for {} to end", ids);
+  }
   return sched_.PendingReason(job.id());
 }
 
 std::string_view ControlLoop::WaitClass(const v1::Job& job) const {
   auto seq = ParseJobId(job.id());
   if (seq.ok() && jobs_.held().contains(*seq)) return "array_limit";
+  if (seq.ok() && jobs_.waiting().contains(*seq)) return "dependency";
   return sched_.PendingClass(job.id());
 }
 

@@ -386,13 +386,13 @@ class ControlLoop {
   // Pending reasons, scheduler statistics, tenants and GPU history for
   // readers off the loop (loop_board.h). At each commit, before its
   // answers: a new reason epoch when a pass ran, the scheduler changed or
-  // an array held tasks back or let them go since the last; the usage of the
+  // a job was held back (an array, a dependency) or let go since the last; the usage of the
   // tenants of the batch's jobs, every tenant when tenants_ changed.
   LoopBoard board_;
   void PublishBoard(const std::set<uint64_t>& persisted);
   uint64_t reason_epoch_ = 1;
   uint64_t reason_generation_ = 0;
-  size_t reason_held_ = 0;
+  uint64_t reason_gates_ = 0;  // JobTable::gates_version() when the reasons were rendered
   bool tenants_changed_ = true;
   // AfterBatch skips the pass while the scheduler's generation is the one
   // a pass that decided nothing left (0: pass next batch), unless jobs wait

@@ -30,6 +30,11 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
   };
   // Checked once per distinct tenant: a batch is admitted whole or not at all.
   std::map<std::string, std::pair<const v1::JobSpec*, int64_t>> per_tenant;
+  // The dependencies already met, by spec (job_dependencies.cc).
+  std::vector<std::vector<std::string>> met(array != nullptr ? 1 : static_cast<size_t>(count));
+  // A dependency that left for the archive (a read of it on the loop, for
+  // these rare submits only).
+  const JobLifecycle::ArchivedJob archived = [this](uint64_t seq) { return archiver_.Get(seq); };
   for (int64_t i = 0; i < (array != nullptr ? 1 : count); ++i) {
     const v1::JobSpec& spec = spec_of(i);
     // Refused here, alone, rather than failing the commit of a whole batch.
@@ -48,6 +53,14 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
     if (auto why = sched_.NeverFits(rpc::ToJobRequest("", spec))) {
       return FailedPrecondition(fmt::format("job {} can never fit on this cluster: {}", i, *why));
     }
+    if (!spec.after().empty()) {
+      auto m = lifecycle_.CheckAfter(spec, static_cast<size_t>(count), archived);
+      if (!m.ok()) {
+        return Status(m.status().code(), count > 1 && array == nullptr ? fmt::format("job {}: {}", i, m.status().message())
+                                                                       : m.status().message());
+      }
+      met[static_cast<size_t>(i)] = std::move(*m);
+    }
     auto& t = per_tenant[spec.tenant()];
     if (t.first == nullptr) t.first = &spec;
     t.second += array != nullptr ? count : 1;
@@ -60,6 +73,7 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
   for (int64_t i = 0; i < count; ++i) {
     v1::Job& job = jobs[static_cast<size_t>(i)];
     *job.mutable_spec() = spec_of(i);
+    for (const std::string& id : met[array != nullptr ? 0 : static_cast<size_t>(i)]) job.add_after_met(id);
     if (array != nullptr) {
       v1::ArrayTask* task = job.mutable_array();
       task->set_array_id(array_id);

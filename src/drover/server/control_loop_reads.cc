@@ -174,7 +174,7 @@ void ControlLoop::ReplaceReplica() {
   // new reason epoch with the rebuilt scheduler's next change.
   board_.ClearReasons();
   reason_generation_ = sched_.generation();
-  reason_held_ = jobs_.held().size();
+  reason_gates_ = jobs_.gates_version();
   tenants_changed_ = true;
   PublishBoard({});
 }

@@ -8,7 +8,8 @@
 namespace drover::server {
 
 void ControlLoop::EnforceRuntimeLimits() {
-  if (!tenants_.AnyRuntimeLimit()) return;
+  // Jobs with a time limit of their own are checked whatever their tenant.
+  if (!tenants_.AnyRuntimeLimit() && !lifecycle_.table().AnyTimeLimit()) return;
   lifecycle_.EnforceRuntimeLimits([this](const std::string& tenant) { return tenants_.RuntimeLimitOf(tenant); },
                                   NowNs());
 }

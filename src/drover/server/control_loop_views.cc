@@ -43,9 +43,9 @@ void ControlLoop::PublishBoard(const std::set<uint64_t>& persisted) {
   }
   if (!gone.empty()) board_.DropReasons(gone);
   // (A pass raises the generation too: its reservation moved.)
-  if (sched_.generation() != reason_generation_ || jobs_.held().size() != reason_held_) {
+  if (sched_.generation() != reason_generation_ || jobs_.gates_version() != reason_gates_) {
     reason_generation_ = sched_.generation();
-    reason_held_ = jobs_.held().size();
+    reason_gates_ = jobs_.gates_version();
     board_.SetReasonEpoch(++reason_epoch_);
   }
   RecordSchedulerStats();

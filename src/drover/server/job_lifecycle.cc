@@ -104,6 +104,7 @@ Result<JobLifecycle::Rebuilt> JobLifecycle::Rebuild(JobTable::Map jobs, uint64_t
     if (job.array().max_running() > 0 && rpc::HoldsGpus(job.status().state())) {
       ++t.gates_[job.array().array_id()].active;
     }
+    if (job.spec().time_limit_seconds() > 0) ++t.time_limited_;
   }
   for (auto& [seq, job] : jobs) {  // submission order, so the queue keeps its order
     v1::JobState state = job.status().state();
@@ -112,6 +113,8 @@ Result<JobLifecycle::Rebuilt> JobLifecycle::Rebuild(JobTable::Map jobs, uint64_t
       out.ended.emplace_back(end > 0 ? end : now_ns, seq);
     }
     if (state == v1::JOB_STATE_PENDING) {
+      // A dependency's end and what it did to its waiters commit together,
+      // so a waiter's dependencies not yet met are all still live.
       DROVER_RETURN_IF_ERROR(Queue(job, seq, job.status().submit_time_unix_nanos() / kNsPerMs, sched, &t));
       ++out.queued;
     } else if (rpc::HoldsGpus(state)) {
@@ -143,11 +146,14 @@ Result<JobLifecycle::Rebuilt> JobLifecycle::Rebuild(JobTable::Map jobs, uint64_t
 // ---- array gates ----
 
 Status JobLifecycle::Queue(const v1::Job& job, uint64_t seq, int64_t now_ms, sched::Scheduler* sched, JobTable* table) {
+  // Its dependencies first (job_dependencies.cc), then its array's gate.
+  if (HoldForDependencies(job, seq, table)) return Status::Ok();
   const v1::ArrayTask& task = job.array();
   ArrayGate* gate = task.max_running() > 0 ? &table->gates_[task.array_id()] : nullptr;
   if (gate != nullptr && gate->active >= task.max_running()) {
     gate->held.push_back(seq);
     table->held_.insert(seq);
+    ++table->gates_version_;
     return Status::Ok();
   }
   DROVER_RETURN_IF_ERROR(sched->Enqueue(rpc::ToJobRequest(job), now_ms));
@@ -160,6 +166,7 @@ void JobLifecycle::TaskEnded(const v1::Job& job) {
   auto it = table_.gates_.find(job.array().array_id());
   if (it == table_.gates_.end()) return;
   ArrayGate& gate = it->second;
+  ++table_.gates_version_;  // a held task may go
   auto seq = ParseJobId(job.id());
   if (seq.ok() && table_.held_.erase(*seq) > 0) {
     // Cancelled while held: it never counted. Its place in `held` is
@@ -202,6 +209,7 @@ Result<std::vector<uint64_t>> JobLifecycle::Submit(std::vector<v1::Job> jobs) {
     for (uint64_t seq : seqs) {
       sched_->Remove(FormatJobId(seq), now / kNsPerMs);
       table_.held_.erase(seq);
+      ForgetWaits(seq);
       table_.jobs_.erase(seq);
     }
     if (!array_id.empty()) table_.gates_.erase(array_id);
@@ -220,7 +228,11 @@ Result<std::vector<uint64_t>> JobLifecycle::Submit(std::vector<v1::Job> jobs) {
     }
   }
   table_.next_seq_ = first + jobs.size();
-  for (uint64_t seq : seqs) Persist(table_.jobs_.at(seq));
+  for (uint64_t seq : seqs) {
+    const v1::Job& job = table_.jobs_.at(seq);
+    if (job.spec().time_limit_seconds() > 0) ++table_.time_limited_;
+    Persist(job);
+  }
   return seqs;
 }
 
@@ -371,7 +383,9 @@ Status JobLifecycle::Finish(v1::Job* job, v1::JobState state, int exit_code, int
   st->clear_image_pull();
   sched_->Remove(job->id(), NowMs());
   Persist(*job);
-  TaskEnded(*job);
+  // A job cancelled while it waited for others never entered its array's gate.
+  if (!ForgetWaits(*ParseJobId(job->id()))) TaskEnded(*job);
+  DependencyEnded(*job);
   return Status::Ok();
 }
 
@@ -389,6 +403,8 @@ Status JobLifecycle::Reject(v1::Job* job, std::string why) {
   st->set_message(std::move(why));
   sched_->Remove(job->id(), NowMs());  // not queued there; nor ever to be
   Persist(*job);
+  if (seq.ok()) ForgetWaits(*seq);
+  DependencyEnded(*job);
   return Status::Ok();
 }
 
@@ -451,6 +467,7 @@ Status JobLifecycle::Archive(uint64_t seq) {
   if (it == table_.jobs_.end()) return NotFound(fmt::format("job '{}' not found", FormatJobId(seq)));
   if (!Allowed(Edge::kArchive, it->second.status().state())) return Refused(it->second, "be archived");
   batch_->DeleteJob(seq, it->second.id());
+  if (it->second.spec().time_limit_seconds() > 0) --table_.time_limited_;
   table_.jobs_.erase(it);
   return Status::Ok();
 }

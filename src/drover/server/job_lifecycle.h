@@ -35,6 +35,7 @@
 // Not thread-safe: owned by the control loop, on its thread.
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -129,11 +130,24 @@ class JobLifecycle {
   // RUNNING | PREEMPTING -> SUCCEEDED | FAILED; CANCELLING -> CANCELLED |
   // FAILED.
   Status Finish(v1::Job* job, v1::JobState state, int exit_code, int signal, int64_t end_ns, std::string message);
-  // PENDING (held back by its array, not in the scheduler) -> FAILED: the
-  // scheduler refused it when its gate let it in.
+  // PENDING (held back by its array or its dependencies, not in the
+  // scheduler) -> FAILED: the scheduler refused it when its gate let it in,
+  // or a dependency ended as its condition refuses.
   Status Reject(v1::Job* job, std::string why);
   // terminal -> gone: out of the table and the store (the archive holds it).
   Status Archive(uint64_t seq);
+
+  // ---- dependencies (job_dependencies.cc) ----
+  // The archive's copy of a job that left the table; null when it has none.
+  using ArchivedJob = std::function<Result<std::shared_ptr<const v1::Job>>(uint64_t seq)>;
+  // Checks the dependencies of `spec`, about to be submitted as the `count`
+  // jobs from table().next_seq(): each names an earlier job of the same
+  // tenant (kNotFound, as any read of another tenant's job; a job of the
+  // same submit or itself: kInvalidArgument, so that no cycle can form)
+  // that has not already ended in a way its condition refuses
+  // (kFailedPrecondition). Answers the ones already met.
+  Result<std::vector<std::string>> CheckAfter(const v1::JobSpec& spec, size_t count,
+                                              const ArchivedJob& archived) const;
   // Whether `edge` may take a job in `from`; the edges check this first.
   enum class Edge { kBind, kStart, kStop, kCancel, kRequeue, kFinish, kReject, kArchive };
   static bool Allowed(Edge edge, v1::JobState from, v1::JobState to = v1::JOB_STATE_UNSPECIFIED);
@@ -157,7 +171,8 @@ class JobLifecycle {
   // GPU `gpu` of `node` turned unhealthy: the jobs on it are stopped.
   void StopJobsOnGpu(const std::string& node, int gpu, const std::string& reason);
   // Jobs that hold GPUs past their tenant's runtime limit (seconds; 0: none)
-  // are stopped for good.
+  // or their own time limit (JobSpec.time_limit_seconds), whichever is
+  // shorter, are stopped for good.
   void EnforceRuntimeLimits(const std::function<int64_t(const std::string& tenant)>& limit_s, int64_t now_ns);
 
   // ---- what agents are sent (job_desired.cc) ----
@@ -178,6 +193,17 @@ class JobLifecycle {
   static Status Queue(const v1::Job& job, uint64_t seq, int64_t now_ms, sched::Scheduler* sched, JobTable* table);
   // A task ended: queue the next held one of its array.
   void TaskEnded(const v1::Job& job);
+  // Whether some JobSpec.after of `job` is not met yet (job_dependencies.cc).
+  static bool Waits(const v1::Job& job);
+  // Holds a pending job whose dependencies are not all met outside the
+  // scheduler; false when it need not wait.
+  static bool HoldForDependencies(const v1::Job& job, uint64_t seq, JobTable* table);
+  // A waiting job leaves the waits (it ends, or it is refused); false when
+  // it was not waiting.
+  bool ForgetWaits(uint64_t seq);
+  // `job` ended: the jobs that wait for it are told; each either waits on,
+  // is queued (every dependency met), or ends FAILED with the reason.
+  void DependencyEnded(const v1::Job& job);
   // Leaves the nodes the job ran on (they are told their new desired set).
   void Release(v1::Job* job);
   static v1::Attempt* CurrentAttempt(v1::Job* job);

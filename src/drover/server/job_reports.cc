@@ -26,6 +26,7 @@
 #include <algorithm>
 
 #include "drover/common/ids.h"
+#include "drover/common/quantity.h"
 #include "drover/rpc/container.h"
 #include "drover/rpc/convert.h"
 #include "drover/server/job_lifecycle.h"
@@ -338,20 +339,26 @@ void JobLifecycle::StopJobsOnGpu(const std::string& node, int gpu, const std::st
 void JobLifecycle::EnforceRuntimeLimits(const std::function<int64_t(const std::string& tenant)>& limit_s,
                                         int64_t now_ns) {
   constexpr int64_t kNsPerSecond = 1'000'000'000;
-  // Only jobs holding GPUs can run too long (a gang is on several nodes: once).
+  // Only jobs holding resources (GPUs, or CPUs for CPU-only work) can run
+  // too long (a gang is on several nodes: once).
   std::set<uint64_t> active;
   for (const auto& [node, seqs] : table_.active_on_node_) active.insert(seqs.begin(), seqs.end());
   for (uint64_t seq : active) {
     v1::Job& job = table_.jobs_.at(seq);
     const v1::JobStatus& st = job.status();
     if (st.state() != v1::JOB_STATE_RUNNING && st.state() != v1::JOB_STATE_BOUND) continue;
-    int64_t limit = limit_s(job.spec().tenant());
+    // The tenant's limit and the job's own: the shorter wins.
+    const int64_t tenant_limit = limit_s(job.spec().tenant());
+    const int64_t own_limit = job.spec().time_limit_seconds();
+    const bool own = own_limit > 0 && (tenant_limit <= 0 || own_limit <= tenant_limit);
+    const int64_t limit = own ? own_limit : tenant_limit;
     if (limit <= 0) continue;
     int64_t began = st.start_time_unix_nanos() > 0 ? st.start_time_unix_nanos() : st.bind_time_unix_nanos();
     if (began <= 0 || now_ns - began < limit * kNsPerSecond) continue;
     if (st.gang_failed()) continue;  // already failing: it ends FAILED as it is
     Check(Stop(&job, StopCause::Failure(
-                         fmt::format("ran longer than tenant '{}''s runtime limit of {}s", job.spec().tenant(), limit),
+                         own ? fmt::format("time limit {} reached", FormatSeconds(limit))
+                             : fmt::format("ran longer than tenant '{}''s runtime limit of {}s", job.spec().tenant(), limit),
                          /*no_restart=*/true)));
   }
 }

@@ -10,7 +10,10 @@
 //
 // Invariants: a job is in active_on(n) iff it holds GPUs
 // (rpc::HoldsGpus) and one of its placements is on n; a seq is held iff
-// its array's gate lists it and it is PENDING outside the scheduler.
+// its array's gate lists it and it is PENDING outside the scheduler; a seq
+// is waiting iff it is PENDING, outside the scheduler and its array's gate,
+// and some JobSpec.after of it is not in Job.after_met; then waiters_ lists
+// it under each of those.
 //
 // Not thread-safe: owned by the control loop's thread.
 
@@ -61,6 +64,14 @@ class JobTable {
   }
   const std::map<std::string, std::set<uint64_t>>& active_on_node() const { return active_on_node_; }
   const std::set<uint64_t>& held() const { return held_; }
+  // Jobs that wait for other jobs to end (JobSpec.after), outside the
+  // scheduler, until each has ended as asked.
+  const std::set<uint64_t>& waiting() const { return waiting_; }
+  // Raised whenever a job is held back or let go (an array gate or a
+  // dependency), so that cached wait reasons can tell they are stale.
+  uint64_t gates_version() const { return gates_version_; }
+  // Whether a live job has a time limit of its own (JobSpec.time_limit_seconds).
+  bool AnyTimeLimit() const { return time_limited_ > 0; }
 
  private:
   friend class JobLifecycle;
@@ -69,6 +80,11 @@ class JobTable {
   std::map<std::string, std::set<uint64_t>> active_on_node_;
   std::map<std::string, ArrayGate> gates_;  // arrays with max_running, by array id
   std::set<uint64_t> held_;                 // tasks an ArrayGate holds back
+  std::set<uint64_t> waiting_;              // jobs waiting for their dependencies
+  // By the seq of a job waited for: the jobs that wait for it.
+  std::map<uint64_t, std::set<uint64_t>> waiters_;
+  uint64_t gates_version_ = 0;
+  size_t time_limited_ = 0;  // live jobs with time_limit_seconds > 0
 };
 
 }  // namespace drover::server

@@ -64,6 +64,7 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
         t.name(), kMaxArrayTasks));
   }
   if (q.max_gpu_memory_bytes() < 0 || q.max_runtime_seconds() < 0 || q.max_gpus_per_user() < 0 ||
+      q.max_cpu_millis() < 0 ||
       q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
     return InvalidArgument(fmt::format("tenant '{}': quotas must not be negative", t.name()));
   }
@@ -86,6 +87,7 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
   info.borrow_limit = t.borrow_limit();
   info.max_gpus = {q.max_gpus().begin(), q.max_gpus().end()};
   info.max_gpu_memory_bytes = q.max_gpu_memory_bytes() > 0 ? q.max_gpu_memory_bytes() : -1;
+  info.max_cpu_milli = q.max_cpu_millis() > 0 ? q.max_cpu_millis() : -1;
   return info;
 }
 
@@ -182,12 +184,12 @@ Status TenantBook::Admit(const v1::JobSpec& spec, int64_t count) const {
                     "batch, set by {}",
                     count, name, max_array, raise("default-max-array-tasks", "max_array_tasks")));
   }
-  // Every pending job of the cluster (the scheduler's queue and the array
-  // tasks held back) bounds the tenant's: only when that could pass the
+  // Every pending job of the cluster (the scheduler's queue, the array
+  // tasks held back and the jobs waiting for others) bounds the tenant's: only when that could pass the
   // limit are the jobs counted (a submit costs no scan of the table while
   // the cluster is far from it).
   if (int64_t max_pending = MaxPendingJobs(name); max_pending > 0) {
-    const int64_t everyone = static_cast<int64_t>(sched_->pending() + jobs_->held().size());
+    const int64_t everyone = static_cast<int64_t>(sched_->pending() + jobs_->held().size() + jobs_->waiting().size());
     if (everyone + count > max_pending) {
       int64_t pending = PendingOf(name);
       if (pending + count > max_pending) {
