@@ -249,7 +249,8 @@ Status JobDir::WriteIsolation(const JobIsolation& iso) const {
                         {"uid", b.user.uid},    {"gid", b.user.gid},
                         {"hide", b.hide},       {"keep", b.keep},
                         {"own", b.own},         {"enter", b.enter},
-                        {"seccomp", b.seccomp}};
+                        {"seccomp", b.seccomp}, {"hosts_file", b.hosts_file},
+                        {"hostname", b.hostname}};
   }
   return WriteFileAtomic(File("isolation.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
@@ -286,6 +287,8 @@ Result<JobIsolation> JobDir::ReadIsolation() const {
       b.own = it->value("own", std::vector<std::string>{});
       b.enter = it->value("enter", std::vector<std::string>{});
       b.seccomp = it->value("seccomp", true);
+      b.hosts_file = it->value("hosts_file", std::string());
+      b.hostname = it->value("hostname", std::string());
       // Never root by a missing or zero id: root is said, not defaulted.
       if (!b.as_root && (b.user.uid == 0 || b.user.gid == 0)) throw std::invalid_argument("a sandbox user of 0");
       iso.sandbox = std::move(b);

@@ -69,6 +69,9 @@ struct WorkloadRunnerOptions {
   ExitWatcher* exit_watcher = nullptr;  // shared; null: one of its own
   SandboxPolicy sandbox;
   ContainerOptions containers;
+  // The node's address as its peers reach it (the launch contract's own
+  // address when the server sent none).
+  std::string advertise_host = "127.0.0.1";
 };
 
 class WorkloadRunner final : public ServiceHost {
@@ -160,6 +163,7 @@ class WorkloadRunner final : public ServiceHost {
   ImageStore::Request ImageRequest(const v1::Workload& w) const;
   // The job's environment; a container's has nothing of the node's.
   std::map<std::string, std::string> EnvFor(const v1::Workload& w, const std::vector<int>& cpus,
+                                            const v1::LaunchContract& launch, const std::string& output_dir,
                                             bool container = false) const;
   Status StartProcess(const std::string& key, LocalJob* job);
   std::string CheckpointRoot() const;
