@@ -329,15 +329,23 @@ TEST_F(LaunchContractTest, EachAttemptHoldsAPortOfItsMasterNodeUntilItsProcesses
   EXPECT_EQ(Last(*b).master_port(), 30001);
   EXPECT_EQ(std::vector<std::string>(Last(*a).hosts().begin(), Last(*a).hosts().end()),
             std::vector<std::string>{"10.0.0.1"});
-  // The range is spent: a third job waits, saying why.
-  v1::Job* c = Submit();
+  // The range is spent: a job of one node runs without a port ...
+  v1::Job* single = JobIn(S::JOB_STATE_BOUND);
+  EXPECT_EQ(Last(*single).master_port(), 0);
+  ASSERT_TRUE(life_.Cancel(single).ok());
+  ASSERT_TRUE(life_.Finish(single, S::JOB_STATE_CANCELLED, 0, 0, ToUnixNanos(clock_.Now()), "gone").ok());
+  // ... and a gang waits, saying why, its GPUs back with the scheduler.
+  v1::Job gang;
+  *gang.mutable_spec() = Spec();
+  gang.mutable_spec()->set_replicas(2);
+  auto seqs = life_.Submit({gang});
+  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+  v1::Job* c = life_.Find(FormatJobId(seqs->front()));
   sched::Decisions d = sched_.Schedule(ToUnixNanos(clock_.Now()) / 1'000'000);
   ASSERT_EQ(d.bindings.size(), 1u);
-  Status s = life_.Bind(d.bindings[0]);
-  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_EQ(life_.Bind(d.bindings[0]).code(), Code::kResourceExhausted);
   EXPECT_EQ(c->status().state(), S::JOB_STATE_PENDING);
   EXPECT_NE(c->status().message().find("launch port on node 'n0'"), std::string::npos) << c->status().message();
-  // Its GPU went back to the scheduler with it.
   EXPECT_EQ(sched_.pending(), 1u);
   // A preempted attempt keeps its port while its process stops; once it is
   // gone (requeued), the next binding takes the port.
@@ -345,10 +353,11 @@ TEST_F(LaunchContractTest, EachAttemptHoldsAPortOfItsMasterNodeUntilItsProcesses
   EXPECT_EQ(LaunchPortsHeld(life_.table(), "n0"), (std::set<int>{30000, 30001}));
   ASSERT_TRUE(life_.Requeue(a).ok());
   EXPECT_EQ(LaunchPortsHeld(life_.table(), "n0"), (std::set<int>{30001}));
-  ASSERT_TRUE(life_.Cancel(a).ok());  // pending again: out of the way of c
+  ASSERT_TRUE(life_.Cancel(a).ok());  // pending again: out of the gang's way
   Pass();
   ASSERT_EQ(c->status().state(), S::JOB_STATE_BOUND);
   EXPECT_EQ(Last(*c).master_port(), 30000);
+  EXPECT_EQ(Last(*c).hosts_size(), 2);
   // A finished job frees its port too.
   ASSERT_TRUE(life_.Finish(b, S::JOB_STATE_SUCCEEDED, 0, 0, ToUnixNanos(clock_.Now()), "done").ok());
   EXPECT_EQ(LaunchPortsHeld(life_.table(), "n0"), (std::set<int>{30000}));

@@ -41,9 +41,14 @@ Status FillAttemptContract(const JobTable& table, const NodeLookup& node_of, v1:
   }
   if (a->nodes_size() == 0) return Status::Ok();
   const std::string& master = a->nodes(0);
-  DROVER_ASSIGN_OR_RETURN(
-      int port, PickLaunchPort(master, LaunchPortsOf(node_of ? node_of(master) : nullptr), LaunchPortsHeld(table, master)));
-  a->set_master_port(port);
+  Result<int> port =
+      PickLaunchPort(master, LaunchPortsOf(node_of ? node_of(master) : nullptr), LaunchPortsHeld(table, master));
+  if (port.ok()) {
+    a->set_master_port(*port);
+  } else if (a->nodes_size() > 1) {
+    return port.status();
+  }
+  // A job of one node is never held back for a port: it runs without one.
   return Status::Ok();
 }
 

@@ -49,8 +49,9 @@ using NodeLookup = std::function<const v1::Node*(const std::string& name)>;
 
 // Fills the contract of a new attempt `a` (its nodes set, in rank order):
 // each replica's address (its node's advertised host; the node's name when
-// it registered none) and a master port on replica 0's node. An error (no
-// free port) leaves `a` without a port.
+// it registered none) and a master port on replica 0's node. A gang whose
+// master node has no port free gets kResourceExhausted (it waits); a job
+// of one node runs without a port (no MASTER_PORT) rather than wait.
 Status FillAttemptContract(const JobTable& table, const NodeLookup& node_of, v1::Attempt* a);
 
 // Replica `replica`'s contract from the job's current attempt into `w`.
