@@ -180,9 +180,8 @@ void WorkloadRunner::RecordEnd(LocalJob* job, const ExitFile& e) {
 std::map<std::string, std::string> WorkloadRunner::EnvFor(const v1::Workload& w, const std::vector<int>& cpus,
                                                           const v1::LaunchContract& launch,
                                                           const std::string& output_dir, bool container) const {
-  // A container sees neither file (yet): no hostfile to name.
   std::map<std::string, std::string> env =
-      LaunchEnv(launch, container ? "" : output_dir + "/hostfile",
+      LaunchEnv(launch, output_dir + "/hostfile",
                 InterfaceWithAddress(launch.hosts_size() > launch.node_rank() ? launch.hosts(launch.node_rank()) : ""),
                 {w.env().begin(), w.env().end()});
   if (!cpus.empty()) env["DROVER_CPUS"] = FormatCpuList(cpus);
