@@ -64,7 +64,9 @@ bool EnterMounts(const JobSandbox& s) {
   // (The caller has made the namespaces.)
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return false;
   // Before anything covers the job's directories, where the file is.
-  if (!s.hosts_file.empty() && ::mount(s.hosts_file.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+  // (A machine without /etc/hosts has nothing to bind it over.)
+  if (!s.hosts_file.empty() && ::mount(s.hosts_file.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0 &&
+      errno != ENOENT) {
     return false;
   }
   std::set<std::string> files;
