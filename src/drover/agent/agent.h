@@ -24,8 +24,8 @@
 
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/devices/topology/host_topology.h"
-#include "drover/agent/job_env.h"
 #include "drover/agent/image_store.h"
+#include "drover/agent/job_env.h"
 #include "drover/agent/sandbox.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/status.h"

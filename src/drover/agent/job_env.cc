@@ -9,9 +9,9 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>

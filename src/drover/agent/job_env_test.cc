@@ -228,16 +228,26 @@ v1::LaunchContract TwoReplicas(int rank) {
 TEST(LaunchEnvTest, EveryReplicaGetsDroversAndTheFrameworksNames) {
   auto env = LaunchEnv(TwoReplicas(1), "/jobs/j-000007.1/hostfile", "veth1", {});
   const std::map<std::string, std::string> want = {
-      {"DROVER_NODE_RANK", "1"},      {"DROVER_NNODES", "2"},
-      {"DROVER_MASTER_ADDR", "10.0.0.1"}, {"DROVER_MASTER_PORT", "29400"},
-      {"DROVER_HOSTS", "10.0.0.1,10.0.0.2"}, {"DROVER_HOSTFILE", "/jobs/j-000007.1/hostfile"},
-      {"MASTER_ADDR", "10.0.0.1"},    {"MASTER_PORT", "29400"},
-      {"WORLD_SIZE", "2"},            {"NODE_RANK", "1"},
-      {"RANK", "1"},                  {"LOCAL_RANK", "0"},
-      {"LOCAL_WORLD_SIZE", "1"},      {"PET_NNODES", "2"},
-      {"PET_NODE_RANK", "1"},         {"PET_MASTER_ADDR", "10.0.0.1"},
-      {"PET_MASTER_PORT", "29400"},   {"PET_NPROC_PER_NODE", "1"},
-      {"NCCL_SOCKET_IFNAME", "veth1"}, {"GLOO_SOCKET_IFNAME", "veth1"},
+      {"DROVER_NODE_RANK", "1"},
+      {"DROVER_NNODES", "2"},
+      {"DROVER_MASTER_ADDR", "10.0.0.1"},
+      {"DROVER_MASTER_PORT", "29400"},
+      {"DROVER_HOSTS", "10.0.0.1,10.0.0.2"},
+      {"DROVER_HOSTFILE", "/jobs/j-000007.1/hostfile"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29400"},
+      {"WORLD_SIZE", "2"},
+      {"NODE_RANK", "1"},
+      {"RANK", "1"},
+      {"LOCAL_RANK", "0"},
+      {"LOCAL_WORLD_SIZE", "1"},
+      {"PET_NNODES", "2"},
+      {"PET_NODE_RANK", "1"},
+      {"PET_MASTER_ADDR", "10.0.0.1"},
+      {"PET_MASTER_PORT", "29400"},
+      {"PET_NPROC_PER_NODE", "1"},
+      {"NCCL_SOCKET_IFNAME", "veth1"},
+      {"GLOO_SOCKET_IFNAME", "veth1"},
   };
   EXPECT_EQ(env, want);
 }

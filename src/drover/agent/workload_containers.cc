@@ -269,8 +269,9 @@ void WorkloadRunner::OnDiskOver(const std::string& key, int64_t bytes, int64_t l
   // Not started yet (the next look comes back), ended, or stopped already.
   if (it == jobs_.end() || it->second.exited || !it->second.started || !it->second.stopped_for.empty()) return;
   LocalJob& job = it->second;
-  job.stopped_for = fmt::format("stopped: its container wrote {} outside its mounts, more than its limit of {} (--disk)",
-                                FormatBytes(bytes), FormatBytes(limit));
+  job.stopped_for =
+      fmt::format("stopped: its container wrote {} outside its mounts, more than its limit of {} (--disk)",
+                  FormatBytes(bytes), FormatBytes(limit));
   spdlog::warn("node '{}': job '{}' {}", opts_.node_name, key, job.stopped_for);
   ::kill(-job.started->pid, SIGKILL);
 }

@@ -37,10 +37,10 @@ constexpr int kSpareDirs = 16;  // of each kind (SpareDirs)
 Status PrepareLaunch(const v1::LaunchContract& c, const std::string& job_id, const std::string& node,
                      const std::string& own_addr, const std::string& output_dir) {
   if (c.node_rank() == 0 && c.master_port() > 0 && !PortBindable(c.master_port())) {
-    return FailedPrecondition(fmt::format(
-        "the master port {} the server reserved on node '{}' is taken by another process (outside Drover's "
-        "--launch-ports bookkeeping)",
-        c.master_port(), node));
+    return FailedPrecondition(
+        fmt::format("the master port {} the server reserved on node '{}' is taken by another process (outside Drover's "
+                    "--launch-ports bookkeeping)",
+                    c.master_port(), node));
   }
   char machine[256] = {};
   if (::gethostname(machine, sizeof machine - 1) != 0) machine[0] = '\0';
@@ -240,8 +240,8 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
   }
   job.cgroup = iso.cgroup;
   const v1::LaunchContract launch = LaunchContractOf(w, opts_.node_name, opts_.advertise_host);
-  Status launchable = ec ? Status::Ok()
-                         : PrepareLaunch(launch, w.job_id(), opts_.node_name, opts_.advertise_host, job.output_dir);
+  Status launchable =
+      ec ? Status::Ok() : PrepareLaunch(launch, w.job_id(), opts_.node_name, opts_.advertise_host, job.output_dir);
   std::map<std::string, std::string> env = EnvFor(w, iso.cpus, launch, job.output_dir, container);
   std::unique_ptr<ServiceReplica> service;
   Status svc = w.has_service() ? services_->Prepare(w, dir, &env, &service) : Status::Ok();
@@ -268,8 +268,8 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
              : !launchable.ok() ? launchable
              : !sandboxed.ok()  ? sandboxed
              : !limit.ok()      ? limit
-             : !svc.ok()       ? svc
-                               : dir.WriteSpec(spec);
+             : !svc.ok()        ? svc
+                                : dir.WriteSpec(spec);
   if (s.ok() && container) s = PrepareContainer(w, key, *image, &job, &iso, spec.env, &spec);
   if (s.ok() && container) s = dir.WriteSpec(spec);
   if (s.ok()) s = dir.WriteIsolation(iso);

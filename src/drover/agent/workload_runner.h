@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "drover/agent/connection.h"
-#include "drover/agent/exit_watcher.h"
 #include "drover/agent/disk_watch.h"
+#include "drover/agent/exit_watcher.h"
 #include "drover/agent/image_store.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
@@ -212,8 +212,8 @@ class WorkloadRunner final : public ServiceHost {
 
   std::unique_ptr<ImageStore> images_;
   std::unique_ptr<DiskWatch> disk_;  // made with the first container that has a disk limit
-  std::string images_problem_;  // why images_ could not be opened (once tried)
-  uint64_t images_said_ = 0;     // the store's version the last heartbeat carried
+  std::string images_problem_;       // why images_ could not be opened (once tried)
+  uint64_t images_said_ = 0;         // the store's version the last heartbeat carried
 
   std::unique_ptr<WorkloadLauncher> launcher_;
   bool refill_pending_ = false;

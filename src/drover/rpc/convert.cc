@@ -497,8 +497,8 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
     }
   }
   if (const std::string& h = req.advertise_host(); !h.empty() && !IsIpAddress(h)) {
-    return InvalidArgument(fmt::format("node '{}' advertised '{}', which is not an IP address", req.node_name(),
-                                       Excerpt(h)));
+    return InvalidArgument(
+        fmt::format("node '{}' advertised '{}', which is not an IP address", req.node_name(), Excerpt(h)));
   }
   const int first = req.launch_port_first(), last = req.launch_port_last();
   if ((first != 0 || last != 0) && (first < 1 || last > 65535 || first > last)) {

@@ -316,9 +316,7 @@ class LaunchContractTest : public JobLifecycleTest {
     node_.set_launch_port_last(30001);
     life_.SetNodeLookup([this](const std::string& name) { return name == "n0" ? &node_ : nullptr; });
   }
-  static const v1::Attempt& Last(const v1::Job& job) {
-    return job.status().attempts(job.status().attempts_size() - 1);
-  }
+  static const v1::Attempt& Last(const v1::Job& job) { return job.status().attempts(job.status().attempts_size() - 1); }
   v1::Node node_;
 };
 
