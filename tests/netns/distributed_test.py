@@ -41,9 +41,13 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
-peers = " ".join(f"{n}={socket.gethostbyname(n)}" for n in os.environ["DROVER_HOSTS_NAMES"].split(","))
-print(f"rank {rank} of {world} sum {t.item():g} master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
-      f"host {socket.gethostname()} resolves {peers} ifname {os.environ.get('GLOO_SOCKET_IFNAME', '')}", flush=True)
+peers = " ".join(f"{n}={socket.gethostbyname(n)}" for n in os.environ["PEER_NAMES"].split(","))
+line = (f"rank {rank} of {world} sum {t.item():g} master {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+        f"host {socket.gethostname()} resolves {peers} ifname {os.environ.get('GLOO_SOCKET_IFNAME', '')}")
+print(line, flush=True)
+# Also where the test reads every rank's (the server keeps replica 0's log).
+with open(os.environ["OUT"], "a") as f:
+    f.write(line + "\n")
 dist.destroy_process_group()
 '''
 
@@ -73,8 +77,9 @@ class DistributedTest(unittest.TestCase):
         cls.c.close()
 
     def run_job(self, *command):
-        job = self.c.cli("submit", "--replicas", "2", "--gpus", "1", "-e", "DROVER_HOSTS_NAMES=n1,n2",
-                         "--", *command)
+        self.out = self.c.dir / f"ranks-{len(list(self.c.dir.glob('ranks-*')))}.log"
+        job = self.c.cli("submit", "--replicas", "2", "--gpus", "1", "-e", "PEER_NAMES=n1,n2", "-e",
+                         f"OUT={self.out}", "--", *command)
         job_id = job["id"]
 
         def ended():
@@ -89,12 +94,16 @@ class DistributedTest(unittest.TestCase):
         return job_id, view
 
     def logs(self, job_id):
-        """Each replica's output as its agent keeps it, by replica."""
-        out = {}
-        for n in ("n1", "n2"):
-            for f in sorted((self.c.nodes[n].dir / "jobs").glob(f"{job_id}.*@*/output.log")):
-                replica = int(f.parent.name.split(".")[1].split("@")[0])
-                out[replica] = f.read_text(errors="replace")
+        """Replica 0's log through the server, as a user reads it, and the
+        lines every rank wrote to the shared file, by rank."""
+        out = {"log": self.c.cli("logs", job_id, json_out=False, check=False) or ""}
+        try:
+            for line in self.out.read_text().splitlines():
+                m = LINE.search(line)
+                if m:
+                    out.setdefault(int(m.group(1)), []).append(m)
+        except FileNotFoundError:
+            pass
         return out
 
     def check_ranks(self, job_id, view):
@@ -106,11 +115,12 @@ class DistributedTest(unittest.TestCase):
         self.assertTrue(29400 <= port <= 29499, attempt)
         self.assertEqual(attempt.get("hosts"), [ip[n] for n in nodes], attempt)
         logs = self.logs(job_id)
-        # Replica 0's log through the server, as a user reads it.
-        logs[0] = self.c.cli("logs", job_id, json_out=False)
+        # Rank 0 printed its sum to its log, which `drover logs` shows.
+        self.assertTrue(any(m and m.group(1) == "0" and m.group(3) == "3" for m in map(LINE.search,
+                            logs["log"].splitlines())), f"drover logs {job_id}:\n{logs['log']}")
         for replica in (0, 1):
-            lines = [m for m in (LINE.search(x) for x in logs.get(replica, "").splitlines()) if m]
-            self.assertEqual(len(lines), 1, f"replica {replica}'s log:\n{logs.get(replica)}")
+            lines = logs.get(replica, [])
+            self.assertEqual(len(lines), 1, f"rank {replica}'s lines: {logs}")
             rank, world, total, maddr, mport, host, resolves, ifname = lines[0].groups()
             self.assertEqual((int(rank), int(world), float(total)), (replica, 2, 3.0), lines[0].group(0))
             self.assertEqual((maddr, int(mport)), (ip[nodes[0]], port), lines[0].group(0))
