@@ -49,6 +49,9 @@ PACKAGES=(
   # busybox to build the tests' and the first session's example images,
   # podman for the benchmark's baseline
   runc skopeo umoci docker-registry busybox-static podman
+  # distributed training (tests/netns/distributed_test.py, docs/distributed.md):
+  # PyTorch with gloo on Debian's python3 (CPU only; torchrun)
+  python3-torch
   # dashboard build (web/) and browser tests (tests/browser): node >= 18, headless chromium
   nodejs chromium
 )

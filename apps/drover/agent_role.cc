@@ -7,6 +7,7 @@
 #include "drover/agent/agent.h"
 #include "drover/agent/service.h"
 #include "drover/common/config.h"
+#include "drover/rpc/convert.h"
 #include "drover/runtime/logging.h"
 #include "ha.h"
 #include "role_common.h"
@@ -58,9 +59,20 @@ int RunAgent(const AgentFlags& f) {
   o.state_dir = f.state_dir;
   if (!f.service_ports.empty()) {
     auto range = agent::ParsePortRange(f.service_ports);
-    if (!range.ok()) return BadConfig(range.status());
+    if (!range.ok()) return BadConfig(InvalidArgument("--service-ports: " + range.status().message()));
     o.service_port_first = range->first;
     o.service_port_last = range->second;
+  }
+  if (!f.launch_ports.empty()) {
+    auto range = agent::ParsePortRange(f.launch_ports);
+    if (!range.ok()) return BadConfig(InvalidArgument("--launch-ports: " + range.status().message()));
+    o.launch_port_first = range->first;
+    o.launch_port_last = range->second;
+  }
+  // Its peers and its jobs' hosts files need an address, not a name.
+  if (!f.advertise_host.empty() && !rpc::IsIpAddress(f.advertise_host)) {
+    return BadConfig(InvalidArgument("--advertise-host '" + f.advertise_host +
+                                     "' is not an IP address (the address this node's peers reach it at)"));
   }
   o.advertise_host = f.advertise_host;
   auto retention = ParseDurationMs(f.checkpoint_retention);
@@ -127,8 +139,12 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f, int* exit_code) {
   cmd->add_option("--service-ports", f->service_ports,
                   "the ports services' replicas get (DROVER_PORT), FIRST-LAST (default: any free port)");
   cmd->add_option("--advertise-host", f->advertise_host,
-                  "the host the gateway reaches this node's services at (default: the --gossip-listen host, else "
-                  "127.0.0.1)");
+                  "the IP address the gateway reaches this node's services at and its jobs' peers reach it at "
+                  "(MASTER_ADDR, DROVER_HOSTS; default: the --gossip-listen host, else 127.0.0.1)");
+  cmd->add_option("--launch-ports", f->launch_ports,
+                  "the ports the server gives the masters of jobs bound here (DROVER_MASTER_PORT, MASTER_PORT; "
+                  "docs/distributed.md), FIRST-LAST")
+      ->default_str("29400-29499");
   cmd->add_option("--fault", f->faults, "inject a fault into a simulated GPU: NODE:GPU:FAULT[@DELAY] (repeatable)");
   cmd->callback([f, exit_code] { *exit_code = RunAgent(*f); });
   return cmd;

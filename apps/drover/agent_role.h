@@ -38,6 +38,7 @@ struct AgentFlags {
   std::string gossip_listen;
   std::string service_ports;        // "20000-29999" (empty: any free port)
   std::string advertise_host;       // the host its services are reached at
+  std::string launch_ports;         // "29400-29499" (empty: that default)
   std::vector<std::string> faults;  // NODE:GPU:FAULT[@DELAY]
 };
 

@@ -164,20 +164,18 @@ TEST_F(IsolationTest, JobSeesOnlyItsSpecDroversAndAllowListedVariables) {
     }
   }
   // And nothing else.
-  const std::set<std::string> allowed = {"MY_VAR",
-                                         "DROVER_SIM_LOAD",
-                                         "CUDA_VISIBLE_DEVICES",
-                                         "PATH",
-                                         "HOME",
-                                         "USER",
-                                         "LOGNAME",
-                                         "SHELL",
-                                         "LANG",
-                                         "LANGUAGE",
-                                         "TZ",
-                                         "TMPDIR"};
+  const std::set<std::string> allowed = {"MY_VAR", "DROVER_SIM_LOAD", "CUDA_VISIBLE_DEVICES", "PATH", "HOME", "USER",
+                                         "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                                         // the launch contract (docs/distributed.md)
+                                         "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "RANK", "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"};
+  // A job of one node: its own.
+  EXPECT_EQ(env["WORLD_SIZE"], "1");
+  EXPECT_EQ(env["DROVER_NNODES"], "1");
+  EXPECT_EQ(env["MASTER_ADDR"], env["DROVER_HOSTS"]);
   for (const auto& [name, value] : env) {
-    bool ok = allowed.contains(name) || name.starts_with("DROVER_") || name.starts_with("LC_");
+    bool ok =
+        allowed.contains(name) || name.starts_with("DROVER_") || name.starts_with("LC_") || name.starts_with("PET_");
     EXPECT_TRUE(ok) << "the job got '" << name << "=" << value << "'";
   }
 }

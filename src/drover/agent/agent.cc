@@ -113,11 +113,16 @@ class AgentImpl final : public Agent {
   std::string RenderMetrics() override { return metrics_.Render(); }
 
  private:
+  // The address the node's peers reach it at (AgentOptions::advertise_host).
+  std::string AdvertisedHost() const {
+    return opts_.advertise_host.empty() ? DefaultAdvertiseHost(opts_.gossip_listen) : opts_.advertise_host;
+  }
+
   // The parts, wired to each other (before the loop runs anything of them).
   void MakeParts() {
     ServiceLifecycleOptions so;
     so.node_name = opts_.node_name;
-    so.advertise_host = opts_.advertise_host.empty() ? DefaultAdvertiseHost(opts_.gossip_listen) : opts_.advertise_host;
+    so.advertise_host = AdvertisedHost();
     so.port_first = opts_.service_port_first;
     so.port_last = opts_.service_port_last;
     services_ = std::make_unique<ServiceLifecycle>(std::move(so), &loop_, &stopping_);
@@ -151,6 +156,7 @@ class AgentImpl final : public Agent {
     wo.sandbox = opts_.sandbox;
     wo.containers = opts_.containers;
     wo.exit_watcher = opts_.exit_watcher;
+    wo.advertise_host = AdvertisedHost();
     runner_ = std::make_unique<WorkloadRunner>(std::move(wo), &loop_, &stopping_, &inventory_, services_.get());
     services_->SetHost(runner_.get());
   }
@@ -165,6 +171,11 @@ class AgentImpl final : public Agent {
     reg.set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
     reg.set_agent_version(kVersion);
     reg.set_gossip_address(opts_.gossip_listen);
+    // A name is not sent: a gang's peers and its hosts file need an address
+    // (the server then names the node by its name).
+    if (const std::string host = AdvertisedHost(); rpc::IsIpAddress(host)) reg.set_advertise_host(host);
+    reg.set_launch_port_first(opts_.launch_port_first);
+    reg.set_launch_port_last(opts_.launch_port_last);
     return reg;
   }
 

@@ -24,8 +24,8 @@
 
 #include "drover/agent/devices/device_backend.h"
 #include "drover/agent/devices/topology/host_topology.h"
-#include "drover/agent/job_env.h"
 #include "drover/agent/image_store.h"
+#include "drover/agent/job_env.h"
 #include "drover/agent/sandbox.h"
 #include "drover/agent/telemetry.h"
 #include "drover/common/status.h"
@@ -144,6 +144,11 @@ struct AgentOptions {
   // gateways reach the node at. Empty: the host of gossip_listen when it
   // names one (not 0.0.0.0), else 127.0.0.1.
   std::string advertise_host;
+  // The ports the server gives the masters of jobs bound here
+  // (DROVER_MASTER_PORT, docs/distributed.md; `drover agent --launch-ports`),
+  // reported at registration.
+  int launch_port_first = 29400;
+  int launch_port_last = 29499;
 };
 
 // The host of a simulated node: 2 sockets, 2 NUMA nodes, 64 cores, one NIC

@@ -189,9 +189,9 @@ Status JobDir::WriteSpec(const JobSpecFile& s) const {
          {"output_dir", s.output_dir}};
   if (s.container) {
     const ContainerRun& c = *s.container;
-    j["container"] = json{{"runtime", c.runtime}, {"root", c.root},   {"id", c.id},         {"bundle", c.bundle},
-                          {"lower_dir", c.lower_dir}, {"lower", c.lower},     {"upper", c.upper}, {"work", c.work},     {"image", c.image},
-                          {"digest", c.digest}};
+    j["container"] = json{{"runtime", c.runtime},     {"root", c.root},    {"id", c.id},       {"bundle", c.bundle},
+                          {"lower_dir", c.lower_dir}, {"lower", c.lower},  {"upper", c.upper}, {"work", c.work},
+                          {"image", c.image},         {"digest", c.digest}};
   }
   return WriteFileAtomic(File("spec.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
@@ -220,8 +220,7 @@ Result<JobSpecFile> JobDir::ReadSpec() const {
     r.work = Get<std::string>(c, "work", "");
     r.image = Get<std::string>(c, "image", "");
     r.digest = Get<std::string>(c, "digest", "");
-    if (r.runtime.empty() || r.id.empty() || r.bundle.empty() || r.lower.empty() || r.upper.empty() ||
-        r.work.empty()) {
+    if (r.runtime.empty() || r.id.empty() || r.bundle.empty() || r.lower.empty() || r.upper.empty() || r.work.empty()) {
       return InvalidArgument(fmt::format("'{}/spec.json' has an incomplete container", path_));
     }
     s.container = std::move(r);
@@ -245,11 +244,12 @@ Status JobDir::WriteIsolation(const JobIsolation& iso) const {
   }
   if (iso.sandbox) {
     const JobSandbox& b = *iso.sandbox;
-    j["sandbox"] = json{{"as_root", b.as_root}, {"namespaces", b.namespaces},
-                        {"uid", b.user.uid},    {"gid", b.user.gid},
-                        {"hide", b.hide},       {"keep", b.keep},
-                        {"own", b.own},         {"enter", b.enter},
-                        {"seccomp", b.seccomp}};
+    j["sandbox"] = json{{"as_root", b.as_root},  {"namespaces", b.namespaces},
+                        {"uid", b.user.uid},     {"gid", b.user.gid},
+                        {"hide", b.hide},        {"keep", b.keep},
+                        {"own", b.own},          {"enter", b.enter},
+                        {"seccomp", b.seccomp},  {"hosts_file", b.hosts_file},
+                        {"hostname", b.hostname}};
   }
   return WriteFileAtomic(File("isolation.json"), j.dump(), kPrivateFile, kWhileAlive);
 }
@@ -286,6 +286,8 @@ Result<JobIsolation> JobDir::ReadIsolation() const {
       b.own = it->value("own", std::vector<std::string>{});
       b.enter = it->value("enter", std::vector<std::string>{});
       b.seccomp = it->value("seccomp", true);
+      b.hosts_file = it->value("hosts_file", std::string());
+      b.hostname = it->value("hostname", std::string());
       // Never root by a missing or zero id: root is said, not defaulted.
       if (!b.as_root && (b.user.uid == 0 || b.user.gid == 0)) throw std::invalid_argument("a sandbox user of 0");
       iso.sandbox = std::move(b);

@@ -106,6 +106,18 @@ TEST_F(JobDirTest, IsolationRoundTripsAndIsOptional) {
   EXPECT_EQ(back->cgroup->cpu_millis, 1500);
   EXPECT_EQ(back->cgroup->memory_bytes, int64_t{3} << 30);
   EXPECT_EQ(back->cgroup->deny_devices, iso.cgroup->deny_devices);
+  EXPECT_FALSE(back->sandbox);
+  // A sandbox with the launch contract's names (docs/distributed.md).
+  JobSandbox sb;
+  sb.as_root = true;
+  sb.hosts_file = "/data/jobs/j-000008.1@1/hosts";
+  sb.hostname = "gpu-07";
+  iso.sandbox = sb;
+  ASSERT_TRUE(dir.WriteIsolation(iso).ok());
+  back = dir.ReadIsolation();
+  ASSERT_TRUE(back.ok() && back->sandbox) << back.status().ToString();
+  EXPECT_EQ(back->sandbox->hosts_file, sb.hosts_file);
+  EXPECT_EQ(back->sandbox->hostname, "gpu-07");
 
   for (const char* bad : {"{", "[]", R"({"cpus": "all"})", R"({"cgroup": {"dir": "/x"}})",
                           R"({"cgroup": {"parent": "/p", "dir": "/p/j", "deny_devices": [["c", -1]]}})"}) {

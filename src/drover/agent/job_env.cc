@@ -1,15 +1,21 @@
 #include "drover/agent/job_env.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace drover::agent {
 
@@ -47,6 +53,93 @@ std::map<std::string, std::string> BuildJobEnv(const std::map<std::string, std::
   for (const auto& [k, v] : job_env) env[k] = v;
   for (const auto& [k, v] : drover_env) env[k] = v;
   return env;
+}
+
+v1::LaunchContract LaunchContractOf(const v1::Workload& w, const std::string& node, const std::string& own_addr) {
+  if (w.has_launch() && w.launch().nnodes() > 0 && w.launch().hosts_size() == w.launch().nnodes() &&
+      w.launch().nodes_size() == w.launch().nnodes()) {
+    return w.launch();
+  }
+  v1::LaunchContract c;
+  c.set_nnodes(1);
+  c.set_master_addr(own_addr);
+  c.add_hosts(own_addr);
+  c.add_nodes(node);
+  return c;
+}
+
+std::string ReplicaHostName(const std::string& job_id, int rank) { return fmt::format("{}-r{}", job_id, rank); }
+
+std::string LaunchHostsFile(const v1::LaunchContract& c, const std::string& job_id, const std::string& own_addr,
+                            const std::string& machine) {
+  std::string out = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+  std::set<std::string> named;
+  for (int r = 0; r < c.hosts_size() && r < c.nodes_size(); ++r) {
+    out += fmt::format("{}\t{}", c.hosts(r), ReplicaHostName(job_id, r));
+    if (named.insert(c.nodes(r)).second) out += "\t" + c.nodes(r);
+    out += "\n";
+  }
+  if (!machine.empty() && !named.contains(machine)) out += fmt::format("{}\t{}\n", own_addr, machine);
+  return out;
+}
+
+std::string LaunchHostfile(const v1::LaunchContract& c, const std::string& job_id) {
+  std::string out;
+  for (int r = 0; r < c.nnodes(); ++r) out += ReplicaHostName(job_id, r) + " slots=1\n";
+  return out;
+}
+
+std::map<std::string, std::string> LaunchEnv(const v1::LaunchContract& c, const std::string& hostfile,
+                                             const std::string& ifname,
+                                             const std::map<std::string, std::string>& job_env) {
+  std::map<std::string, std::string> env;
+  const std::string rank = std::to_string(c.node_rank()), nnodes = std::to_string(c.nnodes());
+  const std::string port = c.master_port() > 0 ? std::to_string(c.master_port()) : "";
+  env["DROVER_NODE_RANK"] = rank;
+  env["DROVER_NNODES"] = nnodes;
+  env["DROVER_MASTER_ADDR"] = c.master_addr();
+  env["DROVER_HOSTS"] = fmt::format("{}", fmt::join(c.hosts(), ","));
+  if (!port.empty()) env["DROVER_MASTER_PORT"] = port;
+  if (!hostfile.empty()) env["DROVER_HOSTFILE"] = hostfile;
+  auto unless_set = [&](const std::string& name, const std::string& value) {
+    if (!value.empty() && !job_env.contains(name)) env[name] = value;
+  };
+  for (const char* prefix : {"", "PET_"}) {
+    const std::string p = prefix;
+    unless_set(p + "MASTER_ADDR", c.master_addr());
+    unless_set(p + "MASTER_PORT", port);
+    unless_set(p + "NODE_RANK", rank);
+  }
+  unless_set("PET_NNODES", nnodes);
+  unless_set("PET_NPROC_PER_NODE", "1");
+  unless_set("WORLD_SIZE", nnodes);
+  unless_set("RANK", rank);
+  unless_set("LOCAL_RANK", "0");
+  unless_set("LOCAL_WORLD_SIZE", "1");
+  unless_set("NCCL_SOCKET_IFNAME", ifname);
+  unless_set("GLOO_SOCKET_IFNAME", ifname);
+  return env;
+}
+
+std::string InterfaceWithAddress(const std::string& addr) {
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = inet_pton(AF_INET, addr.c_str(), &v4) == 1;
+  if (!is_v4 && inet_pton(AF_INET6, addr.c_str(), &v6) != 1) return "";
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = list; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_name == nullptr) continue;
+    if (is_v4 && i->ifa_addr->sa_family == AF_INET) {
+      if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == v4.s_addr) name = i->ifa_name;
+    } else if (!is_v4 && i->ifa_addr->sa_family == AF_INET6) {
+      const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr;
+      if (std::memcmp(&a, &v6, sizeof a) == 0) name = i->ifa_name;
+    }
+  }
+  freeifaddrs(list);
+  return name;
 }
 
 Result<std::string> FindCudaShim(const std::string& configured, const std::string& exe) {

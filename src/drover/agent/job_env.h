@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "drover/common/status.h"
+#include "drover/v1/agent.pb.h"
 #include "drover/v1/common.pb.h"
 
 namespace drover::agent {
@@ -42,6 +43,43 @@ std::map<std::string, std::string> BuildJobEnv(const std::map<std::string, std::
                                                const std::vector<std::string>& allow,
                                                const std::map<std::string, std::string>& job_env,
                                                const std::map<std::string, std::string>& drover_env);
+
+// ---- The launch contract (docs/distributed.md) -----------------------------
+
+// The contract of a workload: the server's (Workload.launch), or for one
+// from an older server a job of its own (one node, this one at `own_addr`,
+// no master port).
+v1::LaunchContract LaunchContractOf(const v1::Workload& w, const std::string& node, const std::string& own_addr);
+
+// The MPI hostfile's name of a replica: "<job id>-r<rank>", distinct for two
+// replicas on one machine ("j-000007-r1").
+std::string ReplicaHostName(const std::string& job_id, int rank);
+
+// The hosts file a job sees as /etc/hosts: localhost, every replica's node
+// name and replica name on its address, and this machine's own host name
+// (`machine`, unless a node has that name) on this node's address `own_addr`.
+std::string LaunchHostsFile(const v1::LaunchContract& c, const std::string& job_id, const std::string& own_addr,
+                            const std::string& machine);
+
+// The MPI hostfile: one "<replica name> slots=1" line per replica, in rank order.
+std::string LaunchHostfile(const v1::LaunchContract& c, const std::string& job_id);
+
+// The variables of the contract (one process per replica): DROVER_NODE_RANK,
+// DROVER_NNODES, DROVER_MASTER_ADDR, DROVER_MASTER_PORT (when there is a
+// port), DROVER_HOSTS, DROVER_HOSTFILE (`hostfile`, when there is one); and
+// the frameworks' names, each unless the job's own `job_env` sets it:
+// MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK, RANK, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, the PET_* set torchrun reads, and NCCL_SOCKET_IFNAME and
+// GLOO_SOCKET_IFNAME (`ifname`, the interface of this node's address, when
+// known).
+std::map<std::string, std::string> LaunchEnv(const v1::LaunchContract& c, const std::string& hostfile,
+                                             const std::string& ifname,
+                                             const std::map<std::string, std::string>& job_env);
+
+// The name of the interface that holds the IP address `addr` on this
+// machine (in this network namespace); empty when none does or `addr` is
+// not an address.
+std::string InterfaceWithAddress(const std::string& addr);
 
 // ---- The GPU memory-limit shim (docs/memory.md) ----------------------------
 

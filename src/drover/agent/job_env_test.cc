@@ -212,5 +212,89 @@ TEST_F(JobEnvTest, ReportsBecomeTheGpusProcessesWhereTheVendorNamesNone) {
   EXPECT_EQ(empty.processes_size(), 0);
 }
 
+// ---- the launch contract (docs/distributed.md) ----
+
+v1::LaunchContract TwoReplicas(int rank) {
+  v1::LaunchContract c;
+  c.set_node_rank(rank);
+  c.set_nnodes(2);
+  c.set_master_addr("10.0.0.1");
+  c.set_master_port(29400);
+  for (const char* h : {"10.0.0.1", "10.0.0.2"}) c.add_hosts(h);
+  for (const char* n : {"node-a", "node-b"}) c.add_nodes(n);
+  return c;
+}
+
+TEST(LaunchEnvTest, EveryReplicaGetsDroversAndTheFrameworksNames) {
+  auto env = LaunchEnv(TwoReplicas(1), "/jobs/j-000007.1/hostfile", "veth1", {});
+  const std::map<std::string, std::string> want = {
+      {"DROVER_NODE_RANK", "1"},
+      {"DROVER_NNODES", "2"},
+      {"DROVER_MASTER_ADDR", "10.0.0.1"},
+      {"DROVER_MASTER_PORT", "29400"},
+      {"DROVER_HOSTS", "10.0.0.1,10.0.0.2"},
+      {"DROVER_HOSTFILE", "/jobs/j-000007.1/hostfile"},
+      {"MASTER_ADDR", "10.0.0.1"},
+      {"MASTER_PORT", "29400"},
+      {"WORLD_SIZE", "2"},
+      {"NODE_RANK", "1"},
+      {"RANK", "1"},
+      {"LOCAL_RANK", "0"},
+      {"LOCAL_WORLD_SIZE", "1"},
+      {"PET_NNODES", "2"},
+      {"PET_NODE_RANK", "1"},
+      {"PET_MASTER_ADDR", "10.0.0.1"},
+      {"PET_MASTER_PORT", "29400"},
+      {"PET_NPROC_PER_NODE", "1"},
+      {"NCCL_SOCKET_IFNAME", "veth1"},
+      {"GLOO_SOCKET_IFNAME", "veth1"},
+  };
+  EXPECT_EQ(env, want);
+}
+
+TEST(LaunchEnvTest, TheJobsOwnFrameworkSettingsWinButDroversNamesDoNot) {
+  auto env = LaunchEnv(TwoReplicas(0), "", "", {{"NCCL_SOCKET_IFNAME", "ib0"}, {"MASTER_PORT", "1234"}});
+  EXPECT_FALSE(env.contains("NCCL_SOCKET_IFNAME"));
+  EXPECT_FALSE(env.contains("GLOO_SOCKET_IFNAME"));  // no interface known: none set
+  EXPECT_FALSE(env.contains("MASTER_PORT"));
+  EXPECT_FALSE(env.contains("DROVER_HOSTFILE"));
+  EXPECT_EQ(env.at("DROVER_MASTER_PORT"), "29400");
+  EXPECT_EQ(env.at("PET_MASTER_PORT"), "29400");
+}
+
+TEST(LaunchEnvTest, AWorkloadWithoutAContractIsAJobOfItsOwn) {
+  v1::Workload w;
+  v1::LaunchContract c = LaunchContractOf(w, "node-a", "10.0.0.1");
+  EXPECT_EQ(c.nnodes(), 1);
+  EXPECT_EQ(c.master_addr(), "10.0.0.1");
+  auto env = LaunchEnv(c, "", "", {});
+  EXPECT_EQ(env.at("WORLD_SIZE"), "1");
+  EXPECT_EQ(env.at("DROVER_HOSTS"), "10.0.0.1");
+  EXPECT_FALSE(env.contains("MASTER_PORT"));  // the server reserved none
+  // One the server sent is taken as it is.
+  *w.mutable_launch() = TwoReplicas(1);
+  EXPECT_EQ(LaunchContractOf(w, "node-b", "10.0.0.2").node_rank(), 1);
+}
+
+TEST(LaunchEnvTest, TheHostsFileNamesNodesAndReplicasAndTheHostfileReplicas) {
+  v1::LaunchContract c = TwoReplicas(0);
+  c.set_hosts(1, "10.0.0.1");  // both replicas on one machine
+  c.set_nodes(1, "node-a");
+  EXPECT_EQ(LaunchHostsFile(c, "j-000007", "10.0.0.1", "box"),
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+            "10.0.0.1\tj-000007-r0\tnode-a\n10.0.0.1\tj-000007-r1\n10.0.0.1\tbox\n");
+  EXPECT_EQ(LaunchHostfile(c, "j-000007"), "j-000007-r0 slots=1\nj-000007-r1 slots=1\n");
+  // A machine named as a node is not named twice.
+  EXPECT_EQ(LaunchHostsFile(TwoReplicas(0), "j-1", "10.0.0.1", "node-a"),
+            "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+            "10.0.0.1\tj-1-r0\tnode-a\n10.0.0.2\tj-1-r1\tnode-b\n");
+}
+
+TEST(LaunchEnvTest, TheInterfaceOfAnAddressIsFound) {
+  EXPECT_EQ(InterfaceWithAddress("127.0.0.1"), "lo");
+  EXPECT_EQ(InterfaceWithAddress("not-an-address"), "");
+  EXPECT_EQ(InterfaceWithAddress("192.0.2.123"), "");  // TEST-NET-1: on no interface here
+}
+
 }  // namespace
 }  // namespace drover::agent

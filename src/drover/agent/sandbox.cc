@@ -63,6 +63,12 @@ bool MakeDirs(const std::string& path) {
 bool EnterMounts(const JobSandbox& s) {
   // (The caller has made the namespaces.)
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return false;
+  // Before anything covers the job's directories, where the file is.
+  // (A machine without /etc/hosts has nothing to bind it over.)
+  if (!s.hosts_file.empty() && ::mount(s.hosts_file.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0 &&
+      errno != ENOENT) {
+    return false;
+  }
   std::set<std::string> files;
   for (const std::string& h : s.hide) {
     struct stat st {};
@@ -138,6 +144,9 @@ bool EnterMounts(const JobSandbox& s) {
   // The way to the job's own directories must be open to its user: not
   // the agent's 077.
   ::umask(022);
+  if (!s.hostname.empty() && ::sethostname(s.hostname.data(), s.hostname.size()) != 0) {
+    FailChild(a.report, ChildError::kSandbox);
+  }
   if (!EnterMounts(s)) FailChild(a.report, ChildError::kSandbox);
   pid_t job = ::fork();
   if (job < 0) FailChild(a.report, ChildError::kSandbox);
@@ -270,7 +279,7 @@ Status GiveOwnDirs(const JobSandbox& s) {
 
 Result<pid_t> StartSandboxed(const JobSandbox& s, int cgroup_fd, const char* join, const ExecArgs& a, int status_fd) {
   DROVER_RETURN_IF_ERROR(GiveOwnDirs(s));
-  const uint64_t flags = CLONE_NEWNS | CLONE_NEWPID;
+  const uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | (s.hostname.empty() ? 0 : CLONE_NEWUTS);
   pid_t pid = Clone3(flags, cgroup_fd);
   const char* joining = cgroup_fd >= 0 ? nullptr : join;
   if (pid < 0 && cgroup_fd >= 0) {

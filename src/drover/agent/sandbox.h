@@ -60,6 +60,12 @@ struct JobSandbox {
   // Directories others may enter (mode o+x) so that the job reaches one of
   // its own inside.
   std::vector<std::string> enter;
+  // The launch contract's names (docs/distributed.md): a file bound over
+  // /etc/hosts (every replica's node name resolves to its address), and a
+  // UTS namespace of its own whose host name is the node's name (what
+  // torchrun's rendezvous tells the peers). Empty: the machine's.
+  std::string hosts_file;
+  std::string hostname;
 };
 
 // `path` is `dir` or inside it (lexically).

@@ -227,8 +227,7 @@ Result<std::pair<int, int>> ParsePortRange(std::string_view range) {
   int first = 0, last = 0;
   if (dash == std::string_view::npos || !num(range.substr(0, dash), &first) || !num(range.substr(dash + 1), &last) ||
       first < 1 || last > 65535 || first > last) {
-    return InvalidArgument(
-        fmt::format("service port range '{}' must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535", range));
+    return InvalidArgument(fmt::format("port range '{}' must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535", range));
   }
   return std::pair{first, last};
 }

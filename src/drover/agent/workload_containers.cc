@@ -177,6 +177,10 @@ Status WorkloadRunner::PrepareContainer(const v1::Workload& w, const std::string
   // Its checkpoint directory, at the path DROVER_CHECKPOINT_DIR names.
   const std::string checkpoint = CheckpointDir(w.job_id());
   in.binds.push_back({checkpoint, checkpoint, false});
+  // The launch contract's names (docs/distributed.md): its hosts file as
+  // /etc/hosts, the MPI hostfile where DROVER_HOSTFILE names it.
+  in.binds.push_back({job->output_dir + "/hosts", "/etc/hosts", true});
+  if (auto h = env.find("DROVER_HOSTFILE"); h != env.end()) in.binds.push_back({h->second, h->second, true});
   // The memory-limit shim and its reports, at the paths its variables name.
   if (auto p = env.find("LD_PRELOAD"); p != env.end() && !p->second.empty()) {
     in.binds.push_back({p->second, p->second, true});
@@ -265,8 +269,9 @@ void WorkloadRunner::OnDiskOver(const std::string& key, int64_t bytes, int64_t l
   // Not started yet (the next look comes back), ended, or stopped already.
   if (it == jobs_.end() || it->second.exited || !it->second.started || !it->second.stopped_for.empty()) return;
   LocalJob& job = it->second;
-  job.stopped_for = fmt::format("stopped: its container wrote {} outside its mounts, more than its limit of {} (--disk)",
-                                FormatBytes(bytes), FormatBytes(limit));
+  job.stopped_for =
+      fmt::format("stopped: its container wrote {} outside its mounts, more than its limit of {} (--disk)",
+                  FormatBytes(bytes), FormatBytes(limit));
   spdlog::warn("node '{}': job '{}' {}", opts_.node_name, key, job.stopped_for);
   ::kill(-job.started->pid, SIGKILL);
 }

@@ -17,6 +17,7 @@
 
 #include "drover/agent/cgroup.h"
 #include "drover/agent/workload_runner.h"
+#include "drover/common/files.h"
 #include "drover/common/ids.h"
 
 namespace drover::agent {
@@ -27,6 +28,26 @@ namespace fs = std::filesystem;
 // How long after a job's launch the next spare supervisor is started.
 constexpr auto kSpareRefillDelay = std::chrono::milliseconds(50);
 constexpr int kSpareDirs = 16;  // of each kind (SpareDirs)
+
+// The launch contract's files in the job's output directory (its own, so
+// that its user reads them): the hosts file bound over its /etc/hosts, and
+// the MPI hostfile (DROVER_HOSTFILE). Replica 0 checks that its master port
+// is free, so a port some other process took fails the attempt with the
+// reason instead of hanging its peers.
+Status PrepareLaunch(const v1::LaunchContract& c, const std::string& job_id, const std::string& node,
+                     const std::string& own_addr, const std::string& output_dir) {
+  if (c.node_rank() == 0 && c.master_port() > 0 && !PortBindable(c.master_port())) {
+    return FailedPrecondition(
+        fmt::format("the master port {} the server reserved on node '{}' is taken by another process (outside Drover's "
+                    "--launch-ports bookkeeping)",
+                    c.master_port(), node));
+  }
+  char machine[256] = {};
+  if (::gethostname(machine, sizeof machine - 1) != 0) machine[0] = '\0';
+  DROVER_RETURN_IF_ERROR(WriteFileAtomic(output_dir + "/hosts", LaunchHostsFile(c, job_id, own_addr, machine), 0644,
+                                         /*durable=*/false));
+  return WriteFileAtomic(output_dir + "/hostfile", LaunchHostfile(c, job_id), 0644, /*durable=*/false);
+}
 
 }  // namespace
 
@@ -157,8 +178,12 @@ void WorkloadRunner::RecordEnd(LocalJob* job, const ExitFile& e) {
 // The job's whole environment: allow-listed variables of the agent's,
 // the job's own, then Drover's (job_env.h).
 std::map<std::string, std::string> WorkloadRunner::EnvFor(const v1::Workload& w, const std::vector<int>& cpus,
-                                                          bool container) const {
-  std::map<std::string, std::string> env;
+                                                          const v1::LaunchContract& launch,
+                                                          const std::string& output_dir, bool container) const {
+  std::map<std::string, std::string> env =
+      LaunchEnv(launch, output_dir + "/hostfile",
+                InterfaceWithAddress(launch.hosts_size() > launch.node_rank() ? launch.hosts(launch.node_rank()) : ""),
+                {w.env().begin(), w.env().end()});
   if (!cpus.empty()) env["DROVER_CPUS"] = FormatCpuList(cpus);
   env["DROVER_JOB_ID"] = w.job_id();
   env["DROVER_REPLICA"] = std::to_string(w.replica());
@@ -214,7 +239,10 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
                  cec.message());
   }
   job.cgroup = iso.cgroup;
-  std::map<std::string, std::string> env = EnvFor(w, iso.cpus, container);
+  const v1::LaunchContract launch = LaunchContractOf(w, opts_.node_name, opts_.advertise_host);
+  Status launchable =
+      ec ? Status::Ok() : PrepareLaunch(launch, w.job_id(), opts_.node_name, opts_.advertise_host, job.output_dir);
+  std::map<std::string, std::string> env = EnvFor(w, iso.cpus, launch, job.output_dir, container);
   std::unique_ptr<ServiceReplica> service;
   Status svc = w.has_service() ? services_->Prepare(w, dir, &env, &service) : Status::Ok();
   // A GPU memory limit: the shim preloaded (job_env.h); the job fails to start without it.
@@ -222,6 +250,12 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
   // A container's sandbox is its runtime's (PrepareContainer).
   Status sandboxed =
       container ? Status::Ok() : SandboxFor(w, dir, job.output_dir, env.contains("DROVER_GPU_MEMORY_REPORT"), &iso);
+  if (iso.sandbox && iso.sandbox->namespaces) {
+    // Its names (docs/distributed.md): /etc/hosts of the contract, and the
+    // node's name as its host name (a name the kernel takes).
+    iso.sandbox->hosts_file = job.output_dir + "/hosts";
+    if (opts_.node_name.size() <= 64) iso.sandbox->hostname = opts_.node_name;
+  }
   JobSpecFile spec{key,
                    {w.command().begin(), w.command().end()},
                    std::move(env),
@@ -231,10 +265,11 @@ void WorkloadRunner::Launch(const v1::Workload& w, const StoredImage* image) {
                    job.output_dir,
                    std::nullopt};
   Status s = ec ? Unavailable(fmt::format("cannot create the directories of '{}': {}", key, ec.message()))
-             : !sandboxed.ok() ? sandboxed
-             : !limit.ok()     ? limit
-             : !svc.ok()       ? svc
-                               : dir.WriteSpec(spec);
+             : !launchable.ok() ? launchable
+             : !sandboxed.ok()  ? sandboxed
+             : !limit.ok()      ? limit
+             : !svc.ok()        ? svc
+                                : dir.WriteSpec(spec);
   if (s.ok() && container) s = PrepareContainer(w, key, *image, &job, &iso, spec.env, &spec);
   if (s.ok() && container) s = dir.WriteSpec(spec);
   if (s.ok()) s = dir.WriteIsolation(iso);

@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "drover/agent/connection.h"
-#include "drover/agent/exit_watcher.h"
 #include "drover/agent/disk_watch.h"
+#include "drover/agent/exit_watcher.h"
 #include "drover/agent/image_store.h"
 #include "drover/agent/job_dir.h"
 #include "drover/agent/job_env.h"
@@ -69,6 +69,9 @@ struct WorkloadRunnerOptions {
   ExitWatcher* exit_watcher = nullptr;  // shared; null: one of its own
   SandboxPolicy sandbox;
   ContainerOptions containers;
+  // The node's address as its peers reach it (the launch contract's own
+  // address when the server sent none).
+  std::string advertise_host = "127.0.0.1";
 };
 
 // What a heartbeat or a load's answer says of a stored image.
@@ -165,6 +168,7 @@ class WorkloadRunner final : public ServiceHost {
   ImageStore::Request ImageRequest(const v1::Workload& w) const;
   // The job's environment; a container's has nothing of the node's.
   std::map<std::string, std::string> EnvFor(const v1::Workload& w, const std::vector<int>& cpus,
+                                            const v1::LaunchContract& launch, const std::string& output_dir,
                                             bool container = false) const;
   Status StartProcess(const std::string& key, LocalJob* job);
   std::string CheckpointRoot() const;
@@ -213,8 +217,8 @@ class WorkloadRunner final : public ServiceHost {
 
   std::unique_ptr<ImageStore> images_;
   std::unique_ptr<DiskWatch> disk_;  // made with the first container that has a disk limit
-  std::string images_problem_;  // why images_ could not be opened (once tried)
-  uint64_t images_said_ = 0;     // the store's version the last heartbeat carried
+  std::string images_problem_;       // why images_ could not be opened (once tried)
+  uint64_t images_said_ = 0;         // the store's version the last heartbeat carried
 
   std::unique_ptr<WorkloadLauncher> launcher_;
   bool refill_pending_ = false;

@@ -1,5 +1,7 @@
 #include "drover/rpc/convert.h"
 
+#include <arpa/inet.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -534,7 +536,21 @@ Status ValidateRegister(const v1::RegisterRequest& req) {
                                          req.node_name(), Excerpt(g)));
     }
   }
+  if (const std::string& h = req.advertise_host(); !h.empty() && !IsIpAddress(h)) {
+    return InvalidArgument(
+        fmt::format("node '{}' advertised '{}', which is not an IP address", req.node_name(), Excerpt(h)));
+  }
+  const int first = req.launch_port_first(), last = req.launch_port_last();
+  if ((first != 0 || last != 0) && (first < 1 || last > 65535 || first > last)) {
+    return InvalidArgument(fmt::format("node '{}' reported a launch port range {}-{} (expected FIRST-LAST in 1..65535)",
+                                       req.node_name(), first, last));
+  }
   return Status::Ok();
+}
+
+bool IsIpAddress(const std::string& host) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
 Status ValidateHeartbeat(const std::string& node, int gpus, const v1::Heartbeat& hb) {

@@ -123,6 +123,8 @@ Result<WorkloadRef> ParseWorkloadId(std::string_view id);
 // Checks an agent's inventory: name, GPU count, indices 0..n-1, sizes,
 // NUMA nodes, the link matrix (n*n values of sched::Link) and labels.
 Status ValidateRegister(const v1::RegisterRequest& req);
+// Whether `host` is an IPv4 or IPv6 address (not a name).
+bool IsIpAddress(const std::string& host);
 
 bool IsTerminal(v1::JobState state);
 // Bound, running, cancelling or preempting: the job holds GPUs.

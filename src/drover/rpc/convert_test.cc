@@ -250,6 +250,26 @@ TEST(WorkloadIdTest, NamesReplicasOfGangsOnly) {
   }
 }
 
+TEST(ValidateRegisterTest, TheAdvertisedHostIsAnAddressAndTheLaunchPortsARange) {
+  v1::RegisterRequest req;
+  req.set_node_name("gpu-01");
+  req.set_advertise_host("10.0.0.7");
+  req.set_launch_port_first(29400);
+  req.set_launch_port_last(29499);
+  ASSERT_TRUE(ValidateRegister(req).ok()) << ValidateRegister(req).ToString();
+  req.set_advertise_host("fd00::7");
+  EXPECT_TRUE(ValidateRegister(req).ok());
+  req.set_advertise_host("gpu-01.example");
+  EXPECT_NE(ValidateRegister(req).message().find("'gpu-01.example', which is not an IP address"), std::string::npos)
+      << ValidateRegister(req).ToString();
+  req.clear_advertise_host();
+  for (auto [first, last] : {std::pair{29499, 29400}, std::pair{0, 10}, std::pair{1, 70000}}) {
+    req.set_launch_port_first(first);
+    req.set_launch_port_last(last);
+    EXPECT_NE(ValidateRegister(req).message().find("launch port range"), std::string::npos) << first << "-" << last;
+  }
+}
+
 TEST(ValidateRegisterTest, ChecksTopologyAndLabels) {
   v1::RegisterRequest req;
   req.set_node_name("gpu-01");

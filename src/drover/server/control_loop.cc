@@ -63,6 +63,10 @@ ControlLoop::ControlLoop(store::Store* store, Clock* clock, ControlLoopOptions o
     return deployments_.ImageDigest(replica.spec().tenant(), replica.spec().deployment(),
                                     replica.spec().deployment_revision());
   });
+  lifecycle_.SetNodeLookup([this](const std::string& name) -> const v1::Node* {
+    auto it = nodes_.nodes().find(name);
+    return it == nodes_.nodes().end() ? nullptr : &it->second.node;
+  });
   if (options_.metrics != nullptr) {
     // 0.1 us .. ~1.7 s, two buckets per doubling (x1.41): a decision
     // takes a fraction of a microsecond to a few, a pass over a long queue

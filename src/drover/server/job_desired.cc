@@ -4,6 +4,7 @@
 
 #include "drover/rpc/convert.h"
 #include "drover/server/job_lifecycle.h"
+#include "drover/server/launch_contract.h"
 
 namespace drover::server {
 
@@ -61,6 +62,7 @@ void JobLifecycle::AddDesired(const std::string& node, v1::DesiredWorkloads* out
     w->set_gpu_memory_limit_bytes(job.status().allocation().gpu_memory_bytes());
     w->set_array_id(job.array().array_id());
     w->set_array_index(job.array().index());
+    FillLaunch(job, 0, w);
     if (job.spec().has_service()) *w->mutable_service() = job.spec().service();
     FillContainer(job, w);
     int grace = job.spec().termination_grace_seconds();
@@ -99,6 +101,7 @@ void JobLifecycle::AddGangWorkloads(const v1::Job& job, const std::string& node,
     w->set_gpu_memory_limit_bytes(job.status().allocation().gpu_memory_bytes());
     w->set_array_id(job.array().array_id());
     w->set_array_index(job.array().index());
+    FillLaunch(job, r, w);
     FillContainer(job, w);
     int grace = job.spec().termination_grace_seconds();
     w->set_termination_grace_seconds(grace > 0 ? grace : rpc::kDefaultGraceSeconds);

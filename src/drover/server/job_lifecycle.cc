@@ -243,6 +243,18 @@ Status JobLifecycle::Bind(const sched::Binding& binding) {
     sched_->Remove(binding.job_id, NowMs());
     return job == nullptr ? NotFound(fmt::format("job '{}' not found", binding.job_id)) : Refused(*job, "be bound");
   }
+  // Its launch contract first (launch_contract.h): a master node with no
+  // launch port free leaves the job waiting, as for GPUs.
+  v1::Attempt contract;
+  for (const sched::Placement& p : binding.replicas) contract.add_nodes(p.node);
+  if (Status s = FillAttemptContract(table_, node_of_, &contract); !s.ok()) {
+    if (!sched_->Requeue(binding.job_id, NowMs()).ok()) sched_->Remove(binding.job_id, NowMs());
+    if (job->status().message() != s.message()) {
+      job->mutable_status()->set_message(s.message());
+      Persist(*job);
+    }
+    return s;
+  }
   v1::JobStatus* st = job->mutable_status();
   st->set_state(v1::JOB_STATE_BOUND);
   st->set_bind_time_unix_nanos(NowNs());
@@ -263,9 +275,9 @@ Status JobLifecycle::Bind(const sched::Binding& binding) {
   // the node that ran the last one.
   st->set_attempt(st->attempt() + 1);
   v1::Attempt* a = st->add_attempts();
+  *a = std::move(contract);
   a->set_number(st->attempt());
   a->set_bind_time_unix_nanos(st->bind_time_unix_nanos());
-  for (const sched::Placement& p : binding.replicas) a->add_nodes(p.node);
   // The history is bounded: the first attempts and the latest are kept.
   constexpr int kMaxAttemptRecords = 32;
   if (st->attempts_size() > kMaxAttemptRecords) st->mutable_attempts()->DeleteSubrange(kMaxAttemptRecords / 2, 1);

@@ -46,6 +46,7 @@
 #include "drover/sched/scheduler.h"
 #include "drover/server/batch.h"
 #include "drover/server/job_table.h"
+#include "drover/server/launch_contract.h"
 #include "drover/v1/agent.pb.h"
 #include "drover/v1/api.pb.h"
 
@@ -90,6 +91,11 @@ class JobLifecycle {
   // empty: the agent resolves the reference.
   using RevisionDigest = std::function<std::string(const v1::Job& replica)>;
   void SetRevisionDigest(RevisionDigest f) { revision_digest_ = std::move(f); }
+
+  // Where a binding finds its nodes' advertised addresses and launch port
+  // ranges (the node registry's records). Unset: node names and the
+  // default range.
+  void SetNodeLookup(NodeLookup f) { node_of_ = std::move(f); }
 
   // ---- rebuilding (recovery) ----
   struct Rebuilt {
@@ -234,6 +240,7 @@ class JobLifecycle {
   Clock* clock_;
   EndedOn ended_on_;
   RevisionDigest revision_digest_;
+  NodeLookup node_of_;
   JobTable table_;
 };
 

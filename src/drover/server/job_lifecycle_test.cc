@@ -289,5 +289,90 @@ TEST_F(JobLifecycleTest, ArchiveTakesAFinishedJobOutOfTheTableAndTheStore) {
   EXPECT_EQ(life_.Archive(seq).code(), Code::kNotFound);
 }
 
+// ---- the launch contract (launch_contract.h) ----
+
+TEST(LaunchPortsTest, TheLowestFreePortOfTheRangeAndAClearReasonWhenNoneIs) {
+  EXPECT_EQ(*PickLaunchPort("n0", {30000, 30002}, {}), 30000);
+  EXPECT_EQ(*PickLaunchPort("n0", {30000, 30002}, {30000, 30002}), 30001);
+  auto none = PickLaunchPort("n0", {30000, 30001}, {30000, 30001});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("node 'n0'"), std::string::npos) << none.status().message();
+  EXPECT_NE(none.status().message().find("30000-30001"), std::string::npos) << none.status().message();
+  // A node that registered no range gets the default one.
+  EXPECT_EQ(LaunchPortsOf(nullptr).first, kDefaultLaunchPorts.first);
+  v1::Node node;
+  node.set_launch_port_first(40000);
+  node.set_launch_port_last(40009);
+  EXPECT_EQ(LaunchPortsOf(&node).last, 40009);
+}
+
+class LaunchContractTest : public JobLifecycleTest {
+ public:
+  LaunchContractTest() {
+    node_.set_name("n0");
+    node_.set_advertise_host("10.0.0.1");
+    node_.set_launch_port_first(30000);
+    node_.set_launch_port_last(30001);
+    life_.SetNodeLookup([this](const std::string& name) { return name == "n0" ? &node_ : nullptr; });
+  }
+  static const v1::Attempt& Last(const v1::Job& job) { return job.status().attempts(job.status().attempts_size() - 1); }
+  v1::Node node_;
+};
+
+TEST_F(LaunchContractTest, EachAttemptHoldsAPortOfItsMasterNodeUntilItsProcessesAreGone) {
+  v1::Job* a = JobIn(S::JOB_STATE_RUNNING);
+  v1::Job* b = JobIn(S::JOB_STATE_BOUND);
+  EXPECT_EQ(Last(*a).master_port(), 30000);
+  EXPECT_EQ(Last(*b).master_port(), 30001);
+  EXPECT_EQ(std::vector<std::string>(Last(*a).hosts().begin(), Last(*a).hosts().end()),
+            std::vector<std::string>{"10.0.0.1"});
+  // The range is spent: a job of one node runs without a port ...
+  v1::Job* single = JobIn(S::JOB_STATE_BOUND);
+  EXPECT_EQ(Last(*single).master_port(), 0);
+  ASSERT_TRUE(life_.Cancel(single).ok());
+  ASSERT_TRUE(life_.Finish(single, S::JOB_STATE_CANCELLED, 0, 0, ToUnixNanos(clock_.Now()), "gone").ok());
+  // ... and a gang waits, saying why, its GPUs back with the scheduler.
+  v1::Job gang;
+  *gang.mutable_spec() = Spec();
+  gang.mutable_spec()->set_replicas(2);
+  auto seqs = life_.Submit({gang});
+  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+  v1::Job* c = life_.Find(FormatJobId(seqs->front()));
+  sched::Decisions d = sched_.Schedule(ToUnixNanos(clock_.Now()) / 1'000'000);
+  ASSERT_EQ(d.bindings.size(), 1u);
+  EXPECT_EQ(life_.Bind(d.bindings[0]).code(), Code::kResourceExhausted);
+  EXPECT_EQ(c->status().state(), S::JOB_STATE_PENDING);
+  EXPECT_NE(c->status().message().find("launch port on node 'n0'"), std::string::npos) << c->status().message();
+  EXPECT_EQ(sched_.pending(), 1u);
+  // A preempted attempt keeps its port while its process stops; once it is
+  // gone (requeued), the next binding takes the port.
+  ASSERT_TRUE(life_.Stop(a, StopCause::Preempted("j-999999", "priority", 1000)).ok());
+  EXPECT_EQ(LaunchPortsHeld(life_.table(), "n0"), (std::set<int>{30000, 30001}));
+  ASSERT_TRUE(life_.Requeue(a).ok());
+  EXPECT_EQ(LaunchPortsHeld(life_.table(), "n0"), (std::set<int>{30001}));
+  ASSERT_TRUE(life_.Cancel(a).ok());  // pending again: out of the gang's way
+  Pass();
+  ASSERT_EQ(c->status().state(), S::JOB_STATE_BOUND);
+  EXPECT_EQ(Last(*c).master_port(), 30000);
+  EXPECT_EQ(Last(*c).hosts_size(), 2);
+  // A finished job frees its port too.
+  ASSERT_TRUE(life_.Finish(b, S::JOB_STATE_SUCCEEDED, 0, 0, ToUnixNanos(clock_.Now()), "done").ok());
+  EXPECT_EQ(LaunchPortsHeld(life_.table(), "n0"), (std::set<int>{30000}));
+}
+
+TEST_F(LaunchContractTest, TheWorkloadCarriesItsAttemptsContract) {
+  v1::Job* job = JobIn(S::JOB_STATE_RUNNING);
+  v1::DesiredWorkloads out;
+  life_.AddDesired("n0", &out);
+  ASSERT_EQ(out.workloads_size(), 1);
+  const v1::LaunchContract& c = out.workloads(0).launch();
+  EXPECT_EQ(c.node_rank(), 0);
+  EXPECT_EQ(c.nnodes(), 1);
+  EXPECT_EQ(c.master_addr(), "10.0.0.1");
+  EXPECT_EQ(c.master_port(), Last(*job).master_port());
+  EXPECT_EQ(c.nodes(0), "n0");
+}
+
 }  // namespace
 }  // namespace drover::server

@@ -89,6 +89,9 @@ Status NodeRegistry::Register(const v1::RegisterRequest& req) {
   if (is_new) node.set_registered_unix_nanos(NowNs());
   if (node.gossip_address() != req.gossip_address()) ++peers_version_;
   node.set_gossip_address(req.gossip_address());
+  node.set_advertise_host(req.advertise_host());
+  node.set_launch_port_first(req.launch_port_first());
+  node.set_launch_port_last(req.launch_port_last());
   for (v1::Gpu& g : *node.mutable_gpus()) g.set_health_changed_unix_nanos(NowNs());
   bool schedulable = !is_new && Schedulable(it->second);
   DROVER_RETURN_IF_ERROR(sched_->UpsertNode(rpc::ToNodeInfo(node, schedulable)));
