@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(pbutil::MessageDifferencer::Equals(back, spec));
 
   drover::sched::JobRequest r = rpc::ToJobRequest("j-000001", spec);
-  FUZZ_CHECK(r.gpus >= 1 && r.gpus <= rpc::kMaxGpusPerJob);
+  FUZZ_CHECK(r.gpus >= 0 && r.gpus <= rpc::kMaxGpusPerJob);  // 0: CPU-only
   FUZZ_CHECK(r.replicas >= 1 && r.replicas <= rpc::kMaxReplicas);
   FUZZ_CHECK(r.gpu_milli >= 1 && r.gpu_milli <= drover::sched::kWholeGpu);
   FUZZ_CHECK(r.gpu_milli == drover::sched::kWholeGpu || (r.gpus == 1 && r.replicas == 1 && r.gpu_memory_bytes > 0));
