@@ -18,8 +18,9 @@ namespace {
 class PipelineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    up_ = std::make_unique<DroverUp>(dir_.path() + "/data",
-                                     std::vector<std::string>{"--devices", "simulated", "--simulate", "1", "--simulate-gpus", "2"});
+    up_ = std::make_unique<DroverUp>(
+        dir_.path() + "/data",
+        std::vector<std::string>{"--devices", "simulated", "--simulate", "1", "--simulate-gpus", "2"});
     ASSERT_TRUE(up_->Start());
     ASSERT_TRUE(up_->WaitForReadyNodes(2));  // this machine and one more, both of simulated NVIDIA GPUs
   }
@@ -42,8 +43,8 @@ class PipelineTest : public ::testing::Test {
   v1::JobState StateOf(const std::string& id) { return GetJob(up_->jobs(), id).status().state(); }
   // A step that runs until the test creates `go`, then exits with `code`.
   std::vector<std::string> Step(const std::string& go, const std::string& check, int code) {
-    return {"--", "sh", "-c", check + " && while [ ! -e " + go + " ]; do sleep 0.05; done && exit " +
-                                  std::to_string(code)};
+    return {"--", "sh", "-c",
+            check + " && while [ ! -e " + go + " ]; do sleep 0.05; done && exit " + std::to_string(code)};
   }
   static void Touch(const std::string& path) { std::ofstream(path) << "go\n"; }
 

@@ -192,8 +192,8 @@ TEST(SubmitFlagsTest, BadContainerFlagsAreRefusedBeforeSending) {
 // --after and --time-limit: JOB[:ok|:any] (repeatable) and a duration or
 // plain seconds; --gpus 0 is CPU-only work.
 TEST(SubmitFlagsTest, DependenciesTimeLimitAndCpuOnly) {
-  auto r = SubmitRequestJson(Parse({"--gpus", "0", "--after", "j-000003", "--after", "j-000004:any", "--time-limit",
-                                    "4h", "--", "true"}));
+  auto r = SubmitRequestJson(
+      Parse({"--gpus", "0", "--after", "j-000003", "--after", "j-000004:any", "--time-limit", "4h", "--", "true"}));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   v1::SubmitJobRequest req;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r->dump(), &req).ok()) << r->dump();

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "drover/common/quantity.h"
 #include "drover/sched/scheduler_state.h"
 
 namespace drover::sched {
@@ -38,14 +39,6 @@ std::string MilliGpus(int64_t milli) {
   std::string s = fmt::format("{:.3f}", static_cast<double>(milli) / kWholeGpu);
   while (s.back() == '0') s.pop_back();
   return s + " GPUs";
-}
-
-// 4000 -> "4", 1500 -> "1.5" (CPUs).
-std::string MilliCpus(int64_t milli) {
-  if (milli % 1000 == 0) return std::to_string(milli / 1000);
-  std::string s = fmt::format("{:.3f}", static_cast<double>(milli) / 1000);
-  while (s.back() == '0') s.pop_back();
-  return s;
 }
 
 // "8 GPUs of model 'H100 80GB'", "250 milli-GPU and 10GiB of one GPU".
@@ -202,8 +195,8 @@ std::string State::Reason(int job) const {
                               t.info.max_gpu_memory_bytes, t.mem);
         }
         if (t.info.max_cpu_milli >= 0) {
-          caps += fmt::format("{}{} CPUs (holds {})", caps.empty() ? "" : ", ", MilliCpus(t.info.max_cpu_milli),
-                              MilliCpus(t.cpu));
+          caps += fmt::format("{}{} CPUs (holds {})", caps.empty() ? "" : ", ", FormatMilliGpu(t.info.max_cpu_milli),
+                              FormatMilliGpu(t.cpu));
         }
         if (t.info.borrow_limit >= 0)
           caps += fmt::format(", borrowing {} beyond guarantees", Gpus(t.info.borrow_limit));

@@ -540,8 +540,8 @@ void State::Consider(int job, int64_t now, bool* blocked, int* blocker, std::vec
   const bool checked_first = limited && j.req.gpus > 0 && !baseline;
   // A CPU quota holds back any job, with GPUs or without: every replica
   // charges its cpu_milli.
-  const bool over_cpu = ti.max_cpu_milli >= 0 && tenants[j.tenant].cpu + int64_t{j.req.replicas} * j.req.cpu_milli >
-                                                     ti.max_cpu_milli;
+  const bool over_cpu =
+      ti.max_cpu_milli >= 0 && tenants[j.tenant].cpu + int64_t{j.req.replicas} * j.req.cpu_milli > ti.max_cpu_milli;
   bool quota = over_cpu || (checked_first && refused_everywhere());
   if (!quota) {
     // A job of a shape whose placement already found nothing this pass

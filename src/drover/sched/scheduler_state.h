@@ -332,7 +332,7 @@ struct State {
   std::unordered_map<std::string, int> tenant_ids;
   int64_t capacity_milli = 0;  // healthy GPUs of every node, for fair shares
   int64_t capacity_mem = 0;
-  int64_t capacity_cpu = 0;  // CPU milli of every node, for fair shares
+  int64_t capacity_cpu = 0;                   // CPU milli of every node, for fair shares
   std::multiset<int> preemptible_priorities;  // of bound, preemptible, not preempting jobs
   std::vector<int> reserved_nodes;            // nodes with a pass reservation
   uint64_t pass = 0;                          // passes run so far

@@ -56,8 +56,9 @@ Result<std::vector<uint64_t>> ControlLoop::AddJobs(const std::vector<v1::JobSpec
     if (!spec.after().empty()) {
       auto m = lifecycle_.CheckAfter(spec, static_cast<size_t>(count), archived);
       if (!m.ok()) {
-        return Status(m.status().code(), count > 1 && array == nullptr ? fmt::format("job {}: {}", i, m.status().message())
-                                                                       : m.status().message());
+        return Status(m.status().code(), count > 1 && array == nullptr
+                                             ? fmt::format("job {}: {}", i, m.status().message())
+                                             : m.status().message());
       }
       met[static_cast<size_t>(i)] = std::move(*m);
     }

@@ -34,9 +34,7 @@ bool Satisfies(v1::JobState state, const std::string& condition) {
   return condition == "any" || state == v1::JOB_STATE_SUCCEEDED;
 }
 
-std::string EndedWord(v1::JobState state) {
-  return state == v1::JOB_STATE_CANCELLED ? "was cancelled" : "failed";
-}
+std::string EndedWord(v1::JobState state) { return state == v1::JOB_STATE_CANCELLED ? "was cancelled" : "failed"; }
 
 }  // namespace
 
@@ -94,8 +92,8 @@ Result<std::vector<std::string>> JobLifecycle::CheckAfter(const v1::JobSpec& spe
     const v1::JobState state = dep->status().state();
     if (!rpc::IsTerminal(state)) continue;
     if (!Satisfies(state, d.condition())) {
-      return FailedPrecondition(fmt::format("after {}: dependency {} already {} (wait for it with {}:any)",
-                                            d.job_id(), d.job_id(), EndedWord(state), d.job_id()));
+      return FailedPrecondition(fmt::format("after {}: dependency {} already {} (wait for it with {}:any)", d.job_id(),
+                                            d.job_id(), EndedWord(state), d.job_id()));
     }
     met.push_back(d.job_id());
   }

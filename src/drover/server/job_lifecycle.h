@@ -152,8 +152,7 @@ class JobLifecycle {
   // same submit or itself: kInvalidArgument, so that no cycle can form)
   // that has not already ended in a way its condition refuses
   // (kFailedPrecondition). Answers the ones already met.
-  Result<std::vector<std::string>> CheckAfter(const v1::JobSpec& spec, size_t count,
-                                              const ArchivedJob& archived) const;
+  Result<std::vector<std::string>> CheckAfter(const v1::JobSpec& spec, size_t count, const ArchivedJob& archived) const;
   // Whether `edge` may take a job in `from`; the edges check this first.
   enum class Edge { kBind, kStart, kStop, kCancel, kRequeue, kFinish, kReject, kArchive };
   static bool Allowed(Edge edge, v1::JobState from, v1::JobState to = v1::JOB_STATE_UNSPECIFIED);

@@ -356,10 +356,10 @@ void JobLifecycle::EnforceRuntimeLimits(const std::function<int64_t(const std::s
     int64_t began = st.start_time_unix_nanos() > 0 ? st.start_time_unix_nanos() : st.bind_time_unix_nanos();
     if (began <= 0 || now_ns - began < limit * kNsPerSecond) continue;
     if (st.gang_failed()) continue;  // already failing: it ends FAILED as it is
-    Check(Stop(&job, StopCause::Failure(
-                         own ? fmt::format("time limit {} reached", FormatSeconds(limit))
-                             : fmt::format("ran longer than tenant '{}''s runtime limit of {}s", job.spec().tenant(), limit),
-                         /*no_restart=*/true)));
+    Check(Stop(&job, StopCause::Failure(own ? fmt::format("time limit {} reached", FormatSeconds(limit))
+                                            : fmt::format("ran longer than tenant '{}''s runtime limit of {}s",
+                                                          job.spec().tenant(), limit),
+                                        /*no_restart=*/true)));
   }
 }
 

@@ -64,8 +64,7 @@ Result<sched::TenantInfo> TenantBook::ToInfo(const v1::Tenant& t) {
         t.name(), kMaxArrayTasks));
   }
   if (q.max_gpu_memory_bytes() < 0 || q.max_runtime_seconds() < 0 || q.max_gpus_per_user() < 0 ||
-      q.max_cpu_millis() < 0 ||
-      q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
+      q.max_cpu_millis() < 0 || q.period_seconds() < 0 || !(q.gpu_hours() >= 0) || std::isinf(q.gpu_hours())) {
     return InvalidArgument(fmt::format("tenant '{}': quotas must not be negative", t.name()));
   }
   if (q.requests_per_minute() < 0 || q.requests_per_minute() > auth::kMaxPerMinute || q.tokens_per_minute() < 0 ||
