@@ -505,7 +505,7 @@ TEST_F(CliTest, ErrorsHaveMeaningfulExitCodes) {
   EXPECT_EQ(nf.exit_code, 3);
   EXPECT_NE(nf.err.find("job 'j-999999' not found"), std::string::npos) << nf.err;
   EXPECT_EQ(Cli({"job", "banana"}).exit_code, 2);
-  EXPECT_EQ(Cli({"submit", "--gpus", "0", "--", "true"}).exit_code, 2);
+  EXPECT_EQ(Cli({"submit", "--gpus", "0", "--gpu-model", "H100 80GB", "--", "true"}).exit_code, 2);  // CPU-only: no model
   EXPECT_EQ(Cli({"submit", "--gpu-memory", "lots", "--", "true"}).exit_code, 2);
   CommandResult never = Cli({"submit", "--gpus", "5", "--", "true"});
   EXPECT_EQ(never.exit_code, 2);
