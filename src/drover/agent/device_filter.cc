@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "drover/agent/devices/topology/host_topology.h"
+#include "drover/common/files.h"
 
 namespace drover::agent {
 namespace {
@@ -77,25 +78,11 @@ Result<int> Load(const std::vector<DeviceRule>& deny) {
   return static_cast<int>(fd);
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 Status Attach(const std::string& cgroup_dir, const std::vector<DeviceRule>& deny, bool detach_after) {
   auto prog = Load(deny);
   if (!prog.ok()) return prog.status();
-  Fd prog_fd(*prog);
-  Fd group(::open(cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ScopedFd prog_fd(*prog);
+  ScopedFd group(::open(cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (group.get() < 0) return Unavailable(fmt::format("cannot open cgroup '{}': {}", cgroup_dir, std::strerror(errno)));
   bpf_attr attr{};
   attr.target_fd = static_cast<uint32_t>(group.get());

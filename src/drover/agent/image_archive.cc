@@ -13,6 +13,7 @@
 
 #include "drover/agent/image_store.h"
 #include "drover/auth/token.h"
+#include "drover/common/files.h"
 #include "drover/common/image_ref.h"
 #include "drover/common/json_depth.h"
 
@@ -30,20 +31,6 @@ struct Entry {
   char type = '0';
   int64_t offset = 0;  // of its data
   int64_t size = 0;
-};
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
 };
 
 Status ReadAt(int fd, int64_t at, size_t n, std::string* out) {
@@ -252,7 +239,7 @@ Result<ArchiveContents> OciArchive(int fd, const std::map<std::string, Entry>& e
 }  // namespace
 
 Result<ArchiveContents> ReadImageArchive(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (fd.get() < 0) return Unavailable(fmt::format("cannot open the archive '{}': {}", path, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return InvalidArgument("the archive is not a file");

@@ -77,4 +77,8 @@ int64_t TreeBytes(const std::string& dir) {
   return total;
 }
 
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 }  // namespace drover

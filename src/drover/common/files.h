@@ -26,4 +26,17 @@ Status SyncFile(const std::string& path);
 // du counts them), links not followed; what cannot be read counts nothing.
 int64_t TreeBytes(const std::string& dir);
 
+// A file descriptor, closed when this goes (-1: none).
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 }  // namespace drover

@@ -29,6 +29,21 @@ Result<T> Wait(std::future<Result<T>> f) {
   return f.get();
 }
 
+// The nodes a request names, each once, in its order; a malformed name,
+// or more names than any cluster has nodes, is refused.
+Result<std::vector<std::string>> NamedNodes(const google::protobuf::RepeatedPtrField<std::string>& names) {
+  if (names.size() > kMaxPullNodes) {
+    return InvalidArgument(fmt::format("{} nodes named, more than {}", names.size(), kMaxPullNodes));
+  }
+  std::vector<std::string> nodes;
+  std::set<std::string> seen;
+  for (const std::string& n : names) {
+    DROVER_RETURN_IF_ERROR(ValidateNodeName(n));
+    if (seen.insert(n).second) nodes.push_back(n);
+  }
+  return nodes;
+}
+
 }  // namespace
 
 Result<v1::PullImageResponse> ApiService::PullImage(const auth::Principal& who, const v1::PullImageRequest& req) {
@@ -37,15 +52,7 @@ Result<v1::PullImageResponse> ApiService::PullImage(const auth::Principal& who, 
     if (req.reference().empty()) return InvalidArgument("reference is empty: name the image to pull");
     DROVER_RETURN_IF_ERROR(ParseImageRef(req.reference()).status());
     DROVER_RETURN_IF_ERROR(rpc::ValidatePullPolicy("pull_policy", req.pull_policy()));
-    if (req.nodes_size() > kMaxPullNodes) {
-      return InvalidArgument(fmt::format("{} nodes named, more than {}", req.nodes_size(), kMaxPullNodes));
-    }
-    std::vector<std::string> nodes;
-    std::set<std::string> seen;
-    for (const std::string& n : req.nodes()) {
-      DROVER_RETURN_IF_ERROR(ValidateNodeName(n));
-      if (seen.insert(n).second) nodes.push_back(n);
-    }
+    DROVER_ASSIGN_OR_RETURN(std::vector<std::string> nodes, NamedNodes(req.nodes()));
     v1::PullImage pull;
     pull.set_reference(req.reference());
     pull.set_pull_policy(req.pull_policy());
@@ -69,20 +76,13 @@ Result<v1::LoadImageResponse> ApiService::LoadImage(const auth::Principal& who, 
     if (archives_ == nullptr) return Unavailable("this server takes no image archives");
     if (!header.name().empty()) DROVER_RETURN_IF_ERROR(ParseImageRef(header.name()).status());
     if (header.nodes().empty()) return InvalidArgument("no node named: load the archive with --node NAME");
-    if (header.nodes_size() > kMaxPullNodes) {
-      return InvalidArgument(fmt::format("{} nodes named, more than {}", header.nodes_size(), kMaxPullNodes));
-    }
     // Every node is checked before a byte is taken: a wrong name costs no upload.
-    std::vector<std::string> nodes;
-    std::set<std::string> seen;
-    for (const std::string& n : header.nodes()) {
-      DROVER_RETURN_IF_ERROR(ValidateNodeName(n));
-      if (!seen.insert(n).second) continue;
+    DROVER_ASSIGN_OR_RETURN(std::vector<std::string> nodes, NamedNodes(header.nodes()));
+    for (const std::string& n : nodes) {
       DROVER_ASSIGN_OR_RETURN(v1::Node node, Wait(loop_->GetNode(n)));
       if (node.state() != v1::NODE_STATE_READY) {
         return Unavailable(fmt::format("node '{}' is not ready; load the archive once it is", n));
       }
-      nodes.push_back(n);
     }
     DROVER_ASSIGN_OR_RETURN(std::string id, archives_->Begin(nodes, header.size_bytes()));
     struct Ended {
