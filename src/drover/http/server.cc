@@ -214,6 +214,10 @@ class SessionBase;
 struct TurnedAway {
   std::weak_ptr<SessionBase> session;
   bool keep = false;  // a health check being answered, or already being evicted: not a candidate
+  // It has sent its first byte and not yet a whole request header since:
+  // a slow client, evicted before one not read yet (a health checker's
+  // request may still be on its way while a flood reconnects around it).
+  bool started = false;
 };
 
 // What a sink and a worker need of a session. Every method is called on the
@@ -444,6 +448,11 @@ class Shared {
     std::lock_guard<std::mutex> lock(mu_);
     return !std::exchange(session->turned_away->keep, true);
   }
+  // A turned-away session sent its first byte (TurnedAway::started).
+  void StartedTurnedAway(SessionBase* session) {
+    std::lock_guard<std::mutex> lock(mu_);
+    session->turned_away->started = true;
+  }
   bool IsHealthPath(std::string_view target) const {
     const std::string_view path = target.substr(0, target.find('?'));
     return std::find(options.health_paths.begin(), options.health_paths.end(), path) != options.health_paths.end();
@@ -507,13 +516,16 @@ class Shared {
   }
 
   // The oldest turned-away session that is no health check being
-  // answered, marked so that it is picked once; null if none.
+  // answered, one that has started its request first (a slow client),
+  // marked so that it is picked once; null if none.
   std::shared_ptr<SessionBase> EvictableLocked() {
-    for (TurnedAway& t : turned_away_) {
-      if (t.keep) continue;
-      if (auto s = t.session.lock()) {
-        t.keep = true;
-        return s;
+    for (bool started : {true, false}) {
+      for (TurnedAway& t : turned_away_) {
+        if (t.keep || (started && !t.started)) continue;
+        if (auto s = t.session.lock()) {
+          t.keep = true;
+          return s;
+        }
       }
     }
     return nullptr;
@@ -569,6 +581,16 @@ class Session final : public SessionBase {
     if constexpr (kTls) {
       stream_.async_handshake(ssl::stream_base::server, [self = Self()](error_code ec) {
         if (ec) return self->Close();
+        if (self->rejecting_) self->shared_.StartedTurnedAway(self.get());
+        self->ReadHeader(/*reset_deadline=*/false);
+      });
+    } else if (rejecting_) {
+      // Turned away: its first byte says it has started (TurnedAway::started).
+      stream_.async_read_some(net::buffer(&byte_, 1), [self = Self()](error_code ec, size_t n) {
+        if (self->closed_) return;
+        if (ec || n != 1) return self->Close();
+        self->buffer_.commit(net::buffer_copy(self->buffer_.prepare(1), net::buffer(&self->byte_, 1)));
+        self->shared_.StartedTurnedAway(self.get());
         self->ReadHeader(/*reset_deadline=*/false);
       });
     } else {
