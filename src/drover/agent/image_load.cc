@@ -15,14 +15,13 @@
 #include "drover/agent/image_store.h"
 #include "drover/agent/image_tools.h"
 #include "drover/auth/token.h"
+#include "drover/common/ids.h"
 #include "drover/common/quantity.h"
 
 namespace drover::agent {
 
 Result<std::string> ImageStore::PrepareArchive(const std::string& load_id, int64_t size) const {
-  if (load_id.empty() || load_id.size() > 64 || !std::all_of(load_id.begin(), load_id.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-      })) {
+  if (!ValidLoadId(load_id)) {
     return InvalidArgument(fmt::format("'{}' is not an archive's load id", load_id.substr(0, 64)));
   }
   if (size <= 0) return InvalidArgument("the archive is empty");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -48,5 +49,11 @@ Status ValidateName(std::string_view what, std::string_view name) {
 }
 
 Status ValidateNodeName(std::string_view name) { return ValidateName("node name", name); }
+
+bool ValidLoadId(std::string_view id) {
+  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
+}
 
 }  // namespace drover

@@ -24,5 +24,8 @@ Result<uint64_t> ParseArrayId(std::string_view id);
 Status ValidateNodeName(std::string_view name);
 // Same rules as node names, used for tenants and job names (job names may be empty).
 Status ValidateName(std::string_view what, std::string_view name);
+// An image archive's load id (NodeService.LoadImage): base64url, 1-64
+// characters, safe as a file name.
+bool ValidLoadId(std::string_view id);
 
 }  // namespace drover

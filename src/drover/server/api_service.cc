@@ -447,16 +447,19 @@ v1::VersionResponse ApiService::Version() const {
   return v;
 }
 
+Status CheckLogReplica(const v1::Job& job, int replica) {
+  const int replicas = std::max(1, job.spec().replicas());
+  if (replica >= 0 && replica < replicas) return Status::Ok();
+  return InvalidArgument(fmt::format("job {} has {} replica{}: replica {} is not one (0..{})", job.id(), replicas,
+                                     replicas == 1 ? "" : "s", replica, replicas - 1));
+}
+
 Result<std::shared_ptr<LogFollow>> ApiService::FollowLogs(const auth::Principal& who, const v1::LogsRequest& req,
                                                           LogFollow::Send send, LogFollow::Done done) {
   DROVER_RETURN_IF_ERROR(RequireRole(who, auth::Role::kViewer, "read logs"));
   DROVER_ASSIGN_OR_RETURN(v1::Job job, VisibleJob(who, req.id()));
   if (req.offset() < 0) return InvalidArgument(fmt::format("offset {} is negative", req.offset()));
-  const int replicas = std::max(1, job.spec().replicas());
-  if (req.replica() < 0 || req.replica() >= replicas) {
-    return InvalidArgument(fmt::format("job {} has {} replica{}: replica {} is not one (0..{})", job.id(), replicas,
-                                       replicas == 1 ? "" : "s", req.replica(), replicas - 1));
-  }
+  DROVER_RETURN_IF_ERROR(CheckLogReplica(job, req.replica()));
   auto follow = LogFollow::Start(logs_, watch_, &follow_pump_, std::move(job), req.offset(), req.follow(),
                                  std::move(send), std::move(done), req.replica());
   if (req.follow()) {

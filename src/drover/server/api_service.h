@@ -205,6 +205,9 @@ class ApiService {
   runtime::EventLoop follow_pump_;
 };
 
+// kInvalidArgument unless `replica` is one of `job`'s (LogsRequest.replica).
+Status CheckLogReplica(const v1::Job& job, int replica);
+
 // The principal of a gateway in the server's own process (an internal
 // admin: it sees every tenant's models and reports load).
 auth::Principal GatewayPrincipal();

@@ -12,21 +12,12 @@
 #include <cstring>
 #include <filesystem>
 
+#include "drover/common/ids.h"
 #include "drover/common/quantity.h"
 
 namespace drover::server {
-namespace {
 
 namespace fs = std::filesystem;
-
-// Ids name files: letters, digits, '-' and '_' only (RandomBase64Url's).
-bool SafeId(const std::string& id) {
-  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-  });
-}
-
-}  // namespace
 
 ImageArchives::ImageArchives(std::string dir, int64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
   std::error_code ec;
@@ -118,7 +109,7 @@ Result<v1::ImageArchive> ImageArchives::Seal(const std::string& id) {
 
 Result<std::pair<std::string, int64_t>> ImageArchives::OpenFor(const std::string& id, const std::string& node) const {
   MutexLock lock(&mu_);
-  auto it = SafeId(id) ? uploads_.find(id) : uploads_.end();
+  auto it = ValidLoadId(id) ? uploads_.find(id) : uploads_.end();
   if (it == uploads_.end() || !it->second.sealed ||
       std::find(it->second.nodes.begin(), it->second.nodes.end(), node) == it->second.nodes.end() ||
       it->second.answers.contains(node)) {

@@ -127,11 +127,7 @@ http::Response LogsResponse(ApiService* api, const auth::Principal& who, const h
   gr.set_id(lr.id());
   auto j = api->GetJob(who, gr);
   if (!j.ok()) return http::ErrorResponse(j.status());
-  if (lr.replica() >= std::max(1, j->spec().replicas())) {
-    return http::ErrorResponse(InvalidArgument(
-        fmt::format("job {} has {} replicas: replica {} is not one", lr.id(), std::max(1, j->spec().replicas()),
-                    lr.replica())));
-  }
+  if (Status s = CheckLogReplica(*j, lr.replica()); !s.ok()) return http::ErrorResponse(s);
   http::Response r{200, "text/plain; charset=utf-8", {}, {}, {}};
   // A LogFollow writes the output (what is there, or with follow until the
   // job ended), each chunk after the last went out (WriteThen): no thread
